@@ -1,0 +1,59 @@
+/**
+ * Token → word / sentence aggregation done in the browser (no kernel round trip). Units are runs of
+ * consecutive visible tokens sharing an id; special tokens are always units of their own; a unit's
+ * score is the sum of its tokens' scores.
+ *
+ * @example
+ *   const units = buildUnits({granularity: "word", wordIds, sentenceIds, specialMask, showSpecial: false});
+ *   const sums = unitScores(units, scores, target, nTokens);
+ */
+
+/**
+ * @param {{granularity: "token" | "word" | "sentence", wordIds: ArrayLike<number>,
+ *          sentenceIds: ArrayLike<number>, specialMask: ArrayLike<number>, showSpecial: boolean}} options
+ * @returns {number[][]}  token indices of each unit, in text order
+ */
+export function buildUnits({ granularity, wordIds, sentenceIds, specialMask, showSpecial }) {
+  const ids = { token: null, word: wordIds, sentence: sentenceIds }[granularity];
+  if (ids === undefined) throw new RangeError(`unknown granularity "${granularity}"; use token, word or sentence`);
+  const units = [];
+  let previousId = null;
+  for (let i = 0; i < specialMask.length; i += 1) {
+    const special = specialMask[i] !== 0;
+    if (special && !showSpecial) continue;
+    const id = ids === null || special || ids[i] < 0 ? null : ids[i];
+    if (id !== null && id === previousId) units[units.length - 1].push(i);
+    else units.push([i]);
+    previousId = id;
+  }
+  return units;
+}
+
+/**
+ * Sum of each unit's token scores for one target row of a row-major (nTargets × nTokens) matrix.
+ * @returns {Float64Array}
+ */
+export function unitScores(units, scores, target, nTokens) {
+  const base = target * nTokens;
+  const sums = new Float64Array(units.length);
+  units.forEach((unit, u) => {
+    for (const i of unit) sums[u] += scores[base + i];
+  });
+  return sums;
+}
+
+/**
+ * 1-based rank of each value by decreasing |value| (ties share the better rank).
+ * @param {ArrayLike<number>} values
+ * @returns {Int32Array}
+ */
+export function ranksByMagnitude(values) {
+  const order = Array.from(values, (_, i) => i).sort((a, b) => Math.abs(values[b]) - Math.abs(values[a]));
+  const ranks = new Int32Array(values.length);
+  order.forEach((index, position) => {
+    const previous = order[position - 1];
+    ranks[index] =
+      position > 0 && Math.abs(values[previous]) === Math.abs(values[index]) ? ranks[previous] : position + 1;
+  });
+  return ranks;
+}
