@@ -1,0 +1,34 @@
+"""Attribution methods: which input tokens drive a prediction.
+
+Example:
+    >>> from interp_widgets.attribution import attribute
+    >>> result = attribute(model, tokenizer, "Not bad at all.", method="integrated_gradients")  # doctest: +SKIP
+"""
+
+from interp_widgets.attribution.api import METHODS, attribute
+from interp_widgets.attribution.base import Attributor
+from interp_widgets.attribution.gradient import (
+    GradientShap,
+    InputXGradient,
+    IntegratedGradients,
+    Saliency,
+    SmoothGrad,
+    SquareGrad,
+    VarGrad,
+)
+from interp_widgets.attribution.result import AttributionCollection, AttributionResult
+
+__all__ = [
+    "METHODS",
+    "AttributionCollection",
+    "AttributionResult",
+    "Attributor",
+    "GradientShap",
+    "InputXGradient",
+    "IntegratedGradients",
+    "Saliency",
+    "SmoothGrad",
+    "SquareGrad",
+    "VarGrad",
+    "attribute",
+]

@@ -1,0 +1,170 @@
+"""The base class every attribution method derives from.
+
+A method holds its parameters (set in ``__init__``) and explains inputs with :meth:`Attributor.attribute`, which
+wraps the model in a :class:`~interp_widgets.adapter.ModelAdapter`, resolves the targets, runs the method in batches
+and returns one :class:`AttributionResult` per input (a single result for a single string).
+
+Example:
+    >>> from interp_widgets.attribution import IntegratedGradients
+    >>> IntegratedGradients(n_steps=32).attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from interp_widgets.adapter import ModelAdapter
+from interp_widgets.attribution.problem import ExplainedInput, check_score_kind, prepare_inputs
+from interp_widgets.attribution.result import GRANULARITIES, AttributionCollection, AttributionResult
+
+REDUCTIONS = {
+    "sum": "sum over embedding dimension (signed)",
+    "norm": "L2 norm over embedding dimension (unsigned)",
+    "abs": "absolute value of the sum over embedding dimension (unsigned)",
+}
+
+
+def reduce_embedding_dim(values: torch.Tensor, reduce: str) -> torch.Tensor:
+    """Collapse per-dimension attributions ``(..., T, D)`` into one score per token.
+
+    Example:
+        >>> reduce_embedding_dim(torch.ones(3, 4), "norm")
+        tensor([2., 2., 2.])
+    """
+    if reduce == "sum":
+        return values.sum(-1)
+    if reduce == "norm":
+        return values.norm(dim=-1)
+    if reduce == "abs":
+        return values.sum(-1).abs()
+    raise ValueError(f"unknown reduce {reduce!r}; use one of {list(REDUCTIONS)}")
+
+
+def as_adapter(model, tokenizer, max_batch_tokens: int | None) -> ModelAdapter:
+    """Reuse a given adapter or wrap ``model`` and ``tokenizer`` in one."""
+    if isinstance(model, ModelAdapter):
+        if max_batch_tokens is not None and max_batch_tokens != model.max_batch_tokens:
+            return ModelAdapter(model.model, model.tokenizer, max_batch_tokens=max_batch_tokens)
+        return model
+    if tokenizer is None:
+        raise TypeError("pass the model's tokenizer: attribute(model, tokenizer, inputs)")
+    return ModelAdapter(model, tokenizer, **({} if max_batch_tokens is None else {"max_batch_tokens": max_batch_tokens}))
+
+
+class Attributor:
+    """Base class of attribution methods. Subclasses implement :meth:`_attribute_inputs`.
+
+    Attributes:
+        name: method name recorded in results.
+        signed: whether scores carry a sign (positive = supports the target).
+        unit_level: True for perturbation methods that act on words/sentences directly.
+    """
+
+    name = "attribution"
+    signed = True
+    unit_level = False
+
+    def __init__(self, *, score: str | None = None, progress: bool = True):
+        self.score = None if score is None else check_score_kind(score)
+        self.progress = progress
+
+    # ---------------------------------------------------------------------------------------------- public API
+    def attribute(
+        self,
+        model,
+        tokenizer=None,
+        inputs: str | Sequence[str] = "",
+        *,
+        target=None,
+        continuation=None,
+        max_new_tokens: int = 20,
+        do_sample: bool = False,
+        seed: int = 0,
+        mask_position: int | None = None,
+        granularity: str = "token",
+        aggregation: str = "sum",
+        true_labels: Sequence[str] | None = None,
+        max_batch_tokens: int | None = None,
+    ) -> AttributionResult | AttributionCollection:
+        """Explain one text (returns a result) or a list of texts (returns a collection).
+
+        Args:
+            model: a Hugging Face classifier, causal LM or masked LM, or a ModelAdapter.
+            tokenizer: its fast tokenizer (omit when ``model`` is an adapter).
+            inputs: a text or a list of texts.
+            target: classifier class (index, label name, list, or None = predicted); masked-LM token.
+            continuation: causal LM only: forced continuation text or ids; None = generate.
+            granularity: ``token``, ``word`` or ``sentence``; ``aggregation`` sum, mean or maxabs.
+
+        Example:
+            >>> Saliency().attribute(model, tokenizer, ["Great!", "Awful."], target="positive")  # doctest: +SKIP
+        """
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"unknown granularity {granularity!r}; use one of {GRANULARITIES}")
+        adapter = as_adapter(model, tokenizer, max_batch_tokens)
+        single = isinstance(inputs, str)
+        with adapter.evaluation():
+            problems = prepare_inputs(
+                adapter,
+                inputs,
+                target=target,
+                continuation=continuation,
+                max_new_tokens=max_new_tokens,
+                do_sample=do_sample,
+                seed=seed,
+                mask_position=mask_position,
+                true_labels=true_labels,
+            )
+            score = self.score or ("logit" if adapter.task != "causal-lm" else "log_probability")
+            results = self._attribute_inputs(adapter, problems, score=score, granularity=granularity)
+        if not self.unit_level and granularity != "token":
+            results = [r.aggregate(granularity, aggregation) for r in results]
+        return results[0] if single else AttributionCollection(results)
+
+    # ---------------------------------------------------------------------------------------------- subclass API
+    def params(self) -> dict[str, Any]:
+        """The method's parameters, recorded in every result."""
+        return {k: v for k, v in vars(self).items() if k != "progress" and not k.startswith("_")}
+
+    def _attribute_inputs(
+        self, adapter: ModelAdapter, problems: list[ExplainedInput], *, score: str, granularity: str
+    ) -> list[AttributionResult]:
+        raise NotImplementedError
+
+    def _result(self, problem: ExplainedInput, scores: np.ndarray, *, reduce: str, score: str, **extra) -> AttributionResult:
+        """Build a token-level result, setting NaN for sources a target cannot see."""
+        scores = np.asarray(scores, dtype=np.float64).copy()
+        for row, visible in enumerate(problem.visible):
+            scores[row, int(visible):] = np.nan
+        enc = problem.encoding
+        return AttributionResult(
+            text=enc.text,
+            tokens=list(enc.tokens),
+            offsets=enc.offsets,
+            special_mask=enc.special_mask,
+            word_ids=enc.word_ids,
+            sentence_ids=enc.sentence_ids,
+            scores=scores,
+            target_labels=list(problem.target_labels),
+            target_probs=problem.target_probs,
+            target_ids=problem.target_ids,
+            method=self.name,
+            params={**self.params(), "score": score},
+            reduce=reduce,
+            target_positions=problem.target_positions if problem.generated_mask is not None else None,
+            generated_mask=problem.generated_mask,
+            true_label=problem.true_label,
+            **extra,
+        )
+
+
+def progress_bar(enabled: bool, total: int, desc: str):
+    """A tqdm.auto bar, or ``None`` when disabled or when the work is tiny."""
+    if not enabled or total < 64:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, unit="eval", leave=False)

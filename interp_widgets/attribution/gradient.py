@@ -1,0 +1,430 @@
+"""Gradient attribution methods on the input embeddings.
+
+All methods share one engine: for each input and target they build rows (the embeddings at path points, noisy
+copies or random baselines), evaluate the target score and its gradient for many rows per forward/backward pass
+(length-bucketed, capped by ``max_batch_tokens``), and combine the gradients into per-dimension attributions that
+``reduce`` turns into one score per token.
+
+Example:
+    >>> ig = IntegratedGradients(n_steps=32, method="gausslegendre", baseline="pad")
+    >>> result = ig.attribute(model, tokenizer, "Not bad at all.")      # doctest: +SKIP
+    >>> float(result.relative_completeness_error[0]) < 0.01             # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+import torch
+
+from interp_widgets.adapter import Encoding, ModelAdapter
+from interp_widgets.attribution.base import REDUCTIONS, Attributor, progress_bar, reduce_embedding_dim
+from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
+from interp_widgets.attribution.result import AttributionResult
+
+BASELINES = ("pad", "mask", "unk", "zero")
+QUADRATURES = ("riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid", "gausslegendre")
+
+
+def quadrature(method: str, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes ``alphas`` in [0, 1] and weights summing to 1 for the IG path integral.
+
+    ``riemann_trapezoid`` uses the true trapezoid weights (1/(n−1), halved at both ends), which sum to 1.
+    (Captum's trapezoid weights are 1/n with halved ends and sum to 1 − 1/n.)
+
+    Example:
+        >>> quadrature("riemann_middle", 4)[0]
+        array([0.125, 0.375, 0.625, 0.875])
+    """
+    n = int(n_steps)
+    if n < 1:
+        raise ValueError(f"n_steps must be >= 1, got {n_steps}")
+    if method == "gausslegendre":
+        nodes, weights = np.polynomial.legendre.leggauss(n)
+        return 0.5 * (nodes + 1.0), 0.5 * weights
+    if method == "riemann_trapezoid":
+        if n < 2:
+            raise ValueError("riemann_trapezoid needs n_steps >= 2")
+        weights = np.full(n, 1.0 / (n - 1))
+        weights[[0, -1]] /= 2
+        return np.linspace(0.0, 1.0, n), weights
+    weights = np.full(n, 1.0 / n)
+    if method == "riemann_left":
+        return np.arange(n) / n, weights
+    if method == "riemann_right":
+        return np.arange(1, n + 1) / n, weights
+    if method == "riemann_middle":
+        return (np.arange(n) + 0.5) / n, weights
+    raise ValueError(f"unknown quadrature {method!r}; use one of {QUADRATURES}")
+
+
+def baseline_embeddings(adapter: ModelAdapter, encoding: Encoding, baseline) -> torch.Tensor:
+    """Reference embeddings ``(T, D)``: special tokens keep their embedding, every other token is replaced.
+
+    ``baseline`` is ``"pad"``, ``"mask"``, ``"unk"`` (that token's embedding), ``"zero"``, a ``(D,)`` vector, a
+    ``(T, D)`` tensor, or a callable ``encoding -> (T, D)``.
+
+    Example:
+        >>> baseline_embeddings(adapter, adapter.encode("Hi there"), "mask").shape  # doctest: +SKIP
+        torch.Size([4, 384])
+    """
+    ids = torch.as_tensor(encoding.input_ids, device=adapter.device)
+    with torch.no_grad():
+        x = adapter.embed(ids[None])[0].detach()
+    if callable(baseline) and not isinstance(baseline, torch.Tensor):
+        out = torch.as_tensor(baseline(encoding), dtype=x.dtype, device=x.device)
+        if out.shape != x.shape:
+            raise ValueError(f"baseline callable returned shape {tuple(out.shape)}, expected {tuple(x.shape)}")
+        return out
+    if isinstance(baseline, str):
+        if baseline == "zero":
+            vector = torch.zeros(x.shape[-1], dtype=x.dtype, device=x.device)
+        elif baseline in ("pad", "mask", "unk"):
+            token_id = getattr(adapter.tokenizer, f"{baseline}_token_id")
+            if token_id is None:
+                raise ValueError(
+                    f"the tokenizer has no {baseline} token, so baseline={baseline!r} is undefined; "
+                    "use baseline='zero' or pass an embedding vector."
+                )
+            with torch.no_grad():
+                vector = adapter.embed(torch.tensor([[token_id]]))[0, 0].detach()
+        else:
+            raise ValueError(f"unknown baseline {baseline!r}; use one of {BASELINES}, a tensor or a callable")
+    else:
+        vector = torch.as_tensor(baseline, dtype=x.dtype, device=x.device)
+        if vector.shape == x.shape:
+            return vector.clone()
+        if vector.shape != x.shape[-1:]:
+            raise ValueError(f"baseline tensor has shape {tuple(vector.shape)}; expected ({x.shape[-1]},) or {tuple(x.shape)}")
+    special = torch.as_tensor(encoding.special_mask, device=x.device)
+    return torch.where(special[:, None], x, vector.expand_as(x))
+
+
+class _EmbeddingGradientMethod(Attributor):
+    """Shared engine: rows per target, gradient accumulation, reduction to token scores."""
+
+    multiplies_inputs = False
+
+    def __init__(self, *, reduce: str = "sum", score: str | None = None, progress: bool = True):
+        super().__init__(score=score, progress=progress)
+        if reduce not in REDUCTIONS:
+            raise ValueError(f"unknown reduce {reduce!r}; use one of {list(REDUCTIONS)}")
+        self.reduce = reduce
+
+    # ---- hooks for subclasses
+    def _rows_per_target(self) -> int:
+        return 1
+
+    def _row_weights(self) -> np.ndarray:
+        n = self._rows_per_target()
+        return np.full(n, 1.0 / n)
+
+    def _make_rows(self, x: torch.Tensor, base: torch.Tensor, item: int, steps: np.ndarray) -> torch.Tensor:
+        return x.expand(len(steps), -1, -1)
+
+    def _per_dimension(self, x, base, mean_grad, mean_sq) -> torch.Tensor:
+        return mean_grad * x if self.multiplies_inputs else mean_grad
+
+    def _needs_baseline(self) -> bool:
+        return False
+
+    def _extra_outputs(self, adapter, problems, bases, per_dim, score) -> list[dict]:
+        return [{} for _ in problems]
+
+    # ---- engine
+    def _attribute_inputs(self, adapter, problems, *, score, granularity) -> list[AttributionResult]:
+        per_target = self._rows_per_target()
+        weights = torch.as_tensor(self._row_weights(), dtype=torch.float32)
+        with torch.no_grad():
+            inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach() for p in problems]
+        bases = [self._baseline(adapter, p) if self._needs_baseline() else None for p in problems]
+        sums = [torch.zeros((p.n_targets, *x.shape), dtype=torch.float32) for p, x in zip(problems, inputs)]
+        squares = [torch.zeros_like(s) for s in sums]
+        n_rows = [p.n_targets * per_target for p in problems]
+
+        def build(item, start, stop):
+            rows = np.arange(start, stop)
+            target_rows, steps = rows // per_target, rows % per_target
+            embeds = torch.cat(
+                [
+                    self._make_rows(inputs[item], bases[item], item, steps[target_rows == t])
+                    for t in np.unique(target_rows)
+                ]
+            )
+            return embeds, target_rows
+
+        def consume(chunk: RowChunk, scores, grads):
+            rows = np.arange(chunk.start, chunk.stop)
+            target_rows, steps = rows // per_target, rows % per_target
+            g = grads.float().cpu()
+            w = weights[steps][:, None, None]
+            for t in np.unique(target_rows):
+                sel = torch.as_tensor(target_rows == t)
+                sums[chunk.item][t] += (w[sel] * g[sel]).sum(0)
+                squares[chunk.item][t] += (w[sel] * g[sel] ** 2).sum(0)
+
+        bar = progress_bar(self.progress, sum(n_rows), self.name)
+        try:
+            evaluate_rows(adapter, problems, n_rows, build, consume, score=score, with_grad=True, progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        per_dim = [
+            self._per_dimension(x.float().cpu(), None if b is None else b.float().cpu(), s, q)
+            for x, b, s, q in zip(inputs, bases, sums, squares)
+        ]
+        for item, values in enumerate(per_dim):
+            if not torch.isfinite(values).all():
+                raise FloatingPointError(
+                    f"input {item}: the gradients contain NaN or inf (the model overflowed or the score is "
+                    "log(0)); try score='logit', a float32 model, or a different baseline."
+                )
+        extras = self._extra_outputs(adapter, problems, bases, per_dim, score)
+        return [
+            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score, **e)
+            for p, v, e in zip(problems, per_dim, extras)
+        ]
+
+    def _baseline(self, adapter, problem):
+        return baseline_embeddings(adapter, problem.encoding, self.baseline)
+
+
+class Saliency(_EmbeddingGradientMethod):
+    """Gradient of the target score with respect to each input embedding.
+
+    The gradient has a direction, not a sign per token, so the default ``reduce="norm"`` reports its L2 norm
+    (unsigned); ``reduce="sum"`` gives the signed sum over dimensions.
+
+    Example:
+        >>> Saliency().attribute(model, tokenizer, "Not bad at all.").scores  # doctest: +SKIP
+    """
+
+    name = "saliency"
+    signed = False
+
+    def __init__(self, *, reduce: str = "norm", score: str | None = None, progress: bool = True):
+        super().__init__(reduce=reduce, score=score, progress=progress)
+        self.signed = reduce == "sum"
+
+
+class InputXGradient(_EmbeddingGradientMethod):
+    """Embedding times gradient, summed over the embedding dimension (signed).
+
+    Example:
+        >>> InputXGradient().attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
+    """
+
+    name = "input_x_gradient"
+    multiplies_inputs = True
+
+
+class IntegratedGradients(_EmbeddingGradientMethod):
+    """Integrated gradients along the straight path from a baseline to the input embeddings (signed).
+
+    Every result carries ``completeness_error = Σattr − (f(x) − f(baseline))`` per target (and ``score_delta``),
+    which is exact up to quadrature error when ``reduce="sum"``.
+
+    Args:
+        n_steps: quadrature nodes per target.
+        method: ``gausslegendre`` (default; converges fastest) or ``riemann_left|right|middle|trapezoid``.
+        baseline: ``pad``, ``mask``, ``unk``, ``zero``, a vector, a ``(T, D)`` tensor or a callable.
+
+    Example:
+        >>> r = IntegratedGradients(n_steps=16).attribute(model, tokenizer, "Good.")  # doctest: +SKIP
+        >>> r.completeness_error                                                    # doctest: +SKIP
+    """
+
+    name = "integrated_gradients"
+
+    def __init__(
+        self,
+        n_steps: int = 32,
+        method: str = "gausslegendre",
+        baseline="pad",
+        *,
+        reduce: str = "sum",
+        score: str | None = None,
+        progress: bool = True,
+    ):
+        super().__init__(reduce=reduce, score=score, progress=progress)
+        if not isinstance(n_steps, (int, np.integer)) or isinstance(n_steps, bool) or n_steps < 1:
+            raise ValueError(f"n_steps must be an integer >= 1, got {n_steps!r}")
+        self._alphas, self._weights = quadrature(method, n_steps)
+        self.n_steps = int(n_steps)
+        self.method = method
+        self.baseline = baseline
+
+    def params(self):
+        params = super().params()
+        if not isinstance(self.baseline, str):
+            params["baseline"] = "custom"
+        return params
+
+    def _rows_per_target(self):
+        return self.n_steps
+
+    def _row_weights(self):
+        return self._weights
+
+    def _needs_baseline(self):
+        return True
+
+    def _make_rows(self, x, base, item, steps):
+        alphas = torch.as_tensor(self._alphas[steps], dtype=x.dtype, device=x.device)[:, None, None]
+        return base + alphas * (x - base)
+
+    def _per_dimension(self, x, base, mean_grad, mean_sq):
+        return (x - base) * mean_grad
+
+    def _extra_outputs(self, adapter, problems, bases, per_dim, score):
+        endpoints = _endpoint_scores(adapter, problems, bases, score)
+        out = []
+        for (f_x, f_b), values in zip(endpoints, per_dim):
+            delta = f_x - f_b
+            total = values.sum(dim=(-1, -2)).double().numpy()
+            out.append({"completeness_error": total - delta, "score_delta": delta})
+        return out
+
+
+def _endpoint_scores(adapter, problems, bases, score) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Target scores at the input and at the baseline, ``(f(x), f(baseline))`` per input, without gradients."""
+    with torch.no_grad():
+        inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0] for p in problems]
+    results = [(np.zeros(p.n_targets), np.zeros(p.n_targets)) for p in problems]
+
+    def build(item, start, stop):
+        rows = np.arange(start, stop)
+        target_rows, which = rows // 2, rows % 2
+        stacked = torch.stack([inputs[item] if w == 0 else bases[item] for w in which])
+        return stacked, target_rows
+
+    def consume(chunk, scores, grads):
+        for row, value in zip(range(chunk.start, chunk.stop), scores.double().cpu().numpy()):
+            results[chunk.item][row % 2][row // 2] = value
+
+    evaluate_rows(adapter, problems, [2 * p.n_targets for p in problems], build, consume, score=score, with_grad=False)
+    return results
+
+
+class _NoisyGradients(_EmbeddingGradientMethod):
+    """Gradients at noisy copies of the input: ``x + ε``, ε ~ N(0, (noise_level · std(x))²), seeded per row."""
+
+    def __init__(self, n_samples: int = 32, noise_level: float = 0.1, *, seed: int = 0, reduce: str = "sum",
+                 multiply_by_inputs: bool = True, score: str | None = None, progress: bool = True):
+        super().__init__(reduce=reduce, score=score, progress=progress)
+        if int(n_samples) < 1:
+            raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+        if noise_level < 0:
+            raise ValueError(f"noise_level must be >= 0, got {noise_level}")
+        self.n_samples = int(n_samples)
+        self.noise_level = float(noise_level)
+        self.seed = int(seed)
+        self.multiply_by_inputs = bool(multiply_by_inputs)
+
+    def _rows_per_target(self):
+        return self.n_samples
+
+    def _noise(self, x: torch.Tensor, item: int, steps: np.ndarray) -> torch.Tensor:
+        scale = self.noise_level * float(x.float().std())
+        noise = torch.empty((len(steps), *x.shape), dtype=x.dtype)
+        for row, step in enumerate(steps):
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + item * 10_007 + int(step))
+            noise[row] = torch.randn(x.shape, generator=generator, dtype=x.dtype)
+        return noise.to(x.device) * scale
+
+    def _make_rows(self, x, base, item, steps):
+        return x + self._noise(x, item, steps)
+
+    def _factor(self, x):
+        return x if self.multiply_by_inputs else torch.ones_like(x)
+
+
+class SmoothGrad(_NoisyGradients):
+    """SmoothGrad: the mean gradient over noisy inputs, times the input by default (signed).
+
+    Example:
+        >>> SmoothGrad(n_samples=32, noise_level=0.1).attribute(model, tokenizer, "Good.")  # doctest: +SKIP
+    """
+
+    name = "smoothgrad"
+
+    def _per_dimension(self, x, base, mean_grad, mean_sq):
+        return self._factor(x) * mean_grad
+
+
+class SquareGrad(_NoisyGradients):
+    """SquareGrad: the mean squared (input-scaled) gradient over noisy inputs (unsigned).
+
+    Example:
+        >>> SquareGrad().attribute(model, tokenizer, "Good.")  # doctest: +SKIP
+    """
+
+    name = "squaregrad"
+    signed = False
+
+    def _per_dimension(self, x, base, mean_grad, mean_sq):
+        return self._factor(x) ** 2 * mean_sq
+
+
+class VarGrad(_NoisyGradients):
+    """VarGrad: the variance of the (input-scaled) gradient over noisy inputs (unsigned).
+
+    Example:
+        >>> VarGrad().attribute(model, tokenizer, "Good.")  # doctest: +SKIP
+    """
+
+    name = "vargrad"
+    signed = False
+
+    def _per_dimension(self, x, base, mean_grad, mean_sq):
+        return self._factor(x) ** 2 * (mean_sq - mean_grad**2).clamp(min=0)
+
+
+class GradientShap(_EmbeddingGradientMethod):
+    """GradientSHAP: expected gradients between noisy baselines and the input at random path points (signed).
+
+    Each sample draws ``α ~ U(0, 1)`` and a baseline ``b + ε`` (ε Gaussian, ``noise_level`` × std of the input),
+    and averages ``(x − b) ⊙ ∇f(b + α (x − b))``. Seeded per row, so results do not depend on batching.
+
+    Example:
+        >>> GradientShap(n_samples=64).attribute(model, tokenizer, "Good.")  # doctest: +SKIP
+    """
+
+    name = "gradient_shap"
+
+    def __init__(self, n_samples: int = 64, noise_level: float = 0.1, baseline="pad", *, seed: int = 0,
+                 reduce: str = "sum", score: str | None = None, progress: bool = True):
+        super().__init__(reduce=reduce, score=score, progress=progress)
+        if int(n_samples) < 1:
+            raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+        self.n_samples = int(n_samples)
+        self.noise_level = float(noise_level)
+        self.baseline = baseline
+        self.seed = int(seed)
+
+    def _rows_per_target(self):
+        return self.n_samples
+
+    def _needs_baseline(self):
+        return True
+
+    def _make_rows(self, x, base, item, steps):
+        scale = self.noise_level * float(x.float().std())
+        rows = []
+        for step in steps:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + item * 10_007 + int(step))
+            alpha = torch.rand((), generator=generator, dtype=x.dtype)
+            noisy_base = base + scale * torch.randn(x.shape, generator=generator, dtype=x.dtype).to(x.device)
+            rows.append(noisy_base + alpha * (x - noisy_base))
+        return torch.stack(rows)
+
+    def _per_dimension(self, x, base, mean_grad, mean_sq):
+        return (x - base) * mean_grad
+
+
+GRADIENT_METHODS: dict[str, Callable[..., Attributor]] = {
+    cls.name: cls
+    for cls in (Saliency, InputXGradient, IntegratedGradients, SmoothGrad, VarGrad, SquareGrad, GradientShap)
+}

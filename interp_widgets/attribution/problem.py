@@ -1,0 +1,382 @@
+"""What is being explained: inputs, their targets, and batched scoring of rows built from them.
+
+Every attribution method turns user inputs into :class:`ExplainedInput` objects (an encoding plus the targets to
+explain), then evaluates "rows" (modified copies of the input embeddings) through :func:`evaluate_rows`, which packs
+rows of similar length into forward passes capped by ``max_batch_tokens``.
+
+Example:
+    >>> problems = prepare_inputs(adapter, ["Not bad."], target=None)  # doctest: +SKIP
+    >>> problems[0].target_labels                                      # doctest: +SKIP
+    ['positive']
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from interp_widgets.adapter import (
+    TASK_CAUSAL_LM,
+    TASK_CLASSIFICATION,
+    TASK_MASKED_LM,
+    Encoding,
+    ModelAdapter,
+)
+
+SCORE_KINDS = ("logit", "probability", "log_probability")
+
+
+@dataclass
+class ExplainedInput:
+    """One input and the targets explained on it.
+
+    ``target_ids`` are class ids (classification) or vocabulary ids (language models); ``target_positions`` the
+    sequence position whose logits score each target (``-1`` for classification); ``visible`` how many leading
+    source tokens each target can see (later sources get NaN scores).
+    """
+
+    encoding: Encoding
+    target_ids: np.ndarray
+    target_labels: list[str]
+    target_positions: np.ndarray
+    target_probs: np.ndarray
+    visible: np.ndarray
+    generated_mask: np.ndarray | None = None
+    true_label: str | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.encoding)
+
+    @property
+    def n_targets(self) -> int:
+        return len(self.target_ids)
+
+
+def _scores_from_logits(logits: torch.Tensor, target_ids: torch.Tensor, positions: torch.Tensor, kind: str) -> torch.Tensor:
+    """Score of each row: the logit, probability or log-probability of its target (at its position for LMs)."""
+    rows = torch.arange(logits.shape[0], device=logits.device)
+    if logits.dim() == 3:
+        logits = logits[rows, positions.clamp(min=0)]
+    if kind == "logit":
+        picked = logits[rows, target_ids]
+    elif kind == "probability":
+        picked = torch.softmax(logits.float(), dim=-1)[rows, target_ids]
+    else:
+        picked = torch.log_softmax(logits.float(), dim=-1)[rows, target_ids]
+    return picked
+
+
+def check_score_kind(kind: str) -> str:
+    if kind not in SCORE_KINDS:
+        raise ValueError(f"unknown score {kind!r}; use one of {SCORE_KINDS}")
+    return kind
+
+
+def prepare_inputs(
+    adapter: ModelAdapter,
+    inputs: str | Sequence[str],
+    *,
+    target=None,
+    continuation: str | Sequence[int] | None = None,
+    max_new_tokens: int = 20,
+    do_sample: bool = False,
+    seed: int = 0,
+    mask_position: int | None = None,
+    true_labels: Sequence[str] | None = None,
+) -> list[ExplainedInput]:
+    """Tokenize inputs and resolve what to explain on each, according to the model's task.
+
+    - classifier: ``target`` is a class index, a label name, a list of them, or ``None`` (the predicted class);
+    - causal LM: the model's own greedy (or sampled, ``do_sample``) continuation of ``max_new_tokens`` tokens, or a
+      forced ``continuation`` (text or token ids); every continuation token is a target;
+    - masked LM: ``target`` is the token (string or id) scored at ``mask_position`` (default: the first mask token),
+      or ``None`` for the predicted token.
+
+    Example:
+        >>> [p.target_labels for p in prepare_inputs(adapter, "The cat", max_new_tokens=3)]  # doctest: +SKIP
+    """
+    encodings = adapter.encode_many(inputs)
+    if true_labels is not None and len(true_labels) != len(encodings):
+        raise ValueError(f"{len(true_labels)} true labels for {len(encodings)} inputs")
+    if adapter.task == TASK_CLASSIFICATION:
+        if continuation is not None:
+            raise ValueError("continuation applies to causal language models; this model is a sequence classifier.")
+        problems = _classification_inputs(adapter, encodings, target)
+    elif adapter.task == TASK_CAUSAL_LM:
+        if target is not None:
+            raise ValueError(
+                "a causal LM explains its continuation; pass continuation='text' (forced) or nothing (generated), "
+                "not target."
+            )
+        problems = [
+            _generation_input(adapter, enc, continuation, max_new_tokens, do_sample, seed) for enc in encodings
+        ]
+    elif adapter.task == TASK_MASKED_LM:
+        problems = [_masked_input(adapter, enc, target, mask_position) for enc in encodings]
+    else:  # pragma: no cover - detect_task guards this
+        raise ValueError(f"unsupported task {adapter.task}")
+    if true_labels is not None:
+        for problem, label in zip(problems, true_labels):
+            problem.true_label = str(label)
+    return problems
+
+
+@torch.inference_mode()
+def _forward_ids(adapter: ModelAdapter, ids: Sequence[np.ndarray]) -> list[torch.Tensor]:
+    """Logits of each id sequence (batched, no gradient)."""
+    out: list[torch.Tensor | None] = [None] * len(ids)
+    with adapter.evaluation():
+        for batch in adapter.length_buckets([len(x) for x in ids]):
+            lengths = {len(ids[i]) for i in batch}
+            groups = [batch] if adapter.is_pad_safe() or len(lengths) == 1 else [[i] for i in batch]
+            for group in groups:
+                width = max(len(ids[i]) for i in group)
+                pad = adapter.tokenizer.pad_token_id or 0
+                tensor = torch.full((len(group), width), pad, dtype=torch.long)
+                mask = torch.zeros((len(group), width), dtype=torch.long)
+                for row, i in enumerate(group):
+                    tensor[row, : len(ids[i])] = torch.as_tensor(ids[i])
+                    mask[row, : len(ids[i])] = 1
+                logits = adapter.model(input_ids=tensor.to(adapter.device), attention_mask=mask.to(adapter.device)).logits
+                for row, i in enumerate(group):
+                    out[i] = logits[row, : len(ids[i])] if logits.dim() == 3 else logits[row]
+    return out  # type: ignore[return-value]
+
+
+def _classification_inputs(adapter: ModelAdapter, encodings: list[Encoding], target) -> list[ExplainedInput]:
+    logits = _forward_ids(adapter, [e.input_ids for e in encodings])
+    labels = adapter.labels
+    problems = []
+    for enc, lg in zip(encodings, logits):
+        probs = torch.softmax(lg.float(), dim=-1).cpu().numpy()
+        ids = adapter.resolve_targets(target, lg[None])
+        problems.append(
+            ExplainedInput(
+                encoding=enc,
+                target_ids=np.asarray(ids, dtype=np.int64),
+                target_labels=[labels[i] for i in ids],
+                target_positions=np.full(len(ids), -1, dtype=np.int64),
+                target_probs=probs[ids].astype(np.float64),
+                visible=np.full(len(ids), len(enc), dtype=np.int64),
+            )
+        )
+    return problems
+
+
+def _generation_input(adapter, enc: Encoding, continuation, max_new_tokens, do_sample, seed) -> ExplainedInput:
+    prompt_ids = enc.input_ids
+    if continuation is None:
+        new_ids, probs = adapter.generate(prompt_ids, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
+    else:
+        if isinstance(continuation, str):
+            if not continuation:
+                raise ValueError("continuation is empty; pass the text the model should be explained for.")
+            new_ids = np.asarray(adapter.tokenizer(continuation, add_special_tokens=False)["input_ids"], dtype=np.int64)
+        else:
+            new_ids = np.asarray(list(continuation), dtype=np.int64)
+        if len(new_ids) == 0:
+            raise ValueError("continuation has no tokens")
+        if len(prompt_ids) + len(new_ids) > adapter.max_length:
+            raise ValueError(
+                f"prompt plus continuation is {len(prompt_ids) + len(new_ids)} tokens; the model accepts "
+                f"{adapter.max_length}. Shorten one of them."
+            )
+        full = np.concatenate([prompt_ids, new_ids])
+        logits = _forward_ids(adapter, [full])[0]
+        logp = torch.softmax(logits.float(), dim=-1)
+        positions = np.arange(len(prompt_ids) - 1, len(full) - 1)
+        probs = logp[torch.as_tensor(positions), torch.as_tensor(new_ids)].cpu().numpy().astype(np.float64)
+    return _extend_encoding(adapter, enc, new_ids, probs)
+
+
+def _extend_encoding(adapter, enc: Encoding, new_ids: np.ndarray, probs: np.ndarray) -> ExplainedInput:
+    """Append generated tokens to a prompt encoding, with character offsets into prompt + decoded continuation."""
+    tokenizer = adapter.tokenizer
+    prompt_len = len(enc.input_ids)
+    decoded = [tokenizer.decode(new_ids[: j + 1].tolist()) for j in range(len(new_ids))]
+    text = enc.text
+    base = len(text)
+    tokens, offsets = list(enc.tokens), [tuple(o) for o in enc.offsets]
+    previous = ""
+    for piece in decoded:
+        start, end = base + len(previous), base + len(piece)
+        tokens.append(piece[len(previous):])
+        offsets.append((start, max(start, end)))
+        previous = piece
+    full_text = text + (decoded[-1] if decoded else "")
+    n_new = len(new_ids)
+    next_word = int(enc.word_ids.max(initial=-1)) + 1
+    next_sentence = int(enc.sentence_ids.max(initial=-1)) + 1
+    special = np.concatenate([enc.special_mask, np.isin(new_ids, tokenizer.all_special_ids)])
+    new_words = np.arange(next_word, next_word + n_new)
+    encoding = Encoding(
+        text=full_text,
+        input_ids=np.concatenate([enc.input_ids, new_ids]),
+        tokens=tokens,
+        offsets=np.asarray(offsets, dtype=np.int64),
+        special_mask=special,
+        word_ids=np.concatenate([enc.word_ids, np.where(special[prompt_len:], -1, new_words)]),
+        sentence_ids=np.concatenate([enc.sentence_ids, np.where(special[prompt_len:], -1, next_sentence)]),
+        words=enc.words + tokens[prompt_len:],
+        sentences=enc.sentences + [full_text[base:].strip()],
+    )
+    positions = np.arange(prompt_len, prompt_len + n_new)
+    return ExplainedInput(
+        encoding=encoding,
+        target_ids=new_ids.astype(np.int64),
+        target_labels=[f"{t!r}@{p}" for t, p in zip(tokens[prompt_len:], positions)],
+        target_positions=positions - 1,
+        target_probs=np.asarray(probs, dtype=np.float64),
+        visible=positions,
+        generated_mask=np.concatenate([np.zeros(prompt_len, bool), np.ones(n_new, bool)]),
+    )
+
+
+def _masked_input(adapter, enc: Encoding, target, mask_position) -> ExplainedInput:
+    tokenizer = adapter.tokenizer
+    if mask_position is None:
+        hits = np.flatnonzero(enc.input_ids == tokenizer.mask_token_id)
+        if len(hits) == 0:
+            raise ValueError(f"no {tokenizer.mask_token} token in the text; add one or pass mask_position=.")
+        mask_position = int(hits[0])
+    if not 0 <= mask_position < len(enc):
+        raise ValueError(f"mask_position {mask_position} outside the {len(enc)} tokens of the input")
+    logits = _forward_ids(adapter, [enc.input_ids])[0][mask_position]
+    probs = torch.softmax(logits.float(), dim=-1)
+    if target is None:
+        token_id = int(logits.argmax())
+    elif isinstance(target, str):
+        ids = tokenizer(target, add_special_tokens=False)["input_ids"]
+        if len(ids) != 1:
+            raise ValueError(f"target {target!r} is {len(ids)} tokens; a masked-LM target must be a single token.")
+        token_id = ids[0]
+    else:
+        token_id = int(target)
+        if not 0 <= token_id < logits.shape[-1]:
+            raise ValueError(f"token id {token_id} outside the vocabulary of {logits.shape[-1]}")
+    return ExplainedInput(
+        encoding=enc,
+        target_ids=np.asarray([token_id]),
+        target_labels=[tokenizer.convert_ids_to_tokens(token_id)],
+        target_positions=np.asarray([mask_position]),
+        target_probs=np.asarray([float(probs[token_id])]),
+        visible=np.asarray([len(enc)]),
+    )
+
+
+# ---------------------------------------------------------------------------------------------- batched evaluation
+@dataclass
+class RowChunk:
+    """Rows ``start:stop`` of input ``item`` evaluated in one forward pass."""
+
+    item: int
+    start: int
+    stop: int
+
+
+def plan_chunks(adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[int]) -> Iterator[list[RowChunk]]:
+    """Pack the rows of every input into forward passes of at most ``max_batch_tokens`` padded tokens.
+
+    Inputs are visited in length order so a pass mixes similar lengths; decoder models only mix equal lengths.
+
+    Example:
+        >>> [len(b) for b in plan_chunks(adapter, [5, 6], [32, 32])]  # doctest: +SKIP
+        [2]
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    pad_safe = adapter.is_pad_safe()
+    batch: list[RowChunk] = []
+    used_rows, width = 0, 0
+    for i in order:
+        start = 0
+        while start < n_rows[i]:
+            new_width = max(width, lengths[i])
+            if batch and (not pad_safe and lengths[i] != width):
+                yield batch
+                batch, used_rows, width = [], 0, 0
+                new_width = lengths[i]
+            capacity = adapter.max_batch_tokens // max(new_width, 1) - used_rows
+            if capacity <= 0:
+                if batch:
+                    yield batch
+                    batch, used_rows, width = [], 0, 0
+                    continue
+                capacity = 1
+            take = min(capacity, n_rows[i] - start)
+            batch.append(RowChunk(i, start, start + take))
+            used_rows += take
+            width = new_width
+            start += take
+    if batch:
+        yield batch
+
+
+def evaluate_rows(
+    adapter: ModelAdapter,
+    problems: Sequence[ExplainedInput],
+    n_rows: Sequence[int],
+    build_rows: Callable[[int, int, int], tuple[torch.Tensor, np.ndarray]],
+    consume: Callable[[RowChunk, torch.Tensor, torch.Tensor | None], None],
+    *,
+    score: str,
+    with_grad: bool,
+    progress=None,
+) -> None:
+    """Evaluate rows of modified embeddings for many inputs in few large batches.
+
+    ``build_rows(item, start, stop)`` returns embeddings ``(rows, T, D)`` and the target index (into
+    ``problems[item].target_ids``) of each row. ``consume(chunk, scores, grads)`` receives the row scores and, with
+    ``with_grad``, the gradients of each row's score with respect to its embeddings ``(rows, T, D)``.
+
+    Example:
+        >>> evaluate_rows(adapter, problems, [8], build, consume, score="logit", with_grad=True)  # doctest: +SKIP
+    """
+    lengths = [p.length for p in problems]
+    pad_id = adapter.tokenizer.pad_token_id
+    pad_vector = adapter.embedding.weight[pad_id if pad_id is not None else 0].detach()
+    for batch in plan_chunks(adapter, lengths, n_rows):
+        width = max(lengths[c.item] for c in batch)
+        embeds, masks, targets, positions = [], [], [], []
+        for chunk in batch:
+            problem = problems[chunk.item]
+            rows, target_rows = build_rows(chunk.item, chunk.start, chunk.stop)
+            n, t = rows.shape[0], rows.shape[1]
+            if t < width:
+                rows = torch.cat([rows, pad_vector.expand(n, width - t, -1).to(rows.dtype)], dim=1)
+            mask = torch.zeros((n, width), dtype=torch.long, device=rows.device)
+            mask[:, :t] = 1
+            embeds.append(rows)
+            masks.append(mask)
+            targets.append(torch.as_tensor(problem.target_ids[target_rows], device=rows.device))
+            positions.append(torch.as_tensor(problem.target_positions[target_rows], device=rows.device))
+        x = torch.cat(embeds).detach()
+        target_ids = torch.cat(targets)
+        target_pos = torch.cat(positions)
+        if with_grad:
+            x.requires_grad_(True)
+            with torch.enable_grad():
+                logits = adapter.forward_embeds(x, torch.cat(masks))
+                row_scores = _scores_from_logits(logits, target_ids, target_pos, score)
+                (grads,) = torch.autograd.grad(row_scores.sum(), x)
+            row_scores = row_scores.detach()
+        else:
+            with torch.inference_mode():
+                logits = adapter.forward_embeds(x, torch.cat(masks))
+                row_scores = _scores_from_logits(logits, target_ids, target_pos, score)
+            grads = None
+        offset = 0
+        for chunk in batch:
+            n = chunk.stop - chunk.start
+            t = lengths[chunk.item]
+            consume(
+                chunk,
+                row_scores[offset : offset + n],
+                None if grads is None else grads[offset : offset + n, :t],
+            )
+            offset += n
+        if progress is not None:
+            progress.update(sum(c.stop - c.start for c in batch))

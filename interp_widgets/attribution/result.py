@@ -1,0 +1,370 @@
+"""Attribution results: one object per explained input, and a collection for batches.
+
+A result holds the tokens with their character offsets and word/sentence units, a targets × tokens score matrix,
+the explained targets with their probabilities, the method and its parameters, and (for path methods) the
+completeness error. It aggregates to words or sentences, exports to pandas, altair, safetensors + JSON, and displays
+as the token widget.
+
+Example:
+    >>> result = IntegratedGradients().attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
+    >>> result.aggregate("word").to_dataframe().head()                                 # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+GRANULARITIES = ("token", "word", "sentence")
+AGGREGATIONS = ("sum", "mean", "maxabs")
+_FORMAT_VERSION = 1
+
+
+@dataclass
+class AttributionResult:
+    """Scores for one input: ``scores[t, i]`` is the contribution of unit ``i`` to target ``t``.
+
+    NaN marks a unit that a target cannot see (a source after a generated token). For token granularity the units
+    are tokens; after :meth:`aggregate` they are words or sentences (``tokens`` then holds the unit texts).
+
+    Example:
+        >>> result.tokens[:3], result.scores.shape  # doctest: +SKIP
+        (['[CLS]', 'not', 'bad'], (1, 7))
+    """
+
+    text: str
+    tokens: list[str]
+    offsets: np.ndarray
+    special_mask: np.ndarray
+    word_ids: np.ndarray
+    sentence_ids: np.ndarray
+    scores: np.ndarray
+    target_labels: list[str]
+    target_probs: np.ndarray
+    target_ids: np.ndarray
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+    reduce: str = "sum over embedding dimension (signed)"
+    completeness_error: np.ndarray | None = None
+    score_delta: np.ndarray | None = None
+    granularity: str = "token"
+    target_positions: np.ndarray | None = None
+    generated_mask: np.ndarray | None = None
+    true_label: str | None = None
+
+    def __post_init__(self):
+        self.scores = np.atleast_2d(np.asarray(self.scores, dtype=np.float64))
+        self.offsets = np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2)
+        self.special_mask = np.asarray(self.special_mask, dtype=bool)
+        self.word_ids = np.asarray(self.word_ids, dtype=np.int64)
+        self.sentence_ids = np.asarray(self.sentence_ids, dtype=np.int64)
+        self.target_probs = np.asarray(self.target_probs, dtype=np.float64).reshape(-1)
+        self.target_ids = np.asarray(self.target_ids, dtype=np.int64).reshape(-1)
+        n_targets, n_units = self.scores.shape
+        if n_units != len(self.tokens):
+            raise ValueError(f"scores have {n_units} columns but there are {len(self.tokens)} tokens")
+        for name in ("target_probs", "target_ids"):
+            if len(getattr(self, name)) != n_targets:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n_targets} targets")
+        if len(self.target_labels) != n_targets:
+            raise ValueError(f"{len(self.target_labels)} target labels for {n_targets} targets")
+
+    # ------------------------------------------------------------------ views
+    @property
+    def relative_completeness_error(self) -> np.ndarray | None:
+        """``|Σattr − Δf| / |Δf|`` per target (path methods only).
+
+        Example:
+            >>> float(result.relative_completeness_error[0]) < 0.01  # doctest: +SKIP
+            True
+        """
+        if self.completeness_error is None or self.score_delta is None:
+            return None
+        return np.abs(self.completeness_error) / np.maximum(np.abs(self.score_delta), 1e-12)
+
+    def target_index(self, target: int | str | None = None) -> int:
+        """Row of ``scores`` for a target given by row index, label, or ``None`` (the first target).
+
+        Example:
+            >>> result.target_index("positive")  # doctest: +SKIP
+            0
+        """
+        if target is None:
+            return 0
+        if isinstance(target, str):
+            if target not in self.target_labels:
+                raise ValueError(f"unknown target {target!r}; this result explains {self.target_labels}")
+            return self.target_labels.index(target)
+        if not -len(self.target_labels) <= int(target) < len(self.target_labels):
+            raise ValueError(f"target row {target} out of range for {len(self.target_labels)} targets")
+        return int(target) % len(self.target_labels)
+
+    def aggregate(self, granularity: str = "word", how: str = "sum", *, include_special: bool = False) -> "AttributionResult":
+        """Scores per word or sentence, aggregated from token scores by ``sum``, ``mean`` or ``maxabs``.
+
+        Special tokens are dropped unless ``include_special``; a unit is NaN for a target only if all its tokens are.
+
+        Example:
+            >>> words = result.aggregate("word")           # doctest: +SKIP
+            >>> words.tokens                               # doctest: +SKIP
+            ['Not', 'bad', 'at', 'all', '.']
+        """
+        if self.granularity != "token":
+            raise ValueError(f"this result is already at {self.granularity} granularity; aggregate the token-level result")
+        if granularity not in GRANULARITIES:
+            raise ValueError(f"unknown granularity {granularity!r}; use one of {GRANULARITIES}")
+        if how not in AGGREGATIONS:
+            raise ValueError(f"unknown aggregation {how!r}; use one of {AGGREGATIONS}")
+        if granularity == "token":
+            keep = np.ones(len(self.tokens), bool) if include_special else ~self.special_mask
+            return self._select(keep)
+        unit_ids = self.word_ids if granularity == "word" else self.sentence_ids
+        units = sorted(set(unit_ids[(unit_ids >= 0)].tolist()))
+        columns, texts, spans = [], [], []
+        for unit in units:
+            members = np.flatnonzero(unit_ids == unit)
+            block = self.scores[:, members]
+            with np.errstate(all="ignore"):
+                all_nan = np.isnan(block).all(axis=1)
+                filled = np.where(np.isnan(block), 0.0, block)
+                if how == "sum":
+                    col = filled.sum(axis=1)
+                elif how == "mean":
+                    col = filled.sum(axis=1) / np.maximum((~np.isnan(block)).sum(axis=1), 1)
+                else:
+                    pick = np.abs(filled).argmax(axis=1)
+                    col = filled[np.arange(len(pick)), pick]
+            columns.append(np.where(all_nan, np.nan, col))
+            start, end = int(self.offsets[members, 0].min()), int(self.offsets[members, 1].max())
+            spans.append((start, end))
+            texts.append(self.text[start:end].strip() if granularity == "word" else self.text[start:end].strip())
+        scores = np.stack(columns, axis=1) if columns else np.zeros((len(self.target_labels), 0))
+        n = len(units)
+        word_ids = np.arange(n) if granularity == "word" else np.full(n, -1)
+        sentence_ids = np.array([int(np.max(self.sentence_ids[unit_ids == u])) for u in units], dtype=np.int64)
+        generated = None
+        if self.generated_mask is not None:
+            generated = np.array([bool(self.generated_mask[unit_ids == u].any()) for u in units])
+        return replace(
+            self,
+            tokens=texts,
+            offsets=np.asarray(spans, dtype=np.int64).reshape(-1, 2),
+            special_mask=np.zeros(n, bool),
+            word_ids=word_ids,
+            sentence_ids=sentence_ids if granularity == "word" else np.arange(n),
+            scores=scores,
+            granularity=granularity,
+            generated_mask=generated,
+            params={**self.params, "aggregation": how},
+        )
+
+    def _select(self, keep: np.ndarray) -> "AttributionResult":
+        return replace(
+            self,
+            tokens=[t for t, k in zip(self.tokens, keep) if k],
+            offsets=self.offsets[keep],
+            special_mask=self.special_mask[keep],
+            word_ids=self.word_ids[keep],
+            sentence_ids=self.sentence_ids[keep],
+            scores=self.scores[:, keep],
+            generated_mask=None if self.generated_mask is None else self.generated_mask[keep],
+        )
+
+    # ------------------------------------------------------------------ exports
+    def to_dataframe(self):
+        """Long-format table: one row per (target, unit) with the score and the unit's character span.
+
+        Example:
+            >>> result.to_dataframe().columns.tolist()  # doctest: +SKIP
+            ['target', 'target_prob', 'position', 'unit', 'start', 'end', 'special', 'score', 'method', 'granularity']
+        """
+        import pandas as pd
+
+        n_targets, n_units = self.scores.shape
+        return pd.DataFrame(
+            {
+                "target": np.repeat(self.target_labels, n_units),
+                "target_prob": np.repeat(self.target_probs, n_units),
+                "position": np.tile(np.arange(n_units), n_targets),
+                "unit": np.tile(np.asarray(self.tokens, dtype=object), n_targets),
+                "start": np.tile(self.offsets[:, 0], n_targets),
+                "end": np.tile(self.offsets[:, 1], n_targets),
+                "special": np.tile(self.special_mask, n_targets),
+                "score": self.scores.reshape(-1),
+                "method": self.method,
+                "granularity": self.granularity,
+            }
+        )
+
+    def chart(self, target: int | str | None = None):
+        """An altair bar chart of the scores of one target, in text order, diverging colours centred on zero.
+
+        Example:
+            >>> result.aggregate("word").chart()  # doctest: +SKIP
+        """
+        import altair as alt
+
+        row = self.target_index(target)
+        frame = self.to_dataframe()
+        frame = frame[frame["target"] == self.target_labels[row]].copy()
+        frame["label"] = [f"{i}: {u}" for i, u in zip(frame["position"], frame["unit"])]
+        limit = float(np.nanmax(np.abs(frame["score"]))) if len(frame) and np.isfinite(frame["score"]).any() else 1.0
+        return (
+            alt.Chart(frame)
+            .mark_bar()
+            .encode(
+                x=alt.X("label:N", sort=None, title=self.granularity),
+                y=alt.Y("score:Q", title=f"{self.method} score"),
+                color=alt.Color(
+                    "score:Q", scale=alt.Scale(scheme="purpleorange", domain=[-limit or -1, limit or 1]), legend=None
+                ),
+                tooltip=["unit:N", alt.Tooltip("score:Q", format=".4g"), "position:Q"],
+            )
+            .properties(title=f"{self.method}: {self.target_labels[row]} (p={self.target_probs[row]:.3f})")
+        )
+
+    def to_html(self) -> str:
+        """A self-contained offline HTML page with the interactive token view (no kernel, no network).
+
+        Example:
+            >>> Path("explanation.html").write_text(result.to_html())  # doctest: +SKIP
+        """
+        return self.widget().to_html()
+
+    def widget(self):
+        """The token-highlight widget for this result.
+
+        Example:
+            >>> result.widget()  # doctest: +SKIP
+        """
+        from interp_widgets.widgets import TokenHighlightWidget
+
+        return TokenHighlightWidget(self)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return self.widget()._repr_mimebundle_(include=include, exclude=exclude)
+
+    def __repr__(self) -> str:
+        targets = ", ".join(f"{label} (p={p:.3f})" for label, p in zip(self.target_labels, self.target_probs))
+        return f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s, targets=[{targets}])"
+
+    # ------------------------------------------------------------------ persistence
+    _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "scores", "target_probs", "target_ids",
+               "completeness_error", "score_delta", "target_positions", "generated_mask")
+
+    def _metadata(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}
+
+    def _arrays(self) -> dict[str, np.ndarray]:
+        out = {}
+        for name in self._ARRAYS:
+            value = getattr(self, name)
+            if value is not None:
+                value = np.ascontiguousarray(value)
+                out[name] = value.astype(np.uint8) if value.dtype == bool else value
+        return out
+
+    def save(self, path: str | Path) -> Path:
+        """Write the result to one ``.safetensors`` file (arrays) whose header metadata holds JSON (text, tokens, params).
+
+        Never pickles. Example:
+            >>> path = result.save("explanation.safetensors")  # doctest: +SKIP
+            >>> AttributionResult.load(path)                   # doctest: +SKIP
+        """
+        from safetensors.numpy import save_file
+
+        path = Path(path)
+        meta = {"format": "interp_widgets.AttributionResult", "version": _FORMAT_VERSION, **self._metadata()}
+        save_file(self._arrays(), str(path), metadata={"interp_widgets": json.dumps(meta, default=_json_default)})
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> "AttributionResult":
+        """Read a result written by :meth:`save`.
+
+        Example:
+            >>> AttributionResult.load("explanation.safetensors").method  # doctest: +SKIP
+            'integrated_gradients'
+        """
+        from safetensors import safe_open
+        from safetensors.numpy import load_file
+
+        path = Path(path)
+        with safe_open(str(path), framework="numpy") as handle:
+            header = (handle.metadata() or {}).get("interp_widgets")
+        if header is None:
+            raise ValueError(f"{path} is not an interp_widgets attribution file (no interp_widgets metadata)")
+        meta = json.loads(header)
+        if meta.pop("format", None) != "interp_widgets.AttributionResult":
+            raise ValueError(f"{path} holds a different interp_widgets object, not an AttributionResult")
+        meta.pop("version", None)
+        arrays = load_file(str(path))
+        for name in ("special_mask", "generated_mask"):
+            if name in arrays:
+                arrays[name] = arrays[name].astype(bool)
+        return cls(**meta, **arrays)
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return str(value)
+
+
+class AttributionCollection(Sequence[AttributionResult]):
+    """Results for a batch of inputs, in input order.
+
+    Example:
+        >>> results = IntegratedGradients().attribute(model, tokenizer, ["Great!", "Awful."])  # doctest: +SKIP
+        >>> results[0].method, len(results)                                                    # doctest: +SKIP
+        ('integrated_gradients', 2)
+    """
+
+    def __init__(self, results: Sequence[AttributionResult]):
+        self.results = list(results)
+
+    def __getitem__(self, index):
+        if isinstance(index, slice):
+            return AttributionCollection(self.results[index])
+        return self.results[index]
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __iter__(self) -> Iterator[AttributionResult]:
+        return iter(self.results)
+
+    def aggregate(self, granularity: str = "word", how: str = "sum") -> "AttributionCollection":
+        """Aggregate every result (see :meth:`AttributionResult.aggregate`).
+
+        Example:
+            >>> results.aggregate("sentence")  # doctest: +SKIP
+        """
+        return AttributionCollection([r.aggregate(granularity, how) for r in self.results])
+
+    def to_dataframe(self):
+        """All results in one long table with an ``example`` column.
+
+        Example:
+            >>> results.to_dataframe().groupby("example").score.sum()  # doctest: +SKIP
+        """
+        import pandas as pd
+
+        frames = [r.to_dataframe().assign(example=i) for i, r in enumerate(self.results)]
+        return pd.concat(frames, ignore_index=True)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        from interp_widgets.widgets import TokenHighlightWidget
+
+        bundles = [TokenHighlightWidget(r).static_html() for r in self.results]
+        return {"text/plain": repr(self), "text/html": "".join(bundles)}
+
+    def __repr__(self) -> str:
+        method = self.results[0].method if self.results else "?"
+        return f"AttributionCollection({len(self)} results, method={method!r})"
