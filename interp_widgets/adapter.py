@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Sequence
@@ -506,12 +507,14 @@ class ModelAdapter:
         eos = self.tokenizer.eos_token_id
         ids = torch.tensor([list(input_ids)], dtype=torch.long, device=self.device)
         new_ids, probs = [], []
+        # transformers 5 renamed past_key_values to cache; pass whichever this model's forward takes
+        cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         past = None
         with self.evaluation(), torch.inference_mode():
             step_input = ids
             for _ in range(int(max_new_tokens)):
-                out = self.model(input_ids=step_input, past_key_values=past, use_cache=True)
-                past = out.past_key_values
+                out = self.model(input_ids=step_input, use_cache=True, **{cache_arg: past})
+                past = getattr(out, cache_arg)
                 p = torch.softmax(out.logits[0, -1].float(), dim=-1).cpu()
                 if do_sample:
                     scaled = torch.softmax(out.logits[0, -1].float().cpu() / max(float(temperature), 1e-6), dim=-1)
