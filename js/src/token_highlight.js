@@ -12,7 +12,7 @@
  *   const cleanup = widget.render({model, el});
  */
 import "./token_highlight.css";
-import { buildUnits, ranksByMagnitude, unitScores } from "./lib/aggregate.js";
+import { buildUnits, maxMagnitude, ranksByMagnitude, unitScores } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { scoreColours } from "./lib/colour.js";
 import { h } from "./lib/dom.js";
@@ -100,7 +100,7 @@ function renderTokenHighlight({ model, el, reportError }) {
 
   let theme = detectTheme(doc);
   let data = null;
-  let view = null; // {units, sums, ranks, spans, target}
+  let view = null; // {units, sums, ranks, ranked, spans, target}
   let focusToken = -1; // token index that owns the roving tabindex
 
   const safely =
@@ -128,6 +128,10 @@ function renderTokenHighlight({ model, el, reportError }) {
     );
   }
 
+  const scoreText = (score) =>
+    Number.isNaN(score) ? "none (this class does not see it)" : formatScore(score, { digits: 6, sign: true });
+  const rankText = (rank, count) => (rank > 0 ? `${rank} of ${count} by |score|` : "unranked");
+
   function unitText(unit) {
     return unit.map((i, k) => (k > 0 ? data.spaces[i] : "") + data.tokens[i]).join("");
   }
@@ -137,8 +141,8 @@ function renderTokenHighlight({ model, el, reportError }) {
     const granularity = model.get("granularity");
     const rows = [
       [granularity, quoteToken(unitText(unit))],
-      ["score", formatScore(view.sums[u], { digits: 6, sign: true })],
-      ["rank", `${view.ranks[u]} of ${view.units.length} by |score|`],
+      ["score", scoreText(view.sums[u])],
+      ["rank", rankText(view.ranks[u], view.ranked)],
       ["class", data.labels[view.target]],
     ];
     if (unit.length > 1) rows.push(["sum of", `${unit.length} tokens`]);
@@ -155,7 +159,8 @@ function renderTokenHighlight({ model, el, reportError }) {
     const units = buildUnits({ granularity, showSpecial, ...data });
     const sums = unitScores(units, data.scores, target, data.n);
     const ranks = ranksByMagnitude(sums);
-    const max = sums.reduce((m, s) => Math.max(m, Math.abs(s)), 0);
+    const ranked = sums.filter((value) => !Number.isNaN(value)).length;
+    const max = maxMagnitude(sums);
     const hadFocus = tokensBox.contains(doc.activeElement);
     tooltip.hide();
 
@@ -172,26 +177,27 @@ function renderTokenHighlight({ model, el, reportError }) {
         data.spaces[first] === "" &&
         data.wordIds[first] >= 0 &&
         data.wordIds[first] === data.wordIds[units[u - 1][0]];
-      const score = formatScore(sums[u], { digits: 6, sign: true });
+      const unseen = Number.isNaN(sums[u]);
+      const classes = ["iw-token", special && "iw-special", joined && "iw-join", unseen && "iw-unseen"];
       const span = h(
         "span",
         {
-          class: `iw-token${special ? " iw-special" : ""}${joined ? " iw-join" : ""}`,
+          class: classes.filter(Boolean).join(" "),
           role: "option",
           tabindex: -1,
           "data-unit": u,
-          "aria-label": `${quoteToken(text)}, score ${score}, rank ${ranks[u]} of ${units.length}`,
+          "aria-label": `${quoteToken(text)}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`,
         },
         displayToken(text),
       );
-      const colours = scoreColours(sums[u], max, theme);
+      const colours = scoreColours(unseen ? 0 : sums[u], max, theme);
       span.style.backgroundColor = colours.background;
       span.style.color = colours.color;
       fragment.append(span);
       return span;
     });
     tokensBox.replaceChildren(fragment);
-    view = { units, sums, ranks, spans, target };
+    view = { units, sums, ranks, ranked, spans, target };
 
     targetSelect.value = String(target);
     granularitySelect.value = granularity;

@@ -189,6 +189,17 @@ describe("token highlight view", () => {
     );
   });
 
+  it("marks tokens a class cannot see (NaN scores) and leaves them out of the scale and ranks", () => {
+    const row = [0, 0.5, -0.25, Number.NaN, Number.NaN, 0, 0, 0, 0, 0];
+    mount(fakeModel(state({ selected_target: 0, scores: payload(Float32Array.from([...row, ...row]), "float32", [2, 10], 8) })));
+    const s = spans();
+    expect(s[2].classList.contains("iw-unseen")).toBe(true);
+    expect(s[2].getAttribute("aria-label")).toBe('"was", score none (this class does not see it), rank unranked');
+    expect(s[0].getAttribute("aria-label")).toBe('"The", score +0.5, rank 1 of 6 by |score|');
+    expect(s[0].style.backgroundColor).toBe("rgb(230, 97, 1)");
+    expect(s[2].style.backgroundColor).toBe("rgb(247, 247, 247)");
+  });
+
   it("never interprets token text as HTML", () => {
     const evil = ["<img src=x onerror=alert(1)>", "</script><b>x</b>", "{{7*7}}"];
     mount(

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { buildUnits, ranksByMagnitude, unitScores } from "../src/lib/aggregate.js";
+import { buildUnits, maxMagnitude, ranksByMagnitude, unitScores } from "../src/lib/aggregate.js";
 import { PALETTES, contrast, legendGradient, scoreColours, scoreRgb, textRgbFor } from "../src/lib/colour.js";
 import { formatProbability, formatScore } from "../src/lib/format.js";
 import { displayToken, quoteToken } from "../src/lib/text.js";
@@ -78,5 +78,16 @@ describe("aggregation", () => {
 
   it("ranks by decreasing magnitude with shared ranks for ties", () => {
     expect(Array.from(ranksByMagnitude([0.1, -3, 2, -2, 0]))).toEqual([4, 1, 2, 2, 5]);
+    expect(Array.from(ranksByMagnitude([Number.NaN, -1, 2]))).toEqual([0, 2, 1]);
+  });
+
+  it("skips unseen (NaN) tokens in sums; a unit is NaN only if all its tokens are", () => {
+    const units = [[0, 1], [2, 3], [4]];
+    const row = Float32Array.from([1, Number.NaN, Number.NaN, Number.NaN, -2]);
+    const sums = unitScores(units, row, 0, 5);
+    expect(sums[0]).toBe(1);
+    expect(Number.isNaN(sums[1])).toBe(true);
+    expect(sums[2]).toBe(-2);
+    expect(maxMagnitude(sums)).toBe(2);
   });
 });

@@ -1,7 +1,8 @@
 /**
  * Token → word / sentence aggregation done in the browser (no kernel round trip). Units are runs of
  * consecutive visible tokens sharing an id; special tokens are always units of their own; a unit's
- * score is the sum of its tokens' scores.
+ * score is the sum of its tokens' scores. NaN marks a token the target cannot see (e.g. a source after
+ * a generated token): NaN tokens are skipped in sums, and a unit is NaN only if all its tokens are.
  *
  * @example
  *   const units = buildUnits({granularity: "word", wordIds, sentenceIds, specialMask, showSpecial: false});
@@ -37,18 +38,34 @@ export function unitScores(units, scores, target, nTokens) {
   const base = target * nTokens;
   const sums = new Float64Array(units.length);
   units.forEach((unit, u) => {
-    for (const i of unit) sums[u] += scores[base + i];
+    let seen = false;
+    for (const i of unit) {
+      const value = scores[base + i];
+      if (Number.isNaN(value)) continue;
+      sums[u] += value;
+      seen = true;
+    }
+    if (!seen) sums[u] = Number.NaN;
   });
   return sums;
 }
 
+/** Largest |value| ignoring NaN (0 when there is none). */
+export function maxMagnitude(values) {
+  let max = 0;
+  for (const value of values) if (Math.abs(value) > max) max = Math.abs(value);
+  return max;
+}
+
 /**
- * 1-based rank of each value by decreasing |value| (ties share the better rank).
+ * 1-based rank of each value by decreasing |value| (ties share the better rank); NaN gets rank 0.
  * @param {ArrayLike<number>} values
  * @returns {Int32Array}
  */
 export function ranksByMagnitude(values) {
-  const order = Array.from(values, (_, i) => i).sort((a, b) => Math.abs(values[b]) - Math.abs(values[a]));
+  const order = Array.from(values, (_, i) => i)
+    .filter((i) => !Number.isNaN(values[i]))
+    .sort((a, b) => Math.abs(values[b]) - Math.abs(values[a]));
   const ranks = new Int32Array(values.length);
   order.forEach((index, position) => {
     const previous = order[position - 1];
