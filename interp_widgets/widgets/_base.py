@@ -1,0 +1,173 @@
+"""Base class and binary serialisation shared by every interp_widgets anywidget.
+
+Every widget is a thin Python class over one esbuild bundle in ``interp_widgets/static``: synced traits in,
+a static HTML fallback for places that run no JavaScript, and a self-contained offline HTML export.
+
+Example:
+    >>> payload = array_to_buffer(np.arange(6, dtype=np.float64).reshape(2, 3))
+    >>> payload["dtype"], payload["shape"], payload["data"].nbytes
+    ('float32', [2, 3], 24)
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any, ClassVar
+
+import anywidget
+import numpy as np
+import traitlets
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+BUNDLE_MISSING = "JS bundle not built; run `npm --prefix js ci && npm --prefix js run build` or reinstall"
+WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+
+# dtype sent to JS for each numpy dtype kind we accept; anything wider is narrowed (float64 -> float32 etc.).
+_WIRE_DTYPES = {
+    "float16": "float32",
+    "float32": "float32",
+    "float64": "float32",
+    "int8": "int8",
+    "int16": "int16",
+    "int32": "int32",
+    "int64": "int32",
+    "uint8": "uint8",
+    "uint16": "uint16",
+    "uint32": "uint32",
+    "uint64": "uint32",
+    "bool": "bool",
+}
+
+
+def _to_numpy(array: Any) -> np.ndarray:
+    if hasattr(array, "detach") and hasattr(array, "cpu"):  # a torch.Tensor, without importing torch
+        tensor = array.detach().cpu()
+        if tensor.is_floating_point():
+            tensor = tensor.float()  # also covers bfloat16, which numpy cannot hold
+        return tensor.numpy()
+    return np.asarray(array)
+
+
+def array_to_buffer(array: Any) -> dict[str, Any]:
+    """Serialise a numpy array or torch tensor for a synced trait: ``{"dtype", "shape", "data": memoryview}``.
+
+    Floats become little-endian float32, 64-bit integers int32 (values must fit), bools one byte each, all
+    C-contiguous. The bytes are a copy, so later changes to ``array`` do not leak into the widget.
+
+    Example:
+        >>> array_to_buffer(np.array([True, False]))["dtype"]
+        'bool'
+    """
+    arr = _to_numpy(array)
+    wire = _WIRE_DTYPES.get(arr.dtype.name)
+    if wire is None:
+        raise TypeError(f"cannot send an array of dtype {arr.dtype} to the browser; convert it to a float, int or bool array")
+    if wire == "int32" and arr.dtype.itemsize == 8 and arr.size:
+        low, high = int(arr.min()), int(arr.max())
+        if low < np.iinfo(np.int32).min or high > np.iinfo(np.int32).max:
+            raise ValueError(f"integer values {low}..{high} do not fit in int32, the widgets' integer format")
+    if wire == "uint32" and arr.size and int(arr.max()) > np.iinfo(np.uint32).max:
+        raise ValueError(f"integer values up to {int(arr.max())} do not fit in uint32")
+    numpy_wire = np.dtype("uint8" if wire == "bool" else wire).newbyteorder("<")
+    out = np.ascontiguousarray(arr, dtype=numpy_wire)
+    return {"dtype": wire, "shape": list(out.shape), "data": memoryview(out.tobytes())}
+
+
+def buffer_to_array(payload: dict[str, Any]) -> np.ndarray:
+    """Inverse of :func:`array_to_buffer` (a read-only numpy view of the payload's bytes).
+
+    Example:
+        >>> buffer_to_array(array_to_buffer(np.eye(2))).tolist()
+        [[1.0, 0.0], [0.0, 1.0]]
+    """
+    dtype = np.dtype("uint8" if payload["dtype"] == "bool" else payload["dtype"]).newbyteorder("<")
+    values = np.frombuffer(payload["data"], dtype=dtype).reshape(payload["shape"])
+    return values.astype(bool) if payload["dtype"] == "bool" else values
+
+
+class InterpWidget(anywidget.AnyWidget):
+    """Base of every interp_widgets widget.
+
+    Subclasses set ``_bundle`` to the name of their esbuild entry (``js/src/<name>.js``); the built
+    ``static/<name>.js`` and ``static/<name>.css`` become ``_esm`` and ``_css``. Subclasses implement
+    :meth:`static_html` (inline styles, escaped text, no script) and ``__repr__``. Setting :attr:`error`
+    replaces the view with that message, in the live widget and in the fallback.
+
+    Example:
+        >>> class MyWidget(InterpWidget):          # doctest: +SKIP
+        ...     _bundle = "my_widget"
+        ...     def static_html(self): return "<div>…</div>"
+    """
+
+    _bundle: ClassVar[str] = ""
+    error = traitlets.Unicode("", help="When non-empty, shown instead of the widget.").tag(sync=True)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        bundle = cls.__dict__.get("_bundle")
+        if bundle:
+            for key, suffix in (("_esm", ".js"), ("_css", ".css")):
+                path = STATIC_DIR / f"{bundle}{suffix}"
+                if path.is_file():
+                    setattr(cls, key, path)  # anywidget turns the Path into watched file contents
+        super().__init_subclass__(**kwargs)
+
+    def __init__(self, **kwargs: Any) -> None:
+        if getattr(type(self), "_esm", None) is None:
+            raise FileNotFoundError(f"{BUNDLE_MISSING} ({STATIC_DIR / (self._bundle + '.js')} does not exist)")
+        super().__init__(**kwargs)
+
+    def static_html(self) -> str:
+        """HTML shown where no JavaScript runs (GitHub, nbviewer without state): inline styles, escaped text.
+
+        Example:
+            >>> widget.static_html()  # doctest: +SKIP
+            '<div class="iw-static" …'
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement static_html()")
+
+    def _error_html(self, message: str) -> str:
+        return (
+            '<div class="iw-static iw-error" role="alert" style="border-left:3px solid #b42318;'
+            'padding:4px 10px;color:#b42318;font-family:system-ui,sans-serif">'
+            f"<strong>{html.escape(type(self).__name__)} could not be displayed</strong>"
+            f'<div style="white-space:pre-wrap">{html.escape(message)}</div></div>'
+        )
+
+    def _fallback_html(self) -> str:
+        if self.error:
+            return self._error_html(self.error)
+        try:
+            return self.static_html()
+        except Exception as exc:  # a broken fallback must not stop the live widget from displaying
+            return self._error_html(f"static view failed: {type(exc).__name__}: {exc}")
+
+    def _repr_mimebundle_(self, **kwargs: Any):
+        bundle = super()._repr_mimebundle_(**kwargs)
+        if bundle is None:
+            return None
+        data, metadata = bundle
+        ordered = {WIDGET_VIEW_MIME: data[WIDGET_VIEW_MIME], "text/html": self._fallback_html()}
+        ordered.update((key, value) for key, value in data.items() if key not in ordered)
+        return ordered, metadata
+
+    def to_html(self, title: str | None = None) -> str:
+        """One self-contained offline HTML page rendering this widget (no kernel, no CDN, no network).
+
+        Example:
+            >>> page = widget.to_html(title="Why positive?")  # doctest: +SKIP
+        """
+        from interp_widgets.widgets._export import html_page
+
+        return html_page([self], title=title or type(self).__name__)
+
+    def export_html(self, path: str | Path, title: str | None = None) -> Path:
+        """Write :meth:`to_html` to ``path`` (UTF-8) and return the path.
+
+        Example:
+            >>> widget.export_html("explanation.html")  # doctest: +SKIP
+            PosixPath('explanation.html')
+        """
+        path = Path(path)
+        path.write_text(self.to_html(title=title), encoding="utf-8")
+        return path

@@ -1,0 +1,119 @@
+"""Self-contained offline HTML pages for widgets (``InterpWidget.export_html`` and reports).
+
+A page inlines, once per widget class, the widget's ES module (as a JSON string, imported through a Blob URL
+by the boot script) and its CSS; per widget it inlines the synced state with binary buffers as base64, and
+the static fallback inside ``<noscript>``. The boot script (``static/export_boot.js``) renders each widget
+against a kernel-less model shim. No external ``src``/``href`` and no URL appear anywhere.
+
+All embedded JSON escapes ``<``, ``>`` and ``&`` (``\\u003c``…) so token text such as ``</script>`` cannot
+end a script element; inline script and style text has ``</`` escaped as ``<\\/``.
+
+Example:
+    >>> page = html_page([widget_a, "Second input", widget_b], title="Report")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from typing import Any, Iterable
+
+from ipywidgets.widgets.widget import _remove_buffers
+
+from interp_widgets.widgets._base import BUNDLE_MISSING, STATIC_DIR, InterpWidget
+
+_NOT_STATE = {"_esm", "_css"}  # embedded once per class instead of per widget
+
+PAGE_CSS = """
+:root { color-scheme: light dark; }
+body { margin: 0; background: #ffffff; color: #1f2328; font-family: system-ui, -apple-system, "Segoe UI", sans-serif; }
+@media (prefers-color-scheme: dark) { body { background: #1e1e1e; color: #e6edf3; } }
+.iw-page { max-width: 60rem; margin: 0 auto; padding: 1.5rem; }
+.iw-page h1 { font-size: 1.4rem; }
+.iw-page h2 { font-size: 1.1rem; margin-top: 2rem; }
+.iw-export-item { margin: 1rem 0 2rem; }
+"""
+
+
+def script_json(value: Any) -> str:
+    """JSON text that is safe inside ``<script type="application/json">`` (no ``<``, ``>``, ``&`` left).
+
+    Example:
+        >>> script_json("</script>")
+        '"\\\\u003c/script\\\\u003e"'
+    """
+    text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    for char, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(char, escape)
+    return text
+
+
+def _inline_code(text: str) -> str:
+    return text.replace("</", "<\\/")
+
+
+def export_state(widget: InterpWidget) -> dict[str, Any]:
+    """The widget's synced state for an export page: ``{"state": …, "buffers": [{"path", "data": base64}]}``.
+
+    Example:
+        >>> export_state(widget)["buffers"][0]["path"]  # doctest: +SKIP
+        ['scores', 'data']
+    """
+    state = {key: value for key, value in widget.get_state().items() if key not in _NOT_STATE}
+    state, paths, buffers = _remove_buffers(state)
+    encoded = [
+        {"path": path, "data": base64.b64encode(bytes(buffer)).decode("ascii")} for path, buffer in zip(paths, buffers)
+    ]
+    return {"state": state, "buffers": encoded}
+
+
+def _boot_script() -> str:
+    path = STATIC_DIR / "export_boot.js"
+    if not path.is_file():
+        raise FileNotFoundError(f"{BUNDLE_MISSING} ({path} does not exist)")
+    return path.read_text(encoding="utf-8")
+
+
+def html_page(items: Iterable[InterpWidget | str], title: str) -> str:
+    """One offline HTML page showing ``items`` in order: widgets, and strings rendered as (escaped) headings.
+
+    Example:
+        >>> html_page([result.widget()], title="Sentiment")  # doctest: +SKIP
+    """
+    modules: dict[str, str] = {}  # ES module source -> id of its data block
+    styles: list[str] = []
+    body: list[str] = []
+    for index, item in enumerate(items):
+        if isinstance(item, str):
+            body.append(f"<h2>{html.escape(item)}</h2>")
+            continue
+        if not isinstance(item, InterpWidget):
+            raise TypeError(f"html_page takes interp_widgets widgets and heading strings, not {type(item).__name__}")
+        if item._esm not in modules:
+            modules[item._esm] = f"iw-esm-{len(modules)}"
+            if item._css:
+                styles.append(item._css)
+        state_id = f"iw-state-{index}"
+        body.append(
+            '<section class="iw-export-item">'
+            f'<div class="iw-export-widget" data-iw-esm="{modules[item._esm]}" data-iw-state="{state_id}"></div>'
+            f"<noscript>{item._fallback_html()}</noscript>"
+            f'<script type="application/json" id="{state_id}">{script_json(export_state(item))}</script>'
+            "</section>"
+        )
+    module_blocks = "".join(
+        f'<script type="application/json" id="{block_id}">{script_json(source)}</script>'
+        for source, block_id in modules.items()
+    )
+    css = _inline_code(PAGE_CSS + "\n".join(styles))
+    return (
+        "<!DOCTYPE html>\n"
+        '<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{html.escape(title)}</title>\n<style>{css}</style>\n</head>\n<body>\n"
+        f'<main class="iw-page">\n<h1>{html.escape(title)}</h1>\n' + "\n".join(body) + "\n</main>\n"
+        f"{module_blocks}\n"
+        f'<script type="module">{_inline_code(_boot_script())}</script>\n'
+        "</body>\n</html>\n"
+    )
