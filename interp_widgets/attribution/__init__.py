@@ -16,6 +16,7 @@ from interp_widgets.attribution.gradient import (
     SquareGrad,
     VarGrad,
 )
+from interp_widgets.attribution.perturbation import KernelShap, Lime, Occlusion, Sobol
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
 
 __all__ = [
@@ -26,8 +27,12 @@ __all__ = [
     "GradientShap",
     "InputXGradient",
     "IntegratedGradients",
+    "KernelShap",
+    "Lime",
+    "Occlusion",
     "Saliency",
     "SmoothGrad",
+    "Sobol",
     "SquareGrad",
     "VarGrad",
     "attribute",

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from interp_widgets.attribution.gradient import GRADIENT_METHODS
+from interp_widgets.attribution.perturbation import PERTURBATION_METHODS
 
-METHODS: dict[str, Any] = {**GRADIENT_METHODS}
+METHODS: dict[str, Any] = {**GRADIENT_METHODS, **PERTURBATION_METHODS}
 
 
 def attribute(
