@@ -134,7 +134,8 @@ class Attributor:
     ) -> list[AttributionResult]:
         raise NotImplementedError
 
-    def _result(self, problem: ExplainedInput, scores: np.ndarray, *, reduce: str, score: str, **extra) -> AttributionResult:
+    def _result(self, problem: ExplainedInput, scores: np.ndarray, *, reduce: str, score: str,
+                signed: bool | None = None, **extra) -> AttributionResult:
         """Build a token-level result, setting NaN for sources a target cannot see."""
         scores = np.asarray(scores, dtype=np.float64).copy()
         for row, visible in enumerate(problem.visible):
@@ -154,6 +155,7 @@ class Attributor:
             method=self.name,
             params={**self.params(), "score": score},
             reduce=reduce,
+            signed=self.signed if signed is None else signed,
             target_positions=problem.target_positions if problem.generated_mask is not None else None,
             generated_mask=problem.generated_mask,
             true_label=problem.true_label,

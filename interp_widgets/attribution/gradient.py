@@ -183,7 +183,8 @@ class _EmbeddingGradientMethod(Attributor):
                 )
         extras = self._extra_outputs(adapter, problems, bases, per_dim, score)
         return [
-            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score, **e)
+            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score,
+                         signed=self.signed and self.reduce == "sum", **e)
             for p, v, e in zip(problems, per_dim, extras)
         ]
 
@@ -202,11 +203,9 @@ class Saliency(_EmbeddingGradientMethod):
     """
 
     name = "saliency"
-    signed = False
 
     def __init__(self, *, reduce: str = "norm", score: str | None = None, progress: bool = True):
         super().__init__(reduce=reduce, score=score, progress=progress)
-        self.signed = reduce == "sum"
 
 
 class InputXGradient(_EmbeddingGradientMethod):
@@ -227,9 +226,12 @@ class IntegratedGradients(_EmbeddingGradientMethod):
     which is exact up to quadrature error when ``reduce="sum"``.
 
     Args:
-        n_steps: quadrature nodes per target.
+        n_steps: quadrature nodes per target, or ``"auto"`` (default): start with 16 Gauss–Legendre nodes and
+            double them for the inputs whose relative completeness error exceeds ``tolerance``, up to
+            ``max_steps``. The steps actually used are recorded in ``result.params["n_steps"]``.
         method: ``gausslegendre`` (default; converges fastest) or ``riemann_left|right|middle|trapezoid``.
         baseline: ``pad``, ``mask``, ``unk``, ``zero``, a vector, a ``(T, D)`` tensor or a callable.
+        tolerance: relative completeness error that ``"auto"`` aims for (``|err| <= tolerance · max(|Δf|, 1e-3)``).
 
     Example:
         >>> r = IntegratedGradients(n_steps=16).attribute(model, tokenizer, "Good.")  # doctest: +SKIP
@@ -240,21 +242,56 @@ class IntegratedGradients(_EmbeddingGradientMethod):
 
     def __init__(
         self,
-        n_steps: int = 32,
+        n_steps: int | str = "auto",
         method: str = "gausslegendre",
         baseline="pad",
         *,
+        tolerance: float = 0.01,
+        max_steps: int = 256,
         reduce: str = "sum",
         score: str | None = None,
         progress: bool = True,
     ):
         super().__init__(reduce=reduce, score=score, progress=progress)
-        if not isinstance(n_steps, (int, np.integer)) or isinstance(n_steps, bool) or n_steps < 1:
-            raise ValueError(f"n_steps must be an integer >= 1, got {n_steps!r}")
-        self._alphas, self._weights = quadrature(method, n_steps)
-        self.n_steps = int(n_steps)
+        if n_steps != "auto" and (
+            not isinstance(n_steps, (int, np.integer)) or isinstance(n_steps, bool) or n_steps < 1
+        ):
+            raise ValueError(f"n_steps must be an integer >= 1 or 'auto', got {n_steps!r}")
+        if not 0 < float(tolerance) < 1:
+            raise ValueError(f"tolerance must be in (0, 1), got {tolerance}")
+        self.n_steps = n_steps if n_steps == "auto" else int(n_steps)
         self.method = method
         self.baseline = baseline
+        self.tolerance = float(tolerance)
+        self.max_steps = int(max_steps)
+        self._set_steps(16 if n_steps == "auto" else int(n_steps))
+
+    def _set_steps(self, n: int) -> None:
+        self._alphas, self._weights = quadrature(self.method, n)
+        self._steps = n
+
+    def _attribute_inputs(self, adapter, problems, *, score, granularity):
+        if self.n_steps != "auto":
+            return super()._attribute_inputs(adapter, problems, score=score, granularity=granularity)
+        results: list[AttributionResult | None] = [None] * len(problems)
+        pending = list(range(len(problems)))
+        steps = 16
+        try:
+            while pending:
+                self._set_steps(steps)
+                batch = super()._attribute_inputs(adapter, [problems[i] for i in pending], score=score,
+                                                  granularity=granularity)
+                still = []
+                for i, result in zip(pending, batch):
+                    result.params["n_steps"] = steps
+                    results[i] = result
+                    limit = self.tolerance * np.maximum(np.abs(result.score_delta), 1e-3)
+                    if np.any(np.abs(result.completeness_error) > limit) and steps * 2 <= self.max_steps:
+                        still.append(i)
+                pending, steps = still, steps * 2
+        finally:
+            self._set_steps(16)
+        return results  # type: ignore[return-value]
 
     def params(self):
         params = super().params()
@@ -263,7 +300,7 @@ class IntegratedGradients(_EmbeddingGradientMethod):
         return params
 
     def _rows_per_target(self):
-        return self.n_steps
+        return self._steps
 
     def _row_weights(self):
         return self._weights

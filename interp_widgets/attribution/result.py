@@ -49,6 +49,7 @@ class AttributionResult:
     method: str
     params: dict[str, Any] = field(default_factory=dict)
     reduce: str = "sum over embedding dimension (signed)"
+    signed: bool = True
     completeness_error: np.ndarray | None = None
     score_delta: np.ndarray | None = None
     granularity: str = "token"
@@ -235,15 +236,15 @@ class AttributionResult:
         """
         return self.widget().to_html()
 
-    def widget(self):
-        """The token-highlight widget for this result.
+    def widget(self, **options):
+        """The token-highlight widget for this result; ``options`` go to the widget (``granularity="word"`` …).
 
         Example:
-            >>> result.widget()  # doctest: +SKIP
+            >>> result.widget(granularity="word")  # doctest: +SKIP
         """
         from interp_widgets.widgets import TokenHighlightWidget
 
-        return TokenHighlightWidget(self)
+        return TokenHighlightWidget(self, **options)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return self.widget()._repr_mimebundle_(include=include, exclude=exclude)

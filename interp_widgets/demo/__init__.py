@@ -132,15 +132,22 @@ def _train(target: Path, *, progress: bool) -> None:
     from tqdm.auto import tqdm
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
     source = _encoder_path()
     tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
-    model = AutoModelForSequenceClassification.from_pretrained(
-        source,
-        local_files_only=True,
-        num_labels=2,
-        id2label=dict(enumerate(LABELS)),
-        label2id={name: i for i, name in enumerate(LABELS)},
-    )
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the new classification head is expected; don't print a load report
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(
+            source,
+            local_files_only=True,
+            num_labels=2,
+            id2label=dict(enumerate(LABELS)),
+            label2id={name: i for i, name in enumerate(LABELS)},
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
     train, test = load_dataset("train"), load_dataset("test")
     label_ids = {name: i for i, name in enumerate(LABELS)}
     y_train = np.array([label_ids[v] for v in train["label"]])
