@@ -1,0 +1,92 @@
+"""The embedded default: the shipped dataset, the fine-tuned classifier and the `interp-widgets demo` report."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+
+import pytest
+
+from interp_widgets import demo
+
+
+def test_dataset_is_large_balanced_and_split():
+    data = demo.load_dataset()
+    assert len(data) >= 600
+    assert data["text"].is_unique
+    assert set(data["label"]) == {"negative", "positive"}
+    assert abs((data["label"] == "positive").mean() - 0.5) < 0.05
+    assert set(data["split"]) == {"train", "test"}
+    assert 0.15 < (data["split"] == "test").mean() < 0.25
+    assert {"negation", "contrast", "mixed"} <= set(data["phenomenon"])
+    assert data["domain"].nunique() >= 5
+    assert len(demo.corpus()) == len(data)
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        demo.load_dataset("dev")
+
+
+@pytest.fixture(scope="module")
+def classifier():
+    return demo.load_classifier(progress=False)
+
+
+def test_classifier_reaches_the_accuracy_bar_and_loads_from_cache(classifier):
+    report = demo.training_report()
+    assert report["test_accuracy"] >= 0.85, report
+    assert report["n_test"] == (demo.load_dataset()["split"] == "test").sum()
+    start = time.perf_counter()
+    model, tokenizer = demo.load_classifier(progress=False)
+    assert time.perf_counter() - start < 15
+    assert model.config.id2label == {0: "negative", 1: "positive"}
+    assert not model.training
+
+
+def test_classifier_reads_negation_and_contrast(classifier):
+    model, tokenizer = classifier
+    texts = ["The food was not bad at all.", "Beautiful screen, but it broke within a week and support ignored me."]
+    logits = model(**tokenizer(texts, return_tensors="pt", padding=True)).logits
+    assert logits.argmax(-1).tolist() == [1, 0]
+
+
+class _Collector(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.external = []
+        self.scripts = 0
+
+    def handle_starttag(self, tag, attrs):
+        self.scripts += tag == "script"
+        for name, value in attrs:
+            if name in ("src", "href") and value and not value.startswith(("#", "data:", "blob:")):
+                self.external.append(value)
+
+
+def test_cli_writes_an_offline_report_and_escapes_text(tmp_path, classifier):
+    out = tmp_path / "report.html"
+    evil = "<img src=x onerror=alert(1)> was awful"
+    done = subprocess.run(
+        [sys.executable, "-m", "interp_widgets.cli", "demo", "--quiet", "--no-builtin", "--text", evil, "--out", str(out)],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(out.resolve())
+    page = out.read_text()
+    parser = _Collector()
+    parser.feed(page)
+    assert parser.external == []
+    assert not re.search(r"https?://", page)
+    assert "<img src=x" not in page
+    assert "held-out accuracy" in page
+
+
+def test_cli_reports_bad_input_clearly(tmp_path, classifier):
+    done = subprocess.run(
+        [sys.executable, "-m", "interp_widgets.cli", "demo", "--quiet", "--no-builtin", "--text", "   ",
+         "--out", str(tmp_path / "x.html")],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert done.returncode == 2
+    assert "empty or only whitespace" in done.stderr
