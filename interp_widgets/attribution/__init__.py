@@ -6,6 +6,7 @@ Example:
 """
 
 from interp_widgets.attribution.api import METHODS, attribute
+from interp_widgets.attribution.attention import AttentionRollout, GradientWeightedAttention, RawAttention
 from interp_widgets.attribution.base import Attributor
 from interp_widgets.attribution.gradient import (
     GradientShap,
@@ -21,15 +22,18 @@ from interp_widgets.attribution.result import AttributionCollection, Attribution
 
 __all__ = [
     "METHODS",
+    "AttentionRollout",
     "AttributionCollection",
     "AttributionResult",
     "Attributor",
     "GradientShap",
+    "GradientWeightedAttention",
     "InputXGradient",
     "IntegratedGradients",
     "KernelShap",
     "Lime",
     "Occlusion",
+    "RawAttention",
     "Saliency",
     "SmoothGrad",
     "Sobol",

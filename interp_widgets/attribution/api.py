@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from interp_widgets.attribution.attention import ATTENTION_METHODS
 from interp_widgets.attribution.gradient import GRADIENT_METHODS
 from interp_widgets.attribution.perturbation import PERTURBATION_METHODS
 
-METHODS: dict[str, Any] = {**GRADIENT_METHODS, **PERTURBATION_METHODS}
+METHODS: dict[str, Any] = {**GRADIENT_METHODS, **PERTURBATION_METHODS, **ATTENTION_METHODS}
 
 
 def attribute(

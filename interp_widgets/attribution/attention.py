@@ -1,0 +1,287 @@
+"""Attention-based attributions: raw attention, attention rollout and gradient-weighted attention.
+
+Every score is read from the row of the position whose output is explained: position 0 (``[CLS]``) for encoder
+classifiers, the last position for decoder classifiers, the mask position for masked LMs, and the position that
+predicts each generated token in generation (later sources are NaN). All scores are unsigned: attention weights and
+relevances are non-negative and do not say whether a token pushes the target up or down.
+
+Attention weights need the eager attention implementation (SDPA and flash kernels never materialise them).
+:func:`eager_attention` switches the model to eager for the duration of the call and restores the exact previous
+implementation afterwards, also on errors. Inputs run through the same batched, length-bucketed evaluation as the
+other methods, capped by ``max_batch_tokens``; a batch holds the attention maps of every layer
+(``layers × heads × rows × length²`` numbers), so lower ``max_batch_tokens`` for long inputs.
+
+Example:
+    >>> result = AttentionRollout().attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
+    >>> result.reduce                                                                # doctest: +SKIP
+    'attention rollout ...(unsigned)'
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+from torch import nn
+
+from interp_widgets.adapter import TASK_CLASSIFICATION, ModelAdapter, UnsupportedModelError
+from interp_widgets.attribution.base import Attributor, progress_bar
+from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
+from interp_widgets.attribution.result import AttributionResult
+
+
+def _configs(model: nn.Module) -> list:
+    """Every configuration object of the model and its sub-models, with their nested sub-configurations."""
+    found, pending = {}, [m.config for m in model.modules() if hasattr(getattr(m, "config", None), "to_json_string")]
+    while pending:
+        config = pending.pop()
+        if id(config) in found:
+            continue
+        found[id(config)] = config
+        pending.extend(c for key in getattr(config, "sub_configs", {}) if (c := getattr(config, key, None)) is not None)
+    return list(found.values())
+
+
+# transformers 5 installs output-capturing forward hooks, once and for good, the first time attentions are requested
+_HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+               "_forward_pre_hooks_with_kwargs")
+_CAPTURE_FLAG = "_output_capturing_hooks_installed"
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def eager_attention(model: nn.Module) -> Iterator[None]:
+    """Run a Hugging Face model with eager attention (which returns attention weights) inside the block.
+
+    On exit, also on errors, the attention implementation of the model and of every sub-configuration is restored
+    exactly, and the output-capturing hooks that transformers installs on first use of ``output_attentions`` are
+    removed again (with their "installed" flag), so the model is left as it was.
+
+    Example:
+        >>> with eager_attention(model):                                      # doctest: +SKIP
+        ...     attentions = model(input_ids, output_attentions=True).attentions
+    """
+    saved = [(config, config.__dict__.get("_attn_implementation_internal")) for config in _configs(model)]
+    modules = [
+        (module, {name: set(getattr(module, name, {})) for name in _HOOK_DICTS}, module.__dict__.get(_CAPTURE_FLAG, _MISSING))
+        for module in model.modules()
+    ]
+    try:
+        if hasattr(model, "set_attn_implementation") and getattr(model.config, "_attn_implementation", None) != "eager":
+            model.set_attn_implementation("eager")
+        yield
+    finally:
+        for config, implementation in saved:
+            config._attn_implementation_internal = implementation
+        for module, hooks, flag in modules:
+            for name, before in hooks.items():
+                registry = getattr(module, name, {})
+                for key in set(registry) - before:
+                    del registry[key]
+            if flag is _MISSING:
+                module.__dict__.pop(_CAPTURE_FLAG, None)
+            else:
+                module.__dict__[_CAPTURE_FLAG] = flag
+
+
+class _AttentionRecorder(ModelAdapter):
+    """An adapter whose forward passes also keep every layer's attention probabilities ``(rows, heads, T, T)`` and,
+    when gradients flow, the gradient of the summed row scores with respect to them."""
+
+    def __init__(self, adapter: ModelAdapter):
+        super().__init__(adapter.model, adapter.tokenizer, max_batch_tokens=adapter.max_batch_tokens)
+        self.attentions: list[torch.Tensor] = []
+        self.gradients: list[torch.Tensor | None] = []
+        self._cursor = 0
+
+    def forward_embeds(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        out = self.model(inputs_embeds=embeds, attention_mask=attention_mask, output_attentions=True)
+        attentions = list(getattr(out, "attentions", None) or [])
+        if not attentions or any(a is None for a in attentions):
+            raise UnsupportedModelError(
+                f"{type(self.model).__name__} returned no attention weights even with eager attention; attention "
+                "methods need a model that supports output_attentions=True (load it with attn_implementation='eager')."
+            )
+        self.attentions, self.gradients, self._cursor = attentions, [None] * len(attentions), 0
+        for layer, attention in enumerate(attentions):
+            if attention.requires_grad:
+                attention.register_hook(self._gradient_store(layer))
+        return out.logits
+
+    def _gradient_store(self, layer: int) -> Callable[[torch.Tensor], None]:
+        def store(gradient: torch.Tensor) -> None:
+            self.gradients[layer] = gradient.detach()
+
+        return store
+
+    def take(self, n_rows: int, length: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The next ``n_rows`` rows of the last batch, cropped to ``length``: ``(layers, rows, heads, T, T)``."""
+        rows = slice(self._cursor, self._cursor + n_rows)
+        self._cursor += n_rows
+        attentions = torch.stack([a[rows, :, :length, :length].detach().float().cpu() for a in self.attentions])
+        if any(g is None for g in self.gradients):
+            return attentions, None
+        return attentions, torch.stack([g[rows, :, :length, :length].float().cpu() for g in self.gradients])
+
+
+def query_position(adapter: ModelAdapter, problem: ExplainedInput, target: int) -> int:
+    """The position whose attention row explains a target: 0 for encoder classifiers, the last position for decoder
+    classifiers, the scored position otherwise (mask position, or the position predicting a generated token).
+
+    Example:
+        >>> query_position(adapter, problem, 0)  # doctest: +SKIP
+        0
+    """
+    if adapter.task == TASK_CLASSIFICATION:
+        return 0 if adapter.is_pad_safe() else problem.length - 1
+    return int(problem.target_positions[target])
+
+
+def attention_rollout(attentions: torch.Tensor) -> torch.Tensor:
+    """Attention rollout (Abnar & Zuidema, 2020) from attentions ``(layers, rows, heads, T, T)``.
+
+    Each layer's head-averaged attention becomes ``0.5·A + 0.5·I`` (the residual stream), rows renormalised to sum
+    to 1, and the layers are multiplied from the first to the last: ``R = Â_L ⋯ Â_1``. Returns ``(rows, T, T)``.
+
+    Example:
+        >>> attention_rollout(torch.full((2, 1, 1, 2, 2), 0.5))[0]
+        tensor([[0.6250, 0.3750],
+                [0.3750, 0.6250]])
+    """
+    mixed = attentions.mean(dim=2)
+    eye = torch.eye(mixed.shape[-1], dtype=mixed.dtype)
+    rollout = eye.expand_as(mixed[0]).clone()
+    for layer in mixed:
+        step = 0.5 * layer + 0.5 * eye
+        rollout = (step / step.sum(-1, keepdim=True)) @ rollout
+    return rollout
+
+
+def gradient_weighted_rollout(attentions: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:
+    """Gradient-weighted attention relevance (Chefer, Gur & Wolf, 2021) from ``(layers, rows, heads, T, T)`` inputs.
+
+    Per layer ``Ā = mean over heads of (A ⊙ ∂score/∂A)⁺`` (positive part); relevance starts at the identity and
+    accumulates ``R ← R + Ā · R`` from the first to the last layer. Returns ``(rows, T, T)``.
+
+    Example:
+        >>> a = torch.full((1, 1, 1, 2, 2), 0.5)
+        >>> gradient_weighted_rollout(a, torch.ones_like(a))[0]
+        tensor([[1.5000, 0.5000],
+                [0.5000, 1.5000]])
+    """
+    weighted = (attentions * gradients).clamp(min=0).mean(dim=2)
+    relevance = torch.eye(weighted.shape[-1], dtype=weighted.dtype).expand_as(weighted[0]).clone()
+    for layer in weighted:
+        relevance = relevance + layer @ relevance
+    return relevance
+
+
+class _AttentionMethod(Attributor):
+    """Shared engine: evaluate the inputs with attention recording, turn the maps into ``(T, T)`` relevance per row,
+    read each target's query row."""
+
+    signed = False
+    per_target = False
+    description = ""
+
+    def _relevance(self, attentions: torch.Tensor, gradients: torch.Tensor | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _attribute_inputs(self, adapter, problems, *, score, granularity) -> list[AttributionResult]:
+        recorder = _AttentionRecorder(adapter)
+        with torch.no_grad():
+            inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach() for p in problems]
+        scores = [np.zeros((p.n_targets, p.length)) for p in problems]
+        n_rows = [p.n_targets if self.per_target else 1 for p in problems]
+
+        def build(item, start, stop):
+            rows = np.arange(start, stop)
+            return inputs[item].expand(len(rows), -1, -1), rows if self.per_target else np.zeros_like(rows)
+
+        def consume(chunk: RowChunk, row_scores, grads):
+            problem = problems[chunk.item]
+            relevance = self._relevance(*recorder.take(chunk.stop - chunk.start, problem.length))
+            for offset, row in enumerate(range(chunk.start, chunk.stop)):
+                for t in [row] if self.per_target else range(problem.n_targets):
+                    scores[chunk.item][t] = relevance[offset, query_position(adapter, problem, t)].double().numpy()
+
+        bar = progress_bar(self.progress, sum(n_rows), self.name)
+        try:
+            with eager_attention(adapter.model):
+                evaluate_rows(recorder, problems, n_rows, build, consume, score=score, with_grad=self.per_target,
+                              progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        return [self._result(p, s, reduce=self.description, score=score) for p, s in zip(problems, scores)]
+
+
+class RawAttention(_AttentionMethod):
+    """Attention weights of one layer (the last by default), averaged over heads (unsigned).
+
+    Each target's scores are the attention row of its query position (see :func:`query_position`); at token
+    granularity, special tokens included, a row sums to 1.
+
+    Example:
+        >>> RawAttention(layer=-1).attribute(model, tokenizer, "Not bad at all.").scores.sum()  # doctest: +SKIP
+        1.0
+    """
+
+    name = "raw_attention"
+
+    def __init__(self, layer: int = -1, *, score: str | None = None, progress: bool = True):
+        super().__init__(score=score, progress=progress)
+        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
+            raise ValueError(f"layer must be an integer layer index such as -1 (the last layer), got {layer!r}")
+        self.layer = int(layer)
+
+    @property
+    def description(self) -> str:
+        return f"attention weight in layer {self.layer}, mean over heads (unsigned)"
+
+    def _relevance(self, attentions, gradients):
+        if not -len(attentions) <= self.layer < len(attentions):
+            raise ValueError(f"layer {self.layer} is out of range; the model has {len(attentions)} attention layers "
+                             f"(use 0..{len(attentions) - 1} or negative indices).")
+        return attentions[self.layer].mean(dim=1)
+
+
+class AttentionRollout(_AttentionMethod):
+    """Attention rollout (Abnar & Zuidema, 2020): attention flow through all layers with the residual stream,
+    ``0.5·A + 0.5·I`` per layer, heads averaged (unsigned). See :func:`attention_rollout`.
+
+    Example:
+        >>> AttentionRollout().attribute(model, tokenizer, "Not bad at all.", granularity="word")  # doctest: +SKIP
+    """
+
+    name = "attention_rollout"
+    description = "attention rollout over all layers (0.5·A + 0.5·I, heads averaged; unsigned)"
+
+    def _relevance(self, attentions, gradients):
+        return attention_rollout(attentions)
+
+
+class GradientWeightedAttention(_AttentionMethod):
+    """Gradient-weighted attention rollout (Chefer, Gur & Wolf, 2021): attention times the gradient of the target
+    score with respect to it, positive part, heads averaged, accumulated over layers rollout-style (``R ← R + Ā·R``,
+    from the identity). Unsigned. See :func:`gradient_weighted_rollout`.
+
+    One forward and backward pass per (input, target) row, batched under ``max_batch_tokens``.
+
+    Example:
+        >>> GradientWeightedAttention().attribute(model, tokenizer, "Not bad.", target="positive")  # doctest: +SKIP
+    """
+
+    name = "gradient_weighted_attention"
+    per_target = True
+    description = "gradient-weighted attention relevance: rollout of mean over heads of (A ⊙ ∂score/∂A)⁺ (unsigned)"
+
+    def _relevance(self, attentions, gradients):
+        return gradient_weighted_rollout(attentions, gradients)
+
+
+ATTENTION_METHODS: dict[str, Callable[..., Attributor]] = {
+    cls.name: cls for cls in (RawAttention, AttentionRollout, GradientWeightedAttention)
+}
