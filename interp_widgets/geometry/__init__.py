@@ -1,0 +1,55 @@
+"""Anisotropy metrics and gradient–subspace alignment on point clouds of activations and gradients.
+
+``metrics`` holds the per-step geometry kernels (cosine family, IsoScore/IsoScore*, spectral dimension,
+subspace comparison).
+
+Example:
+    >>> import torch
+    >>> from interp_widgets.geometry import representation_metrics
+    >>> sorted(representation_metrics(torch.randn(64, 8)))[:3]
+    ['avg_cosine', 'avg_cosine_centered', 'dim']
+"""
+
+from .metrics import (
+    SelfSimilarity,
+    average_cosine,
+    average_cosine_cross_sequence,
+    cosine_contributions,
+    drift_share,
+    effective_rank_eigen,
+    effective_rank_singular,
+    explained_variance_ratio,
+    isoscore,
+    isoscore_star,
+    linear_cka,
+    orthonormalize,
+    participation_ratio,
+    partition_isotropy,
+    principal_angles,
+    projection_energy,
+    representation_metrics,
+    self_similarity,
+    stable_rank,
+)
+
+__all__ = [
+    "SelfSimilarity",
+    "average_cosine",
+    "average_cosine_cross_sequence",
+    "cosine_contributions",
+    "drift_share",
+    "effective_rank_eigen",
+    "effective_rank_singular",
+    "explained_variance_ratio",
+    "isoscore",
+    "isoscore_star",
+    "linear_cka",
+    "orthonormalize",
+    "participation_ratio",
+    "partition_isotropy",
+    "principal_angles",
+    "projection_energy",
+    "representation_metrics",
+    "self_similarity",
+    "stable_rank",
+]
