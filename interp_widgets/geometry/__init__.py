@@ -1,7 +1,7 @@
 """Anisotropy metrics and gradient–subspace alignment on point clouds of activations and gradients.
 
 ``metrics`` holds the per-step geometry kernels (cosine family, IsoScore/IsoScore*, spectral dimension,
-subspace comparison).
+subspace comparison); ``alignment`` holds the tangent-proxy measurement of arXiv 2604.08764.
 
 Example:
     >>> import torch
@@ -10,6 +10,14 @@ Example:
     ['avg_cosine', 'avg_cosine_centered', 'dim']
 """
 
+from .alignment import (
+    AlignmentResult,
+    Moments,
+    ProxySchedule,
+    TangentProxy,
+    gradient_alignment,
+    normal_controls,
+)
 from .metrics import (
     SelfSimilarity,
     average_cosine,
@@ -33,7 +41,11 @@ from .metrics import (
 )
 
 __all__ = [
+    "AlignmentResult",
+    "Moments",
+    "ProxySchedule",
     "SelfSimilarity",
+    "TangentProxy",
     "average_cosine",
     "average_cosine_cross_sequence",
     "cosine_contributions",
@@ -41,9 +53,11 @@ __all__ = [
     "effective_rank_eigen",
     "effective_rank_singular",
     "explained_variance_ratio",
+    "gradient_alignment",
     "isoscore",
     "isoscore_star",
     "linear_cka",
+    "normal_controls",
     "orthonormalize",
     "participation_ratio",
     "partition_isotropy",
