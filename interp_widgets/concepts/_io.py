@@ -1,0 +1,61 @@
+"""Safetensors + JSON persistence shared by every concept object (never pickle).
+
+Arrays go into one ``.safetensors`` file; everything else (class name, parameters, labels) is JSON stored in the
+file's header metadata under the key ``interp_widgets``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+FORMAT_VERSION = 1
+
+
+def _json_default(value):
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot store a {type(value).__name__} as JSON")
+
+
+def save_bundle(path: str | Path, kind: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
+    """Write ``arrays`` and the JSON ``meta`` of an object of type ``kind`` to one safetensors file."""
+    from safetensors.numpy import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    clean = {}
+    for name, value in arrays.items():
+        value = np.ascontiguousarray(value)
+        clean[name] = value.astype(np.uint8) if value.dtype == bool else value
+    header = json.dumps({"format": kind, "version": FORMAT_VERSION, **meta}, default=_json_default)
+    save_file(clean, str(path), metadata={"interp_widgets": header})
+    return path
+
+
+def load_bundle(path: str | Path, kind: str | tuple[str, ...]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Read a file written by :func:`save_bundle`, checking that it holds an object of type ``kind``."""
+    from safetensors import safe_open
+    from safetensors.numpy import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}")
+    with safe_open(str(path), framework="numpy") as handle:
+        header = (handle.metadata() or {}).get("interp_widgets")
+    if header is None:
+        raise ValueError(f"{path} is not an interp_widgets file (no interp_widgets metadata in its header)")
+    meta = json.loads(header)
+    kinds = (kind,) if isinstance(kind, str) else kind
+    found = meta.pop("format", None)
+    if found not in kinds:
+        raise ValueError(f"{path} holds a {found}, not a {' or '.join(kinds)}")
+    meta.pop("version", None)
+    return load_file(str(path)), meta

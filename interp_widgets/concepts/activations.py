@@ -1,0 +1,606 @@
+"""Collect hidden-state activations of a layer into a store that stays bounded in memory.
+
+:func:`collect_activations` runs a model over texts in length-bucketed batches, records one layer's output per token
+(or one pooled vector per text) and keeps every row's metadata: text id, token position, token string and character
+offsets. Rows are kept in memory up to a budget; past it, chunks stream to ``.npy`` files that are read back lazily
+through numpy memory maps. :class:`ActivationStore` behaves like one ``(rows, dim)`` matrix either way. With a
+``torch.distributed`` process group, each rank collects a contiguous shard of the texts and every rank gets back a
+store that reads all shards as one.
+
+Example:
+    >>> store = collect_activations(model, tokenizer, texts, layer="layer:3")  # doctest: +SKIP
+    >>> len(store), store.dim                                                 # doctest: +SKIP
+    (10542, 384)
+    >>> store.metadata().head()                                               # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+import weakref
+from pathlib import Path
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+
+from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter
+
+UNITS = ("token", "sentence")
+POOLINGS = ("cls", "mean", "last")
+META_FIELDS = ("text_id", "position", "start", "end", "token_id")
+_STORE_FORMAT = "interp_widgets.ActivationStore"
+_WINDOW_TEXTS = 512
+
+
+class _StopForward(Exception):
+    """Raised inside the capture hook: the layers after the captured one are never run."""
+
+
+def parse_bytes(size: int | str) -> int:
+    """Turn ``"512MB"``, ``"2 GiB"``, ``"1e9"`` or an int into a number of bytes.
+
+    Example:
+        >>> parse_bytes("1.5GB")
+        1500000000
+    """
+    if isinstance(size, (int, np.integer)) and not isinstance(size, bool):
+        value = int(size)
+    elif isinstance(size, str):
+        match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([kKmMgGtT]i?)?[bB]?\s*", size)
+        if not match:
+            raise ValueError(f"cannot read memory size {size!r}; write it like 512MB, 2GB or a number of bytes")
+        unit = (match[2] or "").lower()
+        base = 1024 if unit.endswith("i") else 1000
+        power = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}[unit[:1]]
+        value = int(float(match[1]) * base**power)
+    else:
+        raise TypeError(f"memory size must be an int or a string like '512MB', got {type(size).__name__}")
+    if value <= 0:
+        raise ValueError(f"memory size must be positive, got {size!r}")
+    return value
+
+
+class ActivationStore:
+    """Activation rows with their metadata, in memory or memory-mapped from disk, read like one matrix.
+
+    Rows are ordered by text id, then position. ``store[i]`` is one row, ``store[a:b]`` or ``store[indices]`` a
+    ``(n, dim)`` float32 array; :meth:`iter_chunks` streams it and :meth:`minibatches` draws shuffled batches. A
+    store on disk holds at most one chunk in RAM at a time during streaming.
+
+    Example:
+        >>> store = collect_activations(model, tokenizer, ["Great food.", "Slow service."], layer=1)  # doctest: +SKIP
+        >>> store.shape, store.in_memory                                                          # doctest: +SKIP
+        ((6, 32), True)
+        >>> for start, block in store.iter_chunks(4096): ...                                     # doctest: +SKIP
+    """
+
+    def __init__(self, chunks: Sequence[np.ndarray], meta: dict[str, np.ndarray], texts: Sequence[str],
+                 info: dict, directory: Path | None = None):
+        self._chunks = list(chunks)
+        dims = {c.shape[1] for c in self._chunks if c.ndim == 2}
+        if len(dims) > 1:
+            raise ValueError(f"chunks have different widths {sorted(dims)}")
+        self.dim = int(info.get("dim", dims.pop() if dims else 0))
+        self._bounds = np.cumsum([0] + [len(c) for c in self._chunks]).astype(np.int64)
+        self._meta = {name: np.asarray(meta[name], dtype=np.int64) for name in META_FIELDS}
+        for name, values in self._meta.items():
+            if len(values) != self._bounds[-1]:
+                raise ValueError(f"metadata {name} has {len(values)} rows for {self._bounds[-1]} activation rows")
+        self.texts = list(texts)
+        self.info = dict(info)
+        self.directory = directory
+
+    # ------------------------------------------------------------------ matrix behaviour
+    def __len__(self) -> int:
+        return int(self._bounds[-1])
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, dim)``."""
+        return len(self), self.dim
+
+    @property
+    def in_memory(self) -> bool:
+        """Whether the rows live in RAM (``False`` when they are memory-mapped from disk)."""
+        return not any(isinstance(c, np.memmap) for c in self._chunks)
+
+    @property
+    def layer(self) -> str:
+        """Module path of the layer the rows were read from."""
+        return str(self.info.get("layer", ""))
+
+    @property
+    def unit(self) -> str:
+        """``"token"`` (one row per token) or ``"sentence"`` (one pooled row per text)."""
+        return str(self.info.get("unit", "token"))
+
+    @property
+    def nbytes(self) -> int:
+        """Size of the activation matrix in bytes."""
+        return len(self) * self.dim * 4
+
+    def __getitem__(self, key) -> np.ndarray:
+        if isinstance(key, (int, np.integer)) and not isinstance(key, bool):
+            index = int(key)
+            if not -len(self) <= index < len(self):
+                raise IndexError(f"row {index} out of range for a store of {len(self)} rows")
+            return self._rows(np.array([index % len(self)]))[0]
+        if isinstance(key, slice):
+            return self._rows(np.arange(len(self))[key])
+        indices = np.asarray(key)
+        if indices.dtype == bool:
+            indices = np.flatnonzero(indices)
+        if indices.size and (indices.min() < -len(self) or indices.max() >= len(self)):
+            raise IndexError(f"row indices out of range for a store of {len(self)} rows")
+        return self._rows(indices.astype(np.int64) % max(len(self), 1))
+
+    def _rows(self, indices: np.ndarray) -> np.ndarray:
+        out = np.empty((len(indices), self.dim), dtype=np.float32)
+        if not len(indices):
+            return out
+        chunk_of = np.searchsorted(self._bounds, indices, side="right") - 1
+        for chunk in np.unique(chunk_of):
+            where = np.flatnonzero(chunk_of == chunk)
+            local = indices[where] - self._bounds[chunk]
+            order = np.argsort(local, kind="stable")  # sorted reads are sequential on a memory map
+            out[where[order]] = self._chunks[chunk][local[order]]
+        return out
+
+    def iter_chunks(self, rows: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
+        """Yield ``(first_row, block)`` over the whole store in order; ``rows`` re-blocks to that many rows.
+
+        Example:
+            >>> total = sum(block.sum(0) for _, block in store.iter_chunks(8192))  # doctest: +SKIP
+        """
+        if rows is None:
+            for start, chunk in zip(self._bounds[:-1], self._chunks):
+                yield int(start), np.asarray(chunk, dtype=np.float32)
+            return
+        if int(rows) < 1:
+            raise ValueError(f"rows must be >= 1, got {rows}")
+        for start in range(0, len(self), int(rows)):
+            yield start, self._rows(np.arange(start, min(start + int(rows), len(self))))
+
+    def minibatches(self, batch_size: int, *, seed: int | None = 0, shuffle: bool = True) -> Iterator[np.ndarray]:
+        """One epoch of ``(batch_size, dim)`` batches (the last may be smaller).
+
+        Shuffling visits chunks in random order and rows in random order within each chunk, so a store on disk is
+        read one chunk at a time. An in-memory store is one chunk, so its shuffle is global.
+
+        Example:
+            >>> for batch in store.minibatches(1024, seed=1): ...  # doctest: +SKIP
+        """
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        rng = np.random.default_rng(seed)
+        chunks = self._consolidated_chunks()
+        order = rng.permutation(len(chunks)) if shuffle else np.arange(len(chunks))
+        pending: list[np.ndarray] = []
+        pending_rows = 0
+        for index in order:
+            block = np.asarray(chunks[index], dtype=np.float32)
+            if shuffle:
+                block = block[rng.permutation(len(block))]
+            pending.append(block)
+            pending_rows += len(block)
+            while pending_rows >= batch_size:
+                merged = np.concatenate(pending) if len(pending) > 1 else pending[0]
+                yield merged[:batch_size]
+                pending, pending_rows = [merged[batch_size:]], len(merged) - batch_size
+        if pending_rows:
+            yield np.concatenate(pending)
+
+    def _consolidated_chunks(self) -> list[np.ndarray]:
+        if self.in_memory and len(self._chunks) > 1:
+            self._chunks = [np.concatenate(self._chunks)]
+            self._bounds = np.array([0, len(self._chunks[0])], dtype=np.int64)
+        return self._chunks
+
+    def sample(self, n: int, *, seed: int | None = 0) -> np.ndarray:
+        """``n`` distinct random rows (all rows, in order, if the store has at most ``n``).
+
+        Example:
+            >>> store.sample(10_000).shape  # doctest: +SKIP
+            (10000, 384)
+        """
+        if len(self) <= int(n):
+            return self[:]
+        rng = np.random.default_rng(seed)
+        return self._rows(np.sort(rng.choice(len(self), size=int(n), replace=False)))
+
+    def to_numpy(self) -> np.ndarray:
+        """The whole matrix in RAM (beware: a store on disk can be larger than memory).
+
+        Example:
+            >>> store.to_numpy().shape  # doctest: +SKIP
+        """
+        return self[:]
+
+    # ------------------------------------------------------------------ metadata
+    @property
+    def text_ids(self) -> np.ndarray:
+        """Text id of every row (the index of its text in :attr:`texts`)."""
+        return self._meta["text_id"]
+
+    @property
+    def positions(self) -> np.ndarray:
+        """Token position of every row in its text's encoding (-1 for mean-pooled sentence rows)."""
+        return self._meta["position"]
+
+    @property
+    def offsets(self) -> np.ndarray:
+        """``(rows, 2)`` character span of every row's token in its text."""
+        return np.stack([self._meta["start"], self._meta["end"]], axis=1)
+
+    @property
+    def token_ids(self) -> np.ndarray:
+        """Vocabulary id of every row's token (-1 for pooled sentence rows)."""
+        return self._meta["token_id"]
+
+    def tokens(self, rows: Sequence[int] | np.ndarray | None = None) -> list[str]:
+        """Token strings of the given rows (all rows if ``None``): the text slice, or the special token's string.
+
+        Example:
+            >>> store.tokens([0, 1, 2])  # doctest: +SKIP
+            ['Great', ' food', '.']
+        """
+        rows = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
+        specials = self.info.get("special_tokens", {})
+        out = []
+        for r in rows:
+            text = self.texts[self._meta["text_id"][r]]
+            a, b = int(self._meta["start"][r]), int(self._meta["end"][r])
+            out.append(text[a:b] if b > a else specials.get(str(int(self._meta["token_id"][r])), ""))
+        return out
+
+    def text_rows(self, text_id: int) -> np.ndarray:
+        """Row indices of one text, in position order.
+
+        Example:
+            >>> store.tokens(store.text_rows(0))  # doctest: +SKIP
+        """
+        if not 0 <= int(text_id) < len(self.texts):
+            raise ValueError(f"text id {text_id} out of range; this store holds {len(self.texts)} texts")
+        ids = self._meta["text_id"]
+        return np.arange(np.searchsorted(ids, text_id, "left"), np.searchsorted(ids, text_id, "right"))
+
+    def metadata(self, rows: Sequence[int] | np.ndarray | None = None):
+        """Row metadata as a DataFrame: ``row, text_id, position, token, start, end, token_id``.
+
+        Example:
+            >>> store.metadata([0, 1])  # doctest: +SKIP
+        """
+        import pandas as pd
+
+        rows = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
+        return pd.DataFrame({
+            "row": rows,
+            "text_id": self._meta["text_id"][rows],
+            "position": self._meta["position"][rows],
+            "token": self.tokens(rows),
+            "start": self._meta["start"][rows],
+            "end": self._meta["end"][rows],
+            "token_id": self._meta["token_id"][rows],
+        })
+
+    # ------------------------------------------------------------------ persistence and combination
+    def save(self, path: str | Path) -> Path:
+        """Write the store to a directory (``manifest.json``, ``.npy`` chunks and metadata); reopen with :meth:`open`.
+
+        Example:
+            >>> store.save("acts/layer3")                     # doctest: +SKIP
+            >>> ActivationStore.open("acts/layer3").shape     # doctest: +SKIP
+        """
+        path = Path(path)
+        if path.exists() and any(path.iterdir()):
+            raise FileExistsError(f"{path} is not empty; choose a new directory for the store")
+        writer = _ChunkWriter(path, self.dim)
+        for _, block in self.iter_chunks():
+            writer.write(block)
+        writer.finish(self._meta, self.texts, self.info)
+        return path
+
+    @classmethod
+    def open(cls, path: str | Path) -> "ActivationStore":
+        """Open a store saved with :meth:`save` or collected to ``path`` (also a directory of rank shards).
+
+        Example:
+            >>> store = ActivationStore.open("acts/layer3")  # doctest: +SKIP
+        """
+        path = Path(path)
+        if (path / "manifest.json").is_file():
+            return cls._open_one(path)
+        shards = sorted(p for p in path.glob("shard-*") if p.is_dir()) if path.is_dir() else []
+        if not shards:
+            raise FileNotFoundError(f"{path} holds no activation store (no manifest.json and no shard-* directories)")
+        stores = [cls._open_one(p) for p in shards]
+        world = {s.info.get("world_size") for s in stores}
+        if len(world) != 1 or len(stores) != next(iter(world)):
+            raise ValueError(f"{path} holds {len(stores)} shards but they were written by world sizes {sorted(world)}; "
+                             "a rank did not finish collecting")
+        return cls.concat(stores)
+
+    @classmethod
+    def _open_one(cls, path: Path) -> "ActivationStore":
+        manifest = json.loads((path / "manifest.json").read_text())
+        if manifest.get("format") != _STORE_FORMAT:
+            raise ValueError(f"{path / 'manifest.json'} is not an interp_widgets activation store")
+        chunks = [np.load(path / name, mmap_mode="r") for name in manifest["chunks"]]
+        meta = {name: np.load(path / f"meta-{name}.npy", mmap_mode="r") for name in META_FIELDS}
+        texts = json.loads((path / "texts.json").read_text())
+        return cls(chunks, meta, texts, manifest["info"], directory=path)
+
+    @classmethod
+    def concat(cls, stores: Sequence["ActivationStore"]) -> "ActivationStore":
+        """Read several stores (for example rank shards) as one; text ids are renumbered to stay unique.
+
+        Example:
+            >>> both = ActivationStore.concat([store_a, store_b])  # doctest: +SKIP
+        """
+        stores = list(stores)
+        if not stores:
+            raise ValueError("no stores to concatenate")
+        dims = {s.dim for s in stores if len(s)}
+        layers = {s.layer for s in stores}
+        if len(dims) > 1 or len(layers) > 1:
+            raise ValueError(f"stores differ in width {sorted(dims)} or layer {sorted(layers)}; concatenate like with like")
+        chunks, meta, texts = [], {name: [] for name in META_FIELDS}, []
+        for store in stores:
+            chunks.extend(store._chunks)
+            for name in META_FIELDS:
+                values = np.asarray(store._meta[name])
+                meta[name].append(values + len(texts) if name == "text_id" else values)
+            texts.extend(store.texts)
+        info = {k: v for k, v in stores[0].info.items() if k not in ("rank", "text_offset")}
+        info["dim"] = dims.pop() if dims else stores[0].dim
+        merged = cls(chunks, {k: np.concatenate(v) for k, v in meta.items()}, texts, info)
+        merged._keep = stores  # keeps temporary directories of the parts alive
+        return merged
+
+    def __repr__(self) -> str:
+        where = "in memory" if self.in_memory else f"on disk at {self.directory}"
+        return (f"ActivationStore({len(self)} {self.unit} rows × {self.dim}, layer={self.layer!r}, "
+                f"{len(self.texts)} texts, {where})")
+
+
+class _ChunkWriter:
+    """Write activation chunks as ``.npy`` files, then the metadata and manifest."""
+
+    def __init__(self, directory: Path, dim: int):
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.dim = dim
+        self.names: list[str] = []
+
+    def write(self, block: np.ndarray) -> None:
+        name = f"chunk-{len(self.names):05d}.npy"
+        np.save(self.directory / name, np.ascontiguousarray(block, dtype=np.float32))
+        self.names.append(name)
+
+    def finish(self, meta: dict[str, np.ndarray], texts: Sequence[str], info: dict) -> None:
+        for name in META_FIELDS:
+            np.save(self.directory / f"meta-{name}.npy", np.asarray(meta[name], dtype=np.int64))
+        (self.directory / "texts.json").write_text(json.dumps(list(texts)))
+        manifest = {"format": _STORE_FORMAT, "version": 1, "chunks": self.names, "info": {**info, "dim": self.dim}}
+        (self.directory / "manifest.json").write_text(json.dumps(manifest, indent=1))
+
+
+class _Collector:
+    """Buffers rows in memory and spills them to disk chunk by chunk once the budget is exceeded."""
+
+    def __init__(self, budget: int, path: Path | None):
+        self.budget = budget
+        self.chunk_bytes = max(4096, min(budget // 4, 256 << 20))
+        self.path = path
+        self.buffer: list[np.ndarray] = []
+        self.buffered = 0
+        self.total = 0
+        self.meta: dict[str, list[np.ndarray]] = {name: [] for name in META_FIELDS}
+        self.writer: _ChunkWriter | None = None
+        self.tmp: tempfile.TemporaryDirectory | None = None
+        self.dim: int | None = None
+
+    def add(self, rows: np.ndarray, meta: dict[str, np.ndarray]) -> None:
+        if self.dim is None:
+            self.dim = rows.shape[1]
+        self.buffer.append(rows)
+        self.buffered += rows.nbytes
+        self.total += rows.nbytes
+        for name in META_FIELDS:
+            self.meta[name].append(np.asarray(meta[name], dtype=np.int64))
+        if self.writer is None and (self.path is not None or self.total > self.budget):
+            directory = self.path
+            if directory is None:
+                self.tmp = tempfile.TemporaryDirectory(prefix="interp_widgets_acts_")
+                directory = Path(self.tmp.name)
+            self.writer = _ChunkWriter(directory, self.dim)
+        if self.writer is not None and self.buffered >= self.chunk_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        if self.buffer and self.writer is not None:
+            self.writer.write(np.concatenate(self.buffer))
+            self.buffer, self.buffered = [], 0
+
+    def finish(self, texts: Sequence[str], info: dict) -> ActivationStore:
+        dim = self.dim if self.dim is not None else int(info.get("dim", 0))
+        meta = {name: (np.concatenate(v) if v else np.zeros(0, np.int64)) for name, v in self.meta.items()}
+        if self.writer is None:
+            rows = np.concatenate(self.buffer) if self.buffer else np.zeros((0, dim), np.float32)
+            return ActivationStore([rows], meta, texts, {**info, "dim": dim})
+        self.flush()
+        self.writer.finish(meta, texts, {**info, "dim": dim})
+        store = ActivationStore._open_one(self.writer.directory)
+        if self.tmp is not None:
+            store._tmp = self.tmp  # the directory is deleted when the store is garbage-collected
+            weakref.finalize(store, shutil.rmtree, self.tmp.name, True)
+        return store
+
+
+def _default_pooling(adapter: ModelAdapter) -> str:
+    if adapter.task == TASK_CAUSAL_LM or adapter.tokenizer.cls_token_id is None:
+        return "last"
+    return "cls"
+
+
+def collect_activations(
+    model,
+    tokenizer,
+    texts: str | Sequence[str],
+    *,
+    layer: str | int,
+    unit: str = "token",
+    pooling: str | None = None,
+    include_special: bool = False,
+    memory_budget: int | str = "1GB",
+    path: str | Path | None = None,
+    process_group=None,
+    max_batch_tokens: int = 8192,
+    progress: bool = True,
+) -> ActivationStore:
+    """Run ``model`` over ``texts`` and store the output of ``layer`` per token or per text.
+
+    Args:
+        model, tokenizer: a Hugging Face classifier, causal LM or masked LM and its fast tokenizer.
+        texts: one text or a list of texts.
+        layer: ``"layer:i"``, an int block index, or a module path (``adapter.layer_names()`` lists them).
+        unit: ``"token"`` (one row per token) or ``"sentence"`` (one pooled row per text).
+        pooling: for ``unit="sentence"``: ``"cls"`` (first token), ``"mean"`` (over kept tokens) or ``"last"``
+            (last kept token). Default ``"last"`` for causal LMs and tokenizers without a CLS token, else ``"cls"``.
+        include_special: keep special tokens ([CLS], [SEP], BOS…) as rows; padding is always dropped.
+        memory_budget: bytes of activations kept in RAM; beyond that, chunks stream to disk (a temporary directory
+            removed with the store, or ``path``).
+        path: a directory to write the store to (always on disk); required with ``process_group``.
+        process_group: a ``torch.distributed`` group; each rank collects a contiguous shard of the texts into
+            ``path/shard-<rank>`` and, after a barrier, every rank returns the store of all shards.
+        max_batch_tokens: padded tokens per forward pass.
+        progress: show a tqdm progress bar.
+
+    The layers after ``layer`` are not run. The model is left untouched (modes restored, hooks removed).
+
+    Example:
+        >>> store = collect_activations(model, tokenizer, demo.corpus(), layer="layer:3")         # doctest: +SKIP
+        >>> pooled = collect_activations(model, tokenizer, texts, layer=-1, unit="sentence")     # doctest: +SKIP
+    """
+    from tqdm.auto import tqdm
+
+    adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
+    layer_path, _ = adapter.get_layer(layer)
+    if isinstance(texts, str):
+        texts = [texts]
+    texts = list(texts)
+    if not texts:
+        raise ValueError("no texts given; pass a string or a non-empty list of strings.")
+    if unit not in UNITS:
+        raise ValueError(f"unknown unit {unit!r}; use one of {UNITS}")
+    if pooling is not None and unit != "sentence":
+        raise ValueError("pooling applies to unit='sentence' only; drop it or set unit='sentence'")
+    if unit == "sentence":
+        pooling = pooling or _default_pooling(adapter)
+        if pooling not in POOLINGS:
+            raise ValueError(f"unknown pooling {pooling!r}; use one of {POOLINGS}")
+        if pooling == "cls" and tokenizer.cls_token_id is None:
+            raise ValueError("pooling='cls' needs a tokenizer that adds a CLS token; use pooling='last' or 'mean'")
+    budget = parse_bytes(memory_budget)
+
+    rank, world, offset = 0, 1, 0
+    if process_group is not None:
+        import torch.distributed as dist
+
+        if path is None:
+            raise ValueError("distributed collection writes each rank's shard to disk; pass path= (a shared directory)")
+        rank, world = dist.get_rank(process_group), dist.get_world_size(process_group)
+        bounds = np.linspace(0, len(texts), world + 1).round().astype(int)
+        offset = int(bounds[rank])
+        texts = texts[bounds[rank]:bounds[rank + 1]]
+        shard_path = Path(path) / f"shard-{rank:05d}"
+    else:
+        shard_path = None if path is None else Path(path)
+    if shard_path is not None and shard_path.exists() and any(shard_path.iterdir()):
+        raise FileExistsError(f"{shard_path} is not empty; choose a new directory for the store")
+
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    collector = _Collector(budget, shard_path)
+    specials: dict[str, str] = {}
+    captured: dict[str, torch.Tensor] = {}
+
+    def hook(module, inputs, output):
+        captured["hidden"] = (output[0] if isinstance(output, (tuple, list)) else output).detach()
+        raise _StopForward
+
+    bar = tqdm(total=len(texts), desc=f"activations {layer_path}", unit="text", disable=not progress)
+    try:
+        with adapter.evaluation(), torch.inference_mode(), adapter.hooks({layer_path: hook}):
+            for window in range(0, len(texts), _WINDOW_TEXTS):
+                window_texts = texts[window:window + _WINDOW_TEXTS]
+                encodings = []
+                for j, text in enumerate(window_texts):
+                    try:
+                        encodings.append(adapter.encode(text))
+                    except (TypeError, ValueError) as err:
+                        raise type(err)(f"text {offset + window + j}: {err}") from None
+                per_text: dict[int, tuple[np.ndarray, dict]] = {}
+                for batch in adapter.length_buckets([len(e) for e in encodings]):
+                    longest = max(len(encodings[i]) for i in batch)
+                    ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
+                    mask = torch.zeros((len(batch), longest), dtype=torch.long)
+                    for row, i in enumerate(batch):
+                        ids[row, :len(encodings[i])] = torch.from_numpy(encodings[i].input_ids)
+                        mask[row, :len(encodings[i])] = 1
+                    captured.clear()
+                    try:
+                        model(input_ids=ids.to(adapter.device), attention_mask=mask.to(adapter.device))
+                    except _StopForward:
+                        pass
+                    if "hidden" not in captured:
+                        raise RuntimeError(f"layer {layer_path} did not run during the forward pass")
+                    hidden = captured["hidden"].float().cpu().numpy()
+                    for row, i in enumerate(batch):
+                        per_text[i] = _rows_of(encodings[i], hidden[row, :len(encodings[i])], unit, pooling,
+                                               include_special, window + i, specials)
+                    bar.update(len(batch))
+                for i in range(len(encodings)):
+                    rows, meta = per_text[i]
+                    collector.add(rows, meta)
+    finally:
+        bar.close()
+    info = {
+        "layer": layer_path, "unit": unit, "pooling": pooling, "include_special": include_special,
+        "model": type(model).__name__, "name_or_path": str(getattr(model.config, "_name_or_path", "")),
+        "special_tokens": specials, "rank": rank, "world_size": world, "text_offset": offset,
+    }
+    if collector.dim is None:  # an empty shard still records the width, read from the layer's config
+        info["dim"] = int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0) or 0)
+    store = collector.finish(texts, info)
+    if process_group is None:
+        return store
+    import torch.distributed as dist
+
+    dist.barrier(group=process_group)
+    return ActivationStore.open(path)
+
+
+def _rows_of(enc, hidden: np.ndarray, unit: str, pooling: str | None, include_special: bool, text_id: int,
+             specials: dict[str, str]) -> tuple[np.ndarray, dict]:
+    keep = np.ones(len(enc), bool) if include_special else ~enc.special_mask
+    for i in np.flatnonzero(enc.special_mask & keep):
+        specials.setdefault(str(int(enc.input_ids[i])), enc.tokens[i])
+    if unit == "token":
+        index = np.flatnonzero(keep)
+        meta = {"text_id": np.full(len(index), text_id), "position": index, "start": enc.offsets[index, 0],
+                "end": enc.offsets[index, 1], "token_id": enc.input_ids[index]}
+        return np.ascontiguousarray(hidden[index], dtype=np.float32), meta
+    kept = np.flatnonzero(keep)
+    if not len(kept):
+        raise ValueError(f"text {text_id} has no tokens left after dropping special tokens")
+    if pooling == "mean":
+        row, position, token_id = hidden[kept].mean(axis=0), -1, -1
+    else:
+        position = 0 if pooling == "cls" else int(kept[-1])
+        row, token_id = hidden[position], int(enc.input_ids[position])
+    meta = {"text_id": [text_id], "position": [position], "start": [0], "end": [len(enc.text)], "token_id": [token_id]}
+    return np.asarray(row, dtype=np.float32)[None], meta

@@ -1,0 +1,666 @@
+"""Concept models: decompositions of activations into concept coefficients and concept directions.
+
+Every concept model follows the scikit-learn estimator API: ``fit(X)``, ``transform(X) -> C`` (rows × concepts),
+``inverse_transform(C) -> X̂`` and ``components_`` (concepts × features). ``X`` may be a numpy array, a torch tensor
+or an :class:`~interp_widgets.concepts.ActivationStore`. Decoding is affine for every model here,
+``X̂ = C @ components_ + offset_``, which makes concept importance exact (see :mod:`.importance`).
+
+The scikit-learn methods are wrapped, not rewritten: the fitted estimator is ``model.estimator_``. Semi-NMF is not in
+scikit-learn and is implemented here (multiplicative updates of Ding, Li & Jordan, 2010).
+
+NMF needs non-negative data and hidden states are signed, so :class:`NMFConcepts` asks for an explicit choice,
+recorded in ``model.nonnegative`` and ``model.fit_info_``:
+
+- ``"shift"``: subtract the per-feature minimum of the training data (``shift_``), clip new data at that floor, and
+  add the shift back when decoding. Lossless on the training data.
+- ``"relu"``: keep only the positive part ``max(X, 0)``; decoding cannot restore negative values.
+- or use :class:`SemiNMFConcepts`: non-negative coefficients with signed directions, on the raw activations.
+
+Example:
+    >>> model = NMFConcepts(20, nonnegative="shift").fit(store)  # doctest: +SKIP
+    >>> coefficients = model.transform(store[:100])              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from interp_widgets.concepts._io import load_bundle, save_bundle
+
+_FORMAT = "interp_widgets.ConceptModel"
+CONCEPT_MODELS: dict[str, type["ConceptModel"]] = {}
+
+
+def _as_matrix(X, *, name: str = "X") -> np.ndarray:
+    from interp_widgets.concepts.activations import ActivationStore
+
+    if isinstance(X, ActivationStore):
+        X = X.to_numpy()
+    elif isinstance(X, torch.Tensor):
+        X = X.detach().cpu().float().numpy()
+    try:
+        X = np.asarray(X, dtype=np.float32)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"{name} must be a 2-D array, torch tensor or ActivationStore ({err})") from None
+    if X.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (rows × features), got shape {X.shape}")
+    if not np.isfinite(X).all():
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return X
+
+
+class ConceptModel:
+    """Base class of concept models: a fitted affine decoder plus an encoder, with persistence.
+
+    Subclasses implement ``_fit(X)``, ``_transform(X)`` and set ``components_`` / ``offset_``.
+
+    Example:
+        >>> model = PCAConcepts(10).fit(X)              # doctest: +SKIP
+        >>> model.inverse_transform(model.transform(X))  # doctest: +SKIP
+        >>> ConceptModel.load(model.save("pca.safetensors")).n_concepts  # doctest: +SKIP
+        10
+    """
+
+    name: ClassVar[str] = ""
+    components_: np.ndarray
+    offset_: np.ndarray
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.name:
+            CONCEPT_MODELS[cls.name] = cls
+
+    def __init__(self, n_concepts: int, **params):
+        if isinstance(n_concepts, bool) or not isinstance(n_concepts, (int, np.integer)) or n_concepts < 1:
+            raise ValueError(f"n_concepts must be a positive int, got {n_concepts!r}")
+        self.n_concepts = int(n_concepts)
+        self.params = params
+        self.layer_: str | None = None
+        self.n_features_in_: int | None = None
+        self.fit_info_: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ estimator API
+    @property
+    def is_fitted(self) -> bool:
+        """Whether :meth:`fit` (or :meth:`load`) has run."""
+        return self.n_features_in_ is not None
+
+    def fit(self, X, y=None) -> "ConceptModel":
+        """Fit on activations ``X`` (array, tensor or ActivationStore); returns ``self``.
+
+        Example:
+            >>> model = ICAConcepts(8).fit(store)  # doctest: +SKIP
+        """
+        from interp_widgets.concepts.activations import ActivationStore
+
+        n_rows, n_features = (len(X), X.dim) if isinstance(X, ActivationStore) else _as_matrix(X).shape
+        if n_rows == 0:
+            raise ValueError("cannot fit on zero rows of activations; collect activations from at least one text")
+        if self.n_concepts > n_rows:
+            raise ValueError(f"n_concepts={self.n_concepts} is more than the {n_rows} samples; "
+                             "use fewer concepts or collect more activations")
+        self._check_size(n_rows, n_features)
+        self.layer_ = X.layer if isinstance(X, ActivationStore) else None
+        self.n_features_in_ = int(n_features)
+        self.fit_info_ = {"rows": int(n_rows)}
+        self._fit(X)
+        self._set_affine_decoder()
+        return self
+
+    def _check_size(self, n_rows: int, n_features: int) -> None:
+        """Subclasses that cannot be overcomplete raise here."""
+
+    def fit_transform(self, X, y=None) -> np.ndarray:
+        """``fit(X)`` then ``transform(X)``.
+
+        Example:
+            >>> C = PCAConcepts(5).fit_transform(X)  # doctest: +SKIP
+        """
+        return self.fit(X).transform(X)
+
+    def transform(self, X) -> np.ndarray:
+        """Concept coefficients of ``X``: a ``(rows, n_concepts)`` float array.
+
+        Example:
+            >>> model.transform(store[:10]).shape  # doctest: +SKIP
+            (10, 20)
+        """
+        X = self._check_input(X)
+        return np.asarray(self._transform(X), dtype=np.float32)
+
+    def inverse_transform(self, C) -> np.ndarray:
+        """Reconstruct activations from concept coefficients: ``C @ components_ + offset_``.
+
+        Example:
+            >>> X_hat = model.inverse_transform(model.transform(X))  # doctest: +SKIP
+        """
+        self._check_fitted()
+        C = _as_matrix(C, name="C")
+        if C.shape[1] != self.n_concepts:
+            raise ValueError(f"C has {C.shape[1]} columns but this model has {self.n_concepts} concepts")
+        return C @ self.components_ + self.offset_
+
+    def decode_torch(self, C: torch.Tensor) -> torch.Tensor:
+        """Differentiable decoding ``C @ components_ + offset_`` in torch, in ``C``'s dtype and device.
+
+        Example:
+            >>> model.decode_torch(torch.zeros(1, model.n_concepts)).shape  # doctest: +SKIP
+        """
+        self._check_fitted()
+        weight = torch.as_tensor(self.components_, dtype=C.dtype, device=C.device)
+        offset = torch.as_tensor(self.offset_, dtype=C.dtype, device=C.device)
+        return C @ weight + offset
+
+    def _set_affine_decoder(self) -> None:
+        eye = np.eye(self.n_concepts, dtype=np.float32)
+        zero = np.zeros((1, self.n_concepts), dtype=np.float32)
+        self.offset_ = np.asarray(self._inverse(zero), dtype=np.float32)[0]
+        self.components_ = np.asarray(self._inverse(eye), dtype=np.float32) - self.offset_
+
+    def _check_fitted(self) -> None:
+        if not self.is_fitted:
+            raise ValueError(f"this {type(self).__name__} is not fitted yet; call fit(activations) first")
+
+    def _check_input(self, X) -> np.ndarray:
+        self._check_fitted()
+        X = _as_matrix(X)
+        if X.shape[1] != self.n_features_in_:
+            where = f" (layer {self.layer_})" if self.layer_ else ""
+            raise ValueError(f"this concept model was fitted on {self.n_features_in_} features{where} but got "
+                             f"{X.shape[1]}; transform activations from the same layer and model")
+        return X
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _fit(self, X) -> None:
+        raise NotImplementedError
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _inverse(self, C: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ persistence
+    def _state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Arrays and JSON needed to rebuild the fitted model (subclasses extend)."""
+        return {"components_": self.components_, "offset_": self.offset_}, {}
+
+    def _restore(self, arrays: dict[str, np.ndarray], extra: dict[str, Any]) -> None:
+        self.components_, self.offset_ = arrays["components_"], arrays["offset_"]
+
+    def save(self, path: str | Path) -> Path:
+        """Write the fitted model to one safetensors file with a JSON header (never pickle).
+
+        Example:
+            >>> path = model.save("nmf20.safetensors")  # doctest: +SKIP
+        """
+        self._check_fitted()
+        arrays, extra = self._state()
+        meta = {"class": self.name, "n_concepts": self.n_concepts, "params": self.params, "layer": self.layer_,
+                "n_features_in": self.n_features_in_, "fit_info": self.fit_info_, "extra": extra}
+        return save_bundle(path, _FORMAT, arrays, meta)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ConceptModel":
+        """Read a model written by :meth:`save`; ``ConceptModel.load`` returns the right subclass.
+
+        Example:
+            >>> model = ConceptModel.load("nmf20.safetensors")  # doctest: +SKIP
+        """
+        arrays, meta = load_bundle(path, _FORMAT)
+        klass = CONCEPT_MODELS.get(meta["class"])
+        if klass is None:
+            raise ValueError(f"{path} holds an unknown concept model {meta['class']!r}")
+        if cls is not ConceptModel and not issubclass(klass, cls):
+            raise ValueError(f"{path} holds a {klass.__name__}, not a {cls.__name__}")
+        model = klass(meta["n_concepts"], **meta["params"])
+        model.layer_, model.n_features_in_, model.fit_info_ = meta["layer"], meta["n_features_in"], meta["fit_info"]
+        model._restore(arrays, meta["extra"])
+        return model
+
+    def __repr__(self) -> str:
+        params = "".join(f", {k}={v!r}" for k, v in self.params.items())
+        state = f"fitted on {self.n_features_in_} features" if self.is_fitted else "not fitted"
+        return f"{type(self).__name__}({self.n_concepts}{params}) [{state}]"
+
+
+# ---------------------------------------------------------------------- scikit-learn wrappers
+def _json_scalar(value) -> bool:
+    return value is None or isinstance(value, (bool, int, float, str, np.generic))
+
+
+class SklearnConcepts(ConceptModel):
+    """A scikit-learn decomposition or clustering estimator used as a concept model.
+
+    ``estimator_`` is the fitted scikit-learn object; keyword arguments go to its constructor, except
+    ``max_fit_rows``: a store with more rows is fitted on a random sample of that size, or streamed through
+    ``partial_fit`` for estimators that have it (``fit_info_["mode"]`` says which).
+
+    Example:
+        >>> model = PCAConcepts(16, random_state=0).fit(X)          # doctest: +SKIP
+        >>> model.estimator_.explained_variance_ratio_.sum()         # doctest: +SKIP
+    """
+
+    estimator_class: ClassVar[Any] = None
+    size_param: ClassVar[str] = "n_components"
+    undercomplete: ClassVar[bool] = False
+
+    def __init__(self, n_concepts: int, *, max_fit_rows: int = 200_000, stream_epochs: int = 1, **params):
+        super().__init__(n_concepts, max_fit_rows=max_fit_rows, stream_epochs=stream_epochs, **params)
+        if self.size_param in params:
+            raise ValueError(f"pass the number of concepts as n_concepts, not {self.size_param}")
+        if params.get("split_sign"):
+            raise ValueError("split_sign=True doubles the coefficients and breaks the concept API; leave it False")
+        self.max_fit_rows = int(max_fit_rows)
+        self.stream_epochs = int(stream_epochs)
+        self.estimator_params = params
+        self.estimator_ = None
+
+    def _new_estimator(self):
+        return self.estimator_class(**{self.size_param: self.n_concepts}, **self.estimator_params)
+
+    def _check_size(self, n_rows: int, n_features: int) -> None:
+        if self.undercomplete and self.n_concepts > n_features:
+            raise ValueError(f"{type(self).__name__} finds at most as many concepts as features: n_concepts="
+                             f"{self.n_concepts} > {n_features} features. Use fewer concepts, or an overcomplete "
+                             "method (NMF, dictionary learning, sparse autoencoder)")
+
+    def _prepare(self, X: np.ndarray) -> np.ndarray:
+        """Map raw activations to the estimator's input space (identity except for NMF)."""
+        return X
+
+    def _fit(self, X) -> None:
+        from interp_widgets.concepts.activations import ActivationStore
+
+        self.estimator_ = self._new_estimator()
+        if not isinstance(X, ActivationStore) or len(X) <= self.max_fit_rows:
+            self.estimator_.fit(self._prepare_fit(_as_matrix(X)))
+            self.fit_info_["mode"] = "full"
+        elif hasattr(self.estimator_, "partial_fit"):
+            self._prepare_fit_stream(X)
+            batch = max(self.n_concepts, int(getattr(self.estimator_, "batch_size", None) or 4096))
+            for epoch in range(self.stream_epochs):
+                for block in X.minibatches(batch, seed=epoch):
+                    if len(block) >= self.n_concepts:
+                        self.estimator_.partial_fit(self._prepare(block))
+            self.fit_info_.update(mode="streamed", epochs=self.stream_epochs)
+        else:
+            self.estimator_.fit(self._prepare_fit(X.sample(self.max_fit_rows)))
+            self.fit_info_.update(mode="sample", sampled_rows=self.max_fit_rows)
+
+    def _prepare_fit(self, X: np.ndarray) -> np.ndarray:
+        return self._prepare(X)
+
+    def _prepare_fit_stream(self, store) -> None:
+        """Called once before streaming a store through ``partial_fit``."""
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        return self.estimator_.transform(self._prepare(X))
+
+    def _inverse(self, C: np.ndarray) -> np.ndarray:
+        return self.estimator_.inverse_transform(C)
+
+    def _state(self):
+        arrays, extra = super()._state()
+        scalars = {}
+        for key, value in vars(self.estimator_).items():
+            if not (key.endswith("_") or key.startswith("_")):
+                continue
+            if isinstance(value, np.ndarray) and value.dtype != object:
+                arrays[f"estimator.{key}"] = value
+            elif _json_scalar(value):
+                scalars[key] = value.item() if isinstance(value, np.generic) else value
+        extra["estimator_state"] = scalars
+        return arrays, extra
+
+    def _restore(self, arrays, extra) -> None:
+        super()._restore(arrays, extra)
+        self.estimator_ = self._new_estimator()
+        for key, value in extra["estimator_state"].items():
+            setattr(self.estimator_, key, value)
+        for key, value in arrays.items():
+            if key.startswith("estimator."):
+                setattr(self.estimator_, key[len("estimator."):], value)
+
+
+class PCAConcepts(SklearnConcepts):
+    """Principal components as concepts (wraps ``sklearn.decomposition.PCA``); coefficients are signed.
+
+    Example:
+        >>> PCAConcepts(10).fit(X).components_.shape  # doctest: +SKIP
+        (10, 384)
+    """
+
+    name = "pca"
+    undercomplete = True
+
+    @property
+    def estimator_class(self):
+        from sklearn.decomposition import PCA
+
+        return PCA
+
+
+class IncrementalPCAConcepts(PCAConcepts):
+    """PCA fitted batch by batch (wraps ``sklearn.decomposition.IncrementalPCA``); streams large stores.
+
+    Example:
+        >>> IncrementalPCAConcepts(10, max_fit_rows=50_000).fit(store).fit_info_["mode"]  # doctest: +SKIP
+        'streamed'
+    """
+
+    name = "incremental_pca"
+
+    @property
+    def estimator_class(self):
+        from sklearn.decomposition import IncrementalPCA
+
+        return IncrementalPCA
+
+
+class SVDConcepts(SklearnConcepts):
+    """Truncated SVD directions (wraps ``sklearn.decomposition.TruncatedSVD``; no centring).
+
+    Example:
+        >>> SVDConcepts(10).fit(X).transform(X).shape  # doctest: +SKIP
+    """
+
+    name = "svd"
+    undercomplete = True
+
+    @property
+    def estimator_class(self):
+        from sklearn.decomposition import TruncatedSVD
+
+        return TruncatedSVD
+
+    def _check_size(self, n_rows, n_features):
+        if self.n_concepts >= n_features:
+            raise ValueError(f"TruncatedSVD needs n_concepts < features; got n_concepts={self.n_concepts} for "
+                             f"{n_features} features. Use fewer concepts or PCAConcepts")
+
+
+class ICAConcepts(SklearnConcepts):
+    """Independent components (wraps ``sklearn.decomposition.FastICA``); directions are ``mixing_.T``.
+
+    Example:
+        >>> ICAConcepts(8, random_state=0).fit(X).components_.shape  # doctest: +SKIP
+    """
+
+    name = "ica"
+    undercomplete = True
+
+    @property
+    def estimator_class(self):
+        from sklearn.decomposition import FastICA
+
+        return FastICA
+
+
+class KMeansConcepts(SklearnConcepts):
+    """Cluster centres as concepts (wraps ``sklearn.cluster.KMeans``).
+
+    ``transform`` returns the one-hot cluster assignment, so ``inverse_transform`` gives each row its centre and
+    ``components_`` are the centres. ``distances(X)`` is scikit-learn's ``transform`` (distance to each centre).
+
+    Example:
+        >>> model = KMeansConcepts(12, random_state=0).fit(X)  # doctest: +SKIP
+        >>> model.transform(X).sum(1)                           # doctest: +SKIP
+        array([1., 1., ...])
+    """
+
+    name = "kmeans"
+    size_param = "n_clusters"
+
+    @property
+    def estimator_class(self):
+        from sklearn.cluster import KMeans
+
+        return KMeans
+
+    def _transform(self, X):
+        labels = self.estimator_.predict(X)
+        return np.eye(self.n_concepts, dtype=np.float32)[labels]
+
+    def _inverse(self, C):
+        return C @ self.estimator_.cluster_centers_
+
+    def distances(self, X) -> np.ndarray:
+        """Distance of every row to every centre (scikit-learn's ``KMeans.transform``).
+
+        Example:
+            >>> model.distances(X[:3]).shape  # doctest: +SKIP
+            (3, 12)
+        """
+        return self.estimator_.transform(self._check_input(X))
+
+
+class MiniBatchKMeansConcepts(KMeansConcepts):
+    """K-means by minibatches (wraps ``sklearn.cluster.MiniBatchKMeans``); streams large stores.
+
+    Example:
+        >>> MiniBatchKMeansConcepts(50, random_state=0).fit(store)  # doctest: +SKIP
+    """
+
+    name = "minibatch_kmeans"
+
+    @property
+    def estimator_class(self):
+        from sklearn.cluster import MiniBatchKMeans
+
+        return MiniBatchKMeans
+
+
+class DictionaryLearningConcepts(SklearnConcepts):
+    """Sparse dictionary learning (wraps ``sklearn.decomposition.DictionaryLearning``); may be overcomplete.
+
+    Example:
+        >>> DictionaryLearningConcepts(64, alpha=0.5, random_state=0).fit(X)  # doctest: +SKIP
+    """
+
+    name = "dictionary_learning"
+
+    @property
+    def estimator_class(self):
+        from sklearn.decomposition import DictionaryLearning
+
+        return DictionaryLearning
+
+
+class MiniBatchDictionaryLearningConcepts(DictionaryLearningConcepts):
+    """Dictionary learning by minibatches (wraps ``MiniBatchDictionaryLearning``); streams large stores.
+
+    Example:
+        >>> MiniBatchDictionaryLearningConcepts(64, random_state=0).fit(store)  # doctest: +SKIP
+    """
+
+    name = "minibatch_dictionary_learning"
+
+    @property
+    def estimator_class(self):
+        from sklearn.decomposition import MiniBatchDictionaryLearning
+
+        return MiniBatchDictionaryLearning
+
+
+NONNEGATIVE_CHOICES = ("shift", "relu")
+
+
+class NMFConcepts(SklearnConcepts):
+    """Non-negative matrix factorisation (wraps ``sklearn.decomposition.NMF``) with an explicit sign policy.
+
+    Args:
+        n_concepts: number of concepts (may exceed the number of features).
+        nonnegative: how signed activations become non-negative: ``"shift"`` (subtract the training minimum per
+            feature, add it back when decoding) or ``"relu"`` (keep the positive part). ``None`` (default) accepts
+            only non-negative data and raises a ValueError otherwise. For signed directions use
+            :class:`SemiNMFConcepts`.
+
+    Example:
+        >>> model = NMFConcepts(20, nonnegative="shift", random_state=0).fit(store)  # doctest: +SKIP
+        >>> model.fit_info_["nonnegative"]                                          # doctest: +SKIP
+        'shift'
+    """
+
+    name = "nmf"
+
+    def __init__(self, n_concepts: int, *, nonnegative: str | None = None, **params):
+        if nonnegative is not None and nonnegative not in NONNEGATIVE_CHOICES:
+            raise ValueError(f"unknown nonnegative={nonnegative!r}; use one of {NONNEGATIVE_CHOICES}, or None for "
+                             "data that is already non-negative")
+        super().__init__(n_concepts, **params)
+        self.params["nonnegative"] = nonnegative
+        self.nonnegative = nonnegative
+        self.shift_: np.ndarray | None = None
+
+    @property
+    def estimator_class(self):
+        from sklearn.decomposition import NMF
+
+        return NMF
+
+    def _prepare_fit(self, X: np.ndarray) -> np.ndarray:
+        self._set_shift(X.min(axis=0))
+        return self._prepare(X)
+
+    def _prepare_fit_stream(self, store) -> None:
+        low = np.full(store.dim, np.inf, dtype=np.float32)
+        for _, block in store.iter_chunks():
+            low = np.minimum(low, block.min(axis=0))
+        self._set_shift(low)
+
+    def _set_shift(self, minimum: np.ndarray) -> None:
+        if self.nonnegative is None and (minimum < 0).any():
+            raise ValueError(
+                f"NMF needs non-negative data but these activations go down to {float(minimum.min()):.3g}. "
+                "Choose how to handle signs: NMFConcepts(..., nonnegative='shift') or nonnegative='relu', "
+                "or use SemiNMFConcepts (signed directions, non-negative coefficients)"
+            )
+        self.shift_ = np.minimum(minimum, 0).astype(np.float32) if self.nonnegative == "shift" else None
+        self.fit_info_["nonnegative"] = self.nonnegative or "data already non-negative"
+
+    def _prepare(self, X: np.ndarray) -> np.ndarray:
+        if self.shift_ is not None:
+            X = X - self.shift_
+        return np.maximum(X, 0) if self.nonnegative else X
+
+    def _inverse(self, C):
+        X = self.estimator_.inverse_transform(C)
+        return X + self.shift_ if self.shift_ is not None else X
+
+    def _check_input(self, X):
+        X = super()._check_input(X)
+        if self.nonnegative is None and (X < 0).any():
+            raise ValueError("this NMF model was fitted without a sign policy and X has negative values; refit with "
+                             "nonnegative='shift' or 'relu'")
+        return X
+
+    def _state(self):
+        arrays, extra = super()._state()
+        if self.shift_ is not None:
+            arrays["shift_"] = self.shift_
+        return arrays, extra
+
+    def _restore(self, arrays, extra):
+        super()._restore(arrays, extra)
+        self.shift_ = arrays.get("shift_")
+
+
+class MiniBatchNMFConcepts(NMFConcepts):
+    """NMF by minibatches (wraps ``sklearn.decomposition.MiniBatchNMF``); streams large stores.
+
+    Example:
+        >>> MiniBatchNMFConcepts(50, nonnegative="relu", random_state=0).fit(store)  # doctest: +SKIP
+    """
+
+    name = "minibatch_nmf"
+
+    @property
+    def estimator_class(self):
+        from sklearn.decomposition import MiniBatchNMF
+
+        return MiniBatchNMF
+
+
+# ---------------------------------------------------------------------- semi-NMF
+def _pos(A: torch.Tensor) -> torch.Tensor:
+    return (A.abs() + A) / 2
+
+
+def _neg(A: torch.Tensor) -> torch.Tensor:
+    return (A.abs() - A) / 2
+
+
+class SemiNMFConcepts(ConceptModel):
+    """Semi-NMF: ``X ≈ C @ D`` with non-negative coefficients ``C`` and signed directions ``D``, on raw activations.
+
+    Multiplicative updates of Ding, Li & Jordan (2010): ``D`` is the least-squares solution given ``C``, and
+    ``C ← C ⊙ sqrt(((XDᵀ)⁺ + C(DDᵀ)⁻) / ((XDᵀ)⁻ + C(DDᵀ)⁺))``. Initialised from k-means assignments (+0.2).
+    ``transform`` runs the ``C`` update with ``D`` fixed.
+
+    Example:
+        >>> model = SemiNMFConcepts(20, random_state=0).fit(store.sample(50_000))  # doctest: +SKIP
+        >>> (model.transform(X) >= 0).all()                                         # doctest: +SKIP
+        True
+    """
+
+    name = "semi_nmf"
+
+    def __init__(self, n_concepts: int, *, max_iter: int = 200, transform_iter: int = 100, tol: float = 1e-5,
+                 random_state: int = 0, max_fit_rows: int = 200_000):
+        super().__init__(n_concepts, max_iter=max_iter, transform_iter=transform_iter, tol=tol,
+                         random_state=random_state, max_fit_rows=max_fit_rows)
+        self.max_iter, self.transform_iter, self.tol = int(max_iter), int(transform_iter), float(tol)
+        self.random_state, self.max_fit_rows = random_state, int(max_fit_rows)
+
+    def _fit(self, X) -> None:
+        from sklearn.cluster import KMeans
+
+        from interp_widgets.concepts.activations import ActivationStore
+
+        if isinstance(X, ActivationStore):
+            X = X.sample(self.max_fit_rows, seed=self.random_state)
+        X = _as_matrix(X)
+        labels = KMeans(self.n_concepts, n_init=1, random_state=self.random_state).fit_predict(X)
+        Xt = torch.from_numpy(X).double()
+        C = torch.from_numpy(np.eye(self.n_concepts)[labels] + 0.2)
+        previous = np.inf
+        for iteration in range(self.max_iter):
+            D = torch.linalg.lstsq(C, Xt).solution
+            C = self._update(Xt, C, D)
+            error = float(torch.linalg.norm(Xt - C @ D) / torch.linalg.norm(Xt))
+            if previous - error < self.tol:
+                break
+            previous = error
+        self.D_ = torch.linalg.lstsq(C, Xt).solution.float().numpy()
+        self.fit_info_.update(n_iter=iteration + 1, relative_error=error, nonnegative="semi-NMF (signed directions)")
+
+    @staticmethod
+    def _update(X: torch.Tensor, C: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+        XD, DD = X @ D.T, D @ D.T
+        numerator = _pos(XD) + C @ _neg(DD)
+        denominator = _neg(XD) + C @ _pos(DD)
+        return C * torch.sqrt(numerator / denominator.clamp_min(1e-12))
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        Xt, D = torch.from_numpy(X).double(), torch.from_numpy(self.D_).double()
+        C = (Xt @ torch.linalg.pinv(D)).clamp_min(0) + 1e-3
+        for _ in range(self.transform_iter):
+            C = self._update(Xt, C, D)
+        return C.float().numpy()
+
+    def _inverse(self, C: np.ndarray) -> np.ndarray:
+        return C @ self.D_
+
+    def _state(self):
+        arrays, extra = super()._state()
+        arrays["D_"] = self.D_
+        return arrays, extra
+
+    def _restore(self, arrays, extra):
+        super()._restore(arrays, extra)
+        self.D_ = arrays["D_"]
