@@ -200,12 +200,13 @@ def test_nan_scores_are_skipped_and_shown_as_unseen():
 
 
 # ---------------------------------------------------------------------------------------------- display
-def test_mimebundle_puts_the_widget_view_first_then_static_html():
+def test_mimebundle_puts_the_widget_view_first_then_the_static_svg():
     widget = TokenHighlightWidget(_result())
     data, metadata = widget._repr_mimebundle_()
-    assert list(data) == [WIDGET_VIEW_MIME, "text/html", "text/plain"]
+    # no text/html: nbconvert would prefer it over the SVG, and its sanitiser strips the colours
+    assert list(data) == [WIDGET_VIEW_MIME, "image/svg+xml", "text/plain"]
     assert data[WIDGET_VIEW_MIME]["model_id"] == widget.model_id
-    assert data["text/html"] == widget.static_html()
+    assert data["image/svg+xml"] == widget.static_svg()
     assert data["text/plain"] == repr(widget)
     assert isinstance(metadata, dict)
 
@@ -248,10 +249,13 @@ def test_static_html_escapes_untrusted_text_and_has_no_script():
 def test_error_trait_replaces_the_fallback_with_an_escaped_message():
     widget = TokenHighlightWidget(_result())
     widget.error = "attribution failed for <model>"
-    markup = widget._repr_mimebundle_()[0]["text/html"]
+    markup = widget._fallback_html()
     assert "could not be displayed" in markup
     assert "attribution failed for &lt;model&gt;" in markup
     assert "<span style" not in markup
+    svg = widget._repr_mimebundle_()[0]["image/svg+xml"]
+    assert "could not be displayed" in svg and "attribution failed for &lt;model&gt;" in svg
+    assert "<rect x" not in svg  # no token boxes, only the message
 
 
 # ---------------------------------------------------------------------------------------------- export
@@ -363,4 +367,4 @@ def test_the_engine_result_displays_as_this_widget():
     assert isinstance(widget, TokenHighlightWidget)
     assert widget.completeness_error == pytest.approx([0.01, -0.02])
     assert widget.score_meaning == result.reduce
-    assert list(result._repr_mimebundle_()[0])[:2] == [WIDGET_VIEW_MIME, "text/html"]
+    assert list(result._repr_mimebundle_()[0])[:2] == [WIDGET_VIEW_MIME, "image/svg+xml"]

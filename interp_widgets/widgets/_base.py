@@ -19,6 +19,8 @@ import anywidget
 import numpy as np
 import traitlets
 
+from interp_widgets.widgets._svg import SVG_NS, SvgFigure
+
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 BUNDLE_MISSING = "JS bundle not built; run `npm --prefix js ci && npm --prefix js run build` or reinstall"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -117,14 +119,26 @@ class InterpWidget(anywidget.AnyWidget):
             raise FileNotFoundError(f"{BUNDLE_MISSING} ({STATIC_DIR / (self._bundle + '.js')} does not exist)")
         super().__init__(**kwargs)
 
-    def static_html(self) -> str:
-        """HTML shown where no JavaScript runs (GitHub, nbviewer without state): inline styles, escaped text.
+    def static_svg(self) -> str:
+        """A standalone SVG picture of the current view (the ``image/svg+xml`` fallback): colours, legend, labels.
 
         Example:
-            >>> widget.static_html()  # doctest: +SKIP
-            '<div class="iw-static" …'
+            >>> widget.static_svg()[:4]  # doctest: +SKIP
+            '<svg'
         """
-        raise NotImplementedError(f"{type(self).__name__} must implement static_html()")
+        raise NotImplementedError(f"{type(self).__name__} must implement static_svg()")
+
+    def static_html(self) -> str:
+        """HTML for places that run no JavaScript (an export page's ``<noscript>``): inline, escaped, no script.
+
+        The default inlines :meth:`static_svg`; subclasses may return richer HTML.
+
+        Example:
+            >>> "<svg" in widget.static_html()  # doctest: +SKIP
+            True
+        """
+        svg = self.static_svg().replace(f' xmlns="{SVG_NS}"', "", 1)
+        return f'<div class="iw-static" style="max-width:100%;overflow-x:auto">{svg}</div>'
 
     def _error_html(self, message: str) -> str:
         return (
@@ -134,20 +148,39 @@ class InterpWidget(anywidget.AnyWidget):
             f'<div style="white-space:pre-wrap">{html.escape(message)}</div></div>'
         )
 
-    def _fallback_html(self) -> str:
+    def _error_svg(self, message: str) -> str:
+        figure = SvgFigure(label=f"{type(self).__name__} could not be displayed")
+        figure.text(f"{type(self).__name__} could not be displayed", bold=True, colour="#b42318")
+        for line in message.splitlines() or [""]:
+            figure.text(line, colour="#b42318")
+        return figure.render()
+
+    def _fallback(self, render, error) -> str:
         if self.error:
-            return self._error_html(self.error)
+            return error(self.error)
         try:
-            return self.static_html()
+            return render()
         except Exception as exc:  # a broken fallback must not stop the live widget from displaying
-            return self._error_html(f"static view failed: {type(exc).__name__}: {exc}")
+            return error(f"static view failed: {type(exc).__name__}: {exc}")
+
+    def _fallback_html(self) -> str:
+        return self._fallback(self.static_html, self._error_html)
+
+    def _fallback_svg(self) -> str:
+        return self._fallback(self.static_svg, self._error_svg)
 
     def _repr_mimebundle_(self, **kwargs: Any):
+        """Widget view first, then the static SVG picture and a text summary.
+
+        No ``text/html``: nbconvert prefers it over images, and ``--sanitize-html`` (nbviewer-style rendering) and
+        GitHub strip its inline styles, which would leave uncoloured tokens. The SVG is embedded as an image by
+        nbconvert (sanitised or not), GitHub and nbviewer. :meth:`static_html` remains available for pages.
+        """
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
             return None
         data, metadata = bundle
-        ordered = {WIDGET_VIEW_MIME: data[WIDGET_VIEW_MIME], "text/html": self._fallback_html()}
+        ordered = {WIDGET_VIEW_MIME: data[WIDGET_VIEW_MIME], "image/svg+xml": self._fallback_svg()}
         ordered.update((key, value) for key, value in data.items() if key not in ordered)
         return ordered, metadata
 

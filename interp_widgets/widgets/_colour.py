@@ -44,13 +44,19 @@ def contrast(a, b) -> float:
     return (hi + 0.05) / (lo + 0.05)
 
 
-def score_rgb(score: float, max_abs: float) -> tuple[int, int, int]:
-    """Background colour of ``score`` on a symmetric blue (−) / orange (+) scale of half-width ``max_abs``.
+def score_rgb(score: float, max_abs: float, signed: bool = True) -> tuple[int, int, int]:
+    """Background colour of ``score`` on a symmetric blue (−) / orange (+) scale of half-width ``max_abs``, or
+    (``signed=False``, for magnitudes such as a gradient norm) on the sequential pale → orange scale from 0 to
+    ``max_abs``.
 
     Example:
         >>> score_rgb(0.0, 1.0)
         (247, 247, 247)
+        >>> score_rgb(1.0, 1.0, signed=False)
+        (230, 97, 1)
     """
+    if not signed:
+        score = max(score, 0.0)
     t = min(abs(score) / max_abs, 1.0) if max_abs > 0 else 0.0
     half, full = NEGATIVE if score < 0 else POSITIVE
     return _mix(MID, half, t * 2) if t <= 0.5 else _mix(half, full, (t - 0.5) * 2)
@@ -66,14 +72,14 @@ def hex_colour(rgb) -> str:
     return "#{:02x}{:02x}{:02x}".format(*rgb)
 
 
-def score_colours(score: float, max_abs: float) -> tuple[str, str]:
+def score_colours(score: float, max_abs: float, signed: bool = True) -> tuple[str, str]:
     """(background, text) hex colours for one score; the text colour has the higher contrast.
 
     Example:
         >>> score_colours(-1.0, 1.0)
         ('#2166ac', '#ffffff')
     """
-    background = score_rgb(score, max_abs)
+    background = score_rgb(score, max_abs, signed)
     text = DARK_TEXT if contrast(background, DARK_TEXT) >= contrast(background, LIGHT_TEXT) else LIGHT_TEXT
     return hex_colour(background), hex_colour(text)
 

@@ -22,11 +22,13 @@ import traitlets
 
 from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import MID, format_score, hex_colour, legend_stops, score_colours
+from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
 
 GRANULARITIES = ("token", "word", "sentence")
 _WHITESPACE_MARKERS = {" ": "\u00b7", "\n": "\u21b5\n", "\r": "\u240d", "\t": "\u2192"}
 _DATA_TRAITS = ("tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "target_labels",
-                "target_probs", "completeness_error", "method", "score_meaning")
+                "target_probs", "completeness_error", "method", "score_meaning", "signed")
+ENCODINGS = ("colour", "underline")
 
 
 def display_token(text: str) -> str:
@@ -85,6 +87,95 @@ def _default_word_ids(spaces: list[str], special: np.ndarray) -> np.ndarray:
     return ids
 
 
+def group_units(special: np.ndarray, ids: np.ndarray | None, show_special: bool) -> list[list[int]]:
+    """Token indices of each displayed unit: runs of tokens sharing an id (``ids=None``: one token per unit).
+
+    Special tokens are units of their own, or hidden unless ``show_special``; the same grouping as the JS view.
+
+    Example:
+        >>> group_units(np.array([True, False, False]), np.array([-1, 0, 0]), False)
+        [[1, 2]]
+    """
+    units: list[list[int]] = []
+    previous = None
+    for i, is_special in enumerate(np.asarray(special, bool).tolist()):
+        if is_special and not show_special:
+            continue
+        unit_id = None if ids is None or is_special or ids[i] < 0 else int(ids[i])
+        if unit_id is not None and unit_id == previous:
+            units[-1].append(i)
+        else:
+            units.append([i])
+        previous = unit_id
+    return units
+
+
+def unit_sums(units: list[list[int]], matrix: np.ndarray) -> np.ndarray:
+    """``(n_rows, n_units)`` sums of each unit's token scores per row, skipping NaN (NaN only if all are).
+
+    Example:
+        >>> unit_sums([[0, 1], [2]], np.array([[1.0, np.nan, 2.0]])).tolist()
+        [[1.0, 2.0]]
+    """
+    matrix = np.asarray(matrix, dtype=np.float64).reshape(-1, np.shape(matrix)[-1])
+    out = np.empty((matrix.shape[0], len(units)))
+    for u, unit in enumerate(units):
+        block = matrix[:, unit]
+        with np.errstate(all="ignore"):
+            out[:, u] = np.where(np.isnan(block).all(axis=1), np.nan, np.nansum(block, axis=1))
+    return out
+
+
+def finite_max(values: np.ndarray) -> float:
+    """Largest |value| ignoring NaN (0.0 when there is none).
+
+    Example:
+        >>> finite_max(np.array([np.nan, -3.0, 2.0]))
+        3.0
+    """
+    values = np.abs(np.asarray(values, dtype=np.float64))
+    values = values[~np.isnan(values)]
+    return float(values.max()) if values.size else 0.0
+
+
+def magnitude_ranks(values: np.ndarray) -> dict[int, int]:
+    """1-based rank of each non-NaN value by decreasing |value|, ties sharing the better rank (as the JS view).
+
+    Example:
+        >>> magnitude_ranks(np.array([0.1, -0.5, np.nan, 0.5]))
+        {1: 1, 3: 1, 0: 3}
+    """
+    order = sorted((i for i in range(len(values)) if not math.isnan(values[i])), key=lambda i: -abs(values[i]))
+    ranks: dict[int, int] = {}
+    for position, i in enumerate(order):
+        tie = position and abs(values[order[position - 1]]) == abs(values[i])
+        ranks[i] = ranks[order[position - 1]] if tie else position + 1
+    return ranks
+
+
+def token_pieces(tokens, spaces, units, sums, max_abs, signed, limit=MAX_STATIC_TOKENS):
+    """:class:`TokenPiece` per unit for the static SVG (at most ``limit``), and how many units were left out.
+
+    Example:
+        >>> pieces, omitted = token_pieces(["a"], [""], [[0]], np.array([1.0]), 1.0, True)
+        >>> pieces[0].background, omitted
+        ('#e66101', 0)
+    """
+    ranks = magnitude_ranks(sums)
+    pieces = []
+    for u, unit in enumerate(units[:limit]):
+        text = "".join((spaces[i] if k else "") + tokens[i] for k, i in enumerate(unit))
+        score = float(sums[u])
+        if math.isnan(score):
+            background, colour = unseen_colours()
+            title = f"{json.dumps(text, ensure_ascii=False)}: score none (not seen)"
+        else:
+            background, colour = score_colours(score, max_abs, signed)
+            title = f"{json.dumps(text, ensure_ascii=False)}: score {format_score(score, 6, signed)}, rank {ranks[u]} of {len(ranks)}"
+        pieces.append(TokenPiece(spaces[unit[0]], display_token(text), background, colour, title))
+    return pieces, max(0, len(units) - limit)
+
+
 def _traits_from_result(result: Any) -> dict[str, Any]:
     missing = [name for name in ("text", "tokens", "offsets", "scores") if not hasattr(result, name)]
     if missing:
@@ -135,6 +226,7 @@ def _traits_from_result(result: Any) -> dict[str, Any]:
         "completeness_error": _per_target(result, "completeness_error", n_targets),
         "method": str(getattr(result, "method", "") or ""),
         "score_meaning": str(getattr(result, "reduce", "") or ""),
+        "signed": bool(getattr(result, "signed", True)),
     }
 
 
@@ -166,6 +258,10 @@ class TokenHighlightWidget(InterpWidget):
     completeness_error = traitlets.List(traitlets.Float(allow_none=True), help="Per target, or empty.").tag(sync=True)
     method = traitlets.Unicode("").tag(sync=True)
     score_meaning = traitlets.Unicode("", help="What a score is, e.g. 'sum over embedding dimension (signed)'.").tag(sync=True)
+    signed = traitlets.Bool(True, help="Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.").tag(sync=True)
+    shared_scale = traitlets.Bool(False, help="One colour scale for all targets instead of one per target.").tag(sync=True)
+    encoding = traitlets.Unicode("colour", help="'colour', or 'underline' (weight = magnitude, +/− marker).").tag(sync=True)
+    high_contrast = traitlets.Bool(False, help="Stronger colours, black/white text and framed tokens.").tag(sync=True)
     selected_target = traitlets.Int(0, help="Row of scores on display; the class selector writes it.").tag(sync=True)
     granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence'.").tag(sync=True)
     show_special_tokens = traitlets.Bool(False).tag(sync=True)
@@ -254,6 +350,12 @@ class TokenHighlightWidget(InterpWidget):
             raise ValueError(f"granularity must be one of {GRANULARITIES}, got {proposal['value']!r}")
         return proposal["value"]
 
+    @traitlets.validate("encoding")
+    def _check_encoding(self, proposal):
+        if proposal["value"] not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {ENCODINGS}, got {proposal['value']!r}")
+        return proposal["value"]
+
     @traitlets.validate("selected_target")
     def _check_target(self, proposal):
         n = len(self.target_labels)
@@ -285,21 +387,9 @@ class TokenHighlightWidget(InterpWidget):
             >>> widget.granularity = "word"; widget.units()[:2]  # doctest: +SKIP
             [[1], [2, 3]]
         """
-        special = buffer_to_array(self.special_mask)
-        ids = {"token": None, "word": buffer_to_array(self.word_ids), "sentence": buffer_to_array(self.sentence_ids)}
-        ids = ids[self.granularity]
-        units: list[list[int]] = []
-        previous = None
-        for i, is_special in enumerate(special.tolist()):
-            if is_special and not self.show_special_tokens:
-                continue
-            unit_id = None if ids is None or is_special or ids[i] < 0 else int(ids[i])
-            if unit_id is not None and unit_id == previous:
-                units[-1].append(i)
-            else:
-                units.append([i])
-            previous = unit_id
-        return units
+        ids = {"token": None, "word": self.word_ids, "sentence": self.sentence_ids}[self.granularity]
+        return group_units(buffer_to_array(self.special_mask), None if ids is None else buffer_to_array(ids),
+                           self.show_special_tokens)
 
     def unit_scores(self) -> np.ndarray:
         """Score of each displayed unit for the selected target: sums, skipping NaN (NaN if all are).
@@ -308,12 +398,17 @@ class TokenHighlightWidget(InterpWidget):
             >>> widget.unit_scores()  # doctest: +SKIP
             array([ 0.41, -0.2 ])
         """
-        row = self.score_matrix()[self.selected_target].astype(np.float64)
-        sums = []
-        for unit in self.units():
-            values = row[unit]
-            sums.append(np.nan if np.isnan(values).all() else float(np.nansum(values)))
-        return np.asarray(sums, dtype=np.float64)
+        return unit_sums(self.units(), self.score_matrix())[self.selected_target]
+
+    def scale_max(self) -> float:
+        """Largest |unit score| the colours are scaled to: of the selected target, or of all targets if shared.
+
+        Example:
+            >>> widget.scale_max()  # doctest: +SKIP
+            0.8
+        """
+        sums = unit_sums(self.units(), self.score_matrix())
+        return finite_max(sums if self.shared_scale else sums[self.selected_target])
 
     def _unit_text(self, unit: list[int]) -> str:
         return "".join((self.spaces_before[i] if k else "") + self.tokens[i] for k, i in enumerate(unit))
@@ -326,14 +421,8 @@ class TokenHighlightWidget(InterpWidget):
             >>> "<span" in widget.static_html()  # doctest: +SKIP
             True
         """
-        units, sums = self.units(), self.unit_scores()
-        finite = np.abs(sums[~np.isnan(sums)])
-        max_abs = float(finite.max()) if finite.size else 0.0
-        order = sorted((i for i in range(len(sums)) if not math.isnan(sums[i])), key=lambda i: -abs(sums[i]))
-        ranks = {}
-        for position, i in enumerate(order):
-            tie = position and abs(sums[order[position - 1]]) == abs(sums[i])
-            ranks[i] = ranks[order[position - 1]] if tie else position + 1
+        units, sums, max_abs = self.units(), self.unit_scores(), self.scale_max()
+        ranks, order = magnitude_ranks(sums), [i for i in range(len(sums)) if not math.isnan(sums[i])]
         pieces = []
         for u, unit in enumerate(units):
             gap = self.spaces_before[unit[0]]
@@ -343,8 +432,8 @@ class TokenHighlightWidget(InterpWidget):
                 background, colour = hex_colour(MID), "#000000"
                 note = "score none (this class does not see it)"
             else:
-                background, colour = score_colours(score, max_abs)
-                note = f"score {format_score(score, 6, True)}, rank {ranks[u]} of {len(order)}"
+                background, colour = score_colours(score, max_abs, self.signed)
+                note = f"score {format_score(score, 6, self.signed)}, rank {ranks[u]} of {len(order)}"
             title = f"{json.dumps(text, ensure_ascii=False)}: {note}"
             pieces.append(
                 html.escape(gap)
@@ -367,15 +456,15 @@ class TokenHighlightWidget(InterpWidget):
                    f"granularity: {html.escape(self.granularity)}"]
         if self.completeness_error and self.completeness_error[target] is not None:
             details.append(f"completeness error: {format_score(self.completeness_error[target])}")
+        stops = legend_stops() if self.signed else legend_stops()[2:]
         swatches = "".join(
             f'<span style="display:inline-block;width:28px;height:10px;background-color:{colour}"></span>'
-            for colour in legend_stops()
+            for colour in stops
         )
         per = "" if self.granularity == "token" else f" (sum per {html.escape(self.granularity)})"
-        legend = (
-            f'<div style="margin-top:6px;font-size:12px">attribution{per}: {format_score(-max_abs)} {swatches} '
-            f"{format_score(max_abs, sign=True)} · blue = negative, orange = positive, pale = near 0</div>"
-        )
+        low, high = (format_score(-max_abs), format_score(max_abs, sign=True)) if self.signed else ("0", format_score(max_abs))
+        meaning = "blue = negative, orange = positive, pale = near 0" if self.signed else "pale = 0, orange = large"
+        legend = f'<div style="margin-top:6px;font-size:12px">attribution{per}: {low} {swatches} {high} · {meaning}</div>'
         return (
             '<div class="iw-static iw-token-highlight" style="font-family:system-ui,-apple-system,\'Segoe UI\','
             'sans-serif;font-size:14px;max-width:100%">'
@@ -385,6 +474,33 @@ class TokenHighlightWidget(InterpWidget):
             f'<div style="font-size:12px">{" · ".join(d for d in details if d)}</div>'
             "</div>"
         )
+
+    def static_svg(self) -> str:
+        """The current view as a standalone SVG: class line, coloured tokens, numeric legend, method line.
+
+        Example:
+            >>> widget.static_svg().startswith("<svg")  # doctest: +SKIP
+            True
+        """
+        units, sums, max_abs = self.units(), self.unit_scores(), self.scale_max()
+        target = self.selected_target
+        probs = self.target_probs or [None] * len(self.target_labels)
+        classes = [f"{label}" + (f" ({100 * p:.1f}%)" if p is not None else "") for label, p in zip(self.target_labels, probs)]
+        figure = SvgFigure(label=f"Token attribution for class {self.target_labels[target]}")
+        header = f"class {classes[target]}"
+        others = [c for i, c in enumerate(classes) if i != target]
+        figure.text(header + (" · other classes: " + ", ".join(others) if others else ""), bold=True)
+        pieces, omitted = token_pieces(self.tokens, self.spaces_before, units, sums, max_abs, self.signed)
+        figure.tokens(pieces, omitted=omitted)
+        per = "" if self.granularity == "token" else f" (sum per {self.granularity})"
+        scale = ", scale shared by all classes" if self.shared_scale else ""
+        figure.legend(max_abs, signed=self.signed, title=f"attribution{per}{scale}")
+        details = [f"method: {self.method}" if self.method else "", f"score: {self.score_meaning}" if self.score_meaning else ""]
+        if self.completeness_error and self.completeness_error[target] is not None:
+            details.append(f"completeness error: {format_score(self.completeness_error[target])}")
+        if any(details):
+            figure.text(" · ".join(d for d in details if d), size=11, colour="#57606a")
+        return figure.render()
 
     def __repr__(self) -> str:
         target = self.selected_target

@@ -3,9 +3,10 @@
  *
  * Synced traits read here: tokens, spaces_before, special_mask, word_ids, sentence_ids, scores
  * (binary {dtype, shape, data}), target_labels, target_probs, selected_target, granularity,
- * show_special_tokens, selected_token, hovered_token, method, score_meaning, completeness_error, error.
- * The view writes back selected_target, granularity, show_special_tokens, selected_token and
- * hovered_token. Word/sentence sums are computed here, never in the kernel.
+ * show_special_tokens, selected_token, hovered_token, method, score_meaning, completeness_error, signed,
+ * shared_scale, encoding, high_contrast, error. The view writes back selected_target, granularity,
+ * show_special_tokens, shared_scale, encoding, high_contrast, selected_token and hovered_token.
+ * Word/sentence sums are computed here, never in the kernel. Long inputs render in chunks.
  *
  * @example
  *   import widget from "./token_highlight.js";
@@ -14,11 +15,12 @@
 import "./token_highlight.css";
 import { buildUnits, maxMagnitude, ranksByMagnitude, unitScores } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
-import { scoreColours } from "./lib/colour.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
+import { createExportMenu } from "./lib/export.js";
 import { formatProbability, formatScore } from "./lib/format.js";
 import { createLegend } from "./lib/legend.js";
+import { appendChunked, paintToken } from "./lib/paint.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
@@ -36,8 +38,11 @@ const DATA_TRAITS = [
   "method",
   "score_meaning",
   "completeness_error",
+  "signed",
 ];
-const VIEW_TRAITS = ["selected_target", "granularity", "show_special_tokens"];
+const VIEW_TRAITS = ["selected_target", "granularity", "show_special_tokens", "shared_scale", "encoding", "high_contrast"];
+/** Units listed in the screen-reader table; longer inputs point to the CSV export instead. */
+const MAX_TABLE_ROWS = 2000;
 
 function perToken(model, name, n) {
   const { values } = decodeArray(model.get(name));
@@ -73,6 +78,7 @@ function readData(model) {
     sentenceIds: perToken(model, "sentence_ids", n),
     method: model.get("method") ?? "",
     meaning: model.get("score_meaning") ?? "",
+    signed: model.get("signed") !== false,
   };
 }
 
@@ -86,15 +92,25 @@ function renderTokenHighlight({ model, el, reportError }) {
     GRANULARITIES.map((g) => h("option", { value: g }, g)),
   );
   const specialToggle = h("input", { type: "checkbox", class: "iw-special-toggle" });
+  const sharedToggle = h("input", { type: "checkbox", class: "iw-shared-toggle" });
+  const encodingSelect = h("select", { class: "iw-encoding-select" }, [
+    h("option", { value: "colour" }, "colour"),
+    h("option", { value: "underline" }, "underline + sign"),
+  ]);
+  const contrastToggle = h("input", { type: "checkbox", class: "iw-contrast-toggle" });
   const toolbar = h("div", { class: "iw-toolbar" }, [
     h("label", {}, ["Class ", targetSelect]),
     h("label", {}, ["Granularity ", granularitySelect]),
     h("label", {}, [specialToggle, " special tokens"]),
+    h("label", { title: "One colour scale for all classes instead of one per class" }, [sharedToggle, " shared scale"]),
+    h("label", {}, ["Encoding ", encodingSelect]),
+    h("label", {}, [contrastToggle, " high contrast"]),
   ]);
   const tokensBox = h("div", { class: "iw-tokens", role: "listbox", "aria-orientation": "horizontal" });
   const legendSlot = h("div", { class: "iw-legend-slot" });
   const caption = h("div", { class: "iw-caption" });
-  root.append(toolbar, tokensBox, legendSlot, caption);
+  const table = h("table", { class: "iw-sr-only" });
+  root.append(toolbar, tokensBox, legendSlot, caption, table);
   el.append(root);
   const tooltip = createTooltip(root);
 
@@ -102,6 +118,7 @@ function renderTokenHighlight({ model, el, reportError }) {
   let data = null;
   let view = null; // {units, sums, ranks, ranked, spans, target}
   let focusToken = -1; // token index that owns the roving tabindex
+  let rendering = null; // chunked append in progress
 
   const safely =
     (fn) =>
@@ -160,14 +177,18 @@ function renderTokenHighlight({ model, el, reportError }) {
     const sums = unitScores(units, data.scores, target, data.n);
     const ranks = ranksByMagnitude(sums);
     const ranked = sums.filter((value) => !Number.isNaN(value)).length;
-    const max = maxMagnitude(sums);
+    const shared = Boolean(model.get("shared_scale"));
+    const max = shared
+      ? Math.max(...data.labels.map((_, t) => maxMagnitude(unitScores(units, data.scores, t, data.n))))
+      : maxMagnitude(sums);
+    const paint = { theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) };
     const hadFocus = tokensBox.contains(doc.activeElement);
     tooltip.hide();
 
-    const fragment = doc.createDocumentFragment();
+    const nodes = [];
     const spans = units.map((unit, u) => {
       const first = unit[0];
-      if (data.spaces[first]) fragment.append(data.spaces[first]);
+      if (data.spaces[first]) nodes.push(doc.createTextNode(data.spaces[first]));
       const text = unitText(unit);
       const special = data.specialMask[first] !== 0;
       const joined =
@@ -190,22 +211,29 @@ function renderTokenHighlight({ model, el, reportError }) {
         },
         displayToken(text),
       );
-      const colours = scoreColours(unseen ? 0 : sums[u], max, theme);
-      span.style.backgroundColor = colours.background;
-      span.style.color = colours.color;
-      fragment.append(span);
+      paintToken(span, sums[u], max, paint);
+      nodes.push(span);
       return span;
     });
-    tokensBox.replaceChildren(fragment);
+    rendering?.cancel();
+    rendering = appendChunked(tokensBox, nodes);
     view = { units, sums, ranks, ranked, spans, target };
 
     targetSelect.value = String(target);
     granularitySelect.value = granularity;
     specialToggle.checked = showSpecial;
+    sharedToggle.checked = shared;
+    encodingSelect.value = paint.encoding;
+    contrastToggle.checked = paint.boost;
     root.dataset.iwTheme = theme;
+    root.classList.toggle("iw-high-contrast", paint.boost);
     const per = granularity === "token" ? "" : ` (sum per ${granularity})`;
+    const scaleNote = shared ? ", scale shared by all classes" : "";
     tokensBox.setAttribute("aria-label", `${units.length} ${granularity}s coloured by attribution for class ${data.labels[target]}`);
-    legendSlot.replaceChildren(createLegend(max, theme, `attribution${per}`));
+    legendSlot.replaceChildren(
+      createLegend(max, theme, `attribution${per}${scaleNote}`, { signed: data.signed, encoding: paint.encoding }),
+    );
+    fillTable(units, sums, ranks, ranked, granularity);
     const parts = [data.method && `method: ${data.method}`, data.meaning && `score: ${data.meaning}`];
     const delta = data.completeness[target];
     if (Number.isFinite(delta)) parts.push(`completeness error: ${formatScore(delta, { digits: 3 })}`);
@@ -214,7 +242,30 @@ function renderTokenHighlight({ model, el, reportError }) {
     markSelection();
     const focusUnit = Math.max(0, unitOfToken(focusToken));
     spans[focusUnit].tabIndex = 0;
-    if (hadFocus) spans[focusUnit].focus();
+    if (hadFocus) {
+      if (!spans[focusUnit].isConnected) rendering.finish();
+      spans[focusUnit].focus();
+    }
+  }
+
+  function fillTable(units, sums, ranks, ranked, granularity) {
+    const shown = units.slice(0, MAX_TABLE_ROWS);
+    const caption = `Attribution per ${granularity} for class ${data.labels[view.target]}` +
+      (units.length > shown.length ? ` (first ${shown.length} of ${units.length}; use the CSV export for all)` : "");
+    table.replaceChildren(
+      h("caption", {}, caption),
+      h("tr", {}, [h("th", { scope: "col" }, granularity), h("th", { scope: "col" }, "score"), h("th", { scope: "col" }, "rank")]),
+      ...shown.map((unit, u) =>
+        h("tr", {}, [h("td", {}, unitText(unit)), h("td", {}, scoreText(sums[u])), h("td", {}, rankText(ranks[u], ranked))]),
+      ),
+    );
+  }
+
+  function csvRows() {
+    const units = view.units;
+    const header = ["position", model.get("granularity"), "start_token", ...data.labels];
+    const perTarget = data.labels.map((_, t) => unitScores(units, data.scores, t, data.n));
+    return [header, ...units.map((unit, u) => [u, unitText(unit), unit[0], ...perTarget.map((row) => row[u])])];
   }
 
   function unitOfToken(i) {
@@ -255,7 +306,8 @@ function renderTokenHighlight({ model, el, reportError }) {
 
   function focusUnit(u) {
     const next = view.spans[Math.min(Math.max(u, 0), view.spans.length - 1)];
-    for (const span of view.spans) span.tabIndex = -1;
+    if (!next.isConnected) rendering.finish();
+    for (const span of tokensBox.querySelectorAll(".iw-token[tabindex=\"0\"]")) span.tabIndex = -1;
     next.tabIndex = 0;
     focusToken = view.units[Number(next.dataset.unit)][0];
     next.focus();
@@ -311,6 +363,18 @@ function renderTokenHighlight({ model, el, reportError }) {
   targetSelect.addEventListener("change", safely(() => save("selected_target", Number(targetSelect.value))));
   granularitySelect.addEventListener("change", safely(() => save("granularity", granularitySelect.value)));
   specialToggle.addEventListener("change", safely(() => save("show_special_tokens", specialToggle.checked)));
+  sharedToggle.addEventListener("change", safely(() => save("shared_scale", sharedToggle.checked)));
+  encodingSelect.addEventListener("change", safely(() => save("encoding", encodingSelect.value)));
+  contrastToggle.addEventListener("change", safely(() => save("high_contrast", contrastToggle.checked)));
+  toolbar.append(
+    createExportMenu({
+      name: "token-attribution",
+      root,
+      rows: csvRows,
+      title: () => `${data.method || "attribution"}: class ${data.labels[view.target]}`,
+      reportError,
+    }),
+  );
 
   const onData = () => request(2);
   const onView = () => request(1);
@@ -329,6 +393,7 @@ function renderTokenHighlight({ model, el, reportError }) {
 
   return () => {
     disposed = true;
+    rendering?.cancel();
     for (const name of DATA_TRAITS) model.off(`change:${name}`, onData);
     for (const name of VIEW_TRAITS) model.off(`change:${name}`, onView);
     model.off("change:selected_token", onSelection);

@@ -53,15 +53,20 @@ export function contrast(a, b) {
 }
 
 /**
- * Background colour for `score` on a symmetric scale of half-width `max`.
+ * Background colour for `score` on a symmetric scale of half-width `max` or, when `signed` is false
+ * (magnitudes such as a gradient norm), on the sequential neutral → orange scale from 0 to `max`.
+ * `boost` (high-contrast mode) lifts small magnitudes (t → √t) so they stand out from the background.
  * @param {number} score
  * @param {number} max  largest |score| on display; 0 gives the neutral colour
  * @param {"light" | "dark"} theme
+ * @param {{signed?: boolean, boost?: boolean}} [options]
  * @returns {number[]} [r, g, b]
  */
-export function scoreRgb(score, max, theme = "light") {
+export function scoreRgb(score, max, theme = "light", { signed = true, boost = false } = {}) {
   const palette = PALETTES[theme];
-  const t = max > 0 ? Math.min(Math.abs(score) / max, 1) : 0;
+  if (!signed) score = Math.max(score, 0);
+  let t = max > 0 ? Math.min(Math.abs(score) / max, 1) : 0;
+  if (boost) t = Math.sqrt(t);
   const [half, full] = score < 0 ? palette.negative : palette.positive;
   return t <= 0.5 ? mix(palette.mid, half, t * 2) : mix(half, full, (t - 0.5) * 2);
 }
@@ -75,14 +80,15 @@ export function textRgbFor(background) {
  * CSS colours (background and text) for one score.
  * @returns {{background: string, color: string}}
  */
-export function scoreColours(score, max, theme = "light") {
-  const background = scoreRgb(score, max, theme);
+export function scoreColours(score, max, theme = "light", options = {}) {
+  const background = scoreRgb(score, max, theme, options);
   return { background: rgbString(background), color: rgbString(textRgbFor(background)) };
 }
 
-/** CSS linear-gradient from −max to +max, for legends. */
-export function legendGradient(theme = "light") {
+/** CSS linear-gradient from −max to +max (signed) or from 0 to max (unsigned), for legends. */
+export function legendGradient(theme = "light", signed = true) {
   const p = PALETTES[theme];
-  const stops = [p.negative[1], p.negative[0], p.mid, p.positive[0], p.positive[1]];
+  const positive = [p.mid, p.positive[0], p.positive[1]];
+  const stops = signed ? [p.negative[1], p.negative[0], ...positive] : positive;
   return `linear-gradient(to right, ${stops.map(rgbString).join(", ")})`;
 }
