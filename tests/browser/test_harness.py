@@ -1,0 +1,43 @@
+"""The harness itself: a missing chromium is an error naming the apt command, and the loopback filter is right."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from tests.browser import harness
+
+pytestmark = pytest.mark.browser
+
+
+def test_missing_chromium_fails_with_install_command(monkeypatch):
+    monkeypatch.setattr(harness.shutil, "which", lambda name: None)
+    with pytest.raises(harness.ChromiumMissing, match="apt-get install -y chromium"):
+        harness.launch_chromium(playwright=None)
+
+
+def test_browser_fixture_runs_debian_chromium(browser):
+    # Playwright's own default path (under ms-playwright/) is never installed; the running browser reports the
+    # version of the distribution's binary.
+    reported = subprocess.run([harness.chromium_executable(), "--version"], capture_output=True, text=True, check=True)
+    assert browser.version in reported.stdout
+
+
+@pytest.mark.parametrize(
+    ("url", "local"),
+    [
+        ("http://127.0.0.1:8888/lab", True),
+        ("ws://localhost:8888/api/kernels/x/channels", True),
+        ("http://[::1]:8000/", True),
+        ("data:image/png;base64,AAAA", True),
+        ("blob:http://127.0.0.1:8888/5f0c", True),
+        ("file:///tmp/export.html", True),
+        ("https://cdn.jsdelivr.net/npm/anywidget", False),
+        ("http://127.0.0.1.nip.io/", False),
+        ("http://10.0.0.1/", False),
+        ("chrome-extension://abc/page.html", False),
+    ],
+)
+def test_is_loopback(url, local):
+    assert harness.is_loopback(url) is local
