@@ -237,13 +237,17 @@ class AttributionResult:
         return self.widget().to_html()
 
     def widget(self, **options):
-        """The token-highlight widget for this result; ``options`` go to the widget (``granularity="word"`` …).
+        """The widget for this result: the generation view if it has generated tokens, else the token highlighter.
+
+        ``options`` go to the widget (``granularity="word"``, ``shared_scale=True`` …).
 
         Example:
             >>> result.widget(granularity="word")  # doctest: +SKIP
         """
-        from interp_widgets.widgets import TokenHighlightWidget
+        from interp_widgets.widgets import GenerationWidget, TokenHighlightWidget
 
+        if self.generated_mask is not None and self.granularity == "token":
+            return GenerationWidget(self, **options)
         return TokenHighlightWidget(self, **options)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
@@ -360,11 +364,18 @@ class AttributionCollection(Sequence[AttributionResult]):
         frames = [r.to_dataframe().assign(example=i) for i, r in enumerate(self.results)]
         return pd.concat(frames, ignore_index=True)
 
-    def _repr_mimebundle_(self, include=None, exclude=None):
-        from interp_widgets.widgets import TokenHighlightWidget
+    def widget(self, **options):
+        """A paged, sortable, filterable list of the examples (``options`` go to ``ExampleListWidget``).
 
-        bundles = [TokenHighlightWidget(r).static_html() for r in self.results]
-        return {"text/plain": repr(self), "text/html": "".join(bundles)}
+        Example:
+            >>> results.widget(page_size=5, sort_by="confidence")  # doctest: +SKIP
+        """
+        from interp_widgets.widgets import ExampleListWidget
+
+        return ExampleListWidget(self.results, **options)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return self.widget()._repr_mimebundle_(include=include, exclude=exclude)
 
     def __repr__(self) -> str:
         method = self.results[0].method if self.results else "?"

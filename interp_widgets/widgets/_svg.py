@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from dataclasses import dataclass
 from xml.sax.saxutils import escape, quoteattr
@@ -167,7 +168,8 @@ class SvgFigure:
                 x = PAD + col * CHAR_WIDTH
                 y = top + line * line_height
                 self.parts.append(self._token(piece, segment, x, y, width * CHAR_WIDTH))
-                col += width
+                # leave room for the note (9px sans) so neighbouring notes do not overlap
+                col += max(width, math.ceil(len(piece.note) * 9 * 0.62 / CHAR_WIDTH) + 1 if piece.note else 0)
         self.y = top + (line + 1) * line_height
         if omitted:
             self.text(f"… {omitted} more tokens not drawn in this static picture (the live widget shows all)",

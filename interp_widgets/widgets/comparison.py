@@ -1,0 +1,253 @@
+"""Method comparison: several attribution methods on the same input side by side, with synchronised hover and
+a table of pairwise agreement (Spearman rank correlation and top-k overlap).
+
+Example:
+    >>> ig = IntegratedGradients().attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
+    >>> sal = Saliency().attribute(model, tokenizer, "Not bad at all.")            # doctest: +SKIP
+    >>> compare([ig, sal])                                                          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import combinations
+from typing import Any, Sequence
+
+import numpy as np
+import traitlets
+from scipy import stats
+
+from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._colour import format_score
+from interp_widgets.widgets._svg import SvgFigure
+from interp_widgets.widgets.tokens import ENCODINGS, _traits_from_result, finite_max, token_pieces
+
+AGREEMENT_BY = ("magnitude", "signed")
+
+
+def _valid(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    keep = ~(np.isnan(a) | np.isnan(b))
+    return keep if mask is None else keep & np.asarray(mask, bool)
+
+
+def spearman(a: Any, b: Any, *, by: str = "magnitude", mask: Any = None) -> float:
+    """Spearman rank correlation of two score vectors over the tokens both can see (NaN skipped).
+
+    ``by="magnitude"`` ranks |score| (importance, comparable across signed and unsigned methods); ``"signed"`` ranks
+    the scores themselves. NaN when fewer than two tokens remain or a vector is constant.
+
+    Example:
+        >>> spearman([0.1, -0.5, 0.3], [0.2, 0.9, 0.25])
+        1.0
+    """
+    if by not in AGREEMENT_BY:
+        raise ValueError(f"by must be one of {AGREEMENT_BY}, got {by!r}")
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    if a.shape != b.shape or a.ndim != 1:
+        raise ValueError(f"score vectors must be 1-D and the same length, got shapes {a.shape} and {b.shape}")
+    keep = _valid(a, b, mask)
+    x, y = a[keep], b[keep]
+    if by == "magnitude":
+        x, y = np.abs(x), np.abs(y)
+    if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return math.nan
+    return float(stats.spearmanr(x, y).statistic)
+
+
+def top_k(a: Any, k: int, mask: Any = None) -> list[int]:
+    """Indices of the ``k`` largest |scores| (NaN and masked-out tokens skipped; ties: lower index first).
+
+    Example:
+        >>> top_k([0.1, -0.5, 0.3, np.nan], 2)
+        [1, 2]
+    """
+    a = np.asarray(a, dtype=np.float64)
+    keep = _valid(a, a, mask)
+    candidates = np.flatnonzero(keep)
+    order = candidates[np.argsort(-np.abs(a[candidates]), kind="stable")]
+    return order[:k].tolist()
+
+
+def top_k_overlap(a: Any, b: Any, k: int = 5, *, mask: Any = None) -> float:
+    """Share of the ``k`` most important tokens (by |score|) the two methods have in common, in [0, 1].
+
+    Only tokens both methods can see count; ``k`` shrinks to their number if smaller.
+
+    Example:
+        >>> top_k_overlap([0.9, 0.1, 0.5, 0.0], [0.8, 0.0, 0.0, 0.7], k=2)
+        0.5
+    """
+    if k < 1:
+        raise ValueError(f"k must be at least 1, got {k}")
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    keep = _valid(a, b, mask)
+    k = min(k, int(keep.sum()))
+    if k == 0:
+        return math.nan
+    return len(set(top_k(a, k, keep)) & set(top_k(b, k, keep))) / k
+
+
+def agreement_table(scores: np.ndarray, methods: Sequence[str], *, k: int = 5, by: str = "magnitude",
+                    mask: Any = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Pairwise agreement of the rows of ``scores`` (methods × tokens): one dict per pair.
+
+    Example:
+        >>> agreement_table(np.array([[1.0, 2, 3], [1, 2, 4]]), ["a", "b"], k=1)
+        [{'a': 'a', 'b': 'b', 'spearman': 1.0, 'top_k_overlap': 1.0, 'k': 1}]
+    """
+    rows = []
+    for i, j in combinations(range(len(methods)), 2):
+        rows.append({
+            "a": methods[i], "b": methods[j],
+            "spearman": spearman(scores[i], scores[j], by=by, mask=mask),
+            "top_k_overlap": top_k_overlap(scores[i], scores[j], k, mask=mask), "k": k,
+        })  # fmt: skip
+    return rows
+
+
+class ComparisonWidget(InterpWidget):
+    """Several methods' scores for one input and one target, one row per method, with synchronised hover.
+
+    Hovering (or focusing) a token in any row highlights it in every row and shows all methods' scores. The
+    agreement table (Spearman ρ and top-k overlap, computed in Python with scipy) is in ``agreement``. The colour
+    scale is per method or shared (``shared_scale``). Build it with :func:`compare`.
+
+    Example:
+        >>> widget = compare([ig, saliency, occlusion], target="positive", k=3)  # doctest: +SKIP
+        >>> widget.agreement[0]["spearman"]                                      # doctest: +SKIP
+    """
+
+    _bundle = "comparison"
+
+    tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
+    scores = traitlets.Dict(help="float32 (n_methods, n_tokens), binary.").tag(sync=True)
+    methods = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(sync=True)
+    target_label = traitlets.Unicode("").tag(sync=True)
+    agreement = traitlets.List(traitlets.Dict(), help="Pairwise rows {a, b, spearman, top_k_overlap, k}.").tag(sync=True)
+    agreement_by = traitlets.Unicode("magnitude").tag(sync=True)
+    shared_scale = traitlets.Bool(False, help="One colour scale for all methods instead of one per method.").tag(sync=True)
+    encoding = traitlets.Unicode("colour").tag(sync=True)
+    high_contrast = traitlets.Bool(False).tag(sync=True)
+    hovered_token = traitlets.Int(-1, help="Token under the pointer in any row (-1: none).").tag(sync=True)
+    selected_token = traitlets.Int(-1, help="Token clicked in any row (-1: none).").tag(sync=True)
+
+    @traitlets.validate("encoding")
+    def _check_encoding(self, proposal):
+        if proposal["value"] not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {ENCODINGS}, got {proposal['value']!r}")
+        return proposal["value"]
+
+    @traitlets.validate("selected_token", "hovered_token")
+    def _check_token(self, proposal):
+        n = len(self.tokens)
+        if not -1 <= proposal["value"] < n:
+            raise ValueError(f"{proposal['trait'].name} {proposal['value']} is out of range; use -1 or 0..{n - 1}")
+        return proposal["value"]
+
+    def score_matrix(self) -> np.ndarray:
+        """The (n_methods, n_tokens) float32 scores as sent to the browser.
+
+        Example:
+            >>> widget.score_matrix().shape  # doctest: +SKIP
+            (3, 9)
+        """
+        return buffer_to_array(self.scores)
+
+    def static_svg(self) -> str:
+        """One labelled token row per method, each with its scale, then the agreement table as text.
+
+        Example:
+            >>> widget.static_svg().startswith("<svg")  # doctest: +SKIP
+            True
+        """
+        matrix = self.score_matrix().astype(np.float64)
+        special = buffer_to_array(self.special_mask)
+        units = [[i] for i in range(len(self.tokens)) if not special[i]]
+        shared = finite_max(matrix[:, ~special]) if self.shared_scale else None
+        figure = SvgFigure(label=f"Comparison of {len(self.methods)} attribution methods")
+        figure.text(f"{len(self.methods)} methods · target {self.target_label}" + (" · shared scale" if shared is not None else ""), bold=True)
+        for m, method in enumerate(self.methods):
+            sums = matrix[m, [u[0] for u in units]]
+            max_abs = shared if shared is not None else finite_max(sums)
+            figure.text(f"{method} (scale ±{format_score(max_abs)})" if self.signed[m] else f"{method} (scale 0..{format_score(max_abs)})", size=12, bold=True)
+            pieces, omitted = token_pieces(self.tokens, self.spaces_before, units, sums, max_abs, self.signed[m])
+            figure.tokens(pieces, omitted=omitted)
+        figure.legend(1.0, signed=True, title="colours (signed methods; unsigned ones use the pale → orange half), 1 = scale max")
+        figure.text(f"agreement ({self.agreement_by} ranks)", size=12, bold=True)
+        lines = [f"{'method A':<22}{'method B':<22}{'Spearman ρ':>11}{'top-k overlap':>15}"]
+        for row in self.agreement:
+            rho = "n/a" if row["spearman"] is None else f"{row['spearman']:+.3f}"
+            overlap = "n/a" if row["top_k_overlap"] is None else f"{row['top_k_overlap']:.2f} (k={row['k']})"
+            lines.append(f"{row['a'][:21]:<22}{row['b'][:21]:<22}{rho:>11}{overlap:>15}")
+        figure.mono_lines(lines)
+        return figure.render()
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(
+            f"{r['a']}~{r['b']} ρ={'n/a' if r['spearman'] is None else format(r['spearman'], '.2f')}" for r in self.agreement
+        )
+        return f"ComparisonWidget({len(self.methods)} methods {self.methods}, {len(self.tokens)} tokens, target={self.target_label!r}, {pairs})"
+
+
+def _json_number(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def compare(results: Sequence[Any], *, target: int | str | None = None, k: int = 5, by: str = "magnitude",
+            names: Sequence[str] | None = None, **options: Any) -> ComparisonWidget:  # fmt: skip
+    """Compare attribution results of several methods on the same input (same tokens) for one target.
+
+    ``target`` picks the row (label, index, or ``None`` for each result's most probable target, which must agree).
+    ``names`` overrides the method names (needed if two results share one). ``options`` go to the widget
+    (``shared_scale=True`` …).
+
+    Example:
+        >>> widget = compare([ig, saliency], k=3)  # doctest: +SKIP
+    """
+    results = list(results)
+    if len(results) < 2:
+        raise ValueError(f"compare needs at least two results, got {len(results)}")
+    traits = [_traits_from_result(r) for r in results]
+    first = traits[0]
+    for r, t in zip(results[1:], traits[1:]):
+        if t["tokens"] != first["tokens"] or t["spaces_before"] != first["spaces_before"]:
+            raise ValueError(
+                f"results must explain the same input with the same tokens; {getattr(r, 'method', '?')!r} has different "
+                "tokens (attribute the same text with the same tokenizer)"
+            )
+    rows, label = [], None
+    for t in traits:
+        labels, probs = t["target_labels"], t["target_probs"]
+        if target is None:
+            known = [(p, i) for i, p in enumerate(probs) if p is not None]
+            index = max(known)[1] if known else 0
+        elif isinstance(target, str):
+            if target not in labels:
+                raise ValueError(f"unknown target {target!r}; the results explain {labels}")
+            index = labels.index(target)
+        else:
+            if not 0 <= int(target) < len(labels):
+                raise ValueError(f"target row {target} out of range for {len(labels)} targets")
+            index = int(target)
+        if label is not None and labels[index] != label:
+            raise ValueError(f"the results explain different targets ({label!r} and {labels[index]!r}); pass target=")
+        label = labels[index]
+        rows.append(buffer_to_array(t["scores"])[index].astype(np.float64))
+    methods = list(names) if names is not None else [t["method"] or f"method {i + 1}" for i, t in enumerate(traits)]
+    if len(methods) != len(results):
+        raise ValueError(f"{len(methods)} names for {len(results)} results")
+    if len(set(methods)) != len(methods):
+        raise ValueError(f"method names must be distinct, got {methods}; pass names=[...]")
+    matrix = np.stack(rows)
+    special = buffer_to_array(first["special_mask"])
+    table = agreement_table(matrix, methods, k=k, by=by, mask=~special)
+    for row in table:
+        row["spearman"], row["top_k_overlap"] = _json_number(row["spearman"]), _json_number(row["top_k_overlap"])
+    return ComparisonWidget(
+        tokens=first["tokens"], spaces_before=first["spaces_before"], special_mask=first["special_mask"],
+        scores=array_to_buffer(matrix), methods=methods, signed=[t["signed"] for t in traits], target_label=label,
+        agreement=table, agreement_by=by, **options,
+    )  # fmt: skip

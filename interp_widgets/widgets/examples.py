@@ -1,0 +1,215 @@
+"""Many inputs: a paged list of explained examples with predicted and true labels, sortable and filterable by label,
+confidence or maximum attribution, all in the browser.
+
+Example:
+    >>> results = IntegratedGradients().attribute(model, tokenizer, texts, true_labels=labels)  # doctest: +SKIP
+    >>> ExampleListWidget(results)                                                              # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import traitlets
+
+from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._colour import format_score
+from interp_widgets.widgets._svg import SvgFigure
+from interp_widgets.widgets.tokens import _traits_from_result, finite_max, token_pieces
+
+SORT_KEYS = ("index", "confidence", "max_attribution", "label")
+OUTCOMES = ("all", "correct", "wrong")
+MAX_STATIC_EXAMPLE_TOKENS = 400
+
+
+class ExampleListWidget(InterpWidget):
+    """A paged list of examples: each row shows the predicted label with its confidence, the true label, and the
+    tokens coloured for the predicted class. Sorting, filtering and paging run in the browser; the page, sort,
+    filters and the selected example sync back to Python (``selected_example`` is an index into the results).
+
+    Example:
+        >>> widget = ExampleListWidget(results, page_size=5, sort_by="confidence")  # doctest: +SKIP
+        >>> widget.visible_order()[:3]                                              # doctest: +SKIP
+        [4, 0, 2]
+    """
+
+    _bundle = "examples"
+
+    tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Tokens of each example.").tag(sync=True)
+    spaces_before = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
+    special_mask = traitlets.Dict(help="bool per token of all examples concatenated, binary.").tag(sync=True)
+    scores = traitlets.Dict(help="float32 scores for each example's shown class, concatenated, binary.").tag(sync=True)
+    predicted = traitlets.List(traitlets.Unicode(), help="Predicted (most probable) label of each example.").tag(sync=True)
+    confidence = traitlets.List(traitlets.Float(allow_none=True), help="Probability of the predicted label.").tag(sync=True)
+    true_labels = traitlets.List(traitlets.Unicode(), help="True label of each example ('' if unknown).").tag(sync=True)
+    max_attribution = traitlets.List(traitlets.Float(), help="Largest |score| of each example (special tokens excluded).").tag(sync=True)
+    signed = traitlets.Bool(True).tag(sync=True)
+    method = traitlets.Unicode("").tag(sync=True)
+    page = traitlets.Int(0, help="Page shown (0-based).").tag(sync=True)
+    page_size = traitlets.Int(10).tag(sync=True)
+    sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
+    descending = traitlets.Bool(False).tag(sync=True)
+    filter_label = traitlets.Unicode("", help="Show only examples predicted as this label ('' = all).").tag(sync=True)
+    filter_outcome = traitlets.Unicode("all", help=f"One of {OUTCOMES} (needs true labels).").tag(sync=True)
+    shared_scale = traitlets.Bool(True, help="One colour scale for all examples instead of one per example.").tag(sync=True)
+    selected_example = traitlets.Int(-1, help="Index of the example clicked (-1: none).").tag(sync=True)
+
+    def __init__(self, results: Sequence[Any], **kwargs: Any) -> None:
+        results = list(results)
+        if not results:
+            raise ValueError("there are no results to list; pass a non-empty AttributionCollection or list of results")
+        tokens, spaces, special, rows, predicted, confidence, true_labels, max_attr = [], [], [], [], [], [], [], []
+        signed = set()
+        for r in results:
+            traits = _traits_from_result(r)
+            probs = traits["target_probs"]
+            known = [(p, i) for i, p in enumerate(probs) if p is not None]
+            target = max(known)[1] if known else 0
+            mask = buffer_to_array(traits["special_mask"])
+            row = buffer_to_array(traits["scores"])[target].astype(np.float64)
+            tokens.append(traits["tokens"])
+            spaces.append(traits["spaces_before"])
+            special.append(mask)
+            rows.append(row)
+            predicted.append(traits["target_labels"][target])
+            confidence.append(probs[target] if known else None)
+            true_label = getattr(r, "true_label", None)
+            true_labels.append("" if true_label is None else str(true_label))
+            max_attr.append(finite_max(row[~mask]))
+            signed.add(traits["signed"])
+        methods = {str(getattr(r, "method", "") or "") for r in results}
+        super().__init__(
+            tokens=tokens, spaces_before=spaces, special_mask=array_to_buffer(np.concatenate(special)),
+            scores=array_to_buffer(np.concatenate(rows)), predicted=predicted, confidence=confidence,
+            true_labels=true_labels, max_attribution=max_attr, signed=signed == {True},
+            method=", ".join(sorted(methods - {""})), **kwargs,
+        )  # fmt: skip
+
+    # ----------------------------------------------------------------- validation
+    @traitlets.validate("sort_by")
+    def _check_sort(self, proposal):
+        if proposal["value"] not in SORT_KEYS:
+            raise ValueError(f"sort_by must be one of {SORT_KEYS}, got {proposal['value']!r}")
+        return proposal["value"]
+
+    @traitlets.validate("filter_outcome")
+    def _check_outcome(self, proposal):
+        if proposal["value"] not in OUTCOMES:
+            raise ValueError(f"filter_outcome must be one of {OUTCOMES}, got {proposal['value']!r}")
+        return proposal["value"]
+
+    @traitlets.validate("page_size")
+    def _check_page_size(self, proposal):
+        if proposal["value"] < 1:
+            raise ValueError(f"page_size must be at least 1, got {proposal['value']}")
+        return proposal["value"]
+
+    @traitlets.validate("page")
+    def _check_page(self, proposal):
+        if proposal["value"] < 0:
+            raise ValueError(f"page must be 0 or more, got {proposal['value']}")
+        return proposal["value"]
+
+    @traitlets.validate("selected_example")
+    def _check_selected(self, proposal):
+        n = len(self.tokens)
+        if not -1 <= proposal["value"] < n:
+            raise ValueError(f"selected_example {proposal['value']} is out of range; use -1 or 0..{n - 1}")
+        return proposal["value"]
+
+    # ----------------------------------------------------------------- state
+    @property
+    def labels(self) -> list[str]:
+        """All labels that occur as predicted or true labels, sorted (the filter's choices).
+
+        Example:
+            >>> widget.labels  # doctest: +SKIP
+            ['negative', 'positive']
+        """
+        return sorted(set(self.predicted) | {t for t in self.true_labels if t})
+
+    def visible_order(self) -> list[int]:
+        """Example indices after filtering and sorting, as the browser lists them (ties keep input order).
+
+        Example:
+            >>> widget.sort_by = "confidence"; widget.visible_order()  # doctest: +SKIP
+            [3, 1, 0, 2]
+        """
+        keep = []
+        for i, (pred, true) in enumerate(zip(self.predicted, self.true_labels)):
+            if self.filter_label and pred != self.filter_label:
+                continue
+            if self.filter_outcome != "all" and (not true or (pred == true) != (self.filter_outcome == "correct")):
+                continue
+            keep.append(i)
+        if self.sort_by == "index":
+            keys = {i: float(i) for i in keep}
+        elif self.sort_by == "label":
+            ranks = {label: r for r, label in enumerate(sorted(set(self.predicted)))}
+            keys = {i: float(ranks[self.predicted[i]]) for i in keep}
+        elif self.sort_by == "confidence":
+            keys = {i: -math.inf if self.confidence[i] is None else self.confidence[i] for i in keep}
+        else:
+            keys = {i: self.max_attribution[i] for i in keep}
+        sign = -1.0 if self.descending else 1.0
+        return sorted(keep, key=lambda i: (sign * keys[i], i))
+
+    def example_scores(self, index: int) -> np.ndarray:
+        """Scores of example ``index`` for its shown (predicted) class.
+
+        Example:
+            >>> widget.example_scores(0).shape  # doctest: +SKIP
+            (9,)
+        """
+        start = sum(len(t) for t in self.tokens[:index])
+        return buffer_to_array(self.scores)[start : start + len(self.tokens[index])]
+
+    def _special(self, index: int) -> np.ndarray:
+        start = sum(len(t) for t in self.tokens[:index])
+        return buffer_to_array(self.special_mask)[start : start + len(self.tokens[index])]
+
+    # ----------------------------------------------------------------- display
+    def static_svg(self) -> str:
+        """The current page (after sort and filter) with labels, confidence and coloured tokens.
+
+        Example:
+            >>> widget.static_svg().startswith("<svg")  # doctest: +SKIP
+            True
+        """
+        order = self.visible_order()
+        pages = max(1, math.ceil(len(order) / self.page_size))
+        page = min(self.page, pages - 1)
+        shown = order[page * self.page_size : (page + 1) * self.page_size]
+        shared = max((self.max_attribution[i] for i in order), default=0.0) if self.shared_scale else None
+        figure = SvgFigure(label=f"{len(order)} explained examples")
+        filters = [f"label {self.filter_label}" if self.filter_label else "", f"{self.filter_outcome} only" if self.filter_outcome != "all" else ""]
+        figure.text(
+            f"{len(order)} of {len(self.tokens)} examples · page {page + 1} of {pages} · sorted by {self.sort_by}"
+            + (" (descending)" if self.descending else "") + "".join(f" · {f}" for f in filters if f),
+            bold=True,
+        )  # fmt: skip
+        for i in shown:
+            pred, true = self.predicted[i], self.true_labels[i]
+            conf = "" if self.confidence[i] is None else f" ({100 * self.confidence[i]:.1f}%)"
+            verdict = "" if not true else (" ✓" if pred == true else " ✗")
+            figure.text(f"#{i} predicted {pred}{conf} · true {true or 'unknown'}{verdict} · max |attribution| "
+                        f"{format_score(self.max_attribution[i])}", size=12)  # fmt: skip
+            special, row = self._special(i), self.example_scores(i).astype(np.float64)
+            units = [[k] for k in range(len(row)) if not special[k]]
+            max_abs = shared if shared is not None else finite_max(row[~special])
+            pieces, omitted = token_pieces(self.tokens[i], self.spaces_before[i], units, row[[u[0] for u in units]],
+                                           max_abs, self.signed, limit=MAX_STATIC_EXAMPLE_TOKENS)  # fmt: skip
+            figure.tokens(pieces, omitted=omitted)
+        legend_max = shared if shared is not None else 1.0
+        title = "attribution to the predicted class" + ("" if shared is not None else " (each example scaled to its own max = 1)")
+        figure.legend(legend_max, signed=self.signed, title=title)
+        if self.method:
+            figure.text(f"method: {self.method}", size=11, colour="#57606a")
+        return figure.render()
+
+    def __repr__(self) -> str:
+        known = [(p, t) for p, t in zip(self.predicted, self.true_labels) if t]
+        accuracy = f", accuracy {sum(p == t for p, t in known) / len(known):.2f} on {len(known)} labelled" if known else ""
+        return f"ExampleListWidget({len(self.tokens)} examples, method={self.method!r}{accuracy})"

@@ -1,0 +1,220 @@
+"""Generation attribution: prompt and generated tokens with their probabilities, sources of each generated token,
+and a source × target heatmap drawn on canvas.
+
+Example:
+    >>> result = IntegratedGradients().attribute(model, tokenizer, "The film was", max_new_tokens=5)  # doctest: +SKIP
+    >>> GenerationWidget(result)                                                                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import traitlets
+
+from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._colour import format_score, score_colours
+from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
+from interp_widgets.widgets.tokens import (
+    ENCODINGS,
+    _traits_from_result,
+    display_token,
+    finite_max,
+    magnitude_ranks,
+)
+
+VIEWS = ("text", "heatmap")
+MAX_STATIC_STEPS = 40  # heatmap rows drawn in the static picture
+MAX_STATIC_SOURCES = 240  # heatmap columns drawn in the static picture
+
+
+def _step_tokens(result: Any, n_tokens: int, n_steps: int) -> tuple[np.ndarray, list[int]]:
+    generated = np.asarray(result.generated_mask, dtype=bool).reshape(-1)
+    if generated.shape != (n_tokens,):
+        raise ValueError(f"generated_mask has {generated.size} entries for {n_tokens} tokens; pass one per token")
+    positions = getattr(result, "target_positions", None)
+    if positions is not None:
+        steps = (np.asarray(positions, dtype=np.int64).reshape(-1) + 1).tolist()  # a target predicts the next token
+    else:
+        steps = np.flatnonzero(generated).tolist()
+    if len(steps) != n_steps:
+        raise ValueError(
+            f"{n_steps} rows of scores but {len(steps)} generated tokens; a generation result has one row per "
+            "generated token"
+        )
+    if any(not 0 <= s < n_tokens or not generated[s] for s in steps):
+        raise ValueError("target_positions must point just before generated tokens (target_positions + 1 is generated)")
+    return generated, steps
+
+
+class GenerationWidget(InterpWidget):
+    """Prompt + generated tokens; pick a generated token to colour the sources it was attributed to.
+
+    Each generated token shows its probability. Hovering a generated token previews its sources, clicking (or Enter)
+    selects it; a canvas heatmap (rows: generated tokens, columns: all tokens) shows every step at once, with hover
+    values. ``selected_step`` (row of ``scores``), ``selected_token`` and ``view`` sync back to Python.
+
+    Example:
+        >>> widget = result.widget()             # doctest: +SKIP  (a result with generated_mask)
+        >>> widget.selected_step = 2             # doctest: +SKIP
+        >>> widget.step_sources()[:3]            # doctest: +SKIP
+    """
+
+    _bundle = "generation"
+
+    tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True)
+    special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
+    generated_mask = traitlets.Dict(help="bool per token (True: generated), binary.").tag(sync=True)
+    scores = traitlets.Dict(help="float32 (n_steps, n_tokens), binary; NaN = not visible to that step.").tag(sync=True)
+    step_tokens = traitlets.List(traitlets.Int(), help="Token index of the token generated at each step.").tag(sync=True)
+    step_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each generated token.").tag(sync=True)
+    method = traitlets.Unicode("").tag(sync=True)
+    score_meaning = traitlets.Unicode("").tag(sync=True)
+    signed = traitlets.Bool(True).tag(sync=True)
+    shared_scale = traitlets.Bool(False, help="One colour scale for all steps instead of one per step.").tag(sync=True)
+    encoding = traitlets.Unicode("colour").tag(sync=True)
+    high_contrast = traitlets.Bool(False).tag(sync=True)
+    view = traitlets.Unicode("text", help="'text' (coloured tokens) or 'heatmap' (canvas, all steps).").tag(sync=True)
+    selected_step = traitlets.Int(0, help="Generated token (row of scores) whose sources are coloured.").tag(sync=True)
+    selected_token = traitlets.Int(-1, help="Source token clicked (-1: none).").tag(sync=True)
+    hovered_token = traitlets.Int(-1, help="Token under the pointer (-1: none).").tag(sync=True)
+
+    def __init__(self, result: Any, *, selected_step: int = 0, view: str = "text", **kwargs: Any) -> None:
+        if getattr(result, "generated_mask", None) is None:
+            raise ValueError("this result has no generated tokens (generated_mask is None); use TokenHighlightWidget")
+        traits = _traits_from_result(result)
+        n, n_steps = len(traits["tokens"]), len(traits["target_labels"])
+        generated, steps = _step_tokens(result, n, n_steps)
+        super().__init__(
+            tokens=traits["tokens"], spaces_before=traits["spaces_before"], special_mask=traits["special_mask"],
+            generated_mask=array_to_buffer(generated), scores=traits["scores"], step_tokens=steps,
+            step_probs=traits["target_probs"], method=traits["method"], score_meaning=traits["score_meaning"],
+            signed=traits["signed"], selected_step=selected_step, view=view, **kwargs,
+        )  # fmt: skip
+
+    # ----------------------------------------------------------------- validation
+    @traitlets.validate("view")
+    def _check_view(self, proposal):
+        if proposal["value"] not in VIEWS:
+            raise ValueError(f"view must be one of {VIEWS}, got {proposal['value']!r}")
+        return proposal["value"]
+
+    @traitlets.validate("encoding")
+    def _check_encoding(self, proposal):
+        if proposal["value"] not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {ENCODINGS}, got {proposal['value']!r}")
+        return proposal["value"]
+
+    @traitlets.validate("selected_step")
+    def _check_step(self, proposal):
+        n = len(self.step_tokens)
+        if not 0 <= proposal["value"] < n:
+            raise ValueError(f"selected_step {proposal['value']} is out of range; there are {n} generated tokens (0..{n - 1})")
+        return proposal["value"]
+
+    @traitlets.validate("selected_token", "hovered_token")
+    def _check_token(self, proposal):
+        n = len(self.tokens)
+        if not -1 <= proposal["value"] < n:
+            raise ValueError(f"{proposal['trait'].name} {proposal['value']} is out of range; use -1 or 0..{n - 1}")
+        return proposal["value"]
+
+    # ----------------------------------------------------------------- state
+    def score_matrix(self) -> np.ndarray:
+        """The (n_steps, n_tokens) float32 scores as sent to the browser.
+
+        Example:
+            >>> widget.score_matrix().shape  # doctest: +SKIP
+            (5, 12)
+        """
+        return buffer_to_array(self.scores)
+
+    def step_sources(self) -> list[tuple[int, str, float]]:
+        """Sources of the selected step, most important first: ``(token index, token, score)``, NaN excluded.
+
+        Example:
+            >>> widget.step_sources()[0]  # doctest: +SKIP
+            (3, ' film', 0.41)
+        """
+        row = self.score_matrix()[self.selected_step].astype(np.float64)
+        visible = [i for i in range(len(row)) if not math.isnan(row[i])]
+        return [(i, self.tokens[i], float(row[i])) for i in sorted(visible, key=lambda i: -abs(row[i]))]
+
+    def _scale_max(self) -> float:
+        matrix = self.score_matrix().astype(np.float64)
+        return finite_max(matrix if self.shared_scale else matrix[self.selected_step])
+
+    # ----------------------------------------------------------------- display
+    def static_svg(self) -> str:
+        """Tokens coloured by the selected step's sources (generated tokens annotated with their probability),
+        the legend, and the source × target heatmap.
+
+        Example:
+            >>> widget.static_svg().startswith("<svg")  # doctest: +SKIP
+            True
+        """
+        matrix = self.score_matrix().astype(np.float64)
+        step = self.selected_step
+        row, max_abs = matrix[step], self._scale_max()
+        special = buffer_to_array(self.special_mask)
+        step_of = {index: s for s, index in enumerate(self.step_tokens)}
+        chosen = self.step_tokens[step]
+        ranks = magnitude_ranks(row)
+        figure = SvgFigure(label=f"Sources of generated token {self.tokens[chosen]!r}")
+        prob = self.step_probs[step] if self.step_probs else None
+        figure.text(
+            f"generated token {step + 1} of {len(self.step_tokens)}: {json.dumps(self.tokens[chosen], ensure_ascii=False)}"
+            + (f" (p = {100 * prob:.1f}%)" if prob is not None else "") + " · its sources are coloured",
+            bold=True,
+        )  # fmt: skip
+        pieces = []
+        shown = [i for i in range(len(self.tokens)) if not special[i]][:MAX_STATIC_TOKENS]
+        for i in shown:
+            score = float(row[i])
+            if math.isnan(score):
+                background, colour = unseen_colours()
+                note = "not visible to this step"
+            else:
+                background, colour = score_colours(score, max_abs, self.signed)
+                note = f"score {format_score(score, 6, self.signed)}, rank {ranks[i]} of {len(ranks)}"
+            label = ""
+            if i in step_of and self.step_probs and self.step_probs[step_of[i]] is not None:
+                label = f"{100 * self.step_probs[step_of[i]]:.0f}%"
+            pieces.append(TokenPiece(self.spaces_before[i], display_token(self.tokens[i]), background, colour,
+                                     f"{json.dumps(self.tokens[i], ensure_ascii=False)}: {note}", note=label,
+                                     outline=i == chosen))  # fmt: skip
+        non_special = int((~special).sum())
+        figure.tokens(pieces, omitted=non_special - len(shown))
+        scale = ", scale shared by all steps" if self.shared_scale else ""
+        figure.legend(max_abs, signed=self.signed, title=f"attribution to the selected token{scale}")
+        figure.text("source × generated-token heatmap (each row scaled to its own maximum)", size=11, colour="#57606a")
+        cells = []
+        for s in range(min(len(self.step_tokens), MAX_STATIC_STEPS)):
+            values, target = matrix[s], self.tokens[self.step_tokens[s]]
+            row_max = finite_max(values)
+            cells.append([
+                (unseen_colours()[0], f"{self.tokens[i]!r} → {target!r}: not visible") if math.isnan(v)
+                else (score_colours(float(v), row_max, self.signed)[0],
+                      f"{self.tokens[i]!r} → {target!r}: {format_score(float(v), 6, self.signed)}")
+                for i, v in enumerate(values[:MAX_STATIC_SOURCES])
+            ])  # fmt: skip
+        figure.heatmap(cells, [self.tokens[self.step_tokens[s]] for s in range(len(cells))])
+        if len(self.step_tokens) > MAX_STATIC_STEPS or len(self.tokens) > MAX_STATIC_SOURCES:
+            figure.text(f"(heatmap shows at most {MAX_STATIC_STEPS} steps × {MAX_STATIC_SOURCES} tokens)", size=11, colour="#57606a")
+        if self.method:
+            figure.text(f"method: {self.method}" + (f" · score: {self.score_meaning}" if self.score_meaning else ""),
+                        size=11, colour="#57606a")
+        return figure.render()
+
+    def __repr__(self) -> str:
+        step = self.selected_step
+        top = ", ".join(f"{tok!r} {format_score(score, sign=self.signed)}" for _, tok, score in self.step_sources()[:3])
+        generated = "".join(self.tokens[i] for i in self.step_tokens)
+        return (
+            f"GenerationWidget(method={self.method!r}, {len(self.tokens)} tokens, generated={generated!r}, "
+            f"step {step}: {self.tokens[self.step_tokens[step]]!r}, top sources: {top})"
+        )

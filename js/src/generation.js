@@ -1,0 +1,366 @@
+/**
+ * Generation attribution view (front end of interp_widgets.widgets.GenerationWidget).
+ *
+ * Traits read: tokens, spaces_before, special_mask, generated_mask, scores (n_steps × n_tokens, NaN =
+ * not visible), step_tokens, step_probs, method, score_meaning, signed, shared_scale, encoding,
+ * high_contrast, view, selected_step, error. Written back: selected_step, selected_token, hovered_token,
+ * view, shared_scale. Hovering a generated token previews its sources; clicking or Enter selects it.
+ * The heatmap is a canvas: rows are generated tokens, columns all tokens, hover shows the value.
+ *
+ * @example
+ *   import widget from "./generation.js";
+ *   widget.render({model, el});
+ */
+import "./generation.css";
+import { maxMagnitude, ranksByMagnitude } from "./lib/aggregate.js";
+import { decodeArray } from "./lib/codec.js";
+import { scoreRgb, rgbString } from "./lib/colour.js";
+import { h } from "./lib/dom.js";
+import { guardedRender } from "./lib/errors.js";
+import { createExportMenu } from "./lib/export.js";
+import { formatProbability, formatScore } from "./lib/format.js";
+import { createLegend } from "./lib/legend.js";
+import { appendChunked, paintToken } from "./lib/paint.js";
+import { displayToken, quoteToken } from "./lib/text.js";
+import { detectTheme, watchTheme } from "./lib/theme.js";
+import { createTooltip } from "./lib/tooltip.js";
+
+const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed"];
+const VIEW_TRAITS = ["selected_step", "shared_scale", "encoding", "high_contrast", "view"];
+const CELL_HEIGHT = 16;
+const LABEL_WIDTH = 120;
+
+/** Read and check the synced data. */
+export function readGeneration(model) {
+  const tokens = model.get("tokens") ?? [];
+  const n = tokens.length;
+  if (n === 0) throw new RangeError("there are no tokens to display");
+  const spaces = model.get("spaces_before") ?? [];
+  if (spaces.length !== n) throw new RangeError(`spaces_before has ${spaces.length} entries for ${n} tokens`);
+  const scores = decodeArray(model.get("scores"));
+  const steps = model.get("step_tokens") ?? [];
+  if (scores.shape.length !== 2 || scores.shape[1] !== n || scores.shape[0] !== steps.length) {
+    throw new RangeError(`scores have shape [${scores.shape.join(", ")}], expected [${steps.length} generated tokens, ${n} tokens]`);
+  }
+  const special = decodeArray(model.get("special_mask")).values;
+  const generated = decodeArray(model.get("generated_mask")).values;
+  if (special.length !== n || generated.length !== n) throw new RangeError(`special_mask and generated_mask need ${n} entries`);
+  for (const index of steps) {
+    if (!(index >= 0 && index < n) || generated[index] === 0) throw new RangeError(`step token ${index} is not a generated token`);
+  }
+  return {
+    n, tokens, spaces, special, generated, steps,
+    scores: scores.values,
+    probs: model.get("step_probs") ?? [],
+    method: model.get("method") ?? "",
+    meaning: model.get("score_meaning") ?? "",
+    signed: model.get("signed") !== false,
+  }; // prettier-ignore
+}
+
+/**
+ * Which heatmap cell is at canvas pixel (x, y): {step, token} or null outside the grid.
+ * @param {{cellWidth: number, steps: number, tokens: number}} layout
+ */
+export function heatmapCell(x, y, layout) {
+  const token = Math.floor((x - LABEL_WIDTH) / layout.cellWidth);
+  const step = Math.floor(y / CELL_HEIGHT);
+  if (x < LABEL_WIDTH || token < 0 || token >= layout.tokens || step < 0 || step >= layout.steps) return null;
+  return { step, token };
+}
+
+function renderGeneration({ model, el, reportError }) {
+  const doc = el.ownerDocument;
+  const root = h("div", { class: "iw-root iw-generation" });
+  const viewButtons = ["text", "heatmap"].map((v) =>
+    h("button", { type: "button", class: "iw-button", "data-view": v, "aria-pressed": "false" }, v === "text" ? "Tokens" : "Heatmap"),
+  );
+  const sharedToggle = h("input", { type: "checkbox", class: "iw-shared-toggle" });
+  const toolbar = h("div", { class: "iw-toolbar" }, [
+    h("span", { role: "group", "aria-label": "View" }, viewButtons),
+    h("label", { title: "One colour scale for all generated tokens instead of one per token" }, [sharedToggle, " shared scale"]),
+  ]);
+  const status = h("div", { class: "iw-generation-status", "aria-live": "polite" });
+  const tokensBox = h("div", { class: "iw-tokens", role: "listbox", "aria-orientation": "horizontal" });
+  const canvas = h("canvas", { class: "iw-heatmap", role: "img", tabindex: 0 });
+  const heatmapBox = h("div", { class: "iw-heatmap-box" }, canvas);
+  const legendSlot = h("div", { class: "iw-legend-slot" });
+  const caption = h("div", { class: "iw-caption" });
+  const table = h("table", { class: "iw-sr-only" });
+  root.append(toolbar, status, tokensBox, heatmapBox, legendSlot, caption, table);
+  el.append(root);
+  const tooltip = createTooltip(root);
+
+  let theme = detectTheme(doc);
+  let data = null;
+  let spans = [];
+  let shownStep = 0; // step whose sources are coloured (selected, or previewed on hover)
+  let focusIndex = -1;
+  let rendering = null;
+  let layout = null;
+
+  const safely = (fn) => (...args) => {
+    try {
+      fn(...args);
+    } catch (error) {
+      reportError(error);
+    }
+  }; // prettier-ignore
+  const save = (name, value) => {
+    model.set(name, value);
+    model.save_changes();
+  };
+  const stepOf = (index) => data.steps.indexOf(index);
+  const row = (step) => data.scores.subarray(step * data.n, (step + 1) * data.n);
+  const paintOptions = () => ({ theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) });
+  const scaleMax = (step) => {
+    if (!model.get("shared_scale")) return maxMagnitude(row(step));
+    return Math.max(...data.steps.map((_, s) => maxMagnitude(row(s))));
+  };
+  const scoreText = (value) => (Number.isNaN(value) ? "not visible to this generated token" : formatScore(value, { digits: 6, sign: data.signed }));
+  const probText = (step) => (Number.isFinite(data.probs[step]) ? formatProbability(data.probs[step]) : "unknown");
+
+  function build() {
+    const nodes = [];
+    spans = data.tokens.map((text, i) => {
+      if (data.special[i] && !data.generated[i]) return null;
+      if (data.spaces[i]) nodes.push(doc.createTextNode(data.spaces[i]));
+      const step = stepOf(i);
+      const span = h("span", { class: step >= 0 ? "iw-token iw-generated" : "iw-token", role: "option", tabindex: -1, "data-index": i }, displayToken(text));
+      if (step >= 0) span.dataset.prob = probText(step);
+      nodes.push(span);
+      return span;
+    });
+    rendering?.cancel();
+    rendering = appendChunked(tokensBox, nodes);
+  }
+
+  function colour(step) {
+    shownStep = step;
+    const values = row(step);
+    const max = scaleMax(step);
+    const ranks = ranksByMagnitude(values);
+    const ranked = values.filter((v) => !Number.isNaN(v)).length;
+    const options = paintOptions();
+    const target = data.steps[step];
+    spans.forEach((span, i) => {
+      if (!span) return;
+      paintToken(span, values[i], max, options);
+      span.classList.toggle("iw-unseen", Number.isNaN(values[i]));
+      span.classList.toggle("iw-source-of", i === target);
+      const genStep = stepOf(i);
+      const prob = genStep >= 0 ? `, generated with probability ${probText(genStep)}` : "";
+      const rank = ranks[i] > 0 ? `, rank ${ranks[i]} of ${ranked}` : "";
+      span.setAttribute("aria-label", `${quoteToken(data.tokens[i])}${prob}, attribution to ${quoteToken(data.tokens[target])}: ${scoreText(values[i])}${rank}`);
+    });
+    status.textContent = `Sources of generated token ${step + 1} of ${data.steps.length}: ${quoteToken(data.tokens[target])} (p = ${probText(step)})`;
+    legendSlot.replaceChildren(
+      createLegend(max, theme, `attribution to ${quoteToken(data.tokens[target])}${model.get("shared_scale") ? ", shared scale" : ""}`, {
+        signed: data.signed,
+        encoding: options.encoding,
+      }),
+    );
+    fillTable(step, values, ranks, ranked);
+  }
+
+  function fillTable(step, values, ranks, ranked) {
+    const target = data.tokens[data.steps[step]];
+    table.replaceChildren(
+      h("caption", {}, `Attribution of each source token to generated token ${quoteToken(target)}`),
+      h("tr", {}, [h("th", { scope: "col" }, "token"), h("th", { scope: "col" }, "score"), h("th", { scope: "col" }, "rank")]),
+      ...Array.from(values.slice(0, 2000), (v, i) =>
+        h("tr", {}, [h("td", {}, data.tokens[i]), h("td", {}, scoreText(v)), h("td", {}, ranks[i] > 0 ? `${ranks[i]} of ${ranked}` : "")]),
+      ),
+    );
+  }
+
+  function drawHeatmap() {
+    const width = Math.max(320, (el.clientWidth || 800) - 8);
+    const cellWidth = Math.max(1, Math.min(18, Math.floor((width - LABEL_WIDTH) / data.n)));
+    layout = { cellWidth, steps: data.steps.length, tokens: data.n };
+    canvas.width = LABEL_WIDTH + cellWidth * data.n;
+    canvas.height = CELL_HEIGHT * data.steps.length;
+    canvas.setAttribute("aria-label", `Heatmap of ${data.steps.length} generated tokens (rows) by ${data.n} source tokens (columns); selected row ${shownStep + 1}`);
+    const ctx = canvas.getContext?.("2d");
+    if (!ctx) return; // no canvas support (e.g. a test DOM): the table alternative still lists the values
+    const shared = model.get("shared_scale");
+    const globalMax = shared ? scaleMax(0) : 0;
+    const fg = doc.defaultView.getComputedStyle(root).color || "#000";
+    ctx.clearRect(0, 0, canvas.width, canvas.height);
+    ctx.font = "11px ui-monospace, monospace";
+    ctx.textBaseline = "middle";
+    data.steps.forEach((index, s) => {
+      const values = row(s);
+      const max = shared ? globalMax : maxMagnitude(values);
+      ctx.fillStyle = fg;
+      ctx.fillText(displayToken(data.tokens[index]).slice(0, 14), 2, s * CELL_HEIGHT + CELL_HEIGHT / 2, LABEL_WIDTH - 6);
+      for (let i = 0; i < data.n; i += 1) {
+        const v = values[i];
+        ctx.fillStyle = Number.isNaN(v) ? "rgba(127,127,127,0.15)" : rgbString(scoreRgb(v, max, theme, { signed: data.signed }));
+        ctx.fillRect(LABEL_WIDTH + i * cellWidth, s * CELL_HEIGHT, cellWidth, CELL_HEIGHT - 1);
+      }
+    });
+    const selected = model.get("selected_step");
+    ctx.strokeStyle = fg;
+    ctx.lineWidth = 2;
+    ctx.strokeRect(LABEL_WIDTH, selected * CELL_HEIGHT + 1, cellWidth * data.n, CELL_HEIGHT - 2);
+  }
+
+  function draw() {
+    const step = model.get("selected_step");
+    if (!(step >= 0 && step < data.steps.length)) throw new RangeError(`selected_step ${step} is out of range for ${data.steps.length} generated tokens`);
+    const view = model.get("view") === "heatmap" ? "heatmap" : "text";
+    root.dataset.iwTheme = theme;
+    root.classList.toggle("iw-high-contrast", Boolean(model.get("high_contrast")));
+    viewButtons.forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.view === view)));
+    sharedToggle.checked = Boolean(model.get("shared_scale"));
+    tokensBox.hidden = view !== "text";
+    heatmapBox.hidden = view !== "heatmap";
+    colour(step);
+    if (view === "heatmap") drawHeatmap();
+    caption.textContent = [data.method && `method: ${data.method}`, data.meaning && `score: ${data.meaning}`].filter(Boolean).join(" \u00b7 ");
+    const focusSpan = spans[focusIndex] ?? spans.find(Boolean);
+    if (focusSpan) focusSpan.tabIndex = 0;
+  }
+
+  let pending = 0;
+  let disposed = false;
+  const request = (level) => {
+    if (pending === 0) queueMicrotask(safely(flush));
+    pending = Math.max(pending, level);
+  };
+  function flush() {
+    if (disposed) return;
+    if (pending === 2) {
+      data = readGeneration(model);
+      build();
+    }
+    pending = 0;
+    draw();
+  }
+
+  const spanOf = (event) => {
+    const span = event.target instanceof Element ? event.target.closest(".iw-token") : null;
+    return span && tokensBox.contains(span) ? span : null;
+  };
+  const describe = (i) => {
+    const rows = [["token", quoteToken(data.tokens[i])]];
+    const step = stepOf(i);
+    if (step >= 0) rows.push(["probability", probText(step)]);
+    rows.push([`→ ${quoteToken(data.tokens[data.steps[shownStep]])}`, scoreText(row(shownStep)[i])]);
+    return rows;
+  };
+  const activate = (i) => {
+    const step = stepOf(i);
+    if (step >= 0) save("selected_step", step);
+    else save("selected_token", model.get("selected_token") === i ? -1 : i);
+  };
+  const focusAt = (position) => {
+    const visible = spans.filter(Boolean);
+    const next = visible[Math.min(Math.max(position, 0), visible.length - 1)];
+    if (!next.isConnected) rendering.finish();
+    for (const span of tokensBox.querySelectorAll('.iw-token[tabindex="0"]')) span.tabIndex = -1;
+    next.tabIndex = 0;
+    focusIndex = Number(next.dataset.index);
+    next.focus();
+  };
+  const KEY_STEPS = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 };
+  tokensBox.addEventListener("keydown", safely((event) => {
+    const span = spanOf(event);
+    if (!span) return;
+    const position = spans.filter(Boolean).indexOf(span);
+    if (event.key in KEY_STEPS) focusAt(position + KEY_STEPS[event.key]);
+    else if (event.key === "Home") focusAt(0);
+    else if (event.key === "End") focusAt(Infinity);
+    else if (event.key === "Enter" || event.key === " ") activate(Number(span.dataset.index));
+    else if (event.key === "Escape") tooltip.hide();
+    else return;
+    event.preventDefault();
+  })); // prettier-ignore
+  tokensBox.addEventListener("mouseover", safely((event) => {
+    const span = spanOf(event);
+    if (!span || span === tooltip.target) return;
+    const i = Number(span.dataset.index);
+    const step = stepOf(i);
+    if (step >= 0 && step !== shownStep) colour(step); // preview this generated token's sources
+    tooltip.show(span, describe(i));
+    save("hovered_token", i);
+  })); // prettier-ignore
+  tokensBox.addEventListener("mouseleave", safely(() => {
+    tooltip.hide();
+    if (shownStep !== model.get("selected_step")) colour(model.get("selected_step"));
+    save("hovered_token", -1);
+  })); // prettier-ignore
+  tokensBox.addEventListener("focusin", safely((event) => {
+    const span = spanOf(event);
+    if (!span) return;
+    focusIndex = Number(span.dataset.index);
+    tooltip.show(span, describe(focusIndex));
+  })); // prettier-ignore
+  tokensBox.addEventListener("focusout", safely((event) => {
+    if (!tokensBox.contains(event.relatedTarget)) tooltip.hide();
+  })); // prettier-ignore
+  tokensBox.addEventListener("click", safely((event) => {
+    const span = spanOf(event);
+    if (span) activate(Number(span.dataset.index));
+  })); // prettier-ignore
+  const cellFromEvent = (event) => {
+    const box = canvas.getBoundingClientRect();
+    const scaleX = box.width ? canvas.width / box.width : 1;
+    const scaleY = box.height ? canvas.height / box.height : 1;
+    return layout && heatmapCell((event.clientX - box.left) * scaleX, (event.clientY - box.top) * scaleY, layout);
+  };
+  canvas.addEventListener("mousemove", safely((event) => {
+    const cell = cellFromEvent(event);
+    if (!cell) return tooltip.hide();
+    const target = data.tokens[data.steps[cell.step]];
+    tooltip.show(canvas, [
+      ["source", `${quoteToken(data.tokens[cell.token])} (#${cell.token})`],
+      ["generated", `${quoteToken(target)} (p = ${probText(cell.step)})`],
+      ["score", scoreText(row(cell.step)[cell.token])],
+    ]);
+    canvas.dataset.hoverStep = String(cell.step);
+    canvas.dataset.hoverToken = String(cell.token);
+  })); // prettier-ignore
+  canvas.addEventListener("mouseleave", () => tooltip.hide());
+  canvas.addEventListener("click", safely((event) => {
+    const cell = cellFromEvent(event);
+    if (cell) save("selected_step", cell.step);
+  })); // prettier-ignore
+  canvas.addEventListener("keydown", safely((event) => {
+    const step = model.get("selected_step") + ({ ArrowDown: 1, ArrowUp: -1 }[event.key] ?? 0);
+    if (step === model.get("selected_step") || step < 0 || step >= data.steps.length) return;
+    save("selected_step", step);
+    event.preventDefault();
+  })); // prettier-ignore
+  viewButtons.forEach((b) => b.addEventListener("click", safely(() => save("view", b.dataset.view))));
+  sharedToggle.addEventListener("change", safely(() => save("shared_scale", sharedToggle.checked)));
+  const csvRows = () => [
+    ["generated_step", "generated_token", "probability", ...data.tokens.map((t, i) => `${i}:${t}`)],
+    ...data.steps.map((index, s) => [s, data.tokens[index], data.probs[s] ?? "", ...row(s)]),
+  ];
+  toolbar.append(
+    createExportMenu({ name: "generation-attribution", root, rows: csvRows, title: () => `${data.method || "attribution"}: generation`, reportError }),
+  );
+
+  const onData = () => request(2);
+  const onView = () => request(1);
+  for (const name of DATA_TRAITS) model.on(`change:${name}`, onData);
+  for (const name of VIEW_TRAITS) model.on(`change:${name}`, onView);
+  const stopWatchingTheme = watchTheme(doc, (next) => {
+    theme = next;
+    request(1);
+  });
+  data = readGeneration(model);
+  build();
+  draw();
+  return () => {
+    disposed = true;
+    rendering?.cancel();
+    for (const name of DATA_TRAITS) model.off(`change:${name}`, onData);
+    for (const name of VIEW_TRAITS) model.off(`change:${name}`, onView);
+    stopWatchingTheme();
+  };
+}
+
+export default { render: guardedRender("GenerationWidget", renderGeneration) };
