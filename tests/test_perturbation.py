@@ -101,6 +101,7 @@ def test_exact_kernel_shap_equals_brute_force_shapley_values(bert, exact_shapley
     np.testing.assert_allclose(result.score_delta, [v[full] - v[empty] for v in values], atol=1e-5)
     assert np.abs(result.completeness_error).max() < 1e-9
     np.testing.assert_allclose(result.scores.sum(1), result.score_delta, atol=1e-9)
+    assert result.params["exact"] is True
 
 
 def test_sampled_kernel_shap_converges_and_keeps_efficiency(bert, exact_shapley):
@@ -108,9 +109,9 @@ def test_sampled_kernel_shap_converges_and_keeps_efficiency(bert, exact_shapley)
     expected = exact_shapley[0]
     errors = []
     for n_samples in (8, 32, 120):
-        result = KernelShap(n_samples=n_samples, max_exact_units=0, progress=False).attribute(
+        result = KernelShap(n_samples=n_samples, exact_max_units=0, progress=False).attribute(
             model, tokenizer, TEXT, target=[0, 2], granularity="word")
-        assert np.abs(result.completeness_error).max() < 1e-9
+        assert np.abs(result.completeness_error).max() < 1e-9 and result.params["exact"] is False
         errors.append(np.abs(result.scores - expected).mean())
     assert errors[2] < errors[1] < errors[0]
     assert errors[2] < 0.1 * np.abs(expected).mean()
@@ -196,7 +197,7 @@ def test_word_level_perturbation_masks_whole_words(bert, monkeypatch):
     monkeypatch.setattr(perturbation, "evaluate_rows", recording)
     adapter = ModelAdapter(model, tokenizer)
     enc = adapter.encode(TEXT)
-    KernelShap(n_samples=40, max_exact_units=0, baseline="zero", progress=False).attribute(
+    KernelShap(n_samples=40, exact_max_units=0, baseline="zero", progress=False).attribute(
         adapter, inputs=TEXT, granularity="word")
     rows = torch.cat(captured)
     x = adapter.embed(torch.as_tensor(enc.input_ids)[None])[0].detach()
@@ -289,7 +290,7 @@ def test_models_are_left_untouched(bert, gpt2):
     (lambda: Occlusion(window=0), "window must be an integer >= 1"),
     (lambda: Occlusion(window=1.5), "window must be an integer >= 1"),
     (lambda: KernelShap(n_samples=0), "n_samples must be an integer >= 1"),
-    (lambda: KernelShap(max_exact_units=30), "max_exact_units"),
+    (lambda: KernelShap(exact_max_units=30), "exact_max_units"),
     (lambda: Lime(n_samples=-3), "n_samples must be an integer >= 1"),
     (lambda: Lime(kernel_width=0), "kernel_width must be a number > 0"),
     (lambda: Sobol(n_samples=0), "n_samples must be an integer >= 1"),

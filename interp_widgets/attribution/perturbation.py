@@ -100,6 +100,10 @@ class _PerturbationMethod(Attributor):
     def _estimate(self, masks: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, dict[str, float]]:
         raise NotImplementedError
 
+    def _input_params(self, n_units: list[int]) -> dict[str, Any]:
+        """Parameters of one result that depend on its inputs (``n_units`` visible units per target)."""
+        return {}
+
     # ---------------------------------------------------------------------------------------------- engine
     def _attribute_inputs(self, adapter: ModelAdapter, problems: list[ExplainedInput], *, score: str,
                           granularity: str) -> list[AttributionResult]:
@@ -179,7 +183,8 @@ class _PerturbationMethod(Attributor):
         structure = token_level.aggregate(granularity)
         if structure.scores.shape != scores.shape:  # pragma: no cover - unit_tokens mirrors aggregate
             raise RuntimeError(f"unit mismatch: {structure.scores.shape[1]} aggregated units, {len(units)} perturbed")
-        return replace(structure, scores=scores, params={**self.params(), "score": score})
+        params = {**self.params(), "score": score, **self._input_params([len(plan["visible"]) for plan in plans])}
+        return replace(structure, scores=scores, params=params)
 
 
 class Occlusion(_PerturbationMethod):
@@ -262,9 +267,10 @@ class KernelShap(_PerturbationMethod):
 
     The full and the empty coalition are always evaluated and the efficiency constraint
     ``Σφ = f(x) − f(baseline)`` is enforced exactly (constrained least squares); every result records
-    ``completeness_error = Σφ − (f(x) − f(baseline))`` (≈ 0) and ``score_delta = f(x) − f(baseline)``.
+    ``completeness_error = Σφ − (f(x) − f(baseline))`` (≈ 0) and ``score_delta = f(x) − f(baseline)``, and
+    ``params["exact"]`` says whether every target was explained by exact enumeration.
 
-    - With at most ``max_exact_units`` units (or when ``n_samples`` covers every coalition), all ``2^M``
+    - With at most ``exact_max_units`` units (or when ``n_samples`` covers every coalition), all ``2^M``
       coalitions are enumerated with the exact Shapley kernel weights: the results are the exact Shapley values.
     - Otherwise ``n_samples`` coalitions are sampled from the Shapley kernel distribution (size ``k`` with
       probability ∝ ``1 / (k (M − k))``, then a uniform subset), in antithetic pairs (each coalition with its
@@ -280,14 +286,14 @@ class KernelShap(_PerturbationMethod):
     description = "Shapley value of the unit (signed; sums to f(x) − f(baseline))"
     extra_fields = ("completeness_error", "score_delta")
 
-    def __init__(self, n_samples: int = 512, baseline="pad", *, max_exact_units: int = 12, seed: int = 0,
+    def __init__(self, n_samples: int = 512, baseline="pad", *, exact_max_units: int = 12, seed: int = 0,
                  score: str | None = None, progress: bool = True):
         super().__init__(baseline, score=score, progress=progress)
         self.seed = _check_count("seed", seed, minimum=0)
         self.n_samples = _check_count("n_samples", n_samples)
-        self.max_exact_units = _check_count("max_exact_units", max_exact_units, minimum=0)
-        if self.max_exact_units > 20:
-            raise ValueError(f"max_exact_units={max_exact_units} would enumerate over 2 million coalitions per target; "
+        self.exact_max_units = _check_count("exact_max_units", exact_max_units, minimum=0)
+        if self.exact_max_units > 20:
+            raise ValueError(f"exact_max_units={exact_max_units} would enumerate over 2 million coalitions per target; "
                              "use at most 20 (the default 12 costs 4096 evaluations).")
 
     def is_exact(self, n_units: int) -> bool:
@@ -297,13 +303,16 @@ class KernelShap(_PerturbationMethod):
             >>> KernelShap(n_samples=100).is_exact(12), KernelShap(n_samples=100).is_exact(13)
             (True, False)
         """
-        return n_units <= self.max_exact_units or 2**n_units - 2 <= self.n_samples
+        return n_units <= self.exact_max_units or 2**n_units - 2 <= self.n_samples
+
+    def _input_params(self, n_units):
+        return {"exact": all(self.is_exact(n) for n in n_units)}
 
     def masks(self, n_units: int) -> np.ndarray:
         """The full and the empty coalition, then all others (exact) or sampled antithetic pairs.
 
         Example:
-            >>> KernelShap(max_exact_units=2).masks(2).astype(int)
+            >>> KernelShap(exact_max_units=2).masks(2).astype(int)
             array([[1, 1],
                    [0, 0],
                    [1, 0],
