@@ -23,10 +23,29 @@ from interp_widgets.concepts.decompositions import (
     SklearnConcepts,
     SVDConcepts,
 )
+from interp_widgets.concepts.importance import ConceptImportance, TextConcepts, concept_importance, text_concepts
+from interp_widgets.concepts.interpret import (
+    ConceptInterpretation,
+    interpret_concepts,
+    label_from_tokens,
+    vocabulary_projection,
+)
+from interp_widgets.concepts.metrics import (
+    dead_concepts,
+    evaluate,
+    explained_variance,
+    l0_sparsity,
+    matched_cosine,
+    relative_reconstruction_error,
+    stability,
+)
+from interp_widgets.concepts.sae import SparseAutoencoder
 
 __all__ = [
-    "CONCEPT_MODELS",
     "ActivationStore",
+    "CONCEPT_MODELS",
+    "ConceptImportance",
+    "ConceptInterpretation",
     "ConceptModel",
     "DictionaryLearningConcepts",
     "ICAConcepts",
@@ -40,5 +59,19 @@ __all__ = [
     "SVDConcepts",
     "SemiNMFConcepts",
     "SklearnConcepts",
+    "SparseAutoencoder",
+    "TextConcepts",
     "collect_activations",
+    "concept_importance",
+    "dead_concepts",
+    "evaluate",
+    "explained_variance",
+    "interpret_concepts",
+    "l0_sparsity",
+    "label_from_tokens",
+    "matched_cosine",
+    "relative_reconstruction_error",
+    "stability",
+    "text_concepts",
+    "vocabulary_projection",
 ]

@@ -1,0 +1,343 @@
+"""Per-token concept activations of a new text, and concept importance for a prediction.
+
+Importance is the gradient of the target score with respect to the concept coefficients, through the decomposition
+with the reconstruction residual kept: at the concept layer the hidden state ``h`` of every token is replaced by
+``decode(c) + (h − decode(c))`` where ``c = transform(h)`` is a leaf tensor, so the forward pass is unchanged and
+``∂score/∂c`` is exact (``decode`` is affine for every concept model). Scores are signed, per token and per concept;
+``contributions`` are ``c × ∂score/∂c``.
+
+Example:
+    >>> imp = concept_importance(model, tokenizer, "Not bad at all.", concepts, target="positive")  # doctest: +SKIP
+    >>> imp.ranking().head()                                                                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, ModelAdapter
+from interp_widgets.concepts._io import load_bundle, save_bundle
+from interp_widgets.concepts.decompositions import ConceptModel
+
+
+@dataclass
+class TextConcepts:
+    """Concept coefficients of every token of one text: ``coefficients[token, concept]``.
+
+    Example:
+        >>> tc = text_concepts(concepts, model, tokenizer, "Great food, slow service.")  # doctest: +SKIP
+        >>> tc.active_concepts(2)                                                        # doctest: +SKIP
+    """
+
+    text: str
+    tokens: list[str]
+    offsets: np.ndarray
+    special_mask: np.ndarray
+    coefficients: np.ndarray
+    layer: str
+    method: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.offsets = np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2)
+        self.special_mask = np.asarray(self.special_mask, dtype=bool)
+        self.coefficients = np.asarray(self.coefficients, dtype=np.float64)
+
+    def active_concepts(self, position: int, *, top: int = 10) -> list[tuple[int, float]]:
+        """The concepts with the largest coefficients at one token position: ``[(concept, coefficient), ...]``.
+
+        Example:
+            >>> tc.active_concepts(3, top=3)  # doctest: +SKIP
+            [(12, 4.1), (3, 2.0), (40, 0.7)]
+        """
+        if not -len(self.tokens) <= int(position) < len(self.tokens):
+            raise ValueError(f"position {position} out of range for {len(self.tokens)} tokens")
+        row = self.coefficients[int(position)]
+        order = np.argsort(-row, kind="stable")[: int(top)]
+        return [(int(c), float(row[c])) for c in order if row[c] != 0]
+
+    def to_dataframe(self):
+        """Long table: one row per (token, concept) with the coefficient.
+
+        Example:
+            >>> tc.to_dataframe().query("coefficient > 0")  # doctest: +SKIP
+        """
+        import pandas as pd
+
+        n_tokens, n_concepts = self.coefficients.shape
+        return pd.DataFrame({
+            "position": np.repeat(np.arange(n_tokens), n_concepts),
+            "token": np.repeat(np.asarray(self.tokens, dtype=object), n_concepts),
+            "start": np.repeat(self.offsets[:, 0], n_concepts),
+            "end": np.repeat(self.offsets[:, 1], n_concepts),
+            "special": np.repeat(self.special_mask, n_concepts),
+            "concept": np.tile(np.arange(n_concepts), n_tokens),
+            "coefficient": self.coefficients.reshape(-1),
+        })
+
+    def chart(self, concepts: list[int] | None = None):
+        """Altair heatmap of coefficients, tokens × concepts (``concepts`` restricts the columns).
+
+        Example:
+            >>> tc.chart([0, 5, 9])  # doctest: +SKIP
+        """
+        import altair as alt
+
+        frame = self.to_dataframe()
+        if concepts is not None:
+            frame = frame[frame["concept"].isin(list(concepts))]
+        frame["label"] = [f"{p}: {t}" for p, t in zip(frame["position"], frame["token"])]
+        return (alt.Chart(frame).mark_rect()
+                .encode(x=alt.X("label:N", sort=None, title="token"), y=alt.Y("concept:O"),
+                        color=alt.Color("coefficient:Q", scale=alt.Scale(scheme="purpleorange", domainMid=0)),
+                        tooltip=["token:N", "concept:Q", alt.Tooltip("coefficient:Q", format=".4g")])
+                .properties(title=f"{self.method} concepts at {self.layer}"))
+
+    _ARRAYS = ("offsets", "special_mask", "coefficients", "gradients", "target_ids", "target_scores")
+
+    def save(self, path: str | Path) -> Path:
+        """Write to one safetensors file with a JSON header (never pickle).
+
+        Example:
+            >>> type(tc).load(tc.save("tc.safetensors")).tokens == tc.tokens  # doctest: +SKIP
+            True
+        """
+        arrays = {n: getattr(self, n) for n in self._ARRAYS if getattr(self, n, None) is not None}
+        meta = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}
+        return save_bundle(path, f"interp_widgets.{type(self).__name__}", arrays, meta)
+
+    @classmethod
+    def load(cls, path: str | Path):
+        """Read a file written by :meth:`save`.
+
+        Example:
+            >>> ConceptImportance.load("importance.safetensors")  # doctest: +SKIP
+        """
+        arrays, meta = load_bundle(path, f"interp_widgets.{cls.__name__}")
+        return cls(**meta, **arrays)
+
+
+@dataclass
+class ConceptImportance(TextConcepts):
+    """Signed concept importance for one text: ``gradients[target, token, concept] = ∂score/∂c``.
+
+    ``contributions`` multiplies by the coefficients; :meth:`per_concept` sums them over (non-special) tokens.
+
+    Example:
+        >>> imp.per_concept("positive")[:5]  # doctest: +SKIP
+        >>> imp.ranking().head()             # doctest: +SKIP
+    """
+
+    gradients: np.ndarray = None
+    target_labels: list[str] = field(default_factory=list)
+    target_ids: np.ndarray = None
+    target_scores: np.ndarray = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        self.gradients = np.asarray(self.gradients, dtype=np.float64)
+        self.target_ids = np.asarray(self.target_ids, dtype=np.int64).reshape(-1)
+        self.target_scores = np.asarray(self.target_scores, dtype=np.float64).reshape(-1)
+
+    @property
+    def contributions(self) -> np.ndarray:
+        """``coefficients × gradients`` per target, token and concept."""
+        return self.gradients * self.coefficients[None]
+
+    def _target(self, target: int | str | None) -> int:
+        if target is None:
+            return 0
+        if isinstance(target, str):
+            if target not in self.target_labels:
+                raise ValueError(f"unknown target {target!r}; this result explains {self.target_labels}")
+            return self.target_labels.index(target)
+        if not -len(self.target_labels) <= int(target) < len(self.target_labels):
+            raise ValueError(f"target row {target} out of range for {len(self.target_labels)} targets")
+        return int(target) % len(self.target_labels)
+
+    def per_concept(self, target: int | str | None = None, *, kind: str = "contribution") -> np.ndarray:
+        """Importance of each concept for one target, summed over non-special tokens.
+
+        ``kind="contribution"`` (coefficient × gradient) or ``"gradient"``.
+
+        Example:
+            >>> imp.per_concept(kind="gradient").shape  # doctest: +SKIP
+        """
+        if kind not in ("contribution", "gradient"):
+            raise ValueError(f"unknown kind {kind!r}; use 'contribution' or 'gradient'")
+        values = (self.contributions if kind == "contribution" else self.gradients)[self._target(target)]
+        return values[~self.special_mask].sum(axis=0)
+
+    def ranking(self, target: int | str | None = None):
+        """Concepts ranked by absolute contribution to one target: concept, contribution, gradient, coefficient sum.
+
+        Example:
+            >>> imp.ranking("positive").head()  # doctest: +SKIP
+        """
+        import pandas as pd
+
+        contribution = self.per_concept(target)
+        order = np.argsort(-np.abs(contribution), kind="stable")
+        return pd.DataFrame({
+            "concept": order,
+            "contribution": contribution[order],
+            "gradient": self.per_concept(target, kind="gradient")[order],
+            "coefficient": self.coefficients[~self.special_mask].sum(axis=0)[order],
+        })
+
+    def to_dataframe(self):
+        """Long table: one row per (target, token, concept) with coefficient, gradient and contribution.
+
+        Example:
+            >>> imp.to_dataframe().groupby("concept").contribution.sum()  # doctest: +SKIP
+        """
+        import pandas as pd
+
+        base = super().to_dataframe()
+        frames = [base.assign(target=label, gradient=self.gradients[t].reshape(-1),
+                              contribution=self.contributions[t].reshape(-1))
+                  for t, label in enumerate(self.target_labels)]
+        return pd.concat(frames, ignore_index=True)
+
+    def chart(self, target: int | str | None = None, *, top: int = 15):
+        """Altair bar chart of the ``top`` concepts by absolute contribution, signed colours centred on zero.
+
+        Example:
+            >>> imp.chart("negative")  # doctest: +SKIP
+        """
+        import altair as alt
+
+        row = self._target(target)
+        frame = self.ranking(row).head(int(top))
+        limit = float(np.abs(frame["contribution"]).max() or 1.0)
+        return (alt.Chart(frame).mark_bar()
+                .encode(x=alt.X("concept:N", sort=None), y=alt.Y("contribution:Q"),
+                        color=alt.Color("contribution:Q", scale=alt.Scale(scheme="purpleorange", domain=[-limit, limit]),
+                                        legend=None),
+                        tooltip=["concept:Q", alt.Tooltip("contribution:Q", format=".4g"),
+                                 alt.Tooltip("gradient:Q", format=".4g")])
+                .properties(title=f"concept importance for {self.target_labels[row]}"))
+
+
+def _hidden(output):
+    return output[0] if isinstance(output, (tuple, list)) else output
+
+
+def _replace_hidden(output, hidden):
+    if isinstance(output, tuple):
+        return (hidden,) + output[1:]
+    if isinstance(output, list):
+        return [hidden] + output[1:]
+    return hidden
+
+
+def _prepare(concept_model: ConceptModel, model, tokenizer, text: str, layer):
+    if not isinstance(concept_model, ConceptModel):
+        raise TypeError(f"concept_model must be a fitted ConceptModel, got {type(concept_model).__name__}")
+    concept_model._check_fitted()
+    adapter = ModelAdapter(model, tokenizer)
+    layer = layer if layer is not None else concept_model.layer_
+    if layer is None:
+        raise ValueError("the concept model does not record its layer (it was fitted on an array); pass layer=")
+    layer_path, _ = adapter.get_layer(layer)
+    if concept_model.layer_ is not None and layer_path != concept_model.layer_:
+        raise ValueError(f"the concept model was fitted on layer {concept_model.layer_}, not {layer_path}; pass "
+                         "the layer it was fitted on")
+    return adapter, layer_path, adapter.encode(text)
+
+
+def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, layer=None) -> TextConcepts:
+    """Concept coefficients of every token (special tokens included, flagged) of a new text.
+
+    ``layer`` defaults to the layer the concept model was fitted on (known when it was fitted on a store).
+
+    Example:
+        >>> tc = text_concepts(concepts, model, tokenizer, "The soup was cold.")  # doctest: +SKIP
+    """
+    adapter, layer_path, enc = _prepare(concept_model, model, tokenizer, text, layer)
+    ids = torch.as_tensor(enc.input_ids, device=adapter.device)[None]
+    with adapter.evaluation(), torch.inference_mode(), adapter.capture([layer_path]) as captured:
+        model(input_ids=ids)
+    hidden = captured[layer_path][0][0].float().cpu().numpy()
+    return TextConcepts(text=text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
+                        coefficients=concept_model.transform(hidden), layer=layer_path,
+                        method=type(concept_model).__name__)
+
+
+def _targets(adapter: ModelAdapter, logits: torch.Tensor, target) -> tuple[list[int], list[str], torch.Tensor]:
+    """Resolve targets and return ``(ids, labels, score vector)`` where scores index the logits used."""
+    if adapter.task == TASK_CLASSIFICATION:
+        ids = adapter.resolve_targets(target, logits)
+        return ids, [adapter.labels[i] for i in ids], logits[0]
+    if adapter.task == TASK_CAUSAL_LM:
+        last = logits[0, -1]
+        if target is None:
+            ids = [int(last.argmax())]
+        else:
+            items = target if isinstance(target, (list, tuple)) else [target]
+            ids = []
+            for item in items:
+                if isinstance(item, str):
+                    encoded = adapter.tokenizer(item, add_special_tokens=False)["input_ids"]
+                    if len(encoded) != 1:
+                        raise ValueError(f"target {item!r} is {len(encoded)} tokens; give a single token or its id")
+                    item = encoded[0]
+                if isinstance(item, bool) or not isinstance(item, (int, np.integer)) or not 0 <= int(item) < last.shape[0]:
+                    raise ValueError(f"target {item!r} is not a token id in 0..{last.shape[0] - 1}")
+                ids.append(int(item))
+        return ids, adapter.tokenizer.convert_ids_to_tokens(ids), last
+    raise ValueError(f"concept importance explains classifiers and causal LMs; this model is a {adapter.task}")
+
+
+def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str, *, target=None,
+                       layer=None) -> ConceptImportance:
+    """Gradient of the target score w.r.t. every token's concept coefficients, with the residual kept.
+
+    Args:
+        concept_model: fitted on activations of ``layer`` (per-token activations suit per-token importance).
+        model, tokenizer: a sequence classifier (score = class logit) or causal LM (score = next-token logit at the
+            last position).
+        text: the input.
+        target: classifier: class index, label, list of them, or ``None`` for the predicted class; causal LM: token
+            id, single-token string, list of them, or ``None`` for the predicted next token.
+        layer: defaults to the layer the concept model was fitted on.
+
+    The model is not modified: the patch is a forward hook removed on exit, gradients are taken with
+    ``torch.autograd.grad`` (no ``.grad`` left on parameters) and modes are restored.
+
+    Example:
+        >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")  # doctest: +SKIP
+        >>> imp.per_concept("positive")                                                                # doctest: +SKIP
+    """
+    adapter, layer_path, enc = _prepare(concept_model, model, tokenizer, text, layer)
+    if adapter.task not in (TASK_CLASSIFICATION, TASK_CAUSAL_LM):
+        raise ValueError(f"concept importance explains classifiers and causal LMs; this model is a {adapter.task}")
+    ids = torch.as_tensor(enc.input_ids, device=adapter.device)[None]
+    state: dict[str, torch.Tensor] = {}
+
+    def patch(module, inputs, output):
+        hidden = _hidden(output)
+        with torch.no_grad():
+            coefficients = concept_model.transform(hidden[0].float().cpu().numpy())
+        leaf = torch.tensor(coefficients, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
+        decoded = concept_model.decode_torch(leaf)[None]
+        state["coefficients"], state["residual"] = leaf, (hidden - decoded).detach()
+        return _replace_hidden(output, decoded + state["residual"])
+
+    with adapter.evaluation(), torch.enable_grad(), adapter.hooks({layer_path: patch}):
+        logits = model(input_ids=ids).logits
+        target_ids, labels, scores = _targets(adapter, logits, target)
+        gradients = [torch.autograd.grad(scores[t], state["coefficients"], retain_graph=True)[0] for t in target_ids]
+    leaf = state["coefficients"]
+    return ConceptImportance(
+        text=text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
+        coefficients=leaf.detach().double().cpu().numpy(), layer=layer_path, method=type(concept_model).__name__,
+        gradients=torch.stack(gradients).double().cpu().numpy(), target_labels=labels, target_ids=target_ids,
+        target_scores=[float(scores[t].detach()) for t in target_ids],
+        params={"score": "logit", "residual": "kept"},
+    )

@@ -1,0 +1,423 @@
+"""What each concept responds to: top activating tokens with context, top texts, histograms, labels, vocabulary.
+
+:func:`interpret_concepts` streams an :class:`~interp_widgets.concepts.ActivationStore` through a fitted concept
+model twice (top-k and ranges, then histograms) and returns a :class:`ConceptInterpretation`. Labels are built from
+the top tokens; a labelling function (for example one that asks an LLM) can replace them through
+:meth:`ConceptInterpretation.relabel` — none ships with the library. :func:`vocabulary_projection` reads the tokens
+each concept direction promotes through the model's output embedding, where the model has one.
+
+Example:
+    >>> interp = interpret_concepts(concepts, store, model=lm, tokenizer=tokenizer)  # doctest: +SKIP
+    >>> interp.to_dataframe().head()                                                # doctest: +SKIP
+    >>> interp.examples_dataframe(3)                                                # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from interp_widgets.concepts._io import load_bundle, save_bundle
+from interp_widgets.concepts.decompositions import ConceptModel
+
+_FORMAT = "interp_widgets.ConceptInterpretation"
+Labeler = Callable[[int, list[dict]], str]
+
+
+@dataclass
+class ConceptInterpretation:
+    """Per-concept summaries: statistics, top examples with context, top texts, histogram, label, vocabulary.
+
+    Arrays are indexed by concept. ``top_rows[c]`` / ``top_values[c]`` are the store rows with the highest
+    coefficient of concept ``c`` (``-1`` / NaN pad when there are fewer rows); ``examples[c]`` holds, for each of
+    them, the tokens of a context window (each running to the next token, so they join into the text) and that
+    concept's coefficient on each token. ``hist_counts[c]`` counts the
+    rows where the concept is active (``|c| > 0``) over ``hist_edges[c]``; ``density[c]`` is the fraction of rows
+    where it is active.
+
+    Example:
+        >>> interp.labels[:3]               # doctest: +SKIP
+        ['awful / terrible / bad', ...]
+        >>> interp.chart(0)                 # doctest: +SKIP
+    """
+
+    method: str
+    layer: str | None
+    labels: list[str]
+    density: np.ndarray
+    mean: np.ndarray
+    maximum: np.ndarray
+    minimum: np.ndarray
+    top_rows: np.ndarray
+    top_values: np.ndarray
+    examples: list[list[dict]]
+    top_texts: np.ndarray
+    top_text_values: np.ndarray
+    texts: dict[str, str]
+    hist_counts: np.ndarray
+    hist_edges: np.ndarray
+    vocab_tokens: list[list[str]] | None = None
+    vocab_logits: np.ndarray | None = None
+    label_source: str = "top tokens"
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name in ("density", "mean", "maximum", "minimum", "top_values", "top_text_values", "hist_edges"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64))
+        self.top_rows = np.asarray(self.top_rows, dtype=np.int64)
+        self.top_texts = np.asarray(self.top_texts, dtype=np.int64)
+        self.hist_counts = np.asarray(self.hist_counts, dtype=np.int64)
+        if self.vocab_logits is not None:
+            self.vocab_logits = np.asarray(self.vocab_logits, dtype=np.float64)
+
+    @property
+    def n_concepts(self) -> int:
+        """Number of concepts."""
+        return len(self.labels)
+
+    def _index(self, concept: int) -> int:
+        if not -self.n_concepts <= int(concept) < self.n_concepts:
+            raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
+        return int(concept) % self.n_concepts
+
+    def top_tokens(self, concept: int) -> list[str]:
+        """The tokens of the top activating rows of one concept, strongest first.
+
+        Example:
+            >>> interp.top_tokens(0)  # doctest: +SKIP
+            ['awful', 'terrible', 'bad']
+        """
+        return [example["token"] for example in self.examples[self._index(concept)]]
+
+    # ------------------------------------------------------------------ tables and charts
+    def to_dataframe(self):
+        """One row per concept: label, density, mean/max/min coefficient, top tokens and promoted vocabulary.
+
+        Example:
+            >>> interp.to_dataframe().sort_values("density").head()  # doctest: +SKIP
+        """
+        import pandas as pd
+
+        return pd.DataFrame({
+            "concept": np.arange(self.n_concepts),
+            "label": self.labels,
+            "density": self.density,
+            "mean": self.mean,
+            "max": self.maximum,
+            "min": self.minimum,
+            "top_tokens": [" | ".join(self.top_tokens(c)) for c in range(self.n_concepts)],
+            "vocabulary": [" | ".join(v) for v in self.vocab_tokens] if self.vocab_tokens else [""] * self.n_concepts,
+        })
+
+    def examples_dataframe(self, concept: int | None = None):
+        """Top examples in long form: concept, rank, activation, text id, position, token, left/right context.
+
+        Example:
+            >>> interp.examples_dataframe(2).head()  # doctest: +SKIP
+        """
+        import pandas as pd
+
+        concepts = range(self.n_concepts) if concept is None else [self._index(concept)]
+        rows = []
+        for c in concepts:
+            for rank, example in enumerate(self.examples[c]):
+                center = example["center"]
+                rows.append({
+                    "concept": c, "rank": rank, "activation": example["activation"], "row": example["row"],
+                    "text_id": example["text_id"], "position": example["position"], "token": example["token"],
+                    "left": "".join(example["context"][:center]), "right": "".join(example["context"][center + 1:]),
+                })
+        return pd.DataFrame(rows, columns=["concept", "rank", "activation", "row", "text_id", "position", "token",
+                                           "left", "right"])
+
+    def top_texts_dataframe(self, concept: int):
+        """The texts where one concept is strongest: rank, text id, max activation, text.
+
+        Example:
+            >>> interp.top_texts_dataframe(0)  # doctest: +SKIP
+        """
+        import pandas as pd
+
+        c = self._index(concept)
+        keep = self.top_texts[c] >= 0
+        ids = self.top_texts[c][keep]
+        return pd.DataFrame({"rank": np.arange(len(ids)), "text_id": ids, "max_activation": self.top_text_values[c][keep],
+                             "text": [self.texts[str(i)] for i in ids]})
+
+    def histogram(self, concept: int):
+        """Histogram of the active coefficients of one concept as a DataFrame (``start, end, count``).
+
+        Example:
+            >>> interp.histogram(0).head()  # doctest: +SKIP
+        """
+        import pandas as pd
+
+        c = self._index(concept)
+        edges = self.hist_edges[c]
+        return pd.DataFrame({"start": edges[:-1], "end": edges[1:], "count": self.hist_counts[c]})
+
+    def chart(self, concept: int | None = None):
+        """Altair chart: the activation histogram of ``concept``, or the density of every concept if ``None``.
+
+        Example:
+            >>> interp.chart(4)  # doctest: +SKIP
+        """
+        import altair as alt
+
+        if concept is None:
+            frame = self.to_dataframe()
+            return (alt.Chart(frame).mark_bar()
+                    .encode(x=alt.X("concept:O"), y=alt.Y("density:Q", title="fraction of rows active"),
+                            tooltip=["concept:Q", "label:N", alt.Tooltip("density:Q", format=".3g"), "top_tokens:N"])
+                    .properties(title=f"{self.method} concepts at {self.layer}"))
+        c = self._index(concept)
+        return (alt.Chart(self.histogram(c)).mark_bar()
+                .encode(x=alt.X("start:Q", bin="binned", title="coefficient"), x2="end:Q",
+                        y=alt.Y("count:Q", title="active rows"), tooltip=["start:Q", "end:Q", "count:Q"])
+                .properties(title=f"concept {c}: {self.labels[c]} (density {self.density[c]:.3g})"))
+
+    # ------------------------------------------------------------------ labels
+    def relabel(self, labeler: Labeler, *, source: str = "custom") -> "ConceptInterpretation":
+        """Replace the labels with ``labeler(concept, examples) -> str`` (for example a call to an LLM).
+
+        ``examples`` are the concept's top examples (dicts with ``token``, ``context``, ``center``, ``activation``…).
+        Returns ``self`` so calls chain; ``label_source`` records ``source``.
+
+        Example:
+            >>> interp.relabel(lambda c, ex: ex[0]["token"].upper(), source="shout")  # doctest: +SKIP
+        """
+        if not callable(labeler):
+            raise TypeError("labeler must be a callable (concept index, examples) -> str")
+        labels = []
+        for c in range(self.n_concepts):
+            label = labeler(c, self.examples[c])
+            if not isinstance(label, str):
+                raise TypeError(f"labeler returned {type(label).__name__} for concept {c}; it must return a str")
+            labels.append(label)
+        self.labels, self.label_source = labels, source
+        return self
+
+    # ------------------------------------------------------------------ persistence
+    _ARRAYS = ("density", "mean", "maximum", "minimum", "top_rows", "top_values", "top_texts", "top_text_values",
+               "hist_counts", "hist_edges", "vocab_logits")
+
+    def save(self, path: str | Path) -> Path:
+        """Write to one safetensors file with a JSON header (never pickle).
+
+        Example:
+            >>> ConceptInterpretation.load(interp.save("interp.safetensors")).labels == interp.labels  # doctest: +SKIP
+            True
+        """
+        arrays = {n: getattr(self, n) for n in self._ARRAYS if getattr(self, n) is not None}
+        meta = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}
+        return save_bundle(path, _FORMAT, arrays, meta)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "ConceptInterpretation":
+        """Read a file written by :meth:`save`.
+
+        Example:
+            >>> interp = ConceptInterpretation.load("interp.safetensors")  # doctest: +SKIP
+        """
+        arrays, meta = load_bundle(path, _FORMAT)
+        arrays.setdefault("vocab_logits", None)
+        return cls(**meta, **arrays)
+
+    def __repr__(self) -> str:
+        return f"ConceptInterpretation({self.n_concepts} {self.method} concepts at {self.layer!r}, labels from {self.label_source})"
+
+
+def label_from_tokens(tokens: list[str], n: int = 3) -> str:
+    """A label from top tokens: the ``n`` most frequent distinct tokens (stripped, case-folded), strongest first.
+
+    Example:
+        >>> label_from_tokens(["bad", " Bad", "awful", "bad", "dull"])
+        'bad / awful / dull'
+    """
+    cleaned = [t.strip().lower() for t in tokens if t.strip()]
+    counts = Counter(cleaned)
+    first = {t: i for i, t in reversed(list(enumerate(cleaned)))}
+    ranked = sorted(counts, key=lambda t: (-counts[t], first[t]))
+    return " / ".join(ranked[:n]) if ranked else "(no tokens)"
+
+
+def _merge_topk(values: np.ndarray, rows: np.ndarray, new_values: np.ndarray, new_rows: np.ndarray, k: int):
+    all_values = np.concatenate([values, new_values], axis=1)
+    all_rows = np.concatenate([rows, new_rows], axis=1)
+    order = np.argsort(-all_values, axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(all_values, order, 1), np.take_along_axis(all_rows, order, 1)
+
+
+def interpret_concepts(
+    concept_model: ConceptModel,
+    store,
+    *,
+    k: int = 10,
+    window: int = 5,
+    bins: int = 30,
+    n_label_tokens: int = 3,
+    labeler: Labeler | None = None,
+    model=None,
+    tokenizer=None,
+    vocab_top: int = 10,
+    rows_per_chunk: int = 65536,
+    progress: bool = True,
+) -> ConceptInterpretation:
+    """Summarise every concept of a fitted model over an activation store.
+
+    Args:
+        concept_model: a fitted concept model whose width matches the store.
+        store: the :class:`~interp_widgets.concepts.ActivationStore` to scan (two streaming passes).
+        k: top examples and top texts per concept.
+        window: tokens of context on each side of a top example (same text only).
+        bins: histogram bins.
+        n_label_tokens: distinct top tokens joined into the automatic label.
+        labeler: optional ``(concept, examples) -> str`` replacing the automatic labels.
+        model, tokenizer: give both to add the vocabulary projection (skipped when the model has no output
+            embedding, as for classifiers).
+        vocab_top: promoted tokens per concept in the projection.
+        rows_per_chunk, progress: streaming block size and progress bar.
+
+    Example:
+        >>> interp = interpret_concepts(concepts, store, k=20, window=8)  # doctest: +SKIP
+    """
+    from tqdm.auto import tqdm
+
+    from interp_widgets.concepts.activations import ActivationStore
+
+    if not isinstance(store, ActivationStore):
+        raise TypeError(f"store must be an ActivationStore (from collect_activations), got {type(store).__name__}")
+    if len(store) == 0:
+        raise ValueError("the store is empty; collect activations from at least one text")
+    concept_model._check_fitted()
+    if store.dim != concept_model.n_features_in_:
+        raise ValueError(f"the concept model was fitted on {concept_model.n_features_in_} features but the store has "
+                         f"{store.dim} (layer {store.layer}); use a store from the layer the model was fitted on")
+    if int(k) < 1 or int(window) < 0 or int(bins) < 1:
+        raise ValueError(f"k and bins must be >= 1 and window >= 0; got k={k}, window={window}, bins={bins}")
+    n = concept_model.n_concepts
+    top_values = np.full((n, 0), -np.inf)
+    top_rows = np.full((n, 0), -1, dtype=np.int64)
+    low, high = np.full(n, np.inf), np.full(n, -np.inf)
+    active, total = np.zeros(n, dtype=np.int64), np.zeros(n)
+    text_max = np.full((len(store.texts), n), -np.inf)
+    text_ids = store.text_ids
+    bar = tqdm(total=2 * len(store), desc="interpreting concepts", unit="row", disable=not progress)
+    for start, block in store.iter_chunks(rows_per_chunk):
+        C = concept_model.transform(block).astype(np.float64)
+        rows = np.arange(start, start + len(block))
+        take = min(int(k), len(block))
+        part = np.argpartition(-C, take - 1, axis=0)[:take].T
+        top_values, top_rows = _merge_topk(top_values, top_rows, np.take_along_axis(C.T, part, 1), rows[part], int(k))
+        low, high = np.minimum(low, C.min(0)), np.maximum(high, C.max(0))
+        active += (C != 0).sum(0)
+        total += C.sum(0)
+        np.maximum.at(text_max, text_ids[rows], C)
+        bar.update(len(block))
+    counts = np.zeros((n, int(bins)), dtype=np.int64)
+    edges = np.stack([np.linspace(lo, hi if hi > lo else lo + 1.0, int(bins) + 1) for lo, hi in zip(low, high)])
+    for start, block in store.iter_chunks(rows_per_chunk):
+        C = concept_model.transform(block).astype(np.float64)
+        width = edges[:, -1] - edges[:, 0]
+        index = np.clip(((C - edges[:, 0]) / width * bins).astype(np.int64), 0, int(bins) - 1)
+        concept_index = np.broadcast_to(np.arange(n), C.shape)
+        mask = C != 0
+        np.add.at(counts, (concept_index[mask], index[mask]), 1)
+        bar.update(len(block))
+    bar.close()
+
+    pad = int(k) - top_values.shape[1]
+    if pad > 0:
+        top_values = np.pad(top_values, ((0, 0), (0, pad)), constant_values=np.nan)
+        top_rows = np.pad(top_rows, ((0, 0), (0, pad)), constant_values=-1)
+    examples = _contexts(concept_model, store, top_rows, top_values, int(window))
+    order = np.argsort(-text_max, axis=0, kind="stable")[: int(k)].T
+    top_text_values = np.take_along_axis(text_max.T, order, 1)
+    top_texts = np.where(np.isfinite(top_text_values), order, -1)
+    used = sorted({int(t) for t in top_texts.ravel() if t >= 0} | {e["text_id"] for ex in examples for e in ex})
+    labels = [label_from_tokens([e["token"] for e in examples[c]], n_label_tokens) for c in range(n)]
+    vocab_tokens = vocab_logits = None
+    has_unembedding = model is not None and getattr(model, "get_output_embeddings", lambda: None)() is not None
+    if has_unembedding and tokenizer is not None:
+        vocab_tokens, vocab_logits = vocabulary_projection(concept_model, model, tokenizer, top=vocab_top)
+    result = ConceptInterpretation(
+        method=type(concept_model).__name__, layer=store.layer, labels=labels, density=active / len(store),
+        mean=total / len(store), maximum=high, minimum=low, top_rows=top_rows, top_values=top_values,
+        examples=examples, top_texts=top_texts, top_text_values=np.where(top_texts >= 0, top_text_values, np.nan),
+        texts={str(i): store.texts[i] for i in used}, hist_counts=counts, hist_edges=edges,
+        vocab_tokens=vocab_tokens, vocab_logits=vocab_logits,
+        params={"k": int(k), "window": int(window), "bins": int(bins), "rows": len(store), "unit": store.unit},
+    )
+    if labeler is not None:
+        result.relabel(labeler)
+    return result
+
+
+def _contexts(concept_model: ConceptModel, store, top_rows: np.ndarray, top_values: np.ndarray,
+              window: int) -> list[list[dict]]:
+    """Context windows (same text, ±window rows) around each top row, with the concept's coefficient per token."""
+    text_ids = store.text_ids
+    spans = {}
+    for r in np.unique(top_rows[top_rows >= 0]):
+        lo, hi = max(0, r - window), min(len(store), r + window + 1)
+        span = np.arange(lo, hi)
+        spans[int(r)] = span[text_ids[span] == text_ids[r]]
+    needed = np.unique(np.concatenate(list(spans.values()))) if spans else np.zeros(0, np.int64)
+    coefficients = concept_model.transform(store[needed]) if len(needed) else np.zeros((0, concept_model.n_concepts))
+    position_of = {int(r): i for i, r in enumerate(needed)}
+    tokens = dict(zip(needed.tolist(), store.tokens(needed))) if len(needed) else {}
+    offsets = store.offsets
+    examples = []
+    for c in range(concept_model.n_concepts):
+        items = []
+        for r, value in zip(top_rows[c], top_values[c]):
+            if r < 0:
+                continue
+            span = spans[int(r)]
+            items.append({
+                "row": int(r), "activation": float(value), "text_id": int(text_ids[r]),
+                "position": int(store.positions[r]), "token": tokens[int(r)],
+                "context": _pieces(store.texts[int(text_ids[r])], offsets[span], [tokens[int(s)] for s in span]),
+                "context_activations": [float(coefficients[position_of[int(s)], c]) for s in span],
+                "center": int(np.flatnonzero(span == r)[0]),
+            })
+        examples.append(items)
+    return examples
+
+
+def _pieces(text: str, offsets: np.ndarray, tokens: list[str]) -> list[str]:
+    """Token strings that each run to the next token's start, so joining them gives the text with its spaces."""
+    pieces = []
+    for i, ((a, b), token) in enumerate(zip(offsets, tokens)):
+        following = offsets[i + 1][0] if i + 1 < len(offsets) else b
+        pieces.append(text[a:following] if b > a and following >= b else token)
+    return pieces
+
+
+def vocabulary_projection(concept_model: ConceptModel, model, tokenizer, *, top: int = 10):
+    """Tokens each concept direction promotes: ``components_ @ W_outᵀ`` through the output embedding.
+
+    The direction is projected through the unembedding matrix only (no final norm or LM-head transform), as in
+    feature dashboards' logit tables. Returns ``(tokens per concept, logits (concepts × top))``, strongest first.
+
+    Example:
+        >>> tokens, logits = vocabulary_projection(concepts, lm, tokenizer, top=5)  # doctest: +SKIP
+    """
+    concept_model._check_fitted()
+    output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if output is None or not hasattr(output, "weight"):
+        raise ValueError(f"{type(model).__name__} has no output embedding (it is not a language model); "
+                         "vocabulary projection needs a causal or masked LM")
+    weight = output.weight.detach().float().cpu().numpy()
+    if weight.shape[1] != concept_model.n_features_in_:
+        raise ValueError(f"the output embedding has width {weight.shape[1]} but the concepts have "
+                         f"{concept_model.n_features_in_} features; project concepts of a residual-stream layer")
+    logits = concept_model.components_.astype(np.float32) @ weight.T
+    top = min(int(top), logits.shape[1])
+    order = np.argsort(-logits, axis=1, kind="stable")[:, :top]
+    tokens = [tokenizer.convert_ids_to_tokens(row.tolist()) for row in order]
+    return tokens, np.take_along_axis(logits, order, 1)

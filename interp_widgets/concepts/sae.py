@@ -1,0 +1,212 @@
+"""Sparse autoencoders in torch: ReLU with an L1 penalty, or TopK, trained by minibatches from a store.
+
+The input is centred on the decoder bias and scaled so that a row has unit mean squared value per feature
+(``scale_``); the decoder rows are kept at unit norm. Training reads shuffled minibatches from an
+:class:`~interp_widgets.concepts.ActivationStore` (or an array), shows a progress bar, stops early when the loss on a
+fixed monitoring sample stops improving (the best weights are kept), and resamples dead concepts: after an epoch in
+which a concept never fired, its decoder row is reset to the direction of a badly reconstructed input (chosen with
+probability proportional to the squared error) and its encoder column to that direction scaled to 0.2 × the mean
+encoder norm of live concepts.
+
+Example:
+    >>> sae = SparseAutoencoder(256, activation="topk", k=16).fit(store)  # doctest: +SKIP
+    >>> sae.fit_info_["history"][-1]                                      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from interp_widgets.concepts.decompositions import ConceptModel, _as_matrix
+
+ACTIVATIONS = ("relu", "topk")
+
+
+class SparseAutoencoder(ConceptModel):
+    """A one-layer sparse autoencoder whose hidden units are the concepts.
+
+    Args:
+        n_concepts: width of the dictionary (usually larger than the layer width).
+        activation: ``"topk"`` (keep the ``k`` largest pre-activations, then ReLU) or ``"relu"`` (ReLU with an L1
+            penalty of weight ``l1_coefficient`` on the coefficients).
+        k: active concepts per row for TopK (default ``max(1, n_concepts // 10)``).
+        l1_coefficient: L1 weight for the ReLU variant.
+        lr, batch_size, max_epochs: Adam learning rate, rows per step, epoch cap.
+        patience, min_delta: stop after ``patience`` epochs without a relative improvement of ``min_delta`` in the
+            monitoring loss.
+        monitor_rows: size of the fixed monitoring sample (held out when fitting an array).
+        resample_dead: reset concepts that did not fire during an epoch.
+        seed, progress, device: random seed, progress bar, torch device for training.
+
+    Example:
+        >>> sae = SparseAutoencoder(64, activation="relu", l1_coefficient=3e-3, progress=False).fit(X)  # doctest: +SKIP
+        >>> (sae.transform(X) > 0).sum(1).mean()                                                       # doctest: +SKIP
+    """
+
+    name = "sae"
+
+    def __init__(self, n_concepts: int, *, activation: str = "topk", k: int | None = None,
+                 l1_coefficient: float = 1e-3, lr: float = 1e-3, batch_size: int = 1024, max_epochs: int = 50,
+                 patience: int = 3, min_delta: float = 1e-3, monitor_rows: int = 8192, resample_dead: bool = True,
+                 seed: int = 0, progress: bool = True, device: str = "cpu"):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; use one of {ACTIVATIONS}")
+        k = max(1, int(n_concepts) // 10) if k is None else int(k)
+        if activation == "topk" and not 1 <= k <= int(n_concepts):
+            raise ValueError(f"k must be between 1 and n_concepts={n_concepts}, got {k}")
+        for name, value in (("batch_size", batch_size), ("max_epochs", max_epochs), ("patience", patience)):
+            if int(value) < 1:
+                raise ValueError(f"{name} must be >= 1, got {value}")
+        super().__init__(n_concepts, activation=activation, k=k, l1_coefficient=l1_coefficient, lr=lr,
+                         batch_size=batch_size, max_epochs=max_epochs, patience=patience, min_delta=min_delta,
+                         monitor_rows=monitor_rows, resample_dead=resample_dead, seed=seed, progress=progress,
+                         device=device)
+        self.activation, self.k = activation, k
+        self.l1_coefficient, self.lr = float(l1_coefficient), float(lr)
+        self.batch_size, self.max_epochs, self.patience = int(batch_size), int(max_epochs), int(patience)
+        self.min_delta, self.monitor_rows = float(min_delta), int(monitor_rows)
+        self.resample_dead, self.seed, self.progress, self.device = bool(resample_dead), int(seed), progress, device
+        self.weights_: dict[str, torch.Tensor] | None = None
+
+    # ------------------------------------------------------------------ the network
+    def _encode(self, xn: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
+        pre = xn @ w["W_enc"] + w["b_enc"]
+        if self.activation == "relu":
+            return torch.relu(pre)
+        values, indices = pre.topk(self.k, dim=-1)
+        return torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
+
+    def _loss(self, xn: torch.Tensor, w: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        codes = self._encode(xn, w)
+        residual = xn - codes @ w["W_dec"]
+        mse = residual.pow(2).mean()
+        loss = mse + self.l1_coefficient * codes.abs().sum(-1).mean() if self.activation == "relu" else mse
+        return loss, codes, residual
+
+    # ------------------------------------------------------------------ fitting
+    def _fit(self, X) -> None:
+        from tqdm.auto import tqdm
+
+        from interp_widgets.concepts.activations import ActivationStore
+
+        generator = torch.Generator().manual_seed(self.seed)
+        rng = np.random.default_rng(self.seed)
+        if isinstance(X, ActivationStore):
+            monitor = X.sample(self.monitor_rows, seed=self.seed)
+            batches = lambda epoch: X.minibatches(self.batch_size, seed=self.seed + epoch)  # noqa: E731
+            self.fit_info_["monitor"] = "random sample of the store (also trained on)"
+        else:
+            X = _as_matrix(X)
+            order = rng.permutation(len(X))
+            n_monitor = min(self.monitor_rows, len(X) // 10) if len(X) >= 20 else 0
+            monitor, train = (X[order[:n_monitor]], X[order[n_monitor:]]) if n_monitor else (X, X)
+            batches = lambda epoch: (  # noqa: E731
+                train[idx] for idx in np.array_split(np.random.default_rng(self.seed + epoch).permutation(len(train)),
+                                                      max(1, math.ceil(len(train) / self.batch_size))))
+            self.fit_info_["monitor"] = "held-out rows" if n_monitor else "training rows (too few to hold out)"
+        device = torch.device(self.device)
+        monitor_t = torch.from_numpy(np.asarray(monitor, dtype=np.float32)).to(device)
+        mean = monitor_t.mean(0)
+        scale = float(((monitor_t - mean).pow(2).mean()).sqrt().clamp_min(1e-8))
+        d = monitor_t.shape[1]
+        W_dec = torch.randn(self.n_concepts, d, generator=generator).to(device)
+        W_dec /= W_dec.norm(dim=1, keepdim=True)
+        w = {"W_enc": W_dec.T.clone(), "b_enc": torch.zeros(self.n_concepts, device=device), "W_dec": W_dec,
+             "b_dec": mean.clone()}
+        for tensor in w.values():
+            tensor.requires_grad_(True)
+        self.scale_ = scale
+
+        def normalise(x):
+            return (torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) - w["b_dec"]) / scale
+
+        optimizer = torch.optim.Adam(w.values(), lr=self.lr)
+        history, best, best_weights, stale = [], math.inf, None, 0
+        bar = tqdm(range(self.max_epochs), desc=f"SAE {self.activation} {self.n_concepts}", unit="epoch",
+                   disable=not self.progress)
+        for epoch in bar:
+            fired = torch.zeros(self.n_concepts, dtype=torch.long, device=device)
+            total, steps = 0.0, 0
+            for block in batches(epoch):
+                loss, codes, _ = self._loss(normalise(block), w)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                with torch.no_grad():
+                    w["W_dec"] /= w["W_dec"].norm(dim=1, keepdim=True).clamp_min(1e-8)
+                    fired += (codes > 0).sum(0)
+                total, steps = total + float(loss.detach()), steps + 1
+            with torch.no_grad():
+                monitor_n = (monitor_t - w["b_dec"]) / scale
+                monitor_loss, codes, residual = self._loss(monitor_n, w)
+                fvu = float(residual.pow(2).sum() / (monitor_n - monitor_n.mean(0)).pow(2).sum().clamp_min(1e-12))
+            dead = torch.nonzero(fired == 0).flatten()
+            record = {"epoch": epoch, "train_loss": total / max(steps, 1), "monitor_loss": float(monitor_loss),
+                      "monitor_fvu": fvu, "dead": int(len(dead)), "resampled": 0}
+            improved = float(monitor_loss) < best - self.min_delta * abs(best) if math.isfinite(best) else True
+            if improved:
+                best, stale = float(monitor_loss), 0
+                best_weights = {name: t.detach().clone() for name, t in w.items()}
+            else:
+                stale += 1
+            if self.resample_dead and len(dead) and epoch < self.max_epochs - 1 and stale < self.patience:
+                record["resampled"] = self._resample(w, dead, residual, generator)
+                optimizer = torch.optim.Adam(w.values(), lr=self.lr)
+            history.append(record)
+            bar.set_postfix(loss=f"{float(monitor_loss):.4g}", dead=int(len(dead)))
+            if stale >= self.patience:
+                break
+        bar.close()
+        self.weights_ = {name: t.detach().cpu() for name, t in (best_weights or w).items()}
+        self.fit_info_.update(history=history, epochs=len(history), best_monitor_loss=best,
+                              stopped_early=len(history) < self.max_epochs)
+
+    @torch.no_grad()
+    def _resample(self, w, dead: torch.Tensor, residual: torch.Tensor, generator: torch.Generator) -> int:
+        errors = residual.pow(2).sum(1)
+        if float(errors.sum()) <= 0:
+            return 0
+        picks = torch.multinomial(errors.cpu() ** 2 / (errors.cpu() ** 2).sum(), len(dead),
+                                  replacement=len(dead) > len(errors), generator=generator)
+        directions = residual[picks.to(residual.device)]
+        directions /= directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
+        alive = torch.ones(self.n_concepts, dtype=torch.bool, device=dead.device)
+        alive[dead] = False
+        enc_norm = w["W_enc"][:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
+        w["W_dec"][dead] = directions
+        w["W_enc"][:, dead] = directions.T * 0.2 * enc_norm
+        w["b_enc"][dead] = 0.0
+        return int(len(dead))
+
+    # ------------------------------------------------------------------ concept API
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            xn = (torch.from_numpy(X) - self.weights_["b_dec"]) / self.scale_
+            return self._encode(xn, self.weights_).numpy()
+
+    def encode_torch(self, X: torch.Tensor) -> torch.Tensor:
+        """Differentiable concept coefficients of ``X`` (rows × features) in torch.
+
+        Example:
+            >>> sae.encode_torch(torch.randn(4, sae.n_features_in_)).shape  # doctest: +SKIP
+        """
+        self._check_fitted()
+        w = {name: t.to(X.device, X.dtype) for name, t in self.weights_.items()}
+        return self._encode((X - w["b_dec"]) / self.scale_, w)
+
+    def _inverse(self, C: np.ndarray) -> np.ndarray:
+        return C @ (self.weights_["W_dec"].numpy() * self.scale_) + self.weights_["b_dec"].numpy()
+
+    def _state(self):
+        arrays, extra = super()._state()
+        arrays.update({f"sae.{name}": t.numpy() for name, t in self.weights_.items()})
+        extra["scale"] = self.scale_
+        return arrays, extra
+
+    def _restore(self, arrays, extra):
+        super()._restore(arrays, extra)
+        self.weights_ = {name[4:]: torch.from_numpy(np.array(v)) for name, v in arrays.items() if name.startswith("sae.")}
+        self.scale_ = float(extra["scale"])
