@@ -358,10 +358,10 @@ def test_projection_energy_fixtures():  # fixture 8
     assert projection_energy(G, U) == pytest.approx(float(((G @ Q) ** 2).sum() / (G**2).sum()), rel=1e-12)
     # Haar-random subspaces: mean k/d, vector variance 2k(d − k)/(d²(d + 2))
     vector = gaussian(1, d, seed=25).flatten()
-    draws = torch.tensor([projection_energy(vector, gaussian(d, k, seed=100 + i)) for i in range(800)])
+    draws = torch.tensor([projection_energy(vector, gaussian(d, k, seed=100 + i)) for i in range(300)])
     variance = 2 * k * (d - k) / (d * d * (d + 2))
-    assert float(draws.mean()) == pytest.approx(k / d, abs=4 * math.sqrt(variance / 800))
-    assert float(draws.var()) == pytest.approx(variance, rel=0.2)
+    assert float(draws.mean()) == pytest.approx(k / d, abs=4 * math.sqrt(variance / 300))
+    assert float(draws.var()) == pytest.approx(variance, rel=0.35)
 
 
 def test_orthonormalize_keeps_span_and_order():
@@ -393,7 +393,7 @@ def well_conditioned(X):
         np.linalg.norm(centred, axis=1).min() > 1e-3)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(clouds(), st.integers(0, 2**16), st.floats(0.01, 100.0))
 def test_metrics_invariant_to_rotation_and_scale(X, seed, scale):
     assume(X.shape[0] > X.shape[1] and well_conditioned(X))
@@ -407,7 +407,7 @@ def test_metrics_invariant_to_rotation_and_scale(X, seed, scale):
     assert linear_cka(H, moved) == pytest.approx(1.0, abs=1e-9)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(clouds(), st.floats(-1000, 1000))
 def test_spectral_metrics_invariant_to_translation(X, shift):
     assume(X.shape[0] > X.shape[1] and well_conditioned(X))

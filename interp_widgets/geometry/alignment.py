@@ -687,7 +687,8 @@ class ProxySchedule:
     * ``"fixed"``: a user-supplied basis, available from the start; activations are ignored.
 
     ``observe(step, H)`` returns True when the proxy changed; ``version`` counts fits (redraw the controls
-    whenever it changes). ``phase(step)`` is ``"early"`` for steps in the first fit window (in-sample, or before
+    whenever it changes). ``fit_now()`` fits at once when no later step will come (``fit_fraction=1``, end of
+    a replay). ``phase(step)`` is ``"early"`` for steps in the first fit window (in-sample, or before
     any proxy exists) and ``"late"`` after it.
 
     Args:
@@ -844,6 +845,27 @@ class ProxySchedule:
         if self.needs_activations(step):
             moments = H if isinstance(H, Moments) else Moments.from_rows(H, "H")
             self._pending = moments if self._pending is None else self._pending.merge(moments)
+        return changed
+
+    def fit_now(self) -> bool:
+        """Fit on the activations pooled so far instead of waiting for the first step past the window.
+
+        Needed when no later step will come, e.g. ``fit_fraction=1.0`` or the end of a replay. In ``early`` mode
+        this closes the window (the proxy is then frozen); a second call, or a call in ``fixed`` mode, does
+        nothing and returns False.
+
+        Example:
+            >>> import torch
+            >>> s = ProxySchedule("early", rank=2, total_steps=3, fit_fraction=1.0)
+            >>> [s.observe(step, torch.randn(32, 6)) for step in range(3)], s.fit_now(), s.fit_now()
+            ([False, False, False], True, False)
+        """
+        if self.mode == "fixed" or (self.mode == "early" and self._window > 0):
+            return False
+        changed = self._fit_pending()
+        if self.mode == "early":
+            self._window = 1
+            self._window_length = min(self._window_length, self._last_step + 1)
         return changed
 
     def _fit_pending(self) -> bool:
