@@ -1,0 +1,104 @@
+"""Fixtures of the browser suite: Debian's chromium through Playwright, one JupyterLab server for the session,
+and pages that record every request so each test can assert that nothing left the loopback interface.
+
+A missing chromium or an unbuilt/stale JS bundle makes the tests fail (never skip), naming the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from tests.browser.harness import (
+    ARTIFACTS,
+    REPO_ROOT,
+    ChromiumMissing,
+    JupyterServer,
+    RequestLog,
+    chromium_executable,
+    jupyter_lab,
+    launch_chromium,
+)
+
+STATIC = REPO_ROOT / "interp_widgets" / "static"
+BUNDLES = ("token_highlight.js", "token_highlight.css", "export_boot.js")
+
+
+@dataclass
+class RecordedPage:
+    """A Playwright page and the log of every request it made."""
+
+    page: object
+    requests: RequestLog
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    setattr(item, f"rep_{report.when}", report)
+
+
+@pytest.fixture(scope="session")
+def built_bundles() -> Path:
+    """The esbuild output the widgets load; fails if it is missing or older than ``js/src``."""
+    sources = [p for p in (REPO_ROOT / "js" / "src").rglob("*") if p.is_file()]
+    missing = [name for name in BUNDLES if not (STATIC / name).is_file()]
+    if missing:
+        pytest.fail(f"JS bundle not built ({', '.join(missing)} missing in {STATIC}); run `npm --prefix js ci && "
+                    "npm --prefix js run build` or `pip install -e .`")  # fmt: skip
+    oldest_bundle = min((STATIC / name).stat().st_mtime for name in BUNDLES)
+    stale = [str(p.relative_to(REPO_ROOT)) for p in sources if p.stat().st_mtime > oldest_bundle]
+    if stale:
+        pytest.fail(f"JS bundle in {STATIC} is older than {stale[:5]}; rebuild with `npm --prefix js run build`")
+    return STATIC
+
+
+@pytest.fixture(scope="session")
+def playwright_driver():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="session")
+def browser(playwright_driver, built_bundles):
+    """Headless Debian chromium, shared by the session (each test opens its own context)."""
+    try:
+        chromium_executable()
+    except ChromiumMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+    browser = launch_chromium(playwright_driver)
+    yield browser
+    browser.close()
+
+
+@pytest.fixture(scope="session")
+def lab_root(tmp_path_factory) -> Path:
+    """Root directory of the JupyterLab server; tests write their notebooks here at run time."""
+    return tmp_path_factory.mktemp("lab-root")
+
+
+@pytest.fixture(scope="session")
+def jupyter_server(lab_root, built_bundles) -> Iterator[JupyterServer]:
+    """One real JupyterLab server (Notebook 7 included) on 127.0.0.1 for the whole session."""
+    with jupyter_lab(lab_root) as server:
+        yield server
+
+
+@pytest.fixture()
+def recorded_page(browser, request) -> Iterator[RecordedPage]:
+    """A fresh browser context and page whose requests are all recorded; screenshot on failure."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    recorded = RecordedPage(page=page, requests=RequestLog(page))
+    yield recorded
+    failed = getattr(request.node, "rep_call", None)
+    if failed is not None and failed.failed:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / f"failed-{request.node.name}.png"), full_page=True)
+    context.close()
