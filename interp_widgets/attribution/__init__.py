@@ -8,6 +8,7 @@ Example:
 from interp_widgets.attribution.api import METHODS, attribute
 from interp_widgets.attribution.attention import AttentionRollout, GradientWeightedAttention, RawAttention
 from interp_widgets.attribution.base import Attributor
+from interp_widgets.attribution.faithfulness import FaithfulnessResult, faithfulness
 from interp_widgets.attribution.gradient import (
     GradientShap,
     InputXGradient,
@@ -18,6 +19,7 @@ from interp_widgets.attribution.gradient import (
     VarGrad,
 )
 from interp_widgets.attribution.perturbation import KernelShap, Lime, Occlusion, Sobol
+from interp_widgets.attribution.interop import from_captum, from_interpreto
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
 
 __all__ = [
@@ -26,6 +28,7 @@ __all__ = [
     "AttributionCollection",
     "AttributionResult",
     "Attributor",
+    "FaithfulnessResult",
     "GradientShap",
     "GradientWeightedAttention",
     "InputXGradient",
@@ -40,4 +43,7 @@ __all__ = [
     "SquareGrad",
     "VarGrad",
     "attribute",
+    "faithfulness",
+    "from_captum",
+    "from_interpreto",
 ]

@@ -1,0 +1,178 @@
+"""Show other libraries' explanations in our widgets: Captum tensors and LLM results, Interpreto outputs.
+
+Example:
+    >>> from captum.attr import LayerIntegratedGradients
+    >>> attributions = lig.attribute(ids, baselines=ref, target=1)                  # doctest: +SKIP
+    >>> result = from_captum(attributions, tokenizer, text, target_label="positive")  # doctest: +SKIP
+    >>> result  # the token widget
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from interp_widgets.attribution.result import AttributionResult
+
+
+def _to_numpy(values: Any) -> np.ndarray:
+    if hasattr(values, "detach"):
+        values = values.detach().cpu().double().numpy()
+    return np.asarray(values, dtype=np.float64)
+
+
+def _plain_result(tokens: Sequence[str], scores: np.ndarray, *, method: str, labels: list[str], ids: np.ndarray,
+                  probs: np.ndarray, reduce: str, signed: bool, generated: np.ndarray | None = None,
+                  positions: np.ndarray | None = None, granularity: str = "token") -> AttributionResult:
+    """A result over units given only as strings (no source text): rebuild a text from them.
+
+    Byte-level (``Ġ``) and SentencePiece (``▁``) markers become spaces, WordPiece ``##`` pieces join the previous
+    unit, and units without any marker are separated by single spaces (Interpreto words).
+    """
+    spaced = not any(t[:1] in ("Ġ", "▁", " ") or t.startswith("##") for t in tokens)
+    offsets, pieces, text = [], [], ""
+    for i, token in enumerate(tokens):
+        if token.startswith("##"):
+            piece, gap = token[2:], ""
+        elif token[:1] in ("Ġ", "▁"):
+            piece, gap = token[1:], " " if i else ""
+        else:
+            piece, gap = token, " " if spaced and i else ""
+        text += gap
+        offsets.append((len(text), len(text) + len(piece)))
+        text += piece
+        pieces.append(piece)
+    n = len(tokens)
+    return AttributionResult(
+        text=text, tokens=pieces, offsets=np.asarray(offsets, dtype=np.int64).reshape(-1, 2),
+        special_mask=np.zeros(n, bool), word_ids=np.arange(n), sentence_ids=np.zeros(n, dtype=np.int64),
+        scores=scores, target_labels=labels, target_probs=probs, target_ids=ids, method=method,
+        params={"source": method.split(":")[0]}, reduce=reduce, signed=signed, granularity=granularity,
+        generated_mask=generated, target_positions=positions,
+    )
+
+
+def from_captum(
+    attributions,
+    tokenizer=None,
+    text: str | None = None,
+    *,
+    target_label: str = "target",
+    target_prob: float = float("nan"),
+    target_id: int = -1,
+    method: str = "captum",
+    reduce: str = "sum",
+) -> AttributionResult:
+    """Build a result from a Captum attribution tensor for one text, or from a Captum ``LLMAttributionResult``.
+
+    A tensor of shape ``(1, T, D)``, ``(T, D)`` or ``(T,)`` must align with ``tokenizer(text)`` (special tokens
+    included, as Captum's text tutorials build inputs); ``reduce`` (``sum`` signed, ``norm``) collapses ``D``.
+    An ``LLMAttributionResult`` becomes a generation result (targets × prompt-and-generated sources, NaN where a
+    generated token cannot see a source).
+
+    Example:
+        >>> from_captum(lig.attribute(ids, baselines=ref, target=1), tokenizer, text, target_label="positive")  # doctest: +SKIP
+    """
+    if hasattr(attributions, "seq_attr") and hasattr(attributions, "input_tokens"):
+        return _from_captum_llm(attributions, method=method)
+    if tokenizer is None or text is None:
+        raise TypeError("from_captum(tensor, tokenizer, text): pass the tokenizer and the text the tensor explains")
+    values = _to_numpy(attributions)
+    if values.ndim == 3:
+        if values.shape[0] != 1:
+            raise ValueError(f"attributions have batch size {values.shape[0]}; pass one input at a time")
+        values = values[0]
+    if values.ndim == 2:
+        if reduce == "sum":
+            values = values.sum(-1)
+        elif reduce == "norm":
+            values = np.linalg.norm(values, axis=-1)
+        else:
+            raise ValueError(f"unknown reduce {reduce!r}; use 'sum' or 'norm'")
+    from interp_widgets.adapter import Encoding  # noqa: F401  (documented type of the encoding below)
+    from interp_widgets.adapter import _SENTENCE_END, _WORD_PATTERN, _spans, _unit_ids
+
+    enc = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
+    if len(enc["input_ids"]) != values.shape[-1]:
+        raise ValueError(
+            f"attributions cover {values.shape[-1]} tokens but tokenizer(text) gives {len(enc['input_ids'])}; "
+            "pass the same text (and special tokens) that Captum explained"
+        )
+    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
+    special = np.asarray(enc["special_tokens_mask"], dtype=bool)
+    pieces = tokenizer.convert_ids_to_tokens(enc["input_ids"])
+    tokens = [pieces[i] if special[i] else text[a:b] or pieces[i] for i, (a, b) in enumerate(offsets)]
+    return AttributionResult(
+        text=text, tokens=tokens, offsets=offsets, special_mask=special,
+        word_ids=_unit_ids(offsets, special, text, _spans(_WORD_PATTERN, text, split=False)),
+        sentence_ids=_unit_ids(offsets, special, text, _spans(_SENTENCE_END, text, split=True)),
+        scores=values[None, :], target_labels=[target_label], target_probs=[target_prob], target_ids=[target_id],
+        method=method, params={"source": "captum"},
+        reduce="sum over embedding dimension (signed)" if reduce == "sum" or values.ndim == 1 else "L2 norm (unsigned)",
+        signed=reduce == "sum",
+    )
+
+
+def _from_captum_llm(llm_result, *, method: str) -> AttributionResult:
+    inputs = list(llm_result.input_tokens)
+    outputs = list(llm_result.output_tokens)
+    n_in, n_out = len(inputs), len(outputs)
+    if getattr(llm_result, "token_attr", None) is not None:
+        token_attr = _to_numpy(llm_result.token_attr)  # (n_out, n_in)
+        scores = np.full((n_out, n_in + n_out), np.nan)
+        scores[:, :n_in] = token_attr
+        labels = [f"{t!r}@{n_in + j}" for j, t in enumerate(outputs)]
+        positions = np.arange(n_in - 1, n_in + n_out - 1)
+        ids = np.full(n_out, -1)
+        probs = np.full(n_out, np.nan)
+    else:
+        scores = np.full((1, n_in + n_out), np.nan)
+        scores[0, :n_in] = _to_numpy(llm_result.seq_attr)
+        labels, positions, ids, probs = ["whole continuation"], np.array([n_in - 1]), np.array([-1]), np.array([np.nan])
+    generated = np.concatenate([np.zeros(n_in, bool), np.ones(n_out, bool)])
+    return _plain_result(inputs + outputs, scores, method=f"{method}:llm", labels=labels, ids=ids, probs=probs,
+                         reduce="Captum LLM attribution (signed)", signed=True, generated=generated,
+                         positions=positions)
+
+
+def from_interpreto(output, *, labels: Sequence[str] | None = None) -> AttributionResult:
+    """Build a result from an Interpreto ``AttributionOutput`` (classification or generation).
+
+    Interpreto gradient scores are unsigned magnitudes (``abs`` then mean over the hidden dimension), so results from
+    its gradient methods are flagged unsigned; its generation matrices keep their NaN upper triangle. ``labels``
+    names the classes (Interpreto leaves ``classes`` empty).
+
+    Example:
+        >>> outputs = interpreto.Occlusion(model, tokenizer)(["Great film"])  # doctest: +SKIP
+        >>> from_interpreto(outputs[0], labels=["negative", "positive"])     # doctest: +SKIP
+    """
+    for name in ("attributions", "elements"):
+        if not hasattr(output, name):
+            raise TypeError(f"expected an Interpreto AttributionOutput (with .{name}), got {type(output).__name__}")
+    scores = np.atleast_2d(_to_numpy(output.attributions))
+    elements = [str(e) for e in output.elements]
+    if scores.shape[1] != len(elements):
+        raise ValueError(f"attributions have {scores.shape[1]} columns for {len(elements)} elements")
+    task = str(getattr(getattr(output, "model_task", None), "name", getattr(output, "model_task", "")) or "").upper()
+    targets = np.asarray(_to_numpy(output.targets) if getattr(output, "targets", None) is not None
+                         else np.arange(len(scores)), dtype=np.int64).reshape(-1)[: len(scores)]
+    if len(targets) != len(scores):
+        targets = np.arange(len(scores))
+    method = f"interpreto:{getattr(output, 'method', None) or 'attribution'}"
+    finite = scores[np.isfinite(scores)]
+    signed = bool((finite < 0).any())
+    reduce = "Interpreto score" + (" (signed)" if signed else " (unsigned magnitude)")
+    granularity = str(getattr(getattr(output, "granularity", None), "name", "token")).lower()
+    granularity = {"all_tokens": "token", "token": "token", "word": "word"}.get(granularity, "sentence")
+    if "GENERATION" in task:
+        n_out = len(scores)
+        n_in = len(elements) - n_out
+        generated = np.concatenate([np.zeros(n_in, bool), np.ones(n_out, bool)])
+        names = [f"{elements[n_in + j]!r}@{n_in + j}" for j in range(n_out)]
+        return _plain_result(elements, scores, method=method, labels=names, ids=targets, probs=np.full(n_out, np.nan),
+                             reduce=reduce, signed=signed, generated=generated,
+                             positions=np.arange(n_in - 1, n_in + n_out - 1), granularity=granularity)
+    names = [labels[int(t)] if labels is not None else f"class {int(t)}" for t in targets]
+    return _plain_result(elements, scores, method=method, labels=names, ids=targets, probs=np.full(len(scores), np.nan),
+                         reduce=reduce, signed=signed, granularity=granularity)
