@@ -242,19 +242,20 @@ class ActivationStore:
         return self._meta["token_id"]
 
     def tokens(self, rows: Sequence[int] | np.ndarray | None = None) -> list[str]:
-        """Token strings of the given rows (all rows if ``None``): the text slice, or the special token's string.
+        """Token strings of the given rows (all rows if ``None``): the text slice, or the token's own string when it
+        has no text span (special tokens).
 
         Example:
             >>> store.tokens([0, 1, 2])  # doctest: +SKIP
             ['Great', ' food', '.']
         """
         rows = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
-        specials = self.info.get("special_tokens", {})
+        spanless = self.info.get("spanless_tokens", {})
         out = []
         for r in rows:
             text = self.texts[self._meta["text_id"][r]]
             a, b = int(self._meta["start"][r]), int(self._meta["end"][r])
-            out.append(text[a:b] if b > a else specials.get(str(int(self._meta["token_id"][r])), ""))
+            out.append(text[a:b] if b > a else spanless.get(str(int(self._meta["token_id"][r])), ""))
         return out
 
     def text_rows(self, text_id: int) -> np.ndarray:
@@ -525,7 +526,7 @@ def collect_activations(
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     collector = _Collector(budget, shard_path)
-    specials: dict[str, str] = {}
+    spanless: dict[str, str] = {}  # strings of tokens without a text span (special tokens, trimmed spaces)
     captured: dict[str, torch.Tensor] = {}
 
     def hook(module, inputs, output):
@@ -561,7 +562,7 @@ def collect_activations(
                     hidden = captured["hidden"].float().cpu().numpy()
                     for row, i in enumerate(batch):
                         per_text[i] = _rows_of(encodings[i], hidden[row, :len(encodings[i])], unit, pooling,
-                                               include_special, window + i, specials)
+                                               include_special, window + i, spanless)
                     bar.update(len(batch))
                 for i in range(len(encodings)):
                     rows, meta = per_text[i]
@@ -571,7 +572,7 @@ def collect_activations(
     info = {
         "layer": layer_path, "unit": unit, "pooling": pooling, "include_special": include_special,
         "model": type(model).__name__, "name_or_path": str(getattr(model.config, "_name_or_path", "")),
-        "special_tokens": specials, "rank": rank, "world_size": world, "text_offset": offset,
+        "spanless_tokens": spanless, "rank": rank, "world_size": world, "text_offset": offset,
     }
     if collector.dim is None:  # an empty shard still records the width, read from the layer's config
         info["dim"] = int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0) or 0)
@@ -585,10 +586,10 @@ def collect_activations(
 
 
 def _rows_of(enc, hidden: np.ndarray, unit: str, pooling: str | None, include_special: bool, text_id: int,
-             specials: dict[str, str]) -> tuple[np.ndarray, dict]:
+             spanless: dict[str, str]) -> tuple[np.ndarray, dict]:
     keep = np.ones(len(enc), bool) if include_special else ~enc.special_mask
-    for i in np.flatnonzero(enc.special_mask & keep):
-        specials.setdefault(str(int(enc.input_ids[i])), enc.tokens[i])
+    for i in np.flatnonzero((enc.offsets[:, 1] <= enc.offsets[:, 0]) & keep):
+        spanless.setdefault(str(int(enc.input_ids[i])), enc.tokens[i])
     if unit == "token":
         index = np.flatnonzero(keep)
         meta = {"text_id": np.full(len(index), text_id), "position": index, "start": enc.offsets[index, 0],
