@@ -498,9 +498,14 @@ def _check_controls(controls: ArrayLike, basis: torch.Tensor) -> torch.Tensor:
     return c
 
 
-def _removal_traces(matrix: torch.Tensor, bases: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """tr(PAP) and ‖PAP‖_F² for P = I − QQᵀ and each Q in ``bases`` (b, d, k), in O(d²k) per Q."""
-    aq = matrix @ bases
+def _removal_traces(
+    matrix: torch.Tensor, bases: torch.Tensor, product: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """tr(PAP) and ‖PAP‖_F² for P = I − QQᵀ and each Q in ``bases`` (b, d, k), in O(d²k) per Q.
+
+    ``product`` may pass a precomputed ``matrix @ bases``.
+    """
+    aq = matrix @ bases if product is None else product
     qaq = bases.transpose(1, 2) @ aq
     trace = matrix.trace() - qaq.diagonal(dim1=1, dim2=2).sum(dim=1)
     frob2 = (matrix * matrix).sum() - 2 * (aq * aq).sum(dim=(1, 2)) + (qaq * qaq).sum(dim=(1, 2))
@@ -606,12 +611,13 @@ def gradient_alignment(
     null_sd = null_var.sqrt()
     z_analytic = (energy_proxy - null_mean) / null_sd
 
-    # IsoScore* of G and of G with each subspace removed
+    # IsoScore* of G and of G with each subspace removed; C·Q is M2·Q rescaled, so no second d²k product
     covariance = moments.covariance()
     trace_c, frob_c = covariance.trace(), (covariance * covariance).sum()
     if not float(trace_c) > 0:
         raise ValueError("G has zero variance (all rows identical); IsoScore* is undefined")
-    removed_trace, removed_frob = _removal_traces(covariance, bases)
+    c_q = m2_q / (n - 1)
+    removed_trace, removed_frob = _removal_traces(covariance, bases, c_q)
     removed_dim = d if coordinates == "full" else d - k
     if isinstance(target, str):
         iso_G = _shrunk_isoscore(trace_c, frob_c, d, zeta, *_named_target_terms(target, trace_c, d))
@@ -621,7 +627,7 @@ def gradient_alignment(
     else:
         inner = (covariance * target).sum()
         iso_G = _shrunk_isoscore(trace_c, frob_c, d, zeta, inner, target.trace(), (target * target).sum())
-        c_q, t_q = covariance @ bases, target @ bases
+        t_q = target @ bases
         qcq, qtq = bases.transpose(1, 2) @ c_q, bases.transpose(1, 2) @ t_q
         removed_inner = inner - 2 * (c_q * t_q).sum(dim=(1, 2)) + (qcq * qtq).sum(dim=(1, 2))
         iso_removed = _shrunk_isoscore(
