@@ -42,7 +42,7 @@ const DATA_TRAITS = [
 ];
 const VIEW_TRAITS = ["selected_target", "granularity", "show_special_tokens", "shared_scale", "encoding", "high_contrast"];
 /** Units listed in the screen-reader table; longer inputs point to the CSV export instead. */
-const MAX_TABLE_ROWS = 2000;
+const MAX_TABLE_ROWS = 500;
 
 function perToken(model, name, n) {
   const { values } = decodeArray(model.get(name));
@@ -200,23 +200,19 @@ function renderTokenHighlight({ model, el, reportError }) {
         data.wordIds[first] === data.wordIds[units[u - 1][0]];
       const unseen = Number.isNaN(sums[u]);
       const classes = ["iw-token", special && "iw-special", joined && "iw-join", unseen && "iw-unseen"];
-      const span = h(
-        "span",
-        {
-          class: classes.filter(Boolean).join(" "),
-          role: "option",
-          tabindex: -1,
-          "data-unit": u,
-          "aria-label": `${quoteToken(text)}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`,
-        },
-        displayToken(text),
-      );
-      paintToken(span, sums[u], max, paint);
+      const span = h("span", { class: classes.filter(Boolean).join(" "), role: "option", tabindex: -1, "aria-selected": "false", "data-unit": u }, displayToken(text));
       nodes.push(span);
       return span;
     });
+    // Colours and labels are set as each chunk enters the DOM, so the first paint costs one chunk.
+    const prepare = (node) => {
+      if (node.nodeType !== 1) return;
+      const u = Number(node.dataset.unit);
+      node.setAttribute("aria-label", `${quoteToken(unitText(units[u]))}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`);
+      paintToken(node, sums[u], max, paint);
+    };
     rendering?.cancel();
-    rendering = appendChunked(tokensBox, nodes);
+    rendering = appendChunked(tokensBox, nodes, { prepare });
     view = { units, sums, ranks, ranked, spans, target };
 
     targetSelect.value = String(target);
@@ -274,7 +270,8 @@ function renderTokenHighlight({ model, el, reportError }) {
 
   function markSelection() {
     const selected = unitOfToken(model.get("selected_token"));
-    view.spans.forEach((span, u) => span.setAttribute("aria-selected", String(u === selected)));
+    for (const span of tokensBox.querySelectorAll('.iw-token[aria-selected="true"]')) span.setAttribute("aria-selected", "false");
+    if (selected >= 0) view.spans[selected].setAttribute("aria-selected", "true");
   }
 
   // Coalesce bursts of change events (one Python hold_sync message fires several) into one redraw.

@@ -48,11 +48,12 @@ export const CHUNK = 2500;
  * Append `nodes` to `box` (after clearing it): `first` at once, then `chunk` per frame.
  * @param {HTMLElement} box
  * @param {Node[]} nodes
- * @param {{first?: number, chunk?: number, onDone?: () => void}} [options]
+ * @param {{first?: number, chunk?: number, onDone?: () => void, prepare?: (node: Node) => void}} [options]
+ *   `prepare` runs on each node just before it enters the DOM (deferred painting and labelling)
  * @returns {{cancel: () => void, finish: () => void}} cancel stops appending (call before re-rendering);
  *   finish appends everything left at once (e.g. before focusing a node far down)
  */
-export function appendChunked(box, nodes, { first = FIRST_CHUNK, chunk = CHUNK, onDone } = {}) {
+export function appendChunked(box, nodes, { first = FIRST_CHUNK, chunk = CHUNK, onDone, prepare } = {}) {
   const doc = box.ownerDocument;
   const win = doc.defaultView;
   const schedule = win?.requestAnimationFrame ? (fn) => win.requestAnimationFrame(fn) : (fn) => setTimeout(fn, 0);
@@ -61,7 +62,10 @@ export function appendChunked(box, nodes, { first = FIRST_CHUNK, chunk = CHUNK, 
   let handle = null;
   const appendUpTo = (end) => {
     const fragment = doc.createDocumentFragment();
-    for (; next < Math.min(end, nodes.length); next += 1) fragment.append(nodes[next]);
+    for (; next < Math.min(end, nodes.length); next += 1) {
+      prepare?.(nodes[next]);
+      fragment.append(nodes[next]);
+    }
     box.append(fragment);
   };
   box.replaceChildren();
