@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 from typing import Any, Callable
@@ -272,9 +273,12 @@ class KernelShap(_PerturbationMethod):
 
     - With at most ``exact_max_units`` units (or when ``n_samples`` covers every coalition), all ``2^M``
       coalitions are enumerated with the exact Shapley kernel weights: the results are the exact Shapley values.
-    - Otherwise ``n_samples`` coalitions are sampled from the Shapley kernel distribution (size ``k`` with
-      probability ∝ ``1 / (k (M − k))``, then a uniform subset), in antithetic pairs (each coalition with its
-      complement), and regressed with equal weights.
+    - Otherwise the budget of ``n_samples`` coalitions first enumerates whole coalition sizes, from the outside in
+      (sizes 1 and M − 1, then 2 and M − 2, …), while the share of the budget that the Shapley kernel gives a size
+      pair covers all its coalitions (as the ``shap`` library does); those get their exact kernel weights. The rest
+      of the budget samples the remaining sizes from the Shapley kernel distribution (size ``k`` with probability
+      ∝ ``1 / (k (M − k))``, then a uniform subset) in antithetic pairs (each coalition with its complement), each
+      sample weighted by the remaining kernel mass over the number of samples.
 
     Example:
         >>> r = KernelShap(n_samples=512).attribute(model, tokenizer, "Not bad at all.", granularity="word")  # doctest: +SKIP
@@ -308,8 +312,29 @@ class KernelShap(_PerturbationMethod):
     def _input_params(self, n_units):
         return {"exact": all(self.is_exact(n) for n in n_units)}
 
+    def complete_sizes(self, n_units: int) -> list[int]:
+        """The coalition sizes whose coalitions are all enumerated for ``n_units`` units (all sizes when exact).
+
+        Example:
+            >>> KernelShap(n_samples=64, exact_max_units=0).complete_sizes(10)
+            [1, 9]
+        """
+        if self.is_exact(n_units):
+            return list(range(1, n_units))
+        mass = {k: 1.0 / (k * (n_units - k)) for k in range(1, n_units)}
+        budget, complete = self.n_samples, []
+        for k in range(1, n_units // 2 + 1):
+            group = sorted({k, n_units - k})
+            remaining = sum(m for size, m in mass.items() if size not in complete)
+            count = sum(math.comb(n_units, size) for size in group)
+            if budget * sum(mass[size] for size in group) / remaining < count:
+                break
+            complete += group
+            budget -= count
+        return sorted(complete)
+
     def masks(self, n_units: int) -> np.ndarray:
-        """The full and the empty coalition, then all others (exact) or sampled antithetic pairs.
+        """The full and the empty coalition, every coalition of the complete sizes, then sampled antithetic pairs.
 
         Example:
             >>> KernelShap(exact_max_units=2).masks(2).astype(int)
@@ -319,27 +344,38 @@ class KernelShap(_PerturbationMethod):
                    [0, 1]])
         """
         ends = np.array([np.ones(n_units, bool), np.zeros(n_units, bool)])
-        if n_units < 2:
-            return ends
-        if self.is_exact(n_units):
-            codes = np.arange(1, 2**n_units - 1)
-            return np.concatenate([ends, (codes[:, None] >> np.arange(n_units)) & 1 == 1])
+        complete = self.complete_sizes(n_units)
+        enumerated = np.zeros((sum(math.comb(n_units, k) for k in complete), n_units), dtype=bool)
+        row = 0
+        for k in complete:
+            for members in itertools.combinations(range(n_units), k):
+                enumerated[row, list(members)] = True
+                row += 1
+        sizes = np.array([k for k in range(1, n_units) if k not in complete])
+        n_sampled = 0 if self.is_exact(n_units) or len(sizes) == 0 else max(self.n_samples - len(enumerated), 0)
+        if n_sampled == 0:
+            return np.concatenate([ends, enumerated])
         rng = self._rng(n_units)
-        sizes = np.arange(1, n_units)
         size_probs = 1.0 / (sizes * (n_units - sizes))
-        n_pairs = (self.n_samples + 1) // 2
+        n_pairs = (n_sampled + 1) // 2
         k = rng.choice(sizes, size=n_pairs, p=size_probs / size_probs.sum())
         ranks = rng.random((n_pairs, n_units)).argsort(axis=1).argsort(axis=1)
         coalitions = ranks < k[:, None]
-        paired = np.stack([coalitions, ~coalitions], axis=1).reshape(-1, n_units)[: self.n_samples]
-        return np.concatenate([ends, paired])
+        paired = np.stack([coalitions, ~coalitions], axis=1).reshape(-1, n_units)[:n_sampled]
+        return np.concatenate([ends, enumerated, paired])
 
     def _estimate(self, masks, values):
         n_units = masks.shape[1]
         f_full, f_empty = values[0], values[1]
         delta = f_full - f_empty
         z, y = masks[2:].astype(np.float64), values[2:] - f_empty
-        weights = shapley_kernel_weight(n_units, masks[2:].sum(1)) if self.is_exact(n_units) else np.ones(len(z))
+        sizes = masks[2:].sum(1)
+        complete = np.isin(sizes, self.complete_sizes(n_units))
+        weights = np.where(complete, shapley_kernel_weight(n_units, np.where(complete, sizes, 1)), 0.0)
+        if not complete.all():
+            remaining = [k for k in range(1, n_units) if k not in self.complete_sizes(n_units)]
+            remaining_mass = sum((n_units - 1) / (k * (n_units - k)) for k in remaining)
+            weights[~complete] = remaining_mass / (~complete).sum()
         phi = constrained_least_squares(z, y, weights, delta)
         return phi, {"completeness_error": float(phi.sum() - delta), "score_delta": float(delta)}
 
