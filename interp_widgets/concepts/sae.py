@@ -36,7 +36,7 @@ class SparseAutoencoder(ConceptModel):
         l1_coefficient: L1 weight for the ReLU variant.
         lr, batch_size, max_epochs: Adam learning rate, rows per step, epoch cap.
         patience, min_delta: stop after ``patience`` epochs without a relative improvement of ``min_delta`` in the
-            monitoring loss.
+            monitoring loss; the weights with the lowest monitoring loss are kept.
         monitor_rows: size of the fixed monitoring sample (held out when fitting an array).
         resample_dead: reset concepts that did not fire during an epoch.
         seed, progress, device: random seed, progress bar, torch device for training.
@@ -124,7 +124,7 @@ class SparseAutoencoder(ConceptModel):
             return (torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) - w["b_dec"]) / scale
 
         optimizer = torch.optim.Adam(w.values(), lr=self.lr)
-        history, best, best_weights, stale = [], math.inf, None, 0
+        history, best, reference, best_weights, stale = [], math.inf, math.inf, None, 0
         bar = tqdm(range(self.max_epochs), desc=f"SAE {self.activation} {self.n_concepts}", unit="epoch",
                    disable=not self.progress)
         for epoch in bar:
@@ -146,10 +146,11 @@ class SparseAutoencoder(ConceptModel):
             dead = torch.nonzero(fired == 0).flatten()
             record = {"epoch": epoch, "train_loss": total / max(steps, 1), "monitor_loss": float(monitor_loss),
                       "monitor_fvu": fvu, "dead": int(len(dead)), "resampled": 0}
-            improved = float(monitor_loss) < best - self.min_delta * abs(best) if math.isfinite(best) else True
-            if improved:
-                best, stale = float(monitor_loss), 0
+            if float(monitor_loss) < best:
+                best = float(monitor_loss)
                 best_weights = {name: t.detach().clone() for name, t in w.items()}
+            if float(monitor_loss) < reference * (1 - self.min_delta):
+                reference, stale = float(monitor_loss), 0
             else:
                 stale += 1
             if self.resample_dead and len(dead) and epoch < self.max_epochs - 1 and stale < self.patience:
