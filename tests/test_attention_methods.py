@@ -108,13 +108,18 @@ def test_decoder_classifier_and_masked_lm_read_the_scored_position(gpt2_classifi
     np.testing.assert_allclose(result.scores[0], attentions[-1].mean(0)[ids.index(tokenizer.mask_token_id)], atol=1e-6)
 
 
-def test_generation_rows_ignore_later_tokens_and_llama_works(gpt2, llama_lm):
+@pytest.mark.parametrize("method", [RawAttention(progress=False), AttentionRollout(progress=False),
+                                    GradientWeightedAttention(progress=False)])
+def test_generation_rows_ignore_later_tokens(gpt2, method):
     model, tokenizer = gpt2
-    method = GradientWeightedAttention(progress=False)
     warm, cold = (method.attribute(model, tokenizer, "The room was", continuation=c) for c in (" quiet and warm", " quiet and cold"))
-    shared = len(tokenizer("The room was quiet and")["input_ids"])
-    np.testing.assert_allclose(warm.scores[:2, :shared], cold.scores[:2, :shared], atol=1e-6)
-    assert np.isnan(warm.scores[:2, 5:]).all()
+    n_prompt = len(tokenizer("The room was")["input_ids"])
+    for t in range(2):  # the first two targets see the same sources in both continuations
+        np.testing.assert_allclose(warm.scores[t, : n_prompt + t], cold.scores[t, : n_prompt + t], atol=1e-6)
+        assert np.isnan(warm.scores[t, n_prompt + t :]).all() and np.isnan(cold.scores[t, n_prompt + t :]).all()
+
+
+def test_llama_generation(llama_lm):
     result = attribute(*llama_lm, "The room was", method="attention_rollout", max_new_tokens=3, granularity="word")
     assert result.scores.shape[0] == 3 and np.isnan(result.scores[0, -1]) and np.isfinite(result.scores[-1, :-1]).all()
 

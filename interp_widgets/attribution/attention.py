@@ -239,6 +239,12 @@ class RawAttention(_AttentionMethod):
 
     @property
     def description(self) -> str:
+        """What the scores mean, recorded as the result's ``reduce``.
+
+        Example:
+            >>> RawAttention(layer=0).description
+            'attention weight in layer 0, mean over heads (unsigned)'
+        """
         return f"attention weight in layer {self.layer}, mean over heads (unsigned)"
 
     def _relevance(self, attentions, gradients):
