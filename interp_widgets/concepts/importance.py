@@ -126,7 +126,7 @@ class TextConcepts:
 class ConceptImportance(TextConcepts):
     """Signed concept importance for one text: ``gradients[target, token, concept] = ∂score/∂c``.
 
-    ``contributions`` multiplies by the coefficients; :meth:`per_concept` sums them over (non-special) tokens.
+    ``contributions`` multiplies by the coefficients; :meth:`per_concept` sums them over tokens.
 
     Example:
         >>> imp.per_concept("positive")[:5]  # doctest: +SKIP
@@ -160,10 +160,12 @@ class ConceptImportance(TextConcepts):
             raise ValueError(f"target row {target} out of range for {len(self.target_labels)} targets")
         return int(target) % len(self.target_labels)
 
-    def per_concept(self, target: int | str | None = None, *, kind: str = "contribution") -> np.ndarray:
-        """Importance of each concept for one target, summed over non-special tokens.
+    def per_concept(self, target: int | str | None = None, *, kind: str = "contribution",
+                    include_special: bool = True) -> np.ndarray:
+        """Importance of each concept for one target, summed over tokens.
 
-        ``kind="contribution"`` (coefficient × gradient) or ``"gradient"``.
+        ``kind="contribution"`` (coefficient × gradient) or ``"gradient"``. Special tokens count by default: a
+        classifier reads its prediction from [CLS], so at the last layer only [CLS] carries importance.
 
         Example:
             >>> imp.per_concept(kind="gradient").shape  # doctest: +SKIP
@@ -171,7 +173,8 @@ class ConceptImportance(TextConcepts):
         if kind not in ("contribution", "gradient"):
             raise ValueError(f"unknown kind {kind!r}; use 'contribution' or 'gradient'")
         values = (self.contributions if kind == "contribution" else self.gradients)[self._target(target)]
-        return values[~self.special_mask].sum(axis=0)
+        keep = np.ones(len(self.tokens), bool) if include_special else ~self.special_mask
+        return values[keep].sum(axis=0)
 
     def ranking(self, target: int | str | None = None):
         """Concepts ranked by absolute contribution to one target: concept, contribution, gradient, coefficient sum.
@@ -187,7 +190,7 @@ class ConceptImportance(TextConcepts):
             "concept": order,
             "contribution": contribution[order],
             "gradient": self.per_concept(target, kind="gradient")[order],
-            "coefficient": self.coefficients[~self.special_mask].sum(axis=0)[order],
+            "coefficient": self.coefficients.sum(axis=0)[order],
         })
 
     def to_dataframe(self):

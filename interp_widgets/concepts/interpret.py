@@ -34,8 +34,9 @@ class ConceptInterpretation:
 
     Arrays are indexed by concept. ``top_rows[c]`` / ``top_values[c]`` are the store rows with the highest
     coefficient of concept ``c`` (``-1`` / NaN pad when there are fewer rows); ``examples[c]`` holds, for each of
-    them, the tokens of a context window (each running to the next token, so they join into the text) and that
-    concept's coefficient on each token. ``hist_counts[c]`` counts the
+    them, the tokens of a context window (each running to the next token's start, so joined they give the text;
+    tokens without a text span, such as special tokens, keep their own string) and that concept's coefficient on
+    each token. ``hist_counts[c]`` counts the
     rows where the concept is active (``|c| > 0``) over ``hist_edges[c]``; ``density[c]`` is the fraction of rows
     where it is active.
 
