@@ -98,9 +98,8 @@ def _as_points(x: ArrayLike, name: str = "H", *, min_rows: int = 2) -> torch.Ten
         raise ValueError(f"{name} has {n} row(s) but this metric needs at least {min_rows} points; pass more tokens")
     if d < 1:
         raise ValueError(f"{name} has no columns (shape {tuple(x.shape)}); pass points with at least one dimension")
-    x = _float64(x)
     _check_finite(x, name)
-    return x
+    return _float64(x)
 
 
 def _as_labels(labels, n: int, name: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,12 +115,16 @@ def _as_labels(labels, n: int, name: str, device: torch.device) -> tuple[torch.T
     return unique, inverse
 
 
-def _unit_rows(x: torch.Tensor, name: str, hint: str) -> torch.Tensor:
+def _inverse_row_norms(x: torch.Tensor, name: str, hint: str) -> torch.Tensor:
     norms = torch.linalg.vector_norm(x, dim=1)
     zero = norms == 0
     if bool(zero.any()):
         raise ValueError(f"{name} has {int(zero.sum())} all-zero row(s){hint}; cosines are undefined for them")
-    return x / norms[:, None]
+    return 1.0 / norms
+
+
+def _unit_rows(x: torch.Tensor, name: str, hint: str) -> torch.Tensor:
+    return x * _inverse_row_norms(x, name, hint)[:, None]
 
 
 _ZERO_ROW_HINT = " (padding?); remove them first, e.g. H[H.norm(dim=1) > 0]"
@@ -142,14 +145,16 @@ def _check_variance(trace: torch.Tensor, name: str) -> None:
 # ----------------------------------------------------------------------------------------------------------
 
 
-def _average_cosine_of_units(units: torch.Tensor) -> torch.Tensor:
-    n = units.shape[0]
-    total = units.sum(dim=0)
+def _average_cosine(x: torch.Tensor, inverse_norms: torch.Tensor) -> torch.Tensor:
+    n = x.shape[0]
+    total = x.T @ inverse_norms  # Σ_i û_i without materialising the unit rows
     return (total @ total - n) / (n * (n - 1))
 
 
-def _cross_sequence_cosine_of_units(units: torch.Tensor, inverse: torch.Tensor, n_groups: int) -> torch.Tensor:
-    n = units.shape[0]
+def _cross_sequence_cosine(x: torch.Tensor, inverse_norms: torch.Tensor, inverse: torch.Tensor,
+                           n_groups: int) -> torch.Tensor:
+    n = x.shape[0]
+    units = x * inverse_norms[:, None]
     sums = torch.zeros(n_groups, units.shape[1], dtype=units.dtype, device=units.device)
     sums.index_add_(0, inverse, units)
     counts = torch.bincount(inverse, minlength=n_groups).to(units.dtype)
@@ -188,9 +193,10 @@ def _exp_entropy(weights: torch.Tensor) -> torch.Tensor:
     return torch.exp(torch.special.entr(p).sum())
 
 
-def _drift_share(x: torch.Tensor) -> torch.Tensor:
-    mean = x.mean(dim=0)
-    return (mean @ mean) / (x * x).sum(dim=1).mean()
+def _drift_share(mean: torch.Tensor, centred_square_sum: torch.Tensor, n: int) -> torch.Tensor:
+    """‖μ‖²/mean‖h_i‖², using mean‖h_i‖² = Σ‖h_i − μ‖²/n + ‖μ‖² (exact, no cancellation)."""
+    mean_square = mean @ mean
+    return mean_square / (centred_square_sum / n + mean_square)
 
 
 def _check_dim_for_isoscore(d: int, name: str) -> None:
@@ -217,8 +223,8 @@ def average_cosine(H: ArrayLike, *, center: bool = False) -> float:
         -0.2
     """
     x = _as_points(H)
-    units = _unit_rows(_centre(x), "H", _MEAN_ROW_HINT) if center else _unit_rows(x, "H", _ZERO_ROW_HINT)
-    return float(_average_cosine_of_units(units))
+    x, hint = (_centre(x), _MEAN_ROW_HINT) if center else (x, _ZERO_ROW_HINT)
+    return float(_average_cosine(x, _inverse_row_norms(x, "H", hint)))
 
 
 def average_cosine_cross_sequence(H: ArrayLike, sequence_ids: ArrayLike, *, center: bool = False) -> float:
@@ -244,8 +250,8 @@ def average_cosine_cross_sequence(H: ArrayLike, sequence_ids: ArrayLike, *, cent
     n_groups = int(inverse.max()) + 1
     if n_groups < 2:
         raise ValueError("sequence_ids holds a single sequence; cross-sequence pairs need at least two sequences")
-    units = _unit_rows(_centre(x), "H", _MEAN_ROW_HINT) if center else _unit_rows(x, "H", _ZERO_ROW_HINT)
-    return float(_cross_sequence_cosine_of_units(units, inverse, n_groups))
+    x, hint = (_centre(x), _MEAN_ROW_HINT) if center else (x, _ZERO_ROW_HINT)
+    return float(_cross_sequence_cosine(x, _inverse_row_norms(x, "H", hint), inverse, n_groups))
 
 
 @dataclass(frozen=True, eq=False)
@@ -335,7 +341,8 @@ def drift_share(H: ArrayLike) -> float:
         0.9
     """
     x = _as_points(H, min_rows=1)
-    value = _drift_share(x)
+    centred = _centre(x)
+    value = _drift_share(x.mean(dim=0), (centred * centred).sum(), x.shape[0])
     if not torch.isfinite(value):
         raise ValueError("H is all zeros; the drift share is undefined")
     return float(value)
@@ -711,22 +718,23 @@ def representation_metrics(H: ArrayLike, sequence_ids: ArrayLike | None = None) 
     x = _as_points(H)
     n, d = x.shape
     _check_dim_for_isoscore(d, "H")
-    centred = _centre(x)
+    mean = x.mean(dim=0)
+    centred = x - mean
     trace, frob2, gram = _covariance_moments(centred)
     _check_variance(trace, "H")
     eigenvalues = _eigenvalues_from_gram(gram, n, d)
     pr = _participation_ratio(trace, frob2)
-    units = _unit_rows(x, "H", _ZERO_ROW_HINT)
+    inverse_norms = _inverse_row_norms(x, "H", _ZERO_ROW_HINT)
     values = {
-        "avg_cosine": _average_cosine_of_units(units),
-        "avg_cosine_centered": _average_cosine_of_units(_unit_rows(centred, "H", _MEAN_ROW_HINT)),
+        "avg_cosine": _average_cosine(x, inverse_norms),
+        "avg_cosine_centered": _average_cosine(centred, _inverse_row_norms(centred, "H", _MEAN_ROW_HINT)),
     }
     if sequence_ids is not None:
         _, inverse = _as_labels(sequence_ids, n, "sequence_ids", x.device)
         n_groups = int(inverse.max()) + 1
         if n_groups < 2:
             raise ValueError("sequence_ids holds a single sequence; pass sequence_ids=None or a multi-sequence batch")
-        values["avg_cosine_cross_sequence"] = _cross_sequence_cosine_of_units(units, inverse, n_groups)
+        values["avg_cosine_cross_sequence"] = _cross_sequence_cosine(x, inverse_norms, inverse, n_groups)
     values.update(
         isoscore=_isoscore_from_pr(pr, d),
         participation_ratio=pr,
@@ -734,7 +742,7 @@ def representation_metrics(H: ArrayLike, sequence_ids: ArrayLike | None = None) 
         effective_rank_eigen=_exp_entropy(eigenvalues),
         stable_rank=eigenvalues.sum() / eigenvalues[0],
         top1_explained_variance=eigenvalues[0] / eigenvalues.sum(),
-        drift_share=_drift_share(x),
+        drift_share=_drift_share(mean, trace * (n - 1), n),
     )
     floats = torch.stack(list(values.values())).tolist()  # one device sync for the whole bundle
     return {"n_tokens": n, "dim": d, **dict(zip(values.keys(), floats))}
