@@ -399,7 +399,7 @@ class MonitorWidget(InterpWidget):
         Example:
             >>> MonitorWidget().close()
         """
-        if self._unsubscribe is not None:
+        if getattr(self, "_unsubscribe", None) is not None:  # also called by __del__ of a half-built widget
             self._unsubscribe()
             self._unsubscribe = None
         super().close()
