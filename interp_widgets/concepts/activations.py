@@ -168,21 +168,26 @@ class ActivationStore:
     def minibatches(self, batch_size: int, *, seed: int | None = 0, shuffle: bool = True) -> Iterator[np.ndarray]:
         """One epoch of ``(batch_size, dim)`` batches (the last may be smaller).
 
-        Shuffling visits chunks in random order and rows in random order within each chunk, so a store on disk is
-        read one chunk at a time. An in-memory store is one chunk, so its shuffle is global.
+        In memory, rows are shuffled globally. On disk, chunks are visited in random order and rows in random order
+        within each chunk, so only one chunk is read into RAM at a time.
 
         Example:
             >>> for batch in store.minibatches(1024, seed=1): ...  # doctest: +SKIP
         """
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = int(batch_size)
         rng = np.random.default_rng(seed)
-        chunks = self._consolidated_chunks()
-        order = rng.permutation(len(chunks)) if shuffle else np.arange(len(chunks))
+        if self.in_memory:
+            order = rng.permutation(len(self)) if shuffle else np.arange(len(self))
+            for start in range(0, len(self), batch_size):
+                yield self._rows(order[start:start + batch_size])
+            return
+        chunk_order = rng.permutation(len(self._chunks)) if shuffle else np.arange(len(self._chunks))
         pending: list[np.ndarray] = []
         pending_rows = 0
-        for index in order:
-            block = np.asarray(chunks[index], dtype=np.float32)
+        for index in chunk_order:
+            block = np.asarray(self._chunks[index], dtype=np.float32)
             if shuffle:
                 block = block[rng.permutation(len(block))]
             pending.append(block)
@@ -193,12 +198,6 @@ class ActivationStore:
                 pending, pending_rows = [merged[batch_size:]], len(merged) - batch_size
         if pending_rows:
             yield np.concatenate(pending)
-
-    def _consolidated_chunks(self) -> list[np.ndarray]:
-        if self.in_memory and len(self._chunks) > 1:
-            self._chunks = [np.concatenate(self._chunks)]
-            self._bounds = np.array([0, len(self._chunks[0])], dtype=np.int64)
-        return self._chunks
 
     def sample(self, n: int, *, seed: int | None = 0) -> np.ndarray:
         """``n`` distinct random rows (all rows, in order, if the store has at most ``n``).
@@ -398,6 +397,7 @@ class _Collector:
         self.chunk_bytes = max(4096, min(budget // 4, 256 << 20))
         self.path = path
         self.buffer: list[np.ndarray] = []
+        self.blocks: list[np.ndarray] = []
         self.buffered = 0
         self.total = 0
         self.meta: dict[str, list[np.ndarray]] = {name: [] for name in META_FIELDS}
@@ -419,21 +419,28 @@ class _Collector:
                 self.tmp = tempfile.TemporaryDirectory(prefix="interp_widgets_acts_")
                 directory = Path(self.tmp.name)
             self.writer = _ChunkWriter(directory, self.dim)
-        if self.writer is not None and self.buffered >= self.chunk_bytes:
+        if self.buffered >= self.chunk_bytes:
             self.flush()
 
     def flush(self) -> None:
-        if self.buffer and self.writer is not None:
-            self.writer.write(np.concatenate(self.buffer))
+        """Merge the buffered per-text blocks into one chunk: written to disk, or kept in RAM under the budget."""
+        if self.buffer:
+            block = np.concatenate(self.buffer)
+            if self.writer is not None:
+                for kept in self.blocks:  # blocks merged before the budget was exceeded go to disk first
+                    self.writer.write(kept)
+                self.blocks = []
+                self.writer.write(block)
+            else:
+                self.blocks.append(block)
             self.buffer, self.buffered = [], 0
 
     def finish(self, texts: Sequence[str], info: dict) -> ActivationStore:
         dim = self.dim if self.dim is not None else int(info.get("dim", 0))
         meta = {name: (np.concatenate(v) if v else np.zeros(0, np.int64)) for name, v in self.meta.items()}
-        if self.writer is None:
-            rows = np.concatenate(self.buffer) if self.buffer else np.zeros((0, dim), np.float32)
-            return ActivationStore([rows], meta, texts, {**info, "dim": dim})
         self.flush()
+        if self.writer is None:
+            return ActivationStore(self.blocks or [np.zeros((0, dim), np.float32)], meta, texts, {**info, "dim": dim})
         self.writer.finish(meta, texts, {**info, "dim": dim})
         store = ActivationStore._open_one(self.writer.directory)
         if self.tmp is not None:
