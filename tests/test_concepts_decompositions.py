@@ -179,6 +179,11 @@ def test_sae_early_stopping_keeps_best_and_resamples_dead(tmp_path):
     assert sum(h["resampled"] for h in relu.fit_info_["history"]) > 0
     assert sum(h["resampled"] for h in without.fit_info_["history"]) == 0
     assert relu.fit_info_["history"][-1]["dead"] < without.fit_info_["history"][-1]["dead"]
+    topk = dict(k=2, batch_size=256, max_epochs=6, patience=6, progress=False)
+    resampled = SparseAutoencoder(64, **topk).fit(X).fit_info_["history"]
+    kept_dead = SparseAutoencoder(64, resample_dead=False, **topk).fit(X).fit_info_["history"]
+    assert sum(h["resampled"] for h in resampled) > 0
+    assert resampled[-1]["dead"] < kept_dead[-1]["dead"] and resampled[-1]["monitor_fvu"] < kept_dead[-1]["monitor_fvu"]
     loaded = ConceptModel.load(relu.save(tmp_path / "sae.safetensors"))
     np.testing.assert_array_equal(loaded.transform(X[:20]), relu.transform(X[:20]))
     np.testing.assert_allclose(loaded.inverse_transform(loaded.transform(X[:20])),

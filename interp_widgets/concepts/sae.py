@@ -4,9 +4,10 @@ The input is centred on the decoder bias and scaled so that a row has unit mean 
 (``scale_``); the decoder rows are kept at unit norm. Training reads shuffled minibatches from an
 :class:`~interp_widgets.concepts.ActivationStore` (or an array), shows a progress bar, stops early when the loss on a
 fixed monitoring sample stops improving (the best weights are kept), and resamples dead concepts: after an epoch in
-which a concept never fired, its decoder row is reset to the direction of a badly reconstructed input (chosen with
-probability proportional to the squared error) and its encoder column to that direction scaled to 0.2 × the mean
-encoder norm of live concepts.
+which a concept never fired, its decoder row is reset to the residual direction of a badly reconstructed input
+(chosen with probability proportional to the square of its reconstruction loss) and its encoder column to that
+direction scaled to the mean encoder norm of live concepts (× 0.2 for ReLU; × 1 for TopK, where a unit must win one
+of the k slots to fire).
 
 Example:
     >>> sae = SparseAutoencoder(256, activation="topk", k=16).fit(store)  # doctest: +SKIP
@@ -178,7 +179,7 @@ class SparseAutoencoder(ConceptModel):
         alive[dead] = False
         enc_norm = w["W_enc"][:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
         w["W_dec"][dead] = directions
-        w["W_enc"][:, dead] = directions.T * 0.2 * enc_norm
+        w["W_enc"][:, dead] = directions.T * (0.2 if self.activation == "relu" else 1.0) * enc_norm
         w["b_enc"][dead] = 0.0
         return int(len(dead))
 
