@@ -18,8 +18,8 @@ import "./monitor.css";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
 import { formatScore } from "./lib/format.js";
-import { MARGIN, paintHeatmap, paintLines } from "./lib/plot_canvas.js";
-import { emaSmooth, lowerBound, runsOf } from "./lib/plot_math.js";
+import { MARGIN, paintHeatmap, paintLines, prepareLines } from "./lib/plot_canvas.js";
+import { EmaState, lowerBound, runsOf } from "./lib/plot_math.js";
 import { SeriesStore, decodeAppend, decodeCheckpoint } from "./lib/plot_store.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 
@@ -132,6 +132,7 @@ function renderMonitor({ model, el, reportError }) {
     scales: new Map(), // panel id -> "linear" | "log" chosen in this view
     smoothing: 0,
     xDomain: null, // null = follow: all steps, growing with new ones
+    follow: null, // [x0, x1, epoch] of the follow-mode domain
     cursor: null,
     drag: null,
   };
@@ -141,6 +142,7 @@ function renderMonitor({ model, el, reportError }) {
   let disposed = false;
   let maxDrawMs = 0;
   const smoothCache = new Map();
+  const decimators = new Map();
 
   const layers = () => model.get("layers") ?? [];
   const layerColour = (layer) => PALETTE[Math.max(0, layers().indexOf(layer)) % PALETTE.length];
@@ -160,24 +162,50 @@ function renderMonitor({ model, el, reportError }) {
     });
   };
 
-  /** Column of `name`, smoothed when smoothing is on (cached per store version). */
+  /** Column of `name`, smoothed when smoothing is on (extended incrementally: EMA of old rows never changes). */
   const series = (name) => {
     const column = store.column(name);
     if (!column || state.smoothing === 0) return column;
-    const cached = smoothCache.get(name);
-    if (cached && cached.version === store.version && cached.weight === state.smoothing) return cached.values;
-    const values = emaSmooth(column, store.n, state.smoothing);
-    smoothCache.set(name, { version: store.version, weight: state.smoothing, values });
-    return values;
+    let cached = smoothCache.get(name);
+    if (!cached || cached.epoch !== store.epoch || cached.weight !== state.smoothing || cached.values.length < store.n) {
+      const values = new Float32Array(Math.max(store.n, cached?.values.length ?? 0, 64) * 2);
+      if (cached && cached.epoch === store.epoch && cached.weight === state.smoothing) values.set(cached.values.subarray(0, cached.n));
+      else cached = { epoch: store.epoch, weight: state.smoothing, n: 0, ema: new EmaState(state.smoothing) };
+      cached = { ...cached, values };
+      smoothCache.set(name, cached);
+    }
+    for (let i = cached.n; i < store.n; i += 1) cached.values[i] = cached.ema.next(column[i]);
+    cached.n = store.n;
+    return cached.values;
   };
 
-  const fullDomain = () => {
-    if (store.n === 0) return [0, 1];
-    const a = store.x[0];
-    const b = store.x[store.n - 1];
-    return b > a ? [a, b] : [a - 0.5, a + 0.5];
+  /** Decimators kept between frames, per panel line (see prepareLines); dropped when the history is replaced. */
+  const withDecimator = (key, item) => {
+    const id = `${store.epoch}|${state.smoothing}|${key}`;
+    const cached = decimators.get(key);
+    item.decimator = cached?.id === id ? cached.decimator : null;
+    item.cacheKey = key;
+    item.cacheId = id;
+    return item;
   };
-  const domain = () => state.xDomain ?? fullDomain();
+  const keepDecimators = (prepared) => {
+    for (const { line, decimator } of prepared.decimatedLines) decimators.set(line.cacheKey, { id: line.cacheId, decimator });
+    for (const { band, decimator } of prepared.decimatedBands) decimators.set(band.cacheKey, { id: band.cacheId, decimator });
+  };
+
+  /** Follow mode shows every step with up to 25% headroom on the right, so the x domain (and with it the
+   * decimation grid) changes only O(log n) times while rows stream in. */
+  const followDomain = () => {
+    if (store.n === 0) return [0, 1];
+    const first = store.x[0];
+    const last = store.x[store.n - 1];
+    const current = state.follow;
+    if (!current || current[0] !== first || last > current[1] || current[2] !== store.epoch) {
+      state.follow = [first, first + Math.max(1, (last - first) * 1.25), store.epoch];
+    }
+    return state.follow.slice(0, 2);
+  };
+  const domain = () => state.xDomain ?? followDomain();
 
   const fitWindows = () => {
     const fitting = store.column("fitting");
@@ -243,23 +271,21 @@ function renderMonitor({ model, el, reportError }) {
     for (const layer of layered) {
       const colour = layerColour(layer);
       const y = series(`${config.metric}|${layer}`);
-      if (y) {
-        lines.push({ x: store.x, y, n: store.n, colour, label: layer, name: `${config.metric}|${layer}` });
-      }
+      if (y) lines.push(withDecimator(`${config.id}:${config.metric}|${layer}`, { x: store.x, y, n: store.n, colour, label: layer }));
       for (const companion of config.dashed ?? []) {
         const c = series(`${companion}|${layer}`);
-        if (c) lines.push({ x: store.x, y: c, n: store.n, colour, dash: [3, 3], width: 1, label: `${layer} ${companion}`, name: `${companion}|${layer}` });
+        if (c) lines.push(withDecimator(`${config.id}:${companion}|${layer}`, { x: store.x, y: c, n: store.n, colour, dash: [3, 3], width: 1, label: `${layer} ${companion}` }));
       }
       if (config.band?.length === 2) {
         const lo = store.column(`${config.band[0]}|${layer}`);
         const hi = store.column(`${config.band[1]}|${layer}`);
-        if (lo && hi) bands.push({ x: store.x, lo, hi, n: store.n, colour, label: layer });
+        if (lo && hi) bands.push(withDecimator(`${config.id}:band|${layer}`, { x: store.x, lo, hi, n: store.n, colour, label: layer }));
       }
     }
     (config.series ?? []).forEach((name, k) => {
       const y = series(name);
       const colour = config.metric ? colours.fg : PALETTE[k % PALETTE.length];
-      if (y) lines.push({ x: store.x, y, n: store.n, colour, label: name, name });
+      if (y) lines.push(withDecimator(`${config.id}:${name}`, { x: store.x, y, n: store.n, colour, label: name }));
     });
     return { lines, bands, rows };
   }
@@ -283,13 +309,16 @@ function renderMonitor({ model, el, reportError }) {
         .filter((row) => row.y);
       panel.rows = rows;
       panel.frame = paintHeatmap(ctx, { width, height, xDomain, rows, colours, neutral: colours.neutral });
-      return panel.frame.cells;
+      return 0; // data-iw-points counts line points only
     }
     const scale = state.scales.get(config.id) ?? (config.scale === "log" ? "log" : "linear");
     const { lines, bands } = panelData(config);
     panel.lines = lines;
     panel.bands = bands;
-    panel.frame = paintLines(ctx, { width, height, xDomain, yKind: scale, lines, bands, shades, reference: config.reference, cursor: state.cursor, colours });
+    const spec = { width, height, xDomain, yKind: scale, lines, bands, shades, reference: config.reference, cursor: state.cursor, colours };
+    const prepared = prepareLines(spec);
+    keepDecimators(prepared);
+    panel.frame = paintLines(ctx, spec, prepared);
     return panel.frame.drawn;
   }
 

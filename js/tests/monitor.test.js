@@ -285,7 +285,7 @@ describe("monitor view", () => {
     // hover at step 7 in the ratio panel: readouts for both layers, L0 with its band
     const canvas = panel("ratio").querySelector("canvas");
     canvas.getBoundingClientRect = () => ({ left: 0, top: 0, width: 600, height: 170 });
-    const px = (step) => 54 + ((step - 0) / 19) * (600 - 54 - 10);
+    const px = (step) => 54 + (step / (19 * 1.25)) * (600 - 54 - 10); // follow mode: 25% headroom
     canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: px(7), clientY: 50 }));
     runFrames();
     const readout = panel("ratio").querySelector(".iw-monitor-readout").textContent;
@@ -332,7 +332,7 @@ describe("monitor view", () => {
     slider.dispatchEvent(new Event("input"));
     const canvas = root.querySelector('.iw-monitor-panel[data-panel="loss"] canvas');
     canvas.getBoundingClientRect = () => ({ left: 0, top: 0, width: 600, height: 170 });
-    canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: 54 + (19 / 19) * 536, clientY: 50 }));
+    canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: 54 + (19 / (19 * 1.25)) * 536, clientY: 50 }));
     runFrames();
     const shown = Number(/loss: ([\d.]+)/.exec(root.querySelector('[data-panel="loss"] .iw-monitor-readout').textContent)[1]);
     const expected = emaSmooth(Float32Array.from({ length: 20 }, (_, s) => 1 / (s + 1)), 20, 0.9)[19];

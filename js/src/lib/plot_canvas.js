@@ -7,7 +7,7 @@
  *   const frame = paintLines(ctx, {width: 600, height: 170, xDomain: [0, 1000], yKind: "log", lines, bands});
  *   frame.x.value(mouseX); // step under the mouse
  */
-import { decimateBand, decimateM4, logTicks, lowerBound, makeScale, niceTicks } from "./plot_math.js";
+import { BandDecimator, M4Decimator, logTicks, lowerBound, makeScale, niceTicks } from "./plot_math.js";
 
 export const MARGIN = { left: 54, right: 10, top: 8, bottom: 20 };
 
@@ -48,35 +48,52 @@ function yExtent(parts, log) {
 }
 
 /**
+ * Decimate a line panel's lines and bands to its pixel grid and fit the y domain. A line or band may carry the
+ * `decimator` returned for it last time: while the x domain, width and scale stay the same it only reads the
+ * rows appended since (streaming costs O(new rows)); otherwise a new one starts.
+ * @param {object} spec  width, xDomain, yKind, lines: [{x, y, n, colour, dash?, decimator?}],
+ *   bands: [{x, lo, hi, n, colour, decimator?}]
+ */
+export function prepareLines({ width, xDomain, yKind, lines = [], bands = [] }) {
+  const log = yKind === "log";
+  const plotWidth = Math.max(1, width - MARGIN.left - MARGIN.right);
+  const pixels = Math.max(1, Math.round(plotWidth));
+  const [x0, x1] = xDomain;
+  const reuse = (cached, make) => (cached && cached.x0 === x0 && cached.x1 === x1 && cached.width === pixels && cached.positiveOnly === log ? cached : make());
+  const decimatedLines = lines.map((line) => {
+    const [start, end] = visibleRange(line.x, line.n, x0, x1);
+    const decimator = reuse(line.decimator, () => new M4Decimator(x0, x1, pixels, { positiveOnly: log }));
+    return { line, decimator, points: decimator.extend(line.x, line.y, start, end).result() };
+  });
+  const decimatedBands = bands.map((band) => {
+    const [start, end] = visibleRange(band.x, band.n, x0, x1);
+    const decimator = reuse(band.decimator, () => new BandDecimator(x0, x1, pixels, { positiveOnly: log }));
+    return { band, decimator, area: decimator.extend(band.x, band.lo, band.hi, start, end) };
+  });
+  const parts = [
+    ...decimatedLines.map(({ points }) => ({ values: points.ys, count: points.count })),
+    ...decimatedBands.flatMap(({ area }) => [{ values: area.lo, count: area.count }, { values: area.hi, count: area.count }]),
+  ];
+  const drawn = decimatedLines.reduce((sum, { points }) => sum + points.count, 0);
+  return { decimatedLines, decimatedBands, yDomain: yExtent(parts, log), drawn };
+}
+
+/**
  * Paint a line panel and return its scales and how many decimated points were drawn.
  * @param {CanvasRenderingContext2D | null} ctx  null (no canvas, e.g. jsdom) computes without painting
  * @param {object} spec
  *   width, height (CSS px); xDomain [x0, x1]; yKind "linear" | "log";
  *   lines: [{x, y, n, colour, dash?}]; bands: [{x, lo, hi, n, colour}]; shades: [[x0, x1]];
  *   reference?: number (dashed horizontal line); cursor?: x value; colours: {fg, muted, grid, shade}
+ * @param {object} [prepared]  a `prepareLines(spec)` result to reuse
  */
-export function paintLines(ctx, spec) {
-  const { width, height, xDomain, yKind, lines = [], bands = [], shades = [], colours } = spec;
+export function paintLines(ctx, spec, prepared = prepareLines(spec)) {
+  const { width, height, xDomain, yKind, shades = [], colours } = spec;
   const log = yKind === "log";
   const plotWidth = Math.max(1, width - MARGIN.left - MARGIN.right);
-  const pixels = Math.max(1, Math.round(plotWidth));
-  const [x0, x1] = xDomain;
-  const decimatedLines = lines.map((line) => {
-    const [start, end] = visibleRange(line.x, line.n, x0, x1);
-    return { line, points: decimateM4(line.x, line.y, start, end, x0, x1, pixels, { positiveOnly: log }) };
-  });
-  const decimatedBands = bands.map((band) => {
-    const [start, end] = visibleRange(band.x, band.n, x0, x1);
-    return { band, area: decimateBand(band.x, band.lo, band.hi, start, end, x0, x1, pixels, { positiveOnly: log }) };
-  });
-  const parts = [
-    ...decimatedLines.map(({ points }) => ({ values: points.ys, count: points.count })),
-    ...decimatedBands.flatMap(({ area }) => [{ values: area.lo, count: area.count }, { values: area.hi, count: area.count }]),
-  ];
-  const yDomain = spec.yDomain ?? yExtent(parts, log);
-  const x = makeScale("linear", [x0, x1], [MARGIN.left, MARGIN.left + plotWidth]);
+  const { decimatedLines, decimatedBands, yDomain, drawn } = prepared;
+  const x = makeScale("linear", xDomain, [MARGIN.left, MARGIN.left + plotWidth]);
   const y = makeScale(log ? "log" : "linear", yDomain, [height - MARGIN.bottom, MARGIN.top]);
-  const drawn = decimatedLines.reduce((sum, { points }) => sum + points.count, 0);
   const frame = { x, y, yDomain, drawn };
   if (!ctx) return frame;
 
@@ -184,42 +201,71 @@ export function ratioColour(logRatio, maxAbs, neutral = [247, 247, 247]) {
 }
 
 /**
- * Layer × step heatmap of a positive ratio, one row per entry of `rows` ({label, x, y, n}); each value
- * holds until the row's next logged value (the last one until the latest row). Colour is log10(ratio) on a symmetric scale.
+ * Layer × step heatmap of a positive ratio, one row per entry of `rows` ({label, x, y, n}). Each pixel column
+ * shows the mean log10 ratio of the row's values inside it, or, where none was logged, the value in force
+ * (the last one before). Colour is log10(ratio) on a symmetric scale, quantised to 41 levels.
  * @returns {{x: object, rowHeight: number, maxAbs: number, cells: number}}
  */
 export function paintHeatmap(ctx, { width, height, xDomain, rows, colours, neutral }) {
   const plotWidth = Math.max(1, width - MARGIN.left - MARGIN.right);
+  const pixels = Math.max(1, Math.round(plotWidth));
   const x = makeScale("linear", xDomain, [MARGIN.left, MARGIN.left + plotWidth]);
   const rowHeight = rows.length ? (height - MARGIN.top - MARGIN.bottom) / rows.length : 0;
+  const [x0, x1] = xDomain;
+  const span = x1 - x0 || 1;
   let maxAbs = 0;
-  const runs = rows.map((row) => {
-    let [start, end] = visibleRange(row.x, row.n, xDomain[0], xDomain[1]);
+  let cellCount = 0;
+  const grids = rows.map((row) => {
+    const sums = new Float64Array(pixels);
+    const counts = new Uint32Array(pixels);
+    let [start, end] = visibleRange(row.x, row.n, x0, x1);
     while (start > 0 && !(row.y[start] > 0)) start -= 1; // the value in force at the left edge
-    const cells = [];
+    let carried = NaN;
+    const lastX = row.n ? row.x[row.n - 1] : x0;
     for (let i = start; i < end; i += 1) {
       const v = row.y[i];
       if (!(v > 0)) continue;
-      if (cells.length) cells[cells.length - 1].to = row.x[i];
-      cells.push({ from: row.x[i], to: row.x[row.n - 1], value: Math.log10(v) });
-      maxAbs = Math.max(maxAbs, Math.abs(Math.log10(v)));
+      const c = Math.floor(((row.x[i] - x0) / span) * pixels);
+      if (c < 0) carried = Math.log10(v);
+      else if (c < pixels) {
+        sums[c] += Math.log10(v);
+        counts[c] += 1;
+      }
     }
-    return cells;
+    const grid = new Float64Array(pixels).fill(NaN);
+    const lastColumn = Math.min(pixels - 1, Math.floor(((lastX - x0) / span) * pixels));
+    for (let c = 0; c <= lastColumn; c += 1) {
+      if (counts[c]) carried = sums[c] / counts[c];
+      grid[c] = carried;
+      if (carried === carried) {
+        maxAbs = Math.max(maxAbs, Math.abs(carried));
+        cellCount += 1;
+      }
+    }
+    return grid;
   });
-  const cellCount = runs.reduce((sum, cells) => sum + cells.length, 0);
   const frame = { x, rowHeight, maxAbs, cells: cellCount };
   if (!ctx) return frame;
   ctx.clearRect(0, 0, width, height);
-  runs.forEach((cells, r) => {
+  const palette = new Map();
+  const colourOf = (level) => {
+    if (!palette.has(level)) palette.set(level, ratioColour(level / 20, 1, neutral));
+    return palette.get(level);
+  };
+  grids.forEach((grid, r) => {
     const top = MARGIN.top + r * rowHeight;
-    let lastPixel = -Infinity;
-    for (const cell of cells) {
-      const left = Math.max(MARGIN.left, x.px(cell.from));
-      const right = Math.min(MARGIN.left + plotWidth, Math.max(x.px(cell.to), left + 1));
-      if (right < MARGIN.left || right <= lastPixel) continue; // many cells in one pixel: the first wins
-      ctx.fillStyle = ratioColour(cell.value, maxAbs, neutral);
-      ctx.fillRect(Math.max(left, lastPixel), top, right - Math.max(left, lastPixel), Math.max(1, rowHeight - 1));
-      lastPixel = right;
+    let runStart = 0;
+    let runLevel = null;
+    const level = (v) => (v === v ? Math.round((v / (maxAbs || 1)) * 20) : null);
+    for (let c = 0; c <= pixels; c += 1) {
+      const next = c < pixels ? level(grid[c]) : undefined;
+      if (next === runLevel && c < pixels) continue;
+      if (runLevel !== null && c > runStart) {
+        ctx.fillStyle = colourOf(runLevel);
+        ctx.fillRect(MARGIN.left + (runStart * plotWidth) / pixels, top, ((c - runStart) * plotWidth) / pixels, Math.max(1, rowHeight - 1));
+      }
+      runStart = c;
+      runLevel = next ?? null;
     }
   });
   ctx.font = "10px system-ui, sans-serif";

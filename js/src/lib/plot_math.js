@@ -6,104 +6,186 @@
  *   const pts = decimateM4(x, y, 0, n, x0, x1, 600); // ≤ 4 points per pixel column, same picture
  */
 
+function grown(array, size) {
+  if (size <= array.length) return array;
+  const bigger = new Float64Array(Math.max(size, 2 * array.length));
+  bigger.set(array);
+  return bigger;
+}
+
 /**
- * Decimate finite points (x[i], y[i]) for i in [start, end) to at most four per pixel column: the first,
- * lowest, highest and last point of the column, in index order. A line through them is pixel-identical
- * to a line through every point. NaN values and, with `positiveOnly` (log axes), values ≤ 0 are skipped.
+ * Resumable M4 decimation of finite points to at most four per pixel column of [x0, x1] split into
+ * `width` columns: the first, lowest, highest and last point of each column, in index order. A line through
+ * them is pixel-identical to a line through every point. `extend` continues where the previous call stopped,
+ * so streaming appends cost O(new rows). NaN values and, with `positiveOnly` (log axes), values ≤ 0 are
+ * skipped.
+ * @example
+ *   const m4 = new M4Decimator(0, 1000, 600); m4.extend(x, y, 0, n); m4.result().count
+ */
+export class M4Decimator {
+  constructor(x0, x1, width, { positiveOnly = false } = {}) {
+    Object.assign(this, { x0, x1, width, positiveOnly, span: x1 - x0 || 1 });
+    this.xs = new Float64Array(64);
+    this.ys = new Float64Array(64);
+    this.count = 0; // committed points (closed columns)
+    this.next = 0; // next row to read
+    this.column = NaN;
+    this.o = null; // the open column's first, low, high and last points
+  }
+
+  #push(into, x, y) {
+    if (into.count >= into.xs.length) {
+      into.xs = grown(into.xs, into.count + 1);
+      into.ys = grown(into.ys, into.count + 1);
+    }
+    into.xs[into.count] = x;
+    into.ys[into.count] = y;
+    into.count += 1;
+  }
+
+  /** Emit the open column (first, then low/high in index order, then last; each index once) into `into`. */
+  #emitOpen(into) {
+    const o = this.o;
+    const lowFirst = o.li < o.hi;
+    const [ai, ax, ay, bi, bx, by] = lowFirst ? [o.li, o.lx, o.ly, o.hi, o.hx, o.hy] : [o.hi, o.hx, o.hy, o.li, o.lx, o.ly];
+    this.#push(into, o.fx, o.fy);
+    if (ai !== o.fi && ai !== o.zi) this.#push(into, ax, ay);
+    if (bi !== o.fi && bi !== o.zi && bi !== ai) this.#push(into, bx, by);
+    if (o.zi !== o.fi) this.#push(into, o.zx, o.zy);
+  }
+
+  /** Read rows [max(start, next), end) of x and y. */
+  extend(x, y, start, end) {
+    const { x0, span, width, positiveOnly } = this;
+    let o = this.o;
+    for (let i = Math.max(start, this.next); i < end; i += 1) {
+      const v = y[i];
+      if (!(v === v) || (positiveOnly && !(v > 0))) continue;
+      const xi = x[i];
+      const c = Math.floor(((xi - x0) / span) * width);
+      if (c !== this.column) {
+        if (o) this.#emitOpen(this);
+        this.column = c;
+        // f = first, l = low, h = high, z = last: index, x, y of each
+        o = this.o = { fi: i, fx: xi, fy: v, li: i, lx: xi, ly: v, hi: i, hx: xi, hy: v, zi: i, zx: xi, zy: v };
+        continue;
+      }
+      if (v < o.ly) {
+        o.li = i;
+        o.lx = xi;
+        o.ly = v;
+      }
+      if (v > o.hy) {
+        o.hi = i;
+        o.hx = xi;
+        o.hy = v;
+      }
+      o.zi = i;
+      o.zx = xi;
+      o.zy = v;
+    }
+    this.next = Math.max(this.next, end);
+    return this;
+  }
+
+  /** The decimated points so far (closed columns plus the open one): {xs, ys, count}. */
+  result() {
+    const out = { xs: this.xs, ys: this.ys, count: this.count };
+    if (!this.o) return out;
+    this.#emitOpen(out); // writes past `count` without committing the open column
+    this.xs = out.xs;
+    this.ys = out.ys;
+    return out;
+  }
+}
+
+/**
+ * Decimate finite points (x[i], y[i]) for i in [start, end) with {@link M4Decimator}.
  * @returns {{xs: Float64Array, ys: Float64Array, count: number}}
  */
-export function decimateM4(x, y, start, end, x0, x1, width, { positiveOnly = false } = {}) {
-  const xs = new Float64Array(Math.min(end - start, 4 * (width + 2)) + 4);
-  const ys = new Float64Array(xs.length);
-  let count = 0;
-  const span = x1 - x0 || 1;
-  let column = NaN;
-  let first = -1;
-  let low = -1;
-  let high = -1;
-  let last = -1;
-  const flush = () => {
-    if (first < 0) return;
-    const picks = [first, low, high, last].sort((a, b) => a - b);
-    let previous = -1;
-    for (const i of picks) {
-      if (i === previous) continue;
-      previous = i;
-      xs[count] = x[i];
-      ys[count] = y[i];
-      count += 1;
-    }
-  };
-  for (let i = start; i < end; i += 1) {
-    const v = y[i];
-    if (!(v === v) || (positiveOnly && !(v > 0))) continue;
-    const c = Math.floor(((x[i] - x0) / span) * width);
-    if (c !== column) {
-      flush();
-      column = c;
-      first = low = high = last = i;
-      continue;
-    }
-    if (v < y[low]) low = i;
-    if (v > y[high]) high = i;
-    last = i;
-  }
-  flush();
-  return { xs, ys, count };
+export function decimateM4(x, y, start, end, x0, x1, width, options = {}) {
+  return new M4Decimator(x0, x1, width, options).extend(x, y, start, end).result();
 }
 
 /**
- * Decimate a band (lo[i]..hi[i]) to one entry per pixel column: the column's first x, lowest lo and
- * highest hi, so the shaded area covers every original band segment. Rows where either bound is NaN are
- * skipped; with `positiveOnly`, non-positive bounds are too.
+ * Resumable band decimation: one entry per pixel column with the column's first x, lowest lo and highest hi,
+ * so the shaded area covers every original band segment. Rows where either bound is NaN are skipped; with
+ * `positiveOnly`, non-positive bounds are too.
+ */
+export class BandDecimator {
+  constructor(x0, x1, width, { positiveOnly = false } = {}) {
+    Object.assign(this, { x0, x1, width, positiveOnly, span: x1 - x0 || 1 });
+    this.xs = new Float64Array(64);
+    this.lo = new Float64Array(64);
+    this.hi = new Float64Array(64);
+    this.count = 0;
+    this.next = 0;
+    this.column = NaN;
+  }
+
+  extend(x, lo, hi, start, end) {
+    const { x0, span, width, positiveOnly } = this;
+    for (let i = Math.max(start, this.next); i < end; i += 1) {
+      const a = lo[i];
+      const b = hi[i];
+      if (!(a === a) || !(b === b) || (positiveOnly && !(a > 0 && b > 0))) continue;
+      const c = Math.floor(((x[i] - x0) / span) * width);
+      if (c !== this.column || this.count === 0) {
+        this.column = c;
+        this.xs = grown(this.xs, this.count + 1);
+        this.lo = grown(this.lo, this.count + 1);
+        this.hi = grown(this.hi, this.count + 1);
+        this.xs[this.count] = x[i];
+        this.lo[this.count] = a;
+        this.hi[this.count] = b;
+        this.count += 1;
+      } else {
+        if (a < this.lo[this.count - 1]) this.lo[this.count - 1] = a;
+        if (b > this.hi[this.count - 1]) this.hi[this.count - 1] = b;
+      }
+    }
+    this.next = Math.max(this.next, end);
+    return this;
+  }
+}
+
+/**
+ * Decimate a band (lo[i]..hi[i]) for i in [start, end) with {@link BandDecimator}.
  * @returns {{xs: Float64Array, lo: Float64Array, hi: Float64Array, count: number}}
  */
-export function decimateBand(x, lo, hi, start, end, x0, x1, width, { positiveOnly = false } = {}) {
-  const size = Math.min(end - start, width + 2) + 2;
-  const xs = new Float64Array(size);
-  const los = new Float64Array(size);
-  const his = new Float64Array(size);
-  let count = 0;
-  const span = x1 - x0 || 1;
-  let column = NaN;
-  for (let i = start; i < end; i += 1) {
-    const a = lo[i];
-    const b = hi[i];
-    if (!(a === a) || !(b === b) || (positiveOnly && !(a > 0 && b > 0))) continue;
-    const c = Math.floor(((x[i] - x0) / span) * width);
-    if (c !== column || count === 0) {
-      column = c;
-      xs[count] = x[i];
-      los[count] = a;
-      his[count] = b;
-      count += 1;
-    } else {
-      if (a < los[count - 1]) los[count - 1] = a;
-      if (b > his[count - 1]) his[count - 1] = b;
-    }
-  }
-  return { xs, lo: los, hi: his, count };
+export function decimateBand(x, lo, hi, start, end, x0, x1, width, options = {}) {
+  return new BandDecimator(x0, x1, width, options).extend(x, lo, hi, start, end);
 }
 
 /**
- * Exponential moving average over the finite values of y[0..n) with TensorBoard's debiasing, so the
- * first smoothed values are not pulled towards zero. NaN stays NaN. `weight` 0 returns a copy.
+ * Running exponential moving average with TensorBoard's debiasing, so the first smoothed values are not
+ * pulled towards zero. NaN in gives NaN out and leaves the state unchanged.
+ * @example const ema = new EmaState(0.5); [1, 3].map((v) => ema.next(v)) // [1, 2.333…]
+ */
+export class EmaState {
+  constructor(weight) {
+    this.weight = weight;
+    this.accumulator = 0;
+    this.steps = 0;
+  }
+
+  next(v) {
+    if (!(v === v)) return NaN;
+    if (this.weight === 0) return v;
+    this.accumulator = this.accumulator * this.weight + (1 - this.weight) * v;
+    this.steps += 1;
+    return this.accumulator / (1 - this.weight ** this.steps);
+  }
+}
+
+/**
+ * {@link EmaState} over y[0..n) as a new array. `weight` 0 returns a copy.
  * @example emaSmooth(Float32Array.of(1, NaN, 3), 3, 0.5) // [1, NaN, 2.333…]
  */
 export function emaSmooth(y, n, weight) {
+  const ema = new EmaState(weight);
   const out = new Float32Array(n);
-  let accumulator = 0;
-  let steps = 0;
-  for (let i = 0; i < n; i += 1) {
-    const v = y[i];
-    if (!(v === v)) {
-      out[i] = NaN;
-      continue;
-    }
-    accumulator = accumulator * weight + (1 - weight) * v;
-    steps += 1;
-    out[i] = weight === 0 ? v : accumulator / (1 - weight ** steps);
-  }
+  for (let i = 0; i < n; i += 1) out[i] = ema.next(y[i]);
   return out;
 }
 
