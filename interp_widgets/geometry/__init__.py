@@ -1,7 +1,9 @@
 """Anisotropy metrics and gradient–subspace alignment on point clouds of activations and gradients.
 
 ``metrics`` holds the per-step geometry kernels (cosine family, IsoScore/IsoScore*, spectral dimension,
-subspace comparison); ``alignment`` holds the tangent-proxy measurement of arXiv 2604.08764.
+subspace comparison); ``alignment`` holds the tangent-proxy measurement of arXiv 2604.08764; ``monitor`` runs it
+live during training (:class:`AnisotropyMonitor`), ``replay`` over saved checkpoints, ``trainer`` wires it into the
+Hugging Face Trainer; ``history`` stores the results (:class:`GeometryLog`).
 
 Example:
     >>> import torch
@@ -18,6 +20,7 @@ from .alignment import (
     gradient_alignment,
     normal_controls,
 )
+from .history import LAYER_METRICS, GeometryLog
 from .metrics import (
     SelfSimilarity,
     average_cosine,
@@ -39,9 +42,14 @@ from .metrics import (
     self_similarity,
     stable_rank,
 )
+from .monitor import AnisotropyMonitor, GeometryMonitor
 
 __all__ = [
     "AlignmentResult",
+    "AnisotropyMonitor",
+    "GeometryLog",
+    "GeometryMonitor",
+    "LAYER_METRICS",
     "Moments",
     "ProxySchedule",
     "SelfSimilarity",

@@ -7,8 +7,9 @@ and checkpoint replay (:func:`~interp_widgets.geometry.replay.replay`) fill in, 
 * **series names** are flat: global series (``"loss"``, ``"fitting"``, user scalars from :meth:`GeometryLog.log`)
   and per-layer series ``"<metric>|<layer>"``, e.g. ``"energy_ratio|layer:2"`` (see :data:`LAYER_METRICS`);
 * missing values are NaN; rows are kept in step order;
-* the buffers are **bounded**: when ``max_rows`` rows are held, every second row is dropped, so the record
-  thins out evenly over the whole run and memory stays flat however long training runs;
+* the buffers are **bounded**: when ``max_rows`` rows are held, every second row is dropped and from then on
+  only every second new row is kept (the stride doubles each time), so the record stays evenly spaced over the
+  whole run and memory stays flat however long training runs; subscribers still see every row;
 * raw per-control values (``E_N`` and ``ΔIso*`` of every control) live in side matrices (:meth:`GeometryLog.raw`).
 
 Subscribers (the live widget) get ``callback(step, values)`` with the flat names; persistence is safetensors +
@@ -127,7 +128,7 @@ class GeometryLog:
     Args:
         layers: the layer spec strings measured (e.g. ``["layer:2"]``), in display order.
         x_label: ``"step"`` for live training, ``"checkpoint"`` for replays.
-        max_rows: bound on stored rows (≥ 2); reaching it drops every second row.
+        max_rows: bound on stored rows (≥ 2); reaching it halves the stored density (see the module notes).
         meta: JSON-serialisable settings kept with the record (rank, fit window, seeds, …).
 
     Example:
@@ -149,6 +150,7 @@ class GeometryLog:
         self.meta: dict = dict(meta or {})
         self.proxies: dict[str, torch.Tensor] = {}
         self._size = 0
+        self._offered, self._stride, self._thinned_step = 0, 1, None
         self._steps = np.zeros(16, dtype=np.int64)
         self._columns: dict[str, np.ndarray] = {}
         self._raw: dict[str, np.ndarray] = {}
@@ -272,9 +274,13 @@ class GeometryLog:
                     f"{self.x_label} {step} comes before the last recorded {self.x_label} "
                     f"{self._steps[self._size - 1]} and has no row to merge into; record in increasing order"
                 )
+        elif self._size and step == self._steps[self._size - 1]:
+            row = self._size - 1
+        elif step == self._thinned_step or not self._append_row(step):
+            self._thinned_step = step  # dropped by thinning: subscribers still see it
+            self._notify(step, dict(values))
+            return
         else:
-            if not (self._size and step == self._steps[self._size - 1]):
-                self._append_row(step)
             row = self._size - 1
         for name, value in values.items():
             column = self._columns.get(name)
@@ -291,8 +297,14 @@ class GeometryLog:
             matrix[row] = vector
         self._notify(step, dict(values))
 
-    def _append_row(self, step: int) -> None:
+    def _append_row(self, step: int) -> bool:
+        """Append a row for ``step``; False if thinning drops it (only every ``stride``-th new row is kept)."""
+        offered = self._offered
+        self._offered += 1
+        if offered % self._stride:
+            return False
         if self._size == self.max_rows:
+            self._stride *= 2
             keep = slice(0, self._size, 2)
             kept = len(range(0, self._size, 2))
             self._steps[:kept] = self._steps[keep].copy()
@@ -314,6 +326,7 @@ class GeometryLog:
             for buffer in buffers.values():
                 buffer[self._size] = np.nan
         self._size += 1
+        return True
 
     # ------------------------------------------------------------------ subscriptions (live widget contract)
     def subscribe(self, callback: Callable[[int, dict], None]) -> Callable[[], None]:
@@ -464,7 +477,7 @@ class GeometryLog:
             tensors[f"proxy.{i}"] = basis.detach().to("cpu", torch.float64).contiguous()
         save_file(tensors, str(directory / "history.safetensors"))
         meta = {"format": _FORMAT, "version": _VERSION, "layers": self.layers, "x_label": self.x_label,
-                "max_rows": self.max_rows, "columns": columns, "raw": raw, "proxies": proxies, "meta": self.meta}
+                "max_rows": self.max_rows, "stride": self._stride, "offered": self._offered, "columns": columns, "raw": raw, "proxies": proxies, "meta": self.meta}
         (directory / "meta.json").write_text(json.dumps(meta, indent=1, allow_nan=True))
         return directory
 
@@ -494,6 +507,7 @@ class GeometryLog:
         log._steps = np.zeros(capacity, dtype=np.int64)
         log._steps[:size] = steps
         log._size = size
+        log._stride, log._offered = meta.get("stride", 1), meta.get("offered", size)
         for target, names in ((log._columns, meta["columns"]), (log._raw, meta["raw"])):
             for name, key in names.items():
                 values = tensors[key].numpy()

@@ -355,6 +355,7 @@ class AnisotropyMonitor(GeometryLog):
     def __enter__(self) -> "AnisotropyMonitor":
         if self._active:
             raise RuntimeError("this monitor is already active; do not nest `with monitor:` blocks")
+        self._reset_capture()
         try:
             root = self.model
             self._handles.append(root.register_forward_pre_hook(self._root_pre_hook, with_kwargs=True))
@@ -455,10 +456,12 @@ class AnisotropyMonitor(GeometryLog):
             if loss is not None:
                 extra["loss"] = loss
             self._buffer_scalars(step, extra)
-        if self._measured(step):
-            self._measure_step(step)
-        self._reset_capture()
-        self._explicit = {}
+        try:
+            if self._measured(step):
+                self._measure_step(step)
+        finally:  # a failed step (e.g. backward forgotten) leaves no stale rows behind
+            self._reset_capture()
+            self._explicit = {}
         self._step = step + 1
         self._flush_scalars()
 
