@@ -23,7 +23,13 @@ from interp_widgets.concepts.decompositions import (
     SklearnConcepts,
     SVDConcepts,
 )
-from interp_widgets.concepts.importance import ConceptImportance, TextConcepts, concept_importance, text_concepts
+from interp_widgets.concepts.importance import (
+    ConceptImportance,
+    TextConcepts,
+    concept_importance,
+    mean_concept_importance,
+    text_concepts,
+)
 from interp_widgets.concepts.interpret import (
     ConceptInterpretation,
     interpret_concepts,
@@ -70,6 +76,7 @@ __all__ = [
     "l0_sparsity",
     "label_from_tokens",
     "matched_cosine",
+    "mean_concept_importance",
     "relative_reconstruction_error",
     "stability",
     "text_concepts",

@@ -344,3 +344,33 @@ def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str,
         target_scores=[float(scores[t].detach()) for t in target_ids],
         params={"score": "logit", "residual": "kept"},
     )
+
+
+def mean_concept_importance(concept_model: ConceptModel, model, tokenizer, texts, *, target=None, layer=None,
+                            progress: bool = True):
+    """Average per-concept importance over texts: mean signed contribution and mean absolute contribution.
+
+    ``target`` is resolved per text as in :func:`concept_importance` (``None``: each text's own prediction), and one
+    target is used per text. Returns a DataFrame ``concept, mean_contribution, mean_abs_contribution`` sorted by the
+    absolute column.
+
+    Example:
+        >>> mean_concept_importance(concepts, model, tokenizer, texts[:100], target="positive").head()  # doctest: +SKIP
+    """
+    import pandas as pd
+    from tqdm.auto import tqdm
+
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not texts:
+        raise ValueError("no texts given; pass a non-empty list of strings")
+    if isinstance(target, (list, tuple)):
+        raise ValueError("give one target (or None for each text's prediction); call concept_importance for several")
+    signed = np.zeros(concept_model.n_concepts)
+    absolute = np.zeros(concept_model.n_concepts)
+    for text in tqdm(texts, desc="concept importance", unit="text", disable=not progress):
+        values = concept_importance(concept_model, model, tokenizer, text, target=target, layer=layer).per_concept()
+        signed += values
+        absolute += np.abs(values)
+    frame = pd.DataFrame({"concept": np.arange(concept_model.n_concepts), "mean_contribution": signed / len(texts),
+                          "mean_abs_contribution": absolute / len(texts)})
+    return frame.sort_values("mean_abs_contribution", ascending=False, kind="stable").reset_index(drop=True)

@@ -181,6 +181,26 @@ class ConceptInterpretation:
                         y=alt.Y("count:Q", title="active rows"), tooltip=["start:Q", "end:Q", "count:Q"])
                 .properties(title=f"concept {c}: {self.labels[c]} (density {self.density[c]:.3g})"))
 
+    def detail(self, concept: int) -> dict[str, Any]:
+        """Everything known about one concept as a JSON-ready dict (for a browser that loads concepts on request).
+
+        Keys: ``concept, label, density, mean, max, min, examples, top_texts, histogram, vocabulary``.
+
+        Example:
+            >>> json.dumps(interp.detail(3))  # doctest: +SKIP
+        """
+        c = self._index(concept)
+        texts = self.top_texts_dataframe(c)
+        return {
+            "concept": c, "label": self.labels[c], "density": float(self.density[c]), "mean": float(self.mean[c]),
+            "max": float(self.maximum[c]), "min": float(self.minimum[c]), "examples": self.examples[c],
+            "top_texts": [{"text_id": int(i), "max_activation": float(v), "text": t}
+                          for i, v, t in zip(texts["text_id"], texts["max_activation"], texts["text"])],
+            "histogram": {"edges": self.hist_edges[c].tolist(), "counts": self.hist_counts[c].tolist()},
+            "vocabulary": None if self.vocab_tokens is None else
+            [{"token": t, "logit": float(v)} for t, v in zip(self.vocab_tokens[c], self.vocab_logits[c])],
+        }
+
     # ------------------------------------------------------------------ labels
     def relabel(self, labeler: Labeler, *, source: str = "custom") -> "ConceptInterpretation":
         """Replace the labels with ``labeler(concept, examples) -> str`` (for example a call to an LLM).
