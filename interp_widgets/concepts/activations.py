@@ -480,8 +480,9 @@ def collect_activations(
         pooling: for ``unit="sentence"``: ``"cls"`` (first token), ``"mean"`` (over kept tokens) or ``"last"``
             (last kept token). Default ``"last"`` for causal LMs and tokenizers without a CLS token, else ``"cls"``.
         include_special: keep special tokens ([CLS], [SEP], BOS…) as rows; padding is always dropped.
-        memory_budget: bytes of activations kept in RAM; beyond that, chunks stream to disk (a temporary directory
-            removed with the store, or ``path``).
+        memory_budget: bytes of activations kept in RAM; beyond that, chunks of a quarter of the budget (at most
+            256 MB) stream to disk (a temporary directory removed with the store, or ``path``). Activation memory
+            peaks at the budget plus one chunk; row metadata adds 40 bytes per row.
         path: a directory to write the store to (always on disk); required with ``process_group``.
         process_group: a ``torch.distributed`` group; each rank collects a contiguous shard of the texts into
             ``path/shard-<rank>`` and, after a barrier, every rank returns the store of all shards.
