@@ -1,0 +1,94 @@
+"""Hugging Face ``Trainer`` integration: drive an :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor`.
+
+The callback only reads: it never changes the loss, the optimizer or the control flow, so training with it is
+bit-identical to training without it.
+
+* ``on_train_begin``: fills in ``total_steps`` from ``state.max_steps`` (for ``fit="early"``) and, unless the
+  monitor is already active (``with monitor: trainer.train()``), installs its hooks;
+* ``on_step_begin``: sets the monitor's step to ``state.global_step``; padding is dropped with the
+  ``attention_mask`` the Trainer passes to the model;
+* ``on_pre_optimizer_step``: records the step — after all micro-batches' backward passes (gradient
+  accumulation pools their rows), before ``optimizer.step()`` and ``zero_grad()``;
+* ``on_log``: forwards numeric Trainer logs (``learning_rate``, ``grad_norm``, …; the Trainer's running ``loss``
+  as ``trainer_loss``) with :meth:`~interp_widgets.geometry.monitor.AnisotropyMonitor.log`, attached to the
+  step just completed (``global_step − 1``);
+* ``on_train_end``: removes the hooks it installed.
+
+The Trainer calls no callback when training raises, so for hook removal on errors and Ctrl-C wrap the call:
+``with monitor: trainer.train()`` (the callback then leaves hook management to the ``with`` block).
+
+Example:
+    >>> monitor = AnisotropyMonitor(model, ["layer:3"], rank=16)               # doctest: +SKIP
+    >>> trainer = Trainer(model, args, train_dataset=train,                    # doctest: +SKIP
+    ...                   callbacks=[MonitorCallback(monitor)])
+    >>> with monitor:                                                          # doctest: +SKIP
+    ...     trainer.train()
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from transformers import TrainerCallback
+
+from .monitor import AnisotropyMonitor
+
+__all__ = ["MonitorCallback"]
+
+
+class MonitorCallback(TrainerCallback):
+    """A ``TrainerCallback`` that records an :class:`AnisotropyMonitor` at every optimizer step of ``Trainer``.
+
+    Args:
+        monitor: the monitor, built on the same model object the Trainer trains.
+
+    Example:
+        >>> import torch
+        >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8))
+        >>> callback = MonitorCallback(AnisotropyMonitor(net, ["0"], rank=2, fit="refit", refit_every=5))
+        >>> type(callback).__name__
+        'MonitorCallback'
+    """
+
+    def __init__(self, monitor: AnisotropyMonitor) -> None:
+        if not isinstance(monitor, AnisotropyMonitor):
+            raise TypeError(f"monitor must be an AnisotropyMonitor, got {type(monitor).__name__}")
+        self.monitor = monitor
+        self._owns_hooks = False
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        monitor = self.monitor
+        if model is not None:
+            inner = getattr(model, "module", model)
+            if inner is not monitor.model and model is not monitor.model:
+                raise ValueError("the monitor watches a different model object than the one the Trainer trains; "
+                                 "build the AnisotropyMonitor on the model you pass to Trainer")
+        if monitor.fit == "early" and monitor.total_steps is None:
+            monitor.total_steps = state.max_steps
+            monitor.meta["total_steps"] = state.max_steps
+        if not monitor._active:
+            monitor.__enter__()
+            self._owns_hooks = True
+        return control
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        if state.global_step > self.monitor.current_step:
+            self.monitor.track(state.global_step)
+        return control
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        self.monitor.step()
+        return control
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        scalars = {("trainer_loss" if key == "loss" else key): value for key, value in (logs or {}).items()
+                   if isinstance(value, numbers.Real) and not isinstance(value, bool) and "|" not in key}
+        if scalars:  # logs after step s arrive with global_step = s + 1: attach them to step s
+            self.monitor.log(max(state.global_step - 1, 0), **scalars)
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._owns_hooks:
+            self.monitor.close()
+            self._owns_hooks = False
+        return control
