@@ -3,8 +3,8 @@
 * kernel side: 10,000 steps × 6 per-layer series × 4 layers (+ loss, fitting) logged at full speed with the default
   throttle — µs per logged step (flushes and checkpoints included) and bytes sent per logged step;
 * browser side (headless Debian chromium via Playwright, offline): the same 10,000 steps streamed as append
-  messages of 100 rows, one per animation frame (far above the ≤ 10 flushes/s the kernel sends) — worst and mean
-  redraw time, the redraw of the full 10k history, hover readout latency, a zoom redraw, and the rows shown at the
+  messages of 100 rows, one per animation frame (far above the ≤ 10 flushes/s the kernel sends) — worst, median
+  and 95th-percentile redraw time (wall clock, so the 1-minute load average is printed too), the redraw of the full 10k history, hover readout latency, a zoom redraw, and the rows shown at the
   end (must equal the steps logged).
 
 Usage: PYTHONPATH=. python benchmarks/monitor_widget.py
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import time
 
 import numpy as np
@@ -131,10 +132,13 @@ def main() -> None:
         result = page.evaluate(RUN, {"esm": widget._esm, "state": state, "messages": messages})
         browser.close()
     draws = result["draws"]
+    load = os.getloadavg()[0]  # redraw times are wall-clock: a busy machine inflates the worst one
+    print(f"bench: monitor_machine_load_1min = {load:.1f} (goal < {os.cpu_count()}: numbers below are trustworthy)")
     assert result["rows"] == STEPS, result["rows"]
     assert "encoder.layer.0" in result["readout"], result["readout"]
     print(f"bench: monitor_worst_redraw_ms = {max(draws):.2f} (goal < 16; {len(draws)} streamed frames)")
-    print(f"bench: monitor_mean_redraw_ms = {float(np.mean(draws)):.2f} (goal < 8)")
+    print(f"bench: monitor_median_redraw_ms = {float(np.median(draws)):.2f} (goal < 8)")
+    print(f"bench: monitor_p95_redraw_ms = {float(np.percentile(draws, 95)):.2f} (goal < 16)")
     print(f"bench: monitor_full_history_redraw_ms = {draws[-1]:.2f} (goal < 16; {STEPS} rows × 26 series)")
     print(f"bench: monitor_hover_readout_ms = {result['hover']:.1f} (goal < 50)")
     print(f"bench: monitor_zoom_redraw_ms = {result['zoomDraw']:.2f} (goal < 16)")

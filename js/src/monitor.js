@@ -193,15 +193,17 @@ function renderMonitor({ model, el, reportError }) {
     for (const { band, decimator } of prepared.decimatedBands) decimators.set(band.cacheKey, { id: band.cacheId, decimator });
   };
 
-  /** Follow mode shows every step with up to 25% headroom on the right, so the x domain (and with it the
-   * decimation grid) changes only O(log n) times while rows stream in. */
+  /** Follow mode shows every step on [first x, first x + 2^k]: the span doubles when the steps outgrow it, so the
+   * decimators are widened in O(pixels) instead of re-reading every row (see prepareLines). */
   const followDomain = () => {
     if (store.n === 0) return [0, 1];
     const first = store.x[0];
     const last = store.x[store.n - 1];
     const current = state.follow;
     if (!current || current[0] !== first || last > current[1] || current[2] !== store.epoch) {
-      state.follow = [first, first + Math.max(1, (last - first) * 1.25), store.epoch];
+      let span = current && current[0] === first && current[2] === store.epoch ? current[1] - first : 1;
+      while (first + span < last) span *= 2;
+      state.follow = [first, first + span, store.epoch];
     }
     return state.follow.slice(0, 2);
   };

@@ -2,7 +2,7 @@
 // layer toggles, hover readouts, zoom, escaping of layer names.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import monitor, { nearestFinite, splitSeries, storeOf } from "../src/monitor.js";
-import { decimateBand, decimateM4, emaSmooth, logTicks, lowerBound, niceTicks, runsOf } from "../src/lib/plot_math.js";
+import { BandDecimator, M4Decimator, decimateBand, decimateM4, emaSmooth, logTicks, lowerBound, niceTicks, runsOf } from "../src/lib/plot_math.js";
 import { SeriesStore, decodeAppend, decodeCheckpoint } from "../src/lib/plot_store.js";
 import { dataViewAt, fakeModel } from "./fake_model.js";
 
@@ -145,6 +145,36 @@ describe("decimation and plot maths", () => {
     expect(Array.from(log.ys.subarray(0, log.count))).toEqual([1, 2]);
   });
 
+  it("resumed and widened decimators give exactly the points of a fresh pass", () => {
+    const n = 5000;
+    const x = Float64Array.from({ length: n }, (_, i) => i * 0.75);
+    const y = Float32Array.from({ length: n }, (_, i) => (i % 17 === 0 ? NaN : Math.cos(i / 50) * (1 + ((i * 31) % 7))));
+    const lo = Float32Array.from(y, (v) => v - 1);
+    const hi = Float32Array.from(y, (v) => v + 2);
+    const same = (a, b) => {
+      expect(a.count).toBe(b.count);
+      expect(Array.from(a.xs.subarray(0, a.count))).toEqual(Array.from(b.xs.subarray(0, b.count)));
+      expect(Array.from((a.ys ?? a.lo).subarray(0, a.count))).toEqual(Array.from((b.ys ?? b.lo).subarray(0, b.count)));
+      if (a.hi) expect(Array.from(a.hi.subarray(0, a.count))).toEqual(Array.from(b.hi.subarray(0, b.count)));
+    };
+    // streamed in uneven blocks while the span doubles 1024 -> 2048 -> 4096 (x reaches 3749)
+    let m4 = new M4Decimator(0, 1024, 300);
+    let band = new BandDecimator(0, 1024, 300);
+    let rows = 0;
+    for (const block of [7, 500, 1, 865, 1200, 2427]) {
+      rows += block;
+      while (x[rows - 1] > m4.x1) {
+        m4 = M4Decimator.widen(m4, 2 * m4.x1);
+        band = BandDecimator.widen(band, 2 * band.x1);
+      }
+      m4.extend(x, y, 0, rows);
+      band.extend(x, lo, hi, 0, rows);
+      same(m4.result(), decimateM4(x, y, 0, rows, 0, m4.x1, 300));
+      same(band, decimateBand(x, lo, hi, 0, rows, 0, band.x1, 300));
+    }
+    expect(m4.x1).toBe(4096);
+  });
+
   it("band decimation covers the widest extent per column", () => {
     const x = Float64Array.of(0, 1, 2, 3);
     const band = decimateBand(x, Float32Array.of(1, 0.5, 2, NaN), Float32Array.of(2, 3, 2.5, 4), 0, 4, 0, 4, 2);
@@ -285,7 +315,7 @@ describe("monitor view", () => {
     // hover at step 7 in the ratio panel: readouts for both layers, L0 with its band
     const canvas = panel("ratio").querySelector("canvas");
     canvas.getBoundingClientRect = () => ({ left: 0, top: 0, width: 600, height: 170 });
-    const px = (step) => 54 + (step / (19 * 1.25)) * (600 - 54 - 10); // follow mode: 25% headroom
+    const px = (step) => 54 + (step / 32) * (600 - 54 - 10); // follow mode: 20 steps on [0, 32]
     canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: px(7), clientY: 50 }));
     runFrames();
     const readout = panel("ratio").querySelector(".iw-monitor-readout").textContent;
@@ -332,7 +362,7 @@ describe("monitor view", () => {
     slider.dispatchEvent(new Event("input"));
     const canvas = root.querySelector('.iw-monitor-panel[data-panel="loss"] canvas');
     canvas.getBoundingClientRect = () => ({ left: 0, top: 0, width: 600, height: 170 });
-    canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: 54 + (19 / (19 * 1.25)) * 536, clientY: 50 }));
+    canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: 54 + (19 / 32) * 536, clientY: 50 }));
     runFrames();
     const shown = Number(/loss: ([\d.]+)/.exec(root.querySelector('[data-panel="loss"] .iw-monitor-readout').textContent)[1]);
     const expected = emaSmooth(Float32Array.from({ length: 20 }, (_, s) => 1 / (s + 1)), 20, 0.9)[19];

@@ -50,7 +50,8 @@ function yExtent(parts, log) {
 /**
  * Decimate a line panel's lines and bands to its pixel grid and fit the y domain. A line or band may carry the
  * `decimator` returned for it last time: while the x domain, width and scale stay the same it only reads the
- * rows appended since (streaming costs O(new rows)); otherwise a new one starts.
+ * rows appended since (streaming costs O(new rows)); when only the span doubled it is widened in O(pixels);
+ * otherwise a new one starts.
  * @param {object} spec  width, xDomain, yKind, lines: [{x, y, n, colour, dash?, decimator?}],
  *   bands: [{x, lo, hi, n, colour, decimator?}]
  */
@@ -59,15 +60,21 @@ export function prepareLines({ width, xDomain, yKind, lines = [], bands = [] }) 
   const plotWidth = Math.max(1, width - MARGIN.left - MARGIN.right);
   const pixels = Math.max(1, Math.round(plotWidth));
   const [x0, x1] = xDomain;
-  const reuse = (cached, make) => (cached && cached.x0 === x0 && cached.x1 === x1 && cached.width === pixels && cached.positiveOnly === log ? cached : make());
+  // same grid: continue; same x0 and width but twice the span (follow mode): widen; otherwise start anew
+  const reuse = (cached, Type) => {
+    const fits = cached && cached.x0 === x0 && cached.width === pixels && cached.positiveOnly === log;
+    if (fits && cached.x1 === x1) return cached;
+    if (fits && x1 - x0 === 2 * (cached.x1 - cached.x0)) return Type.widen(cached, x1);
+    return new Type(x0, x1, pixels, { positiveOnly: log });
+  };
   const decimatedLines = lines.map((line) => {
     const [start, end] = visibleRange(line.x, line.n, x0, x1);
-    const decimator = reuse(line.decimator, () => new M4Decimator(x0, x1, pixels, { positiveOnly: log }));
+    const decimator = reuse(line.decimator, M4Decimator);
     return { line, decimator, points: decimator.extend(line.x, line.y, start, end).result() };
   });
   const decimatedBands = bands.map((band) => {
     const [start, end] = visibleRange(band.x, band.n, x0, x1);
-    const decimator = reuse(band.decimator, () => new BandDecimator(x0, x1, pixels, { positiveOnly: log }));
+    const decimator = reuse(band.decimator, BandDecimator);
     return { band, decimator, area: decimator.extend(band.x, band.lo, band.hi, start, end) };
   });
   const parts = [

@@ -54,14 +54,27 @@ export class M4Decimator {
     if (o.zi !== o.fi) this.#push(into, o.zx, o.zy);
   }
 
-  /** Read rows [max(start, next), end) of x and y. */
-  extend(x, y, start, end) {
+  /**
+   * Start from the points of a decimator over the same x0 and width but half the span: each new column is
+   * exactly two old ones, so M4 of their M4 points equals M4 of the raw rows (and costs O(pixels)).
+   */
+  static widen(old, x1) {
+    const wide = new M4Decimator(old.x0, x1, old.width, { positiveOnly: old.positiveOnly });
+    const seed = old.result();
+    wide.extend(seed.xs, seed.ys, 0, seed.count, -seed.count - 1); // negative ids never meet row indices
+    wide.next = old.next;
+    return wide;
+  }
+
+  /** Read rows [max(start, next), end) of x and y (`idBase` shifts the row ids used to tell points apart). */
+  extend(x, y, start, end, idBase = 0) {
     const { x0, span, width, positiveOnly } = this;
     let o = this.o;
-    for (let i = Math.max(start, this.next); i < end; i += 1) {
-      const v = y[i];
+    for (let k = Math.max(start, idBase === 0 ? this.next : start); k < end; k += 1) {
+      const i = k + idBase;
+      const v = y[k];
       if (!(v === v) || (positiveOnly && !(v > 0))) continue;
-      const xi = x[i];
+      const xi = x[k];
       const c = Math.floor(((xi - x0) / span) * width);
       if (c !== this.column) {
         if (o) this.#emitOpen(this);
@@ -84,7 +97,7 @@ export class M4Decimator {
       o.zx = xi;
       o.zy = v;
     }
-    this.next = Math.max(this.next, end);
+    if (idBase === 0) this.next = Math.max(this.next, end);
     return this;
   }
 
@@ -121,6 +134,14 @@ export class BandDecimator {
     this.count = 0;
     this.next = 0;
     this.column = NaN;
+  }
+
+  /** Like {@link M4Decimator.widen}: the same x0 and width, twice the span, seeded from `old`'s columns. */
+  static widen(old, x1) {
+    const wide = new BandDecimator(old.x0, x1, old.width, { positiveOnly: old.positiveOnly });
+    wide.extend(old.xs, old.lo, old.hi, 0, old.count);
+    wide.next = old.next;
+    return wide;
   }
 
   extend(x, lo, hi, start, end) {
