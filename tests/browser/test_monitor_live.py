@@ -16,6 +16,7 @@ import nbformat
 import pytest
 from playwright.sync_api import expect
 
+from interp_widgets.widgets.monitor import MonitorWidget
 from tests.browser.conftest import STATIC
 from tests.browser.harness import run_cells, wait_for_kernel_idle
 
@@ -113,4 +114,20 @@ def test_monitor_updates_while_the_cell_runs(jupyter_server, monitor_notebook, r
     expect(cells.nth(1).locator(".jp-OutputArea-output", has_text="IW_LOGGED")).to_have_text(f"IW_LOGGED {STEPS}")
     expect(view).to_have_attribute("data-iw-rows", str(STEPS))  # the throttled tail arrived after the cell
     assert view.locator(".iw-monitor-status").inner_text() == f"step {STEPS - 1} · {STEPS} logged"
+    recorded_page.requests.assert_loopback_only()
+
+
+def test_exported_monitor_shows_the_whole_history_offline(tmp_path, recorded_page):
+    """``export_html`` of a run that was never displayed: the page draws every logged row from the checkpoint
+    (no custom message ever reached a browser) over file:// with no request leaving the machine."""
+    widget = MonitorWidget(layers=["encoder.0"], x_label="checkpoint", flush_interval=1e9)
+    for step in range(37):
+        widget.log(step, {"energy_ratio|encoder.0": 1.0 + step / 10, "isoscore|encoder.0": 0.5}, loss=1.0 / (step + 1))
+    path = widget.export_html(tmp_path / "monitor.html")
+    page = recorded_page.page
+    page.goto(path.as_uri())
+    view = page.locator(ROOT)
+    expect(view).to_have_attribute("data-iw-rows", "37")
+    assert view.locator(".iw-monitor-status").inner_text() == "checkpoint 36 · 37 logged"
+    assert int(view.get_attribute("data-iw-points")) >= 3 * 37  # loss, ratio and IsoScore lines drawn
     recorded_page.requests.assert_loopback_only()
