@@ -21,7 +21,7 @@ from interp_widgets.adapter import TASK_CLASSIFICATION
 from interp_widgets.attribution.base import as_adapter
 from interp_widgets.attribution.gradient import baseline_embeddings
 from interp_widgets.attribution.problem import evaluate_rows, prepare_inputs
-from interp_widgets.attribution.result import AttributionCollection, AttributionResult
+from interp_widgets.attribution.result import AttributionCollection, AttributionResult, unit_members
 
 
 @dataclass
@@ -147,9 +147,7 @@ def faithfulness(
             problem.target_positions = np.array([-1])
             problem.visible = np.array([problem.length])
             enc = problem.encoding
-            unit_ids = {"token": np.where(enc.special_mask, -1, np.arange(len(enc))), "word": enc.word_ids,
-                        "sentence": enc.sentence_ids}[result.granularity]
-            units = [np.flatnonzero(unit_ids == u) for u in sorted(set(unit_ids[unit_ids >= 0].tolist()))]
+            units = unit_members(enc.special_mask, enc.word_ids, enc.sentence_ids, result.granularity)
             if len(units) != result.scores.shape[1] - (int(result.special_mask.sum()) if result.granularity == "token" else 0):
                 raise ValueError("the result does not match this model's tokenization of its text; explain it with this model")
             scores = result.scores[row][~result.special_mask] if result.granularity == "token" else result.scores[row]

@@ -30,23 +30,17 @@ from interp_widgets.adapter import Encoding, ModelAdapter
 from interp_widgets.attribution.base import Attributor, progress_bar
 from interp_widgets.attribution.gradient import BASELINES, baseline_embeddings
 from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
-from interp_widgets.attribution.result import AttributionResult
+from interp_widgets.attribution.result import AttributionResult, unit_members
 
 
 def unit_tokens(encoding: Encoding, granularity: str) -> list[np.ndarray]:
-    """Token indices of every unit, in the column order of ``AttributionResult.aggregate(granularity)``.
-
-    Units are non-special tokens (``token``), or the tokens sharing a word or sentence id (``word``, ``sentence``);
-    special tokens belong to no unit.
+    """Token indices of every unit of an encoding, in the column order of ``AttributionResult.aggregate``.
 
     Example:
         >>> unit_tokens(adapter.encode("Unbelievable film"), "word")  # doctest: +SKIP
         [array([1, 2, 3]), array([4])]
     """
-    if granularity == "token":
-        return [np.array([i]) for i in np.flatnonzero(~encoding.special_mask)]
-    ids = encoding.word_ids if granularity == "word" else encoding.sentence_ids
-    return [np.flatnonzero(ids == unit) for unit in sorted(set(ids[ids >= 0].tolist()))]
+    return unit_members(encoding.special_mask, encoding.word_ids, encoding.sentence_ids, granularity)
 
 
 def _check_count(name: str, value, minimum: int = 1) -> int:

@@ -24,6 +24,25 @@ AGGREGATIONS = ("sum", "mean", "maxabs")
 _FORMAT_VERSION = 1
 
 
+def unit_members(special_mask: np.ndarray, word_ids: np.ndarray, sentence_ids: np.ndarray,
+                 granularity: str) -> list[np.ndarray]:
+    """Token indices of every unit at a granularity, in unit order; special tokens belong to no unit.
+
+    This one rule defines the columns of :meth:`AttributionResult.aggregate`, the units perturbation methods mask
+    and the units faithfulness curves delete.
+
+    Example:
+        >>> unit_members(np.array([1, 0, 0, 0, 1], bool), np.array([-1, 0, 0, 1, -1]), np.zeros(5, int), "word")
+        [array([1, 2]), array([3])]
+    """
+    if granularity not in GRANULARITIES:
+        raise ValueError(f"unknown granularity {granularity!r}; use one of {GRANULARITIES}")
+    if granularity == "token":
+        return [np.array([i]) for i in np.flatnonzero(~np.asarray(special_mask, bool))]
+    ids = np.asarray(word_ids if granularity == "word" else sentence_ids)
+    return [np.flatnonzero(ids == unit) for unit in sorted(set(ids[ids >= 0].tolist()))]
+
+
 @dataclass
 class AttributionResult:
     """Scores for one input: ``scores[t, i]`` is the contribution of unit ``i`` to target ``t``.
@@ -123,11 +142,9 @@ class AttributionResult:
         if granularity == "token":
             keep = np.ones(len(self.tokens), bool) if include_special else ~self.special_mask
             return self._select(keep)
-        unit_ids = self.word_ids if granularity == "word" else self.sentence_ids
-        units = sorted(set(unit_ids[(unit_ids >= 0)].tolist()))
+        members_of = unit_members(self.special_mask, self.word_ids, self.sentence_ids, granularity)
         columns, texts, spans = [], [], []
-        for unit in units:
-            members = np.flatnonzero(unit_ids == unit)
+        for members in members_of:
             block = self.scores[:, members]
             with np.errstate(all="ignore"):
                 all_nan = np.isnan(block).all(axis=1)
@@ -142,14 +159,14 @@ class AttributionResult:
             columns.append(np.where(all_nan, np.nan, col))
             start, end = int(self.offsets[members, 0].min()), int(self.offsets[members, 1].max())
             spans.append((start, end))
-            texts.append(self.text[start:end].strip() if granularity == "word" else self.text[start:end].strip())
+            texts.append(self.text[start:end].strip())
         scores = np.stack(columns, axis=1) if columns else np.zeros((len(self.target_labels), 0))
-        n = len(units)
+        n = len(members_of)
         word_ids = np.arange(n) if granularity == "word" else np.full(n, -1)
-        sentence_ids = np.array([int(np.max(self.sentence_ids[unit_ids == u])) for u in units], dtype=np.int64)
+        sentence_ids = np.array([int(np.max(self.sentence_ids[m])) for m in members_of], dtype=np.int64)
         generated = None
         if self.generated_mask is not None:
-            generated = np.array([bool(self.generated_mask[unit_ids == u].any()) for u in units])
+            generated = np.array([bool(self.generated_mask[m].any()) for m in members_of])
         return replace(
             self,
             tokens=texts,
