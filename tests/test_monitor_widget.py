@@ -192,6 +192,27 @@ def test_monitor_subscription_replay_label_and_forced_flush(clock):
     assert monitor.callbacks == []
 
 
+def test_geometry_log_backfill_live_rows_and_flush_hooks(clock):
+    from interp_widgets.geometry.history import GeometryLog
+
+    log = GeometryLog(["layer:0"], x_label="checkpoint")
+    for step in range(5):  # e.g. a finished replay
+        log.log(step, loss=1.0 / (step + 1))
+    widget = MonitorWidget(log, clock=clock, checkpoint_interval=1e9)
+    sent = capture(widget)
+    assert widget.rows == 5 and widget.x_label == "checkpoint" and widget.layers == ["layer:0"]
+    for step in range(5, 12):
+        log.log(step, loss=0.1, accuracy=0.5)
+    log._flush_hooks()  # what GeometryMonitor runs on exit, exception or Ctrl-C
+    steps, columns = decode_checkpoint(widget)
+    np.testing.assert_array_equal(steps, np.arange(12))
+    np.testing.assert_array_equal(columns["loss"][:5], np.float32(1.0 / (np.arange(5) + 1)))
+    assert np.isnan(columns["accuracy"][:5]).all() and (columns["accuracy"][5:] == 0.5).all()
+    appended = [c for c, _ in sent if c["type"] == APPEND_MESSAGE]
+    assert appended[0]["start"] == 5 and sum(c["rows"] for c in appended) == 7
+    assert log.widget() is log.widget()
+
+
 def test_post_execute_hook_flushes_after_a_cell(clock, monkeypatch):
     class Events:
         def __init__(self):

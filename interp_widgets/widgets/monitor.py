@@ -141,8 +141,10 @@ class MonitorWidget(InterpWidget):
     decrease. Any series can be added to a panel with :meth:`add_series`, or panels given as ``panels=[...]``.
 
     Args:
-        monitor: a ``GeometryMonitor`` (anything with ``subscribe``, ``on_flush``, ``layers`` and ``x_label``);
-            the widget subscribes to its steps and flushes whenever it does (exit, exception, Ctrl-C).
+        monitor: a ``GeometryMonitor`` / ``GeometryLog`` (anything with ``subscribe``, ``on_flush``, ``layers`` and
+            ``x_label``); the widget starts from the rows it already holds (``steps``, ``series_names()``,
+            ``series(name)``, e.g. a finished replay), subscribes to new ones and flushes whenever the monitor does
+            (exit, exception, Ctrl-C).
         layers: layer names in display order (standalone use; new layers seen in series names are added).
         x_label: ``"step"``, or ``"checkpoint"`` for replays.
         panels: panel configs (dicts with ``id``, ``title``, ``kind`` "lines"/"heatmap", ``series`` (global
@@ -211,6 +213,7 @@ class MonitorWidget(InterpWidget):
             stream_id=uuid.uuid4().hex, title=title, x_label=label, layers=layer_names, panels=configs, **kwargs
         )  # fmt: skip
         if monitor is not None:
+            self._backfill(monitor)
             self._unsubscribe = monitor.subscribe(self._record)
             monitor.on_flush(self._forced_flush)
         self._hook = _register_post_execute(self)
@@ -287,6 +290,18 @@ class MonitorWidget(InterpWidget):
         """
         self._commit()
         return self._x[: self._n].copy(), {name: col[: self._n].copy() for name, col in self._columns.items()}
+
+    def _backfill(self, monitor: Any) -> None:
+        """Start from the rows a monitor already holds (a finished replay, or a widget made mid-run)."""
+        steps = np.asarray(getattr(monitor, "steps", ()), dtype=np.float64)
+        if not steps.size or not hasattr(monitor, "series"):
+            return
+        self._reserve(steps.size)
+        self._x[: steps.size] = steps
+        for name in monitor.series_names():
+            self._column(name)[: steps.size] = monitor.series(name)[1]
+        self._n = steps.size
+        self._last_step = float(steps[-1])
 
     # ------------------------------------------------------------------ storage and streaming
     def _reserve(self, rows: int) -> None:
