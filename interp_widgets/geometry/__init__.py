@@ -43,6 +43,16 @@ from .metrics import (
     stable_rank,
 )
 from .monitor import AnisotropyMonitor, GeometryMonitor
+from .replay import probe_batches, replay
+
+
+def __getattr__(name):
+    if name == "MonitorCallback":  # imported lazily: it needs transformers' Trainer machinery
+        from .trainer import MonitorCallback
+
+        return MonitorCallback
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AlignmentResult",
@@ -50,6 +60,7 @@ __all__ = [
     "GeometryLog",
     "GeometryMonitor",
     "LAYER_METRICS",
+    "MonitorCallback",
     "Moments",
     "ProxySchedule",
     "SelfSimilarity",
@@ -70,7 +81,9 @@ __all__ = [
     "participation_ratio",
     "partition_isotropy",
     "principal_angles",
+    "probe_batches",
     "projection_energy",
+    "replay",
     "representation_metrics",
     "self_similarity",
     "stable_rank",

@@ -517,6 +517,22 @@ class GeometryLog:
         log.proxies = {layer: tensors[key] for layer, key in meta["proxies"].items()}
         return log
 
+    def snapshot(self) -> "GeometryLog":
+        """A plain :class:`GeometryLog` copy of the record (no subscribers, no model references).
+
+        Example:
+            >>> log = GeometryLog(["a"]); log.log(0, x=1.0); copy = log.snapshot(); log.log(1, x=2.0); len(copy)
+            1
+        """
+        copy = GeometryLog(self.layers, x_label=self.x_label, max_rows=self.max_rows, meta=json.loads(
+            json.dumps(self.meta)))
+        copy._size, copy._offered, copy._stride = self._size, self._offered, self._stride
+        copy._steps = self._steps.copy()
+        copy._columns = {name: buffer.copy() for name, buffer in self._columns.items()}
+        copy._raw = {name: buffer.copy() for name, buffer in self._raw.items()}
+        copy.proxies = {layer: basis.clone() for layer, basis in self.proxies.items()}
+        return copy
+
     def __repr__(self) -> str:
         last = f", last {self.x_label} {int(self._steps[self._size - 1])}" if self._size else ""
         return f"{type(self).__name__}(layers={self.layers}, rows={self._size}{last})"

@@ -708,21 +708,69 @@ class AnisotropyMonitor(GeometryLog):
 
     def _update_proxy(self, step: int, spec: str, H: torch.Tensor) -> None:
         schedule = self._schedule(spec)
-        reservoir = self._reservoirs.get(spec)
         changed = schedule.observe(step, H)
-        if schedule.mode == "fixed":
-            changed = spec not in self._proxies
-        if changed:
-            if reservoir is not None and schedule.mode != "fixed":
-                proxy = TangentProxy.fit(reservoir.rows, self.rank, method=self._dictionary)
-                reservoir.clear()
-            else:
-                proxy = schedule.proxy
-            self._proxies[spec] = proxy
-            self._controls[spec] = normal_controls(proxy, self.n_controls, seed=self.seed)
-            self.proxies[spec] = proxy.basis.detach().cpu()
+        if changed or (schedule.mode == "fixed" and spec not in self._proxies):
+            self._adopt_proxy(spec)
+        reservoir = self._reservoirs.get(spec)
         if reservoir is not None and schedule.needs_activations(step):
             reservoir.add(H)
+
+    def _adopt_proxy(self, spec: str) -> None:
+        """Take the schedule's new fit (or, for a custom method, fit the reservoir) and redraw the controls."""
+        schedule, reservoir = self._schedules[spec], self._reservoirs.get(spec)
+        if reservoir is not None and schedule.mode != "fixed":
+            proxy = TangentProxy.fit(reservoir.rows, self.rank, method=self._dictionary)
+            reservoir.clear()
+        else:
+            proxy = schedule.proxy
+        self._proxies[spec] = proxy
+        self._controls[spec] = normal_controls(proxy, self.n_controls, seed=self.seed)
+        self.proxies[spec] = proxy.basis.detach().cpu()
+
+    def fit_now(self) -> None:
+        """Fit the proxies now on the activations pooled so far, when no step past the window will come
+        (``fit_fraction=1``, or training stopped early). In ``early`` mode this closes the window.
+
+        Example:
+            >>> import torch
+            >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8))
+            >>> monitor = AnisotropyMonitor(net, ["0"], rank=2, total_steps=2, fit_fraction=1.0, n_controls=3)
+            >>> with monitor:
+            ...     for _ in range(2):
+            ...         net(torch.randn(32, 8)).pow(2).sum().backward(); monitor.step()
+            >>> monitor.fit_now(); monitor.proxies["0"].shape
+            torch.Size([8, 2])
+        """
+        for spec in self.layers:
+            schedule = self._schedules.get(spec)
+            if schedule is None:
+                raise ValueError(f"no step was recorded for layer {spec!r} yet; nothing to fit")
+            if schedule.fit_now():
+                self._adopt_proxy(spec)
+
+    def tangent_proxies(self) -> dict[str, TangentProxy]:
+        """The current :class:`~interp_widgets.geometry.alignment.TangentProxy` of every fitted layer.
+
+        Example:
+            >>> import torch
+            >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8))
+            >>> AnisotropyMonitor(net, ["0"], rank=2, fit="refit", refit_every=3).tangent_proxies()
+            {}
+        """
+        return dict(self._proxies)
+
+    def _attach(self, model: nn.Module) -> None:
+        """Point the (inactive) monitor at another model of the same architecture (replay of checkpoints)."""
+        if self._active:
+            raise RuntimeError("cannot switch models while the monitor is active")
+        inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        modules = {spec: resolve_module(inner, spec) for spec in self.layers}
+        for spec, module in modules.items():
+            d = _known_dim(inner, module, self.gradient)
+            if d is not None and self.dims[spec] is not None and d != self.dims[spec]:
+                raise ValueError(f"layer {spec!r} has d = {d} in this model but d = {self.dims[spec]} before; "
+                                 f"replay checkpoints of one architecture")
+        self.model, self.modules = inner, modules
 
     def _measure_layer(self, step: int, spec: str, H: torch.Tensor, G: torch.Tensor):
         values = _nan_values(spec)

@@ -1,0 +1,254 @@
+"""Replay: the monitor's measurements over a series of saved checkpoints on a fixed probe batch.
+
+This is the paper's own protocol (arXiv 2604.08764 analyses released checkpoint series): for every checkpoint,
+the true gradients of the training loss on one fixed probe batch (the same texts, masks and subsampled rows each
+time), measured exactly as :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` measures live training.
+The x axis counts checkpoints, and so does the fit window.
+
+With ``fit="early"`` (default) the replay runs in two passes, since every checkpoint is available up front:
+
+1. the checkpoints of the window (the first ``ceil(fit_fraction · n)``, 0.3 by default) are run to pool their
+   activations; the proxy is fitted once on them and frozen;
+2. every checkpoint, window included, is measured against that proxy. Window rows are in-sample for the proxy
+   (reference A8: "early"); they carry ``fitting = 1``.
+
+``fit="refit"`` and ``fit="fixed"`` run in one pass, as live.
+
+Checkpoints run on private copies in eval mode (no dropout: the probe gradient is deterministic); the user's
+models and state dicts are never modified.
+
+Example:
+    >>> record = replay(["ckpt/step-0", "ckpt/step-1000", "ckpt/step-2000"], probe_texts,  # doctest: +SKIP
+    ...                 ["layer:3"], model=model, tokenizer=tokenizer, rank=16)
+    >>> record.chart("energy_ratio")                                                       # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+from typing import Mapping, Sequence, Union
+
+import torch
+from torch import nn
+
+from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, detect_task
+
+from .history import GeometryLog
+from .monitor import AnisotropyMonitor
+
+__all__ = ["replay", "probe_batches"]
+
+Checkpoint = Union[str, Path, Mapping[str, torch.Tensor], nn.Module]
+
+
+def probe_batches(texts: Sequence[str], tokenizer, task: str, *, labels: Sequence[int] | None = None,
+                  batch_size: int = 8, max_length: int | None = None, mlm_probability: float = 0.15,
+                  seed: int = 0) -> list[dict[str, torch.Tensor]]:
+    """Tokenise a fixed probe set into padded batches with the training loss's labels for ``task``.
+
+    * ``"causal-lm"``: ``labels = input_ids`` with padding set to -100;
+    * ``"masked-lm"``: a seeded ``mlm_probability`` share of the non-special tokens (at least one per text) is
+      replaced by ``[MASK]`` and labelled; the same positions for every checkpoint;
+    * ``"sequence-classification"``: ``labels`` (one class index per text) is required.
+
+    Example:
+        >>> batches = probe_batches(["a b", "c"], tokenizer, "causal-lm", batch_size=2)  # doctest: +SKIP
+        >>> sorted(batches[0])                                                         # doctest: +SKIP
+        ['attention_mask', 'input_ids', 'labels']
+    """
+    if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
+        raise ValueError("probe_texts must be a non-empty list of strings")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    if task == TASK_CLASSIFICATION:
+        if labels is None or len(labels) != len(texts):
+            raise ValueError("a sequence classifier's probe needs labels= (one class index per probe text)")
+    elif labels is not None:
+        raise ValueError(f"labels= applies to sequence classifiers only; this model is a {task}")
+    if task == TASK_CAUSAL_LM and tokenizer.pad_token_id is None:
+        raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token = tokenizer.eos_token first")
+    generator = torch.Generator().manual_seed(seed)
+    batches = []
+    for start in range(0, len(texts), batch_size):
+        chunk = list(texts[start:start + batch_size])
+        enc = tokenizer(chunk, padding=True, truncation=max_length is not None, max_length=max_length,
+                        return_tensors="pt")
+        batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
+        if task == TASK_CAUSAL_LM:
+            batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+        elif task == TASK_MASKED_LM:
+            if tokenizer.mask_token_id is None:
+                raise ValueError("the tokenizer has no mask token; a masked-LM probe needs one")
+            special = torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
+            candidates = (batch["attention_mask"] == 1) & ~special
+            chosen = (torch.rand(candidates.shape, generator=generator) < mlm_probability) & candidates
+            for row in range(chosen.shape[0]):  # at least one masked token per text
+                if candidates[row].any() and not chosen[row].any():
+                    chosen[row, candidates[row].nonzero()[0, 0]] = True
+            batch["labels"] = batch["input_ids"].masked_fill(~chosen, -100)
+            batch["input_ids"] = batch["input_ids"].masked_fill(chosen, tokenizer.mask_token_id)
+        else:
+            batch["labels"] = torch.as_tensor(list(labels[start:start + batch_size]), dtype=torch.long)
+        batches.append(batch)
+    return batches
+
+
+def _load_checkpoint(checkpoint: Checkpoint, template: nn.Module | None) -> nn.Module:
+    """A private copy of the checkpoint's model (never the user's object)."""
+    if isinstance(checkpoint, nn.Module):
+        return copy.deepcopy(checkpoint)
+    if template is None:
+        raise ValueError("state dicts and checkpoint paths need model= (a model of the same architecture)")
+    if isinstance(checkpoint, Mapping):
+        state = checkpoint
+    else:
+        path = Path(checkpoint)
+        if path.is_dir():
+            return type(template).from_pretrained(path).to(next(template.parameters()).device)
+        if not path.is_file():
+            raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
+        if path.suffix == ".safetensors":
+            from safetensors.torch import load_file
+
+            state = load_file(str(path))
+        else:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+    model = copy.deepcopy(template)
+    result = model.load_state_dict(state, strict=False)
+    # tied weights (e.g. GPT-2's lm_head = wte) are stored once by safetensors: accept a missing key if it shares
+    # storage with a loaded one
+    tensors = dict(model.state_dict(keep_vars=True))
+    loaded = {tensors[key].data_ptr() for key in state if key in tensors}
+    missing = [key for key in result.missing_keys if tensors[key].data_ptr() not in loaded]
+    if missing or result.unexpected_keys:
+        raise ValueError(f"checkpoint does not match the model: missing {missing[:8]}, unexpected "
+                         f"{list(result.unexpected_keys)[:8]}; pass model= of the checkpoints' architecture")
+    return model
+
+
+def replay(
+    checkpoints: Sequence[Checkpoint],
+    probe_texts: Sequence[str] | None,
+    layers: Sequence[Union[str, int]],
+    *,
+    model: nn.Module | None = None,
+    tokenizer=None,
+    labels: Sequence[int] | None = None,
+    batches: Sequence[Mapping[str, torch.Tensor]] | None = None,
+    batch_size: int = 8,
+    max_length: int | None = None,
+    rank: int = 16,
+    fit: str = "early",
+    fit_fraction: float | None = None,
+    refit_every: int | None = None,
+    basis=None,
+    proxy_method="pca",
+    n_controls: int = 20,
+    max_tokens: int = 4096,
+    gradient: str = "hidden",
+    special_token_ids=None,
+    seed: int = 0,
+    center: bool = False,
+    zeta: float = 0.0,
+    coordinates: str = "full",
+    representation: bool = True,
+    progress: bool = True,
+) -> GeometryLog:
+    """Measure every checkpoint on a fixed probe batch; returns a :class:`GeometryLog` with ``x_label="checkpoint"``.
+
+    Args:
+        checkpoints: in training order: Hugging Face model directories, ``.safetensors`` / torch weight files
+            (loaded with ``weights_only=True``), state dicts, or models.
+        probe_texts: the fixed probe set (tokenised with ``tokenizer``), or None when ``batches`` is given.
+        layers: layer specs, as for :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor`.
+        model: architecture template for state dicts and paths (never modified); also gives the task.
+        tokenizer: tokenizer for ``probe_texts``.
+        labels: class indices of the probe texts (sequence classifiers).
+        batches: ready probe batches (dicts of model inputs with ``labels``), instead of texts.
+        batch_size, max_length: tokenisation of the probe.
+        rank, fit, fit_fraction, refit_every, basis, proxy_method, n_controls, max_tokens, gradient,
+        special_token_ids, seed, center, zeta, coordinates, representation: as for the monitor; the fit window
+            counts checkpoints. ``max_tokens`` caps rows per checkpoint (the same rows every time).
+        progress: show a tqdm progress bar.
+
+    Example:
+        >>> import torch, transformers
+        >>> config = transformers.GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2, n_positions=16)
+        >>> models = [transformers.GPT2LMHeadModel(config) for _ in range(3)]
+        >>> batch = {"input_ids": torch.randint(0, 50, (2, 8)), "attention_mask": torch.ones(2, 8, dtype=torch.long)}
+        >>> batch["labels"] = batch["input_ids"]
+        >>> record = replay(models, None, ["layer:0"], batches=[batch], rank=2, n_controls=5, progress=False)
+        >>> record.x_label, record.steps.tolist(), record.series("fitting")[1].tolist()
+        ('checkpoint', [0, 1, 2], [1.0, 0.0, 0.0])
+    """
+    from tqdm.auto import tqdm
+
+    checkpoints = list(checkpoints)
+    if not checkpoints:
+        raise ValueError("checkpoints is empty; pass the saved checkpoints in training order")
+    template = model if model is not None else next((c for c in checkpoints if isinstance(c, nn.Module)), None)
+    if template is None:
+        raise ValueError("pass model= (a model of the checkpoints' architecture)")
+    if batches is None:
+        if probe_texts is None or tokenizer is None:
+            raise ValueError("pass probe_texts= with tokenizer=, or ready batches=")
+        batches = probe_batches(probe_texts, tokenizer, detect_task(template), labels=labels,
+                                batch_size=batch_size, max_length=max_length, seed=seed)
+    elif probe_texts is not None:
+        raise ValueError("pass either probe_texts or batches, not both")
+    batches = [dict(batch) for batch in batches]
+    if not batches or any("labels" not in batch for batch in batches):
+        raise ValueError("every probe batch needs labels (the training loss is measured)")
+    n = len(checkpoints)
+    settings = dict(rank=rank, proxy_method=proxy_method, n_controls=n_controls, max_tokens=max_tokens,
+                    gradient=gradient, special_token_ids=special_token_ids, seed=seed, center=center, zeta=zeta,
+                    coordinates=coordinates, _x_label="checkpoint")
+    window = None
+    if fit == "early":
+        fraction = 0.3 if fit_fraction is None else fit_fraction
+        if not 0 < fraction <= 1:
+            raise ValueError(f"fit_fraction must be in (0, 1], got {fraction!r}")
+        window = max(1, math.ceil(round(fraction * n, 9)))
+        fitter = AnisotropyMonitor(template, layers, fit="early", total_steps=window, fit_fraction=1.0,
+                                   representation=False, **settings)
+        bar = tqdm(total=window + n, disable=not progress, desc="replay")
+        for index in range(window):
+            _measure_checkpoint(fitter, _load_checkpoint(checkpoints[index], model), batches, index)
+            bar.update()
+        fitter.fit_now()
+        fixed = fitter.tangent_proxies()
+        del fitter
+        monitor = AnisotropyMonitor(template, layers, fit="fixed", basis=fixed, representation=representation,
+                                    **settings)
+        monitor.meta.update(fit="early", fit_fraction=fraction, fit_window=[0, window], total_steps=n)
+    else:
+        monitor = AnisotropyMonitor(template, layers, fit=fit, refit_every=refit_every, basis=basis,
+                                    representation=representation, **settings)
+        bar = tqdm(total=n, disable=not progress, desc="replay")
+    try:
+        for index, checkpoint in enumerate(checkpoints):
+            _measure_checkpoint(monitor, _load_checkpoint(checkpoint, model), batches, index)
+            if window is not None:
+                monitor.log(index, fitting=1.0 if index < window else 0.0)
+            bar.update()
+    finally:
+        bar.close()
+    return monitor.snapshot()
+
+
+def _measure_checkpoint(monitor: AnisotropyMonitor, model: nn.Module, batches, index: int) -> None:
+    """Forward and backward the probe batches through ``model`` (eval mode) and record checkpoint ``index``."""
+    model.eval()
+    device = next(model.parameters()).device
+    monitor._attach(model)
+    monitor._generator.manual_seed(monitor.seed)  # the same subsampled rows at every checkpoint
+    with monitor:
+        monitor.track(index)
+        for batch in batches:
+            outputs = model(**{key: value.to(device) for key, value in batch.items()})
+            if getattr(outputs, "loss", None) is None:
+                raise ValueError("the model returned no loss for a probe batch; include labels in every batch")
+            outputs.loss.backward()
+        monitor.step()
