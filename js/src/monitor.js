@@ -209,10 +209,13 @@ function renderMonitor({ model, el, reportError }) {
   };
   const domain = () => state.xDomain ?? followDomain();
 
+  let fitCache = { version: -1, windows: [] };
   const fitWindows = () => {
+    if (fitCache.version === store.version) return fitCache.windows;
     const fitting = store.column("fitting");
-    if (!fitting) return [];
-    return runsOf(fitting, store.n).map(([a, b]) => [store.x[a], store.x[Math.min(b + 1, store.n - 1)]]);
+    const windows = fitting ? runsOf(fitting, store.n).map(([a, b]) => [store.x[a], store.x[Math.min(b + 1, store.n - 1)]]) : [];
+    fitCache = { version: store.version, windows };
+    return windows;
   };
 
   function buildToolbar() {
@@ -292,9 +295,9 @@ function renderMonitor({ model, el, reportError }) {
     return { lines, bands, rows };
   }
 
-  function drawPanel(panel, xDomain, shades) {
+  function drawPanel(panel, xDomain, shades, available) {
     const { canvas, config } = panel;
-    const width = Math.max(240, Math.floor(canvas.parentElement?.clientWidth || 600));
+    const width = Math.max(240, Math.floor(available || 600));
     const height = panel.heatmap ? MARGIN.top + MARGIN.bottom + HEATMAP_ROW * Math.max(1, visibleLayers().length) : PANEL_HEIGHT;
     const ratio = doc.defaultView?.devicePixelRatio || 1;
     if (canvas.width !== Math.round(width * ratio) || canvas.height !== Math.round(height * ratio)) {
@@ -352,16 +355,20 @@ function renderMonitor({ model, el, reportError }) {
   function draw() {
     if (disposed) return;
     const started = performance.now();
-    titleNode.textContent = model.get("title") || "Training monitor";
+    const title = model.get("title") || "Training monitor";
+    if (titleNode.textContent !== title) titleNode.textContent = title;
     const xDomain = domain();
     const shades = fitWindows();
     let drawn = 0;
-    for (const panel of panels) {
-      const hidden = state.hiddenPanels.has(panel.config.id);
-      panel.node.hidden = hidden;
-      if (hidden) continue;
-      drawn += drawPanel(panel, xDomain, shades);
-      panel.readout.textContent = readoutText(panel);
+    for (const panel of panels) panel.node.hidden = state.hiddenPanels.has(panel.config.id);
+    const shown = panels.filter((panel) => !panel.node.hidden);
+    const widths = shown.map((panel) => panel.node.clientWidth); // one layout read before any write
+    shown.forEach((panel, k) => {
+      drawn += drawPanel(panel, xDomain, shades, widths[k]);
+    });
+    for (const panel of shown) {
+      const text = readoutText(panel);
+      if (panel.readout.textContent !== text) panel.readout.textContent = text;
     }
     const last = store.n ? store.x[store.n - 1] : null;
     status.textContent = store.n ? `${xLabel()} ${fmt(last)} · ${store.n} logged` : "waiting for the first logged step…";
