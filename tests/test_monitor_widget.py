@@ -347,15 +347,14 @@ def test_fallback_before_any_step_and_static_html_has_no_url():
     page = _logged_widget(["l0"]).static_html()
     assert "http" not in page
 
+    tags: list[str] = []
+
     class Parser(HTMLParser):
-        tags: list[str] = []
-
         def handle_starttag(self, tag, attrs):
-            self.tags.append(tag)
+            tags.append(tag)
 
-    parser = Parser()
-    parser.feed(page)
-    assert "script" not in parser.tags and "svg" in parser.tags
+    Parser().feed(page)
+    assert "script" not in tags and "svg" in tags
 
 
 def test_chart_has_every_panel_and_log_scale():

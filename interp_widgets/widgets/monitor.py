@@ -321,7 +321,7 @@ class MonitorWidget(InterpWidget):
             raise TypeError(f"series names must be non-empty strings, got {name!r}")
         column = np.full(self._x.size, np.nan, dtype=np.float32)
         self._columns[name] = column
-        metric, layer = split_series(name)
+        _, layer = split_series(name)
         if layer is not None and layer not in self.layers:
             self.layers = [*self.layers, layer]
         return column
