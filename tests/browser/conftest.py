@@ -87,18 +87,27 @@ def lab_root(tmp_path_factory) -> Path:
 def jupyter_server(lab_root, built_bundles) -> Iterator[JupyterServer]:
     """One real JupyterLab server (Notebook 7 included) on 127.0.0.1 for the whole session."""
     with jupyter_lab(lab_root) as server:
-        yield server
+        try:
+            yield server
+        finally:  # kept for diagnosing failures (tests/_artifacts is gitignored)
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            (ARTIFACTS / "jupyter-server.log").write_text(server.log_tail(200_000), encoding="utf-8")
 
 
 @pytest.fixture()
 def recorded_page(browser, request) -> Iterator[RecordedPage]:
-    """A fresh browser context and page whose requests are all recorded; screenshot on failure."""
+    """A fresh browser context and page whose requests are all recorded; on failure its screenshot and console
+    log go to tests/_artifacts."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
+    console: list[str] = []
+    page.on("console", lambda message: console.append(f"{message.type}: {message.text}"))
+    page.on("pageerror", lambda error: console.append(f"pageerror: {error}"))
     recorded = RecordedPage(page=page, requests=RequestLog(page))
     yield recorded
     failed = getattr(request.node, "rep_call", None)
     if failed is not None and failed.failed:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / f"failed-{request.node.name}.png"), full_page=True)
+        (ARTIFACTS / f"failed-{request.node.name}.console.txt").write_text("\n".join(console), encoding="utf-8")
     context.close()

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.harness import run_cells, wait_for_kernel_idle
+from tests.browser.harness import notebook_cells, run_cells, wait_for_kernel_idle
 from tests.browser.token_view import LIGHT_FULL, ROOT, TOKEN, js_score, legend_labels, token_colours, tooltip_rows
 
 pytestmark = pytest.mark.browser
@@ -60,9 +60,10 @@ PRINT_TARGET = 'print("IW_TARGET", widget.selected_target, widget.target_labels[
 @pytest.fixture(scope="module")
 def notebook_kernel(jupyter_server) -> Iterator[None]:
     """Keeps the notebook's kernel across this module's tests (Notebook 7 reuses the warm kernel JupyterLab
-    started, as for a user opening the same notebook in both) and shuts it down afterwards."""
+    started, as for a user opening the same notebook in both); afterwards shuts it down and forgets the saved
+    JupyterLab workspace."""
     yield
-    jupyter_server.shutdown_sessions()
+    jupyter_server.reset()
 
 
 @pytest.fixture()
@@ -76,12 +77,8 @@ def token_notebook(jupyter_server, notebook_kernel) -> str:
     return NOTEBOOK
 
 
-def _cells(page):
-    return page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
-
-
 def _facts(page) -> dict:
-    text = _cells(page).nth(1).locator(".jp-OutputArea-output", has_text="IW_FACTS").inner_text()
+    text = notebook_cells(page).nth(1).locator(".jp-OutputArea-output", has_text="IW_FACTS").inner_text()
     return json.loads(re.search(r"IW_FACTS (\{.*\})", text).group(1))
 
 
@@ -124,13 +121,13 @@ def _assert_tooltip(view, facts: dict, target: int, unit: int) -> None:
 
 def test_jupyterlab_renders_widget_and_syncs_class_back(jupyter_server, token_notebook, recorded_page):
     page = recorded_page.page
-    page.goto(jupyter_server.url(f"lab/tree/{token_notebook}"))
+    page.goto(jupyter_server.notebook_url(token_notebook, ui="lab"))
     wait_for_kernel_idle(page)
     run_cells(page, 0, 3)
     facts = _facts(page)
-    view = _cells(page).nth(1).locator(ROOT)
+    view = notebook_cells(page).nth(1).locator(ROOT)
     _assert_renders_tokens(view, facts)
-    _assert_renders_tokens(_cells(page).nth(2).locator(ROOT), facts)  # the result's own display
+    _assert_renders_tokens(notebook_cells(page).nth(2).locator(ROOT), facts)  # the result's own display
 
     # Tooltip on keyboard focus (sends nothing to the kernel), for the strongest token: exact score and rank 1.
     start = facts["selected_target"]
@@ -145,7 +142,7 @@ def test_jupyterlab_renders_widget_and_syncs_class_back(jupyter_server, token_no
     expect(view.locator(".iw-tooltip")).to_be_hidden()
     selector.select_option(str(other))
     run_cells(page, 3)
-    printed = _cells(page).nth(3).locator(".jp-OutputArea-output").inner_text()
+    printed = notebook_cells(page).nth(3).locator(".jp-OutputArea-output").inner_text()
     assert printed.strip() == f"IW_TARGET {other} {facts['labels'][other]}"
     recoloured = token_colours(view)
     other_scores = _unit_scores(facts, other)
@@ -162,11 +159,11 @@ def test_jupyterlab_renders_widget_and_syncs_class_back(jupyter_server, token_no
 
 def test_notebook7_renders_widget(jupyter_server, token_notebook, recorded_page):
     page = recorded_page.page
-    page.goto(jupyter_server.url(f"notebooks/{token_notebook}"))
+    page.goto(jupyter_server.notebook_url(token_notebook, ui="notebook"))
     wait_for_kernel_idle(page)
     run_cells(page, 0, 2)
     facts = _facts(page)
-    view = _cells(page).nth(1).locator(ROOT)
+    view = notebook_cells(page).nth(1).locator(ROOT)
     _assert_renders_tokens(view, facts)
     first = view.locator(TOKEN).first
     first.hover()
