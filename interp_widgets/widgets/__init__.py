@@ -2,7 +2,7 @@
 
 One class per view: :class:`TokenHighlightWidget` (classification), :class:`GenerationWidget` (prompt + generated
 tokens), :class:`ComparisonWidget` via :func:`compare` (methods side by side), :class:`ExampleListWidget` (many
-inputs). Every widget displays a static SVG where no JavaScript runs and exports to one offline HTML page.
+inputs), :class:`MonitorWidget` (live training curves). Every widget displays a static SVG where no JavaScript runs and exports to one offline HTML page.
 
 Example:
     >>> from interp_widgets.widgets import TokenHighlightWidget
@@ -15,6 +15,7 @@ from interp_widgets.widgets._export import html_page
 from interp_widgets.widgets.comparison import ComparisonWidget, agreement_table, compare, spearman, top_k_overlap
 from interp_widgets.widgets.examples import ExampleListWidget
 from interp_widgets.widgets.generation import GenerationWidget
+from interp_widgets.widgets.monitor import MonitorWidget
 from interp_widgets.widgets.tokens import TokenHighlightWidget
 
 __all__ = [
@@ -22,6 +23,7 @@ __all__ = [
     "ExampleListWidget",
     "GenerationWidget",
     "InterpWidget",
+    "MonitorWidget",
     "TokenHighlightWidget",
     "agreement_table",
     "array_to_buffer",

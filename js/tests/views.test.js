@@ -106,21 +106,18 @@ describe("token highlighter options", () => {
       sentence_ids: payload(new Int32Array(n), "int32", [n], 0),
       scores: payload(Float32Array.from({ length: 2 * n }, (_, i) => Math.sin(i)), "float32", [2, n], 0),
     })); // prettier-ignore
-    const start = performance.now();
     mount(tokens, model);
-    const elapsed = performance.now() - start;
     const box = el.querySelector(".iw-tokens");
     expect(box.querySelectorAll(".iw-token").length).toBeLessThan(n);
-    // jsdom is far slower than a browser; this bound catches rendering all 10k spans up front (several
-    // seconds here). The browser goal (first paint < 150 ms) is measured by benchmarks/token_widget.py.
-    expect(elapsed).toBeLessThan(6000);
+    // Only the first chunk exists right after mount (structure, not timing: the first-paint goal is measured by
+    // benchmarks/token_widget.py in a real browser).
     const all = Array.from(box.querySelectorAll(".iw-token"));
     expect(all[0].style.backgroundColor).not.toBe(""); // the first chunk is painted at once
     expect(box.querySelectorAll(".iw-token[aria-label]").length).toBe(box.querySelectorAll(".iw-token").length);
     for (let k = 0; k < 400 && box.querySelectorAll(".iw-token").length < n; k += 1) await new Promise((r) => setTimeout(r, 20));
     expect(box.querySelectorAll(".iw-token")).toHaveLength(n);
     expect(box.textContent.trim().startsWith("t0 t1 t2")).toBe(true);
-  });
+  }, 60000);
 });
 
 describe("appendChunked", () => {
