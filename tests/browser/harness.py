@@ -210,6 +210,10 @@ class JupyterServer:
         return text[-chars:]
 
 
+_DEAD_PROXY = "http://127.0.0.1:9"  # the discard port: nothing listens there
+_LOOPBACK_NAMES = "127.0.0.1,localhost,::1"
+
+
 def _server_env(state: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "ANYWIDGET_HMR"}
     config = state / "config"
@@ -227,6 +231,10 @@ def _server_env(state: Path) -> dict[str, str]:
         TRANSFORMERS_OFFLINE="1",
         HF_DATASETS_OFFLINE="1",
         TOKENIZERS_PARALLELISM="false",
+        # Any HTTP client in the server or a kernel that honours proxy variables gets a dead loopback port
+        # instead of the internet; loopback itself is exempt.
+        HTTP_PROXY=_DEAD_PROXY, HTTPS_PROXY=_DEAD_PROXY, http_proxy=_DEAD_PROXY, https_proxy=_DEAD_PROXY,
+        NO_PROXY=_LOOPBACK_NAMES, no_proxy=_LOOPBACK_NAMES,
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
     )
     return env
@@ -236,9 +244,9 @@ def _server_env(state: Path) -> dict[str, str]:
 def jupyter_lab(root_dir: str | Path, *, timeout: float = 90.0) -> Iterator[JupyterServer]:
     """Run real JupyterLab (this interpreter's ``jupyter``) on 127.0.0.1 with no token, serving ``root_dir``.
 
-    Settings, workspaces and runtime files live in a private temporary directory; kernels inherit an offline
-    Hugging Face environment and ``PYTHONPATH`` with this repository. The server is terminated (and its
-    process group killed) on exit, also when the body raises.
+    Settings, workspaces and runtime files live in a private temporary directory; the server and its kernels get
+    an offline Hugging Face environment, proxy variables pointing at a dead loopback port and ``PYTHONPATH`` with
+    this repository. The server is terminated (and its process group killed) on exit, also when the body raises.
 
     Example:
         >>> with jupyter_lab(tmp_path) as server:  # doctest: +SKIP
