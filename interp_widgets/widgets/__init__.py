@@ -13,6 +13,7 @@ Example:
 from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
 from interp_widgets.widgets._export import html_page
 from interp_widgets.widgets.comparison import ComparisonWidget, agreement_table, compare, spearman, top_k_overlap
+from interp_widgets.widgets.concepts import ConceptBrowser
 from interp_widgets.widgets.examples import ExampleListWidget
 from interp_widgets.widgets.generation import GenerationWidget
 from interp_widgets.widgets.monitor import MonitorWidget
@@ -20,6 +21,7 @@ from interp_widgets.widgets.tokens import TokenHighlightWidget
 
 __all__ = [
     "ComparisonWidget",
+    "ConceptBrowser",
     "ExampleListWidget",
     "GenerationWidget",
     "InterpWidget",

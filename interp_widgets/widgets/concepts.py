@@ -1,0 +1,357 @@
+"""Concept browser: a sortable, searchable list of concepts and a feature-dashboard detail pane for the selected one.
+
+The list shows each concept's label, top tokens, activation density (dead concepts flagged) and, when given, its
+importance for a prediction. The detail pane of the selected concept draws its activation histogram, its top
+activating contexts with the activating token highlighted, its top texts, the vocabulary it promotes and, for the
+input texts given, the concept's activation on every token; clicking a token lists the concepts active there.
+
+Only the concepts on the visible page (and the selected one) are sent to the browser: the front end writes the
+concept ids it shows into ``requested`` and the kernel answers by replacing ``details``. Top-k contexts and
+histograms are precomputed by :func:`~interp_widgets.concepts.interpret_concepts`; no activation matrix is shipped.
+
+Example:
+    >>> interp = interpret_concepts(concepts, store, model=lm, tokenizer=tokenizer)       # doctest: +SKIP
+    >>> browser = ConceptBrowser(interp, texts=[text_concepts(concepts, lm, tokenizer, "The soup was cold.")])  # doctest: +SKIP
+    >>> browser                                                                          # doctest: +SKIP
+    >>> browser.selected_concept                                                         # doctest: +SKIP
+    3
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+import traitlets
+
+from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._colour import format_score, score_colours
+from interp_widgets.widgets._svg import SvgFigure, TokenPiece
+
+SORT_KEYS = ("index", "label", "density", "max", "importance", "abs_importance")
+LIST_TOKENS = 5  # distinct top tokens shown per concept in the list
+TEXT_TOP = 5  # concepts listed per token of an input text
+MAX_TEXT_CHARS = 400  # top texts are cut to this length in the detail pane
+MAX_PAGE_SIZE = 100
+STATIC_CONCEPTS = 12
+
+
+def _finite(value: float) -> float | None:
+    value = float(value)
+    return value if math.isfinite(value) else None
+
+
+def _distinct_tokens(tokens: Sequence[str], n: int) -> list[str]:
+    out: list[str] = []
+    for token in tokens:
+        if token not in out:
+            out.append(token)
+        if len(out) == n:
+            break
+    return out
+
+
+def _text_pieces(text: str, tokens: Sequence[str], offsets: np.ndarray) -> tuple[list[str], list[str]]:
+    """Display string and the original text before it (gap) for each token; tokens without a span keep their string."""
+    shown, gaps, previous_end = [], [], 0
+    for token, (start, end) in zip(tokens, offsets):
+        start, end = int(start), int(end)
+        if end > start:
+            gaps.append(text[previous_end:start] if start >= previous_end else "")
+            shown.append(text[start:end])
+            previous_end = end
+        else:
+            gaps.append(" " if shown else "")
+            shown.append(token)
+    return shown, gaps
+
+
+class ConceptBrowser(InterpWidget):
+    """Browse concepts: list (label, top tokens, density, dead flag, importance), detail pane, per-token text view.
+
+    Args:
+        source: a :class:`~interp_widgets.concepts.ConceptInterpretation`, or a fitted concept model together with
+            ``store=`` (then :func:`~interp_widgets.concepts.interpret_concepts` runs here with ``k``; give ``model``
+            and ``tokenizer`` of a language model to add the vocabulary projection).
+        texts: input texts for the text view: :class:`~interp_widgets.concepts.TextConcepts` /
+            :class:`~interp_widgets.concepts.ConceptImportance` objects, or strings when ``source`` is a concept model
+            and ``model``/``tokenizer`` are given.
+        importance: per-concept importance for a prediction: a ``ConceptImportance`` (summed over tokens for
+            ``target``), the DataFrame of :func:`~interp_widgets.concepts.mean_concept_importance`, or one number per
+            concept. Defaults to the first ``ConceptImportance`` among ``texts``.
+        target: the target row or label of a ``ConceptImportance``.
+        page_size: concepts per page of the list.
+
+    ``selected_concept`` (-1: none), ``selected_text``, ``selected_token``, ``page``, ``sort_by``, ``descending``,
+    ``search`` and ``hide_dead`` sync both ways.
+
+    Example:
+        >>> browser = ConceptBrowser(concepts, store=store, texts=["Not bad at all."], model=lm, tokenizer=tok)  # doctest: +SKIP
+        >>> browser.sort_by = "density"; browser.visible_order()[:3]                                         # doctest: +SKIP
+        [7, 2, 0]
+    """
+
+    _bundle = "concept_browser"
+
+    method = traitlets.Unicode("").tag(sync=True)
+    layer = traitlets.Unicode("").tag(sync=True)
+    n_rows = traitlets.Int(0, help="Rows (tokens or sentences) the concepts were interpreted on.").tag(sync=True)
+    labels = traitlets.List(traitlets.Unicode(), help="Label of each concept.").tag(sync=True)
+    top_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Distinct top tokens of each concept.").tag(sync=True)
+    density = traitlets.Dict(help="float32 fraction of rows where each concept is active, binary.").tag(sync=True)
+    max_activation = traitlets.Dict(help="float32 largest coefficient of each concept, binary.").tag(sync=True)
+    importance = traitlets.Dict(help="float32 importance of each concept (NaN: unknown), binary; {} when absent.").tag(sync=True)
+    importance_label = traitlets.Unicode("", help="What the importance numbers are.").tag(sync=True)
+    sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
+    descending = traitlets.Bool(False).tag(sync=True)
+    search = traitlets.Unicode("", help="Keep concepts whose label or top tokens contain this (case-insensitive).").tag(sync=True)
+    hide_dead = traitlets.Bool(False, help="Hide concepts that are never active.").tag(sync=True)
+    page = traitlets.Int(0, help="Page of the list shown (0-based).").tag(sync=True)
+    page_size = traitlets.Int(10).tag(sync=True)
+    selected_concept = traitlets.Int(-1, help="Concept shown in the detail pane (-1: none).").tag(sync=True)
+    requested = traitlets.List(traitlets.Int(), help="Concept ids the browser shows (written by the front end).").tag(sync=True)
+    details = traitlets.Dict(help="Detail of each requested concept, keyed by str(concept).").tag(sync=True)
+    text_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Shown tokens of each input text.").tag(sync=True)
+    text_gaps = traitlets.List(traitlets.List(traitlets.Unicode()), help="Original text before each token.").tag(sync=True)
+    text_top_concepts = traitlets.Dict(help=f"int32 [tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).").tag(sync=True)
+    text_top_values = traitlets.Dict(help=f"float32 [tokens of all texts, {TEXT_TOP}] their coefficients.").tag(sync=True)
+    selected_text = traitlets.Int(0, help="Input text shown in the text view.").tag(sync=True)
+    selected_token = traitlets.Int(-1, help="Token of the selected text whose active concepts are listed (-1: none).").tag(sync=True)
+
+    def __init__(self, source: Any, *, store=None, model=None, tokenizer=None, texts: Any = None, importance: Any = None,
+                 target: int | str | None = None, k: int = 10, page_size: int = 10, progress: bool = False,
+                 **kwargs: Any) -> None:
+        from interp_widgets.concepts import ConceptImportance, ConceptInterpretation, ConceptModel, TextConcepts
+        from interp_widgets.concepts import interpret_concepts, text_concepts
+
+        concept_model = None
+        if isinstance(source, ConceptModel):
+            if store is None:
+                raise ValueError("a concept model needs store= (the ActivationStore to interpret it on); or pass the "
+                                 "ConceptInterpretation from interpret_concepts")
+            concept_model = source
+            source = interpret_concepts(source, store, k=k, model=model, tokenizer=tokenizer, progress=progress)
+        if not isinstance(source, ConceptInterpretation):
+            raise TypeError(f"ConceptBrowser takes a ConceptInterpretation or a fitted concept model with store=, got "
+                            f"{type(source).__name__}")
+        self.interpretation = source
+        n = source.n_concepts
+        texts = [] if texts is None else [texts] if isinstance(texts, (str, TextConcepts)) else list(texts)
+        converted = []
+        for text in texts:
+            if isinstance(text, str):
+                if concept_model is None or model is None or tokenizer is None:
+                    raise ValueError("plain-string texts need the concept model as source plus model= and tokenizer=; "
+                                     "otherwise pass text_concepts(...) results")
+                text = text_concepts(concept_model, model, tokenizer, text)
+            if not isinstance(text, TextConcepts):
+                raise TypeError(f"texts must be strings or TextConcepts/ConceptImportance, got {type(text).__name__}")
+            if text.coefficients.shape[1] != n:
+                raise ValueError(f"a text has coefficients for {text.coefficients.shape[1]} concepts but the browser "
+                                 f"shows {n}; compute it with the same concept model")
+            converted.append(text)
+        self._texts = converted
+        self._text_coefficients = [t.coefficients[~t.special_mask] for t in converted]
+        if importance is None:
+            importance = next((t for t in converted if isinstance(t, ConceptImportance)), None)
+        values, meaning = self._importance(importance, target, n, ConceptImportance)
+        text_tokens, text_gaps, top_ids, top_values = [], [], [], []
+        for text, coefficients in zip(converted, self._text_coefficients):
+            keep = ~text.special_mask
+            shown, gaps = _text_pieces(text.text, [t for t, k_ in zip(text.tokens, keep) if k_], text.offsets[keep])
+            text_tokens.append(shown)
+            text_gaps.append(gaps)
+            order = np.argsort(-coefficients, axis=1, kind="stable")[:, :TEXT_TOP]
+            chosen = np.take_along_axis(coefficients, order, 1)
+            order = np.where(chosen > 0, order, -1)
+            top_ids.append(np.pad(order, ((0, 0), (0, TEXT_TOP - order.shape[1])), constant_values=-1))
+            top_values.append(np.pad(np.where(chosen > 0, chosen, 0.0), ((0, 0), (0, TEXT_TOP - chosen.shape[1]))))
+        top_ids_all = np.concatenate(top_ids) if top_ids else np.zeros((0, TEXT_TOP), np.int32)
+        top_values_all = np.concatenate(top_values) if top_values else np.zeros((0, TEXT_TOP), np.float32)
+        super().__init__(
+            method=source.method, layer=str(source.layer or ""), n_rows=int(source.params.get("rows", 0)),
+            labels=list(source.labels),
+            top_tokens=[_distinct_tokens([t.strip() or t for t in source.top_tokens(c)], LIST_TOKENS) for c in range(n)],
+            density=array_to_buffer(source.density), max_activation=array_to_buffer(source.maximum),
+            importance={} if values is None else array_to_buffer(values), importance_label=meaning,
+            text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=array_to_buffer(top_ids_all.astype(np.int32)),
+            text_top_values=array_to_buffer(top_values_all), page_size=page_size, **kwargs,
+        )  # fmt: skip
+        start = self.page * self.page_size
+        self.requested = self.visible_order()[start : start + self.page_size]
+        self._refresh_details()
+        self.observe(self._refresh_details, names=["requested", "selected_concept", "selected_text"])
+
+    @staticmethod
+    def _importance(importance, target, n: int, importance_class) -> tuple[np.ndarray | None, str]:
+        if importance is None:
+            return None, ""
+        if isinstance(importance, importance_class):
+            row = importance._target(target)
+            return importance.per_concept(row), f"contribution to {importance.target_labels[row]}"
+        if hasattr(importance, "columns") and {"concept", "mean_contribution"} <= set(importance.columns):
+            values = np.full(n, np.nan)
+            concepts = importance["concept"].to_numpy(dtype=np.int64)
+            if concepts.size and (concepts.min() < 0 or concepts.max() >= n):
+                raise ValueError(f"the importance table names concepts outside 0..{n - 1}; use the same concept model")
+            values[concepts] = importance["mean_contribution"].to_numpy(dtype=np.float64)
+            return values, "mean contribution"
+        values = np.asarray(importance, dtype=np.float64).reshape(-1)
+        if values.shape != (n,):
+            raise ValueError(f"importance needs one number per concept ({n}), got {values.size}; or pass a "
+                             "ConceptImportance / mean_concept_importance table")
+        return values, "importance"
+
+    # ----------------------------------------------------------------- validation
+    @traitlets.validate("sort_by")
+    def _check_sort(self, proposal):
+        value = proposal["value"]
+        if value not in SORT_KEYS:
+            raise ValueError(f"sort_by must be one of {SORT_KEYS}, got {value!r}")
+        if value in ("importance", "abs_importance") and not self.importance:
+            raise ValueError("sorting by importance needs importance=; pass a ConceptImportance or one value per concept")
+        return value
+
+    @traitlets.validate("page_size")
+    def _check_page_size(self, proposal):
+        if not 1 <= proposal["value"] <= MAX_PAGE_SIZE:
+            raise ValueError(f"page_size must be in 1..{MAX_PAGE_SIZE}, got {proposal['value']}")
+        return proposal["value"]
+
+    @traitlets.validate("page")
+    def _check_page(self, proposal):
+        if proposal["value"] < 0:
+            raise ValueError(f"page must be 0 or more, got {proposal['value']}")
+        return proposal["value"]
+
+    @traitlets.validate("selected_concept")
+    def _check_selected(self, proposal):
+        n = len(self.labels)
+        if not -1 <= proposal["value"] < n:
+            raise ValueError(f"selected_concept {proposal['value']} is out of range; use -1 or 0..{n - 1}")
+        return proposal["value"]
+
+    @traitlets.validate("selected_text")
+    def _check_text(self, proposal):
+        if proposal["value"] != 0 and not 0 <= proposal["value"] < len(self.text_tokens):
+            raise ValueError(f"selected_text {proposal['value']} is out of range; there are {len(self.text_tokens)} texts")
+        return proposal["value"]
+
+    @traitlets.validate("requested")
+    def _check_requested(self, proposal):
+        n = len(self.labels)
+        ids = [int(c) for c in proposal["value"] if 0 <= int(c) < n]
+        return ids[:MAX_PAGE_SIZE]
+
+    # ----------------------------------------------------------------- state
+    @property
+    def n_concepts(self) -> int:
+        """Number of concepts."""
+        return len(self.labels)
+
+    def _column(self, name: str) -> np.ndarray:
+        payload = getattr(self, name)
+        return buffer_to_array(payload).astype(np.float64) if payload else np.full(self.n_concepts, np.nan)
+
+    def visible_order(self) -> list[int]:
+        """Concept ids after search, dead filter and sort, as the browser lists them (ties keep id order; unknown
+        values last). Values are compared as the float32 numbers the browser holds.
+
+        Example:
+            >>> browser.search = "bad"; browser.visible_order()  # doctest: +SKIP
+            [4, 11]
+        """
+        density = self._column("density")
+        needle = self.search.lower()
+        keep = [c for c in range(self.n_concepts)
+                if (not self.hide_dead or density[c] > 0)
+                and (not needle or needle in self.labels[c].lower() or any(needle in t.lower() for t in self.top_tokens[c]))]
+        if self.sort_by == "index":
+            key = np.arange(self.n_concepts, dtype=np.float64)
+        elif self.sort_by == "label":
+            ranks = {label: r for r, label in enumerate(sorted(set(self.labels)))}
+            key = np.array([ranks[label] for label in self.labels], dtype=np.float64)
+        else:
+            column = {"density": "density", "max": "max_activation"}.get(self.sort_by, "importance")
+            key = self._column(column)
+            key = np.abs(key) if self.sort_by == "abs_importance" else key
+        sign = -1.0 if self.descending else 1.0
+        return sorted(keep, key=lambda c: (math.isnan(key[c]), sign * key[c] if not math.isnan(key[c]) else 0.0, c))
+
+    def concept_detail(self, concept: int) -> dict[str, Any]:
+        """The payload the browser gets for one concept: stats, top contexts, top texts, histogram buffers,
+        vocabulary and the concept's activation on each token of the selected text.
+
+        Example:
+            >>> browser.concept_detail(0)["examples"][0]["center"]  # doctest: +SKIP
+            3
+        """
+        interp = self.interpretation
+        c = interp._index(concept)
+        examples = [{
+            "tokens": list(e["context"]), "center": int(e["center"]), "activation": _finite(e["activation"]),
+            "text_id": int(e["text_id"]), "activations": [_finite(v) or 0.0 for v in e["context_activations"]],
+        } for e in interp.examples[c]]  # fmt: skip
+        keep = interp.top_texts[c] >= 0
+        top_texts = []
+        for text_id, value in zip(interp.top_texts[c][keep], interp.top_text_values[c][keep]):
+            text = interp.texts[str(int(text_id))]
+            cut = text if len(text) <= MAX_TEXT_CHARS else text[:MAX_TEXT_CHARS] + "\u2026"
+            top_texts.append({"text_id": int(text_id), "max_activation": _finite(value), "text": cut})
+        vocabulary = None
+        if interp.vocab_tokens is not None:
+            vocabulary = [{"token": t, "logit": _finite(v)} for t, v in zip(interp.vocab_tokens[c], interp.vocab_logits[c])]
+        text_activations = None
+        if self._text_coefficients:
+            text_activations = array_to_buffer(self._text_coefficients[self.selected_text][:, c])
+        return {
+            "concept": c, "label": interp.labels[c], "density": _finite(interp.density[c]), "mean": _finite(interp.mean[c]),
+            "max": _finite(interp.maximum[c]), "min": _finite(interp.minimum[c]), "examples": examples,
+            "top_texts": top_texts, "vocabulary": vocabulary, "text_activations": text_activations,
+            "hist_edges": array_to_buffer(interp.hist_edges[c]), "hist_counts": array_to_buffer(interp.hist_counts[c]),
+        }  # fmt: skip
+
+    def _refresh_details(self, change=None) -> None:
+        wanted = list(dict.fromkeys(self.requested + ([self.selected_concept] if self.selected_concept >= 0 else [])))
+        self.details = {str(c): self.concept_detail(c) for c in wanted}
+
+    # ----------------------------------------------------------------- display
+    def static_svg(self) -> str:
+        """The first concepts in list order with their statistics and top tokens coloured by activation.
+
+        Example:
+            >>> browser.static_svg().startswith("<svg")  # doctest: +SKIP
+            True
+        """
+        order = self.visible_order()
+        density, maximum, importance = self._column("density"), self._column("max_activation"), self._column("importance")
+        figure = SvgFigure(label=f"{self.n_concepts} {self.method} concepts")
+        where = f" at {self.layer}" if self.layer else ""
+        figure.text(f"{self.n_concepts} {self.method} concepts{where} · {len(order)} listed · sorted by {self.sort_by}"
+                    + (" (descending)" if self.descending else "") + (f" · search {self.search!r}" if self.search else ""),
+                    bold=True)  # fmt: skip
+        interp = self.interpretation
+        for c in order[:STATIC_CONCEPTS]:
+            parts = [f"#{c} {self.labels[c]}", f"density {format_score(density[c])}", f"max {format_score(maximum[c])}"]
+            if self.importance and not math.isnan(importance[c]):
+                parts.append(f"{self.importance_label} {format_score(importance[c], sign=True)}")
+            if density[c] == 0:
+                parts.append("DEAD")
+            figure.text(" · ".join(parts), size=12)
+            pieces = []
+            for example in interp.examples[c][:8]:
+                background, colour = score_colours(example["activation"], maximum[c], signed=False)
+                pieces.append(TokenPiece(" " if pieces else "", example["token"].strip() or example["token"], background,
+                                         colour, f"activation {format_score(example['activation'])}"))
+            if pieces:
+                figure.tokens(pieces)
+        if len(order) > STATIC_CONCEPTS:
+            figure.text(f"… {len(order) - STATIC_CONCEPTS} more concepts in the live widget", size=11, colour="#57606a")
+        figure.legend(1.0, signed=False, title="top-token activation (each concept scaled to its own max = 1)")
+        return figure.render()
+
+    def __repr__(self) -> str:
+        dead = int((self._column("density") == 0).sum())
+        return (f"ConceptBrowser({self.n_concepts} {self.method} concepts at {self.layer!r}, {dead} dead, "
+                f"{len(self.text_tokens)} texts, selected_concept={self.selected_concept})")

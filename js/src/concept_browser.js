@@ -1,0 +1,384 @@
+/**
+ * Concept browser (front end of interp_widgets.widgets.ConceptBrowser): a sortable, searchable, paged list
+ * of concepts and a detail pane for the selected one (activation histogram, top contexts with the
+ * activating token highlighted, top texts, promoted vocabulary, per-token activations of an input text).
+ *
+ * Traits read: method, layer, n_rows, labels, top_tokens, density, max_activation, importance (binary, may
+ * be {}), importance_label, sort_by, descending, search, hide_dead, page, page_size, selected_concept,
+ * details ({str(id): detail}), text_tokens, text_gaps, text_top_concepts, text_top_values, selected_text,
+ * selected_token, error. Written back: sort_by, descending, search, hide_dead, page, selected_concept,
+ * selected_text, selected_token, and requested (the concept ids shown; the kernel answers with details).
+ *
+ * @example
+ *   import widget from "./concept_browser.js";
+ *   widget.render({model, el});
+ */
+import "./concept_browser.css";
+import { decodeArray } from "./lib/codec.js";
+import { h } from "./lib/dom.js";
+import { guardedRender } from "./lib/errors.js";
+import { formatScore } from "./lib/format.js";
+import { svgNamespace } from "./lib/export.js";
+import { createLegend } from "./lib/legend.js";
+import { paintToken } from "./lib/paint.js";
+import { displayToken, quoteToken } from "./lib/text.js";
+import { detectTheme, watchTheme } from "./lib/theme.js";
+import { createTooltip } from "./lib/tooltip.js";
+
+const TRAITS = ["labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "sort_by", "descending", "search", "hide_dead", "page", "page_size", "selected_concept", "details", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "selected_text", "selected_token"];
+const SORT_KEYS = { index: "concept id", label: "label", density: "density", max: "max activation", importance: "importance", abs_importance: "|importance|" };
+/** Milliseconds to wait for requested details before saying the kernel is busy or gone. */
+export const BUSY_AFTER = 3000;
+const svg = (tag, attrs = {}) => {
+  const node = document.createElementNS(svgNamespace(document), tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  return node;
+};
+
+/**
+ * Concept ids after search, dead filter and sort (ties keep id order, NaN values last); the same rule as
+ * ConceptBrowser.visible_order() in Python.
+ */
+export function visibleConcepts({ labels, topTokens, density, maxActivation, importance }, { sortBy, descending, search, hideDead }) {
+  const needle = (search ?? "").toLowerCase();
+  const keep = labels
+    .map((_, c) => c)
+    .filter((c) => !hideDead || density[c] > 0)
+    .filter((c) => !needle || labels[c].toLowerCase().includes(needle) || topTokens[c].some((t) => t.toLowerCase().includes(needle)));
+  const ranks = new Map([...new Set(labels)].sort().map((label, r) => [label, r]));
+  const key = {
+    index: (c) => c,
+    label: (c) => ranks.get(labels[c]),
+    density: (c) => density[c],
+    max: (c) => maxActivation[c],
+    importance: (c) => (importance ? importance[c] : NaN),
+    abs_importance: (c) => (importance ? Math.abs(importance[c]) : NaN),
+  }[sortBy];
+  if (!key) throw new RangeError(`unknown sort key "${sortBy}"; use ${Object.keys(SORT_KEYS).join(", ")}`);
+  const sign = descending ? -1 : 1;
+  return keep.sort((a, b) => {
+    const [x, y] = [key(a), key(b)];
+    if (Number.isNaN(x) !== Number.isNaN(y)) return Number.isNaN(x) ? 1 : -1;
+    return (Number.isNaN(x) ? 0 : sign * (x - y)) || a - b;
+  });
+}
+
+/**
+ * SVG bar chart of binned counts: one `rect.iw-hist-bar` per bin (height ∝ count), axis labels for the
+ * first and last edge and the largest count; each bar has a <title> with its range and count.
+ * @param {ArrayLike<number>} edges  bins + 1 bin edges
+ * @param {ArrayLike<number>} counts
+ */
+export function histogramSvg(edges, counts, { width = 320, height = 110, label = "activation histogram" } = {}) {
+  const n = counts.length;
+  if (edges.length !== n + 1) throw new RangeError(`histogram needs ${n + 1} edges for ${n} counts, got ${edges.length}`);
+  const top = Math.max(1, ...Array.from(counts));
+  const total = Array.from(counts).reduce((a, b) => a + b, 0);
+  const [left, bottom, plotH] = [36, 18, height - 26];
+  const plotW = width - left - 6;
+  const root = svg("svg", { class: "iw-histogram", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": `${label}: ${total} active rows in ${n} bins from ${formatScore(edges[0])} to ${formatScore(edges[n])}, tallest bin ${top}` }); // prettier-ignore
+  for (let i = 0; i < n; i += 1) {
+    const barH = (counts[i] / top) * plotH;
+    const bar = svg("rect", { class: "iw-hist-bar", x: (left + (i * plotW) / n).toFixed(1), y: (6 + plotH - barH).toFixed(1), width: Math.max(0.5, plotW / n - 1).toFixed(1), height: barH.toFixed(1), "data-count": counts[i] });
+    const title = svg("title");
+    title.textContent = `${formatScore(edges[i])} to ${formatScore(edges[i + 1])}: ${counts[i]} rows`;
+    bar.append(title);
+    root.append(bar);
+  }
+  const text = (x, y, content, anchor = "start") => {
+    const node = svg("text", { class: "iw-hist-axis", x, y, "text-anchor": anchor });
+    node.textContent = content;
+    root.append(node);
+  };
+  root.append(svg("line", { class: "iw-hist-baseline", x1: left, x2: left + plotW, y1: 6 + plotH, y2: 6 + plotH }));
+  text(left - 4, 14, String(top), "end");
+  text(left - 4, 6 + plotH, "0", "end");
+  text(left, height - 4, formatScore(edges[0]));
+  text(left + plotW, height - 4, formatScore(edges[n]), "end");
+  return root;
+}
+
+function readConcepts(model) {
+  const labels = model.get("labels") ?? [];
+  if (labels.length === 0) throw new RangeError("there are no concepts to browse");
+  const column = (name) => {
+    const payload = model.get(name);
+    if (!payload || !payload.data) return null;
+    const { values } = decodeArray(payload);
+    if (values.length !== labels.length) throw new RangeError(`${name} needs ${labels.length} values (one per concept), got ${values.length}`);
+    return values;
+  };
+  const tokens = model.get("text_tokens") ?? [];
+  const starts = [];
+  tokens.reduce((start, t) => (starts.push(start), start + t.length), 0);
+  const topPayload = model.get("text_top_concepts");
+  const top = topPayload?.data ? decodeArray(topPayload) : null;
+  return {
+    labels,
+    topTokens: model.get("top_tokens") ?? labels.map(() => []),
+    density: column("density"),
+    maxActivation: column("max_activation"),
+    importance: column("importance"),
+    texts: { tokens, gaps: model.get("text_gaps") ?? [], starts, top: top?.values, topWidth: top?.shape[1] ?? 0, topValues: top ? decodeArray(model.get("text_top_values")).values : null },
+  }; // prettier-ignore
+}
+
+function renderBrowser({ model, el, reportError }) {
+  const doc = el.ownerDocument;
+  const root = h("div", { class: "iw-root iw-concepts" });
+  const searchBox = h("input", { type: "search", class: "iw-concept-search", placeholder: "label or token", "aria-label": "Search concepts by label or top token" });
+  const sortSelect = h("select", { class: "iw-sort-select" });
+  const orderToggle = h("input", { type: "checkbox", class: "iw-descending-toggle" });
+  const deadToggle = h("input", { type: "checkbox", class: "iw-dead-toggle" });
+  const prev = h("button", { type: "button", class: "iw-button iw-prev", "aria-label": "Previous page" }, "\u2039");
+  const next = h("button", { type: "button", class: "iw-button iw-next", "aria-label": "Next page" }, "\u203a");
+  const pageLabel = h("span", { class: "iw-page-label", "aria-live": "polite" });
+  const toolbar = h("div", { class: "iw-toolbar" }, [
+    h("label", {}, ["Search ", searchBox]),
+    h("label", {}, ["Sort ", sortSelect]),
+    h("label", {}, [orderToggle, " descending"]),
+    h("label", {}, [deadToggle, " hide dead"]),
+    h("span", { class: "iw-pager" }, [prev, pageLabel, next]),
+  ]);
+  const list = h("ol", { class: "iw-concept-list", role: "listbox", "aria-label": "Concepts" });
+  const detail = h("section", { class: "iw-concept-detail", "aria-live": "polite" });
+  const summary = h("div", { class: "iw-caption iw-concept-summary" });
+  root.append(summary, toolbar, h("div", { class: "iw-concept-panes" }, [list, detail]));
+  el.append(root);
+  const tooltip = createTooltip(root);
+  let theme = detectTheme(doc);
+  let data = null;
+  let busyTimer = null;
+  let focusAfterDraw = null;
+
+  const safely = (fn) => (...args) => {
+    try {
+      fn(...args);
+    } catch (error) {
+      reportError(error);
+    }
+  }; // prettier-ignore
+  const save = (changes) => {
+    for (const [name, value] of Object.entries(changes)) model.set(name, value);
+    model.save_changes();
+  };
+
+  /** Ask the kernel for the details of `ids` unless it already has that request. */
+  function request(ids) {
+    const current = model.get("requested") ?? [];
+    if (current.length === ids.length && current.every((c, i) => c === ids[i])) return;
+    save({ requested: ids });
+  }
+
+  function conceptItem(c, selected) {
+    const imp = data.importance ? data.importance[c] : NaN;
+    const dead = data.density[c] === 0;
+    const chip = h("span", { class: "iw-concept-importance" }, Number.isNaN(imp) ? "" : formatScore(imp, { sign: true }));
+    if (!Number.isNaN(imp)) paintToken(chip, imp, importanceMax(), { theme, signed: true });
+    return h("li", { class: "iw-concept", role: "option", tabindex: selected ? 0 : -1, "data-concept": c, "aria-selected": String(selected),
+      "aria-label": `Concept ${c}: ${data.labels[c]}, density ${formatScore(data.density[c])}${dead ? ", dead" : ""}${Number.isNaN(imp) ? "" : `, importance ${formatScore(imp)}`}` }, [ // prettier-ignore
+      h("span", { class: "iw-concept-id" }, `#${c}`),
+      h("span", { class: "iw-concept-label" }, data.labels[c]),
+      chip,
+      h("span", { class: "iw-concept-density", title: "fraction of rows where the concept is active" }, formatScore(data.density[c])),
+      dead ? h("span", { class: "iw-concept-dead" }, "dead") : "",
+      h("span", { class: "iw-concept-tokens" }, data.topTokens[c].map(displayToken).join(" \u00b7 ")),
+    ]);
+  }
+
+  let impMax = null;
+  const importanceMax = () => {
+    if (impMax === null) impMax = data.importance ? Math.max(0, ...Array.from(data.importance).filter(Number.isFinite).map(Math.abs)) : 0;
+    return impMax;
+  };
+
+  function contextLine(example, max) {
+    const line = h("div", { class: "iw-tokens iw-context" });
+    example.tokens.forEach((text, k) => {
+      const span = h("span", { class: k === example.center ? "iw-token iw-center" : "iw-token", "data-value": example.activations[k] }, displayToken(text));
+      paintToken(span, Math.max(0, example.activations[k]), max, { theme, signed: false });
+      line.append(span);
+    });
+    return h("li", { class: "iw-example-context" }, [h("span", { class: "iw-context-value" }, formatScore(example.activation ?? NaN)), line]);
+  }
+
+  function textView(c, info) {
+    const { tokens, gaps, starts } = data.texts;
+    if (tokens.length === 0) return null;
+    const t = Math.min(model.get("selected_text") ?? 0, tokens.length - 1);
+    const section = h("div", { class: "iw-text-view" }, [h("h4", {}, "Input text")]);
+    if (tokens.length > 1) {
+      const select = h("select", { class: "iw-text-select", "aria-label": "Input text" }, tokens.map((tk, i) => h("option", { value: i }, `text ${i}: ${tk.slice(0, 8).join("").slice(0, 40)}`)));
+      select.value = String(t);
+      select.addEventListener("change", safely(() => save({ selected_text: Number(select.value), selected_token: -1 })));
+      section.append(select);
+    }
+    const box = h("div", { class: "iw-tokens iw-text-tokens", role: "group", "aria-label": `Activation of concept ${c} on each token` });
+    const values = info?.text_activations?.data ? decodeArray(info.text_activations).values : null;
+    const max = values ? Math.max(0, ...Array.from(values)) : 0;
+    const selectedToken = model.get("selected_token") ?? -1;
+    tokens[t].forEach((text, k) => {
+      if (gaps[t][k]) box.append(gaps[t][k]);
+      const span = h("span", { class: "iw-token iw-text-token", tabindex: 0, "data-token": k, "data-value": values ? values[k] : null, "aria-pressed": String(k === selectedToken) }, displayToken(text));
+      paintToken(span, values ? Math.max(0, values[k]) : NaN, max, { theme, signed: false });
+      box.append(span);
+    });
+    section.append(box);
+    if (values) section.append(createLegend(max, theme, `activation of concept ${c}`, { signed: false }));
+    if (selectedToken >= 0 && selectedToken < tokens[t].length && data.texts.top) {
+      const row = starts[t] + selectedToken;
+      const w = data.texts.topWidth;
+      const active = [];
+      for (let j = 0; j < w; j += 1) if (data.texts.top[row * w + j] >= 0) active.push([data.texts.top[row * w + j], data.texts.topValues[row * w + j]]);
+      section.append(h("div", { class: "iw-token-concepts" }, [
+        h("span", {}, `Concepts active at ${quoteToken(tokens[t][selectedToken])}: `),
+        ...(active.length ? active.map(([cc, v]) => h("button", { type: "button", class: "iw-button iw-goto-concept", "data-concept": cc }, `#${cc} ${data.labels[cc]} (${formatScore(v)})`)) : ["none"]),
+      ])); // prettier-ignore
+    }
+    return section;
+  }
+
+  function drawDetail(selected) {
+    const details = model.get("details") ?? {};
+    clearTimeout(busyTimer);
+    if (selected < 0) {
+      detail.replaceChildren(h("p", { class: "iw-caption" }, "Select a concept to see its histogram, top contexts, top texts and vocabulary."));
+      return;
+    }
+    const info = details[String(selected)];
+    if (!info) {
+      const waiting = h("p", { class: "iw-concept-loading", role: "status" }, `Loading concept ${selected}\u2026`);
+      detail.replaceChildren(waiting);
+      busyTimer = setTimeout(() => {
+        waiting.textContent = `Concept ${selected} has not arrived after ${BUSY_AFTER / 1000} s: the kernel is busy (a cell is running) or not connected. Details appear when it is free.`;
+        waiting.classList.add("iw-concept-busy");
+      }, BUSY_AFTER);
+      return;
+    }
+    const max = info.max ?? 0;
+    const stats = `density ${formatScore(info.density ?? NaN)} \u00b7 mean ${formatScore(info.mean ?? NaN)} \u00b7 max ${formatScore(max)} \u00b7 min ${formatScore(info.min ?? NaN)}`;
+    const parts = [
+      h("h3", { class: "iw-detail-title" }, [`#${info.concept} `, h("span", { class: "iw-detail-label" }, info.label)]),
+      h("div", { class: "iw-caption" }, stats),
+      h("h4", {}, "Activation histogram (active rows)"),
+      histogramSvg(decodeArray(info.hist_edges).values, decodeArray(info.hist_counts).values, { label: `activation histogram of concept ${info.concept}` }),
+      h("h4", {}, "Top activating contexts"),
+      h("ol", { class: "iw-contexts" }, info.examples.map((example) => contextLine(example, max))),
+      createLegend(max, theme, "activation", { signed: false }),
+    ];
+    if (info.top_texts.length) {
+      parts.push(h("h4", {}, "Top texts"), h("ol", { class: "iw-top-texts" }, info.top_texts.map((t) => h("li", {}, [h("span", { class: "iw-context-value" }, formatScore(t.max_activation ?? NaN)), h("span", { class: "iw-top-text" }, t.text)]))));
+    }
+    if (info.vocabulary) {
+      parts.push(h("h4", {}, "Promoted tokens (vocabulary projection)"), h("table", { class: "iw-table iw-vocabulary" }, [
+        h("thead", {}, h("tr", {}, [h("th", {}, "token"), h("th", {}, "logit")])),
+        h("tbody", {}, info.vocabulary.map((v) => h("tr", {}, [h("td", {}, displayToken(v.token)), h("td", {}, formatScore(v.logit ?? NaN, { sign: true }))]))),
+      ])); // prettier-ignore
+    }
+    const text = textView(info.concept, info);
+    if (text) parts.push(text);
+    detail.replaceChildren(...parts);
+  }
+
+  function draw() {
+    data = readConcepts(model);
+    impMax = null;
+    const options = { sortBy: model.get("sort_by") ?? "index", descending: Boolean(model.get("descending")), search: model.get("search") ?? "", hideDead: Boolean(model.get("hide_dead")) };
+    const order = visibleConcepts(data, options);
+    const pageSize = Math.max(1, model.get("page_size") ?? 10);
+    const pages = Math.max(1, Math.ceil(order.length / pageSize));
+    const page = Math.min(model.get("page") ?? 0, pages - 1);
+    const shown = order.slice(page * pageSize, (page + 1) * pageSize);
+    const selected = model.get("selected_concept") ?? -1;
+    root.dataset.iwTheme = theme;
+    summary.textContent = `${data.labels.length} ${model.get("method") ?? ""} concepts${model.get("layer") ? ` at ${model.get("layer")}` : ""}${model.get("n_rows") ? ` over ${model.get("n_rows")} rows` : ""}${data.importance ? ` \u00b7 importance: ${model.get("importance_label") || "importance"}` : ""}`;
+    sortSelect.replaceChildren(...Object.entries(SORT_KEYS).filter(([k]) => data.importance || !k.includes("importance")).map(([v, t]) => h("option", { value: v }, t)));
+    sortSelect.value = options.sortBy;
+    if (searchBox.value !== options.search) searchBox.value = options.search;
+    orderToggle.checked = options.descending;
+    deadToggle.checked = options.hideDead;
+    prev.disabled = page <= 0;
+    next.disabled = page >= pages - 1;
+    pageLabel.textContent = ` page ${page + 1} of ${pages} (${order.length} of ${data.labels.length} concepts) `;
+    const items = shown.map((c) => conceptItem(c, c === selected));
+    if (items.length && !items.some((li) => li.tabIndex === 0)) items[0].tabIndex = 0;
+    list.replaceChildren(...(items.length ? items : [h("li", { class: "iw-caption" }, "No concept matches.")]));
+    if (focusAfterDraw !== null) list.querySelector(`[data-concept="${focusAfterDraw}"]`)?.focus();
+    focusAfterDraw = null;
+    drawDetail(selected);
+    request(shown);
+  }
+
+  const resetPage = (changes) => save({ ...changes, page: 0 });
+  searchBox.addEventListener("input", safely(() => resetPage({ search: searchBox.value })));
+  sortSelect.addEventListener("change", safely(() => resetPage({ sort_by: sortSelect.value })));
+  orderToggle.addEventListener("change", safely(() => resetPage({ descending: orderToggle.checked })));
+  deadToggle.addEventListener("change", safely(() => resetPage({ hide_dead: deadToggle.checked })));
+  prev.addEventListener("click", safely(() => save({ page: Math.max(0, model.get("page") - 1) })));
+  next.addEventListener("click", safely(() => save({ page: model.get("page") + 1 })));
+  const closest = (event, selector) => (event.target instanceof Element ? event.target.closest(selector) : null);
+  const select = (c) => save({ selected_concept: c, selected_token: -1 });
+  list.addEventListener("click", safely((event) => {
+    const item = closest(event, ".iw-concept");
+    if (item) select(Number(item.dataset.concept));
+  })); // prettier-ignore
+  list.addEventListener("keydown", safely((event) => {
+    const item = closest(event, ".iw-concept");
+    if (!item) return;
+    const move = { ArrowDown: item.nextElementSibling, ArrowUp: item.previousElementSibling, Home: list.firstElementChild, End: list.lastElementChild }[event.key];
+    if (event.key === "Enter" || event.key === " ") select(Number(item.dataset.concept));
+    else if (move !== undefined) {
+      if (move?.dataset.concept !== undefined) {
+        focusAfterDraw = Number(move.dataset.concept);
+        select(focusAfterDraw);
+      }
+    } else if (event.key === "PageDown" && !next.disabled) next.click();
+    else if (event.key === "PageUp" && !prev.disabled) prev.click();
+    else return;
+    event.preventDefault();
+  })); // prettier-ignore
+  detail.addEventListener("click", safely((event) => {
+    const token = closest(event, ".iw-text-token");
+    if (token) save({ selected_token: Number(token.dataset.token) });
+    const goto = closest(event, ".iw-goto-concept");
+    if (goto) select(Number(goto.dataset.concept));
+  })); // prettier-ignore
+  detail.addEventListener("keydown", safely((event) => {
+    const token = closest(event, ".iw-text-token");
+    if (!token || (event.key !== "Enter" && event.key !== " ")) return;
+    save({ selected_token: Number(token.dataset.token) });
+    event.preventDefault();
+  })); // prettier-ignore
+  const describe = safely((event) => {
+    const span = closest(event, ".iw-token");
+    if (!span || span === tooltip.target) return;
+    const value = span.dataset.value !== undefined ? Number(span.dataset.value) : null;
+    tooltip.show(span, [["token", quoteToken(span.textContent)], ...(value === null ? [] : [["activation", formatScore(value, { digits: 6 })]])]);
+  });
+  detail.addEventListener("mouseover", describe);
+  detail.addEventListener("focusin", describe);
+  detail.addEventListener("mouseleave", () => tooltip.hide());
+
+  let pending = false;
+  const redraw = () => {
+    if (!pending) queueMicrotask(safely(() => {
+      pending = false;
+      draw();
+    })); // prettier-ignore
+    pending = true;
+  };
+  for (const name of TRAITS) model.on(`change:${name}`, redraw);
+  const stopWatchingTheme = watchTheme(doc, (nextTheme) => {
+    theme = nextTheme;
+    redraw();
+  });
+  draw();
+  return () => {
+    clearTimeout(busyTimer);
+    for (const name of TRAITS) model.off(`change:${name}`, redraw);
+    stopWatchingTheme();
+  };
+}
+
+export default { render: guardedRender("ConceptBrowser", renderBrowser) };

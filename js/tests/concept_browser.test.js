@@ -1,0 +1,232 @@
+// DOM contract of the concept browser: list, sorting/filtering, selection, paging requests, histogram,
+// contexts, text view, escaping, busy kernel message, visible errors, cleanup.
+import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
+import browser, { BUSY_AFTER, histogramSvg, visibleConcepts } from "../src/concept_browser.js";
+import { scoreColours } from "../src/lib/colour.js";
+import { fakeModel, payload, settle } from "./fake_model.js";
+
+const EVIL = "<img src=x onerror=alert(1)>";
+let el;
+let cleanup;
+beforeEach(() => {
+  el = document.createElement("div");
+  document.body.append(el);
+});
+afterEach(() => {
+  cleanup?.();
+  cleanup = undefined;
+  el.remove();
+  vi.useRealTimers();
+});
+const f32 = (values, offset = 12) => payload(Float32Array.from(values), "float32", [values.length], offset);
+const i32 = (values, offset = 8) => payload(Int32Array.from(values), "int32", [values.length], offset);
+
+function detail(c, overrides = {}) {
+  return {
+    concept: c,
+    label: `label ${c}`,
+    density: 0.5,
+    mean: 0.1,
+    max: 2,
+    min: 0,
+    examples: [{ tokens: ["the", " ", EVIL, "!"], center: 2, activation: 2, text_id: 0, activations: [0, 0, 2, 1] }],
+    top_texts: [{ text_id: 0, max_activation: 2, text: `a text with ${EVIL}` }],
+    vocabulary: [{ token: "</script>", logit: 1.5 }],
+    text_activations: f32([0, 1, 2]),
+    hist_edges: f32([0, 0.5, 1, 1.5, 2], 4),
+    hist_counts: i32([4, 0, 2, 1], 4),
+    ...overrides,
+  };
+}
+
+function state(overrides = {}) {
+  return {
+    method: "NMFConcepts",
+    layer: "layer.1",
+    n_rows: 40,
+    labels: ["zeta", EVIL, "alpha", "dead one"],
+    top_tokens: [["z"], ["x"], ["a", "bad"], []],
+    density: f32([0.2, 0.5, 0.1, 0]),
+    max_activation: f32([1, 3, 2, 0]),
+    importance: f32([0.5, -2, NaN, 1]),
+    importance_label: "contribution to positive",
+    sort_by: "index",
+    descending: false,
+    search: "",
+    hide_dead: false,
+    page: 0,
+    page_size: 2,
+    selected_concept: -1,
+    requested: [0, 1],
+    details: { 0: detail(0), 1: detail(1, { label: EVIL }) },
+    text_tokens: [["Cold", " soup", EVIL]],
+    text_gaps: [["", "", " "]],
+    text_top_concepts: payload(Int32Array.from([0, -1, 1, 0, 2, -1]), "int32", [3, 2], 4),
+    text_top_values: payload(Float32Array.from([1, 0, 2, 1, 3, 0]), "float32", [3, 2], 8),
+    selected_text: 0,
+    selected_token: -1,
+    error: "",
+    ...overrides,
+  };
+}
+const mount = (overrides) => {
+  const model = fakeModel(state(overrides));
+  cleanup = browser.render({ model, el });
+  return model;
+};
+const items = () => Array.from(el.querySelectorAll(".iw-concept"), (li) => Number(li.dataset.concept));
+
+describe("visibleConcepts", () => {
+  const data = { labels: ["b", "a", "c"], topTokens: [["x"], ["bad"], []], density: [0.2, 0, 0.5], maxActivation: [1, 2, 3], importance: [1, NaN, -3] };
+  const opts = (o) => ({ sortBy: "index", descending: false, search: "", hideDead: false, ...o });
+  it("sorts, filters dead concepts, searches labels and tokens, and puts unknown importance last", () => {
+    expect(visibleConcepts(data, opts({ sortBy: "label" }))).toEqual([1, 0, 2]);
+    expect(visibleConcepts(data, opts({ sortBy: "density", descending: true }))).toEqual([2, 0, 1]);
+    expect(visibleConcepts(data, opts({ hideDead: true }))).toEqual([0, 2]);
+    expect(visibleConcepts(data, opts({ search: "BA" }))).toEqual([1]);
+    expect(visibleConcepts(data, opts({ sortBy: "importance", descending: true }))).toEqual([0, 2, 1]);
+    expect(visibleConcepts(data, opts({ sortBy: "abs_importance", descending: true }))).toEqual([2, 0, 1]);
+    expect(() => visibleConcepts(data, opts({ sortBy: "nope" }))).toThrow(/unknown sort key/);
+  });
+});
+
+describe("concept list", () => {
+  it("lists the page with labels, density, dead flag and signed importance, escaped", () => {
+    mount({ page_size: 4 });
+    expect(items()).toEqual([0, 1, 2, 3]);
+    const evil = el.querySelector('[data-concept="1"]');
+    expect(evil.querySelector(".iw-concept-label").textContent).toBe(EVIL);
+    expect(el.querySelector("img")).toBeNull();
+    expect(el.querySelector('[data-concept="3"] .iw-concept-dead').textContent).toBe("dead");
+    expect(el.querySelector('[data-concept="0"] .iw-concept-dead')).toBeNull();
+    const chip = evil.querySelector(".iw-concept-importance");
+    expect(chip.textContent).toBe("\u22122");
+    expect(chip.style.backgroundColor).toBe(scoreColours(-2, 2, "light").background);
+    expect(el.querySelector('[data-concept="2"] .iw-concept-importance').textContent).toBe("");
+    expect(el.querySelector(".iw-concept-summary").textContent).toContain("4 NMFConcepts concepts at layer.1");
+  });
+
+  it("sorting and searching write traits, reset the page and request the new page's details", async () => {
+    const model = mount();
+    const sort = el.querySelector(".iw-sort-select");
+    sort.value = "max";
+    sort.dispatchEvent(new Event("change"));
+    el.querySelector(".iw-descending-toggle").click();
+    await settle();
+    expect(model.state.sort_by).toBe("max");
+    expect(model.state.page).toBe(0);
+    expect(items()).toEqual([1, 2]);
+    expect(model.state.requested).toEqual([1, 2]);
+    const search = el.querySelector(".iw-concept-search");
+    search.value = "ALPHA";
+    search.dispatchEvent(new Event("input"));
+    await settle();
+    expect(items()).toEqual([2]);
+    expect(model.state.requested).toEqual([2]);
+  });
+
+  it("pages forward and asks only for the visible concepts", async () => {
+    const model = mount();
+    expect(model.save_changes).not.toHaveBeenCalled(); // the kernel already sent page 0
+    el.querySelector(".iw-next").click();
+    await settle();
+    expect(model.state.page).toBe(1);
+    expect(items()).toEqual([2, 3]);
+    expect(model.state.requested).toEqual([2, 3]);
+    expect(el.querySelector(".iw-next").disabled).toBe(true);
+  });
+
+  it("selects by click and by keyboard, moving focus with the arrows", async () => {
+    const model = mount();
+    el.querySelector('[data-concept="0"]').click();
+    expect(model.state.selected_concept).toBe(0);
+    await settle();
+    const first = el.querySelector('[data-concept="0"]');
+    expect(first.getAttribute("aria-selected")).toBe("true");
+    expect(first.tabIndex).toBe(0);
+    first.focus();
+    first.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowDown", bubbles: true }));
+    expect(model.state.selected_concept).toBe(1);
+    await settle();
+    expect(document.activeElement.dataset.concept).toBe("1");
+    document.activeElement.dispatchEvent(new KeyboardEvent("keydown", { key: "PageDown", bubbles: true }));
+    expect(model.state.page).toBe(1);
+  });
+
+  it("hides importance sorting when there is no importance", () => {
+    mount({ importance: {} });
+    const options = Array.from(el.querySelectorAll(".iw-sort-select option"), (o) => o.value);
+    expect(options).toEqual(["index", "label", "density", "max"]);
+  });
+});
+
+describe("concept detail", () => {
+  it("draws the histogram from binary counts, contexts with the centre token highlighted, texts and vocabulary", () => {
+    mount({ selected_concept: 1 });
+    const bars = Array.from(el.querySelectorAll(".iw-hist-bar"));
+    expect(bars.map((b) => Number(b.dataset.count))).toEqual([4, 0, 2, 1]);
+    const heights = bars.map((b) => Number(b.getAttribute("height")));
+    expect(heights[0]).toBeGreaterThan(heights[2]);
+    expect(heights[2] / heights[0]).toBeCloseTo(0.5, 1);
+    expect(heights[1]).toBe(0);
+    expect(el.querySelector(".iw-histogram").getAttribute("aria-label")).toContain("7 active rows in 4 bins");
+    const center = el.querySelector(".iw-context .iw-center");
+    expect(center.textContent).toBe(EVIL);
+    expect(center.style.backgroundColor).toBe(scoreColours(2, 2, "light", { signed: false }).background);
+    expect(el.querySelector(".iw-detail-label").textContent).toBe(EVIL);
+    expect(el.querySelector(".iw-top-text").textContent).toBe(`a text with ${EVIL}`);
+    expect(el.querySelector(".iw-vocabulary td").textContent).toBe("</script>");
+    expect(el.querySelector("img, script")).toBeNull();
+  });
+
+  it("colours the input text by the selected concept and lists the concepts active at a clicked token", async () => {
+    const model = mount({ selected_concept: 0 });
+    const tokens = Array.from(el.querySelectorAll(".iw-text-token"));
+    expect(tokens.map((t) => t.textContent)).toEqual(["Cold", " soup", EVIL]);
+    expect(tokens[2].style.backgroundColor).toBe(scoreColours(2, 2, "light", { signed: false }).background);
+    tokens[1].click();
+    expect(model.state.selected_token).toBe(1);
+    await settle();
+    const buttons = Array.from(el.querySelectorAll(".iw-goto-concept"));
+    expect(buttons.map((b) => b.dataset.concept)).toEqual(["1", "0"]);
+    expect(buttons[0].textContent).toContain(EVIL);
+    buttons[0].click();
+    expect(model.state.selected_concept).toBe(1);
+  });
+
+  it("says it is waiting, then that the kernel is busy, when a detail has not arrived", async () => {
+    vi.useFakeTimers();
+    const model = mount({ selected_concept: 3 });
+    expect(el.querySelector(".iw-concept-loading").textContent).toContain("Loading concept 3");
+    vi.advanceTimersByTime(BUSY_AFTER + 10);
+    expect(el.querySelector(".iw-concept-busy").textContent).toContain("kernel is busy");
+    model.set("details", { 3: detail(3) });
+    await vi.runAllTimersAsync();
+    expect(el.querySelector(".iw-concept-busy")).toBeNull();
+    expect(el.querySelectorAll(".iw-hist-bar")).toHaveLength(4);
+  });
+});
+
+describe("histogramSvg", () => {
+  it("rejects mismatched edges", () => {
+    expect(() => histogramSvg([0, 1], [1, 2])).toThrow(/3 edges/);
+  });
+});
+
+describe("errors and cleanup", () => {
+  it("shows the error trait and malformed payloads instead of a blank cell", () => {
+    mount({ error: "boom <b>" });
+    expect(el.querySelector(".iw-error").textContent).toContain("boom <b>");
+    cleanup();
+    cleanup = undefined;
+    mount({ density: f32([1, 2]) });
+    expect(el.querySelector(".iw-error").textContent).toContain("density needs 4 values");
+  });
+
+  it("removes its listeners on teardown", () => {
+    const model = mount();
+    cleanup();
+    cleanup = undefined;
+    expect(model.listenerCount()).toBe(0);
+  });
+});
