@@ -65,13 +65,18 @@ def playwright_driver():
         yield driver
 
 
+def require_chromium() -> str:
+    """Path of Debian's chromium, or a test failure (never a skip) that names `apt-get install -y chromium`."""
+    try:
+        return chromium_executable()
+    except ChromiumMissing as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def browser(playwright_driver, built_bundles):
     """Headless Debian chromium, shared by the session (each test opens its own context)."""
-    try:
-        chromium_executable()
-    except ChromiumMissing as exc:
-        pytest.fail(str(exc), pytrace=False)
+    require_chromium()
     browser = launch_chromium(playwright_driver)
     yield browser
     browser.close()

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from tests.browser import harness
+from tests.browser.conftest import require_chromium
 
 pytestmark = pytest.mark.browser
 
@@ -15,6 +16,11 @@ def test_missing_chromium_fails_with_install_command(monkeypatch):
     monkeypatch.setattr(harness.shutil, "which", lambda name: None)
     with pytest.raises(harness.ChromiumMissing, match="apt-get install -y chromium"):
         harness.launch_chromium(playwright=None)
+    # The browser fixture turns it into a failure, not a skip.
+    with pytest.raises((pytest.fail.Exception, pytest.skip.Exception)) as outcome:
+        require_chromium()
+    assert outcome.type is pytest.fail.Exception, f"a missing chromium must fail the test, not {outcome.typename}"
+    assert "apt-get install -y chromium" in str(outcome.value)
 
 
 def test_browser_fixture_runs_debian_chromium(browser):
