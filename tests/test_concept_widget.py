@@ -1,0 +1,197 @@
+"""ConceptBrowser: traits, paging payloads, validation, static SVG fallback, export, and a tiny BERT end to end."""
+
+from __future__ import annotations
+
+import json
+import warnings
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+import torch
+
+from interp_widgets.concepts import (
+    ConceptInterpretation,
+    NMFConcepts,
+    TextConcepts,
+    collect_activations,
+    concept_importance,
+    text_concepts,
+)
+from interp_widgets.widgets import ConceptBrowser, buffer_to_array
+from interp_widgets.widgets._base import WIDGET_VIEW_MIME
+from interp_widgets.widgets.concepts import MAX_TEXT_CHARS
+from tests.conftest import model_fingerprint
+
+EVIL = "<img src=x onerror=alert(1)>"
+
+
+def _interpretation(n: int = 6, k: int = 3, bins: int = 5) -> ConceptInterpretation:
+    """A hand-made interpretation: concept c's top token is ``tok{c}`` (concept 1's is EVIL), concept n-1 is dead."""
+    rng = np.random.default_rng(0)
+    density = np.linspace(0.9, 0.1, n)
+    density[-1] = 0.0
+    examples = []
+    for c in range(n):
+        token = EVIL if c == 1 else f"tok{c}"
+        examples.append([{"row": c * k + r, "activation": float(k - r), "text_id": 0, "position": 1, "token": token,
+                          "context": ["a ", token, " b"], "context_activations": [0.0, float(k - r), 0.5], "center": 1}
+                         for r in range(k)] if density[c] > 0 else [])
+    long_text = "x" * (MAX_TEXT_CHARS + 50)
+    return ConceptInterpretation(
+        method="NMFConcepts", layer="layer.1", labels=[f"label {c}" if c != 1 else EVIL for c in range(n)],
+        density=density, mean=density / 2, maximum=np.arange(n, dtype=float) + 1, minimum=np.zeros(n),
+        top_rows=np.zeros((n, k), int), top_values=np.ones((n, k)), examples=examples,
+        top_texts=np.array([[0, 1, -1]] * n), top_text_values=np.array([[2.0, 1.0, np.nan]] * n),
+        texts={"0": f"first {EVIL}", "1": long_text}, hist_counts=rng.integers(0, 9, (n, bins)),
+        hist_edges=np.tile(np.linspace(0, 1, bins + 1), (n, 1)), vocab_tokens=[["</script>", "b"]] * n,
+        vocab_logits=np.tile([2.0, 1.0], (n, 1)), params={"rows": 99},
+    )
+
+
+def _text(n: int = 6) -> TextConcepts:
+    coefficients = np.zeros((4, n))
+    coefficients[1, 2], coefficients[1, 0], coefficients[2, 1] = 3.0, 1.0, 2.0
+    return TextConcepts(text=f"Hi {EVIL}!", tokens=["[CLS]", "Hi", EVIL, "[SEP]"], offsets=[(0, 0), (0, 2), (3, 31), (0, 0)],
+                        special_mask=[True, False, False, True], coefficients=coefficients, layer="layer.1", method="NMF")
+
+
+def _state_bytes(widget) -> int:
+    state = {k: v for k, v in widget.get_state().items() if k not in ("_esm", "_css")}
+    return len(json.dumps(state, default=lambda o: "x" * len(bytes(o))))
+
+
+def test_traits_and_first_page_payload():
+    interp = _interpretation()
+    browser = ConceptBrowser(interp, texts=[_text()], importance=np.array([0.5, -2, np.nan, 1, 0, 0]), page_size=2)
+    assert browser.labels[1] == EVIL and browser.n_rows == 99 and browser.layer == "layer.1"
+    np.testing.assert_allclose(buffer_to_array(browser.density), interp.density, rtol=1e-6)
+    assert browser.top_tokens[0] == ["tok0"] and browser.top_tokens[5] == []
+    assert browser.requested == [0, 1] and sorted(browser.details) == ["0", "1"]
+    assert browser.text_tokens == [["Hi", EVIL]] and browser.text_gaps == [["", " "]]
+    top = buffer_to_array(browser.text_top_concepts)
+    assert top.shape == (2, 5) and top[0, :2].tolist() == [2, 0] and top[0, 2] == -1 and top[1, 0] == 1
+    assert buffer_to_array(browser.text_top_values)[0, :2].tolist() == [3.0, 1.0]
+
+
+def test_concept_detail_matches_interpretation():
+    interp = _interpretation()
+    browser = ConceptBrowser(interp, texts=[_text()])
+    detail = browser.concept_detail(2)
+    np.testing.assert_array_equal(buffer_to_array(detail["hist_counts"]), interp.hist_counts[2])
+    np.testing.assert_allclose(buffer_to_array(detail["hist_edges"]), interp.hist_edges[2], rtol=1e-6)
+    assert [e["activation"] for e in detail["examples"]] == [3.0, 2.0, 1.0]
+    assert detail["examples"][0]["tokens"] == ["a ", "tok2", " b"] and detail["examples"][0]["center"] == 1
+    assert [t["text_id"] for t in detail["top_texts"]] == [0, 1]
+    assert len(detail["top_texts"][1]["text"]) == MAX_TEXT_CHARS + 1  # cut, with an ellipsis
+    assert detail["vocabulary"][0] == {"token": "</script>", "logit": 2.0}
+    assert buffer_to_array(detail["text_activations"]).tolist() == [3.0, 0.0]  # non-special tokens only
+    json.dumps(browser.details, default=lambda o: None, allow_nan=False)  # export pages refuse NaN
+
+
+def test_paging_sends_only_requested_and_selected_details():
+    n, k = 300, 10
+    interp = _interpretation(n=n, k=k, bins=30)
+    browser = ConceptBrowser(interp, page_size=10)
+    assert len(browser.details) == 10
+    page_bytes = _state_bytes(browser)
+    browser.requested = list(range(20, 30)) + [n + 5, -1]  # as the front end writes it; out-of-range ids dropped
+    assert browser.requested == list(range(20, 30))
+    browser.selected_concept = 200
+    assert sorted(map(int, browser.details)) == list(range(20, 30)) + [200]
+    everything = {str(c): browser.concept_detail(c) for c in range(n)}
+    full = len(json.dumps(everything, default=lambda o: "x" * len(bytes(o))))
+    assert page_bytes < full / 10  # the page's state is a small fraction of all details
+    assert page_bytes < 60_000
+
+
+def test_visible_order_sort_search_and_dead_filter():
+    browser = ConceptBrowser(_interpretation(), importance=[0.5, -2, np.nan, 1, 0, 0])
+    assert browser.visible_order() == [0, 1, 2, 3, 4, 5]
+    browser.sort_by, browser.descending = "density", False
+    assert browser.visible_order() == [5, 4, 3, 2, 1, 0]
+    browser.sort_by, browser.descending = "importance", True
+    assert browser.visible_order() == [3, 0, 4, 5, 1, 2]  # NaN last, ties by id
+    browser.sort_by = "abs_importance"
+    assert browser.visible_order() == [1, 3, 0, 4, 5, 2]
+    browser.hide_dead = True
+    assert 5 not in browser.visible_order()
+    browser.search = "TOK3"
+    assert browser.visible_order() == [3]
+    browser.search = "img"  # matches concept 1's label
+    assert browser.visible_order() == [1]
+
+
+def test_importance_from_concept_importance_and_bad_inputs():
+    interp = _interpretation()
+    with pytest.raises(TypeError, match="ConceptInterpretation or a fitted concept model"):
+        ConceptBrowser("not concepts")
+    with pytest.raises(ValueError, match="one number per concept"):
+        ConceptBrowser(interp, importance=[1.0, 2.0])
+    with pytest.raises(ValueError, match="same concept model"):
+        ConceptBrowser(interp, texts=[_text(n=3)])
+    with pytest.raises(ValueError, match="plain-string texts"):
+        ConceptBrowser(interp, texts=["hello"])
+    browser = ConceptBrowser(interp)
+    with pytest.raises(Exception, match="needs importance="):
+        browser.sort_by = "importance"
+    with pytest.raises(Exception, match="out of range"):
+        browser.selected_concept = 6
+    with pytest.raises(Exception, match="page_size"):
+        browser.page_size = 0
+
+
+def test_static_svg_fallback_is_escaped_and_first_after_the_widget_view():
+    browser = ConceptBrowser(_interpretation(), importance=[0.5, -2, 0, 1, 0, 0])
+    data, _ = browser._repr_mimebundle_()
+    assert list(data)[:2] == [WIDGET_VIEW_MIME, "image/svg+xml"]
+    assert "text/html" not in data
+    svg = data["image/svg+xml"]
+    root = ET.fromstring(svg)  # well-formed: token text was escaped
+    text = "".join(root.itertext())
+    assert EVIL in text and "<img" not in svg
+    assert "#1 " + EVIL in text and "DEAD" in text and "contribution" not in text and "importance −2" in text
+    assert "tok3" in text
+    browser.error = "broken <b>"
+    assert "broken &lt;b&gt;" in browser._repr_mimebundle_()[0]["image/svg+xml"]
+    assert "ConceptBrowser(6 NMFConcepts concepts" in repr(browser)
+
+
+def test_export_page_is_offline_and_escaped(tmp_path):
+    browser = ConceptBrowser(_interpretation(), texts=[_text()])
+    page = browser.export_html(tmp_path / "concepts.html").read_text(encoding="utf-8")
+    assert "http://" not in page and "https://" not in page
+    assert EVIL not in page and "\\u003cimg src=x onerror" in page  # state JSON escapes "<" inside <script>
+
+
+@pytest.fixture(scope="module")
+def tiny_bert_concepts(bert_classifier):
+    model, tokenizer = bert_classifier
+    texts = ["The soup was cold and bland.", "Great service, friendly staff!", "Not bad at all.",
+             f"The movie was awful {EVIL}.", "I loved the music and the food."]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        store = collect_activations(model, tokenizer, texts, layer=1, progress=False)
+        concepts = NMFConcepts(4, nonnegative="shift", random_state=0, max_iter=200).fit(store)
+    return model, tokenizer, store, concepts
+
+
+def test_tiny_bert_end_to_end(tiny_bert_concepts):
+    model, tokenizer, store, concepts = tiny_bert_concepts
+    before = model_fingerprint(model, tokenizer)
+    importance = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")
+    browser = ConceptBrowser(concepts, store=store, model=model, tokenizer=tokenizer, texts=[importance, "Cold soup."],
+                             k=3, page_size=2)
+    assert model_fingerprint(model, tokenizer) == before
+    assert browser.n_rows == len(store) and len(browser.labels) == 4 and browser.importance_label == "contribution to positive"
+    np.testing.assert_allclose(buffer_to_array(browser.importance), importance.per_concept("positive"), rtol=1e-5, atol=1e-6)
+    browser.selected_text, browser.selected_concept = 1, 3
+    expected = text_concepts(concepts, model, tokenizer, "Cold soup.")
+    got = buffer_to_array(browser.details["3"]["text_activations"])
+    np.testing.assert_allclose(got, expected.coefficients[~expected.special_mask][:, 3], rtol=1e-5, atol=1e-6)
+    assert browser.text_tokens == [["Not", "bad", "at", "all", "."], ["Cold", "soup", "."]]  # original case from offsets
+    assert browser.text_gaps[1] == ["", " ", ""]
+    detail = browser.details["3"]
+    assert len(detail["examples"]) == 3 and sum(buffer_to_array(detail["hist_counts"])) > 0
+    assert ET.fromstring(browser.static_svg()).tag.endswith("svg")
+    assert torch.is_grad_enabled()
