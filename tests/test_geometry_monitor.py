@@ -470,3 +470,24 @@ def test_geometry_log_rows_merge_and_order():
         log.log(1, x=0.0)
     with pytest.raises(ValueError, match="without '\\|'"):
         log.log(3, **{"a|b": 1.0})
+
+
+def test_max_tokens_subsamples_the_same_rows_for_every_layer_within_budget(gpt2_lm):
+    model, tokenizer = gpt2_lm
+    model = copy.deepcopy(model)
+    monitor = AnisotropyMonitor(model, ["layer:0", "layer:1"], rank=2, fit="refit", refit_every=5, n_controls=3,
+                                max_tokens=7, seed=4)
+    batches = _lm_batches(len(tokenizer), 2)
+    with monitor:
+        for batch in batches:  # two micro-batches in one step: the budget spans them
+            model(**batch).loss.backward()
+        rows = {spec: torch.cat(list(monitor._H[spec].values())) for spec in monitor.layers}
+        monitor.step()
+    assert monitor.series("n_tokens|layer:0")[1][0] == monitor.series("n_tokens|layer:1")[1][0] == 7
+    # layer:0's kept rows are real tokens of the first micro-batch, picked the same way for layer:1
+    with torch.no_grad():
+        hidden = model(**batches[0], output_hidden_states=True).hidden_states
+    keep = batches[0]["attention_mask"].reshape(-1).bool()
+    real0 = hidden[1].reshape(-1, hidden[1].shape[-1])[keep]
+    matches = (rows["layer:0"][:, None, :] == real0[None]).all(-1).any(1)
+    assert bool(matches.all())

@@ -557,23 +557,28 @@ class AnisotropyMonitor(GeometryLog):
                              "monitor.track(step, input_ids=batch['input_ids'])")
         return mask
 
-    def _rows(self, shape: torch.Size, device: torch.device) -> torch.Tensor:
-        """Indices of the kept rows (flattened batch × sequence) for this forward pass, shared by all layers."""
+    def _rows(self, spec: str, shape: torch.Size, device: torch.device) -> torch.Tensor:
+        """Indices of the kept rows (flattened batch × sequence) of this forward pass for one layer.
+
+        Valid rows (mask) and one seeded random order are shared by all layers of a forward pass; a layer takes
+        the first rows of that order that fit its remaining ``max_tokens`` budget for the step, so layers with
+        equal budgets keep the same tokens.
+        """
         key = (self._forward_id, tuple(shape[:-1]))
-        if key in self._selection:
-            return self._selection[key]
-        n = math.prod(shape[:-1])
-        mask = self._row_mask(shape)
-        valid = torch.arange(n) if mask is None else mask.reshape(-1).nonzero().squeeze(1)
-        budget_key = tuple(shape[1:-1])
-        remaining = max(0, self.max_tokens - self._used.get(budget_key, 0))
+        cached = self._selection.get(key)
+        if cached is None:
+            mask = self._row_mask(shape)
+            n = math.prod(shape[:-1])
+            valid = torch.arange(n) if mask is None else mask.reshape(-1).nonzero().squeeze(1)
+            cached = self._selection[key] = {"valid": valid, "order": None}
+        valid = cached["valid"]
+        remaining = max(0, self.max_tokens - self._used.get(spec, 0))
         if valid.shape[0] > remaining:
-            pick = torch.randperm(valid.shape[0], generator=self._generator)[:remaining]
-            valid = valid[pick.sort().values]
-        self._used[budget_key] = self._used.get(budget_key, 0) + valid.shape[0]
-        rows = valid.to(device)
-        self._selection[key] = rows
-        return rows
+            if cached["order"] is None:
+                cached["order"] = torch.randperm(valid.shape[0], generator=self._generator)
+            valid = valid[cached["order"][:remaining].sort().values]
+        self._used[spec] = self._used.get(spec, 0) + valid.shape[0]
+        return valid.to(device)
 
     def _layer_hook(self, spec: str):
         def hook(module, args, output):
@@ -594,7 +599,7 @@ class AnisotropyMonitor(GeometryLog):
             if self.dims[spec] is None:
                 _check_rank_dim(self.rank, d, spec)
                 self.dims[spec] = d
-            rows = self._rows(tensor.shape, tensor.device)
+            rows = self._rows(spec, tensor.shape, tensor.device)
             if rows.numel() == 0:
                 return None
             forward = self._forward_id
