@@ -71,7 +71,7 @@ _COLOURS_JS = """el => {
 
 
 def text_and_background(locator) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-    """(text colour, effective opaque background) of the element, as RGB triples."""
+    """(text colour as rendered, effective opaque background) of the element, as RGB triples."""
     found = locator.evaluate(_COLOURS_JS)
     colour = parse_rgb(found["color"])
     stack = [parse_rgb(layer) for layer in found["layers"]]
@@ -79,10 +79,15 @@ def text_and_background(locator) -> tuple[tuple[float, float, float], tuple[floa
     if opaque is None:
         raise AssertionError(f"no opaque background behind the element: {found['layers']}")
     background = stack[opaque][:3]
-    for r, g, b, alpha in reversed(stack[:opaque]):
-        background = tuple(alpha * c + (1 - alpha) * under for c, under in zip((r, g, b), background))
-    assert colour[3] == 1.0, f"text colour is translucent: {found['color']}"
-    return colour[:3], background
+    for layer in reversed(stack[:opaque]):
+        background = _over(layer, background)
+    return _over(colour, background), background
+
+
+def _over(rgba, below):
+    """``rgba`` composited over the opaque colour ``below`` (translucent text, e.g. JupyterLab's dark theme)."""
+    alpha = rgba[3]
+    return tuple(alpha * c + (1 - alpha) * under for c, under in zip(rgba[:3], below))
 
 
 def tooltip_rows(view) -> dict[str, str]:
