@@ -99,6 +99,12 @@ export function histogramSvg(edges, counts, { width = 320, height = 110, label =
   return root;
 }
 
+/** The first characters of an input text, rebuilt from its tokens and the gaps before them. */
+export function textPreview(tokens, gaps, limit = 40) {
+  const text = tokens.map((t, k) => (k ? (gaps[k] ?? "") : "") + t).join("");
+  return text.length > limit ? `${text.slice(0, limit)}\u2026` : text;
+}
+
 function readConcepts(model) {
   const labels = model.get("labels") ?? [];
   if (labels.length === 0) throw new RangeError("there are no concepts to browse");
@@ -209,7 +215,7 @@ function renderBrowser({ model, el, reportError }) {
     const t = Math.min(model.get("selected_text") ?? 0, tokens.length - 1);
     const section = h("div", { class: "iw-text-view" }, [h("h4", {}, "Input text")]);
     if (tokens.length > 1) {
-      const select = h("select", { class: "iw-text-select", "aria-label": "Input text" }, tokens.map((tk, i) => h("option", { value: i }, `text ${i}: ${tk.slice(0, 8).join("").slice(0, 40)}`)));
+      const select = h("select", { class: "iw-text-select", "aria-label": "Input text" }, tokens.map((tk, i) => h("option", { value: i }, `text ${i}: ${textPreview(tk, gaps[i])}`)));
       select.value = String(t);
       select.addEventListener("change", safely(() => save({ selected_text: Number(select.value), selected_token: -1 })));
       section.append(select);

@@ -1,7 +1,7 @@
 // DOM contract of the concept browser: list, sorting/filtering, selection, paging requests, histogram,
 // contexts, text view, escaping, busy kernel message, visible errors, cleanup.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import browser, { BUSY_AFTER, histogramSvg, visibleConcepts } from "../src/concept_browser.js";
+import browser, { BUSY_AFTER, histogramSvg, textPreview, visibleConcepts } from "../src/concept_browser.js";
 import { scoreColours } from "../src/lib/colour.js";
 import { fakeModel, payload, settle } from "./fake_model.js";
 
@@ -204,6 +204,39 @@ describe("concept detail", () => {
     await vi.runAllTimersAsync();
     expect(el.querySelector(".iw-concept-busy")).toBeNull();
     expect(el.querySelectorAll(".iw-hist-bar")).toHaveLength(4);
+  });
+});
+
+describe("text choice and theme", () => {
+  it("switches input texts through the select, clearing the token choice", () => {
+    const model = mount({ selected_concept: 0, selected_token: 1, text_tokens: [["Cold", " soup", EVIL], ["Hot", " tea", "!"]], text_gaps: [["", "", " "], ["", "", ""]],
+      text_top_concepts: payload(Int32Array.from([0, -1, 1, 0, 2, -1, 0, -1, 0, -1, 0, -1]), "int32", [6, 2], 4),
+      text_top_values: payload(Float32Array.from([1, 0, 2, 1, 3, 0, 1, 0, 1, 0, 1, 0]), "float32", [6, 2], 8) }); // prettier-ignore
+    const select = el.querySelector(".iw-text-select");
+    expect(Array.from(select.options, (o) => o.textContent)).toEqual([`text 0: Cold soup ${EVIL}`, "text 1: Hot tea!"]);
+    select.value = "1";
+    select.dispatchEvent(new Event("change"));
+    expect(model.state.selected_text).toBe(1);
+    expect(model.state.selected_token).toBe(-1);
+  });
+
+  it("follows a dark JupyterLab theme", async () => {
+    document.body.setAttribute("data-jp-theme-light", "false");
+    try {
+      mount({ selected_concept: 1 });
+      expect(el.querySelector(".iw-concepts").dataset.iwTheme).toBe("dark");
+      const center = el.querySelector(".iw-context .iw-center");
+      expect(center.style.backgroundColor).toBe(scoreColours(2, 2, "dark", { signed: false }).background);
+    } finally {
+      document.body.removeAttribute("data-jp-theme-light");
+    }
+  });
+});
+
+describe("textPreview", () => {
+  it("keeps the original spacing and cuts long texts", () => {
+    expect(textPreview(["Not", "bad", "."], ["", " ", ""])).toBe("Not bad.");
+    expect(textPreview(["abcdef"], [""], 3)).toBe("abc\u2026");
   });
 });
 
