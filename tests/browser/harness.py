@@ -261,6 +261,9 @@ def jupyter_lab(root_dir: str | Path, *, timeout: float = 90.0) -> Iterator[Jupy
             sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
             "--IdentityProvider.token=", "--ServerApp.password=", f"--ServerApp.root_dir={root_dir}",
             "--allow-root", "--ServerApp.port_retries=0",
+            # Kernels talk over Unix sockets in the private runtime directory: no TCP port races with other
+            # Jupyter processes on the machine (a kernel losing its port looks like dropped executions).
+            "--KernelManager.transport=ipc",
             # Lets :meth:`JupyterServer.api` DELETE sessions without a browser's XSRF cookie (loopback test server).
             "--ServerApp.disable_check_xsrf=True",
         ]  # fmt: skip
