@@ -12,7 +12,7 @@ import torch
 
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.concepts import ActivationStore, collect_activations
-from interp_widgets.concepts.activations import parse_bytes
+from interp_widgets.concepts.activations import _DiskChunk, parse_bytes
 from interp_widgets.demo import corpus
 from tests.conftest import model_fingerprint
 
@@ -87,7 +87,7 @@ def test_budget_spills_to_disk_and_reads_back_lazily(bert_masked_lm, tmp_path):
     memory = collect_activations(model, tokenizer, TEXTS, layer=1, progress=False)
     disk = collect_activations(model, tokenizer, TEXTS, layer=1, progress=False, memory_budget="20KB")
     assert not disk.in_memory and len(disk._chunks) > 3
-    assert all(isinstance(c, np.memmap) for c in disk._chunks)
+    assert all(isinstance(c, _DiskChunk) for c in disk._chunks)
     np.testing.assert_array_equal(disk[:], memory[:])
     np.testing.assert_array_equal(disk.text_ids, memory.text_ids)
     assert disk.tokens() == memory.tokens()

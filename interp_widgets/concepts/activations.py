@@ -2,8 +2,8 @@
 
 :func:`collect_activations` runs a model over texts in length-bucketed batches, records one layer's output per token
 (or one pooled vector per text) and keeps every row's metadata: text id, token position, token string and character
-offsets. Rows are kept in memory up to a budget; past it, chunks stream to ``.npy`` files that are read back lazily
-through numpy memory maps. :class:`ActivationStore` behaves like one ``(rows, dim)`` matrix either way. With a
+offsets. Rows are kept in memory up to a budget; past it, chunks stream to ``.npy`` files that are read back lazily,
+one chunk at a time, through short-lived numpy memory maps. :class:`ActivationStore` behaves like one ``(rows, dim)`` matrix either way. With a
 ``torch.distributed`` process group, each rank collects a contiguous shard of the texts and every rank gets back a
 store that reads all shards as one.
 
@@ -64,6 +64,33 @@ def parse_bytes(size: int | str) -> int:
     return value
 
 
+class _DiskChunk:
+    """One ``.npy`` chunk on disk, memory-mapped only while it is read.
+
+    Mapping a file only for the duration of a read keeps its pages out of the process's resident set afterwards;
+    a memory map kept open would count every page ever touched.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        header = np.load(self.path, mmap_mode="r")
+        self.shape, self.ndim = header.shape, header.ndim
+        del header
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key) -> np.ndarray:
+        mapped = np.load(self.path, mmap_mode="r")
+        try:
+            return np.array(mapped[key], dtype=np.float32)
+        finally:
+            del mapped
+
+    def __array__(self, dtype=None, copy=None):
+        return self[:] if dtype is None else self[:].astype(dtype)
+
+
 class ActivationStore:
     """Activation rows with their metadata, in memory or memory-mapped from disk, read like one matrix.
 
@@ -106,7 +133,7 @@ class ActivationStore:
     @property
     def in_memory(self) -> bool:
         """Whether the rows live in RAM (``False`` when they are memory-mapped from disk)."""
-        return not any(isinstance(c, np.memmap) for c in self._chunks)
+        return not any(isinstance(c, _DiskChunk) for c in self._chunks)
 
     @property
     def layer(self) -> str:
@@ -158,7 +185,7 @@ class ActivationStore:
         """
         if rows is None:
             for start, chunk in zip(self._bounds[:-1], self._chunks):
-                yield int(start), np.asarray(chunk, dtype=np.float32)
+                yield int(start), chunk[:] if isinstance(chunk, _DiskChunk) else np.asarray(chunk, dtype=np.float32)
             return
         if int(rows) < 1:
             raise ValueError(f"rows must be >= 1, got {rows}")
@@ -187,7 +214,7 @@ class ActivationStore:
         pending: list[np.ndarray] = []
         pending_rows = 0
         for index in chunk_order:
-            block = np.asarray(self._chunks[index], dtype=np.float32)
+            block = self._chunks[index][:]
             if shuffle:
                 block = block[rng.permutation(len(block))]
             pending.append(block)
@@ -329,8 +356,8 @@ class ActivationStore:
         manifest = json.loads((path / "manifest.json").read_text())
         if manifest.get("format") != _STORE_FORMAT:
             raise ValueError(f"{path / 'manifest.json'} is not an interp_widgets activation store")
-        chunks = [np.load(path / name, mmap_mode="r") for name in manifest["chunks"]]
-        meta = {name: np.load(path / f"meta-{name}.npy", mmap_mode="r") for name in META_FIELDS}
+        chunks = [_DiskChunk(path / name) for name in manifest["chunks"]]
+        meta = {name: np.load(path / f"meta-{name}.npy") for name in META_FIELDS}
         texts = json.loads((path / "texts.json").read_text())
         return cls(chunks, meta, texts, manifest["info"], directory=path)
 
