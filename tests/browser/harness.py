@@ -11,7 +11,9 @@ Example:
     ...     browser = launch_chromium(pw)
     ...     page = browser.new_page()
     ...     log = RequestLog(page)
-    ...     page.goto(server.url("lab/tree/demo.ipynb"))
+    ...     page.goto(server.notebook_url("demo.ipynb"))
+    ...     wait_for_kernel_idle(page)
+    ...     run_cells(page, 0, 2)
     ...     log.assert_loopback_only()
 """
 
@@ -101,7 +103,8 @@ def is_loopback(url: str) -> bool:
 
 @dataclass
 class RequestLog:
-    """Records every request and WebSocket a page opens; :meth:`assert_loopback_only` fails on any other host.
+    """Records every request of a page's browser context (the page, its popups and workers) and every WebSocket
+    its pages open; :meth:`assert_loopback_only` fails on any other host.
 
     Example:
         >>> log = RequestLog(page)       # doctest: +SKIP
@@ -112,8 +115,13 @@ class RequestLog:
     urls: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.page.on("request", lambda request: self.urls.append(request.url))
-        self.page.on("websocket", lambda socket_: self.urls.append(socket_.url))
+        context = self.page.context
+        context.on("request", lambda request: self.urls.append(request.url))
+        context.on("page", self._watch_websockets)
+        self._watch_websockets(self.page)
+
+    def _watch_websockets(self, page) -> None:
+        page.on("websocket", lambda socket_: self.urls.append(socket_.url))
 
     def outside(self) -> list[str]:
         """URLs that did not stay on loopback."""

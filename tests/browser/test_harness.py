@@ -30,6 +30,21 @@ def test_browser_fixture_runs_debian_chromium(browser):
     assert browser.version in reported.stdout
 
 
+def test_request_log_catches_a_request_off_loopback(browser):
+    context = browser.new_context()
+    try:
+        context.route("http://192.0.2.1/**", lambda route: route.abort())  # TEST-NET-1; aborted, nothing leaves
+        page = context.new_page()
+        log = harness.RequestLog(page)
+        page.set_content('<img src="data:image/gif;base64,R0lGODlhAQABAAAAACw="><img src="http://192.0.2.1/x.png">')
+        page.wait_for_load_state()
+        assert log.outside() == ["http://192.0.2.1/x.png"]
+        with pytest.raises(AssertionError, match="192.0.2.1"):
+            log.assert_loopback_only()
+    finally:
+        context.close()
+
+
 @pytest.mark.parametrize(
     ("url", "local"),
     [
