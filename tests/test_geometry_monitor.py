@@ -363,6 +363,10 @@ def test_bad_input_errors(gpt2_lm):
         AnisotropyMonitor(model, ["layer:0"], rank=32, total_steps=5)
     with pytest.raises(ValueError, match="n_controls must be an integer >= 1"):
         AnisotropyMonitor(model, ["layer:0"], rank=4, n_controls=0, total_steps=5)
+    with pytest.raises(ValueError, match="needs refit_every="):
+        AnisotropyMonitor(model, ["layer:0"], rank=4, fit="refit")
+    with pytest.raises(ValueError, match="total_steps do\\(es\\) not apply to fit='refit'"):
+        AnisotropyMonitor(model, ["layer:0"], rank=4, fit="refit", refit_every=2, total_steps=5)
     with pytest.raises(ValueError, match="needs nn.Linear"):
         AnisotropyMonitor(model, ["layer:0"], gradient="weight", total_steps=5)
     model = copy.deepcopy(model)

@@ -326,6 +326,13 @@ class AnisotropyMonitor(GeometryLog):
         self.center, self.zeta, self.coordinates, self.representation = center, zeta, coordinates, representation
         self.optimizer = optimizer
         self.special_token_ids = None if special_token_ids is None else torch.as_tensor(sorted(set(special_token_ids)))
+        misplaced = [name for name, value, owner in (
+            ("total_steps", total_steps, "early"), ("fit_fraction", fit_fraction, "early"),
+            ("refit_every", refit_every, "refit"), ("basis", basis, "fixed")) if value is not None and owner != fit]
+        if misplaced:
+            raise ValueError(f"{', '.join(misplaced)} do(es) not apply to fit={fit!r}")
+        if fit == "refit" or (fit == "early" and total_steps is not None):
+            self._learned_schedule()  # validates total_steps / fit_fraction / refit_every now, not at step 0
         self._basis = basis
         self._dictionary = _dictionary_function(proxy_method)
         self._fit_tokens = fit_tokens
@@ -690,12 +697,11 @@ class AnisotropyMonitor(GeometryLog):
                 if self.total_steps is None:
                     raise ValueError("fit='early' needs total_steps= (the run length in steps) to place the fit "
                                      "window; or use fit='refit' with refit_every=")
-                schedule = ProxySchedule("early", self.rank, total_steps=self.total_steps,
-                                         fit_fraction=self.fit_fraction)
+                schedule = self._learned_schedule()
                 self.meta["fit_window"] = list(schedule.fit_window)
                 self.meta["total_steps"] = self.total_steps
             elif self.fit == "refit":
-                schedule = ProxySchedule("refit", self.rank, refit_every=self.refit_every)
+                schedule = self._learned_schedule()
             else:
                 basis = self._basis[spec] if isinstance(self._basis, Mapping) else self._basis
                 if basis is None:
@@ -710,6 +716,12 @@ class AnisotropyMonitor(GeometryLog):
             if self._dictionary is not None:
                 self._reservoirs[spec] = _Reservoir(self._fit_tokens, self._generator)
         return schedule
+
+    def _learned_schedule(self) -> ProxySchedule:
+        """A fresh ``early`` or ``refit`` schedule from the monitor's settings (validates them)."""
+        if self.fit == "early":
+            return ProxySchedule("early", self.rank, total_steps=self.total_steps, fit_fraction=self.fit_fraction)
+        return ProxySchedule("refit", self.rank, refit_every=self.refit_every)
 
     def _update_proxy(self, step: int, spec: str, H: torch.Tensor) -> None:
         schedule = self._schedule(spec)
