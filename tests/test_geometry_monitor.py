@@ -495,3 +495,21 @@ def test_max_tokens_subsamples_the_same_rows_for_every_layer_within_budget(gpt2_
     real0 = hidden[1].reshape(-1, hidden[1].shape[-1])[keep]
     matches = (rows["layer:0"][:, None, :] == real0[None]).all(-1).any(1)
     assert bool(matches.all())
+
+
+def test_monitor_widget_is_cached_and_receives_the_rows():
+    d = 8
+    model = Planted(d, torch.eye(d)[:, :2], eps=0.1)
+    monitor = AnisotropyMonitor(model, ["lin"], rank=2, total_steps=3, n_controls=3, representation=False)
+    widget = monitor.widget()
+    assert monitor.widget() is widget
+    g = torch.Generator().manual_seed(0)
+    with monitor:
+        for _ in range(3):
+            model(torch.randn(16, d, generator=g), torch.randn(16, d, generator=g)).backward()
+            monitor.step()
+    steps, columns = widget.history()  # flushed on exit
+    assert steps.tolist() == [0, 1, 2]
+    np.testing.assert_allclose(columns["energy_ratio|lin"], monitor.series("energy_ratio|lin")[1], rtol=1e-6)
+    data, _ = monitor._repr_mimebundle_()
+    assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == widget.model_id

@@ -267,6 +267,7 @@ class GeometryLog:
 
     def _record(self, step: int, values: Mapping[str, float], raw: Mapping[str, np.ndarray] | None = None) -> None:
         """Store ``values`` (flat names) at ``step`` (merged into the last row if it has the same step), notify."""
+        latest = True
         if self._size and step < self._steps[self._size - 1]:
             row = int(np.searchsorted(self._steps[: self._size], step))
             if self._steps[row] != step:
@@ -274,6 +275,7 @@ class GeometryLog:
                     f"{self.x_label} {step} comes before the last recorded {self.x_label} "
                     f"{self._steps[self._size - 1]} and has no row to merge into; record in increasing order"
                 )
+            latest = False  # stored, but not pushed: subscribers see steps in increasing order
         elif self._size and step == self._steps[self._size - 1]:
             row = self._size - 1
         elif step == self._thinned_step or not self._append_row(step):
@@ -295,7 +297,8 @@ class GeometryLog:
                     raise ValueError(f"raw series {name!r} changed length from {matrix.shape[1]} to {vector.shape[0]}")
                 matrix = self._raw[name] = np.full((self._steps.shape[0], vector.shape[0]), np.nan)
             matrix[row] = vector
-        self._notify(step, dict(values))
+        if latest:
+            self._notify(step, dict(values))
 
     def _append_row(self, step: int) -> bool:
         """Append a row for ``step``; False if thinning drops it (only every ``stride``-th new row is kept)."""
@@ -332,8 +335,10 @@ class GeometryLog:
     def subscribe(self, callback: Callable[[int, dict], None]) -> Callable[[], None]:
         """Call ``callback(step, values)`` for every recorded step; returns a function that unsubscribes.
 
-        ``values`` maps flat series names to floats (NaN where missing). A callback that raises is reported as a
-        warning and never interrupts training.
+        ``values`` maps flat series names to floats (NaN where missing). Steps arrive in increasing order (a step
+        may come again with more values, e.g. scalars logged after its measurement); values merged into an older
+        row are stored but not pushed. A callback that raises is reported as a warning and never interrupts
+        training.
 
         Example:
             >>> log = GeometryLog(); seen = []
