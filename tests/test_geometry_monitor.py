@@ -513,3 +513,20 @@ def test_monitor_widget_is_cached_and_receives_the_rows():
     np.testing.assert_allclose(columns["energy_ratio|lin"], monitor.series("energy_ratio|lin")[1], rtol=1e-6)
     data, _ = monitor._repr_mimebundle_()
     assert data["application/vnd.jupyter.widget-view+json"]["model_id"] == widget.model_id
+
+
+def test_bf16_autocast_rows_are_upcast_and_measured():
+    d = 16
+    model = Planted(d, torch.eye(d)[:, :2], eps=0.1)
+    monitor = AnisotropyMonitor(model, ["lin"], rank=2, fit="fixed", basis=torch.eye(d)[:, :2], n_controls=4)
+    x, noise = torch.randn(64, d) * 3, torch.randn(64, d)
+    with monitor:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = model(x, noise)
+        loss.backward()
+        rows = torch.cat(list(monitor._G["lin"].values()))
+        monitor.step()
+    assert rows.dtype == torch.float32
+    # the proxy holds most of the energy (the planted head reads span(e1, e2)), measured on upcast bf16 gradients
+    assert monitor.series("proxy_energy|lin")[1][0] > 0.5
+    assert monitor.series("nonfinite|lin")[1][0] == 0.0
