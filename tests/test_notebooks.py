@@ -1,5 +1,5 @@
 """The product-tour notebooks: every ``notebooks/*.ipynb`` runs top to bottom offline within its time budget, and the
-committed copies (saved with outputs) render their static pictures through ``nbconvert --sanitize-html``.
+committed copies (saved with outputs, without widget state) render their static pictures through ``nbconvert --sanitize-html``.
 
 The demo classifier and decoder are trained (or loaded from the cache) once per session before any notebook runs,
 so the budgets measure the notebooks themselves, model loading included, not first-use training.
@@ -107,6 +107,8 @@ def test_committed_notebook_is_saved_executed_small_and_offline(path):
     assert code and all(c.execution_count is not None for c in code), f"{path.name}: save it executed, top to bottom"
     assert [c.execution_count for c in code] == list(range(1, len(code) + 1)), f"{path.name}: run it in order"
     assert not [o for c in code for o in c.outputs if o.get("output_type") == "error"]
+    # with saved widget state nbconvert renders the (script-only) widget views instead of the SVG fallbacks
+    assert "widgets" not in nb.metadata, f"{path.name}: save it without widget state (store_widget_state=False)"
     assert path.stat().st_size <= MAX_SAVED_BYTES, f"{path.name} is {path.stat().st_size} bytes"
     assert not _urls(nb), f"{path.name}: outputs reference URLs: {_urls(nb)[:3]}"
 
