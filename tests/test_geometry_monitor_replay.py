@@ -82,7 +82,7 @@ def test_replay_refit_and_probe_errors(bert_masked_lm, bert_classifier, tmp_path
         assert (batch["input_ids"][masked] == tokenizer.mask_token_id).all()
     again = probe_batches(PROBE, tokenizer, "masked-lm", batch_size=2, seed=1)
     assert all(torch.equal(a["labels"], b["labels"]) for a, b in zip(batches, again))
-    record = replay([model, model], None, ["layer:1"], batches=batches, rank=3, fit="refit", refit_every=1,
+    record = replay([model, model], None, [1], batches=batches, rank=3, fit="refit", refit_every=1,
                     n_controls=4, progress=False)
     ratio = record.series("energy_ratio|layer:1")[1]
     assert np.isnan(ratio[0]) and np.isfinite(ratio[1])

@@ -219,8 +219,8 @@ class AnisotropyMonitor(GeometryLog):
 
     Args:
         model: the model being trained (a Hugging Face model, any ``nn.Module``, or a DDP wrapper).
-        layers: layer specs: ``"layer:i"`` (HF blocks), module paths, or ints. With ``gradient="weight"`` each must
-            be an ``nn.Linear`` (or transformers ``Conv1D``).
+        layers: layer specs: ``"layer:i"`` (HF blocks), module paths, or ints (recorded as ``"layer:i"``). With
+            ``gradient="weight"`` each must be an ``nn.Linear`` (or transformers ``Conv1D``).
         rank: proxy rank k (``2k <= d``, so matched-rank controls fit in the complement).
         every: measure every ``every``-th step (other steps cost nothing: no rows are kept).
         fit: ``"early"`` (fit once on the first ``fit_fraction`` of ``total_steps``, then freeze), ``"refit"``
@@ -303,12 +303,13 @@ class AnisotropyMonitor(GeometryLog):
             raise ValueError(f"fit must be 'early', 'refit' or 'fixed', got {fit!r}")
         if fit == "fixed" and basis is None:
             raise ValueError("fit='fixed' needs basis= (a d × k matrix, a TangentProxy, or {layer: basis})")
-        specs = [str(layer) for layer in layers]
+        specs = [f"layer:{layer}" if isinstance(layer, (int, np.integer)) and not isinstance(layer, bool)
+                 else str(layer) for layer in layers]
         if len(set(specs)) != len(specs):
             raise ValueError(f"layers contains duplicates: {specs}")
         super().__init__(specs, x_label=_x_label, max_rows=max_rows)
         self.model = inner
-        self.modules = {spec: resolve_module(inner, layer) for spec, layer in zip(specs, layers)}
+        self.modules = {spec: resolve_module(inner, spec) for spec in specs}
         if gradient == "weight":
             bad = [spec for spec, module in self.modules.items() if not _is_linear(module)]
             if bad:
