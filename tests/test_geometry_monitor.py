@@ -92,7 +92,7 @@ def test_gpt2_losses_and_parameters_bit_identical_with_monitor(gpt2_lm):
     before = model_fingerprint(model, tokenizer)
     batches = _lm_batches(len(tokenizer), 50)
     plain_losses, plain_params, _ = _train(model, batches)
-    kwargs = dict(layers=["layer:0", "layer:1"], rank=4, n_controls=20, total_steps=50, max_tokens=20)
+    kwargs = dict(layers=["layer:1"], rank=4, n_controls=20, total_steps=50, max_tokens=20)
     losses, params, monitor = _train(model, batches, kwargs)
     assert losses == plain_losses  # exact float equality, 50 momentum-SGD steps with dropout on
     assert all(torch.equal(a, b) for a, b in zip(params, plain_params))
@@ -104,7 +104,7 @@ def test_bert_classifier_losses_bit_identical_with_monitor(bert_classifier):
     model, tokenizer = bert_classifier
     enc = tokenizer(["a good film", "dull and far too long to watch", "fine", "bad"], padding=True,
                     return_tensors="pt")
-    batches = [dict(enc, labels=torch.tensor([2, 0, 1, 0]))] * 6
+    batches = [dict(enc, labels=torch.tensor([2, 0, 1, 0]))] * 4
     plain_losses, plain_params, _ = _train(model, batches)
     # layer:0 only: without [CLS], the last layer of a classifier gets exactly zero gradient (the pooler reads [CLS])
     kwargs = dict(layers=["layer:0"], rank=4, fit="refit", refit_every=2, n_controls=5,
@@ -113,7 +113,7 @@ def test_bert_classifier_losses_bit_identical_with_monitor(bert_classifier):
     assert losses == plain_losses
     assert all(torch.equal(a, b) for a, b in zip(params, plain_params))
     content = int(sum(t not in tokenizer.all_special_ids for t in enc["input_ids"].flatten().tolist()))
-    assert monitor.series("n_tokens|layer:0")[1].tolist() == [content] * 6
+    assert monitor.series("n_tokens|layer:0")[1].tolist() == [content] * 4
 
 
 # ------------------------------------------------------------------------------------------------ hook hygiene
