@@ -13,9 +13,10 @@ Monitor: every = 1, k = 16, 20 controls, ≤ 4096 tokens, fit="early" whose wind
 timed step is a full post-window measurement: alignment + representation metrics), with one layer and with all six
 layers. Goal ≤ 1.03.
 
-Timing: CPU time of this process (``time.process_time``, all its threads), which other processes on a shared
-machine disturb far less than wall time; 2 rounds of 3 unmonitored then 3 monitored optimizer steps on the same model,
-medians over all rounds. The load average is printed first. ``monitor_ms`` is the monitor's own recording
+Timing: wall time of 2 rounds of 3 unmonitored then 3 monitored optimizer steps on the same model. The ratio uses
+the fastest step of each kind (on a shared machine other processes only ever add time, so the minimum is the
+least disturbed estimate); medians are printed too. CPU time is no better here: idle OpenMP threads spin and are
+billed. The load average is printed first. ``monitor_ms`` is the monitor's own recording
 time per step (the hooks' row copies are part of the step ratio, not of ``monitor_ms``).
 """
 
@@ -72,7 +73,7 @@ def decoder():
 
 
 def step_times(model, batches, monitor_layers):
-    """Median unmonitored and monitored step CPU times (s) and the monitor's median own wall time (ms)."""
+    """Fastest and median unmonitored/monitored step times (s) and the monitor's median own time (ms)."""
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     # default schedule; the 3 warm-up steps are the fit window, so every timed step is a full "late" measurement
@@ -85,11 +86,11 @@ def step_times(model, batches, monitor_layers):
         nonlocal index
         batch = batches[index % len(batches)]
         index += 1
-        start = time.process_time()
+        start = time.perf_counter()
         model(**batch).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-        times[kind].append(time.process_time() - start)
+        times[kind].append(time.perf_counter() - start)
 
     run("plain")  # warm-up
     times["plain"].clear()
@@ -104,7 +105,7 @@ def step_times(model, batches, monitor_layers):
             for _ in range(STEPS):
                 run("monitored")
     own = [v for v in monitor.series("monitor_ms")[1][3:] if v == v]  # after the fit window
-    return statistics.median(times["plain"]), statistics.median(times["monitored"]), statistics.median(own)
+    return times["plain"], times["monitored"], statistics.median(own)
 
 
 def zipf_batches(n_batches: int, vocab: int = 512, seed: int = 0):
@@ -173,10 +174,12 @@ def main() -> None:
         model, batches = build()
         for label, layers in (("1layer", ["layer:3"]), ("6layers", [f"layer:{i}" for i in range(6)])):
             plain, monitored, own = step_times(model, batches, layers)
-            print(f"bench: monitor_step_ratio_{name}_{label} = {monitored / plain:.3f} (goal <= 1.03)", flush=True)
-            print(f"  {name} {label}: unmonitored step {plain * 1e3:.0f} ms CPU, monitored {monitored * 1e3:.0f} ms "
-                  f"CPU, monitor's own recording {own:.0f} ms/step (wall)", flush=True)
-
+            print(f"bench: monitor_step_ratio_{name}_{label} = {min(monitored) / min(plain):.3f} (goal <= 1.03)",
+                  flush=True)
+            print(f"  {name} {label}: fastest step unmonitored {min(plain) * 1e3:.0f} ms, monitored "
+                  f"{min(monitored) * 1e3:.0f} ms (medians {statistics.median(plain) * 1e3:.0f} / "
+                  f"{statistics.median(monitored) * 1e3:.0f} ms); monitor's own recording {own:.0f} ms/step",
+                  flush=True)
 
 if __name__ == "__main__":
     main()
