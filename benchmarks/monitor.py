@@ -181,5 +181,6 @@ def main() -> None:
                   f"{statistics.median(monitored) * 1e3:.0f} ms); monitor's own recording {own:.0f} ms/step",
                   flush=True)
 
+
 if __name__ == "__main__":
     main()
