@@ -513,7 +513,9 @@ class ModelAdapter:
         with self.evaluation(), torch.inference_mode():
             step_input = ids
             for _ in range(int(max_new_tokens)):
-                out = self.model(input_ids=step_input, use_cache=True, **{cache_arg: past})
+                seen = ids.shape[1] + len(new_ids)
+                mask = torch.ones((1, seen), dtype=torch.long, device=self.device)
+                out = self.model(input_ids=step_input, attention_mask=mask, use_cache=True, **{cache_arg: past})
                 past = getattr(out, cache_arg)
                 p = torch.softmax(out.logits[0, -1].float(), dim=-1).cpu()
                 if do_sample:

@@ -251,3 +251,22 @@ def test_result_round_trips_through_safetensors(tmp_path, gpt2_lm):
     assert len(frame) == result.scores.size and set(frame["target"]) == set(result.target_labels)
     spec = result.aggregate("word").chart().to_dict()
     assert spec["mark"]["type"] == "bar"
+
+
+def test_adaptive_mesh_without_refinement_is_the_uniform_trapezoid(bert_classifier):
+    adaptive = IntegratedGradients(max_steps=8).attribute(*bert_classifier, TEXTS[1], target=[0, 2])
+    uniform = IntegratedGradients(n_steps=9, method="riemann_trapezoid").attribute(*bert_classifier, TEXTS[1],
+                                                                                  target=[0, 2])
+    assert adaptive.params["mesh_nodes"] == [9, 9]
+    np.testing.assert_allclose(adaptive.scores, uniform.scores, atol=1e-6)
+    np.testing.assert_allclose(adaptive.completeness_error, uniform.completeness_error, atol=1e-6)
+
+
+def test_adaptive_mesh_refines_until_the_tolerance(bert_classifier):
+    loose = IntegratedGradients(tolerance=0.05).attribute(*bert_classifier, TEXTS, target=[0, 1, 2])
+    tight = IntegratedGradients(tolerance=0.001).attribute(*bert_classifier, TEXTS, target=[0, 1, 2])
+    for a, b in zip(loose, tight):
+        assert (np.abs(a.completeness_error) <= 0.05 * np.maximum(np.abs(a.score_delta), 1e-3)).all()
+        assert (np.abs(b.completeness_error) <= 0.001 * np.maximum(np.abs(b.score_delta), 1e-3)).all()
+        assert sum(b.params["mesh_nodes"]) >= sum(a.params["mesh_nodes"])
+    assert sum(sum(r.params["mesh_nodes"]) for r in tight) > sum(sum(r.params["mesh_nodes"]) for r in loose)

@@ -130,7 +130,7 @@ class _EmbeddingGradientMethod(Attributor):
     def _needs_baseline(self) -> bool:
         return False
 
-    def _extra_outputs(self, adapter, problems, bases, per_dim, score) -> list[dict]:
+    def _extra_outputs(self, adapter, problems, bases, per_dim, score, endpoints=None) -> list[dict]:
         return [{} for _ in problems]
 
     # ---- engine
@@ -171,6 +171,10 @@ class _EmbeddingGradientMethod(Attributor):
         finally:
             if bar is not None:
                 bar.close()
+        return self._finish(adapter, problems, inputs, bases, sums, squares, score)
+
+    def _finish(self, adapter, problems, inputs, bases, sums, squares, score, endpoints=None) -> list[AttributionResult]:
+        """Per-dimension attributions from accumulated gradients, checked for NaN/inf, reduced to token scores."""
         per_dim = [
             self._per_dimension(x.float().cpu(), None if b is None else b.float().cpu(), s, q)
             for x, b, s, q in zip(inputs, bases, sums, squares)
@@ -181,7 +185,7 @@ class _EmbeddingGradientMethod(Attributor):
                     f"input {item}: the gradients contain NaN or inf (the model overflowed or the score is "
                     "log(0)); try score='logit', a float32 model, or a different baseline."
                 )
-        extras = self._extra_outputs(adapter, problems, bases, per_dim, score)
+        extras = self._extra_outputs(adapter, problems, bases, per_dim, score, endpoints)
         return [
             self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score,
                          signed=self.signed and self.reduce == "sum", **e)
@@ -226,10 +230,12 @@ class IntegratedGradients(_EmbeddingGradientMethod):
     which is exact up to quadrature error when ``reduce="sum"``.
 
     Args:
-        n_steps: quadrature nodes per target, or ``"auto"`` (default): start with 16 Gauss–Legendre nodes and
-            double them for the inputs whose relative completeness error exceeds ``tolerance``, up to
-            ``max_steps``. The steps actually used are recorded in ``result.params["n_steps"]``.
-        method: ``gausslegendre`` (default; converges fastest) or ``riemann_left|right|middle|trapezoid``.
+        n_steps: quadrature nodes per target, or ``"auto"`` (default): the trapezoid rule on a path mesh that is
+            refined where the completeness integrand is poorly resolved (the local error of every interval is known
+            exactly from the forward scores), until the completeness error is within ``tolerance`` or the mesh has
+            ``max_steps`` intervals. Nodes used per target are recorded in ``result.params["mesh_nodes"]``.
+        method: quadrature for a fixed ``n_steps``: ``gausslegendre`` (default) or
+            ``riemann_left|right|middle|trapezoid``.
         baseline: ``pad``, ``mask``, ``unk``, ``zero``, a vector, a ``(T, D)`` tensor or a callable.
         tolerance: relative completeness error that ``"auto"`` aims for (``|err| <= tolerance · max(|Δf|, 1e-3)``).
 
@@ -264,34 +270,91 @@ class IntegratedGradients(_EmbeddingGradientMethod):
         self.baseline = baseline
         self.tolerance = float(tolerance)
         self.max_steps = int(max_steps)
-        self._set_steps(16 if n_steps == "auto" else int(n_steps))
-
-    def _set_steps(self, n: int) -> None:
-        self._alphas, self._weights = quadrature(self.method, n)
-        self._steps = n
+        if n_steps != "auto":
+            self._alphas, self._weights = quadrature(method, int(n_steps))
 
     def _attribute_inputs(self, adapter, problems, *, score, granularity):
         if self.n_steps != "auto":
             return super()._attribute_inputs(adapter, problems, score=score, granularity=granularity)
-        results: list[AttributionResult | None] = [None] * len(problems)
-        pending = list(range(len(problems)))
-        steps = 16
+        return self._adaptive(adapter, problems, score)
+
+    def _adaptive(self, adapter, problems, score) -> list[AttributionResult]:
+        """Trapezoid rule on a path mesh refined where the completeness integrand is poorly resolved.
+
+        For every interval ``[a, b]`` of the mesh the exact integral of the scalar integrand is known from the
+        forward scores, ``f(γ(b)) − f(γ(a))``, so its local error is exact: ``|h/2 (φ'(a) + φ'(b)) − (φ(b) − φ(a))|``
+        with ``φ'(α) = ∇f(γ(α))·(x − b)``. Rounds split the intervals carrying the largest share of the error,
+        evaluating all new points of all inputs in one batched pass, until the completeness error is within
+        ``tolerance`` or the mesh has ``max_steps`` intervals. Nodes are never re-evaluated.
+        """
+        with torch.no_grad():
+            inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach() for p in problems]
+        bases = [self._baseline(adapter, p) for p in problems]
+        deltas = [(x - b).float().cpu() for x, b in zip(inputs, bases)]
+        # nodes[item][target]: alpha -> (score, scalar derivative, gradient)
+        nodes = [[{} for _ in range(p.n_targets)] for p in problems]
+        pending = [[(t, float(a)) for t in range(p.n_targets) for a in np.linspace(0.0, 1.0, 9)] for p in problems]
+        bar = progress_bar(self.progress, sum(len(q) for q in pending), self.name)
+
+        def build(item, start, stop):
+            x, base = inputs[item], bases[item]
+            chosen = pending[item][start:stop]
+            alphas = torch.as_tensor([a for _, a in chosen], dtype=x.dtype, device=x.device)[:, None, None]
+            return base + alphas * (x - base), np.array([t for t, _ in chosen], dtype=np.int64)
+
+        def consume(chunk, scores, grads):
+            g = grads.float().cpu()
+            for row, (t, a) in enumerate(pending[chunk.item][chunk.start : chunk.stop]):
+                derivative = float((g[row].double() * deltas[chunk.item].double()).sum())
+                nodes[chunk.item][t][a] = (float(scores[row]), derivative, g[row])
+
         try:
-            while pending:
-                self._set_steps(steps)
-                batch = super()._attribute_inputs(adapter, [problems[i] for i in pending], score=score,
-                                                  granularity=granularity)
-                still = []
-                for i, result in zip(pending, batch):
-                    result.params["n_steps"] = steps
-                    results[i] = result
-                    limit = self.tolerance * np.maximum(np.abs(result.score_delta), 1e-3)
-                    if np.any(np.abs(result.completeness_error) > limit) and steps * 2 <= self.max_steps:
-                        still.append(i)
-                pending, steps = still, steps * 2
+            while any(pending):
+                evaluate_rows(adapter, problems, [len(q) for q in pending], build, consume, score=score,
+                              with_grad=True, progress=bar)
+                pending = [self._refine(targets) for targets in nodes]
+                if bar is not None:
+                    bar.total += sum(len(q) for q in pending)
         finally:
-            self._set_steps(16)
-        return results  # type: ignore[return-value]
+            if bar is not None:
+                bar.close()
+        sums, endpoints, used = [], [], []
+        for targets in nodes:
+            mean_grads = []
+            for mesh in targets:
+                alphas = np.array(sorted(mesh))
+                weights = np.zeros(len(alphas))
+                weights[:-1] += np.diff(alphas) / 2
+                weights[1:] += np.diff(alphas) / 2
+                mean_grads.append(sum(w * mesh[a][2] for w, a in zip(weights, alphas)))
+            sums.append(torch.stack(mean_grads))
+            endpoints.append((np.array([m[1.0][0] for m in targets]), np.array([m[0.0][0] for m in targets])))
+            used.append([len(m) for m in targets])
+        results = self._finish(adapter, problems, inputs, bases, sums, [None] * len(sums), score, endpoints=endpoints)
+        for result, counts in zip(results, used):
+            result.params.update(method="adaptive_trapezoid", n_steps=max(counts), mesh_nodes=counts)
+        return results
+
+    def _refine(self, targets) -> list[tuple[int, float]]:
+        """New path points for the targets of one input whose completeness error is still above tolerance."""
+        new = []
+        for t, mesh in enumerate(targets):
+            alphas = np.array(sorted(mesh))
+            values = np.array([mesh[a][0] for a in alphas])
+            slopes = np.array([mesh[a][1] for a in alphas])
+            widths = np.diff(alphas)
+            local = widths / 2 * (slopes[:-1] + slopes[1:]) - np.diff(values)
+            delta = abs(values[-1] - values[0])
+            budget = self.tolerance * max(delta, 1e-3)
+            if abs(local.sum()) <= budget or len(alphas) - 1 >= self.max_steps:
+                continue
+            room = self.max_steps - (len(alphas) - 1)
+            split = np.flatnonzero(np.abs(local) > budget / (2 * len(local)))
+            split = split[np.argsort(-np.abs(local[split]))][:room]
+            if len(split) == 0:
+                split = [int(np.abs(local).argmax())]
+            new += [(t, float((alphas[i] + alphas[i + 1]) / 2)) for i in split]
+        return new
 
     def params(self):
         params = super().params()
@@ -300,7 +363,7 @@ class IntegratedGradients(_EmbeddingGradientMethod):
         return params
 
     def _rows_per_target(self):
-        return self._steps
+        return self.n_steps
 
     def _row_weights(self):
         return self._weights
@@ -315,8 +378,9 @@ class IntegratedGradients(_EmbeddingGradientMethod):
     def _per_dimension(self, x, base, mean_grad, mean_sq):
         return (x - base) * mean_grad
 
-    def _extra_outputs(self, adapter, problems, bases, per_dim, score):
-        endpoints = _endpoint_scores(adapter, problems, bases, score)
+    def _extra_outputs(self, adapter, problems, bases, per_dim, score, endpoints=None):
+        if endpoints is None:
+            endpoints = _endpoint_scores(adapter, problems, bases, score)
         out = []
         for (f_x, f_b), values in zip(endpoints, per_dim):
             delta = f_x - f_b
