@@ -41,13 +41,14 @@ def test_from_captum_llm_result(gpt2_lm):
     llm = LLMAttribution(FeatureAblation(model), tokenizer)
     prompt = TextTokenInput("The hotel was", tokenizer)
     captum_result = llm.attribute(prompt, target=" very clean")
-    result = from_captum(captum_result)
+    result = from_captum(captum_result, text=" very clean")
     n_in, n_out = len(captum_result.input_tokens), len(captum_result.output_tokens)
     assert result.scores.shape == (n_out, n_in + n_out)
     np.testing.assert_allclose(result.scores[:, :n_in], captum_result.token_attr.numpy())
     assert np.isnan(result.scores[:, n_in:]).all()
     assert result.generated_mask.sum() == n_out
     assert result.text.startswith("The hotel was")
+    assert result.text.endswith(" very clean")
 
 
 def test_from_interpreto_classification_and_generation():

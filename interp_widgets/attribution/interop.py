@@ -69,13 +69,14 @@ def from_captum(
     A tensor of shape ``(1, T, D)``, ``(T, D)`` or ``(T,)`` must align with ``tokenizer(text)`` (special tokens
     included, as Captum's text tutorials build inputs); ``reduce`` (``sum`` signed, ``norm``) collapses ``D``.
     An ``LLMAttributionResult`` becomes a generation result (targets × prompt-and-generated sources, NaN where a
-    generated token cannot see a source).
+    generated token cannot see a source). Captum strips the spaces of generated tokens; pass the continuation as
+    ``text`` to restore them exactly (otherwise a space is guessed before every word-like token).
 
     Example:
         >>> from_captum(lig.attribute(ids, baselines=ref, target=1), tokenizer, text, target_label="positive")  # doctest: +SKIP
     """
     if hasattr(attributions, "seq_attr") and hasattr(attributions, "input_tokens"):
-        return _from_captum_llm(attributions, method=method)
+        return _from_captum_llm(attributions, method=method, continuation=text)
     if tokenizer is None or text is None:
         raise TypeError("from_captum(tensor, tokenizer, text): pass the tokenizer and the text the tensor explains")
     values = _to_numpy(attributions)
@@ -114,9 +115,26 @@ def from_captum(
     )
 
 
-def _from_captum_llm(llm_result, *, method: str) -> AttributionResult:
+def _respace(tokens: list[str], continuation: str | None) -> list[str]:
+    """Restore the spaces Captum strips from generated tokens, from the continuation text when given."""
+    if any(t[:1] in ("Ġ", "▁", " ") for t in tokens):
+        return tokens
+    if continuation is None:
+        return [("Ġ" + t if t[:1].isalnum() else t) for t in tokens]
+    out, position = [], 0
+    for token in tokens:
+        found = continuation.find(token, position) if token else -1
+        if found < 0:
+            out.append(token)
+            continue
+        out.append(("Ġ" if continuation[position:found].strip() == "" and found > position else "") + token)
+        position = found + len(token)
+    return out
+
+
+def _from_captum_llm(llm_result, *, method: str, continuation: str | None) -> AttributionResult:
     inputs = list(llm_result.input_tokens)
-    outputs = list(llm_result.output_tokens)
+    outputs = _respace(list(llm_result.output_tokens), continuation)
     n_in, n_out = len(inputs), len(outputs)
     if getattr(llm_result, "token_attr", None) is not None:
         token_attr = _to_numpy(llm_result.token_attr)  # (n_out, n_in)
