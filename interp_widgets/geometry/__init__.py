@@ -20,6 +20,7 @@ from .alignment import (
     gradient_alignment,
     normal_controls,
 )
+from .frequency import FrequencyAnalysis, frequency_analysis
 from .history import LAYER_METRICS, GeometryLog
 from .metrics import (
     SelfSimilarity,
@@ -57,6 +58,7 @@ def __getattr__(name):
 __all__ = [
     "AlignmentResult",
     "AnisotropyMonitor",
+    "FrequencyAnalysis",
     "GeometryLog",
     "GeometryMonitor",
     "LAYER_METRICS",
@@ -72,6 +74,7 @@ __all__ = [
     "effective_rank_eigen",
     "effective_rank_singular",
     "explained_variance_ratio",
+    "frequency_analysis",
     "gradient_alignment",
     "isoscore",
     "isoscore_star",
