@@ -95,6 +95,19 @@ class ConceptInterpretation:
         return [example["token"] for example in self.examples[self._index(concept)]]
 
     # ------------------------------------------------------------------ tables and charts
+    def widget(self, **options):
+        """The concept browser for these concepts; ``options`` go to :class:`~interp_widgets.widgets.ConceptBrowser`.
+
+        Example:
+            >>> interpret_concepts(concepts, store).widget(texts=["Not bad at all."])  # doctest: +SKIP
+        """
+        from interp_widgets.widgets.concepts import ConceptBrowser
+
+        return ConceptBrowser(self, **options)
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        return self.widget()._repr_mimebundle_(include=include, exclude=exclude)
+
     def to_dataframe(self):
         """One row per concept: label, density, mean/max/min coefficient, top tokens and promoted vocabulary.
 
