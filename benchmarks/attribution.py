@@ -104,9 +104,11 @@ from interp_widgets.adapter import ModelAdapter
 from interp_widgets.attribution import IntegratedGradients
 model, tok = demo.load_classifier(progress=False)
 adapter = ModelAdapter(model, tok, max_batch_tokens={MAX_BATCH_TOKENS})
-text = " ".join(demo.corpus())
-ids = tok(text, add_special_tokens=False)["input_ids"][:510]
-text = tok.decode(ids)
+text = ""
+for sentence in demo.corpus():  # grow a 510-token text without one huge tokenizer call (that would set the peak)
+    if len(tok(text + " " + sentence, add_special_tokens=False)["input_ids"]) > 510:
+        break
+    text = (text + " " + sentence).strip()
 with torch.no_grad():
     model(**tok("warm up", return_tensors="pt"))
 gc.collect()
