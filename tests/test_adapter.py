@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 import torch
@@ -110,7 +112,8 @@ def test_capture_records_hidden_states(bert_classifier):
     ids = torch.as_tensor(adapter.encode("good film").input_ids)[None]
     with adapter.capture(["layer:1"]) as acts, torch.no_grad():
         logits = adapter.forward_embeds(adapter.embed(ids))
-    direct = adapter.model(input_ids=ids, output_hidden_states=True)
+    # a private copy: transformers 5 installs permanent output-capturing hooks on first output_hidden_states=True
+    direct = copy.deepcopy(adapter.model)(input_ids=ids, output_hidden_states=True)
     torch.testing.assert_close(acts["layer:1"][0], direct.hidden_states[2])
     torch.testing.assert_close(logits, direct.logits)
 

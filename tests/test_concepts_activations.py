@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import gc
 import os
 from pathlib import Path
@@ -22,8 +23,8 @@ TEXTS = corpus()[:40]
 def hidden_states(model, tokenizer, text, block):
     """Hidden state after transformer block ``block`` from a plain single-text forward pass."""
     enc = tokenizer(text, return_tensors="pt")
-    with torch.no_grad():
-        out = model(**enc, output_hidden_states=True)
+    with torch.no_grad():  # a copy: transformers 5 adds permanent capture hooks on first output_hidden_states=True
+        out = copy.deepcopy(model)(**enc, output_hidden_states=True)
     return out.hidden_states[block + 1][0].numpy(), enc
 
 
