@@ -106,6 +106,7 @@ class _EmbeddingGradientMethod(Attributor):
     """Shared engine: rows per target, gradient accumulation, reduction to token scores."""
 
     multiplies_inputs = False
+    needs_squares = False  # only the variance-type methods use the mean squared gradient
 
     def __init__(self, *, reduce: str = "sum", score: str | None = None, progress: bool = True):
         super().__init__(score=score, progress=progress)
@@ -163,7 +164,8 @@ class _EmbeddingGradientMethod(Attributor):
             for t in np.unique(target_rows):
                 sel = torch.as_tensor(target_rows == t)
                 sums[chunk.item][t] += (w[sel] * g[sel]).sum(0)
-                squares[chunk.item][t] += (w[sel] * g[sel] ** 2).sum(0)
+                if self.needs_squares:
+                    squares[chunk.item][t] += (w[sel] * g[sel] ** 2).sum(0)
 
         bar = progress_bar(self.progress, sum(n_rows), self.name)
         try:
@@ -464,6 +466,7 @@ class SquareGrad(_NoisyGradients):
 
     name = "squaregrad"
     signed = False
+    needs_squares = True
 
     def _per_dimension(self, x, base, mean_grad, mean_sq):
         return self._factor(x) ** 2 * mean_sq
@@ -478,6 +481,7 @@ class VarGrad(_NoisyGradients):
 
     name = "vargrad"
     signed = False
+    needs_squares = True
 
     def _per_dimension(self, x, base, mean_grad, mean_sq):
         return self._factor(x) ** 2 * (mean_sq - mean_grad**2).clamp(min=0)
