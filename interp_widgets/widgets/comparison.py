@@ -17,10 +17,10 @@ import numpy as np
 import traitlets
 from scipy import stats
 
-from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.widgets.tokens import ENCODINGS, _traits_from_result, finite_max, token_pieces
+from interp_widgets.widgets.tokens import TokenScoresWidget, _traits_from_result, finite_max, token_pieces
 
 AGREEMENT_BY = ("magnitude", "signed")
 
@@ -105,7 +105,7 @@ def agreement_table(scores: np.ndarray, methods: Sequence[str], *, k: int = 5, b
     return rows
 
 
-class ComparisonWidget(InterpWidget):
+class ComparisonWidget(TokenScoresWidget):
     """Several methods' scores for one input and one target, one row per method, with synchronised hover.
 
     Hovering (or focusing) a token in any row highlights it in every row and shows all methods' scores. The
@@ -119,42 +119,17 @@ class ComparisonWidget(InterpWidget):
 
     _bundle = "comparison"
 
-    tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
     spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True)
     special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
-    scores = traitlets.Dict(help="float32 (n_methods, n_tokens), binary.").tag(sync=True)
     methods = traitlets.List(traitlets.Unicode()).tag(sync=True)
     signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(sync=True)
     target_label = traitlets.Unicode("").tag(sync=True)
     agreement = traitlets.List(traitlets.Dict(), help="Pairwise rows {a, b, spearman, top_k_overlap, k}.").tag(sync=True)
     agreement_by = traitlets.Unicode("magnitude").tag(sync=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all methods instead of one per method.").tag(sync=True)
-    encoding = traitlets.Unicode("colour").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
-    hovered_token = traitlets.Int(-1, help="Token under the pointer in any row (-1: none).").tag(sync=True)
-    selected_token = traitlets.Int(-1, help="Token clicked in any row (-1: none).").tag(sync=True)
 
-    @traitlets.validate("encoding")
-    def _check_encoding(self, proposal):
-        if proposal["value"] not in ENCODINGS:
-            raise ValueError(f"encoding must be one of {ENCODINGS}, got {proposal['value']!r}")
-        return proposal["value"]
 
-    @traitlets.validate("selected_token", "hovered_token")
-    def _check_token(self, proposal):
-        n = len(self.tokens)
-        if not -1 <= proposal["value"] < n:
-            raise ValueError(f"{proposal['trait'].name} {proposal['value']} is out of range; use -1 or 0..{n - 1}")
-        return proposal["value"]
-
-    def score_matrix(self) -> np.ndarray:
-        """The (n_methods, n_tokens) float32 scores as sent to the browser.
-
-        Example:
-            >>> widget.score_matrix().shape  # doctest: +SKIP
-            (3, 9)
-        """
-        return buffer_to_array(self.scores)
 
     def static_svg(self) -> str:
         """One labelled token row per method, each with its scale, then the agreement table as text.

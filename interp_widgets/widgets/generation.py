@@ -15,11 +15,11 @@ from typing import Any
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
 from interp_widgets.widgets.tokens import (
-    ENCODINGS,
+    TokenScoresWidget,
     _traits_from_result,
     display_token,
     finite_max,
@@ -50,7 +50,7 @@ def _step_tokens(result: Any, n_tokens: int, n_steps: int) -> tuple[np.ndarray, 
     return generated, steps
 
 
-class GenerationWidget(InterpWidget):
+class GenerationWidget(TokenScoresWidget):
     """Prompt + generated tokens; pick a generated token to colour the sources it was attributed to.
 
     Each generated token shows its probability. Hovering a generated token previews its sources, clicking (or Enter)
@@ -65,23 +65,18 @@ class GenerationWidget(InterpWidget):
 
     _bundle = "generation"
 
-    tokens = traitlets.List(traitlets.Unicode()).tag(sync=True)
     spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True)
     special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
     generated_mask = traitlets.Dict(help="bool per token (True: generated), binary.").tag(sync=True)
-    scores = traitlets.Dict(help="float32 (n_steps, n_tokens), binary; NaN = not visible to that step.").tag(sync=True)
     step_tokens = traitlets.List(traitlets.Int(), help="Token index of the token generated at each step.").tag(sync=True)
     step_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each generated token.").tag(sync=True)
     method = traitlets.Unicode("").tag(sync=True)
     score_meaning = traitlets.Unicode("").tag(sync=True)
     signed = traitlets.Bool(True).tag(sync=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all steps instead of one per step.").tag(sync=True)
-    encoding = traitlets.Unicode("colour").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
     view = traitlets.Unicode("text", help="'text' (coloured tokens) or 'heatmap' (canvas, all steps).").tag(sync=True)
     selected_step = traitlets.Int(0, help="Generated token (row of scores) whose sources are coloured.").tag(sync=True)
-    selected_token = traitlets.Int(-1, help="Source token clicked (-1: none).").tag(sync=True)
-    hovered_token = traitlets.Int(-1, help="Token under the pointer (-1: none).").tag(sync=True)
 
     def __init__(self, result: Any, *, selected_step: int = 0, view: str = "text", **kwargs: Any) -> None:
         if getattr(result, "generated_mask", None) is None:
@@ -103,12 +98,6 @@ class GenerationWidget(InterpWidget):
             raise ValueError(f"view must be one of {VIEWS}, got {proposal['value']!r}")
         return proposal["value"]
 
-    @traitlets.validate("encoding")
-    def _check_encoding(self, proposal):
-        if proposal["value"] not in ENCODINGS:
-            raise ValueError(f"encoding must be one of {ENCODINGS}, got {proposal['value']!r}")
-        return proposal["value"]
-
     @traitlets.validate("selected_step")
     def _check_step(self, proposal):
         n = len(self.step_tokens)
@@ -116,22 +105,8 @@ class GenerationWidget(InterpWidget):
             raise ValueError(f"selected_step {proposal['value']} is out of range; there are {n} generated tokens (0..{n - 1})")
         return proposal["value"]
 
-    @traitlets.validate("selected_token", "hovered_token")
-    def _check_token(self, proposal):
-        n = len(self.tokens)
-        if not -1 <= proposal["value"] < n:
-            raise ValueError(f"{proposal['trait'].name} {proposal['value']} is out of range; use -1 or 0..{n - 1}")
-        return proposal["value"]
 
     # ----------------------------------------------------------------- state
-    def score_matrix(self) -> np.ndarray:
-        """The (n_steps, n_tokens) float32 scores as sent to the browser.
-
-        Example:
-            >>> widget.score_matrix().shape  # doctest: +SKIP
-            (5, 12)
-        """
-        return buffer_to_array(self.scores)
 
     def step_sources(self) -> list[tuple[int, str, float]]:
         """Sources of the selected step, most important first: ``(token index, token, score)``, NaN excluded.

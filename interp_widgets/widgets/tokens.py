@@ -230,7 +230,45 @@ def _traits_from_result(result: Any) -> dict[str, Any]:
     }
 
 
-class TokenHighlightWidget(InterpWidget):
+class TokenScoresWidget(InterpWidget):
+    """Shared part of the views that show scored tokens: the token texts, the binary score matrix, the colour or
+    underline encoding and the selected / hovered token, with their validation.
+
+    Example:
+        >>> issubclass(TokenHighlightWidget, TokenScoresWidget)
+        True
+    """
+
+    tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(sync=True)
+    scores = traitlets.Dict(help="float32 (rows, n_tokens) scores, binary; NaN = not seen.").tag(sync=True)
+    encoding = traitlets.Unicode("colour", help="'colour', or 'underline' (weight = magnitude, +/− marker).").tag(sync=True)
+    selected_token = traitlets.Int(-1, help="Token index clicked or chosen with Enter (-1: none).").tag(sync=True)
+    hovered_token = traitlets.Int(-1, help="Token index under the pointer (-1: none).").tag(sync=True)
+
+    @traitlets.validate("encoding")
+    def _check_encoding(self, proposal):
+        if proposal["value"] not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {ENCODINGS}, got {proposal['value']!r}")
+        return proposal["value"]
+
+    @traitlets.validate("selected_token", "hovered_token")
+    def _check_token(self, proposal):
+        n = len(self.tokens)
+        if not -1 <= proposal["value"] < n:
+            raise ValueError(f"{proposal['trait'].name} {proposal['value']} is out of range; use -1 or 0..{n - 1}")
+        return proposal["value"]
+
+    def score_matrix(self) -> np.ndarray:
+        """The (rows, n_tokens) float32 scores as sent to the browser (rows = targets, steps or methods).
+
+        Example:
+            >>> widget.score_matrix().shape  # doctest: +SKIP
+            (2, 9)
+        """
+        return buffer_to_array(self.scores)
+
+
+class TokenHighlightWidget(TokenScoresWidget):
     """Tokens coloured by signed attribution, with a class selector, legend, tooltips and keyboard navigation.
 
     Takes an attribution result (``interp_widgets.attribution.AttributionResult`` or any object with ``text``,
@@ -247,12 +285,10 @@ class TokenHighlightWidget(InterpWidget):
 
     _bundle = "token_highlight"
 
-    tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(sync=True)
     spaces_before = traitlets.List(traitlets.Unicode(), help="Original text between a token and the previous one.").tag(sync=True)
     special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
     word_ids = traitlets.Dict(help="int32 word id per token (-1: none), binary.").tag(sync=True)
     sentence_ids = traitlets.Dict(help="int32 sentence id per token (-1: none), binary.").tag(sync=True)
-    scores = traitlets.Dict(help="float32 (n_targets, n_tokens) scores, binary; NaN = not seen.").tag(sync=True)
     target_labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
     target_probs = traitlets.List(traitlets.Float(allow_none=True), help="Predicted probability per target, or empty.").tag(sync=True)
     completeness_error = traitlets.List(traitlets.Float(allow_none=True), help="Per target, or empty.").tag(sync=True)
@@ -260,13 +296,10 @@ class TokenHighlightWidget(InterpWidget):
     score_meaning = traitlets.Unicode("", help="What a score is, e.g. 'sum over embedding dimension (signed)'.").tag(sync=True)
     signed = traitlets.Bool(True, help="Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.").tag(sync=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all targets instead of one per target.").tag(sync=True)
-    encoding = traitlets.Unicode("colour", help="'colour', or 'underline' (weight = magnitude, +/− marker).").tag(sync=True)
     high_contrast = traitlets.Bool(False, help="Stronger colours, black/white text and framed tokens.").tag(sync=True)
     selected_target = traitlets.Int(0, help="Row of scores on display; the class selector writes it.").tag(sync=True)
     granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence'.").tag(sync=True)
     show_special_tokens = traitlets.Bool(False).tag(sync=True)
-    selected_token = traitlets.Int(-1, help="Token index clicked or chosen with Enter (-1: none).").tag(sync=True)
-    hovered_token = traitlets.Int(-1, help="Token index under the pointer (-1: none).").tag(sync=True)
 
     def __init__(
         self,
@@ -350,12 +383,6 @@ class TokenHighlightWidget(InterpWidget):
             raise ValueError(f"granularity must be one of {GRANULARITIES}, got {proposal['value']!r}")
         return proposal["value"]
 
-    @traitlets.validate("encoding")
-    def _check_encoding(self, proposal):
-        if proposal["value"] not in ENCODINGS:
-            raise ValueError(f"encoding must be one of {ENCODINGS}, got {proposal['value']!r}")
-        return proposal["value"]
-
     @traitlets.validate("selected_target")
     def _check_target(self, proposal):
         n = len(self.target_labels)
@@ -363,22 +390,8 @@ class TokenHighlightWidget(InterpWidget):
             raise ValueError(f"selected_target {proposal['value']} is out of range; there are {n} targets (0..{n - 1})")
         return proposal["value"]
 
-    @traitlets.validate("selected_token", "hovered_token")
-    def _check_token(self, proposal):
-        n = len(self.tokens)
-        if not -1 <= proposal["value"] < n:
-            raise ValueError(f"{proposal['trait'].name} {proposal['value']} is out of range; use -1 or 0..{n - 1}")
-        return proposal["value"]
 
     # ----------------------------------------------------------------- views of the state
-    def score_matrix(self) -> np.ndarray:
-        """The (n_targets, n_tokens) float32 scores as sent to the browser.
-
-        Example:
-            >>> widget.score_matrix().shape  # doctest: +SKIP
-            (2, 9)
-        """
-        return buffer_to_array(self.scores)
 
     def units(self) -> list[list[int]]:
         """Token indices of each displayed unit for the current granularity (the same grouping as the JS view).
