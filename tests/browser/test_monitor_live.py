@@ -1,4 +1,4 @@
-"""The training monitor updates live in real JupyterLab while the training cell is still running.
+"""The training monitor updates live in real JupyterLab and Notebook 7 while the training cell is still running.
 
 One cell displays a standalone MonitorWidget; the next logs a step every 40 ms for about 10 seconds. While that cell's
 prompt shows ``[*]`` the test samples the widget: the number of rows it shows must grow several times, the canvas
@@ -18,7 +18,7 @@ from playwright.sync_api import expect
 
 from interp_widgets.widgets.monitor import MonitorWidget
 from tests.browser.conftest import STATIC
-from tests.browser.harness import run_cells, wait_for_kernel_idle
+from tests.browser.harness import notebook_cells, run_cells, wait_for_kernel_idle
 
 pytestmark = pytest.mark.browser
 
@@ -64,12 +64,13 @@ def _canvas_pixels(view) -> str:
     return view.locator('[data-panel="energy_ratio"] canvas').evaluate("c => c.toDataURL()")
 
 
-def test_monitor_updates_while_the_cell_runs(jupyter_server, monitor_notebook, recorded_page):
+@pytest.mark.parametrize("ui", ["lab", "notebook"])
+def test_monitor_updates_while_the_cell_runs(jupyter_server, monitor_notebook, recorded_page, ui):
     page = recorded_page.page
-    page.goto(jupyter_server.url(f"lab/tree/{monitor_notebook}"))
+    page.goto(jupyter_server.notebook_url(monitor_notebook, ui=ui))
     wait_for_kernel_idle(page)
     run_cells(page, 0)
-    cells = page.locator(".jp-NotebookPanel .jp-Notebook .jp-Cell")
+    cells = notebook_cells(page)
     view = cells.nth(0).locator(ROOT)
     expect(view).to_be_visible()
     assert view.get_attribute("data-iw-rows") == "0"
