@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 import xml.etree.ElementTree as ET
 
@@ -195,3 +196,20 @@ def test_tiny_bert_end_to_end(tiny_bert_concepts):
     assert len(detail["examples"]) == 3 and sum(buffer_to_array(detail["hist_counts"])) > 0
     assert ET.fromstring(browser.static_svg()).tag.endswith("svg")
     assert torch.is_grad_enabled()
+
+
+def test_export_page_preloads_concept_details_for_browsing_without_a_kernel(tmp_path):
+    browser = ConceptBrowser(_interpretation(), texts=[_text()], page_size=2)
+    assert sorted(browser.details) == ["0", "1"]  # the live widget holds only the shown page
+    state = _export_state_of(browser.to_html(preload=5))
+    assert sorted(state["details"], key=int) == ["0", "1", "2", "3", "4"]
+    assert state["details"]["4"]["label"] == browser.concept_detail(4)["label"]
+    assert sorted(browser.details) == ["0", "1"] and browser.get_state()["details"].keys() == {"0", "1"}
+    assert sorted(_export_state_of(browser.to_html(preload=0))["details"]) == ["0", "1"]
+    with pytest.raises(ValueError, match="preload must be 0 or more"):
+        browser.to_html(preload=-1)
+
+
+def _export_state_of(page: str) -> dict:
+    block = re.search(r'<script type="application/json" id="iw-state-0">(.*?)</script>', page, re.S).group(1)
+    return json.loads(block)["state"]

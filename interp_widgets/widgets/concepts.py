@@ -35,6 +35,7 @@ TEXT_TOP = 5  # concepts listed per token of an input text
 MAX_TEXT_CHARS = 400  # top texts are cut to this length in the detail pane
 MAX_PAGE_SIZE = 100
 STATIC_CONCEPTS = 12
+PRELOAD_CONCEPTS = 200  # concept details an exported page carries, since no kernel answers there
 
 
 def _finite(value: float) -> float | None:
@@ -350,6 +351,29 @@ class ConceptBrowser(InterpWidget):
             figure.text(f"… {len(order) - STATIC_CONCEPTS} more concepts in the live widget", size=11, colour="#57606a")
         figure.legend(1.0, signed=False, title="top-token activation (each concept scaled to its own max = 1)")
         return figure.render()
+
+    def to_html(self, title: str | None = None, preload: int = PRELOAD_CONCEPTS) -> str:
+        """One offline HTML page of the browser. No kernel answers there, so the page carries the details of the
+        first ``preload`` concepts in list order (plus the ones already loaded); any other concept says it needs a
+        kernel.
+
+        Example:
+            >>> page = browser.to_html(title="Concepts at layer 3", preload=50)  # doctest: +SKIP
+        """
+        if preload < 0:
+            raise ValueError(f"preload must be 0 or more concepts, got {preload}")
+        self._preload = self.visible_order()[:preload]
+        try:
+            return super().to_html(title=title)
+        finally:
+            self._preload = []
+
+    def get_state(self, key=None, drop_defaults=False):
+        """Synced state; while :meth:`to_html` runs, ``details`` also holds the preloaded concepts."""
+        state = super().get_state(key=key, drop_defaults=drop_defaults)
+        if getattr(self, "_preload", None) and "details" in state:
+            state["details"] = {**{str(c): self.concept_detail(c) for c in self._preload}, **state["details"]}
+        return state
 
     def __repr__(self) -> str:
         dead = int((self._column("density") == 0).sum())
