@@ -102,8 +102,11 @@ def test_scores_and_ids_travel_as_little_endian_binary_buffers():
     assert widget.scores["shape"] == [2, 12]
     assert isinstance(widget.scores["data"], memoryview)
     assert bytes(widget.scores["data"]) == result.scores.astype("<f4").tobytes()
-    assert widget.word_ids["dtype"] == "int32"
-    assert bytes(widget.word_ids["data"]) == result.word_ids.astype("<i4").tobytes()
+    assert widget.word_ids["dtype"] == "int8"  # ids travel in the narrowest integer type that holds them
+    assert bytes(widget.word_ids["data"]) == result.word_ids.astype("i1").tobytes()
+    many = TokenHighlightWidget.from_arrays(" ".join(["w"] * 300), ["w"] * 300, [(2 * i, 2 * i + 1) for i in range(300)], np.zeros(300))
+    assert many.word_ids["dtype"] == "int16" and many.sentence_ids["dtype"] == "int8"
+    assert buffer_to_array(many.word_ids).tolist() == list(range(300))
     assert widget.special_mask["dtype"] == "bool"
     assert bytes(widget.special_mask["data"]) == bytes([1] + [0] * 10 + [1])
     np.testing.assert_array_equal(widget.score_matrix(), result.scores.astype(np.float32))

@@ -63,6 +63,21 @@ def _per_target(result: Any, name: str, n_targets: int) -> list[float | None]:
     return [float(v) if math.isfinite(v) else None for v in values]
 
 
+def narrowest_ints(values: np.ndarray) -> np.ndarray:
+    """``values`` as the narrowest of int8, int16 and int32 that holds them (ids travel in fewer bytes).
+
+    Example:
+        >>> narrowest_ints(np.array([-1, 0, 300])).dtype
+        dtype('int16')
+    """
+    values = np.asarray(values, dtype=np.int64)
+    for dtype in (np.int8, np.int16):
+        info = np.iinfo(dtype)
+        if values.size == 0 or (values.min() >= info.min and values.max() <= info.max):
+            return values.astype(dtype)
+    return values
+
+
 def _spaces_before(text: str, offsets: np.ndarray, special: np.ndarray) -> list[str]:
     spaces, previous_end = [], 0
     for (start, end), is_special in zip(offsets.tolist(), special.tolist()):
@@ -218,8 +233,8 @@ def _traits_from_result(result: Any) -> dict[str, Any]:
         "tokens": tokens,
         "spaces_before": spaces,
         "special_mask": array_to_buffer(special),
-        "word_ids": array_to_buffer(word_ids),
-        "sentence_ids": array_to_buffer(sentence_ids),
+        "word_ids": array_to_buffer(narrowest_ints(word_ids)),
+        "sentence_ids": array_to_buffer(narrowest_ints(sentence_ids)),
         "scores": array_to_buffer(scores),
         "target_labels": labels,
         "target_probs": _per_target(result, "target_probs", n_targets),
@@ -287,8 +302,8 @@ class TokenHighlightWidget(TokenScoresWidget):
 
     spaces_before = traitlets.List(traitlets.Unicode(), help="Original text between a token and the previous one.").tag(sync=True)
     special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
-    word_ids = traitlets.Dict(help="int32 word id per token (-1: none), binary.").tag(sync=True)
-    sentence_ids = traitlets.Dict(help="int32 sentence id per token (-1: none), binary.").tag(sync=True)
+    word_ids = traitlets.Dict(help="Word id per token (-1: none), binary int8/int16/int32 (narrowest).").tag(sync=True)
+    sentence_ids = traitlets.Dict(help="Sentence id per token (-1: none), binary int8/int16/int32 (narrowest).").tag(sync=True)
     target_labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
     target_probs = traitlets.List(traitlets.Float(allow_none=True), help="Predicted probability per target, or empty.").tag(sync=True)
     completeness_error = traitlets.List(traitlets.Float(allow_none=True), help="Per target, or empty.").tag(sync=True)

@@ -20,7 +20,7 @@ import { guardedRender } from "./lib/errors.js";
 import { createExportMenu } from "./lib/export.js";
 import { formatProbability, formatScore } from "./lib/format.js";
 import { createLegend } from "./lib/legend.js";
-import { appendChunked, paintToken } from "./lib/paint.js";
+import { paintToken, renderTokenRun } from "./lib/paint.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
@@ -86,14 +86,16 @@ function renderGeneration({ model, el, reportError }) {
   const heatmapBox = h("div", { class: "iw-heatmap-box" }, canvas);
   const legendSlot = h("div", { class: "iw-legend-slot" });
   const caption = h("div", { class: "iw-caption" });
-  const table = h("table", { class: "iw-sr-only" });
-  root.append(toolbar, status, tokensBox, heatmapBox, legendSlot, caption, table);
+  const table = h("table");
+  const tableBox = h("div", { class: "iw-sr-only iw-sr-table" }, table);
+  root.append(toolbar, status, tokensBox, heatmapBox, legendSlot, caption, tableBox);
   el.append(root);
   const tooltip = createTooltip(root);
 
   let theme = detectTheme(doc);
   let data = null;
-  let spans = [];
+  let visible = []; // token index of each span, in order (hidden special tokens left out)
+  let shown = null; // what the spans are painted with: {values, max, ranks, ranked, options, target}
   let shownStep = 0; // step whose sources are coloured (selected, or previewed on hover)
   let focusIndex = -1;
   let rendering = null;
@@ -120,21 +122,38 @@ function renderGeneration({ model, el, reportError }) {
   const scoreText = (value) => (Number.isNaN(value) ? "not visible to this generated token" : formatScore(value, { digits: 6, sign: data.signed }));
   const probText = (step) => (Number.isFinite(data.probs[step]) ? formatProbability(data.probs[step]) : "unknown");
 
-  function build() {
-    const nodes = [];
-    spans = data.tokens.map((text, i) => {
-      if (data.special[i] && !data.generated[i]) return null;
-      if (data.spaces[i]) nodes.push(doc.createTextNode(data.spaces[i]));
-      const step = stepOf(i);
-      const span = h("span", { class: step >= 0 ? "iw-token iw-generated" : "iw-token", role: "option", tabindex: -1, "data-index": i }, displayToken(text));
-      if (step >= 0) span.dataset.prob = probText(step);
-      nodes.push(span);
-      return span;
-    });
-    rendering?.cancel();
-    rendering = appendChunked(tokensBox, nodes);
+  /** Paint one token span for the step on display (`shown`, set by colour()). */
+  function paintSpan(span, i) {
+    const { values, max, ranks, ranked, options, target } = shown;
+    paintToken(span, values[i], max, options);
+    span.classList.toggle("iw-unseen", Number.isNaN(values[i]));
+    span.classList.toggle("iw-source-of", i === target);
+    const genStep = stepOf(i);
+    const prob = genStep >= 0 ? `, generated with probability ${probText(genStep)}` : "";
+    const rank = ranks[i] > 0 ? `, rank ${ranks[i]} of ${ranked}` : "";
+    span.setAttribute("aria-label", `${quoteToken(data.tokens[i])}${prob}, attribution to ${quoteToken(data.tokens[target])}: ${scoreText(values[i])}${rank}`);
   }
 
+  /** Build the token run (spans are made and painted block by block, see renderTokenRun). */
+  function build() {
+    visible = data.tokens.map((_, i) => i).filter((i) => !(data.special[i] && !data.generated[i]));
+    const make = (u, parent, atBlockStart) => {
+      const i = visible[u];
+      const gap = atBlockStart && u > 0 ? data.spaces[i].replace(/^\r?\n/, "") : data.spaces[i];
+      if (gap) parent.append(gap);
+      const step = stepOf(i);
+      const span = h("span", { class: step >= 0 ? "iw-token iw-generated" : "iw-token", role: "option", tabindex: -1, "data-index": i, "data-unit": u }, displayToken(data.tokens[i]));
+      if (step >= 0) span.dataset.prob = probText(step);
+      paintSpan(span, i);
+      parent.append(span);
+      return span;
+    }; // prettier-ignore
+    const breakRank = (u) => (data.spaces[visible[u]].includes("\n") || data.tokens[visible[u - 1]].endsWith("\n") ? 2 : 0);
+    rendering?.cancel();
+    rendering = renderTokenRun(tokensBox, { count: visible.length, build: make, breakRank });
+  }
+
+  /** Colour the sources of generated token `step` (built spans now, the others as they are built). */
   function colour(step) {
     shownStep = step;
     const values = row(step);
@@ -143,16 +162,8 @@ function renderGeneration({ model, el, reportError }) {
     const ranked = values.filter((v) => !Number.isNaN(v)).length;
     const options = paintOptions();
     const target = data.steps[step];
-    spans.forEach((span, i) => {
-      if (!span) return;
-      paintToken(span, values[i], max, options);
-      span.classList.toggle("iw-unseen", Number.isNaN(values[i]));
-      span.classList.toggle("iw-source-of", i === target);
-      const genStep = stepOf(i);
-      const prob = genStep >= 0 ? `, generated with probability ${probText(genStep)}` : "";
-      const rank = ranks[i] > 0 ? `, rank ${ranks[i]} of ${ranked}` : "";
-      span.setAttribute("aria-label", `${quoteToken(data.tokens[i])}${prob}, attribution to ${quoteToken(data.tokens[target])}: ${scoreText(values[i])}${rank}`);
-    });
+    shown = { values, max, ranks, ranked, options, target };
+    for (const span of rendering?.built() ?? []) paintSpan(span, Number(span.dataset.index));
     status.textContent = `Sources of generated token ${step + 1} of ${data.steps.length}: ${quoteToken(data.tokens[target])} (p = ${probText(step)})`;
     legendSlot.replaceChildren(
       createLegend(max, theme, `attribution to ${quoteToken(data.tokens[target])}${model.get("shared_scale") ? ", shared scale" : ""}`, {
@@ -217,9 +228,10 @@ function renderGeneration({ model, el, reportError }) {
     tokensBox.hidden = view !== "text";
     heatmapBox.hidden = view !== "heatmap";
     colour(step);
+    if (!rendering) build();
     if (view === "heatmap") drawHeatmap();
     caption.textContent = [data.method && `method: ${data.method}`, data.meaning && `score: ${data.meaning}`].filter(Boolean).join(" \u00b7 ");
-    const focusSpan = spans[focusIndex] ?? spans.find(Boolean);
+    const focusSpan = rendering.ensure(Math.max(0, visible.indexOf(focusIndex)));
     if (focusSpan) focusSpan.tabIndex = 0;
   }
 
@@ -233,7 +245,8 @@ function renderGeneration({ model, el, reportError }) {
     if (disposed) return;
     if (pending === 2) {
       data = readGeneration(model);
-      build();
+      rendering?.cancel();
+      rendering = null; // rebuilt by draw() once the colours are known
     }
     pending = 0;
     draw();
@@ -256,9 +269,7 @@ function renderGeneration({ model, el, reportError }) {
     else save("selected_token", model.get("selected_token") === i ? -1 : i);
   };
   const focusAt = (position) => {
-    const visible = spans.filter(Boolean);
-    const next = visible[Math.min(Math.max(position, 0), visible.length - 1)];
-    if (!next.isConnected) rendering.finish();
+    const next = rendering.ensure(Math.min(Math.max(position, 0), visible.length - 1));
     for (const span of tokensBox.querySelectorAll('.iw-token[tabindex="0"]')) span.tabIndex = -1;
     next.tabIndex = 0;
     focusIndex = Number(next.dataset.index);
@@ -268,7 +279,7 @@ function renderGeneration({ model, el, reportError }) {
   tokensBox.addEventListener("keydown", safely((event) => {
     const span = spanOf(event);
     if (!span) return;
-    const position = spans.filter(Boolean).indexOf(span);
+    const position = Number(span.dataset.unit);
     if (event.key in KEY_STEPS) focusAt(position + KEY_STEPS[event.key]);
     else if (event.key === "Home") focusAt(0);
     else if (event.key === "End") focusAt(Infinity);
@@ -340,7 +351,7 @@ function renderGeneration({ model, el, reportError }) {
     ...data.steps.map((index, s) => [s, data.tokens[index], data.probs[s] ?? "", ...row(s)]),
   ];
   toolbar.append(
-    createExportMenu({ name: "generation-attribution", root, rows: csvRows, title: () => `${data.method || "attribution"}: generation`, reportError }),
+    createExportMenu({ name: "generation-attribution", root, rows: csvRows, prepare: () => rendering.finish(), title: () => `${data.method || "attribution"}: generation`, reportError }),
   );
 
   const onData = () => request(2);
@@ -352,7 +363,6 @@ function renderGeneration({ model, el, reportError }) {
     request(1);
   });
   data = readGeneration(model);
-  build();
   draw();
   return () => {
     disposed = true;

@@ -20,7 +20,7 @@ import { guardedRender } from "./lib/errors.js";
 import { createExportMenu } from "./lib/export.js";
 import { formatProbability, formatScore } from "./lib/format.js";
 import { createLegend } from "./lib/legend.js";
-import { appendChunked, paintToken } from "./lib/paint.js";
+import { idleLoop, paintToken, renderTokenRun } from "./lib/paint.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
@@ -41,8 +41,12 @@ const DATA_TRAITS = [
   "signed",
 ];
 const VIEW_TRAITS = ["selected_target", "granularity", "show_special_tokens", "shared_scale", "encoding", "high_contrast"];
-/** Units listed in the screen-reader table; longer inputs point to the CSV export instead. */
-const MAX_TABLE_ROWS = 500;
+
+/** Index of the unit holding token `i` (-1 if none is shown). */
+function unitOfToken(units, i) {
+  if (i < 0) return -1;
+  return units.findIndex((unit) => unit[0] <= i && i <= unit.at(-1) && unit.includes(i));
+}
 
 function perToken(model, name, n) {
   const { values } = decodeArray(model.get(name));
@@ -109,16 +113,18 @@ function renderTokenHighlight({ model, el, reportError }) {
   const tokensBox = h("div", { class: "iw-tokens", role: "listbox", "aria-orientation": "horizontal" });
   const legendSlot = h("div", { class: "iw-legend-slot" });
   const caption = h("div", { class: "iw-caption" });
-  const table = h("table", { class: "iw-sr-only" });
-  root.append(toolbar, tokensBox, legendSlot, caption, table);
+  const table = h("table");
+  const tableBox = h("div", { class: "iw-sr-only iw-sr-table" }, table);
+  root.append(toolbar, tokensBox, legendSlot, caption, tableBox);
   el.append(root);
   const tooltip = createTooltip(root);
 
   let theme = detectTheme(doc);
   let data = null;
-  let view = null; // {units, sums, ranks, ranked, spans, target}
+  let view = null; // {units, sums, ranks, ranked, target, selectedUnit}
   let focusToken = -1; // token index that owns the roving tabindex
-  let rendering = null; // chunked append in progress
+  let rendering = null; // the token run (see renderTokenRun)
+  let tableFill = null; // the screen-reader table being built in idle time
 
   const safely =
     (fn) =>
@@ -184,12 +190,14 @@ function renderTokenHighlight({ model, el, reportError }) {
     const paint = { theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) };
     const hadFocus = tokensBox.contains(doc.activeElement);
     tooltip.hide();
-
-    const nodes = [];
-    const spans = units.map((unit, u) => {
+    const selectedUnit = unitOfToken(units, model.get("selected_token"));
+    const label = (u) => `${quoteToken(unitText(units[u]))}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`;
+    // Spans are made, painted and labelled block by block (see renderTokenRun), so first paint costs one block.
+    const build = (u, parent, atBlockStart) => {
+      const unit = units[u];
       const first = unit[0];
-      if (data.spaces[first]) nodes.push(doc.createTextNode(data.spaces[first]));
-      const text = unitText(unit);
+      const gap = atBlockStart && u > 0 ? data.spaces[first].replace(/^\r?\n/, "") : data.spaces[first];
+      if (gap) parent.append(gap);
       const special = data.specialMask[first] !== 0;
       const joined =
         granularity === "token" &&
@@ -198,22 +206,24 @@ function renderTokenHighlight({ model, el, reportError }) {
         data.spaces[first] === "" &&
         data.wordIds[first] >= 0 &&
         data.wordIds[first] === data.wordIds[units[u - 1][0]];
-      const unseen = Number.isNaN(sums[u]);
-      const classes = ["iw-token", special && "iw-special", joined && "iw-join", unseen && "iw-unseen"];
-      const span = h("span", { class: classes.filter(Boolean).join(" "), role: "option", tabindex: -1, "aria-selected": "false", "data-unit": u }, displayToken(text));
-      nodes.push(span);
+      const classes = ["iw-token", special && "iw-special", joined && "iw-join", Number.isNaN(sums[u]) && "iw-unseen"];
+      const span = h("span", { class: classes.filter(Boolean).join(" "), role: "option", tabindex: -1, "aria-selected": String(u === selectedUnit), "aria-label": label(u), "data-unit": u }, displayToken(unitText(unit)));
+      paintToken(span, sums[u], max, paint);
+      parent.append(span);
       return span;
-    });
-    // Colours and labels are set as each chunk enters the DOM, so the first paint costs one chunk.
-    const prepare = (node) => {
-      if (node.nodeType !== 1) return;
-      const u = Number(node.dataset.unit);
-      node.setAttribute("aria-label", `${quoteToken(unitText(units[u]))}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`);
-      paintToken(node, sums[u], max, paint);
+    }; // prettier-ignore
+    const breakRank = (u) => {
+      const first = units[u][0];
+      const last = units[u - 1].at(-1);
+      if (data.spaces[first].includes("\n") || data.tokens[last].endsWith("\n")) return 2;
+      return data.sentenceIds[first] !== data.sentenceIds[last] ? 1 : 0;
     };
     rendering?.cancel();
-    rendering = appendChunked(tokensBox, nodes, { prepare });
-    view = { units, sums, ranks, ranked, spans, target };
+    tableFill?.cancel();
+    rendering = renderTokenRun(tokensBox, { count: units.length, build, breakRank, onDone: () => {
+      tableFill = fillTable(units, sums, ranks, ranked, granularity, target);
+    } }); // prettier-ignore
+    view = { units, sums, ranks, ranked, target, selectedUnit };
 
     targetSelect.value = String(target);
     granularitySelect.value = granularity;
@@ -229,32 +239,36 @@ function renderTokenHighlight({ model, el, reportError }) {
     legendSlot.replaceChildren(
       createLegend(max, theme, `attribution${per}${scaleNote}`, { signed: data.signed, encoding: paint.encoding }),
     );
-    fillTable(units, sums, ranks, ranked, granularity);
     const parts = [data.method && `method: ${data.method}`, data.meaning && `score: ${data.meaning}`];
     const delta = data.completeness[target];
     if (Number.isFinite(delta)) parts.push(`completeness error: ${formatScore(delta, { digits: 3 })}`);
     caption.textContent = parts.filter(Boolean).join(" \u00b7 ");
 
-    markSelection();
-    const focusUnit = Math.max(0, unitOfToken(focusToken));
-    spans[focusUnit].tabIndex = 0;
-    if (hadFocus) {
-      if (!spans[focusUnit].isConnected) rendering.finish();
-      spans[focusUnit].focus();
-    }
+    const focusSpan = rendering.ensure(Math.max(0, unitOfToken(units, focusToken)));
+    focusSpan.tabIndex = 0;
+    if (hadFocus) focusSpan.focus();
   }
 
-  function fillTable(units, sums, ranks, ranked, granularity) {
-    const shown = units.slice(0, MAX_TABLE_ROWS);
-    const caption = `Attribution per ${granularity} for class ${data.labels[view.target]}` +
-      (units.length > shown.length ? ` (first ${shown.length} of ${units.length}; use the CSV export for all)` : "");
+  /**
+   * The screen-reader table: one row per unit, all units, built in idle time after the tokens (it is
+   * off screen with content-visibility: auto, so the browser does not lay it out).
+   */
+  function fillTable(units, sums, ranks, ranked, granularity, target) {
+    const body = h("tbody");
     table.replaceChildren(
-      h("caption", {}, caption),
-      h("tr", {}, [h("th", { scope: "col" }, granularity), h("th", { scope: "col" }, "score"), h("th", { scope: "col" }, "rank")]),
-      ...shown.map((unit, u) =>
-        h("tr", {}, [h("td", {}, unitText(unit)), h("td", {}, scoreText(sums[u])), h("td", {}, rankText(ranks[u], ranked))]),
-      ),
+      h("caption", {}, `Attribution per ${granularity} for class ${data.labels[target]} (${units.length} ${granularity}s)`),
+      h("thead", {}, h("tr", {}, [h("th", { scope: "col" }, granularity), h("th", { scope: "col" }, "score"), h("th", { scope: "col" }, "rank")])),
+      body,
     );
+    let u = 0;
+    return idleLoop(doc.defaultView, (budget) => {
+      const fragment = doc.createDocumentFragment();
+      for (const end = Math.min(units.length, u + 250); u < end || (u < units.length && budget() > 4); u += 1) {
+        fragment.append(h("tr", {}, [h("td", {}, unitText(units[u])), h("td", {}, scoreText(sums[u])), h("td", {}, rankText(ranks[u], ranked))]));
+      }
+      body.append(fragment);
+      return u < units.length;
+    }); // prettier-ignore
   }
 
   function csvRows() {
@@ -264,14 +278,11 @@ function renderTokenHighlight({ model, el, reportError }) {
     return [header, ...units.map((unit, u) => [u, unitText(unit), unit[0], ...perTarget.map((row) => row[u])])];
   }
 
-  function unitOfToken(i) {
-    return view ? view.units.findIndex((unit) => unit.includes(i)) : -1;
-  }
-
   function markSelection() {
-    const selected = unitOfToken(model.get("selected_token"));
-    for (const span of tokensBox.querySelectorAll('.iw-token[aria-selected="true"]')) span.setAttribute("aria-selected", "false");
-    if (selected >= 0) view.spans[selected].setAttribute("aria-selected", "true");
+    const selected = unitOfToken(view.units, model.get("selected_token"));
+    rendering.span(view.selectedUnit)?.setAttribute("aria-selected", "false");
+    rendering.span(selected)?.setAttribute("aria-selected", "true");
+    view.selectedUnit = selected;
   }
 
   // Coalesce bursts of change events (one Python hold_sync message fires several) into one redraw.
@@ -302,8 +313,7 @@ function renderTokenHighlight({ model, el, reportError }) {
   }
 
   function focusUnit(u) {
-    const next = view.spans[Math.min(Math.max(u, 0), view.spans.length - 1)];
-    if (!next.isConnected) rendering.finish();
+    const next = rendering.ensure(Math.min(Math.max(u, 0), view.units.length - 1));
     for (const span of tokensBox.querySelectorAll(".iw-token[tabindex=\"0\"]")) span.tabIndex = -1;
     next.tabIndex = 0;
     focusToken = view.units[Number(next.dataset.unit)][0];
@@ -322,7 +332,7 @@ function renderTokenHighlight({ model, el, reportError }) {
     const u = Number(span.dataset.unit);
     if (event.key in KEY_STEPS) focusUnit(u + KEY_STEPS[event.key]);
     else if (event.key === "Home") focusUnit(0);
-    else if (event.key === "End") focusUnit(view.spans.length - 1);
+    else if (event.key === "End") focusUnit(view.units.length - 1);
     else if (event.key === "Enter" || event.key === " ") toggleSelection(u);
     else if (event.key === "Escape") tooltip.hide();
     else return;
@@ -368,6 +378,7 @@ function renderTokenHighlight({ model, el, reportError }) {
       name: "token-attribution",
       root,
       rows: csvRows,
+      prepare: () => rendering.finish(),
       title: () => `${data.method || "attribution"}: class ${data.labels[view.target]}`,
       reportError,
     }),
@@ -391,6 +402,7 @@ function renderTokenHighlight({ model, el, reportError }) {
   return () => {
     disposed = true;
     rendering?.cancel();
+    tableFill?.cancel();
     for (const name of DATA_TRAITS) model.off(`change:${name}`, onData);
     for (const name of VIEW_TRAITS) model.off(`change:${name}`, onView);
     model.off("change:selected_token", onSelection);

@@ -6,7 +6,7 @@ import examples, { visibleOrder } from "../src/examples.js";
 import generation, { heatmapCell } from "../src/generation.js";
 import { scoreColours } from "../src/lib/colour.js";
 import { sceneToSvgText, staticPage, svgNamespace, toCsv } from "../src/lib/export.js";
-import { appendChunked } from "../src/lib/paint.js";
+import { blockBounds, renderTokenRun } from "../src/lib/paint.js";
 import tokens from "../src/token_highlight.js";
 import { fakeModel, payload, settle } from "./fake_model.js";
 
@@ -88,9 +88,10 @@ describe("token highlighter options", () => {
     expect(el.querySelector(".iw-legend").textContent).toContain("underline weight");
   });
 
-  it("keeps an off-screen table alternative and tokens as inert text", () => {
+  it("keeps an off-screen table alternative and tokens as inert text", async () => {
     mount(tokens, fakeModel(tokenState()));
-    const rows = Array.from(el.querySelectorAll("table.iw-sr-only tr"));
+    await settle(); // the table is built in idle time after the tokens
+    const rows = Array.from(el.querySelectorAll(".iw-sr-only table tr"));
     expect(rows).toHaveLength(5);
     expect(rows[4].children[0].textContent).toBe(EVIL);
     expect(el.querySelector("img")).toBeNull();
@@ -120,14 +121,42 @@ describe("token highlighter options", () => {
   }, 60000);
 });
 
-describe("appendChunked", () => {
-  it("finish() appends the rest at once and cancel() stops", () => {
+describe("renderTokenRun", () => {
+  it("splits long runs into blocks at newlines, else sentence starts, else after `size` units", () => {
+    expect(blockBounds(5, { size: 4 })).toEqual([[0, 5]]); // a short tail joins the block
+    expect(blockBounds(10, { size: 4 })).toEqual([[0, 4], [4, 10]]);
+    expect(blockBounds(13, { size: 4 })).toEqual([[0, 4], [4, 8], [8, 13]]);
+    const rank = { 5: 1, 6: 2, 13: 1 };
+    expect(blockBounds(20, { size: 4, breakRank: (u) => rank[u] ?? 0 })).toEqual([[0, 6], [6, 13], [13, 17], [17, 20]]);
+  });
+
+  it("builds one block at once, the rest in idle time, and any unit on demand", async () => {
     const box = document.createElement("div");
-    const nodes = Array.from({ length: 10 }, (_, i) => document.createTextNode(String(i)));
-    const run = appendChunked(box, nodes, { first: 3, chunk: 2 });
-    expect(box.textContent).toBe("012");
+    const built = [];
+    const build = (u, parent, atBlockStart) => {
+      built.push(u);
+      const span = document.createElement("span");
+      span.textContent = `${atBlockStart ? "|" : ""}${u}`;
+      parent.append(span);
+      return span;
+    };
+    const run = renderTokenRun(box, { count: 10, build, size: 3, single: 4 });
+    expect(Array.from(box.children, (b) => b.className)).toEqual(["iw-token-block", "iw-token-block", "iw-token-block"]);
+    expect(box.textContent).toBe("|012");
+    expect(run.span(8)).toBeUndefined();
+    expect(run.ensure(8).textContent).toBe("8"); // the last block (3 + 3 + 4 units), before the middle one
+    expect(box.textContent).toBe("|012|6789");
     run.finish();
-    expect(box.textContent).toBe("0123456789");
+    expect(box.textContent).toBe("|012|345|6789");
+    expect(built.sort((a, b) => a - b)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]); // each unit built once
+
+    const small = renderTokenRun(box, { count: 3, build, single: 4 });
+    expect(box.children).toHaveLength(3); // one inline run, no blocks
+    expect(small.built()).toHaveLength(3);
+    const idle = renderTokenRun(box, { count: 10, build, size: 3, single: 4 });
+    await settle();
+    await settle();
+    expect(idle.built()).toHaveLength(10);
   });
 });
 

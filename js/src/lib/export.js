@@ -229,11 +229,16 @@ export function download(doc, filename, blob) {
 /**
  * Export buttons (PNG, SVG, CSV, HTML) for a view.
  * @param {{name: string, root: HTMLElement, rows: () => Array<Array<string|number>>, title: () => string,
- *          reportError: (e: unknown) => void}} options  `rows()` gives the CSV/table (header row first)
+ *          reportError: (e: unknown) => void, prepare?: () => void}} options  `rows()` gives the CSV/table
+ *   (header row first); `prepare()` runs before each export (e.g. to build token blocks not built yet)
  */
-export function createExportMenu({ name, root, rows, title, reportError }) {
+export function createExportMenu({ name, root, rows, title, reportError, prepare }) {
   const doc = root.ownerDocument;
-  const run = (fn) => () => Promise.resolve().then(fn).catch(reportError);
+  const run = (fn) => () =>
+    Promise.resolve()
+      .then(() => prepare?.())
+      .then(fn)
+      .catch(reportError);
   const actions = {
     PNG: ["Download the current view as a PNG image", async () => download(doc, `${name}.png`, await sceneToPng(captureScene(root), doc))],
     SVG: ["Download the current view as an SVG image", () =>

@@ -3,12 +3,12 @@
  *
  * `paintToken` encodes a score on an element either by colour (diverging or sequential background,
  * contrasting text) or, for the non-colour encoding, by underline weight plus a +/− marker.
- * `appendChunked` puts the first nodes in the DOM at once and the rest in later animation frames, so
- * 10k-token inputs paint quickly and the page stays responsive.
+ * `renderTokenRun` builds long inputs block by block (the first at once, the rest in idle time) in blocks
+ * the browser skips while they are off screen, so 10k-token inputs paint quickly and scroll smoothly.
  *
  * @example
  *   paintToken(span, 0.4, 0.8, {theme: "light", signed: true, encoding: "colour"});
- *   const rendering = appendChunked(box, spans); // rendering.cancel() before the next render
+ *   const run = renderTokenRun(box, {count, build}); // run.cancel() before the next render
  */
 import { scoreColours } from "./colour.js";
 
@@ -39,56 +39,149 @@ export function paintToken(el, score, max, { theme = "light", signed = true, enc
   el.style.color = colours.color;
 }
 
-/** Nodes put in the DOM synchronously before chunking starts. */
-export const FIRST_CHUNK = 1500;
-/** Nodes appended per animation frame afterwards. */
-export const CHUNK = 2500;
+/** Inputs up to this many units are drawn as one run of inline text, exactly like the source text. */
+export const SINGLE_RUN = 500;
+/** Target units per block for longer inputs. */
+export const BLOCK = 300;
+/** Height (px) a block of `n` units is assumed to take before it is laid out (refined after the first block). */
+const UNIT_HEIGHT = 2.4;
 
 /**
- * Append `nodes` to `box` (after clearing it): `first` at once, then `chunk` per frame.
- * @param {HTMLElement} box
- * @param {Node[]} nodes
- * @param {{first?: number, chunk?: number, onDone?: () => void, prepare?: (node: Node) => void}} [options]
- *   `prepare` runs on each node just before it enters the DOM (deferred painting and labelling)
- * @returns {{cancel: () => void, finish: () => void}} cancel stops appending (call before re-rendering);
- *   finish appends everything left at once (e.g. before focusing a node far down)
+ * Split units 0..count-1 into blocks for {@link renderTokenRun}: a list of [start, end). A block ends before
+ * the first hard break (`breakRank(u) === 2`, e.g. a newline precedes unit u) between `size` and `2 * size`
+ * units, else before the first soft break (`1`, e.g. a new sentence), else after `size` units; a short tail
+ * joins the previous block.
+ * @param {number} count
+ * @param {{size?: number, breakRank?: (u: number) => number}} [options]
+ * @returns {Array<[number, number]>}
+ * @example blockBounds(10, {size: 4}) // [[0, 4], [4, 10]]
  */
-export function appendChunked(box, nodes, { first = FIRST_CHUNK, chunk = CHUNK, onDone, prepare } = {}) {
+export function blockBounds(count, { size = BLOCK, breakRank = () => 0 } = {}) {
+  const bounds = [];
+  let start = 0;
+  while (start < count) {
+    let end = count;
+    if (count - start > 1.5 * size) {
+      let soft = -1;
+      end = -1;
+      for (let u = start + size; u < Math.min(start + 2 * size, count) && end < 0; u += 1) {
+        const rank = breakRank(u);
+        if (rank >= 2) end = u;
+        else if (rank === 1 && soft < 0) soft = u;
+      }
+      if (end < 0) end = soft >= 0 ? soft : start + size;
+    }
+    bounds.push([start, end]);
+    start = end;
+  }
+  return bounds;
+}
+
+/**
+ * Run `step(budget)` in idle time (requestIdleCallback, else timers) until it returns false. `budget()` is
+ * the milliseconds left in the current idle period.
+ * @returns {{cancel: () => void}}
+ */
+export function idleLoop(win, step) {
+  const idle = win?.requestIdleCallback ? (fn) => win.requestIdleCallback(fn, { timeout: 200 }) : (fn) => setTimeout(() => fn(null), 0);
+  const unidle = win?.cancelIdleCallback ? (id) => win.cancelIdleCallback(id) : clearTimeout;
+  let handle = null;
+  const run = (deadline) => {
+    const end = performance.now() + 8;
+    const budget = deadline && !deadline.didTimeout ? () => deadline.timeRemaining() : () => end - performance.now();
+    handle = step(budget) ? idle(run) : null;
+  };
+  handle = idle(run);
+  return {
+    cancel() {
+      if (handle !== null) unidle(handle);
+      handle = null;
+    },
+  };
+}
+
+/**
+ * Draw `count` token units into `box`, keeping first paint and every later frame short for long inputs.
+ * Up to `single` units are built at once as one inline run. Longer inputs are split into blocks
+ * ({@link blockBounds}); each block is a `.iw-token-block` (CSS `content-visibility: auto`, so the browser
+ * lays out and paints only blocks near the viewport). The first block is built at once, the others in idle
+ * time, in order, or at once when a unit is asked for with `ensure(u)` (keyboard focus, selection).
+ * `build(u, parent, atBlockStart)` appends unit u's nodes to `parent` and returns its element.
+ * @param {HTMLElement} box
+ * @param {{count: number, build: (u: number, parent: Node, atBlockStart: boolean) => HTMLElement,
+ *          breakRank?: (u: number) => number, size?: number, single?: number, onDone?: () => void}} options
+ * @returns {{span: (u: number) => HTMLElement | undefined, ensure: (u: number) => HTMLElement,
+ *            built: () => HTMLElement[], finish: () => void, cancel: () => void}}
+ *   `span(u)` is undefined until u's block is built; `built()` lists the units' elements built so far
+ * @example
+ *   const run = renderTokenRun(box, {count: units.length, build: (u, parent) => parent.appendChild(span(u))});
+ *   run.ensure(9999).focus();
+ */
+export function renderTokenRun(box, { count, build, breakRank, size = BLOCK, single = SINGLE_RUN, onDone }) {
   const doc = box.ownerDocument;
   const win = doc.defaultView;
-  const schedule = win?.requestAnimationFrame ? (fn) => win.requestAnimationFrame(fn) : (fn) => setTimeout(fn, 0);
-  const unschedule = win?.cancelAnimationFrame ? (id) => win.cancelAnimationFrame(id) : clearTimeout;
-  let next = 0;
-  let handle = null;
-  const appendUpTo = (end) => {
+  const spans = new Array(count);
+  const bounds = count <= single ? [[0, count]] : blockBounds(count, { size, breakRank });
+  const blocks = count <= single ? [box] : bounds.map(() => doc.createElement("div"));
+  const done = new Uint8Array(bounds.length);
+  let left = bounds.length;
+  let loop = null;
+
+  const fill = (b) => {
+    if (done[b]) return;
+    const [start, end] = bounds[b];
     const fragment = doc.createDocumentFragment();
-    for (; next < Math.min(end, nodes.length); next += 1) {
-      prepare?.(nodes[next]);
-      fragment.append(nodes[next]);
-    }
-    box.append(fragment);
-  };
-  box.replaceChildren();
-  appendUpTo(first);
-  const step = () => {
-    handle = null;
-    appendUpTo(next + chunk);
-    if (next < nodes.length) handle = schedule(step);
-    else onDone?.();
-  };
-  if (next < nodes.length) handle = schedule(step);
-  else onDone?.();
-  const cancel = () => {
-    if (handle !== null) unschedule(handle);
-    handle = null;
-  };
-  return {
-    cancel,
-    finish() {
-      if (next >= nodes.length) return;
-      cancel();
-      appendUpTo(nodes.length);
+    for (let u = start; u < end; u += 1) spans[u] = build(u, fragment, u === start);
+    blocks[b].append(fragment);
+    done[b] = 1;
+    left -= 1;
+    if (left === 0) {
+      loop?.cancel();
       onDone?.();
+    }
+  };
+  const blockOf = (u) => {
+    let [lo, hi] = [0, bounds.length - 1];
+    while (lo < hi) {
+      const mid = (lo + hi + 1) >> 1;
+      if (bounds[mid][0] <= u) lo = mid;
+      else hi = mid - 1;
+    }
+    return lo;
+  };
+
+  box.replaceChildren();
+  if (blocks[0] !== box) {
+    blocks.forEach((block, b) => {
+      block.className = "iw-token-block";
+      block.style.containIntrinsicSize = `auto ${Math.ceil((bounds[b][1] - bounds[b][0]) * UNIT_HEIGHT)}px`;
+    });
+    box.append(...blocks);
+  }
+  fill(0);
+  if (left > 0) {
+    let next = 1;
+    loop = idleLoop(win, (budget) => {
+      do {
+        while (next < bounds.length && done[next]) next += 1;
+        if (next < bounds.length) fill(next);
+      } while (next < bounds.length && budget() > 4);
+      return left > 0;
+    });
+  }
+  return {
+    span: (u) => spans[u],
+    ensure(u) {
+      if (!spans[u]) fill(blockOf(u));
+      return spans[u];
+    },
+    built: () => spans.filter(Boolean),
+    finish() {
+      for (let b = 0; b < bounds.length; b += 1) fill(b);
+    },
+    cancel() {
+      loop?.cancel();
+      loop = null;
     },
   };
 }
