@@ -5,11 +5,22 @@ The bundle is rebuilt whenever a source file is newer than it, so a wheel never 
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from pathlib import Path
 
 from hatchling.builders.hooks.plugin.interface import BuildHookInterface
+
+# The widget manager, require.js and anywidget's AMD module that `interp-widgets export` inlines (js/build.mjs).
+VENDOR_FILES = ("require.js", "embed-amd.js", "anywidget.js")
+
+
+def _missing_packages(js_dir: Path) -> list[str]:
+    """Dependencies in js/package.json that node_modules lacks (an older checkout's install)."""
+    manifest = json.loads((js_dir / "package.json").read_text(encoding="utf-8"))
+    names = [*manifest.get("dependencies", {}), *manifest.get("devDependencies", {})]
+    return [name for name in names if not (js_dir / "node_modules" / name / "package.json").exists()]
 
 
 class BundleJavaScript(BuildHookInterface):
@@ -24,12 +35,15 @@ class BundleJavaScript(BuildHookInterface):
         sources = [p for p in (js_dir / "src").rglob("*") if p.is_file()]
         sources += [js_dir / "build.mjs", js_dir / "package-lock.json"]
         bundles = list(static.glob("*.js"))
+        vendored = [static / "vendor" / name for name in VENDOR_FILES]  # copied from node_modules by build.mjs
         newest_source = max((p.stat().st_mtime for p in sources if p.exists()), default=0.0)
-        if bundles and min(p.stat().st_mtime for p in bundles) >= newest_source:
+        if bundles and all(p.exists() for p in vendored) and min(
+            p.stat().st_mtime for p in bundles + vendored
+        ) >= newest_source:
             return
         npm = shutil.which("npm")
         if npm is None:
             raise RuntimeError("Building interp_widgets needs Node.js and npm to bundle js/src; install Node 20+.")
-        if not (js_dir / "node_modules").exists():
+        if not (js_dir / "node_modules").exists() or _missing_packages(js_dir):
             subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=js_dir, check=True)
         subprocess.run([npm, "run", "build"], cwd=js_dir, check=True)

@@ -1,7 +1,9 @@
-"""Command line: ``interp-widgets demo`` writes a self-contained offline HTML report.
+"""Command line: ``interp-widgets demo`` writes a self-contained offline HTML report; ``interp-widgets export``
+turns an executed notebook into an offline HTML page with live widgets.
 
 Example:
     $ interp-widgets demo --text "The waiter was rude but the pasta was superb." --out report.html
+    $ interp-widgets export executed.ipynb -o executed.html
 """
 
 from __future__ import annotations
@@ -52,7 +54,14 @@ def main(argv: list[str] | None = None) -> int:
     demo_cmd.add_argument("--out", default="interp_widgets_demo.html", help="report path (default: %(default)s)")
     demo_cmd.add_argument("--no-builtin", action="store_true", help="explain only the --text inputs")
     demo_cmd.add_argument("--quiet", action="store_true", help="no progress bars")
+    export_cmd = commands.add_parser(
+        "export", help="offline HTML of an executed notebook, widgets live from their saved state (no CDN)"
+    )
+    export_cmd.add_argument("notebook", help="an executed .ipynb (nbclient and nbconvert --execute save widget state)")
+    export_cmd.add_argument("-o", "--out", help="HTML path (default: the notebook's path with .html)")
     args = parser.parse_args(argv)
+    if args.command == "export":
+        return _export(args.notebook, args.out)
 
     from interp_widgets.demo import EXAMPLE_TEXTS
 
@@ -67,6 +76,18 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     out.write_text(page, encoding="utf-8")
     print(out)
+    return 0
+
+
+def _export(notebook: str, out: str | None) -> int:
+    from interp_widgets.notebook_export import export_notebook
+
+    try:
+        path = export_notebook(notebook, out)
+    except (ValueError, FileNotFoundError) as err:
+        print(f"interp-widgets export: {err}", file=sys.stderr)
+        return 2
+    print(path)
     return 0
 
 

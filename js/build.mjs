@@ -1,6 +1,9 @@
 // Bundle js/src into interp_widgets/static: one ESM (+ CSS) per widget and the boot script of exported pages.
+// Also copies the widget manager that `interp-widgets export` inlines into notebook pages into static/vendor.
 // Usage: node build.mjs [--watch]
 import * as esbuild from "esbuild";
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
 
 const watch = process.argv.includes("--watch");
 
@@ -16,6 +19,41 @@ const options = {
   define: { "define.amd": "false" },
   logLevel: "info",
 };
+
+// Third-party AMD files for offline notebook export (interp_widgets/notebook_export.py), copied verbatim from
+// npm except for one documented patch: html-manager falls back to a CDN for widget modules the page does not
+// define; that default becomes "./" so a missing module is looked up beside the page, never on the network.
+const VENDOR = [
+  { pkg: "requirejs", file: "require.js", out: "require.js" },
+  { pkg: "@jupyter-widgets/html-manager", file: "dist/embed-amd.js", out: "embed-amd.js",
+    patch: { from: '"https://cdn.jsdelivr.net/npm/"', to: '"./"', count: 2 } },
+  { pkg: "anywidget", file: "dist/index.js", out: "anywidget.js" },
+];
+
+function copyVendor() {
+  const outdir = "../interp_widgets/static/vendor";
+  mkdirSync(outdir, { recursive: true });
+  const notice = ["Third-party files inlined by `interp-widgets export` (copied from npm by js/build.mjs).", ""];
+  for (const { pkg, file, out, patch } of VENDOR) {
+    const root = join("node_modules", pkg);
+    const meta = JSON.parse(readFileSync(join(root, "package.json"), "utf8"));
+    let text = readFileSync(join(root, file), "utf8");
+    if (patch) {
+      const found = text.split(patch.from).length - 1;
+      if (found !== patch.count) {
+        throw new Error(`${pkg}/${file}: expected ${patch.count} x ${patch.from}, found ${found}; review the patch`);
+      }
+      text = text.replaceAll(patch.from, patch.to);
+    }
+    writeFileSync(join(outdir, out), text);
+    notice.push(`${out}: ${pkg}@${meta.version} ${file}, licence ${meta.license}` +
+      (patch ? `; patched: CDN fallback ${patch.from} replaced by ${patch.to}` : ""));
+    if (existsSync(join(root, "LICENSE"))) copyFileSync(join(root, "LICENSE"), join(outdir, `${out}.LICENSE.txt`));
+  }
+  writeFileSync(join(outdir, "NOTICE.txt"), notice.join("\n") + "\n");
+}
+
+copyVendor();
 
 if (watch) {
   const context = await esbuild.context(options);

@@ -25,8 +25,40 @@ def test_wheel_contains_the_bundles_and_no_external_urls(tmp_path):
             assert f"interp_widgets/static/{bundle}" in names
         assert not [name for name in names if name.startswith(("js/", "node_modules/")) or "/node_modules/" in name]
         shipped = [name for name in names if name.endswith((".js", ".mjs", ".html", ".css"))]
-        assert shipped
-        for name in shipped:
+        ours = [name for name in shipped if not name.startswith(VENDOR)]
+        assert ours
+        for name in ours:
             text = archive.read(name).decode("utf-8")
             assert "http://" not in text and "https://" not in text, f"{name} references an external URL"
             assert "define.amd" not in text, f"{name} would register with a global AMD loader"
+        vendored = {name.removeprefix(VENDOR): archive.read(name).decode("utf-8") for name in shipped
+                    if name.startswith(VENDOR)}  # fmt: skip
+    assert_vendor_files_are_the_npm_copies(vendored)
+
+
+# Third-party files that `interp-widgets export` inlines into notebook pages (copied by js/build.mjs). They are
+# exempt from the URL grep above, for a documented reason: as published on npm they contain URL text that is never
+# requested (licence notices, XML namespaces, JSON-schema identifiers, CSS comments, an anchor helper), and
+# require.js *is* the AMD loader. Instead they must equal the npm files byte for byte, except html-manager's one
+# network fallback (jsDelivr for undefined widget modules), which the build replaces with the page's directory.
+# That no request leaves the machine is checked where it matters, in a browser: tests/browser/test_notebook_export.py.
+VENDOR = "interp_widgets/static/vendor/"
+NPM_SOURCES = {
+    "require.js": ("requirejs", "require.js", None),
+    "embed-amd.js": ("@jupyter-widgets/html-manager", "dist/embed-amd.js",
+                     ('"https://cdn.jsdelivr.net/npm/"', '"./"')),
+    "anywidget.js": ("anywidget", "dist/index.js", None),
+}  # fmt: skip
+CDN_HOSTS = ("cdn.jsdelivr.net", "unpkg.com", "cdnjs.cloudflare.com", "esm.sh")
+
+
+def assert_vendor_files_are_the_npm_copies(vendored: dict[str, str]) -> None:
+    assert set(vendored) == set(NPM_SOURCES)
+    for name, text in vendored.items():
+        package, path, patch = NPM_SOURCES[name]
+        original = (ROOT / "js" / "node_modules" / package / path).read_text(encoding="utf-8")
+        if patch is not None:
+            assert original.count(patch[0]) == 2, f"{package}/{path} changed; review the patch in js/build.mjs"
+            original = original.replace(*patch)
+        assert text == original, f"{name} differs from {package}/{path} beyond the documented patch"
+        assert not [host for host in CDN_HOSTS if host in text], f"{name} still names a CDN"
