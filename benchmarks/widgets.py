@@ -90,8 +90,9 @@ def widget(n: int) -> TokenHighlightWidget:
 
 
 def saved_bytes(w: TokenHighlightWidget) -> int:
-    """Bytes of the widget's saved state (what a notebook stores for it), ESM and CSS included."""
-    state = embed_data(views=[w], state=dependency_state([w]))["manager_state"]
+    """Bytes of the widget's saved state (what a notebook stores for it), ESM and CSS included (the front end
+    saves every attribute, so nothing is dropped as a default)."""
+    state = embed_data(views=[w], state=dependency_state([w], drop_defaults=False), drop_defaults=False)["manager_state"]
     return len(json.dumps(state, separators=(",", ":")).encode())
 
 

@@ -159,6 +159,16 @@ export function renderTokenRun(box, { count, build, breakRank, size = BLOCK, sin
     box.append(...blocks);
   }
   fill(0);
+  if (blocks[0] !== box) {
+    // Once the first block is laid out, size the others' placeholders from its height per unit.
+    win?.requestAnimationFrame?.(() => {
+      const perUnit = blocks[0].offsetHeight / (bounds[0][1] - bounds[0][0]);
+      if (!(perUnit > 0)) return;
+      blocks.forEach((block, b) => {
+        if (b > 0) block.style.containIntrinsicSize = `auto ${Math.ceil((bounds[b][1] - bounds[b][0]) * perUnit)}px`;
+      });
+    });
+  }
   if (left > 0) {
     let next = 1;
     loop = idleLoop(win, (budget) => {
