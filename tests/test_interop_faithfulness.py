@@ -51,6 +51,40 @@ def test_from_captum_llm_result(gpt2_lm):
     assert result.text.endswith(" very clean")
 
 
+@pytest.mark.parametrize("method_name", ["Saliency", "Occlusion"])
+def test_from_interpreto_real_attribution_output(bert_classifier, method_name):
+    import copy
+
+    import interpreto
+
+    model, tokenizer = bert_classifier
+    explainer = getattr(interpreto, method_name)(copy.deepcopy(model), tokenizer)
+    output = explainer(TEXT, targets=torch.tensor([[2, 0]]))[0]
+    assert isinstance(output, interpreto.attributions.base.AttributionOutput)
+    labels = ["negative", "neutral", "positive"]
+    plain = from_interpreto(output, labels=labels, method=method_name)
+    assert plain.tokens == output.elements and plain.granularity == "word"
+    np.testing.assert_allclose(plain.scores, output.attributions.double().numpy())
+    assert plain.target_labels == ["positive", "negative"] and plain.target_ids.tolist() == [2, 0]
+    assert plain.method == f"interpreto:{method_name}"
+    assert plain.signed == (method_name == "Occlusion")  # Interpreto's gradient scores are magnitudes
+    located = from_interpreto(output, labels=labels, text=TEXT, method=method_name)
+    assert located.text == TEXT
+    assert located.tokens == ["The", "soup", "was", "cold", ",", "but", "the", "bread", "was", "wonderful", "."]
+    assert [TEXT[a:b] for a, b in located.offsets] == located.tokens
+    np.testing.assert_allclose(located.scores, plain.scores)
+    assert "application/vnd.jupyter.widget-view+json" in located._repr_mimebundle_()[0]
+    if method_name == "Occlusion":  # a word's score is the target logit lost when that word is masked
+        ids = tokenizer(TEXT, return_tensors="pt")["input_ids"]
+        masked = ids.clone()
+        masked[0, 2] = tokenizer.mask_token_id  # "soup", word 1, token 2 after [CLS] "the"
+        with torch.no_grad():
+            full, occluded = model(input_ids=ids).logits[0, 2], model(input_ids=masked).logits[0, 2]
+        assert located.scores[0, 1] == pytest.approx(float(full - occluded), abs=1e-5)
+    with pytest.raises(ValueError, match="is not the next part of text"):
+        from_interpreto(output, text="The soup was hot.")
+
+
 def test_from_interpreto_classification_and_generation():
     classification = SimpleNamespace(
         attributions=torch.tensor([[0.1, 0.5, 0.2], [0.3, 0.1, 0.0]]), elements=["Great", "film", "!"],

@@ -24,12 +24,29 @@ def _to_numpy(values: Any) -> np.ndarray:
 
 def _plain_result(tokens: Sequence[str], scores: np.ndarray, *, method: str, labels: list[str], ids: np.ndarray,
                   probs: np.ndarray, reduce: str, signed: bool, generated: np.ndarray | None = None,
-                  positions: np.ndarray | None = None, granularity: str = "token") -> AttributionResult:
-    """A result over units given only as strings (no source text): rebuild a text from them.
+                  positions: np.ndarray | None = None, granularity: str = "token",
+                  source_text: str | None = None) -> AttributionResult:
+    """A result over units given only as strings: found in ``source_text`` when given, else rebuilt into a text.
 
     Byte-level (``Ġ``) and SentencePiece (``▁``) markers become spaces, WordPiece ``##`` pieces join the previous
     unit, and units without any marker are separated by single spaces (Interpreto words).
     """
+    if source_text is None:
+        text, pieces, offsets = _rebuild_text(tokens)
+    else:
+        text, offsets = source_text, _locate(tokens, source_text)
+        pieces = [text[a:b] for a, b in offsets]
+    n = len(tokens)
+    return AttributionResult(
+        text=text, tokens=pieces, offsets=np.asarray(offsets, dtype=np.int64).reshape(-1, 2),
+        special_mask=np.zeros(n, bool), word_ids=np.arange(n), sentence_ids=np.zeros(n, dtype=np.int64),
+        scores=scores, target_labels=labels, target_probs=probs, target_ids=ids, method=method,
+        params={"source": method.split(":")[0]}, reduce=reduce, signed=signed, granularity=granularity,
+        generated_mask=generated, target_positions=positions,
+    )
+
+
+def _rebuild_text(tokens: Sequence[str]) -> tuple[str, list[str], list[tuple[int, int]]]:
     spaced = not any(t[:1] in ("Ġ", "▁", " ") or t.startswith("##") for t in tokens)
     offsets, pieces, text = [], [], ""
     for i, token in enumerate(tokens):
@@ -43,14 +60,22 @@ def _plain_result(tokens: Sequence[str], scores: np.ndarray, *, method: str, lab
         offsets.append((len(text), len(text) + len(piece)))
         text += piece
         pieces.append(piece)
-    n = len(tokens)
-    return AttributionResult(
-        text=text, tokens=pieces, offsets=np.asarray(offsets, dtype=np.int64).reshape(-1, 2),
-        special_mask=np.zeros(n, bool), word_ids=np.arange(n), sentence_ids=np.zeros(n, dtype=np.int64),
-        scores=scores, target_labels=labels, target_probs=probs, target_ids=ids, method=method,
-        params={"source": method.split(":")[0]}, reduce=reduce, signed=signed, granularity=granularity,
-        generated_mask=generated, target_positions=positions,
-    )
+    return text, pieces, offsets
+
+
+def _locate(units: Sequence[str], text: str) -> list[tuple[int, int]]:
+    """Character spans of ``units`` found in order in ``text`` (case-insensitive; uncased tokenizers lower-case)."""
+    lowered = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)  # same length as text
+    position, spans = 0, []
+    for unit in units:
+        needle = unit.strip().lower()
+        found = lowered.find(needle, position) if needle else -1
+        if found < 0 or lowered[position:found].strip():
+            raise ValueError(f"unit {unit!r} is not the next part of text after position {position}; pass the exact "
+                             "text that was explained (or no text to show the units as they are)")
+        spans.append((found, found + len(needle)))
+        position = found + len(needle)
+    return spans
 
 
 def from_captum(
@@ -154,16 +179,19 @@ def _from_captum_llm(llm_result, *, method: str, continuation: str | None) -> At
                          positions=positions)
 
 
-def from_interpreto(output, *, labels: Sequence[str] | None = None) -> AttributionResult:
+def from_interpreto(output, *, labels: Sequence[str] | None = None, text: str | None = None,
+                    method: str | None = None) -> AttributionResult:
     """Build a result from an Interpreto ``AttributionOutput`` (classification or generation).
 
     Interpreto gradient scores are unsigned magnitudes (``abs`` then mean over the hidden dimension), so results from
     its gradient methods are flagged unsigned; its generation matrices keep their NaN upper triangle. ``labels``
-    names the classes (Interpreto leaves ``classes`` empty).
+    names the classes (Interpreto leaves ``classes`` empty). Interpreto's ``elements`` are decoded from token ids
+    (lower-cased by uncased tokenizers); pass the explained ``text`` to show its original spelling and spacing (each
+    element is found in it, in order, ignoring case). ``method`` names the Interpreto method (the output does not).
 
     Example:
-        >>> outputs = interpreto.Occlusion(model, tokenizer)(["Great film"])  # doctest: +SKIP
-        >>> from_interpreto(outputs[0], labels=["negative", "positive"])     # doctest: +SKIP
+        >>> outputs = interpreto.Occlusion(model, tokenizer)("Great film")           # doctest: +SKIP
+        >>> from_interpreto(outputs[0], labels=["negative", "positive"], text="Great film", method="Occlusion")  # doctest: +SKIP
     """
     for name in ("attributions", "elements"):
         if not hasattr(output, name):
@@ -177,7 +205,7 @@ def from_interpreto(output, *, labels: Sequence[str] | None = None) -> Attributi
                          else np.arange(len(scores)), dtype=np.int64).reshape(-1)[: len(scores)]
     if len(targets) != len(scores):
         targets = np.arange(len(scores))
-    method = f"interpreto:{getattr(output, 'method', None) or 'attribution'}"
+    method = f"interpreto:{method or 'attribution'}"
     finite = scores[np.isfinite(scores)]
     signed = bool((finite < 0).any())
     reduce = "Interpreto score" + (" (signed)" if signed else " (unsigned magnitude)")
@@ -190,7 +218,8 @@ def from_interpreto(output, *, labels: Sequence[str] | None = None) -> Attributi
         names = [f"{elements[n_in + j]!r}@{n_in + j}" for j in range(n_out)]
         return _plain_result(elements, scores, method=method, labels=names, ids=targets, probs=np.full(n_out, np.nan),
                              reduce=reduce, signed=signed, generated=generated,
-                             positions=np.arange(n_in - 1, n_in + n_out - 1), granularity=granularity)
+                             positions=np.arange(n_in - 1, n_in + n_out - 1), granularity=granularity,
+                             source_text=text)
     names = [labels[int(t)] if labels is not None else f"class {int(t)}" for t in targets]
     return _plain_result(elements, scores, method=method, labels=names, ids=targets, probs=np.full(len(scores), np.nan),
-                         reduce=reduce, signed=signed, granularity=granularity)
+                         reduce=reduce, signed=signed, granularity=granularity, source_text=text)
