@@ -3,6 +3,7 @@ static SVG fallbacks (escaped, no script), export pages, unsigned scales and bad
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from types import SimpleNamespace
@@ -153,6 +154,22 @@ def test_comparison_svg_lists_methods_tokens_and_agreement():
     assert "<b>" not in svg and EVIL not in svg and "&lt;img src=x onerror=alert(1)&gt;" in svg
 
 
+def test_comparison_granularity_sums_words_and_sentences_like_the_browser():
+    words, sentences = np.array([0, 0, 1, 2, 2]), np.array([0, 0, 0, 1, 1])
+    a = dataclasses.replace(_result([[0.0] * 5, [0.5, -1.0, 0.25, 2.0, NAN]], method="ig"), word_ids=words, sentence_ids=sentences)
+    b = dataclasses.replace(_result([[0.0] * 5, [1.0, 1.0, 0.0, 0.5, 0.5]], method="sal"), word_ids=words, sentence_ids=sentences)
+    widget = compare([a, b], granularity="word")
+    assert buffer_to_array(widget.word_ids).tolist() == words.tolist()
+    assert widget.units() == [[0, 1], [2], [3, 4]]
+    np.testing.assert_allclose(widget.unit_scores(), [[-0.5, 0.25, 2.0], [2.0, 0.0, 1.0]], rtol=1e-6)
+    assert "(scale ±2)" in " ".join(_text_elements(widget.static_svg()))
+    widget.set_state({"granularity": "sentence"})
+    np.testing.assert_allclose(widget.unit_scores(), [[-0.25, 2.0], [2.0, 1.0]], rtol=1e-6)
+    assert any("sum per sentence" in t for t in _text_elements(widget.static_svg()))
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        widget.granularity = "paragraph"
+
+
 # ------------------------------------------------------------------------------------------------ many inputs
 def _collection():
     return AttributionCollection([
@@ -203,6 +220,23 @@ def test_example_list_svg_shows_one_page_with_labels_and_verdicts():
     assert any(t.startswith("#1 predicted positive (90.0%) · true negative ✗") for t in texts)
     assert not any(t.startswith("#0 ") for t in texts)  # on page 2
     assert "accuracy 0.67 on 3 labelled" in repr(widget)
+
+
+def test_example_list_granularity_groups_within_each_example():
+    first = dataclasses.replace(_result([[0.1, 0.2, 0.3, 0.4, 0.5], [0.0] * 5], probs=[0.8, 0.2]),
+                                word_ids=np.array([0, 0, 1, 1, 2]), sentence_ids=np.array([0, 0, 0, 1, 1]))  # fmt: skip
+    second = _result([[0.0] * 5, [0.9, -2.0, 0.1, 0.1, 0.1]], probs=[0.1, 0.9])
+    widget = ExampleListWidget([first, second], granularity="word")
+    assert buffer_to_array(widget.word_ids).tolist() == [0, 0, 1, 1, 2, 0, 1, 2, 3, 4]
+    assert widget.units(0) == [[0, 1], [2, 3], [4]] and widget.units(1) == [[0], [1], [2], [3], [4]]
+    np.testing.assert_allclose(widget.unit_scores(0), [0.3, 0.7, 0.5], rtol=1e-6)
+    widget.set_state({"granularity": "sentence"})
+    np.testing.assert_allclose(widget.unit_scores(0), [0.6, 0.9], rtol=1e-6)
+    np.testing.assert_allclose(widget.unit_scores(1), [-0.8], rtol=1e-6)
+    texts = _text_elements(widget.static_svg())
+    assert "sum per sentence" in texts[0]
+    with pytest.raises(ValueError, match="granularity must be one of"):
+        widget.granularity = "page"
 
 
 # ------------------------------------------------------------------------------------------------ scales & fallbacks

@@ -20,7 +20,7 @@ from scipy import stats
 from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.widgets.tokens import TokenScoresWidget, _traits_from_result, finite_max, token_pieces
+from interp_widgets.widgets.tokens import GroupedTokensWidget, _traits_from_result, finite_max, token_pieces, unit_sums
 
 AGREEMENT_BY = ("magnitude", "signed")
 
@@ -105,11 +105,12 @@ def agreement_table(scores: np.ndarray, methods: Sequence[str], *, k: int = 5, b
     return rows
 
 
-class ComparisonWidget(TokenScoresWidget):
+class ComparisonWidget(GroupedTokensWidget):
     """Several methods' scores for one input and one target, one row per method, with synchronised hover.
 
     Hovering (or focusing) a token in any row highlights it in every row and shows all methods' scores. The
-    agreement table (Spearman ρ and top-k overlap, computed in Python with scipy) is in ``agreement``. The colour
+    ``granularity`` switch (token, word, sentence) sums scores per unit in the browser. The agreement table
+    (Spearman ρ and top-k overlap over tokens, computed in Python with scipy) is in ``agreement``. The colour
     scale is per method or shared (``shared_scale``). Build it with :func:`compare`.
 
     Example:
@@ -120,7 +121,6 @@ class ComparisonWidget(TokenScoresWidget):
     _bundle = "comparison"
 
     spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
     methods = traitlets.List(traitlets.Unicode()).tag(sync=True)
     signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(sync=True)
     target_label = traitlets.Unicode("").tag(sync=True)
@@ -129,7 +129,23 @@ class ComparisonWidget(TokenScoresWidget):
     shared_scale = traitlets.Bool(False, help="One colour scale for all methods instead of one per method.").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
 
+    def units(self) -> list[list[int]]:
+        """Token indices of each unit shown for the current granularity (special tokens hidden), as in the browser.
 
+        Example:
+            >>> widget.granularity = "word"; widget.units()[:2]  # doctest: +SKIP
+            [[1], [2, 3]]
+        """
+        return self._group(False)
+
+    def unit_scores(self) -> np.ndarray:
+        """``(n_methods, n_units)`` score sums per unit for the current granularity (NaN skipped).
+
+        Example:
+            >>> widget.unit_scores().shape  # doctest: +SKIP
+            (3, 7)
+        """
+        return unit_sums(self.units(), self.score_matrix())
 
     def static_svg(self) -> str:
         """One labelled token row per method, each with its scale, then the agreement table as text.
@@ -138,14 +154,13 @@ class ComparisonWidget(TokenScoresWidget):
             >>> widget.static_svg().startswith("<svg")  # doctest: +SKIP
             True
         """
-        matrix = self.score_matrix().astype(np.float64)
-        special = buffer_to_array(self.special_mask)
-        units = [[i] for i in range(len(self.tokens)) if not special[i]]
-        shared = finite_max(matrix[:, ~special]) if self.shared_scale else None
+        units, matrix = self.units(), self.unit_scores()
+        shared = finite_max(matrix) if self.shared_scale else None
         figure = SvgFigure(label=f"Comparison of {len(self.methods)} attribution methods")
-        figure.text(f"{len(self.methods)} methods · target {self.target_label}" + (" · shared scale" if shared is not None else ""), bold=True)
+        per = "" if self.granularity == "token" else f" · sum per {self.granularity}"
+        figure.text(f"{len(self.methods)} methods · target {self.target_label}" + (" · shared scale" if shared is not None else "") + per, bold=True)
         for m, method in enumerate(self.methods):
-            sums = matrix[m, [u[0] for u in units]]
+            sums = matrix[m]
             max_abs = shared if shared is not None else finite_max(sums)
             figure.text(f"{method} (scale ±{format_score(max_abs)})" if self.signed[m] else f"{method} (scale 0..{format_score(max_abs)})", size=12, bold=True)
             pieces, omitted = token_pieces(self.tokens, self.spaces_before, units, sums, max_abs, self.signed[m])
@@ -177,7 +192,7 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
 
     ``target`` picks the row (label, index, or ``None`` for each result's most probable target, which must agree).
     ``names`` overrides the method names (needed if two results share one). ``options`` go to the widget
-    (``shared_scale=True`` …).
+    (``shared_scale=True``, ``granularity="word"`` …).
 
     Example:
         >>> widget = compare([ig, saliency], k=3)  # doctest: +SKIP
@@ -223,6 +238,6 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
         row["spearman"], row["top_k_overlap"] = _json_number(row["spearman"]), _json_number(row["top_k_overlap"])
     return ComparisonWidget(
         tokens=first["tokens"], spaces_before=first["spaces_before"], special_mask=first["special_mask"],
-        scores=array_to_buffer(matrix), methods=methods, signed=[t["signed"] for t in traits], target_label=label,
+        word_ids=first["word_ids"], sentence_ids=first["sentence_ids"], scores=array_to_buffer(matrix), methods=methods, signed=[t["signed"] for t in traits], target_label=label,
         agreement=table, agreement_by=by, **options,
     )  # fmt: skip

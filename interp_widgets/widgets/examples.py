@@ -17,7 +17,7 @@ import traitlets
 from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.widgets.tokens import _traits_from_result, finite_max, token_pieces
+from interp_widgets.widgets.tokens import _traits_from_result, check_granularity, finite_max, group_units, narrowest_ints, token_pieces, unit_sums
 
 SORT_KEYS = ("index", "confidence", "max_attribution", "label")
 OUTCOMES = ("all", "correct", "wrong")
@@ -26,8 +26,9 @@ MAX_STATIC_EXAMPLE_TOKENS = 400
 
 class ExampleListWidget(InterpWidget):
     """A paged list of examples: each row shows the predicted label with its confidence, the true label, and the
-    tokens coloured for the predicted class. Sorting, filtering and paging run in the browser; the page, sort,
-    filters and the selected example sync back to Python (``selected_example`` is an index into the results).
+    tokens coloured for the predicted class. Sorting, filtering, paging and the ``granularity`` switch (token, word
+    or sentence sums) run in the browser; the page, sort, filters, granularity and the selected example sync back
+    to Python (``selected_example`` is an index into the results).
 
     Example:
         >>> widget = ExampleListWidget(results, page_size=5, sort_by="confidence")  # doctest: +SKIP
@@ -40,6 +41,9 @@ class ExampleListWidget(InterpWidget):
     tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Tokens of each example.").tag(sync=True)
     spaces_before = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
     special_mask = traitlets.Dict(help="bool per token of all examples concatenated, binary.").tag(sync=True)
+    word_ids = traitlets.Dict(help="Word id per token of all examples concatenated (-1: none), binary.").tag(sync=True)
+    sentence_ids = traitlets.Dict(help="Sentence id per token of all examples concatenated (-1: none), binary.").tag(sync=True)
+    granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence' (sums computed in the browser).").tag(sync=True)
     scores = traitlets.Dict(help="float32 scores for each example's shown class, concatenated, binary.").tag(sync=True)
     predicted = traitlets.List(traitlets.Unicode(), help="Predicted (most probable) label of each example.").tag(sync=True)
     confidence = traitlets.List(traitlets.Float(allow_none=True), help="Probability of the predicted label.").tag(sync=True)
@@ -60,7 +64,7 @@ class ExampleListWidget(InterpWidget):
         results = list(results)
         if not results:
             raise ValueError("there are no results to list; pass a non-empty AttributionCollection or list of results")
-        tokens, spaces, special, rows, predicted, confidence, true_labels, max_attr = [], [], [], [], [], [], [], []
+        tokens, spaces, special, words, sentences, rows, predicted, confidence, true_labels, max_attr = ([] for _ in range(10))
         signed = set()
         for r in results:
             traits = _traits_from_result(r)
@@ -72,6 +76,8 @@ class ExampleListWidget(InterpWidget):
             tokens.append(traits["tokens"])
             spaces.append(traits["spaces_before"])
             special.append(mask)
+            words.append(buffer_to_array(traits["word_ids"]))
+            sentences.append(buffer_to_array(traits["sentence_ids"]))
             rows.append(row)
             predicted.append(traits["target_labels"][target])
             confidence.append(probs[target] if known else None)
@@ -82,12 +88,17 @@ class ExampleListWidget(InterpWidget):
         methods = {str(getattr(r, "method", "") or "") for r in results}
         super().__init__(
             tokens=tokens, spaces_before=spaces, special_mask=array_to_buffer(np.concatenate(special)),
-            scores=array_to_buffer(np.concatenate(rows)), predicted=predicted, confidence=confidence,
+            word_ids=array_to_buffer(narrowest_ints(np.concatenate(words))),
+            sentence_ids=array_to_buffer(narrowest_ints(np.concatenate(sentences))), scores=array_to_buffer(np.concatenate(rows)), predicted=predicted, confidence=confidence,
             true_labels=true_labels, max_attribution=max_attr, signed=signed == {True},
             method=", ".join(sorted(methods - {""})), **kwargs,
         )  # fmt: skip
 
     # ----------------------------------------------------------------- validation
+    @traitlets.validate("granularity")
+    def _check_granularity(self, proposal):
+        return check_granularity(proposal["value"])
+
     @traitlets.validate("sort_by")
     def _check_sort(self, proposal):
         if proposal["value"] not in SORT_KEYS:
@@ -166,9 +177,28 @@ class ExampleListWidget(InterpWidget):
         start = sum(len(t) for t in self.tokens[:index])
         return buffer_to_array(self.scores)[start : start + len(self.tokens[index])]
 
-    def _special(self, index: int) -> np.ndarray:
+    def _slice(self, payload: dict[str, Any], index: int) -> np.ndarray:
         start = sum(len(t) for t in self.tokens[:index])
-        return buffer_to_array(self.special_mask)[start : start + len(self.tokens[index])]
+        return buffer_to_array(payload)[start : start + len(self.tokens[index])]
+
+    def units(self, index: int) -> list[list[int]]:
+        """Token indices (within example ``index``) of each unit shown for the current granularity, as in the browser.
+
+        Example:
+            >>> widget.granularity = "word"; widget.units(0)[:2]  # doctest: +SKIP
+            [[1], [2, 3]]
+        """
+        ids = {"token": None, "word": self.word_ids, "sentence": self.sentence_ids}[self.granularity]
+        return group_units(self._slice(self.special_mask, index), None if ids is None else self._slice(ids, index), False)
+
+    def unit_scores(self, index: int) -> np.ndarray:
+        """Score sums of example ``index``'s units for the current granularity (its shown class; NaN skipped).
+
+        Example:
+            >>> widget.unit_scores(0)  # doctest: +SKIP
+            array([ 0.41, -0.2 ])
+        """
+        return unit_sums(self.units(index), self.example_scores(index))[0]
 
     # ----------------------------------------------------------------- display
     def static_svg(self) -> str:
@@ -182,12 +212,13 @@ class ExampleListWidget(InterpWidget):
         pages = max(1, math.ceil(len(order) / self.page_size))
         page = min(self.page, pages - 1)
         shown = order[page * self.page_size : (page + 1) * self.page_size]
-        shared = max((self.max_attribution[i] for i in order), default=0.0) if self.shared_scale else None
+        shared = max((finite_max(self.unit_scores(i)) for i in order), default=0.0) if self.shared_scale else None
         figure = SvgFigure(label=f"{len(order)} explained examples")
         filters = [f"label {self.filter_label}" if self.filter_label else "", f"{self.filter_outcome} only" if self.filter_outcome != "all" else ""]
         figure.text(
             f"{len(order)} of {len(self.tokens)} examples · page {page + 1} of {pages} · sorted by {self.sort_by}"
-            + (" (descending)" if self.descending else "") + "".join(f" · {f}" for f in filters if f),
+            + (" (descending)" if self.descending else "") + "".join(f" · {f}" for f in filters if f)
+            + ("" if self.granularity == "token" else f" · sum per {self.granularity}"),
             bold=True,
         )  # fmt: skip
         for i in shown:
@@ -196,11 +227,10 @@ class ExampleListWidget(InterpWidget):
             verdict = "" if not true else (" ✓" if pred == true else " ✗")
             figure.text(f"#{i} predicted {pred}{conf} · true {true or 'unknown'}{verdict} · max |attribution| "
                         f"{format_score(self.max_attribution[i])}", size=12)  # fmt: skip
-            special, row = self._special(i), self.example_scores(i).astype(np.float64)
-            units = [[k] for k in range(len(row)) if not special[k]]
-            max_abs = shared if shared is not None else finite_max(row[~special])
-            pieces, omitted = token_pieces(self.tokens[i], self.spaces_before[i], units, row[[u[0] for u in units]],
-                                           max_abs, self.signed, limit=MAX_STATIC_EXAMPLE_TOKENS)  # fmt: skip
+            units, sums = self.units(i), self.unit_scores(i)
+            max_abs = shared if shared is not None else finite_max(sums)
+            pieces, omitted = token_pieces(self.tokens[i], self.spaces_before[i], units, sums, max_abs, self.signed,
+                                           limit=MAX_STATIC_EXAMPLE_TOKENS)  # fmt: skip
             figure.tokens(pieces, omitted=omitted)
         legend_max = shared if shared is not None else 1.0
         title = "attribution to the predicted class" + ("" if shared is not None else " (each example scaled to its own max = 1)")

@@ -63,6 +63,18 @@ def _per_target(result: Any, name: str, n_targets: int) -> list[float | None]:
     return [float(v) if math.isfinite(v) else None for v in values]
 
 
+def check_granularity(value: str) -> str:
+    """``value`` if it is a granularity the views know, else a ValueError naming the choices.
+
+    Example:
+        >>> check_granularity("word")
+        'word'
+    """
+    if value not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {value!r}")
+    return value
+
+
 def narrowest_ints(values: np.ndarray) -> np.ndarray:
     """``values`` as the narrowest of int8, int16 and int32 that holds them (ids travel in fewer bytes).
 
@@ -283,7 +295,30 @@ class TokenScoresWidget(InterpWidget):
         return buffer_to_array(self.scores)
 
 
-class TokenHighlightWidget(TokenScoresWidget):
+class GroupedTokensWidget(TokenScoresWidget):
+    """Scored tokens that the browser can group into words or sentences: word and sentence ids travel once and the
+    view sums scores per unit for the chosen ``granularity`` without a round trip to the kernel.
+
+    Example:
+        >>> issubclass(TokenHighlightWidget, GroupedTokensWidget)
+        True
+    """
+
+    special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
+    word_ids = traitlets.Dict(help="Word id per token (-1: none), binary int8/int16/int32 (narrowest).").tag(sync=True)
+    sentence_ids = traitlets.Dict(help="Sentence id per token (-1: none), binary int8/int16/int32 (narrowest).").tag(sync=True)
+    granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence'.").tag(sync=True)
+
+    @traitlets.validate("granularity")
+    def _check_granularity(self, proposal):
+        return check_granularity(proposal["value"])
+
+    def _group(self, show_special: bool) -> list[list[int]]:
+        ids = {"token": None, "word": self.word_ids, "sentence": self.sentence_ids}[self.granularity]
+        return group_units(buffer_to_array(self.special_mask), None if ids is None else buffer_to_array(ids), show_special)
+
+
+class TokenHighlightWidget(GroupedTokensWidget):
     """Tokens coloured by signed attribution, with a class selector, legend, tooltips and keyboard navigation.
 
     Takes an attribution result (``interp_widgets.attribution.AttributionResult`` or any object with ``text``,
@@ -301,9 +336,6 @@ class TokenHighlightWidget(TokenScoresWidget):
     _bundle = "token_highlight"
 
     spaces_before = traitlets.List(traitlets.Unicode(), help="Original text between a token and the previous one.").tag(sync=True)
-    special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
-    word_ids = traitlets.Dict(help="Word id per token (-1: none), binary int8/int16/int32 (narrowest).").tag(sync=True)
-    sentence_ids = traitlets.Dict(help="Sentence id per token (-1: none), binary int8/int16/int32 (narrowest).").tag(sync=True)
     target_labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
     target_probs = traitlets.List(traitlets.Float(allow_none=True), help="Predicted probability per target, or empty.").tag(sync=True)
     completeness_error = traitlets.List(traitlets.Float(allow_none=True), help="Per target, or empty.").tag(sync=True)
@@ -313,7 +345,6 @@ class TokenHighlightWidget(TokenScoresWidget):
     shared_scale = traitlets.Bool(False, help="One colour scale for all targets instead of one per target.").tag(sync=True)
     high_contrast = traitlets.Bool(False, help="Stronger colours, black/white text and framed tokens.").tag(sync=True)
     selected_target = traitlets.Int(0, help="Row of scores on display; the class selector writes it.").tag(sync=True)
-    granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence'.").tag(sync=True)
     show_special_tokens = traitlets.Bool(False).tag(sync=True)
 
     def __init__(
@@ -392,12 +423,6 @@ class TokenHighlightWidget(TokenScoresWidget):
         return int(target)
 
     # ----------------------------------------------------------------- validation
-    @traitlets.validate("granularity")
-    def _check_granularity(self, proposal):
-        if proposal["value"] not in GRANULARITIES:
-            raise ValueError(f"granularity must be one of {GRANULARITIES}, got {proposal['value']!r}")
-        return proposal["value"]
-
     @traitlets.validate("selected_target")
     def _check_target(self, proposal):
         n = len(self.target_labels)
@@ -415,9 +440,7 @@ class TokenHighlightWidget(TokenScoresWidget):
             >>> widget.granularity = "word"; widget.units()[:2]  # doctest: +SKIP
             [[1], [2, 3]]
         """
-        ids = {"token": None, "word": self.word_ids, "sentence": self.sentence_ids}[self.granularity]
-        return group_units(buffer_to_array(self.special_mask), None if ids is None else buffer_to_array(ids),
-                           self.show_special_tokens)
+        return self._group(self.show_special_tokens)
 
     def unit_scores(self) -> np.ndarray:
         """Score of each displayed unit for the selected target: sums, skipping NaN (NaN if all are).

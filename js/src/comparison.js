@@ -1,19 +1,21 @@
 /**
  * Method comparison view (front end of interp_widgets.widgets.ComparisonWidget): one token row per
- * method, synchronised hover/focus across rows, per-method or shared colour scale, and the pairwise
- * agreement table computed in Python.
+ * method, synchronised hover/focus across rows, per-method or shared colour scale, a token/word/sentence
+ * granularity switch (sums computed here from the ids sent once) and the pairwise agreement table
+ * computed in Python.
  *
- * Traits read: tokens, spaces_before, special_mask, scores (n_methods × n_tokens), methods, signed,
- * target_label, agreement, agreement_by, shared_scale, encoding, high_contrast, error. Written back:
- * hovered_token, selected_token, shared_scale.
+ * Traits read: tokens, spaces_before, special_mask, word_ids, sentence_ids, scores (n_methods × n_tokens),
+ * methods, signed, target_label, agreement, agreement_by, granularity, shared_scale, encoding,
+ * high_contrast, error. Written back: hovered_token, selected_token, granularity, shared_scale.
  *
  * @example
  *   import widget from "./comparison.js";
  *   widget.render({model, el});
  */
 import "./comparison.css";
-import { maxMagnitude } from "./lib/aggregate.js";
+import { buildUnits, maxMagnitude, unitScores } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
+import { granularitySelect, textTable } from "./lib/controls.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
 import { createExportMenu } from "./lib/export.js";
@@ -23,8 +25,9 @@ import { paintToken } from "./lib/paint.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
+import { viewKit } from "./lib/view.js";
 
-const TRAITS = ["tokens", "spaces_before", "special_mask", "scores", "methods", "signed", "target_label", "agreement", "shared_scale", "encoding", "high_contrast"];
+const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "methods", "signed", "target_label", "agreement", "granularity", "shared_scale", "encoding", "high_contrast"];
 
 function readComparison(model) {
   const tokens = model.get("tokens") ?? [];
@@ -35,20 +38,28 @@ function readComparison(model) {
   if (scores.shape[0] !== methods.length || scores.shape[1] !== n) {
     throw new RangeError(`scores have shape [${scores.shape.join(", ")}], expected [${methods.length} methods, ${n} tokens]`);
   }
-  const special = decodeArray(model.get("special_mask")).values;
-  const visible = Array.from({ length: n }, (_, i) => i).filter((i) => special[i] === 0);
+  const perToken = (name) => {
+    const { values } = decodeArray(model.get(name));
+    if (values.length !== n) throw new RangeError(`${name} has ${values.length} entries for ${n} tokens`);
+    return values;
+  };
   const signed = model.get("signed") ?? [];
-  return { n, tokens, methods, visible, signed: methods.map((_, m) => signed[m] !== false), spaces: model.get("spaces_before") ?? [],
-    row: (m) => scores.values.subarray(m * n, (m + 1) * n) }; // prettier-ignore
+  return { n, tokens, methods, scores: scores.values, specialMask: perToken("special_mask"), wordIds: perToken("word_ids"), sentenceIds: perToken("sentence_ids"),
+    signed: methods.map((_, m) => signed[m] !== false), spaces: model.get("spaces_before") ?? [] }; // prettier-ignore
 }
 
 const numberText = (value, digits = 3) => (value === null || value === undefined ? "n/a" : value.toFixed(digits));
 
 function renderComparison({ model, el, reportError }) {
   const doc = el.ownerDocument;
+  const { safely, save, coalesce } = viewKit(model, reportError);
   const root = h("div", { class: "iw-root iw-comparison" });
   const sharedToggle = h("input", { type: "checkbox", class: "iw-shared-toggle" });
-  const toolbar = h("div", { class: "iw-toolbar" }, [h("label", { title: "One colour scale for all methods" }, [sharedToggle, " shared scale"])]);
+  const granularity = granularitySelect();
+  const toolbar = h("div", { class: "iw-toolbar" }, [
+    h("label", {}, ["Granularity ", granularity]),
+    h("label", { title: "One colour scale for all methods" }, [sharedToggle, " shared scale"]),
+  ]);
   const heading = h("div", { class: "iw-caption" });
   const rowsBox = h("div", { class: "iw-method-rows" });
   const agreementBox = h("div", { class: "iw-agreement" });
@@ -57,86 +68,86 @@ function renderComparison({ model, el, reportError }) {
   const tooltip = createTooltip(root);
   let theme = detectTheme(doc);
   let data = null;
-  let spansByMethod = [];
+  let view = null; // {units, sums (per method), spans (per method, per unit), granularity}
 
-  const safely = (fn) => (...args) => {
-    try {
-      fn(...args);
-    } catch (error) {
-      reportError(error);
-    }
-  }; // prettier-ignore
-  const save = (name, value) => {
-    model.set(name, value);
-    model.save_changes();
-  };
   const scoreText = (m, value) => (Number.isNaN(value) ? "not seen" : formatScore(value, { digits: 4, sign: data.signed[m] }));
+  const unitText = (unit) => unit.map((i, k) => (k > 0 ? data.spaces[i] : "") + data.tokens[i]).join("");
 
   function draw() {
     data = readComparison(model);
     const shared = Boolean(model.get("shared_scale"));
     const encoding = model.get("encoding") || "colour";
     const boost = Boolean(model.get("high_contrast"));
-    const visibleMax = (m) => maxMagnitude(data.visible.map((i) => data.row(m)[i]));
-    const sharedMax = Math.max(...data.methods.map((_, m) => visibleMax(m)));
+    const chosen = model.get("granularity") || "token";
+    const units = buildUnits({ granularity: chosen, showSpecial: false, ...data });
+    const sums = data.methods.map((_, m) => unitScores(units, data.scores, m, data.n));
+    const sharedMax = Math.max(...sums.map(maxMagnitude));
     root.dataset.iwTheme = theme;
     root.classList.toggle("iw-high-contrast", boost);
     sharedToggle.checked = shared;
-    heading.textContent = `${data.methods.length} methods explaining ${quoteToken(model.get("target_label") ?? "")}${shared ? " \u00b7 shared scale" : " \u00b7 scale per method"}`;
-    spansByMethod = data.methods.map(() => []);
+    granularity.value = chosen;
+    const per = chosen === "token" ? "" : ` \u00b7 sum per ${chosen}`;
+    heading.textContent = `${data.methods.length} methods explaining ${quoteToken(model.get("target_label") ?? "")}${shared ? " \u00b7 shared scale" : " \u00b7 scale per method"}${per}`;
+    const spans = data.methods.map(() => []);
     rowsBox.replaceChildren(
       ...data.methods.map((method, m) => {
-        const max = shared ? sharedMax : visibleMax(m);
-        const box = h("div", { class: "iw-tokens", role: "listbox", "aria-orientation": "horizontal", "aria-label": `${method}: tokens coloured by attribution`, "data-method": m });
-        data.visible.forEach((i, position) => {
-          if (position > 0 && data.spaces[i]) box.append(data.spaces[i]);
-          const value = data.row(m)[i];
-          const span = h("span", { class: "iw-token", role: "option", tabindex: m === 0 && position === 0 ? 0 : -1, "data-index": i, "aria-label": `${quoteToken(data.tokens[i])}, ${method} score ${scoreText(m, value)}` }, displayToken(data.tokens[i]));
-          paintToken(span, value, max, { theme, signed: data.signed[m], encoding, boost });
-          spansByMethod[m][i] = span;
+        const max = shared ? sharedMax : maxMagnitude(sums[m]);
+        const box = h("div", { class: "iw-tokens", role: "listbox", "aria-orientation": "horizontal", "aria-label": `${method}: ${chosen}s coloured by attribution`, "data-method": m });
+        units.forEach((unit, u) => {
+          const gap = data.spaces[unit[0]];
+          if (u > 0 && gap) box.append(gap);
+          const text = unitText(unit);
+          const span = h("span", { class: "iw-token", role: "option", tabindex: m === 0 && u === 0 ? 0 : -1, "data-unit": u, "data-index": unit[0], "aria-label": `${quoteToken(text)}, ${method} score ${scoreText(m, sums[m][u])}` }, displayToken(text));
+          paintToken(span, sums[m][u], max, { theme, signed: data.signed[m], encoding, boost });
+          spans[m].push(span);
           box.append(span);
         });
         return h("div", { class: "iw-method-row" }, [
           h("div", { class: "iw-method-name" }, method),
           box,
-          createLegend(max, theme, method, { signed: data.signed[m], encoding }),
+          createLegend(max, theme, chosen === "token" ? method : `${method} (sum per ${chosen})`, { signed: data.signed[m], encoding }),
         ]);
       }),
-    );
+    ); // prettier-ignore
+    view = { units, sums, spans, granularity: chosen };
     const rows = model.get("agreement") ?? [];
     const k = rows[0]?.k;
     agreementBox.replaceChildren(
-      h("table", { class: "iw-table" }, [
-        h("caption", {}, `Pairwise agreement (${model.get("agreement_by") || "magnitude"} ranks)`),
-        h("tr", {}, ["method A", "method B", "Spearman \u03c1", `top-${k ?? "k"} overlap`].map((t) => h("th", { scope: "col" }, t))),
-        ...rows.map((r) => h("tr", {}, [h("td", {}, r.a), h("td", {}, r.b), h("td", {}, numberText(r.spearman)), h("td", {}, numberText(r.top_k_overlap, 2))])),
-      ]),
+      textTable(
+        ["method A", "method B", "Spearman \u03c1", `top-${k ?? "k"} overlap`],
+        rows.map((r) => [r.a, r.b, numberText(r.spearman), numberText(r.top_k_overlap, 2)]),
+        { caption: `Pairwise agreement over tokens (${model.get("agreement_by") || "magnitude"} ranks)` },
+      ),
     );
     linkHover(model.get("hovered_token"));
   }
 
+  /** Outline, in every row, the unit holding token `index` (-1: none). */
   function linkHover(index) {
-    for (const spans of spansByMethod) {
-      for (const span of spans) span?.classList.toggle("iw-linked", Number(span.dataset.index) === index);
+    for (const row of view.spans) {
+      row.forEach((span, u) => span.classList.toggle("iw-linked", view.units[u].includes(index)));
     }
   }
 
   const spanOf = (event) => (event.target instanceof Element ? event.target.closest(".iw-token") : null);
   const show = (span) => {
-    const i = Number(span.dataset.index);
-    linkHover(i);
-    tooltip.show(span, [["token", quoteToken(data.tokens[i])], ...data.methods.map((method, m) => [method, scoreText(m, data.row(m)[i])])]);
-    return i;
+    const u = Number(span.dataset.unit);
+    const unit = view.units[u];
+    linkHover(unit[0]);
+    const rows = [[view.granularity, quoteToken(unitText(unit))], ...data.methods.map((method, m) => [method, scoreText(m, view.sums[m][u])])];
+    if (unit.length > 1) rows.push(["sum of", `${unit.length} tokens`]);
+    tooltip.show(span, rows);
+    return unit[0];
   };
   rowsBox.addEventListener("mouseover", safely((event) => {
     const span = spanOf(event);
     if (!span || span === tooltip.target) return;
-    save("hovered_token", show(span));
+    save({ hovered_token: show(span) });
   })); // prettier-ignore
   rowsBox.addEventListener("mouseleave", safely(() => {
     tooltip.hide();
     linkHover(-1);
-    save("hovered_token", -1);
+    save({ hovered_token: -1 });
   })); // prettier-ignore
   rowsBox.addEventListener("focusin", safely((event) => {
     const span = spanOf(event);
@@ -150,41 +161,37 @@ function renderComparison({ model, el, reportError }) {
   })); // prettier-ignore
   rowsBox.addEventListener("click", safely((event) => {
     const span = spanOf(event);
-    if (span) save("selected_token", Number(span.dataset.index));
+    if (span) save({ selected_token: Number(span.dataset.index) });
   })); // prettier-ignore
   rowsBox.addEventListener("keydown", safely((event) => {
     const span = spanOf(event);
     if (!span) return;
     const m = Number(span.closest("[data-method]").dataset.method);
-    const position = data.visible.indexOf(Number(span.dataset.index));
-    let [nm, np] = [m, position];
-    if (event.key === "ArrowRight") np += 1;
-    else if (event.key === "ArrowLeft") np -= 1;
-    else if (event.key === "ArrowDown") nm += 1; // same token, next method
+    let [nm, nu] = [m, Number(span.dataset.unit)];
+    if (event.key === "ArrowRight") nu += 1;
+    else if (event.key === "ArrowLeft") nu -= 1;
+    else if (event.key === "ArrowDown") nm += 1; // same unit, next method
     else if (event.key === "ArrowUp") nm -= 1;
-    else if (event.key === "Enter" || event.key === " ") return save("selected_token", Number(span.dataset.index)), event.preventDefault();
+    else if (event.key === "Enter" || event.key === " ") return save({ selected_token: Number(span.dataset.index) }), event.preventDefault();
     else if (event.key === "Escape") return tooltip.hide();
     else return;
     event.preventDefault();
     nm = Math.min(Math.max(nm, 0), data.methods.length - 1);
-    np = Math.min(Math.max(np, 0), data.visible.length - 1);
-    const next = spansByMethod[nm][data.visible[np]];
+    nu = Math.min(Math.max(nu, 0), view.units.length - 1);
+    const next = view.spans[nm][nu];
     span.tabIndex = -1;
     next.tabIndex = 0;
     next.focus();
   })); // prettier-ignore
-  sharedToggle.addEventListener("change", safely(() => save("shared_scale", sharedToggle.checked)));
-  const csvRows = () => [["position", "token", ...data.methods], ...data.visible.map((i) => [i, data.tokens[i], ...data.methods.map((_, m) => data.row(m)[i])])];
+  sharedToggle.addEventListener("change", safely(() => save({ shared_scale: sharedToggle.checked })));
+  granularity.addEventListener("change", safely(() => save({ granularity: granularity.value })));
+  const csvRows = () => [
+    ["position", view.granularity, "start_token", ...data.methods],
+    ...view.units.map((unit, u) => [u, unitText(unit), unit[0], ...view.sums.map((row) => row[u])]),
+  ];
   toolbar.append(createExportMenu({ name: "method-comparison", root, rows: csvRows, title: () => `Method comparison: ${model.get("target_label")}`, reportError }));
 
-  let pending = false;
-  const request = () => {
-    if (!pending) queueMicrotask(safely(() => {
-      pending = false;
-      draw();
-    })); // prettier-ignore
-    pending = true;
-  };
+  const request = coalesce(draw);
   const onHover = safely(() => linkHover(model.get("hovered_token")));
   for (const name of TRAITS) model.on(`change:${name}`, request);
   model.on("change:hovered_token", onHover);

@@ -239,7 +239,10 @@ describe("comparison view", () => {
     tokens: ["a", EVIL, "c"],
     spaces_before: ["", " ", " "],
     special_mask: bool([0, 0, 0]),
+    word_ids: payload(Int8Array.from([0, 0, 1]), "int8", [3], 5), // "a" and EVIL are pieces of one word
+    sentence_ids: payload(Int16Array.from([0, 0, 0]), "int16", [3], 6),
     scores: f32([[0.5, -1, 0.25], [2, 1, 0]]),
+    granularity: "token",
     methods: ["ig", "saliency"],
     signed: [true, false],
     target_label: "positive",
@@ -282,6 +285,30 @@ describe("comparison view", () => {
     const ig = el.querySelectorAll(".iw-method-row")[0].querySelectorAll(".iw-token");
     expect(ig[1].style.backgroundColor).toBe(scoreColours(-1, 2).background);
   });
+
+  it("switches granularity in the browser: word and sentence sums in every row, hover linked by unit", async () => {
+    const model = mount(comparison, fakeModel(state()));
+    const select = el.querySelector(".iw-granularity-select");
+    select.value = "word";
+    select.dispatchEvent(new Event("change"));
+    expect(model.state.granularity).toBe("word");
+    await settle();
+    const row = (m) => Array.from(el.querySelectorAll(".iw-method-row")[m].querySelectorAll(".iw-token"));
+    expect(row(0).map((s) => s.textContent)).toEqual([`a ${EVIL}`, "c"]);
+    // ig: word sums 0.5 - 1 = -0.5 and 0.25 on its own scale (max 0.5); saliency: 3 and 0 (max 3).
+    expect(row(0)[0].style.backgroundColor).toBe(scoreColours(-0.5, 0.5).background);
+    expect(row(0)[1].style.backgroundColor).toBe(scoreColours(0.25, 0.5).background);
+    expect(row(1)[0].style.backgroundColor).toBe(scoreColours(3, 3, "light", { signed: false }).background);
+    row(1)[0].dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
+    expect(model.state.hovered_token).toBe(0);
+    expect(Array.from(el.querySelectorAll(".iw-linked"), (s) => s.textContent)).toEqual([`a ${EVIL}`, `a ${EVIL}`]);
+    expect(el.querySelector(".iw-tooltip").textContent).toContain("sum of2 tokens");
+    model.set("granularity", "sentence");
+    await settle();
+    expect(row(0).map((s) => s.textContent)).toEqual([`a ${EVIL} c`]);
+    expect(el.querySelector(".iw-caption").textContent).toContain("sum per sentence");
+    expect(el.querySelector("img")).toBeNull();
+  });
 });
 
 describe("example list view", () => {
@@ -305,7 +332,10 @@ describe("example list view", () => {
     tokens: [["a", EVIL], ["b"], ["c"], ["d"]],
     spaces_before: [["", " "], [""], [""], [""]],
     special_mask: bool([0, 0, 0, 0, 0]),
+    word_ids: payload(Int8Array.from([0, 1, 0, 0, 0]), "int8", [5], 3),
+    sentence_ids: payload(Int8Array.from([0, 0, 0, 0, 0]), "int8", [5], 1),
     scores: payload(Float32Array.from([0.5, -0.25, 2, 0.3, 0.7]), "float32", [5], 8),
+    granularity: "token",
     predicted: data.predicted,
     confidence: data.confidence,
     true_labels: data.trueLabels,
@@ -344,6 +374,26 @@ describe("example list view", () => {
     await settle();
     expect(items().map((i) => i.dataset.example)).toEqual(["2", "0"]); // ascending confidence
     expect(items().map((i) => i.getAttribute("aria-selected"))).toEqual(["true", "false"]);
+  });
+
+  it("switches granularity in the browser: sums per word or sentence within each example", async () => {
+    const model = mount(examples, fakeModel(state({ shared_scale: true })));
+    const first = () => Array.from(el.querySelectorAll(".iw-example")[0].querySelectorAll(".iw-token"));
+    expect(first().map((s) => s.textContent)).toEqual(["a", EVIL]);
+    const select = el.querySelector(".iw-granularity-select");
+    select.value = "sentence";
+    select.dispatchEvent(new Event("change"));
+    expect(model.state.granularity).toBe("sentence");
+    await settle();
+    expect(first().map((s) => s.textContent)).toEqual([`a ${EVIL}`]);
+    // Shared scale over all listed examples at this granularity: max |sum| is example 1's 2.
+    expect(first()[0].style.backgroundColor).toBe(scoreColours(0.25, 2).background);
+    first()[0].dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
+    expect(el.querySelector(".iw-tooltip").textContent).toContain("score+0.25");
+    model.set("granularity", "word");
+    await settle();
+    expect(first().map((s) => s.textContent)).toEqual(["a", EVIL]); // different word ids: two units
+    expect(el.querySelector(".iw-legend").getAttribute("aria-label")).toContain("sum per word");
   });
 });
 
