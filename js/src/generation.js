@@ -24,6 +24,7 @@ import { paintToken, renderTokenRun } from "./lib/paint.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
+import { viewKit } from "./lib/view.js";
 
 const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed"];
 const VIEW_TRAITS = ["selected_step", "shared_scale", "encoding", "high_contrast", "view"];
@@ -71,6 +72,7 @@ export function heatmapCell(x, y, layout) {
 
 function renderGeneration({ model, el, reportError }) {
   const doc = el.ownerDocument;
+  const { safely, save, coalesce } = viewKit(model, reportError);
   const root = h("div", { class: "iw-root iw-generation" });
   const viewButtons = ["text", "heatmap"].map((v) =>
     h("button", { type: "button", class: "iw-button", "data-view": v, "aria-pressed": "false" }, v === "text" ? "Tokens" : "Heatmap"),
@@ -101,17 +103,6 @@ function renderGeneration({ model, el, reportError }) {
   let rendering = null;
   let layout = null;
 
-  const safely = (fn) => (...args) => {
-    try {
-      fn(...args);
-    } catch (error) {
-      reportError(error);
-    }
-  }; // prettier-ignore
-  const save = (name, value) => {
-    model.set(name, value);
-    model.save_changes();
-  };
   const stepOf = (index) => data.steps.indexOf(index);
   const row = (step) => data.scores.subarray(step * data.n, (step + 1) * data.n);
   const paintOptions = () => ({ theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) });
@@ -235,22 +226,17 @@ function renderGeneration({ model, el, reportError }) {
     if (focusSpan) focusSpan.tabIndex = 0;
   }
 
-  let pending = 0;
   let disposed = false;
-  const request = (level) => {
-    if (pending === 0) queueMicrotask(safely(flush));
-    pending = Math.max(pending, level);
-  };
-  function flush() {
+  // Level 1 = redraw, 2 = re-read data (the run is rebuilt by draw() once the colours are known).
+  const request = coalesce((level) => {
     if (disposed) return;
-    if (pending === 2) {
+    if (level === 2) {
       data = readGeneration(model);
       rendering?.cancel();
-      rendering = null; // rebuilt by draw() once the colours are known
+      rendering = null;
     }
-    pending = 0;
     draw();
-  }
+  });
 
   const spanOf = (event) => {
     const span = event.target instanceof Element ? event.target.closest(".iw-token") : null;
@@ -265,8 +251,8 @@ function renderGeneration({ model, el, reportError }) {
   };
   const activate = (i) => {
     const step = stepOf(i);
-    if (step >= 0) save("selected_step", step);
-    else save("selected_token", model.get("selected_token") === i ? -1 : i);
+    if (step >= 0) save({ selected_step: step });
+    else save({ selected_token: model.get("selected_token") === i ? -1 : i });
   };
   const focusAt = (position) => {
     const next = rendering.ensure(Math.min(Math.max(position, 0), visible.length - 1));
@@ -295,12 +281,12 @@ function renderGeneration({ model, el, reportError }) {
     const step = stepOf(i);
     if (step >= 0 && step !== shownStep) colour(step); // preview this generated token's sources
     tooltip.show(span, describe(i));
-    save("hovered_token", i);
+    save({ hovered_token: i });
   })); // prettier-ignore
   tokensBox.addEventListener("mouseleave", safely(() => {
     tooltip.hide();
     if (shownStep !== model.get("selected_step")) colour(model.get("selected_step"));
-    save("hovered_token", -1);
+    save({ hovered_token: -1 });
   })); // prettier-ignore
   tokensBox.addEventListener("focusin", safely((event) => {
     const span = spanOf(event);
@@ -336,16 +322,16 @@ function renderGeneration({ model, el, reportError }) {
   canvas.addEventListener("mouseleave", () => tooltip.hide());
   canvas.addEventListener("click", safely((event) => {
     const cell = cellFromEvent(event);
-    if (cell) save("selected_step", cell.step);
+    if (cell) save({ selected_step: cell.step });
   })); // prettier-ignore
   canvas.addEventListener("keydown", safely((event) => {
     const step = model.get("selected_step") + ({ ArrowDown: 1, ArrowUp: -1 }[event.key] ?? 0);
     if (step === model.get("selected_step") || step < 0 || step >= data.steps.length) return;
-    save("selected_step", step);
+    save({ selected_step: step });
     event.preventDefault();
   })); // prettier-ignore
-  viewButtons.forEach((b) => b.addEventListener("click", safely(() => save("view", b.dataset.view))));
-  sharedToggle.addEventListener("change", safely(() => save("shared_scale", sharedToggle.checked)));
+  viewButtons.forEach((b) => b.addEventListener("click", safely(() => save({ view: b.dataset.view }))));
+  sharedToggle.addEventListener("change", safely(() => save({ shared_scale: sharedToggle.checked })));
   const csvRows = () => [
     ["generated_step", "generated_token", "probability", ...data.tokens.map((t, i) => `${i}:${t}`)],
     ...data.steps.map((index, s) => [s, data.tokens[index], data.probs[s] ?? "", ...row(s)]),

@@ -17,6 +17,7 @@ import { buildUnits, maxMagnitude, ranksByMagnitude, unitScores } from "./lib/ag
 import { decodeArray } from "./lib/codec.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
+import { granularitySelect } from "./lib/controls.js";
 import { createExportMenu } from "./lib/export.js";
 import { formatProbability, formatScore } from "./lib/format.js";
 import { createLegend } from "./lib/legend.js";
@@ -24,8 +25,8 @@ import { idleLoop, paintToken, renderTokenRun } from "./lib/paint.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
+import { viewKit } from "./lib/view.js";
 
-const GRANULARITIES = ["token", "word", "sentence"];
 const DATA_TRAITS = [
   "tokens",
   "spaces_before",
@@ -88,13 +89,10 @@ function readData(model) {
 
 function renderTokenHighlight({ model, el, reportError }) {
   const doc = el.ownerDocument;
+  const { safely, save, coalesce } = viewKit(model, reportError);
   const root = h("div", { class: "iw-root iw-token-highlight" });
   const targetSelect = h("select", { class: "iw-target-select" });
-  const granularitySelect = h(
-    "select",
-    { class: "iw-granularity-select" },
-    GRANULARITIES.map((g) => h("option", { value: g }, g)),
-  );
+  const granularityPick = granularitySelect();
   const specialToggle = h("input", { type: "checkbox", class: "iw-special-toggle" });
   const sharedToggle = h("input", { type: "checkbox", class: "iw-shared-toggle" });
   const encodingSelect = h("select", { class: "iw-encoding-select" }, [
@@ -104,7 +102,7 @@ function renderTokenHighlight({ model, el, reportError }) {
   const contrastToggle = h("input", { type: "checkbox", class: "iw-contrast-toggle" });
   const toolbar = h("div", { class: "iw-toolbar" }, [
     h("label", {}, ["Class ", targetSelect]),
-    h("label", {}, ["Granularity ", granularitySelect]),
+    h("label", {}, ["Granularity ", granularityPick]),
     h("label", {}, [specialToggle, " special tokens"]),
     h("label", { title: "One colour scale for all classes instead of one per class" }, [sharedToggle, " shared scale"]),
     h("label", {}, ["Encoding ", encodingSelect]),
@@ -125,21 +123,6 @@ function renderTokenHighlight({ model, el, reportError }) {
   let focusToken = -1; // token index that owns the roving tabindex
   let rendering = null; // the token run (see renderTokenRun)
   let tableFill = null; // the screen-reader table being built in idle time
-
-  const safely =
-    (fn) =>
-    (...args) => {
-      try {
-        fn(...args);
-      } catch (error) {
-        reportError(error);
-      }
-    };
-
-  function save(name, value) {
-    model.set(name, value);
-    model.save_changes();
-  }
 
   function fillTargets() {
     targetSelect.replaceChildren(
@@ -226,7 +209,7 @@ function renderTokenHighlight({ model, el, reportError }) {
     view = { units, sums, ranks, ranked, target, selectedUnit };
 
     targetSelect.value = String(target);
-    granularitySelect.value = granularity;
+    granularityPick.value = granularity;
     specialToggle.checked = showSpecial;
     sharedToggle.checked = shared;
     encodingSelect.value = paint.encoding;
@@ -285,23 +268,17 @@ function renderTokenHighlight({ model, el, reportError }) {
     view.selectedUnit = selected;
   }
 
-  // Coalesce bursts of change events (one Python hold_sync message fires several) into one redraw.
-  let pending = 0; // 1 = redraw, 2 = re-read data then redraw
-  function request(level) {
-    if (pending === 0) queueMicrotask(safely(flush));
-    pending = Math.max(pending, level);
-  }
+  // Coalesce bursts of change events (one Python hold_sync message fires several) into one redraw:
+  // level 1 = redraw, 2 = re-read data then redraw.
   let disposed = false;
-  function flush() {
+  const request = coalesce((level) => {
     if (disposed) return;
-    const level = pending;
-    pending = 0;
     if (level === 2) {
       data = readData(model);
       fillTargets();
     }
     draw();
-  }
+  });
 
   function spanOf(event) {
     const span = event.target instanceof Element ? event.target.closest(".iw-token") : null;
@@ -322,7 +299,7 @@ function renderTokenHighlight({ model, el, reportError }) {
 
   function toggleSelection(u) {
     const unit = view.units[u];
-    save("selected_token", unit.includes(model.get("selected_token")) ? -1 : unit[0]);
+    save({ selected_token: unit.includes(model.get("selected_token")) ? -1 : unit[0] });
   }
 
   const KEY_STEPS = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 };
@@ -342,11 +319,11 @@ function renderTokenHighlight({ model, el, reportError }) {
     const span = spanOf(event);
     if (!span || span === tooltip.target) return;
     showTip(span);
-    save("hovered_token", view.units[Number(span.dataset.unit)][0]);
+    save({ hovered_token: view.units[Number(span.dataset.unit)][0] });
   });
   const onMouseLeave = safely(() => {
     tooltip.hide();
-    save("hovered_token", -1);
+    save({ hovered_token: -1 });
   });
   const onFocusIn = safely((event) => {
     const span = spanOf(event);
@@ -367,12 +344,12 @@ function renderTokenHighlight({ model, el, reportError }) {
   tokensBox.addEventListener("focusin", onFocusIn);
   tokensBox.addEventListener("focusout", onFocusOut);
   tokensBox.addEventListener("click", onClick);
-  targetSelect.addEventListener("change", safely(() => save("selected_target", Number(targetSelect.value))));
-  granularitySelect.addEventListener("change", safely(() => save("granularity", granularitySelect.value)));
-  specialToggle.addEventListener("change", safely(() => save("show_special_tokens", specialToggle.checked)));
-  sharedToggle.addEventListener("change", safely(() => save("shared_scale", sharedToggle.checked)));
-  encodingSelect.addEventListener("change", safely(() => save("encoding", encodingSelect.value)));
-  contrastToggle.addEventListener("change", safely(() => save("high_contrast", contrastToggle.checked)));
+  targetSelect.addEventListener("change", safely(() => save({ selected_target: Number(targetSelect.value) })));
+  granularityPick.addEventListener("change", safely(() => save({ granularity: granularityPick.value })));
+  specialToggle.addEventListener("change", safely(() => save({ show_special_tokens: specialToggle.checked })));
+  sharedToggle.addEventListener("change", safely(() => save({ shared_scale: sharedToggle.checked })));
+  encodingSelect.addEventListener("change", safely(() => save({ encoding: encodingSelect.value })));
+  contrastToggle.addEventListener("change", safely(() => save({ high_contrast: contrastToggle.checked })));
   toolbar.append(
     createExportMenu({
       name: "token-attribution",
