@@ -301,7 +301,8 @@ def test_removal_identities_match_direct_projection():
     d, k = 20, 3
     C = torch.cov(gaussian(100, d, seed=23, scale=torch.linspace(0.1, 3.0, d)).T)
     bases = normal_controls(coordinate_proxy(d, k), 4, seed=8)
-    trace, frob2 = _removal_traces(C, bases)
+    aq = C @ bases
+    trace, frob2 = _removal_traces(C.trace(), (C * C).sum(), aq, bases.transpose(1, 2) @ aq)
     for b in range(4):
         P = torch.eye(d, dtype=torch.float64) - bases[b] @ bases[b].T
         removed = P @ C @ P

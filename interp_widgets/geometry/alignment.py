@@ -499,17 +499,18 @@ def _check_controls(controls: ArrayLike, basis: torch.Tensor) -> torch.Tensor:
 
 
 def _removal_traces(
-    matrix: torch.Tensor, bases: torch.Tensor, product: torch.Tensor | None = None
+    trace: torch.Tensor, frob2: torch.Tensor, aq: torch.Tensor, qaq: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """tr(PAP) and ‖PAP‖_F² for P = I − QQᵀ and each Q in ``bases`` (b, d, k), in O(d²k) per Q.
+    """tr(PAP) and ‖PAP‖_F² for P = I − QQᵀ and each Q of a batch (b, d, k), from ``tr A``, ``‖A‖_F²``, the
+    products ``AQ`` (b, d, k) and ``QᵀAQ`` (b, k, k): ``tr A − tr(QᵀAQ)`` and ``‖A‖² − 2‖AQ‖² + ‖QᵀAQ‖²``."""
+    removed_trace = trace - qaq.diagonal(dim1=1, dim2=2).sum(dim=1)
+    return removed_trace, frob2 - 2 * (aq * aq).sum(dim=(1, 2)) + (qaq * qaq).sum(dim=(1, 2))
 
-    ``product`` may pass a precomputed ``matrix @ bases``.
-    """
-    aq = matrix @ bases if product is None else product
-    qaq = bases.transpose(1, 2) @ aq
-    trace = matrix.trace() - qaq.diagonal(dim1=1, dim2=2).sum(dim=1)
-    frob2 = (matrix * matrix).sum() - 2 * (aq * aq).sum(dim=(1, 2)) + (qaq * qaq).sum(dim=(1, 2))
-    return trace, frob2
+
+def _stacked_bases(basis: torch.Tensor, controls: torch.Tensor) -> torch.Tensor:
+    """The proxy and its controls side by side, ``[Q_T, Q_1, …, Q_R]`` (``d × (1 + R)k``), so that one matrix
+    product serves every subspace."""
+    return torch.cat([basis[:, None], controls.transpose(0, 1)], dim=1).reshape(basis.shape[0], -1)
 
 
 def gradient_alignment(
@@ -574,50 +575,80 @@ def gradient_alignment(
     n = moments.count
     if n < 2:
         raise ValueError(f"G has {n} row(s); IsoScore* needs at least 2 gradient rows")
-    bases = torch.cat([basis[None], _check_controls(controls, basis)]).to(moments.m2.device)
-    basis = bases[0]
+    controls = _check_controls(controls, basis)
     if coordinates not in ("full", "complement"):
         raise ValueError(f"coordinates must be 'full' or 'complement', got {coordinates!r}")
     target = _check_shrinkage(zeta, C0, d, moments.m2.device)
     if coordinates == "complement" and not isinstance(target, str):
         raise ValueError("a matrix C0 is defined in full coordinates only; use coordinates='full'")
-    zeta = float(zeta)
+    mean = proxy.mean if isinstance(proxy, TangentProxy) else None
+    return _alignment(moments, _stacked_bases(basis, controls).to(moments.m2.device), k, mean, center=center,
+                      zeta=float(zeta), target=target, coordinates=coordinates)
 
-    # energies: tr(QᵀSQ) = tr(QᵀM2Q) + n‖Qᵀμ‖² (uncentred) without forming S·Q for every control
-    scatter = moments.m2 if center else moments.second_moment()
-    total = scatter.trace()
+
+def _alignment(
+    moments: Moments,
+    stacked: torch.Tensor,
+    k: int,
+    mean_direction: torch.Tensor | None,
+    *,
+    center: bool,
+    zeta: float,
+    target: ShrinkageTarget,
+    coordinates: str,
+) -> AlignmentResult:
+    """:func:`gradient_alignment` on validated input: ``stacked`` from :func:`_stacked_bases` (proxy first).
+
+    Every quantity comes from ``M2·[Q_T, Q_1, …, Q_R]`` (one ``d × d × (1 + R)k`` product) and ``O(d²)`` terms of
+    ``M2`` and ``μ``; the uncentred scatter ``S = M2 + nμμᵀ`` is never formed.
+    """
+    d, n = moments.dim, moments.count
+    m2, mu = moments.m2, moments.mean
+    b = stacked.shape[1] // k
+    bases = stacked.reshape(d, b, k).transpose(0, 1)  # (b, d, k) views: subspace r is bases[r]
+    m2_q = (m2 @ stacked).reshape(d, b, k).transpose(0, 1)
+    qm2q = bases.transpose(1, 2) @ m2_q
+    trace_m2, frob_m2 = m2.trace(), (m2 * m2).sum()
+    inside_m2 = qm2q.diagonal(dim1=1, dim2=2).sum(dim=1)
+
+    # energies tr(QᵀSQ)/tr S, S = M2 (centred) or M2 + nμμᵀ (uncentred)
+    if center:
+        total, inside, frob_s, s_q, qsq = trace_m2, inside_m2, frob_m2, m2_q[0], qm2q[0]
+    else:
+        mu_q = (mu @ stacked).reshape(b, k)
+        mu2 = mu @ mu
+        total = trace_m2 + n * mu2
+        inside = inside_m2 + n * (mu_q * mu_q).sum(dim=1)
+        frob_s = frob_m2 + 2 * n * (mu @ m2 @ mu) + (n * mu2) ** 2
+        s_q = m2_q[0] + n * torch.outer(mu, mu_q[0])
+        qsq = qm2q[0] + n * torch.outer(mu_q[0], mu_q[0])
     if not float(total) > 0:
         raise ValueError("G is all zeros (no gradient reached this layer?); energy fractions are undefined")
-    m2_q = moments.m2 @ bases
-    inside = (bases * m2_q).sum(dim=(1, 2))
-    if not center:
-        mean_q = moments.mean @ bases  # (b, k)
-        inside = inside + n * (mean_q * mean_q).sum(dim=1)
     energies = inside / total
     energy_proxy, energy_controls = energies[0], energies[1:]
     mean_controls = energy_controls.mean()
     ratio = energy_proxy / mean_controls if float(mean_controls) > 0 else torch.tensor(math.inf)
 
-    # analytic null of E_N for Haar-random controls inside the complement
+    # analytic null of E_N for Haar-random controls inside the complement: PR of PSP, P = I − Q_TQ_Tᵀ
     complement_dim = d - k
-    scatter_trace_p, scatter_frob_p = _removal_traces(scatter, basis[None])
     if complement_dim == k:  # the single control is the whole complement: E_N is deterministic
-        null_var = torch.zeros((), dtype=torch.float64, device=scatter.device)
+        null_var = torch.zeros((), dtype=torch.float64, device=m2.device)
     else:
-        pr_complement = scatter_trace_p[0] ** 2 / scatter_frob_p[0]
+        trace_p, frob_p = _removal_traces(total, frob_s, s_q[None], qsq[None])
+        pr_complement = trace_p[0] ** 2 / frob_p[0]
         factor = 2 * k * (complement_dim - k) / (complement_dim * (complement_dim - 1) * (complement_dim + 2))
         null_var = (factor * (1 / pr_complement - 1 / complement_dim)).clamp(min=0) * (1 - energy_proxy) ** 2
     null_mean = k * (1 - energy_proxy) / complement_dim
     null_sd = null_var.sqrt()
     z_analytic = (energy_proxy - null_mean) / null_sd
 
-    # IsoScore* of G and of G with each subspace removed; C·Q is M2·Q rescaled, so no second d²k product
-    covariance = moments.covariance()
-    trace_c, frob_c = covariance.trace(), (covariance * covariance).sum()
+    # IsoScore* of G and of G with each subspace removed, from the covariance C = M2/(n − 1)
+    scale = 1.0 / (n - 1)
+    trace_c, frob_c = trace_m2 * scale, frob_m2 * scale**2
     if not float(trace_c) > 0:
         raise ValueError("G has zero variance (all rows identical); IsoScore* is undefined")
-    c_q = m2_q / (n - 1)
-    removed_trace, removed_frob = _removal_traces(covariance, bases, c_q)
+    removed_trace, removed_frob = _removal_traces(trace_m2, frob_m2, m2_q, qm2q)
+    removed_trace, removed_frob = removed_trace * scale, removed_frob * scale**2
     removed_dim = d if coordinates == "full" else d - k
     if isinstance(target, str):
         iso_G = _shrunk_isoscore(trace_c, frob_c, d, zeta, *_named_target_terms(target, trace_c, d))
@@ -625,11 +656,11 @@ def gradient_alignment(
             removed_trace, removed_frob, removed_dim, zeta, *_named_target_terms(target, removed_trace, removed_dim)
         )
     else:
-        inner = (covariance * target).sum()
+        inner = (m2 * target).sum() * scale
         iso_G = _shrunk_isoscore(trace_c, frob_c, d, zeta, inner, target.trace(), (target * target).sum())
-        t_q = target @ bases
-        qcq, qtq = bases.transpose(1, 2) @ c_q, bases.transpose(1, 2) @ t_q
-        removed_inner = inner - 2 * (c_q * t_q).sum(dim=(1, 2)) + (qcq * qtq).sum(dim=(1, 2))
+        t_q = (target @ stacked).reshape(d, b, k).transpose(0, 1)
+        qtq = bases.transpose(1, 2) @ t_q
+        removed_inner = inner - 2 * scale * (m2_q * t_q).sum(dim=(1, 2)) + scale * (qm2q * qtq).sum(dim=(1, 2))
         iso_removed = _shrunk_isoscore(
             removed_trace, removed_frob, d, zeta, removed_inner, target.trace(), (target * target).sum()
         )
@@ -640,11 +671,14 @@ def gradient_alignment(
 
     p_value = (1 + int((energy_controls >= energy_proxy).sum())) / (1 + energy_controls.shape[0])
     energy_mean_direction = None
-    if isinstance(proxy, TangentProxy) and proxy.mean is not None:
-        direction = proxy.mean.to(scatter.device)
+    if mean_direction is not None:
+        direction = mean_direction.to(m2.device)
         norm2 = direction @ direction
         if float(norm2) > 0:
-            energy_mean_direction = float(direction @ scatter @ direction / norm2 / total)
+            along = direction @ m2 @ direction
+            if not center:
+                along = along + n * (mu @ direction) ** 2
+            energy_mean_direction = float(along / norm2 / total)
 
     scalars = torch.stack([
         energy_proxy, ratio.to(energy_proxy), energy_proxy * d / k, null_mean, null_sd, z_analytic,

@@ -60,9 +60,9 @@ from torch import nn
 
 from interp_widgets.adapter import ModelAdapter
 
-from .alignment import ProxySchedule, TangentProxy, gradient_alignment, normal_controls
+from .alignment import Moments, ProxySchedule, TangentProxy, _alignment, _stacked_bases, normal_controls
 from .history import GeometryLog, LAYER_METRICS, as_scalar, series_name
-from .metrics import representation_metrics
+from .metrics import _check_shrinkage, representation_metrics
 
 __all__ = ["AnisotropyMonitor", "GeometryMonitor", "resolve_module"]
 
@@ -303,6 +303,9 @@ class AnisotropyMonitor(GeometryLog):
             raise ValueError(f"fit must be 'early', 'refit' or 'fixed', got {fit!r}")
         if fit == "fixed" and basis is None:
             raise ValueError("fit='fixed' needs basis= (a d × k matrix, a TangentProxy, or {layer: basis})")
+        if coordinates not in ("full", "complement"):
+            raise ValueError(f"coordinates must be 'full' or 'complement', got {coordinates!r}")
+        _check_shrinkage(zeta, "scaled_identity", 1, torch.device("cpu"))
         specs = [f"layer:{layer}" if isinstance(layer, (int, np.integer)) and not isinstance(layer, bool)
                  else str(layer) for layer in layers]
         if len(set(specs)) != len(specs):
@@ -341,6 +344,7 @@ class AnisotropyMonitor(GeometryLog):
         self._schedules: dict[str, ProxySchedule] = {}
         self._proxies: dict[str, TangentProxy] = {}
         self._controls: dict[str, torch.Tensor] = {}
+        self._stacked: dict[str, torch.Tensor] = {}  # [proxy, controls] as one d × (1 + R)k matrix per layer
         self._reservoirs: dict[str, _Reservoir] = {}
         self._step = 0
         self._last_recorded = -1
@@ -743,6 +747,7 @@ class AnisotropyMonitor(GeometryLog):
             proxy = schedule.proxy
         self._proxies[spec] = proxy
         self._controls[spec] = normal_controls(proxy, self.n_controls, seed=self.seed)
+        self._stacked[spec] = _stacked_bases(proxy.basis, self._controls[spec])
         self.proxies[spec] = proxy.basis.detach().cpu()
 
     def fit_now(self) -> None:
@@ -806,8 +811,14 @@ class AnisotropyMonitor(GeometryLog):
         try:
             self._update_proxy(step, spec, H)
             if spec in self._proxies:
-                result = gradient_alignment(G, self._proxies[spec], self._controls[spec], center=self.center,
-                                            zeta=self.zeta, coordinates=self.coordinates)
+                # gradient_alignment without re-validating the controls this monitor drew itself
+                moments = Moments.from_rows(G, "G")
+                if moments.count < 2:
+                    raise ValueError(f"G has {moments.count} row(s); IsoScore* needs at least 2 gradient rows")
+                proxy = self._proxies[spec]
+                result = _alignment(moments, self._stacked[spec].to(moments.m2.device), proxy.rank, proxy.mean,
+                                    center=self.center, zeta=float(self.zeta), target="scaled_identity",
+                                    coordinates=self.coordinates)
                 self._fill_alignment(values, name, result)
                 raw[name("control_energy")] = result.energy_controls.numpy()
                 raw[name("delta_isoscore_control")] = result.delta_iso_controls.numpy()
