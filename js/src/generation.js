@@ -17,6 +17,7 @@ import { decodeArray } from "./lib/codec.js";
 import { scoreRgb, rgbString } from "./lib/colour.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
+import { fillTableIdle } from "./lib/controls.js";
 import { createExportMenu } from "./lib/export.js";
 import { formatProbability, formatScore } from "./lib/format.js";
 import { createLegend } from "./lib/legend.js";
@@ -101,6 +102,7 @@ function renderGeneration({ model, el, reportError }) {
   let shownStep = 0; // step whose sources are coloured (selected, or previewed on hover)
   let focusIndex = -1;
   let rendering = null;
+  let tableFill = null; // the screen-reader table being filled in idle time
   let layout = null;
 
   const stepOf = (index) => data.steps.indexOf(index);
@@ -165,15 +167,15 @@ function renderGeneration({ model, el, reportError }) {
     fillTable(step, values, ranks, ranked);
   }
 
+  /** The screen-reader table: every source token's score for generated token `step`, rows in idle time. */
   function fillTable(step, values, ranks, ranked) {
-    const target = data.tokens[data.steps[step]];
-    table.replaceChildren(
-      h("caption", {}, `Attribution of each source token to generated token ${quoteToken(target)}`),
-      h("tr", {}, [h("th", { scope: "col" }, "token"), h("th", { scope: "col" }, "score"), h("th", { scope: "col" }, "rank")]),
-      ...Array.from(values.slice(0, 2000), (v, i) =>
-        h("tr", {}, [h("td", {}, data.tokens[i]), h("td", {}, scoreText(v)), h("td", {}, ranks[i] > 0 ? `${ranks[i]} of ${ranked}` : "")]),
-      ),
-    );
+    tableFill?.cancel();
+    tableFill = fillTableIdle(table, {
+      caption: `Attribution of each source token to generated token ${quoteToken(data.tokens[data.steps[step]])}`,
+      header: ["token", "score", "rank"],
+      count: data.n,
+      row: (i) => [data.tokens[i], scoreText(values[i]), ranks[i] > 0 ? `${ranks[i]} of ${ranked}` : ""],
+    });
   }
 
   function drawHeatmap() {
@@ -353,6 +355,7 @@ function renderGeneration({ model, el, reportError }) {
   return () => {
     disposed = true;
     rendering?.cancel();
+    tableFill?.cancel();
     for (const name of DATA_TRAITS) model.off(`change:${name}`, onData);
     for (const name of VIEW_TRAITS) model.off(`change:${name}`, onView);
     stopWatchingTheme();

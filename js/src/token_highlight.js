@@ -17,11 +17,11 @@ import { buildUnits, maxMagnitude, ranksByMagnitude, unitScores } from "./lib/ag
 import { decodeArray } from "./lib/codec.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
-import { granularitySelect } from "./lib/controls.js";
+import { fillTableIdle, granularitySelect } from "./lib/controls.js";
 import { createExportMenu } from "./lib/export.js";
 import { formatProbability, formatScore } from "./lib/format.js";
 import { createLegend } from "./lib/legend.js";
-import { idleLoop, paintToken, renderTokenRun } from "./lib/paint.js";
+import { paintToken, renderTokenRun } from "./lib/paint.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
@@ -173,7 +173,7 @@ function renderTokenHighlight({ model, el, reportError }) {
     const paint = { theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) };
     const hadFocus = tokensBox.contains(doc.activeElement);
     tooltip.hide();
-    const selectedUnit = unitOfToken(units, model.get("selected_token"));
+    view = { units, sums, ranks, ranked, target, selectedUnit: unitOfToken(units, model.get("selected_token")) };
     const label = (u) => `${quoteToken(unitText(units[u]))}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`;
     // Spans are made, painted and labelled block by block (see renderTokenRun), so first paint costs one block.
     const build = (u, parent, atBlockStart) => {
@@ -190,7 +190,7 @@ function renderTokenHighlight({ model, el, reportError }) {
         data.wordIds[first] >= 0 &&
         data.wordIds[first] === data.wordIds[units[u - 1][0]];
       const classes = ["iw-token", special && "iw-special", joined && "iw-join", Number.isNaN(sums[u]) && "iw-unseen"];
-      const span = h("span", { class: classes.filter(Boolean).join(" "), role: "option", tabindex: -1, "aria-selected": String(u === selectedUnit), "aria-label": label(u), "data-unit": u }, displayToken(unitText(unit)));
+      const span = h("span", { class: classes.filter(Boolean).join(" "), role: "option", tabindex: -1, "aria-selected": String(u === view.selectedUnit), "aria-label": label(u), "data-unit": u }, displayToken(unitText(unit)));
       paintToken(span, sums[u], max, paint);
       parent.append(span);
       return span;
@@ -204,9 +204,14 @@ function renderTokenHighlight({ model, el, reportError }) {
     rendering?.cancel();
     tableFill?.cancel();
     rendering = renderTokenRun(tokensBox, { count: units.length, build, breakRank, onDone: () => {
-      tableFill = fillTable(units, sums, ranks, ranked, granularity, target);
+      // The screen-reader table lists every unit; off screen with content-visibility: auto, it is never laid out.
+      tableFill = fillTableIdle(table, {
+        caption: `Attribution per ${granularity} for class ${data.labels[target]} (${units.length} ${granularity}s)`,
+        header: [granularity, "score", "rank"],
+        count: units.length,
+        row: (u) => [unitText(units[u]), scoreText(sums[u]), rankText(ranks[u], ranked)],
+      });
     } }); // prettier-ignore
-    view = { units, sums, ranks, ranked, target, selectedUnit };
 
     targetSelect.value = String(target);
     granularityPick.value = granularity;
@@ -230,28 +235,6 @@ function renderTokenHighlight({ model, el, reportError }) {
     const focusSpan = rendering.ensure(Math.max(0, unitOfToken(units, focusToken)));
     focusSpan.tabIndex = 0;
     if (hadFocus) focusSpan.focus();
-  }
-
-  /**
-   * The screen-reader table: one row per unit, all units, built in idle time after the tokens (it is
-   * off screen with content-visibility: auto, so the browser does not lay it out).
-   */
-  function fillTable(units, sums, ranks, ranked, granularity, target) {
-    const body = h("tbody");
-    table.replaceChildren(
-      h("caption", {}, `Attribution per ${granularity} for class ${data.labels[target]} (${units.length} ${granularity}s)`),
-      h("thead", {}, h("tr", {}, [h("th", { scope: "col" }, granularity), h("th", { scope: "col" }, "score"), h("th", { scope: "col" }, "rank")])),
-      body,
-    );
-    let u = 0;
-    return idleLoop(doc.defaultView, (budget) => {
-      const fragment = doc.createDocumentFragment();
-      for (const end = Math.min(units.length, u + 250); u < end || (u < units.length && budget() > 4); u += 1) {
-        fragment.append(h("tr", {}, [h("td", {}, unitText(units[u])), h("td", {}, scoreText(sums[u])), h("td", {}, rankText(ranks[u], ranked))]));
-      }
-      body.append(fragment);
-      return u < units.length;
-    }); // prettier-ignore
   }
 
   function csvRows() {

@@ -121,6 +121,61 @@ describe("token highlighter options", () => {
   }, 60000);
 });
 
+describe("long inputs", () => {
+  const long = (n) => {
+    const toks = Array.from({ length: n }, (_, i) => `t${i}`);
+    return fakeModel(tokenState({
+      tokens: toks, spaces_before: toks.map((_, i) => (i ? " " : "")), special_mask: bool(new Array(n).fill(0)),
+      word_ids: payload(Int32Array.from(toks, (_, i) => i), "int32", [n], 0),
+      sentence_ids: payload(new Int32Array(n), "int32", [n], 0),
+      scores: payload(Float32Array.from({ length: 2 * n }, (_, i) => i % n), "float32", [2, n], 0),
+    })); // prettier-ignore
+  };
+  const waitFor = async (ready) => {
+    for (let k = 0; k < 400 && !ready(); k += 1) await new Promise((r) => setTimeout(r, 10));
+  };
+
+  it("keeps keyboard navigation, selection and the table correct for units not built yet", async () => {
+    const n = 3000;
+    const model = mount(tokens, long(n));
+    const box = el.querySelector(".iw-tokens");
+    expect(box.querySelectorAll(".iw-token-block").length).toBeGreaterThan(5);
+    model.set("selected_token", 2900); // not built yet: marked when its block is built
+    const first = box.querySelector(".iw-token");
+    first.focus();
+    first.dispatchEvent(new KeyboardEvent("keydown", { key: "End", bubbles: true }));
+    expect(document.activeElement.textContent).toBe(`t${n - 1}`); // its block was built on demand
+    expect(el.querySelector(".iw-tooltip").textContent).toContain(`"t${n - 1}"`);
+    document.activeElement.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowLeft", bubbles: true }));
+    expect(document.activeElement.textContent).toBe(`t${n - 2}`);
+    await waitFor(() => box.querySelectorAll(".iw-token").length === n && el.querySelectorAll(".iw-sr-table tbody tr").length === n);
+    expect(box.querySelectorAll(".iw-token")).toHaveLength(n);
+    expect(Array.from(box.querySelectorAll('.iw-token[aria-selected="true"]'), (s) => s.textContent)).toEqual(["t2900"]);
+    const rows = el.querySelectorAll(".iw-sr-table tbody tr");
+    expect(rows).toHaveLength(n); // every unit, not only the first few hundred
+    expect(Array.from(rows[n - 1].children, (c) => c.textContent)).toEqual([`t${n - 1}`, "+2999", `1 of ${n} by |score|`]);
+    expect(box.textContent.split(" ").slice(-2)).toEqual([`t${n - 2}`, `t${n - 1}`]); // no text lost between blocks
+  });
+
+  it("exports every token to CSV, not only the ones already drawn", async () => {
+    const n = 3000;
+    mount(tokens, long(n));
+    const blobs = [];
+    const original = URL.createObjectURL;
+    URL.createObjectURL = (blob) => (blobs.push(blob), "blob:test");
+    try {
+      el.querySelector('[data-iw-export="csv"]').click();
+      await waitFor(() => blobs.length > 0);
+    } finally {
+      URL.createObjectURL = original;
+    }
+    const lines = (await blobs[0].text()).trim().split("\r\n");
+    expect(lines).toHaveLength(n + 1);
+    expect(lines[0]).toBe("position,token,start_token,x,y");
+    expect(lines[n]).toBe(`${n - 1},t${n - 1},${n - 1},${n - 1},${n - 1}`);
+  });
+});
+
 describe("renderTokenRun", () => {
   it("splits long runs into blocks at newlines, else sentence starts, else after `size` units", () => {
     expect(blockBounds(5, { size: 4 })).toEqual([[0, 5]]); // a short tail joins the block

@@ -9,6 +9,7 @@
  *   pager.update(page, pages, `${order.length} examples`);
  */
 import { h } from "./dom.js";
+import { idleLoop } from "./paint.js";
 
 export const GRANULARITIES = ["token", "word", "sentence"];
 
@@ -84,4 +85,30 @@ export function textTable(header, rows, { caption, class: className = "iw-table"
     h("thead", {}, h("tr", {}, header.map((text) => h("th", { scope: "col" }, String(text))))),
     h("tbody", {}, rows.map((row) => h("tr", {}, row.map((text) => h("td", {}, String(text)))))),
   ]);
+}
+
+/**
+ * Fill `table` with a caption, a header and `count` rows of text cells (`row(k)`), the rows in idle time
+ * (a token view's screen-reader table can have 10k rows). Returns the loop; cancel it before refilling.
+ * @param {HTMLTableElement} table
+ * @param {{caption: string, header: string[], count: number, row: (k: number) => Array<string | number>}} options
+ * @returns {{cancel: () => void}}
+ */
+export function fillTableIdle(table, { caption, header, count, row }) {
+  const doc = table.ownerDocument;
+  const body = h("tbody");
+  table.replaceChildren(
+    h("caption", {}, caption),
+    h("thead", {}, h("tr", {}, header.map((text) => h("th", { scope: "col" }, text)))),
+    body,
+  );
+  let k = 0;
+  return idleLoop(doc.defaultView, (budget) => {
+    const fragment = doc.createDocumentFragment();
+    for (const end = Math.min(count, k + 250); k < end || (k < count && budget() > 4); k += 1) {
+      fragment.append(h("tr", {}, row(k).map((text) => h("td", {}, String(text)))));
+    }
+    body.append(fragment);
+    return k < count;
+  });
 }
