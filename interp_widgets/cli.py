@@ -12,32 +12,7 @@ import argparse
 import sys
 from pathlib import Path
 
-
-def build_demo_report(texts: list[str], *, progress: bool = True) -> str:
-    """Explain ``texts`` with the demo sentiment classifier and return the report page (HTML).
-
-    Each text is explained with integrated gradients at word granularity (with the completeness error of every
-    explanation in the widget) and with saliency for comparison.
-
-    Example:
-        >>> html = build_demo_report(["Not bad at all."])  # doctest: +SKIP
-    """
-    from interp_widgets import demo
-    from interp_widgets.attribution import IntegratedGradients, Saliency
-    from interp_widgets.widgets._export import html_page
-
-    model, tokenizer = demo.load_classifier(progress=progress)
-    report = demo.training_report()
-    ig = IntegratedGradients(progress=progress).attribute(model, tokenizer, texts)
-    saliency = Saliency(progress=progress).attribute(model, tokenizer, texts)
-    items: list = [
-        f"Demo classifier: MiniLM fine-tuned on {report['n_train']} hand-written sentences, "
-        f"held-out accuracy {report['test_accuracy']:.1%} on {report['n_test']}",
-    ]
-    for i, (by_ig, by_saliency) in enumerate(zip(ig, saliency), start=1):
-        items += [f"Text {i} — integrated gradients (signed)", by_ig.widget(granularity="word")]
-        items += [f"Text {i} — saliency (gradient norm, unsigned)", by_saliency.widget(granularity="word")]
-    return html_page(items, title="interp_widgets demo report")
+from interp_widgets.demo.report import DEFAULT_STEPS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,6 +28,8 @@ def main(argv: list[str] | None = None) -> int:
     demo_cmd.add_argument("--text", action="append", default=[], help="a text to explain (repeatable)")
     demo_cmd.add_argument("--out", default="interp_widgets_demo.html", help="report path (default: %(default)s)")
     demo_cmd.add_argument("--no-builtin", action="store_true", help="explain only the --text inputs")
+    demo_cmd.add_argument("--steps", type=int, default=DEFAULT_STEPS,
+                          help="fine-tuning steps of the monitored training run (default: %(default)s)")
     demo_cmd.add_argument("--quiet", action="store_true", help="no progress bars")
     export_cmd = commands.add_parser(
         "export", help="offline HTML of an executed notebook, widgets live from their saved state (no CDN)"
@@ -64,12 +41,13 @@ def main(argv: list[str] | None = None) -> int:
         return _export(args.notebook, args.out)
 
     from interp_widgets.demo import EXAMPLE_TEXTS
+    from interp_widgets.demo.report import build_report
 
     texts = ([] if args.no_builtin else list(EXAMPLE_TEXTS)) + list(args.text)
     if not texts:
         parser.error("nothing to explain: give --text or drop --no-builtin")
     try:
-        page = build_demo_report(texts, progress=not args.quiet)
+        page = build_report(texts, steps=args.steps, progress=not args.quiet)
     except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
         print(f"interp-widgets demo: {err}", file=sys.stderr)
         return 2

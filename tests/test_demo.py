@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -69,8 +70,9 @@ def test_cli_writes_an_offline_report_and_escapes_text(tmp_path, classifier):
     out = tmp_path / "report.html"
     evil = "<img src=x onerror=alert(1)> was awful"
     done = subprocess.run(
-        [sys.executable, "-m", "interp_widgets.cli", "demo", "--quiet", "--no-builtin", "--text", evil, "--out", str(out)],
-        capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "interp_widgets.cli", "demo", "--quiet", "--no-builtin", "--text", evil, "--steps", "4",
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(out.resolve())
@@ -81,6 +83,24 @@ def test_cli_writes_an_offline_report_and_escapes_text(tmp_path, classifier):
     assert not re.search(r"https?://", page)
     assert "<img src=x" not in page
     assert "held-out accuracy" in page
+    # The full report: attributions, concepts and training curves, each as a live widget with its state inline.
+    sections = re.findall(r"<h2>(.*?)</h2>", page)
+    assert {"1. Attributions", "2. Concepts", "3. Geometry during training"} <= set(sections)
+    states = [json.loads(block) for block in re.findall(r'<script type="application/json" id="iw-state-\d+">(.*?)</script>',
+                                                        page)]  # fmt: skip
+    kinds = {"concepts": "labels", "monitor": "panels", "comparison": "agreement"}
+    for kind, trait in kinds.items():
+        assert any(trait in state["state"] for state in states), f"no {kind} widget in the report"
+    assert re.search(r"Last measured energy ratios: layer:2: [\d.]+ at step 3; layer:4: [\d.]+ at step 3", page)
+
+
+def test_report_rejects_too_few_training_steps():
+    from interp_widgets.demo.report import build_report
+
+    with pytest.raises(ValueError, match="steps must be an integer >= 2"):
+        build_report(["Fine."], steps=1)
+    with pytest.raises(ValueError, match="at least one text"):
+        build_report([], steps=4)
 
 
 def test_cli_reports_bad_input_clearly(tmp_path, classifier):

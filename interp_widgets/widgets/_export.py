@@ -33,6 +33,7 @@ body { margin: 0; background: #ffffff; color: #1f2328; font-family: system-ui, -
 .iw-page h1 { font-size: 1.4rem; }
 .iw-page h2 { font-size: 1.1rem; margin-top: 2rem; }
 .iw-export-item { margin: 1rem 0 2rem; }
+.iw-note { max-width: 50rem; line-height: 1.45; }
 """
 
 
@@ -75,8 +76,17 @@ def _boot_script() -> str:
     return path.read_text(encoding="utf-8")
 
 
+class Note(str):
+    """A paragraph of text for :func:`html_page` (a plain string there is a heading); it is HTML-escaped.
+
+    Example:
+        >>> html_page(["Inputs", Note("Scores are logits."), widget], title="Report")  # doctest: +SKIP
+    """
+
+
 def html_page(items: Iterable[InterpWidget | str], title: str) -> str:
-    """One offline HTML page showing ``items`` in order: widgets, and strings rendered as (escaped) headings.
+    """One offline HTML page showing ``items`` in order: widgets, strings rendered as (escaped) headings, and
+    :class:`Note` strings rendered as (escaped) paragraphs.
 
     Example:
         >>> html_page([result.widget()], title="Sentiment")  # doctest: +SKIP
@@ -85,6 +95,9 @@ def html_page(items: Iterable[InterpWidget | str], title: str) -> str:
     styles: list[str] = []
     body: list[str] = []
     for index, item in enumerate(items):
+        if isinstance(item, Note):
+            body.append(f'<p class="iw-note">{html.escape(item)}</p>')
+            continue
         if isinstance(item, str):
             body.append(f"<h2>{html.escape(item)}</h2>")
             continue
