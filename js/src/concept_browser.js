@@ -15,6 +15,7 @@
  */
 import "./concept_browser.css";
 import { decodeArray } from "./lib/codec.js";
+import { createPager, labelRanks, pageOf, sortIndices } from "./lib/controls.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
 import { formatScore } from "./lib/format.js";
@@ -24,6 +25,7 @@ import { paintToken } from "./lib/paint.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
+import { viewKit } from "./lib/view.js";
 
 const TRAITS = ["labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "sort_by", "descending", "search", "hide_dead", "page", "page_size", "selected_concept", "details", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "selected_text", "selected_token"];
 const SORT_KEYS = { index: "concept id", label: "label", density: "density", max: "max activation", importance: "importance", abs_importance: "|importance|" };
@@ -45,7 +47,7 @@ export function visibleConcepts({ labels, topTokens, density, maxActivation, imp
     .map((_, c) => c)
     .filter((c) => !hideDead || density[c] > 0)
     .filter((c) => !needle || labels[c].toLowerCase().includes(needle) || topTokens[c].some((t) => t.toLowerCase().includes(needle)));
-  const ranks = new Map([...new Set(labels)].sort().map((label, r) => [label, r]));
+  const ranks = labelRanks(labels);
   const key = {
     index: (c) => c,
     label: (c) => ranks.get(labels[c]),
@@ -55,12 +57,7 @@ export function visibleConcepts({ labels, topTokens, density, maxActivation, imp
     abs_importance: (c) => (importance ? Math.abs(importance[c]) : NaN),
   }[sortBy];
   if (!key) throw new RangeError(`unknown sort key "${sortBy}"; use ${Object.keys(SORT_KEYS).join(", ")}`);
-  const sign = descending ? -1 : 1;
-  return keep.sort((a, b) => {
-    const [x, y] = [key(a), key(b)];
-    if (Number.isNaN(x) !== Number.isNaN(y)) return Number.isNaN(x) ? 1 : -1;
-    return (Number.isNaN(x) ? 0 : sign * (x - y)) || a - b;
-  });
+  return sortIndices(keep, key, descending);
 }
 
 /**
@@ -137,15 +134,14 @@ function renderBrowser({ model, el, reportError }) {
   const sortSelect = h("select", { class: "iw-sort-select" });
   const orderToggle = h("input", { type: "checkbox", class: "iw-descending-toggle" });
   const deadToggle = h("input", { type: "checkbox", class: "iw-dead-toggle" });
-  const prev = h("button", { type: "button", class: "iw-button iw-prev", "aria-label": "Previous page" }, "\u2039");
-  const next = h("button", { type: "button", class: "iw-button iw-next", "aria-label": "Next page" }, "\u203a");
-  const pageLabel = h("span", { class: "iw-page-label", "aria-live": "polite" });
+  const pager = createPager();
+  const { prev, next } = pager;
   const toolbar = h("div", { class: "iw-toolbar" }, [
     h("label", {}, ["Search ", searchBox]),
     h("label", {}, ["Sort ", sortSelect]),
     h("label", {}, [orderToggle, " descending"]),
     h("label", {}, [deadToggle, " hide dead"]),
-    h("span", { class: "iw-pager" }, [prev, pageLabel, next]),
+    pager.element,
   ]);
   const list = h("ol", { class: "iw-concept-list", role: "listbox", "aria-label": "Concepts" });
   const detail = h("section", { class: "iw-concept-detail", "aria-live": "polite" });
@@ -158,17 +154,7 @@ function renderBrowser({ model, el, reportError }) {
   let busyTimer = null;
   let focusAfterDraw = null;
 
-  const safely = (fn) => (...args) => {
-    try {
-      fn(...args);
-    } catch (error) {
-      reportError(error);
-    }
-  }; // prettier-ignore
-  const save = (changes) => {
-    for (const [name, value] of Object.entries(changes)) model.set(name, value);
-    model.save_changes();
-  };
+  const { safely, save, coalesce } = viewKit(model, reportError);
 
   /** Ask the kernel for the details of `ids` unless it already has that request. */
   function request(ids) {
@@ -292,10 +278,7 @@ function renderBrowser({ model, el, reportError }) {
     impMax = null;
     const options = { sortBy: model.get("sort_by") ?? "index", descending: Boolean(model.get("descending")), search: model.get("search") ?? "", hideDead: Boolean(model.get("hide_dead")) };
     const order = visibleConcepts(data, options);
-    const pageSize = Math.max(1, model.get("page_size") ?? 10);
-    const pages = Math.max(1, Math.ceil(order.length / pageSize));
-    const page = Math.min(model.get("page") ?? 0, pages - 1);
-    const shown = order.slice(page * pageSize, (page + 1) * pageSize);
+    const { page, pages, items: shown } = pageOf(order, model.get("page"), model.get("page_size"));
     const selected = model.get("selected_concept") ?? -1;
     root.dataset.iwTheme = theme;
     summary.textContent = `${data.labels.length} ${model.get("method") ?? ""} concepts${model.get("layer") ? ` at ${model.get("layer")}` : ""}${model.get("n_rows") ? ` over ${model.get("n_rows")} rows` : ""}${data.importance ? ` \u00b7 importance: ${model.get("importance_label") || "importance"}` : ""}`;
@@ -304,9 +287,7 @@ function renderBrowser({ model, el, reportError }) {
     if (searchBox.value !== options.search) searchBox.value = options.search;
     orderToggle.checked = options.descending;
     deadToggle.checked = options.hideDead;
-    prev.disabled = page <= 0;
-    next.disabled = page >= pages - 1;
-    pageLabel.textContent = ` page ${page + 1} of ${pages} (${order.length} of ${data.labels.length} concepts) `;
+    pager.update(page, pages, `${order.length} of ${data.labels.length} concepts`);
     const items = shown.map((c) => conceptItem(c, c === selected));
     if (items.length && !items.some((li) => li.tabIndex === 0)) items[0].tabIndex = 0;
     list.replaceChildren(...(items.length ? items : [h("li", { class: "iw-caption" }, "No concept matches.")]));
@@ -366,14 +347,7 @@ function renderBrowser({ model, el, reportError }) {
   detail.addEventListener("focusin", describe);
   detail.addEventListener("mouseleave", () => tooltip.hide());
 
-  let pending = false;
-  const redraw = () => {
-    if (!pending) queueMicrotask(safely(() => {
-      pending = false;
-      draw();
-    })); // prettier-ignore
-    pending = true;
-  };
+  const redraw = coalesce(() => draw());
   for (const name of TRAITS) model.on(`change:${name}`, redraw);
   const stopWatchingTheme = watchTheme(doc, (nextTheme) => {
     theme = nextTheme;
