@@ -1,5 +1,5 @@
 """The export buttons (PNG, SVG, CSV, HTML) of the token, comparison and example-list views in real JupyterLab,
-and the dark theme of the comparison and example-list views.
+the granularity switch of the comparison and example-list views, and their dark theme.
 
 The notebook is written at run time; it builds the widgets from plain arrays (no model) with hostile token text
 and prints the facts the test checks the downloaded files against: every file must be valid, carry the token text
@@ -24,7 +24,7 @@ from playwright.sync_api import expect
 
 from interp_widgets.widgets import ExampleListWidget, compare
 from tests.browser.harness import ARTIFACTS, RequestLog, notebook_cells, run_cells, wait_for_kernel_idle
-from tests.browser.token_view import contrast_ratio, text_and_background
+from tests.browser.token_view import contrast_ratio, js_score, text_and_background
 
 pytestmark = pytest.mark.browser
 
@@ -57,6 +57,8 @@ examples = ExampleListWidget([result(scores, "ig"), result(-scores, "occlusion")
 print("IW_FACTS " + json.dumps({{"scores": scores.astype(np.float32).tolist(), "target": token_widget.selected_target}}))
 """
 
+PRINT_GRANULARITY = 'print("IW_GRANULARITY", comparison.granularity, examples.granularity)\n'
+
 VIEWS = {  # cell index -> (root selector, download name, CSV header)
     1: (".iw-root.iw-token-highlight", "token-attribution", ["position", "token", "start_token", "negative", "positive"]),
     2: (".iw-root.iw-comparison", "method-comparison", ["position", "token", "start_token", "ig", "saliency"]),
@@ -75,7 +77,7 @@ def notebook_kernel(jupyter_server) -> Iterator[None]:
 @pytest.fixture()
 def export_notebook(jupyter_server, notebook_kernel) -> str:
     notebook = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(source) for source in (SETUP, "token_widget", "comparison", "examples")],
+        cells=[nbformat.v4.new_code_cell(source) for source in (SETUP, "token_widget", "comparison", "examples", PRINT_GRANULARITY)],
         metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
     )
     nbformat.write(notebook, jupyter_server.root_dir / NOTEBOOK)
@@ -160,13 +162,13 @@ def _check_html(path, browser, header: list[str], rows: int) -> None:
         context.close()
 
 
-def test_export_buttons_download_valid_files(jupyter_server, export_notebook, recorded_page, browser, tmp_path):
+def test_export_buttons_and_granularity(jupyter_server, export_notebook, recorded_page, browser, tmp_path):
     page = recorded_page.page
     dialogs: list[str] = []
     page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
     page.goto(jupyter_server.notebook_url(export_notebook, ui="lab"))
     wait_for_kernel_idle(page)
-    run_cells(page, 0, 4)
+    run_cells(page, 0, 4)  # the last cell runs after the views have been used
     text = notebook_cells(page).nth(0).locator(".jp-OutputArea-output", has_text="IW_FACTS").inner_text()
     facts = json.loads(re.search(r"IW_FACTS (\{.*\})", text).group(1))
 
@@ -184,6 +186,21 @@ def test_export_buttons_download_valid_files(jupyter_server, export_notebook, re
         _check_svg(files["svg"])
         _check_csv(files["csv"], cell, header, facts)
         _check_html(files["html"], browser, header, len(_expected_rows(cell, facts)))
+
+    # The granularity switch of the comparison and example views: sums in the browser, the choice synced back.
+    comparison = notebook_cells(page).nth(2).locator(VIEWS[2][0])
+    comparison.locator(".iw-granularity-select").select_option("sentence")
+    expect(comparison.locator(".iw-token")).to_have_count(2)  # one sentence per method row
+    assert comparison.locator(".iw-token").all_text_contents() == [" ".join(WORDS)] * 2
+    examples = notebook_cells(page).nth(3).locator(VIEWS[3][0])
+    examples.locator(".iw-granularity-select").select_option("sentence")
+    expect(examples.locator(".iw-token")).to_have_count(2)  # one sentence per example
+    examples.locator(".iw-token").first.hover()
+    expected = js_score(sum(float(x) for x in np.asarray(facts["scores"][1], dtype=np.float32)))  # in JS's order
+    expect(examples.locator(".iw-tooltip")).to_contain_text(f"score{expected}")
+    run_cells(page, 4)
+    printed = notebook_cells(page).nth(4).locator(".jp-OutputArea-output").inner_text()
+    assert printed.strip() == "IW_GRANULARITY sentence sentence"
 
     assert dialogs == [], f"token text ran as script: {dialogs}"
     assert notebook_cells(page).locator(".iw-error").count() == 0
