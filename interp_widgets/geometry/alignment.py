@@ -90,7 +90,11 @@ class Moments:
             >>> Moments.from_rows(torch.ones(3, 2)).count
             3
         """
-        x = _as_points(X, name, min_rows=1)
+        return cls._of(_as_points(X, name, min_rows=1))
+
+    @classmethod
+    def _of(cls, x: torch.Tensor) -> "Moments":
+        """Moments of a validated float64 cloud (from ``_as_points``)."""
         mean = x.mean(dim=0)
         centred = x - mean
         return cls(count=x.shape[0], mean=mean, m2=centred.T @ centred)

@@ -85,8 +85,9 @@ def _check_finite(x: torch.Tensor, name: str) -> None:
         )
 
 
-def _as_points(x: ArrayLike, name: str = "H", *, min_rows: int = 2) -> torch.Tensor:
-    """Validate an n × d point cloud and return it as a detached float64 tensor."""
+def _as_points(x: ArrayLike, name: str = "H", *, min_rows: int = 2, finite: bool = False) -> torch.Tensor:
+    """Validate an n × d point cloud and return it as a detached float64 tensor (``finite=True``: the caller
+    has already checked that every value is finite)."""
     x = _to_tensor(x, name)
     if x.ndim != 2:
         raise ValueError(
@@ -98,7 +99,8 @@ def _as_points(x: ArrayLike, name: str = "H", *, min_rows: int = 2) -> torch.Ten
         raise ValueError(f"{name} has {n} row(s) but this metric needs at least {min_rows} points; pass more tokens")
     if d < 1:
         raise ValueError(f"{name} has no columns (shape {tuple(x.shape)}); pass points with at least one dimension")
-    _check_finite(x, name)
+    if not finite:
+        _check_finite(x, name)
     return _float64(x)
 
 
@@ -715,7 +717,11 @@ def representation_metrics(H: ArrayLike, sequence_ids: ArrayLike | None = None) 
         >>> m["n_tokens"], m["dim"], m["avg_cosine"] > 0.5 > abs(m["avg_cosine_centered"])
         (256, 16, True)
     """
-    x = _as_points(H)
+    return _representation_metrics(_as_points(H), sequence_ids)
+
+
+def _representation_metrics(x: torch.Tensor, sequence_ids: ArrayLike | None = None) -> dict[str, float]:
+    """:func:`representation_metrics` of a validated float64 cloud (from :func:`_as_points`)."""
     n, d = x.shape
     _check_dim_for_isoscore(d, "H")
     mean = x.mean(dim=0)

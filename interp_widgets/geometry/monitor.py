@@ -62,7 +62,7 @@ from interp_widgets.adapter import ModelAdapter
 
 from .alignment import Moments, ProxySchedule, TangentProxy, _alignment, _stacked_bases, normal_controls
 from .history import GeometryLog, LAYER_METRICS, as_scalar, series_name
-from .metrics import _check_shrinkage, representation_metrics
+from .metrics import _as_points, _check_shrinkage, _representation_metrics
 
 __all__ = ["AnisotropyMonitor", "GeometryMonitor", "resolve_module"]
 
@@ -199,6 +199,11 @@ class _Reservoir:
 # ----------------------------------------------------------------------------------------------------------
 # the monitor
 # ----------------------------------------------------------------------------------------------------------
+
+
+def _concat(blocks: list[torch.Tensor]) -> torch.Tensor:
+    """Rows of all blocks (the block itself when there is one: the monitor's copies are never modified)."""
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
 
 
 def _quantiles(values: np.ndarray) -> tuple[float, float]:
@@ -652,7 +657,7 @@ class AnisotropyMonitor(GeometryLog):
                 if not self._H[spec]:
                     raise RuntimeError(f"no activations reached layer {spec!r} at step {step}")
                 G = _weight_rows(module, grad.detach()).float()
-                H = torch.cat(list(self._H[spec].values()))
+                H = _concat(list(self._H[spec].values()))
             else:
                 forwards = [f for f in self._H[spec] if f in self._G[spec]]
                 if not forwards:
@@ -665,8 +670,8 @@ class AnisotropyMonitor(GeometryLog):
                         f"no gradient was captured at layer {spec!r} for step {step}: call loss.backward() before "
                         f"monitor.step() / optimizer.step() (the monitor reads dL/dh during your backward pass)"
                     )
-                H = torch.cat([self._H[spec][f] for f in forwards])
-                G = torch.cat([self._G[spec][f] for f in forwards])
+                H = _concat([self._H[spec][f] for f in forwards])
+                G = _concat([self._G[spec][f] for f in forwards])
             data[spec] = (H, G)
         return data
 
@@ -801,7 +806,7 @@ class AnisotropyMonitor(GeometryLog):
         values[name("n_tokens")] = float(G.shape[0])
         values[name("nonfinite")] = 0.0
         raw: dict[str, np.ndarray] = {}
-        if not (bool(torch.isfinite(G).all()) and bool(torch.isfinite(H).all())):
+        if not bool(torch.isfinite(G).all() & torch.isfinite(H).all()):
             values[name("nonfinite")] = 1.0
             warnings.warn(f"step {step}, layer {spec!r}: non-finite gradients or activations; recorded as a flagged "
                           f"row (nonfinite|{spec} = 1) and kept away from the proxy fit", RuntimeWarning,
@@ -812,7 +817,7 @@ class AnisotropyMonitor(GeometryLog):
             self._update_proxy(step, spec, H)
             if spec in self._proxies:
                 # gradient_alignment without re-validating the controls this monitor drew itself
-                moments = Moments.from_rows(G, "G")
+                moments = Moments._of(_as_points(G, "G", min_rows=1, finite=True))
                 if moments.count < 2:
                     raise ValueError(f"G has {moments.count} row(s); IsoScore* needs at least 2 gradient rows")
                 proxy = self._proxies[spec]
@@ -823,7 +828,7 @@ class AnisotropyMonitor(GeometryLog):
                 raw[name("control_energy")] = result.energy_controls.numpy()
                 raw[name("delta_isoscore_control")] = result.delta_iso_controls.numpy()
             if self.representation:
-                metrics = representation_metrics(H)
+                metrics = _representation_metrics(_as_points(H, finite=True))
                 metrics["effective_rank"] = metrics["effective_rank_singular"]
                 for metric in ("avg_cosine", "isoscore", "effective_rank", "avg_cosine_centered",
                                "participation_ratio", "effective_rank_eigen", "stable_rank",
