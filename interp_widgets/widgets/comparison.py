@@ -20,7 +20,7 @@ from scipy import stats
 from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.widgets.tokens import GroupedTokensWidget, _traits_from_result, finite_max, token_pieces, unit_sums
+from interp_widgets.widgets.tokens import GroupedTokens, TokenScoresWidget, _traits_from_result, finite_max, token_pieces, unit_sums
 
 AGREEMENT_BY = ("magnitude", "signed")
 
@@ -105,7 +105,7 @@ def agreement_table(scores: np.ndarray, methods: Sequence[str], *, k: int = 5, b
     return rows
 
 
-class ComparisonWidget(GroupedTokensWidget):
+class ComparisonWidget(TokenScoresWidget, GroupedTokens):
     """Several methods' scores for one input and one target, one row per method, with synchronised hover.
 
     Hovering (or focusing) a token in any row highlights it in every row and shows all methods' scores. The

@@ -295,12 +295,13 @@ class TokenScoresWidget(InterpWidget):
         return buffer_to_array(self.scores)
 
 
-class GroupedTokensWidget(TokenScoresWidget):
-    """Scored tokens that the browser can group into words or sentences: word and sentence ids travel once and the
-    view sums scores per unit for the chosen ``granularity`` without a round trip to the kernel.
+class GroupedTokens(traitlets.HasTraits):
+    """Traits of views whose tokens the browser groups into words or sentences (mixed into a widget class): word
+    and sentence ids travel once and the view sums scores per unit for the chosen ``granularity`` without a round
+    trip to the kernel.
 
     Example:
-        >>> issubclass(TokenHighlightWidget, GroupedTokensWidget)
+        >>> issubclass(TokenHighlightWidget, GroupedTokens)
         True
     """
 
@@ -318,7 +319,7 @@ class GroupedTokensWidget(TokenScoresWidget):
         return group_units(buffer_to_array(self.special_mask), None if ids is None else buffer_to_array(ids), show_special)
 
 
-class TokenHighlightWidget(GroupedTokensWidget):
+class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
     """Tokens coloured by signed attribution, with a class selector, legend, tooltips and keyboard navigation.
 
     Takes an attribution result (``interp_widgets.attribution.AttributionResult`` or any object with ``text``,
