@@ -85,7 +85,13 @@ def _attributions(model, tokenizer, texts: list[str], progress: bool) -> list:
     return items
 
 
-def _concepts(model, tokenizer, texts: list[str], progress: bool) -> list:
+def concept_browser(model, tokenizer, texts: Sequence[str], *, progress: bool = True):
+    """The report's concept browser: semi-NMF concepts of layer 3 on shipped sentences, with the concept importance
+    of the prediction for each of ``texts``.
+
+    Example:
+        >>> browser = concept_browser(*demo.load_classifier(), ["Not bad at all."])  # doctest: +SKIP
+    """
     from interp_widgets import demo
     from interp_widgets.concepts import SemiNMFConcepts, collect_activations, concept_importance, interpret_concepts
 
@@ -94,16 +100,27 @@ def _concepts(model, tokenizer, texts: list[str], progress: bool) -> list:
     concepts = SemiNMFConcepts(N_CONCEPTS).fit(store)
     interpretation = interpret_concepts(concepts, store, progress=progress)
     importances = [concept_importance(concepts, model, tokenizer, text, layer=CONCEPT_LAYER) for text in texts]
+    return interpretation.widget(texts=importances)
+
+
+def _concepts(model, tokenizer, texts: list[str], progress: bool) -> list:
+    browser = concept_browser(model, tokenizer, texts, progress=progress)
     return [
         "2. Concepts",
-        _note(f"{N_CONCEPTS} semi-NMF concepts of {CONCEPT_LAYER} activations on {len(corpus)} shipped sentences "
-              f"({len(store)} tokens). Importance is the gradient of the predicted class's logit with respect to "
+        _note(f"{N_CONCEPTS} semi-NMF concepts of {CONCEPT_LAYER} activations on {CONCEPT_CORPUS} shipped sentences "
+              f"({browser.n_rows} tokens). Importance is the gradient of the predicted class's logit with respect to "
               "each concept's coefficients, for the selected text."),
-        interpretation.widget(texts=importances),
+        browser,
     ]
 
 
-def _training(steps: int, progress: bool) -> list:
+def monitored_fine_tuning(steps: int = DEFAULT_STEPS, *, progress: bool = True):
+    """Fine-tune a fresh copy of the demo classifier for ``steps`` batches of 8 under an
+    :class:`~interp_widgets.geometry.AnisotropyMonitor` (layers 2 and 4, rank 8) and return the monitor.
+
+    Example:
+        >>> monitored_fine_tuning(6, progress=False).widget()  # doctest: +SKIP
+    """
     import torch
     from tqdm.auto import tqdm
 
@@ -129,6 +146,11 @@ def _training(steps: int, progress: bool) -> list:
             optimizer.step()
             optimizer.zero_grad()
             monitor.log(step, loss=loss.item())
+    return monitor
+
+
+def _training(steps: int, progress: bool) -> list:
+    monitor = monitored_fine_tuning(steps, progress=progress)
     return [
         "3. Geometry during training",
         _note(f"{steps} fine-tuning steps (batches of {BATCH_SIZE}) of a fresh copy of the classifier under the "
