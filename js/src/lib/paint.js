@@ -3,8 +3,8 @@
  *
  * `paintToken` encodes a score on an element either by colour (diverging or sequential background,
  * contrasting text) or, for the non-colour encoding, by underline weight plus a +/− marker.
- * `renderTokenRun` builds long inputs block by block (the first at once, the rest in idle time) in blocks
- * the browser skips while they are off screen, so 10k-token inputs paint quickly and scroll smoothly.
+ * `renderTokenRun` builds long inputs block by block (the first at once, the rest in idle time, a couple of
+ * blocks per frame), so 10k-token inputs paint quickly and every frame stays short.
  *
  * @example
  *   paintToken(span, 0.4, 0.8, {theme: "light", signed: true, encoding: "colour"});
@@ -43,8 +43,10 @@ export function paintToken(el, score, max, { theme = "light", signed = true, enc
 export const SINGLE_RUN = 500;
 /** Target units per block for longer inputs. */
 export const BLOCK = 300;
-/** Height (px) a block of `n` units is assumed to take before it is laid out (refined after the first block). */
+/** Height (px) per unit a block is assumed to take before it is built (refined after the first block). */
 const UNIT_HEIGHT = 2.4;
+/** Blocks built per idle callback (each is laid out in the next frame). */
+const BLOCKS_PER_IDLE = 2;
 
 /**
  * Split units 0..count-1 into blocks for {@link renderTokenRun}: a list of [start, end). A block ends before
@@ -103,9 +105,10 @@ export function idleLoop(win, step) {
 /**
  * Draw `count` token units into `box`, keeping first paint and every later frame short for long inputs.
  * Up to `single` units are built at once as one inline run. Longer inputs are split into blocks
- * ({@link blockBounds}); each block is a `.iw-token-block` (CSS `content-visibility: auto`, so the browser
- * lays out and paints only blocks near the viewport). The first block is built at once, the others in idle
- * time, in order, or at once when a unit is asked for with `ensure(u)` (keyboard focus, selection).
+ * ({@link blockBounds}); each block is a block-level `.iw-token-block`, so adding one lays out only that
+ * block (appending to one long inline run would lay the whole run out again each time). Blocks not built yet
+ * hold their estimated height, so the scroll range is right from the start. The first block is built at once,
+ * the others in idle time, in order, or at once when a unit is asked for with `ensure(u)` (keyboard focus).
  * `build(u, parent, atBlockStart)` appends unit u's nodes to `parent` and returns its element.
  * @param {HTMLElement} box
  * @param {{count: number, build: (u: number, parent: Node, atBlockStart: boolean) => HTMLElement,
@@ -126,6 +129,10 @@ export function renderTokenRun(box, { count, build, breakRank, size = BLOCK, sin
   const done = new Uint8Array(bounds.length);
   let left = bounds.length;
   let loop = null;
+  let perUnit = UNIT_HEIGHT;
+  const estimate = (b) => {
+    blocks[b].style.minHeight = done[b] ? "" : `${Math.ceil((bounds[b][1] - bounds[b][0]) * perUnit)}px`;
+  };
 
   const fill = (b) => {
     if (done[b]) return;
@@ -134,6 +141,7 @@ export function renderTokenRun(box, { count, build, breakRank, size = BLOCK, sin
     for (let u = start; u < end; u += 1) spans[u] = build(u, fragment, u === start);
     blocks[b].append(fragment);
     done[b] = 1;
+    if (blocks[b] !== box) estimate(b);
     left -= 1;
     if (left === 0) {
       loop?.cancel();
@@ -154,28 +162,27 @@ export function renderTokenRun(box, { count, build, breakRank, size = BLOCK, sin
   if (blocks[0] !== box) {
     blocks.forEach((block, b) => {
       block.className = "iw-token-block";
-      block.style.containIntrinsicSize = `auto ${Math.ceil((bounds[b][1] - bounds[b][0]) * UNIT_HEIGHT)}px`;
+      estimate(b);
     });
     box.append(...blocks);
   }
   fill(0);
   if (blocks[0] !== box) {
-    // Once the first block is laid out, size the others' placeholders from its height per unit.
+    // Once the first block is laid out, size the placeholders from its height per unit.
     win?.requestAnimationFrame?.(() => {
-      const perUnit = blocks[0].offsetHeight / (bounds[0][1] - bounds[0][0]);
-      if (!(perUnit > 0)) return;
-      blocks.forEach((block, b) => {
-        if (b > 0) block.style.containIntrinsicSize = `auto ${Math.ceil((bounds[b][1] - bounds[b][0]) * perUnit)}px`;
-      });
+      const measured = blocks[0].offsetHeight / (bounds[0][1] - bounds[0][0]);
+      if (!(measured > 0)) return;
+      perUnit = measured;
+      for (let b = 1; b < blocks.length; b += 1) estimate(b);
     });
   }
   if (left > 0) {
     let next = 1;
     loop = idleLoop(win, (budget) => {
-      do {
-        while (next < bounds.length && done[next]) next += 1;
-        if (next < bounds.length) fill(next);
-      } while (next < bounds.length && budget() > 4);
+      for (let k = 0; k < BLOCKS_PER_IDLE && left > 0 && (k === 0 || budget() > 4); k += 1) {
+        while (done[next]) next += 1;
+        fill(next);
+      }
       return left > 0;
     });
   }
