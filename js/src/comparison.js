@@ -13,7 +13,7 @@
  *   widget.render({model, el});
  */
 import "./comparison.css";
-import { buildUnits, maxMagnitude, unitScores } from "./lib/aggregate.js";
+import { buildUnits, maxMagnitude, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { granularitySelect, textTable } from "./lib/controls.js";
 import { h } from "./lib/dom.js";
@@ -71,7 +71,7 @@ function renderComparison({ model, el, reportError }) {
   let view = null; // {units, sums (per method), spans (per method, per unit), granularity}
 
   const scoreText = (m, value) => (Number.isNaN(value) ? "not seen" : formatScore(value, { digits: 4, sign: data.signed[m] }));
-  const unitText = (unit) => unit.map((i, k) => (k > 0 ? data.spaces[i] : "") + data.tokens[i]).join("");
+  const textOf = (unit) => unitText(unit, data.tokens, data.spaces);
 
   function draw() {
     data = readComparison(model);
@@ -96,7 +96,7 @@ function renderComparison({ model, el, reportError }) {
         units.forEach((unit, u) => {
           const gap = data.spaces[unit[0]];
           if (u > 0 && gap) box.append(gap);
-          const text = unitText(unit);
+          const text = textOf(unit);
           const span = h("span", { class: "iw-token", role: "option", tabindex: m === 0 && u === 0 ? 0 : -1, "data-unit": u, "data-index": unit[0], "aria-label": `${quoteToken(text)}, ${method} score ${scoreText(m, sums[m][u])}` }, displayToken(text));
           paintToken(span, sums[m][u], max, { theme, signed: data.signed[m], encoding, boost });
           spans[m].push(span);
@@ -134,7 +134,7 @@ function renderComparison({ model, el, reportError }) {
     const u = Number(span.dataset.unit);
     const unit = view.units[u];
     linkHover(unit[0]);
-    const rows = [[view.granularity, quoteToken(unitText(unit))], ...data.methods.map((method, m) => [method, scoreText(m, view.sums[m][u])])];
+    const rows = [[view.granularity, quoteToken(textOf(unit))], ...data.methods.map((method, m) => [method, scoreText(m, view.sums[m][u])])];
     if (unit.length > 1) rows.push(["sum of", `${unit.length} tokens`]);
     tooltip.show(span, rows);
     return unit[0];
@@ -187,7 +187,7 @@ function renderComparison({ model, el, reportError }) {
   granularity.addEventListener("change", safely(() => save({ granularity: granularity.value })));
   const csvRows = () => [
     ["position", view.granularity, "start_token", ...data.methods],
-    ...view.units.map((unit, u) => [u, unitText(unit), unit[0], ...view.sums.map((row) => row[u])]),
+    ...view.units.map((unit, u) => [u, textOf(unit), unit[0], ...view.sums.map((row) => row[u])]),
   ];
   toolbar.append(createExportMenu({ name: "method-comparison", root, rows: csvRows, title: () => `Method comparison: ${model.get("target_label")}`, reportError }));
 

@@ -13,7 +13,7 @@
  *   widget.render({model, el});
  */
 import "./examples.css";
-import { buildUnits, maxMagnitude, unitScores } from "./lib/aggregate.js";
+import { buildUnits, maxMagnitude, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { createPager, granularitySelect, labelRanks, pageOf, sortIndices } from "./lib/controls.js";
 import { h } from "./lib/dom.js";
@@ -122,7 +122,7 @@ function renderExamples({ model, el, reportError }) {
     if (!cache.has(i)) cache.set(i, exampleUnits(data, i, cachedFor));
     return cache.get(i);
   };
-  const unitText = (i, unit) => unit.map((k, n) => (n > 0 ? data.spaces[i][k] : "") + data.tokens[i][k]).join("");
+  const textOf = (i, unit) => unitText(unit, data.tokens[i], data.spaces[i]);
 
   function draw(level) {
     if (level === 2 || data === null) data = readExamples(model);
@@ -161,7 +161,7 @@ function renderExamples({ model, el, reportError }) {
         units.forEach((unit, u) => {
           const gap = data.spaces[i][unit[0]];
           if (gap) box.append(gap);
-          const span = h("span", { class: "iw-token", "data-example": i, "data-unit": u }, displayToken(unitText(i, unit)));
+          const span = h("span", { class: "iw-token", "data-example": i, "data-unit": u }, displayToken(textOf(i, unit)));
           paintToken(span, sums[u], max, { theme, signed: data.signed });
           box.append(span);
         });
@@ -204,7 +204,7 @@ function renderExamples({ model, el, reportError }) {
     const i = Number(span.dataset.example);
     const u = Number(span.dataset.unit);
     const { units, sums } = unitsOf(i);
-    const rows = [[cachedFor, quoteToken(unitText(i, units[u]))], ["score", Number.isNaN(sums[u]) ? "not seen" : formatScore(sums[u], { digits: 6, sign: data.signed })], ["example", `#${i}`]];
+    const rows = [[cachedFor, quoteToken(textOf(i, units[u]))], ["score", Number.isNaN(sums[u]) ? "not seen" : formatScore(sums[u], { digits: 6, sign: data.signed })], ["example", `#${i}`]];
     if (units[u].length > 1) rows.push(["sum of", `${units[u].length} tokens`]);
     tooltip.show(span, rows);
   })); // prettier-ignore
@@ -213,7 +213,7 @@ function renderExamples({ model, el, reportError }) {
     ["example", "predicted", "confidence", "true_label", "max_attribution", "position", cachedFor, "start_token", "score"],
     ...order.flatMap((i) => {
       const { units, sums } = unitsOf(i);
-      return units.map((unit, u) => [i, data.predicted[i], data.confidence[i] ?? "", data.trueLabels[i], data.maxAttribution[i], u, unitText(i, unit), unit[0], sums[u]]);
+      return units.map((unit, u) => [i, data.predicted[i], data.confidence[i] ?? "", data.trueLabels[i], data.maxAttribution[i], u, textOf(i, unit), unit[0], sums[u]]);
     }),
   ];
   toolbar.append(createExportMenu({ name: "examples", root, rows: csvRows, title: () => "Explained examples", reportError }));

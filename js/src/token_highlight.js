@@ -13,7 +13,7 @@
  *   const cleanup = widget.render({model, el});
  */
 import "./token_highlight.css";
-import { buildUnits, maxMagnitude, ranksByMagnitude, unitScores } from "./lib/aggregate.js";
+import { buildUnits, maxMagnitude, ranksByMagnitude, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
@@ -138,15 +138,13 @@ function renderTokenHighlight({ model, el, reportError }) {
     Number.isNaN(score) ? "none (this class does not see it)" : formatScore(score, { digits: 6, sign: true });
   const rankText = (rank, count) => (rank > 0 ? `${rank} of ${count} by |score|` : "unranked");
 
-  function unitText(unit) {
-    return unit.map((i, k) => (k > 0 ? data.spaces[i] : "") + data.tokens[i]).join("");
-  }
+  const textOf = (unit) => unitText(unit, data.tokens, data.spaces);
 
   function describe(u) {
     const unit = view.units[u];
     const granularity = model.get("granularity");
     const rows = [
-      [granularity, quoteToken(unitText(unit))],
+      [granularity, quoteToken(textOf(unit))],
       ["score", scoreText(view.sums[u])],
       ["rank", rankText(view.ranks[u], view.ranked)],
       ["class", data.labels[view.target]],
@@ -174,7 +172,7 @@ function renderTokenHighlight({ model, el, reportError }) {
     const hadFocus = tokensBox.contains(doc.activeElement);
     tooltip.hide();
     view = { units, sums, ranks, ranked, target, selectedUnit: unitOfToken(units, model.get("selected_token")) };
-    const label = (u) => `${quoteToken(unitText(units[u]))}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`;
+    const label = (u) => `${quoteToken(textOf(units[u]))}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`;
     // Spans are made, painted and labelled block by block (see renderTokenRun), so first paint costs one block.
     const build = (u, parent, atBlockStart) => {
       const unit = units[u];
@@ -190,7 +188,7 @@ function renderTokenHighlight({ model, el, reportError }) {
         data.wordIds[first] >= 0 &&
         data.wordIds[first] === data.wordIds[units[u - 1][0]];
       const classes = ["iw-token", special && "iw-special", joined && "iw-join", Number.isNaN(sums[u]) && "iw-unseen"];
-      const span = h("span", { class: classes.filter(Boolean).join(" "), role: "option", tabindex: -1, "aria-selected": String(u === view.selectedUnit), "aria-label": label(u), "data-unit": u }, displayToken(unitText(unit)));
+      const span = h("span", { class: classes.filter(Boolean).join(" "), role: "option", tabindex: -1, "aria-selected": String(u === view.selectedUnit), "aria-label": label(u), "data-unit": u }, displayToken(textOf(unit)));
       paintToken(span, sums[u], max, paint);
       parent.append(span);
       return span;
@@ -209,7 +207,7 @@ function renderTokenHighlight({ model, el, reportError }) {
         caption: `Attribution per ${granularity} for class ${data.labels[target]} (${units.length} ${granularity}s)`,
         header: [granularity, "score", "rank"],
         count: units.length,
-        row: (u) => [unitText(units[u]), scoreText(sums[u]), rankText(ranks[u], ranked)],
+        row: (u) => [textOf(units[u]), scoreText(sums[u]), rankText(ranks[u], ranked)],
       });
     } }); // prettier-ignore
 
@@ -241,7 +239,7 @@ function renderTokenHighlight({ model, el, reportError }) {
     const units = view.units;
     const header = ["position", model.get("granularity"), "start_token", ...data.labels];
     const perTarget = data.labels.map((_, t) => unitScores(units, data.scores, t, data.n));
-    return [header, ...units.map((unit, u) => [u, unitText(unit), unit[0], ...perTarget.map((row) => row[u])])];
+    return [header, ...units.map((unit, u) => [u, textOf(unit), unit[0], ...perTarget.map((row) => row[u])])];
   }
 
   function markSelection() {

@@ -4,7 +4,9 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import comparison from "../src/comparison.js";
 import examples, { visibleOrder } from "../src/examples.js";
 import generation, { heatmapCell } from "../src/generation.js";
+import { unitText } from "../src/lib/aggregate.js";
 import { scoreColours } from "../src/lib/colour.js";
+import { labelRanks, pageOf, sortIndices, textTable } from "../src/lib/controls.js";
 import { sceneToSvgText, staticPage, svgNamespace, toCsv } from "../src/lib/export.js";
 import { blockBounds, renderTokenRun } from "../src/lib/paint.js";
 import tokens from "../src/token_highlight.js";
@@ -173,6 +175,22 @@ describe("long inputs", () => {
     expect(lines).toHaveLength(n + 1);
     expect(lines[0]).toBe("position,token,start_token,x,y");
     expect(lines[n]).toBe(`${n - 1},t${n - 1},${n - 1},${n - 1},${n - 1}`);
+  });
+});
+
+describe("shared list helpers", () => {
+  it("pages, sorts with NaN last and ties in index order, ranks labels, joins unit text, builds inert tables", () => {
+    expect(pageOf([5, 6, 7], 9, 2)).toEqual({ page: 1, pages: 2, items: [7] });
+    expect(pageOf([], 0, 10)).toEqual({ page: 0, pages: 1, items: [] });
+    const keys = [2, NaN, 1, 2, -Infinity];
+    expect(sortIndices([0, 1, 2, 3, 4], (i) => keys[i], false)).toEqual([4, 2, 0, 3, 1]);
+    expect(sortIndices([0, 1, 2, 3, 4], (i) => keys[i], true)).toEqual([0, 3, 2, 4, 1]);
+    expect([...labelRanks(["b", "a", "b"])]).toEqual([["a", 0], ["b", 1]]);
+    expect(unitText([1, 2], ["a", "un", "able"], ["", " ", ""])).toBe("unable");
+    expect(unitText([0, 1], ["x", "y"], ["  ", "\n"])).toBe("x\ny");
+    const table = textTable(["token"], [[EVIL]], { caption: "c" });
+    expect(table.querySelector("td").textContent).toBe(EVIL);
+    expect(table.querySelector("img")).toBeNull();
   });
 });
 

@@ -74,3 +74,14 @@ export function ranksByMagnitude(values) {
   });
   return ranks;
 }
+
+/**
+ * The source text of a unit: its tokens joined with the text between them (not the text before the first).
+ * @param {number[]} unit  token indices
+ * @param {string[]} tokens
+ * @param {string[]} spaces  text before each token
+ * @example unitText([1, 2], ["a", "un", "able"], ["", " ", ""]) // "unable"
+ */
+export function unitText(unit, tokens, spaces) {
+  return unit.map((i, k) => (k > 0 ? spaces[i] : "") + tokens[i]).join("");
+}
