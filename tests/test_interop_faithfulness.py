@@ -85,6 +85,30 @@ def test_from_interpreto_real_attribution_output(bert_classifier, method_name):
         from_interpreto(output, text="The soup was hot.")
 
 
+def test_from_interpreto_real_generation_output(gpt2_lm):
+    import copy
+
+    import interpreto
+
+    model, tokenizer = gpt2_lm
+    # Interpreto may add a pad token to the tokenizer and write the model's config: it gets copies of both
+    explainer = interpreto.Occlusion(copy.deepcopy(model), copy.deepcopy(tokenizer))
+    output = explainer("The hotel was", targets=" very clean")[0]
+    scores = output.attributions.double().numpy()
+    result = from_interpreto(output, text="The hotel was very clean", method="Occlusion")
+    n_out = scores.shape[0]
+    assert result.scores.shape == scores.shape and n_out >= 2
+    np.testing.assert_allclose(result.scores, scores)  # NaN cells included
+    assert result.generated_mask.sum() == n_out and not result.generated_mask[: len(output.elements) - n_out].any()
+    assert result.target_labels == [f"{e!r}@{len(output.elements) - n_out + j}" for j, e in enumerate(output.elements[-n_out:])]
+    # Interpreto's targets are the continuation's token ids, its rows are words: ids are unknown (-1) then
+    expected_ids = output.targets.tolist() if len(output.targets) == n_out else [-1] * n_out
+    assert result.target_ids.tolist() == expected_ids
+    assert result.text == "The hotel was very clean"
+    assert "".join(result.text[a:b] for a, b in result.offsets).replace(" ", "") == "Thehotelwasveryclean"
+    assert "application/vnd.jupyter.widget-view+json" in result._repr_mimebundle_()[0]
+
+
 def test_from_interpreto_classification_and_generation():
     classification = SimpleNamespace(
         attributions=torch.tensor([[0.1, 0.5, 0.2], [0.3, 0.1, 0.0]]), elements=["Great", "film", "!"],

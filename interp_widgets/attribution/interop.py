@@ -184,7 +184,8 @@ def from_interpreto(output, *, labels: Sequence[str] | None = None, text: str | 
     """Build a result from an Interpreto ``AttributionOutput`` (classification or generation).
 
     Interpreto gradient scores are unsigned magnitudes (``abs`` then mean over the hidden dimension), so results from
-    its gradient methods are flagged unsigned; its generation matrices keep their NaN upper triangle. ``labels``
+    its gradient methods are flagged unsigned; its generation matrices keep their NaN upper triangle. Target ids are
+    kept when there is one per row (else -1: Interpreto gives token ids but word rows at word granularity). ``labels``
     names the classes (Interpreto leaves ``classes`` empty). Interpreto's ``elements`` are decoded from token ids
     (lower-cased by uncased tokenizers); pass the explained ``text`` to show its original spelling and spacing (each
     element is found in it, in order, ignoring case). ``method`` names the Interpreto method (the output does not).
@@ -202,9 +203,9 @@ def from_interpreto(output, *, labels: Sequence[str] | None = None, text: str | 
         raise ValueError(f"attributions have {scores.shape[1]} columns for {len(elements)} elements")
     task = str(getattr(getattr(output, "model_task", None), "name", getattr(output, "model_task", "")) or "").upper()
     targets = np.asarray(_to_numpy(output.targets) if getattr(output, "targets", None) is not None
-                         else np.arange(len(scores)), dtype=np.int64).reshape(-1)[: len(scores)]
-    if len(targets) != len(scores):
-        targets = np.arange(len(scores))
+                         else np.arange(len(scores)), dtype=np.int64).reshape(-1)
+    if len(targets) != len(scores):  # e.g. generation at word granularity: target token ids, one row per word
+        targets = np.full(len(scores), -1, dtype=np.int64)
     method = f"interpreto:{method or 'attribution'}"
     finite = scores[np.isfinite(scores)]
     signed = bool((finite < 0).any())
@@ -220,6 +221,7 @@ def from_interpreto(output, *, labels: Sequence[str] | None = None, text: str | 
                              reduce=reduce, signed=signed, generated=generated,
                              positions=np.arange(n_in - 1, n_in + n_out - 1), granularity=granularity,
                              source_text=text)
-    names = [labels[int(t)] if labels is not None else f"class {int(t)}" for t in targets]
+    names = [f"target {i}" if t < 0 else labels[int(t)] if labels is not None else f"class {int(t)}"
+             for i, t in enumerate(targets)]
     return _plain_result(elements, scores, method=method, labels=names, ids=targets, probs=np.full(len(scores), np.nan),
                          reduce=reduce, signed=signed, granularity=granularity, source_text=text)
