@@ -105,10 +105,19 @@ def load_classifier(*, retrain: bool = False, progress: bool = True):
     """
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
+    from transformers.utils import logging as hf_logging
+
     target = cache_dir() / f"{_CACHE_VERSION}-{_fingerprint()}"
     if retrain or not (target / "model.safetensors").exists():
         _train(target, progress=progress)
-    model = AutoModelForSequenceClassification.from_pretrained(target, local_files_only=True)
+    bars = hf_logging.is_progress_bar_enabled()
+    if not progress:  # transformers' own "Loading weights" bar
+        hf_logging.disable_progress_bar()
+    try:
+        model = AutoModelForSequenceClassification.from_pretrained(target, local_files_only=True)
+    finally:
+        if bars:
+            hf_logging.enable_progress_bar()
     tokenizer = AutoTokenizer.from_pretrained(target, local_files_only=True)
     model.eval()
     return model, tokenizer
