@@ -39,6 +39,7 @@ from .metrics import (
     _as_points,
     _check_shrinkage,
     _float64,
+    _gram,
     _named_target_terms,
     _shrunk_isoscore,
     _to_tensor,
@@ -97,7 +98,7 @@ class Moments:
         """Moments of a validated float64 cloud (from ``_as_points``)."""
         mean = x.mean(dim=0)
         centred = x - mean
-        return cls(count=x.shape[0], mean=mean, m2=centred.T @ centred)
+        return cls(count=x.shape[0], mean=mean, m2=_gram(centred))
 
     @property
     def dim(self) -> int:

@@ -166,10 +166,25 @@ def _cross_sequence_cosine(x: torch.Tensor, inverse_norms: torch.Tensor, inverse
     return numerator / denominator
 
 
+def _gram(x: torch.Tensor, blocks: int = 4) -> torch.Tensor:
+    """``xᵀx`` from its upper block triangle, mirrored: 5/8 of the multiply-adds of one product (torch has no
+    symmetric rank-k update)."""
+    d = x.shape[1]
+    if d < 32 * blocks:  # small: one product beats several
+        return x.T @ x
+    cuts = [d * i // blocks for i in range(blocks + 1)]
+    gram = x.new_empty(d, d)
+    for start, stop in zip(cuts[:-1], cuts[1:]):
+        rows = x[:, start:stop].T @ x[:, start:]
+        gram[start:stop, start:] = rows
+        gram[stop:, start:stop] = rows[:, stop - start:].T
+    return gram
+
+
 def _covariance_moments(centred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(tr C, ‖C‖_F², smaller Gram) of the covariance of an already centred cloud."""
     n, d = centred.shape
-    gram = centred.T @ centred if n >= d else centred @ centred.T
+    gram = _gram(centred if n >= d else centred.T)
     trace = gram.diagonal().sum() / (n - 1)
     frob2 = (gram * gram).sum() / (n - 1) ** 2
     return trace, frob2, gram
