@@ -21,7 +21,7 @@ import { guardedRender } from "./lib/errors.js";
 import { createExportMenu } from "./lib/export.js";
 import { formatScore } from "./lib/format.js";
 import { createLegend } from "./lib/legend.js";
-import { paintToken } from "./lib/paint.js";
+import { paintToken, renderTokenRun } from "./lib/paint.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
@@ -68,7 +68,7 @@ function renderComparison({ model, el, reportError }) {
   const tooltip = createTooltip(root);
   let theme = detectTheme(doc);
   let data = null;
-  let view = null; // {units, sums (per method), spans (per method, per unit), granularity}
+  let view = null; // {units, sums (per method), runs (token run per method), granularity, linked (unit)}
 
   const scoreText = (m, value) => (Number.isNaN(value) ? "not seen" : formatScore(value, { digits: 4, sign: data.signed[m] }));
   const textOf = (unit) => unitText(unit, data.tokens, data.spaces);
@@ -88,20 +88,24 @@ function renderComparison({ model, el, reportError }) {
     granularity.value = chosen;
     const per = chosen === "token" ? "" : ` \u00b7 sum per ${chosen}`;
     heading.textContent = `${data.methods.length} methods explaining ${quoteToken(model.get("target_label") ?? "")}${shared ? " \u00b7 shared scale" : " \u00b7 scale per method"}${per}`;
-    const spans = data.methods.map(() => []);
+    for (const run of view?.runs ?? []) run.cancel();
+    view = { units, sums, runs: [], granularity: chosen, linked: -1 };
     rowsBox.replaceChildren(
       ...data.methods.map((method, m) => {
         const max = shared ? sharedMax : maxMagnitude(sums[m]);
         const box = h("div", { class: "iw-tokens", role: "listbox", "aria-orientation": "horizontal", "aria-label": `${method}: ${chosen}s coloured by attribution`, "data-method": m });
-        units.forEach((unit, u) => {
-          const gap = data.spaces[unit[0]];
-          if (u > 0 && gap) box.append(gap);
+        // Long inputs are drawn block by block (see renderTokenRun); spans are made as their block is built.
+        const build = (u, parent, atBlockStart) => {
+          const unit = units[u];
+          const gap = atBlockStart ? data.spaces[unit[0]].replace(/^\r?\n/, "") : data.spaces[unit[0]];
+          if (u > 0 && gap) parent.append(gap);
           const text = textOf(unit);
-          const span = h("span", { class: "iw-token", role: "option", tabindex: m === 0 && u === 0 ? 0 : -1, "data-unit": u, "data-index": unit[0], "aria-label": `${quoteToken(text)}, ${method} score ${scoreText(m, sums[m][u])}` }, displayToken(text));
+          const span = h("span", { class: u === view.linked ? "iw-token iw-linked" : "iw-token", role: "option", tabindex: m === 0 && u === 0 ? 0 : -1, "data-unit": u, "data-index": unit[0], "aria-label": `${quoteToken(text)}, ${method} score ${scoreText(m, sums[m][u])}` }, displayToken(text));
           paintToken(span, sums[m][u], max, { theme, signed: data.signed[m], encoding, boost });
-          spans[m].push(span);
-          box.append(span);
-        });
+          parent.append(span);
+          return span;
+        };
+        view.runs.push(renderTokenRun(box, { count: units.length, build }));
         return h("div", { class: "iw-method-row" }, [
           h("div", { class: "iw-method-name" }, method),
           box,
@@ -109,7 +113,6 @@ function renderComparison({ model, el, reportError }) {
         ]);
       }),
     ); // prettier-ignore
-    view = { units, sums, spans, granularity: chosen };
     const rows = model.get("agreement") ?? [];
     const k = rows[0]?.k;
     agreementBox.replaceChildren(
@@ -124,9 +127,13 @@ function renderComparison({ model, el, reportError }) {
 
   /** Outline, in every row, the unit holding token `index` (-1: none). */
   function linkHover(index) {
-    for (const row of view.spans) {
-      row.forEach((span, u) => span.classList.toggle("iw-linked", view.units[u].includes(index)));
+    const u = index < 0 ? -1 : view.units.findIndex((unit) => unit.includes(index));
+    if (u === view.linked) return;
+    for (const run of view.runs) {
+      run.span(view.linked)?.classList.remove("iw-linked");
+      run.span(u)?.classList.add("iw-linked");
     }
+    view.linked = u;
   }
 
   const spanOf = (event) => (event.target instanceof Element ? event.target.closest(".iw-token") : null);
@@ -178,7 +185,7 @@ function renderComparison({ model, el, reportError }) {
     event.preventDefault();
     nm = Math.min(Math.max(nm, 0), data.methods.length - 1);
     nu = Math.min(Math.max(nu, 0), view.units.length - 1);
-    const next = view.spans[nm][nu];
+    const next = view.runs[nm].ensure(nu);
     span.tabIndex = -1;
     next.tabIndex = 0;
     next.focus();
@@ -189,7 +196,7 @@ function renderComparison({ model, el, reportError }) {
     ["position", view.granularity, "start_token", ...data.methods],
     ...view.units.map((unit, u) => [u, textOf(unit), unit[0], ...view.sums.map((row) => row[u])]),
   ];
-  toolbar.append(createExportMenu({ name: "method-comparison", root, rows: csvRows, title: () => `Method comparison: ${model.get("target_label")}`, reportError }));
+  toolbar.append(createExportMenu({ name: "method-comparison", root, rows: csvRows, prepare: () => view.runs.forEach((run) => run.finish()), title: () => `Method comparison: ${model.get("target_label")}`, reportError }));
 
   const request = coalesce(draw);
   const onHover = safely(() => linkHover(model.get("hovered_token")));
@@ -201,6 +208,7 @@ function renderComparison({ model, el, reportError }) {
   });
   draw();
   return () => {
+    for (const run of view?.runs ?? []) run.cancel();
     for (const name of TRAITS) model.off(`change:${name}`, request);
     model.off("change:hovered_token", onHover);
     stopWatchingTheme();

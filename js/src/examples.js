@@ -21,7 +21,7 @@ import { guardedRender } from "./lib/errors.js";
 import { createExportMenu } from "./lib/export.js";
 import { formatProbability, formatScore } from "./lib/format.js";
 import { createLegend } from "./lib/legend.js";
-import { paintToken } from "./lib/paint.js";
+import { paintToken, renderTokenRun } from "./lib/paint.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
@@ -117,6 +117,7 @@ function renderExamples({ model, el, reportError }) {
   let order = [];
   let cache = new Map(); // example index -> exampleUnits() at the current granularity
   let cachedFor = null;
+  let runs = []; // token run of each example shown (see renderTokenRun)
 
   const unitsOf = (i) => {
     if (!cache.has(i)) cache.set(i, exampleUnits(data, i, cachedFor));
@@ -144,6 +145,8 @@ function renderExamples({ model, el, reportError }) {
     pager.update(page, pages, `${order.length} of ${data.tokens.length} examples`);
     root.dataset.iwTheme = theme;
     const selected = model.get("selected_example");
+    for (const run of runs) run.cancel();
+    runs = [];
     list.replaceChildren(
       ...items.map((i) => {
         const { units, sums } = unitsOf(i);
@@ -158,13 +161,15 @@ function renderExamples({ model, el, reportError }) {
           h("span", {}, `max |attribution| ${formatScore(data.maxAttribution[i])}`),
         ]);
         const box = h("div", { class: "iw-tokens" });
-        units.forEach((unit, u) => {
-          const gap = data.spaces[i][unit[0]];
-          if (gap) box.append(gap);
-          const span = h("span", { class: "iw-token", "data-example": i, "data-unit": u }, displayToken(textOf(i, unit)));
+        const build = (u, parent, atBlockStart) => {
+          const gap = data.spaces[i][units[u][0]];
+          if (gap) parent.append(atBlockStart && u > 0 ? gap.replace(/^\r?\n/, "") : gap);
+          const span = h("span", { class: "iw-token", "data-example": i, "data-unit": u }, displayToken(textOf(i, units[u])));
           paintToken(span, sums[u], max, { theme, signed: data.signed });
-          box.append(span);
-        });
+          parent.append(span);
+          return span;
+        };
+        runs.push(renderTokenRun(box, { count: units.length, build })); // long examples: block by block
         return h("li", { class: "iw-example", tabindex: 0, "data-example": i, "aria-selected": String(i === selected),
           "aria-label": `Example ${i}: predicted ${data.predicted[i]}${conf}, true ${truth || "unknown"}` }, [header, box]); // prettier-ignore
       }),
@@ -216,7 +221,7 @@ function renderExamples({ model, el, reportError }) {
       return units.map((unit, u) => [i, data.predicted[i], data.confidence[i] ?? "", data.trueLabels[i], data.maxAttribution[i], u, textOf(i, unit), unit[0], sums[u]]);
     }),
   ];
-  toolbar.append(createExportMenu({ name: "examples", root, rows: csvRows, title: () => "Explained examples", reportError }));
+  toolbar.append(createExportMenu({ name: "examples", root, rows: csvRows, prepare: () => runs.forEach((run) => run.finish()), title: () => "Explained examples", reportError }));
 
   const request = coalesce(draw);
   const DATA = new Set(["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed"]);
@@ -228,6 +233,7 @@ function renderExamples({ model, el, reportError }) {
   });
   draw(2);
   return () => {
+    for (const run of runs) run.cancel();
     for (const [event, handler] of listeners) model.off(event, handler);
     stopWatchingTheme();
   };

@@ -384,6 +384,39 @@ describe("comparison view", () => {
   });
 });
 
+describe("comparison and example views on long inputs", () => {
+  it("draw rows block by block, link hover and move focus to units not built yet", async () => {
+    const n = 1200;
+    const toks = Array.from({ length: n }, (_, i) => `t${i}`);
+    const ids = payload(Int32Array.from(toks, (_, i) => i), "int32", [n], 0);
+    const model = mount(comparison, fakeModel({
+      tokens: toks, spaces_before: toks.map((_, i) => (i ? " " : "")), special_mask: bool(new Array(n).fill(0)),
+      word_ids: ids, sentence_ids: ids, scores: payload(Float32Array.from({ length: 2 * n }, (_, i) => i % n), "float32", [2, n], 0),
+      methods: ["ig", "sal"], signed: [true, true], target_label: "y", agreement: [], agreement_by: "magnitude",
+      granularity: "token", shared_scale: false, encoding: "colour", high_contrast: false, hovered_token: -1, selected_token: -1, error: "",
+    })); // prettier-ignore
+    const rows = () => Array.from(el.querySelectorAll(".iw-method-row .iw-tokens"));
+    expect(rows()[0].querySelectorAll(".iw-token-block").length).toBeGreaterThan(2);
+    expect(rows()[0].querySelectorAll(".iw-token").length).toBeLessThan(n);
+    const lastBuilt = Array.from(rows()[0].querySelectorAll(".iw-token")).at(-1);
+    expect(rows()[0].querySelector('[data-unit="1199"]')).toBeNull();
+    lastBuilt.focus();
+    lastBuilt.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight", bubbles: true }));
+    expect(document.activeElement.textContent).toBe(`t${Number(lastBuilt.dataset.unit) + 1}`); // built on demand
+    model.set("hovered_token", 1100); // in a block not built yet: marked when it is built
+    for (let k = 0; k < 200 && rows()[1].querySelectorAll(".iw-token").length < n; k += 1) await new Promise((r) => setTimeout(r, 10));
+    expect(rows().map((r) => r.querySelectorAll(".iw-token").length)).toEqual([n, n]);
+    expect(Array.from(el.querySelectorAll(".iw-linked"), (s) => s.textContent)).toEqual(["t1100", "t1100"]);
+    const far = rows()[0].querySelectorAll(".iw-token")[1150];
+    far.focus();
+    far.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowDown", bubbles: true }));
+    expect(document.activeElement.closest("[data-method]").dataset.method).toBe("1");
+    expect(document.activeElement.textContent).toBe("t1150");
+    model.set("hovered_token", 3);
+    expect(Array.from(el.querySelectorAll(".iw-linked"), (s) => s.textContent)).toEqual(["t3", "t3"]);
+  });
+});
+
 describe("example list view", () => {
   const data = {
     predicted: ["neg", "pos", "pos", "neg"],
