@@ -20,7 +20,9 @@ from scipy import stats
 from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.widgets.tokens import GroupedTokens, TokenScoresWidget, _traits_from_result, finite_max, token_pieces, unit_sums
+from interp_widgets.widgets.tokens import (
+    GroupedTokens, TokenScoresWidget, _traits_from_result, finite_max, token_pieces, unit_sums,
+)
 
 AGREEMENT_BY = ("magnitude", "signed")
 

@@ -17,7 +17,9 @@ import traitlets
 from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.widgets.tokens import _traits_from_result, check_granularity, finite_max, group_units, narrowest_ints, token_pieces, unit_sums
+from interp_widgets.widgets.tokens import (
+    _traits_from_result, check_granularity, finite_max, group_units, narrowest_ints, token_pieces, unit_sums,
+)
 
 SORT_KEYS = ("index", "confidence", "max_attribution", "label")
 OUTCOMES = ("all", "correct", "wrong")
