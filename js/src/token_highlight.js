@@ -6,7 +6,7 @@
  * show_special_tokens, selected_token, hovered_token, method, score_meaning, completeness_error, signed,
  * shared_scale, encoding, high_contrast, error. The view writes back selected_target, granularity,
  * show_special_tokens, shared_scale, encoding, high_contrast, selected_token and hovered_token.
- * Word/sentence sums are computed here, never in the kernel. Long inputs render in chunks.
+ * Word/sentence sums are computed here, never in the kernel. Long inputs render block by block (lib/paint.js renderTokenRun).
  *
  * @example
  *   import widget from "./token_highlight.js";

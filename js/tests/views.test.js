@@ -100,7 +100,7 @@ describe("token highlighter options", () => {
     expect(spans()[3].textContent).toBe(EVIL);
   });
 
-  it("renders 10k tokens in chunks: the first chunk at once, all after a few frames", async () => {
+  it("renders 10k tokens block by block: the first block at once, all after a few frames", async () => {
     const n = 10000;
     const toks = Array.from({ length: n }, (_, i) => `t${i}`);
     const model = fakeModel(tokenState({
@@ -112,10 +112,10 @@ describe("token highlighter options", () => {
     mount(tokens, model);
     const box = el.querySelector(".iw-tokens");
     expect(box.querySelectorAll(".iw-token").length).toBeLessThan(n);
-    // Only the first chunk exists right after mount (structure, not timing: the first-paint goal is measured by
-    // benchmarks/token_widget.py in a real browser).
+    // Only the first block exists right after mount (structure, not timing: the first-paint goal is measured by
+    // benchmarks/widgets.py in a real browser).
     const all = Array.from(box.querySelectorAll(".iw-token"));
-    expect(all[0].style.backgroundColor).not.toBe(""); // the first chunk is painted at once
+    expect(all[0].style.backgroundColor).not.toBe(""); // the first block is painted at once
     expect(box.querySelectorAll(".iw-token[aria-label]").length).toBe(box.querySelectorAll(".iw-token").length);
     for (let k = 0; k < 400 && box.querySelectorAll(".iw-token").length < n; k += 1) await new Promise((r) => setTimeout(r, 20));
     expect(box.querySelectorAll(".iw-token")).toHaveLength(n);

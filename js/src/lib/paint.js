@@ -1,5 +1,5 @@
 /**
- * Shared token painting and chunked rendering for every view that draws token runs.
+ * Shared token painting and block-by-block rendering for every view that draws token runs.
  *
  * `paintToken` encodes a score on an element either by colour (diverging or sequential background,
  * contrasting text) or, for the non-colour encoding, by underline weight plus a +/− marker.
