@@ -1,5 +1,5 @@
 // DOM contracts of the token highlighter's new options, the generation, comparison and example-list views,
-// chunked rendering and the browser export helpers.
+// block-by-block rendering of long inputs and the browser export helpers.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import comparison from "../src/comparison.js";
 import examples, { visibleOrder } from "../src/examples.js";
