@@ -5,7 +5,8 @@ WordPiece tokenizer, token activations of block 1 on demo texts plus one text ho
 concepts, their interpretation (concept 0 relabelled with that tag) and a browser of 4 concepts per page whose text
 view shows the hostile text (with concept importance) and a plain one. Python prints the facts the test checks
 (labels, densities as float32, every concept's top contexts, each token's most active concepts), and a state cell
-prints what the kernel holds after each interaction.
+prints what the kernel holds after each interaction. At the end the kernel is shut down: a concept whose details
+were not loaded must say that the kernel is busy or not connected, not hang.
 """
 
 from __future__ import annotations
@@ -108,11 +109,6 @@ class Kernel:
         expect(cells.nth(2).locator(".jp-OutputArea-output")).to_contain_text(marker, timeout=60_000)
         text = _printed(self.page, 2, marker)
         return json.loads(text.split(marker, 1)[1])
-
-
-def _listed(view) -> list[int]:
-    return [int(c) for c in view.locator(".iw-concept-list .iw-concept").evaluate_all(
-        "items => items.map(item => item.dataset.concept)")]
 
 
 def _expect_listed(view, ids: list[int]) -> None:
