@@ -19,6 +19,7 @@ from interp_widgets.attribution import (
     attribute,
 )
 from interp_widgets.attribution.gradient import quadrature
+from interp_widgets.attribution.problem import plan_chunks
 from tests.conftest import model_fingerprint
 
 TEXTS = ["Not bad at all, honestly.", "The plot was dull. The acting was worse, and I left early."]
@@ -99,6 +100,23 @@ def test_batched_equals_one_by_one_and_budget_does_not_change_results(bert_class
     for text, result in zip(texts, together):
         alone = IntegratedGradients(n_steps=8).attribute(model, tokenizer, text, max_batch_tokens=100_000)
         np.testing.assert_allclose(result.scores, alone.scores, atol=1e-5)
+
+
+def test_passes_hold_one_length_under_the_budget_and_cover_every_row_once(bert_classifier):
+    model, tokenizer = bert_classifier
+    adapter = ModelAdapter(model, tokenizer, max_batch_tokens=100)
+    lengths, n_rows = [10, 7, 10, 3, 7, 10], [4, 6, 9, 0, 20, 5]
+    passes = list(plan_chunks(adapter, lengths, n_rows))
+    covered = {i: [] for i in range(len(lengths))}
+    for chunks in passes:
+        width = {lengths[c.item] for c in chunks}
+        assert len(width) == 1  # no padding
+        assert sum(c.stop - c.start for c in chunks) * width.pop() <= 100
+        for c in chunks:
+            covered[c.item] += range(c.start, c.stop)
+    assert all(sorted(covered[i]) == list(range(n)) for i, n in enumerate(n_rows))
+    # 26 rows of 7 tokens with room for 14 per pass: two even passes of 13; 18 rows of 10 tokens: 9 + 9
+    assert [sum(c.stop - c.start for c in chunks) for chunks in passes] == [13, 13, 9, 9]
 
 
 def test_several_targets_and_label_names(bert_classifier):

@@ -137,35 +137,27 @@ class _EmbeddingGradientMethod(Attributor):
     # ---- engine
     def _attribute_inputs(self, adapter, problems, *, score, granularity) -> list[AttributionResult]:
         per_target = self._rows_per_target()
-        weights = torch.as_tensor(self._row_weights(), dtype=torch.float32)
+        device = adapter.device
+        weights = torch.as_tensor(self._row_weights(), dtype=torch.float32, device=device)
         with torch.no_grad():
             inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach() for p in problems]
         bases = [self._baseline(adapter, p) if self._needs_baseline() else None for p in problems]
-        sums = [torch.zeros((p.n_targets, *x.shape), dtype=torch.float32) for p, x in zip(problems, inputs)]
-        squares = [torch.zeros_like(s) for s in sums]
+        # weighted gradient sums (and squared-gradient sums) per input and target, accumulated on the device
+        sums = [torch.zeros((p.n_targets, *x.shape), dtype=torch.float32, device=device) for p, x in zip(problems, inputs)]
+        squares = [torch.zeros_like(s) if self.needs_squares else None for s in sums]
         n_rows = [p.n_targets * per_target for p in problems]
 
         def build(item, start, stop):
             rows = np.arange(start, stop)
-            target_rows, steps = rows // per_target, rows % per_target
-            embeds = torch.cat(
-                [
-                    self._make_rows(inputs[item], bases[item], item, steps[target_rows == t])
-                    for t in np.unique(target_rows)
-                ]
-            )
-            return embeds, target_rows
+            return self._make_rows(inputs[item], bases[item], item, rows % per_target), rows // per_target
 
         def consume(chunk: RowChunk, scores, grads):
-            rows = np.arange(chunk.start, chunk.stop)
-            target_rows, steps = rows // per_target, rows % per_target
-            g = grads.float().cpu()
-            w = weights[steps][:, None, None]
-            for t in np.unique(target_rows):
-                sel = torch.as_tensor(target_rows == t)
-                sums[chunk.item][t] += (w[sel] * g[sel]).sum(0)
-                if self.needs_squares:
-                    squares[chunk.item][t] += (w[sel] * g[sel] ** 2).sum(0)
+            rows = torch.arange(chunk.start, chunk.stop, device=device)
+            target_rows = rows // per_target
+            weighted = weights[rows % per_target][:, None, None] * grads.float()
+            sums[chunk.item].index_add_(0, target_rows, weighted)
+            if self.needs_squares:
+                squares[chunk.item].index_add_(0, target_rows, weighted * grads.float())
 
         bar = progress_bar(self.progress, sum(n_rows), self.name)
         try:
@@ -178,7 +170,8 @@ class _EmbeddingGradientMethod(Attributor):
     def _finish(self, adapter, problems, inputs, bases, sums, squares, score, endpoints=None) -> list[AttributionResult]:
         """Per-dimension attributions from accumulated gradients, checked for NaN/inf, reduced to token scores."""
         per_dim = [
-            self._per_dimension(x.float().cpu(), None if b is None else b.float().cpu(), s, q)
+            self._per_dimension(x.float().cpu(), None if b is None else b.float().cpu(), s.cpu(),
+                                None if q is None else q.cpu())
             for x, b, s, q in zip(inputs, bases, sums, squares)
         ]
         for item, values in enumerate(per_dim):
@@ -292,7 +285,7 @@ class IntegratedGradients(_EmbeddingGradientMethod):
         with torch.no_grad():
             inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach() for p in problems]
         bases = [self._baseline(adapter, p) for p in problems]
-        deltas = [(x - b).float().cpu() for x, b in zip(inputs, bases)]
+        deltas = [(x - b).float() for x, b in zip(inputs, bases)]
         # nodes[item][target]: alpha -> (score, scalar derivative, gradient)
         nodes = [[{} for _ in range(p.n_targets)] for p in problems]
         pending = [[(t, float(a)) for t in range(p.n_targets) for a in np.linspace(0.0, 1.0, 9)] for p in problems]
@@ -305,10 +298,12 @@ class IntegratedGradients(_EmbeddingGradientMethod):
             return base + alphas * (x - base), np.array([t for t, _ in chosen], dtype=np.int64)
 
         def consume(chunk, scores, grads):
-            g = grads.float().cpu()
-            for row, (t, a) in enumerate(pending[chunk.item][chunk.start : chunk.stop]):
-                derivative = float((g[row].double() * deltas[chunk.item].double()).sum())
-                nodes[chunk.item][t][a] = (float(scores[row]), derivative, g[row])
+            g = grads.float()
+            derivatives = (g.double() * deltas[chunk.item].double()).sum(dim=(1, 2)).tolist()
+            g = g.cpu()
+            chosen = pending[chunk.item][chunk.start : chunk.stop]
+            for row, ((t, a), value, derivative) in enumerate(zip(chosen, scores.tolist(), derivatives)):
+                nodes[chunk.item][t][a] = (value, derivative, g[row])
 
         try:
             while any(pending):

@@ -2,7 +2,7 @@
 
 Every attribution method turns user inputs into :class:`ExplainedInput` objects (an encoding plus the targets to
 explain), then evaluates "rows" (modified copies of the input embeddings) through :func:`evaluate_rows`, which packs
-rows of similar length into forward passes capped by ``max_batch_tokens``.
+rows of equal length into forward passes capped by ``max_batch_tokens``.
 
 Example:
     >>> problems = prepare_inputs(adapter, ["Not bad."], target=None)  # doctest: +SKIP
@@ -279,40 +279,39 @@ class RowChunk:
 
 
 def plan_chunks(adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[int]) -> Iterator[list[RowChunk]]:
-    """Pack the rows of every input into forward passes of at most ``max_batch_tokens`` padded tokens.
+    """Pack the rows of every input into forward passes that hold one sequence length each.
 
-    Inputs are visited in length order so a pass mixes similar lengths; decoder models only mix equal lengths.
+    Rows of inputs with equal length share passes of at most ``max_batch_tokens`` tokens; rows of different lengths
+    never do, so no compute is spent on padding and no attention mask is needed. The rows of one length are spread
+    evenly over the fewest passes that fit (``34`` rows with room for ``32`` run as ``17 + 17``, not ``32 + 2``).
 
     Example:
-        >>> [len(b) for b in plan_chunks(adapter, [5, 6], [32, 32])]  # doctest: +SKIP
-        [2]
+        >>> [[(c.item, c.start, c.stop) for c in b] for b in plan_chunks(adapter, [5, 6, 5], [3, 3, 3])]  # doctest: +SKIP
+        [[(0, 0, 3), (2, 0, 3)], [(1, 0, 3)]]
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    pad_safe = adapter.is_pad_safe()
-    batch: list[RowChunk] = []
-    used_rows, width = 0, 0
+    groups: dict[int, list[int]] = {}
     for i in order:
-        start = 0
-        while start < n_rows[i]:
-            new_width = max(width, lengths[i])
-            if batch and (not pad_safe and lengths[i] != width):
-                yield batch
-                batch, used_rows, width = [], 0, 0
-                new_width = lengths[i]
-            capacity = adapter.max_batch_tokens // max(new_width, 1) - used_rows
-            if capacity <= 0:
-                if batch:
+        if n_rows[i] > 0:
+            groups.setdefault(int(lengths[i]), []).append(i)
+    for length, items in groups.items():
+        total = sum(n_rows[i] for i in items)
+        n_passes = -(-total // adapter.rows_per_batch(length))
+        per_pass = -(-total // n_passes)
+        batch: list[RowChunk] = []
+        used = 0
+        for i in items:
+            start = 0
+            while start < n_rows[i]:
+                take = min(per_pass - used, n_rows[i] - start)
+                batch.append(RowChunk(i, start, start + take))
+                used += take
+                start += take
+                if used == per_pass:
                     yield batch
-                    batch, used_rows, width = [], 0, 0
-                    continue
-                capacity = 1
-            take = min(capacity, n_rows[i] - start)
-            batch.append(RowChunk(i, start, start + take))
-            used_rows += take
-            width = new_width
-            start += take
-    if batch:
-        yield batch
+                    batch, used = [], 0
+        if batch:
+            yield batch
 
 
 def evaluate_rows(
@@ -330,53 +329,33 @@ def evaluate_rows(
 
     ``build_rows(item, start, stop)`` returns embeddings ``(rows, T, D)`` and the target index (into
     ``problems[item].target_ids``) of each row. ``consume(chunk, scores, grads)`` receives the row scores and, with
-    ``with_grad``, the gradients of each row's score with respect to its embeddings ``(rows, T, D)``.
+    ``with_grad``, the gradients of each row's score with respect to its embeddings ``(rows, T, D)``; both stay on
+    the model's device. Passes hold rows of one length (see :func:`plan_chunks`).
 
     Example:
         >>> evaluate_rows(adapter, problems, [8], build, consume, score="logit", with_grad=True)  # doctest: +SKIP
     """
-    lengths = [p.length for p in problems]
-    pad_id = adapter.tokenizer.pad_token_id
-    pad_vector = adapter.embedding.weight[pad_id if pad_id is not None else 0].detach()
-    for batch in plan_chunks(adapter, lengths, n_rows):
-        width = max(lengths[c.item] for c in batch)
-        embeds, masks, targets, positions = [], [], [], []
-        for chunk in batch:
-            problem = problems[chunk.item]
-            rows, target_rows = build_rows(chunk.item, chunk.start, chunk.stop)
-            n, t = rows.shape[0], rows.shape[1]
-            if t < width:
-                rows = torch.cat([rows, pad_vector.expand(n, width - t, -1).to(rows.dtype)], dim=1)
-            mask = torch.zeros((n, width), dtype=torch.long, device=rows.device)
-            mask[:, :t] = 1
-            embeds.append(rows)
-            masks.append(mask)
-            targets.append(torch.as_tensor(problem.target_ids[target_rows], device=rows.device))
-            positions.append(torch.as_tensor(problem.target_positions[target_rows], device=rows.device))
-        x = torch.cat(embeds).detach()
-        target_ids = torch.cat(targets)
-        target_pos = torch.cat(positions)
+    for batch in plan_chunks(adapter, [p.length for p in problems], n_rows):
+        pieces = [build_rows(chunk.item, chunk.start, chunk.stop) for chunk in batch]
+        x = (pieces[0][0] if len(pieces) == 1 else torch.cat([rows for rows, _ in pieces])).detach()
+        target_ids = np.concatenate([problems[c.item].target_ids[t] for c, (_, t) in zip(batch, pieces)])
+        positions = np.concatenate([problems[c.item].target_positions[t] for c, (_, t) in zip(batch, pieces)])
+        target_ids = torch.as_tensor(target_ids, device=x.device)
+        positions = torch.as_tensor(positions, device=x.device)
         if with_grad:
             x.requires_grad_(True)
             with torch.enable_grad():
-                logits = adapter.forward_embeds(x, torch.cat(masks))
-                row_scores = _scores_from_logits(logits, target_ids, target_pos, score)
+                row_scores = _scores_from_logits(adapter.forward_embeds(x), target_ids, positions, score)
                 (grads,) = torch.autograd.grad(row_scores.sum(), x)
             row_scores = row_scores.detach()
         else:
             with torch.inference_mode():
-                logits = adapter.forward_embeds(x, torch.cat(masks))
-                row_scores = _scores_from_logits(logits, target_ids, target_pos, score)
+                row_scores = _scores_from_logits(adapter.forward_embeds(x), target_ids, positions, score)
             grads = None
         offset = 0
         for chunk in batch:
             n = chunk.stop - chunk.start
-            t = lengths[chunk.item]
-            consume(
-                chunk,
-                row_scores[offset : offset + n],
-                None if grads is None else grads[offset : offset + n, :t],
-            )
+            consume(chunk, row_scores[offset : offset + n], None if grads is None else grads[offset : offset + n])
             offset += n
         if progress is not None:
-            progress.update(sum(c.stop - c.start for c in batch))
+            progress.update(offset)
