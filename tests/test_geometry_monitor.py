@@ -297,6 +297,23 @@ def test_early_window_fitting_series_and_frozen_proxy():
     assert monitor.meta["fit_window"] == [0, 5]
 
 
+def test_representation_metrics_in_and_after_the_fit_window_equal_the_direct_computation():
+    d = 8
+    model = Planted(d, torch.eye(d)[:, :2], eps=0.1)  # never stepped: the layer output is its input
+    monitor = AnisotropyMonitor(model, ["lin"], rank=2, total_steps=4, fit_fraction=0.5, n_controls=3)
+    g = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(40, d, generator=g) * torch.linspace(0.5, 2.0, d) + 1.0 for _ in range(4)]
+    with monitor:
+        for x in inputs:
+            model(x, torch.randn(40, d, generator=g)).backward()
+            monitor.step()
+    assert monitor.series("fitting")[1].tolist() == [1.0, 1.0, 0.0, 0.0]  # window steps share the fit's Gram
+    for step, x in enumerate(inputs):
+        reference = representation_metrics(x)
+        for metric in ("effective_rank_eigen", "stable_rank", "participation_ratio", "top1_explained_variance"):
+            assert monitor.series(f"{metric}|lin")[1][step] == pytest.approx(reference[metric], rel=1e-12), metric
+
+
 def test_every_measures_only_matching_steps_and_track_sets_step_numbers():
     d = 8
     model = Planted(d, torch.eye(d)[:, :2], eps=0.1)
@@ -369,6 +386,10 @@ def test_bad_input_errors(gpt2_lm):
         AnisotropyMonitor(model, ["layer:0"], rank=4, fit="refit", refit_every=2, total_steps=5)
     with pytest.raises(ValueError, match="needs nn.Linear"):
         AnisotropyMonitor(model, ["layer:0"], gradient="weight", total_steps=5)
+    with pytest.raises(ValueError, match=r"zeta must be a number in \[0, 1\]"):
+        AnisotropyMonitor(model, ["layer:0"], rank=4, total_steps=5, zeta=1.5)
+    with pytest.raises(ValueError, match="coordinates must be 'full' or 'complement'"):
+        AnisotropyMonitor(model, ["layer:0"], rank=4, total_steps=5, coordinates="reduced")
     model = copy.deepcopy(model)
     batch = _lm_batches(len(tokenizer), 1)[0]
     monitor = AnisotropyMonitor(model, ["layer:1"], rank=4, total_steps=5)

@@ -85,6 +85,11 @@ def _check_finite(x: torch.Tensor, name: str) -> None:
         )
 
 
+def _check_rows(n: int, name: str, min_rows: int) -> None:
+    if n < min_rows:
+        raise ValueError(f"{name} has {n} row(s) but this metric needs at least {min_rows} points; pass more tokens")
+
+
 def _as_points(x: ArrayLike, name: str = "H", *, min_rows: int = 2, finite: bool = False) -> torch.Tensor:
     """Validate an n × d point cloud and return it as a detached float64 tensor (``finite=True``: the caller
     has already checked that every value is finite)."""
@@ -95,8 +100,7 @@ def _as_points(x: ArrayLike, name: str = "H", *, min_rows: int = 2, finite: bool
             f"flatten batch and sequence axes first, e.g. {name}.reshape(-1, {name}.shape[-1])"
         )
     n, d = x.shape
-    if n < min_rows:
-        raise ValueError(f"{name} has {n} row(s) but this metric needs at least {min_rows} points; pass more tokens")
+    _check_rows(n, name, min_rows)
     if d < 1:
         raise ValueError(f"{name} has no columns (shape {tuple(x.shape)}); pass points with at least one dimension")
     if not finite:
@@ -181,10 +185,14 @@ def _gram(x: torch.Tensor, blocks: int = 4) -> torch.Tensor:
     return gram
 
 
-def _covariance_moments(centred: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(tr C, ‖C‖_F², smaller Gram) of the covariance of an already centred cloud."""
+def _covariance_moments(
+    centred: torch.Tensor, gram: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tr C, ‖C‖_F², smaller Gram) of the covariance of an already centred cloud (``gram``: that Gram, if
+    already computed)."""
     n, d = centred.shape
-    gram = _gram(centred if n >= d else centred.T)
+    if gram is None:
+        gram = _gram(centred if n >= d else centred.T)
     trace = gram.diagonal().sum() / (n - 1)
     frob2 = (gram * gram).sum() / (n - 1) ** 2
     return trace, frob2, gram
@@ -735,13 +743,17 @@ def representation_metrics(H: ArrayLike, sequence_ids: ArrayLike | None = None) 
     return _representation_metrics(_as_points(H), sequence_ids)
 
 
-def _representation_metrics(x: torch.Tensor, sequence_ids: ArrayLike | None = None) -> dict[str, float]:
-    """:func:`representation_metrics` of a validated float64 cloud (from :func:`_as_points`)."""
+def _representation_metrics(
+    x: torch.Tensor, sequence_ids: ArrayLike | None = None, gram: torch.Tensor | None = None
+) -> dict[str, float]:
+    """:func:`representation_metrics` of a validated float64 cloud (from :func:`_as_points`); ``gram``: the
+    smaller Gram of the centred cloud if already computed (e.g. the ``M2`` of its moments when n ≥ d)."""
     n, d = x.shape
+    _check_rows(n, "H", 2)
     _check_dim_for_isoscore(d, "H")
     mean = x.mean(dim=0)
     centred = x - mean
-    trace, frob2, gram = _covariance_moments(centred)
+    trace, frob2, gram = _covariance_moments(centred, gram)
     _check_variance(trace, "H")
     eigenvalues = _eigenvalues_from_gram(gram, n, d)
     pr = _participation_ratio(trace, frob2)

@@ -348,7 +348,6 @@ class AnisotropyMonitor(GeometryLog):
         self._generator = torch.Generator().manual_seed(seed)
         self._schedules: dict[str, ProxySchedule] = {}
         self._proxies: dict[str, TangentProxy] = {}
-        self._controls: dict[str, torch.Tensor] = {}
         self._stacked: dict[str, torch.Tensor] = {}  # [proxy, controls] as one d × (1 + R)k matrix per layer
         self._reservoirs: dict[str, _Reservoir] = {}
         self._step = 0
@@ -733,9 +732,9 @@ class AnisotropyMonitor(GeometryLog):
             return ProxySchedule("early", self.rank, total_steps=self.total_steps, fit_fraction=self.fit_fraction)
         return ProxySchedule("refit", self.rank, refit_every=self.refit_every)
 
-    def _update_proxy(self, step: int, spec: str, H: torch.Tensor) -> None:
+    def _update_proxy(self, step: int, spec: str, H: torch.Tensor, moments: Moments | None) -> None:
         schedule = self._schedule(spec)
-        changed = schedule.observe(step, H)
+        changed = schedule.observe(step, H if moments is None else moments)
         if changed or (schedule.mode == "fixed" and spec not in self._proxies):
             self._adopt_proxy(spec)
         reservoir = self._reservoirs.get(spec)
@@ -751,8 +750,7 @@ class AnisotropyMonitor(GeometryLog):
         else:
             proxy = schedule.proxy
         self._proxies[spec] = proxy
-        self._controls[spec] = normal_controls(proxy, self.n_controls, seed=self.seed)
-        self._stacked[spec] = _stacked_bases(proxy.basis, self._controls[spec])
+        self._stacked[spec] = _stacked_bases(proxy.basis, normal_controls(proxy, self.n_controls, seed=self.seed))
         self.proxies[spec] = proxy.basis.detach().cpu()
 
     def fit_now(self) -> None:
@@ -814,7 +812,10 @@ class AnisotropyMonitor(GeometryLog):
             return values, raw, self._fitting(step, spec)
         schedule = self._schedule(spec)
         try:
-            self._update_proxy(step, spec, H)
+            x = _as_points(H, min_rows=1, finite=True)
+            # the fit window pools the moments of H; the spectrum below reuses their Gram when n ≥ d
+            pooled = Moments._of(x) if schedule.needs_activations(step) else None
+            self._update_proxy(step, spec, H, pooled)
             if spec in self._proxies:
                 # gradient_alignment without re-validating the controls this monitor drew itself
                 moments = Moments._of(_as_points(G, "G", min_rows=1, finite=True))
@@ -828,7 +829,8 @@ class AnisotropyMonitor(GeometryLog):
                 raw[name("control_energy")] = result.energy_controls.numpy()
                 raw[name("delta_isoscore_control")] = result.delta_iso_controls.numpy()
             if self.representation:
-                metrics = _representation_metrics(_as_points(H, finite=True))
+                shared = pooled is not None and x.shape[0] >= x.shape[1]
+                metrics = _representation_metrics(x, gram=pooled.m2 if shared else None)
                 metrics["effective_rank"] = metrics["effective_rank_singular"]
                 for metric in ("avg_cosine", "isoscore", "effective_rank", "avg_cosine_centered",
                                "participation_ratio", "effective_rank_eigen", "stable_rank",
