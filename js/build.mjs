@@ -48,7 +48,11 @@ function copyVendor() {
     writeFileSync(join(outdir, out), text);
     notice.push(`${out}: ${pkg}@${meta.version} ${file}, licence ${meta.license}` +
       (patch ? `; patched: CDN fallback ${patch.from} replaced by ${patch.to}` : ""));
-    if (existsSync(join(root, "LICENSE"))) copyFileSync(join(root, "LICENSE"), join(outdir, `${out}.LICENSE.txt`));
+    // The licence text: the package's LICENSE, else js/licenses/ (html-manager's npm package ships none; its
+    // licence is the ipywidgets repository's BSD-3-Clause), else an @license header in the file (require.js).
+    const licence = [join(root, "LICENSE"), join("licenses", `${pkg.replace("/", "+")}.LICENSE.txt`)].find(existsSync);
+    if (licence) copyFileSync(licence, join(outdir, `${out}.LICENSE.txt`));
+    else if (!text.slice(0, 400).includes("@license")) throw new Error(`${pkg} ships no licence text; add it as js/licenses/`);
   }
   writeFileSync(join(outdir, "NOTICE.txt"), notice.join("\n") + "\n");
 }
