@@ -131,7 +131,11 @@ class _EmbeddingGradientMethod(Attributor):
     def _needs_baseline(self) -> bool:
         return False
 
-    def _extra_outputs(self, adapter, problems, bases, per_dim, score, endpoints=None) -> list[dict]:
+    def _endpoints(self, row_scores: list[np.ndarray]) -> list[tuple[np.ndarray, np.ndarray]] | None:
+        """``(f(x), f(baseline))`` per input from the scores of every row ``(targets, rows per target)``, if used."""
+        return None
+
+    def _extra_outputs(self, problems, per_dim, endpoints) -> list[dict]:
         return [{} for _ in problems]
 
     # ---- engine
@@ -145,6 +149,7 @@ class _EmbeddingGradientMethod(Attributor):
         # weighted gradient sums (and squared-gradient sums) per input and target, accumulated on the device
         sums = [torch.zeros((p.n_targets, *x.shape), dtype=torch.float32, device=device) for p, x in zip(problems, inputs)]
         squares = [torch.zeros_like(s) if self.needs_squares else None for s in sums]
+        row_scores = [np.zeros((p.n_targets, per_target)) for p in problems]
         n_rows = [p.n_targets * per_target for p in problems]
 
         def build(item, start, stop):
@@ -153,11 +158,17 @@ class _EmbeddingGradientMethod(Attributor):
 
         def consume(chunk: RowChunk, scores, grads):
             rows = torch.arange(chunk.start, chunk.stop, device=device)
-            target_rows = rows // per_target
-            weighted = weights[rows % per_target][:, None, None] * grads.float()
-            sums[chunk.item].index_add_(0, target_rows, weighted)
+            target_rows, steps = rows // per_target, rows % per_target
+            row_scores[chunk.item][target_rows.cpu().numpy(), steps.cpu().numpy()] = scores.double().cpu().numpy()
+            # one matrix product sums the weighted gradients of each target: (targets, rows) @ (rows, T * D)
+            first, last = chunk.start // per_target, (chunk.stop - 1) // per_target
+            spread = torch.zeros((last + 1 - first, len(rows)), device=device)
+            spread[target_rows - first, torch.arange(len(rows), device=device)] = weights[steps]
+            flat = grads.float().reshape(len(rows), -1)
+            n_targets = problems[chunk.item].n_targets
+            sums[chunk.item].view(n_targets, -1)[first : last + 1].addmm_(spread, flat)
             if self.needs_squares:
-                squares[chunk.item].index_add_(0, target_rows, weighted * grads.float())
+                squares[chunk.item].view(n_targets, -1)[first : last + 1].addmm_(spread, flat * flat)
 
         bar = progress_bar(self.progress, sum(n_rows), self.name)
         try:
@@ -165,9 +176,9 @@ class _EmbeddingGradientMethod(Attributor):
         finally:
             if bar is not None:
                 bar.close()
-        return self._finish(adapter, problems, inputs, bases, sums, squares, score)
+        return self._finish(problems, inputs, bases, sums, squares, score, self._endpoints(row_scores))
 
-    def _finish(self, adapter, problems, inputs, bases, sums, squares, score, endpoints=None) -> list[AttributionResult]:
+    def _finish(self, problems, inputs, bases, sums, squares, score, endpoints=None) -> list[AttributionResult]:
         """Per-dimension attributions from accumulated gradients, checked for NaN/inf, reduced to token scores."""
         per_dim = [
             self._per_dimension(x.float().cpu(), None if b is None else b.float().cpu(), s.cpu(),
@@ -180,7 +191,7 @@ class _EmbeddingGradientMethod(Attributor):
                     f"input {item}: the gradients contain NaN or inf (the model overflowed or the score is "
                     "log(0)); try score='logit', a float32 model, or a different baseline."
                 )
-        extras = self._extra_outputs(adapter, problems, bases, per_dim, score, endpoints)
+        extras = self._extra_outputs(problems, per_dim, endpoints)
         return [
             self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score,
                          signed=self.signed and self.reduce == "sum", **e)
@@ -327,7 +338,7 @@ class IntegratedGradients(_EmbeddingGradientMethod):
             sums.append(torch.stack(mean_grads))
             endpoints.append((np.array([m[1.0][0] for m in targets]), np.array([m[0.0][0] for m in targets])))
             used.append([len(m) for m in targets])
-        results = self._finish(adapter, problems, inputs, bases, sums, [None] * len(sums), score, endpoints=endpoints)
+        results = self._finish(problems, inputs, bases, sums, [None] * len(sums), score, endpoints)
         for result, counts in zip(results, used):
             result.params.update(method="adaptive_trapezoid", n_steps=max(counts), mesh_nodes=counts)
         return results
@@ -359,51 +370,34 @@ class IntegratedGradients(_EmbeddingGradientMethod):
             params["baseline"] = "custom"
         return params
 
+    # Rows per target: the quadrature nodes, then the input (α = 1) and the baseline (α = 0) with weight 0, whose
+    # scores give Δf for the completeness error inside the same passes (no separate, small endpoint passes).
     def _rows_per_target(self):
-        return self.n_steps
+        return self.n_steps + 2
 
     def _row_weights(self):
-        return self._weights
+        return np.append(self._weights, [0.0, 0.0])
 
     def _needs_baseline(self):
         return True
 
     def _make_rows(self, x, base, item, steps):
-        alphas = torch.as_tensor(self._alphas[steps], dtype=x.dtype, device=x.device)[:, None, None]
-        return base + alphas * (x - base)
+        alphas = torch.as_tensor(np.append(self._alphas, [1.0, 0.0])[steps], dtype=x.dtype, device=x.device)
+        return torch.addcmul(base, alphas[:, None, None], x - base)
+
+    def _endpoints(self, row_scores):
+        return [(scores[:, -2], scores[:, -1]) for scores in row_scores]
 
     def _per_dimension(self, x, base, mean_grad, mean_sq):
         return (x - base) * mean_grad
 
-    def _extra_outputs(self, adapter, problems, bases, per_dim, score, endpoints=None):
-        if endpoints is None:
-            endpoints = _endpoint_scores(adapter, problems, bases, score)
+    def _extra_outputs(self, problems, per_dim, endpoints):
         out = []
         for (f_x, f_b), values in zip(endpoints, per_dim):
             delta = f_x - f_b
             total = values.sum(dim=(-1, -2)).double().numpy()
             out.append({"completeness_error": total - delta, "score_delta": delta})
         return out
-
-
-def _endpoint_scores(adapter, problems, bases, score) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Target scores at the input and at the baseline, ``(f(x), f(baseline))`` per input, without gradients."""
-    with torch.no_grad():
-        inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0] for p in problems]
-    results = [(np.zeros(p.n_targets), np.zeros(p.n_targets)) for p in problems]
-
-    def build(item, start, stop):
-        rows = np.arange(start, stop)
-        target_rows, which = rows // 2, rows % 2
-        stacked = torch.stack([inputs[item] if w == 0 else bases[item] for w in which])
-        return stacked, target_rows
-
-    def consume(chunk, scores, grads):
-        for row, value in zip(range(chunk.start, chunk.stop), scores.double().cpu().numpy()):
-            results[chunk.item][row % 2][row // 2] = value
-
-    evaluate_rows(adapter, problems, [2 * p.n_targets for p in problems], build, consume, score=score, with_grad=False)
-    return results
 
 
 class _NoisyGradients(_EmbeddingGradientMethod):
