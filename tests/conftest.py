@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 
 import pytest
 import torch
@@ -16,6 +17,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(2)
+
+_TENSOR_BACKWARD = torch.Tensor.backward
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _undo_nnsight_patches():
+    """Importing ``interpreto`` imports ``nnsight``, which patches ``torch.Tensor.backward`` (and autocast) for the
+    whole process. Its patched backward inspects the caller's source and fails on code without a file (exec'd
+    README blocks). Undo the patches after each test module so one module's interop test cannot change another's
+    torch."""
+    yield
+    nnsight = sys.modules.get("nnsight")
+    if nnsight is not None:
+        nnsight.DEFAULT_PATCHER.__exit__(None, None, None)
+    assert torch.Tensor.backward is _TENSOR_BACKWARD, "a test module left torch.Tensor.backward patched"
 
 
 @pytest.fixture(scope="session")

@@ -28,7 +28,7 @@ NOTEBOOKS = {
     "01_attributions.ipynb": (300, 3),
     "02_generation.ipynb": (180, 2),
     "03_concepts.ipynb": (150, 2),
-    "04_anisotropy_during_training.ipynb": (150, 0),
+    "04_anisotropy_during_training.ipynb": (240, 0),
     "05_interop.ipynb": (180, 3),
 }
 MAX_SAVED_BYTES = 1_500_000  # committed notebooks with outputs stay small enough to review and to load on GitHub
