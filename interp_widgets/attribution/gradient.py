@@ -21,7 +21,7 @@ import torch
 
 from interp_widgets.adapter import Encoding, ModelAdapter
 from interp_widgets.attribution.base import REDUCTIONS, Attributor, progress_bar, reduce_embedding_dim
-from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
+from interp_widgets.attribution.problem import RowChunk, evaluate_rows
 from interp_widgets.attribution.result import AttributionResult
 
 BASELINES = ("pad", "mask", "unk", "zero")

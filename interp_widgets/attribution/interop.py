@@ -116,7 +116,6 @@ def from_captum(
             values = np.linalg.norm(values, axis=-1)
         else:
             raise ValueError(f"unknown reduce {reduce!r}; use 'sum' or 'norm'")
-    from interp_widgets.adapter import Encoding  # noqa: F401  (documented type of the encoding below)
     from interp_widgets.adapter import _SENTENCE_END, _WORD_PATTERN, _spans, _unit_ids
 
     enc = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)

@@ -24,8 +24,6 @@ import math
 import time
 from pathlib import Path
 
-import numpy as np
-
 from interp_widgets.demo import DATA_DIR, cache_dir, load_dataset
 
 _CACHE_VERSION = "decoder-v1"
