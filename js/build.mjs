@@ -47,7 +47,7 @@ function copyVendor() {
     }
     writeFileSync(join(outdir, out), text);
     notice.push(`${out}: ${pkg}@${meta.version} ${file}, licence ${meta.license}` +
-      (patch ? `; patched: CDN fallback ${patch.from} replaced by ${patch.to}` : ""));
+      (patch ? `; patched: its ${patch.count} CDN fallback base URLs replaced by ${patch.to}` : ""));
     // The licence text: the package's LICENSE, else js/licenses/ (html-manager's npm package ships none; its
     // licence is the ipywidgets repository's BSD-3-Clause), else an @license header in the file (require.js).
     const licence = [join(root, "LICENSE"), join("licenses", `${pkg.replace("/", "+")}.LICENSE.txt`)].find(existsSync);

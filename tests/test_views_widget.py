@@ -282,3 +282,19 @@ def test_every_widget_has_an_escaped_script_free_fallback_and_an_offline_export(
     assert page.lower().count("</script") == 3  # the module block, the state block, the boot script
     widget.error = "broken <input>"
     assert "broken &lt;input&gt;" in widget._repr_mimebundle_()[0]["image/svg+xml"]
+
+
+def test_paged_lists_reject_bad_pages_with_the_allowed_range():
+    from interp_widgets.widgets import ConceptBrowser
+    from tests.test_concept_widget import _interpretation
+
+    examples, concepts = _collection().widget(), ConceptBrowser(_interpretation())
+    with pytest.raises(ValueError, match=r"page_size must be at least 1, got 0"):
+        examples.page_size = 0
+    with pytest.raises(ValueError, match=r"page_size must be in 1\.\.100, got 101"):
+        concepts.page_size = 101
+    for widget in (examples, concepts):
+        with pytest.raises(ValueError, match="page must be 0 or more, got -1"):
+            widget.page = -1
+    examples.page_size = 500  # no cap on the example list
+    assert examples.page_size == 500

@@ -204,3 +204,33 @@ class InterpWidget(anywidget.AnyWidget):
         path = Path(path)
         path.write_text(self.to_html(title=title), encoding="utf-8")
         return path
+
+
+class PagedList(traitlets.HasTraits):
+    """Traits of list views shown page by page (mixed into a widget class): ``page`` (0-based) and ``page_size``,
+    both synced both ways and checked here. A class may cap the page size with ``max_page_size``.
+
+    Example:
+        >>> from interp_widgets.widgets import ExampleListWidget
+        >>> issubclass(ExampleListWidget, PagedList)
+        True
+    """
+
+    max_page_size: ClassVar[int | None] = None
+
+    page = traitlets.Int(0, help="Page of the list shown (0-based).").tag(sync=True)
+    page_size = traitlets.Int(10, help="Items per page.").tag(sync=True)
+
+    @traitlets.validate("page_size")
+    def _check_page_size(self, proposal):
+        value, top = proposal["value"], self.max_page_size
+        if value < 1 or (top is not None and value > top):
+            limit = "at least 1" if top is None else f"in 1..{top}"
+            raise ValueError(f"page_size must be {limit}, got {value}")
+        return value
+
+    @traitlets.validate("page")
+    def _check_page(self, proposal):
+        if proposal["value"] < 0:
+            raise ValueError(f"page must be 0 or more, got {proposal['value']}")
+        return proposal["value"]

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._base import InterpWidget, PagedList, array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
 
@@ -68,7 +68,7 @@ def _text_pieces(text: str, tokens: Sequence[str], offsets: np.ndarray) -> tuple
     return shown, gaps
 
 
-class ConceptBrowser(InterpWidget):
+class ConceptBrowser(InterpWidget, PagedList):
     """Browse concepts: list (label, top tokens, density, dead flag, importance), detail pane, per-token text view.
 
     Args:
@@ -108,8 +108,7 @@ class ConceptBrowser(InterpWidget):
     descending = traitlets.Bool(False).tag(sync=True)
     search = traitlets.Unicode("", help="Keep concepts whose label or top tokens contain this (case-insensitive).").tag(sync=True)
     hide_dead = traitlets.Bool(False, help="Hide concepts that are never active.").tag(sync=True)
-    page = traitlets.Int(0, help="Page of the list shown (0-based).").tag(sync=True)
-    page_size = traitlets.Int(10).tag(sync=True)
+    max_page_size = MAX_PAGE_SIZE
     selected_concept = traitlets.Int(-1, help="Concept shown in the detail pane (-1: none).").tag(sync=True)
     requested = traitlets.List(traitlets.Int(), help="Concept ids the browser shows (written by the front end).").tag(sync=True)
     details = traitlets.Dict(help="Detail of each requested concept, keyed by str(concept).").tag(sync=True)
@@ -213,18 +212,6 @@ class ConceptBrowser(InterpWidget):
         if value in ("importance", "abs_importance") and not self.importance:
             raise ValueError("sorting by importance needs importance=; pass a ConceptImportance or one value per concept")
         return value
-
-    @traitlets.validate("page_size")
-    def _check_page_size(self, proposal):
-        if not 1 <= proposal["value"] <= MAX_PAGE_SIZE:
-            raise ValueError(f"page_size must be in 1..{MAX_PAGE_SIZE}, got {proposal['value']}")
-        return proposal["value"]
-
-    @traitlets.validate("page")
-    def _check_page(self, proposal):
-        if proposal["value"] < 0:
-            raise ValueError(f"page must be 0 or more, got {proposal['value']}")
-        return proposal["value"]
 
     @traitlets.validate("selected_concept")
     def _check_selected(self, proposal):

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._base import InterpWidget, PagedList, array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets.tokens import (
@@ -26,7 +26,7 @@ OUTCOMES = ("all", "correct", "wrong")
 MAX_STATIC_EXAMPLE_TOKENS = 400
 
 
-class ExampleListWidget(InterpWidget):
+class ExampleListWidget(InterpWidget, PagedList):
     """A paged list of examples: each row shows the predicted label with its confidence, the true label, and the
     tokens coloured for the predicted class. Sorting, filtering, paging and the ``granularity`` switch (token, word
     or sentence sums) run in the browser; the page, sort, filters, granularity and the selected example sync back
@@ -53,8 +53,6 @@ class ExampleListWidget(InterpWidget):
     max_attribution = traitlets.List(traitlets.Float(), help="Largest |score| of each example (special tokens excluded).").tag(sync=True)
     signed = traitlets.Bool(True).tag(sync=True)
     method = traitlets.Unicode("").tag(sync=True)
-    page = traitlets.Int(0, help="Page shown (0-based).").tag(sync=True)
-    page_size = traitlets.Int(10).tag(sync=True)
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
     filter_label = traitlets.Unicode("", help="Show only examples predicted as this label ('' = all).").tag(sync=True)
@@ -111,18 +109,6 @@ class ExampleListWidget(InterpWidget):
     def _check_outcome(self, proposal):
         if proposal["value"] not in OUTCOMES:
             raise ValueError(f"filter_outcome must be one of {OUTCOMES}, got {proposal['value']!r}")
-        return proposal["value"]
-
-    @traitlets.validate("page_size")
-    def _check_page_size(self, proposal):
-        if proposal["value"] < 1:
-            raise ValueError(f"page_size must be at least 1, got {proposal['value']}")
-        return proposal["value"]
-
-    @traitlets.validate("page")
-    def _check_page(self, proposal):
-        if proposal["value"] < 0:
-            raise ValueError(f"page must be 0 or more, got {proposal['value']}")
         return proposal["value"]
 
     @traitlets.validate("selected_example")
