@@ -74,6 +74,20 @@ def corpus() -> list[str]:
     return load_dataset()["text"].tolist()
 
 
+def _training_step(loss, model, optimizer, scheduler, bar) -> None:
+    """One step of the demo trainings: backward, clip the gradient norm to 1, step the optimizer and the schedule,
+    and show the loss on the progress bar."""
+    import torch
+
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad()
+    bar.update(1)
+    bar.set_postfix(loss=f"{loss.item():.3f}")
+
+
 def _fingerprint() -> str:
     digest = hashlib.sha256(_CACHE_VERSION.encode())
     digest.update(json.dumps(TRAINING, sort_keys=True).encode())
@@ -181,13 +195,7 @@ def _train(target: Path, *, progress: bool) -> None:
                 batch = tokenizer(train["text"].iloc[idx].tolist(), padding=True, truncation=True,
                                   max_length=cfg["max_length"], return_tensors="pt")
                 out = model(**batch, labels=torch.as_tensor(y_train[idx]))
-                out.loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-                bar.update(1)
-                bar.set_postfix(loss=f"{out.loss.item():.3f}")
+                _training_step(out.loss, model, optimizer, scheduler, bar)
     finally:
         bar.close()
     model.eval()

@@ -24,7 +24,7 @@ import math
 import time
 from pathlib import Path
 
-from interp_widgets.demo import DATA_DIR, cache_dir, load_dataset
+from interp_widgets.demo import DATA_DIR, _training_step, cache_dir, load_dataset
 
 _CACHE_VERSION = "decoder-v1"
 BOUNDARY = "<|endoftext|>"
@@ -218,13 +218,7 @@ def _train(target: Path, *, progress: bool) -> None:
             for batch in _epoch_batches(sequences, cfg["batch_size"], generator):
                 ids, mask, labels = _batch(batch, tokenizer.pad_token_id)
                 loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                optimizer.step()
-                scheduler.step()
-                optimizer.zero_grad()
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
+                _training_step(loss, model, optimizer, scheduler, bar)
     finally:
         bar.close()
     model.eval()
