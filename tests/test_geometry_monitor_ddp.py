@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import gc
 import os
-import socket
 
 import numpy as np
 import pytest
@@ -64,26 +64,23 @@ def _run(rank: int, world: int, out_dir: str):
     return monitor
 
 
-def _worker(rank: int, world: int, port: int, out_dir: str):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+def _worker(rank: int, world: int, init_file: str, out_dir: str):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # a file store, not a TCP store: rank 0 owning a TCP store server that closes while rank 1 still holds a
+    # connection aborted rank 1 at exit about once in 15 runs
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
-        monitor = _run(rank, world, out_dir)
+        series_names = _run(rank, world, out_dir).series_names()
         if rank == 1:
-            assert not any(name.endswith("|lin") for name in monitor.series_names())  # rank 0 measures
+            assert not any(name.endswith("|lin") for name in series_names)  # rank 0 measures
+        gc.collect()  # the DDP wrapper (and its reducer) goes before its process group does
+        dist.barrier()  # both ranks leave together, after rank 0 has saved
     finally:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_two_gloo_ranks_equal_single_process_on_the_union(tmp_path):
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), str(tmp_path)), nprocs=2, join=True)
     _run(0, 1, str(tmp_path))
     ddp, single = GeometryLog.load(tmp_path / "world2"), GeometryLog.load(tmp_path / "world1")
     assert ddp.steps.tolist() == single.steps.tolist() == list(range(STEPS))
