@@ -297,21 +297,32 @@ def test_early_window_fitting_series_and_frozen_proxy():
     assert monitor.meta["fit_window"] == [0, 5]
 
 
-def test_representation_metrics_in_and_after_the_fit_window_equal_the_direct_computation():
+@pytest.mark.parametrize("spectrum_every", [1, 2])
+def test_representation_metrics_in_and_after_the_fit_window_equal_the_direct_computation(spectrum_every):
     d = 8
     model = Planted(d, torch.eye(d)[:, :2], eps=0.1)  # never stepped: the layer output is its input
-    monitor = AnisotropyMonitor(model, ["lin"], rank=2, total_steps=4, fit_fraction=0.5, n_controls=3)
+    monitor = AnisotropyMonitor(model, ["lin"], rank=2, total_steps=5, fit_fraction=0.4, n_controls=3,
+                                spectrum_every=spectrum_every)
     g = torch.Generator().manual_seed(3)
-    inputs = [torch.randn(40, d, generator=g) * torch.linspace(0.5, 2.0, d) + 1.0 for _ in range(4)]
+    inputs = [torch.randn(40, d, generator=g) * torch.linspace(0.5, 2.0, d) + 1.0 for _ in range(5)]
     with monitor:
         for x in inputs:
             model(x, torch.randn(40, d, generator=g)).backward()
             monitor.step()
-    assert monitor.series("fitting")[1].tolist() == [1.0, 1.0, 0.0, 0.0]  # window steps share the fit's Gram
+    assert monitor.series("fitting")[1].tolist() == [1.0, 1.0, 0.0, 0.0, 0.0]  # window steps share the fit's Gram
     for step, x in enumerate(inputs):
         reference = representation_metrics(x)
-        for metric in ("effective_rank_eigen", "stable_rank", "participation_ratio", "top1_explained_variance"):
+        for metric in ("avg_cosine", "avg_cosine_centered", "drift_share"):  # O(nd): every measurement
             assert monitor.series(f"{metric}|lin")[1][step] == pytest.approx(reference[metric], rel=1e-12), metric
+        for metric in ("isoscore", "effective_rank_eigen", "stable_rank", "participation_ratio",
+                       "top1_explained_variance"):  # Gram + eigensolve: every spectrum_every-th measurement
+            recorded = monitor.series(f"{metric}|lin")[1][step]
+            if step % spectrum_every == 0:
+                assert recorded == pytest.approx(reference[metric], rel=1e-12), (metric, step)
+            else:
+                assert np.isnan(recorded), (metric, step)
+    frame = monitor.to_dataframe()
+    assert len(frame[frame.metric == "isoscore"]) == len(range(0, 5, spectrum_every))  # NaN rows are not rows
 
 
 def test_every_measures_only_matching_steps_and_track_sets_step_numbers():

@@ -758,10 +758,7 @@ def _representation_metrics(
     eigenvalues = _eigenvalues_from_gram(gram, n, d)
     pr = _participation_ratio(trace, frob2)
     inverse_norms = _inverse_row_norms(x, "H", _ZERO_ROW_HINT)
-    values = {
-        "avg_cosine": _average_cosine(x, inverse_norms),
-        "avg_cosine_centered": _average_cosine(centred, _inverse_row_norms(centred, "H", _MEAN_ROW_HINT)),
-    }
+    values = _cosines(x, centred, inverse_norms)
     if sequence_ids is not None:
         _, inverse = _as_labels(sequence_ids, n, "sequence_ids", x.device)
         n_groups = int(inverse.max()) + 1
@@ -777,5 +774,28 @@ def _representation_metrics(
         top1_explained_variance=eigenvalues[0] / eigenvalues.sum(),
         drift_share=_drift_share(mean, trace * (n - 1), n),
     )
+    return _floats(values, n, d)
+
+
+def _cosines(x: torch.Tensor, centred: torch.Tensor, inverse_norms: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {
+        "avg_cosine": _average_cosine(x, inverse_norms),
+        "avg_cosine_centered": _average_cosine(centred, _inverse_row_norms(centred, "H", _MEAN_ROW_HINT)),
+    }
+
+
+def _floats(values: dict[str, torch.Tensor], n: int, d: int) -> dict[str, float]:
     floats = torch.stack(list(values.values())).tolist()  # one device sync for the whole bundle
     return {"n_tokens": n, "dim": d, **dict(zip(values.keys(), floats))}
+
+
+def _linear_time_metrics(x: torch.Tensor) -> dict[str, float]:
+    """The O(nd) part of :func:`_representation_metrics` (no Gram, no eigensolve): ``avg_cosine``,
+    ``avg_cosine_centered`` and ``drift_share`` of a validated float64 cloud, equal to the full bundle's values."""
+    n, d = x.shape
+    _check_rows(n, "H", 2)
+    mean = x.mean(dim=0)
+    centred = x - mean
+    values = _cosines(x, centred, _inverse_row_norms(x, "H", _ZERO_ROW_HINT))
+    values["drift_share"] = _drift_share(mean, (centred * centred).sum(), n)
+    return _floats(values, n, d)

@@ -62,7 +62,7 @@ from interp_widgets.adapter import ModelAdapter
 
 from .alignment import Moments, ProxySchedule, TangentProxy, _alignment, _stacked_bases, normal_controls
 from .history import GeometryLog, LAYER_METRICS, as_scalar, series_name
-from .metrics import _as_points, _check_shrinkage, _representation_metrics
+from .metrics import _as_points, _check_shrinkage, _linear_time_metrics, _representation_metrics
 
 __all__ = ["AnisotropyMonitor", "GeometryMonitor", "resolve_module"]
 
@@ -206,9 +206,20 @@ def _concat(blocks: list[torch.Tensor]) -> torch.Tensor:
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
 
 
+def _all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every entry is finite: a sum is finite exactly when no entry is NaN or ±inf (in float64 it cannot
+    overflow), and costs a tenth of ``isfinite(tensor).all()``."""
+    return bool(torch.isfinite(tensor.sum(dtype=torch.float64)))
+
+
 def _quantiles(values: np.ndarray) -> tuple[float, float]:
     q05, q95 = np.quantile(values, [0.05, 0.95])
     return float(q05), float(q95)
+
+
+#: The representation metrics the monitor records per layer (``effective_rank`` is the singular-value convention).
+_REPRESENTATION_SERIES = ("avg_cosine", "isoscore", "effective_rank", "avg_cosine_centered", "participation_ratio",
+                          "effective_rank_eigen", "stable_rank", "top1_explained_variance", "drift_share")
 
 
 def _nan_values(layer: str) -> dict[str, float]:
@@ -250,6 +261,14 @@ class AnisotropyMonitor(GeometryLog):
         center, zeta, coordinates: passed to :func:`~interp_widgets.geometry.alignment.gradient_alignment`.
         representation: also record :func:`~interp_widgets.geometry.metrics.representation_metrics` of ``H``
             (``effective_rank`` is the singular-value convention; ``effective_rank_eigen`` the eigenvalue one).
+        spectrum_every: cadence of the representation metrics that need ``H``'s d × d Gram and eigenvalues
+            (``isoscore``, ``participation_ratio``, the effective ranks, ``stable_rank``,
+            ``top1_explained_variance``): the first measurement of each layer and every ``spectrum_every``-th
+            after it; the rows between hold NaN for them (tables and plots skip NaN). The O(nd) metrics
+            (``avg_cosine``, ``avg_cosine_centered``, ``drift_share``) and the whole gradient alignment are
+            recorded at every measurement. The Gram and the eigensolve are most of a measurement's cost, and
+            these metrics drift slowly (``geometry-metrics.md`` §11.1 suggests every 10–1000 steps); pass 1 to
+            get them at every measurement.
         fit_tokens: reservoir size for custom ``proxy_method``.
         max_rows: bound on stored history rows (see :class:`GeometryLog`).
 
@@ -289,6 +308,7 @@ class AnisotropyMonitor(GeometryLog):
         zeta: float = 0.0,
         coordinates: str = "full",
         representation: bool = True,
+        spectrum_every: int = 10,
         fit_tokens: int = 20_000,
         max_rows: int = 100_000,
         _x_label: str = "step",
@@ -299,7 +319,8 @@ class AnisotropyMonitor(GeometryLog):
         if isinstance(layers, (str, int)) or not layers:
             raise ValueError("layers must be a non-empty list, e.g. ['layer:2'] or ['bert.encoder.layer.2']")
         for name, value, low in (("rank", rank, 1), ("every", every, 1), ("n_controls", n_controls, 1),
-                                 ("max_tokens", max_tokens, 2), ("fit_tokens", fit_tokens, 2)):
+                                 ("max_tokens", max_tokens, 2), ("fit_tokens", fit_tokens, 2),
+                                 ("spectrum_every", spectrum_every, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
         if gradient not in ("hidden", "weight"):
@@ -333,6 +354,8 @@ class AnisotropyMonitor(GeometryLog):
         self.total_steps, self.fit_fraction, self.refit_every = total_steps, fit_fraction, refit_every
         self.max_tokens, self.gradient, self.seed = max_tokens, gradient, seed
         self.center, self.zeta, self.coordinates, self.representation = center, zeta, coordinates, representation
+        self.spectrum_every = spectrum_every
+        self._measurements: dict[str, int] = {spec: 0 for spec in specs}
         self.optimizer = optimizer
         self.special_token_ids = None if special_token_ids is None else torch.as_tensor(sorted(set(special_token_ids)))
         misplaced = [name for name, value, owner in (
@@ -363,7 +386,7 @@ class AnisotropyMonitor(GeometryLog):
         self._reset_capture()
         self._pending_scalars: dict[int, dict] = {}
         self.meta.update(rank=rank, every=every, fit=fit, n_controls=n_controls, max_tokens=max_tokens,
-                         gradient=gradient, seed=seed, center=center, zeta=float(zeta), coordinates=coordinates,
+                         spectrum_every=spectrum_every, gradient=gradient, seed=seed, center=center, zeta=float(zeta), coordinates=coordinates,
                          proxy_method="pca" if self._dictionary is None else self._dictionary.__name__,
                          fit_fraction=fit_fraction, refit_every=refit_every, total_steps=total_steps)
 
@@ -804,7 +827,7 @@ class AnisotropyMonitor(GeometryLog):
         values[name("n_tokens")] = float(G.shape[0])
         values[name("nonfinite")] = 0.0
         raw: dict[str, np.ndarray] = {}
-        if not bool(torch.isfinite(G).all() & torch.isfinite(H).all()):
+        if not (_all_finite(G) and _all_finite(H)):
             values[name("nonfinite")] = 1.0
             warnings.warn(f"step {step}, layer {spec!r}: non-finite gradients or activations; recorded as a flagged "
                           f"row (nonfinite|{spec} = 1) and kept away from the proxy fit", RuntimeWarning,
@@ -829,13 +852,17 @@ class AnisotropyMonitor(GeometryLog):
                 raw[name("control_energy")] = result.energy_controls.numpy()
                 raw[name("delta_isoscore_control")] = result.delta_iso_controls.numpy()
             if self.representation:
-                shared = pooled is not None and x.shape[0] >= x.shape[1]
-                metrics = _representation_metrics(x, gram=pooled.m2 if shared else None)
-                metrics["effective_rank"] = metrics["effective_rank_singular"]
-                for metric in ("avg_cosine", "isoscore", "effective_rank", "avg_cosine_centered",
-                               "participation_ratio", "effective_rank_eigen", "stable_rank",
-                               "top1_explained_variance", "drift_share"):
-                    values[name(metric)] = float(metrics[metric])
+                spectrum_due = self._measurements[spec] % self.spectrum_every == 0
+                self._measurements[spec] += 1
+                if spectrum_due:
+                    shared = pooled is not None and x.shape[0] >= x.shape[1]
+                    metrics = _representation_metrics(x, gram=pooled.m2 if shared else None)
+                    metrics["effective_rank"] = metrics["effective_rank_singular"]
+                else:
+                    metrics = _linear_time_metrics(x)
+                for metric in _REPRESENTATION_SERIES:
+                    if metric in metrics:
+                        values[name(metric)] = float(metrics[metric])
         except ValueError as error:  # degenerate data (e.g. an all-zero gradient): record, never crash training
             warnings.warn(f"step {step}, layer {spec!r}: {error}; recorded NaN", RuntimeWarning, stacklevel=4)
         return values, raw, self._fitting(step, spec)

@@ -204,7 +204,7 @@ def replay(
     n = len(checkpoints)
     settings = dict(rank=rank, proxy_method=proxy_method, n_controls=n_controls, max_tokens=max_tokens,
                     gradient=gradient, special_token_ids=special_token_ids, seed=seed, center=center, zeta=zeta,
-                    coordinates=coordinates, _x_label="checkpoint")
+                    coordinates=coordinates, spectrum_every=1, _x_label="checkpoint")  # few checkpoints: all metrics
     window = None
     if fit == "early":
         fraction = 0.3 if fit_fraction is None else fit_fraction
