@@ -252,6 +252,25 @@ describe("monitor view", () => {
     );
   };
 
+  // first in this block on purpose: the warm-up runs once per page, after the first view that stays mounted
+  it("warms its drawing paths once per page on a hidden copy that leaves the real view and store alone", async () => {
+    const model = monitorModel();
+    const root = mount(model);
+    calls.length = 0;
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(Number(root.dataset.iwWarmUpMs)).toBeGreaterThan(0);
+    expect(calls.filter(([name]) => name === "lineTo").length).toBeGreaterThan(100); // the hidden copy painted
+    expect(frames.length).toBe(0); // synchronously, with no frame requested for the real view
+    expect(storeOf(model).n).toBe(0);
+    expect(root.dataset.iwRows).toBe("0");
+    expect(document.querySelectorAll(".iw-monitor").length).toBe(1);
+    const second = document.createElement("div");
+    document.body.append(second);
+    cleanups.push(monitor.render({ model, el: second }), () => second.remove());
+    await new Promise((resolve) => setTimeout(resolve, 0));
+    expect(second.querySelector(".iw-monitor").dataset.iwWarmUpMs).toBe("0.0"); // once per page
+  });
+
   it("keeps rows that arrive before any view, and one store per model", () => {
     const model = monitorModel();
     cleanups.push(monitor.initialize({ model }));
