@@ -132,7 +132,7 @@ def monitored_fine_tuning(steps: int = DEFAULT_STEPS, *, progress: bool = True):
     torch.manual_seed(0)
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
     monitor = AnisotropyMonitor(model, list(MONITOR_LAYERS), rank=MONITOR_RANK, total_steps=steps, optimizer=optimizer,
-                                special_token_ids=tokenizer.all_special_ids)  # fmt: skip
+                                special_token_ids=tokenizer.all_special_ids, spectrum_every=1)  # fmt: skip
     data = demo.load_dataset("train").sample(BATCH_SIZE * steps, random_state=0)
     texts = data["text"].tolist()
     labels = torch.tensor((data["label"] == "positive").to_numpy().astype(int))
