@@ -88,7 +88,7 @@ def test_cli_writes_an_offline_report_and_escapes_text(tmp_path, classifier):
     assert {"1. Attributions", "2. Concepts", "3. Geometry during training"} <= set(sections)
     states = [json.loads(block) for block in re.findall(r'<script type="application/json" id="iw-state-\d+">(.*?)</script>',
                                                         page)]  # fmt: skip
-    kinds = {"concepts": "labels", "monitor": "panels", "comparison": "agreement"}
+    kinds = {"concepts": "labels", "monitor": "panels", "comparison": "agreements"}
     for kind, trait in kinds.items():
         assert any(trait in state["state"] for state in states), f"no {kind} widget in the report"
     assert re.search(r"Last measured energy ratios: layer:2: [\d.]+ at step 3; layer:4: [\d.]+ at step 3", page)

@@ -19,6 +19,7 @@ from interp_widgets.widgets import (
 )  # fmt: skip
 from interp_widgets.widgets._base import WIDGET_VIEW_MIME
 from interp_widgets.widgets._colour import score_colours
+from interp_widgets.widgets.tokens import unit_sums
 
 EVIL = "<img src=x onerror=alert(1)>"
 NAN = np.nan
@@ -127,10 +128,33 @@ def test_compare_builds_the_agreement_table_for_the_shared_target():
     assert rows[("integrated_gradients", "occlusion")]["spearman"] == pytest.approx(expected)
     assert rows[("integrated_gradients", "saliency")]["top_k_overlap"] == 1.0  # both: tokens 3 and 0
     assert rows[("saliency", "occlusion")]["top_k_overlap"] == 0.5  # {3, 0} vs {3, 1}
-    assert json.dumps(widget.agreement)  # JSON-safe (NaN would become null)
+    assert json.dumps(widget.agreements)  # JSON-safe (NaN would become null)
     widget.set_state({"hovered_token": 3, "shared_scale": True})
     assert (widget.hovered_token, widget.shared_scale) == (3, True)
     assert "integrated_gradients" in repr(widget)
+
+
+def test_compare_has_one_agreement_table_per_granularity_over_unit_sums():
+    words = np.array([0, 0, 1, 2, 2])
+    results = [dataclasses.replace(_result(rows, method=name), word_ids=words) for name, rows in (
+        ("ig", [[0.0] * 5, [0.5, -0.1, 0.3, 0.9, -0.2]]), ("saliency", [[0.0] * 5, [0.1, 0.2, 0.3, 0.4, 0.5]]),
+        ("occlusion", [[0.0] * 5, [-0.2, 0.3, 0.1, 0.8, 0.0]]))]  # fmt: skip
+    widget = compare(results, k=2)
+    matrix = widget.score_matrix()  # the float32 scores the widget holds
+    for granularity, units in (("token", [[0], [1], [2], [3], [4]]), ("word", [[0, 1], [2], [3, 4]]),
+                               ("sentence", [[0, 1, 2, 3, 4]])):  # fmt: skip
+        widget.granularity = granularity
+        assert widget.units() == units
+        expected = agreement_table(unit_sums(units, matrix), widget.methods, k=2)
+        assert len(widget.agreement) == len(expected) == 3
+        for got, want in zip(widget.agreement, expected):
+            assert (got["a"], got["b"], got["k"]) == (want["a"], want["b"], want["k"])
+            for key in ("spearman", "top_k_overlap"):
+                assert (got[key] is None) if np.isnan(want[key]) else got[key] == pytest.approx(want[key])
+        assert f"agreement over {granularity}s" in widget.static_svg()
+    assert widget.agreements["word"] != widget.agreements["token"]
+    assert all(row["spearman"] is None for row in widget.agreements["sentence"])  # one unit: no ranking
+    assert json.dumps(widget.agreements)
 
 
 def test_compare_rejects_mismatched_inputs():

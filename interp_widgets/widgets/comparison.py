@@ -21,7 +21,7 @@ from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets.tokens import (
-    GroupedTokens, TokenScoresWidget, _traits_from_result, finite_max, token_pieces, unit_sums,
+    GRANULARITIES, GroupedTokens, TokenScoresWidget, _traits_from_result, finite_max, token_pieces, unit_sums,
 )
 
 AGREEMENT_BY = ("magnitude", "signed")
@@ -112,12 +112,14 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
 
     Hovering (or focusing) a token in any row highlights it in every row and shows all methods' scores. The
     ``granularity`` switch (token, word, sentence) sums scores per unit in the browser. The agreement table
-    (Spearman ρ and top-k overlap over tokens, computed in Python with scipy) is in ``agreement``. The colour
-    scale is per method or shared (``shared_scale``). Build it with :func:`compare`.
+    (Spearman ρ and top-k overlap, computed in Python with scipy) is computed once per granularity over its units'
+    sums and travels as ``agreements``, so the browser switches tables with the granularity and no round trip;
+    ``agreement`` is the table of the current granularity. The colour scale is per method or shared
+    (``shared_scale``). Build it with :func:`compare`.
 
     Example:
         >>> widget = compare([ig, saliency, occlusion], target="positive", k=3)  # doctest: +SKIP
-        >>> widget.agreement[0]["spearman"]                                      # doctest: +SKIP
+        >>> widget.granularity = "word"; widget.agreement[0]["spearman"]         # doctest: +SKIP
     """
 
     _bundle = "comparison"
@@ -126,10 +128,21 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
     methods = traitlets.List(traitlets.Unicode()).tag(sync=True)
     signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(sync=True)
     target_label = traitlets.Unicode("").tag(sync=True)
-    agreement = traitlets.List(traitlets.Dict(), help="Pairwise rows {a, b, spearman, top_k_overlap, k}.").tag(sync=True)
+    agreements = traitlets.Dict(help="{granularity: pairwise rows {a, b, spearman, top_k_overlap, k}} for token, word "
+                                     "and sentence units.").tag(sync=True)
     agreement_by = traitlets.Unicode("magnitude").tag(sync=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all methods instead of one per method.").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
+
+    @property
+    def agreement(self) -> list[dict[str, Any]]:
+        """Pairwise agreement rows ``{a, b, spearman, top_k_overlap, k}`` over the units of the current granularity.
+
+        Example:
+            >>> widget.granularity = "sentence"; widget.agreement[0]["top_k_overlap"]  # doctest: +SKIP
+            1.0
+        """
+        return self.agreements.get(self.granularity, [])
 
     def units(self) -> list[list[int]]:
         """Token indices of each unit shown for the current granularity (special tokens hidden), as in the browser.
@@ -168,7 +181,7 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
             pieces, omitted = token_pieces(self.tokens, self.spaces_before, units, sums, max_abs, self.signed[m])
             figure.tokens(pieces, omitted=omitted)
         figure.legend(1.0, signed=True, title="colours (signed methods; unsigned ones use the pale → orange half), 1 = scale max")
-        figure.text(f"agreement ({self.agreement_by} ranks)", size=12, bold=True)
+        figure.text(f"agreement over {self.granularity}s ({self.agreement_by} ranks)", size=12, bold=True)
         lines = [f"{'method A':<22}{'method B':<22}{'Spearman ρ':>11}{'top-k overlap':>15}"]
         for row in self.agreement:
             rho = "n/a" if row["spearman"] is None else f"{row['spearman']:+.3f}"
@@ -234,12 +247,16 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
     if len(set(methods)) != len(methods):
         raise ValueError(f"method names must be distinct, got {methods}; pass names=[...]")
     matrix = np.stack(rows)
-    special = buffer_to_array(first["special_mask"])
-    table = agreement_table(matrix, methods, k=k, by=by, mask=~special)
-    for row in table:
-        row["spearman"], row["top_k_overlap"] = _json_number(row["spearman"]), _json_number(row["top_k_overlap"])
-    return ComparisonWidget(
+    widget = ComparisonWidget(
         tokens=first["tokens"], spaces_before=first["spaces_before"], special_mask=first["special_mask"],
         word_ids=first["word_ids"], sentence_ids=first["sentence_ids"], scores=array_to_buffer(matrix), methods=methods, signed=[t["signed"] for t in traits], target_label=label,
-        agreement=table, agreement_by=by, **options,
+        agreement_by=by, **options,
     )  # fmt: skip
+    agreements = {}
+    for granularity in GRANULARITIES:  # each over its units' sums, special tokens left out as in the browser
+        table = agreement_table(unit_sums(widget._group(False, granularity), matrix), methods, k=k, by=by)
+        for row in table:
+            row["spearman"], row["top_k_overlap"] = _json_number(row["spearman"]), _json_number(row["top_k_overlap"])
+        agreements[granularity] = table
+    widget.agreements = agreements
+    return widget

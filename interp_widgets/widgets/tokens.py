@@ -314,8 +314,8 @@ class GroupedTokens(traitlets.HasTraits):
     def _check_granularity(self, proposal):
         return check_granularity(proposal["value"])
 
-    def _group(self, show_special: bool) -> list[list[int]]:
-        ids = {"token": None, "word": self.word_ids, "sentence": self.sentence_ids}[self.granularity]
+    def _group(self, show_special: bool, granularity: str | None = None) -> list[list[int]]:
+        ids = {"token": None, "word": self.word_ids, "sentence": self.sentence_ids}[granularity or self.granularity]
         return group_units(buffer_to_array(self.special_mask), None if ids is None else buffer_to_array(ids), show_special)
 
 

@@ -5,7 +5,7 @@
  * computed in Python.
  *
  * Traits read: tokens, spaces_before, special_mask, word_ids, sentence_ids, scores (n_methods × n_tokens),
- * methods, signed, target_label, agreement, agreement_by, granularity, shared_scale, encoding,
+ * methods, signed, target_label, agreements (per granularity), agreement_by, granularity, shared_scale, encoding,
  * high_contrast, error. Written back: hovered_token, selected_token, granularity, shared_scale.
  *
  * @example
@@ -27,7 +27,7 @@ import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
-const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "methods", "signed", "target_label", "agreement", "granularity", "shared_scale", "encoding", "high_contrast"];
+const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "methods", "signed", "target_label", "agreements", "granularity", "shared_scale", "encoding", "high_contrast"];
 
 function readComparison(model) {
   const tokens = model.get("tokens") ?? [];
@@ -113,13 +113,13 @@ function renderComparison({ model, el, reportError }) {
         ]);
       }),
     ); // prettier-ignore
-    const rows = model.get("agreement") ?? [];
+    const rows = model.get("agreements")?.[chosen] ?? [];
     const k = rows[0]?.k;
     agreementBox.replaceChildren(
       textTable(
         ["method A", "method B", "Spearman \u03c1", `top-${k ?? "k"} overlap`],
         rows.map((r) => [r.a, r.b, numberText(r.spearman), numberText(r.top_k_overlap, 2)]),
-        { caption: `Pairwise agreement over tokens (${model.get("agreement_by") || "magnitude"} ranks)` },
+        { caption: `Pairwise agreement over ${chosen}s (${model.get("agreement_by") || "magnitude"} ranks)` },
       ),
     );
     linkHover(model.get("hovered_token"));

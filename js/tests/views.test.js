@@ -319,7 +319,11 @@ describe("comparison view", () => {
     methods: ["ig", "saliency"],
     signed: [true, false],
     target_label: "positive",
-    agreement: [{ a: "ig", b: "saliency", spearman: 0.5, top_k_overlap: 1, k: 2 }],
+    agreements: {
+      token: [{ a: "ig", b: "saliency", spearman: 0.5, top_k_overlap: 1, k: 2 }],
+      word: [{ a: "ig", b: "saliency", spearman: -1, top_k_overlap: 0.5, k: 2 }],
+      sentence: [{ a: "ig", b: "saliency", spearman: null, top_k_overlap: 1, k: 1 }],
+    },
     agreement_by: "magnitude",
     shared_scale: false,
     encoding: "colour",
@@ -371,6 +375,7 @@ describe("comparison view", () => {
     // ig: word sums 0.5 - 1 = -0.5 and 0.25 on its own scale (max 0.5); saliency: 3 and 0 (max 3).
     expect(row(0)[0].style.backgroundColor).toBe(scoreColours(-0.5, 0.5).background);
     expect(row(0)[1].style.backgroundColor).toBe(scoreColours(0.25, 0.5).background);
+    expect(Array.from(el.querySelectorAll(".iw-agreement td"), (c) => c.textContent)).toEqual(["ig", "saliency", "-1.000", "0.50"]);
     expect(row(1)[0].style.backgroundColor).toBe(scoreColours(3, 3, "light", { signed: false }).background);
     row(1)[0].dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
     expect(model.state.hovered_token).toBe(0);
@@ -380,6 +385,8 @@ describe("comparison view", () => {
     await settle();
     expect(row(0).map((s) => s.textContent)).toEqual([`a ${EVIL} c`]);
     expect(el.querySelector(".iw-caption").textContent).toContain("sum per sentence");
+    expect(Array.from(el.querySelectorAll(".iw-agreement td"), (c) => c.textContent)).toEqual(["ig", "saliency", "n/a", "1.00"]);
+    expect(el.querySelector(".iw-agreement caption").textContent).toContain("over sentences");
     expect(el.querySelector("img")).toBeNull();
   });
 });
@@ -392,7 +399,7 @@ describe("comparison and example views on long inputs", () => {
     const model = mount(comparison, fakeModel({
       tokens: toks, spaces_before: toks.map((_, i) => (i ? " " : "")), special_mask: bool(new Array(n).fill(0)),
       word_ids: ids, sentence_ids: ids, scores: payload(Float32Array.from({ length: 2 * n }, (_, i) => i % n), "float32", [2, n], 0),
-      methods: ["ig", "sal"], signed: [true, true], target_label: "y", agreement: [], agreement_by: "magnitude",
+      methods: ["ig", "sal"], signed: [true, true], target_label: "y", agreements: {}, agreement_by: "magnitude",
       granularity: "token", shared_scale: false, encoding: "colour", high_contrast: false, hovered_token: -1, selected_token: -1, error: "",
     })); // prettier-ignore
     const rows = () => Array.from(el.querySelectorAll(".iw-method-row .iw-tokens"));
