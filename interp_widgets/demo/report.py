@@ -12,7 +12,8 @@ import math
 from typing import Sequence
 
 CONCEPT_LAYER = "layer:3"
-N_CONCEPTS = 8
+N_CONCEPTS = 32
+CONCEPT_K = 4  # active concepts per token (TopK sparse autoencoder)
 CONCEPT_CORPUS = 80  # sentences the concepts are fitted on
 MONITOR_LAYERS = ("layer:2", "layer:4")
 MONITOR_RANK = 8
@@ -25,8 +26,8 @@ def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, progress: 
 
     1. Attributions: the example list (integrated gradients for every text), integrated gradients at word
        granularity per text (its completeness error shows in the widget) and a comparison with saliency.
-    2. Concepts: semi-NMF concepts of layer 3 on shipped sentences, in the concept browser, with the concept
-       importance of each text's prediction.
+    2. Concepts: TopK sparse-autoencoder concepts of layer 3 on shipped sentences, in the concept browser, with
+       the concept importance of each text's prediction.
     3. Training geometry: a short fine-tuning run (``steps`` batches of 8, on a fresh copy of the classifier)
        under :class:`~interp_widgets.geometry.AnisotropyMonitor`, shown in the monitor widget.
 
@@ -86,18 +87,20 @@ def _attributions(model, tokenizer, texts: list[str], progress: bool) -> list:
 
 
 def concept_browser(model, tokenizer, texts: Sequence[str], *, progress: bool = True):
-    """The report's concept browser: semi-NMF concepts of layer 3 on shipped sentences, with the concept importance
-    of the prediction for each of ``texts``.
+    """The report's concept browser: TopK sparse-autoencoder concepts of layer 3 on shipped sentences (sparse, so
+    each has a readable label; semi-NMF concepts of this layer are all dense), with the concept importance of the
+    prediction for each of ``texts``.
 
     Example:
         >>> browser = concept_browser(*demo.load_classifier(), ["Not bad at all."])  # doctest: +SKIP
     """
     from interp_widgets import demo
-    from interp_widgets.concepts import SemiNMFConcepts, collect_activations, concept_importance, interpret_concepts
+    from interp_widgets.concepts import SparseAutoencoder, collect_activations, concept_importance, interpret_concepts
 
     corpus = demo.corpus()[:CONCEPT_CORPUS]
     store = collect_activations(model, tokenizer, corpus, layer=CONCEPT_LAYER, progress=progress)
-    concepts = SemiNMFConcepts(N_CONCEPTS).fit(store)
+    concepts = SparseAutoencoder(N_CONCEPTS, k=CONCEPT_K, batch_size=256, max_epochs=200,
+                                 progress=progress).fit(store)
     interpretation = interpret_concepts(concepts, store, progress=progress)
     importances = [concept_importance(concepts, model, tokenizer, text, layer=CONCEPT_LAYER) for text in texts]
     return interpretation.widget(texts=importances)
@@ -107,8 +110,8 @@ def _concepts(model, tokenizer, texts: list[str], progress: bool) -> list:
     browser = concept_browser(model, tokenizer, texts, progress=progress)
     return [
         "2. Concepts",
-        _note(f"{N_CONCEPTS} semi-NMF concepts of {CONCEPT_LAYER} activations on {CONCEPT_CORPUS} shipped sentences "
-              f"({browser.n_rows} tokens). Importance is the gradient of the predicted class's logit with respect to "
+        _note(f"{N_CONCEPTS} concepts of a TopK sparse autoencoder ({CONCEPT_K} active per token) on {CONCEPT_LAYER} "
+              f"activations of {CONCEPT_CORPUS} shipped sentences ({browser.n_rows} tokens). Importance is the gradient of the predicted class's logit with respect to "
               "each concept's coefficients, for the selected text."),
         browser,
     ]
