@@ -111,7 +111,8 @@ def _concepts(model, tokenizer, texts: list[str], progress: bool) -> list:
     return [
         "2. Concepts",
         _note(f"{N_CONCEPTS} concepts of a TopK sparse autoencoder ({CONCEPT_K} active per token) on {CONCEPT_LAYER} "
-              f"activations of {CONCEPT_CORPUS} shipped sentences ({browser.n_rows} tokens). Importance is the gradient of the predicted class's logit with respect to "
+              f"activations of {CONCEPT_CORPUS} shipped sentences ({browser.n_rows} tokens). Importance is the gradient "
+              "of the predicted class's logit with respect to "
               "each concept's coefficients, for the selected text."),
         browser,
     ]

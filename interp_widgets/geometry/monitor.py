@@ -386,7 +386,8 @@ class AnisotropyMonitor(GeometryLog):
         self._reset_capture()
         self._pending_scalars: dict[int, dict] = {}
         self.meta.update(rank=rank, every=every, fit=fit, n_controls=n_controls, max_tokens=max_tokens,
-                         spectrum_every=spectrum_every, gradient=gradient, seed=seed, center=center, zeta=float(zeta), coordinates=coordinates,
+                         spectrum_every=spectrum_every, gradient=gradient, seed=seed, center=center, zeta=float(zeta),
+                         coordinates=coordinates,
                          proxy_method="pca" if self._dictionary is None else self._dictionary.__name__,
                          fit_fraction=fit_fraction, refit_every=refit_every, total_steps=total_steps)
 
