@@ -47,11 +47,13 @@ export function readGeneration(model) {
   const special = decodeArray(model.get("special_mask")).values;
   const generated = decodeArray(model.get("generated_mask")).values;
   if (special.length !== n || generated.length !== n) throw new RangeError(`special_mask and generated_mask need ${n} entries`);
-  for (const index of steps) {
+  const stepAt = new Int32Array(n).fill(-1); // generation step of each token, -1 for the prompt
+  steps.forEach((index, step) => {
     if (!(index >= 0 && index < n) || generated[index] === 0) throw new RangeError(`step token ${index} is not a generated token`);
-  }
+    stepAt[index] = step;
+  });
   return {
-    n, tokens, spaces, special, generated, steps,
+    n, tokens, spaces, special, generated, steps, stepAt,
     scores: scores.values,
     probs: model.get("step_probs") ?? [],
     method: model.get("method") ?? "",
@@ -105,7 +107,7 @@ function renderGeneration({ model, el, reportError }) {
   let tableFill = null; // the screen-reader table being filled in idle time
   let layout = null;
 
-  const stepOf = (index) => data.steps.indexOf(index);
+  const stepOf = (index) => data.stepAt[index];
   const row = (step) => data.scores.subarray(step * data.n, (step + 1) * data.n);
   const paintOptions = () => ({ theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) });
   const scaleMax = (step) => {
