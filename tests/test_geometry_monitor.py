@@ -391,6 +391,8 @@ def test_bad_input_errors(gpt2_lm):
         AnisotropyMonitor(model, ["layer:0"], rank=32, total_steps=5)
     with pytest.raises(ValueError, match="n_controls must be an integer >= 1"):
         AnisotropyMonitor(model, ["layer:0"], rank=4, n_controls=0, total_steps=5)
+    with pytest.raises(ValueError, match="spectrum_every must be an integer >= 1, got 0"):
+        AnisotropyMonitor(model, ["layer:0"], rank=4, spectrum_every=0, total_steps=5)
     with pytest.raises(ValueError, match="needs refit_every="):
         AnisotropyMonitor(model, ["layer:0"], rank=4, fit="refit")
     with pytest.raises(ValueError, match="total_steps do\\(es\\) not apply to fit='refit'"):

@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Iterator
 from urllib.parse import urlsplit
 
+import nbformat
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO_ROOT / "tests" / "_artifacts"  # screenshots (gitignored)
 INSTALL_HINT = "apt-get install -y chromium"
@@ -202,6 +204,21 @@ class JupyterServer:
         self.shutdown_sessions()
         for workspace in self.request("GET", "lab/api/workspaces")["workspaces"]["ids"]:
             self.request("DELETE", f"lab/api/workspaces/{workspace}")
+
+    def write_notebook(self, name: str, sources) -> str:
+        """Write a fresh notebook of code cells ``sources`` (no outputs, Python 3 kernel) into the root; returns
+        ``name``.
+
+        Example:
+            >>> server.write_notebook("demo.ipynb", ["print(1)"])  # doctest: +SKIP
+            'demo.ipynb'
+        """
+        notebook = nbformat.v4.new_notebook(
+            cells=[nbformat.v4.new_code_cell(source) for source in sources],
+            metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
+        )
+        nbformat.write(notebook, self.root_dir / name)
+        return name
 
     def notebook_url(self, path: str, ui: str = "lab") -> str:
         """URL opening notebook ``path`` in JupyterLab (``ui="lab"``, with a reset workspace) or Notebook 7

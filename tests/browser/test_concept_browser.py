@@ -15,7 +15,6 @@ import json
 import re
 from typing import Iterator
 
-import nbformat
 import numpy as np
 import pytest
 from playwright.sync_api import expect
@@ -71,11 +70,7 @@ print(f"IW_STATE {state_calls} " + json.dumps({
 @pytest.fixture()
 def concept_notebook(jupyter_server) -> Iterator[str]:
     """Write the notebook afresh, without outputs; afterwards shut its kernel down and forget the workspace."""
-    notebook = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(source) for source in (SETUP, SHOW, STATE)],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
-    )
-    nbformat.write(notebook, jupyter_server.root_dir / NOTEBOOK)
+    jupyter_server.write_notebook(NOTEBOOK, (SETUP, SHOW, STATE))
     yield NOTEBOOK
     jupyter_server.reset()
 

@@ -10,13 +10,13 @@ with no request beyond the file itself.
 from __future__ import annotations
 
 import csv
+import inspect
 import io
 import json
 import re
 import xml.etree.ElementTree as ET
 from typing import Iterator
 
-import nbformat
 import numpy as np
 import pytest
 from PIL import Image
@@ -31,25 +31,31 @@ pytestmark = pytest.mark.browser
 NOTEBOOK = "export_buttons.ipynb"
 WORDS = ["The", "film", "<img src=x onerror=alert(1)>", "was", "</script>", "{{7*7}}", "fine", "."]
 
+
+def word_result(words, rows, method, **extra):
+    """An attribution-result stand-in: ``words`` joined by spaces, one token each, scores ``rows`` (targets ×
+    words). Also sent as source to the kernel (SETUP), so both sides build results the same way."""
+    from types import SimpleNamespace
+
+    offsets, start = [], 0
+    for w in words:
+        offsets.append((start, start + len(w)))
+        start += len(w) + 1
+    return SimpleNamespace(text=" ".join(words), tokens=words, offsets=offsets, scores=rows, method=method,
+                           target_labels=["negative", "positive"], target_probs=[0.3, 0.7], **extra)
+
+
 SETUP = f"""\
 import json
-from types import SimpleNamespace
 
 import numpy as np
 
 from interp_widgets.widgets import ExampleListWidget, TokenHighlightWidget, compare
 
+{inspect.getsource(word_result)}
 words = {WORDS!r}
-text = " ".join(words)
-offsets, start = [], 0
-for w in words:
-    offsets.append((start, start + len(w)))
-    start += len(w) + 1
 scores = np.random.default_rng(0).normal(size=(2, len(words)))
-
-def result(rows, method):
-    return SimpleNamespace(text=text, tokens=words, offsets=offsets, scores=rows, method=method,
-                           target_labels=["negative", "positive"], target_probs=[0.3, 0.7])
+result = lambda rows, method: word_result(words, rows, method)
 
 token_widget = TokenHighlightWidget(result(scores, "ig"))
 comparison = compare([result(scores, "ig"), result(scores[::-1].copy(), "saliency")])
@@ -76,12 +82,7 @@ def notebook_kernel(jupyter_server) -> Iterator[None]:
 
 @pytest.fixture()
 def export_notebook(jupyter_server, notebook_kernel) -> str:
-    notebook = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(source) for source in (SETUP, "token_widget", "comparison", "examples", PRINT_GRANULARITY)],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
-    )
-    nbformat.write(notebook, jupyter_server.root_dir / NOTEBOOK)
-    return NOTEBOOK
+    return jupyter_server.write_notebook(NOTEBOOK, (SETUP, "token_widget", "comparison", "examples", PRINT_GRANULARITY))
 
 
 def _download(page, button, tmp_path):
@@ -208,17 +209,9 @@ def test_export_buttons_and_granularity(jupyter_server, export_notebook, recorde
 
 
 def _results():
-    from types import SimpleNamespace
-
-    text = " ".join(WORDS)
-    offsets, start = [], 0
-    for w in WORDS:
-        offsets.append((start, start + len(w)))
-        start += len(w) + 1
     rows = np.random.default_rng(1).normal(size=(2, len(WORDS)))
-    return [SimpleNamespace(text=text, tokens=WORDS, offsets=offsets, scores=sign * rows, method=method, true_label=truth,
-                            target_labels=["negative", "positive"], target_probs=[0.3, 0.7])
-            for sign, method, truth in ((1.0, "ig", "positive"), (-1.0, "occlusion", "negative"))]  # fmt: skip
+    return [word_result(WORDS, sign * rows, method, true_label=truth)
+            for sign, method, truth in ((1.0, "ig", "positive"), (-1.0, "occlusion", "negative"))]
 
 
 @pytest.mark.parametrize(

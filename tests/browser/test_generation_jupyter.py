@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 
-import nbformat
 import numpy as np
 import pytest
 from playwright.sync_api import expect
@@ -46,11 +45,7 @@ def generation_notebook(jupyter_server) -> str:
     from interp_widgets.demo.decoder import load_decoder
 
     load_decoder(progress=False)  # train or load once here, in the cache the kernel uses
-    notebook = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(source) for source in (SETUP, PRINT_STEP)],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
-    )
-    nbformat.write(notebook, jupyter_server.root_dir / NOTEBOOK)
+    jupyter_server.write_notebook(NOTEBOOK, (SETUP, PRINT_STEP))
     yield NOTEBOOK
     jupyter_server.reset()
 

@@ -11,7 +11,6 @@ import json
 import re
 from typing import Iterator
 
-import nbformat
 import numpy as np
 import pytest
 from playwright.sync_api import expect
@@ -59,12 +58,7 @@ def notebook_kernel(jupyter_server) -> Iterator[None]:
 @pytest.fixture()
 def token_notebook(jupyter_server, notebook_kernel) -> str:
     """Write the notebook afresh, without outputs, into the server's root; returns its name."""
-    notebook = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(source) for source in (SETUP, SHOW_WIDGET, SHOW_RESULT, PRINT_TARGET)],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
-    )
-    nbformat.write(notebook, jupyter_server.root_dir / NOTEBOOK)
-    return NOTEBOOK
+    return jupyter_server.write_notebook(NOTEBOOK, (SETUP, SHOW_WIDGET, SHOW_RESULT, PRINT_TARGET))
 
 
 def _facts(page) -> dict:

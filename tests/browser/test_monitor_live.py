@@ -12,7 +12,6 @@ from __future__ import annotations
 import re
 import time
 
-import nbformat
 import pytest
 from playwright.sync_api import expect
 
@@ -51,11 +50,7 @@ ROOT = ".iw-monitor"
 @pytest.fixture()
 def monitor_notebook(jupyter_server) -> str:
     assert (STATIC / "monitor.js").is_file(), "monitor bundle missing; run `npm --prefix js run build`"
-    notebook = nbformat.v4.new_notebook(
-        cells=[nbformat.v4.new_code_cell(source) for source in (SHOW, TRAIN)],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}},
-    )
-    nbformat.write(notebook, jupyter_server.root_dir / NOTEBOOK)
+    jupyter_server.write_notebook(NOTEBOOK, (SHOW, TRAIN))
     yield NOTEBOOK
     jupyter_server.shutdown_sessions()
 
