@@ -6,6 +6,8 @@ Prints ``bench:`` lines (medians over 5 fresh pages, so one slow trial on a shar
 - hover-to-tooltip latency on the 10k view;
 - the worst frame (largest ``requestAnimationFrame`` delta) while scrolling programmatically from the top to the
   bottom of the 10k view, 200 px per frame, once every block is built;
+- hover over a generated token in a generation view of 200, 1,000 and 2,000 tokens (half prompt, half generated):
+  from the event to the next frame (it recolours every source token), median and worst of 40 hovers;
 - the bytes one saved widget adds to a notebook: its widget state as ipywidgets saves it (``embed_data`` of the
   widget alone, binary buffers as base64) including the ESM and CSS the state carries, for 1k and 100 tokens.
 
@@ -25,7 +27,7 @@ import numpy as np
 from ipywidgets.embed import dependency_state, embed_data
 from playwright.sync_api import sync_playwright
 
-from interp_widgets.widgets import TokenHighlightWidget
+from interp_widgets.widgets import GenerationWidget, TokenHighlightWidget
 from interp_widgets.widgets._base import STATIC_DIR
 from interp_widgets.widgets._export import export_state
 
@@ -89,6 +91,42 @@ def widget(n: int) -> TokenHighlightWidget:
     return TokenHighlightWidget.from_arrays(text, words, offsets, rng.normal(size=(2, n)), target_labels=["neg", "pos"])
 
 
+GENERATION_HOVER = """async (n) => {
+  const el = document.getElementById("el");
+  for (let k = 0; k < 600 && el.querySelectorAll(".iw-token").length < n; k++) await new Promise((r) => setTimeout(r, 25));
+  const generated = Array.from(el.querySelectorAll(".iw-generated"));
+  const times = [];
+  for (let k = 0; k < 40; k++) {
+    const span = generated[(k * 7) % generated.length];
+    const t0 = performance.now();
+    span.dispatchEvent(new MouseEvent("mouseover", {bubbles: true}));  // recolours that step's sources
+    await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));  // style, layout and paint included
+    times.push(performance.now() - t0);
+  }
+  times.sort((a, b) => a - b);
+  return {median: times[20], worst: times[39]};
+}"""
+
+
+def generation_widget(n: int) -> GenerationWidget:
+    """A generation view of ``n / 2`` prompt and ``n / 2`` generated tokens with random scores (deterministic)."""
+    from interp_widgets.attribution.result import AttributionResult
+
+    prompt = generated = n // 2
+    tokens = [f"t{i}" for i in range(n)]
+    offsets = [(3 * i, 3 * i + len(t)) for i, t in enumerate(tokens)]
+    rng = np.random.default_rng(0)
+    scores = rng.normal(size=(generated, n))
+    for step in range(generated):
+        scores[step, prompt + step:] = np.nan  # a generated token sees only what came before it
+    return GenerationWidget(AttributionResult(
+        text="".join(t.ljust(3) for t in tokens), tokens=tokens, offsets=np.array(offsets),
+        special_mask=np.zeros(n, bool), word_ids=np.arange(n), sentence_ids=np.zeros(n, int), scores=scores,
+        target_labels=[f"'{tokens[prompt + s]}'@{prompt + s}" for s in range(generated)],
+        target_probs=rng.random(generated), target_ids=np.arange(generated), method="ig", signed=True,
+        generated_mask=np.arange(n) >= prompt, target_positions=np.arange(prompt - 1, n - 1)))  # fmt: skip
+
+
 def saved_bytes(w: TokenHighlightWidget) -> int:
     """Bytes of the widget's saved state (what a notebook stores for it), ESM and CSS included (the front end
     saves every attribute, so nothing is dropped as a default)."""
@@ -121,6 +159,15 @@ def main() -> None:
               f"[trials {', '.join(f'{x:.0f}' for x in hovers)}]")
         print(f"bench: token_widget_scroll_worst_frame_ms = {statistics.median(worst):.1f} (goal < 50)  "
               f"[trials {', '.join(f'{x:.0f}' for x in worst)}; {interactions[0]['frames']} frames each]")
+        for n in (200, 1000, 2000):
+            w = generation_widget(n)
+            page = browser.new_page(viewport={"width": 1000, "height": 800})
+            page.set_content(PAGE.format(css=w._css))
+            page.evaluate(MOUNT, {"esm": w._esm, "payload": json.loads(json.dumps(export_state(w)))})
+            hover = page.evaluate(GENERATION_HOVER, n)
+            page.close()
+            print(f"bench: generation_hover_recolour_{n}_tokens_ms = median {hover['median']:.1f}, worst "
+                  f"{hover['worst']:.1f} (goal < 50; hover over a generated token until the next frame)")
         browser.close()
     for n in (1000, 100):
         print(f"bench: token_widget_saved_bytes_{n} = {saved_bytes(widget(n))} (goal <= 61440)")
