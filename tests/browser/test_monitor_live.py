@@ -99,8 +99,9 @@ def test_monitor_updates_while_the_cell_runs(jupyter_server, monitor_notebook, r
             hovered_while_running = running.count() == 1
         page.wait_for_timeout(400)
 
-    growth = sorted(set(samples))
-    assert len(growth) >= 4 and growth[0] < growth[-1] < STEPS, f"rows seen while [*]: {samples}"
+    # rows that arrived while [*] showed, short of the total (the last flush may land before the prompt changes)
+    growth = sorted(set(samples) - {STEPS})
+    assert len(growth) >= 4 and growth[0] < growth[-1], f"rows seen while [*]: {samples}"
     assert samples == sorted(samples), samples  # never goes backwards
     assert len(pixels - {blank}) >= 3, "the ratio canvas did not repaint while the cell ran"
     assert re.match(r"step \d+", readout) and "encoder.0: " in readout, readout
@@ -108,7 +109,7 @@ def test_monitor_updates_while_the_cell_runs(jupyter_server, monitor_notebook, r
 
     cells.nth(1).locator(".jp-InputPrompt").filter(has_text=re.compile(r"^\s*\[\d+\]:\s*$")).wait_for(timeout=60_000)
     expect(cells.nth(1).locator(".jp-OutputArea-output", has_text="IW_LOGGED")).to_have_text(f"IW_LOGGED {STEPS}")
-    expect(view).to_have_attribute("data-iw-rows", str(STEPS))  # the throttled tail arrived after the cell
+    expect(view).to_have_attribute("data-iw-rows", str(STEPS))  # the throttled tail arrived, at the latest after the cell
     assert view.locator(".iw-monitor-status").inner_text() == f"step {STEPS - 1} · {STEPS} logged"
     recorded_page.requests.assert_loopback_only()
 
