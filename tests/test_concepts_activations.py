@@ -33,7 +33,7 @@ def test_token_rows_match_single_text_forward(fixture, request):
     before = model_fingerprint(model, tokenizer)
     store = collect_activations(model, tokenizer, TEXTS, layer="layer:0", progress=False, max_batch_tokens=300)
     assert model_fingerprint(model, tokenizer) == before
-    assert store.layer.endswith(".0") and store.unit == "token" and store.in_memory
+    assert store.layer == "layer:0" and store.unit == "token" and store.in_memory
     assert np.all(np.diff(store.text_ids) >= 0)
     for text_id in (0, 7, 39):
         hidden, enc = hidden_states(model, tokenizer, TEXTS[text_id], 0)

@@ -223,7 +223,7 @@ def test_importance_several_targets_persistence_and_errors(bert_classifier, bert
     assert np.all(np.diff(mean["mean_abs_contribution"].to_numpy()) <= 0)
     with pytest.raises(ValueError, match="one target"):
         mean_concept_importance(concepts, model, tokenizer, texts, target=[0, 1], progress=False)
-    with pytest.raises(ValueError, match="fitted on layer bert.encoder.layer.1"):
+    with pytest.raises(ValueError, match="fitted on layer layer:1, not layer:0"):
         concept_importance(concepts, model, tokenizer, "Fine.", layer=0)
     with pytest.raises(ValueError, match="pass layer="):
         concept_importance(PCAConcepts(3).fit(store[:]), model, tokenizer, "Fine.")

@@ -23,16 +23,16 @@ EVIL = "<img src=x onerror=alert(1)>"
 
 SETUP = f"""
 import sys, os
-sys.path.insert(0, {str(REPO)!r}); sys.path.insert(0, {str(REPO / "tests")!r})
+sys.path.insert(0, {str(REPO)!r})
 os.environ["HF_HUB_OFFLINE"] = "1"
 import numpy as np, torch
-import conftest
+from tests import tiny_models
 from interp_widgets.attribution import InputXGradient
 from transformers import BertConfig, BertForSequenceClassification
-tok = conftest.wordpiece_tokenizer.__wrapped__()
+tok = tiny_models.wordpiece_tokenizer()
 config = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                     intermediate_size=64, max_position_embeddings=64, num_labels=2, id2label={{0: "negative", 1: "positive"}})
-model = conftest._seeded(lambda: BertForSequenceClassification(config))
+model = tiny_models.seeded(lambda: BertForSequenceClassification(config))
 result = InputXGradient().attribute(model, tok, "Great film, awful {EVIL} ending")
 """
 

@@ -86,29 +86,31 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
                 module.__dict__[_CAPTURE_FLAG] = flag
 
 
-class _AttentionRecorder(ModelAdapter):
-    """An adapter whose forward passes also keep every layer's attention probabilities ``(rows, heads, T, T)`` and,
-    when gradients flow, the gradient of the summed row scores with respect to them."""
+class _AttentionRecorder:
+    """Keeps, for every forward pass of an adapter inside :meth:`recording`, each layer's attention probabilities
+    ``(rows, heads, T, T)`` and, when gradients flow, the gradient of the summed row scores with respect to them."""
 
     def __init__(self, adapter: ModelAdapter):
-        super().__init__(adapter.model, adapter.tokenizer, max_batch_tokens=adapter.max_batch_tokens)
+        self.adapter = adapter
         self.attentions: list[torch.Tensor] = []
         self.gradients: list[torch.Tensor | None] = []
         self._cursor = 0
 
-    def forward_embeds(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
-        out = self.model(inputs_embeds=embeds, attention_mask=attention_mask, output_attentions=True)
+    def recording(self):
+        """A context manager in which the adapter's forward passes return attention weights to this recorder."""
+        return self.adapter.observing(self._observe, output_attentions=True)
+
+    def _observe(self, out) -> None:
         attentions = list(getattr(out, "attentions", None) or [])
         if not attentions or any(a is None for a in attentions):
             raise UnsupportedModelError(
-                f"{type(self.model).__name__} returned no attention weights even with eager attention; attention "
+                f"{type(self.adapter.model).__name__} returned no attention weights even with eager attention; attention "
                 "methods need a model that supports output_attentions=True (load it with attn_implementation='eager')."
             )
         self.attentions, self.gradients, self._cursor = attentions, [None] * len(attentions), 0
         for layer, attention in enumerate(attentions):
             if attention.requires_grad:
                 attention.register_hook(self._gradient_store(layer))
-        return out.logits
 
     def _gradient_store(self, layer: int) -> Callable[[torch.Tensor], None]:
         def store(gradient: torch.Tensor) -> None:
@@ -209,8 +211,8 @@ class _AttentionMethod(Attributor):
 
         bar = progress_bar(self.progress, sum(n_rows), self.name)
         try:
-            with eager_attention(adapter.model):
-                evaluate_rows(recorder, problems, n_rows, build, consume, score=score, with_grad=self.per_target,
+            with eager_attention(adapter.model), recorder.recording():
+                evaluate_rows(adapter, problems, n_rows, build, consume, score=score, with_grad=self.per_target,
                               progress=bar)
         finally:
             if bar is not None:

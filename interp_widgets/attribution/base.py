@@ -18,7 +18,8 @@ import torch
 
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.attribution.problem import ExplainedInput, check_score_kind, prepare_inputs
-from interp_widgets.attribution.result import GRANULARITIES, AttributionCollection, AttributionResult
+from interp_widgets.attribution.result import AttributionCollection, AttributionResult
+from interp_widgets.text_units import GRANULARITIES
 
 REDUCTIONS = {
     "sum": "sum over embedding dimension (signed)",

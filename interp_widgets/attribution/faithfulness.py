@@ -21,7 +21,8 @@ from interp_widgets.adapter import TASK_CLASSIFICATION
 from interp_widgets.attribution.base import as_adapter
 from interp_widgets.attribution.gradient import baseline_embeddings
 from interp_widgets.attribution.problem import evaluate_rows, prepare_inputs
-from interp_widgets.attribution.result import AttributionCollection, AttributionResult, unit_members
+from interp_widgets.attribution.result import AttributionCollection, AttributionResult
+from interp_widgets.text_units import unit_members
 
 
 @dataclass

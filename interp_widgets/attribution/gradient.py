@@ -19,7 +19,8 @@ from typing import Callable
 import numpy as np
 import torch
 
-from interp_widgets.adapter import Encoding, ModelAdapter
+from interp_widgets.adapter import ModelAdapter
+from interp_widgets.text_units import Encoding
 from interp_widgets.attribution.base import REDUCTIONS, Attributor, progress_bar, reduce_embedding_dim
 from interp_widgets.attribution.problem import RowChunk, evaluate_rows
 from interp_widgets.attribution.result import AttributionResult

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from interp_widgets.attribution.result import AttributionResult
+from interp_widgets.text_units import encode
 
 
 def _to_numpy(values: Any) -> np.ndarray:
@@ -116,22 +117,15 @@ def from_captum(
             values = np.linalg.norm(values, axis=-1)
         else:
             raise ValueError(f"unknown reduce {reduce!r}; use 'sum' or 'norm'")
-    from interp_widgets.adapter import _SENTENCE_END, _WORD_PATTERN, _spans, _unit_ids
-
-    enc = tokenizer(text, return_offsets_mapping=True, return_special_tokens_mask=True)
-    if len(enc["input_ids"]) != values.shape[-1]:
+    enc = encode(tokenizer, text)
+    if len(enc) != values.shape[-1]:
         raise ValueError(
-            f"attributions cover {values.shape[-1]} tokens but tokenizer(text) gives {len(enc['input_ids'])}; "
+            f"attributions cover {values.shape[-1]} tokens but tokenizer(text) gives {len(enc)}; "
             "pass the same text (and special tokens) that Captum explained"
         )
-    offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-    special = np.asarray(enc["special_tokens_mask"], dtype=bool)
-    pieces = tokenizer.convert_ids_to_tokens(enc["input_ids"])
-    tokens = [pieces[i] if special[i] else text[a:b] or pieces[i] for i, (a, b) in enumerate(offsets)]
     return AttributionResult(
-        text=text, tokens=tokens, offsets=offsets, special_mask=special,
-        word_ids=_unit_ids(offsets, special, text, _spans(_WORD_PATTERN, text, split=False)),
-        sentence_ids=_unit_ids(offsets, special, text, _spans(_SENTENCE_END, text, split=True)),
+        text=text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
+        word_ids=enc.word_ids, sentence_ids=enc.sentence_ids,
         scores=values[None, :], target_labels=[target_label], target_probs=[target_prob], target_ids=[target_id],
         method=method, params={"source": "captum"},
         reduce="sum over embedding dimension (signed)" if reduce == "sum" or values.ndim == 1 else "L2 norm (unsigned)",

@@ -26,11 +26,13 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from interp_widgets.adapter import Encoding, ModelAdapter
+from interp_widgets.adapter import ModelAdapter
+from interp_widgets.text_units import Encoding
 from interp_widgets.attribution.base import Attributor, progress_bar
 from interp_widgets.attribution.gradient import BASELINES, baseline_embeddings
 from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
-from interp_widgets.attribution.result import AttributionResult, unit_members
+from interp_widgets.attribution.result import AttributionResult
+from interp_widgets.text_units import unit_members
 
 
 def unit_tokens(encoding: Encoding, granularity: str) -> list[np.ndarray]:

@@ -18,13 +18,8 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from interp_widgets.adapter import (
-    TASK_CAUSAL_LM,
-    TASK_CLASSIFICATION,
-    TASK_MASKED_LM,
-    Encoding,
-    ModelAdapter,
-)
+from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, ModelAdapter
+from interp_widgets.text_units import Encoding
 
 SCORE_KINDS = ("logit", "probability", "log_probability")
 

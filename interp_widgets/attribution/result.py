@@ -19,28 +19,10 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-GRANULARITIES = ("token", "word", "sentence")
+from interp_widgets.text_units import GRANULARITIES, unit_members
+
 AGGREGATIONS = ("sum", "mean", "maxabs")
 _FORMAT_VERSION = 1
-
-
-def unit_members(special_mask: np.ndarray, word_ids: np.ndarray, sentence_ids: np.ndarray,
-                 granularity: str) -> list[np.ndarray]:
-    """Token indices of every unit at a granularity, in unit order; special tokens belong to no unit.
-
-    This one rule defines the columns of :meth:`AttributionResult.aggregate`, the units perturbation methods mask
-    and the units faithfulness curves delete.
-
-    Example:
-        >>> unit_members(np.array([1, 0, 0, 0, 1], bool), np.array([-1, 0, 0, 1, -1]), np.zeros(5, int), "word")
-        [array([1, 2]), array([3])]
-    """
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"unknown granularity {granularity!r}; use one of {GRANULARITIES}")
-    if granularity == "token":
-        return [np.array([i]) for i in np.flatnonzero(~np.asarray(special_mask, bool))]
-    ids = np.asarray(word_ids if granularity == "word" else sentence_ids)
-    return [np.flatnonzero(ids == unit) for unit in sorted(set(ids[ids >= 0].tolist()))]
 
 
 @dataclass

@@ -525,7 +525,7 @@ def collect_activations(
     from tqdm.auto import tqdm
 
     adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
-    layer_path, _ = adapter.get_layer(layer)
+    layer_name = adapter.resolve_layer(layer).name
     if isinstance(texts, str):
         texts = [texts]
     texts = list(texts)
@@ -568,9 +568,9 @@ def collect_activations(
         captured["hidden"] = (output[0] if isinstance(output, (tuple, list)) else output).detach()
         raise _StopForward
 
-    bar = tqdm(total=len(texts), desc=f"activations {layer_path}", unit="text", disable=not progress)
+    bar = tqdm(total=len(texts), desc=f"activations {layer_name}", unit="text", disable=not progress)
     try:
-        with adapter.evaluation(), torch.inference_mode(), adapter.hooks({layer_path: hook}):
+        with adapter.evaluation(), torch.inference_mode(), adapter.hooks({layer_name: hook}):
             for window in range(0, len(texts), _WINDOW_TEXTS):
                 window_texts = texts[window:window + _WINDOW_TEXTS]
                 encodings = []
@@ -593,7 +593,7 @@ def collect_activations(
                     except _StopForward:
                         pass
                     if "hidden" not in captured:
-                        raise RuntimeError(f"layer {layer_path} did not run during the forward pass")
+                        raise RuntimeError(f"layer {layer_name} did not run during the forward pass")
                     hidden = captured["hidden"].float().cpu().numpy()
                     for row, i in enumerate(batch):
                         per_text[i] = _rows_of(encodings[i], hidden[row, :len(encodings[i])], unit, pooling,
@@ -605,7 +605,7 @@ def collect_activations(
     finally:
         bar.close()
     info = {
-        "layer": layer_path, "unit": unit, "pooling": pooling, "include_special": include_special,
+        "layer": layer_name, "unit": unit, "pooling": pooling, "include_special": include_special,
         "model": type(model).__name__, "name_or_path": str(getattr(model.config, "_name_or_path", "")),
         "spanless_tokens": spanless, "rank": rank, "world_size": world, "text_offset": offset,
     }

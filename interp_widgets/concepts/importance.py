@@ -247,11 +247,12 @@ def _prepare(concept_model: ConceptModel, model, tokenizer, text: str, layer):
     layer = layer if layer is not None else concept_model.layer_
     if layer is None:
         raise ValueError("the concept model does not record its layer (it was fitted on an array); pass layer=")
-    layer_path, _ = adapter.get_layer(layer)
-    if concept_model.layer_ is not None and layer_path != concept_model.layer_:
-        raise ValueError(f"the concept model was fitted on layer {concept_model.layer_}, not {layer_path}; pass "
+    layer_name = adapter.resolve_layer(layer).name
+    fitted_on = concept_model.layer_ and adapter.resolve_layer(concept_model.layer_).name  # older saves hold paths
+    if fitted_on is not None and layer_name != fitted_on:
+        raise ValueError(f"the concept model was fitted on layer {fitted_on}, not {layer_name}; pass "
                          "the layer it was fitted on")
-    return adapter, layer_path, adapter.encode(text)
+    return adapter, layer_name, adapter.encode(text)
 
 
 def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, layer=None) -> TextConcepts:
@@ -262,13 +263,13 @@ def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, l
     Example:
         >>> tc = text_concepts(concepts, model, tokenizer, "The soup was cold.")  # doctest: +SKIP
     """
-    adapter, layer_path, enc = _prepare(concept_model, model, tokenizer, text, layer)
+    adapter, layer_name, enc = _prepare(concept_model, model, tokenizer, text, layer)
     ids = torch.as_tensor(enc.input_ids, device=adapter.device)[None]
-    with adapter.evaluation(), torch.inference_mode(), adapter.capture([layer_path]) as captured:
+    with adapter.evaluation(), torch.inference_mode(), adapter.capture([layer_name]) as captured:
         model(input_ids=ids)
-    hidden = captured[layer_path][0][0].float().cpu().numpy()
+    hidden = captured[layer_name][0][0].float().cpu().numpy()
     return TextConcepts(text=text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
-                        coefficients=concept_model.transform(hidden), layer=layer_path,
+                        coefficients=concept_model.transform(hidden), layer=layer_name,
                         method=type(concept_model).__name__)
 
 
@@ -317,7 +318,7 @@ def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str,
         >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")  # doctest: +SKIP
         >>> imp.per_concept("positive")                                                                # doctest: +SKIP
     """
-    adapter, layer_path, enc = _prepare(concept_model, model, tokenizer, text, layer)
+    adapter, layer_name, enc = _prepare(concept_model, model, tokenizer, text, layer)
     if adapter.task not in (TASK_CLASSIFICATION, TASK_CAUSAL_LM):
         raise ValueError(f"concept importance explains classifiers and causal LMs; this model is a {adapter.task}")
     ids = torch.as_tensor(enc.input_ids, device=adapter.device)[None]
@@ -332,14 +333,14 @@ def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str,
         state["coefficients"], state["residual"] = leaf, (hidden - decoded).detach()
         return _replace_hidden(output, decoded + state["residual"])
 
-    with adapter.evaluation(), torch.enable_grad(), adapter.hooks({layer_path: patch}):
+    with adapter.evaluation(), torch.enable_grad(), adapter.hooks({layer_name: patch}):
         logits = model(input_ids=ids).logits
         target_ids, labels, scores = _targets(adapter, logits, target)
         gradients = [torch.autograd.grad(scores[t], state["coefficients"], retain_graph=True)[0] for t in target_ids]
     leaf = state["coefficients"]
     return ConceptImportance(
         text=text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
-        coefficients=leaf.detach().double().cpu().numpy(), layer=layer_path, method=type(concept_model).__name__,
+        coefficients=leaf.detach().double().cpu().numpy(), layer=layer_name, method=type(concept_model).__name__,
         gradients=torch.stack(gradients).double().cpu().numpy(), target_labels=labels, target_ids=target_ids,
         target_scores=[float(scores[t].detach()) for t in target_ids],
         params={"score": "logit", "residual": "kept"},

@@ -1,0 +1,59 @@
+"""The doctest namespace: the names every ``Example:`` block in ``interp_widgets/`` may use without defining them.
+
+``pytest --doctest-modules interp_widgets`` runs those blocks against the tiny offline models of
+:mod:`tests.tiny_models`, so an example shows real output of real (tiny) models:
+
+- ``np``, ``torch``
+- ``tokenizer`` and ``model``: a 2-layer BERT classifier (d = 32, labels negative / neutral / positive) with the
+  MiniLM WordPiece tokenizer; ``adapter`` is their ``ModelAdapter``
+- ``masked_lm``: a 2-layer BERT masked LM with the same tokenizer
+- ``lm`` and ``lm_tokenizer``: a 2-layer GPT-2 causal LM with a byte-level BPE tokenizer
+- ``texts``: 40 sentences of the demo corpus
+- ``result``: a saliency ``AttributionResult`` of ``model`` on "Not bad at all, honestly."
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(autouse=True)
+def _doctest_names(request):
+    """Fill the doctest namespace only for doctest items, so the test suite does not build these objects."""
+    if not isinstance(request.node, pytest.DoctestItem):
+        yield
+        return
+    import numpy as np
+    import torch
+
+    from interp_widgets.adapter import ModelAdapter
+    from interp_widgets.attribution import Saliency
+    from interp_widgets.demo import corpus
+    from tests import tiny_models
+
+    model, tokenizer = tiny_models.bert_classifier()
+    lm, lm_tokenizer = tiny_models.gpt2_lm()
+    namespace = request.getfixturevalue("doctest_namespace")
+    namespace.update(
+        np=np, torch=torch, model=model, tokenizer=tokenizer, adapter=ModelAdapter(model, tokenizer),
+        masked_lm=tiny_models.bert_masked_lm()[0], lm=lm, lm_tokenizer=lm_tokenizer, texts=corpus()[:40],
+        result=_saliency_result(Saliency, model, tokenizer),
+    )
+    torch.manual_seed(0)
+    np.random.seed(0)
+    yield
+
+
+_CACHE: dict = {}
+
+
+def _saliency_result(method, model, tokenizer):
+    if "result" not in _CACHE:
+        _CACHE["result"] = method().attribute(model, tokenizer, "Not bad at all, honestly.")
+    return _CACHE["result"]

@@ -1,0 +1,405 @@
+"""Layer names, layer resolution and hooks: what a model needs, without a tokenizer.
+
+Every output of the package (activation stores, concept models, the training monitor, attribution results) records
+one **canonical layer name**, the ``name`` of the :class:`LayerPoint` that :func:`resolve_layer` returns:
+
+=============================  =================================================================================
+canonical name                 the point in block ``i``
+=============================  =================================================================================
+``layer:i``                    the block's output (the residual stream after the block, before any final norm)
+``layer:i.resid_pre``          the block's input (the residual stream before the block)
+``layer:i.attn_out``           what the attention sublayer adds to the residual stream
+``layer:i.resid_mid``          the residual stream after attention and before the MLP
+``layer:i.mlp_out``            what the MLP sublayer adds to the residual stream
+``encoder.layer:i``, …         the same points in the encoder or the decoder of an encoder–decoder model
+a module path                  any other module, by its path in ``model.named_modules()``
+=============================  =================================================================================
+
+:func:`resolve_layer` also accepts an int block index (``-1`` is the last block), a block's module path
+(``"bert.encoder.layer.3"`` resolves to ``layer:3``), a module object, and TransformerLens / SAELens hook names
+(:func:`from_hook_name`):
+
+=============================  ==========================
+TransformerLens / SAELens      canonical name
+=============================  ==========================
+``blocks.i.hook_resid_pre``    ``layer:i.resid_pre``
+``blocks.i.hook_resid_mid``    ``layer:i.resid_mid``
+``blocks.i.hook_resid_post``   ``layer:i``
+``blocks.i.hook_attn_out``     ``layer:i.attn_out``
+``blocks.i.hook_mlp_out``      ``layer:i.mlp_out``
+=============================  ==========================
+
+The last block's ``hook_resid_post`` is before the final norm, and so is ``layer:<last>``; Hugging Face's last
+``hidden_states`` entry is after it. Sub-points are found from the block's own modules: post-norm encoders (BERT,
+RoBERTa, MiniLM…) read ``attention.output.dense``, ``attention`` and ``output.dense``; pre-norm decoders (GPT-2,
+Llama, Qwen, Mistral, Gemma, Phi…) read the attention and MLP modules and the input of the second norm.
+
+Hooks are context managers (:func:`hooks`, :func:`capture`, :func:`evaluation`) that remove themselves on exit,
+on errors and on Ctrl-C, and restore every module's train/eval mode.
+
+Example:
+    >>> [resolve_layer(model, spec).name for spec in (1, "bert.encoder.layer.0", "blocks.1.hook_attn_out")]
+    ['layer:1', 'layer:0', 'layer:1.attn_out']
+    >>> resolve_layer(model, "layer:1.attn_out").path
+    'bert.encoder.layer.1.attention.output.dense'
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+SUB_POINTS = ("resid_pre", "attn_out", "resid_mid", "mlp_out")
+STACKS = ("encoder", "decoder")
+_BLOCK_NAME = re.compile(r"(?:(encoder|decoder)\.)?layer:(-?\d+)(?:\.(resid_pre|resid_post|attn_out|resid_mid|mlp_out))?")
+_HOOK_NAME = re.compile(r"blocks\.(\d+)\.hook_(resid_pre|resid_mid|resid_post|attn_out|mlp_out)")
+
+# Attribute paths inside one block, first match wins. Post-norm blocks (BERT family) apply LayerNorm after each
+# residual sum, so the sublayer outputs are the dense projections before it and resid_mid is the attention output.
+_POST_NORM = {"attn_out": ("attention.output.dense",), "mlp_out": ("output.dense",), "resid_mid": ("attention",)}
+_PRE_NORM = {
+    "attn_out": ("self_attn", "attn", "attention", "self_attention", "mixer"),
+    "mlp_out": ("mlp", "feed_forward", "ffn", "block_sparse_moe"),
+    "resid_mid": ("post_attention_layernorm", "ln_2", "ln_mlp", "norm2"),  # the input of the second norm
+}
+_INPUT_SITES = {"resid_pre"}
+
+
+class UnsupportedModelError(TypeError):
+    """Raised for a model whose structure or task interp_widgets cannot handle."""
+
+
+@dataclass(frozen=True)
+class LayerPoint:
+    """One place in a model to read or patch: its canonical ``name``, the module ``path`` and the hooked ``module``.
+
+    ``site`` is ``"output"`` (the module's output, a forward hook) or ``"input"`` (its first input, a forward
+    pre-hook); ``block`` is the block index for block points, else None.
+
+    Example:
+        >>> point = resolve_layer(model, "layer:0.resid_mid")
+        >>> point.name, point.path, point.site
+        ('layer:0.resid_mid', 'bert.encoder.layer.0.attention', 'output')
+    """
+
+    name: str
+    path: str
+    module: nn.Module
+    site: str = "output"
+    block: int | None = None
+
+
+def _config_layers(model: nn.Module, stack: str | None) -> int | None:
+    config = getattr(model, "config", None)
+    if config is None:
+        return None
+    keys = {None: ("num_hidden_layers", "n_layer", "num_layers"),
+            "encoder": ("encoder_layers", "num_layers"),
+            "decoder": ("decoder_layers", "num_decoder_layers", "num_layers")}[stack]
+    for key in keys:
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def is_encoder_decoder(model: nn.Module) -> bool:
+    """Whether ``model`` is an encoder–decoder model (T5, BART, Marian…), whose layers are ``encoder.layer:i``.
+
+    Example:
+        >>> is_encoder_decoder(model)
+        False
+    """
+    return bool(getattr(getattr(model, "config", None), "is_encoder_decoder", False))
+
+
+def blocks(model: nn.Module, stack: str | None = None) -> tuple[str, nn.ModuleList]:
+    """The module path and list of transformer blocks (``bert.encoder.layer``, ``transformer.h``, ``model.layers``…).
+
+    Encoder–decoder models need ``stack="encoder"`` or ``"decoder"``.
+
+    Example:
+        >>> blocks(model)[0]
+        'bert.encoder.layer'
+    """
+    if is_encoder_decoder(model):
+        if stack not in STACKS:
+            raise ValueError(f"{type(model).__name__} is an encoder–decoder model; name the stack: "
+                             "'encoder.layer:i' or 'decoder.layer:i'")
+        root = model.get_encoder() if stack == "encoder" else model.get_decoder()
+        prefix = next(name for name, module in model.named_modules() if module is root)
+        scope = [(f"{prefix}.{name}" if prefix else name, module) for name, module in root.named_modules()]
+    elif stack is not None:
+        raise ValueError(f"{type(model).__name__} has one stack of blocks; use 'layer:i', not '{stack}.layer:i'")
+    else:
+        scope = list(model.named_modules())
+    n_layers = _config_layers(model, stack)
+    for name, module in scope:
+        if isinstance(module, nn.ModuleList) and len(module) > 0 and (n_layers is None or len(module) == n_layers):
+            return name, module
+    raise UnsupportedModelError(f"could not find the transformer blocks of {type(model).__name__}; "
+                                "pass a module path from model.named_modules() instead")
+
+
+def _stacks(model: nn.Module) -> tuple[str | None, ...]:
+    return STACKS if is_encoder_decoder(model) else (None,)
+
+
+def layer_names(model: nn.Module) -> list[str]:
+    """Every canonical block name of ``model`` (``layer:i`` and its sub-points), then every module path.
+
+    Example:
+        >>> layer_names(model)[:6]
+        ['layer:0', 'layer:0.resid_pre', 'layer:0.attn_out', 'layer:0.resid_mid', 'layer:0.mlp_out', 'layer:1']
+    """
+    names = []
+    for stack in _stacks(model):
+        _, found = blocks(model, stack)
+        prefix = f"{stack}." if stack else ""
+        for i in range(len(found)):
+            names += [f"{prefix}layer:{i}"] + [f"{prefix}layer:{i}.{point}" for point in SUB_POINTS]
+    return names + [name for name, _ in model.named_modules() if name]
+
+
+def from_hook_name(hook_name: str) -> str:
+    """The canonical name of a TransformerLens / SAELens hook name (``blocks.8.hook_resid_post`` → ``layer:8``).
+
+    Example:
+        >>> from_hook_name("blocks.8.hook_resid_post"), from_hook_name("blocks.2.hook_mlp_out")
+        ('layer:8', 'layer:2.mlp_out')
+    """
+    match = _HOOK_NAME.fullmatch(hook_name.strip())
+    if match is None:
+        raise ValueError(
+            f"unsupported hook name {hook_name!r}; interp_widgets maps blocks.<i>.hook_resid_pre, hook_resid_mid, "
+            "hook_resid_post, hook_attn_out and hook_mlp_out. Pass a module path for anything else."
+        )
+    block, point = int(match.group(1)), match.group(2)
+    return f"layer:{block}" if point == "resid_post" else f"layer:{block}.{point}"
+
+
+def to_hook_name(name: str) -> str:
+    """The TransformerLens / SAELens hook name of a canonical block name (``layer:8`` → ``blocks.8.hook_resid_post``).
+
+    Example:
+        >>> to_hook_name("layer:8"), to_hook_name("layer:3.attn_out")
+        ('blocks.8.hook_resid_post', 'blocks.3.hook_attn_out')
+    """
+    match = _BLOCK_NAME.fullmatch(name.strip())
+    if match is None or match.group(1) or int(match.group(2)) < 0:
+        raise ValueError(f"{name!r} is not a canonical block name of a decoder or encoder (layer:i or layer:i.<point>)")
+    return f"blocks.{int(match.group(2))}.hook_{match.group(3) or 'resid_post'}"
+
+
+def _sub_module(model: nn.Module, block_path: str, block: nn.Module, point: str) -> tuple[str, nn.Module, str]:
+    if point == "resid_pre":
+        return block_path, block, "input"
+    modules = dict(block.named_modules())
+    post_norm = "attention.output.LayerNorm" in modules or "attention.output.layer_norm" in modules
+    for candidate in (_POST_NORM if post_norm else _PRE_NORM)[point]:
+        if candidate in modules:
+            site = "input" if point == "resid_mid" and not post_norm else "output"
+            return f"{block_path}.{candidate}", modules[candidate], site
+    children = [name for name, _ in block.named_children()]
+    raise UnsupportedModelError(
+        f"cannot find the {point} point in the blocks of {type(model).__name__} (block children: {children}); "
+        f"pass a module path such as '{block_path}.{children[0] if children else '...'}' instead"
+    )
+
+
+def _block_point(model: nn.Module, stack: str | None, index: int, point: str | None) -> LayerPoint:
+    block_path, found = blocks(model, stack)
+    prefix = f"{stack}." if stack else ""
+    if not -len(found) <= index < len(found):
+        raise ValueError(f"layer index {index} is out of range; this model has {len(found)} blocks "
+                         f"({prefix}layer:0..{prefix}layer:{len(found) - 1}).")
+    index %= len(found)
+    base = f"{prefix}layer:{index}"
+    if point in (None, "resid_post"):
+        return LayerPoint(base, f"{block_path}.{index}", found[index], "output", index)
+    path, module, site = _sub_module(model, f"{block_path}.{index}", found[index], point)
+    return LayerPoint(f"{base}.{point}", path, module, site, index)
+
+
+def _unknown(model: nn.Module, layer) -> ValueError:
+    modules = [name for name, _ in model.named_modules() if name]
+    try:
+        shortcuts = [name for name in layer_names(model) if ":" in name and "." not in name.split(":")[1]]
+    except UnsupportedModelError:
+        shortcuts = []
+    close = [n for n in modules if isinstance(layer, str) and layer and layer.split(".")[-1] in n][:8]
+    listed = shortcuts[:12] + (["…"] if len(shortcuts) > 12 else [])
+    return ValueError(
+        f"unknown layer {layer!r}; use one of {listed or modules[:12]}"
+        + (", a sub-point such as 'layer:0.attn_out'" if shortcuts else "")
+        + " or a module path" + (f" (similar names: {close})" if close else "")
+        + "; layer_names(model) lists them all."
+    )
+
+
+def resolve_layer(model: nn.Module, layer: str | int | nn.Module) -> LayerPoint:
+    """Resolve a layer given as a canonical name, an int block index, a module path, a module or a hook name.
+
+    Block modules get their canonical ``layer:i`` name whichever way they are given. Unknown names raise a
+    ValueError that lists valid names.
+
+    Example:
+        >>> resolve_layer(model, -1).name, resolve_layer(model, "bert.pooler").name
+        ('layer:1', 'bert.pooler')
+        >>> resolve_layer(model, "layer:7")
+        Traceback (most recent call last):
+        ...
+        ValueError: layer index 7 is out of range; this model has 2 blocks (layer:0..layer:1).
+    """
+    if isinstance(layer, nn.Module):
+        for name, module in model.named_modules():
+            if module is layer:
+                return resolve_layer(model, name) if name else LayerPoint("", "", module)
+        raise ValueError("the given module is not part of this model; pass one of model.modules() or its path")
+    if isinstance(layer, (int, np.integer)) and not isinstance(layer, bool):
+        if is_encoder_decoder(model):
+            raise ValueError(f"{type(model).__name__} is an encoder–decoder model; name the stack: "
+                             f"'encoder.layer:{int(layer)}' or 'decoder.layer:{int(layer)}'")
+        return _block_point(model, None, int(layer), None)
+    if not isinstance(layer, str):
+        raise TypeError(f"layer must be a name such as 'layer:3', an int block index or a module; "
+                        f"got {type(layer).__name__}")
+    spec = layer.strip()
+    if _HOOK_NAME.fullmatch(spec):
+        spec = from_hook_name(spec)
+    match = _BLOCK_NAME.fullmatch(spec)
+    if match is not None:
+        return _block_point(model, match.group(1), int(match.group(2)), match.group(3))
+    modules = dict(model.named_modules())
+    if spec and spec in modules:
+        for stack in _stacks(model):
+            try:
+                block_path, found = blocks(model, stack)
+            except UnsupportedModelError:
+                break
+            prefix = f"{block_path}."
+            if spec.startswith(prefix) and spec[len(prefix):].isdigit() and int(spec[len(prefix):]) < len(found):
+                return _block_point(model, stack, int(spec[len(prefix):]), None)
+        return LayerPoint(spec, spec, modules[spec])
+    raise _unknown(model, layer)
+
+
+def hidden_of(value):
+    """The hidden-state tensor of a module's output or input: the first element of a tuple, or the tensor itself.
+
+    Example:
+        >>> hidden_of((torch.ones(1, 2, 3), None)).shape
+        torch.Size([1, 2, 3])
+    """
+    value = value[0] if isinstance(value, (tuple, list)) else value
+    return getattr(value, "last_hidden_state", value)
+
+
+def _replace_hidden(value, hidden):
+    if isinstance(value, tuple):
+        return (hidden, *value[1:])
+    if isinstance(value, list):
+        return [hidden, *value[1:]]
+    return hidden
+
+
+def register(point: LayerPoint, fn: Callable) -> torch.utils.hooks.RemovableHandle:
+    """Register ``fn(module, inputs, value)`` at ``point`` and return the handle (the caller removes it).
+
+    For an output point ``value`` is the module's output, as in a torch forward hook; for an input point it is the
+    hidden-state input. A tensor returned by ``fn`` replaces the hidden state (at an output point, a returned value
+    replaces the output, as in torch).
+
+    Example:
+        >>> seen = []
+        >>> handle = register(resolve_layer(model, "layer:0.resid_pre"), lambda m, i, h: seen.append(h.shape))
+        >>> _ = model(input_ids=torch.tensor([[101, 2204, 102]])); handle.remove()
+        >>> seen
+        [torch.Size([1, 3, 32])]
+    """
+    if point.site == "output":
+        return point.module.register_forward_hook(fn)
+
+    def pre_hook(module, args, kwargs):
+        if args:
+            new = fn(module, args, args[0])
+            return None if new is None else ((new, *args[1:]), kwargs)
+        new = fn(module, args, kwargs.get("hidden_states"))
+        return None if new is None else (args, {**kwargs, "hidden_states": new})
+
+    return point.module.register_forward_pre_hook(pre_hook, with_kwargs=True)
+
+
+@contextlib.contextmanager
+def hooks(model: nn.Module, fns: dict[str | int, Callable]) -> Iterator[dict[str, LayerPoint]]:
+    """Install ``{layer: fn(module, inputs, value)}`` hooks (see :func:`register`) for the ``with`` block.
+
+    Yields the resolved points by canonical name. The hooks are removed on exit, on errors and on Ctrl-C.
+
+    Example:
+        >>> with hooks(model, {"layer:1": lambda m, i, out: None}) as points, torch.no_grad():
+        ...     _ = model(input_ids=torch.tensor([[101, 2204, 102]]))
+        >>> list(points)
+        ['layer:1']
+    """
+    handles, points = [], {}
+    try:
+        for layer, fn in fns.items():
+            point = resolve_layer(model, layer)
+            points[point.name] = point
+            handles.append(register(point, fn))
+        yield points
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@contextlib.contextmanager
+def capture(model: nn.Module, layers: Sequence[str | int]) -> Iterator[dict[str, list[torch.Tensor]]]:
+    """Record the (detached) hidden state at each layer during the ``with`` block, keyed by canonical name.
+
+    Example:
+        >>> with capture(model, ["layer:1", 0]) as acts, torch.no_grad():
+        ...     _ = model(input_ids=torch.tensor([[101, 2204, 102]]))
+        >>> {name: tuple(tensors[0].shape) for name, tensors in acts.items()}
+        {'layer:1': (1, 3, 32), 'layer:0': (1, 3, 32)}
+    """
+    names = [resolve_layer(model, layer).name for layer in layers]
+    store: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+
+    def recorder(key):
+        def hook(module, inputs, value):
+            store[key].append(hidden_of(value).detach())
+
+        return hook
+
+    with hooks(model, {name: recorder(name) for name in names}):
+        yield store
+
+
+@contextlib.contextmanager
+def evaluation(model: nn.Module) -> Iterator[None]:
+    """Put ``model`` in eval mode for the block and restore the train/eval mode of every module afterwards.
+
+    Example:
+        >>> _ = model.train()
+        >>> with evaluation(model):
+        ...     model.training
+        False
+        >>> model.training
+        True
+        >>> _ = model.eval()
+    """
+    modes = [(m, m.training) for m in model.modules()]
+    try:
+        model.eval()
+        yield
+    finally:
+        for module, mode in modes:
+            module.training = mode
