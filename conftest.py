@@ -57,3 +57,14 @@ def _saliency_result(method, model, tokenizer):
     if "result" not in _CACHE:
         _CACHE["result"] = method().attribute(model, tokenizer, "Not bad at all, honestly.")
     return _CACHE["result"]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A skipped test is a failed test: CI must not go green on tests that did not run (doctests included)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped tests fail here ({reason}); make the test run or remove it"

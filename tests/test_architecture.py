@@ -1,0 +1,72 @@
+"""The package's structure: no import cycle between any two modules, counting imports inside functions.
+
+The layer contracts themselves are import-linter contracts in ``pyproject.toml``, checked by ``lint-imports`` in the
+README's test command; this test covers what a sibling-level contract cannot see (a module and its own package).
+"""
+
+from __future__ import annotations
+
+import grimp
+
+
+def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components with more than one member, iteratively (no recursion limit)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    counter = 0
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        member = stack.pop()
+                        on_stack.discard(member)
+                        component.append(member)
+                        if member == node:
+                            break
+                    if len(component) > 1:
+                        components.append(sorted(component))
+    return components
+
+
+def test_strongly_connected_finds_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
+    assert strongly_connected(graph) == [["a", "b", "c"]]
+    assert strongly_connected({"a": {"b"}, "b": set()}) == []
+
+
+def test_no_import_cycle_between_any_two_modules():
+    graph = grimp.build_graph("interp_widgets", cache_dir=None)
+    edges = {module: set(graph.find_modules_directly_imported_by(module)) for module in graph.modules}
+    cycles = strongly_connected(edges)
+    details = [
+        " ; ".join(f"{a} -> {b} (line {', '.join(str(d['line_number']) for d in graph.get_import_details(importer=a, imported=b))})"
+                   for a in cycle for b in sorted(edges[a] & set(cycle)))
+        for cycle in cycles
+    ]
+    assert not cycles, "import cycles:\n" + "\n".join(details)
