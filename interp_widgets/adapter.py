@@ -41,8 +41,8 @@ def detect_task(model: nn.Module) -> str:
     """Return the task of a Hugging Face model: sequence classification, causal LM or masked LM.
 
     Example:
-        >>> detect_task(GPT2LMHeadModel(GPT2Config(n_layer=1)))  # doctest: +SKIP
-        'causal-lm'
+        >>> detect_task(model), detect_task(lm)
+        ('sequence-classification', 'causal-lm')
     """
     from transformers.models.auto import modeling_auto as auto
 
@@ -71,9 +71,9 @@ class ModelAdapter:
         max_batch_tokens: cap on padded tokens per forward pass; evaluations are bucketed by length under it.
 
     Example:
-        >>> adapter = ModelAdapter(model, tokenizer, max_batch_tokens=4096)  # doctest: +SKIP
-        >>> adapter.task                                                     # doctest: +SKIP
-        'sequence-classification'
+        >>> adapter = ModelAdapter(model, tokenizer, max_batch_tokens=4096)
+        >>> adapter.task, adapter.labels
+        ('sequence-classification', ['negative', 'neutral', 'positive'])
     """
 
     def __init__(self, model: nn.Module, tokenizer, *, max_batch_tokens: int = 16384):
@@ -137,7 +137,7 @@ class ModelAdapter:
         """Tokenize one text or a list of texts; errors name the index of a bad text.
 
         Example:
-            >>> [len(e) for e in adapter.encode_many(["Good.", "Very bad film."])]  # doctest: +SKIP
+            >>> [len(e) for e in adapter.encode_many(["Good.", "Very bad film."])]
             [4, 6]
         """
         if isinstance(texts, str):
@@ -157,8 +157,8 @@ class ModelAdapter:
         """Token embeddings of ``input_ids`` (positions are added by the model itself).
 
         Example:
-            >>> adapter.embed(torch.tensor([[101, 2204, 102]])).shape  # doctest: +SKIP
-            torch.Size([1, 3, 384])
+            >>> adapter.embed(torch.tensor([[101, 2204, 102]])).shape
+            torch.Size([1, 3, 32])
         """
         return self.embedding(input_ids.to(self.device))
 
@@ -187,10 +187,10 @@ class ModelAdapter:
 
         Example:
             >>> seen = []
-            >>> with adapter.observing(lambda out: seen.append(len(out.attentions)), output_attentions=True):
+            >>> with adapter.observing(lambda out: seen.append(out.logits.shape), output_hidden_states=True):
             ...     _ = adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102]])))
             >>> seen
-            [2]
+            [torch.Size([1, 3])]
         """
         previous = self._observer
         self._observer = (observer, forward_kwargs)
@@ -206,7 +206,7 @@ class ModelAdapter:
         holds ``b * copies * max_len`` tokens at most. An item too big on its own forms a batch alone.
 
         Example:
-            >>> ModelAdapter.length_buckets(adapter, [5, 200, 7, 190])  # doctest: +SKIP
+            >>> ModelAdapter(model, tokenizer, max_batch_tokens=400).length_buckets([5, 200, 7, 190])
             [[0, 2], [3, 1]]
         """
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
@@ -226,7 +226,7 @@ class ModelAdapter:
         """How many rows of ``length`` tokens fit in one forward pass under ``max_batch_tokens`` (at least 1).
 
         Example:
-            >>> adapter.rows_per_batch(64)  # doctest: +SKIP
+            >>> ModelAdapter(model, tokenizer, max_batch_tokens=16384).rows_per_batch(64)
             256
         """
         return max(1, self.max_batch_tokens // max(1, int(length)))
@@ -236,8 +236,8 @@ class ModelAdapter:
         """Turn a class index, a label name, a list of them, or ``None`` (the predicted class) into class indices.
 
         Example:
-            >>> adapter.resolve_targets("positive")  # doctest: +SKIP
-            [1]
+            >>> adapter.resolve_targets("positive"), adapter.resolve_targets(["negative", 1])
+            ([2], [0, 1])
         """
         if self.task != TASK_CLASSIFICATION:
             raise ValueError(
@@ -324,7 +324,7 @@ class ModelAdapter:
 
         Example:
             >>> shapes = []
-            >>> with adapter.hooks({"layer:1": lambda m, i, o: shapes.append(o[0].shape)}), torch.no_grad():
+            >>> with adapter.hooks({"layer:1": lambda m, i, o: shapes.append(o.shape)}), torch.no_grad():
             ...     _ = adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102]])))
             >>> shapes
             [torch.Size([1, 3, 32])]
@@ -359,8 +359,8 @@ class ModelAdapter:
         Decoder classifiers read the last position and would read padding, so their batches hold equal lengths only.
 
         Example:
-            >>> adapter.is_pad_safe()  # doctest: +SKIP
-            True
+            >>> adapter.is_pad_safe(), ModelAdapter(lm, lm_tokenizer).is_pad_safe()
+            (True, False)
         """
         from transformers.models.auto import modeling_auto as auto
 
@@ -383,7 +383,10 @@ class ModelAdapter:
         random state is untouched.
 
         Example:
-            >>> ids, probs = adapter.generate(adapter.encode("Once upon").input_ids, max_new_tokens=5)  # doctest: +SKIP
+            >>> lm_adapter = ModelAdapter(lm, lm_tokenizer)
+            >>> ids, probs = lm_adapter.generate(lm_adapter.encode("The room was").input_ids, max_new_tokens=3)
+            >>> ids.shape, bool(((0 < probs) & (probs <= 1)).all())
+            ((3,), True)
         """
         if self.task != TASK_CAUSAL_LM:
             raise ValueError(f"generation needs a causal LM; this model is a {self.task}. Use a *ForCausalLM model.")
