@@ -58,7 +58,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from interp_widgets.adapter import ModelAdapter
+from interp_widgets.layers import blocks as transformer_blocks, resolve_layer
 
 from .alignment import Moments, ProxySchedule, TangentProxy, _alignment, _stacked_bases, normal_controls
 from .history import GeometryLog, LAYER_METRICS, as_scalar, series_name
@@ -74,16 +74,6 @@ ProxyMethod = Union[str, Callable[[torch.Tensor, int], object], object]
 # ----------------------------------------------------------------------------------------------------------
 
 
-class _LayerResolver:
-    """``ModelAdapter``'s layer naming (``layer:i`` shortcuts and module paths) without needing a tokenizer."""
-
-    def __init__(self, model: nn.Module) -> None:
-        self.model = model
-
-    blocks = ModelAdapter.blocks
-    get_layer = ModelAdapter.get_layer
-
-
 def resolve_module(model: nn.Module, layer: Union[str, int]) -> nn.Module:
     """The module named by ``"layer:i"``, an index or a module path (``"bert.encoder.layer.1"``).
 
@@ -97,7 +87,7 @@ def resolve_module(model: nn.Module, layer: Union[str, int]) -> nn.Module:
         'Linear'
     """
     if hasattr(model, "config"):
-        return _LayerResolver(model).get_layer(layer)[1]
+        return resolve_layer(model, layer).module
     modules = dict(model.named_modules())
     if isinstance(layer, str) and layer in modules and layer:
         return modules[layer]
@@ -123,10 +113,10 @@ def _known_dim(model: nn.Module, module: nn.Module, gradient: str) -> int | None
     config = getattr(model, "config", None)
     if config is not None:
         try:
-            _, blocks = _LayerResolver(model).blocks()
+            _, found = transformer_blocks(model)
         except Exception:
             return None
-        if any(module is block for block in blocks):
+        if any(module is block for block in found):
             return getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
     return None
 
