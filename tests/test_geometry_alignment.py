@@ -10,12 +10,12 @@ import torch
 from IsoScore import IsoScore as isoscore_package
 from sklearn.decomposition import PCA
 
-from interp_widgets.geometry import alignment
+from interp_widgets.geometry import alignment, controls, moments, proxy, schedule
 from interp_widgets.geometry.alignment import (
     Moments,
     ProxySchedule,
     TangentProxy,
-    _removal_traces,
+    removal_traces,
     gradient_alignment,
     normal_controls,
 )
@@ -48,7 +48,8 @@ def float64_default():
 
 
 def test_docstring_examples_run():
-    assert doctest.testmod(alignment, raise_on_error=False).failed == 0
+    for module in (alignment, controls, moments, proxy, schedule):
+        assert doctest.testmod(module, raise_on_error=False).failed == 0, module.__name__
 
 
 # ---------------------------------------------------------------- moments (fixture 13)
@@ -302,7 +303,7 @@ def test_removal_identities_match_direct_projection():
     C = torch.cov(gaussian(100, d, seed=23, scale=torch.linspace(0.1, 3.0, d)).T)
     bases = normal_controls(coordinate_proxy(d, k), 4, seed=8)
     aq = C @ bases
-    trace, frob2 = _removal_traces(C.trace(), (C * C).sum(), aq, bases.transpose(1, 2) @ aq)
+    trace, frob2 = removal_traces(C.trace(), (C * C).sum(), aq, bases.transpose(1, 2) @ aq)
     for b in range(4):
         P = torch.eye(d, dtype=torch.float64) - bases[b] @ bases[b].T
         removed = P @ C @ P

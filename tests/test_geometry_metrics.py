@@ -14,7 +14,7 @@ from hypothesis.extra.numpy import arrays
 from IsoScore import IsoScore as isoscore_package
 from sklearn.decomposition import PCA
 
-from interp_widgets.geometry import metrics
+from interp_widgets.geometry import _kernels, cosine, isotropy, metrics, spectral, subspaces
 from interp_widgets.geometry.metrics import (
     average_cosine,
     average_cosine_cross_sequence,
@@ -58,7 +58,8 @@ def float64_default():
 
 
 def test_docstring_examples_run():
-    assert doctest.testmod(metrics, raise_on_error=False).failed == 0
+    for module in (metrics, _kernels, cosine, isotropy, spectral, subspaces):
+        assert doctest.testmod(module, raise_on_error=False).failed == 0, module.__name__
 
 
 # ---------------------------------------------------------------- fixture 1: H = [I; -I]

@@ -152,7 +152,7 @@ def test_no_hooks_left_and_modes_kept_after_exit_error_and_ctrl_c(gpt2_lm, error
     assert _hooks(model, optimizer) == hooks_before
     assert [m.training for m in model.modules()] == modes
     assert flushed == [True]
-    assert not monitor._tensor_handles
+    assert not monitor._capture.tensor_handles
     # the graph built inside the block still back-propagates without touching the monitor
     if error is not None:
         out.loss.backward()
@@ -519,7 +519,7 @@ def test_max_tokens_subsamples_the_same_rows_for_every_layer_within_budget(gpt2_
     with monitor:
         for batch in batches:  # two micro-batches in one step: the budget spans them
             model(**batch).loss.backward()
-        rows = {spec: torch.cat(list(monitor._H[spec].values())) for spec in monitor.layers}
+        rows = {spec: torch.cat(list(monitor._capture.H[spec].values())) for spec in monitor.layers}
         monitor.step()
     assert monitor.series("n_tokens|layer:0")[1][0] == monitor.series("n_tokens|layer:1")[1][0] == 7
     # layer:0's kept rows are real tokens of the first micro-batch, picked the same way for layer:1
@@ -558,9 +558,32 @@ def test_bf16_autocast_rows_are_upcast_and_measured():
         with torch.autocast("cpu", dtype=torch.bfloat16):
             loss = model(x, noise)
         loss.backward()
-        rows = torch.cat(list(monitor._G["lin"].values()))
+        rows = torch.cat(list(monitor._capture.G["lin"].values()))
         monitor.step()
     assert rows.dtype == torch.float32
     # the proxy holds most of the energy (the planted head reads span(e1, e2)), measured on upcast bf16 gradients
     assert monitor.series("proxy_energy|lin")[1][0] > 0.5
     assert monitor.series("nonfinite|lin")[1][0] == 0.0
+
+
+def test_geometry_monitor_alias_is_deprecated_but_works():
+    import interp_widgets.geometry as geometry
+
+    with pytest.warns(DeprecationWarning, match="AnisotropyMonitor"):
+        from interp_widgets.geometry import GeometryMonitor
+    with pytest.warns(DeprecationWarning, match="AnisotropyMonitor"):
+        alias = geometry.GeometryMonitor
+    assert alias is GeometryMonitor and issubclass(GeometryMonitor, AnisotropyMonitor)
+    assert "GeometryMonitor" not in geometry.__all__
+    net = nn.Sequential(nn.Linear(8, 8))
+    with pytest.warns(DeprecationWarning, match="AnisotropyMonitor"):
+        monitor = GeometryMonitor(net, ["0"], rank=2, n_controls=3, total_steps=2, fit_fraction=1.0)
+    with monitor:
+        for _ in range(2):
+            net(torch.randn(32, 8)).pow(2).sum().backward()
+            monitor.step()
+    monitor.fit_now()
+    assert isinstance(monitor, AnisotropyMonitor) and len(monitor) == 2 and monitor.proxies["0"].shape == (8, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the new name never warns
+        AnisotropyMonitor(net, ["0"], rank=2, total_steps=2)

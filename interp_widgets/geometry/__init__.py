@@ -1,9 +1,11 @@
 """Anisotropy metrics and gradient–subspace alignment on point clouds of activations and gradients.
 
-``metrics`` holds the per-step geometry kernels (cosine family, IsoScore/IsoScore*, spectral dimension,
-subspace comparison); ``alignment`` holds the tangent-proxy measurement of arXiv 2604.08764; ``monitor`` runs it
-live during training (:class:`AnisotropyMonitor`), ``replay`` over saved checkpoints, ``trainer`` wires it into the
-Hugging Face Trainer; ``history`` stores the results (:class:`GeometryLog`).
+``metrics`` gathers the per-step geometry metrics, which live by family in ``cosine``, ``isotropy`` (IsoScore,
+IsoScore*), ``spectral`` (spectral dimension) and ``subspaces`` (subspace comparison). The tangent-proxy measurement
+of arXiv 2604.08764 is ``moments`` (streamed moments), ``proxy`` (:class:`TangentProxy`), ``schedule``
+(:class:`ProxySchedule`), ``controls`` (:func:`normal_controls`) and ``alignment`` (:func:`gradient_alignment`);
+``monitor`` runs it live during training (:class:`AnisotropyMonitor`), ``replay`` over saved checkpoints,
+``trainer`` wires it into the Hugging Face Trainer; ``history`` stores the results (:class:`GeometryLog`).
 
 Example:
     >>> import torch
@@ -12,46 +14,47 @@ Example:
     ['avg_cosine', 'avg_cosine_centered', 'dim']
 """
 
-from .alignment import (
-    AlignmentResult,
-    Moments,
-    ProxySchedule,
-    TangentProxy,
-    gradient_alignment,
-    normal_controls,
-)
-from .frequency import FrequencyAnalysis, frequency_analysis
-from .history import LAYER_METRICS, GeometryLog
-from .metrics import (
+import warnings
+
+from interp_widgets.geometry.alignment import AlignmentResult, gradient_alignment
+from interp_widgets.geometry.controls import normal_controls
+from interp_widgets.geometry.cosine import (
     SelfSimilarity,
     average_cosine,
     average_cosine_cross_sequence,
     cosine_contributions,
     drift_share,
+    self_similarity,
+)
+from interp_widgets.geometry.frequency import FrequencyAnalysis, frequency_analysis
+from interp_widgets.geometry.history import LAYER_METRICS, GeometryLog
+from interp_widgets.geometry.isotropy import isoscore, isoscore_star, participation_ratio
+from interp_widgets.geometry.metrics import representation_metrics
+from interp_widgets.geometry.moments import Moments
+from interp_widgets.geometry.monitor import AnisotropyMonitor
+from interp_widgets.geometry.proxy import TangentProxy
+from interp_widgets.geometry.replay import probe_batches, replay
+from interp_widgets.geometry.schedule import ProxySchedule
+from interp_widgets.geometry.spectral import (
     effective_rank_eigen,
     effective_rank_singular,
     explained_variance_ratio,
-    isoscore,
-    isoscore_star,
-    linear_cka,
-    orthonormalize,
-    participation_ratio,
     partition_isotropy,
-    principal_angles,
-    projection_energy,
-    representation_metrics,
-    self_similarity,
     stable_rank,
 )
-from .monitor import AnisotropyMonitor, GeometryMonitor
-from .replay import probe_batches, replay
+from interp_widgets.geometry.subspaces import linear_cka, orthonormalize, principal_angles, projection_energy
 
 
 def __getattr__(name):
     if name == "MonitorCallback":  # imported lazily: it needs transformers' Trainer machinery
-        from .trainer import MonitorCallback
+        from interp_widgets.geometry.trainer import MonitorCallback
 
         return MonitorCallback
+    if name == "GeometryMonitor":  # deprecated alias, resolved here so that importing it can warn
+        from interp_widgets.geometry.monitor import GEOMETRY_MONITOR_DEPRECATION, GeometryMonitor
+
+        warnings.warn(GEOMETRY_MONITOR_DEPRECATION, DeprecationWarning, stacklevel=2)
+        return GeometryMonitor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -60,7 +63,6 @@ __all__ = [
     "AnisotropyMonitor",
     "FrequencyAnalysis",
     "GeometryLog",
-    "GeometryMonitor",
     "LAYER_METRICS",
     "MonitorCallback",
     "Moments",

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .metrics import ArrayLike, _as_labels, _as_points
+from interp_widgets.geometry._kernels import ArrayLike, as_labels, as_points
 
 __all__ = ["FrequencyAnalysis", "frequency_analysis"]
 
@@ -130,8 +130,8 @@ def frequency_analysis(H: ArrayLike, token_ids: ArrayLike, *, min_count: int = 5
         raise ValueError(f"min_count must be an integer >= 2, got {min_count!r}")
     if distance not in ("mean", "rms"):
         raise ValueError(f"distance must be 'mean' or 'rms', got {distance!r}")
-    x = _as_points(H)
-    types, inverse = _as_labels(token_ids, x.shape[0], "token_ids", x.device)
+    x = as_points(H)
+    types, inverse = as_labels(token_ids, x.shape[0], "token_ids", x.device)
     counts = torch.bincount(inverse, minlength=types.shape[0])
     centroids = torch.zeros(types.shape[0], x.shape[1], dtype=x.dtype, device=x.device).index_add_(0, inverse, x)
     centroids = centroids / counts[:, None]

@@ -29,10 +29,12 @@ from __future__ import annotations
 import json
 import warnings
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import torch
+
+from interp_widgets.geometry._views import layer_chart, long_frame
 
 __all__ = ["GeometryLog", "LAYER_METRICS", "GLOBAL_SERIES", "as_scalar", "series_name", "split_series_name"]
 
@@ -226,27 +228,7 @@ class GeometryLog:
             >>> log.to_dataframe().columns.tolist()
             ['step', 'layer', 'metric', 'value']
         """
-        import pandas as pd
-
-        frames = []
-        steps = self._steps[: self._size]
-        for name in self.series_names():
-            values = self._columns[name][: self._size]
-            keep = ~np.isnan(values)
-            if not keep.any():
-                continue
-            metric, layer = split_series_name(name)
-            frames.append(pd.DataFrame({
-                "step": steps[keep], "layer": layer, "metric": metric, "value": values[keep],
-            }))
-        if not frames:
-            return pd.DataFrame({"step": pd.Series(dtype="int64"), "layer": pd.Series(dtype="object"),
-                                 "metric": pd.Series(dtype="object"), "value": pd.Series(dtype="float64")})
-        frame = pd.concat(frames, ignore_index=True)
-        frame["layer"] = frame["layer"].astype(object).where(frame["layer"].notna(), None)
-        return frame.sort_values(["step", "metric", "layer"], kind="stable", na_position="first").reset_index(
-            drop=True
-        )
+        return long_frame(self, split_series_name)
 
     # ------------------------------------------------------------------ writing
     def log(self, step: int, **scalars) -> None:
@@ -420,38 +402,7 @@ class GeometryLog:
             >>> type(log.chart()).__name__
             'LayerChart'
         """
-        import altair as alt
-        import pandas as pd
-
-        chosen = list(self.layers if layers is None else layers)
-        unknown = [layer for layer in chosen if layer not in self.layers]
-        if unknown:
-            raise ValueError(f"unknown layers {unknown}; this record has {self.layers}")
-        known = {split_series_name(n)[0] for n in self.series_names() if split_series_name(n)[1] is not None}
-        if metric not in known:
-            raise ValueError(f"no per-layer series {metric!r} recorded; available: {sorted(known)}")
-        frame = self.to_dataframe()
-        frame = frame[frame["layer"].isin(chosen)]
-        lines = frame[frame["metric"] == metric]
-        log_scale = metric == "energy_ratio" and bool((lines["value"] > 0).all())
-        y = alt.Y("value:Q", title=metric, scale=alt.Scale(type="log") if log_scale else alt.Undefined)
-        x = alt.X("step:Q", title=self.x_label)
-        layered = [alt.Chart(lines).mark_line(point=True).encode(x=x, y=y, color="layer:N",
-                                                                   tooltip=["step", "layer", "value"])]
-        if metric == "energy_ratio":
-            wide = frame[frame["metric"].isin(["control_ratio_q05", "control_ratio_q95"])].pivot_table(
-                index=["step", "layer"], columns="metric", values="value").reset_index()
-            if {"control_ratio_q05", "control_ratio_q95"} <= set(wide.columns) and len(wide):
-                layered.insert(0, alt.Chart(wide).mark_area(opacity=0.15).encode(
-                    x=x, y=alt.Y("control_ratio_q05:Q", title=metric,
-                                 scale=alt.Scale(type="log") if log_scale else alt.Undefined),
-                    y2="control_ratio_q95:Q", color="layer:N"))
-        window = self.meta.get("fit_window")
-        if window:
-            shade = pd.DataFrame({"start": [window[0]], "stop": [window[1]]})
-            layered.insert(0, alt.Chart(shade).mark_rect(opacity=0.08, color="grey").encode(x="start:Q",
-                                                                                              x2="stop:Q"))
-        return alt.layer(*layered).properties(title=f"{metric} per layer", width=480, height=240)
+        return layer_chart(self, split_series_name, metric, layers)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:

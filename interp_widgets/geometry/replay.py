@@ -28,19 +28,19 @@ from __future__ import annotations
 import copy
 import math
 from pathlib import Path
-from typing import Mapping, Sequence, Union
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
 
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, detect_task
 
-from .history import GeometryLog
-from .monitor import AnisotropyMonitor
+from interp_widgets.geometry.history import GeometryLog
+from interp_widgets.geometry.monitor import AnisotropyMonitor
 
 __all__ = ["replay", "probe_batches"]
 
-Checkpoint = Union[str, Path, Mapping[str, torch.Tensor], nn.Module]
+Checkpoint = str | Path | Mapping[str, torch.Tensor] | nn.Module
 
 
 def probe_batches(texts: Sequence[str], tokenizer, task: str, *, labels: Sequence[int] | None = None,
@@ -131,7 +131,7 @@ def _load_checkpoint(checkpoint: Checkpoint, template: nn.Module | None) -> nn.M
 def replay(
     checkpoints: Sequence[Checkpoint],
     probe_texts: Sequence[str] | None,
-    layers: Sequence[Union[str, int]],
+    layers: Sequence[str | int],
     *,
     model: nn.Module | None = None,
     tokenizer=None,

@@ -31,7 +31,7 @@ import numbers
 
 from transformers import TrainerCallback
 
-from .monitor import AnisotropyMonitor
+from interp_widgets.geometry.monitor import AnisotropyMonitor
 
 __all__ = ["MonitorCallback"]
 

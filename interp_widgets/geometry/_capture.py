@@ -1,0 +1,341 @@
+"""Capture for the monitor: layer resolution, and the hooks that keep the rows of ``H`` and ``G`` of one step.
+
+During the user's own forward pass, a forward hook on each chosen layer keeps detached, subsampled, non-padding rows
+of its output (``H``) and registers a tensor hook on that output which, during the user's ``loss.backward()``, keeps
+the true gradient rows ``dL/dh`` of the same tokens (``G``). Row masks come from the ``attention_mask`` /
+``input_ids`` the model is called with, or from :meth:`~interp_widgets.geometry.monitor.AnisotropyMonitor.track`.
+
+Layer resolution (``layer:i`` shortcuts of Hugging Face models, module paths of any ``nn.Module``) lives here too, in
+one place (:func:`resolve_point`).
+
+Example:
+    >>> net = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+    >>> type(resolve_module(net, "1")).__name__
+    'ReLU'
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from interp_widgets.layers import blocks as transformer_blocks, resolve_layer
+
+__all__ = ["resolve_module", "resolve_point", "Capture"]
+
+
+# ----------------------------------------------------------------------------------------------------------
+# layer resolution
+# ----------------------------------------------------------------------------------------------------------
+
+
+def resolve_point(model: nn.Module, layer: str | int) -> tuple[str, nn.Module]:
+    """``(canonical layer name, module)`` of a monitored layer: ``"layer:i"`` shortcuts, sub-points and module paths
+    of Hugging Face models (:func:`interp_widgets.layers.resolve_layer`), module paths of any ``nn.Module``.
+
+    The monitor reads a module's output during the forward pass, so points that are a module's *input*
+    (``layer:i.resid_pre``, and ``layer:i.resid_mid`` of pre-norm models) are refused with the output to use instead.
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
+        >>> resolve_point(net, "1")[0]
+        '1'
+    """
+    if hasattr(model, "config"):
+        point = resolve_layer(model, layer)
+        if point.site != "output":
+            earlier = f"layer:{point.block - 1}" if point.block else "an earlier module's output"
+            raise ValueError(f"the monitor reads module outputs, and {point.name} is the input of {point.path}; "
+                             f"monitor {earlier} or {point.name.split('.')[0]}.attn_out instead")
+        return point.name, point.module
+    modules = dict(model.named_modules())
+    if isinstance(layer, str) and layer in modules and layer:
+        return layer, modules[layer]
+    names = [name for name in modules if name]
+    raise ValueError(f"unknown layer {layer!r}; this model's module paths are {names[:30]}"
+                     + (" …" if len(names) > 30 else ""))
+
+
+def resolve_module(model: nn.Module, layer: str | int) -> nn.Module:
+    """The module named by ``"layer:i"``, an index or a module path (``"bert.encoder.layer.1"``).
+
+    Hugging Face models accept the canonical names of :mod:`interp_widgets.layers`; any ``nn.Module`` accepts
+    module paths. Unknown names raise a ValueError listing valid ones.
+
+    Example:
+        >>> import torch
+        >>> net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
+        >>> type(resolve_module(net, "0")).__name__
+        'Linear'
+    """
+    return resolve_point(model, layer)[1]
+
+
+def is_linear(module: nn.Module) -> bool:
+    """Whether ``module`` is an ``nn.Linear`` or a transformers ``Conv1D`` (a linear layer stored as (in, out)).
+
+    Example:
+        >>> is_linear(nn.Linear(2, 3)), is_linear(nn.ReLU())
+        (True, False)
+    """
+    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+
+
+def _weight_rows(module: nn.Module, grad: torch.Tensor) -> torch.Tensor:
+    """Rows of a weight gradient in the space of the module's inputs (transformers' Conv1D stores (in, out))."""
+    return grad if isinstance(module, nn.Linear) else grad.T
+
+
+def known_dim(model: nn.Module, module: nn.Module, gradient: str) -> int | None:
+    """The dimension d of a layer's rows if it is known before a forward pass (linear layers, HF blocks), else None.
+
+    Example:
+        >>> known_dim(nn.Sequential(nn.Linear(4, 6)), nn.Linear(4, 6), "hidden")
+        6
+    """
+    if gradient == "weight":
+        return module.in_features if isinstance(module, nn.Linear) else module.weight.shape[0]
+    if isinstance(module, nn.Linear):
+        return module.out_features
+    config = getattr(model, "config", None)
+    if config is not None:
+        try:
+            _, found = transformer_blocks(model)
+        except Exception:
+            return None
+        if any(module is block for block in found):
+            return getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
+    return None
+
+
+def check_rank_dim(rank: int, d: int, layer: str) -> None:
+    """Reject a rank that leaves no room for matched-rank controls in d dimensions (needs ``2·rank <= d``).
+
+    Example:
+        >>> check_rank_dim(3, 8, "layer:0")  # fits: 2 · 3 <= 8
+    """
+    if rank >= d:
+        raise ValueError(f"rank={rank} must be < d = {d} at layer {layer!r}; choose a lower rank")
+    if 2 * rank > d:
+        raise ValueError(f"rank={rank} leaves no room for matched-rank controls orthogonal to the proxy at layer "
+                         f"{layer!r} (needs 2·rank <= d = {d}); choose rank <= {d // 2}")
+
+
+
+def _concat(blocks: list[torch.Tensor]) -> torch.Tensor:
+    """Rows of all blocks (the block itself when there is one: the monitor's copies are never modified)."""
+    return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
+
+
+class Capture:
+    """The rows a monitor keeps during one step, and the hooks that capture them.
+
+    ``H[layer]`` and ``G[layer]`` map a forward pass (its id) to the kept rows of that layer's activations and of their
+    gradients; ``losses`` holds the ``.loss`` outputs of the step's forward passes. Settings (``layers``, ``modules``,
+    ``dims``, ``rank``, ``gradient``, ``max_tokens``, ``special_token_ids``, ``current_step``) are read from the
+    monitor at each call, so they always agree with it.
+
+    Args:
+        monitor: the :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` the rows are captured for.
+        generator: the monitor's generator for subsampling rows.
+        live: whether the hooks should capture now (the monitor is active and the current step is measured).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> owner = SimpleNamespace(layers=["0"], modules={}, gradient="hidden", current_step=0)
+        >>> capture = Capture(owner, torch.Generator(), live=lambda: False)
+        >>> capture.has_pending_gradients()
+        False
+    """
+
+    def __init__(self, monitor, generator: torch.Generator, live: Callable[[], bool]) -> None:
+        self.monitor, self.generator, self.live = monitor, generator, live
+        self.tensor_handles: list = []
+        self.explicit: dict = {}
+        self.auto: dict = {}
+        self.forward_id = 0
+        self.reset()
+
+    def remove_tensor_hooks(self) -> None:
+        """Remove the gradient hooks registered on this step's layer outputs.
+
+        Example:
+            >>> capture.remove_tensor_hooks()  # doctest: +SKIP
+        """
+        for handle in self.tensor_handles:
+            handle.remove()
+        self.tensor_handles = []
+
+    def reset(self) -> None:
+        """Drop the step's rows, losses and gradient hooks (start of a step, or after a failed one)."""
+        self.remove_tensor_hooks()
+        self.H: dict[str, dict[int, torch.Tensor]] = {spec: {} for spec in self.monitor.layers}
+        self.G: dict[str, dict[int, torch.Tensor]] = {spec: {} for spec in self.monitor.layers}
+        self.frozen: set[str] = set()
+        self.losses: list[torch.Tensor] = []
+        self.selection, self.used = {}, {}
+
+    def has_pending_gradients(self) -> bool:
+        """Whether the step has complete gradients to record (hidden: some G rows; weight: every weight.grad)."""
+        if self.monitor.gradient == "weight":
+            return any(self.H[spec] for spec in self.monitor.layers) and all(
+                self.monitor.modules[spec].weight.grad is not None for spec in self.monitor.layers)
+        return any(self.G[spec] for spec in self.monitor.layers)
+
+    def capturing(self) -> bool:
+        """Whether a forward pass now belongs to a measured step (not a checkpointing re-run during backward)."""
+        if not (self.live() and torch.is_grad_enabled()):
+            return False
+        # gradient checkpointing re-runs forwards during backward: those are not new rows
+        task = getattr(torch._C, "_current_graph_task_id", None)
+        return task is None or task() == -1
+
+    def root_pre_hook(self, module, args, kwargs):
+        """Forward pre-hook of the model: numbers the forward pass and picks up its attention mask and input ids."""
+        self.forward_id += 1
+        if not self.capturing():
+            return None
+        first = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        input_ids = kwargs.get("input_ids", first if first is not None and not first.is_floating_point() else None)
+        self.auto = {"attention_mask": kwargs.get("attention_mask"), "input_ids": input_ids}
+        return None
+
+    def root_hook(self, module, args, output):
+        """Forward hook of the model: keeps the pass's scalar ``.loss``."""
+        if not self.capturing():
+            return None
+        loss = getattr(output, "loss", None) if not isinstance(output, torch.Tensor) else None
+        if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+            self.losses.append(loss.detach())
+        return None
+
+    def row_mask(self, shape: torch.Size) -> torch.Tensor | None:
+        """Boolean (B, T) mask of rows to keep, or None to keep all rows."""
+        if len(shape) != 3:
+            return None
+        mask = None
+
+        def pick(name):
+            value = self.explicit.get(name)
+            return self.auto.get(name) if value is None else value
+
+        for name in ("attention_mask", "token_mask", "input_ids"):
+            value = pick(name)
+            if value is None or (name == "input_ids" and self.monitor.special_token_ids is None):
+                continue
+            value = torch.as_tensor(value).detach()
+            if tuple(value.shape) != tuple(shape[:2]):
+                raise ValueError(f"{name} has shape {tuple(value.shape)} but the layer output is "
+                                 f"{tuple(shape)}; pass the (batch, sequence) {name} of this forward pass")
+            value = value.to("cpu")
+            keep = ~torch.isin(value, self.monitor.special_token_ids) if name == "input_ids" else value != 0
+            mask = keep if mask is None else mask & keep
+        if self.monitor.special_token_ids is not None and pick("input_ids") is None:
+            raise ValueError("special_token_ids needs input_ids: call the model with input_ids= or pass "
+                             "monitor.track(step, input_ids=batch['input_ids'])")
+        return mask
+
+    def select_rows(self, spec: str, shape: torch.Size, device: torch.device) -> torch.Tensor:
+        """Indices of the kept rows (flattened batch × sequence) of this forward pass for one layer.
+
+        Valid rows (mask) and one seeded random order are shared by all layers of a forward pass; a layer takes
+        the first rows of that order that fit its remaining ``max_tokens`` budget for the step, so layers with
+        equal budgets keep the same tokens.
+        """
+        key = (self.forward_id, tuple(shape[:-1]))
+        cached = self.selection.get(key)
+        if cached is None:
+            mask = self.row_mask(shape)
+            n = math.prod(shape[:-1])
+            valid = torch.arange(n) if mask is None else mask.reshape(-1).nonzero().squeeze(1)
+            cached = self.selection[key] = {"valid": valid, "order": None}
+        valid = cached["valid"]
+        remaining = max(0, self.monitor.max_tokens - self.used.get(spec, 0))
+        if valid.shape[0] > remaining:
+            if cached["order"] is None:
+                cached["order"] = torch.randperm(valid.shape[0], generator=self.generator)
+            valid = valid[cached["order"][:remaining].sort().values]
+        self.used[spec] = self.used.get(spec, 0) + valid.shape[0]
+        return valid.to(device)
+
+    def layer_hook(self, spec: str):
+        """The forward hook of one layer: keeps its rows of ``H`` and hooks its output for the rows of ``G``."""
+        def hook(module, args, output):
+            if not self.capturing():
+                return None
+            if self.monitor.gradient == "weight":
+                tensor = args[0] if args else None
+            else:
+                tensor = output[0] if isinstance(output, (tuple, list)) else output
+                tensor = getattr(tensor, "last_hidden_state", tensor)
+            if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
+                raise TypeError(f"layer {spec!r} produced {type(tensor).__name__}, not a float tensor of hidden "
+                                f"states; choose a module whose output (or first output) is (batch, seq, d)")
+            if self.monitor.gradient == "hidden" and not tensor.requires_grad:
+                self.frozen.add(spec)
+                return None
+            d = tensor.shape[-1]
+            if self.monitor.dims[spec] is None:
+                check_rank_dim(self.monitor.rank, d, spec)
+                self.monitor.dims[spec] = d
+            rows = self.select_rows(spec, tensor.shape, tensor.device)
+            if rows.numel() == 0:
+                return None
+            forward = self.forward_id
+            flat = tensor.detach().reshape(-1, d)
+            self.H[spec][forward] = flat.index_select(0, rows).float()
+            if self.monitor.gradient == "hidden":
+                step = self.monitor.current_step
+
+                def grad_hook(grad):
+                    if self.monitor.current_step == step and self.live():
+                        self.G[spec][forward] = grad.detach().reshape(-1, d).index_select(0, rows).float()
+                    return None
+
+                self.tensor_handles.append(tensor.register_hook(grad_hook))
+            return None
+
+        return hook
+
+    def take(self, step: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer ``(H, G)`` of the step, validated (clear errors for a missing backward or a frozen layer)."""
+        if not any(self.H[spec] for spec in self.monitor.layers) and not self.frozen:
+            raise RuntimeError(
+                f"no forward pass was captured for step {step}: run the model (with gradients enabled) inside "
+                f"`with monitor:` before recording, and call monitor.track(step) for explicit step numbers"
+            )
+        data = {}
+        for spec in self.monitor.layers:
+            module = self.monitor.modules[spec]
+            if self.monitor.gradient == "weight":
+                grad = module.weight.grad
+                if grad is None:
+                    if not module.weight.requires_grad:
+                        raise ValueError(f"layer {spec!r} is frozen (weight.requires_grad is False): it has no weight "
+                                         f"gradient; monitor a trainable layer")
+                    raise RuntimeError(f"no weight gradient at layer {spec!r} for step {step}: call loss.backward() "
+                                       f"before monitor.step() (and record before optimizer.zero_grad())")
+                if not self.H[spec]:
+                    raise RuntimeError(f"no activations reached layer {spec!r} at step {step}")
+                G = _weight_rows(module, grad.detach()).float()
+                H = _concat(list(self.H[spec].values()))
+            else:
+                forwards = [f for f in self.H[spec] if f in self.G[spec]]
+                if not forwards:
+                    if spec in self.frozen and not self.H[spec]:
+                        raise ValueError(
+                            f"layer {spec!r} receives no gradient: the model is frozen at that layer (its output does "
+                            f"not require grad); unfreeze it or monitor a later, trainable layer"
+                        )
+                    raise RuntimeError(
+                        f"no gradient was captured at layer {spec!r} for step {step}: call loss.backward() before "
+                        f"monitor.step() / optimizer.step() (the monitor reads dL/dh during your backward pass)"
+                    )
+                H = _concat([self.H[spec][f] for f in forwards])
+                G = _concat([self.G[spec][f] for f in forwards])
+            data[spec] = (H, G)
+        return data
+

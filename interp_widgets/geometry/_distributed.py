@@ -1,0 +1,69 @@
+"""Distributed gathering for the monitor: with ``torch.distributed`` initialised and world size > 1, every rank's
+captured rows are all-gathered (padded to the largest rank) so that rank 0 measures their union.
+
+Example:
+    >>> world_size()  # a single process
+    1
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+__all__ = ["world_size", "gather_rows", "gather"]
+
+
+def world_size() -> int:
+    """Number of processes of the initialised default group, 1 without ``torch.distributed``.
+
+    Example:
+        >>> world_size()
+        1
+    """
+    dist = torch.distributed
+    return dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+
+
+def gather_rows(rows: torch.Tensor) -> torch.Tensor:
+    """All-gather ``n_r × d`` row blocks of different lengths; returns their concatenation in rank order.
+
+    Collective: every rank must call it. Example (on each of the ranks):
+        >>> rows = gather_rows(torch.randn(5, 8))  # doctest: +SKIP
+    """
+    dist = torch.distributed
+    world = dist.get_world_size()
+    count = torch.tensor([rows.shape[0]], device=rows.device)
+    counts = [torch.zeros_like(count) for _ in range(world)]
+    dist.all_gather(counts, count)
+    longest = int(max(int(c) for c in counts))
+    padded = rows.new_zeros((longest, rows.shape[1]))
+    padded[: rows.shape[0]] = rows
+    blocks = [torch.empty_like(padded) for _ in range(world)]
+    dist.all_gather(blocks, padded)
+    return torch.cat([block[: int(c)] for block, c in zip(blocks, counts)])
+
+
+def gather(data: dict, loss: torch.Tensor | None, gradient: str):
+    """Rank 0 gets the union of every rank's rows and the mean loss; other ranks get ``(None, None)``.
+
+    ``data`` maps layers to ``(H, G)``; in weight mode (``gradient="weight"``) ``G`` is already all-reduced and
+    only ``H`` is gathered. Collective: every rank must call it. Example (on each of the ranks):
+        >>> data, loss = gather({"layer:0": (H, G)}, loss, "hidden")  # doctest: +SKIP
+    """
+    dist = torch.distributed
+    gathered = {}
+    for spec, (H, G) in data.items():
+        H_all = gather_rows(H.contiguous())
+        G_all = G if gradient == "weight" else gather_rows(G.contiguous())
+        gathered[spec] = (H_all, G_all)
+    device = next(iter(data.values()))[0].device
+    local = torch.tensor([math.nan if loss is None else float(loss)], dtype=torch.float64, device=device)
+    losses = [torch.zeros_like(local) for _ in range(dist.get_world_size())]
+    dist.all_gather(losses, local)
+    if dist.get_rank() != 0:
+        return None, None
+    stacked = torch.cat(losses)
+    mean_loss = None if bool(torch.isnan(stacked).all()) else stacked[~torch.isnan(stacked)].mean()
+    return gathered, mean_loss

@@ -1,0 +1,294 @@
+"""Package-internal helpers shared by the geometry modules: input validation, float64 tensor kernels, the
+IsoScore* shrinkage terms and the per-step representation bundle.
+
+Every name here is internal to :mod:`interp_widgets.geometry` (the module is private); the public metrics in
+:mod:`~interp_widgets.geometry.cosine`, :mod:`~interp_widgets.geometry.isotropy`,
+:mod:`~interp_widgets.geometry.spectral` and :mod:`~interp_widgets.geometry.subspaces` validate their input
+with these helpers and share these kernels with the alignment and the monitor.
+
+Example:
+    >>> import torch
+    >>> as_points(torch.ones(3, 2)).dtype
+    torch.float64
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+
+ArrayLike = torch.Tensor | np.ndarray
+ShrinkageTarget = str | torch.Tensor | np.ndarray
+
+EPS64 = torch.finfo(torch.float64).eps
+
+
+# ----------------------------------------------------------------------------------------------------------
+# input handling
+# ----------------------------------------------------------------------------------------------------------
+
+
+def to_tensor(x: ArrayLike, name: str) -> torch.Tensor:
+    if isinstance(x, np.ndarray):
+        x = torch.from_numpy(x)
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
+    if x.is_complex() or x.dtype == torch.bool:
+        raise TypeError(f"{name} must hold real numbers, got dtype {x.dtype}")
+    return x
+
+
+def as_float64(x: torch.Tensor) -> torch.Tensor:
+    """Detached float64 copy on a device that supports float64."""
+    device = torch.device("cpu") if x.device.type == "mps" else x.device
+    return x.detach().to(device=device, dtype=torch.float64)
+
+
+def check_finite(x: torch.Tensor, name: str) -> None:
+    bad = ~torch.isfinite(x)
+    if bool(bad.any()):
+        raise ValueError(
+            f"{name} contains {int(bad.sum())} NaN/inf value(s); drop or mask those rows before measuring "
+            f"(e.g. {name}[torch.isfinite({name}).all(dim=1)])"
+        )
+
+
+def check_rows(n: int, name: str, min_rows: int) -> None:
+    if n < min_rows:
+        raise ValueError(f"{name} has {n} row(s) but this metric needs at least {min_rows} points; pass more tokens")
+
+
+def as_points(x: ArrayLike, name: str = "H", *, min_rows: int = 2, finite: bool = False) -> torch.Tensor:
+    """Validate an n × d point cloud and return it as a detached float64 tensor (``finite=True``: the caller
+    has already checked that every value is finite)."""
+    x = to_tensor(x, name)
+    if x.ndim != 2:
+        raise ValueError(
+            f"{name} must be 2-D (n points × d dimensions), got shape {tuple(x.shape)}; "
+            f"flatten batch and sequence axes first, e.g. {name}.reshape(-1, {name}.shape[-1])"
+        )
+    n, d = x.shape
+    check_rows(n, name, min_rows)
+    if d < 1:
+        raise ValueError(f"{name} has no columns (shape {tuple(x.shape)}); pass points with at least one dimension")
+    if not finite:
+        check_finite(x, name)
+    return as_float64(x)
+
+
+def as_labels(labels, n: int, name: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate per-row integer labels; return (unique labels, inverse indices)."""
+    if isinstance(labels, (list, tuple)):
+        labels = torch.as_tensor(labels)
+    labels = to_tensor(labels, name)
+    if labels.ndim != 1 or labels.shape[0] != n:
+        raise ValueError(f"{name} must be a 1-D tensor with one id per row ({n}), got shape {tuple(labels.shape)}")
+    if labels.is_floating_point():
+        raise TypeError(f"{name} must hold integer ids, got dtype {labels.dtype}")
+    unique, inverse = torch.unique(labels.to(device), return_inverse=True)
+    return unique, inverse
+
+
+def inverse_row_norms(x: torch.Tensor, name: str, hint: str) -> torch.Tensor:
+    norms = torch.linalg.vector_norm(x, dim=1)
+    zero = norms == 0
+    if bool(zero.any()):
+        raise ValueError(f"{name} has {int(zero.sum())} all-zero row(s){hint}; cosines are undefined for them")
+    return 1.0 / norms
+
+
+def unit_rows(x: torch.Tensor, name: str, hint: str) -> torch.Tensor:
+    return x * inverse_row_norms(x, name, hint)[:, None]
+
+
+ZERO_ROW_HINT = " (padding?); remove them first, e.g. H[H.norm(dim=1) > 0]"
+MEAN_ROW_HINT = " after centring (rows equal to the mean); drop duplicates of the mean or use center=False"
+
+
+def centre(x: torch.Tensor) -> torch.Tensor:
+    return x - x.mean(dim=0)
+
+
+def check_variance(trace: torch.Tensor, name: str) -> None:
+    if not float(trace) > 0:
+        raise ValueError(f"{name} has zero variance (all rows identical); spectral metrics are undefined for it")
+
+
+# ----------------------------------------------------------------------------------------------------------
+# tensor kernels shared by the public functions and the per-step bundle
+# ----------------------------------------------------------------------------------------------------------
+
+
+def mean_pairwise_cosine(x: torch.Tensor, inverse_norms: torch.Tensor) -> torch.Tensor:
+    n = x.shape[0]
+    total = x.T @ inverse_norms  # Σ_i û_i without materialising the unit rows
+    return (total @ total - n) / (n * (n - 1))
+
+
+def cross_sequence_cosine(x: torch.Tensor, inverse_norms: torch.Tensor, inverse: torch.Tensor,
+                           n_groups: int) -> torch.Tensor:
+    n = x.shape[0]
+    units = x * inverse_norms[:, None]
+    sums = torch.zeros(n_groups, units.shape[1], dtype=units.dtype, device=units.device)
+    sums.index_add_(0, inverse, units)
+    counts = torch.bincount(inverse, minlength=n_groups).to(units.dtype)
+    total = sums.sum(dim=0)
+    numerator = total @ total - (sums * sums).sum()
+    denominator = n * n - (counts * counts).sum()
+    return numerator / denominator
+
+
+def gram_matrix(x: torch.Tensor, blocks: int = 4) -> torch.Tensor:
+    """``xᵀx`` from its upper block triangle, mirrored: 5/8 of the multiply-adds of one product (torch has no
+    symmetric rank-k update)."""
+    d = x.shape[1]
+    if d < 32 * blocks:  # small: one product beats several
+        return x.T @ x
+    cuts = [d * i // blocks for i in range(blocks + 1)]
+    gram = x.new_empty(d, d)
+    for start, stop in zip(cuts[:-1], cuts[1:]):
+        rows = x[:, start:stop].T @ x[:, start:]
+        gram[start:stop, start:] = rows
+        gram[stop:, start:stop] = rows[:, stop - start:].T
+    return gram
+
+
+def covariance_moments(
+    centred: torch.Tensor, gram: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(tr C, ‖C‖_F², smaller Gram) of the covariance of an already centred cloud (``gram``: that Gram, if
+    already computed)."""
+    n, d = centred.shape
+    if gram is None:
+        gram = gram_matrix(centred if n >= d else centred.T)
+    trace = gram.diagonal().sum() / (n - 1)
+    frob2 = (gram * gram).sum() / (n - 1) ** 2
+    return trace, frob2, gram
+
+
+def eigenvalues_from_gram(gram: torch.Tensor, n: int, d: int) -> torch.Tensor:
+    """Covariance eigenvalues, descending, with numerical noise (below max(n, d)·eps·λ_max) set to 0."""
+    eigenvalues = torch.linalg.eigvalsh(gram).flip(0) / (n - 1)
+    tolerance = eigenvalues[0] * max(n, d) * EPS64
+    return torch.where(eigenvalues > tolerance, eigenvalues, torch.zeros_like(eigenvalues))
+
+
+def pr_from_moments(trace: torch.Tensor, frob2: torch.Tensor) -> torch.Tensor:
+    return trace * trace / frob2
+
+
+def isoscore_from_pr(pr: torch.Tensor, dim: int) -> torch.Tensor:
+    return (pr - 1) / (dim - 1)
+
+
+def exp_entropy(weights: torch.Tensor) -> torch.Tensor:
+    p = weights / weights.sum()
+    return torch.exp(torch.special.entr(p).sum())
+
+
+def drift_share_from_moments(mean: torch.Tensor, centred_square_sum: torch.Tensor, n: int) -> torch.Tensor:
+    """‖μ‖²/mean‖h_i‖², using mean‖h_i‖² = Σ‖h_i − μ‖²/n + ‖μ‖² (exact, no cancellation)."""
+    mean_square = mean @ mean
+    return mean_square / (centred_square_sum / n + mean_square)
+
+
+def check_dim_for_isoscore(d: int, name: str) -> None:
+    if d < 2:
+        raise ValueError(f"{name} has d = {d}; IsoScore needs at least 2 dimensions")
+
+
+def check_shrinkage(zeta: float, C0: ShrinkageTarget, d: int, device: torch.device) -> ShrinkageTarget:
+    """Validate zeta and C0; return C0 as one of the two names or a float64 d × d tensor."""
+    if isinstance(zeta, bool) or not isinstance(zeta, numbers.Real) or not 0.0 <= float(zeta) <= 1.0:
+        raise ValueError(f"zeta must be a number in [0, 1], got {zeta!r}")
+    if isinstance(C0, str):
+        if C0 not in ("scaled_identity", "identity"):
+            raise ValueError(f"C0 must be 'scaled_identity', 'identity' or a d × d matrix, got {C0!r}")
+        return C0
+    c0 = as_float64(to_tensor(C0, "C0")).to(device)
+    if c0.shape != (d, d):
+        raise ValueError(f"C0 must be a {d} × {d} covariance matrix to match the data, got shape {tuple(c0.shape)}")
+    check_finite(c0, "C0")
+    if not torch.allclose(c0, c0.T, rtol=1e-10, atol=1e-12 * float(c0.abs().max())):
+        raise ValueError("C0 must be symmetric (a covariance matrix); symmetrise it with (C0 + C0.T) / 2")
+    return c0
+
+
+def named_target_terms(name: str, trace: torch.Tensor, dim: int) -> tuple:
+    """(⟨C, C0⟩, tr C0, ‖C0‖_F²) for C0 = I or C0 = (tr C/dim)·I in ``dim`` dimensions."""
+    if name == "identity":
+        return trace, torch.full_like(trace, dim), torch.full_like(trace, dim)
+    scale = trace / dim
+    return scale * trace, scale * dim, scale * scale * dim
+
+
+def shrunk_isoscore(trace, frob2, dim: int, zeta: float, inner, target_trace, target_frob2) -> torch.Tensor:
+    """IsoScore* = (PR(C_ζ) − 1)/(dim − 1) for C_ζ = (1 − ζ)C + ζC₀, from traces and Frobenius norms only."""
+    shrunk_trace = (1 - zeta) * trace + zeta * target_trace
+    shrunk_frob2 = (1 - zeta) ** 2 * frob2 + 2 * zeta * (1 - zeta) * inner + zeta**2 * target_frob2
+    return isoscore_from_pr(shrunk_trace * shrunk_trace / shrunk_frob2, dim)
+
+
+# ----------------------------------------------------------------------------------------------------------
+# the per-step representation bundle (validated input)
+# ----------------------------------------------------------------------------------------------------------
+
+
+def representation_bundle(
+    x: torch.Tensor, sequence_ids: ArrayLike | None = None, gram: torch.Tensor | None = None
+) -> dict[str, float]:
+    """:func:`representation_metrics` of a validated float64 cloud (from :func:`as_points`); ``gram``: the
+    smaller Gram of the centred cloud if already computed (e.g. the ``M2`` of its moments when n ≥ d)."""
+    n, d = x.shape
+    check_rows(n, "H", 2)
+    check_dim_for_isoscore(d, "H")
+    mean = x.mean(dim=0)
+    centred = x - mean
+    trace, frob2, gram = covariance_moments(centred, gram)
+    check_variance(trace, "H")
+    eigenvalues = eigenvalues_from_gram(gram, n, d)
+    pr = pr_from_moments(trace, frob2)
+    inverse_norms = inverse_row_norms(x, "H", ZERO_ROW_HINT)
+    values = _cosines(x, centred, inverse_norms)
+    if sequence_ids is not None:
+        _, inverse = as_labels(sequence_ids, n, "sequence_ids", x.device)
+        n_groups = int(inverse.max()) + 1
+        if n_groups < 2:
+            raise ValueError("sequence_ids holds a single sequence; pass sequence_ids=None or a multi-sequence batch")
+        values["avg_cosine_cross_sequence"] = cross_sequence_cosine(x, inverse_norms, inverse, n_groups)
+    values.update(
+        isoscore=isoscore_from_pr(pr, d),
+        participation_ratio=pr,
+        effective_rank_singular=exp_entropy(eigenvalues.sqrt()),
+        effective_rank_eigen=exp_entropy(eigenvalues),
+        stable_rank=eigenvalues.sum() / eigenvalues[0],
+        top1_explained_variance=eigenvalues[0] / eigenvalues.sum(),
+        drift_share=drift_share_from_moments(mean, trace * (n - 1), n),
+    )
+    return _floats(values, n, d)
+
+
+def _cosines(x: torch.Tensor, centred: torch.Tensor, inverse_norms: torch.Tensor) -> dict[str, torch.Tensor]:
+    return {
+        "avg_cosine": mean_pairwise_cosine(x, inverse_norms),
+        "avg_cosine_centered": mean_pairwise_cosine(centred, inverse_row_norms(centred, "H", MEAN_ROW_HINT)),
+    }
+
+
+def _floats(values: dict[str, torch.Tensor], n: int, d: int) -> dict[str, float]:
+    floats = torch.stack(list(values.values())).tolist()  # one device sync for the whole bundle
+    return {"n_tokens": n, "dim": d, **dict(zip(values.keys(), floats))}
+
+
+def linear_time_bundle(x: torch.Tensor) -> dict[str, float]:
+    """The O(nd) part of :func:`representation_bundle` (no Gram, no eigensolve): ``avg_cosine``,
+    ``avg_cosine_centered`` and ``drift_share`` of a validated float64 cloud, equal to the full bundle's values."""
+    n, d = x.shape
+    check_rows(n, "H", 2)
+    mean = x.mean(dim=0)
+    centred = x - mean
+    values = _cosines(x, centred, inverse_row_norms(x, "H", ZERO_ROW_HINT))
+    values["drift_share"] = drift_share_from_moments(mean, (centred * centred).sum(), n)
+    return _floats(values, n, d)

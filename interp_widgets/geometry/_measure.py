@@ -1,0 +1,306 @@
+"""Proxy fitting and measurement for the monitor, one layer at a time: each layer's fit schedule
+(:class:`~interp_widgets.geometry.schedule.ProxySchedule`), custom dictionary methods with their reservoir of rows,
+the current proxy and its matched-rank controls, and the series recorded per measured step.
+
+Example:
+    >>> dictionary_function("pca") is None
+    True
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import torch
+
+from interp_widgets.geometry._kernels import as_points, linear_time_bundle, representation_bundle
+from interp_widgets.geometry.alignment import AlignmentResult, alignment_from_moments, stacked_bases
+from interp_widgets.geometry.controls import normal_controls
+from interp_widgets.geometry.history import LAYER_METRICS, series_name
+from interp_widgets.geometry.moments import Moments, moments_of_points
+from interp_widgets.geometry.proxy import TangentProxy
+from interp_widgets.geometry.schedule import ProxySchedule
+
+__all__ = ["Measurement", "Reservoir", "dictionary_function"]
+
+#: A proxy fitting method: ``"pca"``, a function ``(H, rank) -> d × k`` dictionary, or an estimator.
+ProxyMethod = str | Callable[[torch.Tensor, int], object] | object
+
+
+def dictionary_function(method: ProxyMethod) -> Callable[[torch.Tensor, int], object] | None:
+    """None for PCA; else a ``(H, rank) -> d × k`` function (sklearn-style estimators give ``components_.T``).
+
+    Example:
+        >>> dictionary_function("pca") is None
+        True
+    """
+    if isinstance(method, str):
+        if method != "pca":
+            raise ValueError(f"proxy_method must be 'pca', a function (H, rank) -> d × k dictionary or an estimator "
+                             f"with fit() and components_, got {method!r}")
+        return None
+    if hasattr(method, "fit") and not isinstance(method, type):
+        estimator = method
+
+        def from_estimator(H: torch.Tensor, rank: int):
+            fitted = copy.deepcopy(estimator).fit(H.cpu().numpy())
+            components = np.asarray(fitted.components_)
+            if components.shape[0] != rank:
+                raise ValueError(f"the estimator produced {components.shape[0]} components but rank={rank}; "
+                                 f"configure it with {rank} components")
+            return torch.as_tensor(components.T)
+
+        from_estimator.__name__ = type(estimator).__name__
+        return from_estimator
+    if callable(method):
+        return method
+    raise TypeError(f"proxy_method must be 'pca', a function or an estimator, got {type(method).__name__}")
+
+
+class Reservoir:
+    """Uniform reservoir sample of at most ``capacity`` rows (custom proxy methods need raw rows, not moments).
+
+    Example:
+        >>> reservoir = Reservoir(3, torch.Generator().manual_seed(0))
+        >>> reservoir.add(torch.randn(10, 2)); reservoir.rows.shape, reservoir.seen
+        (torch.Size([3, 2]), 10)
+    """
+
+    def __init__(self, capacity: int, generator: torch.Generator) -> None:
+        self.capacity, self.generator = capacity, generator
+        self.rows: torch.Tensor | None = None
+        self.seen = 0
+
+    def add(self, rows: torch.Tensor) -> None:
+        rows = rows.detach().to("cpu", torch.float32)
+        if self.rows is None:
+            self.rows = rows[: self.capacity].clone()
+            self.seen, rows = self.rows.shape[0], rows[self.capacity:]
+        free = self.capacity - self.rows.shape[0]
+        if free > 0 and rows.shape[0]:
+            self.rows = torch.cat([self.rows, rows[:free]])
+            self.seen, rows = self.seen + min(free, rows.shape[0]), rows[free:]
+        for row in rows:  # classic reservoir step for the overflow
+            self.seen += 1
+            slot = int(torch.randint(self.seen, (1,), generator=self.generator))
+            if slot < self.capacity:
+                self.rows[slot] = row
+
+    def clear(self) -> None:
+        self.rows, self.seen = None, 0
+
+
+
+def all_finite(tensor: torch.Tensor) -> bool:
+    """Whether every entry is finite: a sum is finite exactly when no entry is NaN or ±inf (in float64 it cannot
+    overflow), and costs a tenth of ``isfinite(tensor).all()``."""
+    return bool(torch.isfinite(tensor.sum(dtype=torch.float64)))
+
+
+def quantiles(values: np.ndarray) -> tuple[float, float]:
+    q05, q95 = np.quantile(values, [0.05, 0.95])
+    return float(q05), float(q95)
+
+
+#: The representation metrics the monitor records per layer (``effective_rank`` is the singular-value convention).
+REPRESENTATION_SERIES = ("avg_cosine", "isoscore", "effective_rank", "avg_cosine_centered", "participation_ratio",
+                          "effective_rank_eigen", "stable_rank", "top1_explained_variance", "drift_share")
+
+
+def nan_values(layer: str) -> dict[str, float]:
+    return {series_name(metric, layer): math.nan for metric in LAYER_METRICS}
+
+
+
+class Measurement:
+    """Each layer's proxy (schedule, custom-method reservoir, current fit, controls) and its per-step measurement.
+
+    Settings (``fit``, ``rank``, ``total_steps``, ``n_controls``, ``seed``, ``center``, ``zeta``, ``coordinates``,
+    ``representation``, ``spectrum_every``, ``dims`` …) are read from the monitor at each call, so they always agree
+    with it (the Trainer callback fills in ``total_steps`` after construction); fitted bases are also written to
+    the monitor's ``proxies``.
+
+    Args:
+        monitor: the :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` measured for.
+        basis: the ``fit="fixed"`` basis (one for every layer, or ``{layer: basis}``), else None.
+        proxy_method: ``"pca"``, a function ``(H, rank) -> d × k`` or an estimator (see :func:`dictionary_function`).
+        fit_tokens: reservoir size for a custom method.
+        generator: the monitor's generator (reservoir sampling).
+
+    Example:
+        >>> monitor = AnisotropyMonitor(net, ["0"], rank=2, total_steps=4)  # doctest: +SKIP
+        >>> monitor._measurement.fitted                                       # doctest: +SKIP
+        {}
+    """
+
+    def __init__(self, monitor, basis, proxy_method: ProxyMethod, fit_tokens: int, generator: torch.Generator) -> None:
+        self.monitor, self.basis = monitor, basis
+        if monitor.fit == "refit" or (monitor.fit == "early" and monitor.total_steps is not None):
+            self.learned_schedule()  # validates total_steps / fit_fraction / refit_every now, not at step 0
+        self.dictionary = dictionary_function(proxy_method)
+        self.fit_tokens, self.generator = fit_tokens, generator
+        self.schedules: dict[str, ProxySchedule] = {}
+        self.fitted: dict[str, TangentProxy] = {}
+        self.stacked: dict[str, torch.Tensor] = {}  # [proxy, controls] as one d × (1 + R)k matrix per layer
+        self.reservoirs: dict[str, Reservoir] = {}
+        self.measurements: dict[str, int] = {spec: 0 for spec in monitor.layers}
+
+    def schedule(self, spec: str) -> ProxySchedule:
+        schedule = self.schedules.get(spec)
+        if schedule is None:
+            if self.monitor.fit == "early":
+                if self.monitor.total_steps is None:
+                    raise ValueError("fit='early' needs total_steps= (the run length in steps) to place the fit "
+                                     "window; or use fit='refit' with refit_every=")
+                schedule = self.learned_schedule()
+                self.monitor.meta["fit_window"] = list(schedule.fit_window)
+                self.monitor.meta["total_steps"] = self.monitor.total_steps
+            elif self.monitor.fit == "refit":
+                schedule = self.learned_schedule()
+            else:
+                basis = self.basis[spec] if isinstance(self.basis, Mapping) else self.basis
+                if basis is None:
+                    raise ValueError(f"fit='fixed' has no basis for layer {spec!r}; basis dict keys: "
+                                     f"{list(self.basis)}")
+                schedule = ProxySchedule("fixed", basis=basis if isinstance(basis, TangentProxy) else
+                                         TangentProxy.from_basis(basis))
+                if schedule.proxy.dim != self.monitor.dims[spec]:
+                    raise ValueError(f"the fixed basis for layer {spec!r} has d = {schedule.proxy.dim} but the "
+                                     f"layer has d = {self.monitor.dims[spec]}")
+            self.schedules[spec] = schedule
+            if self.dictionary is not None:
+                self.reservoirs[spec] = Reservoir(self.fit_tokens, self.generator)
+        return schedule
+
+    def learned_schedule(self) -> ProxySchedule:
+        """A fresh ``early`` or ``refit`` schedule from the monitor's settings (validates them)."""
+        if self.monitor.fit == "early":
+            return ProxySchedule("early", self.monitor.rank, total_steps=self.monitor.total_steps,
+                                 fit_fraction=self.monitor.fit_fraction)
+        return ProxySchedule("refit", self.monitor.rank, refit_every=self.monitor.refit_every)
+
+    def update_proxy(self, step: int, spec: str, H: torch.Tensor, moments: Moments | None) -> None:
+        schedule = self.schedule(spec)
+        changed = schedule.observe(step, H if moments is None else moments)
+        if changed or (schedule.mode == "fixed" and spec not in self.fitted):
+            self.adopt_proxy(spec)
+        reservoir = self.reservoirs.get(spec)
+        if reservoir is not None and schedule.needs_activations(step):
+            reservoir.add(H)
+
+    def adopt_proxy(self, spec: str) -> None:
+        """Take the schedule's new fit (or, for a custom method, fit the reservoir) and redraw the controls."""
+        schedule, reservoir = self.schedules[spec], self.reservoirs.get(spec)
+        if reservoir is not None and schedule.mode != "fixed":
+            proxy = TangentProxy.fit(reservoir.rows, self.monitor.rank, method=self.dictionary)
+            reservoir.clear()
+        else:
+            proxy = schedule.proxy
+        self.fitted[spec] = proxy
+        self.stacked[spec] = stacked_bases(proxy.basis, normal_controls(proxy, self.monitor.n_controls,
+                                                                     seed=self.monitor.seed))
+        self.monitor.proxies[spec] = proxy.basis.detach().cpu()
+
+    def fit_now(self) -> None:
+        """Fit every layer's proxy on the activations pooled so far (see ``AnisotropyMonitor.fit_now``)."""
+        for spec in self.monitor.layers:
+            schedule = self.schedules.get(spec)
+            if schedule is None:
+                raise ValueError(f"no step was recorded for layer {spec!r} yet; nothing to fit")
+            if schedule.fit_now():
+                self.adopt_proxy(spec)
+
+    def measure_layer(self, step: int, spec: str, H: torch.Tensor, G: torch.Tensor):
+        values = nan_values(spec)
+        name = lambda metric: series_name(metric, spec)  # noqa: E731
+        values[name("n_tokens")] = float(G.shape[0])
+        values[name("nonfinite")] = 0.0
+        raw: dict[str, np.ndarray] = {}
+        if not (all_finite(G) and all_finite(H)):
+            values[name("nonfinite")] = 1.0
+            warnings.warn(f"step {step}, layer {spec!r}: non-finite gradients or activations; recorded as a flagged "
+                          f"row (nonfinite|{spec} = 1) and kept away from the proxy fit", RuntimeWarning,
+                          stacklevel=4)
+            return values, raw, self.fitting(step, spec)
+        schedule = self.schedule(spec)
+        try:
+            x = as_points(H, min_rows=1, finite=True)
+            # the fit window pools the moments of H; the spectrum below reuses their Gram when n ≥ d
+            pooled = moments_of_points(x) if schedule.needs_activations(step) else None
+            self.update_proxy(step, spec, H, pooled)
+            if spec in self.fitted:
+                # gradient_alignment without re-validating the controls this monitor drew itself
+                moments = moments_of_points(as_points(G, "G", min_rows=1, finite=True))
+                if moments.count < 2:
+                    raise ValueError(f"G has {moments.count} row(s); IsoScore* needs at least 2 gradient rows")
+                proxy = self.fitted[spec]
+                result = alignment_from_moments(
+                    moments, self.stacked[spec].to(moments.m2.device), proxy.rank, proxy.mean,
+                    center=self.monitor.center, zeta=float(self.monitor.zeta), target="scaled_identity",
+                    coordinates=self.monitor.coordinates)
+                alignment_values(values, name, result)
+                raw[name("control_energy")] = result.energy_controls.numpy()
+                raw[name("delta_isoscore_control")] = result.delta_iso_controls.numpy()
+            if self.monitor.representation:
+                spectrum_due = self.measurements[spec] % self.monitor.spectrum_every == 0
+                self.measurements[spec] += 1
+                if spectrum_due:
+                    shared = pooled is not None and x.shape[0] >= x.shape[1]
+                    metrics = representation_bundle(x, gram=pooled.m2 if shared else None)
+                    metrics["effective_rank"] = metrics["effective_rank_singular"]
+                else:
+                    metrics = linear_time_bundle(x)
+                for metric in REPRESENTATION_SERIES:
+                    if metric in metrics:
+                        values[name(metric)] = float(metrics[metric])
+        except ValueError as error:  # degenerate data (e.g. an all-zero gradient): record, never crash training
+            warnings.warn(f"step {step}, layer {spec!r}: {error}; recorded NaN", RuntimeWarning, stacklevel=4)
+        return values, raw, self.fitting(step, spec)
+
+    def fitting(self, step: int, spec: str) -> bool:
+        """True inside the early fit window, or (refit) before the first proxy exists."""
+        schedule = self.schedule(spec)
+        if schedule.mode == "early":
+            return schedule.phase(step) == "early"
+        return schedule.mode == "refit" and spec not in self.fitted
+
+
+def alignment_values(values: dict, name: Callable[[str], str], result: AlignmentResult) -> None:
+    """Write the per-layer alignment series of one :class:`~interp_widgets.geometry.alignment.AlignmentResult`
+    into ``values`` (``name(metric)`` gives the flat series name), with the controls' mean and 5–95 % quantiles.
+
+    Example:
+        >>> values = {}; alignment_values(values, lambda metric: metric + "|0", result)  # doctest: +SKIP
+        >>> values["energy_ratio|0"]                                                       # doctest: +SKIP
+    """
+    controls = result.energy_controls.numpy()
+    deltas = result.delta_iso_controls.numpy()
+    mean_controls = float(controls.mean())
+    q05, q95 = quantiles(controls)
+    d05, d95 = quantiles(deltas)
+    values.update({
+        name("proxy_energy"): result.energy_proxy,
+        name("control_energy_mean"): mean_controls,
+        name("control_energy_q05"): q05,
+        name("control_energy_q95"): q95,
+        name("energy_ratio"): result.ratio,
+        name("control_ratio_q05"): q05 / mean_controls if mean_controls > 0 else math.nan,
+        name("control_ratio_q95"): q95 / mean_controls if mean_controls > 0 else math.nan,
+        name("enrichment"): result.enrichment,
+        name("z_score"): result.z_analytic,
+        name("p_value"): result.p_value,
+        name("isoscore_star_G"): result.iso_G,
+        name("delta_isoscore_proxy"): result.delta_iso_proxy,
+        name("delta_isoscore_control_mean"): float(np.mean(deltas)),
+        name("delta_isoscore_control_q05"): d05,
+        name("delta_isoscore_control_q95"): d95,
+        name("anisotropy_share"): result.share_proxy,
+        name("anisotropy_share_control_mean"): float(result.share_controls.mean()),
+        name("isoscore_star_G_minus_proxy"): result.iso_minus_proxy,
+        name("energy_mean_direction"): math.nan if result.energy_mean_direction is None
+        else result.energy_mean_direction,
+    })
