@@ -4,14 +4,52 @@
  * granularity switch (sums computed here from the ids sent once) and the pairwise agreement table
  * computed in Python.
  *
- * Traits read: tokens, spaces_before, special_mask, word_ids, sentence_ids, scores (n_methods × n_tokens),
- * methods, signed, target_label, agreements (per granularity), agreement_by, granularity, shared_scale, encoding,
- * high_contrast, error. Written back: hovered_token, selected_token, granularity, shared_scale.
+ * Synced traits: the ComparisonModel typedef below; the fields marked "written" are also set by the view.
  *
  * @example
  *   import widget from "./comparison.js";
  *   widget.render({model, el});
  */
+
+/** @typedef {import("./lib/codec.js").BinaryArray} BinaryArray */
+/**
+ * @template {object} T
+ * @typedef {import("./lib/model.js").AnyModel<T>} AnyModel
+ */
+
+/**
+ * One row of the pairwise agreement table (Python `agreement_table`).
+ * @typedef {object} AgreementRow
+ * @property {string} a  Method A.
+ * @property {string} b  Method B.
+ * @property {number | null} spearman  Rank correlation (null: undefined, e.g. constant scores).
+ * @property {number | null} top_k_overlap
+ * @property {number} k
+ */
+
+/**
+ * Synced traits of ComparisonWidget (and its bases TokenScoresWidget, GroupedTokens, InterpWidget).
+ * @typedef {object} ComparisonModel
+ * @property {string[]} tokens
+ * @property {string[]} spaces_before
+ * @property {BinaryArray} special_mask  bool [n_tokens].
+ * @property {BinaryArray} word_ids  int [n_tokens] (-1: none).
+ * @property {BinaryArray} sentence_ids  int [n_tokens] (-1: none).
+ * @property {BinaryArray} scores  float32 [n_methods, n_tokens]; NaN = not seen.
+ * @property {string[]} methods  Name of each row of scores.
+ * @property {boolean[]} signed  Per method: diverging (signed) or sequential scale.
+ * @property {string} target_label
+ * @property {Object<string, AgreementRow[]>} agreements  Agreement table per granularity (token, word, sentence).
+ * @property {string} agreement_by  Which ranks the agreement compares, e.g. "magnitude".
+ * @property {"token" | "word" | "sentence"} granularity  (written)
+ * @property {boolean} shared_scale  One colour scale for all methods (written).
+ * @property {"colour" | "underline"} encoding
+ * @property {boolean} high_contrast
+ * @property {number} selected_token  Token clicked, -1: none (written).
+ * @property {number} hovered_token  Token under the pointer, -1: none (read and written: every row outlines it).
+ * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
+ */
+
 import "./comparison.css";
 import { buildUnits, maxMagnitude, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
@@ -27,8 +65,10 @@ import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
-const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "methods", "signed", "target_label", "agreements", "granularity", "shared_scale", "encoding", "high_contrast"];
+/** Traits whose change redraws. @type {(keyof ComparisonModel)[]} */
+const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "methods", "signed", "target_label", "agreements", "agreement_by", "granularity", "shared_scale", "encoding", "high_contrast"];
 
+/** @param {AnyModel<ComparisonModel>} model */
 function readComparison(model) {
   const tokens = model.get("tokens") ?? [];
   const methods = model.get("methods") ?? [];
@@ -50,6 +90,7 @@ function readComparison(model) {
 
 const numberText = (value, digits = 3) => (value === null || value === undefined ? "n/a" : value.toFixed(digits));
 
+/** @param {{model: AnyModel<ComparisonModel>, el: HTMLElement, reportError: (error: unknown) => void}} props */
 function renderComparison({ model, el, reportError }) {
   const doc = el.ownerDocument;
   const { safely, save, coalesce } = viewKit(model, reportError);

@@ -3,16 +3,68 @@
  * of concepts and a detail pane for the selected one (activation histogram, top contexts with the
  * activating token highlighted, top texts, promoted vocabulary, per-token activations of an input text).
  *
- * Traits read: method, layer, n_rows, labels, top_tokens, density, max_activation, importance (binary, may
- * be {}), importance_label, sort_by, descending, search, hide_dead, page, page_size, selected_concept,
- * details ({str(id): detail}), text_tokens, text_gaps, text_top_concepts, text_top_values, selected_text,
- * selected_token, error. Written back: sort_by, descending, search, hide_dead, page, selected_concept,
- * selected_text, selected_token, and requested (the concept ids shown; the kernel answers with details).
+ * Synced traits: the ConceptBrowserModel typedef below; the fields marked "written" are also set by the view. The
+ * view writes `requested` (the concept ids on the page) and the kernel answers with their `details`.
  *
  * @example
  *   import widget from "./concept_browser.js";
  *   widget.render({model, el});
  */
+
+/** @typedef {import("./lib/codec.js").BinaryArray} BinaryArray */
+/**
+ * @template {object} T
+ * @typedef {import("./lib/model.js").AnyModel<T>} AnyModel
+ */
+
+/**
+ * What the kernel sends for one requested concept (Python `ConceptBrowser.concept_detail`).
+ * @typedef {object} ConceptDetail
+ * @property {number} concept
+ * @property {string} label
+ * @property {number | null} density
+ * @property {number | null} mean
+ * @property {number | null} max
+ * @property {number | null} min
+ * @property {BinaryArray} hist_edges  bins + 1 edges.
+ * @property {BinaryArray} hist_counts
+ * @property {{tokens: string[], center: number, activation: number | null, text_id: number, activations: number[]}[]} examples
+ *   Top activating contexts, the activating token at `center`.
+ * @property {{text_id: number, max_activation: number | null, text: string}[]} top_texts
+ * @property {{token: string, logit: number | null}[] | null} vocabulary  Promoted tokens, null without an unembedding.
+ * @property {BinaryArray | null} text_activations  Activation on each token of the selected input text.
+ */
+
+/**
+ * Synced traits of ConceptBrowser (and its bases PagedList, InterpWidget).
+ * @typedef {object} ConceptBrowserModel
+ * @property {string} method
+ * @property {string} layer
+ * @property {number} n_rows  Rows (tokens or sentences) the concepts were interpreted on.
+ * @property {string[]} labels  Label of each concept.
+ * @property {string[][]} top_tokens  Distinct top tokens of each concept.
+ * @property {BinaryArray} density  float32 [n_concepts], fraction of rows where the concept is active.
+ * @property {BinaryArray} max_activation  float32 [n_concepts].
+ * @property {BinaryArray | {}} importance  float32 [n_concepts] (NaN: unknown), or {} when absent.
+ * @property {string} importance_label  What the importance numbers are.
+ * @property {"index" | "label" | "density" | "max" | "importance" | "abs_importance"} sort_by  (written)
+ * @property {boolean} descending  (written)
+ * @property {string} search  Keep concepts whose label or top tokens contain this (written).
+ * @property {boolean} hide_dead  Hide concepts that are never active (written).
+ * @property {number} page  Page shown, 0-based (written).
+ * @property {number} page_size  Concepts per page.
+ * @property {number} selected_concept  Concept in the detail pane, -1: none (written).
+ * @property {number[]} requested  Concept ids on the page (written; read to skip repeated requests).
+ * @property {Object<string, ConceptDetail>} details  Detail of each requested concept, by str(concept).
+ * @property {string[][]} text_tokens  Shown tokens of each input text.
+ * @property {string[][]} text_gaps  Original text before each token, per input text.
+ * @property {BinaryArray | {}} text_top_concepts  int32 [tokens of all texts, k], most active concepts (-1 pad).
+ * @property {BinaryArray | {}} text_top_values  float32 [tokens of all texts, k], their coefficients.
+ * @property {number} selected_text  Input text shown in the text view (written).
+ * @property {number} selected_token  Token of that text whose active concepts are listed, -1: none (written).
+ * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
+ */
+
 import "./concept_browser.css";
 import { decodeArray } from "./lib/codec.js";
 import { createPager, labelRanks, pageOf, sortIndices } from "./lib/controls.js";
@@ -27,7 +79,8 @@ import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
-const TRAITS = ["labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "sort_by", "descending", "search", "hide_dead", "page", "page_size", "selected_concept", "details", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "selected_text", "selected_token"];
+/** Traits whose change redraws. @type {(keyof ConceptBrowserModel)[]} */
+const TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "sort_by", "descending", "search", "hide_dead", "page", "page_size", "selected_concept", "details", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "selected_text", "selected_token"];
 const SORT_KEYS = { index: "concept id", label: "label", density: "density", max: "max activation", importance: "importance", abs_importance: "|importance|" };
 /** Milliseconds to wait for requested details before saying the kernel is busy or gone. */
 export const BUSY_AFTER = 3000;
@@ -102,6 +155,7 @@ export function textPreview(tokens, gaps, limit = 40) {
   return text.length > limit ? `${text.slice(0, limit)}\u2026` : text;
 }
 
+/** @param {AnyModel<ConceptBrowserModel>} model */
 function readConcepts(model) {
   const labels = model.get("labels") ?? [];
   if (labels.length === 0) throw new RangeError("there are no concepts to browse");
@@ -127,6 +181,7 @@ function readConcepts(model) {
   }; // prettier-ignore
 }
 
+/** @param {{model: AnyModel<ConceptBrowserModel>, el: HTMLElement, reportError: (error: unknown) => void}} props */
 function renderBrowser({ model, el, reportError }) {
   const doc = el.ownerDocument;
   const root = h("div", { class: "iw-root iw-concepts" });

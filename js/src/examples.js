@@ -3,15 +3,47 @@
  * label with confidence, true label, coloured tokens; sort, filter, page and switch granularity (token,
  * word or sentence sums, computed here from the ids sent once) in the browser.
  *
- * Traits read: tokens (list per example), spaces_before, special_mask, word_ids, sentence_ids and scores
- * (concatenated, binary), predicted, confidence, true_labels, max_attribution, signed, method, page,
- * page_size, sort_by, descending, filter_label, filter_outcome, granularity, shared_scale, error. Written
- * back: page, sort_by, descending, filter_label, filter_outcome, granularity, shared_scale, selected_example.
+ * Synced traits: the ExampleListModel typedef below; the fields marked "written" are also set by the view.
  *
  * @example
  *   import widget from "./examples.js";
  *   widget.render({model, el});
  */
+
+/** @typedef {import("./lib/codec.js").BinaryArray} BinaryArray */
+/**
+ * @template {object} T
+ * @typedef {import("./lib/model.js").AnyModel<T>} AnyModel
+ */
+
+/**
+ * Synced traits of ExampleListWidget (and its bases PagedList, InterpWidget). Per-token arrays hold the tokens of
+ * all examples concatenated, in example order.
+ * @typedef {object} ExampleListModel
+ * @property {string[][]} tokens  Tokens of each example.
+ * @property {string[][]} spaces_before  Original text before each token, per example.
+ * @property {BinaryArray} special_mask  bool [all tokens].
+ * @property {BinaryArray} word_ids  int [all tokens] (-1: none).
+ * @property {BinaryArray} sentence_ids  int [all tokens] (-1: none).
+ * @property {BinaryArray} scores  float32 [all tokens], scores for each example's shown class.
+ * @property {string[]} predicted  Predicted (most probable) label of each example.
+ * @property {(number | null)[]} confidence  Probability of the predicted label.
+ * @property {string[]} true_labels  True label of each example ("" if unknown).
+ * @property {number[]} max_attribution  Largest |score| of each example (special tokens excluded).
+ * @property {boolean} signed
+ * @property {string} method  Shown under the legend.
+ * @property {"index" | "confidence" | "max_attribution" | "label"} sort_by  (written)
+ * @property {boolean} descending  (written)
+ * @property {string} filter_label  Show only examples predicted as this label, "" = all (written).
+ * @property {"all" | "correct" | "wrong"} filter_outcome  (written)
+ * @property {"token" | "word" | "sentence"} granularity  (written)
+ * @property {boolean} shared_scale  One colour scale for all examples (written).
+ * @property {number} page  Page shown, 0-based (written).
+ * @property {number} page_size  Examples per page.
+ * @property {number} selected_example  Example clicked, -1: none (written).
+ * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
+ */
+
 import "./examples.css";
 import { buildUnits, maxMagnitude, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
@@ -27,7 +59,8 @@ import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
-const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "page", "page_size", "sort_by", "descending", "filter_label", "filter_outcome", "granularity", "shared_scale", "selected_example"];
+/** Traits whose change redraws. @type {(keyof ExampleListModel)[]} */
+const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method", "page", "page_size", "sort_by", "descending", "filter_label", "filter_outcome", "granularity", "shared_scale", "selected_example"];
 const SORT_KEYS = { index: "input order", confidence: "confidence", max_attribution: "max |attribution|", label: "predicted label" };
 
 /**
@@ -50,6 +83,7 @@ export function visibleOrder({ predicted, trueLabels, confidence, maxAttribution
   return sortIndices(keep, key, descending);
 }
 
+/** @param {AnyModel<ExampleListModel>} model */
 function readExamples(model) {
   const tokens = model.get("tokens") ?? [];
   if (tokens.length === 0) throw new RangeError("there are no examples to list");
@@ -73,6 +107,7 @@ function readExamples(model) {
     confidence: model.get("confidence") ?? [],
     maxAttribution: model.get("max_attribution") ?? [],
     signed: model.get("signed") !== false,
+    method: model.get("method") ?? "",
   }; // prettier-ignore
 }
 
@@ -87,6 +122,7 @@ export function exampleUnits(data, i, granularity) {
   return { units, sums: unitScores(units, slice(data.scores), 0, end - start) };
 }
 
+/** @param {{model: AnyModel<ExampleListModel>, el: HTMLElement, reportError: (error: unknown) => void}} props */
 function renderExamples({ model, el, reportError }) {
   const doc = el.ownerDocument;
   const { safely, save, coalesce } = viewKit(model, reportError);
@@ -109,7 +145,8 @@ function renderExamples({ model, el, reportError }) {
   ]);
   const list = h("ol", { class: "iw-example-list", "aria-label": "Explained examples" });
   const legendSlot = h("div", { class: "iw-legend-slot" });
-  root.append(toolbar, list, legendSlot);
+  const caption = h("div", { class: "iw-caption" });
+  root.append(toolbar, list, legendSlot, caption);
   el.append(root);
   const tooltip = createTooltip(root);
   let theme = detectTheme(doc);
@@ -178,6 +215,7 @@ function renderExamples({ model, el, reportError }) {
     legendSlot.replaceChildren(
       createLegend(shared ? sharedMax : 1, theme, shared ? `attribution to the predicted class${per}` : `attribution${per} (each example scaled to its own max = 1)`, { signed: data.signed }),
     );
+    caption.textContent = data.method ? `method: ${data.method}` : ""; // as under the static picture's legend
   }
 
   const resetPage = (changes) => save({ ...changes, page: 0 });
@@ -224,8 +262,9 @@ function renderExamples({ model, el, reportError }) {
   toolbar.append(createExportMenu({ name: "examples", root, rows: csvRows, prepare: () => runs.forEach((run) => run.finish()), title: () => "Explained examples", reportError }));
 
   const request = coalesce(draw);
-  const DATA = new Set(["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed"]);
-  const listeners = TRAITS.map((name) => [`change:${name}`, () => request(DATA.has(name) ? 2 : 1)]);
+  /** Traits whose change re-reads the data (the others only redraw). @type {Set<keyof ExampleListModel>} */
+  const DATA_TRAITS = new Set(["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method"]);
+  const listeners = TRAITS.map((name) => [`change:${name}`, () => request(DATA_TRAITS.has(name) ? 2 : 1)]);
   for (const [event, handler] of listeners) model.on(event, handler);
   const stopWatchingTheme = watchTheme(doc, (nextTheme) => {
     theme = nextTheme;

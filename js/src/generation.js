@@ -1,16 +1,44 @@
 /**
  * Generation attribution view (front end of interp_widgets.widgets.GenerationWidget).
  *
- * Traits read: tokens, spaces_before, special_mask, generated_mask, scores (n_steps × n_tokens, NaN =
- * not visible), step_tokens, step_probs, method, score_meaning, signed, shared_scale, encoding,
- * high_contrast, view, selected_step, error. Written back: selected_step, selected_token, hovered_token,
- * view, shared_scale. Hovering a generated token previews its sources; clicking or Enter selects it.
+ * Synced traits: the GenerationModel typedef below; the fields marked "written" are also set by the view.
+ * Hovering a generated token previews its sources; clicking or Enter selects it.
  * The heatmap is a canvas: rows are generated tokens, columns all tokens, hover shows the value.
  *
  * @example
  *   import widget from "./generation.js";
  *   widget.render({model, el});
  */
+
+/** @typedef {import("./lib/codec.js").BinaryArray} BinaryArray */
+/**
+ * @template {object} T
+ * @typedef {import("./lib/model.js").AnyModel<T>} AnyModel
+ */
+
+/**
+ * Synced traits of GenerationWidget (and its bases TokenScoresWidget, InterpWidget).
+ * @typedef {object} GenerationModel
+ * @property {string[]} tokens  Text of each token, prompt then generated.
+ * @property {string[]} spaces_before  Original text before each token.
+ * @property {BinaryArray} special_mask  bool [n_tokens].
+ * @property {BinaryArray} generated_mask  bool [n_tokens], true: generated.
+ * @property {BinaryArray} scores  float32 [n_steps, n_tokens]; NaN = not visible to that generated token.
+ * @property {number[]} step_tokens  Token index of the token generated at each step.
+ * @property {(number | null)[]} step_probs  Probability of each generated token.
+ * @property {string} method
+ * @property {string} score_meaning
+ * @property {boolean} signed
+ * @property {boolean} shared_scale  One colour scale for all steps (written).
+ * @property {"colour" | "underline"} encoding
+ * @property {boolean} high_contrast
+ * @property {"text" | "heatmap"} view  Coloured tokens or the canvas of all steps (written).
+ * @property {number} selected_step  Generated token whose sources are coloured (written).
+ * @property {number} selected_token  Prompt token clicked, -1: none (read and written: a click toggles it).
+ * @property {number} hovered_token  Token under the pointer, -1: none (written).
+ * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
+ */
+
 import "./generation.css";
 import { maxMagnitude, ranksByMagnitude } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
@@ -27,12 +55,17 @@ import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
+/** Traits whose change re-reads the data. @type {(keyof GenerationModel)[]} */
 const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed"];
+/** Traits whose change only redraws. @type {(keyof GenerationModel)[]} */
 const VIEW_TRAITS = ["selected_step", "shared_scale", "encoding", "high_contrast", "view"];
 const CELL_HEIGHT = 16;
 const LABEL_WIDTH = 120;
 
-/** Read and check the synced data. */
+/**
+ * Read and check the synced data.
+ * @param {AnyModel<GenerationModel>} model
+ */
 export function readGeneration(model) {
   const tokens = model.get("tokens") ?? [];
   const n = tokens.length;
@@ -73,6 +106,7 @@ export function heatmapCell(x, y, layout) {
   return { step, token };
 }
 
+/** @param {{model: AnyModel<GenerationModel>, el: HTMLElement, reportError: (error: unknown) => void}} props */
 function renderGeneration({ model, el, reportError }) {
   const doc = el.ownerDocument;
   const { safely, save, coalesce } = viewKit(model, reportError);

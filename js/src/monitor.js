@@ -8,12 +8,45 @@
  * the kernel is busy: hover readouts, layer and panel toggles, smoothing, drag-to-zoom, Shift+drag pan,
  * double-click / "Reset zoom", linear/log scale per panel.
  *
- * Traits read: stream_id, checkpoint, checkpoint_schema, layers, panels, x_label, title, error.
+ * Synced traits: the MonitorModel typedef below (the view writes none; rows stream in as custom messages).
  *
  * @example
  *   import widget from "./monitor.js";
  *   widget.initialize({model}); widget.render({model, el});
  */
+
+/**
+ * @template {object} T
+ * @typedef {import("./lib/model.js").AnyModel<T>} AnyModel
+ */
+
+/**
+ * One panel of the monitor (Python `DEFAULT_PANELS`).
+ * @typedef {object} MonitorPanel
+ * @property {string} id
+ * @property {string} [title]
+ * @property {"lines" | "heatmap"} [kind]
+ * @property {string[]} [series]  Global series drawn as lines.
+ * @property {string} [metric]  Per-layer metric: series `<metric>|<layer>`.
+ * @property {string[]} [dashed]  Per-layer companions drawn dashed.
+ * @property {[string, string]} [band]  Per-layer low and high metrics of a shaded band.
+ * @property {"linear" | "log"} [scale]
+ * @property {number} [reference]  y of a reference line.
+ */
+
+/**
+ * Synced traits of MonitorWidget (and its base InterpWidget).
+ * @typedef {object} MonitorModel
+ * @property {string} stream_id  Identifies the browser-side store shared by this model's views.
+ * @property {string} title
+ * @property {string} x_label  Name of the x axis: "step", or "checkpoint" for replays.
+ * @property {string[]} layers  Layer names in display order.
+ * @property {MonitorPanel[]} panels
+ * @property {DataView | ArrayBuffer | null} checkpoint  Whole history: steps float64, then each column float32 (LE).
+ * @property {{series?: string[], rows?: number}} checkpoint_schema  Column names and row count of `checkpoint`.
+ * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
+ */
+
 import "./monitor.css";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
@@ -30,7 +63,10 @@ const HEATMAP_ROW = 18;
 /** Stores by the model's `stream_id`: initialize and every render of one model share one store. */
 const STORES = new Map();
 
-/** The store of `model` (created on first use, e.g. by render in hosts that skip initialize). */
+/**
+ * The store of `model` (created on first use, e.g. by render in hosts that skip initialize).
+ * @param {AnyModel<MonitorModel>} model
+ */
 export function storeOf(model) {
   const id = model.get("stream_id") || "";
   let store = STORES.get(id);
@@ -42,6 +78,7 @@ export function storeOf(model) {
   return store;
 }
 
+/** @param {{model: AnyModel<MonitorModel>}} props */
 function initializeMonitor({ model }) {
   const id = model.get("stream_id") || "";
   STORES.delete(id); // a re-initialised model (new ESM, page reload) starts from its checkpoint
@@ -146,7 +183,10 @@ function warmUp(model, doc) {
   return performance.now() - started;
 }
 
-/** One view of the monitor; `immediate` (the warm-up's hidden copy) draws on every change instead of per frame. */
+/**
+ * One view of the monitor; `immediate` (the warm-up's hidden copy) draws on every change instead of per frame.
+ * @param {{model: AnyModel<MonitorModel>, el: HTMLElement, reportError: (error: unknown) => void, immediate?: boolean}} props
+ */
 function renderMonitor({ model, el, reportError, immediate = false }) {
   const doc = el.ownerDocument;
   const store = storeOf(model);

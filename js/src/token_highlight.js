@@ -1,17 +1,46 @@
 /**
  * Token attribution highlighter (front end of interp_widgets.widgets.TokenHighlightWidget).
  *
- * Synced traits read here: tokens, spaces_before, special_mask, word_ids, sentence_ids, scores
- * (binary {dtype, shape, data}), target_labels, target_probs, selected_target, granularity,
- * show_special_tokens, selected_token, hovered_token, method, score_meaning, completeness_error, signed,
- * shared_scale, encoding, high_contrast, error. The view writes back selected_target, granularity,
- * show_special_tokens, shared_scale, encoding, high_contrast, selected_token and hovered_token.
+ * Synced traits: the TokenHighlightModel typedef below; the fields marked "written" are also set by the view.
  * Word/sentence sums are computed here, never in the kernel. Long inputs render block by block (lib/paint.js renderTokenRun).
  *
  * @example
  *   import widget from "./token_highlight.js";
  *   const cleanup = widget.render({model, el});
  */
+
+/** @typedef {import("./lib/codec.js").BinaryArray} BinaryArray */
+/**
+ * @template {object} T
+ * @typedef {import("./lib/model.js").AnyModel<T>} AnyModel
+ */
+
+/**
+ * Synced traits of TokenHighlightWidget (and its bases TokenScoresWidget, GroupedTokens, InterpWidget).
+ * @typedef {object} TokenHighlightModel
+ * @property {string[]} tokens  Text of each token (special tokens by name).
+ * @property {string[]} spaces_before  Original text between a token and the previous one.
+ * @property {BinaryArray} special_mask  bool [n_tokens].
+ * @property {BinaryArray} word_ids  int [n_tokens], word of each token (-1: none).
+ * @property {BinaryArray} sentence_ids  int [n_tokens], sentence of each token (-1: none).
+ * @property {BinaryArray} scores  float32 [n_targets, n_tokens]; NaN = the target does not see the token.
+ * @property {string[]} target_labels  Label of each row of scores.
+ * @property {(number | null)[]} target_probs  Predicted probability per target, or empty.
+ * @property {(number | null)[]} completeness_error  Per target, or empty.
+ * @property {string} method
+ * @property {string} score_meaning  What a score is, e.g. "sum over embedding dimension (signed)".
+ * @property {boolean} signed  Diverging scale (signed scores) or 0..max (e.g. a norm).
+ * @property {number} selected_target  Row of scores on display (written).
+ * @property {"token" | "word" | "sentence"} granularity  Units coloured; sums are computed here (written).
+ * @property {boolean} show_special_tokens  (written)
+ * @property {boolean} shared_scale  One colour scale for all targets (written).
+ * @property {"colour" | "underline"} encoding  (written)
+ * @property {boolean} high_contrast  (written)
+ * @property {number} selected_token  Token clicked or chosen with Enter, -1: none (written).
+ * @property {number} hovered_token  Token under the pointer, -1: none (written).
+ * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
+ */
+
 import "./token_highlight.css";
 import { buildUnits, maxMagnitude, ranksByMagnitude, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
@@ -27,6 +56,7 @@ import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
+/** Traits whose change re-reads the data. @type {(keyof TokenHighlightModel)[]} */
 const DATA_TRAITS = [
   "tokens",
   "spaces_before",
@@ -41,6 +71,7 @@ const DATA_TRAITS = [
   "completeness_error",
   "signed",
 ];
+/** Traits whose change only redraws. @type {(keyof TokenHighlightModel)[]} */
 const VIEW_TRAITS = ["selected_target", "granularity", "show_special_tokens", "shared_scale", "encoding", "high_contrast"];
 
 /** Index of the unit holding token `i` (-1 if none is shown). */
@@ -49,13 +80,21 @@ function unitOfToken(units, i) {
   return units.findIndex((unit) => unit[0] <= i && i <= unit.at(-1) && unit.includes(i));
 }
 
+/**
+ * @param {AnyModel<TokenHighlightModel>} model
+ * @param {"special_mask" | "word_ids" | "sentence_ids"} name
+ * @param {number} n
+ */
 function perToken(model, name, n) {
   const { values } = decodeArray(model.get(name));
   if (values.length !== n) throw new RangeError(`${name} has ${values.length} entries for ${n} tokens`);
   return values;
 }
 
-/** Read and check the synced data; throws a readable error when it is inconsistent. */
+/**
+ * Read and check the synced data; throws a readable error when it is inconsistent.
+ * @param {AnyModel<TokenHighlightModel>} model
+ */
 function readData(model) {
   const tokens = model.get("tokens") ?? [];
   const n = tokens.length;
@@ -87,6 +126,7 @@ function readData(model) {
   };
 }
 
+/** @param {{model: AnyModel<TokenHighlightModel>, el: HTMLElement, reportError: (error: unknown) => void}} props */
 function renderTokenHighlight({ model, el, reportError }) {
   const doc = el.ownerDocument;
   const { safely, save, coalesce } = viewKit(model, reportError);

@@ -508,6 +508,15 @@ describe("example list view", () => {
     expect(first().map((s) => s.textContent)).toEqual(["a", EVIL]); // different word ids: two units
     expect(el.querySelector(".iw-legend").getAttribute("aria-label")).toContain("sum per word");
   });
+
+  it("shows the method under the legend, as the static picture does, and follows changes to it", async () => {
+    const model = mount(examples, fakeModel(state()));
+    const caption = () => el.querySelector(".iw-legend-slot + .iw-caption").textContent;
+    expect(caption()).toBe("method: ig");
+    model.set("method", "");
+    await settle();
+    expect(caption()).toBe("");
+  });
 });
 
 describe("browser export helpers", () => {

@@ -12,6 +12,15 @@
  *   values[0]; // first score as a float
  */
 
+/**
+ * A numpy array as a synced trait carries it (Python `array_to_buffer`, the `BinaryArray` trait type): values of
+ * `dtype`, little-endian, C order, in the binary `data` buffer; `bool` is one byte per value.
+ * @typedef {object} BinaryArray
+ * @property {"float32" | "float64" | "int8" | "uint8" | "int16" | "uint16" | "int32" | "uint32" | "bool"} dtype
+ * @property {number[]} shape
+ * @property {ArrayBuffer | ArrayBufferView} data  A DataView in a live widget; any buffer or view on export pages.
+ */
+
 const ARRAY_TYPES = {
   float32: Float32Array,
   float64: Float64Array,
@@ -37,7 +46,7 @@ function asBytes(data) {
 
 /**
  * Decode a `{dtype, shape, data}` payload into a typed array.
- * @param {{dtype: string, shape: number[], data: ArrayBuffer | ArrayBufferView}} payload
+ * @param {BinaryArray} payload
  * @returns {{dtype: string, shape: number[], values: ArrayLike<number>}}
  * @example decodeArray({dtype: "float32", shape: [2], data: new DataView(buf, 8, 8)}).values
  */

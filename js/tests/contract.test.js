@@ -1,0 +1,122 @@
+// The model typedefs at runtime: each view, rendered on the fake model and poked through every control, touches
+// (get, set, change:… subscriptions) only traits its `@typedef {object} <Stem>Model` declares. This sees reads
+// through variables (`model.get(name)` in a helper) that the static check in tests/test_widget_contract.py cannot.
+import { readFileSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import comparison from "../src/comparison.js";
+import conceptBrowser from "../src/concept_browser.js";
+import examples from "../src/examples.js";
+import generation from "../src/generation.js";
+import monitor from "../src/monitor.js";
+import tokenHighlight from "../src/token_highlight.js";
+import { fakeModel, payload, settle } from "./fake_model.js";
+
+const SRC = join(dirname(fileURLToPath(import.meta.url)), "..", "src");
+
+/** `@property` names of `@typedef {object} <name>` in js/src/<file>. */
+function typedefFields(file, name) {
+  const source = readFileSync(join(SRC, file), "utf8");
+  const block = source.split("/**").find((text) => new RegExp(`@typedef\\s+\\{object\\}\\s+${name}\\b`).test(text.split("*/")[0]));
+  if (!block) throw new Error(`${file} has no @typedef {object} ${name}`);
+  const fields = [];
+  const body = block.split("*/")[0];
+  for (let at = body.indexOf("@property"); at >= 0; at = body.indexOf("@property", at + 1)) {
+    let i = body.indexOf("{", at);
+    for (let depth = 0; ; i += 1) {
+      if (body[i] === "{") depth += 1;
+      else if (body[i] === "}" && (depth -= 1) === 0) break;
+    }
+    fields.push(/^\s*\[?(\w+)/.exec(body.slice(i + 1))[1]);
+  }
+  return fields;
+}
+
+const f32 = (values, shape = [values.length]) => payload(Float32Array.from(values), "float32", shape);
+const i32 = (values, shape = [values.length]) => payload(Int32Array.from(values), "int32", shape);
+const bool = (values) => payload(Uint8Array.from(values), "bool", [values.length]);
+const common = { error: "", encoding: "colour", high_contrast: false, selected_token: -1, hovered_token: -1 };
+
+const VIEWS = [
+  {
+    file: "token_highlight.js", model: "TokenHighlightModel", widget: tokenHighlight,
+    state: { ...common, tokens: ["a", "b", "c"], spaces_before: ["", " ", " "], special_mask: bool([0, 0, 0]), word_ids: i32([0, 1, 2]),
+      sentence_ids: i32([0, 0, 0]), scores: f32([1, -1, 0.5, 0, 2, 1], [2, 3]), target_labels: ["x", "y"], target_probs: [0.6, 0.4],
+      completeness_error: [0.1, null], method: "saliency", score_meaning: "sum", signed: true, selected_target: 0, granularity: "token",
+      show_special_tokens: false, shared_scale: false },
+  },
+  {
+    file: "generation.js", model: "GenerationModel", widget: generation,
+    state: { ...common, tokens: ["p", "q", "g1", "g2"], spaces_before: ["", " ", " ", " "], special_mask: bool([0, 0, 0, 0]),
+      generated_mask: bool([0, 0, 1, 1]), scores: f32([1, 2, NaN, NaN, 1, 2, 3, NaN], [2, 4]), step_tokens: [2, 3], step_probs: [0.5, null],
+      method: "saliency", score_meaning: "", signed: true, shared_scale: false, view: "text", selected_step: 0 },
+  },
+  {
+    file: "comparison.js", model: "ComparisonModel", widget: comparison,
+    state: { ...common, tokens: ["a", "b"], spaces_before: ["", " "], special_mask: bool([0, 0]), word_ids: i32([0, 1]), sentence_ids: i32([0, 0]),
+      scores: f32([1, 2, -1, 0], [2, 2]), methods: ["m1", "m2"], signed: [true, false], target_label: "pos", granularity: "token",
+      agreements: { token: [{ a: "m1", b: "m2", spearman: 0.5, top_k_overlap: 1, k: 1 }] }, agreement_by: "magnitude", shared_scale: false },
+  },
+  {
+    file: "examples.js", model: "ExampleListModel", widget: examples,
+    state: { error: "", tokens: [["a", "b"], ["c"]], spaces_before: [["", " "], [""]], special_mask: bool([0, 0, 0]), word_ids: i32([0, 1, 0]),
+      sentence_ids: i32([0, 0, 0]), scores: f32([1, -1, 2]), predicted: ["x", "y"], confidence: [0.9, null], true_labels: ["x", ""],
+      max_attribution: [1, 2], signed: true, method: "saliency", sort_by: "index", descending: false, filter_label: "", filter_outcome: "all",
+      granularity: "token", shared_scale: true, page: 0, page_size: 10, selected_example: -1 },
+  },
+  {
+    file: "concept_browser.js", model: "ConceptBrowserModel", widget: conceptBrowser,
+    state: { error: "", method: "NMF", layer: "l1", n_rows: 3, labels: ["a", "b"], top_tokens: [["x"], []], density: f32([0.5, 0]),
+      max_activation: f32([1, 0]), importance: f32([0.5, NaN]), importance_label: "imp", sort_by: "index", descending: false, search: "",
+      hide_dead: false, page: 0, page_size: 10, selected_concept: 0, requested: [0, 1], text_tokens: [["t", "u"]], text_gaps: [["", " "]],
+      text_top_concepts: i32([0, -1, 1, 0], [2, 2]), text_top_values: f32([1, 0, 2, 1], [2, 2]), selected_text: 0, selected_token: 0,
+      details: { 0: { concept: 0, label: "a", density: 0.5, mean: 0.1, max: 1, min: 0, hist_edges: f32([0, 0.5, 1]), hist_counts: i32([1, 2]),
+        examples: [{ tokens: ["t", "u"], center: 1, activation: 1, text_id: 0, activations: [0, 1] }], top_texts: [{ text_id: 0, max_activation: 1, text: "t u" }],
+        vocabulary: [{ token: "v", logit: 1 }], text_activations: f32([0, 1]) } } },
+  },
+  {
+    file: "monitor.js", model: "MonitorModel", widget: monitor,
+    state: { error: "", stream_id: "contract-test", checkpoint: null, checkpoint_schema: {}, layers: ["L0"], x_label: "step", title: "run",
+      panels: [{ id: "loss", title: "Loss", kind: "lines", series: ["loss"] }, { id: "heat", title: "Heat", kind: "heatmap", metric: "ratio" }] },
+  },
+]; // prettier-ignore
+
+let el;
+let cleanups = [];
+beforeEach(() => {
+  el = document.createElement("div");
+  document.body.append(el);
+});
+afterEach(() => {
+  for (const cleanup of cleanups) cleanup?.();
+  cleanups = [];
+  el.remove();
+});
+
+describe.each(VIEWS)("$file", ({ file, model: name, widget, state }) => {
+  it(`touches only the traits of its ${name} typedef, and the fixture declares exactly those`, async () => {
+    const fields = typedefFields(file, name);
+    expect(Object.keys(state).sort()).toEqual([...fields].sort()); // the fixture is a complete model of the typedef
+    const model = fakeModel(state);
+    cleanups.push(widget.initialize?.({ model }), widget.render({ model, el }));
+    await settle();
+    expect(el.querySelector(".iw-error")).toBeNull();
+    // Poke every control and token once: hover, focus, click, Enter, and a change event on each input.
+    for (const node of el.querySelectorAll(".iw-token, .iw-example, .iw-concept, canvas")) {
+      for (const type of ["mouseover", "focusin", "mouseleave", "click"]) node.dispatchEvent(new Event(type, { bubbles: true }));
+      node.dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", bubbles: true }));
+    }
+    for (const node of el.querySelectorAll("select, input")) node.dispatchEvent(new Event(node.type === "search" ? "input" : "change", { bubbles: true }));
+    for (const node of el.querySelectorAll(":not(.iw-export) > button:not([disabled])")) node.click(); // export needs a layout engine
+    await settle();
+    expect(el.querySelector(".iw-error")).toBeNull();
+    const touched = new Set([
+      ...model.get.mock.calls.map(([trait]) => trait),
+      ...model.set.mock.calls.map(([trait]) => trait),
+      ...model.on.mock.calls.map(([event]) => event).filter((event) => event.startsWith("change:")).map((event) => event.slice(7)),
+    ]);
+    expect([...touched].filter((trait) => !fields.includes(trait))).toEqual([]);
+    expect(model.get).toHaveBeenCalledWith("error");
+  });
+});
