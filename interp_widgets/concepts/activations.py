@@ -323,6 +323,9 @@ class ActivationStore:
             >>> ActivationStore.open("acts/layer3").shape     # doctest: +SKIP
         """
         path = Path(path)
+        if path.is_file():
+            raise FileExistsError(f"{path} is a file; ActivationStore.save writes a directory, so choose a new "
+                                  "directory path for the store")
         if path.exists() and any(path.iterdir()):
             raise FileExistsError(f"{path} is not empty; choose a new directory for the store")
         writer = _ChunkWriter(path, self.dim)
@@ -353,7 +356,10 @@ class ActivationStore:
 
     @classmethod
     def _open_one(cls, path: Path) -> "ActivationStore":
-        manifest = json.loads((path / "manifest.json").read_text())
+        try:
+            manifest = json.loads((path / "manifest.json").read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path / 'manifest.json'} is damaged ({err}); collect or save the store again") from None
         if manifest.get("format") != _STORE_FORMAT:
             raise ValueError(f"{path / 'manifest.json'} is not an interp_widgets activation store")
         chunks = [_DiskChunk(path / name) for name in manifest["chunks"]]
