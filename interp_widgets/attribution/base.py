@@ -24,6 +24,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from interp_widgets._inputs import check_texts
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.attribution.problem import ExplainedInput, RowChunk, check_score_kind, evaluate_rows, prepare_inputs
 from interp_widgets.attribution.result import GRANULARITIES, AttributionCollection, AttributionResult
@@ -159,7 +160,7 @@ class Attributor:
         """
         if granularity not in GRANULARITIES:
             raise ValueError(f"unknown granularity {granularity!r}; use one of {GRANULARITIES}")
-        check_texts(inputs)
+        check_texts(inputs, name="inputs", call='attribute(model, tokenizer, "a text")')
         adapter = as_adapter(model, tokenizer, max_batch_tokens)
         single = isinstance(inputs, str)
         with adapter.evaluation():
@@ -235,28 +236,6 @@ class Attributor:
             true_label=problem.true_label,
             **extra,
         )
-
-
-def check_texts(inputs) -> None:
-    """Raise a ``TypeError`` naming the fix unless ``inputs`` is a text or a sized collection of texts (a list, a
-    tuple, an array or a dataset column of strings).
-
-    Example:
-        >>> check_texts(["Good.", "Bad."])
-        >>> check_texts(None)
-        Traceback (most recent call last):
-        ...
-        TypeError: inputs must be a text or a list of texts, got None; pass attribute(model, tokenizer, "a text") or attribute(model, tokenizer, ["a text", "another"])
-    """
-    if isinstance(inputs, str):
-        return
-    fix = 'pass attribute(model, tokenizer, "a text") or attribute(model, tokenizer, ["a text", "another"])'
-    if isinstance(inputs, (bytes, dict)) or not (hasattr(inputs, "__len__") and hasattr(inputs, "__iter__")):
-        got = "None" if inputs is None else f"a {type(inputs).__name__}"
-        raise TypeError(f"inputs must be a text or a list of texts, got {got}; {fix}")
-    for i, text in enumerate(inputs):
-        if not isinstance(text, str):
-            raise TypeError(f"inputs[{i}] is a {type(text).__name__}, not a text; {fix}")
 
 
 def progress_bar(enabled: bool, total: int, desc: str):

@@ -27,6 +27,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from interp_widgets._inputs import check_texts
 from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter
 
 UNITS = ("token", "sentence")
@@ -530,11 +531,13 @@ def collect_activations(
     """
     from tqdm.auto import tqdm
 
-    adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
-    layer_path, _ = adapter.get_layer(layer)
     if isinstance(texts, str):
         texts = [texts]
-    texts = list(texts)
+    if hasattr(texts, "__iter__") and not isinstance(texts, (bytes, dict)):
+        texts = list(texts)  # any iterable of texts, generators included
+    check_texts(texts, name="texts", call='collect_activations(model, tokenizer, "a text", layer=...)')
+    adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
+    layer_path, _ = adapter.get_layer(layer)
     if not texts:
         raise ValueError("no texts given; pass a string or a non-empty list of strings.")
     if unit not in UNITS:
