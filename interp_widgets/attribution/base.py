@@ -210,8 +210,9 @@ class Attributor:
         raise NotImplementedError(f"{type(self).__name__} must implement _attribute_inputs or extend an engine base")
 
     def _result(self, problem: ExplainedInput, scores: np.ndarray, *, reduce: str, score: str,
-                signed: bool | None = None, **extra) -> AttributionResult:
-        """Build a token-level result, setting NaN for sources a target cannot see."""
+                **extra) -> AttributionResult:
+        """Build a token-level result from ``scores`` ``(targets, tokens)``, setting NaN for sources a target cannot
+        see; ``reduce`` says what the scores mean, ``extra`` adds result fields (such as ``completeness_error``)."""
         scores = np.asarray(scores, dtype=np.float64).copy()
         for row, visible in enumerate(problem.visible):
             scores[row, int(visible):] = np.nan
@@ -230,7 +231,7 @@ class Attributor:
             method=self.name,
             params={**self.params(), "score": score},
             reduce=reduce,
-            signed=self.signed if signed is None else signed,
+            signed=self.scores_signed,
             target_positions=problem.target_positions if problem.generated_mask is not None else None,
             generated_mask=problem.generated_mask,
             true_label=problem.true_label,

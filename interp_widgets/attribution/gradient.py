@@ -245,8 +245,7 @@ class GradientMethod(Attributor):
                 )
         extras = self._extra_outputs(problems, per_dim, endpoints)
         return [
-            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score,
-                         signed=self.scores_signed, **e)
+            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score, **e)
             for p, v, e in zip(problems, per_dim, extras)
         ]
 

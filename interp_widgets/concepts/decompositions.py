@@ -2,16 +2,19 @@
 
 Every concept model is a scikit-learn estimator (``BaseEstimator`` and ``TransformerMixin``): ``fit(X)``,
 ``transform(X) -> C`` (rows × concepts), ``inverse_transform(C) -> X̂`` and ``components_`` (concepts × features).
-The constructor only stores its keyword parameters (``get_params``, ``set_params``, ``sklearn.base.clone`` and
+``X`` may be a numpy array, a torch tensor or an :class:`~interp_widgets.concepts.ActivationStore`. Decoding is
+affine for every model here, ``X̂ = C @ components_ + offset_``, which makes concept importance exact (see
+:mod:`.importance`).
+
+The constructor only stores its keyword parameters (so ``get_params``, ``set_params``, ``sklearn.base.clone`` and
 ``sklearn.pipeline.Pipeline`` work); ``fit`` validates them and sets the fitted attributes, whose names end in ``_``;
-``transform`` and friends raise ``sklearn.exceptions.NotFittedError`` before ``fit``. Every concept model registers
-itself by ``name`` in :data:`CONCEPT_MODELS`, which is how :meth:`ConceptModel.load` finds the class of a saved model. ``X`` may be a numpy array, a torch tensor
-or an :class:`~interp_widgets.concepts.ActivationStore`. Decoding is affine for every model here,
-``X̂ = C @ components_ + offset_``, which makes concept importance exact (see :mod:`.importance`).
+``transform`` and the other methods of a fitted model raise ``sklearn.exceptions.NotFittedError`` before ``fit``.
+Every concept model registers itself by ``name`` in :data:`CONCEPT_MODELS`, which is how :meth:`ConceptModel.load`
+finds the class of a saved model.
 
 The scikit-learn methods are wrapped, not rewritten: the fitted estimator is ``model.estimator_`` and its constructor
-arguments are ``estimator_params``. Semi-NMF is not in
-scikit-learn and is implemented here (multiplicative updates of Ding, Li & Jordan, 2010).
+arguments are ``estimator_params``. Semi-NMF is not in scikit-learn and is implemented here (multiplicative updates
+of Ding, Li & Jordan, 2010).
 
 NMF needs non-negative data and hidden states are signed, so :class:`NMFConcepts` asks for an explicit choice,
 recorded in ``model.nonnegative`` and ``model.fit_info_``:
@@ -593,7 +596,6 @@ class NMFConcepts(SklearnConcepts):
             feature, add it back when decoding) or ``"relu"`` (keep the positive part). ``None`` (default) accepts
             only non-negative data and raises a ValueError otherwise. For signed directions use
             :class:`SemiNMFConcepts`.
-
         estimator_params, max_fit_rows, stream_epochs: as for :class:`SklearnConcepts`.
 
     Example:
