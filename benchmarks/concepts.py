@@ -141,7 +141,8 @@ def timed(fn):
 
 
 def fit_ours_nmf(X, n, iters):
-    model = NMFConcepts(n, nonnegative="shift", init="nndsvda", max_iter=iters, tol=0.0, random_state=0)
+    model = NMFConcepts(n, nonnegative="shift",
+                        estimator_params={"init": "nndsvda", "max_iter": iters, "tol": 0.0, "random_state": 0})
     return model.fit(X)
 
 

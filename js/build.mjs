@@ -1,14 +1,21 @@
 // Bundle js/src into interp_widgets/static: one ESM (+ CSS) per widget and the boot script of exported pages.
+// Every top-level js/src/*.js file is an entry point (a widget's view, or export_boot.js); shared modules live in
+// js/src/lib/ and are bundled into the entry points that import them. A new view needs no change here.
 // Also copies the widget manager that `interp-widgets export` inlines into notebook pages into static/vendor.
 // Usage: node build.mjs [--watch]
 import * as esbuild from "esbuild";
-import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 
 const watch = process.argv.includes("--watch");
 
+const entryPoints = readdirSync("src", { withFileTypes: true })
+  .filter((entry) => entry.isFile() && entry.name.endsWith(".js"))
+  .map((entry) => `src/${entry.name}`)
+  .sort();
+
 const options = {
-  entryPoints: ["src/token_highlight.js", "src/generation.js", "src/comparison.js", "src/examples.js", "src/monitor.js", "src/concept_browser.js", "src/export_boot.js"],
+  entryPoints,
   outdir: "../interp_widgets/static",
   bundle: true,
   format: "esm",

@@ -192,6 +192,11 @@ def test_bad_input_errors(bert_masked_lm, tmp_path):
         collect_activations(model, tokenizer, [], layer=0, **kwargs)
     with pytest.raises(ValueError, match="text 1"):
         collect_activations(model, tokenizer, ["fine", "   "], layer=0, **kwargs)
+    for bad, got in ((None, "got None"), (42, "got a int"), (["fine", 3], r"texts\[1\] is a int")):
+        with pytest.raises(TypeError, match=rf"{got}.*collect_activations\(model, tokenizer, \["):
+            collect_activations(model, tokenizer, bad, layer=0, **kwargs)
+    generated = collect_activations(model, tokenizer, (t for t in TEXTS[:2]), layer=0, **kwargs)
+    assert generated.shape == collect_activations(model, tokenizer, TEXTS[:2], layer=0, **kwargs).shape
     with pytest.raises(ValueError, match="unknown unit"):
         collect_activations(model, tokenizer, TEXTS[:2], layer=0, unit="word", **kwargs)
     with pytest.raises(ValueError, match="pooling applies"):

@@ -88,21 +88,21 @@ CASES = [
 
 @pytest.mark.parametrize("ours, theirs, params, X", CASES, ids=[c[0].__name__ for c in CASES])
 def test_wrapped_estimator_equals_sklearn(ours, theirs, params, X, tmp_path):
-    model = ours(5, **params).fit(X)
+    model = ours(5, estimator_params=params).fit(X)
     reference = theirs(n_components=5, **params).fit(X)
     C = model.transform(X)
     np.testing.assert_allclose(C, reference.transform(X), rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(model.inverse_transform(C), reference.inverse_transform(C), rtol=1e-4, atol=1e-4)
     assert model.components_.shape == (5, X.shape[1])
     loaded = ConceptModel.load(model.save(tmp_path / "model.safetensors"))
-    assert type(loaded) is ours and loaded.params == model.params
+    assert type(loaded) is ours and loaded.get_params() == model.get_params()
     np.testing.assert_allclose(loaded.transform(X), C, atol=1e-6)
     np.testing.assert_allclose(loaded.inverse_transform(C), model.inverse_transform(C), atol=1e-6)
 
 
 @pytest.mark.parametrize("ours, theirs", [(KMeansConcepts, cluster.KMeans), (MiniBatchKMeansConcepts, cluster.MiniBatchKMeans)])
 def test_kmeans_concepts_are_one_hot_assignments(ours, theirs, tmp_path):
-    model = ours(4, random_state=0, n_init=2).fit(SIGNED)
+    model = ours(4, estimator_params={"random_state": 0, "n_init": 2}).fit(SIGNED)
     reference = theirs(n_clusters=4, random_state=0, n_init=2).fit(SIGNED)
     labels = reference.predict(SIGNED)
     np.testing.assert_array_equal(model.transform(SIGNED), np.eye(4)[labels])
@@ -118,8 +118,8 @@ def test_nmf_sign_policies():
     with pytest.raises(ValueError, match="nonnegative='shift'"):
         NMFConcepts(4).fit(SIGNED)
     with pytest.raises(ValueError, match="unknown nonnegative"):
-        NMFConcepts(4, nonnegative="abs")
-    shift = NMFConcepts(12, nonnegative="shift", random_state=0, max_iter=1000).fit(SIGNED)
+        NMFConcepts(4, nonnegative="abs").fit(POSITIVE)
+    shift = NMFConcepts(12, nonnegative="shift", estimator_params={"random_state": 0, "max_iter": 1000}).fit(SIGNED)
     assert shift.fit_info_["nonnegative"] == "shift"
     np.testing.assert_allclose(shift.shift_, np.minimum(SIGNED.min(0), 0))
     # with as many concepts as features the shifted data is reconstructed closely, negatives included
@@ -127,26 +127,26 @@ def test_nmf_sign_policies():
     assert shift_error < 0.1
     reference = decomposition.NMF(12, random_state=0, max_iter=1000).fit(SIGNED - shift.shift_)
     np.testing.assert_allclose(shift.transform(SIGNED), reference.transform(SIGNED - shift.shift_), atol=1e-4)
-    relu = NMFConcepts(12, nonnegative="relu", random_state=0, max_iter=1000).fit(SIGNED)
+    relu = NMFConcepts(12, nonnegative="relu", estimator_params={"random_state": 0, "max_iter": 1000}).fit(SIGNED)
     np.testing.assert_allclose(relu.transform(SIGNED),
                                decomposition.NMF(12, random_state=0, max_iter=1000).fit(np.maximum(SIGNED, 0))
                                .transform(np.maximum(SIGNED, 0)), atol=1e-4)
     assert relu.offset_.tolist() == [0.0] * 12  # the negative part is gone for good
     assert relative_reconstruction_error(SIGNED, relu.inverse_transform(relu.transform(SIGNED))) > 5 * shift_error
-    plain = NMFConcepts(3, random_state=0).fit(POSITIVE)
+    plain = NMFConcepts(3, estimator_params={"random_state": 0}).fit(POSITIVE)
     with pytest.raises(ValueError, match="negative values"):
         plain.transform(SIGNED)
 
 
 def test_planted_dictionary_recovered_by_nmf_ica_semi_nmf_and_sae():
     X, D = planted(1500, 6, 16, 2, nonnegative_dictionary=True, seed=1)
-    nmf = NMFConcepts(6, random_state=0, max_iter=1000, init="nndsvda").fit(X)
+    nmf = NMFConcepts(6, estimator_params={"random_state": 0, "max_iter": 1000, "init": "nndsvda"}).fit(X)
     assert matched_cosine(nmf.components_, D)[0] > 0.9
 
     rng = np.random.default_rng(2)
     sources = rng.laplace(size=(2000, 6))
     mixing = rng.normal(size=(6, 16))
-    ica = ICAConcepts(6, random_state=0, max_iter=1000).fit((sources @ mixing).astype(np.float32))
+    ica = ICAConcepts(6, estimator_params={"random_state": 0, "max_iter": 1000}).fit((sources @ mixing).astype(np.float32))
     assert matched_cosine(ica.components_, mixing, absolute=True)[0] > 0.9
 
     X_signed, D_signed = planted(1500, 6, 16, 2, seed=3)
@@ -211,18 +211,18 @@ def test_large_stores_are_streamed_or_sampled():
     assert matched_cosine(streamed.components_, full.components_, absolute=True)[0] > 0.99
     sampled = PCAConcepts(3, max_fit_rows=1000).fit(store)
     assert sampled.fit_info_ == {"rows": 3000, "mode": "sample", "sampled_rows": 1000}
-    nmf = MiniBatchNMFConcepts(3, nonnegative="shift", max_fit_rows=1000, random_state=0).fit(store)
+    nmf = MiniBatchNMFConcepts(3, nonnegative="shift", max_fit_rows=1000, estimator_params={"random_state": 0}).fit(store)
     assert nmf.fit_info_["mode"] == "streamed"
     np.testing.assert_allclose(nmf.shift_, X.min(0))  # the shift comes from a full pass over the store
 
 
 def test_concept_model_errors(tmp_path):
     with pytest.raises(ValueError, match="positive int"):
-        PCAConcepts(0)
+        PCAConcepts(0).fit(SIGNED)
     with pytest.raises(ValueError, match="n_concepts, not n_components"):
-        PCAConcepts(3, n_components=4)
+        PCAConcepts(3, estimator_params={"n_components": 4}).fit(SIGNED)
     with pytest.raises(ValueError, match="split_sign"):
-        DictionaryLearningConcepts(3, split_sign=True)
+        DictionaryLearningConcepts(3, estimator_params={"split_sign": True}).fit(SIGNED)
     with pytest.raises(ValueError, match="more than the 5 samples"):
         NMFConcepts(6).fit(POSITIVE[:5])
     with pytest.raises(ValueError, match="at most as many concepts as features"):
@@ -243,9 +243,9 @@ def test_concept_model_errors(tmp_path):
     with pytest.raises(ValueError, match="zero rows"):
         PCAConcepts(2).fit(np.zeros((0, 3)))
     with pytest.raises(ValueError, match="unknown activation"):
-        SparseAutoencoder(8, activation="gelu")
+        SparseAutoencoder(8, activation="gelu").fit(SIGNED)
     with pytest.raises(ValueError, match="k must be"):
-        SparseAutoencoder(8, k=9)
+        SparseAutoencoder(8, k=9).fit(SIGNED)
     path = model.save(tmp_path / "pca.safetensors")
     with pytest.raises(ValueError, match="PCAConcepts, not a SparseAutoencoder"):
         SparseAutoencoder.load(path)
@@ -284,7 +284,7 @@ def test_matched_cosine_equals_brute_force():
 
 def test_evaluate_streams_like_direct_computation():
     X, _ = planted(2000, 6, 12, 2, nonnegative_dictionary=True, seed=8)
-    model = NMFConcepts(6, random_state=0, max_iter=400).fit(X)
+    model = NMFConcepts(6, estimator_params={"random_state": 0, "max_iter": 400}).fit(X)
     streamed = evaluate(model, store_of(X), rows_per_chunk=300)
     C = model.transform(X)
     X_hat = model.inverse_transform(C)
@@ -298,11 +298,11 @@ def test_evaluate_streams_like_direct_computation():
 
 def test_stability_across_seeds():
     X, _ = planted(1200, 5, 12, 2, nonnegative_dictionary=True, seed=9)
-    result = stability(lambda seed: NMFConcepts(5, init="random", random_state=seed, max_iter=1000), X, seeds=[0, 1, 2])
+    result = stability(lambda seed: NMFConcepts(5, estimator_params={"init": "random", "random_state": seed, "max_iter": 1000}), X, seeds=[0, 1, 2])
     assert set(result["pairs"]) == {(0, 1), (0, 2), (1, 2)}
     assert result["mean"] > 0.95 and result["per_concept"].shape == (5,)
     noise = RNG.normal(size=(400, 12)).astype(np.float32)
-    unstable = stability(lambda seed: KMeansConcepts(8, random_state=seed, n_init=1), noise, seeds=[0, 1])
+    unstable = stability(lambda seed: KMeansConcepts(8, estimator_params={"random_state": seed, "n_init": 1}), noise, seeds=[0, 1])
     assert unstable["mean"] < result["mean"]
     with pytest.raises(ValueError, match="two seeds"):
         stability(lambda seed: PCAConcepts(2), X, seeds=[0])

@@ -47,7 +47,7 @@ def single_thread():
 def lm_concepts(gpt2_lm):
     model, tokenizer = gpt2_lm
     store = collect_activations(model, tokenizer, TEXTS, layer=1, progress=False)
-    concepts = NMFConcepts(6, nonnegative="shift", random_state=0, max_iter=300).fit(store)
+    concepts = NMFConcepts(6, nonnegative="shift", estimator_params={"random_state": 0, "max_iter": 300}).fit(store)
     return store, concepts
 
 

@@ -1,15 +1,27 @@
 """Attribution methods: which input tokens drive a prediction.
 
+Every method registers itself by name in :data:`METHODS`; :func:`list_methods` lists them with their properties. A
+new method subclasses one of the public engines, :class:`GradientMethod`, :class:`PerturbationMethod` or
+:class:`AttentionMethod` (or :class:`Attributor` itself), whose docstrings describe the hooks to override; what the
+hooks receive (:class:`~interp_widgets.attribution.base.ExplainedInput`,
+:func:`~interp_widgets.attribution.base.evaluate_rows`, ...) is exported by :mod:`interp_widgets.attribution.base`.
+
 Example:
     >>> from interp_widgets.attribution import attribute
     >>> result = attribute(model, tokenizer, "Not bad at all.", method="integrated_gradients")  # doctest: +SKIP
 """
 
-from interp_widgets.attribution.api import METHODS, attribute
-from interp_widgets.attribution.attention import AttentionRollout, GradientWeightedAttention, RawAttention
-from interp_widgets.attribution.base import Attributor
+from interp_widgets.attribution.api import MethodInfo, attribute, list_methods
+from interp_widgets.attribution.attention import (
+    AttentionMethod,
+    AttentionRollout,
+    GradientWeightedAttention,
+    RawAttention,
+)
+from interp_widgets.attribution.base import METHODS, Attributor
 from interp_widgets.attribution.faithfulness import FaithfulnessResult, faithfulness
 from interp_widgets.attribution.gradient import (
+    GradientMethod,
     GradientShap,
     InputXGradient,
     IntegratedGradients,
@@ -18,24 +30,28 @@ from interp_widgets.attribution.gradient import (
     SquareGrad,
     VarGrad,
 )
-from interp_widgets.attribution.perturbation import KernelShap, Lime, Occlusion, Sobol
+from interp_widgets.attribution.perturbation import KernelShap, Lime, Occlusion, PerturbationMethod, Sobol
 from interp_widgets.attribution.interop import from_captum, from_interpreto
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
 
 __all__ = [
     "METHODS",
+    "AttentionMethod",
     "AttentionRollout",
     "AttributionCollection",
     "AttributionResult",
     "Attributor",
     "FaithfulnessResult",
+    "GradientMethod",
     "GradientShap",
     "GradientWeightedAttention",
     "InputXGradient",
     "IntegratedGradients",
     "KernelShap",
     "Lime",
+    "MethodInfo",
     "Occlusion",
+    "PerturbationMethod",
     "RawAttention",
     "Saliency",
     "SmoothGrad",
@@ -46,4 +62,5 @@ __all__ = [
     "faithfulness",
     "from_captum",
     "from_interpreto",
+    "list_methods",
 ]

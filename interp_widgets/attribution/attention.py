@@ -180,16 +180,45 @@ def gradient_weighted_rollout(attentions: torch.Tensor, gradients: torch.Tensor)
     return relevance
 
 
-class _AttentionMethod(Attributor):
-    """Shared engine: evaluate the inputs with attention recording, turn the maps into ``(T, T)`` relevance per row,
-    read each target's query row."""
+class AttentionMethod(Attributor):
+    """Engine of the attention methods: evaluate the inputs with attention recording (eager attention), turn the
+    maps into a ``(T, T)`` relevance per row, and read each target's query row (see :func:`query_position`).
 
+    Subclass API (set ``name`` to register the method):
+        ``_relevance(attentions, gradients) -> Tensor``: from every layer's attention probabilities
+        ``(layers, rows, heads, T, T)`` (and, when ``needs_gradients``, the gradients of the target scores with
+        respect to them, same shape; else None) compute the relevance ``(rows, T, T)``; row ``q`` of a map scores
+        the sources of query position ``q``.
+
+        ``per_target`` (class attribute): one row per target (needed for target-specific gradients) instead of
+        one row per input.
+
+        ``needs_gradients`` (class attribute): run backward passes and pass the attention gradients.
+
+        ``description`` (class attribute or property): what the scores mean, recorded as the result's ``reduce``.
+
+    Scores are unsigned (``signed = False``).
+
+    Example:
+        >>> from interp_widgets.attribution import METHODS
+        >>> class FirstLayerAttention(AttentionMethod):
+        ...     "Attention weights of the first layer, averaged over heads (unsigned)."
+        ...     name = "first_layer_attention"
+        ...     description = "attention weight in layer 0, mean over heads (unsigned)"
+        ...     def _relevance(self, attentions, gradients):
+        ...         return attentions[0].mean(dim=1)
+        >>> METHODS.remove("first_layer_attention") is FirstLayerAttention
+        True
+    """
+
+    family = "attention"
     signed = False
     per_target = False
     description = ""
 
     def _relevance(self, attentions: torch.Tensor, gradients: torch.Tensor | None) -> torch.Tensor:
-        raise NotImplementedError
+        """The relevance ``(rows, T, T)``; see "Subclass API" in the class docstring."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _relevance")
 
     def _attribute_inputs(self, adapter, problems, *, score, granularity) -> list[AttributionResult]:
         recorder = _AttentionRecorder(adapter)
@@ -212,7 +241,7 @@ class _AttentionMethod(Attributor):
         bar = progress_bar(self.progress, sum(n_rows), self.name)
         try:
             with eager_attention(adapter.model), recorder.recording():
-                evaluate_rows(adapter, problems, n_rows, build, consume, score=score, with_grad=self.per_target,
+                evaluate_rows(adapter, problems, n_rows, build, consume, score=score, with_grad=self.needs_gradients,
                               progress=bar)
         finally:
             if bar is not None:
@@ -220,7 +249,7 @@ class _AttentionMethod(Attributor):
         return [self._result(p, s, reduce=self.description, score=score) for p, s in zip(problems, scores)]
 
 
-class RawAttention(_AttentionMethod):
+class RawAttention(AttentionMethod):
     """Attention weights of one layer (the last by default), averaged over heads (unsigned).
 
     Each target's scores are the attention row of its query position (see :func:`query_position`); at token
@@ -256,7 +285,7 @@ class RawAttention(_AttentionMethod):
         return attentions[self.layer].mean(dim=1)
 
 
-class AttentionRollout(_AttentionMethod):
+class AttentionRollout(AttentionMethod):
     """Attention rollout (Abnar & Zuidema, 2020): attention flow through all layers with the residual stream,
     ``0.5·A + 0.5·I`` per layer, heads averaged (unsigned). See :func:`attention_rollout`.
 
@@ -271,7 +300,7 @@ class AttentionRollout(_AttentionMethod):
         return attention_rollout(attentions)
 
 
-class GradientWeightedAttention(_AttentionMethod):
+class GradientWeightedAttention(AttentionMethod):
     """Gradient-weighted attention rollout (Chefer, Gur & Wolf, 2021): attention times the gradient of the target
     score with respect to it, positive part, heads averaged, accumulated over layers rollout-style (``R ← R + Ā·R``,
     from the identity). Unsigned. See :func:`gradient_weighted_rollout`.
@@ -284,12 +313,8 @@ class GradientWeightedAttention(_AttentionMethod):
 
     name = "gradient_weighted_attention"
     per_target = True
+    needs_gradients = True
     description = "gradient-weighted attention relevance: rollout of mean over heads of (A ⊙ ∂score/∂A)⁺ (unsigned)"
 
     def _relevance(self, attentions, gradients):
         return gradient_weighted_rollout(attentions, gradients)
-
-
-ATTENTION_METHODS: dict[str, Callable[..., Attributor]] = {
-    cls.name: cls for cls in (RawAttention, AttentionRollout, GradientWeightedAttention)
-}

@@ -4,6 +4,14 @@ A method holds its parameters (set in ``__init__``) and explains inputs with :me
 wraps the model in a :class:`~interp_widgets.adapter.ModelAdapter`, resolves the targets, runs the method in batches
 and returns one :class:`AttributionResult` per input (a single result for a single string).
 
+Every concrete subclass registers itself in :data:`METHODS` under its ``name`` (see
+:mod:`interp_widgets.registry`), which is how :func:`~interp_widgets.attribution.attribute` and
+:func:`~interp_widgets.attribution.list_methods` find it. This module is also the public home of what a new method
+works with: :class:`ExplainedInput` (an input and its targets), :func:`evaluate_rows` and :class:`RowChunk` (batched
+scoring of modified embeddings), :func:`reduce_embedding_dim` and :func:`progress_bar`. The engines that most new
+methods extend are :class:`~interp_widgets.attribution.GradientMethod`,
+:class:`~interp_widgets.attribution.PerturbationMethod` and :class:`~interp_widgets.attribution.AttentionMethod`.
+
 Example:
     >>> from interp_widgets.attribution import IntegratedGradients
     >>> IntegratedGradients(n_steps=32).attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
@@ -16,10 +24,26 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from interp_widgets._inputs import check_texts
 from interp_widgets.adapter import ModelAdapter
-from interp_widgets.attribution.problem import ExplainedInput, check_score_kind, prepare_inputs
+from interp_widgets.attribution.problem import ExplainedInput, RowChunk, check_score_kind, evaluate_rows, prepare_inputs
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
 from interp_widgets.text_units import GRANULARITIES
+from interp_widgets.registry import Registry
+
+__all__ = [
+    "METHODS",
+    "REDUCTIONS",
+    "Attributor",
+    "ExplainedInput",
+    "RowChunk",
+    "evaluate_rows",
+    "progress_bar",
+    "reduce_embedding_dim",
+]
+
+#: Every attribution method by name, filled by the methods themselves (a read-only, live mapping).
+METHODS = Registry("method")
 
 REDUCTIONS = {
     "sum": "sum over embedding dimension (signed)",
@@ -56,17 +80,49 @@ def as_adapter(model, tokenizer, max_batch_tokens: int | None) -> ModelAdapter:
 
 
 class Attributor:
-    """Base class of attribution methods. Subclasses implement :meth:`_attribute_inputs`.
+    """Base class of attribution methods.
+
+    A subclass that sets ``name`` registers itself in :data:`METHODS` (classes without their own ``name``, such as
+    the engine bases, are abstract and do not). Most methods extend an engine:
+    :class:`~interp_widgets.attribution.GradientMethod`, :class:`~interp_widgets.attribution.PerturbationMethod` or
+    :class:`~interp_widgets.attribution.AttentionMethod`. A method that needs its own engine subclasses
+    ``Attributor`` directly.
+
+    Subclass API:
+        ``__init__``: take the method's parameters as keyword arguments, call ``super().__init__(score=score,
+        progress=progress)`` and store them as attributes; :meth:`params` records them in every result.
+
+        ``_attribute_inputs(adapter, problems, *, score, granularity) -> list[AttributionResult]``: explain every
+        :class:`ExplainedInput` of ``problems`` (one result per input, one score row per target). Score rows of
+        modified embeddings with :func:`evaluate_rows`, and build each token-level result with :meth:`_result`.
+        Token-level methods (``unit_level = False``) return token scores and :meth:`attribute` aggregates them to
+        ``granularity``; unit-level methods return results at ``granularity`` themselves.
 
     Attributes:
-        name: method name recorded in results.
+        name: method name, the key in :data:`METHODS`, recorded in results.
+        family: ``"gradient"``, ``"perturbation"``, ``"attention"`` or ``"other"`` (shown by ``list_methods``).
         signed: whether scores carry a sign (positive = supports the target).
-        unit_level: True for perturbation methods that act on words/sentences directly.
+        needs_gradients: whether the method runs backward passes.
+        unit_level: True for methods that act on words/sentences directly (the perturbation methods).
+
+    Example:
+        >>> class Constant(Attributor):                                   # doctest: +SKIP
+        ...     name = "constant"
+        ...     def _attribute_inputs(self, adapter, problems, *, score, granularity):
+        ...         return [self._result(p, np.ones((p.n_targets, p.length)), reduce="1", score=score)
+        ...                 for p in problems]
+        >>> attribute(model, tokenizer, "Good.", method="constant").scores  # doctest: +SKIP
     """
 
     name = "attribution"
+    family = "other"
     signed = True
+    needs_gradients = False
     unit_level = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        METHODS.add_subclass(cls)
 
     def __init__(self, *, score: str | None = None, progress: bool = True):
         self.score = None if score is None else check_score_kind(score)
@@ -105,6 +161,7 @@ class Attributor:
         """
         if granularity not in GRANULARITIES:
             raise ValueError(f"unknown granularity {granularity!r}; use one of {GRANULARITIES}")
+        check_texts(inputs, name="inputs", call='attribute(model, tokenizer, "a text")')
         adapter = as_adapter(model, tokenizer, max_batch_tokens)
         single = isinstance(inputs, str)
         with adapter.evaluation():
@@ -125,19 +182,38 @@ class Attributor:
             results = [r.aggregate(granularity, aggregation) for r in results]
         return results[0] if single else AttributionCollection(results)
 
+    @property
+    def scores_signed(self) -> bool:
+        """Whether this instance's scores carry a sign (the class's ``signed``, unless a parameter removes it).
+
+        Example:
+            >>> from interp_widgets.attribution import Saliency
+            >>> Saliency().scores_signed, Saliency(reduce="sum").scores_signed
+            (False, True)
+        """
+        return self.signed
+
     # ---------------------------------------------------------------------------------------------- subclass API
     def params(self) -> dict[str, Any]:
-        """The method's parameters, recorded in every result."""
+        """The method's parameters, recorded in every result (subclasses add derived entries).
+
+        Example:
+            >>> from interp_widgets.attribution import Occlusion
+            >>> Occlusion(window=2).params()
+            {'score': None, 'baseline': 'pad', 'window': 2}
+        """
         return {k: v for k, v in vars(self).items() if k != "progress" and not k.startswith("_")}
 
     def _attribute_inputs(
         self, adapter: ModelAdapter, problems: list[ExplainedInput], *, score: str, granularity: str
     ) -> list[AttributionResult]:
-        raise NotImplementedError
+        """Explain every input of ``problems``; see "Subclass API" in the class docstring."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _attribute_inputs or extend an engine base")
 
     def _result(self, problem: ExplainedInput, scores: np.ndarray, *, reduce: str, score: str,
-                signed: bool | None = None, **extra) -> AttributionResult:
-        """Build a token-level result, setting NaN for sources a target cannot see."""
+                **extra) -> AttributionResult:
+        """Build a token-level result from ``scores`` ``(targets, tokens)``, setting NaN for sources a target cannot
+        see; ``reduce`` says what the scores mean, ``extra`` adds result fields (such as ``completeness_error``)."""
         scores = np.asarray(scores, dtype=np.float64).copy()
         for row, visible in enumerate(problem.visible):
             scores[row, int(visible):] = np.nan
@@ -156,7 +232,7 @@ class Attributor:
             method=self.name,
             params={**self.params(), "score": score},
             reduce=reduce,
-            signed=self.signed if signed is None else signed,
+            signed=self.scores_signed,
             target_positions=problem.target_positions if problem.generated_mask is not None else None,
             generated_mask=problem.generated_mask,
             true_label=problem.true_label,
@@ -165,7 +241,12 @@ class Attributor:
 
 
 def progress_bar(enabled: bool, total: int, desc: str):
-    """A tqdm.auto bar, or ``None`` when disabled or when the work is tiny."""
+    """A tqdm.auto bar, or ``None`` when disabled or when the work is tiny.
+
+    Example:
+        >>> progress_bar(True, 10, "saliency") is None
+        True
+    """
     if not enabled or total < 64:
         return None
     from tqdm.auto import tqdm

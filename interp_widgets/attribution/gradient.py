@@ -14,8 +14,6 @@ Example:
 
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 import torch
 
@@ -103,9 +101,53 @@ def baseline_embeddings(adapter: ModelAdapter, encoding: Encoding, baseline) -> 
     return torch.where(special[:, None], x, vector.expand_as(x))
 
 
-class _EmbeddingGradientMethod(Attributor):
-    """Shared engine: rows per target, gradient accumulation, reduction to token scores."""
+class GradientMethod(Attributor):
+    """Engine of the gradient methods: rows of embeddings per target, batched gradients, reduction to token scores.
 
+    For every input and target the engine builds ``_rows_per_target()`` rows (modified copies of the input
+    embeddings ``x``, shape ``(T, D)``), evaluates the target score and its gradient for all rows in few batched
+    forward/backward passes, accumulates the ``_row_weights()``-weighted mean gradient (and mean squared gradient
+    when ``needs_squares``), turns it into per-dimension attributions with ``_per_dimension`` and reduces those to
+    one score per token with ``reduce`` (``sum``, ``norm`` or ``abs``; results are signed only for ``sum``).
+
+    Subclass API (set ``name`` to register the method; override what differs from plain gradients):
+        ``multiplies_inputs`` (class attribute): the default ``_per_dimension`` returns ``mean_grad * x``
+        instead of ``mean_grad``.
+
+        ``needs_squares`` (class attribute): also accumulate the mean squared gradient (``mean_sq``).
+
+        ``_rows_per_target() -> int``: rows evaluated per target (default 1: the input itself).
+
+        ``_row_weights() -> ndarray``: weight of each row in the mean gradient (default uniform).
+
+        ``_make_rows(x, base, item, steps) -> Tensor``: the rows ``(len(steps), T, D)`` for row indices ``steps``
+        of input number ``item`` (``base`` is the baseline when ``_needs_baseline()``, else None). Must depend
+        only on these arguments, so results do not depend on batching.
+
+        ``_needs_baseline() -> bool``: build the baseline embeddings from ``self.baseline`` (see
+        :func:`baseline_embeddings`).
+
+        ``_per_dimension(x, base, mean_grad, mean_sq) -> Tensor``: per-dimension attributions ``(targets, T, D)``.
+
+        ``_endpoints(row_scores)`` and ``_extra_outputs(problems, per_dim, endpoints)``: extra per-result
+        fields, such as the completeness error of integrated gradients.
+
+    Example:
+        >>> from interp_widgets.attribution import METHODS
+        >>> class DoubledInputXGradient(GradientMethod):
+        ...     "Twice input × gradient (signed)."
+        ...     name = "doubled_input_x_gradient"
+        ...     def _per_dimension(self, x, base, mean_grad, mean_sq):
+        ...         return 2 * mean_grad * x
+        >>> METHODS["doubled_input_x_gradient"] is DoubledInputXGradient
+        True
+        >>> attribute(model, tokenizer, "Good.", method="doubled_input_x_gradient")  # doctest: +SKIP
+        >>> METHODS.remove("doubled_input_x_gradient") is DoubledInputXGradient
+        True
+    """
+
+    family = "gradient"
+    needs_gradients = True
     multiplies_inputs = False
     needs_squares = False  # only the variance-type methods use the mean squared gradient
 
@@ -114,6 +156,16 @@ class _EmbeddingGradientMethod(Attributor):
         if reduce not in REDUCTIONS:
             raise ValueError(f"unknown reduce {reduce!r}; use one of {list(REDUCTIONS)}")
         self.reduce = reduce
+
+    @property
+    def scores_signed(self) -> bool:
+        """Signed only for ``reduce="sum"`` (norms and absolute values are not).
+
+        Example:
+            >>> InputXGradient().scores_signed, InputXGradient(reduce="norm").scores_signed
+            (True, False)
+        """
+        return self.signed and self.reduce == "sum"
 
     # ---- hooks for subclasses
     def _rows_per_target(self) -> int:
@@ -194,8 +246,7 @@ class _EmbeddingGradientMethod(Attributor):
                 )
         extras = self._extra_outputs(problems, per_dim, endpoints)
         return [
-            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score,
-                         signed=self.signed and self.reduce == "sum", **e)
+            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score, **e)
             for p, v, e in zip(problems, per_dim, extras)
         ]
 
@@ -203,7 +254,7 @@ class _EmbeddingGradientMethod(Attributor):
         return baseline_embeddings(adapter, problem.encoding, self.baseline)
 
 
-class Saliency(_EmbeddingGradientMethod):
+class Saliency(GradientMethod):
     """Gradient of the target score with respect to each input embedding.
 
     The gradient has a direction, not a sign per token, so the default ``reduce="norm"`` reports its L2 norm
@@ -219,7 +270,7 @@ class Saliency(_EmbeddingGradientMethod):
         super().__init__(reduce=reduce, score=score, progress=progress)
 
 
-class InputXGradient(_EmbeddingGradientMethod):
+class InputXGradient(GradientMethod):
     """Embedding times gradient, summed over the embedding dimension (signed).
 
     Example:
@@ -230,7 +281,7 @@ class InputXGradient(_EmbeddingGradientMethod):
     multiplies_inputs = True
 
 
-class IntegratedGradients(_EmbeddingGradientMethod):
+class IntegratedGradients(GradientMethod):
     """Integrated gradients along the straight path from a baseline to the input embeddings (signed).
 
     Every result carries ``completeness_error = Σattr − (f(x) − f(baseline))`` per target (and ``score_delta``),
@@ -401,7 +452,7 @@ class IntegratedGradients(_EmbeddingGradientMethod):
         return out
 
 
-class _NoisyGradients(_EmbeddingGradientMethod):
+class _NoisyGradients(GradientMethod):
     """Gradients at noisy copies of the input: ``x + ε``, ε ~ N(0, (noise_level · std(x))²), seeded per row."""
 
     def __init__(self, n_samples: int = 32, noise_level: float = 0.1, *, seed: int = 0, reduce: str = "sum",
@@ -447,21 +498,6 @@ class SmoothGrad(_NoisyGradients):
         return self._factor(x) * mean_grad
 
 
-class SquareGrad(_NoisyGradients):
-    """SquareGrad: the mean squared (input-scaled) gradient over noisy inputs (unsigned).
-
-    Example:
-        >>> SquareGrad().attribute(model, tokenizer, "Good.")  # doctest: +SKIP
-    """
-
-    name = "squaregrad"
-    signed = False
-    needs_squares = True
-
-    def _per_dimension(self, x, base, mean_grad, mean_sq):
-        return self._factor(x) ** 2 * mean_sq
-
-
 class VarGrad(_NoisyGradients):
     """VarGrad: the variance of the (input-scaled) gradient over noisy inputs (unsigned).
 
@@ -477,7 +513,22 @@ class VarGrad(_NoisyGradients):
         return self._factor(x) ** 2 * (mean_sq - mean_grad**2).clamp(min=0)
 
 
-class GradientShap(_EmbeddingGradientMethod):
+class SquareGrad(_NoisyGradients):
+    """SquareGrad: the mean squared (input-scaled) gradient over noisy inputs (unsigned).
+
+    Example:
+        >>> SquareGrad().attribute(model, tokenizer, "Good.")  # doctest: +SKIP
+    """
+
+    name = "squaregrad"
+    signed = False
+    needs_squares = True
+
+    def _per_dimension(self, x, base, mean_grad, mean_sq):
+        return self._factor(x) ** 2 * mean_sq
+
+
+class GradientShap(GradientMethod):
     """GradientSHAP: expected gradients between noisy baselines and the input at random path points (signed).
 
     Each sample draws ``α ~ U(0, 1)`` and a baseline ``b + ε`` (ε Gaussian, ``noise_level`` × std of the input),
@@ -517,9 +568,3 @@ class GradientShap(_EmbeddingGradientMethod):
 
     def _per_dimension(self, x, base, mean_grad, mean_sq):
         return (x - base) * mean_grad
-
-
-GRADIENT_METHODS: dict[str, Callable[..., Attributor]] = {
-    cls.name: cls
-    for cls in (Saliency, InputXGradient, IntegratedGradients, SmoothGrad, VarGrad, SquareGrad, GradientShap)
-}

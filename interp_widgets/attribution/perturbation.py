@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -57,12 +57,47 @@ def _check_baseline(baseline):
     return baseline
 
 
-class _PerturbationMethod(Attributor):
-    """Shared engine: per-target mask designs over visible units, batched evaluation, per-unit estimates.
+class PerturbationMethod(Attributor):
+    """Engine of the perturbation methods: per-target mask designs over the visible units, batched evaluation of
+    every distinct mask, per-unit estimates.
 
-    Subclasses implement :meth:`masks` (the design) and :meth:`_estimate` (mask scores → unit scores).
+    Units are tokens, words or sentences (the call's ``granularity``; these methods are unit-level). A mask row
+    keeps a unit (``True``) or replaces all its tokens' embeddings by the baseline (``False``); special tokens are
+    never perturbed, and neither are tokens a target cannot see.
+
+    Subclass API (set ``name`` to register the method):
+        ``masks(n_units) -> ndarray``: the boolean design ``(rows, n_units)`` for a target that sees ``n_units``
+        units. Must be deterministic given the parameters (use ``self._rng(n_units)``, seeded by ``self.seed``).
+
+        ``_estimate(masks, values) -> (unit_scores, extra)``: turn the target score of every mask row
+        (``values``, shape ``(rows,)``) into ``n_units`` scores, plus a dict of per-target numbers named in
+        ``extra_fields`` (recorded on the result).
+
+        ``_input_params(n_units) -> dict``: result parameters that depend on the inputs (optional).
+
+        ``description`` (class attribute): what the scores mean, recorded as the result's ``reduce``.
+
+        ``extra_fields`` (class attribute): names of the per-target numbers ``_estimate`` returns.
+
+    Example:
+        >>> from interp_widgets.attribution import METHODS
+        >>> class KeepOnly(PerturbationMethod):
+        ...     "The score with only that unit kept, minus the score with none kept (signed)."
+        ...     name = "keep_only"
+        ...     description = "f(only the unit) − f(baseline) (signed)"
+        ...     def masks(self, n_units):
+        ...         return np.vstack([np.zeros((1, n_units), bool), np.eye(n_units, dtype=bool)])
+        ...     def _estimate(self, masks, values):
+        ...         return values[1:] - values[0], {}
+        >>> KeepOnly().masks(2).astype(int)
+        array([[0, 0],
+               [1, 0],
+               [0, 1]])
+        >>> METHODS.remove("keep_only") is KeepOnly
+        True
     """
 
+    family = "perturbation"
     unit_level = True
     description = ""
     extra_fields: tuple[str, ...] = ()
@@ -184,7 +219,7 @@ class _PerturbationMethod(Attributor):
         return replace(structure, scores=scores, params=params)
 
 
-class Occlusion(_PerturbationMethod):
+class Occlusion(PerturbationMethod):
     """Occlusion: replace a sliding window of units by the baseline and record the drop in the target score (signed).
 
     The score of a unit is ``f(x) − f(x with the window occluded)``, averaged over the windows that cover the unit
@@ -228,6 +263,83 @@ class Occlusion(_PerturbationMethod):
         return (occluded * drops[:, None]).sum(0) / occluded.sum(0), {}
 
 
+class Lime(PerturbationMethod):
+    """LIME: a weighted linear surrogate of the target score on binary unit masks (signed).
+
+    The first sample is the input itself; each other sample removes ``k`` units (``k`` uniform in ``1..M``, then a
+    uniform subset of that size), as LIME's text explainer does. A sample ``z`` (1 = unit kept) is weighted by
+    ``exp(−d² / (2 · kernel_width²))`` where ``d = 1 − cos(z, 1)`` is its cosine distance to the input (1 for the empty
+    mask); LIME's text default, ``kernel_width=0.25``. The scores are the coefficients of ``model`` (any scikit-learn
+    linear regressor accepting ``sample_weight``; default ``Ridge(alpha=1.0)``) fitted on ``z``, so a positive score
+    means keeping the unit raises the target score.
+
+    Example:
+        >>> from sklearn.linear_model import Lasso
+        >>> Lime(n_samples=300, model=Lasso(alpha=0.01)).attribute(model, tokenizer, "Not bad.")  # doctest: +SKIP
+    """
+
+    name = "lime"
+    description = "coefficient of the unit in a weighted linear surrogate of the score (signed)"
+
+    def __init__(self, n_samples: int = 256, kernel_width: float = 0.25, model=None, baseline="pad", *,
+                 seed: int = 0, score: str | None = None, progress: bool = True):
+        super().__init__(baseline, score=score, progress=progress)
+        self.seed = _check_count("seed", seed, minimum=0)
+        self.n_samples = _check_count("n_samples", n_samples)
+        if not isinstance(kernel_width, (int, float)) or isinstance(kernel_width, bool) or not kernel_width > 0:
+            raise ValueError(f"kernel_width must be a number > 0, got {kernel_width!r}")
+        self.kernel_width = float(kernel_width)
+        self.model = self._check_model(model)
+
+    @staticmethod
+    def _check_model(model):
+        from sklearn.base import is_regressor
+        from sklearn.linear_model import Ridge
+        from sklearn.utils.validation import has_fit_parameter
+
+        if model is None:
+            return Ridge(alpha=1.0)
+        if not (is_regressor(model) and hasattr(model, "get_params")):
+            raise TypeError(f"model must be a scikit-learn linear regressor such as Ridge() or Lasso(), got {model!r}")
+        if not has_fit_parameter(model, "sample_weight"):
+            raise TypeError(f"{type(model).__name__}.fit does not accept sample_weight; LIME needs a weighted fit "
+                            "(use Ridge, Lasso, ElasticNet or LinearRegression).")
+        return model
+
+    def params(self):
+        return {**super().params(), "model": repr(self.model)}
+
+    def masks(self, n_units: int) -> np.ndarray:
+        """The input itself, then ``n_samples − 1`` masks each removing a uniform number of uniform units.
+
+        Example:
+            >>> Lime(n_samples=3, seed=0).masks(4).shape
+            (3, 4)
+        """
+        rng = self._rng(n_units)
+        n_random = self.n_samples - 1
+        removed = rng.integers(1, n_units + 1, size=n_random) if n_units else np.zeros(n_random, int)
+        ranks = rng.random((n_random, n_units)).argsort(axis=1).argsort(axis=1)
+        return np.concatenate([np.ones((1, n_units), bool), ranks >= removed[:, None]])
+
+    def kernel(self, masks: np.ndarray) -> np.ndarray:
+        """Sample weights ``exp(−d² / (2 · kernel_width²))``, ``d`` the cosine distance of each mask to all-ones.
+
+        Example:
+            >>> Lime(kernel_width=0.25).kernel(np.array([[True, True], [False, False]])).round(6).tolist()
+            [1.0, 0.000335]
+        """
+        kept = masks.sum(1)
+        distance = 1.0 - np.sqrt(kept / masks.shape[1])
+        return np.exp(-(distance**2) / (2 * self.kernel_width**2))
+
+    def _estimate(self, masks, values):
+        from sklearn.base import clone
+
+        surrogate = clone(self.model).fit(masks.astype(np.float64), values, sample_weight=self.kernel(masks))
+        return np.asarray(surrogate.coef_, dtype=np.float64).reshape(-1), {}
+
+
 def shapley_kernel_weight(n_units: int, size: np.ndarray) -> np.ndarray:
     """The Shapley kernel ``(M − 1) / (C(M, k) · k · (M − k))`` for coalitions of ``size`` k out of ``M`` units.
 
@@ -259,7 +371,7 @@ def constrained_least_squares(z: np.ndarray, y: np.ndarray, weights: np.ndarray,
     return np.linalg.lstsq(kkt, rhs, rcond=None)[0][:m]
 
 
-class KernelShap(_PerturbationMethod):
+class KernelShap(PerturbationMethod):
     """KernelSHAP: Shapley values of the units by weighted least squares on coalitions (signed).
 
     The full and the empty coalition are always evaluated and the efficiency constraint
@@ -376,84 +488,7 @@ class KernelShap(_PerturbationMethod):
         return phi, {"completeness_error": float(phi.sum() - delta), "score_delta": float(delta)}
 
 
-class Lime(_PerturbationMethod):
-    """LIME: a weighted linear surrogate of the target score on binary unit masks (signed).
-
-    The first sample is the input itself; each other sample removes ``k`` units (``k`` uniform in ``1..M``, then a
-    uniform subset of that size), as LIME's text explainer does. A sample ``z`` (1 = unit kept) is weighted by
-    ``exp(−d² / (2 · kernel_width²))`` where ``d = 1 − cos(z, 1)`` is its cosine distance to the input (1 for the empty
-    mask); LIME's text default, ``kernel_width=0.25``. The scores are the coefficients of ``model`` (any scikit-learn
-    linear regressor accepting ``sample_weight``; default ``Ridge(alpha=1.0)``) fitted on ``z``, so a positive score
-    means keeping the unit raises the target score.
-
-    Example:
-        >>> from sklearn.linear_model import Lasso
-        >>> Lime(n_samples=300, model=Lasso(alpha=0.01)).attribute(model, tokenizer, "Not bad.")  # doctest: +SKIP
-    """
-
-    name = "lime"
-    description = "coefficient of the unit in a weighted linear surrogate of the score (signed)"
-
-    def __init__(self, n_samples: int = 256, kernel_width: float = 0.25, model=None, baseline="pad", *,
-                 seed: int = 0, score: str | None = None, progress: bool = True):
-        super().__init__(baseline, score=score, progress=progress)
-        self.seed = _check_count("seed", seed, minimum=0)
-        self.n_samples = _check_count("n_samples", n_samples)
-        if not isinstance(kernel_width, (int, float)) or isinstance(kernel_width, bool) or not kernel_width > 0:
-            raise ValueError(f"kernel_width must be a number > 0, got {kernel_width!r}")
-        self.kernel_width = float(kernel_width)
-        self.model = self._check_model(model)
-
-    @staticmethod
-    def _check_model(model):
-        from sklearn.base import is_regressor
-        from sklearn.linear_model import Ridge
-        from sklearn.utils.validation import has_fit_parameter
-
-        if model is None:
-            return Ridge(alpha=1.0)
-        if not (is_regressor(model) and hasattr(model, "get_params")):
-            raise TypeError(f"model must be a scikit-learn linear regressor such as Ridge() or Lasso(), got {model!r}")
-        if not has_fit_parameter(model, "sample_weight"):
-            raise TypeError(f"{type(model).__name__}.fit does not accept sample_weight; LIME needs a weighted fit "
-                            "(use Ridge, Lasso, ElasticNet or LinearRegression).")
-        return model
-
-    def params(self):
-        return {**super().params(), "model": repr(self.model)}
-
-    def masks(self, n_units: int) -> np.ndarray:
-        """The input itself, then ``n_samples − 1`` masks each removing a uniform number of uniform units.
-
-        Example:
-            >>> Lime(n_samples=3, seed=0).masks(4).shape
-            (3, 4)
-        """
-        rng = self._rng(n_units)
-        n_random = self.n_samples - 1
-        removed = rng.integers(1, n_units + 1, size=n_random) if n_units else np.zeros(n_random, int)
-        ranks = rng.random((n_random, n_units)).argsort(axis=1).argsort(axis=1)
-        return np.concatenate([np.ones((1, n_units), bool), ranks >= removed[:, None]])
-
-    def kernel(self, masks: np.ndarray) -> np.ndarray:
-        """Sample weights ``exp(−d² / (2 · kernel_width²))``, ``d`` the cosine distance of each mask to all-ones.
-
-        Example:
-            >>> Lime(kernel_width=0.25).kernel(np.array([[True, True], [False, False]])).round(6).tolist()
-            [1.0, 0.000335]
-        """
-        kept = masks.sum(1)
-        distance = 1.0 - np.sqrt(kept / masks.shape[1])
-        return np.exp(-(distance**2) / (2 * self.kernel_width**2))
-
-    def _estimate(self, masks, values):
-        from sklearn.base import clone
-
-        surrogate = clone(self.model).fit(masks.astype(np.float64), values, sample_weight=self.kernel(masks))
-        return np.asarray(surrogate.coef_, dtype=np.float64).reshape(-1), {}
-
-
-class Sobol(_PerturbationMethod):
+class Sobol(PerturbationMethod):
     """Sobol total-order indices of the units, estimated by quasi-Monte Carlo (unsigned).
 
     Each unit is kept or replaced by the baseline independently with probability 1/2: **binary masks**, obtained by
@@ -500,8 +535,3 @@ class Sobol(_PerturbationMethod):
         if variance <= 1e-12 * max(1.0, float(np.abs(f_a).max())) ** 2:
             return np.zeros(n_units), {}
         return ((f_a[None] - f_mixed) ** 2).mean(axis=1) / (2 * variance), {}
-
-
-PERTURBATION_METHODS: dict[str, Callable[..., Attributor]] = {
-    cls.name: cls for cls in (Occlusion, Lime, KernelShap, Sobol)
-}

@@ -19,6 +19,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
+from interp_widgets._files import output_path, read_safetensors
 from interp_widgets.text_units import GRANULARITIES, unit_members
 
 AGGREGATIONS = ("sum", "mean", "maxabs")
@@ -275,13 +276,13 @@ class AttributionResult:
     def save(self, path: str | Path) -> Path:
         """Write the result to one ``.safetensors`` file (arrays) whose header metadata holds JSON (text, tokens, params).
 
-        Never pickles. Example:
+        Missing parent directories are created. Never pickles. Example:
             >>> path = result.save("explanation.safetensors")  # doctest: +SKIP
             >>> AttributionResult.load(path)                   # doctest: +SKIP
         """
         from safetensors.numpy import save_file
 
-        path = Path(path)
+        path = output_path(path)
         meta = {"format": "interp_widgets.AttributionResult", "version": _FORMAT_VERSION, **self._metadata()}
         save_file(self._arrays(), str(path), metadata={"interp_widgets": json.dumps(meta, default=_json_default)})
         return path
@@ -294,19 +295,17 @@ class AttributionResult:
             >>> AttributionResult.load("explanation.safetensors").method  # doctest: +SKIP
             'integrated_gradients'
         """
-        from safetensors import safe_open
-        from safetensors.numpy import load_file
-
-        path = Path(path)
-        with safe_open(str(path), framework="numpy") as handle:
-            header = (handle.metadata() or {}).get("interp_widgets")
+        fix = "pass the path of a file written by AttributionResult.save(path)"
+        metadata, arrays = read_safetensors(path, what="a saved AttributionResult", fix=fix)
+        header = metadata.get("interp_widgets")
         if header is None:
-            raise ValueError(f"{path} is not an interp_widgets attribution file (no interp_widgets metadata)")
+            raise ValueError(f"{path} is not an interp_widgets attribution file (no interp_widgets metadata); {fix}")
         meta = json.loads(header)
-        if meta.pop("format", None) != "interp_widgets.AttributionResult":
-            raise ValueError(f"{path} holds a different interp_widgets object, not an AttributionResult")
+        found = meta.pop("format", None)
+        if found != "interp_widgets.AttributionResult":
+            raise ValueError(f"{path} holds a different interp_widgets object ({found}), not an AttributionResult; "
+                             f"load it with its own class's load()")
         meta.pop("version", None)
-        arrays = load_file(str(path))
         for name in ("special_mask", "generated_mask"):
             if name in arrays:
                 arrays[name] = arrays[name].astype(bool)

@@ -1,7 +1,8 @@
 """Safetensors + JSON persistence shared by every concept object (never pickle).
 
 Arrays go into one ``.safetensors`` file; everything else (class name, parameters, labels) is JSON stored in the
-file's header metadata under the key ``interp_widgets``.
+file's header metadata under the key ``interp_widgets``. Saving creates missing parent directories; loading a file
+that is missing, a directory, or not a safetensors file raises an error that says so (see :mod:`interp_widgets._files`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from interp_widgets._files import output_path, read_safetensors
 
 FORMAT_VERSION = 1
 
@@ -26,11 +29,14 @@ def _json_default(value):
 
 
 def save_bundle(path: str | Path, kind: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> Path:
-    """Write ``arrays`` and the JSON ``meta`` of an object of type ``kind`` to one safetensors file."""
+    """Write ``arrays`` and the JSON ``meta`` of an object of type ``kind`` to one safetensors file.
+
+    Example:
+        >>> save_bundle("model.safetensors", "interp_widgets.ConceptModel", {"components_": C}, {})  # doctest: +SKIP
+    """
     from safetensors.numpy import save_file
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = output_path(path)
     clean = {}
     for name, value in arrays.items():
         value = np.ascontiguousarray(value)
@@ -41,21 +47,21 @@ def save_bundle(path: str | Path, kind: str, arrays: dict[str, np.ndarray], meta
 
 
 def load_bundle(path: str | Path, kind: str | tuple[str, ...]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Read a file written by :func:`save_bundle`, checking that it holds an object of type ``kind``."""
-    from safetensors import safe_open
-    from safetensors.numpy import load_file
+    """Read a file written by :func:`save_bundle`, checking that it holds an object of type ``kind``.
 
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no such file: {path}")
-    with safe_open(str(path), framework="numpy") as handle:
-        header = (handle.metadata() or {}).get("interp_widgets")
-    if header is None:
-        raise ValueError(f"{path} is not an interp_widgets file (no interp_widgets metadata in its header)")
-    meta = json.loads(header)
+    Example:
+        >>> arrays, meta = load_bundle("model.safetensors", "interp_widgets.ConceptModel")  # doctest: +SKIP
+    """
     kinds = (kind,) if isinstance(kind, str) else kind
+    names = " or ".join(k.removeprefix("interp_widgets.") for k in kinds)
+    fix = f"pass the path of a file written by {names}.save(path)"
+    metadata, arrays = read_safetensors(path, what=f"a saved {names}", fix=fix)
+    header = metadata.get("interp_widgets")
+    if header is None:
+        raise ValueError(f"{path} is not an interp_widgets file (no interp_widgets metadata in its header); {fix}")
+    meta = json.loads(header)
     found = meta.pop("format", None)
     if found not in kinds:
-        raise ValueError(f"{path} holds a {found}, not a {' or '.join(kinds)}")
+        raise ValueError(f"{path} holds a {found}, not a {' or '.join(kinds)}; load it with its own class's load()")
     meta.pop("version", None)
-    return load_file(str(path)), meta
+    return arrays, meta

@@ -27,6 +27,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
+from interp_widgets._inputs import check_texts
 from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter
 
 UNITS = ("token", "sentence")
@@ -323,6 +324,9 @@ class ActivationStore:
             >>> ActivationStore.open("acts/layer3").shape     # doctest: +SKIP
         """
         path = Path(path)
+        if path.is_file():
+            raise FileExistsError(f"{path} is a file; ActivationStore.save writes a directory, so choose a new "
+                                  "directory path for the store")
         if path.exists() and any(path.iterdir()):
             raise FileExistsError(f"{path} is not empty; choose a new directory for the store")
         writer = _ChunkWriter(path, self.dim)
@@ -353,7 +357,10 @@ class ActivationStore:
 
     @classmethod
     def _open_one(cls, path: Path) -> "ActivationStore":
-        manifest = json.loads((path / "manifest.json").read_text())
+        try:
+            manifest = json.loads((path / "manifest.json").read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path / 'manifest.json'} is damaged ({err}); collect or save the store again") from None
         if manifest.get("format") != _STORE_FORMAT:
             raise ValueError(f"{path / 'manifest.json'} is not an interp_widgets activation store")
         chunks = [_DiskChunk(path / name) for name in manifest["chunks"]]
@@ -524,11 +531,13 @@ def collect_activations(
     """
     from tqdm.auto import tqdm
 
-    adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
-    layer_name = adapter.resolve_layer(layer).name
     if isinstance(texts, str):
         texts = [texts]
-    texts = list(texts)
+    if hasattr(texts, "__iter__") and not isinstance(texts, (bytes, dict)):
+        texts = list(texts)  # any iterable of texts, generators included
+    check_texts(texts, name="texts", call='collect_activations(model, tokenizer, "a text", layer=...)')
+    adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
+    layer_name = adapter.resolve_layer(layer).name
     if not texts:
         raise ValueError("no texts given; pass a string or a non-empty list of strings.")
     if unit not in UNITS:

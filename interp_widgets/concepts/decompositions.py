@@ -1,12 +1,20 @@
 """Concept models: decompositions of activations into concept coefficients and concept directions.
 
-Every concept model follows the scikit-learn estimator API: ``fit(X)``, ``transform(X) -> C`` (rows × concepts),
-``inverse_transform(C) -> X̂`` and ``components_`` (concepts × features). ``X`` may be a numpy array, a torch tensor
-or an :class:`~interp_widgets.concepts.ActivationStore`. Decoding is affine for every model here,
-``X̂ = C @ components_ + offset_``, which makes concept importance exact (see :mod:`.importance`).
+Every concept model is a scikit-learn estimator (``BaseEstimator`` and ``TransformerMixin``): ``fit(X)``,
+``transform(X) -> C`` (rows × concepts), ``inverse_transform(C) -> X̂`` and ``components_`` (concepts × features).
+``X`` may be a numpy array, a torch tensor or an :class:`~interp_widgets.concepts.ActivationStore`. Decoding is
+affine for every model here, ``X̂ = C @ components_ + offset_``, which makes concept importance exact (see
+:mod:`.importance`).
 
-The scikit-learn methods are wrapped, not rewritten: the fitted estimator is ``model.estimator_``. Semi-NMF is not in
-scikit-learn and is implemented here (multiplicative updates of Ding, Li & Jordan, 2010).
+The constructor only stores its keyword parameters (so ``get_params``, ``set_params``, ``sklearn.base.clone`` and
+``sklearn.pipeline.Pipeline`` work); ``fit`` validates them and sets the fitted attributes, whose names end in ``_``;
+``transform`` and the other methods of a fitted model raise ``sklearn.exceptions.NotFittedError`` before ``fit``.
+Every concept model registers itself by ``name`` in :data:`CONCEPT_MODELS`, which is how :meth:`ConceptModel.load`
+finds the class of a saved model.
+
+The scikit-learn methods are wrapped, not rewritten: the fitted estimator is ``model.estimator_`` and its constructor
+arguments are ``estimator_params``. Semi-NMF is not in scikit-learn and is implemented here (multiplicative updates
+of Ding, Li & Jordan, 2010).
 
 NMF needs non-negative data and hidden states are signed, so :class:`NMFConcepts` asks for an explicit choice,
 recorded in ``model.nonnegative`` and ``model.fit_info_``:
@@ -19,20 +27,43 @@ recorded in ``model.nonnegative`` and ``model.fit_info_``:
 Example:
     >>> model = NMFConcepts(20, nonnegative="shift").fit(store)  # doctest: +SKIP
     >>> coefficients = model.transform(store[:100])              # doctest: +SKIP
+    >>> from sklearn.pipeline import make_pipeline               # doctest: +SKIP
+    >>> from sklearn.preprocessing import StandardScaler         # doctest: +SKIP
+    >>> make_pipeline(StandardScaler(), PCAConcepts(8)).fit_transform(X).shape  # doctest: +SKIP
+    (300, 8)
 """
 
 from __future__ import annotations
 
+import sys
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import NotFittedError
 
 from interp_widgets.concepts._io import load_bundle, save_bundle
+from interp_widgets.registry import Registry
 
 _FORMAT = "interp_widgets.ConceptModel"
-CONCEPT_MODELS: dict[str, type["ConceptModel"]] = {}
+#: Every concept model class by name, filled by the classes themselves (a read-only, live mapping).
+CONCEPT_MODELS = Registry("concept model")
+
+
+def _check_count(name: str, value, minimum: int = 1) -> None:
+    """Raise a ``ValueError`` unless ``value`` is an integer ``>= minimum`` (``fit`` validates parameters with it).
+
+    Example:
+        >>> _check_count("max_iter", 0)
+        Traceback (most recent call last):
+        ...
+        ValueError: max_iter must be an integer >= 1, got 0
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def _as_matrix(X, *, name: str = "X") -> np.ndarray:
@@ -53,41 +84,61 @@ def _as_matrix(X, *, name: str = "X") -> np.ndarray:
     return X
 
 
-class ConceptModel:
+class ConceptModel(TransformerMixin, BaseEstimator):
     """Base class of concept models: a fitted affine decoder plus an encoder, with persistence.
 
-    Subclasses implement ``_fit(X)``, ``_transform(X)`` and set ``components_`` / ``offset_``.
+    A scikit-learn estimator: the parameters are the keyword arguments of ``__init__``, stored unchanged
+    (``get_params``, ``clone`` and ``Pipeline`` work), validated by ``fit``. Fitted attributes end in ``_``:
+    ``components_``, ``offset_``, ``n_features_in_``, ``layer_`` (the layer of a fitted store, else None) and
+    ``fit_info_``, plus those of each subclass.
+
+    Subclass API: set ``name`` (the class then registers itself in :data:`CONCEPT_MODELS`); take the parameters as
+    explicit keyword arguments of ``__init__`` and store each unchanged under its own name; validate them in
+    ``_check_params()`` (call ``super()._check_params()``); implement ``_fit(X)`` (set the fitted attributes),
+    ``_transform(X)`` and ``_inverse(C)`` (an affine decoder: ``components_`` and ``offset_`` are read off it);
+    extend ``_state()`` / ``_restore()`` with the fitted arrays to save.
 
     Example:
         >>> model = PCAConcepts(10).fit(X)              # doctest: +SKIP
         >>> model.inverse_transform(model.transform(X))  # doctest: +SKIP
         >>> ConceptModel.load(model.save("pca.safetensors")).n_concepts  # doctest: +SKIP
         10
+        >>> sklearn.base.clone(model).is_fitted          # doctest: +SKIP
+        False
     """
 
     name: ClassVar[str] = ""
     components_: np.ndarray
     offset_: np.ndarray
+    # notebooks show the text repr below rather than scikit-learn's HTML diagram
+    _repr_html_ = None
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
-        if cls.name:
-            CONCEPT_MODELS[cls.name] = cls
+        CONCEPT_MODELS.add_subclass(cls)
 
-    def __init__(self, n_concepts: int, **params):
-        if isinstance(n_concepts, bool) or not isinstance(n_concepts, (int, np.integer)) or n_concepts < 1:
-            raise ValueError(f"n_concepts must be a positive int, got {n_concepts!r}")
-        self.n_concepts = int(n_concepts)
-        self.params = params
-        self.layer_: str | None = None
-        self.n_features_in_: int | None = None
-        self.fit_info_: dict[str, Any] = {}
+    def __init__(self, n_concepts: int):
+        self.n_concepts = n_concepts
 
     # ------------------------------------------------------------------ estimator API
     @property
     def is_fitted(self) -> bool:
-        """Whether :meth:`fit` (or :meth:`load`) has run."""
-        return self.n_features_in_ is not None
+        """Whether :meth:`fit` (or :meth:`load`) has run.
+
+        Example:
+            >>> PCAConcepts(2).is_fitted
+            False
+        """
+        return hasattr(self, "n_features_in_")
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return self.is_fitted
+
+    def _check_params(self) -> None:
+        """Validate the constructor parameters (called by :meth:`fit`; subclasses extend)."""
+        n = self.n_concepts
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+            raise ValueError(f"n_concepts must be a positive int, got {n!r}")
 
     def fit(self, X, y=None) -> "ConceptModel":
         """Fit on activations ``X`` (array, tensor or ActivationStore); returns ``self``.
@@ -97,6 +148,7 @@ class ConceptModel:
         """
         from interp_widgets.concepts.activations import ActivationStore
 
+        self._check_params()
         n_rows, n_features = (len(X), X.dim) if isinstance(X, ActivationStore) else _as_matrix(X).shape
         if n_rows == 0:
             raise ValueError("cannot fit on zero rows of activations; collect activations from at least one text")
@@ -105,14 +157,17 @@ class ConceptModel:
                              "use fewer concepts or collect more activations")
         self._check_size(n_rows, n_features)
         self.layer_ = X.layer if isinstance(X, ActivationStore) else None
-        self.n_features_in_ = int(n_features)
         self.fit_info_ = {"rows": int(n_rows)}
         self._fit(X)
         self._set_affine_decoder()
+        self.n_features_in_ = int(n_features)
         return self
 
     def _check_size(self, n_rows: int, n_features: int) -> None:
         """Subclasses that cannot be overcomplete raise here."""
+
+    def _repr_mimebundle_(self, **kwargs) -> dict[str, str]:
+        return {"text/plain": repr(self)}
 
     def fit_transform(self, X, y=None) -> np.ndarray:
         """``fit(X)`` then ``transform(X)``.
@@ -163,7 +218,8 @@ class ConceptModel:
 
     def _check_fitted(self) -> None:
         if not self.is_fitted:
-            raise ValueError(f"this {type(self).__name__} is not fitted yet; call fit(activations) first")
+            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(activations) first, or "
+                                 "load a saved model with ConceptModel.load(path)")
 
     def _check_input(self, X) -> np.ndarray:
         self._check_fitted()
@@ -200,9 +256,18 @@ class ConceptModel:
         """
         self._check_fitted()
         arrays, extra = self._state()
-        meta = {"class": self.name, "n_concepts": self.n_concepts, "params": self.params, "layer": self.layer_,
-                "n_features_in": self.n_features_in_, "fit_info": self.fit_info_, "extra": extra}
+        meta = {"class": self.name, "n_concepts": self.n_concepts, "params": self._saved_params(),
+                "layer": self.layer_, "n_features_in": self.n_features_in_, "fit_info": self.fit_info_, "extra": extra}
         return save_bundle(path, _FORMAT, arrays, meta)
+
+    def _saved_params(self) -> dict[str, Any]:
+        """The constructor parameters other than ``n_concepts``."""
+        return {key: value for key, value in self.get_params(deep=False).items() if key != "n_concepts"}
+
+    @classmethod
+    def _init_params(cls, saved: dict[str, Any]) -> dict[str, Any]:
+        """Constructor keyword arguments from the parameters stored in a saved file (subclasses map old layouts)."""
+        return saved
 
     @classmethod
     def load(cls, path: str | Path) -> "ConceptModel":
@@ -214,16 +279,17 @@ class ConceptModel:
         arrays, meta = load_bundle(path, _FORMAT)
         klass = CONCEPT_MODELS.get(meta["class"])
         if klass is None:
-            raise ValueError(f"{path} holds an unknown concept model {meta['class']!r}")
+            raise ValueError(f"{path} holds an unknown concept model {meta['class']!r}; known: "
+                             f"{', '.join(sorted(CONCEPT_MODELS))} (import the module that defines it first)")
         if cls is not ConceptModel and not issubclass(klass, cls):
             raise ValueError(f"{path} holds a {klass.__name__}, not a {cls.__name__}")
-        model = klass(meta["n_concepts"], **meta["params"])
+        model = klass(meta["n_concepts"], **klass._init_params(meta["params"]))
         model.layer_, model.n_features_in_, model.fit_info_ = meta["layer"], meta["n_features_in"], meta["fit_info"]
         model._restore(arrays, meta["extra"])
         return model
 
     def __repr__(self) -> str:
-        params = "".join(f", {k}={v!r}" for k, v in self.params.items())
+        params = "".join(f", {k}={v!r}" for k, v in self._saved_params().items())
         state = f"fitted on {self.n_features_in_} features" if self.is_fitted else "not fitted"
         return f"{type(self).__name__}({self.n_concepts}{params}) [{state}]"
 
@@ -236,32 +302,63 @@ def _json_scalar(value) -> bool:
 class SklearnConcepts(ConceptModel):
     """A scikit-learn decomposition or clustering estimator used as a concept model.
 
-    ``estimator_`` is the fitted scikit-learn object; keyword arguments go to its constructor, except
-    ``max_fit_rows``: a store with more rows is fitted on a random sample of that size, or streamed through
-    ``partial_fit`` for estimators that have it (``fit_info_["mode"]`` says which).
+    Args:
+        n_concepts: number of concepts (the estimator's ``n_components`` or ``n_clusters``).
+        estimator_params: keyword arguments of the wrapped estimator's constructor, such as
+            ``{"random_state": 0}``; ``estimator_`` is the fitted scikit-learn object. (Passing them as keyword
+            arguments of the concept model itself still works but is deprecated.)
+        max_fit_rows: a store with more rows is fitted on a random sample of that size, or streamed through
+            ``partial_fit`` for estimators that have it (``fit_info_["mode"]`` says which).
+        stream_epochs: passes over the store when streaming.
 
     Example:
-        >>> model = PCAConcepts(16, random_state=0).fit(X)          # doctest: +SKIP
-        >>> model.estimator_.explained_variance_ratio_.sum()         # doctest: +SKIP
+        >>> model = PCAConcepts(16, estimator_params={"random_state": 0}).fit(X)  # doctest: +SKIP
+        >>> model.estimator_.explained_variance_ratio_.sum()                     # doctest: +SKIP
     """
 
     estimator_class: ClassVar[Any] = None
     size_param: ClassVar[str] = "n_components"
     undercomplete: ClassVar[bool] = False
 
-    def __init__(self, n_concepts: int, *, max_fit_rows: int = 200_000, stream_epochs: int = 1, **params):
-        super().__init__(n_concepts, max_fit_rows=max_fit_rows, stream_epochs=stream_epochs, **params)
+    def __init__(self, n_concepts: int, *, estimator_params: dict[str, Any] | None = None,
+                 max_fit_rows: int = 200_000, stream_epochs: int = 1, **legacy_estimator_params):
+        super().__init__(n_concepts)
+        if legacy_estimator_params:
+            names = ", ".join(f"{key}={value!r}" for key, value in legacy_estimator_params.items())
+            level, frame = 2, sys._getframe(1)
+            while frame.f_back is not None and frame.f_code.co_filename == __file__:  # warn at the user's call
+                frame, level = frame.f_back, level + 1
+            warnings.warn(f"passing estimator arguments to {type(self).__name__} directly ({names}) is deprecated; "
+                          f"pass estimator_params={legacy_estimator_params!r}", DeprecationWarning, stacklevel=level)
+            estimator_params = {**(estimator_params or {}), **legacy_estimator_params}
+        self.estimator_params = estimator_params
+        self.max_fit_rows = max_fit_rows
+        self.stream_epochs = stream_epochs
+
+    @classmethod
+    def _init_params(cls, saved):
+        # files written before estimator_params existed store the estimator's arguments next to the others
+        own = {key: value for key, value in saved.items() if key in cls._get_param_names()}
+        legacy = {key: value for key, value in saved.items() if key not in own}
+        if legacy:
+            own["estimator_params"] = {**(own.get("estimator_params") or {}), **legacy}
+        return own
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        _check_count("max_fit_rows", self.max_fit_rows)
+        _check_count("stream_epochs", self.stream_epochs)
+        params = self.estimator_params
+        if params is not None and not isinstance(params, dict):
+            raise TypeError(f"estimator_params must be a dict of keyword arguments or None, got {params!r}")
+        params = params or {}
         if self.size_param in params:
             raise ValueError(f"pass the number of concepts as n_concepts, not {self.size_param}")
         if params.get("split_sign"):
             raise ValueError("split_sign=True doubles the coefficients and breaks the concept API; leave it False")
-        self.max_fit_rows = int(max_fit_rows)
-        self.stream_epochs = int(stream_epochs)
-        self.estimator_params = params
-        self.estimator_ = None
 
     def _new_estimator(self):
-        return self.estimator_class(**{self.size_param: self.n_concepts}, **self.estimator_params)
+        return self.estimator_class(**{self.size_param: self.n_concepts}, **(self.estimator_params or {}))
 
     def _check_size(self, n_rows: int, n_features: int) -> None:
         if self.undercomplete and self.n_concepts > n_features:
@@ -388,7 +485,7 @@ class ICAConcepts(SklearnConcepts):
     """Independent components (wraps ``sklearn.decomposition.FastICA``); directions are ``mixing_.T``.
 
     Example:
-        >>> ICAConcepts(8, random_state=0).fit(X).components_.shape  # doctest: +SKIP
+        >>> ICAConcepts(8, estimator_params={"random_state": 0}).fit(X).components_.shape  # doctest: +SKIP
     """
 
     name = "ica"
@@ -408,7 +505,7 @@ class KMeansConcepts(SklearnConcepts):
     ``components_`` are the centres. ``distances(X)`` is scikit-learn's ``transform`` (distance to each centre).
 
     Example:
-        >>> model = KMeansConcepts(12, random_state=0).fit(X)  # doctest: +SKIP
+        >>> model = KMeansConcepts(12, estimator_params={"random_state": 0}).fit(X)  # doctest: +SKIP
         >>> model.transform(X).sum(1)                           # doctest: +SKIP
         array([1., 1., ...])
     """
@@ -443,7 +540,7 @@ class MiniBatchKMeansConcepts(KMeansConcepts):
     """K-means by minibatches (wraps ``sklearn.cluster.MiniBatchKMeans``); streams large stores.
 
     Example:
-        >>> MiniBatchKMeansConcepts(50, random_state=0).fit(store)  # doctest: +SKIP
+        >>> MiniBatchKMeansConcepts(50, estimator_params={"random_state": 0}).fit(store)  # doctest: +SKIP
     """
 
     name = "minibatch_kmeans"
@@ -459,7 +556,7 @@ class DictionaryLearningConcepts(SklearnConcepts):
     """Sparse dictionary learning (wraps ``sklearn.decomposition.DictionaryLearning``); may be overcomplete.
 
     Example:
-        >>> DictionaryLearningConcepts(64, alpha=0.5, random_state=0).fit(X)  # doctest: +SKIP
+        >>> DictionaryLearningConcepts(64, estimator_params={"alpha": 0.5, "random_state": 0}).fit(X)  # doctest: +SKIP
     """
 
     name = "dictionary_learning"
@@ -475,7 +572,7 @@ class MiniBatchDictionaryLearningConcepts(DictionaryLearningConcepts):
     """Dictionary learning by minibatches (wraps ``MiniBatchDictionaryLearning``); streams large stores.
 
     Example:
-        >>> MiniBatchDictionaryLearningConcepts(64, random_state=0).fit(store)  # doctest: +SKIP
+        >>> MiniBatchDictionaryLearningConcepts(64, estimator_params={"random_state": 0}).fit(store)  # doctest: +SKIP
     """
 
     name = "minibatch_dictionary_learning"
@@ -499,23 +596,28 @@ class NMFConcepts(SklearnConcepts):
             feature, add it back when decoding) or ``"relu"`` (keep the positive part). ``None`` (default) accepts
             only non-negative data and raises a ValueError otherwise. For signed directions use
             :class:`SemiNMFConcepts`.
+        estimator_params, max_fit_rows, stream_epochs: as for :class:`SklearnConcepts`.
 
     Example:
-        >>> model = NMFConcepts(20, nonnegative="shift", random_state=0).fit(store)  # doctest: +SKIP
-        >>> model.fit_info_["nonnegative"]                                          # doctest: +SKIP
+        >>> model = NMFConcepts(20, nonnegative="shift", estimator_params={"random_state": 0}).fit(store)  # doctest: +SKIP
+        >>> model.fit_info_["nonnegative"]                                                                # doctest: +SKIP
         'shift'
     """
 
     name = "nmf"
 
-    def __init__(self, n_concepts: int, *, nonnegative: str | None = None, **params):
-        if nonnegative is not None and nonnegative not in NONNEGATIVE_CHOICES:
-            raise ValueError(f"unknown nonnegative={nonnegative!r}; use one of {NONNEGATIVE_CHOICES}, or None for "
-                             "data that is already non-negative")
-        super().__init__(n_concepts, **params)
-        self.params["nonnegative"] = nonnegative
+    def __init__(self, n_concepts: int, *, nonnegative: str | None = None,
+                 estimator_params: dict[str, Any] | None = None, max_fit_rows: int = 200_000, stream_epochs: int = 1,
+                 **legacy_estimator_params):
+        super().__init__(n_concepts, estimator_params=estimator_params, max_fit_rows=max_fit_rows,
+                         stream_epochs=stream_epochs, **legacy_estimator_params)
         self.nonnegative = nonnegative
-        self.shift_: np.ndarray | None = None
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.nonnegative is not None and self.nonnegative not in NONNEGATIVE_CHOICES:
+            raise ValueError(f"unknown nonnegative={self.nonnegative!r}; use one of {NONNEGATIVE_CHOICES}, or None "
+                             "for data that is already non-negative")
 
     @property
     def estimator_class(self):
@@ -574,7 +676,7 @@ class MiniBatchNMFConcepts(NMFConcepts):
     """NMF by minibatches (wraps ``sklearn.decomposition.MiniBatchNMF``); streams large stores.
 
     Example:
-        >>> MiniBatchNMFConcepts(50, nonnegative="relu", random_state=0).fit(store)  # doctest: +SKIP
+        >>> MiniBatchNMFConcepts(50, nonnegative="relu", estimator_params={"random_state": 0}).fit(store)  # doctest: +SKIP
     """
 
     name = "minibatch_nmf"
@@ -602,6 +704,13 @@ class SemiNMFConcepts(ConceptModel):
     ``C ← C ⊙ sqrt(((XDᵀ)⁺ + C(DDᵀ)⁻) / ((XDᵀ)⁻ + C(DDᵀ)⁺))``. Initialised from k-means assignments (+0.2).
     ``transform`` runs the ``C`` update with ``D`` fixed.
 
+    Args:
+        n_concepts: number of concepts.
+        max_iter, tol: update rounds at most, and the stop when the relative error improves by less than ``tol``.
+        transform_iter: update rounds of ``transform``.
+        random_state: seed of the k-means initialisation.
+        max_fit_rows: a store is fitted on a random sample of at most that many rows.
+
     Example:
         >>> model = SemiNMFConcepts(20, random_state=0).fit(store.sample(50_000))  # doctest: +SKIP
         >>> (model.transform(X) >= 0).all()                                         # doctest: +SKIP
@@ -612,10 +721,20 @@ class SemiNMFConcepts(ConceptModel):
 
     def __init__(self, n_concepts: int, *, max_iter: int = 200, transform_iter: int = 100, tol: float = 1e-5,
                  random_state: int = 0, max_fit_rows: int = 200_000):
-        super().__init__(n_concepts, max_iter=max_iter, transform_iter=transform_iter, tol=tol,
-                         random_state=random_state, max_fit_rows=max_fit_rows)
-        self.max_iter, self.transform_iter, self.tol = int(max_iter), int(transform_iter), float(tol)
-        self.random_state, self.max_fit_rows = random_state, int(max_fit_rows)
+        super().__init__(n_concepts)
+        self.max_iter = max_iter
+        self.transform_iter = transform_iter
+        self.tol = tol
+        self.random_state = random_state
+        self.max_fit_rows = max_fit_rows
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        _check_count("max_iter", self.max_iter)
+        _check_count("transform_iter", self.transform_iter, minimum=0)
+        _check_count("max_fit_rows", self.max_fit_rows)
+        if not isinstance(self.tol, (int, float, np.floating)) or isinstance(self.tol, bool) or self.tol < 0:
+            raise ValueError(f"tol must be a number >= 0, got {self.tol!r}")
 
     def _fit(self, X) -> None:
         from sklearn.cluster import KMeans

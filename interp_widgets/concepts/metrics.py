@@ -101,7 +101,7 @@ def stability(make_model: Callable[[int], ConceptModel], X, seeds: Sequence[int]
     """Fit one model per seed and compare every pair of fits by Hungarian-matched cosine of their directions.
 
     Args:
-        make_model: ``seed -> unfitted concept model``, for example ``lambda s: NMFConcepts(20, random_state=s)``.
+        make_model: ``seed -> unfitted concept model``, for example ``lambda s: NMFConcepts(20, estimator_params={"random_state": s})``.
         X: activations (array, tensor or store).
         seeds: at least two seeds.
         absolute: ignore the sign of directions.

@@ -21,7 +21,7 @@ import math
 import numpy as np
 import torch
 
-from interp_widgets.concepts.decompositions import ConceptModel, _as_matrix
+from interp_widgets.concepts.decompositions import ConceptModel, _as_matrix, _check_count
 
 ACTIVATIONS = ("relu", "topk")
 
@@ -42,6 +42,9 @@ class SparseAutoencoder(ConceptModel):
         resample_dead: reset concepts that did not fire during an epoch.
         seed, progress, device: random seed, progress bar, torch device for training.
 
+    Fitted attributes: ``weights_`` (``W_enc``, ``b_enc``, ``W_dec``, ``b_dec``), ``scale_``, ``k_`` (the
+    resolved ``k``) and those of every :class:`~interp_widgets.concepts.ConceptModel`.
+
     Example:
         >>> sae = SparseAutoencoder(64, activation="relu", l1_coefficient=3e-3, progress=False).fit(X)  # doctest: +SKIP
         >>> (sae.transform(X) > 0).sum(1).mean()                                                       # doctest: +SKIP
@@ -53,31 +56,47 @@ class SparseAutoencoder(ConceptModel):
                  l1_coefficient: float = 1e-3, lr: float = 1e-3, batch_size: int = 1024, max_epochs: int = 50,
                  patience: int = 3, min_delta: float = 1e-3, monitor_rows: int = 8192, resample_dead: bool = True,
                  seed: int = 0, progress: bool = True, device: str = "cpu"):
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {activation!r}; use one of {ACTIVATIONS}")
-        k = max(1, int(n_concepts) // 10) if k is None else int(k)
-        if activation == "topk" and not 1 <= k <= int(n_concepts):
-            raise ValueError(f"k must be between 1 and n_concepts={n_concepts}, got {k}")
-        for name, value in (("batch_size", batch_size), ("max_epochs", max_epochs), ("patience", patience)):
-            if int(value) < 1:
-                raise ValueError(f"{name} must be >= 1, got {value}")
-        super().__init__(n_concepts, activation=activation, k=k, l1_coefficient=l1_coefficient, lr=lr,
-                         batch_size=batch_size, max_epochs=max_epochs, patience=patience, min_delta=min_delta,
-                         monitor_rows=monitor_rows, resample_dead=resample_dead, seed=seed, progress=progress,
-                         device=device)
-        self.activation, self.k = activation, k
-        self.l1_coefficient, self.lr = float(l1_coefficient), float(lr)
-        self.batch_size, self.max_epochs, self.patience = int(batch_size), int(max_epochs), int(patience)
-        self.min_delta, self.monitor_rows = float(min_delta), int(monitor_rows)
-        self.resample_dead, self.seed, self.progress, self.device = bool(resample_dead), int(seed), progress, device
-        self.weights_: dict[str, torch.Tensor] | None = None
+        super().__init__(n_concepts)
+        self.activation = activation
+        self.k = k
+        self.l1_coefficient = l1_coefficient
+        self.lr = lr
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.min_delta = min_delta
+        self.monitor_rows = monitor_rows
+        self.resample_dead = resample_dead
+        self.seed = seed
+        self.progress = progress
+        self.device = device
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {self.activation!r}; use one of {ACTIVATIONS}")
+        if self.k is not None:
+            _check_count("k", self.k)
+        if self.activation == "topk" and self._resolved_k() > self.n_concepts:
+            raise ValueError(f"k must be between 1 and n_concepts={self.n_concepts}, got {self.k}")
+        for name in ("batch_size", "max_epochs", "patience"):
+            _check_count(name, getattr(self, name))
+        _check_count("monitor_rows", self.monitor_rows, minimum=0)
+        _check_count("seed", self.seed, minimum=0)
+        for name in ("l1_coefficient", "lr", "min_delta"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+
+    def _resolved_k(self) -> int:
+        return max(1, int(self.n_concepts) // 10) if self.k is None else int(self.k)
 
     # ------------------------------------------------------------------ the network
     def _encode(self, xn: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
         pre = xn @ w["W_enc"] + w["b_enc"]
         if self.activation == "relu":
             return torch.relu(pre)
-        values, indices = pre.topk(self.k, dim=-1)
+        values, indices = pre.topk(self.k_, dim=-1)
         return torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
 
     def _loss(self, xn: torch.Tensor, w: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -93,6 +112,7 @@ class SparseAutoencoder(ConceptModel):
 
         from interp_widgets.concepts.activations import ActivationStore
 
+        self.k_ = self._resolved_k()
         generator = torch.Generator().manual_seed(self.seed)
         rng = np.random.default_rng(self.seed)
         if isinstance(X, ActivationStore):
@@ -206,9 +226,11 @@ class SparseAutoencoder(ConceptModel):
         arrays, extra = super()._state()
         arrays.update({f"sae.{name}": t.numpy() for name, t in self.weights_.items()})
         extra["scale"] = self.scale_
+        extra["k"] = self.k_
         return arrays, extra
 
     def _restore(self, arrays, extra):
         super()._restore(arrays, extra)
         self.weights_ = {name[4:]: torch.from_numpy(np.array(v)) for name, v in arrays.items() if name.startswith("sae.")}
         self.scale_ = float(extra["scale"])
+        self.k_ = int(extra.get("k", self._resolved_k()))  # files written before k_ existed saved the resolved k

@@ -419,6 +419,9 @@ class GeometryLog:
         from safetensors.torch import save_file
 
         directory = Path(path)
+        if directory.is_file():
+            raise FileExistsError(f"{directory} is a file; GeometryLog.save writes a directory, so pass a new or empty "
+                                  "directory path such as runs/minilm")
         directory.mkdir(parents=True, exist_ok=True)
         tensors = {"steps": torch.from_numpy(self._steps[: self._size].copy())}
         columns, raw, proxies = {}, {}, {}
@@ -444,18 +447,22 @@ class GeometryLog:
         Example:
             >>> GeometryLog.load("runs/minilm")  # doctest: +SKIP
         """
-        from safetensors.torch import load_file
+        from interp_widgets._files import read_safetensors
 
         directory = Path(path)
         meta_path, data_path = directory / "meta.json", directory / "history.safetensors"
         if not meta_path.is_file() or not data_path.is_file():
             raise FileNotFoundError(f"{directory} is not a saved GeometryLog (needs meta.json and history.safetensors)")
-        meta = json.loads(meta_path.read_text())
+        try:
+            meta = json.loads(meta_path.read_text())
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{meta_path} is damaged ({err}); save the log again with GeometryLog.save") from None
         if meta.get("format") != _FORMAT:
             raise ValueError(f"{meta_path} is not a GeometryLog record (format {meta.get('format')!r})")
         if meta.get("version", 0) > _VERSION:
             raise ValueError(f"{meta_path} has version {meta['version']}; this library reads up to {_VERSION}")
-        tensors = load_file(str(data_path))
+        tensors = read_safetensors(data_path, what="a GeometryLog's history", framework="pt",
+                                   fix="save the log again with GeometryLog.save")[1]
         log = cls(meta["layers"], x_label=meta["x_label"], max_rows=meta["max_rows"], meta=meta["meta"])
         steps = tensors["steps"].numpy()
         size = steps.shape[0]

@@ -110,9 +110,10 @@ def _load_checkpoint(checkpoint: Checkpoint, template: nn.Module | None) -> nn.M
         if not path.is_file():
             raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
         if path.suffix == ".safetensors":
-            from safetensors.torch import load_file
+            from interp_widgets._files import read_safetensors
 
-            state = load_file(str(path))
+            state = read_safetensors(path, what="a model checkpoint", framework="pt",
+                                     fix="pass a state dict saved with safetensors.torch.save_file")[1]
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     model = copy.deepcopy(template)

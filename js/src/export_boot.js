@@ -1,7 +1,7 @@
 /**
  * Entry inlined as the module script of exported pages: renders every embedded widget on load.
- * The logic lives in export_page.js so tests can drive it without side effects.
+ * The logic lives in lib/export_page.js so tests can drive it without side effects.
  */
-import { mountAll } from "./export_page.js";
+import { mountAll } from "./lib/export_page.js";
 
 mountAll(document);

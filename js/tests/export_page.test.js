@@ -1,5 +1,5 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { base64ToDataView, createModelShim, mountAll, mountWidget, restoreBuffers } from "../src/export_page.js";
+import { base64ToDataView, createModelShim, mountAll, mountWidget, restoreBuffers } from "../src/lib/export_page.js";
 import * as tokenHighlight from "../src/token_highlight.js";
 
 function base64(typed) {
