@@ -28,6 +28,7 @@ from torch import nn
 from interp_widgets import layers as _layers
 from interp_widgets.layers import LayerPoint, UnsupportedModelError
 from interp_widgets.text_units import Encoding, check_fast_tokenizer, encode
+from interp_widgets.validation import check_int
 
 __all__ = ["ModelAdapter", "Encoding", "UnsupportedModelError", "detect_task", "SUPPORTED_TASKS",
            "TASK_CLASSIFICATION", "TASK_CAUSAL_LM", "TASK_MASKED_LM"]
@@ -81,11 +82,9 @@ class ModelAdapter:
             raise TypeError(f"model must be a torch.nn.Module (a Hugging Face PreTrainedModel), got {type(model).__name__}")
         self.task = detect_task(model)
         check_fast_tokenizer(tokenizer)
-        if int(max_batch_tokens) < 1:
-            raise ValueError(f"max_batch_tokens must be >= 1, got {max_batch_tokens}")
         self.model = model
         self.tokenizer = tokenizer
-        self.max_batch_tokens = int(max_batch_tokens)
+        self.max_batch_tokens = check_int("max_batch_tokens", max_batch_tokens, minimum=1)
         self._observer: tuple[Callable | None, dict] = (None, {})
 
     # ------------------------------------------------------------------ basic facts
@@ -390,8 +389,7 @@ class ModelAdapter:
         """
         if self.task != TASK_CAUSAL_LM:
             raise ValueError(f"generation needs a causal LM; this model is a {self.task}. Use a *ForCausalLM model.")
-        if int(max_new_tokens) < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+        max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
         if len(input_ids) + int(max_new_tokens) > self.max_length:
             raise ValueError(
                 f"prompt ({len(input_ids)} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the model's "

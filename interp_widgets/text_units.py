@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from interp_widgets.validation import check_choice
+
 GRANULARITIES = ("token", "word", "sentence")
 
 #: A word: a run of word characters with inner apostrophes or hyphens ("isn't", "well-known"), or one punctuation mark.
@@ -184,8 +186,7 @@ def unit_members(special_mask: np.ndarray, word_ids: np.ndarray, sentence_ids: n
         >>> unit_members(np.array([1, 0, 0, 0, 1], bool), np.array([-1, 0, 0, 1, -1]), np.zeros(5, int), "word")
         [array([1, 2]), array([3])]
     """
-    if granularity not in GRANULARITIES:
-        raise ValueError(f"unknown granularity {granularity!r}; use one of {GRANULARITIES}")
+    check_choice("granularity", granularity, GRANULARITIES)
     if granularity == "token":
         return [np.array([i]) for i in np.flatnonzero(~np.asarray(special_mask, bool))]
     ids = np.asarray(word_ids if granularity == "word" else sentence_ids)

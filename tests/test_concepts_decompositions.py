@@ -217,7 +217,7 @@ def test_large_stores_are_streamed_or_sampled():
 
 
 def test_concept_model_errors(tmp_path):
-    with pytest.raises(ValueError, match="positive int"):
+    with pytest.raises(ValueError, match="n_concepts must be an integer >= 1"):
         PCAConcepts(0).fit(SIGNED)
     with pytest.raises(ValueError, match="n_concepts, not n_components"):
         PCAConcepts(3, estimator_params={"n_components": 4}).fit(SIGNED)

@@ -30,6 +30,7 @@ from interp_widgets.adapter import TASK_CLASSIFICATION, ModelAdapter, Unsupporte
 from interp_widgets.attribution.base import Attributor, progress_bar
 from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
 from interp_widgets.attribution.result import AttributionResult
+from interp_widgets.validation import check_int
 
 
 def _configs(model: nn.Module) -> list:
@@ -264,9 +265,7 @@ class RawAttention(AttentionMethod):
 
     def __init__(self, layer: int = -1, *, score: str | None = None, progress: bool = True):
         super().__init__(score=score, progress=progress)
-        if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)):
-            raise ValueError(f"layer must be an integer layer index such as -1 (the last layer), got {layer!r}")
-        self.layer = int(layer)
+        self.layer = check_int("layer", layer, hint="pass a layer index such as -1 (the last layer)")
 
     @property
     def description(self) -> str:

@@ -30,6 +30,7 @@ from interp_widgets.attribution.problem import ExplainedInput, RowChunk, check_s
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
 from interp_widgets.text_units import GRANULARITIES
 from interp_widgets.registry import Registry
+from interp_widgets.validation import check_choice
 
 __all__ = [
     "METHODS",
@@ -159,8 +160,7 @@ class Attributor:
         Example:
             >>> Saliency().attribute(model, tokenizer, ["Great!", "Awful."], target="positive")  # doctest: +SKIP
         """
-        if granularity not in GRANULARITIES:
-            raise ValueError(f"unknown granularity {granularity!r}; use one of {GRANULARITIES}")
+        check_choice("granularity", granularity, GRANULARITIES)
         check_texts(inputs, name="inputs", call='attribute(model, tokenizer, "a text")')
         adapter = as_adapter(model, tokenizer, max_batch_tokens)
         single = isinstance(inputs, str)

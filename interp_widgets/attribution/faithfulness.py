@@ -23,6 +23,7 @@ from interp_widgets.attribution.gradient import baseline_embeddings
 from interp_widgets.attribution.problem import evaluate_rows, prepare_inputs
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
 from interp_widgets.text_units import unit_members
+from interp_widgets.validation import check_int
 
 
 @dataclass
@@ -134,8 +135,7 @@ def faithfulness(
     adapter = as_adapter(model, tokenizer, max_batch_tokens)
     if adapter.task != TASK_CLASSIFICATION:
         raise ValueError(f"faithfulness curves are defined here for sequence classifiers; this model is a {adapter.task}")
-    if int(max_steps) < 1:
-        raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+    max_steps = check_int("max_steps", max_steps, minimum=1)
     items = [results] if isinstance(results, AttributionResult) else list(results)
     if not items:
         raise ValueError("no results given")

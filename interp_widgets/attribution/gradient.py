@@ -22,6 +22,7 @@ from interp_widgets.text_units import Encoding
 from interp_widgets.attribution.base import REDUCTIONS, Attributor, progress_bar, reduce_embedding_dim
 from interp_widgets.attribution.problem import RowChunk, evaluate_rows
 from interp_widgets.attribution.result import AttributionResult
+from interp_widgets.validation import check_choice, check_int, check_number
 
 BASELINES = ("pad", "mask", "unk", "zero")
 QUADRATURES = ("riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid", "gausslegendre")
@@ -37,9 +38,7 @@ def quadrature(method: str, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
         >>> quadrature("riemann_middle", 4)[0]
         array([0.125, 0.375, 0.625, 0.875])
     """
-    n = int(n_steps)
-    if n < 1:
-        raise ValueError(f"n_steps must be >= 1, got {n_steps}")
+    n = check_int("n_steps", n_steps, minimum=1)
     if method == "gausslegendre":
         nodes, weights = np.polynomial.legendre.leggauss(n)
         return 0.5 * (nodes + 1.0), 0.5 * weights
@@ -153,8 +152,7 @@ class GradientMethod(Attributor):
 
     def __init__(self, *, reduce: str = "sum", score: str | None = None, progress: bool = True):
         super().__init__(score=score, progress=progress)
-        if reduce not in REDUCTIONS:
-            raise ValueError(f"unknown reduce {reduce!r}; use one of {list(REDUCTIONS)}")
+        check_choice("reduce", reduce, REDUCTIONS)
         self.reduce = reduce
 
     @property
@@ -317,13 +315,10 @@ class IntegratedGradients(GradientMethod):
         progress: bool = True,
     ):
         super().__init__(reduce=reduce, score=score, progress=progress)
-        if n_steps != "auto" and (
-            not isinstance(n_steps, (int, np.integer)) or isinstance(n_steps, bool) or n_steps < 1
-        ):
-            raise ValueError(f"n_steps must be an integer >= 1 or 'auto', got {n_steps!r}")
-        if not 0 < float(tolerance) < 1:
-            raise ValueError(f"tolerance must be in (0, 1), got {tolerance}")
-        self.n_steps = n_steps if n_steps == "auto" else int(n_steps)
+        if n_steps != "auto":
+            n_steps = check_int("n_steps", n_steps, minimum=1, hint="or pass 'auto' for the adaptive path mesh")
+        check_number("tolerance", tolerance, minimum=0, maximum=1, low_open=True, high_open=True)
+        self.n_steps = n_steps
         self.method = method
         self.baseline = baseline
         self.tolerance = float(tolerance)
@@ -458,12 +453,8 @@ class _NoisyGradients(GradientMethod):
     def __init__(self, n_samples: int = 32, noise_level: float = 0.1, *, seed: int = 0, reduce: str = "sum",
                  multiply_by_inputs: bool = True, score: str | None = None, progress: bool = True):
         super().__init__(reduce=reduce, score=score, progress=progress)
-        if int(n_samples) < 1:
-            raise ValueError(f"n_samples must be >= 1, got {n_samples}")
-        if noise_level < 0:
-            raise ValueError(f"noise_level must be >= 0, got {noise_level}")
-        self.n_samples = int(n_samples)
-        self.noise_level = float(noise_level)
+        self.n_samples = check_int("n_samples", n_samples, minimum=1)
+        self.noise_level = check_number("noise_level", noise_level, minimum=0)
         self.seed = int(seed)
         self.multiply_by_inputs = bool(multiply_by_inputs)
 
@@ -543,10 +534,8 @@ class GradientShap(GradientMethod):
     def __init__(self, n_samples: int = 64, noise_level: float = 0.1, baseline="pad", *, seed: int = 0,
                  reduce: str = "sum", score: str | None = None, progress: bool = True):
         super().__init__(reduce=reduce, score=score, progress=progress)
-        if int(n_samples) < 1:
-            raise ValueError(f"n_samples must be >= 1, got {n_samples}")
-        self.n_samples = int(n_samples)
-        self.noise_level = float(noise_level)
+        self.n_samples = check_int("n_samples", n_samples, minimum=1)
+        self.noise_level = check_number("noise_level", noise_level, minimum=0)
         self.baseline = baseline
         self.seed = int(seed)
 

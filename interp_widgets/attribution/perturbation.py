@@ -33,6 +33,7 @@ from interp_widgets.attribution.gradient import BASELINES, baseline_embeddings
 from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
 from interp_widgets.attribution.result import AttributionResult
 from interp_widgets.text_units import unit_members
+from interp_widgets.validation import check_int
 
 
 def unit_tokens(encoding: Encoding, granularity: str) -> list[np.ndarray]:
@@ -43,12 +44,6 @@ def unit_tokens(encoding: Encoding, granularity: str) -> list[np.ndarray]:
         [array([1, 2, 3]), array([4])]
     """
     return unit_members(encoding.special_mask, encoding.word_ids, encoding.sentence_ids, granularity)
-
-
-def _check_count(name: str, value, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return int(value)
 
 
 def _check_baseline(baseline):
@@ -239,7 +234,7 @@ class Occlusion(PerturbationMethod):
 
     def __init__(self, window: int = 1, baseline="pad", *, score: str | None = None, progress: bool = True):
         super().__init__(baseline, score=score, progress=progress)
-        self.window = _check_count("window", window)
+        self.window = check_int("window", window, minimum=1)
 
     def masks(self, n_units: int) -> np.ndarray:
         """The unperturbed input, then one mask per window position.
@@ -284,8 +279,8 @@ class Lime(PerturbationMethod):
     def __init__(self, n_samples: int = 256, kernel_width: float = 0.25, model=None, baseline="pad", *,
                  seed: int = 0, score: str | None = None, progress: bool = True):
         super().__init__(baseline, score=score, progress=progress)
-        self.seed = _check_count("seed", seed, minimum=0)
-        self.n_samples = _check_count("n_samples", n_samples)
+        self.seed = check_int("seed", seed, minimum=0)
+        self.n_samples = check_int("n_samples", n_samples, minimum=1)
         if not isinstance(kernel_width, (int, float)) or isinstance(kernel_width, bool) or not kernel_width > 0:
             raise ValueError(f"kernel_width must be a number > 0, got {kernel_width!r}")
         self.kernel_width = float(kernel_width)
@@ -401,9 +396,9 @@ class KernelShap(PerturbationMethod):
     def __init__(self, n_samples: int = 512, baseline="pad", *, exact_max_units: int = 12, seed: int = 0,
                  score: str | None = None, progress: bool = True):
         super().__init__(baseline, score=score, progress=progress)
-        self.seed = _check_count("seed", seed, minimum=0)
-        self.n_samples = _check_count("n_samples", n_samples)
-        self.exact_max_units = _check_count("exact_max_units", exact_max_units, minimum=0)
+        self.seed = check_int("seed", seed, minimum=0)
+        self.n_samples = check_int("n_samples", n_samples, minimum=1)
+        self.exact_max_units = check_int("exact_max_units", exact_max_units, minimum=0)
         if self.exact_max_units > 20:
             raise ValueError(f"exact_max_units={exact_max_units} would enumerate over 2 million coalitions per target; "
                              "use at most 20 (the default 12 costs 4096 evaluations).")
@@ -509,8 +504,8 @@ class Sobol(PerturbationMethod):
     def __init__(self, n_samples: int = 64, baseline="pad", *, seed: int = 0, score: str | None = None,
                  progress: bool = True):
         super().__init__(baseline, score=score, progress=progress)
-        self.seed = _check_count("seed", seed, minimum=0)
-        self.n_samples = 2 ** math.ceil(math.log2(_check_count("n_samples", n_samples)))
+        self.seed = check_int("seed", seed, minimum=0)
+        self.n_samples = 2 ** math.ceil(math.log2(check_int("n_samples", n_samples, minimum=1)))
 
     def masks(self, n_units: int) -> np.ndarray:
         """``A``, ``B`` and ``A_B^1 … A_B^M`` stacked: ``N · (M + 2)`` binary masks.

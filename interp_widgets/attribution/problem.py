@@ -20,6 +20,7 @@ import torch
 
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, ModelAdapter
 from interp_widgets.text_units import Encoding
+from interp_widgets.validation import check_choice
 
 SCORE_KINDS = ("logit", "probability", "log_probability")
 
@@ -66,8 +67,7 @@ def _scores_from_logits(logits: torch.Tensor, target_ids: torch.Tensor, position
 
 
 def check_score_kind(kind: str) -> str:
-    if kind not in SCORE_KINDS:
-        raise ValueError(f"unknown score {kind!r}; use one of {SCORE_KINDS}")
+    check_choice("score", kind, SCORE_KINDS)
     return kind
 
 

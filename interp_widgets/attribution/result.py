@@ -21,6 +21,7 @@ import numpy as np
 
 from interp_widgets._files import output_path, read_safetensors
 from interp_widgets.text_units import GRANULARITIES, unit_members
+from interp_widgets.validation import check_choice
 
 AGGREGATIONS = ("sum", "mean", "maxabs")
 _FORMAT_VERSION = 1
@@ -118,10 +119,8 @@ class AttributionResult:
         """
         if self.granularity != "token":
             raise ValueError(f"this result is already at {self.granularity} granularity; aggregate the token-level result")
-        if granularity not in GRANULARITIES:
-            raise ValueError(f"unknown granularity {granularity!r}; use one of {GRANULARITIES}")
-        if how not in AGGREGATIONS:
-            raise ValueError(f"unknown aggregation {how!r}; use one of {AGGREGATIONS}")
+        check_choice("granularity", granularity, GRANULARITIES)
+        check_choice("aggregation", how, AGGREGATIONS)
         if granularity == "token":
             keep = np.ones(len(self.tokens), bool) if include_special else ~self.special_mask
             return self._select(keep)

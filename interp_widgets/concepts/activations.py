@@ -29,6 +29,7 @@ import torch
 
 from interp_widgets._inputs import check_texts
 from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter
+from interp_widgets.validation import check_choice, check_int
 
 UNITS = ("token", "sentence")
 POOLINGS = ("cls", "mean", "last")
@@ -188,10 +189,9 @@ class ActivationStore:
             for start, chunk in zip(self._bounds[:-1], self._chunks):
                 yield int(start), chunk[:] if isinstance(chunk, _DiskChunk) else np.asarray(chunk, dtype=np.float32)
             return
-        if int(rows) < 1:
-            raise ValueError(f"rows must be >= 1, got {rows}")
-        for start in range(0, len(self), int(rows)):
-            yield start, self._rows(np.arange(start, min(start + int(rows), len(self))))
+        rows = check_int("rows", rows, minimum=1)
+        for start in range(0, len(self), rows):
+            yield start, self._rows(np.arange(start, min(start + rows, len(self))))
 
     def minibatches(self, batch_size: int, *, seed: int | None = 0, shuffle: bool = True) -> Iterator[np.ndarray]:
         """One epoch of ``(batch_size, dim)`` batches (the last may be smaller).
@@ -202,9 +202,7 @@ class ActivationStore:
         Example:
             >>> for batch in store.minibatches(1024, seed=1): ...  # doctest: +SKIP
         """
-        if int(batch_size) < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-        batch_size = int(batch_size)
+        batch_size = check_int("batch_size", batch_size, minimum=1)
         rng = np.random.default_rng(seed)
         if self.in_memory:
             order = rng.permutation(len(self)) if shuffle else np.arange(len(self))
@@ -540,14 +538,12 @@ def collect_activations(
     layer_name = adapter.resolve_layer(layer).name
     if not texts:
         raise ValueError("no texts given; pass a string or a non-empty list of strings.")
-    if unit not in UNITS:
-        raise ValueError(f"unknown unit {unit!r}; use one of {UNITS}")
+    check_choice("unit", unit, UNITS)
     if pooling is not None and unit != "sentence":
         raise ValueError("pooling applies to unit='sentence' only; drop it or set unit='sentence'")
     if unit == "sentence":
         pooling = pooling or _default_pooling(adapter)
-        if pooling not in POOLINGS:
-            raise ValueError(f"unknown pooling {pooling!r}; use one of {POOLINGS}")
+        check_choice("pooling", pooling, POOLINGS)
         if pooling == "cls" and tokenizer.cls_token_id is None:
             raise ValueError("pooling='cls' needs a tokenizer that adds a CLS token; use pooling='last' or 'mean'")
     budget = parse_bytes(memory_budget)

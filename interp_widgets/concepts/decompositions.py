@@ -47,23 +47,11 @@ from sklearn.exceptions import NotFittedError
 
 from interp_widgets.concepts._io import load_bundle, save_bundle
 from interp_widgets.registry import Registry
+from interp_widgets.validation import check_int
 
 _FORMAT = "interp_widgets.ConceptModel"
 #: Every concept model class by name, filled by the classes themselves (a read-only, live mapping).
 CONCEPT_MODELS = Registry("concept model")
-
-
-def _check_count(name: str, value, minimum: int = 1) -> None:
-    """Raise a ``ValueError`` unless ``value`` is an integer ``>= minimum`` (``fit`` validates parameters with it).
-
-    Example:
-        >>> _check_count("max_iter", 0)
-        Traceback (most recent call last):
-        ...
-        ValueError: max_iter must be an integer >= 1, got 0
-    """
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
 
 
 def _as_matrix(X, *, name: str = "X") -> np.ndarray:
@@ -136,9 +124,7 @@ class ConceptModel(TransformerMixin, BaseEstimator):
 
     def _check_params(self) -> None:
         """Validate the constructor parameters (called by :meth:`fit`; subclasses extend)."""
-        n = self.n_concepts
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
-            raise ValueError(f"n_concepts must be a positive int, got {n!r}")
+        check_int("n_concepts", self.n_concepts, minimum=1)
 
     def fit(self, X, y=None) -> "ConceptModel":
         """Fit on activations ``X`` (array, tensor or ActivationStore); returns ``self``.
@@ -346,8 +332,8 @@ class SklearnConcepts(ConceptModel):
 
     def _check_params(self) -> None:
         super()._check_params()
-        _check_count("max_fit_rows", self.max_fit_rows)
-        _check_count("stream_epochs", self.stream_epochs)
+        check_int("max_fit_rows", self.max_fit_rows, minimum=1)
+        check_int("stream_epochs", self.stream_epochs, minimum=1)
         params = self.estimator_params
         if params is not None and not isinstance(params, dict):
             raise TypeError(f"estimator_params must be a dict of keyword arguments or None, got {params!r}")
@@ -730,9 +716,9 @@ class SemiNMFConcepts(ConceptModel):
 
     def _check_params(self) -> None:
         super()._check_params()
-        _check_count("max_iter", self.max_iter)
-        _check_count("transform_iter", self.transform_iter, minimum=0)
-        _check_count("max_fit_rows", self.max_fit_rows)
+        check_int("max_iter", self.max_iter, minimum=1)
+        check_int("transform_iter", self.transform_iter, minimum=0)
+        check_int("max_fit_rows", self.max_fit_rows, minimum=1)
         if not isinstance(self.tol, (int, float, np.floating)) or isinstance(self.tol, bool) or self.tol < 0:
             raise ValueError(f"tol must be a number >= 0, got {self.tol!r}")
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from interp_widgets.concepts._io import load_bundle, save_bundle
 from interp_widgets.concepts.decompositions import ConceptModel
+from interp_widgets.validation import check_int
 
 _FORMAT = "interp_widgets.ConceptInterpretation"
 Labeler = Callable[[int, list[dict]], str]
@@ -331,8 +332,7 @@ def interpret_concepts(
     if store.dim != concept_model.n_features_in_:
         raise ValueError(f"the concept model was fitted on {concept_model.n_features_in_} features but the store has "
                          f"{store.dim} (layer {store.layer}); use a store from the layer the model was fitted on")
-    if int(k) < 1 or int(window) < 0 or int(bins) < 1:
-        raise ValueError(f"k and bins must be >= 1 and window >= 0; got k={k}, window={window}, bins={bins}")
+    k, window, bins = check_int("k", k, minimum=1), check_int("window", window, minimum=0), check_int("bins", bins, minimum=1)
     n = concept_model.n_concepts
     top_values = np.full((n, 0), -np.inf)
     top_rows = np.full((n, 0), -1, dtype=np.int64)

@@ -21,7 +21,8 @@ import math
 import numpy as np
 import torch
 
-from interp_widgets.concepts.decompositions import ConceptModel, _as_matrix, _check_count
+from interp_widgets.concepts.decompositions import ConceptModel, _as_matrix
+from interp_widgets.validation import check_choice, check_int, check_number
 
 ACTIVATIONS = ("relu", "topk")
 
@@ -73,20 +74,17 @@ class SparseAutoencoder(ConceptModel):
 
     def _check_params(self) -> None:
         super()._check_params()
-        if self.activation not in ACTIVATIONS:
-            raise ValueError(f"unknown activation {self.activation!r}; use one of {ACTIVATIONS}")
+        check_choice("activation", self.activation, ACTIVATIONS)
         if self.k is not None:
-            _check_count("k", self.k)
+            check_int("k", self.k, minimum=1)
         if self.activation == "topk" and self._resolved_k() > self.n_concepts:
             raise ValueError(f"k must be between 1 and n_concepts={self.n_concepts}, got {self.k}")
         for name in ("batch_size", "max_epochs", "patience"):
-            _check_count(name, getattr(self, name))
-        _check_count("monitor_rows", self.monitor_rows, minimum=0)
-        _check_count("seed", self.seed, minimum=0)
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("monitor_rows", self.monitor_rows, minimum=0)
+        check_int("seed", self.seed, minimum=0)
         for name in ("l1_coefficient", "lr", "min_delta"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+            check_number(name, getattr(self, name), minimum=0)
 
     def _resolved_k(self) -> int:
         return max(1, int(self.n_concepts) // 10) if self.k is None else int(self.k)

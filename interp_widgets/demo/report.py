@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+from interp_widgets.validation import check_int
+
 CONCEPT_LAYER = "layer:3"
 N_CONCEPTS = 32
 CONCEPT_K = 4  # active concepts per token (TopK sparse autoencoder)
@@ -40,8 +42,7 @@ def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, progress: 
     texts = list(texts)
     if not texts:
         raise ValueError("build_report needs at least one text to explain")
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 2:
-        raise ValueError(f"steps must be an integer >= 2 (the monitor fits its proxy on the first steps), got {steps!r}")
+    check_int("steps", steps, minimum=2, hint="the monitor fits its proxy on the first steps")
     model, tokenizer = demo.load_classifier(progress=progress)
     report = demo.training_report()
     items: list = [
