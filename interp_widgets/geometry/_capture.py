@@ -24,7 +24,7 @@ from torch import nn
 
 from interp_widgets.layers import blocks as transformer_blocks, resolve_layer
 
-__all__ = ["resolve_module", "resolve_point", "Capture"]
+__all__ = ["resolve_module", "resolve_point", "bind_layers", "Capture"]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -125,6 +125,41 @@ def check_rank_dim(rank: int, d: int, layer: str) -> None:
 
 
 
+def bind_layers(model: nn.Module, layers, gradient: str, rank: int | None = None, expected: dict | None = None):
+    """``(inner model, {canonical name: module}, {canonical name: d or None})`` of the monitored layers.
+
+    A DDP wrapper is unwrapped; duplicates (2, ``"layer:2"`` and its module path are one layer) are refused; with
+    ``gradient="weight"`` every layer must be linear; a ``rank`` is checked against every dimension known up front,
+    and so are the ``expected`` dimensions of an earlier model (replay: one architecture for every checkpoint).
+
+    Example:
+        >>> net = nn.Sequential(nn.Linear(4, 6), nn.ReLU())
+        >>> inner, modules, dims = bind_layers(net, ["0", "1"], "hidden", rank=2)
+        >>> list(modules), dims
+        (['0', '1'], {'0': 6, '1': None})
+    """
+    inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+    points = [resolve_point(inner, layer) for layer in layers]
+    specs = [name for name, _ in points]  # canonical names: 2, "layer:2" and its module path are one layer
+    if len(set(specs)) != len(specs):
+        raise ValueError(f"layers contains duplicates: {specs}")
+    modules = dict(points)
+    if gradient == "weight":
+        bad = [spec for spec, module in modules.items() if not is_linear(module)]
+        if bad:
+            raise ValueError(f"gradient='weight' needs nn.Linear layers; {bad} are "
+                             f"{[type(modules[b]).__name__ for b in bad]} — pass their linear sub-modules, "
+                             f"e.g. 'bert.encoder.layer.1.attention.self.query'")
+    dims = {spec: known_dim(inner, module, gradient) for spec, module in modules.items()}
+    for spec, d in dims.items():
+        if d is not None and rank is not None:
+            check_rank_dim(rank, d, spec)
+        if d is not None and (expected or {}).get(spec) not in (None, d):
+            raise ValueError(f"layer {spec!r} has d = {d} in this model but d = {expected[spec]} before; "
+                             f"replay checkpoints of one architecture")
+    return inner, modules, dims
+
+
 def _concat(blocks: list[torch.Tensor]) -> torch.Tensor:
     """Rows of all blocks (the block itself when there is one: the monitor's copies are never modified)."""
     return blocks[0] if len(blocks) == 1 else torch.cat(blocks)
@@ -153,17 +188,59 @@ class Capture:
 
     def __init__(self, monitor, generator: torch.Generator, live: Callable[[], bool]) -> None:
         self.monitor, self.generator, self.live = monitor, generator, live
+        self.handles: list = []
         self.tensor_handles: list = []
         self.explicit: dict = {}
         self.auto: dict = {}
         self.forward_id = 0
         self.reset()
 
+    def install(self, optimizer_step: Callable[[], None] | None = None) -> None:
+        """Hook the monitor's model (pass numbering, masks, losses) and layers (rows), and, with ``optimizer_step``,
+        the optimizer (called before each ``optimizer.step()``); a failure removes what was installed.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> net = nn.Sequential(nn.Linear(4, 4))
+            >>> owner = SimpleNamespace(layers=["0"], model=net, modules={"0": net[0]}, optimizer=None)
+            >>> capture = Capture(owner, torch.Generator(), live=lambda: False); capture.install()
+            >>> len(net._forward_hooks), capture.remove_hooks(), len(net._forward_hooks)
+            (1, None, 0)
+        """
+        try:
+            model = self.monitor.model
+            self.handles.append(model.register_forward_pre_hook(self.root_pre_hook, with_kwargs=True))
+            self.handles.append(model.register_forward_hook(self.root_hook))
+            for spec, module in self.monitor.modules.items():
+                self.handles.append(module.register_forward_hook(self.layer_hook(spec)))
+            if optimizer_step is not None:
+                self.handles.append(self.monitor.optimizer.register_step_pre_hook(lambda *args: optimizer_step()))
+        except BaseException:
+            self.remove_hooks()
+            raise
+
+    def remove_hooks(self) -> None:
+        """Remove every hook :meth:`install` and the layer hooks registered (safe to call twice).
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> Capture(SimpleNamespace(layers=["0"]), torch.Generator(), live=lambda: False).remove_hooks()
+        """
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        self.remove_tensor_hooks()
+
     def remove_tensor_hooks(self) -> None:
         """Remove the gradient hooks registered on this step's layer outputs.
 
         Example:
-            >>> capture.remove_tensor_hooks()  # doctest: +SKIP
+            >>> from types import SimpleNamespace
+            >>> capture = Capture(SimpleNamespace(layers=["0"]), torch.Generator(), live=lambda: False)
+            >>> x = torch.ones(2, requires_grad=True)
+            >>> capture.tensor_handles = [x.register_hook(lambda grad: grad * 0)]
+            >>> capture.remove_tensor_hooks(); x.sum().backward(); capture.tensor_handles, x.grad.tolist()
+            ([], [1.0, 1.0])
         """
         for handle in self.tensor_handles:
             handle.remove()
