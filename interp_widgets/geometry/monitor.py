@@ -61,7 +61,8 @@ from collections.abc import Iterable, Mapping, Sequence
 import torch
 from torch import nn
 
-from interp_widgets.geometry._capture import Capture, bind_layers, resolve_module
+from interp_widgets.geometry._binding import bind_layers, resolve_module
+from interp_widgets.geometry._capture import Capture
 from interp_widgets.geometry._distributed import gather, world_size
 from interp_widgets.geometry._measure import Measurement, ProxyMethod, check_settings
 from interp_widgets.geometry.history import GeometryLog, as_scalar, check_step
