@@ -492,7 +492,7 @@ def test_memory_stays_flat_over_1000_monitored_steps():
             model.zero_grad()
             monitor.step()
             if step in (299, 999):
-                counts[step] = (live_tensors(), sum(b.nbytes for b in monitor._columns.values()))
+                counts[step] = (live_tensors(), monitor.history.nbytes)
     assert counts[999] == counts[299]
     assert len(monitor) <= 256 and monitor.steps[0] == 0 and monitor.steps[-1] == 996
     assert set(np.diff(monitor.steps).tolist()) == {4}  # thinned evenly over the run, not truncated

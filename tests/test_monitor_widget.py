@@ -203,7 +203,7 @@ def test_geometry_log_backfill_live_rows_and_flush_hooks(clock):
     assert widget.rows == 5 and widget.x_label == "checkpoint" and widget.layers == ["layer:0"]
     for step in range(5, 12):
         log.log(step, loss=0.1, accuracy=0.5)
-    log._flush_hooks()  # what GeometryMonitor runs on exit, exception or Ctrl-C
+    log.flush()  # what the monitor runs on exit, exception or Ctrl-C
     steps, columns = decode_checkpoint(widget)
     np.testing.assert_array_equal(steps, np.arange(12))
     np.testing.assert_array_equal(columns["loss"][:5], np.float32(1.0 / (np.arange(5) + 1)))

@@ -51,7 +51,7 @@ def __getattr__(name):
 
         return MonitorCallback
     if name == "GeometryMonitor":  # deprecated alias, resolved here so that importing it can warn
-        from interp_widgets.geometry.monitor import GEOMETRY_MONITOR_DEPRECATION, GeometryMonitor
+        from interp_widgets.geometry._deprecated import GEOMETRY_MONITOR_DEPRECATION, GeometryMonitor
 
         warnings.warn(GEOMETRY_MONITOR_DEPRECATION, DeprecationWarning, stacklevel=2)
         return GeometryMonitor

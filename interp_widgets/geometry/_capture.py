@@ -1,17 +1,14 @@
-"""Capture for the monitor: layer resolution, and the hooks that keep the rows of ``H`` and ``G`` of one step.
+"""Capture for the monitor: the hooks that keep the rows of ``H`` and ``G`` of one step.
 
 During the user's own forward pass, a forward hook on each chosen layer keeps detached, subsampled, non-padding rows
 of its output (``H``) and registers a tensor hook on that output which, during the user's ``loss.backward()``, keeps
 the true gradient rows ``dL/dh`` of the same tokens (``G``). Row masks come from the ``attention_mask`` /
 ``input_ids`` the model is called with, or from :meth:`~interp_widgets.geometry.monitor.AnisotropyMonitor.track`.
 
-Layer resolution (``layer:i`` shortcuts of Hugging Face models, module paths of any ``nn.Module``) lives here too, in
-one place (:func:`resolve_point`).
-
-Example:
-    >>> net = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
-    >>> type(resolve_module(net, "1")).__name__
-    'ReLU'
+Example (a capture for one layer, before any step):
+    >>> from types import SimpleNamespace
+    >>> Capture(SimpleNamespace(layers=["0"]), torch.Generator(), live=lambda: False).H
+    {'0': {}}
 """
 
 from __future__ import annotations
@@ -22,107 +19,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from interp_widgets.layers import blocks as transformer_blocks, resolve_layer
+from interp_widgets.geometry._binding import check_rank_dim
 
-__all__ = ["resolve_module", "resolve_point", "Capture"]
-
-
-# ----------------------------------------------------------------------------------------------------------
-# layer resolution
-# ----------------------------------------------------------------------------------------------------------
-
-
-def resolve_point(model: nn.Module, layer: str | int) -> tuple[str, nn.Module]:
-    """``(canonical layer name, module)`` of a monitored layer: ``"layer:i"`` shortcuts, sub-points and module paths
-    of Hugging Face models (:func:`interp_widgets.layers.resolve_layer`), module paths of any ``nn.Module``.
-
-    The monitor reads a module's output during the forward pass, so points that are a module's *input*
-    (``layer:i.resid_pre``, and ``layer:i.resid_mid`` of pre-norm models) are refused with the output to use instead.
-
-    Example:
-        >>> net = nn.Sequential(nn.Linear(4, 4), nn.ReLU())
-        >>> resolve_point(net, "1")[0]
-        '1'
-    """
-    if hasattr(model, "config"):
-        point = resolve_layer(model, layer)
-        if point.site != "output":
-            earlier = f"layer:{point.block - 1}" if point.block else "an earlier module's output"
-            raise ValueError(f"the monitor reads module outputs, and {point.name} is the input of {point.path}; "
-                             f"monitor {earlier} or {point.name.split('.')[0]}.attn_out instead")
-        return point.name, point.module
-    modules = dict(model.named_modules())
-    if isinstance(layer, str) and layer in modules and layer:
-        return layer, modules[layer]
-    names = [name for name in modules if name]
-    raise ValueError(f"unknown layer {layer!r}; this model's module paths are {names[:30]}"
-                     + (" …" if len(names) > 30 else ""))
-
-
-def resolve_module(model: nn.Module, layer: str | int) -> nn.Module:
-    """The module named by ``"layer:i"``, an index or a module path (``"bert.encoder.layer.1"``).
-
-    Hugging Face models accept the canonical names of :mod:`interp_widgets.layers`; any ``nn.Module`` accepts
-    module paths. Unknown names raise a ValueError listing valid ones.
-
-    Example:
-        >>> import torch
-        >>> net = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())
-        >>> type(resolve_module(net, "0")).__name__
-        'Linear'
-    """
-    return resolve_point(model, layer)[1]
-
-
-def is_linear(module: nn.Module) -> bool:
-    """Whether ``module`` is an ``nn.Linear`` or a transformers ``Conv1D`` (a linear layer stored as (in, out)).
-
-    Example:
-        >>> is_linear(nn.Linear(2, 3)), is_linear(nn.ReLU())
-        (True, False)
-    """
-    return isinstance(module, nn.Linear) or type(module).__name__ == "Conv1D"
+__all__ = ["Capture"]
 
 
 def _weight_rows(module: nn.Module, grad: torch.Tensor) -> torch.Tensor:
     """Rows of a weight gradient in the space of the module's inputs (transformers' Conv1D stores (in, out))."""
     return grad if isinstance(module, nn.Linear) else grad.T
-
-
-def known_dim(model: nn.Module, module: nn.Module, gradient: str) -> int | None:
-    """The dimension d of a layer's rows if it is known before a forward pass (linear layers, HF blocks), else None.
-
-    Example:
-        >>> known_dim(nn.Sequential(nn.Linear(4, 6)), nn.Linear(4, 6), "hidden")
-        6
-    """
-    if gradient == "weight":
-        return module.in_features if isinstance(module, nn.Linear) else module.weight.shape[0]
-    if isinstance(module, nn.Linear):
-        return module.out_features
-    config = getattr(model, "config", None)
-    if config is not None:
-        try:
-            _, found = transformer_blocks(model)
-        except Exception:
-            return None
-        if any(module is block for block in found):
-            return getattr(config, "hidden_size", None) or getattr(config, "n_embd", None)
-    return None
-
-
-def check_rank_dim(rank: int, d: int, layer: str) -> None:
-    """Reject a rank that leaves no room for matched-rank controls in d dimensions (needs ``2·rank <= d``).
-
-    Example:
-        >>> check_rank_dim(3, 8, "layer:0")  # fits: 2 · 3 <= 8
-    """
-    if rank >= d:
-        raise ValueError(f"rank={rank} must be < d = {d} at layer {layer!r}; choose a lower rank")
-    if 2 * rank > d:
-        raise ValueError(f"rank={rank} leaves no room for matched-rank controls orthogonal to the proxy at layer "
-                         f"{layer!r} (needs 2·rank <= d = {d}); choose rank <= {d // 2}")
-
 
 
 def _concat(blocks: list[torch.Tensor]) -> torch.Tensor:
@@ -153,17 +57,59 @@ class Capture:
 
     def __init__(self, monitor, generator: torch.Generator, live: Callable[[], bool]) -> None:
         self.monitor, self.generator, self.live = monitor, generator, live
+        self.handles: list = []
         self.tensor_handles: list = []
         self.explicit: dict = {}
         self.auto: dict = {}
         self.forward_id = 0
         self.reset()
 
+    def install(self, optimizer_step: Callable[[], None] | None = None) -> None:
+        """Hook the monitor's model (pass numbering, masks, losses) and layers (rows), and, with ``optimizer_step``,
+        the optimizer (called before each ``optimizer.step()``); a failure removes what was installed.
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> net = nn.Sequential(nn.Linear(4, 4))
+            >>> owner = SimpleNamespace(layers=["0"], model=net, modules={"0": net[0]}, optimizer=None)
+            >>> capture = Capture(owner, torch.Generator(), live=lambda: False); capture.install()
+            >>> len(net._forward_hooks), capture.remove_hooks(), len(net._forward_hooks)
+            (1, None, 0)
+        """
+        try:
+            model = self.monitor.model
+            self.handles.append(model.register_forward_pre_hook(self.root_pre_hook, with_kwargs=True))
+            self.handles.append(model.register_forward_hook(self.root_hook))
+            for spec, module in self.monitor.modules.items():
+                self.handles.append(module.register_forward_hook(self.layer_hook(spec)))
+            if optimizer_step is not None:
+                self.handles.append(self.monitor.optimizer.register_step_pre_hook(lambda *args: optimizer_step()))
+        except BaseException:
+            self.remove_hooks()
+            raise
+
+    def remove_hooks(self) -> None:
+        """Remove every hook :meth:`install` and the layer hooks registered (safe to call twice).
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> Capture(SimpleNamespace(layers=["0"]), torch.Generator(), live=lambda: False).remove_hooks()
+        """
+        for handle in self.handles:
+            handle.remove()
+        self.handles.clear()
+        self.remove_tensor_hooks()
+
     def remove_tensor_hooks(self) -> None:
         """Remove the gradient hooks registered on this step's layer outputs.
 
         Example:
-            >>> capture.remove_tensor_hooks()  # doctest: +SKIP
+            >>> from types import SimpleNamespace
+            >>> capture = Capture(SimpleNamespace(layers=["0"]), torch.Generator(), live=lambda: False)
+            >>> x = torch.ones(2, requires_grad=True)
+            >>> capture.tensor_handles = [x.register_hook(lambda grad: grad * 0)]
+            >>> capture.remove_tensor_hooks(); x.sum().backward(); capture.tensor_handles, x.grad.tolist()
+            ([], [1.0, 1.0])
         """
         for handle in self.tensor_handles:
             handle.remove()

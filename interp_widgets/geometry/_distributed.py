@@ -29,8 +29,15 @@ def world_size() -> int:
 def gather_rows(rows: torch.Tensor) -> torch.Tensor:
     """All-gather ``n_r × d`` row blocks of different lengths; returns their concatenation in rank order.
 
-    Collective: every rank must call it. Example (on each of the ranks):
-        >>> rows = gather_rows(torch.randn(5, 8))  # doctest: +SKIP
+    Collective: every rank must call it. Example (a one-process gloo group; with more ranks, every rank gets the
+    blocks of all of them):
+        >>> import torch.distributed as dist
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> try:
+        ...     print(gather_rows(torch.ones(5, 8)).shape)
+        ... finally:
+        ...     dist.destroy_process_group()
+        torch.Size([5, 8])
     """
     dist = torch.distributed
     world = dist.get_world_size()
@@ -49,8 +56,15 @@ def gather(data: dict, loss: torch.Tensor | None, gradient: str):
     """Rank 0 gets the union of every rank's rows and the mean loss; other ranks get ``(None, None)``.
 
     ``data`` maps layers to ``(H, G)``; in weight mode (``gradient="weight"``) ``G`` is already all-reduced and
-    only ``H`` is gathered. Collective: every rank must call it. Example (on each of the ranks):
-        >>> data, loss = gather({"layer:0": (H, G)}, loss, "hidden")  # doctest: +SKIP
+    only ``H`` is gathered. Collective: every rank must call it. Example (a one-process gloo group):
+        >>> import torch.distributed as dist
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> try:
+        ...     data, loss = gather({"layer:0": (torch.ones(3, 4), torch.ones(3, 4))}, torch.tensor(2.0), "hidden")
+        ... finally:
+        ...     dist.destroy_process_group()
+        >>> data["layer:0"][1].shape, float(loss)
+        (torch.Size([3, 4]), 2.0)
     """
     dist = torch.distributed
     gathered = {}

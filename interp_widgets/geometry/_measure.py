@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-from interp_widgets.geometry._kernels import as_points, linear_time_bundle, representation_bundle
+from interp_widgets.geometry._kernels import as_points, check_shrinkage, linear_time_bundle, representation_bundle
 from interp_widgets.geometry.alignment import AlignmentResult, alignment_from_moments, stacked_bases
 from interp_widgets.geometry.controls import normal_controls
 from interp_widgets.geometry.history import LAYER_METRICS, series_name
@@ -25,10 +25,37 @@ from interp_widgets.geometry.moments import Moments, moments_of_points
 from interp_widgets.geometry.proxy import TangentProxy
 from interp_widgets.geometry.schedule import ProxySchedule
 
-__all__ = ["Measurement", "Reservoir", "dictionary_function"]
+__all__ = ["Measurement", "Reservoir", "check_settings", "dictionary_function"]
 
 #: A proxy fitting method: ``"pca"``, a function ``(H, rank) -> d × k`` dictionary, or an estimator.
 ProxyMethod = str | Callable[[torch.Tensor, int], object] | object
+
+
+def check_settings(*, rank, every, n_controls, max_tokens, fit_tokens, spectrum_every, gradient: str, fit: str, basis,
+                   coordinates: str, zeta) -> None:
+    """Reject monitor settings that cannot work, with the value that is wrong and what would do.
+
+    Example:
+        >>> check_settings(rank=4, every=1, n_controls=0, max_tokens=64, fit_tokens=64, spectrum_every=1,
+        ...                gradient="hidden", fit="early", basis=None, coordinates="full", zeta=0.0)
+        Traceback (most recent call last):
+        ...
+        ValueError: n_controls must be an integer >= 1, got 0
+    """
+    for name, value, low in (("rank", rank, 1), ("every", every, 1), ("n_controls", n_controls, 1),
+                             ("max_tokens", max_tokens, 2), ("fit_tokens", fit_tokens, 2),
+                             ("spectrum_every", spectrum_every, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    if gradient not in ("hidden", "weight"):
+        raise ValueError(f"gradient must be 'hidden' (dL/dh) or 'weight' (linear weight gradient), got {gradient!r}")
+    if fit not in ("early", "refit", "fixed"):
+        raise ValueError(f"fit must be 'early', 'refit' or 'fixed', got {fit!r}")
+    if fit == "fixed" and basis is None:
+        raise ValueError("fit='fixed' needs basis= (a d × k matrix, a TangentProxy, or {layer: basis})")
+    if coordinates not in ("full", "complement"):
+        raise ValueError(f"coordinates must be 'full' or 'complement', got {coordinates!r}")
+    check_shrinkage(zeta, "scaled_identity", 1, torch.device("cpu"))
 
 
 def dictionary_function(method: ProxyMethod) -> Callable[[torch.Tensor, int], object] | None:
@@ -132,9 +159,11 @@ class Measurement:
         generator: the monitor's generator (reservoir sampling).
 
     Example:
-        >>> monitor = AnisotropyMonitor(net, ["0"], rank=2, total_steps=4)  # doctest: +SKIP
-        >>> monitor._measurement.fitted                                       # doctest: +SKIP
-        {}
+        >>> from interp_widgets.geometry.monitor import AnisotropyMonitor
+        >>> monitor = AnisotropyMonitor(torch.nn.Sequential(torch.nn.Linear(8, 8)), ["0"], rank=2, total_steps=4)
+        >>> measurement = Measurement(monitor, None, "pca", 100, torch.Generator())
+        >>> measurement.schedule("0").fit_window, monitor.meta["fit_window"], measurement.fitted
+        ((0, 2), [0, 2], {})
     """
 
     def __init__(self, monitor, basis, proxy_method: ProxyMethod, fit_tokens: int, generator: torch.Generator) -> None:
@@ -214,6 +243,20 @@ class Measurement:
             if schedule.fit_now():
                 self.adopt_proxy(spec)
 
+    def measure_step(self, step: int, data: Mapping[str, tuple[torch.Tensor, torch.Tensor]]):
+        """``(values, raw)`` of one measured step: every layer's series (:meth:`measure_layer`) and ``fitting``
+        (1.0 while any layer's proxy is being fitted)."""
+        values: dict[str, float] = {}
+        raw: dict[str, np.ndarray] = {}
+        fitting = False
+        for spec in self.monitor.layers:
+            layer_values, layer_raw, layer_fitting = self.measure_layer(step, spec, *data[spec])
+            values.update(layer_values)
+            raw.update(layer_raw)
+            fitting |= layer_fitting
+        values["fitting"] = 1.0 if fitting else 0.0
+        return values, raw
+
     def measure_layer(self, step: int, spec: str, H: torch.Tensor, G: torch.Tensor):
         values = nan_values(spec)
         name = lambda metric: series_name(metric, spec)  # noqa: E731
@@ -274,8 +317,13 @@ def alignment_values(values: dict, name: Callable[[str], str], result: Alignment
     into ``values`` (``name(metric)`` gives the flat series name), with the controls' mean and 5–95 % quantiles.
 
     Example:
-        >>> values = {}; alignment_values(values, lambda metric: metric + "|0", result)  # doctest: +SKIP
-        >>> values["energy_ratio|0"]                                                       # doctest: +SKIP
+        >>> from interp_widgets.geometry import TangentProxy, gradient_alignment, normal_controls
+        >>> proxy = TangentProxy.from_basis(torch.eye(16)[:, :2])
+        >>> G = torch.randn(2000, 16); G[:, :2] *= 10  # gradients concentrated in the proxy
+        >>> result = gradient_alignment(G, proxy, normal_controls(proxy, 20, seed=0))
+        >>> values = {}; alignment_values(values, lambda metric: metric + "|0", result)
+        >>> values["energy_ratio|0"] == result.ratio, values["control_ratio_q05|0"] < 1 < values["control_ratio_q95|0"]
+        (True, True)
     """
     controls = result.energy_controls.numpy()
     deltas = result.delta_iso_controls.numpy()

@@ -58,7 +58,7 @@ def layer_chart(log, split: Callable[[str], tuple[str, str | None]], metric: str
     Example:
         >>> from interp_widgets.geometry import GeometryLog
         >>> from interp_widgets.geometry.history import split_series_name
-        >>> log = GeometryLog(["layer:0"]); log._record(0, {"energy_ratio|layer:0": 3.0})
+        >>> log = GeometryLog(["layer:0"]); log.record(0, {"energy_ratio|layer:0": 3.0})
         >>> type(layer_chart(log, split_series_name)).__name__
         'LayerChart'
     """

@@ -7,9 +7,10 @@ and checkpoint replay (:func:`~interp_widgets.geometry.replay.replay`) fill in, 
 * **series names** are flat: global series (``"loss"``, ``"fitting"``, user scalars from :meth:`GeometryLog.log`)
   and per-layer series ``"<metric>|<layer>"``, e.g. ``"energy_ratio|layer:2"`` (see :data:`LAYER_METRICS`);
 * missing values are NaN; rows are kept in step order;
-* the buffers are **bounded**: when ``max_rows`` rows are held, every second row is dropped and from then on
-  only every second new row is kept (the stride doubles each time), so the record stays evenly spaced over the
-  whole run and memory stays flat however long training runs; subscribers still see every row;
+* the buffers are **bounded** (:class:`~interp_widgets.geometry._columns.ColumnStore`): when ``max_rows`` rows
+  are held, every second row is dropped and from then on only every second new row is kept (the stride doubles
+  each time), so the record stays evenly spaced over the whole run and memory stays flat however long training
+  runs; subscribers still see every row;
 * raw per-control values (``E_N`` and ``ΔIso*`` of every control) live in side matrices (:meth:`GeometryLog.raw`).
 
 Subscribers (the live widget) get ``callback(step, values)`` with the flat names; persistence is safetensors +
@@ -27,16 +28,19 @@ Example:
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from collections.abc import Callable, Iterable, Mapping
 
 import numpy as np
 import torch
 
+from interp_widgets.geometry._callbacks import Callbacks
+from interp_widgets.geometry._columns import ColumnStore
+from interp_widgets.geometry._persistence import read_record, write_record
 from interp_widgets.geometry._views import layer_chart, long_frame
 
-__all__ = ["GeometryLog", "LAYER_METRICS", "GLOBAL_SERIES", "as_scalar", "series_name", "split_series_name"]
+__all__ = ["GeometryLog", "LAYER_METRICS", "GLOBAL_SERIES", "as_scalar", "check_step", "series_name",
+           "split_series_name"]
 
 #: Per-layer metric names (the live-widget contract), then extras. Each is logged as ``"<metric>|<layer>"``.
 LAYER_METRICS: tuple[str, ...] = (
@@ -77,8 +81,6 @@ LAYER_METRICS: tuple[str, ...] = (
 GLOBAL_SERIES: tuple[str, ...] = ("loss", "fitting")
 
 _SEPARATOR = "|"
-_FORMAT = "interp_widgets.GeometryLog"
-_VERSION = 1
 
 
 def series_name(metric: str, layer: str) -> str:
@@ -105,6 +107,18 @@ def split_series_name(name: str) -> tuple[str, str | None]:
 def _check_scalar_name(name: str) -> None:
     if not isinstance(name, str) or not name or _SEPARATOR in name:
         raise ValueError(f"scalar names must be non-empty strings without {_SEPARATOR!r}, got {name!r}")
+
+
+def check_step(step) -> int:
+    """Validate a step (a non-negative integer, not a bool) and return it as an ``int``.
+
+    Example:
+        >>> check_step(np.int64(3)), type(check_step(np.int64(3))).__name__
+        (3, 'int')
+    """
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
+        raise ValueError(f"step must be a non-negative integer, got {step!r}")
+    return int(step)
 
 
 def as_scalar(name: str, value) -> float:
@@ -151,13 +165,9 @@ class GeometryLog:
         self.max_rows = max_rows
         self.meta: dict = dict(meta or {})
         self.proxies: dict[str, torch.Tensor] = {}
-        self._size = 0
-        self._offered, self._stride, self._thinned_step = 0, 1, None
-        self._steps = np.zeros(16, dtype=np.int64)
-        self._columns: dict[str, np.ndarray] = {}
-        self._raw: dict[str, np.ndarray] = {}
-        self._subscribers: list[Callable[[int, dict], None]] = []
-        self._flush_callbacks: list[Callable[[], None]] = []
+        self._store = ColumnStore(max_rows, x_label)
+        self._subscribers = Callbacks("GeometryLog subscriber", "callable(step, values)")
+        self._flush_callbacks = Callbacks("flush callback")
         self._widget = None
 
     # ------------------------------------------------------------------ reading
@@ -168,7 +178,7 @@ class GeometryLog:
             >>> log = GeometryLog(); log.log(0, loss=1.0); len(log)
             1
         """
-        return self._size
+        return len(self._store)
 
     @property
     def steps(self) -> np.ndarray:
@@ -178,7 +188,20 @@ class GeometryLog:
             >>> log = GeometryLog(); log.log(0, loss=1.0); log.log(5, loss=0.5); log.steps.tolist()
             [0, 5]
         """
-        return self._steps[: self._size].copy()
+        return self._store.steps
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the column buffers: bounded by ``max_rows``, however long the run.
+
+        Example:
+            >>> log = GeometryLog(max_rows=32); sizes = []
+            >>> for step in range(1000):
+            ...     log.log(step, loss=1.0); sizes.append(log.nbytes) if step in (99, 999) else None
+            >>> len(log), sizes  # 32 int64 steps + 32 float64 values, at step 99 as at step 999
+            (32, [512, 512])
+        """
+        return self._store.nbytes
 
     def series_names(self) -> list[str]:
         """All series names known so far: global ones first, then per-layer ones.
@@ -187,7 +210,7 @@ class GeometryLog:
             >>> log = GeometryLog(["layer:0"]); log.log(0, lr=0.1); log.series_names()
             ['lr']
         """
-        names = list(self._columns)
+        names = self._store.names()
         return [n for n in names if split_series_name(n)[1] is None] + [
             n for n in names if split_series_name(n)[1] is not None
         ]
@@ -200,9 +223,9 @@ class GeometryLog:
             >>> log.series("lr")[1].tolist()
             [0.1, nan]
         """
-        if name not in self._columns:
+        if name not in self._store.columns:
             raise KeyError(f"unknown series {name!r}; known: {self.series_names()}")
-        return self.steps, self._columns[name][: self._size].copy()
+        return self.steps, self._store.column(name)
 
     def raw(self, name: str) -> np.ndarray:
         """Per-control values of one layer, rows × n_controls: ``"control_energy|<layer>"`` or
@@ -210,13 +233,13 @@ class GeometryLog:
 
         Example:
             >>> log = GeometryLog(["l"])
-            >>> log._record(0, {"loss": 1.0}, raw={"control_energy|l": np.array([0.1, 0.2])})
+            >>> log.record(0, {"loss": 1.0}, raw={"control_energy|l": np.array([0.1, 0.2])})
             >>> log.raw("control_energy|l").tolist()
             [[0.1, 0.2]]
         """
-        if name not in self._raw:
-            raise KeyError(f"unknown raw series {name!r}; known: {sorted(self._raw)}")
-        return self._raw[name][: self._size].copy()
+        if name not in self._store.raw:
+            raise KeyError(f"unknown raw series {name!r}; known: {sorted(self._store.raw)}")
+        return self._store.raw_matrix(name)
 
     def to_dataframe(self):
         """Long-format ``pandas.DataFrame`` with columns ``step, layer, metric, value`` (NaN values dropped).
@@ -240,78 +263,24 @@ class GeometryLog:
             >>> log = GeometryLog(); log.log(0, lr=0.1, accuracy=0.5); log.log(0, loss=2.0); len(log)
             1
         """
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise ValueError(f"step must be a non-negative integer, got {step!r}")
+        step = check_step(step)
         if not scalars:
             raise ValueError("log() needs at least one scalar, e.g. log(step, lr=1e-4)")
-        values = {name: as_scalar(name, value) for name, value in scalars.items()}
-        self._record(int(step), values)
+        self.record(step, {name: as_scalar(name, value) for name, value in scalars.items()})
 
-    def _record(self, step: int, values: Mapping[str, float], raw: Mapping[str, np.ndarray] | None = None) -> None:
-        """Store ``values`` (flat names) at ``step`` (merged into the last row if it has the same step), notify."""
-        latest = True
-        if self._size and step < self._steps[self._size - 1]:
-            row = int(np.searchsorted(self._steps[: self._size], step))
-            if self._steps[row] != step:
-                raise ValueError(
-                    f"{self.x_label} {step} comes before the last recorded {self.x_label} "
-                    f"{self._steps[self._size - 1]} and has no row to merge into; record in increasing order"
-                )
-            latest = False  # stored, but not pushed: subscribers see steps in increasing order
-        elif self._size and step == self._steps[self._size - 1]:
-            row = self._size - 1
-        elif step == self._thinned_step or not self._append_row(step):
-            self._thinned_step = step  # dropped by thinning: subscribers still see it
-            self._notify(step, dict(values))
-            return
-        else:
-            row = self._size - 1
-        for name, value in values.items():
-            column = self._columns.get(name)
-            if column is None:
-                column = self._columns[name] = np.full(self._steps.shape[0], np.nan)
-            column[row] = value
-        for name, vector in (raw or {}).items():
-            vector = np.asarray(vector, dtype=np.float64).reshape(-1)
-            matrix = self._raw.get(name)
-            if matrix is None or matrix.shape[1] != vector.shape[0]:
-                if matrix is not None:
-                    raise ValueError(f"raw series {name!r} changed length from {matrix.shape[1]} to {vector.shape[0]}")
-                matrix = self._raw[name] = np.full((self._steps.shape[0], vector.shape[0]), np.nan)
-            matrix[row] = vector
-        if latest:
-            self._notify(step, dict(values))
+    def record(self, step: int, values: Mapping[str, float], raw: Mapping[str, np.ndarray] | None = None) -> None:
+        """Store already-validated ``values`` (flat series names → floats) and ``raw`` per-control vectors at
+        ``step``, merged into the row of that step if it has one, and tell the subscribers about the newest step.
 
-    def _append_row(self, step: int) -> bool:
-        """Append a row for ``step``; False if thinning drops it (only every ``stride``-th new row is kept)."""
-        offered = self._offered
-        self._offered += 1
-        if offered % self._stride:
-            return False
-        if self._size == self.max_rows:
-            self._stride *= 2
-            keep = slice(0, self._size, 2)
-            kept = len(range(0, self._size, 2))
-            self._steps[:kept] = self._steps[keep].copy()
-            for buffers in (self._columns, self._raw):
-                for name, buffer in buffers.items():
-                    buffer[:kept] = buffer[keep].copy()
-                    buffer[kept:] = np.nan
-            self._size = kept
-        if self._size == self._steps.shape[0]:
-            capacity = min(max(16, 2 * self._size), self.max_rows)
-            self._steps = np.resize(self._steps, capacity)
-            for buffers in (self._columns, self._raw):
-                for name, buffer in buffers.items():
-                    grown = np.full((capacity,) + buffer.shape[1:], np.nan)
-                    grown[: self._size] = buffer[: self._size]
-                    buffers[name] = grown
-        self._steps[self._size] = step
-        for buffers in (self._columns, self._raw):
-            for buffer in buffers.values():
-                buffer[self._size] = np.nan
-        self._size += 1
-        return True
+        This is how the monitor and replay write measurement rows; user code logs with :meth:`log`.
+
+        Example:
+            >>> log = GeometryLog(["layer:0"]); log.record(4, {"energy_ratio|layer:0": 2.0})
+            >>> log.series("energy_ratio|layer:0")[1].tolist()
+            [2.0]
+        """
+        if self._store.put(step, values, raw):
+            self._subscribers.call(step, dict(values))
 
     # ------------------------------------------------------------------ subscriptions (live widget contract)
     def subscribe(self, callback: Callable[[int, dict], None]) -> Callable[[], None]:
@@ -328,58 +297,37 @@ class GeometryLog:
             >>> log.log(0, lr=1.0); stop(); log.log(1, lr=1.0); seen
             [0]
         """
-        if not callable(callback):
-            raise TypeError(f"callback must be callable(step, values), got {type(callback).__name__}")
-        self._subscribers.append(callback)
-
-        def unsubscribe() -> None:
-            if callback in self._subscribers:
-                self._subscribers.remove(callback)
-
-        return unsubscribe
-
-    def _notify(self, step: int, values: dict) -> None:
-        for callback in list(self._subscribers):
-            try:
-                callback(step, values)
-            except Exception as error:  # a display problem must never stop training
-                warnings.warn(f"a GeometryLog subscriber raised {type(error).__name__}: {error}", RuntimeWarning,
-                              stacklevel=3)
+        return self._subscribers.add(callback)
 
     def on_flush(self, fn: Callable[[], None]) -> Callable[[], None]:
-        """Register ``fn()`` to run when the monitor's ``with`` block ends (normally, on error or Ctrl-C).
-
-        Returns a function that removes it. The live widget uses this to push its last buffered points.
+        """Register ``fn()`` to run at every :meth:`flush` (the monitor flushes when its ``with`` block ends:
+        normally, on error or on Ctrl-C). Returns a function that removes it. The live widget uses this to push its
+        last buffered points.
 
         Example:
             >>> log = GeometryLog(); calls = []
-            >>> remove = log.on_flush(lambda: calls.append(1)); log._flush_hooks(); calls
+            >>> remove = log.on_flush(lambda: calls.append(1)); log.flush(); calls
             [1]
         """
-        if not callable(fn):
-            raise TypeError(f"fn must be callable(), got {type(fn).__name__}")
-        self._flush_callbacks.append(fn)
+        return self._flush_callbacks.add(fn)
 
-        def remove() -> None:
-            if fn in self._flush_callbacks:
-                self._flush_callbacks.remove(fn)
+    def flush(self) -> None:
+        """Run the :meth:`on_flush` callbacks now; one that raises is reported as a warning.
 
-        return remove
-
-    def _flush_hooks(self) -> None:
-        for fn in list(self._flush_callbacks):
-            try:
-                fn()
-            except Exception as error:
-                warnings.warn(f"a flush callback raised {type(error).__name__}: {error}", RuntimeWarning,
-                              stacklevel=2)
+        Example:
+            >>> log = GeometryLog(); _ = log.on_flush(lambda: print("flushed")); log.flush()
+            flushed
+        """
+        self._flush_callbacks.call()
 
     # ------------------------------------------------------------------ display
     def widget(self):
         """The live :class:`~interp_widgets.widgets.monitor.MonitorWidget` of this record (created once, cached).
 
         Example:
-            >>> GeometryLog(["layer:0"]).widget()  # doctest: +SKIP
+            >>> log = GeometryLog(["layer:0"]); log.log(0, loss=1.0)
+            >>> log.widget(), log.widget() is log.widget()
+            (MonitorWidget('Training monitor', 1 layers, 1 rows, last step 0), True)
         """
         if self._widget is None:
             from interp_widgets.widgets.monitor import MonitorWidget
@@ -398,7 +346,7 @@ class GeometryLog:
 
         Example:
             >>> log = GeometryLog(["layer:0"])
-            >>> log._record(0, {"energy_ratio|layer:0": 3.0}); log._record(1, {"energy_ratio|layer:0": 2.0})
+            >>> log.record(0, {"energy_ratio|layer:0": 3.0}); log.record(1, {"energy_ratio|layer:0": 2.0})
             >>> type(log.chart()).__name__
             'LayerChart'
         """
@@ -413,71 +361,26 @@ class GeometryLog:
             >>> import tempfile
             >>> log = GeometryLog(["layer:0"]); log.log(0, loss=1.5)
             >>> with tempfile.TemporaryDirectory() as tmp:
-            ...     GeometryLog.load(log.save(tmp + "/run")).series("loss")[1].tolist()
-            [1.5]
+            ...     sorted(path.name for path in log.save(tmp + "/run").iterdir())
+            ['history.safetensors', 'meta.json']
         """
-        from safetensors.torch import save_file
-
-        directory = Path(path)
-        if directory.is_file():
-            raise FileExistsError(f"{directory} is a file; GeometryLog.save writes a directory, so pass a new or empty "
-                                  "directory path such as runs/minilm")
-        directory.mkdir(parents=True, exist_ok=True)
-        tensors = {"steps": torch.from_numpy(self._steps[: self._size].copy())}
-        columns, raw, proxies = {}, {}, {}
-        for i, (name, values) in enumerate(self._columns.items()):
-            columns[name] = f"column.{i}"
-            tensors[f"column.{i}"] = torch.from_numpy(values[: self._size].copy())
-        for i, (name, values) in enumerate(self._raw.items()):
-            raw[name] = f"raw.{i}"
-            tensors[f"raw.{i}"] = torch.from_numpy(values[: self._size].copy())
-        for i, (layer, basis) in enumerate(self.proxies.items()):
-            proxies[layer] = f"proxy.{i}"
-            tensors[f"proxy.{i}"] = basis.detach().to("cpu", torch.float64).contiguous()
-        save_file(tensors, str(directory / "history.safetensors"))
-        meta = {"format": _FORMAT, "version": _VERSION, "layers": self.layers, "x_label": self.x_label,
-                "max_rows": self.max_rows, "stride": self._stride, "offered": self._offered, "columns": columns, "raw": raw, "proxies": proxies, "meta": self.meta}
-        (directory / "meta.json").write_text(json.dumps(meta, indent=1, allow_nan=True))
-        return directory
+        header = {"layers": self.layers, "x_label": self.x_label, "max_rows": self.max_rows, "meta": self.meta}
+        return write_record(path, header, self._store, self.proxies)
 
     @classmethod
     def load(cls, path: str | Path) -> "GeometryLog":
         """Read a record written by :meth:`save` (from a monitor, a replay or another log).
 
         Example:
-            >>> GeometryLog.load("runs/minilm")  # doctest: +SKIP
+            >>> import tempfile
+            >>> log = GeometryLog(["layer:0"], x_label="checkpoint"); log.log(2, loss=1.5)
+            >>> with tempfile.TemporaryDirectory() as tmp:
+            ...     GeometryLog.load(log.save(tmp + "/run"))
+            GeometryLog(layers=['layer:0'], rows=1, last checkpoint 2)
         """
-        from interp_widgets._files import read_safetensors
-
-        directory = Path(path)
-        meta_path, data_path = directory / "meta.json", directory / "history.safetensors"
-        if not meta_path.is_file() or not data_path.is_file():
-            raise FileNotFoundError(f"{directory} is not a saved GeometryLog (needs meta.json and history.safetensors)")
-        try:
-            meta = json.loads(meta_path.read_text())
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{meta_path} is damaged ({err}); save the log again with GeometryLog.save") from None
-        if meta.get("format") != _FORMAT:
-            raise ValueError(f"{meta_path} is not a GeometryLog record (format {meta.get('format')!r})")
-        if meta.get("version", 0) > _VERSION:
-            raise ValueError(f"{meta_path} has version {meta['version']}; this library reads up to {_VERSION}")
-        tensors = read_safetensors(data_path, what="a GeometryLog's history", framework="pt",
-                                   fix="save the log again with GeometryLog.save")[1]
-        log = cls(meta["layers"], x_label=meta["x_label"], max_rows=meta["max_rows"], meta=meta["meta"])
-        steps = tensors["steps"].numpy()
-        size = steps.shape[0]
-        capacity = max(16, size)
-        log._steps = np.zeros(capacity, dtype=np.int64)
-        log._steps[:size] = steps
-        log._size = size
-        log._stride, log._offered = meta.get("stride", 1), meta.get("offered", size)
-        for target, names in ((log._columns, meta["columns"]), (log._raw, meta["raw"])):
-            for name, key in names.items():
-                values = tensors[key].numpy()
-                buffer = np.full((capacity,) + values.shape[1:], np.nan)
-                buffer[:size] = values
-                target[name] = buffer
-        log.proxies = {layer: tensors[key] for layer, key in meta["proxies"].items()}
+        header, store, proxies = read_record(path)
+        log = cls(header["layers"], x_label=header["x_label"], max_rows=header["max_rows"], meta=header["meta"])
+        log._store, log.proxies = store, proxies
         return log
 
     def snapshot(self) -> "GeometryLog":
@@ -489,13 +392,11 @@ class GeometryLog:
         """
         copy = GeometryLog(self.layers, x_label=self.x_label, max_rows=self.max_rows, meta=json.loads(
             json.dumps(self.meta)))
-        copy._size, copy._offered, copy._stride = self._size, self._offered, self._stride
-        copy._steps = self._steps.copy()
-        copy._columns = {name: buffer.copy() for name, buffer in self._columns.items()}
-        copy._raw = {name: buffer.copy() for name, buffer in self._raw.items()}
+        copy._store = self._store.copy()
         copy.proxies = {layer: basis.clone() for layer, basis in self.proxies.items()}
         return copy
 
     def __repr__(self) -> str:
-        last = f", last {self.x_label} {int(self._steps[self._size - 1])}" if self._size else ""
-        return f"{type(self).__name__}(layers={self.layers}, rows={self._size}{last})"
+        last = self._store.last_step
+        last = "" if last is None else f", last {self.x_label} {last}"
+        return f"{type(self).__name__}(layers={self.layers}, rows={len(self)}{last})"

@@ -15,7 +15,9 @@ its schedule (:class:`~interp_widgets.geometry.schedule.ProxySchedule`), draws t
 (:func:`~interp_widgets.geometry.controls.normal_controls`) and records, per layer, everything of
 :func:`~interp_widgets.geometry.alignment.gradient_alignment` and
 :func:`~interp_widgets.geometry.metrics.representation_metrics` into the :class:`~interp_widgets.geometry.history.
-GeometryLog` it extends (series ``"<metric>|<layer>"``, see :data:`~interp_widgets.geometry.history.LAYER_METRICS`).
+GeometryLog` it holds as ``monitor.history`` (series ``"<metric>|<layer>"``, see
+:data:`~interp_widgets.geometry.history.LAYER_METRICS`); the log's reading, display and saving API is available on
+the monitor itself (``monitor.series(…)``, ``monitor.widget()``, ``monitor.save(…)`` …).
 
 Guarantees (each tested):
 
@@ -36,47 +38,73 @@ union, so its numbers equal a single-process run on the concatenated batch (exac
 ``max_tokens`` applies per rank). The recorded loss is the mean of the ranks' losses. Ranks other than 0 keep no
 measurement rows. In weight mode ``G`` is the (already all-reduced) weight gradient of rank 0.
 
-Example:
-    >>> monitor = AnisotropyMonitor(model, ["layer:1"], rank=8, total_steps=100, optimizer=opt)  # doctest: +SKIP
-    >>> with monitor:                                                                           # doctest: +SKIP
-    ...     for step, batch in enumerate(loader):
+Example (fine-tuning a copy of the tiny BERT classifier for 4 steps; the first 2 fit the proxy):
+    >>> import copy
+    >>> net = copy.deepcopy(model); opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    >>> batch = tokenizer(texts[:8], padding=True, return_tensors="pt"); labels = torch.arange(8) % 3
+    >>> monitor = AnisotropyMonitor(net, ["layer:1"], rank=4, n_controls=5, total_steps=4, optimizer=opt)
+    >>> with monitor:
+    ...     for step in range(4):
     ...         monitor.track(step, attention_mask=batch["attention_mask"])
-    ...         model(**batch).loss.backward()
+    ...         net(**batch, labels=labels).loss.backward()
     ...         opt.step(); opt.zero_grad()
-    >>> monitor.to_dataframe().query("metric == 'energy_ratio'")                                # doctest: +SKIP
+    >>> monitor.to_dataframe().query("metric == 'energy_ratio'")[["step", "layer"]].values.tolist()
+    [[2, 'layer:1'], [3, 'layer:1']]
 """
 
 from __future__ import annotations
 
 import math
 import time
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
-from interp_widgets.geometry._capture import Capture, check_rank_dim, is_linear, known_dim, resolve_module, resolve_point
+from interp_widgets.geometry._binding import bind_layers, resolve_module
+from interp_widgets.geometry._capture import Capture
 from interp_widgets.geometry._distributed import gather, world_size
-from interp_widgets.geometry._kernels import check_shrinkage
-from interp_widgets.geometry._measure import Measurement, ProxyMethod
-from interp_widgets.geometry.history import GeometryLog, as_scalar
+from interp_widgets.geometry._measure import Measurement, ProxyMethod, check_settings
+from interp_widgets.geometry.history import GeometryLog, as_scalar, check_step
 from interp_widgets.geometry.proxy import TangentProxy
 from interp_widgets.geometry.schedule import check_mode_arguments
 
-__all__ = ["AnisotropyMonitor", "resolve_module"]
+__all__ = ["AnisotropyMonitor", "HISTORY_API", "resolve_module"]
 
-#: The warning given when the deprecated ``GeometryMonitor`` name is imported or used.
-GEOMETRY_MONITOR_DEPRECATION = "GeometryMonitor is deprecated and will be removed; use AnisotropyMonitor (the same class)"
+#: What a monitor offers of its :class:`GeometryLog` (``monitor.history``) as its own attributes.
+HISTORY_API = ("__len__", "steps", "series_names", "series", "raw", "to_dataframe", "chart", "widget",
+               "_repr_mimebundle_", "save", "snapshot", "subscribe", "on_flush", "layers", "x_label", "max_rows",
+               "meta", "proxies")
 
 
-class AnisotropyMonitor(GeometryLog):
+class _FromHistory:
+    """A monitor attribute that is its history's: ``monitor.series`` is ``monitor.history.series`` (reading and
+    assignment); on the class it is the :class:`GeometryLog` attribute, so ``help()`` shows the log's documentation.
+
+    Example:
+        >>> AnisotropyMonitor.chart is GeometryLog.chart
+        True
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.__doc__ = f"``history.{name}`` of the monitor's :class:`GeometryLog` (see ``GeometryLog.{name}``)."
+
+    def __get__(self, monitor, owner=None):
+        return getattr(GeometryLog, self.name) if monitor is None else getattr(monitor.history, self.name)
+
+    def __set__(self, monitor, value) -> None:
+        setattr(monitor.history, self.name, value)
+
+
+class AnisotropyMonitor:
     """Measure tangent-proxy gradient alignment and anisotropy at chosen layers while the user's loop trains.
 
-    Use as a context manager around the training loop (hooks exist only inside it). It is also a
-    :class:`~interp_widgets.geometry.history.GeometryLog`: ``to_dataframe()``, ``chart()``, ``save()``,
-    ``subscribe()``, ``widget()``.
+    Use as a context manager around the training loop (hooks exist only inside it). It records into a
+    :class:`~interp_widgets.geometry.history.GeometryLog`, :attr:`history`, whose API it also offers directly:
+    ``len()``, ``steps``, ``series_names()``, ``series()``, ``raw()``, ``to_dataframe()``, ``chart()``, ``widget()``,
+    ``save()``, ``snapshot()``, ``subscribe()``, ``on_flush()``, ``layers``, ``x_label``, ``max_rows``, ``meta`` and
+    ``proxies`` (so the live widget takes a monitor or its history alike).
 
     Args:
         model: the model being trained (a Hugging Face model, any ``nn.Module``, or a DDP wrapper).
@@ -162,41 +190,14 @@ class AnisotropyMonitor(GeometryLog):
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
-        inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
         if isinstance(layers, (str, int)) or not layers:
             raise ValueError("layers must be a non-empty list, e.g. ['layer:2'] or ['bert.encoder.layer.2']")
-        for name, value, low in (("rank", rank, 1), ("every", every, 1), ("n_controls", n_controls, 1),
-                                 ("max_tokens", max_tokens, 2), ("fit_tokens", fit_tokens, 2),
-                                 ("spectrum_every", spectrum_every, 1)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
-        if gradient not in ("hidden", "weight"):
-            raise ValueError(f"gradient must be 'hidden' (dL/dh) or 'weight' (linear weight gradient), got {gradient!r}")
-        if fit not in ("early", "refit", "fixed"):
-            raise ValueError(f"fit must be 'early', 'refit' or 'fixed', got {fit!r}")
-        if fit == "fixed" and basis is None:
-            raise ValueError("fit='fixed' needs basis= (a d × k matrix, a TangentProxy, or {layer: basis})")
-        if coordinates not in ("full", "complement"):
-            raise ValueError(f"coordinates must be 'full' or 'complement', got {coordinates!r}")
-        check_shrinkage(zeta, "scaled_identity", 1, torch.device("cpu"))
-        points = [resolve_point(inner, layer) for layer in layers]
-        specs = [name for name, _ in points]  # canonical names: 2, "layer:2" and its module path are one layer
-        if len(set(specs)) != len(specs):
-            raise ValueError(f"layers contains duplicates: {specs}")
-        super().__init__(specs, x_label=_x_label, max_rows=max_rows)
-        self.model = inner
-        self.modules = dict(points)
-        if gradient == "weight":
-            bad = [spec for spec, module in self.modules.items() if not is_linear(module)]
-            if bad:
-                raise ValueError(f"gradient='weight' needs nn.Linear layers; {bad} are "
-                                 f"{[type(self.modules[b]).__name__ for b in bad]} — pass their linear sub-modules, "
-                                 f"e.g. 'bert.encoder.layer.1.attention.self.query'")
-        self.dims: dict[str, int | None] = {spec: known_dim(inner, module, gradient)
-                                            for spec, module in self.modules.items()}
-        for spec, d in self.dims.items():
-            if d is not None:
-                check_rank_dim(rank, d, spec)
+        check_settings(rank=rank, every=every, n_controls=n_controls, max_tokens=max_tokens, fit_tokens=fit_tokens,
+                       spectrum_every=spectrum_every, gradient=gradient, fit=fit, basis=basis,
+                       coordinates=coordinates, zeta=zeta)
+        self.model, self.modules, self.dims = bind_layers(model, layers, gradient, rank)
+        #: The record of every measured step (what ``series()``, ``widget()``, ``save()`` … of the monitor read).
+        self.history = GeometryLog(list(self.modules), x_label=_x_label, max_rows=max_rows)
         self.rank, self.every, self.fit, self.n_controls = rank, every, fit, n_controls
         self.total_steps, self.fit_fraction, self.refit_every = total_steps, fit_fraction, refit_every
         self.max_tokens, self.gradient, self.seed = max_tokens, gradient, seed
@@ -209,8 +210,6 @@ class AnisotropyMonitor(GeometryLog):
         self._generator = torch.Generator().manual_seed(seed)
         self._measurement = Measurement(self, basis, proxy_method, fit_tokens, self._generator)
         self._step = 0
-        self._last_recorded = -1
-        self._handles: list = []
         self._active = False
         self._capture = Capture(self, self._generator, live=lambda: self._active and self._measured(self._step))
         self._pending_scalars: dict[int, dict] = {}
@@ -226,17 +225,7 @@ class AnisotropyMonitor(GeometryLog):
         if self._active:
             raise RuntimeError("this monitor is already active; do not nest `with monitor:` blocks")
         self._capture.reset()
-        try:
-            root = self.model
-            self._handles.append(root.register_forward_pre_hook(self._capture.root_pre_hook, with_kwargs=True))
-            self._handles.append(root.register_forward_hook(self._capture.root_hook))
-            for spec, module in self.modules.items():
-                self._handles.append(module.register_forward_hook(self._capture.layer_hook(spec)))
-            if self.optimizer is not None:
-                self._handles.append(self.optimizer.register_step_pre_hook(lambda *args: self.step()))
-        except BaseException:
-            self._remove_hooks()
-            raise
+        self._capture.install(None if self.optimizer is None else self.step)
         self._active = True
         return self
 
@@ -248,11 +237,11 @@ class AnisotropyMonitor(GeometryLog):
                 self._capture.reset()
         finally:
             try:
-                self._remove_hooks()
+                self._capture.remove_hooks()
                 self._active = False
                 self._flush_scalars(final=True)
             finally:
-                self._flush_hooks()
+                self.history.flush()
         return False
 
     def close(self) -> None:
@@ -267,12 +256,6 @@ class AnisotropyMonitor(GeometryLog):
         """
         if self._active:
             self.__exit__(None, None, None)
-
-    def _remove_hooks(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        self._capture.remove_tensor_hooks()
 
     # ------------------------------------------------------------------ step control
     @property
@@ -294,13 +277,19 @@ class AnisotropyMonitor(GeometryLog):
         positions of an MLM batch). Without them, the ``attention_mask``/``input_ids`` the model is called with
         are used. Moving to a later step records the previous one if its gradients are complete.
 
-        Example:
-            >>> monitor.track(step, attention_mask=batch["attention_mask"])  # doctest: +SKIP
+        Example (the rows kept are the 5 + 3 real tokens of the padded batch):
+            >>> import copy
+            >>> net = copy.deepcopy(model); batch = tokenizer(["a good film", "bad"], padding=True, return_tensors="pt")
+            >>> monitor = AnisotropyMonitor(net, ["layer:0"], rank=4, fit="refit", refit_every=2, n_controls=3)
+            >>> with monitor:
+            ...     monitor.track(0, attention_mask=batch["attention_mask"])
+            ...     net(**batch, labels=torch.tensor([2, 0])).loss.backward()
+            ...     monitor.track(1)  # moving on records step 0
+            >>> monitor.steps.tolist(), monitor.series("n_tokens|layer:0")[1].tolist()
+            ([0], [8.0])
         """
         if step is not None:
-            if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-                raise ValueError(f"step must be a non-negative integer, got {step!r}")
-            step = int(step)
+            step = check_step(step)
             if step < self._step:
                 raise ValueError(f"step {step} comes before the current step {self._step}; steps must not decrease")
             if step > self._step:
@@ -318,7 +307,12 @@ class AnisotropyMonitor(GeometryLog):
             **scalars: extra global series, like :meth:`log`.
 
         Example:
-            >>> loss.backward(); monitor.step(lr=scheduler.get_last_lr()[0])  # doctest: +SKIP
+            >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8))
+            >>> monitor = AnisotropyMonitor(net, ["0"], rank=2, fit="refit", refit_every=2, n_controls=3)
+            >>> with monitor:
+            ...     loss = net(torch.randn(16, 8)).pow(2).mean(); loss.backward(); monitor.step(loss, lr=0.01)
+            >>> monitor.current_step, monitor.series("lr")[1].tolist(), monitor.series("loss")[1].tolist() == [loss.item()]
+            (1, [0.01], True)
         """
         step = self._step
         if scalars or loss is not None:
@@ -338,14 +332,19 @@ class AnisotropyMonitor(GeometryLog):
     def log(self, step: int, **scalars) -> None:
         """Record user scalars at ``step``; values for a step not yet recorded are sent with its measurements.
 
-        Example:
-            >>> monitor.log(step, lr=1e-4, accuracy=0.71)  # doctest: +SKIP
+        Example (``lr`` waits for step 0's measurement; ``accuracy`` joins the row of the step just recorded):
+            >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8))
+            >>> monitor = AnisotropyMonitor(net, ["0"], rank=2, fit="refit", refit_every=2, n_controls=3)
+            >>> with monitor:
+            ...     monitor.log(0, lr=1e-4); net(torch.randn(16, 8)).sum().backward(); monitor.step()
+            ...     monitor.log(0, accuracy=0.71)
+            >>> len(monitor), monitor.series("lr")[1].tolist(), monitor.series("accuracy")[1].tolist()
+            (1, [0.0001], [0.71])
         """
-        if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-            raise ValueError(f"step must be a non-negative integer, got {step!r}")
+        step = check_step(step)
         if not scalars:
             raise ValueError("log() needs at least one scalar, e.g. log(step, lr=1e-4)")
-        self._buffer_scalars(int(step), scalars)
+        self._buffer_scalars(step, scalars)
         self._flush_scalars()
 
     def _buffer_scalars(self, step: int, scalars: Mapping) -> None:
@@ -355,11 +354,10 @@ class AnisotropyMonitor(GeometryLog):
     def _flush_scalars(self, final: bool = False) -> None:
         for step in sorted(self._pending_scalars):
             if final or step < self._step or (step == self._step and not self._measured(step)):
-                self._record(step, self._pending_scalars.pop(step))
+                self.history.record(step, self._pending_scalars.pop(step))
 
     def _measured(self, step: int) -> bool:
         return step % self.every == 0
-
 
     def _measure_step(self, step: int) -> None:
         start = time.perf_counter()
@@ -371,21 +369,11 @@ class AnisotropyMonitor(GeometryLog):
             data, loss = gather(data, loss, self.gradient)
             if data is None:
                 return
-        values: dict[str, float] = {}
-        raw: dict[str, np.ndarray] = {}
-        fitting = False
-        for spec in self.layers:
-            H, G = data[spec]
-            layer_values, layer_raw, layer_fitting = self._measurement.measure_layer(step, spec, H, G)
-            values.update(layer_values)
-            raw.update(layer_raw)
-            fitting |= layer_fitting
-        values["fitting"] = 1.0 if fitting else 0.0
+        values, raw = self._measurement.measure_step(step, data)
         values["loss"] = math.nan if loss is None else float(loss)
         values.update(self._pending_scalars.pop(step, {}))
         values["monitor_ms"] = (time.perf_counter() - start) * 1e3
-        self._record(step, values, raw)
-        self._last_recorded = step
+        self.history.record(step, values, raw)
 
     def fit_now(self) -> None:
         """Fit the proxies now on the activations pooled so far, when no step past the window will come
@@ -414,37 +402,55 @@ class AnisotropyMonitor(GeometryLog):
         """
         return dict(self._measurement.fitted)
 
-    def _attach(self, model: nn.Module) -> None:
-        """Point the (inactive) monitor at another model of the same architecture (replay of checkpoints)."""
+    # ------------------------------------------------------------------ replay interface
+    @property
+    def active(self) -> bool:
+        """Whether the hooks are installed (inside ``with monitor:``, or between ``__enter__()`` and :meth:`close`).
+
+        Example:
+            >>> monitor = AnisotropyMonitor(torch.nn.Sequential(torch.nn.Linear(8, 8)), ["0"], rank=2, total_steps=3)
+            >>> with monitor:
+            ...     inside = monitor.active
+            >>> inside, monitor.active
+            (True, False)
+        """
+        return self._active
+
+    def attach(self, model: nn.Module) -> None:
+        """Point the idle monitor at another model of the same architecture (the next checkpoint of a replay); the
+        layers keep their names, and a layer whose dimension changed is refused.
+
+        Example:
+            >>> import copy
+            >>> monitor = AnisotropyMonitor(model, ["layer:1"], rank=4, fit="refit", refit_every=2)
+            >>> other = copy.deepcopy(model); monitor.attach(other); monitor.model is other
+            True
+        """
         if self._active:
             raise RuntimeError("cannot switch models while the monitor is active")
-        inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
-        modules = {spec: resolve_module(inner, spec) for spec in self.layers}
-        for spec, module in modules.items():
-            d = known_dim(inner, module, self.gradient)
-            if d is not None and self.dims[spec] is not None and d != self.dims[spec]:
-                raise ValueError(f"layer {spec!r} has d = {d} in this model but d = {self.dims[spec]} before; "
-                                 f"replay checkpoints of one architecture")
-        self.model, self.modules = inner, modules  # the capture reads them from here
+        self.model, self.modules, _ = bind_layers(model, self.layers, self.gradient, expected=self.dims)
+
+    def reseed(self) -> None:
+        """Restart the row-subsampling generator from ``seed``, so that the next step keeps the same rows as the
+        first one did (replay measures every checkpoint on the same tokens).
+
+        Example:
+            >>> monitor = AnisotropyMonitor(torch.nn.Sequential(torch.nn.Linear(8, 8)), ["0"], rank=2, total_steps=3)
+            >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8)); x = torch.randn(32, 8)
+            >>> monitor = AnisotropyMonitor(net, ["0"], rank=2, fit="refit", refit_every=5, n_controls=3, max_tokens=4)
+            >>> with monitor:  # the same 4 of the 32 rows at both steps: the same measurement
+            ...     for step in range(2):
+            ...         monitor.reseed(); net(x).sum().backward(); monitor.step(); net.zero_grad()
+            >>> cosine = monitor.series("avg_cosine|0")[1]; bool(cosine[0] == cosine[1])
+            True
+        """
+        self._generator.manual_seed(self.seed)
 
     def __repr__(self) -> str:
         state = "active" if self._active else "idle"
         return f"AnisotropyMonitor(layers={self.layers}, rank={self.rank}, fit={self.fit!r}, {state}, rows={len(self)})"
 
 
-class GeometryMonitor(AnisotropyMonitor):
-    """Deprecated name of :class:`AnisotropyMonitor`: it works the same, and warns (``DeprecationWarning``) when
-    imported from :mod:`interp_widgets.geometry` and when constructed.
-
-    Example:
-        >>> import torch, warnings
-        >>> with warnings.catch_warnings(record=True) as caught:
-        ...     warnings.simplefilter("always")
-        ...     monitor = GeometryMonitor(torch.nn.Sequential(torch.nn.Linear(8, 8)), ["0"], rank=2, total_steps=3)
-        >>> caught[0].category.__name__, isinstance(monitor, AnisotropyMonitor)
-        ('DeprecationWarning', True)
-    """
-
-    def __init__(self, *args, **kwargs) -> None:
-        warnings.warn(GEOMETRY_MONITOR_DEPRECATION, DeprecationWarning, stacklevel=2)
-        super().__init__(*args, **kwargs)
+for _name in HISTORY_API:
+    setattr(AnisotropyMonitor, _name, _FromHistory(_name))
+del _name

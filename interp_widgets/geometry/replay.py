@@ -17,10 +17,19 @@ With ``fit="early"`` (default) the replay runs in two passes, since every checkp
 Checkpoints run on private copies in eval mode (no dropout: the probe gradient is deterministic); the user's
 models and state dicts are never modified.
 
-Example:
-    >>> record = replay(["ckpt/step-0", "ckpt/step-1000", "ckpt/step-2000"], probe_texts,  # doctest: +SKIP
-    ...                 ["layer:3"], model=model, tokenizer=tokenizer, rank=16)
-    >>> record.chart("energy_ratio")                                                       # doctest: +SKIP
+Example (three saved checkpoints of the tiny GPT-2, its weights scaled a little more each time):
+    >>> import copy, tempfile
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     paths = []
+    ...     for i in range(3):
+    ...         checkpoint = copy.deepcopy(lm)
+    ...         with torch.no_grad():
+    ...             _ = [parameter.mul_(1 + 0.1 * i) for parameter in checkpoint.parameters()]
+    ...         checkpoint.save_pretrained(f"{tmp}/step-{i}"); paths.append(f"{tmp}/step-{i}")
+    ...     record = replay(paths, texts[:4], ["layer:1"], model=lm, tokenizer=lm_tokenizer, rank=4, n_controls=5,
+    ...                     progress=False)
+    >>> record, record.series("fitting")[1].tolist(), type(record.chart("energy_ratio")).__name__
+    (GeometryLog(layers=['layer:1'], rows=3, last checkpoint 2), [1.0, 0.0, 0.0], 'LayerChart')
 """
 
 from __future__ import annotations
@@ -54,9 +63,9 @@ def probe_batches(texts: Sequence[str], tokenizer, task: str, *, labels: Sequenc
     * ``"sequence-classification"``: ``labels`` (one class index per text) is required.
 
     Example:
-        >>> batches = probe_batches(["a b", "c"], tokenizer, "causal-lm", batch_size=2)  # doctest: +SKIP
-        >>> sorted(batches[0])                                                         # doctest: +SKIP
-        ['attention_mask', 'input_ids', 'labels']
+        >>> batches = probe_batches(["a good film", "bad"], lm_tokenizer, "causal-lm", batch_size=2)
+        >>> sorted(batches[0]), (batches[0]["labels"] == -100).tolist() == (batches[0]["attention_mask"] == 0).tolist()
+        (['attention_mask', 'input_ids', 'labels'], True)
     """
     if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
         raise ValueError("probe_texts must be a non-empty list of strings")
@@ -236,15 +245,15 @@ def replay(
             bar.update()
     finally:
         bar.close()
-    return monitor.snapshot()
+    return monitor.history.snapshot()
 
 
 def _measure_checkpoint(monitor: AnisotropyMonitor, model: nn.Module, batches, index: int) -> None:
     """Forward and backward the probe batches through ``model`` (eval mode) and record checkpoint ``index``."""
     model.eval()
     device = next(model.parameters()).device
-    monitor._attach(model)
-    monitor._generator.manual_seed(monitor.seed)  # the same subsampled rows at every checkpoint
+    monitor.attach(model)
+    monitor.reseed()  # the same subsampled rows at every checkpoint
     with monitor:
         monitor.track(index)
         for batch in batches:

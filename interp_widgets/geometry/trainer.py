@@ -17,12 +17,21 @@ bit-identical to training without it.
 The Trainer calls no callback when training raises, so for hook removal on errors and Ctrl-C wrap the call:
 ``with monitor: trainer.train()`` (the callback then leaves hook management to the ``with`` block).
 
-Example:
-    >>> monitor = AnisotropyMonitor(model, ["layer:3"], rank=16)               # doctest: +SKIP
-    >>> trainer = Trainer(model, args, train_dataset=train,                    # doctest: +SKIP
-    ...                   callbacks=[MonitorCallback(monitor)])
-    >>> with monitor:                                                          # doctest: +SKIP
-    ...     trainer.train()
+Example (4 Trainer steps of a copy of the tiny BERT classifier; the fit window comes from ``max_steps``):
+    >>> import copy, tempfile
+    >>> from transformers import DataCollatorWithPadding, PrinterCallback, Trainer, TrainingArguments
+    >>> net = copy.deepcopy(model); train = [dict(tokenizer(text), labels=i % 3) for i, text in enumerate(texts[:8])]
+    >>> monitor = AnisotropyMonitor(net, ["layer:1"], rank=4, n_controls=5)
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     args = TrainingArguments(tmp, per_device_train_batch_size=2, max_steps=4, report_to=[], use_cpu=True,
+    ...                              save_strategy="no", disable_tqdm=True)
+    ...     trainer = Trainer(net, args, train_dataset=train, data_collator=DataCollatorWithPadding(tokenizer),
+    ...                       callbacks=[MonitorCallback(monitor)])
+    ...     trainer.remove_callback(PrinterCallback)  # no log lines printed here
+    ...     with monitor:
+    ...         _ = trainer.train()
+    >>> monitor.steps.tolist(), monitor.meta["fit_window"], monitor.active
+    ([0, 1, 2, 3], [0, 2], False)
 """
 
 from __future__ import annotations
@@ -66,7 +75,7 @@ class MonitorCallback(TrainerCallback):
         if monitor.fit == "early" and monitor.total_steps is None:
             monitor.total_steps = state.max_steps
             monitor.meta["total_steps"] = state.max_steps
-        if not monitor._active:
+        if not monitor.active:
             monitor.__enter__()
             self._owns_hooks = True
         return control

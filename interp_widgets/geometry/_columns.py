@@ -1,0 +1,245 @@
+"""The bounded column buffers behind :class:`~interp_widgets.geometry.history.GeometryLog`.
+
+A :class:`ColumnStore` holds one row per step in numpy buffers: a step vector, one float column per series and one
+``rows × n`` matrix per raw series; missing values are NaN and rows are kept in step order. The buffers are
+**bounded**: when ``max_rows`` rows are held, every second row is dropped and from then on only every second new row
+is kept (the stride doubles each time), so the record stays evenly spaced over the whole run and memory stays flat.
+The store knows nothing of series names, subscribers or files; it hands its buffers to ``save`` as tensors
+(:meth:`ColumnStore.tensors`) and takes them back (:meth:`ColumnStore.from_tensors`).
+
+Example:
+    >>> store = ColumnStore(max_rows=4)
+    >>> for step in range(10):
+    ...     _ = store.put(step, {"loss": float(step)})
+    >>> store.steps.tolist(), store.column("loss").tolist()
+    ([0, 4, 8], [0.0, 4.0, 8.0])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import numpy as np
+import torch
+
+__all__ = ["ColumnStore"]
+
+
+class ColumnStore:
+    """Bounded, step-ordered numpy columns (see the module notes for the thinning rule).
+
+    Args:
+        max_rows: bound on stored rows (≥ 2).
+        label: what a step is called in error messages (``"step"`` or ``"checkpoint"``).
+
+    Example:
+        >>> store = ColumnStore(max_rows=8, label="checkpoint")
+        >>> store.put(0, {"x": 1.0}), store.put(0, {"y": 2.0}), len(store), store.names()
+        (True, True, 1, ['x', 'y'])
+    """
+
+    def __init__(self, max_rows: int, label: str = "step") -> None:
+        self.max_rows, self.label = max_rows, label
+        self.size, self.offered, self.stride, self.thinned_step = 0, 0, 1, None
+        self.step_buffer = np.zeros(16, dtype=np.int64)
+        self.columns: dict[str, np.ndarray] = {}
+        self.raw: dict[str, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        """Number of stored rows.
+
+        Example:
+            >>> len(ColumnStore(4))
+            0
+        """
+        return self.size
+
+    @property
+    def steps(self) -> np.ndarray:
+        """Steps of the stored rows, ascending (a copy).
+
+        Example:
+            >>> store = ColumnStore(4); _ = store.put(3, {"x": 1.0}); store.steps.tolist()
+            [3]
+        """
+        return self.step_buffer[: self.size].copy()
+
+    @property
+    def last_step(self) -> int | None:
+        """The step of the newest stored row, None while empty.
+
+        Example:
+            >>> store = ColumnStore(4); _ = store.put(3, {"x": 1.0}); store.last_step
+            3
+        """
+        return int(self.step_buffer[self.size - 1]) if self.size else None
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the buffers (steps, columns, raw matrices); bounded by ``max_rows``.
+
+        Example:
+            >>> ColumnStore(4).nbytes  # the empty step buffer has room for 16 steps
+            128
+        """
+        return self.step_buffer.nbytes + sum(buffer.nbytes for buffers in (self.columns, self.raw)
+                                             for buffer in buffers.values())
+
+    def names(self) -> list[str]:
+        """Column names in the order they first appeared.
+
+        Example:
+            >>> store = ColumnStore(4); _ = store.put(0, {"b": 1.0, "a": 2.0}); store.names()
+            ['b', 'a']
+        """
+        return list(self.columns)
+
+    def column(self, name: str) -> np.ndarray:
+        """The stored values of one column (a copy; KeyError if unknown).
+
+        Example:
+            >>> store = ColumnStore(4); _ = store.put(0, {"x": 1.0}); _ = store.put(1, {"y": 2.0})
+            >>> store.column("x").tolist()
+            [1.0, nan]
+        """
+        return self.columns[name][: self.size].copy()
+
+    def raw_matrix(self, name: str) -> np.ndarray:
+        """The stored ``rows × n`` matrix of one raw series (a copy; KeyError if unknown).
+
+        Example:
+            >>> store = ColumnStore(4); _ = store.put(0, {}, raw={"r": np.array([1.0, 2.0])})
+            >>> store.raw_matrix("r").tolist()
+            [[1.0, 2.0]]
+        """
+        return self.raw[name][: self.size].copy()
+
+    def put(self, step: int, values: Mapping[str, float], raw: Mapping[str, np.ndarray] | None = None) -> bool:
+        """Store ``values`` (and raw vectors) at ``step``, merged into the row of that step if it has one.
+
+        Returns whether ``step`` is the newest step (stored, or dropped by thinning), i.e. whether subscribers
+        should be told; False for values merged into an older row. A step before the last row that has no row
+        raises a ValueError.
+
+        Example:
+            >>> store = ColumnStore(4); store.put(0, {"x": 1.0}), store.put(2, {"x": 2.0}), store.put(0, {"y": 3.0})
+            (True, True, False)
+        """
+        latest = True
+        last = self.last_step
+        if last is not None and step < last:
+            row = int(np.searchsorted(self.step_buffer[: self.size], step))
+            if self.step_buffer[row] != step:
+                raise ValueError(f"{self.label} {step} comes before the last recorded {self.label} {last} and has "
+                                 f"no row to merge into; record in increasing order")
+            latest = False  # stored, but not pushed: subscribers see steps in increasing order
+        elif last is not None and step == last:
+            row = self.size - 1
+        elif step == self.thinned_step or not self._append_row(step):
+            self.thinned_step = step  # dropped by thinning: subscribers still see it
+            return True
+        else:
+            row = self.size - 1
+        for name, value in values.items():
+            column = self.columns.get(name)
+            if column is None:
+                column = self.columns[name] = np.full(self.step_buffer.shape[0], np.nan)
+            column[row] = value
+        for name, vector in (raw or {}).items():
+            vector = np.asarray(vector, dtype=np.float64).reshape(-1)
+            matrix = self.raw.get(name)
+            if matrix is None:
+                matrix = self.raw[name] = np.full((self.step_buffer.shape[0], vector.shape[0]), np.nan)
+            elif matrix.shape[1] != vector.shape[0]:
+                raise ValueError(f"raw series {name!r} changed length from {matrix.shape[1]} to {vector.shape[0]}")
+            matrix[row] = vector
+        return latest
+
+    def _append_row(self, step: int) -> bool:
+        """Append a row for ``step``; False if thinning drops it (only every ``stride``-th new row is kept)."""
+        offered = self.offered
+        self.offered += 1
+        if offered % self.stride:
+            return False
+        if self.size == self.max_rows:
+            self.stride *= 2
+            keep = slice(0, self.size, 2)
+            kept = len(range(0, self.size, 2))
+            self.step_buffer[:kept] = self.step_buffer[keep].copy()
+            for buffers in (self.columns, self.raw):
+                for buffer in buffers.values():
+                    buffer[:kept] = buffer[keep].copy()
+                    buffer[kept:] = np.nan
+            self.size = kept
+        if self.size == self.step_buffer.shape[0]:
+            capacity = min(max(16, 2 * self.size), self.max_rows)
+            self.step_buffer = np.resize(self.step_buffer, capacity)
+            for buffers in (self.columns, self.raw):
+                for name, buffer in buffers.items():
+                    grown = np.full((capacity,) + buffer.shape[1:], np.nan)
+                    grown[: self.size] = buffer[: self.size]
+                    buffers[name] = grown
+        self.step_buffer[self.size] = step
+        for buffers in (self.columns, self.raw):
+            for buffer in buffers.values():
+                buffer[self.size] = np.nan
+        self.size += 1
+        return True
+
+    def copy(self) -> "ColumnStore":
+        """An independent copy of the buffers and the thinning state.
+
+        Example:
+            >>> store = ColumnStore(4); _ = store.put(0, {"x": 1.0}); copy = store.copy(); _ = store.put(1, {"x": 2.0})
+            >>> len(copy), len(store)
+            (1, 2)
+        """
+        copy = ColumnStore(self.max_rows, self.label)
+        copy.size, copy.offered, copy.stride, copy.thinned_step = self.size, self.offered, self.stride, self.thinned_step
+        copy.step_buffer = self.step_buffer.copy()
+        copy.columns = {name: buffer.copy() for name, buffer in self.columns.items()}
+        copy.raw = {name: buffer.copy() for name, buffer in self.raw.items()}
+        return copy
+
+    def tensors(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """The stored rows as CPU tensors (``steps``, ``column.i``, ``raw.i``) and the JSON-able layout: ``stride``,
+        ``offered`` and the ``columns`` / ``raw`` name → tensor key maps (what :meth:`from_tensors` reads back).
+
+        Example:
+            >>> store = ColumnStore(4); _ = store.put(0, {"x": 1.0})
+            >>> tensors, layout = store.tensors(); sorted(tensors), layout
+            (['column.0', 'steps'], {'stride': 1, 'offered': 1, 'columns': {'x': 'column.0'}, 'raw': {}})
+        """
+        tensors = {"steps": torch.from_numpy(self.steps)}
+        layout: dict = {"stride": self.stride, "offered": self.offered, "columns": {}, "raw": {}}
+        for kind, buffers, prefix in (("columns", self.columns, "column"), ("raw", self.raw, "raw")):
+            for i, (name, buffer) in enumerate(buffers.items()):
+                layout[kind][name] = f"{prefix}.{i}"
+                tensors[f"{prefix}.{i}"] = torch.from_numpy(buffer[: self.size].copy())
+        return tensors, layout
+
+    @classmethod
+    def from_tensors(cls, tensors: Mapping[str, torch.Tensor], layout: Mapping, max_rows: int,
+                     label: str = "step") -> "ColumnStore":
+        """The store that :meth:`tensors` described (``stride`` and ``offered`` default to an unthinned record).
+
+        Example:
+            >>> store = ColumnStore(4); _ = store.put(5, {"x": 1.0})
+            >>> ColumnStore.from_tensors(*store.tensors(), max_rows=4).column("x").tolist()
+            [1.0]
+        """
+        store = cls(max_rows, label)
+        steps = tensors["steps"].numpy()
+        size = steps.shape[0]
+        capacity = max(16, size)
+        store.step_buffer = np.zeros(capacity, dtype=np.int64)
+        store.step_buffer[:size] = steps
+        store.size = size
+        store.stride, store.offered = layout.get("stride", 1), layout.get("offered", size)
+        for target, names in ((store.columns, layout["columns"]), (store.raw, layout["raw"])):
+            for name, key in names.items():
+                values = tensors[key].numpy()
+                buffer = np.full((capacity,) + values.shape[1:], np.nan)
+                buffer[:size] = values
+                target[name] = buffer
+        return store
