@@ -8,7 +8,7 @@ import { join } from "node:path";
 const watch = process.argv.includes("--watch");
 
 const options = {
-  entryPoints: ["src/token_highlight.js", "src/generation.js", "src/comparison.js", "src/examples.js", "src/monitor.js", "src/concept_browser.js", "src/export_boot.js"],
+  entryPoints: ["src/token_highlight.js", "src/generation.js", "src/comparison.js", "src/example_list.js", "src/monitor.js", "src/concept_browser.js", "src/export_boot.js"],
   outdir: "../interp_widgets/static",
   bundle: true,
   format: "esm",

@@ -40,7 +40,7 @@ def build_widgets(progress: bool) -> dict[str, object]:
     from interp_widgets.demo.decoder import load_decoder
     from interp_widgets.demo.report import concept_browser, monitored_fine_tuning
     from interp_widgets.widgets import compare
-    from interp_widgets.widgets._base import buffer_to_array
+    from interp_widgets.widgets import buffer_to_array
 
     model, tokenizer = demo.load_classifier(progress=progress)
     texts = list(demo.EXAMPLE_TEXTS)

@@ -3,8 +3,12 @@
 Example:
     >>> from interp_widgets.attribution import attribute
     >>> result = attribute(model, tokenizer, "Not bad at all.", method="integrated_gradients")  # doctest: +SKIP
+
+The agreement statistics between methods (:func:`spearman`, :func:`top_k_overlap`, :func:`agreement_table`) are
+defined once in :mod:`interp_widgets.agreement`, which the comparison view also uses, and exported here.
 """
 
+from interp_widgets.agreement import agreement_table, spearman, top_k_overlap
 from interp_widgets.attribution.api import METHODS, attribute
 from interp_widgets.attribution.attention import AttentionRollout, GradientWeightedAttention, RawAttention
 from interp_widgets.attribution.base import Attributor
@@ -42,8 +46,11 @@ __all__ = [
     "Sobol",
     "SquareGrad",
     "VarGrad",
+    "agreement_table",
     "attribute",
     "faithfulness",
     "from_captum",
     "from_interpreto",
+    "spearman",
+    "top_k_overlap",
 ]

@@ -34,6 +34,8 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 import torch
 
+from interp_widgets.series_names import SEPARATOR as _SEPARATOR, series_name, split_series_name
+
 __all__ = ["GeometryLog", "LAYER_METRICS", "GLOBAL_SERIES", "as_scalar", "series_name", "split_series_name"]
 
 #: Per-layer metric names (the live-widget contract), then extras. Each is logged as ``"<metric>|<layer>"``.
@@ -74,30 +76,8 @@ LAYER_METRICS: tuple[str, ...] = (
 #: Global series always present: the loss and the fit-window indicator.
 GLOBAL_SERIES: tuple[str, ...] = ("loss", "fitting")
 
-_SEPARATOR = "|"
 _FORMAT = "interp_widgets.GeometryLog"
 _VERSION = 1
-
-
-def series_name(metric: str, layer: str) -> str:
-    """The flat series name of a per-layer metric.
-
-    Example:
-        >>> series_name("energy_ratio", "layer:2")
-        'energy_ratio|layer:2'
-    """
-    return f"{metric}{_SEPARATOR}{layer}"
-
-
-def split_series_name(name: str) -> tuple[str, str | None]:
-    """``(metric, layer)`` of a flat series name; ``layer`` is None for global series.
-
-    Example:
-        >>> split_series_name("p_value|layer:0"), split_series_name("loss")
-        (('p_value', 'layer:0'), ('loss', None))
-    """
-    metric, sep, layer = name.partition(_SEPARATOR)
-    return (metric, layer) if sep else (name, None)
 
 
 def _check_scalar_name(name: str) -> None:

@@ -190,7 +190,7 @@ class InterpWidget(anywidget.AnyWidget):
         Example:
             >>> page = widget.to_html(title="Why positive?")  # doctest: +SKIP
         """
-        from interp_widgets.widgets._export import html_page
+        from interp_widgets.widgets.export import html_page
 
         return html_page([self], title=title or type(self).__name__)
 

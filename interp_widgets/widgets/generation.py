@@ -18,9 +18,9 @@ import traitlets
 from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
-from interp_widgets.widgets.tokens import (
+from interp_widgets.widgets._tokens import (
     TokenScoresWidget,
-    _traits_from_result,
+    traits_from_result,
     display_token,
     finite_max,
     magnitude_ranks,
@@ -81,7 +81,7 @@ class GenerationWidget(TokenScoresWidget):
     def __init__(self, result: Any, *, selected_step: int = 0, view: str = "text", **kwargs: Any) -> None:
         if getattr(result, "generated_mask", None) is None:
             raise ValueError("this result has no generated tokens (generated_mask is None); use TokenHighlightWidget")
-        traits = _traits_from_result(result)
+        traits = traits_from_result(result)
         n, n_steps = len(traits["tokens"]), len(traits["target_labels"])
         generated, steps = _step_tokens(result, n, n_steps)
         super().__init__(

@@ -47,11 +47,11 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import traitlets
 
+from interp_widgets.series_names import split_series_name
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
 
 APPEND_MESSAGE = "iw-monitor-append"
-SEPARATOR = "|"
 PANEL_KINDS = ("lines", "heatmap")
 SCALES = ("linear", "log")
 
@@ -70,19 +70,6 @@ DEFAULT_PANELS: tuple[dict[str, Any], ...] = (
     {"id": "ratio_heatmap", "title": "Energy ratio by layer (log10; red = proxy above controls)", "kind": "heatmap",
      "metric": "energy_ratio", "scale": "log"},
 )  # fmt: skip
-
-
-def split_series(name: str) -> tuple[str, str | None]:
-    """``"metric|layer"`` → ``("metric", "layer")``; a global series → ``(name, None)``.
-
-    Layer names may contain ``|`` (metric names never do), so only the first bar splits.
-
-    Example:
-        >>> split_series("energy_ratio|blocks|3"), split_series("loss")
-        (('energy_ratio', 'blocks|3'), ('loss', None))
-    """
-    metric, bar, layer = name.partition(SEPARATOR)
-    return (metric, layer) if bar else (name, None)
 
 
 def _check_panel(panel: Mapping[str, Any]) -> dict[str, Any]:
@@ -321,7 +308,7 @@ class MonitorWidget(InterpWidget):
             raise TypeError(f"series names must be non-empty strings, got {name!r}")
         column = np.full(self._x.size, np.nan, dtype=np.float32)
         self._columns[name] = column
-        _, layer = split_series(name)
+        _, layer = split_series_name(name)
         if layer is not None and layer not in self.layers:
             self.layers = [*self.layers, layer]
         return column
@@ -463,10 +450,10 @@ class MonitorWidget(InterpWidget):
         shown = {name for c in self.panels for name in c["series"]}
         frames = []
         for name, values in columns.items():
-            if name not in shown and split_series(name)[0] not in metrics:
+            if name not in shown and split_series_name(name)[0] not in metrics:
                 continue
             keep = _m4_indices(steps, values.astype(np.float64), max(1, max_points // 4))
-            metric, layer = split_series(name)
+            metric, layer = split_series_name(name)
             short = np.array([float(f"{v:.5g}") for v in values[keep]])  # shorter inline JSON, same picture
             frames.append(pd.DataFrame({"step": steps[keep], "value": short,
                                         "series": name, "metric": metric, "layer": layer or name}))  # fmt: skip

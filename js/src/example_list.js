@@ -9,10 +9,10 @@
  * back: page, sort_by, descending, filter_label, filter_outcome, granularity, shared_scale, selected_example.
  *
  * @example
- *   import widget from "./examples.js";
+ *   import widget from "./example_list.js";
  *   widget.render({model, el});
  */
-import "./examples.css";
+import "./example_list.css";
 import { buildUnits, maxMagnitude, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { createPager, granularitySelect, labelRanks, pageOf, sortIndices } from "./lib/controls.js";

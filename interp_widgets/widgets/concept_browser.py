@@ -9,6 +9,9 @@ Only the concepts on the visible page (and the selected one) are sent to the bro
 concept ids it shows into ``requested`` and the kernel answers by replacing ``details``. Top-k contexts and
 histograms are precomputed by :func:`~interp_widgets.concepts.interpret_concepts`; no activation matrix is shipped.
 
+The browser only draws prepared data: it computes nothing about a model. ``interpret_concepts(...).widget(...)``
+(on the concepts side) also turns plain strings into :class:`~interp_widgets.concepts.TextConcepts`.
+
 Example:
     >>> interp = interpret_concepts(concepts, store, model=lm, tokenizer=tokenizer)       # doctest: +SKIP
     >>> browser = ConceptBrowser(interp, texts=[text_concepts(concepts, lm, tokenizer, "The soup was cold.")])  # doctest: +SKIP
@@ -26,6 +29,7 @@ import numpy as np
 import traitlets
 
 from interp_widgets.widgets._base import InterpWidget, PagedList, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._protocols import ConceptImportanceLike, ConceptSummary, ConceptTexts
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
 
@@ -36,6 +40,11 @@ MAX_TEXT_CHARS = 400  # top texts are cut to this length in the detail pane
 MAX_PAGE_SIZE = 100
 STATIC_CONCEPTS = 12
 PRELOAD_CONCEPTS = 200  # concept details an exported page carries, since no kernel answers there
+_COMPUTE_OPTIONS = {"store", "model", "tokenizer", "k", "progress"}  # of the old computing constructor
+
+
+def _looks_like_concept_model(value: Any) -> bool:
+    return callable(getattr(value, "fit", None)) and callable(getattr(value, "transform", None))
 
 
 def _finite(value: float) -> float | None:
@@ -72,12 +81,12 @@ class ConceptBrowser(InterpWidget, PagedList):
     """Browse concepts: list (label, top tokens, density, dead flag, importance), detail pane, per-token text view.
 
     Args:
-        source: a :class:`~interp_widgets.concepts.ConceptInterpretation`, or a fitted concept model together with
-            ``store=`` (then :func:`~interp_widgets.concepts.interpret_concepts` runs here with ``k``; give ``model``
-            and ``tokenizer`` of a language model to add the vocabulary projection).
+        interpretation: a :class:`~interp_widgets.concepts.ConceptInterpretation` (from
+            :func:`~interp_widgets.concepts.interpret_concepts`), or any object shaped like
+            :class:`~interp_widgets.widgets._protocols.ConceptSummary`. For a fitted concept model, use
+            ``interpret_concepts(concepts, store, ...).widget(texts=[...], concept_model=concepts)``.
         texts: input texts for the text view: :class:`~interp_widgets.concepts.TextConcepts` /
-            :class:`~interp_widgets.concepts.ConceptImportance` objects, or strings when ``source`` is a concept model
-            and ``model``/``tokenizer`` are given.
+            :class:`~interp_widgets.concepts.ConceptImportance` objects (``ConceptTexts`` protocol).
         importance: per-concept importance for a prediction: a ``ConceptImportance`` (summed over tokens for
             ``target``), the DataFrame of :func:`~interp_widgets.concepts.mean_concept_importance`, or one number per
             concept. Defaults to the first ``ConceptImportance`` among ``texts``.
@@ -88,7 +97,7 @@ class ConceptBrowser(InterpWidget, PagedList):
     ``search`` and ``hide_dead`` sync both ways.
 
     Example:
-        >>> browser = ConceptBrowser(concepts, store=store, texts=["Not bad at all."], model=lm, tokenizer=tok)  # doctest: +SKIP
+        >>> browser = ConceptBrowser(interp, texts=[text_concepts(concepts, lm, tok, "Not bad at all.")])  # doctest: +SKIP
         >>> browser.sort_by = "density"; browser.visible_order()[:3]                                         # doctest: +SKIP
         [7, 2, 0]
     """
@@ -119,34 +128,31 @@ class ConceptBrowser(InterpWidget, PagedList):
     selected_text = traitlets.Int(0, help="Input text shown in the text view.").tag(sync=True)
     selected_token = traitlets.Int(-1, help="Token of the selected text whose active concepts are listed (-1: none).").tag(sync=True)
 
-    def __init__(self, source: Any, *, store=None, model=None, tokenizer=None, texts: Any = None, importance: Any = None,
-                 target: int | str | None = None, k: int = 10, page_size: int = 10, progress: bool = False,
-                 **kwargs: Any) -> None:
-        from interp_widgets.concepts import ConceptImportance, ConceptInterpretation, ConceptModel, TextConcepts
-        from interp_widgets.concepts import interpret_concepts, text_concepts
-
-        concept_model = None
-        if isinstance(source, ConceptModel):
-            if store is None:
-                raise ValueError("a concept model needs store= (the ActivationStore to interpret it on); or pass the "
-                                 "ConceptInterpretation from interpret_concepts")
-            concept_model = source
-            source = interpret_concepts(source, store, k=k, model=model, tokenizer=tokenizer, progress=progress)
-        if not isinstance(source, ConceptInterpretation):
-            raise TypeError(f"ConceptBrowser takes a ConceptInterpretation or a fitted concept model with store=, got "
-                            f"{type(source).__name__}")
+    def __init__(self, interpretation: ConceptSummary, *, texts: Any = None, importance: Any = None,
+                 target: int | str | None = None, page_size: int = 10, **kwargs: Any) -> None:
+        computing = sorted(set(kwargs) & _COMPUTE_OPTIONS)
+        if computing or _looks_like_concept_model(interpretation):
+            given = f" (got {', '.join(n + '=' for n in computing)})" if computing else ""
+            raise TypeError(
+                f"ConceptBrowser takes prepared data: a ConceptInterpretation and TextConcepts{given}. To browse a fitted "
+                "concept model, interpret it first: interpret_concepts(concepts, store, model=lm, tokenizer=tok)"
+                ".widget(texts=[...], concept_model=concepts) (strings in texts= are then run through text_concepts)"
+            )
+        if not isinstance(interpretation, ConceptSummary):
+            raise TypeError(f"ConceptBrowser takes a ConceptInterpretation (from interpret_concepts), got "
+                            f"{type(interpretation).__name__}")
+        source = interpretation
         self.interpretation = source
-        n = source.n_concepts
-        texts = [] if texts is None else [texts] if isinstance(texts, (str, TextConcepts)) else list(texts)
+        n = len(source.labels)
+        texts = [] if texts is None else [texts] if isinstance(texts, (str, ConceptTexts)) else list(texts)
         converted = []
         for text in texts:
             if isinstance(text, str):
-                if concept_model is None or model is None or tokenizer is None:
-                    raise ValueError("plain-string texts need the concept model as source plus model= and tokenizer=; "
-                                     "otherwise pass text_concepts(...) results")
-                text = text_concepts(concept_model, model, tokenizer, text)
-            if not isinstance(text, TextConcepts):
-                raise TypeError(f"texts must be strings or TextConcepts/ConceptImportance, got {type(text).__name__}")
+                raise TypeError("ConceptBrowser takes TextConcepts, not strings; pass text_concepts(concepts, lm, "
+                                "tokenizer, text) results, or call interpretation.widget(texts=[...], "
+                                "concept_model=concepts, model=lm, tokenizer=tok), which computes them")
+            if not isinstance(text, ConceptTexts):
+                raise TypeError(f"texts must be TextConcepts/ConceptImportance objects, got {type(text).__name__}")
             if text.coefficients.shape[1] != n:
                 raise ValueError(f"a text has coefficients for {text.coefficients.shape[1]} concepts but the browser "
                                  f"shows {n}; compute it with the same concept model")
@@ -154,8 +160,8 @@ class ConceptBrowser(InterpWidget, PagedList):
         self._texts = converted
         self._text_coefficients = [t.coefficients[~t.special_mask] for t in converted]
         if importance is None:
-            importance = next((t for t in converted if isinstance(t, ConceptImportance)), None)
-        values, meaning = self._importance(importance, target, n, ConceptImportance)
+            importance = next((t for t in converted if isinstance(t, ConceptImportanceLike)), None)
+        values, meaning = self._importance(importance, target, n)
         text_tokens, text_gaps, top_ids, top_values = [], [], [], []
         for text, coefficients in zip(converted, self._text_coefficients):
             keep = ~text.special_mask
@@ -184,12 +190,11 @@ class ConceptBrowser(InterpWidget, PagedList):
         self.observe(self._refresh_details, names=["requested", "selected_concept", "selected_text"])
 
     @staticmethod
-    def _importance(importance, target, n: int, importance_class) -> tuple[np.ndarray | None, str]:
+    def _importance(importance, target, n: int) -> tuple[np.ndarray | None, str]:
         if importance is None:
             return None, ""
-        if isinstance(importance, importance_class):
-            row = importance._target(target)
-            return importance.per_concept(row), f"contribution to {importance.target_labels[row]}"
+        if isinstance(importance, ConceptImportanceLike):
+            return importance.per_concept(target), f"contribution to {importance.target_label(target)}"
         if hasattr(importance, "columns") and {"concept", "mean_contribution"} <= set(importance.columns):
             values = np.full(n, np.nan)
             concepts = importance["concept"].to_numpy(dtype=np.int64)
@@ -276,7 +281,9 @@ class ConceptBrowser(InterpWidget, PagedList):
             3
         """
         interp = self.interpretation
-        c = interp._index(concept)
+        if not -self.n_concepts <= int(concept) < self.n_concepts:
+            raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
+        c = int(concept) % self.n_concepts
         examples = [{
             "tokens": list(e["context"]), "center": int(e["center"]), "activation": _finite(e["activation"]),
             "text_id": int(e["text_id"]), "activations": [_finite(v) or 0.0 for v in e["context_activations"]],

@@ -17,8 +17,9 @@ import traitlets
 from interp_widgets.widgets._base import InterpWidget, PagedList, array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.widgets.tokens import (
-    _traits_from_result, check_granularity, finite_max, group_units, narrowest_ints, token_pieces, unit_sums,
+from interp_widgets.text_units import display_units
+from interp_widgets.widgets._tokens import (
+    check_granularity, finite_max, narrowest_ints, token_pieces, traits_from_result, unit_sums,
 )
 
 SORT_KEYS = ("index", "confidence", "max_attribution", "label")
@@ -38,7 +39,7 @@ class ExampleListWidget(InterpWidget, PagedList):
         [4, 0, 2]
     """
 
-    _bundle = "examples"
+    _bundle = "example_list"
 
     tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Tokens of each example.").tag(sync=True)
     spaces_before = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
@@ -67,7 +68,7 @@ class ExampleListWidget(InterpWidget, PagedList):
         tokens, spaces, special, words, sentences, rows, predicted, confidence, true_labels, max_attr = ([] for _ in range(10))
         signed = set()
         for r in results:
-            traits = _traits_from_result(r)
+            traits = traits_from_result(r)
             probs = traits["target_probs"]
             known = [(p, i) for i, p in enumerate(probs) if p is not None]
             target = max(known)[1] if known else 0
@@ -176,8 +177,8 @@ class ExampleListWidget(InterpWidget, PagedList):
             >>> widget.granularity = "word"; widget.units(0)[:2]  # doctest: +SKIP
             [[1], [2, 3]]
         """
-        ids = {"token": None, "word": self.word_ids, "sentence": self.sentence_ids}[self.granularity]
-        return group_units(self._slice(self.special_mask, index), None if ids is None else self._slice(ids, index), False)
+        return display_units(self._slice(self.special_mask, index), self._slice(self.word_ids, index),
+                             self._slice(self.sentence_ids, index), self.granularity)
 
     def unit_scores(self, index: int) -> np.ndarray:
         """Score sums of example ``index``'s units for the current granularity (its shown class; NaN skipped).

@@ -8,6 +8,9 @@ against a kernel-less model shim. No external ``src``/``href`` and no URL appear
 All embedded JSON escapes ``<``, ``>`` and ``&`` (``\\u003c``…) so token text such as ``</script>`` cannot
 end a script element; inline script and style text has ``</`` escaped as ``<\\/``.
 
+This is the public export module: :func:`html_page`, :class:`Note`, :func:`export_state`, :func:`script_json`, and
+the bundle location :data:`STATIC_DIR` with the :data:`BUNDLE_MISSING` message, for the notebook exporter and reports.
+
 Example:
     >>> page = html_page([widget_a, "Second input", widget_b], title="Report")  # doctest: +SKIP
 """
@@ -22,6 +25,8 @@ from typing import Any, Iterable
 from ipywidgets.widgets.widget import _remove_buffers
 
 from interp_widgets.widgets._base import BUNDLE_MISSING, STATIC_DIR, InterpWidget
+
+__all__ = ["BUNDLE_MISSING", "STATIC_DIR", "Note", "export_state", "html_page", "script_json"]
 
 _NOT_STATE = {"_esm", "_css"}  # embedded once per class instead of per widget
 
