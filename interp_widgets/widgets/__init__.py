@@ -15,7 +15,8 @@ Example:
     TokenHighlightWidget(...)
 """
 
-from interp_widgets.widgets._base import STATIC_DIR, InterpWidget, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._base import STATIC_DIR, InterpWidget
+from interp_widgets.widgets._traits import array_to_buffer, buffer_to_array
 from interp_widgets.widgets.comparison import ComparisonWidget, compare
 from interp_widgets.widgets.concept_browser import ConceptBrowser
 from interp_widgets.widgets.example_list import ExampleListWidget

@@ -1,12 +1,12 @@
-"""Base class and binary serialisation shared by every interp_widgets anywidget.
+"""Base class shared by every interp_widgets anywidget (binary array traits are in ``_traits.py``).
 
 Every widget is a thin Python class over one esbuild bundle in ``interp_widgets/static``: synced traits in,
 a static HTML fallback for places that run no JavaScript, and a self-contained offline HTML export.
 
 Example:
-    >>> payload = array_to_buffer(np.arange(6, dtype=np.float64).reshape(2, 3))
-    >>> payload["dtype"], payload["shape"], payload["data"].nbytes
-    ('float32', [2, 3], 24)
+    >>> from interp_widgets.widgets import TokenHighlightWidget
+    >>> issubclass(TokenHighlightWidget, InterpWidget)
+    True
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import anywidget
-import numpy as np
 import traitlets
 
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
@@ -24,69 +23,6 @@ from interp_widgets.widgets._svg import SVG_NS, SvgFigure
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 BUNDLE_MISSING = "JS bundle not built; run `npm --prefix js ci && npm --prefix js run build` or reinstall"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
-
-# dtype sent to JS for each numpy dtype kind we accept; anything wider is narrowed (float64 -> float32 etc.).
-_WIRE_DTYPES = {
-    "float16": "float32",
-    "float32": "float32",
-    "float64": "float32",
-    "int8": "int8",
-    "int16": "int16",
-    "int32": "int32",
-    "int64": "int32",
-    "uint8": "uint8",
-    "uint16": "uint16",
-    "uint32": "uint32",
-    "uint64": "uint32",
-    "bool": "bool",
-}
-
-
-def _to_numpy(array: Any) -> np.ndarray:
-    if hasattr(array, "detach") and hasattr(array, "cpu"):  # a torch.Tensor, without importing torch
-        tensor = array.detach().cpu()
-        if tensor.is_floating_point():
-            tensor = tensor.float()  # also covers bfloat16, which numpy cannot hold
-        return tensor.numpy()
-    return np.asarray(array)
-
-
-def array_to_buffer(array: Any) -> dict[str, Any]:
-    """Serialise a numpy array or torch tensor for a synced trait: ``{"dtype", "shape", "data": memoryview}``.
-
-    Floats become little-endian float32, 64-bit integers int32 (values must fit), bools one byte each, all
-    C-contiguous. The bytes are a copy, so later changes to ``array`` do not leak into the widget.
-
-    Example:
-        >>> array_to_buffer(np.array([True, False]))["dtype"]
-        'bool'
-    """
-    arr = _to_numpy(array)
-    wire = _WIRE_DTYPES.get(arr.dtype.name)
-    if wire is None:
-        raise TypeError(f"cannot send an array of dtype {arr.dtype} to the browser; convert it to a float, int or bool array")
-    if wire == "int32" and arr.dtype.itemsize == 8 and arr.size:
-        low, high = int(arr.min()), int(arr.max())
-        if low < np.iinfo(np.int32).min or high > np.iinfo(np.int32).max:
-            raise ValueError(f"integer values {low}..{high} do not fit in int32, the widgets' integer format")
-    if wire == "uint32" and arr.size and int(arr.max()) > np.iinfo(np.uint32).max:
-        raise ValueError(f"integer values up to {int(arr.max())} do not fit in uint32")
-    numpy_wire = np.dtype("uint8" if wire == "bool" else wire).newbyteorder("<")
-    out = np.ascontiguousarray(arr, dtype=numpy_wire)
-    return {"dtype": wire, "shape": list(out.shape), "data": memoryview(out.tobytes())}
-
-
-def buffer_to_array(payload: dict[str, Any]) -> np.ndarray:
-    """Inverse of :func:`array_to_buffer` (a read-only numpy view of the payload's bytes).
-
-    Example:
-        >>> buffer_to_array(array_to_buffer(np.eye(2))).tolist()
-        [[1.0, 0.0], [0.0, 1.0]]
-    """
-    dtype = np.dtype("uint8" if payload["dtype"] == "bool" else payload["dtype"]).newbyteorder("<")
-    values = np.frombuffer(payload["data"], dtype=dtype).reshape(payload["shape"])
-    return values.astype(bool) if payload["dtype"] == "bool" else values
-
 
 class InterpWidget(anywidget.AnyWidget):
     """Base of every interp_widgets widget.

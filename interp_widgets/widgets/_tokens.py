@@ -18,7 +18,8 @@ import numpy as np
 import traitlets
 
 from interp_widgets.text_units import GRANULARITIES, display_units
-from interp_widgets.widgets._base import InterpWidget, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._base import InterpWidget
+from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, TokenPiece, unseen_colours
 
@@ -68,21 +69,6 @@ def check_granularity(value: str) -> str:
     if value not in GRANULARITIES:
         raise ValueError(f"granularity must be one of {GRANULARITIES}, got {value!r}")
     return value
-
-
-def narrowest_ints(values: np.ndarray) -> np.ndarray:
-    """``values`` as the narrowest of int8, int16 and int32 that holds them (ids travel in fewer bytes).
-
-    Example:
-        >>> narrowest_ints(np.array([-1, 0, 300])).dtype
-        dtype('int16')
-    """
-    values = np.asarray(values, dtype=np.int64)
-    for dtype in (np.int8, np.int16):
-        info = np.iinfo(dtype)
-        if values.size == 0 or (values.min() >= info.min and values.max() <= info.max):
-            return values.astype(dtype)
-    return values
 
 
 def _spaces_before(text: str, offsets: np.ndarray, special: np.ndarray) -> list[str]:
@@ -177,7 +163,8 @@ def token_pieces(tokens, spaces, units, sums, max_abs, signed, limit=MAX_STATIC_
 
 def traits_from_result(result: Any) -> dict[str, Any]:
     """The scored-token traits of a result (any object shaped like :class:`~interp_widgets.widgets._protocols.ScoredTokens`),
-    checked: shapes, finite scores (NaN allowed: "not seen"), spans inside the text, one label per target.
+    checked against each other: shapes, spans inside the text, one label per target. The array traits check the rest
+    (dtype, dimensions, finite scores with NaN allowed: "not seen").
 
     Example:
         >>> from types import SimpleNamespace
@@ -203,8 +190,6 @@ def traits_from_result(result: Any) -> dict[str, Any]:
         scores = scores[None, :]
     if scores.ndim != 2 or scores.shape[1] != n or scores.shape[0] == 0:
         raise ValueError(f"scores have shape {scores.shape} but there are {n} tokens; expected (n_targets, {n})")
-    if np.isinf(scores).any():
-        raise ValueError("scores contain infinity; check the attribution (NaN is allowed and means 'not seen')")
     n_targets = scores.shape[0]
     offsets = np.asarray(result.offsets)
     if offsets.shape != (n, 2):
@@ -224,10 +209,10 @@ def traits_from_result(result: Any) -> dict[str, Any]:
     return {
         "tokens": tokens,
         "spaces_before": spaces,
-        "special_mask": array_to_buffer(special),
-        "word_ids": array_to_buffer(narrowest_ints(word_ids)),
-        "sentence_ids": array_to_buffer(narrowest_ints(sentence_ids)),
-        "scores": array_to_buffer(scores),
+        "special_mask": special,
+        "word_ids": word_ids,
+        "sentence_ids": sentence_ids,
+        "scores": scores,
         "target_labels": labels,
         "target_probs": _per_target(result, "target_probs", n_targets),
         "completeness_error": _per_target(result, "completeness_error", n_targets),
@@ -247,7 +232,7 @@ class TokenScoresWidget(InterpWidget):
     """
 
     tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(sync=True)
-    scores = traitlets.Dict(help="float32 (rows, n_tokens) scores, binary; NaN = not seen.").tag(sync=True)
+    scores = BinaryArray("float32", ndim=2, finite=True, help="(rows, n_tokens) scores; NaN = not seen.").tag(sync=True)
     encoding = traitlets.Unicode("colour", help="'colour', or 'underline' (weight = magnitude, +/− marker).").tag(sync=True)
     selected_token = traitlets.Int(-1, help="Token index clicked or chosen with Enter (-1: none).").tag(sync=True)
     hovered_token = traitlets.Int(-1, help="Token index under the pointer (-1: none).").tag(sync=True)
@@ -266,13 +251,14 @@ class TokenScoresWidget(InterpWidget):
         return proposal["value"]
 
     def score_matrix(self) -> np.ndarray:
-        """The (rows, n_tokens) float32 scores as sent to the browser (rows = targets, steps or methods).
+        """The (rows, n_tokens) float32 scores as sent to the browser (rows = targets, steps or methods); the same
+        array as ``widget.scores``.
 
         Example:
             >>> widget.score_matrix().shape  # doctest: +SKIP
             (2, 9)
         """
-        return buffer_to_array(self.scores)
+        return self.scores
 
 
 class GroupedTokens(traitlets.HasTraits):
@@ -285,9 +271,9 @@ class GroupedTokens(traitlets.HasTraits):
         True
     """
 
-    special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
-    word_ids = traitlets.Dict(help="Word id per token (-1: none), binary int8/int16/int32 (narrowest).").tag(sync=True)
-    sentence_ids = traitlets.Dict(help="Sentence id per token (-1: none), binary int8/int16/int32 (narrowest).").tag(sync=True)
+    special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True)
+    word_ids = BinaryArray("int", help="Word id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True)
+    sentence_ids = BinaryArray("int", help="Sentence id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True)
     granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence'.").tag(sync=True)
 
     @traitlets.validate("granularity")
@@ -295,5 +281,5 @@ class GroupedTokens(traitlets.HasTraits):
         return check_granularity(proposal["value"])
 
     def _group(self, show_special: bool, granularity: str | None = None) -> list[list[int]]:
-        return display_units(buffer_to_array(self.special_mask), buffer_to_array(self.word_ids),
-                             buffer_to_array(self.sentence_ids), granularity or self.granularity, show_special=show_special)
+        return display_units(self.special_mask, self.word_ids, self.sentence_ids, granularity or self.granularity,
+                             show_special=show_special)

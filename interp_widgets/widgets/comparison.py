@@ -17,7 +17,6 @@ import traitlets
 
 from interp_widgets.agreement import agreement_table
 from interp_widgets.text_units import GRANULARITIES
-from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
@@ -157,7 +156,7 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
         if label is not None and labels[index] != label:
             raise ValueError(f"the results explain different targets ({label!r} and {labels[index]!r}); pass target=")
         label = labels[index]
-        rows.append(buffer_to_array(t["scores"])[index].astype(np.float64))
+        rows.append(t["scores"][index].astype(np.float32))  # the numbers the browser holds
     methods = list(names) if names is not None else [t["method"] or f"method {i + 1}" for i, t in enumerate(traits)]
     if len(methods) != len(results):
         raise ValueError(f"{len(methods)} names for {len(results)} results")
@@ -166,7 +165,7 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
     matrix = np.stack(rows)
     widget = ComparisonWidget(
         tokens=first["tokens"], spaces_before=first["spaces_before"], special_mask=first["special_mask"],
-        word_ids=first["word_ids"], sentence_ids=first["sentence_ids"], scores=array_to_buffer(matrix), methods=methods, signed=[t["signed"] for t in traits], target_label=label,
+        word_ids=first["word_ids"], sentence_ids=first["sentence_ids"], scores=matrix, methods=methods, signed=[t["signed"] for t in traits], target_label=label,
         agreement_by=by, **options,
     )  # fmt: skip
     agreements = {}

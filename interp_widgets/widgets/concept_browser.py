@@ -28,7 +28,8 @@ from typing import Any, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets._base import InterpWidget, PagedList, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._base import InterpWidget, PagedList
+from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
 from interp_widgets.widgets._protocols import ConceptImportanceLike, ConceptSummary, ConceptTexts
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
@@ -109,9 +110,10 @@ class ConceptBrowser(InterpWidget, PagedList):
     n_rows = traitlets.Int(0, help="Rows (tokens or sentences) the concepts were interpreted on.").tag(sync=True)
     labels = traitlets.List(traitlets.Unicode(), help="Label of each concept.").tag(sync=True)
     top_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Distinct top tokens of each concept.").tag(sync=True)
-    density = traitlets.Dict(help="float32 fraction of rows where each concept is active, binary.").tag(sync=True)
-    max_activation = traitlets.Dict(help="float32 largest coefficient of each concept, binary.").tag(sync=True)
-    importance = traitlets.Dict(help="float32 importance of each concept (NaN: unknown), binary; {} when absent.").tag(sync=True)
+    density = BinaryArray("float32", help="Fraction of rows where each concept is active.").tag(sync=True)
+    max_activation = BinaryArray("float32", help="Largest coefficient of each concept.").tag(sync=True)
+    importance = BinaryArray("float32", allow_none=True,
+                             help="Importance of each concept (NaN: unknown); None (sent as {}) when absent.").tag(sync=True)
     importance_label = traitlets.Unicode("", help="What the importance numbers are.").tag(sync=True)
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
@@ -123,8 +125,8 @@ class ConceptBrowser(InterpWidget, PagedList):
     details = traitlets.Dict(help="Detail of each requested concept, keyed by str(concept).").tag(sync=True)
     text_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Shown tokens of each input text.").tag(sync=True)
     text_gaps = traitlets.List(traitlets.List(traitlets.Unicode()), help="Original text before each token.").tag(sync=True)
-    text_top_concepts = traitlets.Dict(help=f"int32 [tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).").tag(sync=True)
-    text_top_values = traitlets.Dict(help=f"float32 [tokens of all texts, {TEXT_TOP}] their coefficients.").tag(sync=True)
+    text_top_concepts = BinaryArray("int32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).").tag(sync=True)
+    text_top_values = BinaryArray("float32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] their coefficients.").tag(sync=True)
     selected_text = traitlets.Int(0, help="Input text shown in the text view.").tag(sync=True)
     selected_token = traitlets.Int(-1, help="Token of the selected text whose active concepts are listed (-1: none).").tag(sync=True)
 
@@ -179,10 +181,9 @@ class ConceptBrowser(InterpWidget, PagedList):
             method=source.method, layer=str(source.layer or ""), n_rows=int(source.params.get("rows", 0)),
             labels=list(source.labels),
             top_tokens=[_distinct_tokens([t.strip() or t for t in source.top_tokens(c)], LIST_TOKENS) for c in range(n)],
-            density=array_to_buffer(source.density), max_activation=array_to_buffer(source.maximum),
-            importance={} if values is None else array_to_buffer(values), importance_label=meaning,
-            text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=array_to_buffer(top_ids_all.astype(np.int32)),
-            text_top_values=array_to_buffer(top_values_all), page_size=page_size, **kwargs,
+            density=source.density, max_activation=source.maximum, importance=values, importance_label=meaning,
+            text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=top_ids_all, text_top_values=top_values_all,
+            page_size=page_size, **kwargs,
         )  # fmt: skip
         start = self.page * self.page_size
         self.requested = self.visible_order()[start : start + self.page_size]
@@ -214,7 +215,7 @@ class ConceptBrowser(InterpWidget, PagedList):
         value = proposal["value"]
         if value not in SORT_KEYS:
             raise ValueError(f"sort_by must be one of {SORT_KEYS}, got {value!r}")
-        if value in ("importance", "abs_importance") and not self.importance:
+        if value in ("importance", "abs_importance") and self.importance is None:
             raise ValueError("sorting by importance needs importance=; pass a ConceptImportance or one value per concept")
         return value
 
@@ -245,7 +246,7 @@ class ConceptBrowser(InterpWidget, PagedList):
 
     def _column(self, name: str) -> np.ndarray:
         payload = getattr(self, name)
-        return buffer_to_array(payload).astype(np.float64) if payload else np.full(self.n_concepts, np.nan)
+        return np.full(self.n_concepts, np.nan) if payload is None else payload.astype(np.float64)
 
     def visible_order(self) -> list[int]:
         """Concept ids after search, dead filter and sort, as the browser lists them (ties keep id order; unknown
@@ -329,7 +330,7 @@ class ConceptBrowser(InterpWidget, PagedList):
         interp = self.interpretation
         for c in order[:STATIC_CONCEPTS]:
             parts = [f"#{c} {self.labels[c]}", f"density {format_score(density[c])}", f"max {format_score(maximum[c])}"]
-            if self.importance and not math.isnan(importance[c]):
+            if self.importance is not None and not math.isnan(importance[c]):
                 parts.append(f"{self.importance_label} {format_score(importance[c], sign=True)}")
             if density[c] == 0:
                 parts.append("DEAD")

@@ -14,12 +14,13 @@ from typing import Any, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets._base import InterpWidget, PagedList, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._base import InterpWidget, PagedList
+from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.text_units import display_units
 from interp_widgets.widgets._tokens import (
-    check_granularity, finite_max, narrowest_ints, token_pieces, traits_from_result, unit_sums,
+    check_granularity, finite_max, token_pieces, traits_from_result, unit_sums,
 )
 
 SORT_KEYS = ("index", "confidence", "max_attribution", "label")
@@ -43,11 +44,11 @@ class ExampleListWidget(InterpWidget, PagedList):
 
     tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Tokens of each example.").tag(sync=True)
     spaces_before = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
-    special_mask = traitlets.Dict(help="bool per token of all examples concatenated, binary.").tag(sync=True)
-    word_ids = traitlets.Dict(help="Word id per token of all examples concatenated (-1: none), binary.").tag(sync=True)
-    sentence_ids = traitlets.Dict(help="Sentence id per token of all examples concatenated (-1: none), binary.").tag(sync=True)
+    special_mask = BinaryArray("bool", help="True per special token of all examples concatenated.").tag(sync=True)
+    word_ids = BinaryArray("int", help="Word id per token of all examples concatenated (-1: none).").tag(sync=True)
+    sentence_ids = BinaryArray("int", help="Sentence id per token of all examples concatenated (-1: none).").tag(sync=True)
     granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence' (sums computed in the browser).").tag(sync=True)
-    scores = traitlets.Dict(help="float32 scores for each example's shown class, concatenated, binary.").tag(sync=True)
+    scores = BinaryArray("float32", finite=True, help="Scores for each example's shown class, concatenated.").tag(sync=True)
     predicted = traitlets.List(traitlets.Unicode(), help="Predicted (most probable) label of each example.").tag(sync=True)
     confidence = traitlets.List(traitlets.Float(allow_none=True), help="Probability of the predicted label.").tag(sync=True)
     true_labels = traitlets.List(traitlets.Unicode(), help="True label of each example ('' if unknown).").tag(sync=True)
@@ -72,13 +73,13 @@ class ExampleListWidget(InterpWidget, PagedList):
             probs = traits["target_probs"]
             known = [(p, i) for i, p in enumerate(probs) if p is not None]
             target = max(known)[1] if known else 0
-            mask = buffer_to_array(traits["special_mask"])
-            row = buffer_to_array(traits["scores"])[target].astype(np.float64)
+            mask = traits["special_mask"]
+            row = traits["scores"][target].astype(np.float32)  # the numbers the browser holds
             tokens.append(traits["tokens"])
             spaces.append(traits["spaces_before"])
             special.append(mask)
-            words.append(buffer_to_array(traits["word_ids"]))
-            sentences.append(buffer_to_array(traits["sentence_ids"]))
+            words.append(traits["word_ids"])
+            sentences.append(traits["sentence_ids"])
             rows.append(row)
             predicted.append(traits["target_labels"][target])
             confidence.append(probs[target] if known else None)
@@ -88,9 +89,8 @@ class ExampleListWidget(InterpWidget, PagedList):
             signed.add(traits["signed"])
         methods = {str(getattr(r, "method", "") or "") for r in results}
         super().__init__(
-            tokens=tokens, spaces_before=spaces, special_mask=array_to_buffer(np.concatenate(special)),
-            word_ids=array_to_buffer(narrowest_ints(np.concatenate(words))),
-            sentence_ids=array_to_buffer(narrowest_ints(np.concatenate(sentences))), scores=array_to_buffer(np.concatenate(rows)), predicted=predicted, confidence=confidence,
+            tokens=tokens, spaces_before=spaces, special_mask=np.concatenate(special),
+            word_ids=np.concatenate(words), sentence_ids=np.concatenate(sentences), scores=np.concatenate(rows), predicted=predicted, confidence=confidence,
             true_labels=true_labels, max_attribution=max_attr, signed=signed == {True},
             method=", ".join(sorted(methods - {""})), **kwargs,
         )  # fmt: skip
@@ -164,11 +164,11 @@ class ExampleListWidget(InterpWidget, PagedList):
             (9,)
         """
         start = sum(len(t) for t in self.tokens[:index])
-        return buffer_to_array(self.scores)[start : start + len(self.tokens[index])]
+        return self.scores[start : start + len(self.tokens[index])]
 
-    def _slice(self, payload: dict[str, Any], index: int) -> np.ndarray:
+    def _slice(self, values: np.ndarray, index: int) -> np.ndarray:
         start = sum(len(t) for t in self.tokens[:index])
-        return buffer_to_array(payload)[start : start + len(self.tokens[index])]
+        return values[start : start + len(self.tokens[index])]
 
     def units(self, index: int) -> list[list[int]]:
         """Token indices (within example ``index``) of each unit shown for the current granularity, as in the browser.

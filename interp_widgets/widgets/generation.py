@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
+from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
 from interp_widgets.widgets._tokens import (
@@ -66,8 +66,8 @@ class GenerationWidget(TokenScoresWidget):
     _bundle = "generation"
 
     spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
-    generated_mask = traitlets.Dict(help="bool per token (True: generated), binary.").tag(sync=True)
+    special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True)
+    generated_mask = BinaryArray("bool", help="True for each generated token.").tag(sync=True)
     step_tokens = traitlets.List(traitlets.Int(), help="Token index of the token generated at each step.").tag(sync=True)
     step_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each generated token.").tag(sync=True)
     method = traitlets.Unicode("").tag(sync=True)
@@ -86,7 +86,7 @@ class GenerationWidget(TokenScoresWidget):
         generated, steps = _step_tokens(result, n, n_steps)
         super().__init__(
             tokens=traits["tokens"], spaces_before=traits["spaces_before"], special_mask=traits["special_mask"],
-            generated_mask=array_to_buffer(generated), scores=traits["scores"], step_tokens=steps,
+            generated_mask=generated, scores=traits["scores"], step_tokens=steps,
             step_probs=traits["target_probs"], method=traits["method"], score_meaning=traits["score_meaning"],
             signed=traits["signed"], selected_step=selected_step, view=view, **kwargs,
         )  # fmt: skip
@@ -135,7 +135,7 @@ class GenerationWidget(TokenScoresWidget):
         matrix = self.score_matrix().astype(np.float64)
         step = self.selected_step
         row, max_abs = matrix[step], self._scale_max()
-        special = buffer_to_array(self.special_mask)
+        special = self.special_mask
         step_of = {index: s for s, index in enumerate(self.step_tokens)}
         chosen = self.step_tokens[step]
         ranks = magnitude_ranks(row)

@@ -20,7 +20,6 @@ from typing import Any, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets._base import buffer_to_array
 from interp_widgets.widgets._colour import MID, format_score, hex_colour, legend_stops, score_colours
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
@@ -271,7 +270,7 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         target = self.selected_target
         prob = self.target_probs[target] if self.target_probs else None
         row = self.score_matrix()[target].astype(np.float64)
-        special = buffer_to_array(self.special_mask)
+        special = self.special_mask
         candidates = [i for i in range(len(self.tokens)) if not special[i] and not math.isnan(row[i])]
         top = sorted(candidates, key=lambda i: -abs(row[i]))[:3]
         top_text = ", ".join(f"{self.tokens[i]!r} {format_score(row[i], sign=True)}" for i in top)
