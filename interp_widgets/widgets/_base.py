@@ -11,7 +11,9 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import html
+import inspect
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -53,7 +55,35 @@ class InterpWidget(anywidget.AnyWidget):
     def __init__(self, **kwargs: Any) -> None:
         if getattr(type(self), "_esm", None) is None:
             raise FileNotFoundError(f"{BUNDLE_MISSING} ({STATIC_DIR / (self._bundle + '.js')} does not exist)")
+        unknown = [name for name in kwargs if name.startswith("_") or not self.has_trait(name)]
+        if unknown:  # traitlets would only warn (hidden by default), so a misspelt option would be silently ignored
+            raise TypeError(self._unknown_options_message(unknown))
         super().__init__(**kwargs)
+
+    @classmethod
+    def valid_options(cls) -> list[str]:
+        """The keyword arguments the constructor accepts: its own parameters and the view's public traits.
+
+        Example:
+            >>> from interp_widgets.widgets import TokenHighlightWidget
+            >>> "shared_scale" in TokenHighlightWidget.valid_options()
+            True
+        """
+        own = [
+            p.name for klass in cls.__mro__ if issubclass(klass, InterpWidget) and "__init__" in vars(klass)
+            for p in inspect.signature(vars(klass)["__init__"]).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+        ]  # fmt: skip
+        base = set(anywidget.AnyWidget.class_trait_names())
+        traits = [name for name in cls.class_trait_names() if not name.startswith("_") and name not in base]
+        return sorted(set(own) | set(traits))
+
+    def _unknown_options_message(self, unknown: list[str]) -> str:
+        valid = self.valid_options()
+        hints = [f"{name!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(name, valid, n=1))
+                 else repr(name) for name in unknown]  # fmt: skip
+        noun = "argument" if len(unknown) == 1 else "arguments"
+        return f"{type(self).__name__} got unexpected keyword {noun} {', '.join(hints)}; valid ones are: {', '.join(valid)}"
 
     def static_svg(self) -> str:
         """A standalone SVG picture of the current view (the ``image/svg+xml`` fallback): colours, legend, labels.
