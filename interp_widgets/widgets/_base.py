@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 import anywidget
 import traitlets
 
+from interp_widgets.view_data import VIEW_DATA, ViewData
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
@@ -84,6 +85,17 @@ class InterpWidget(anywidget.AnyWidget):
                  else repr(name) for name in unknown]  # fmt: skip
         noun = "argument" if len(unknown) == 1 else "arguments"
         return f"{type(self).__name__} got unexpected keyword {noun} {', '.join(hints)}; valid ones are: {', '.join(valid)}"
+
+    def view_data(self) -> ViewData:
+        """The data this view draws, in the versioned view-data schema (:mod:`interp_widgets.view_data`): one field
+        per synced data trait. The export page embeds it, so it always matches what the live widget shows.
+
+        Example:
+            >>> widget.view_data().VERSION  # doctest: +SKIP
+            1
+        """
+        schema = VIEW_DATA[self._bundle]
+        return schema(**{name: getattr(self, name) for name in schema.field_names()})
 
     def static_svg(self) -> str:
         """A standalone SVG picture of the current view (the ``image/svg+xml`` fallback): colours, legend, labels.

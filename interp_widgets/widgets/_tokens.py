@@ -18,6 +18,7 @@ import numpy as np
 import traitlets
 
 from interp_widgets.text_units import GRANULARITIES, display_units
+from interp_widgets.view_data import TokenHighlightData
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score, score_colours
@@ -161,14 +162,14 @@ def token_pieces(tokens, spaces, units, sums, max_abs, signed, limit=MAX_STATIC_
     return pieces, max(0, len(units) - limit)
 
 
-def traits_from_result(result: Any) -> dict[str, Any]:
-    """The scored-token traits of a result (any object shaped like :class:`~interp_widgets.widgets._protocols.ScoredTokens`),
-    checked against each other: shapes, spans inside the text, one label per target. The array traits check the rest
+def token_data(result: Any) -> TokenHighlightData:
+    """The view data of a result (any object shaped like :class:`~interp_widgets.widgets._protocols.ScoredTokens`),
+    checked against each other: shapes, spans inside the text, one label per target. The schema checks the rest
     (dtype, dimensions, finite scores with NaN allowed: "not seen").
 
     Example:
         >>> from types import SimpleNamespace
-        >>> traits_from_result(SimpleNamespace(text="a b", tokens=["a", "b"], offsets=[(0, 1), (2, 3)], scores=[1.0, 2.0]))["spaces_before"]
+        >>> token_data(SimpleNamespace(text="a b", tokens=["a", "b"], offsets=[(0, 1), (2, 3)], scores=[1.0, 2.0])).spaces_before
         ['', ' ']
     """
     missing = [name for name in ("text", "tokens", "offsets", "scores") if not hasattr(result, name)]
@@ -206,20 +207,13 @@ def traits_from_result(result: Any) -> dict[str, Any]:
     labels = [f"target {t}" for t in range(n_targets)] if labels is None else [str(label) for label in labels]
     if len(labels) != n_targets:
         raise ValueError(f"{len(labels)} target labels for {n_targets} rows of scores; pass one label per row")
-    return {
-        "tokens": tokens,
-        "spaces_before": spaces,
-        "special_mask": special,
-        "word_ids": word_ids,
-        "sentence_ids": sentence_ids,
-        "scores": scores,
-        "target_labels": labels,
-        "target_probs": _per_target(result, "target_probs", n_targets),
-        "completeness_error": _per_target(result, "completeness_error", n_targets),
-        "method": str(getattr(result, "method", "") or ""),
-        "score_meaning": str(getattr(result, "reduce", "") or ""),
-        "signed": bool(getattr(result, "signed", True)),
-    }
+    return TokenHighlightData(
+        tokens=tokens, spaces_before=spaces, special_mask=special, word_ids=word_ids, sentence_ids=sentence_ids,
+        scores=scores, target_labels=labels, target_probs=_per_target(result, "target_probs", n_targets),
+        completeness_error=_per_target(result, "completeness_error", n_targets),
+        method=str(getattr(result, "method", "") or ""), score_meaning=str(getattr(result, "reduce", "") or ""),
+        signed=bool(getattr(result, "signed", True)),
+    )  # fmt: skip
 
 
 class TokenScoresWidget(InterpWidget):
@@ -227,12 +221,13 @@ class TokenScoresWidget(InterpWidget):
     underline encoding and the selected / hovered token, with their validation.
 
     Example:
+        >>> from interp_widgets.widgets import TokenHighlightWidget
         >>> issubclass(TokenHighlightWidget, TokenScoresWidget)
         True
     """
 
-    tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(sync=True)
-    scores = BinaryArray("float32", ndim=2, finite=True, help="(rows, n_tokens) scores; NaN = not seen.").tag(sync=True)
+    tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(sync=True, data=True)
+    scores = BinaryArray("float32", ndim=2, finite=True, help="(rows, n_tokens) scores; NaN = not seen.").tag(sync=True, data=True)
     encoding = traitlets.Unicode("colour", help="'colour', or 'underline' (weight = magnitude, +/− marker).").tag(sync=True)
     selected_token = traitlets.Int(-1, help="Token index clicked or chosen with Enter (-1: none).").tag(sync=True)
     hovered_token = traitlets.Int(-1, help="Token index under the pointer (-1: none).").tag(sync=True)
@@ -267,13 +262,14 @@ class GroupedTokens(traitlets.HasTraits):
     trip to the kernel.
 
     Example:
+        >>> from interp_widgets.widgets import TokenHighlightWidget
         >>> issubclass(TokenHighlightWidget, GroupedTokens)
         True
     """
 
-    special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True)
-    word_ids = BinaryArray("int", help="Word id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True)
-    sentence_ids = BinaryArray("int", help="Sentence id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True)
+    special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
+    word_ids = BinaryArray("int", help="Word id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True, data=True)
+    sentence_ids = BinaryArray("int", help="Sentence id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True, data=True)
     granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence'.").tag(sync=True)
 
     @traitlets.validate("granularity")

@@ -1,8 +1,9 @@
-"""Binary numpy arrays in synced traits: the :class:`BinaryArray` trait type and its wire format.
+"""The :class:`BinaryArray` trait type: a synced numpy array that serialises itself as one binary buffer.
 
-A ``BinaryArray`` trait holds a numpy array (``widget.scores`` *is* an array, read-only) and serialises itself as
-``{"dtype", "shape", "data": <binary buffer>}`` (:func:`array_to_buffer`), which ``js/src/lib/codec.js`` decodes
-(``decodeArray``). Validation coerces the dtype, checks the number of dimensions and, where a view needs finite
+A ``BinaryArray`` trait holds a numpy array (``widget.scores`` *is* an array, read-only) and travels as
+``{"dtype", "shape", "data": <binary buffer>}`` (:func:`~interp_widgets.view_data.array_to_buffer`), which
+``js/src/lib/codec.js`` decodes (``decodeArray``). Validation (:func:`~interp_widgets.view_data.coerce_array`, the
+same as the view-data schema's) coerces the dtype, checks the number of dimensions and, where a view needs finite
 values, rejects infinity; NaN stays allowed (it means "not seen"). Modelled on jupyter-scatter's
 ``Array(...).tag(sync=True, **ndarray_serialization)``.
 
@@ -19,88 +20,9 @@ from typing import Any
 import numpy as np
 import traitlets
 
+from interp_widgets.view_data import ARRAY_DTYPES, array_to_buffer, buffer_to_array, coerce_array, narrowest_ints
+
 __all__ = ["ArrayTraitError", "BinaryArray", "array_to_buffer", "buffer_to_array", "narrowest_ints"]
-
-# dtype sent to JS for each numpy dtype kind we accept; anything wider is narrowed (float64 -> float32 etc.).
-_WIRE_DTYPES = {
-    "float16": "float32",
-    "float32": "float32",
-    "float64": "float32",
-    "int8": "int8",
-    "int16": "int16",
-    "int32": "int32",
-    "int64": "int32",
-    "uint8": "uint8",
-    "uint16": "uint16",
-    "uint32": "uint32",
-    "uint64": "uint32",
-    "bool": "bool",
-}
-
-
-def _to_numpy(array: Any) -> np.ndarray:
-    if hasattr(array, "detach") and hasattr(array, "cpu"):  # a torch.Tensor, without importing torch
-        tensor = array.detach().cpu()
-        if tensor.is_floating_point():
-            tensor = tensor.float()  # also covers bfloat16, which numpy cannot hold
-        return tensor.numpy()
-    return np.asarray(array)
-
-
-def array_to_buffer(array: Any) -> dict[str, Any]:
-    """Serialise a numpy array or torch tensor for a synced trait: ``{"dtype", "shape", "data": memoryview}``.
-
-    Floats become little-endian float32, 64-bit integers int32 (values must fit), bools one byte each, all
-    C-contiguous. The bytes are a copy, so later changes to ``array`` do not leak into the widget.
-
-    Example:
-        >>> array_to_buffer(np.array([True, False]))["dtype"]
-        'bool'
-    """
-    arr = _to_numpy(array)
-    wire = _WIRE_DTYPES.get(arr.dtype.name)
-    if wire is None:
-        raise TypeError(f"cannot send an array of dtype {arr.dtype} to the browser; convert it to a float, int or bool array")
-    if wire == "int32" and arr.dtype.itemsize == 8 and arr.size:
-        low, high = int(arr.min()), int(arr.max())
-        if low < np.iinfo(np.int32).min or high > np.iinfo(np.int32).max:
-            raise ValueError(f"integer values {low}..{high} do not fit in int32, the widgets' integer format")
-    if wire == "uint32" and arr.size and int(arr.max()) > np.iinfo(np.uint32).max:
-        raise ValueError(f"integer values up to {int(arr.max())} do not fit in uint32")
-    numpy_wire = np.dtype("uint8" if wire == "bool" else wire).newbyteorder("<")
-    out = np.ascontiguousarray(arr, dtype=numpy_wire)
-    return {"dtype": wire, "shape": list(out.shape), "data": memoryview(out.tobytes())}
-
-
-def buffer_to_array(payload: dict[str, Any] | np.ndarray) -> np.ndarray:
-    """Inverse of :func:`array_to_buffer` (a read-only numpy view of the payload's bytes).
-
-    An array is returned as it is: the value of a :class:`BinaryArray` trait (``widget.scores``) already is one.
-
-    Example:
-        >>> buffer_to_array(array_to_buffer(np.eye(2))).tolist()
-        [[1.0, 0.0], [0.0, 1.0]]
-    """
-    if isinstance(payload, np.ndarray):
-        return payload
-    dtype = np.dtype("uint8" if payload["dtype"] == "bool" else payload["dtype"]).newbyteorder("<")
-    values = np.frombuffer(payload["data"], dtype=dtype).reshape(payload["shape"])
-    return values.astype(bool) if payload["dtype"] == "bool" else values
-
-
-def narrowest_ints(values: Any) -> np.ndarray:
-    """``values`` as the narrowest of int8, int16 and int32 that holds them (ids travel in fewer bytes).
-
-    Example:
-        >>> narrowest_ints(np.array([-1, 0, 300])).dtype
-        dtype('int16')
-    """
-    values = np.asarray(values, dtype=np.int64)
-    for dtype in (np.int8, np.int16, np.int32):
-        info = np.iinfo(dtype)
-        if values.size == 0 or (values.min() >= info.min and values.max() <= info.max):
-            return values.astype(dtype)
-    raise ValueError(f"integer values {values.min()}..{values.max()} do not fit in int32, the widgets' integer format")
 
 
 class ArrayTraitError(traitlets.TraitError, ValueError):
@@ -145,12 +67,11 @@ class BinaryArray(traitlets.TraitType):
     """
 
     info_text = "a numpy array"
-    _DTYPES = ("float32", "int32", "bool", "int")
 
     def __init__(self, dtype: str = "float32", ndim: int = 1, *, finite: bool = False, allow_none: bool = False,
                  **kwargs: Any) -> None:  # fmt: skip
-        if dtype not in self._DTYPES:
-            raise ValueError(f"dtype must be one of {self._DTYPES}, got {dtype!r}")
+        if dtype not in ARRAY_DTYPES:
+            raise ValueError(f"dtype must be one of {ARRAY_DTYPES}, got {dtype!r}")
         self.dtype, self.ndim, self.finite = dtype, int(ndim), bool(finite)
         empty = np.zeros((0,) * self.ndim, dtype=np.int8 if dtype == "int" else dtype)
         empty.setflags(write=False)
@@ -158,26 +79,17 @@ class BinaryArray(traitlets.TraitType):
         self.metadata.update(to_json=_array_to_json, from_json=_array_from_json)
 
     def validate(self, obj: Any, value: Any) -> np.ndarray:
-        name = self.name or "array"
         try:
-            array = _to_numpy(value)
-        except Exception as exc:
-            raise ArrayTraitError(f"{name} must be array-like, got {type(value).__name__} ({exc})") from None
-        if array.dtype == object:
-            raise ArrayTraitError(f"{name} must hold numbers, got {type(value).__name__} of objects")
-        if array.ndim != self.ndim:
-            raise ArrayTraitError(f"{name} must be a {self.ndim}-D array, got shape {array.shape}")
-        try:
-            if self.dtype == "int":
-                array = narrowest_ints(array)
-            elif self.dtype == "int32":
-                array = narrowest_ints(array).astype(np.int32)
-            else:
-                array = array.astype(self.dtype)
-        except (TypeError, ValueError) as exc:
-            raise ArrayTraitError(f"{name}: {exc}") from None
-        if self.finite and np.isinf(array).any():
-            raise ArrayTraitError(f"{name} contain infinity; check the attribution (NaN is allowed and means 'not seen')")
-        array = np.ascontiguousarray(array)  # astype above copied, so the caller's array is never shared
-        array.setflags(write=False)
-        return array
+            return coerce_array(value, self.dtype, self.ndim, finite=self.finite, name=self.name or "array")
+        except ValueError as exc:
+            raise ArrayTraitError(str(exc)) from None
+
+    @property
+    def spec(self) -> tuple[str, int, bool]:
+        """``(dtype, ndim, finite)``, as in the view-data schema's ``ARRAYS``.
+
+        Example:
+            >>> BinaryArray("bool").spec
+            ('bool', 1, False)
+        """
+        return self.dtype, self.ndim, self.finite

@@ -16,11 +16,12 @@ import numpy as np
 import traitlets
 
 from interp_widgets.agreement import agreement_table
-from interp_widgets.text_units import GRANULARITIES
+from interp_widgets.text_units import GRANULARITIES, display_units
+from interp_widgets.view_data import ComparisonData
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
-    GroupedTokens, TokenScoresWidget, finite_max, token_pieces, traits_from_result, unit_sums,
+    GroupedTokens, TokenScoresWidget, finite_max, token_pieces, token_data, unit_sums,
 )
 
 class ComparisonWidget(TokenScoresWidget, GroupedTokens):
@@ -40,13 +41,13 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
 
     _bundle = "comparison"
 
-    spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    methods = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(sync=True)
-    target_label = traitlets.Unicode("").tag(sync=True)
+    spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
+    methods = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
+    signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(sync=True, data=True)
+    target_label = traitlets.Unicode("").tag(sync=True, data=True)
     agreements = traitlets.Dict(help="{granularity: pairwise rows {a, b, spearman, top_k_overlap, k}} for token, word "
-                                     "and sentence units.").tag(sync=True)
-    agreement_by = traitlets.Unicode("magnitude").tag(sync=True)
+                                     "and sentence units.").tag(sync=True, data=True)
+    agreement_by = traitlets.Unicode("magnitude").tag(sync=True, data=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all methods instead of one per method.").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
 
@@ -131,17 +132,17 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
     results = list(results)
     if len(results) < 2:
         raise ValueError(f"compare needs at least two results, got {len(results)}")
-    traits = [traits_from_result(r) for r in results]
-    first = traits[0]
-    for r, t in zip(results[1:], traits[1:]):
-        if t["tokens"] != first["tokens"] or t["spaces_before"] != first["spaces_before"]:
+    inputs = [token_data(r) for r in results]
+    first = inputs[0]
+    for r, t in zip(results[1:], inputs[1:]):
+        if t.tokens != first.tokens or t.spaces_before != first.spaces_before:
             raise ValueError(
                 f"results must explain the same input with the same tokens; {getattr(r, 'method', '?')!r} has different "
                 "tokens (attribute the same text with the same tokenizer)"
             )
     rows, label = [], None
-    for t in traits:
-        labels, probs = t["target_labels"], t["target_probs"]
+    for t in inputs:
+        labels, probs = t.target_labels, t.target_probs
         if target is None:
             known = [(p, i) for i, p in enumerate(probs) if p is not None]
             index = max(known)[1] if known else 0
@@ -156,23 +157,23 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
         if label is not None and labels[index] != label:
             raise ValueError(f"the results explain different targets ({label!r} and {labels[index]!r}); pass target=")
         label = labels[index]
-        rows.append(t["scores"][index].astype(np.float32))  # the numbers the browser holds
-    methods = list(names) if names is not None else [t["method"] or f"method {i + 1}" for i, t in enumerate(traits)]
+        rows.append(t.scores[index])  # float32: the numbers the browser holds
+    methods = list(names) if names is not None else [t.method or f"method {i + 1}" for i, t in enumerate(inputs)]
     if len(methods) != len(results):
         raise ValueError(f"{len(methods)} names for {len(results)} results")
     if len(set(methods)) != len(methods):
         raise ValueError(f"method names must be distinct, got {methods}; pass names=[...]")
     matrix = np.stack(rows)
-    widget = ComparisonWidget(
-        tokens=first["tokens"], spaces_before=first["spaces_before"], special_mask=first["special_mask"],
-        word_ids=first["word_ids"], sentence_ids=first["sentence_ids"], scores=matrix, methods=methods, signed=[t["signed"] for t in traits], target_label=label,
-        agreement_by=by, **options,
-    )  # fmt: skip
     agreements = {}
     for granularity in GRANULARITIES:  # each over its units' sums, special tokens left out as in the browser
-        table = agreement_table(unit_sums(widget._group(False, granularity), matrix), methods, k=k, by=by)
+        units = display_units(first.special_mask, first.word_ids, first.sentence_ids, granularity)
+        table = agreement_table(unit_sums(units, matrix), methods, k=k, by=by)
         for row in table:
             row["spearman"], row["top_k_overlap"] = _json_number(row["spearman"]), _json_number(row["top_k_overlap"])
         agreements[granularity] = table
-    widget.agreements = agreements
-    return widget
+    data = ComparisonData(
+        tokens=first.tokens, spaces_before=first.spaces_before, special_mask=first.special_mask,
+        word_ids=first.word_ids, sentence_ids=first.sentence_ids, scores=matrix, methods=methods,
+        signed=[t.signed for t in inputs], target_label=label, agreements=agreements, agreement_by=by,
+    )  # fmt: skip
+    return ComparisonWidget(**data.to_traits(), **options)

@@ -28,6 +28,7 @@ from typing import Any, Sequence
 import numpy as np
 import traitlets
 
+from interp_widgets.view_data import ConceptBrowserData
 from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
 from interp_widgets.widgets._protocols import ConceptImportanceLike, ConceptSummary, ConceptTexts
@@ -105,16 +106,16 @@ class ConceptBrowser(InterpWidget, PagedList):
 
     _bundle = "concept_browser"
 
-    method = traitlets.Unicode("").tag(sync=True)
-    layer = traitlets.Unicode("").tag(sync=True)
-    n_rows = traitlets.Int(0, help="Rows (tokens or sentences) the concepts were interpreted on.").tag(sync=True)
-    labels = traitlets.List(traitlets.Unicode(), help="Label of each concept.").tag(sync=True)
-    top_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Distinct top tokens of each concept.").tag(sync=True)
-    density = BinaryArray("float32", help="Fraction of rows where each concept is active.").tag(sync=True)
-    max_activation = BinaryArray("float32", help="Largest coefficient of each concept.").tag(sync=True)
+    method = traitlets.Unicode("").tag(sync=True, data=True)
+    layer = traitlets.Unicode("").tag(sync=True, data=True)
+    n_rows = traitlets.Int(0, help="Rows (tokens or sentences) the concepts were interpreted on.").tag(sync=True, data=True)
+    labels = traitlets.List(traitlets.Unicode(), help="Label of each concept.").tag(sync=True, data=True)
+    top_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Distinct top tokens of each concept.").tag(sync=True, data=True)
+    density = BinaryArray("float32", help="Fraction of rows where each concept is active.").tag(sync=True, data=True)
+    max_activation = BinaryArray("float32", help="Largest coefficient of each concept.").tag(sync=True, data=True)
     importance = BinaryArray("float32", allow_none=True,
-                             help="Importance of each concept (NaN: unknown); None (sent as {}) when absent.").tag(sync=True)
-    importance_label = traitlets.Unicode("", help="What the importance numbers are.").tag(sync=True)
+                             help="Importance of each concept (NaN: unknown); None (sent as {}) when absent.").tag(sync=True, data=True)
+    importance_label = traitlets.Unicode("", help="What the importance numbers are.").tag(sync=True, data=True)
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
     search = traitlets.Unicode("", help="Keep concepts whose label or top tokens contain this (case-insensitive).").tag(sync=True)
@@ -123,10 +124,10 @@ class ConceptBrowser(InterpWidget, PagedList):
     selected_concept = traitlets.Int(-1, help="Concept shown in the detail pane (-1: none).").tag(sync=True)
     requested = traitlets.List(traitlets.Int(), help="Concept ids the browser shows (written by the front end).").tag(sync=True)
     details = traitlets.Dict(help="Detail of each requested concept, keyed by str(concept).").tag(sync=True)
-    text_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Shown tokens of each input text.").tag(sync=True)
-    text_gaps = traitlets.List(traitlets.List(traitlets.Unicode()), help="Original text before each token.").tag(sync=True)
-    text_top_concepts = BinaryArray("int32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).").tag(sync=True)
-    text_top_values = BinaryArray("float32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] their coefficients.").tag(sync=True)
+    text_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Shown tokens of each input text.").tag(sync=True, data=True)
+    text_gaps = traitlets.List(traitlets.List(traitlets.Unicode()), help="Original text before each token.").tag(sync=True, data=True)
+    text_top_concepts = BinaryArray("int32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).").tag(sync=True, data=True)
+    text_top_values = BinaryArray("float32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] their coefficients.").tag(sync=True, data=True)
     selected_text = traitlets.Int(0, help="Input text shown in the text view.").tag(sync=True)
     selected_token = traitlets.Int(-1, help="Token of the selected text whose active concepts are listed (-1: none).").tag(sync=True)
 
@@ -177,14 +178,14 @@ class ConceptBrowser(InterpWidget, PagedList):
             top_values.append(np.pad(np.where(chosen > 0, chosen, 0.0), ((0, 0), (0, TEXT_TOP - chosen.shape[1]))))
         top_ids_all = np.concatenate(top_ids) if top_ids else np.zeros((0, TEXT_TOP), np.int32)
         top_values_all = np.concatenate(top_values) if top_values else np.zeros((0, TEXT_TOP), np.float32)
-        super().__init__(
+        data = ConceptBrowserData(
             method=source.method, layer=str(source.layer or ""), n_rows=int(source.params.get("rows", 0)),
             labels=list(source.labels),
             top_tokens=[_distinct_tokens([t.strip() or t for t in source.top_tokens(c)], LIST_TOKENS) for c in range(n)],
             density=source.density, max_activation=source.maximum, importance=values, importance_label=meaning,
             text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=top_ids_all, text_top_values=top_values_all,
-            page_size=page_size, **kwargs,
         )  # fmt: skip
+        super().__init__(**data.to_traits(), page_size=page_size, **kwargs)
         start = self.page * self.page_size
         self.requested = self.visible_order()[start : start + self.page_size]
         self._refresh_details()

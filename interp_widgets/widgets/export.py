@@ -62,11 +62,15 @@ def _inline_code(text: str) -> str:
 def export_state(widget: InterpWidget) -> dict[str, Any]:
     """The widget's synced state for an export page: ``{"state": …, "buffers": [{"path", "data": base64}]}``.
 
+    The data traits come from :meth:`InterpWidget.view_data` (the versioned schema), the view state (selection,
+    sort, page …) from the widget.
+
     Example:
         >>> export_state(widget)["buffers"][0]["path"]  # doctest: +SKIP
         ['scores', 'data']
     """
     state = {key: value for key, value in widget.get_state().items() if key not in _NOT_STATE}
+    state.update(widget.view_data().to_state())
     state, paths, buffers = _remove_buffers(state)
     encoded = [
         {"path": path, "data": base64.b64encode(bytes(buffer)).decode("ascii")} for path, buffer in zip(paths, buffers)

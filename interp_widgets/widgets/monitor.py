@@ -48,6 +48,7 @@ import numpy as np
 import traitlets
 
 from interp_widgets.series_names import split_series_name
+from interp_widgets.view_data import MonitorData
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
 
@@ -158,8 +159,8 @@ class MonitorWidget(InterpWidget):
     x_label = traitlets.Unicode("step", help="Name of the x axis: 'step', or 'checkpoint' for replays.").tag(sync=True)
     layers = traitlets.List(traitlets.Unicode(), help="Layer names in display order.").tag(sync=True)
     panels = traitlets.List(traitlets.Dict(), help="Panel configurations, see DEFAULT_PANELS.").tag(sync=True)
-    checkpoint = traitlets.Bytes(b"", help="Whole history: steps float64, then each column float32 (LE).").tag(sync=True)
-    checkpoint_schema = traitlets.Dict(help="{'series': column names, 'rows': row count} of `checkpoint`.").tag(sync=True)
+    checkpoint = traitlets.Bytes(b"", help="Whole history: steps float64, then each column float32 (LE).").tag(sync=True, data=True)
+    checkpoint_schema = traitlets.Dict(help="{'series': column names, 'rows': row count} of `checkpoint`.").tag(sync=True, data=True)
 
     def __init__(
         self,
@@ -383,11 +384,11 @@ class MonitorWidget(InterpWidget):
         shape = (self._n, len(self._columns))
         if shape == self._checkpointed:
             return
-        data, schema = self.checkpoint_bytes()
+        data = MonitorData(*self.checkpoint_bytes())
         self._checkpointed = shape  # first: setting the traits calls get_state, which checks it
         with self.hold_sync():
-            self.checkpoint_schema = schema
-            self.checkpoint = data
+            self.checkpoint_schema = data.checkpoint_schema  # the schema first: the browser reads it with the bytes
+            self.checkpoint = data.checkpoint
 
     def get_state(self, key: Any = None, drop_defaults: bool = False) -> dict[str, Any]:
         # Saved state, export pages and new front ends always get the whole history.

@@ -24,12 +24,8 @@ from interp_widgets.widgets._colour import MID, format_score, hex_colour, legend
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
     GroupedTokens, TokenScoresWidget, display_token, finite_max, magnitude_ranks, token_pieces,
-    traits_from_result, unit_sums,
+    token_data, unit_sums,
 )
-
-_DATA_TRAITS = ("tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "target_labels",
-                "target_probs", "completeness_error", "method", "score_meaning", "signed")
-
 
 class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
     """Tokens coloured by signed attribution, with a class selector, legend, tooltips and keyboard navigation.
@@ -48,13 +44,13 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
 
     _bundle = "token_highlight"
 
-    spaces_before = traitlets.List(traitlets.Unicode(), help="Original text between a token and the previous one.").tag(sync=True)
-    target_labels = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    target_probs = traitlets.List(traitlets.Float(allow_none=True), help="Predicted probability per target, or empty.").tag(sync=True)
-    completeness_error = traitlets.List(traitlets.Float(allow_none=True), help="Per target, or empty.").tag(sync=True)
-    method = traitlets.Unicode("").tag(sync=True)
-    score_meaning = traitlets.Unicode("", help="What a score is, e.g. 'sum over embedding dimension (signed)'.").tag(sync=True)
-    signed = traitlets.Bool(True, help="Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.").tag(sync=True)
+    spaces_before = traitlets.List(traitlets.Unicode(), help="Original text between a token and the previous one.").tag(sync=True, data=True)
+    target_labels = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
+    target_probs = traitlets.List(traitlets.Float(allow_none=True), help="Predicted probability per target, or empty.").tag(sync=True, data=True)
+    completeness_error = traitlets.List(traitlets.Float(allow_none=True), help="Per target, or empty.").tag(sync=True, data=True)
+    method = traitlets.Unicode("").tag(sync=True, data=True)
+    score_meaning = traitlets.Unicode("", help="What a score is, e.g. 'sum over embedding dimension (signed)'.").tag(sync=True, data=True)
+    signed = traitlets.Bool(True, help="Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.").tag(sync=True, data=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all targets instead of one per target.").tag(sync=True)
     high_contrast = traitlets.Bool(False, help="Stronger colours, black/white text and framed tokens.").tag(sync=True)
     selected_target = traitlets.Int(0, help="Row of scores on display; the class selector writes it.").tag(sync=True)
@@ -69,10 +65,10 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         show_special_tokens: bool = False,
         **kwargs: Any,
     ) -> None:
-        traits = traits_from_result(result)
-        target = self._resolve_target(selected_target, traits["target_labels"], traits["target_probs"])
+        data = token_data(result)
+        target = self._resolve_target(selected_target, data.target_labels, data.target_probs)
         super().__init__(
-            **traits, selected_target=target, granularity=granularity, show_special_tokens=show_special_tokens, **kwargs
+            **data.to_traits(), selected_target=target, granularity=granularity, show_special_tokens=show_special_tokens, **kwargs
         )
 
     @classmethod
@@ -116,12 +112,12 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         Example:
             >>> widget.set_result(other_result)  # doctest: +SKIP
         """
-        traits = traits_from_result(result)
-        keep = self.selected_target if self.selected_target < len(traits["target_labels"]) else None
-        target = self._resolve_target(keep, traits["target_labels"], traits["target_probs"])
+        data = token_data(result)
+        keep = self.selected_target if self.selected_target < len(data.target_labels) else None
+        target = self._resolve_target(keep, data.target_labels, data.target_probs)
         with self.hold_sync(), self.hold_trait_notifications():
-            for name in _DATA_TRAITS:
-                setattr(self, name, traits[name])
+            for name, value in data.to_traits().items():
+                setattr(self, name, value)
             self.selected_target, self.selected_token, self.hovered_token = target, -1, -1
 
     @staticmethod
