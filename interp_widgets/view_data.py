@@ -30,7 +30,7 @@ import numpy as np
 
 __all__ = [
     "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "MonitorData", "TokenHighlightData",
-    "VIEW_DATA", "ViewData", "array_to_buffer", "buffer_to_array", "coerce_array", "narrowest_ints",
+    "ARRAY_DTYPES", "VIEW_DATA", "ViewData", "array_to_buffer", "buffer_to_array", "coerce_array", "narrowest_ints",
 ]  # fmt: skip
 
 # dtype sent to JS for each numpy dtype kind we accept; anything wider is narrowed (float64 -> float32 etc.).

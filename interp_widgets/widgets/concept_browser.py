@@ -30,10 +30,10 @@ import traitlets
 
 from interp_widgets.view_data import ConceptBrowserData
 from interp_widgets.widgets._base import InterpWidget, PagedList
-from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
-from interp_widgets.widgets._protocols import ConceptImportanceLike, ConceptSummary, ConceptTexts
 from interp_widgets.widgets._colour import format_score, score_colours
+from interp_widgets.widgets._protocols import ConceptImportanceLike, ConceptSummary, ConceptTexts
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
+from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
 
 SORT_KEYS = ("index", "label", "density", "max", "importance", "abs_importance")
 LIST_TOKENS = 5  # distinct top tokens shown per concept in the list
@@ -86,7 +86,8 @@ class ConceptBrowser(InterpWidget, PagedList):
         interpretation: a :class:`~interp_widgets.concepts.ConceptInterpretation` (from
             :func:`~interp_widgets.concepts.interpret_concepts`), or any object shaped like
             :class:`~interp_widgets.widgets._protocols.ConceptSummary`. For a fitted concept model, use
-            ``interpret_concepts(concepts, store, ...).widget(texts=[...], concept_model=concepts)``.
+            ``interpret_concepts(concepts, store, ...).widget(texts=[...], concept_model=concepts, model=lm,
+            tokenizer=tok)``.
         texts: input texts for the text view: :class:`~interp_widgets.concepts.TextConcepts` /
             :class:`~interp_widgets.concepts.ConceptImportance` objects (``ConceptTexts`` protocol).
         importance: per-concept importance for a prediction: a ``ConceptImportance`` (summed over tokens for
@@ -139,13 +140,12 @@ class ConceptBrowser(InterpWidget, PagedList):
             raise TypeError(
                 f"ConceptBrowser takes prepared data: a ConceptInterpretation and TextConcepts{given}. To browse a fitted "
                 "concept model, interpret it first: interpret_concepts(concepts, store, model=lm, tokenizer=tok)"
-                ".widget(texts=[...], concept_model=concepts) (strings in texts= are then run through text_concepts)"
+                ".widget(texts=[...], concept_model=concepts, model=lm, tokenizer=tok), which runs text_concepts on string texts"
             )
         if not isinstance(interpretation, ConceptSummary):
             raise TypeError(f"ConceptBrowser takes a ConceptInterpretation (from interpret_concepts), got "
                             f"{type(interpretation).__name__}")
-        source = interpretation
-        self.interpretation = source
+        source = self.interpretation = interpretation
         n = len(source.labels)
         texts = [] if texts is None else [texts] if isinstance(texts, (str, ConceptTexts)) else list(texts)
         converted = []

@@ -16,16 +16,10 @@ import numpy as np
 import traitlets
 
 from interp_widgets.view_data import GenerationData
-from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
-from interp_widgets.widgets._tokens import (
-    TokenScoresWidget,
-    token_data,
-    display_token,
-    finite_max,
-    magnitude_ranks,
-)
+from interp_widgets.widgets._tokens import TokenScoresWidget, display_token, finite_max, magnitude_ranks, token_data
+from interp_widgets.widgets._traits import BinaryArray
 
 VIEWS = ("text", "heatmap")
 MAX_STATIC_STEPS = 40  # heatmap rows drawn in the static picture
