@@ -28,8 +28,8 @@ from ipywidgets.embed import dependency_state, embed_data
 from playwright.sync_api import sync_playwright
 
 from interp_widgets.widgets import GenerationWidget, TokenHighlightWidget
-from interp_widgets.widgets._base import STATIC_DIR
-from interp_widgets.widgets._export import export_state
+from interp_widgets.widgets.export import STATIC_DIR
+from interp_widgets.widgets.export import export_state
 
 TRIALS = 5
 PAGE = "<!DOCTYPE html><html><head><meta charset='utf-8'><style>{css}</style></head><body><div id='el' style='height:400px;overflow:auto'></div></body></html>"

@@ -19,7 +19,7 @@ import json
 import re
 from pathlib import Path
 
-from interp_widgets.widgets._base import BUNDLE_MISSING, STATIC_DIR
+from interp_widgets.widgets.export import BUNDLE_MISSING, STATIC_DIR
 
 VENDOR_DIR = STATIC_DIR / "vendor"
 WIDGET_STATE_MIME = "application/vnd.jupyter.widget-state+json"

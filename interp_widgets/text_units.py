@@ -191,3 +191,31 @@ def unit_members(special_mask: np.ndarray, word_ids: np.ndarray, sentence_ids: n
         return [np.array([i]) for i in np.flatnonzero(~np.asarray(special_mask, bool))]
     ids = np.asarray(word_ids if granularity == "word" else sentence_ids)
     return [np.flatnonzero(ids == unit) for unit in sorted(set(ids[ids >= 0].tolist()))]
+
+
+def display_units(special_mask: np.ndarray, word_ids: np.ndarray, sentence_ids: np.ndarray, granularity: str, *,
+                  show_special: bool = False) -> list[list[int]]:  # fmt: skip
+    """Token indices of every unit a view draws, in text order: the units of :func:`unit_members`, plus one unit
+    per token that belongs to none (a special token when ``show_special``, or a token with id ``-1``).
+
+    Membership is :func:`unit_members`'s rule (tokens sharing an id value form one unit, even when they are not
+    adjacent); a unit sits at its first token. The views' front end (``buildUnits`` in ``js/src/lib/aggregate.js``)
+    mirrors this function on the same ids the kernel sends, and ``tests/test_unit_grouping.py`` checks the two
+    against each other.
+
+    Example:
+        >>> special = np.array([1, 0, 0, 0, 1], bool)
+        >>> display_units(special, np.array([-1, 0, 0, 1, -1]), np.zeros(5, int), "word")
+        [[1, 2], [3]]
+        >>> display_units(special, np.array([-1, 0, 1, 0, -1]), np.zeros(5, int), "word", show_special=True)
+        [[0], [1, 3], [2], [4]]
+    """
+    special = np.asarray(special_mask, bool)
+    words, sentences = (np.where(special, -1, np.asarray(ids, np.int64)) for ids in (word_ids, sentence_ids))
+    members = unit_members(special, words, sentences, granularity)  # a special token is in no unit, whatever its id
+    covered = np.zeros(special.shape, bool)
+    for unit in members:
+        covered[unit] = True
+    units = [unit.tolist() for unit in members]
+    units += [[i] for i in np.flatnonzero(~covered & (~special | bool(show_special))).tolist()]
+    return sorted(units, key=lambda unit: unit[0])

@@ -40,7 +40,6 @@ def build_widgets(progress: bool) -> dict[str, object]:
     from interp_widgets.demo.decoder import load_decoder
     from interp_widgets.demo.report import concept_browser, monitored_fine_tuning
     from interp_widgets.widgets import compare
-    from interp_widgets.widgets._base import buffer_to_array
 
     model, tokenizer = demo.load_classifier(progress=progress)
     texts = list(demo.EXAMPLE_TEXTS)
@@ -51,7 +50,7 @@ def build_widgets(progress: bool) -> dict[str, object]:
     generation = IntegratedGradients(progress=progress).attribute(decoder, decoder_tokenizer, "The hotel was",
                                                                   max_new_tokens=12)  # fmt: skip
     browser = concept_browser(model, tokenizer, texts[:2], progress=progress)
-    browser.selected_concept = int(np.nanargmax(np.abs(buffer_to_array(browser.importance))))  # open its detail
+    browser.selected_concept = int(np.nanargmax(np.abs(browser.importance)))  # open its detail
     monitor = monitored_fine_tuning(12, progress=progress)
     return {
         "token_highlight": ig[1].widget(granularity="word"),

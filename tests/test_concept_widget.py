@@ -17,11 +17,12 @@ from interp_widgets.concepts import (
     TextConcepts,
     collect_activations,
     concept_importance,
+    interpret_concepts,
     text_concepts,
 )
 from interp_widgets.widgets import ConceptBrowser, buffer_to_array
 from interp_widgets.widgets._base import WIDGET_VIEW_MIME
-from interp_widgets.widgets.concepts import MAX_TEXT_CHARS
+from interp_widgets.widgets.concept_browser import MAX_TEXT_CHARS
 from tests.conftest import model_fingerprint
 
 EVIL = "<img src=x onerror=alert(1)>"
@@ -125,14 +126,16 @@ def test_visible_order_sort_search_and_dead_filter():
 
 def test_importance_from_concept_importance_and_bad_inputs():
     interp = _interpretation()
-    with pytest.raises(TypeError, match="ConceptInterpretation or a fitted concept model"):
+    with pytest.raises(TypeError, match="takes a ConceptInterpretation"):
         ConceptBrowser("not concepts")
     with pytest.raises(ValueError, match="one number per concept"):
         ConceptBrowser(interp, importance=[1.0, 2.0])
     with pytest.raises(ValueError, match="same concept model"):
         ConceptBrowser(interp, texts=[_text(n=3)])
-    with pytest.raises(ValueError, match="plain-string texts"):
+    with pytest.raises(TypeError, match=r"not strings.*interpretation\.widget\(texts="):
         ConceptBrowser(interp, texts=["hello"])
+    with pytest.raises(ValueError, match="plain-string texts need concept_model="):
+        interp.widget(texts=["hello"])
     browser = ConceptBrowser(interp)
     with pytest.raises(Exception, match="needs importance="):
         browser.sort_by = "importance"
@@ -181,8 +184,13 @@ def test_tiny_bert_end_to_end(tiny_bert_concepts):
     model, tokenizer, store, concepts = tiny_bert_concepts
     before = model_fingerprint(model, tokenizer)
     importance = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")
-    browser = ConceptBrowser(concepts, store=store, model=model, tokenizer=tokenizer, texts=[importance, "Cold soup."],
-                             k=3, page_size=2)
+    with pytest.raises(TypeError, match=r"prepared data.*\(got model=, store=, tokenizer=\).*interpret_concepts\("):
+        ConceptBrowser(concepts, store=store, model=model, tokenizer=tokenizer)
+    with pytest.raises(TypeError, match=r"prepared data.*\.widget\(texts="):
+        ConceptBrowser(concepts)
+    interpretation = interpret_concepts(concepts, store, k=3, model=model, tokenizer=tokenizer, progress=False)
+    browser = interpretation.widget(texts=[importance, "Cold soup."], concept_model=concepts, model=model,
+                                    tokenizer=tokenizer, page_size=2)
     assert model_fingerprint(model, tokenizer) == before
     assert browser.n_rows == len(store) and len(browser.labels) == 4 and browser.importance_label == "contribution to positive"
     np.testing.assert_allclose(buffer_to_array(browser.importance), importance.per_concept("positive"), rtol=1e-5, atol=1e-6)

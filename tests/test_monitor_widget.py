@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from interp_widgets.widgets import monitor as monitor_module
-from interp_widgets.widgets.monitor import APPEND_MESSAGE, DEFAULT_PANELS, MonitorWidget, split_series
+from interp_widgets.series_names import split_series_name
+from interp_widgets.widgets.monitor import APPEND_MESSAGE, DEFAULT_PANELS, MonitorWidget
 
 
 class FakeClock:
@@ -299,7 +300,7 @@ def test_new_layers_are_discovered_and_names_split_on_the_first_bar():
     widget.log(0, {"isoscore|a": 0.1, "isoscore|blocks|3": 0.2})
     widget.flush()
     assert widget.layers == ["a", "blocks|3"]
-    assert split_series("isoscore|blocks|3") == ("isoscore", "blocks|3")
+    assert split_series_name("isoscore|blocks|3") == ("isoscore", "blocks|3")
 
 
 EVIL = '<img src=x onerror="alert(1)">&amp;'

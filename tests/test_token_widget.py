@@ -98,17 +98,20 @@ def test_spaces_before_reproduce_the_text_exactly():
 def test_scores_and_ids_travel_as_little_endian_binary_buffers():
     result = _result()
     widget = TokenHighlightWidget(result)
-    assert widget.scores["dtype"] == "float32"
-    assert widget.scores["shape"] == [2, 12]
-    assert isinstance(widget.scores["data"], memoryview)
-    assert bytes(widget.scores["data"]) == result.scores.astype("<f4").tobytes()
-    assert widget.word_ids["dtype"] == "int8"  # ids travel in the narrowest integer type that holds them
-    assert bytes(widget.word_ids["data"]) == result.word_ids.astype("i1").tobytes()
+    assert isinstance(widget.scores, np.ndarray) and widget.scores.dtype == np.float32  # the trait holds the array
+    wire = widget.get_state()  # what travels to the browser
+    assert wire["scores"]["dtype"] == "float32"
+    assert wire["scores"]["shape"] == [2, 12]
+    assert isinstance(wire["scores"]["data"], memoryview)
+    assert bytes(wire["scores"]["data"]) == result.scores.astype("<f4").tobytes()
+    assert wire["word_ids"]["dtype"] == "int8"  # ids travel in the narrowest integer type that holds them
+    assert bytes(wire["word_ids"]["data"]) == result.word_ids.astype("i1").tobytes()
     many = TokenHighlightWidget.from_arrays(" ".join(["w"] * 300), ["w"] * 300, [(2 * i, 2 * i + 1) for i in range(300)], np.zeros(300))
-    assert many.word_ids["dtype"] == "int16" and many.sentence_ids["dtype"] == "int8"
-    assert buffer_to_array(many.word_ids).tolist() == list(range(300))
-    assert widget.special_mask["dtype"] == "bool"
-    assert bytes(widget.special_mask["data"]) == bytes([1] + [0] * 10 + [1])
+    many_wire = many.get_state()
+    assert many_wire["word_ids"]["dtype"] == "int16" and many_wire["sentence_ids"]["dtype"] == "int8"
+    assert buffer_to_array(many_wire["word_ids"]).tolist() == many.word_ids.tolist() == list(range(300))
+    assert wire["special_mask"]["dtype"] == "bool"
+    assert bytes(wire["special_mask"]["data"]) == bytes([1] + [0] * 10 + [1])
     np.testing.assert_array_equal(widget.score_matrix(), result.scores.astype(np.float32))
 
 
@@ -292,8 +295,8 @@ def test_export_html_writes_one_offline_page_whose_state_round_trips(tmp_path):
     assert state["tokens"] == widget.tokens and state["granularity"] == "word"
     assert "_esm" not in state and "_css" not in state
     buffers = {tuple(b["path"]): base64.b64decode(b["data"]) for b in exported["buffers"]}
-    assert buffers[("scores", "data")] == bytes(widget.scores["data"])
-    assert buffers[("word_ids", "data")] == bytes(widget.word_ids["data"])
+    assert buffers[("scores", "data")] == widget.scores.astype("<f4").tobytes()
+    assert buffers[("word_ids", "data")] == widget.word_ids.tobytes() and widget.word_ids.dtype == np.int8
     assert state["scores"] == {"dtype": "float32", "shape": [2, 12]}
     noscript = page[page.index("<noscript>") + len("<noscript>") : page.index("</noscript>")]
     assert noscript == widget.static_html()

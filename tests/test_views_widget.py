@@ -12,14 +12,14 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from interp_widgets.attribution import agreement_table, spearman, top_k_overlap
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
 from interp_widgets.widgets import (
-    ComparisonWidget, ExampleListWidget, GenerationWidget, TokenHighlightWidget, agreement_table, buffer_to_array,
-    compare, spearman, top_k_overlap,
+    ComparisonWidget, ExampleListWidget, GenerationWidget, TokenHighlightWidget, buffer_to_array, compare,
 )  # fmt: skip
 from interp_widgets.widgets._base import WIDGET_VIEW_MIME
 from interp_widgets.widgets._colour import score_colours
-from interp_widgets.widgets.tokens import unit_sums
+from interp_widgets.widgets._tokens import unit_sums
 
 EVIL = "<img src=x onerror=alert(1)>"
 NAN = np.nan

@@ -9,8 +9,12 @@ hooks receive (:class:`~interp_widgets.attribution.base.ExplainedInput`,
 Example:
     >>> from interp_widgets.attribution import attribute
     >>> result = attribute(model, tokenizer, "Not bad at all.", method="integrated_gradients")  # doctest: +SKIP
+
+The agreement statistics between methods (:func:`spearman`, :func:`top_k_overlap`, :func:`agreement_table`) are
+defined once in :mod:`interp_widgets.agreement`, which the comparison view also uses, and exported here.
 """
 
+from interp_widgets.agreement import agreement_table, spearman, top_k_overlap
 from interp_widgets.attribution.api import MethodInfo, attribute, list_methods
 from interp_widgets.attribution.attention import (
     AttentionMethod,
@@ -58,9 +62,12 @@ __all__ = [
     "Sobol",
     "SquareGrad",
     "VarGrad",
+    "agreement_table",
     "attribute",
     "faithfulness",
     "from_captum",
     "from_interpreto",
     "list_methods",
+    "spearman",
+    "top_k_overlap",
 ]

@@ -160,6 +160,15 @@ class ConceptImportance(TextConcepts):
             raise ValueError(f"target row {target} out of range for {len(self.target_labels)} targets")
         return int(target) % len(self.target_labels)
 
+    def target_label(self, target: int | str | None = None) -> str:
+        """The label of one target (a label, a row index, or ``None`` for the first row).
+
+        Example:
+            >>> imp.target_label(0)  # doctest: +SKIP
+            'positive'
+        """
+        return self.target_labels[self._target(target)]
+
     def per_concept(self, target: int | str | None = None, *, kind: str = "contribution",
                     include_special: bool = True) -> np.ndarray:
         """Importance of each concept for one target, summed over tokens.

@@ -96,15 +96,30 @@ class ConceptInterpretation:
         return [example["token"] for example in self.examples[self._index(concept)]]
 
     # ------------------------------------------------------------------ tables and charts
-    def widget(self, **options):
+    def widget(self, *, texts: Any = None, concept_model: ConceptModel | None = None, model=None, tokenizer=None,
+               **options):
         """The concept browser for these concepts; ``options`` go to :class:`~interp_widgets.widgets.ConceptBrowser`.
 
-        Example:
-            >>> interpret_concepts(concepts, store).widget(texts=["Not bad at all."])  # doctest: +SKIP
-        """
-        from interp_widgets.widgets.concepts import ConceptBrowser
+        ``texts`` are :class:`~interp_widgets.concepts.TextConcepts` / ``ConceptImportance`` objects or plain strings;
+        strings are run through :func:`~interp_widgets.concepts.text_concepts` here, which needs the fitted
+        ``concept_model`` and the language ``model`` and ``tokenizer`` (the browser itself computes nothing).
 
-        return ConceptBrowser(self, **options)
+        Example:
+            >>> interp = interpret_concepts(concepts, store, model=lm, tokenizer=tok)                # doctest: +SKIP
+            >>> interp.widget(texts=["Not bad at all."], concept_model=concepts, model=lm, tokenizer=tok)  # doctest: +SKIP
+        """
+        from interp_widgets.concepts.importance import text_concepts
+        from interp_widgets.widgets.concept_browser import ConceptBrowser
+
+        if texts is not None:
+            texts = [texts] if isinstance(texts, str) or hasattr(texts, "coefficients") else list(texts)
+            if any(isinstance(text, str) for text in texts):
+                if concept_model is None or model is None or tokenizer is None:
+                    raise ValueError("plain-string texts need concept_model=, model= and tokenizer= (to run "
+                                     "text_concepts); otherwise pass text_concepts(...) results")
+                texts = [text_concepts(concept_model, model, tokenizer, text) if isinstance(text, str) else text
+                         for text in texts]
+        return ConceptBrowser(self, texts=texts, **options)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return self.widget()._repr_mimebundle_(include=include, exclude=exclude)

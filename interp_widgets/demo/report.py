@@ -37,7 +37,7 @@ def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, progress: 
         >>> html = build_report(["Not bad at all."], steps=6, progress=False)  # doctest: +SKIP
     """
     from interp_widgets import demo
-    from interp_widgets.widgets._export import html_page
+    from interp_widgets.widgets.export import html_page
 
     texts = list(texts)
     if not texts:
@@ -60,7 +60,7 @@ def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, progress: 
 
 
 def _note(text: str):
-    from interp_widgets.widgets._export import Note
+    from interp_widgets.widgets.export import Note
 
     return Note(text)
 

@@ -39,6 +39,8 @@ from interp_widgets.geometry._columns import ColumnStore
 from interp_widgets.geometry._persistence import read_record, write_record
 from interp_widgets.geometry._views import layer_chart, long_frame
 
+from interp_widgets.series_names import SEPARATOR as _SEPARATOR, series_name, split_series_name
+
 __all__ = ["GeometryLog", "LAYER_METRICS", "GLOBAL_SERIES", "as_scalar", "check_step", "series_name",
            "split_series_name"]
 
@@ -80,28 +82,6 @@ LAYER_METRICS: tuple[str, ...] = (
 #: Global series always present: the loss and the fit-window indicator.
 GLOBAL_SERIES: tuple[str, ...] = ("loss", "fitting")
 
-_SEPARATOR = "|"
-
-
-def series_name(metric: str, layer: str) -> str:
-    """The flat series name of a per-layer metric.
-
-    Example:
-        >>> series_name("energy_ratio", "layer:2")
-        'energy_ratio|layer:2'
-    """
-    return f"{metric}{_SEPARATOR}{layer}"
-
-
-def split_series_name(name: str) -> tuple[str, str | None]:
-    """``(metric, layer)`` of a flat series name; ``layer`` is None for global series.
-
-    Example:
-        >>> split_series_name("p_value|layer:0"), split_series_name("loss")
-        (('p_value', 'layer:0'), ('loss', None))
-    """
-    metric, sep, layer = name.partition(_SEPARATOR)
-    return (metric, layer) if sep else (name, None)
 
 
 def _check_scalar_name(name: str) -> None:

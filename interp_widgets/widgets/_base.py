@@ -1,92 +1,30 @@
-"""Base class and binary serialisation shared by every interp_widgets anywidget.
+"""Base class shared by every interp_widgets anywidget (binary array traits are in ``_traits.py``).
 
 Every widget is a thin Python class over one esbuild bundle in ``interp_widgets/static``: synced traits in,
 a static HTML fallback for places that run no JavaScript, and a self-contained offline HTML export.
 
 Example:
-    >>> payload = array_to_buffer(np.arange(6, dtype=np.float64).reshape(2, 3))
-    >>> payload["dtype"], payload["shape"], payload["data"].nbytes
-    ('float32', [2, 3], 24)
+    >>> from interp_widgets.widgets import TokenHighlightWidget
+    >>> issubclass(TokenHighlightWidget, InterpWidget)
+    True
 """
 
 from __future__ import annotations
 
+import difflib
 import html
+import inspect
 from pathlib import Path
 from typing import Any, ClassVar
 
 import anywidget
-import numpy as np
 import traitlets
 
+from interp_widgets.view_data import VIEW_DATA, ViewData
+from interp_widgets.widgets._static import BUNDLE_MISSING, STATIC_DIR
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
 
-STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
-BUNDLE_MISSING = "JS bundle not built; run `npm --prefix js ci && npm --prefix js run build` or reinstall"
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
-
-# dtype sent to JS for each numpy dtype kind we accept; anything wider is narrowed (float64 -> float32 etc.).
-_WIRE_DTYPES = {
-    "float16": "float32",
-    "float32": "float32",
-    "float64": "float32",
-    "int8": "int8",
-    "int16": "int16",
-    "int32": "int32",
-    "int64": "int32",
-    "uint8": "uint8",
-    "uint16": "uint16",
-    "uint32": "uint32",
-    "uint64": "uint32",
-    "bool": "bool",
-}
-
-
-def _to_numpy(array: Any) -> np.ndarray:
-    if hasattr(array, "detach") and hasattr(array, "cpu"):  # a torch.Tensor, without importing torch
-        tensor = array.detach().cpu()
-        if tensor.is_floating_point():
-            tensor = tensor.float()  # also covers bfloat16, which numpy cannot hold
-        return tensor.numpy()
-    return np.asarray(array)
-
-
-def array_to_buffer(array: Any) -> dict[str, Any]:
-    """Serialise a numpy array or torch tensor for a synced trait: ``{"dtype", "shape", "data": memoryview}``.
-
-    Floats become little-endian float32, 64-bit integers int32 (values must fit), bools one byte each, all
-    C-contiguous. The bytes are a copy, so later changes to ``array`` do not leak into the widget.
-
-    Example:
-        >>> array_to_buffer(np.array([True, False]))["dtype"]
-        'bool'
-    """
-    arr = _to_numpy(array)
-    wire = _WIRE_DTYPES.get(arr.dtype.name)
-    if wire is None:
-        raise TypeError(f"cannot send an array of dtype {arr.dtype} to the browser; convert it to a float, int or bool array")
-    if wire == "int32" and arr.dtype.itemsize == 8 and arr.size:
-        low, high = int(arr.min()), int(arr.max())
-        if low < np.iinfo(np.int32).min or high > np.iinfo(np.int32).max:
-            raise ValueError(f"integer values {low}..{high} do not fit in int32, the widgets' integer format")
-    if wire == "uint32" and arr.size and int(arr.max()) > np.iinfo(np.uint32).max:
-        raise ValueError(f"integer values up to {int(arr.max())} do not fit in uint32")
-    numpy_wire = np.dtype("uint8" if wire == "bool" else wire).newbyteorder("<")
-    out = np.ascontiguousarray(arr, dtype=numpy_wire)
-    return {"dtype": wire, "shape": list(out.shape), "data": memoryview(out.tobytes())}
-
-
-def buffer_to_array(payload: dict[str, Any]) -> np.ndarray:
-    """Inverse of :func:`array_to_buffer` (a read-only numpy view of the payload's bytes).
-
-    Example:
-        >>> buffer_to_array(array_to_buffer(np.eye(2))).tolist()
-        [[1.0, 0.0], [0.0, 1.0]]
-    """
-    dtype = np.dtype("uint8" if payload["dtype"] == "bool" else payload["dtype"]).newbyteorder("<")
-    values = np.frombuffer(payload["data"], dtype=dtype).reshape(payload["shape"])
-    return values.astype(bool) if payload["dtype"] == "bool" else values
-
 
 class InterpWidget(anywidget.AnyWidget):
     """Base of every interp_widgets widget.
@@ -117,7 +55,46 @@ class InterpWidget(anywidget.AnyWidget):
     def __init__(self, **kwargs: Any) -> None:
         if getattr(type(self), "_esm", None) is None:
             raise FileNotFoundError(f"{BUNDLE_MISSING} ({STATIC_DIR / (self._bundle + '.js')} does not exist)")
+        unknown = [name for name in kwargs if name.startswith("_") or not self.has_trait(name)]
+        if unknown:  # traitlets would only warn (hidden by default), so a misspelt option would be silently ignored
+            raise TypeError(self._unknown_options_message(unknown))
         super().__init__(**kwargs)
+
+    @classmethod
+    def valid_options(cls) -> list[str]:
+        """The keyword arguments the constructor accepts: its own parameters and the view's public traits.
+
+        Example:
+            >>> from interp_widgets.widgets import TokenHighlightWidget
+            >>> "shared_scale" in TokenHighlightWidget.valid_options()
+            True
+        """
+        own = [
+            p.name for klass in cls.__mro__ if issubclass(klass, InterpWidget) and "__init__" in vars(klass)
+            for p in inspect.signature(vars(klass)["__init__"]).parameters.values()
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name != "self"
+        ]  # fmt: skip
+        base = set(anywidget.AnyWidget.class_trait_names())
+        traits = [name for name in cls.class_trait_names() if not name.startswith("_") and name not in base]
+        return sorted(set(own) | set(traits))
+
+    def _unknown_options_message(self, unknown: list[str]) -> str:
+        valid = self.valid_options()
+        hints = [f"{name!r} (did you mean {close[0]!r}?)" if (close := difflib.get_close_matches(name, valid, n=1))
+                 else repr(name) for name in unknown]  # fmt: skip
+        noun = "argument" if len(unknown) == 1 else "arguments"
+        return f"{type(self).__name__} got unexpected keyword {noun} {', '.join(hints)}; valid ones are: {', '.join(valid)}"
+
+    def view_data(self) -> ViewData:
+        """The data this view draws, in the versioned view-data schema (:mod:`interp_widgets.view_data`): one field
+        per synced data trait. The export page embeds it, so it always matches what the live widget shows.
+
+        Example:
+            >>> widget.view_data().VERSION  # doctest: +SKIP
+            1
+        """
+        schema = VIEW_DATA[self._bundle]
+        return schema(**{name: getattr(self, name) for name in schema.field_names()})
 
     def static_svg(self) -> str:
         """A standalone SVG picture of the current view (the ``image/svg+xml`` fallback): colours, legend, labels.
@@ -190,7 +167,7 @@ class InterpWidget(anywidget.AnyWidget):
         Example:
             >>> page = widget.to_html(title="Why positive?")  # doctest: +SKIP
         """
-        from interp_widgets.widgets._export import html_page
+        from interp_widgets.widgets.export import html_page
 
         return html_page([self], title=title or type(self).__name__)
 

@@ -10,109 +10,26 @@ Example:
 from __future__ import annotations
 
 import math
-from itertools import combinations
 from typing import Any, Sequence
 
 import numpy as np
 import traitlets
-from scipy import stats
 
-from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
+from interp_widgets.agreement import agreement_table
+from interp_widgets.text_units import GRANULARITIES, display_units
+from interp_widgets.view_data import ComparisonData
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.widgets.tokens import (
-    GRANULARITIES, GroupedTokens, TokenScoresWidget, _traits_from_result, finite_max, token_pieces, unit_sums,
+from interp_widgets.widgets._tokens import (
+    GroupedTokens, TokenScoresWidget, finite_max, token_pieces, token_data, unit_sums,
 )
-
-AGREEMENT_BY = ("magnitude", "signed")
-
-
-def _valid(a: np.ndarray, b: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
-    keep = ~(np.isnan(a) | np.isnan(b))
-    return keep if mask is None else keep & np.asarray(mask, bool)
-
-
-def spearman(a: Any, b: Any, *, by: str = "magnitude", mask: Any = None) -> float:
-    """Spearman rank correlation of two score vectors over the tokens both can see (NaN skipped).
-
-    ``by="magnitude"`` ranks |score| (importance, comparable across signed and unsigned methods); ``"signed"`` ranks
-    the scores themselves. NaN when fewer than two tokens remain or a vector is constant.
-
-    Example:
-        >>> spearman([0.1, -0.5, 0.3], [0.2, 0.9, 0.25])
-        1.0
-    """
-    if by not in AGREEMENT_BY:
-        raise ValueError(f"by must be one of {AGREEMENT_BY}, got {by!r}")
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    if a.shape != b.shape or a.ndim != 1:
-        raise ValueError(f"score vectors must be 1-D and the same length, got shapes {a.shape} and {b.shape}")
-    keep = _valid(a, b, mask)
-    x, y = a[keep], b[keep]
-    if by == "magnitude":
-        x, y = np.abs(x), np.abs(y)
-    if x.size < 2 or np.ptp(x) == 0 or np.ptp(y) == 0:
-        return math.nan
-    return float(stats.spearmanr(x, y).statistic)
-
-
-def top_k(a: Any, k: int, mask: Any = None) -> list[int]:
-    """Indices of the ``k`` largest |scores| (NaN and masked-out tokens skipped; ties: lower index first).
-
-    Example:
-        >>> top_k([0.1, -0.5, 0.3, np.nan], 2)
-        [1, 2]
-    """
-    a = np.asarray(a, dtype=np.float64)
-    keep = _valid(a, a, mask)
-    candidates = np.flatnonzero(keep)
-    order = candidates[np.argsort(-np.abs(a[candidates]), kind="stable")]
-    return order[:k].tolist()
-
-
-def top_k_overlap(a: Any, b: Any, k: int = 5, *, mask: Any = None) -> float:
-    """Share of the ``k`` most important tokens (by |score|) the two methods have in common, in [0, 1].
-
-    Only tokens both methods can see count; ``k`` shrinks to their number if smaller.
-
-    Example:
-        >>> top_k_overlap([0.9, 0.1, 0.5, 0.0], [0.8, 0.0, 0.0, 0.7], k=2)
-        0.5
-    """
-    if k < 1:
-        raise ValueError(f"k must be at least 1, got {k}")
-    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
-    keep = _valid(a, b, mask)
-    k = min(k, int(keep.sum()))
-    if k == 0:
-        return math.nan
-    return len(set(top_k(a, k, keep)) & set(top_k(b, k, keep))) / k
-
-
-def agreement_table(scores: np.ndarray, methods: Sequence[str], *, k: int = 5, by: str = "magnitude",
-                    mask: Any = None) -> list[dict[str, Any]]:  # fmt: skip
-    """Pairwise agreement of the rows of ``scores`` (methods × tokens): one dict per pair.
-
-    Example:
-        >>> agreement_table(np.array([[1.0, 2, 3], [1, 2, 4]]), ["a", "b"], k=1)
-        [{'a': 'a', 'b': 'b', 'spearman': 1.0, 'top_k_overlap': 1.0, 'k': 1}]
-    """
-    rows = []
-    for i, j in combinations(range(len(methods)), 2):
-        rows.append({
-            "a": methods[i], "b": methods[j],
-            "spearman": spearman(scores[i], scores[j], by=by, mask=mask),
-            "top_k_overlap": top_k_overlap(scores[i], scores[j], k, mask=mask), "k": k,
-        })  # fmt: skip
-    return rows
-
 
 class ComparisonWidget(TokenScoresWidget, GroupedTokens):
     """Several methods' scores for one input and one target, one row per method, with synchronised hover.
 
     Hovering (or focusing) a token in any row highlights it in every row and shows all methods' scores. The
     ``granularity`` switch (token, word, sentence) sums scores per unit in the browser. The agreement table
-    (Spearman ρ and top-k overlap, computed in Python with scipy) is computed once per granularity over its units'
+    (Spearman ρ and top-k overlap, computed in Python by :mod:`interp_widgets.agreement`) is computed once per granularity over its units'
     sums and travels as ``agreements``, so the browser switches tables with the granularity and no round trip;
     ``agreement`` is the table of the current granularity. The colour scale is per method or shared
     (``shared_scale``). Build it with :func:`compare`.
@@ -124,13 +41,13 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
 
     _bundle = "comparison"
 
-    spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    methods = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(sync=True)
-    target_label = traitlets.Unicode("").tag(sync=True)
+    spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
+    methods = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
+    signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(sync=True, data=True)
+    target_label = traitlets.Unicode("").tag(sync=True, data=True)
     agreements = traitlets.Dict(help="{granularity: pairwise rows {a, b, spearman, top_k_overlap, k}} for token, word "
-                                     "and sentence units.").tag(sync=True)
-    agreement_by = traitlets.Unicode("magnitude").tag(sync=True)
+                                     "and sentence units.").tag(sync=True, data=True)
+    agreement_by = traitlets.Unicode("magnitude").tag(sync=True, data=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all methods instead of one per method.").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
 
@@ -215,17 +132,17 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
     results = list(results)
     if len(results) < 2:
         raise ValueError(f"compare needs at least two results, got {len(results)}")
-    traits = [_traits_from_result(r) for r in results]
-    first = traits[0]
-    for r, t in zip(results[1:], traits[1:]):
-        if t["tokens"] != first["tokens"] or t["spaces_before"] != first["spaces_before"]:
+    inputs = [token_data(r) for r in results]
+    first = inputs[0]
+    for r, t in zip(results[1:], inputs[1:]):
+        if t.tokens != first.tokens or t.spaces_before != first.spaces_before:
             raise ValueError(
                 f"results must explain the same input with the same tokens; {getattr(r, 'method', '?')!r} has different "
                 "tokens (attribute the same text with the same tokenizer)"
             )
     rows, label = [], None
-    for t in traits:
-        labels, probs = t["target_labels"], t["target_probs"]
+    for t in inputs:
+        labels, probs = t.target_labels, t.target_probs
         if target is None:
             known = [(p, i) for i, p in enumerate(probs) if p is not None]
             index = max(known)[1] if known else 0
@@ -240,23 +157,23 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
         if label is not None and labels[index] != label:
             raise ValueError(f"the results explain different targets ({label!r} and {labels[index]!r}); pass target=")
         label = labels[index]
-        rows.append(buffer_to_array(t["scores"])[index].astype(np.float64))
-    methods = list(names) if names is not None else [t["method"] or f"method {i + 1}" for i, t in enumerate(traits)]
+        rows.append(t.scores[index])  # float32: the numbers the browser holds
+    methods = list(names) if names is not None else [t.method or f"method {i + 1}" for i, t in enumerate(inputs)]
     if len(methods) != len(results):
         raise ValueError(f"{len(methods)} names for {len(results)} results")
     if len(set(methods)) != len(methods):
         raise ValueError(f"method names must be distinct, got {methods}; pass names=[...]")
     matrix = np.stack(rows)
-    widget = ComparisonWidget(
-        tokens=first["tokens"], spaces_before=first["spaces_before"], special_mask=first["special_mask"],
-        word_ids=first["word_ids"], sentence_ids=first["sentence_ids"], scores=array_to_buffer(matrix), methods=methods, signed=[t["signed"] for t in traits], target_label=label,
-        agreement_by=by, **options,
-    )  # fmt: skip
     agreements = {}
     for granularity in GRANULARITIES:  # each over its units' sums, special tokens left out as in the browser
-        table = agreement_table(unit_sums(widget._group(False, granularity), matrix), methods, k=k, by=by)
+        units = display_units(first.special_mask, first.word_ids, first.sentence_ids, granularity)
+        table = agreement_table(unit_sums(units, matrix), methods, k=k, by=by)
         for row in table:
             row["spearman"], row["top_k_overlap"] = _json_number(row["spearman"]), _json_number(row["top_k_overlap"])
         agreements[granularity] = table
-    widget.agreements = agreements
-    return widget
+    data = ComparisonData(
+        tokens=first.tokens, spaces_before=first.spaces_before, special_mask=first.special_mask,
+        word_ids=first.word_ids, sentence_ids=first.sentence_ids, scores=matrix, methods=methods,
+        signed=[t.signed for t in inputs], target_label=label, agreements=agreements, agreement_by=by,
+    )  # fmt: skip
+    return ComparisonWidget(**data.to_traits(), **options)

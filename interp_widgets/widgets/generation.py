@@ -15,16 +15,11 @@ from typing import Any
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets._base import array_to_buffer, buffer_to_array
+from interp_widgets.view_data import GenerationData
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
-from interp_widgets.widgets.tokens import (
-    TokenScoresWidget,
-    _traits_from_result,
-    display_token,
-    finite_max,
-    magnitude_ranks,
-)
+from interp_widgets.widgets._tokens import TokenScoresWidget, display_token, finite_max, magnitude_ranks, token_data
+from interp_widgets.widgets._traits import BinaryArray
 
 VIEWS = ("text", "heatmap")
 MAX_STATIC_STEPS = 40  # heatmap rows drawn in the static picture
@@ -65,14 +60,14 @@ class GenerationWidget(TokenScoresWidget):
 
     _bundle = "generation"
 
-    spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True)
-    special_mask = traitlets.Dict(help="bool per token, binary.").tag(sync=True)
-    generated_mask = traitlets.Dict(help="bool per token (True: generated), binary.").tag(sync=True)
-    step_tokens = traitlets.List(traitlets.Int(), help="Token index of the token generated at each step.").tag(sync=True)
-    step_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each generated token.").tag(sync=True)
-    method = traitlets.Unicode("").tag(sync=True)
-    score_meaning = traitlets.Unicode("").tag(sync=True)
-    signed = traitlets.Bool(True).tag(sync=True)
+    spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
+    special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
+    generated_mask = BinaryArray("bool", help="True for each generated token.").tag(sync=True, data=True)
+    step_tokens = traitlets.List(traitlets.Int(), help="Token index of the token generated at each step.").tag(sync=True, data=True)
+    step_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each generated token.").tag(sync=True, data=True)
+    method = traitlets.Unicode("").tag(sync=True, data=True)
+    score_meaning = traitlets.Unicode("").tag(sync=True, data=True)
+    signed = traitlets.Bool(True).tag(sync=True, data=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all steps instead of one per step.").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
     view = traitlets.Unicode("text", help="'text' (coloured tokens) or 'heatmap' (canvas, all steps).").tag(sync=True)
@@ -81,15 +76,14 @@ class GenerationWidget(TokenScoresWidget):
     def __init__(self, result: Any, *, selected_step: int = 0, view: str = "text", **kwargs: Any) -> None:
         if getattr(result, "generated_mask", None) is None:
             raise ValueError("this result has no generated tokens (generated_mask is None); use TokenHighlightWidget")
-        traits = _traits_from_result(result)
-        n, n_steps = len(traits["tokens"]), len(traits["target_labels"])
-        generated, steps = _step_tokens(result, n, n_steps)
-        super().__init__(
-            tokens=traits["tokens"], spaces_before=traits["spaces_before"], special_mask=traits["special_mask"],
-            generated_mask=array_to_buffer(generated), scores=traits["scores"], step_tokens=steps,
-            step_probs=traits["target_probs"], method=traits["method"], score_meaning=traits["score_meaning"],
-            signed=traits["signed"], selected_step=selected_step, view=view, **kwargs,
+        tokens = token_data(result)
+        generated, steps = _step_tokens(result, len(tokens.tokens), len(tokens.target_labels))
+        data = GenerationData(
+            tokens=tokens.tokens, spaces_before=tokens.spaces_before, special_mask=tokens.special_mask,
+            generated_mask=generated, scores=tokens.scores, step_tokens=steps, step_probs=tokens.target_probs,
+            method=tokens.method, score_meaning=tokens.score_meaning, signed=tokens.signed,
         )  # fmt: skip
+        super().__init__(**data.to_traits(), selected_step=selected_step, view=view, **kwargs)
 
     # ----------------------------------------------------------------- validation
     @traitlets.validate("view")
@@ -135,7 +129,7 @@ class GenerationWidget(TokenScoresWidget):
         matrix = self.score_matrix().astype(np.float64)
         step = self.selected_step
         row, max_abs = matrix[step], self._scale_max()
-        special = buffer_to_array(self.special_mask)
+        special = self.special_mask
         step_of = {index: s for s, index in enumerate(self.step_tokens)}
         chosen = self.step_tokens[step]
         ranks = magnitude_ranks(row)

@@ -47,11 +47,12 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 import traitlets
 
+from interp_widgets.series_names import split_series_name
+from interp_widgets.view_data import MonitorData
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
 
 APPEND_MESSAGE = "iw-monitor-append"
-SEPARATOR = "|"
 PANEL_KINDS = ("lines", "heatmap")
 SCALES = ("linear", "log")
 
@@ -70,19 +71,6 @@ DEFAULT_PANELS: tuple[dict[str, Any], ...] = (
     {"id": "ratio_heatmap", "title": "Energy ratio by layer (log10; red = proxy above controls)", "kind": "heatmap",
      "metric": "energy_ratio", "scale": "log"},
 )  # fmt: skip
-
-
-def split_series(name: str) -> tuple[str, str | None]:
-    """``"metric|layer"`` → ``("metric", "layer")``; a global series → ``(name, None)``.
-
-    Layer names may contain ``|`` (metric names never do), so only the first bar splits.
-
-    Example:
-        >>> split_series("energy_ratio|blocks|3"), split_series("loss")
-        (('energy_ratio', 'blocks|3'), ('loss', None))
-    """
-    metric, bar, layer = name.partition(SEPARATOR)
-    return (metric, layer) if bar else (name, None)
 
 
 def _check_panel(panel: Mapping[str, Any]) -> dict[str, Any]:
@@ -171,8 +159,8 @@ class MonitorWidget(InterpWidget):
     x_label = traitlets.Unicode("step", help="Name of the x axis: 'step', or 'checkpoint' for replays.").tag(sync=True)
     layers = traitlets.List(traitlets.Unicode(), help="Layer names in display order.").tag(sync=True)
     panels = traitlets.List(traitlets.Dict(), help="Panel configurations, see DEFAULT_PANELS.").tag(sync=True)
-    checkpoint = traitlets.Bytes(b"", help="Whole history: steps float64, then each column float32 (LE).").tag(sync=True)
-    checkpoint_schema = traitlets.Dict(help="{'series': column names, 'rows': row count} of `checkpoint`.").tag(sync=True)
+    checkpoint = traitlets.Bytes(b"", help="Whole history: steps float64, then each column float32 (LE).").tag(sync=True, data=True)
+    checkpoint_schema = traitlets.Dict(help="{'series': column names, 'rows': row count} of `checkpoint`.").tag(sync=True, data=True)
 
     def __init__(
         self,
@@ -321,7 +309,7 @@ class MonitorWidget(InterpWidget):
             raise TypeError(f"series names must be non-empty strings, got {name!r}")
         column = np.full(self._x.size, np.nan, dtype=np.float32)
         self._columns[name] = column
-        _, layer = split_series(name)
+        _, layer = split_series_name(name)
         if layer is not None and layer not in self.layers:
             self.layers = [*self.layers, layer]
         return column
@@ -396,11 +384,11 @@ class MonitorWidget(InterpWidget):
         shape = (self._n, len(self._columns))
         if shape == self._checkpointed:
             return
-        data, schema = self.checkpoint_bytes()
+        data = MonitorData(*self.checkpoint_bytes())
         self._checkpointed = shape  # first: setting the traits calls get_state, which checks it
         with self.hold_sync():
-            self.checkpoint_schema = schema
-            self.checkpoint = data
+            self.checkpoint_schema = data.checkpoint_schema  # the schema first: the browser reads it with the bytes
+            self.checkpoint = data.checkpoint
 
     def get_state(self, key: Any = None, drop_defaults: bool = False) -> dict[str, Any]:
         # Saved state, export pages and new front ends always get the whole history.
@@ -463,10 +451,10 @@ class MonitorWidget(InterpWidget):
         shown = {name for c in self.panels for name in c["series"]}
         frames = []
         for name, values in columns.items():
-            if name not in shown and split_series(name)[0] not in metrics:
+            if name not in shown and split_series_name(name)[0] not in metrics:
                 continue
             keep = _m4_indices(steps, values.astype(np.float64), max(1, max_points // 4))
-            metric, layer = split_series(name)
+            metric, layer = split_series_name(name)
             short = np.array([float(f"{v:.5g}") for v in values[keep]])  # shorter inline JSON, same picture
             frames.append(pd.DataFrame({"step": steps[keep], "value": short,
                                         "series": name, "metric": metric, "layer": layer or name}))  # fmt: skip

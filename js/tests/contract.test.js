@@ -7,7 +7,7 @@ import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import comparison from "../src/comparison.js";
 import conceptBrowser from "../src/concept_browser.js";
-import examples from "../src/examples.js";
+import examples from "../src/example_list.js";
 import generation from "../src/generation.js";
 import monitor from "../src/monitor.js";
 import tokenHighlight from "../src/token_highlight.js";
@@ -59,7 +59,7 @@ const VIEWS = [
       agreements: { token: [{ a: "m1", b: "m2", spearman: 0.5, top_k_overlap: 1, k: 1 }] }, agreement_by: "magnitude", shared_scale: false },
   },
   {
-    file: "examples.js", model: "ExampleListModel", widget: examples,
+    file: "example_list.js", model: "ExampleListModel", widget: examples,
     state: { error: "", tokens: [["a", "b"], ["c"]], spaces_before: [["", " "], [""]], special_mask: bool([0, 0, 0]), word_ids: i32([0, 1, 0]),
       sentence_ids: i32([0, 0, 0]), scores: f32([1, -1, 2]), predicted: ["x", "y"], confidence: [0.9, null], true_labels: ["x", ""],
       max_attribution: [1, 2], signed: true, method: "saliency", sort_by: "index", descending: false, filter_label: "", filter_outcome: "all",

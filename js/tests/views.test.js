@@ -2,7 +2,7 @@
 // block-by-block rendering of long inputs and the browser export helpers.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import comparison from "../src/comparison.js";
-import examples, { visibleOrder } from "../src/examples.js";
+import examples, { visibleOrder } from "../src/example_list.js";
 import generation, { heatmapCell } from "../src/generation.js";
 import { unitText } from "../src/lib/aggregate.js";
 import { scoreColours } from "../src/lib/colour.js";

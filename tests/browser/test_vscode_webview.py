@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from interp_widgets.widgets import GenerationWidget, MonitorWidget, TokenHighlightWidget, compare
-from interp_widgets.widgets.concepts import ConceptBrowser
+from interp_widgets.widgets.concept_browser import ConceptBrowser
 from tests.test_concept_widget import _interpretation
 from tests.test_views_widget import EVIL, _collection, _gen_result, _result
 

@@ -1,6 +1,8 @@
 /**
- * Token → word / sentence aggregation done in the browser (no kernel round trip). Units are runs of
- * consecutive visible tokens sharing an id; special tokens are always units of their own; a unit's
+ * Token → word / sentence aggregation done in the browser (no kernel round trip). A unit is every visible
+ * token sharing an id value (adjacent or not), placed at its first token; a special token (when shown) or
+ * a token with id -1 is a unit of its own. This mirrors `display_units` in `interp_widgets/text_units.py`
+ * on the same ids the kernel sends (tests/test_unit_grouping.py checks the two agree). A unit's
  * score is the sum of its tokens' scores. NaN marks a token the target cannot see (e.g. a source after
  * a generated token): NaN tokens are skipped in sums, and a unit is NaN only if all its tokens are.
  *
@@ -18,14 +20,16 @@ export function buildUnits({ granularity, wordIds, sentenceIds, specialMask, sho
   const ids = { token: null, word: wordIds, sentence: sentenceIds }[granularity];
   if (ids === undefined) throw new RangeError(`unknown granularity "${granularity}"; use token, word or sentence`);
   const units = [];
-  let previousId = null;
+  const unitOfId = new Map();
   for (let i = 0; i < specialMask.length; i += 1) {
     const special = specialMask[i] !== 0;
     if (special && !showSpecial) continue;
     const id = ids === null || special || ids[i] < 0 ? null : ids[i];
-    if (id !== null && id === previousId) units[units.length - 1].push(i);
-    else units.push([i]);
-    previousId = id;
+    if (id !== null && unitOfId.has(id)) units[unitOfId.get(id)].push(i);
+    else {
+      if (id !== null) unitOfId.set(id, units.length);
+      units.push([i]);
+    }
   }
   return units;
 }

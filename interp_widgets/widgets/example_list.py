@@ -14,11 +14,14 @@ from typing import Any, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets._base import InterpWidget, PagedList, array_to_buffer, buffer_to_array
+from interp_widgets.widgets._base import InterpWidget, PagedList
+from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.widgets.tokens import (
-    _traits_from_result, check_granularity, finite_max, group_units, narrowest_ints, token_pieces, unit_sums,
+from interp_widgets.text_units import display_units
+from interp_widgets.view_data import ExampleListData
+from interp_widgets.widgets._tokens import (
+    check_granularity, finite_max, token_pieces, token_data, unit_sums,
 )
 
 SORT_KEYS = ("index", "confidence", "max_attribution", "label")
@@ -38,21 +41,21 @@ class ExampleListWidget(InterpWidget, PagedList):
         [4, 0, 2]
     """
 
-    _bundle = "examples"
+    _bundle = "example_list"
 
-    tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Tokens of each example.").tag(sync=True)
-    spaces_before = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True)
-    special_mask = traitlets.Dict(help="bool per token of all examples concatenated, binary.").tag(sync=True)
-    word_ids = traitlets.Dict(help="Word id per token of all examples concatenated (-1: none), binary.").tag(sync=True)
-    sentence_ids = traitlets.Dict(help="Sentence id per token of all examples concatenated (-1: none), binary.").tag(sync=True)
+    tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Tokens of each example.").tag(sync=True, data=True)
+    spaces_before = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True, data=True)
+    special_mask = BinaryArray("bool", help="True per special token of all examples concatenated.").tag(sync=True, data=True)
+    word_ids = BinaryArray("int", help="Word id per token of all examples concatenated (-1: none).").tag(sync=True, data=True)
+    sentence_ids = BinaryArray("int", help="Sentence id per token of all examples concatenated (-1: none).").tag(sync=True, data=True)
     granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence' (sums computed in the browser).").tag(sync=True)
-    scores = traitlets.Dict(help="float32 scores for each example's shown class, concatenated, binary.").tag(sync=True)
-    predicted = traitlets.List(traitlets.Unicode(), help="Predicted (most probable) label of each example.").tag(sync=True)
-    confidence = traitlets.List(traitlets.Float(allow_none=True), help="Probability of the predicted label.").tag(sync=True)
-    true_labels = traitlets.List(traitlets.Unicode(), help="True label of each example ('' if unknown).").tag(sync=True)
-    max_attribution = traitlets.List(traitlets.Float(), help="Largest |score| of each example (special tokens excluded).").tag(sync=True)
-    signed = traitlets.Bool(True).tag(sync=True)
-    method = traitlets.Unicode("").tag(sync=True)
+    scores = BinaryArray("float32", finite=True, help="Scores for each example's shown class, concatenated.").tag(sync=True, data=True)
+    predicted = traitlets.List(traitlets.Unicode(), help="Predicted (most probable) label of each example.").tag(sync=True, data=True)
+    confidence = traitlets.List(traitlets.Float(allow_none=True), help="Probability of the predicted label.").tag(sync=True, data=True)
+    true_labels = traitlets.List(traitlets.Unicode(), help="True label of each example ('' if unknown).").tag(sync=True, data=True)
+    max_attribution = traitlets.List(traitlets.Float(), help="Largest |score| of each example (special tokens excluded).").tag(sync=True, data=True)
+    signed = traitlets.Bool(True).tag(sync=True, data=True)
+    method = traitlets.Unicode("").tag(sync=True, data=True)
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
     filter_label = traitlets.Unicode("", help="Show only examples predicted as this label ('' = all).").tag(sync=True)
@@ -67,32 +70,32 @@ class ExampleListWidget(InterpWidget, PagedList):
         tokens, spaces, special, words, sentences, rows, predicted, confidence, true_labels, max_attr = ([] for _ in range(10))
         signed = set()
         for r in results:
-            traits = _traits_from_result(r)
-            probs = traits["target_probs"]
+            data = token_data(r)
+            probs = data.target_probs
             known = [(p, i) for i, p in enumerate(probs) if p is not None]
             target = max(known)[1] if known else 0
-            mask = buffer_to_array(traits["special_mask"])
-            row = buffer_to_array(traits["scores"])[target].astype(np.float64)
-            tokens.append(traits["tokens"])
-            spaces.append(traits["spaces_before"])
+            mask = data.special_mask
+            row = data.scores[target]  # float32: the numbers the browser holds
+            tokens.append(data.tokens)
+            spaces.append(data.spaces_before)
             special.append(mask)
-            words.append(buffer_to_array(traits["word_ids"]))
-            sentences.append(buffer_to_array(traits["sentence_ids"]))
+            words.append(data.word_ids)
+            sentences.append(data.sentence_ids)
             rows.append(row)
-            predicted.append(traits["target_labels"][target])
+            predicted.append(data.target_labels[target])
             confidence.append(probs[target] if known else None)
             true_label = getattr(r, "true_label", None)
             true_labels.append("" if true_label is None else str(true_label))
             max_attr.append(finite_max(row[~mask]))
-            signed.add(traits["signed"])
+            signed.add(data.signed)
         methods = {str(getattr(r, "method", "") or "") for r in results}
-        super().__init__(
-            tokens=tokens, spaces_before=spaces, special_mask=array_to_buffer(np.concatenate(special)),
-            word_ids=array_to_buffer(narrowest_ints(np.concatenate(words))),
-            sentence_ids=array_to_buffer(narrowest_ints(np.concatenate(sentences))), scores=array_to_buffer(np.concatenate(rows)), predicted=predicted, confidence=confidence,
-            true_labels=true_labels, max_attribution=max_attr, signed=signed == {True},
-            method=", ".join(sorted(methods - {""})), **kwargs,
+        listed = ExampleListData(
+            tokens=tokens, spaces_before=spaces, special_mask=np.concatenate(special), word_ids=np.concatenate(words),
+            sentence_ids=np.concatenate(sentences), scores=np.concatenate(rows), predicted=predicted,
+            confidence=confidence, true_labels=true_labels, max_attribution=max_attr, signed=signed == {True},
+            method=", ".join(sorted(methods - {""})),
         )  # fmt: skip
+        super().__init__(**listed.to_traits(), **kwargs)
 
     # ----------------------------------------------------------------- validation
     @traitlets.validate("granularity")
@@ -163,11 +166,11 @@ class ExampleListWidget(InterpWidget, PagedList):
             (9,)
         """
         start = sum(len(t) for t in self.tokens[:index])
-        return buffer_to_array(self.scores)[start : start + len(self.tokens[index])]
+        return self.scores[start : start + len(self.tokens[index])]
 
-    def _slice(self, payload: dict[str, Any], index: int) -> np.ndarray:
+    def _slice(self, values: np.ndarray, index: int) -> np.ndarray:
         start = sum(len(t) for t in self.tokens[:index])
-        return buffer_to_array(payload)[start : start + len(self.tokens[index])]
+        return values[start : start + len(self.tokens[index])]
 
     def units(self, index: int) -> list[list[int]]:
         """Token indices (within example ``index``) of each unit shown for the current granularity, as in the browser.
@@ -176,8 +179,8 @@ class ExampleListWidget(InterpWidget, PagedList):
             >>> widget.granularity = "word"; widget.units(0)[:2]  # doctest: +SKIP
             [[1], [2, 3]]
         """
-        ids = {"token": None, "word": self.word_ids, "sentence": self.sentence_ids}[self.granularity]
-        return group_units(self._slice(self.special_mask, index), None if ids is None else self._slice(ids, index), False)
+        return display_units(self._slice(self.special_mask, index), self._slice(self.word_ids, index),
+                             self._slice(self.sentence_ids, index), self.granularity)
 
     def unit_scores(self, index: int) -> np.ndarray:
         """Score sums of example ``index``'s units for the current granularity (its shown class; NaN skipped).

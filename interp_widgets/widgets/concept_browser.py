@@ -9,6 +9,9 @@ Only the concepts on the visible page (and the selected one) are sent to the bro
 concept ids it shows into ``requested`` and the kernel answers by replacing ``details``. Top-k contexts and
 histograms are precomputed by :func:`~interp_widgets.concepts.interpret_concepts`; no activation matrix is shipped.
 
+The browser only draws prepared data: it computes nothing about a model. ``interpret_concepts(...).widget(...)``
+(on the concepts side) also turns plain strings into :class:`~interp_widgets.concepts.TextConcepts`.
+
 Example:
     >>> interp = interpret_concepts(concepts, store, model=lm, tokenizer=tokenizer)       # doctest: +SKIP
     >>> browser = ConceptBrowser(interp, texts=[text_concepts(concepts, lm, tokenizer, "The soup was cold.")])  # doctest: +SKIP
@@ -25,9 +28,12 @@ from typing import Any, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets._base import InterpWidget, PagedList, array_to_buffer, buffer_to_array
+from interp_widgets.view_data import ConceptBrowserData
+from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._colour import format_score, score_colours
+from interp_widgets.widgets._protocols import ConceptImportanceLike, ConceptSummary, ConceptTexts
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
+from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
 
 SORT_KEYS = ("index", "label", "density", "max", "importance", "abs_importance")
 LIST_TOKENS = 5  # distinct top tokens shown per concept in the list
@@ -36,6 +42,11 @@ MAX_TEXT_CHARS = 400  # top texts are cut to this length in the detail pane
 MAX_PAGE_SIZE = 100
 STATIC_CONCEPTS = 12
 PRELOAD_CONCEPTS = 200  # concept details an exported page carries, since no kernel answers there
+_COMPUTE_OPTIONS = {"store", "model", "tokenizer", "k", "progress"}  # of the old computing constructor
+
+
+def _looks_like_concept_model(value: Any) -> bool:
+    return callable(getattr(value, "fit", None)) and callable(getattr(value, "transform", None))
 
 
 def _finite(value: float) -> float | None:
@@ -72,12 +83,13 @@ class ConceptBrowser(InterpWidget, PagedList):
     """Browse concepts: list (label, top tokens, density, dead flag, importance), detail pane, per-token text view.
 
     Args:
-        source: a :class:`~interp_widgets.concepts.ConceptInterpretation`, or a fitted concept model together with
-            ``store=`` (then :func:`~interp_widgets.concepts.interpret_concepts` runs here with ``k``; give ``model``
-            and ``tokenizer`` of a language model to add the vocabulary projection).
+        interpretation: a :class:`~interp_widgets.concepts.ConceptInterpretation` (from
+            :func:`~interp_widgets.concepts.interpret_concepts`), or any object shaped like
+            :class:`~interp_widgets.widgets._protocols.ConceptSummary`. For a fitted concept model, use
+            ``interpret_concepts(concepts, store, ...).widget(texts=[...], concept_model=concepts, model=lm,
+            tokenizer=tok)``.
         texts: input texts for the text view: :class:`~interp_widgets.concepts.TextConcepts` /
-            :class:`~interp_widgets.concepts.ConceptImportance` objects, or strings when ``source`` is a concept model
-            and ``model``/``tokenizer`` are given.
+            :class:`~interp_widgets.concepts.ConceptImportance` objects (``ConceptTexts`` protocol).
         importance: per-concept importance for a prediction: a ``ConceptImportance`` (summed over tokens for
             ``target``), the DataFrame of :func:`~interp_widgets.concepts.mean_concept_importance`, or one number per
             concept. Defaults to the first ``ConceptImportance`` among ``texts``.
@@ -88,22 +100,23 @@ class ConceptBrowser(InterpWidget, PagedList):
     ``search`` and ``hide_dead`` sync both ways.
 
     Example:
-        >>> browser = ConceptBrowser(concepts, store=store, texts=["Not bad at all."], model=lm, tokenizer=tok)  # doctest: +SKIP
+        >>> browser = ConceptBrowser(interp, texts=[text_concepts(concepts, lm, tok, "Not bad at all.")])  # doctest: +SKIP
         >>> browser.sort_by = "density"; browser.visible_order()[:3]                                         # doctest: +SKIP
         [7, 2, 0]
     """
 
     _bundle = "concept_browser"
 
-    method = traitlets.Unicode("").tag(sync=True)
-    layer = traitlets.Unicode("").tag(sync=True)
-    n_rows = traitlets.Int(0, help="Rows (tokens or sentences) the concepts were interpreted on.").tag(sync=True)
-    labels = traitlets.List(traitlets.Unicode(), help="Label of each concept.").tag(sync=True)
-    top_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Distinct top tokens of each concept.").tag(sync=True)
-    density = traitlets.Dict(help="float32 fraction of rows where each concept is active, binary.").tag(sync=True)
-    max_activation = traitlets.Dict(help="float32 largest coefficient of each concept, binary.").tag(sync=True)
-    importance = traitlets.Dict(help="float32 importance of each concept (NaN: unknown), binary; {} when absent.").tag(sync=True)
-    importance_label = traitlets.Unicode("", help="What the importance numbers are.").tag(sync=True)
+    method = traitlets.Unicode("").tag(sync=True, data=True)
+    layer = traitlets.Unicode("").tag(sync=True, data=True)
+    n_rows = traitlets.Int(0, help="Rows (tokens or sentences) the concepts were interpreted on.").tag(sync=True, data=True)
+    labels = traitlets.List(traitlets.Unicode(), help="Label of each concept.").tag(sync=True, data=True)
+    top_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Distinct top tokens of each concept.").tag(sync=True, data=True)
+    density = BinaryArray("float32", help="Fraction of rows where each concept is active.").tag(sync=True, data=True)
+    max_activation = BinaryArray("float32", help="Largest coefficient of each concept.").tag(sync=True, data=True)
+    importance = BinaryArray("float32", allow_none=True,
+                             help="Importance of each concept (NaN: unknown); None (sent as {}) when absent.").tag(sync=True, data=True)
+    importance_label = traitlets.Unicode("", help="What the importance numbers are.").tag(sync=True, data=True)
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
     search = traitlets.Unicode("", help="Keep concepts whose label or top tokens contain this (case-insensitive).").tag(sync=True)
@@ -112,41 +125,37 @@ class ConceptBrowser(InterpWidget, PagedList):
     selected_concept = traitlets.Int(-1, help="Concept shown in the detail pane (-1: none).").tag(sync=True)
     requested = traitlets.List(traitlets.Int(), help="Concept ids the browser shows (written by the front end).").tag(sync=True)
     details = traitlets.Dict(help="Detail of each requested concept, keyed by str(concept).").tag(sync=True)
-    text_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Shown tokens of each input text.").tag(sync=True)
-    text_gaps = traitlets.List(traitlets.List(traitlets.Unicode()), help="Original text before each token.").tag(sync=True)
-    text_top_concepts = traitlets.Dict(help=f"int32 [tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).").tag(sync=True)
-    text_top_values = traitlets.Dict(help=f"float32 [tokens of all texts, {TEXT_TOP}] their coefficients.").tag(sync=True)
+    text_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Shown tokens of each input text.").tag(sync=True, data=True)
+    text_gaps = traitlets.List(traitlets.List(traitlets.Unicode()), help="Original text before each token.").tag(sync=True, data=True)
+    text_top_concepts = BinaryArray("int32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).").tag(sync=True, data=True)
+    text_top_values = BinaryArray("float32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] their coefficients.").tag(sync=True, data=True)
     selected_text = traitlets.Int(0, help="Input text shown in the text view.").tag(sync=True)
     selected_token = traitlets.Int(-1, help="Token of the selected text whose active concepts are listed (-1: none).").tag(sync=True)
 
-    def __init__(self, source: Any, *, store=None, model=None, tokenizer=None, texts: Any = None, importance: Any = None,
-                 target: int | str | None = None, k: int = 10, page_size: int = 10, progress: bool = False,
-                 **kwargs: Any) -> None:
-        from interp_widgets.concepts import ConceptImportance, ConceptInterpretation, ConceptModel, TextConcepts
-        from interp_widgets.concepts import interpret_concepts, text_concepts
-
-        concept_model = None
-        if isinstance(source, ConceptModel):
-            if store is None:
-                raise ValueError("a concept model needs store= (the ActivationStore to interpret it on); or pass the "
-                                 "ConceptInterpretation from interpret_concepts")
-            concept_model = source
-            source = interpret_concepts(source, store, k=k, model=model, tokenizer=tokenizer, progress=progress)
-        if not isinstance(source, ConceptInterpretation):
-            raise TypeError(f"ConceptBrowser takes a ConceptInterpretation or a fitted concept model with store=, got "
-                            f"{type(source).__name__}")
-        self.interpretation = source
-        n = source.n_concepts
-        texts = [] if texts is None else [texts] if isinstance(texts, (str, TextConcepts)) else list(texts)
+    def __init__(self, interpretation: ConceptSummary, *, texts: Any = None, importance: Any = None,
+                 target: int | str | None = None, page_size: int = 10, **kwargs: Any) -> None:
+        computing = sorted(set(kwargs) & _COMPUTE_OPTIONS)
+        if computing or _looks_like_concept_model(interpretation):
+            given = f" (got {', '.join(n + '=' for n in computing)})" if computing else ""
+            raise TypeError(
+                f"ConceptBrowser takes prepared data: a ConceptInterpretation and TextConcepts{given}. To browse a fitted "
+                "concept model, interpret it first: interpret_concepts(concepts, store, model=lm, tokenizer=tok)"
+                ".widget(texts=[...], concept_model=concepts, model=lm, tokenizer=tok), which runs text_concepts on string texts"
+            )
+        if not isinstance(interpretation, ConceptSummary):
+            raise TypeError(f"ConceptBrowser takes a ConceptInterpretation (from interpret_concepts), got "
+                            f"{type(interpretation).__name__}")
+        source = self.interpretation = interpretation
+        n = len(source.labels)
+        texts = [] if texts is None else [texts] if isinstance(texts, (str, ConceptTexts)) else list(texts)
         converted = []
         for text in texts:
             if isinstance(text, str):
-                if concept_model is None or model is None or tokenizer is None:
-                    raise ValueError("plain-string texts need the concept model as source plus model= and tokenizer=; "
-                                     "otherwise pass text_concepts(...) results")
-                text = text_concepts(concept_model, model, tokenizer, text)
-            if not isinstance(text, TextConcepts):
-                raise TypeError(f"texts must be strings or TextConcepts/ConceptImportance, got {type(text).__name__}")
+                raise TypeError("ConceptBrowser takes TextConcepts, not strings; pass text_concepts(concepts, lm, "
+                                "tokenizer, text) results, or call interpretation.widget(texts=[...], "
+                                "concept_model=concepts, model=lm, tokenizer=tok), which computes them")
+            if not isinstance(text, ConceptTexts):
+                raise TypeError(f"texts must be TextConcepts/ConceptImportance objects, got {type(text).__name__}")
             if text.coefficients.shape[1] != n:
                 raise ValueError(f"a text has coefficients for {text.coefficients.shape[1]} concepts but the browser "
                                  f"shows {n}; compute it with the same concept model")
@@ -154,8 +163,8 @@ class ConceptBrowser(InterpWidget, PagedList):
         self._texts = converted
         self._text_coefficients = [t.coefficients[~t.special_mask] for t in converted]
         if importance is None:
-            importance = next((t for t in converted if isinstance(t, ConceptImportance)), None)
-        values, meaning = self._importance(importance, target, n, ConceptImportance)
+            importance = next((t for t in converted if isinstance(t, ConceptImportanceLike)), None)
+        values, meaning = self._importance(importance, target, n)
         text_tokens, text_gaps, top_ids, top_values = [], [], [], []
         for text, coefficients in zip(converted, self._text_coefficients):
             keep = ~text.special_mask
@@ -169,27 +178,25 @@ class ConceptBrowser(InterpWidget, PagedList):
             top_values.append(np.pad(np.where(chosen > 0, chosen, 0.0), ((0, 0), (0, TEXT_TOP - chosen.shape[1]))))
         top_ids_all = np.concatenate(top_ids) if top_ids else np.zeros((0, TEXT_TOP), np.int32)
         top_values_all = np.concatenate(top_values) if top_values else np.zeros((0, TEXT_TOP), np.float32)
-        super().__init__(
+        data = ConceptBrowserData(
             method=source.method, layer=str(source.layer or ""), n_rows=int(source.params.get("rows", 0)),
             labels=list(source.labels),
             top_tokens=[_distinct_tokens([t.strip() or t for t in source.top_tokens(c)], LIST_TOKENS) for c in range(n)],
-            density=array_to_buffer(source.density), max_activation=array_to_buffer(source.maximum),
-            importance={} if values is None else array_to_buffer(values), importance_label=meaning,
-            text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=array_to_buffer(top_ids_all.astype(np.int32)),
-            text_top_values=array_to_buffer(top_values_all), page_size=page_size, **kwargs,
+            density=source.density, max_activation=source.maximum, importance=values, importance_label=meaning,
+            text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=top_ids_all, text_top_values=top_values_all,
         )  # fmt: skip
+        super().__init__(**data.to_traits(), page_size=page_size, **kwargs)
         start = self.page * self.page_size
         self.requested = self.visible_order()[start : start + self.page_size]
         self._refresh_details()
         self.observe(self._refresh_details, names=["requested", "selected_concept", "selected_text"])
 
     @staticmethod
-    def _importance(importance, target, n: int, importance_class) -> tuple[np.ndarray | None, str]:
+    def _importance(importance, target, n: int) -> tuple[np.ndarray | None, str]:
         if importance is None:
             return None, ""
-        if isinstance(importance, importance_class):
-            row = importance._target(target)
-            return importance.per_concept(row), f"contribution to {importance.target_labels[row]}"
+        if isinstance(importance, ConceptImportanceLike):
+            return importance.per_concept(target), f"contribution to {importance.target_label(target)}"
         if hasattr(importance, "columns") and {"concept", "mean_contribution"} <= set(importance.columns):
             values = np.full(n, np.nan)
             concepts = importance["concept"].to_numpy(dtype=np.int64)
@@ -209,7 +216,7 @@ class ConceptBrowser(InterpWidget, PagedList):
         value = proposal["value"]
         if value not in SORT_KEYS:
             raise ValueError(f"sort_by must be one of {SORT_KEYS}, got {value!r}")
-        if value in ("importance", "abs_importance") and not self.importance:
+        if value in ("importance", "abs_importance") and self.importance is None:
             raise ValueError("sorting by importance needs importance=; pass a ConceptImportance or one value per concept")
         return value
 
@@ -240,7 +247,7 @@ class ConceptBrowser(InterpWidget, PagedList):
 
     def _column(self, name: str) -> np.ndarray:
         payload = getattr(self, name)
-        return buffer_to_array(payload).astype(np.float64) if payload else np.full(self.n_concepts, np.nan)
+        return np.full(self.n_concepts, np.nan) if payload is None else payload.astype(np.float64)
 
     def visible_order(self) -> list[int]:
         """Concept ids after search, dead filter and sort, as the browser lists them (ties keep id order; unknown
@@ -276,7 +283,9 @@ class ConceptBrowser(InterpWidget, PagedList):
             3
         """
         interp = self.interpretation
-        c = interp._index(concept)
+        if not -self.n_concepts <= int(concept) < self.n_concepts:
+            raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
+        c = int(concept) % self.n_concepts
         examples = [{
             "tokens": list(e["context"]), "center": int(e["center"]), "activation": _finite(e["activation"]),
             "text_id": int(e["text_id"]), "activations": [_finite(v) or 0.0 for v in e["context_activations"]],
@@ -322,7 +331,7 @@ class ConceptBrowser(InterpWidget, PagedList):
         interp = self.interpretation
         for c in order[:STATIC_CONCEPTS]:
             parts = [f"#{c} {self.labels[c]}", f"density {format_score(density[c])}", f"max {format_score(maximum[c])}"]
-            if self.importance and not math.isnan(importance[c]):
+            if self.importance is not None and not math.isnan(importance[c]):
                 parts.append(f"{self.importance_label} {format_score(importance[c], sign=True)}")
             if density[c] == 0:
                 parts.append("DEAD")

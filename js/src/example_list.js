@@ -6,7 +6,7 @@
  * Synced traits: the ExampleListModel typedef below; the fields marked "written" are also set by the view.
  *
  * @example
- *   import widget from "./examples.js";
+ *   import widget from "./example_list.js";
  *   widget.render({model, el});
  */
 
@@ -44,7 +44,7 @@
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-import "./examples.css";
+import "./example_list.css";
 import { buildUnits, maxMagnitude, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { createPager, granularitySelect, labelRanks, pageOf, sortIndices } from "./lib/controls.js";

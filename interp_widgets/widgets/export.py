@@ -8,6 +8,9 @@ against a kernel-less model shim. No external ``src``/``href`` and no URL appear
 All embedded JSON escapes ``<``, ``>`` and ``&`` (``\\u003c``…) so token text such as ``</script>`` cannot
 end a script element; inline script and style text has ``</`` escaped as ``<\\/``.
 
+This is the public export module: :func:`html_page`, :class:`Note`, :func:`export_state`, :func:`script_json`, and
+the bundle location :data:`STATIC_DIR` with the :data:`BUNDLE_MISSING` message, for the notebook exporter and reports.
+
 Example:
     >>> page = html_page([widget_a, "Second input", widget_b], title="Report")  # doctest: +SKIP
 """
@@ -21,7 +24,10 @@ from typing import Any, Iterable
 
 from ipywidgets.widgets.widget import _remove_buffers
 
-from interp_widgets.widgets._base import BUNDLE_MISSING, STATIC_DIR, InterpWidget
+from interp_widgets.widgets._protocols import ExportableView
+from interp_widgets.widgets._static import BUNDLE_MISSING, STATIC_DIR
+
+__all__ = ["BUNDLE_MISSING", "STATIC_DIR", "Note", "export_state", "html_page", "script_json"]
 
 _NOT_STATE = {"_esm", "_css"}  # embedded once per class instead of per widget
 
@@ -54,14 +60,18 @@ def _inline_code(text: str) -> str:
     return text.replace("</", "<\\/")
 
 
-def export_state(widget: InterpWidget) -> dict[str, Any]:
+def export_state(widget: ExportableView) -> dict[str, Any]:
     """The widget's synced state for an export page: ``{"state": …, "buffers": [{"path", "data": base64}]}``.
+
+    The data traits come from :meth:`InterpWidget.view_data` (the versioned schema), the view state (selection,
+    sort, page …) from the widget.
 
     Example:
         >>> export_state(widget)["buffers"][0]["path"]  # doctest: +SKIP
         ['scores', 'data']
     """
     state = {key: value for key, value in widget.get_state().items() if key not in _NOT_STATE}
+    state.update(widget.view_data().to_state())
     state, paths, buffers = _remove_buffers(state)
     encoded = [
         {"path": path, "data": base64.b64encode(bytes(buffer)).decode("ascii")} for path, buffer in zip(paths, buffers)
@@ -84,7 +94,7 @@ class Note(str):
     """
 
 
-def html_page(items: Iterable[InterpWidget | str], title: str) -> str:
+def html_page(items: Iterable[ExportableView | str], title: str) -> str:
     """One offline HTML page showing ``items`` in order: widgets, strings rendered as (escaped) headings, and
     :class:`Note` strings rendered as (escaped) paragraphs.
 
@@ -101,7 +111,7 @@ def html_page(items: Iterable[InterpWidget | str], title: str) -> str:
         if isinstance(item, str):
             body.append(f"<h2>{html.escape(item)}</h2>")
             continue
-        if not isinstance(item, InterpWidget):
+        if not isinstance(item, ExportableView):
             raise TypeError(f"html_page takes interp_widgets widgets and heading strings, not {type(item).__name__}")
         if item._esm not in modules:
             modules[item._esm] = f"iw-esm-{len(modules)}"

@@ -1,0 +1,415 @@
+"""The versioned view-data schema: what each view draws, as one dataclass per view, and its binary wire format.
+
+Each dataclass (:class:`TokenHighlightData`, :class:`GenerationData`, :class:`ComparisonData`,
+:class:`ExampleListData`, :class:`ConceptBrowserData`, :class:`MonitorData`) has a ``VIEW`` name (the bundle) and a
+format ``VERSION``; its fields are exactly the view's synced data traits. The widget constructor sets its traits from
+:meth:`ViewData.to_traits`, the offline export page embeds :meth:`ViewData.to_state` (the same payloads the traits
+send), and :meth:`ViewData.to_json` / :meth:`ViewData.from_json` give a JSON form for saved payloads, so the three
+cannot drift apart. Arrays travel as ``{"dtype", "shape", "data"}`` (:func:`array_to_buffer`), which
+``js/src/lib/codec.js`` decodes; the dataclasses coerce them to the wire dtypes on construction.
+
+This is a core module: it imports numpy and nothing of the package above it, so views and compute packages both use it.
+
+Example:
+    >>> data = TokenHighlightData(tokens=["Hi", "!"], spaces_before=["", ""], special_mask=[False, False],
+    ...                           word_ids=[0, 1], sentence_ids=[0, 0], scores=[[0.5, -0.1]], target_labels=["pos"])
+    >>> data.scores.dtype, data.word_ids.dtype
+    (dtype('float32'), dtype('int8'))
+    >>> TokenHighlightData.from_json(data.to_json()).target_labels
+    ['pos']
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "MonitorData", "TokenHighlightData",
+    "ARRAY_DTYPES", "VIEW_DATA", "ViewData", "array_to_buffer", "buffer_to_array", "coerce_array", "narrowest_ints",
+]  # fmt: skip
+
+# dtype sent to JS for each numpy dtype kind we accept; anything wider is narrowed (float64 -> float32 etc.).
+_WIRE_DTYPES = {
+    "float16": "float32",
+    "float32": "float32",
+    "float64": "float32",
+    "int8": "int8",
+    "int16": "int16",
+    "int32": "int32",
+    "int64": "int32",
+    "uint8": "uint8",
+    "uint16": "uint16",
+    "uint32": "uint32",
+    "uint64": "uint32",
+    "bool": "bool",
+}
+
+
+def _to_numpy(array: Any) -> np.ndarray:
+    if hasattr(array, "detach") and hasattr(array, "cpu"):  # a torch.Tensor, without importing torch
+        tensor = array.detach().cpu()
+        if tensor.is_floating_point():
+            tensor = tensor.float()  # also covers bfloat16, which numpy cannot hold
+        return tensor.numpy()
+    return np.asarray(array)
+
+
+def array_to_buffer(array: Any) -> dict[str, Any]:
+    """Serialise a numpy array or torch tensor for a synced trait: ``{"dtype", "shape", "data": memoryview}``.
+
+    Floats become little-endian float32, 64-bit integers int32 (values must fit), bools one byte each, all
+    C-contiguous. The bytes are a copy, so later changes to ``array`` do not leak into the widget.
+
+    Example:
+        >>> array_to_buffer(np.array([True, False]))["dtype"]
+        'bool'
+    """
+    arr = _to_numpy(array)
+    wire = _WIRE_DTYPES.get(arr.dtype.name)
+    if wire is None:
+        raise TypeError(f"cannot send an array of dtype {arr.dtype} to the browser; convert it to a float, int or bool array")
+    if wire == "int32" and arr.dtype.itemsize == 8 and arr.size:
+        low, high = int(arr.min()), int(arr.max())
+        if low < np.iinfo(np.int32).min or high > np.iinfo(np.int32).max:
+            raise ValueError(f"integer values {low}..{high} do not fit in int32, the widgets' integer format")
+    if wire == "uint32" and arr.size and int(arr.max()) > np.iinfo(np.uint32).max:
+        raise ValueError(f"integer values up to {int(arr.max())} do not fit in uint32")
+    numpy_wire = np.dtype("uint8" if wire == "bool" else wire).newbyteorder("<")
+    out = np.ascontiguousarray(arr, dtype=numpy_wire)
+    return {"dtype": wire, "shape": list(out.shape), "data": memoryview(out.tobytes())}
+
+
+def buffer_to_array(payload: dict[str, Any] | np.ndarray) -> np.ndarray:
+    """Inverse of :func:`array_to_buffer` (a read-only numpy view of the payload's bytes).
+
+    An array is returned as it is: the value of a :class:`BinaryArray` trait (``widget.scores``) already is one.
+
+    Example:
+        >>> buffer_to_array(array_to_buffer(np.eye(2))).tolist()
+        [[1.0, 0.0], [0.0, 1.0]]
+    """
+    if isinstance(payload, np.ndarray):
+        return payload
+    dtype = np.dtype("uint8" if payload["dtype"] == "bool" else payload["dtype"]).newbyteorder("<")
+    values = np.frombuffer(payload["data"], dtype=dtype).reshape(payload["shape"])
+    return values.astype(bool) if payload["dtype"] == "bool" else values
+
+
+def narrowest_ints(values: Any) -> np.ndarray:
+    """``values`` as the narrowest of int8, int16 and int32 that holds them (ids travel in fewer bytes).
+
+    Example:
+        >>> narrowest_ints(np.array([-1, 0, 300])).dtype
+        dtype('int16')
+    """
+    values = np.asarray(values, dtype=np.int64)
+    for dtype in (np.int8, np.int16, np.int32):
+        info = np.iinfo(dtype)
+        if values.size == 0 or (values.min() >= info.min and values.max() <= info.max):
+            return values.astype(dtype)
+    raise ValueError(f"integer values {values.min()}..{values.max()} do not fit in int32, the widgets' integer format")
+
+
+ARRAY_DTYPES = ("float32", "int32", "bool", "int")
+
+
+def coerce_array(value: Any, dtype: str, ndim: int, *, finite: bool = False, name: str = "array") -> np.ndarray:
+    """``value`` as a read-only C-contiguous copy in the wire ``dtype`` (``"float32"``, ``"int32"``, ``"bool"``, or
+    ``"int"``: the narrowest of int8/int16/int32), with ``ndim`` dimensions; ``finite`` rejects infinity (NaN stays:
+    "not seen"). Raises ValueError naming ``name``.
+
+    Example:
+        >>> coerce_array([1, 300], "int", 1).dtype
+        dtype('int16')
+        >>> coerce_array([1.0, float("inf")], "float32", 1, finite=True, name="scores")
+        Traceback (most recent call last):
+        ...
+        ValueError: scores contain infinity; check the attribution (NaN is allowed and means 'not seen')
+    """
+    if dtype not in ARRAY_DTYPES:
+        raise ValueError(f"dtype must be one of {ARRAY_DTYPES}, got {dtype!r}")
+    try:
+        array = _to_numpy(value)
+    except Exception as exc:
+        raise ValueError(f"{name} must be array-like, got {type(value).__name__} ({exc})") from None
+    if array.dtype == object:
+        raise ValueError(f"{name} must hold numbers, got {type(value).__name__} of objects")
+    if array.ndim != ndim:
+        raise ValueError(f"{name} must be a {ndim}-D array, got shape {array.shape}")
+    try:
+        if dtype == "int":
+            array = narrowest_ints(array)
+        elif dtype == "int32":
+            array = narrowest_ints(array).astype(np.int32)
+        else:
+            array = array.astype(dtype)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: {exc}") from None
+    if finite and np.isinf(array).any():
+        raise ValueError(f"{name} contain infinity; check the attribution (NaN is allowed and means 'not seen')")
+    array = np.ascontiguousarray(array)  # astype above copied, so the caller's array is never shared
+    array.setflags(write=False)
+    return array
+
+
+def _encode(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        payload = array_to_buffer(value)
+        return {**payload, "data": base64.b64encode(bytes(payload["data"])).decode("ascii")}
+    if isinstance(value, bytes):
+        return {"base64": base64.b64encode(value).decode("ascii")}
+    return value
+
+
+@dataclass
+class ViewData:
+    """Base of the view-data dataclasses: the fields are the view's synced data traits.
+
+    ``ARRAYS`` maps each array field to ``(dtype, ndim, finite)``, the spec of its ``BinaryArray`` trait; array
+    fields are coerced on construction, so the data holds what the browser receives.
+
+    Example:
+        >>> sorted(VIEW_DATA)
+        ['comparison', 'concept_browser', 'example_list', 'generation', 'monitor', 'token_highlight']
+    """
+
+    VIEW: ClassVar[str] = ""
+    VERSION: ClassVar[int] = 1
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {}
+
+    def __post_init__(self) -> None:
+        for name, (dtype, ndim, finite) in self.ARRAYS.items():
+            value = getattr(self, name)
+            if value is not None:
+                setattr(self, name, coerce_array(value, dtype, ndim, finite=finite, name=name))
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        """The names of the data fields (= the view's synced data traits).
+
+        Example:
+            >>> GenerationData.field_names()[:3]
+            ['tokens', 'spaces_before', 'special_mask']
+        """
+        return [f.name for f in dataclasses.fields(cls)]
+
+    def to_traits(self) -> dict[str, Any]:
+        """The trait values, by trait name (arrays as numpy arrays; the traits serialise them).
+
+        Example:
+            >>> widget = TokenHighlightWidget(**data.to_traits())  # doctest: +SKIP
+        """
+        return {name: getattr(self, name) for name in self.field_names()}
+
+    def to_state(self) -> dict[str, Any]:
+        """The synced state as the traits send it: arrays as ``{"dtype", "shape", "data": memoryview}`` payloads.
+
+        Example:
+            >>> TokenHighlightData(tokens=["a"], spaces_before=[""], special_mask=[False], word_ids=[0],
+            ...                    sentence_ids=[0], scores=[[1.0]]).to_state()["scores"]["shape"]
+            [1, 1]
+        """
+        return {name: array_to_buffer(value) if isinstance(value, np.ndarray) else {} if name in self.ARRAYS else value
+                for name, value in self.to_traits().items()}  # fmt: skip
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able payload ``{"view", "version", "data"}``; arrays and bytes carry their bytes as base64.
+
+        Example:
+            >>> MonitorData(checkpoint=b"\\x00", checkpoint_schema={"series": [], "rows": 0}).to_json()["view"]
+            'monitor'
+        """
+        return {"view": self.VIEW, "version": self.VERSION,
+                "data": {name: _encode(value) for name, value in self.to_traits().items()}}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, payload: dict[str, Any]) -> "ViewData":
+        """Inverse of :meth:`to_json`; a payload of another view or of a newer format version is refused.
+
+        Example:
+            >>> GenerationData.from_json({"view": "monitor", "version": 1, "data": {}})
+            Traceback (most recent call last):
+            ...
+            ValueError: this payload holds 'monitor' view data, not 'generation'
+        """
+        if payload.get("view") != cls.VIEW:
+            raise ValueError(f"this payload holds {payload.get('view')!r} view data, not {cls.VIEW!r}")
+        if not isinstance(payload.get("version"), int) or payload["version"] > cls.VERSION:
+            raise ValueError(f"{cls.VIEW} view data has format version {payload.get('version')!r}; this version of "
+                             f"interp_widgets reads up to {cls.VERSION} (upgrade interp_widgets)")
+        data = dict(payload["data"])
+        for name, value in data.items():
+            if isinstance(value, dict) and set(value) == {"dtype", "shape", "data"}:
+                data[name] = buffer_to_array({**value, "data": base64.b64decode(value["data"])})
+            elif isinstance(value, dict) and set(value) == {"base64"}:
+                data[name] = base64.b64decode(value["base64"])
+        unknown = sorted(set(data) - set(cls.field_names()))
+        if unknown:
+            raise ValueError(f"unknown {cls.VIEW} fields {unknown}; expected {cls.field_names()}")
+        return cls(**data)
+
+
+_TOKEN_ARRAYS = {"special_mask": ("bool", 1, False), "word_ids": ("int", 1, False), "sentence_ids": ("int", 1, False),
+                 "scores": ("float32", 2, True)}  # fmt: skip
+
+
+@dataclass
+class TokenHighlightData(ViewData):
+    """What :class:`~interp_widgets.widgets.TokenHighlightWidget` draws: one text's tokens and a (targets, tokens)
+    score matrix, with word / sentence ids for the browser's sums.
+
+    Example:
+        >>> TokenHighlightData.VIEW, TokenHighlightData.VERSION
+        ('token_highlight', 1)
+    """
+
+    VIEW: ClassVar[str] = "token_highlight"
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = _TOKEN_ARRAYS
+
+    tokens: list[str]
+    spaces_before: list[str]
+    special_mask: np.ndarray
+    word_ids: np.ndarray
+    sentence_ids: np.ndarray
+    scores: np.ndarray
+    target_labels: list[str] = field(default_factory=list)
+    target_probs: list[float | None] = field(default_factory=list)
+    completeness_error: list[float | None] = field(default_factory=list)
+    method: str = ""
+    score_meaning: str = ""
+    signed: bool = True
+
+
+@dataclass
+class GenerationData(ViewData):
+    """What :class:`~interp_widgets.widgets.GenerationWidget` draws: prompt and generated tokens, one row of scores per
+    generated token (``step_tokens[s]`` is the token generated at step ``s``).
+
+    Example:
+        >>> GenerationData.ARRAYS["generated_mask"]
+        ('bool', 1, False)
+    """
+
+    VIEW: ClassVar[str] = "generation"
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "special_mask": ("bool", 1, False), "generated_mask": ("bool", 1, False), "scores": ("float32", 2, True)}
+
+    tokens: list[str]
+    spaces_before: list[str]
+    special_mask: np.ndarray
+    generated_mask: np.ndarray
+    scores: np.ndarray
+    step_tokens: list[int]
+    step_probs: list[float | None] = field(default_factory=list)
+    method: str = ""
+    score_meaning: str = ""
+    signed: bool = True
+
+
+@dataclass
+class ComparisonData(ViewData):
+    """What :class:`~interp_widgets.widgets.ComparisonWidget` draws: one row of scores per method and the pairwise
+    agreement tables per granularity (``{granularity: [{a, b, spearman, top_k_overlap, k}]}``).
+
+    Example:
+        >>> "agreements" in ComparisonData.field_names()
+        True
+    """
+
+    VIEW: ClassVar[str] = "comparison"
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = _TOKEN_ARRAYS
+
+    tokens: list[str]
+    spaces_before: list[str]
+    special_mask: np.ndarray
+    word_ids: np.ndarray
+    sentence_ids: np.ndarray
+    scores: np.ndarray
+    methods: list[str]
+    signed: list[bool]
+    target_label: str = ""
+    agreements: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    agreement_by: str = "magnitude"
+
+
+@dataclass
+class ExampleListData(ViewData):
+    """What :class:`~interp_widgets.widgets.ExampleListWidget` draws: many examples, their token arrays concatenated
+    (``tokens[i]`` gives each example's length) and the scores of each example's predicted class.
+
+    Example:
+        >>> ExampleListData.ARRAYS["scores"]
+        ('float32', 1, True)
+    """
+
+    VIEW: ClassVar[str] = "example_list"
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "scores": ("float32", 1, True)}
+
+    tokens: list[list[str]]
+    spaces_before: list[list[str]]
+    special_mask: np.ndarray
+    word_ids: np.ndarray
+    sentence_ids: np.ndarray
+    scores: np.ndarray
+    predicted: list[str]
+    confidence: list[float | None]
+    true_labels: list[str]
+    max_attribution: list[float]
+    signed: bool = True
+    method: str = ""
+
+
+@dataclass
+class ConceptBrowserData(ViewData):
+    """What :class:`~interp_widgets.widgets.ConceptBrowser` lists (the per-concept details travel on request).
+
+    Example:
+        >>> ConceptBrowserData.ARRAYS["text_top_concepts"]
+        ('int32', 2, False)
+    """
+
+    VIEW: ClassVar[str] = "concept_browser"
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "density": ("float32", 1, False), "max_activation": ("float32", 1, False), "importance": ("float32", 1, False),
+        "text_top_concepts": ("int32", 2, False), "text_top_values": ("float32", 2, False)}  # fmt: skip
+
+    method: str
+    layer: str
+    n_rows: int
+    labels: list[str]
+    top_tokens: list[list[str]]
+    density: np.ndarray
+    max_activation: np.ndarray
+    importance: np.ndarray | None
+    importance_label: str
+    text_tokens: list[list[str]]
+    text_gaps: list[list[str]]
+    text_top_concepts: np.ndarray
+    text_top_values: np.ndarray
+
+
+@dataclass
+class MonitorData(ViewData):
+    """What :class:`~interp_widgets.widgets.MonitorWidget` draws from its checkpoint: the whole history as bytes (steps
+    float64 LE, then each column float32 LE) with its schema ``{"series": names, "rows": n}``; new rows stream as
+    messages on top.
+
+    Example:
+        >>> MonitorData.field_names()
+        ['checkpoint', 'checkpoint_schema']
+    """
+
+    VIEW: ClassVar[str] = "monitor"
+
+    checkpoint: bytes = b""
+    checkpoint_schema: dict[str, Any] = field(default_factory=lambda: {"series": [], "rows": 0})
+
+
+#: Each view's data class by view (bundle) name.
+VIEW_DATA: dict[str, type[ViewData]] = {cls.VIEW: cls for cls in (
+    TokenHighlightData, GenerationData, ComparisonData, ExampleListData, ConceptBrowserData, MonitorData)}  # fmt: skip

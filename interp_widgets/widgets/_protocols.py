@@ -1,0 +1,142 @@
+"""The duck-typed inputs of the views, written as :class:`typing.Protocol` s (as in ``anywidget/_protocols.py``).
+
+The widgets are a leaf of the package: they import no compute package (``attribution``, ``concepts``,
+``geometry``), so they cannot name the result classes. These protocols say what a view reads from its input
+instead; ``AttributionResult``, ``ConceptInterpretation``, ``TextConcepts``, ``ConceptImportance`` and
+``GeometryLog`` satisfy them, and so does any object of the same shape.
+
+Example:
+    >>> from types import SimpleNamespace
+    >>> isinstance(SimpleNamespace(text="a", tokens=["a"], offsets=[(0, 1)], scores=[1.0]), ScoredTokens)
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+__all__ = ["ConceptImportanceLike", "ConceptSummary", "ConceptTexts", "ScoredTokens", "SeriesSource"]
+
+
+@runtime_checkable
+class ScoredTokens(Protocol):
+    """Scores of the tokens of one text (read by the token views).
+
+    Optional attributes, read when present: ``special_mask``, ``word_ids``, ``sentence_ids`` (one per token),
+    ``target_labels``, ``target_probs``, ``completeness_error`` (one per row of scores), ``method``, ``reduce`` (what a
+    score means), ``signed``, and for generations ``generated_mask`` and ``target_positions``.
+
+    Example:
+        >>> isinstance(object(), ScoredTokens)
+        False
+    """
+
+    text: str
+    tokens: Sequence[str]
+    offsets: Any  # (n_tokens, 2) character spans
+    scores: Any  # (n_targets, n_tokens) or (n_tokens,)
+
+
+@runtime_checkable
+class SeriesSource(Protocol):
+    """A live source of training curves (read by :class:`~interp_widgets.widgets.MonitorWidget`).
+
+    Optional: ``steps``, ``series_names()`` and ``series(name)`` for the rows it already holds.
+
+    Example:
+        >>> isinstance(object(), SeriesSource)
+        False
+    """
+
+    layers: Sequence[str]
+    x_label: str
+
+    def subscribe(self, callback: Callable[[Any, dict], None]) -> Callable[[], None]: ...
+
+    def on_flush(self, callback: Callable[..., None]) -> Any: ...
+
+
+@runtime_checkable
+class ConceptSummary(Protocol):
+    """Per-concept summaries (read by :class:`~interp_widgets.widgets.ConceptBrowser`): arrays indexed by concept.
+
+    ``examples[c]`` holds dicts with ``token``, ``context``, ``center``, ``activation``, ``text_id`` and
+    ``context_activations``; ``top_texts[c]`` / ``top_text_values[c]`` are text ids (-1 pad) into ``texts`` and their
+    largest activation; ``hist_counts[c]`` counts over ``hist_edges[c]``.
+
+    Example:
+        >>> isinstance(object(), ConceptSummary)
+        False
+    """
+
+    method: str
+    layer: str | None
+    labels: list[str]
+    density: np.ndarray
+    mean: np.ndarray
+    maximum: np.ndarray
+    minimum: np.ndarray
+    examples: list[list[dict]]
+    top_texts: np.ndarray
+    top_text_values: np.ndarray
+    texts: dict[str, str]
+    hist_counts: np.ndarray
+    hist_edges: np.ndarray
+    vocab_tokens: list[list[str]] | None
+    vocab_logits: np.ndarray | None
+    params: dict[str, Any]
+
+    def top_tokens(self, concept: int) -> list[str]: ...
+
+
+@runtime_checkable
+class ConceptTexts(Protocol):
+    """Concept coefficients of every token of one text (the concept browser's text view).
+
+    Example:
+        >>> isinstance(object(), ConceptTexts)
+        False
+    """
+
+    text: str
+    tokens: Sequence[str]
+    offsets: np.ndarray
+    special_mask: np.ndarray
+    coefficients: np.ndarray  # (n_tokens, n_concepts)
+
+
+@runtime_checkable
+class ConceptImportanceLike(ConceptTexts, Protocol):
+    """Concept texts that also know each concept's importance for a prediction (the browser's importance column).
+
+    Example:
+        >>> isinstance(object(), ConceptImportanceLike)
+        False
+    """
+
+    target_labels: list[str]
+
+    def per_concept(self, target: int | str | None = None) -> np.ndarray: ...
+
+    def target_label(self, target: int | str | None = None) -> str: ...
+
+
+@runtime_checkable
+class ExportableView(Protocol):
+    """What an export page needs of a view (every :class:`~interp_widgets.widgets.InterpWidget` has it): its bundled
+    front end and styles, its view data and its no-script fallback.
+
+    Example:
+        >>> from interp_widgets.widgets import TokenHighlightWidget
+        >>> isinstance(TokenHighlightWidget.from_arrays("Hi", ["Hi"], [(0, 2)], [0.5]), ExportableView)
+        True
+    """
+
+    _esm: Any
+    _css: Any
+
+    def view_data(self) -> Any: ...
+
+    def _fallback_html(self) -> str: ...

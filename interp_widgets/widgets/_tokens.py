@@ -1,0 +1,281 @@
+"""Shared library of the token views: the scored-token data taken from a result, the traits and validation of
+views that show scored tokens (:class:`TokenScoresWidget`, :class:`GroupedTokens`), and the helpers of their static
+pictures. The views themselves live in ``token_highlight.py``, ``comparison.py``, ``example_list.py`` and
+``generation.py``.
+
+Example:
+    >>> unit_sums([[0, 1], [2]], np.array([[1.0, np.nan, 2.0]])).tolist()
+    [[1.0, 2.0]]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+import traitlets
+
+from interp_widgets.text_units import GRANULARITIES, display_units
+from interp_widgets.view_data import TokenHighlightData
+from interp_widgets.widgets._base import InterpWidget
+from interp_widgets.widgets._traits import BinaryArray
+from interp_widgets.widgets._colour import format_score, score_colours
+from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, TokenPiece, unseen_colours
+
+_WHITESPACE_MARKERS = {" ": "\u00b7", "\n": "\u21b5\n", "\r": "\u240d", "\t": "\u2192"}
+ENCODINGS = ("colour", "underline")
+
+
+def display_token(text: str) -> str:
+    """Token text as drawn: whitespace-only tokens get visible markers, the empty token is "∅" (as in the JS view).
+
+    Example:
+        >>> display_token("\\t")
+        '→'
+    """
+    if text == "":
+        return "\u2205"
+    if text.strip():
+        return text
+    return "".join(_WHITESPACE_MARKERS.get(ch, "\u00b7") for ch in text)
+
+
+def _per_token(result: Any, name: str, n: int, dtype, default) -> np.ndarray:
+    value = getattr(result, name, None)
+    array = np.asarray(default if value is None else value)
+    if array.shape != (n,):
+        raise ValueError(f"{name} has shape {array.shape} but there are {n} tokens; pass one entry per token")
+    return array.astype(dtype)
+
+
+def _per_target(result: Any, name: str, n_targets: int) -> list[float | None]:
+    value = getattr(result, name, None)
+    if value is None:
+        return []
+    values = np.asarray(value, dtype=np.float64).reshape(-1)
+    if values.shape != (n_targets,):
+        raise ValueError(f"{name} has {values.size} entries for {n_targets} targets; pass one per target or None")
+    return [float(v) if math.isfinite(v) else None for v in values]
+
+
+def check_granularity(value: str) -> str:
+    """``value`` if it is a granularity the views know, else a ValueError naming the choices.
+
+    Example:
+        >>> check_granularity("word")
+        'word'
+    """
+    if value not in GRANULARITIES:
+        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {value!r}")
+    return value
+
+
+def _spaces_before(text: str, offsets: np.ndarray, special: np.ndarray) -> list[str]:
+    spaces, previous_end = [], 0
+    for (start, end), is_special in zip(offsets.tolist(), special.tolist()):
+        if is_special:
+            spaces.append("")
+            continue
+        spaces.append(text[previous_end:start] if start > previous_end else "")
+        previous_end = max(previous_end, end)
+    return spaces
+
+
+def _default_word_ids(spaces: list[str], special: np.ndarray) -> np.ndarray:
+    """A new word starts after whitespace or a special token (used when the result has no word ids)."""
+    ids, word, previous_special = np.full(len(spaces), -1, dtype=np.int64), -1, True
+    for i, (gap, is_special) in enumerate(zip(spaces, special.tolist())):
+        if is_special:
+            previous_special = True
+            continue
+        if gap or previous_special:
+            word += 1
+        ids[i], previous_special = word, False
+    return ids
+
+
+def unit_sums(units: list[list[int]], matrix: np.ndarray) -> np.ndarray:
+    """``(n_rows, n_units)`` sums of each unit's token scores per row, skipping NaN (NaN only if all are).
+
+    Example:
+        >>> unit_sums([[0, 1], [2]], np.array([[1.0, np.nan, 2.0]])).tolist()
+        [[1.0, 2.0]]
+    """
+    matrix = np.asarray(matrix, dtype=np.float64).reshape(-1, np.shape(matrix)[-1])
+    out = np.empty((matrix.shape[0], len(units)))
+    for u, unit in enumerate(units):
+        block = matrix[:, unit]
+        with np.errstate(all="ignore"):
+            out[:, u] = np.where(np.isnan(block).all(axis=1), np.nan, np.nansum(block, axis=1))
+    return out
+
+
+def finite_max(values: np.ndarray) -> float:
+    """Largest |value| ignoring NaN (0.0 when there is none).
+
+    Example:
+        >>> finite_max(np.array([np.nan, -3.0, 2.0]))
+        3.0
+    """
+    values = np.abs(np.asarray(values, dtype=np.float64))
+    values = values[~np.isnan(values)]
+    return float(values.max()) if values.size else 0.0
+
+
+def magnitude_ranks(values: np.ndarray) -> dict[int, int]:
+    """1-based rank of each non-NaN value by decreasing |value|, ties sharing the better rank (as the JS view).
+
+    Example:
+        >>> magnitude_ranks(np.array([0.1, -0.5, np.nan, 0.5]))
+        {1: 1, 3: 1, 0: 3}
+    """
+    order = sorted((i for i in range(len(values)) if not math.isnan(values[i])), key=lambda i: -abs(values[i]))
+    ranks: dict[int, int] = {}
+    for position, i in enumerate(order):
+        tie = position and abs(values[order[position - 1]]) == abs(values[i])
+        ranks[i] = ranks[order[position - 1]] if tie else position + 1
+    return ranks
+
+
+def token_pieces(tokens, spaces, units, sums, max_abs, signed, limit=MAX_STATIC_TOKENS):
+    """:class:`TokenPiece` per unit for the static SVG (at most ``limit``), and how many units were left out.
+
+    Example:
+        >>> pieces, omitted = token_pieces(["a"], [""], [[0]], np.array([1.0]), 1.0, True)
+        >>> pieces[0].background, omitted
+        ('#e66101', 0)
+    """
+    ranks = magnitude_ranks(sums)
+    pieces = []
+    for u, unit in enumerate(units[:limit]):
+        text = "".join((spaces[i] if k else "") + tokens[i] for k, i in enumerate(unit))
+        score = float(sums[u])
+        if math.isnan(score):
+            background, colour = unseen_colours()
+            title = f"{json.dumps(text, ensure_ascii=False)}: score none (not seen)"
+        else:
+            background, colour = score_colours(score, max_abs, signed)
+            title = f"{json.dumps(text, ensure_ascii=False)}: score {format_score(score, 6, signed)}, rank {ranks[u]} of {len(ranks)}"
+        pieces.append(TokenPiece(spaces[unit[0]], display_token(text), background, colour, title))
+    return pieces, max(0, len(units) - limit)
+
+
+def token_data(result: Any) -> TokenHighlightData:
+    """The view data of a result (any object shaped like :class:`~interp_widgets.widgets._protocols.ScoredTokens`),
+    checked against each other: shapes, spans inside the text, one label per target. The schema checks the rest
+    (dtype, dimensions, finite scores with NaN allowed: "not seen").
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> token_data(SimpleNamespace(text="a b", tokens=["a", "b"], offsets=[(0, 1), (2, 3)], scores=[1.0, 2.0])).spaces_before
+        ['', ' ']
+    """
+    missing = [name for name in ("text", "tokens", "offsets", "scores") if not hasattr(result, name)]
+    if missing:
+        raise TypeError(
+            f"{type(result).__name__} has no {', '.join(missing)}; pass an AttributionResult or use "
+            "TokenHighlightWidget.from_arrays(text, tokens, offsets, scores)"
+        )
+    text, tokens = result.text, list(result.tokens)
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    if not all(isinstance(token, str) for token in tokens):
+        raise TypeError("tokens must be a list of str (the text of each token)")
+    n = len(tokens)
+    if n == 0:
+        raise ValueError("tokens is empty: there is nothing to highlight; pass at least one token")
+    scores = np.asarray(result.scores, dtype=np.float64)
+    if scores.ndim == 1:
+        scores = scores[None, :]
+    if scores.ndim != 2 or scores.shape[1] != n or scores.shape[0] == 0:
+        raise ValueError(f"scores have shape {scores.shape} but there are {n} tokens; expected (n_targets, {n})")
+    n_targets = scores.shape[0]
+    offsets = np.asarray(result.offsets)
+    if offsets.shape != (n, 2):
+        raise ValueError(f"offsets have shape {offsets.shape}; expected ({n}, 2) character spans, one per token")
+    offsets = offsets.astype(np.int64)
+    special = _per_token(result, "special_mask", n, bool, np.zeros(n, bool))
+    real = offsets[~special]
+    if len(real) and ((real[:, 0] < 0).any() or (real[:, 0] > real[:, 1]).any() or (real[:, 1] > len(text)).any()):
+        raise ValueError(f"offsets must be spans 0 <= start <= end <= len(text) = {len(text)} for non-special tokens")
+    spaces = _spaces_before(text, offsets, special)
+    word_ids = _per_token(result, "word_ids", n, np.int64, _default_word_ids(spaces, special))
+    sentence_ids = _per_token(result, "sentence_ids", n, np.int64, np.where(special, -1, 0))
+    labels = getattr(result, "target_labels", None)
+    labels = [f"target {t}" for t in range(n_targets)] if labels is None else [str(label) for label in labels]
+    if len(labels) != n_targets:
+        raise ValueError(f"{len(labels)} target labels for {n_targets} rows of scores; pass one label per row")
+    return TokenHighlightData(
+        tokens=tokens, spaces_before=spaces, special_mask=special, word_ids=word_ids, sentence_ids=sentence_ids,
+        scores=scores, target_labels=labels, target_probs=_per_target(result, "target_probs", n_targets),
+        completeness_error=_per_target(result, "completeness_error", n_targets),
+        method=str(getattr(result, "method", "") or ""), score_meaning=str(getattr(result, "reduce", "") or ""),
+        signed=bool(getattr(result, "signed", True)),
+    )  # fmt: skip
+
+
+class TokenScoresWidget(InterpWidget):
+    """Shared part of the views that show scored tokens: the token texts, the binary score matrix, the colour or
+    underline encoding and the selected / hovered token, with their validation.
+
+    Example:
+        >>> from interp_widgets.widgets import TokenHighlightWidget
+        >>> issubclass(TokenHighlightWidget, TokenScoresWidget)
+        True
+    """
+
+    tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(sync=True, data=True)
+    scores = BinaryArray("float32", ndim=2, finite=True, help="(rows, n_tokens) scores; NaN = not seen.").tag(sync=True, data=True)
+    encoding = traitlets.Unicode("colour", help="'colour', or 'underline' (weight = magnitude, +/− marker).").tag(sync=True)
+    selected_token = traitlets.Int(-1, help="Token index clicked or chosen with Enter (-1: none).").tag(sync=True)
+    hovered_token = traitlets.Int(-1, help="Token index under the pointer (-1: none).").tag(sync=True)
+
+    @traitlets.validate("encoding")
+    def _check_encoding(self, proposal):
+        if proposal["value"] not in ENCODINGS:
+            raise ValueError(f"encoding must be one of {ENCODINGS}, got {proposal['value']!r}")
+        return proposal["value"]
+
+    @traitlets.validate("selected_token", "hovered_token")
+    def _check_token(self, proposal):
+        n = len(self.tokens)
+        if not -1 <= proposal["value"] < n:
+            raise ValueError(f"{proposal['trait'].name} {proposal['value']} is out of range; use -1 or 0..{n - 1}")
+        return proposal["value"]
+
+    def score_matrix(self) -> np.ndarray:
+        """The (rows, n_tokens) float32 scores as sent to the browser (rows = targets, steps or methods); the same
+        array as ``widget.scores``.
+
+        Example:
+            >>> widget.score_matrix().shape  # doctest: +SKIP
+            (2, 9)
+        """
+        return self.scores
+
+
+class GroupedTokens(traitlets.HasTraits):
+    """Traits of views whose tokens the browser groups into words or sentences (mixed into a widget class): word
+    and sentence ids travel once and the view sums scores per unit for the chosen ``granularity`` without a round
+    trip to the kernel.
+
+    Example:
+        >>> from interp_widgets.widgets import TokenHighlightWidget
+        >>> issubclass(TokenHighlightWidget, GroupedTokens)
+        True
+    """
+
+    special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
+    word_ids = BinaryArray("int", help="Word id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True, data=True)
+    sentence_ids = BinaryArray("int", help="Sentence id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True, data=True)
+    granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence'.").tag(sync=True)
+
+    @traitlets.validate("granularity")
+    def _check_granularity(self, proposal):
+        return check_granularity(proposal["value"])
+
+    def _group(self, show_special: bool, granularity: str | None = None) -> list[list[int]]:
+        return display_units(self.special_mask, self.word_ids, self.sentence_ids, granularity or self.granularity,
+                             show_special=show_special)
