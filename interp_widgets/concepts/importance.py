@@ -8,7 +8,7 @@ with the reconstruction residual kept: at the concept layer the hidden state ``h
 
 Example:
     >>> concepts  # the namespace's NMF concept model, fitted on layer 1 of the tiny classifier
-    NMFConcepts(8, max_fit_rows=200000, stream_epochs=1, random_state=0, nonnegative='relu') [fitted on 32 features]
+    NMFConcepts(8, max_fit_rows=200000, stream_epochs=1, random_state=0, nonnegative='shift') [fitted on 32 features]
     >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")
     >>> imp.tokens
     ['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]']
@@ -16,9 +16,9 @@ Example:
     (1, 7, 8)
     >>> imp.ranking().head(3).round(3)
        concept  contribution  gradient  coefficient
-    0        7         0.295     1.291        1.010
-    1        4         0.115     2.290        0.390
-    2        2        -0.008    -0.057        0.452
+    0        0         0.831    13.755        0.204
+    1        6        -0.196    -0.928        2.313
+    2        4        -0.148    -0.808        1.728
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class TextConcepts:
         >>> tc.tokens, tc.coefficients.shape
         (['[CLS]', 'Great', 'food', ',', 'slow', 'service', '.', '[SEP]'], (8, 8))
         >>> [(c, round(v, 2)) for c, v in tc.active_concepts(2)]
-        [(5, 0.22), (3, 0.17), (1, 0.07), (4, 0.04), (7, 0.04), (0, 0.04)]
+        [(7, 0.4), (6, 0.33), (5, 0.28), (4, 0.13), (3, 0.09), (2, 0.08), (1, 0.05)]
     """
 
     text: str
@@ -67,7 +67,7 @@ class TextConcepts:
         Example:
             >>> tc = text_concepts(concepts, model, tokenizer, "Great food, slow service.")
             >>> [(c, round(v, 2)) for c, v in tc.active_concepts(3, top=3)]
-            [(7, 0.42), (5, 0.23), (1, 0.04)]
+            [(6, 0.35), (7, 0.26), (1, 0.11)]
         """
         if not -len(self.tokens) <= int(position) < len(self.tokens):
             raise ValueError(f"position {position} out of range for {len(self.tokens)} tokens")
@@ -80,13 +80,14 @@ class TextConcepts:
 
         Example:
             >>> tc = text_concepts(concepts, model, tokenizer, "Slow service.")
-            >>> tc.to_dataframe().query("not special and coefficient > 0.1").round(3)
+            >>> tc.to_dataframe().query("not special and coefficient > 0.3").round(3)
                 position    token  start  end  special  concept  coefficient
-            9          1     Slow      0    4    False        1        0.130
-            15         1     Slow      0    4    False        7        0.119
-            20         2  service      5   12    False        4        0.182
-            28         3        .     12   13    False        4        0.173
-            29         3        .     12   13    False        5        0.171
+            14         1     Slow      0    4    False        6        0.322
+            15         1     Slow      0    4    False        7        0.507
+            21         2  service      5   12    False        5        0.511
+            23         2  service      5   12    False        7        0.347
+            29         3        .     12   13    False        5        0.463
+            31         3        .     12   13    False        7        0.330
         """
         import pandas as pd
 
@@ -164,11 +165,11 @@ class ConceptImportance(TextConcepts):
         >>> imp.target_labels, imp.contributions.shape
         (['negative', 'positive'], (2, 7, 8))
         >>> imp.per_concept("positive")[:4].round(3)
-        array([-0.001,  0.   , -0.008,  0.   ])
+        array([ 0.831, -0.01 ,  0.091,  0.053])
         >>> imp.ranking("negative").head(2).round(3)
            concept  contribution  gradient  coefficient
-        0        7        -0.193    -0.845        1.010
-        1        2        -0.130    -0.913        0.452
+        0        5        -0.873    -3.074        1.934
+        1        6        -0.310    -1.467        2.313
     """
 
     gradients: np.ndarray = None
@@ -225,9 +226,9 @@ class ConceptImportance(TextConcepts):
             >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")
             >>> imp.ranking("positive").head(3).round(3)
                concept  contribution  gradient  coefficient
-            0        7         0.295     1.291        1.010
-            1        4         0.115     2.290        0.390
-            2        2        -0.008    -0.057        0.452
+            0        0         0.831    13.755        0.204
+            1        6        -0.196    -0.928        2.313
+            2        4        -0.148    -0.808        1.728
         """
         import pandas as pd
 
@@ -250,9 +251,9 @@ class ConceptImportance(TextConcepts):
             (56, ['position', 'token', 'start', 'end', 'special', 'concept', 'coefficient', 'target', 'gradient', 'contribution'])
             >>> frame.groupby("concept").contribution.sum().round(3).head(3)
             concept
-            0   -0.001
-            1    0.000
-            2   -0.008
+            0    0.831
+            1   -0.010
+            2    0.091
             Name: contribution, dtype: float64
         """
         import pandas as pd
@@ -382,7 +383,7 @@ def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str,
         >>> imp.target_labels, round(float(imp.target_scores[0]), 3)
         (['positive'], 0.204)
         >>> imp.per_concept("positive").round(3)
-        array([-0.001,  0.   , -0.008,  0.   ,  0.115, -0.005,  0.005,  0.295])
+        array([ 0.831, -0.01 ,  0.091,  0.053, -0.148,  0.041, -0.196,  0.033])
         >>> concept_importance(concepts, model, tokenizer, "Not bad at all.").target_labels  # the predicted class
         ['positive']
     """
@@ -427,9 +428,9 @@ def mean_concept_importance(concept_model: ConceptModel, model, tokenizer, texts
         >>> frame = mean_concept_importance(concepts, model, tokenizer, texts[:5], target="positive", progress=False)
         >>> frame.head(3).round(3)
            concept  mean_contribution  mean_abs_contribution
-        0        1              0.197                  0.197
-        1        2             -0.114                  0.170
-        2        7              0.090                  0.090
+        0        0              0.185                  0.281
+        1        4             -0.256                  0.256
+        2        2              0.134                  0.192
     """
     import pandas as pd
     from tqdm.auto import tqdm
