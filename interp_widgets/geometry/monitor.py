@@ -82,6 +82,7 @@ class _LayerResolver:
 
     blocks = ModelAdapter.blocks
     get_layer = ModelAdapter.get_layer
+    resolve_layer = ModelAdapter.resolve_layer
 
 
 def resolve_module(model: nn.Module, layer: Union[str, int]) -> nn.Module:
@@ -97,7 +98,7 @@ def resolve_module(model: nn.Module, layer: Union[str, int]) -> nn.Module:
         'Linear'
     """
     if hasattr(model, "config"):
-        return _LayerResolver(model).get_layer(layer)[1]
+        return _LayerResolver(model).resolve_layer(layer).module
     modules = dict(model.named_modules())
     if isinstance(layer, str) and layer in modules and layer:
         return modules[layer]
