@@ -123,7 +123,7 @@ def export_notebook(notebook: str | Path, out: str | Path | None = None) -> Path
         >>> path = export_notebook(tmp / "run.ipynb")  # next to the notebook, with .html
         >>> path.name, path.stat().st_size > 1000
         ('run.html', True)
-        >>> export_notebook(tmp / "run.ipynb", tmp / "run.ipynb")
+        >>> export_notebook(tmp / "run.ipynb", tmp / "run.ipynb")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         ValueError: the output ... would overwrite the notebook; choose an .html path
