@@ -10,6 +10,8 @@
 - ``lm`` and ``lm_tokenizer``: a 2-layer GPT-2 causal LM with a byte-level BPE tokenizer
 - ``texts``: 40 sentences of the demo corpus
 - ``result``: a saliency ``AttributionResult`` of ``model`` on "Not bad at all, honestly."
+- ``store``: the per-token ``ActivationStore`` of ``model``'s layer 1 over ``texts`` (775 rows × 32)
+- ``concepts``: ``NMFConcepts(8, nonnegative="shift", random_state=0)`` fitted on ``store``
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ def _doctest_names(request):
     namespace.update(
         np=np, torch=torch, model=model, tokenizer=tokenizer, adapter=ModelAdapter(model, tokenizer),
         masked_lm=tiny_models.bert_masked_lm()[0], lm=lm, lm_tokenizer=lm_tokenizer, texts=corpus()[:40],
-        result=_saliency_result(Saliency, model, tokenizer),
+        result=_saliency_result(Saliency, model, tokenizer), **_concept_names(model, tokenizer, corpus()[:40]),
     )
     torch.manual_seed(0)
     np.random.seed(0)
@@ -57,6 +59,15 @@ def _saliency_result(method, model, tokenizer):
     if "result" not in _CACHE:
         _CACHE["result"] = method().attribute(model, tokenizer, "Not bad at all, honestly.")
     return _CACHE["result"]
+
+
+def _concept_names(model, tokenizer, texts):
+    if "concepts" not in _CACHE:
+        from interp_widgets.concepts import NMFConcepts, collect_activations
+
+        store = collect_activations(model, tokenizer, texts, layer=1, progress=False)
+        _CACHE["store"], _CACHE["concepts"] = store, NMFConcepts(8, nonnegative="shift", random_state=0).fit(store)
+    return {"store": _CACHE["store"], "concepts": _CACHE["concepts"]}
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -2,8 +2,18 @@
 
 Example:
     >>> import interp_widgets as iw
-    >>> model, tokenizer = iw.demo.load_classifier()                     # doctest: +SKIP
-    >>> iw.attribute(model, tokenizer, "Not bad at all.", granularity="word")  # doctest: +SKIP
+    >>> result = iw.attribute(model, tokenizer, "Not bad at all.", granularity="word",
+    ...                       method_params={"progress": False})
+    >>> result
+    AttributionResult(method='integrated_gradients', 5 words, targets=[positive (p=0.421)])
+    >>> result.tokens, result.scores.round(3)
+    (['Not', 'bad', 'at', 'all', '.'], array([[ 0.026, -0.138,  0.129,  0.072, -0.028]]))
+    >>> iw.concepts.collect_activations.__module__  # subpackages import on first use
+    'interp_widgets.concepts.activations'
+
+With the demo classifier instead of a tiny test model (not run here: a fresh machine fine-tunes it for minutes)::
+
+    model, tokenizer = iw.demo.load_classifier()
 """
 
 import importlib

@@ -19,8 +19,18 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``interp-widgets`` console script.
 
     Example:
-        >>> main(["demo", "--out", "report.html"])  # doctest: +SKIP
+        >>> import nbformat
+        >>> tmp = getfixture("tmp_path")
+        >>> nbformat.write(nbformat.v4.new_notebook(), tmp / "run.ipynb")
+        >>> main(["export", str(tmp / "run.ipynb"), "-o", str(tmp / "run.html")])  # doctest: +ELLIPSIS
+        /.../run.html
         0
+        >>> main(["export", str(tmp / "missing.ipynb")])
+        2
+
+    Not run here: ``demo`` fine-tunes the demo classifier and trains concepts (minutes on a CPU)::
+
+        main(["demo", "--text", "Not bad at all.", "--out", "report.html"])
     """
     parser = argparse.ArgumentParser(prog="interp-widgets", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)

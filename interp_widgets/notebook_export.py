@@ -9,8 +9,11 @@ request: every widget whose state was saved in the notebook (nbclient and ``jupy
 it) renders live from that state; widgets without saved state show their static fallback.
 
 Example:
-    >>> export_notebook("executed.ipynb", "executed.html")  # doctest: +SKIP
-    PosixPath('/home/me/executed.html')
+    >>> import nbformat
+    >>> tmp = getfixture("tmp_path")
+    >>> nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Results")]), tmp / "run.ipynb")
+    >>> export_notebook(tmp / "run.ipynb", tmp / "run.html") == (tmp / "run.html").resolve()
+    True
 """
 
 from __future__ import annotations
@@ -60,7 +63,13 @@ def has_widget_state(notebook) -> bool:
     """True if ``notebook`` (an ``nbformat`` node) carries saved widget state that can render live.
 
     Example:
-        >>> has_widget_state(nbformat.read("executed.ipynb", as_version=4))  # doctest: +SKIP
+        >>> import nbformat
+        >>> notebook = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")])
+        >>> has_widget_state(notebook)
+        False
+        >>> notebook.metadata["widgets"] = {WIDGET_STATE_MIME: {"version_major": 2, "version_minor": 0,
+        ...                                 "state": {"6f0c": {"model_name": "LayoutModel", "state": {}}}}}
+        >>> has_widget_state(notebook)
         True
     """
     saved = notebook.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE_MIME, {})
@@ -71,7 +80,12 @@ def notebook_html(notebook) -> str:
     """The offline page of ``notebook`` (an ``nbformat`` v4 node) as a string; see :func:`export_notebook`.
 
     Example:
-        >>> page = notebook_html(nbformat.read("executed.ipynb", as_version=4))  # doctest: +SKIP
+        >>> import nbformat
+        >>> page = notebook_html(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# Results")]))
+        >>> page.lstrip().startswith("<!DOCTYPE html>"), '<h1 id="Results">' in page
+        (True, True)
+        >>> any(cdn in page for cdn in ("cdnjs.cloudflare.com", "unpkg.com", "cdn.jsdelivr.net"))
+        False
     """
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
@@ -103,8 +117,16 @@ def export_notebook(notebook: str | Path, out: str | Path | None = None) -> Path
     state they show their static fallbacks.
 
     Example:
-        >>> export_notebook("notebooks/01_attributions.ipynb", "attributions.html")  # doctest: +SKIP
-        PosixPath('/home/me/attributions.html')
+        >>> import nbformat
+        >>> tmp = getfixture("tmp_path")
+        >>> nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), tmp / "run.ipynb")
+        >>> path = export_notebook(tmp / "run.ipynb")  # next to the notebook, with .html
+        >>> path.name, path.stat().st_size > 1000
+        ('run.html', True)
+        >>> export_notebook(tmp / "run.ipynb", tmp / "run.ipynb")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        ValueError: the output ... would overwrite the notebook; choose an .html path
     """
     import nbformat
 

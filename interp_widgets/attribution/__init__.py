@@ -8,7 +8,12 @@ hooks receive (:class:`~interp_widgets.attribution.base.ExplainedInput`,
 
 Example:
     >>> from interp_widgets.attribution import attribute
-    >>> result = attribute(model, tokenizer, "Not bad at all.", method="integrated_gradients")  # doctest: +SKIP
+    >>> result = attribute(model, tokenizer, "Not bad at all.", method="integrated_gradients",
+    ...                    method_params={"progress": False})
+    >>> result.method, result.target_labels, float(result.relative_completeness_error[0]) < 0.01
+    ('integrated_gradients', ['positive'], True)
+    >>> sorted(METHODS)[:4]
+    ['attention_rollout', 'gradient_shap', 'gradient_weighted_attention', 'input_x_gradient']
 
 The agreement statistics between methods (:func:`spearman`, :func:`top_k_overlap`, :func:`agreement_table`) are
 defined once in :mod:`interp_widgets.agreement`, which the comparison view also uses, and exported here.

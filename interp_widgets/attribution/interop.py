@@ -2,9 +2,15 @@
 
 Example:
     >>> from captum.attr import LayerIntegratedGradients
-    >>> attributions = lig.attribute(ids, baselines=ref, target=1)                  # doctest: +SKIP
-    >>> result = from_captum(attributions, tokenizer, text, target_label="positive")  # doctest: +SKIP
-    >>> result  # the token widget
+    >>> text = "Not bad at all."
+    >>> ids = tokenizer(text, return_tensors="pt").input_ids
+    >>> lig = LayerIntegratedGradients(lambda ids: model(input_ids=ids).logits, model.bert.embeddings)
+    >>> attributions = lig.attribute(ids, baselines=torch.full_like(ids, tokenizer.pad_token_id), target=2)
+    >>> result = from_captum(attributions, tokenizer, text, target_label="positive")
+    >>> result  # in a notebook, the token widget
+    AttributionResult(method='captum', 7 tokens, targets=[positive (p=nan)])
+    >>> result.tokens, result.scores.round(3)
+    (['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]'], array([[-0.32 ,  0.07 , -0.087,  0.088,  0.033, -0.008,  0.201]]))
 """
 
 from __future__ import annotations
@@ -99,13 +105,22 @@ def from_captum(
     ``text`` to restore them exactly (otherwise a space is guessed before every word-like token).
 
     Example:
-        >>> from_captum(lig.attribute(ids, baselines=ref, target=1), tokenizer, text, target_label="positive")  # doctest: +SKIP
+        >>> scores = torch.tensor([0.0, 0.5, -1.0, 0.1, 0.2, 0.0, 0.0])  # one score per token of tokenizer(text)
+        >>> result = from_captum(scores, tokenizer, "Not bad at all.", target_label="positive", method="my_method")
+        >>> result.tokens, result.special_mask.tolist()
+        (['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]'], [True, False, False, False, False, False, True])
+        >>> result.aggregate("word").scores.round(3)
+        array([[ 0.5, -1. ,  0.1,  0.2,  0. ]])
+        >>> normed = from_captum(torch.ones(1, 7, 32), tokenizer, "Not bad at all.", reduce="norm")
+        >>> normed.reduce, normed.signed, normed.scores.round(3)
+        ('L2 norm (unsigned)', False, array([[5.657, 5.657, 5.657, 5.657, 5.657, 5.657, 5.657]]))
     """
     if hasattr(attributions, "seq_attr") and hasattr(attributions, "input_tokens"):
         return _from_captum_llm(attributions, method=method, continuation=text)
     if tokenizer is None or text is None:
         raise TypeError("from_captum(tensor, tokenizer, text): pass the tokenizer and the text the tensor explains")
     values = _to_numpy(attributions)
+    normed = values.ndim >= 2 and reduce == "norm"  # 1-D scores are already reduced: kept as given (signed)
     if values.ndim == 3:
         if values.shape[0] != 1:
             raise ValueError(f"attributions have batch size {values.shape[0]}; pass one input at a time")
@@ -128,8 +143,8 @@ def from_captum(
         word_ids=enc.word_ids, sentence_ids=enc.sentence_ids,
         scores=values[None, :], target_labels=[target_label], target_probs=[target_prob], target_ids=[target_id],
         method=method, params={"source": "captum"},
-        reduce="sum over embedding dimension (signed)" if reduce == "sum" or values.ndim == 1 else "L2 norm (unsigned)",
-        signed=reduce == "sum",
+        reduce="L2 norm (unsigned)" if normed else "sum over embedding dimension (signed)",
+        signed=not normed,
     )
 
 
@@ -184,8 +199,16 @@ def from_interpreto(output, *, labels: Sequence[str] | None = None, text: str | 
     element is found in it, in order, ignoring case). ``method`` names the Interpreto method (the output does not).
 
     Example:
-        >>> outputs = interpreto.Occlusion(model, tokenizer)("Great film")           # doctest: +SKIP
-        >>> from_interpreto(outputs[0], labels=["negative", "positive"], text="Great film", method="Occlusion")  # doctest: +SKIP
+        >>> import copy, interpreto
+        >>> explainer = interpreto.Occlusion(copy.deepcopy(model), tokenizer)  # Interpreto may edit the model's config
+        >>> outputs = explainer("Great film")
+        >>> outputs[0].elements
+        ['great', 'film']
+        >>> result = from_interpreto(outputs[0], labels=model.config.id2label, text="Great film", method="Occlusion")
+        >>> result
+        AttributionResult(method='interpreto:Occlusion', 2 words, targets=[positive (p=nan)])
+        >>> result.tokens, result.scores.round(3), result.signed
+        (['Great', 'film'], array([[-0.333, -0.7  ]]), True)
     """
     for name in ("attributions", "elements"):
         if not hasattr(output, name):

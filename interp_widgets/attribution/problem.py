@@ -5,9 +5,9 @@ explain), then evaluates "rows" (modified copies of the input embeddings) throug
 rows of equal length into forward passes capped by ``max_batch_tokens``.
 
 Example:
-    >>> problems = prepare_inputs(adapter, ["Not bad."], target=None)  # doctest: +SKIP
-    >>> problems[0].target_labels                                      # doctest: +SKIP
-    ['positive']
+    >>> problems = prepare_inputs(adapter, ["Not bad."], target=None)
+    >>> problems[0].target_labels, problems[0].target_probs.round(3), problems[0].length
+    (['positive'], array([0.568]), 5)
 """
 
 from __future__ import annotations
@@ -92,7 +92,18 @@ def prepare_inputs(
       or ``None`` for the predicted token.
 
     Example:
-        >>> [p.target_labels for p in prepare_inputs(adapter, "The cat", max_new_tokens=3)]  # doctest: +SKIP
+        >>> [p.target_labels for p in prepare_inputs(adapter, ["Great food.", "Slow service."], target="negative")]
+        [['negative'], ['negative']]
+        >>> lm_adapter = ModelAdapter(lm, lm_tokenizer)
+        >>> generated = prepare_inputs(lm_adapter, "The room was", max_new_tokens=3)[0]
+        >>> generated.n_targets, generated.target_positions.tolist(), generated.generated_mask.tolist()
+        (3, [2, 3, 4], [False, False, False, True, True, True])
+        >>> forced = prepare_inputs(lm_adapter, "The room was", continuation=" clean")[0]
+        >>> forced.encoding.tokens, forced.target_labels
+        (['The', 'room', 'was', ' cle', 'an'], ["' cle'@3", "'an'@4"])
+        >>> masked = prepare_inputs(ModelAdapter(masked_lm, tokenizer), "The food was [MASK].", target="good")[0]
+        >>> masked.target_labels, masked.target_positions.tolist()
+        (['good'], [4])
     """
     encodings = adapter.encode_many(inputs)
     if true_labels is not None and len(true_labels) != len(encodings):
@@ -281,8 +292,11 @@ def plan_chunks(adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[
     evenly over the fewest passes that fit (``34`` rows with room for ``32`` run as ``17 + 17``, not ``32 + 2``).
 
     Example:
-        >>> [[(c.item, c.start, c.stop) for c in b] for b in plan_chunks(adapter, [5, 6, 5], [3, 3, 3])]  # doctest: +SKIP
+        >>> [[(c.item, c.start, c.stop) for c in b] for b in plan_chunks(adapter, [5, 6, 5], [3, 3, 3])]
         [[(0, 0, 3), (2, 0, 3)], [(1, 0, 3)]]
+        >>> small = ModelAdapter(model, tokenizer, max_batch_tokens=32 * 5)  # 32 rows of 5 tokens per pass
+        >>> [[(c.item, c.start, c.stop) for c in b] for b in plan_chunks(small, [5], [34])]
+        [[(0, 0, 17)], [(0, 17, 34)]]
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     groups: dict[int, list[int]] = {}
@@ -328,7 +342,17 @@ def evaluate_rows(
     the model's device. Passes hold rows of one length (see :func:`plan_chunks`).
 
     Example:
-        >>> evaluate_rows(adapter, problems, [8], build, consume, score="logit", with_grad=True)  # doctest: +SKIP
+        >>> problems = prepare_inputs(adapter, ["Not bad."], target="positive")
+        >>> x = adapter.embed(torch.as_tensor(problems[0].encoding.input_ids)[None])[0].detach()
+        >>> alphas = torch.linspace(0, 1, 5)  # five rows: the input embeddings scaled from 0 to 1
+        >>> def build(item, start, stop):
+        ...     return alphas[start:stop, None, None] * x, np.zeros(stop - start, dtype=np.int64)
+        >>> seen = []
+        >>> def consume(chunk, scores, grads):
+        ...     seen.append((chunk.item, [round(p, 3) for p in scores.tolist()], tuple(grads.shape)))
+        >>> evaluate_rows(adapter, problems, [5], build, consume, score="probability", with_grad=True)
+        >>> seen
+        [(0, [0.628, 0.626, 0.608, 0.585, 0.568], (5, 5, 32))]
     """
     for batch in plan_chunks(adapter, [p.length for p in problems], n_rows):
         pieces = [build_rows(chunk.item, chunk.start, chunk.stop) for chunk in batch]

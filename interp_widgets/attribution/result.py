@@ -6,8 +6,17 @@ completeness error. It aggregates to words or sentences, exports to pandas, alta
 as the token widget.
 
 Example:
-    >>> result = IntegratedGradients().attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
-    >>> result.aggregate("word").to_dataframe().head()                                 # doctest: +SKIP
+    >>> from interp_widgets.attribution import IntegratedGradients
+    >>> result = IntegratedGradients(progress=False).attribute(model, tokenizer, "Not bad at all.")
+    >>> result
+    AttributionResult(method='integrated_gradients', 7 tokens, targets=[positive (p=0.421)])
+    >>> result.aggregate("word").to_dataframe()[["target", "unit", "score"]].round(3)
+         target unit  score
+    0  positive  Not  0.026
+    1  positive  bad -0.138
+    2  positive   at  0.129
+    3  positive  all  0.072
+    4  positive    . -0.028
 """
 
 from __future__ import annotations
@@ -35,8 +44,10 @@ class AttributionResult:
     are tokens; after :meth:`aggregate` they are words or sentences (``tokens`` then holds the unit texts).
 
     Example:
-        >>> result.tokens[:3], result.scores.shape  # doctest: +SKIP
-        (['[CLS]', 'not', 'bad'], (1, 7))
+        >>> result.text, result.tokens[:3], result.scores.shape
+        ('Not bad at all, honestly.', ['[CLS]', 'Not', 'bad'], (1, 9))
+        >>> result.target_labels, result.target_probs.round(3), result.method, result.signed
+        (['positive'], array([0.63]), 'saliency', False)
     """
 
     text: str
@@ -83,7 +94,11 @@ class AttributionResult:
         """``|Σattr − Δf| / |Δf|`` per target (path methods only).
 
         Example:
-            >>> float(result.relative_completeness_error[0]) < 0.01  # doctest: +SKIP
+            >>> from interp_widgets.attribution import IntegratedGradients
+            >>> ig = IntegratedGradients(progress=False).attribute(model, tokenizer, "Not bad at all.")
+            >>> float(ig.relative_completeness_error[0]) < 0.01
+            True
+            >>> result.relative_completeness_error is None  # saliency is not a path method
             True
         """
         if self.completeness_error is None or self.score_delta is None:
@@ -94,8 +109,10 @@ class AttributionResult:
         """Row of ``scores`` for a target given by row index, label, or ``None`` (the first target).
 
         Example:
-            >>> result.target_index("positive")  # doctest: +SKIP
-            0
+            >>> from interp_widgets.attribution import Saliency
+            >>> both = Saliency(progress=False).attribute(model, tokenizer, "Not bad.", target=["negative", "positive"])
+            >>> both.target_index("positive"), both.target_index(-1), both.target_index()
+            (1, 1, 0)
         """
         if target is None:
             return 0
@@ -113,9 +130,13 @@ class AttributionResult:
         Special tokens are dropped unless ``include_special``; a unit is NaN for a target only if all its tokens are.
 
         Example:
-            >>> words = result.aggregate("word")           # doctest: +SKIP
-            >>> words.tokens                               # doctest: +SKIP
-            ['Not', 'bad', 'at', 'all', '.']
+            >>> words = result.aggregate("word")
+            >>> words.tokens, words.granularity
+            (['Not', 'bad', 'at', 'all', ',', 'honestly', '.'], 'word')
+            >>> words.scores.round(3)
+            array([[0.654, 0.918, 0.335, 0.328, 0.755, 0.56 , 1.29 ]])
+            >>> result.aggregate("sentence", how="maxabs").tokens
+            ['Not bad at all, honestly.']
         """
         if self.granularity != "token":
             raise ValueError(f"this result is already at {self.granularity} granularity; aggregate the token-level result")
@@ -179,8 +200,14 @@ class AttributionResult:
         """Long-format table: one row per (target, unit) with the score and the unit's character span.
 
         Example:
-            >>> result.to_dataframe().columns.tolist()  # doctest: +SKIP
+            >>> frame = result.to_dataframe()
+            >>> frame.columns.tolist()
             ['target', 'target_prob', 'position', 'unit', 'start', 'end', 'special', 'score', 'method', 'granularity']
+            >>> frame[["unit", "start", "end", "score"]].head(3).round(3)
+                unit  start  end  score
+            0  [CLS]      0    0  2.741
+            1    Not      0    3  0.654
+            2    bad      4    7  0.918
         """
         import pandas as pd
 
@@ -204,7 +231,9 @@ class AttributionResult:
         """An altair bar chart of the scores of one target, in text order, diverging colours centred on zero.
 
         Example:
-            >>> result.aggregate("word").chart()  # doctest: +SKIP
+            >>> chart = result.aggregate("word").chart()
+            >>> chart.mark, chart.title
+            ('bar', 'saliency: positive (p=0.630)')
         """
         import altair as alt
 
@@ -231,7 +260,12 @@ class AttributionResult:
         """A self-contained offline HTML page with the interactive token view (no kernel, no network).
 
         Example:
-            >>> Path("explanation.html").write_text(result.to_html())  # doctest: +SKIP
+            >>> page = result.to_html()
+            >>> page.startswith("<!DOCTYPE html>"), "honestly" in page, "https://" in page
+            (True, True, False)
+            >>> path = getfixture("tmp_path") / "explanation.html"
+            >>> path.write_text(page) == len(page)
+            True
         """
         return self.widget().to_html()
 
@@ -241,7 +275,8 @@ class AttributionResult:
         ``options`` go to the widget (``granularity="word"``, ``shared_scale=True`` …).
 
         Example:
-            >>> result.widget(granularity="word")  # doctest: +SKIP
+            >>> type(result.widget(granularity="word")).__name__
+            'TokenHighlightWidget'
         """
         from interp_widgets.widgets import GenerationWidget, TokenHighlightWidget
 
@@ -276,8 +311,9 @@ class AttributionResult:
         """Write the result to one ``.safetensors`` file (arrays) whose header metadata holds JSON (text, tokens, params).
 
         Missing parent directories are created. Never pickles. Example:
-            >>> path = result.save("explanation.safetensors")  # doctest: +SKIP
-            >>> AttributionResult.load(path)                   # doctest: +SKIP
+            >>> path = result.save(getfixture("tmp_path") / "explanation.safetensors")
+            >>> AttributionResult.load(path)
+            AttributionResult(method='saliency', 9 tokens, targets=[positive (p=0.630)])
         """
         from safetensors.numpy import save_file
 
@@ -291,8 +327,10 @@ class AttributionResult:
         """Read a result written by :meth:`save`.
 
         Example:
-            >>> AttributionResult.load("explanation.safetensors").method  # doctest: +SKIP
-            'integrated_gradients'
+            >>> path = result.save(getfixture("tmp_path") / "explanation.safetensors")
+            >>> again = AttributionResult.load(path)
+            >>> again.method, again.tokens == result.tokens, np.array_equal(again.scores, result.scores)
+            ('saliency', True, True)
         """
         fix = "pass the path of a file written by AttributionResult.save(path)"
         metadata, arrays = read_safetensors(path, what="a saved AttributionResult", fix=fix)
@@ -323,9 +361,12 @@ class AttributionCollection(Sequence[AttributionResult]):
     """Results for a batch of inputs, in input order.
 
     Example:
-        >>> results = IntegratedGradients().attribute(model, tokenizer, ["Great!", "Awful."])  # doctest: +SKIP
-        >>> results[0].method, len(results)                                                    # doctest: +SKIP
-        ('integrated_gradients', 2)
+        >>> from interp_widgets.attribution import IntegratedGradients
+        >>> results = IntegratedGradients(progress=False).attribute(model, tokenizer, ["Great!", "Awful."])
+        >>> results
+        AttributionCollection(2 results, method='integrated_gradients')
+        >>> results[0].method, len(results), [r.text for r in results]
+        ('integrated_gradients', 2, ['Great!', 'Awful.'])
     """
 
     def __init__(self, results: Sequence[AttributionResult]):
@@ -346,7 +387,10 @@ class AttributionCollection(Sequence[AttributionResult]):
         """Aggregate every result (see :meth:`AttributionResult.aggregate`).
 
         Example:
-            >>> results.aggregate("sentence")  # doctest: +SKIP
+            >>> from interp_widgets.attribution import Saliency
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, ["Great food. Slow service.", "Awful."])
+            >>> [r.tokens for r in results.aggregate("sentence")]
+            [['Great food.', 'Slow service.'], ['Awful.']]
         """
         return AttributionCollection([r.aggregate(granularity, how) for r in self.results])
 
@@ -354,7 +398,13 @@ class AttributionCollection(Sequence[AttributionResult]):
         """All results in one long table with an ``example`` column.
 
         Example:
-            >>> results.to_dataframe().groupby("example").score.sum()  # doctest: +SKIP
+            >>> from interp_widgets.attribution import Saliency
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, ["Great!", "Awful."])
+            >>> results.to_dataframe().groupby("example").score.sum().round(3)
+            example
+            0    6.257
+            1    7.475
+            Name: score, dtype: float64
         """
         import pandas as pd
 
@@ -365,7 +415,10 @@ class AttributionCollection(Sequence[AttributionResult]):
         """A paged, sortable, filterable list of the examples (``options`` go to ``ExampleListWidget``).
 
         Example:
-            >>> results.widget(page_size=5, sort_by="confidence")  # doctest: +SKIP
+            >>> from interp_widgets.attribution import Saliency
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, ["Great!", "Awful.", "Fine."])
+            >>> type(results.widget(page_size=5, sort_by="confidence")).__name__
+            'ExampleListWidget'
         """
         from interp_widgets.widgets import ExampleListWidget
 

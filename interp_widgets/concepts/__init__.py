@@ -1,9 +1,13 @@
 """Concepts: activations streamed from a layer, decomposed into concept directions, interpreted and scored.
 
 Example:
-    >>> from interp_widgets.concepts import collect_activations, NMFConcepts
-    >>> store = collect_activations(model, tokenizer, texts, layer="layer:3")   # doctest: +SKIP
-    >>> concepts = NMFConcepts(20, nonnegative="shift").fit(store)             # doctest: +SKIP
+    >>> from interp_widgets.concepts import collect_activations, NMFConcepts, text_concepts
+    >>> store = collect_activations(model, tokenizer, texts, layer="layer:1", progress=False)
+    >>> concepts = NMFConcepts(8, nonnegative="shift", random_state=0).fit(store)
+    >>> concepts.transform(store[:3]).shape
+    (3, 8)
+    >>> [(c, round(v, 2)) for c, v in text_concepts(concepts, model, tokenizer, "Not bad at all.").active_concepts(1, top=2)]
+    [(6, 0.42), (7, 0.23)]
 """
 
 from interp_widgets.concepts.activations import ActivationStore, collect_activations

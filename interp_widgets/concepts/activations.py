@@ -8,10 +8,14 @@ one chunk at a time, through short-lived numpy memory maps. :class:`ActivationSt
 store that reads all shards as one.
 
 Example:
-    >>> store = collect_activations(model, tokenizer, texts, layer="layer:3")  # doctest: +SKIP
-    >>> len(store), store.dim                                                 # doctest: +SKIP
-    (10542, 384)
-    >>> store.metadata().head()                                               # doctest: +SKIP
+    >>> store = collect_activations(model, tokenizer, texts, layer="layer:1", progress=False)
+    >>> len(store), store.dim
+    (775, 32)
+    >>> store.metadata().head(3)
+       row  text_id  position       token  start  end  token_id
+    0    0        0         1         The      0    3      1996
+    1    1        0         2       third      4    9      2353
+    2    2        0         3  generation     10   20      4245
 """
 
 from __future__ import annotations
@@ -101,10 +105,13 @@ class ActivationStore:
     store on disk holds at most one chunk in RAM at a time during streaming.
 
     Example:
-        >>> store = collect_activations(model, tokenizer, ["Great food.", "Slow service."], layer=1)  # doctest: +SKIP
-        >>> store.shape, store.in_memory                                                          # doctest: +SKIP
+        >>> store = collect_activations(model, tokenizer, ["Great food.", "Slow service."], layer=1, progress=False)
+        >>> store.shape, store.in_memory
         ((6, 32), True)
-        >>> for start, block in store.iter_chunks(4096): ...                                     # doctest: +SKIP
+        >>> store
+        ActivationStore(6 token rows × 32, layer='layer:1', 2 texts, in memory)
+        >>> store[0].shape, store[1:4].shape, store[[0, 5]].shape
+        ((32,), (3, 32), (2, 32))
     """
 
     def __init__(self, chunks: Sequence[np.ndarray], meta: dict[str, np.ndarray], texts: Sequence[str],
@@ -183,7 +190,12 @@ class ActivationStore:
         """Yield ``(first_row, block)`` over the whole store in order; ``rows`` re-blocks to that many rows.
 
         Example:
-            >>> total = sum(block.sum(0) for _, block in store.iter_chunks(8192))  # doctest: +SKIP
+            >>> store = collect_activations(model, tokenizer, texts, layer=1, progress=False)
+            >>> [(start, block.shape) for start, block in store.iter_chunks(200)]
+            [(0, (200, 32)), (200, (200, 32)), (400, (200, 32)), (600, (175, 32))]
+            >>> total = sum(block.sum(0) for _, block in store.iter_chunks(200))
+            >>> np.allclose(total, store.to_numpy().sum(0), atol=1e-3)
+            True
         """
         if rows is None:
             for start, chunk in zip(self._bounds[:-1], self._chunks):
@@ -200,7 +212,9 @@ class ActivationStore:
         within each chunk, so only one chunk is read into RAM at a time.
 
         Example:
-            >>> for batch in store.minibatches(1024, seed=1): ...  # doctest: +SKIP
+            >>> store = collect_activations(model, tokenizer, texts, layer=1, progress=False)
+            >>> [batch.shape for batch in store.minibatches(200, seed=1)]
+            [(200, 32), (200, 32), (200, 32), (175, 32)]
         """
         batch_size = check_int("batch_size", batch_size, minimum=1)
         rng = np.random.default_rng(seed)
@@ -229,8 +243,9 @@ class ActivationStore:
         """``n`` distinct random rows (all rows, in order, if the store has at most ``n``).
 
         Example:
-            >>> store.sample(10_000).shape  # doctest: +SKIP
-            (10000, 384)
+            >>> store = collect_activations(model, tokenizer, texts, layer=1, progress=False)
+            >>> store.sample(100).shape
+            (100, 32)
         """
         if len(self) <= int(n):
             return self[:]
@@ -241,7 +256,9 @@ class ActivationStore:
         """The whole matrix in RAM (beware: a store on disk can be larger than memory).
 
         Example:
-            >>> store.to_numpy().shape  # doctest: +SKIP
+            >>> store = collect_activations(model, tokenizer, ["Great food."], layer=1, progress=False)
+            >>> store.to_numpy().shape
+            (3, 32)
         """
         return self[:]
 
@@ -271,8 +288,13 @@ class ActivationStore:
         has no text span (special tokens).
 
         Example:
-            >>> store.tokens([0, 1, 2])  # doctest: +SKIP
-            ['Great', ' food', '.']
+            >>> store = collect_activations(model, tokenizer, ["Great food.", "Slow service."], layer=1, progress=False)
+            >>> store.tokens([0, 1, 2])
+            ['Great', 'food', '.']
+            >>> with_special = collect_activations(model, tokenizer, "Great food.", layer=1, include_special=True,
+            ...                                    progress=False)
+            >>> with_special.tokens()
+            ['[CLS]', 'Great', 'food', '.', '[SEP]']
         """
         rows = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
         spanless = self.info.get("spanless_tokens", {})
@@ -287,7 +309,9 @@ class ActivationStore:
         """Row indices of one text, in position order.
 
         Example:
-            >>> store.tokens(store.text_rows(0))  # doctest: +SKIP
+            >>> store = collect_activations(model, tokenizer, ["Great food.", "Slow service."], layer=1, progress=False)
+            >>> store.text_rows(1).tolist(), store.tokens(store.text_rows(1))
+            ([3, 4, 5], ['Slow', 'service', '.'])
         """
         if not 0 <= int(text_id) < len(self.texts):
             raise ValueError(f"text id {text_id} out of range; this store holds {len(self.texts)} texts")
@@ -298,7 +322,12 @@ class ActivationStore:
         """Row metadata as a DataFrame: ``row, text_id, position, token, start, end, token_id``.
 
         Example:
-            >>> store.metadata([0, 1])  # doctest: +SKIP
+            >>> store = collect_activations(model, tokenizer, ["Great food.", "Slow service."], layer=1, progress=False)
+            >>> store.metadata([0, 1, 3])
+               row  text_id  position  token  start  end  token_id
+            0    0        0         1  Great      0    5      2307
+            1    1        0         2   food      6   10      2833
+            2    3        1         1   Slow      0    4      4030
         """
         import pandas as pd
 
@@ -318,8 +347,13 @@ class ActivationStore:
         """Write the store to a directory (``manifest.json``, ``.npy`` chunks and metadata); reopen with :meth:`open`.
 
         Example:
-            >>> store.save("acts/layer3")                     # doctest: +SKIP
-            >>> ActivationStore.open("acts/layer3").shape     # doctest: +SKIP
+            >>> store = collect_activations(model, tokenizer, ["Great food.", "Slow service."], layer=1, progress=False)
+            >>> tmp = getfixture("tmp_path")
+            >>> store.save(tmp / "layer1").name
+            'layer1'
+            >>> reopened = ActivationStore.open(tmp / "layer1")
+            >>> reopened.shape, reopened.in_memory, np.array_equal(reopened[:], store[:])
+            ((6, 32), False, True)
         """
         path = Path(path)
         if path.is_file():
@@ -338,7 +372,11 @@ class ActivationStore:
         """Open a store saved with :meth:`save` or collected to ``path`` (also a directory of rank shards).
 
         Example:
-            >>> store = ActivationStore.open("acts/layer3")  # doctest: +SKIP
+            >>> tmp = getfixture("tmp_path")
+            >>> _ = collect_activations(model, tokenizer, texts[:5], layer=1, path=tmp / "acts", progress=False)
+            >>> store = ActivationStore.open(tmp / "acts")
+            >>> store  # doctest: +ELLIPSIS
+            ActivationStore(93 token rows × 32, layer='layer:1', 5 texts, on disk at .../acts)
         """
         path = Path(path)
         if (path / "manifest.json").is_file():
@@ -371,7 +409,11 @@ class ActivationStore:
         """Read several stores (for example rank shards) as one; text ids are renumbered to stay unique.
 
         Example:
-            >>> both = ActivationStore.concat([store_a, store_b])  # doctest: +SKIP
+            >>> store_a = collect_activations(model, tokenizer, "Great food.", layer=1, progress=False)
+            >>> store_b = collect_activations(model, tokenizer, "Slow service.", layer=1, progress=False)
+            >>> both = ActivationStore.concat([store_a, store_b])
+            >>> both.shape, both.text_ids.tolist(), both.texts
+            ((6, 32), [0, 0, 0, 1, 1, 1], ['Great food.', 'Slow service.'])
         """
         stores = list(stores)
         if not stores:
@@ -524,8 +566,18 @@ def collect_activations(
     The layers after ``layer`` are not run. The model is left untouched (modes restored, hooks removed).
 
     Example:
-        >>> store = collect_activations(model, tokenizer, demo.corpus(), layer="layer:3")         # doctest: +SKIP
-        >>> pooled = collect_activations(model, tokenizer, texts, layer=-1, unit="sentence")     # doctest: +SKIP
+        >>> store = collect_activations(model, tokenizer, texts, layer="layer:1", progress=False)
+        >>> store
+        ActivationStore(775 token rows × 32, layer='layer:1', 40 texts, in memory)
+        >>> pooled = collect_activations(model, tokenizer, texts, layer=-1, unit="sentence", progress=False)
+        >>> pooled.shape, pooled.positions[:3].tolist()  # one [CLS] row per text
+        ((40, 32), [0, 0, 0])
+        >>> small = collect_activations(model, tokenizer, texts, layer=0, memory_budget="10kB", progress=False)
+        >>> small.in_memory, small.shape == store.shape
+        (False, True)
+        >>> last = collect_activations(lm, lm_tokenizer, "The room was", layer=1, unit="sentence", progress=False)
+        >>> last.info["pooling"], last.tokens()  # a causal LM pools its last token; a sentence row shows its text
+        ('last', ['The room was'])
     """
     from tqdm.auto import tqdm
 

@@ -7,8 +7,18 @@ with the reconstruction residual kept: at the concept layer the hidden state ``h
 ``contributions`` are ``c × ∂score/∂c``.
 
 Example:
-    >>> imp = concept_importance(model, tokenizer, "Not bad at all.", concepts, target="positive")  # doctest: +SKIP
-    >>> imp.ranking().head()                                                                      # doctest: +SKIP
+    >>> concepts  # the namespace's NMF concept model, fitted on layer 1 of the tiny classifier
+    NMFConcepts(8, max_fit_rows=200000, stream_epochs=1, random_state=0, nonnegative='shift') [fitted on 32 features]
+    >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")
+    >>> imp.tokens
+    ['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]']
+    >>> imp.gradients.shape  # targets × tokens × concepts
+    (1, 7, 8)
+    >>> imp.ranking().head(3).round(3)
+       concept  contribution  gradient  coefficient
+    0        0         0.831    13.755        0.204
+    1        6        -0.196    -0.928        2.313
+    2        4        -0.148    -0.808        1.728
 """
 
 from __future__ import annotations
@@ -30,8 +40,11 @@ class TextConcepts:
     """Concept coefficients of every token of one text: ``coefficients[token, concept]``.
 
     Example:
-        >>> tc = text_concepts(concepts, model, tokenizer, "Great food, slow service.")  # doctest: +SKIP
-        >>> tc.active_concepts(2)                                                        # doctest: +SKIP
+        >>> tc = text_concepts(concepts, model, tokenizer, "Great food, slow service.")
+        >>> tc.tokens, tc.coefficients.shape
+        (['[CLS]', 'Great', 'food', ',', 'slow', 'service', '.', '[SEP]'], (8, 8))
+        >>> [(c, round(v, 2)) for c, v in tc.active_concepts(2)]
+        [(7, 0.4), (6, 0.33), (5, 0.28), (4, 0.13), (3, 0.09), (2, 0.08), (1, 0.05)]
     """
 
     text: str
@@ -52,8 +65,9 @@ class TextConcepts:
         """The concepts with the largest coefficients at one token position: ``[(concept, coefficient), ...]``.
 
         Example:
-            >>> tc.active_concepts(3, top=3)  # doctest: +SKIP
-            [(12, 4.1), (3, 2.0), (40, 0.7)]
+            >>> tc = text_concepts(concepts, model, tokenizer, "Great food, slow service.")
+            >>> [(c, round(v, 2)) for c, v in tc.active_concepts(3, top=3)]
+            [(6, 0.35), (7, 0.26), (1, 0.11)]
         """
         if not -len(self.tokens) <= int(position) < len(self.tokens):
             raise ValueError(f"position {position} out of range for {len(self.tokens)} tokens")
@@ -65,7 +79,15 @@ class TextConcepts:
         """Long table: one row per (token, concept) with the coefficient.
 
         Example:
-            >>> tc.to_dataframe().query("coefficient > 0")  # doctest: +SKIP
+            >>> tc = text_concepts(concepts, model, tokenizer, "Slow service.")
+            >>> tc.to_dataframe().query("not special and coefficient > 0.3").round(3)
+                position    token  start  end  special  concept  coefficient
+            14         1     Slow      0    4    False        6        0.322
+            15         1     Slow      0    4    False        7        0.507
+            21         2  service      5   12    False        5        0.511
+            23         2  service      5   12    False        7        0.347
+            29         3        .     12   13    False        5        0.463
+            31         3        .     12   13    False        7        0.330
         """
         import pandas as pd
 
@@ -84,7 +106,10 @@ class TextConcepts:
         """Altair heatmap of coefficients, tokens × concepts (``concepts`` restricts the columns).
 
         Example:
-            >>> tc.chart([0, 5, 9])  # doctest: +SKIP
+            >>> tc = text_concepts(concepts, model, tokenizer, "Slow service.")
+            >>> chart = tc.chart([0, 5, 7])
+            >>> chart.mark, chart.title
+            ('rect', 'NMFConcepts concepts at layer:1')
         """
         import altair as alt
 
@@ -104,8 +129,11 @@ class TextConcepts:
         """Write to one safetensors file with a JSON header (never pickle).
 
         Example:
-            >>> type(tc).load(tc.save("tc.safetensors")).tokens == tc.tokens  # doctest: +SKIP
-            True
+            >>> tc = text_concepts(concepts, model, tokenizer, "Slow service.")
+            >>> path = tc.save(getfixture("tmp_path") / "tc.safetensors")
+            >>> again = TextConcepts.load(path)
+            >>> again.tokens == tc.tokens, np.array_equal(again.coefficients, tc.coefficients)
+            (True, True)
         """
         arrays = {n: getattr(self, n) for n in self._ARRAYS if getattr(self, n, None) is not None}
         meta = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}
@@ -116,7 +144,11 @@ class TextConcepts:
         """Read a file written by :meth:`save`.
 
         Example:
-            >>> ConceptImportance.load("importance.safetensors")  # doctest: +SKIP
+            >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.")
+            >>> path = imp.save(getfixture("tmp_path") / "importance.safetensors")
+            >>> again = ConceptImportance.load(path)
+            >>> again.target_labels == imp.target_labels, np.array_equal(again.gradients, imp.gradients)
+            (True, True)
         """
         arrays, meta = load_bundle(path, f"interp_widgets.{cls.__name__}")
         return cls(**meta, **arrays)
@@ -129,8 +161,15 @@ class ConceptImportance(TextConcepts):
     ``contributions`` multiplies by the coefficients; :meth:`per_concept` sums them over tokens.
 
     Example:
-        >>> imp.per_concept("positive")[:5]  # doctest: +SKIP
-        >>> imp.ranking().head()             # doctest: +SKIP
+        >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target=["negative", "positive"])
+        >>> imp.target_labels, imp.contributions.shape
+        (['negative', 'positive'], (2, 7, 8))
+        >>> imp.per_concept("positive")[:4].round(3)
+        array([ 0.831, -0.01 ,  0.091,  0.053])
+        >>> imp.ranking("negative").head(2).round(3)
+           concept  contribution  gradient  coefficient
+        0        5        -0.873    -3.074        1.934
+        1        6        -0.310    -1.467        2.313
     """
 
     gradients: np.ndarray = None
@@ -177,7 +216,11 @@ class ConceptImportance(TextConcepts):
         classifier reads its prediction from [CLS], so at the last layer only [CLS] carries importance.
 
         Example:
-            >>> imp.per_concept(kind="gradient").shape  # doctest: +SKIP
+            >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.")
+            >>> imp.per_concept(kind="gradient").shape
+            (8,)
+            >>> imp.per_concept(include_special=False).round(3)  # layer 1 is the last: only [CLS] matters
+            array([0., 0., 0., 0., 0., 0., 0., 0.])
         """
         if kind not in ("contribution", "gradient"):
             raise ValueError(f"unknown kind {kind!r}; use 'contribution' or 'gradient'")
@@ -189,7 +232,12 @@ class ConceptImportance(TextConcepts):
         """Concepts ranked by absolute contribution to one target: concept, contribution, gradient, coefficient sum.
 
         Example:
-            >>> imp.ranking("positive").head()  # doctest: +SKIP
+            >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")
+            >>> imp.ranking("positive").head(3).round(3)
+               concept  contribution  gradient  coefficient
+            0        0         0.831    13.755        0.204
+            1        6        -0.196    -0.928        2.313
+            2        4        -0.148    -0.808        1.728
         """
         import pandas as pd
 
@@ -206,7 +254,16 @@ class ConceptImportance(TextConcepts):
         """Long table: one row per (target, token, concept) with coefficient, gradient and contribution.
 
         Example:
-            >>> imp.to_dataframe().groupby("concept").contribution.sum()  # doctest: +SKIP
+            >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")
+            >>> frame = imp.to_dataframe()
+            >>> len(frame), frame.columns.tolist()
+            (56, ['position', 'token', 'start', 'end', 'special', 'concept', 'coefficient', 'target', 'gradient', 'contribution'])
+            >>> frame.groupby("concept").contribution.sum().round(3).head(3)
+            concept
+            0    0.831
+            1   -0.010
+            2    0.091
+            Name: contribution, dtype: float64
         """
         import pandas as pd
 
@@ -220,7 +277,10 @@ class ConceptImportance(TextConcepts):
         """Altair bar chart of the ``top`` concepts by absolute contribution, signed colours centred on zero.
 
         Example:
-            >>> imp.chart("negative")  # doctest: +SKIP
+            >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="negative")
+            >>> chart = imp.chart("negative", top=5)
+            >>> chart.mark, chart.title, len(chart.data)
+            ('bar', 'concept importance for negative', 5)
         """
         import altair as alt
 
@@ -270,7 +330,11 @@ def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, l
     ``layer`` defaults to the layer the concept model was fitted on (known when it was fitted on a store).
 
     Example:
-        >>> tc = text_concepts(concepts, model, tokenizer, "The soup was cold.")  # doctest: +SKIP
+        >>> tc = text_concepts(concepts, model, tokenizer, "The soup was cold.")
+        >>> tc.layer, tc.method, tc.tokens
+        ('layer:1', 'NMFConcepts', ['[CLS]', 'The', 'soup', 'was', 'cold', '.', '[SEP]'])
+        >>> tc.special_mask.tolist()
+        [True, False, False, False, False, False, True]
     """
     adapter, layer_name, enc = _prepare(concept_model, model, tokenizer, text, layer)
     ids = torch.as_tensor(enc.input_ids, device=adapter.device)[None]
@@ -324,8 +388,13 @@ def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str,
     ``torch.autograd.grad`` (no ``.grad`` left on parameters) and modes are restored.
 
     Example:
-        >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")  # doctest: +SKIP
-        >>> imp.per_concept("positive")                                                                # doctest: +SKIP
+        >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")
+        >>> imp.target_labels, round(float(imp.target_scores[0]), 3)
+        (['positive'], 0.204)
+        >>> imp.per_concept("positive").round(3)
+        array([ 0.831, -0.01 ,  0.091,  0.053, -0.148,  0.041, -0.196,  0.033])
+        >>> concept_importance(concepts, model, tokenizer, "Not bad at all.").target_labels  # the predicted class
+        ['positive']
     """
     adapter, layer_name, enc = _prepare(concept_model, model, tokenizer, text, layer)
     if adapter.task not in (TASK_CLASSIFICATION, TASK_CAUSAL_LM):
@@ -365,7 +434,12 @@ def mean_concept_importance(concept_model: ConceptModel, model, tokenizer, texts
     absolute column.
 
     Example:
-        >>> mean_concept_importance(concepts, model, tokenizer, texts[:100], target="positive").head()  # doctest: +SKIP
+        >>> frame = mean_concept_importance(concepts, model, tokenizer, texts[:5], target="positive", progress=False)
+        >>> frame.head(3).round(3)
+           concept  mean_contribution  mean_abs_contribution
+        0        0              0.185                  0.281
+        1        4             -0.256                  0.256
+        2        2              0.134                  0.192
     """
     import pandas as pd
     from tqdm.auto import tqdm

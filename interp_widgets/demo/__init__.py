@@ -6,8 +6,12 @@ is needed, with a progress bar, and cached as safetensors in the user cache dire
 
 Example:
     >>> from interp_widgets import demo
-    >>> model, tokenizer = demo.load_classifier()      # doctest: +SKIP
-    >>> demo.load_dataset("test").head()               # doctest: +SKIP
+    >>> model, tokenizer = demo.load_classifier(progress=False)
+    >>> batch = tokenizer(list(demo.EXAMPLE_TEXTS[:2]), padding=True, return_tensors="pt")
+    >>> [model.config.id2label[int(i)] for i in model(**batch).logits.argmax(-1)]
+    ['positive', 'negative']
+    >>> demo.load_dataset("test")[["label", "domain", "phenomenon"]].iloc[0].tolist()
+    ['positive', 'electronics', 'mixed']
 """
 
 from __future__ import annotations
@@ -31,8 +35,14 @@ def cache_dir() -> Path:
     """Where the fine-tuned demo weights live: ``$INTERP_WIDGETS_CACHE`` or ``~/.cache/interp_widgets``.
 
     Example:
-        >>> cache_dir().name  # doctest: +SKIP
-        'interp_widgets'
+        >>> env = getfixture("monkeypatch")
+        >>> env.delenv("INTERP_WIDGETS_CACHE", raising=False)
+        >>> env.setenv("XDG_CACHE_HOME", "/srv/cache")
+        >>> cache_dir()
+        PosixPath('/srv/cache/interp_widgets')
+        >>> env.setenv("INTERP_WIDGETS_CACHE", "/data/iw")
+        >>> cache_dir()
+        PosixPath('/data/iw')
     """
     root = os.environ.get("INTERP_WIDGETS_CACHE")
     if root:
@@ -48,8 +58,11 @@ def load_dataset(split: str | None = None):
         split: ``"train"``, ``"test"`` or ``None`` for all rows.
 
     Example:
-        >>> len(load_dataset("test")) > 100
-        True
+        >>> test = load_dataset("test")
+        >>> len(test), test.columns.tolist()
+        (150, ['id', 'text', 'label', 'domain', 'phenomenon', 'split'])
+        >>> test.label.value_counts().sort_index().to_dict()
+        {'negative': 76, 'positive': 74}
     """
     import pandas as pd
 
@@ -113,9 +126,9 @@ def load_classifier(*, retrain: bool = False, progress: bool = True):
     :func:`training_report`.
 
     Example:
-        >>> model, tokenizer = load_classifier()  # doctest: +SKIP
-        >>> model.config.id2label                # doctest: +SKIP
-        {0: 'negative', 1: 'positive'}
+        >>> model, tokenizer = load_classifier(progress=False)
+        >>> model.config.id2label, model.config.num_hidden_layers, model.training
+        ({0: 'negative', 1: 'positive'}, 6, False)
     """
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
@@ -141,8 +154,11 @@ def training_report() -> dict:
     """Held-out metrics recorded when the cached classifier was trained (trains it if needed).
 
     Example:
-        >>> training_report()["test_accuracy"] >= 0.85  # doctest: +SKIP
-        True
+        >>> report = training_report()
+        >>> report["test_accuracy"] >= 0.85, report["n_train"], report["n_test"]
+        (True, 600, 150)
+        >>> sorted(report["accuracy_by_phenomenon"])
+        ['comparative', 'contrast', 'hedged', 'mixed', 'negation', 'plain']
     """
     target = cache_dir() / f"{_CACHE_VERSION}-{_fingerprint()}"
     if not (target / "training.json").exists():

@@ -11,9 +11,13 @@ nothing more.
 
 Example:
     >>> from interp_widgets.demo.decoder import load_decoder
-    >>> model, tokenizer = load_decoder()                                  # doctest: +SKIP
-    >>> ids = tokenizer("The hotel was", return_tensors="pt").input_ids    # doctest: +SKIP
-    >>> tokenizer.decode(model.generate(ids, max_new_tokens=12, do_sample=False)[0])  # doctest: +SKIP
+    >>> model, tokenizer = load_decoder(progress=False)
+    >>> prompt = tokenizer("The hotel was", return_tensors="pt")
+    >>> tokenizer.convert_ids_to_tokens(prompt.input_ids[0])
+    ['<|endoftext|>', 'The', 'Ġhotel', 'Ġwas']
+    >>> out = model.generate(**prompt, max_new_tokens=12, do_sample=False)
+    >>> tokenizer.decode(out[0], skip_special_tokens=True)
+    'The hotel was a bit of the first film was a bit of the game'
 """
 
 from __future__ import annotations
@@ -88,9 +92,9 @@ def load_decoder(retrain: bool = False, progress: bool = True):
     Returns ``(model, tokenizer)`` with the model in eval mode. Greedy generation is deterministic.
 
     Example:
-        >>> model, tokenizer = load_decoder()  # doctest: +SKIP
-        >>> model.config.model_type            # doctest: +SKIP
-        'gpt2'
+        >>> model, tokenizer = load_decoder(progress=False)
+        >>> model.config.model_type, model.config.n_layer, len(tokenizer), model.training
+        ('gpt2', 4, 2048, False)
     """
     from transformers import GPT2LMHeadModel, PreTrainedTokenizerFast
 
@@ -110,7 +114,10 @@ def decoder_report() -> dict:
     token after the leading boundary, including the end-of-text token.
 
     Example:
-        >>> decoder_report()["test_perplexity"] < 100  # doctest: +SKIP
+        >>> report = decoder_report()
+        >>> report["n_train_texts"], report["n_test_texts"], report["n_parameters"]
+        (600, 150, 1071872)
+        >>> report["train_perplexity"] < report["test_perplexity"] < 300  # a toy: it overfits its 13k tokens
         True
     """
     target = _target()
@@ -123,8 +130,10 @@ def encode_texts(tokenizer, texts: list[str]) -> list[list[int]]:
     """Token ids of each text as the decoder sees it in training: boundary, text, boundary.
 
     Example:
-        >>> encode_texts(tokenizer, ["Nice."])  # doctest: +SKIP
-        [[0, 45, 14, 0]]
+        >>> model, tokenizer = load_decoder(progress=False)
+        >>> ids = encode_texts(tokenizer, ["Nice."])
+        >>> ids, tokenizer.convert_ids_to_tokens(ids[0])
+        ([[0, 1439, 14, 0]], ['<|endoftext|>', 'Nice', '.', '<|endoftext|>'])
     """
     eos = tokenizer.eos_token_id
     return [ids + [eos] for ids in tokenizer(texts)["input_ids"]]
@@ -134,8 +143,11 @@ def perplexity(model, tokenizer, texts: list[str], batch_size: int = 64) -> floa
     """exp(mean per-token negative log-likelihood) of ``texts`` (each scored from its leading boundary token).
 
     Example:
-        >>> perplexity(model, tokenizer, ["The staff were friendly."])  # doctest: +SKIP
-        23.4
+        >>> model, tokenizer = load_decoder(progress=False)
+        >>> fluent = perplexity(model, tokenizer, ["The staff were friendly."])
+        >>> scrambled = perplexity(model, tokenizer, ["Friendly staff the were."])
+        >>> fluent < scrambled
+        True
     """
     import torch
 

@@ -2,8 +2,13 @@
 self-contained offline HTML page.
 
 Example:
-    >>> from interp_widgets.demo.report import build_report
-    >>> html = build_report(["Not bad at all."], steps=6)  # doctest: +SKIP
+    >>> from interp_widgets.demo import report
+    >>> report.CONCEPT_LAYER, report.N_CONCEPTS, report.CONCEPT_K, report.MONITOR_LAYERS, report.DEFAULT_STEPS
+    ('layer:3', 32, 4, ('layer:2', 'layer:4'), 12)
+
+Not run here: the report trains concepts and fine-tunes the demo classifier (about 3 minutes on a CPU)::
+
+    html = report.build_report(["Not bad at all."], steps=6)
 """
 
 from __future__ import annotations
@@ -34,7 +39,15 @@ def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, progress: 
        under :class:`~interp_widgets.geometry.AnisotropyMonitor`, shown in the monitor widget.
 
     Example:
-        >>> html = build_report(["Not bad at all."], steps=6, progress=False)  # doctest: +SKIP
+        >>> build_report([])
+        Traceback (most recent call last):
+        ...
+        ValueError: build_report needs at least one text to explain
+
+    Not run here: it trains concepts and fine-tunes the demo classifier (about 3 minutes on a CPU)::
+
+        html = build_report(["Not bad at all."], steps=6, progress=False)
+        pathlib.Path("report.html").write_text(html, encoding="utf-8")
     """
     from interp_widgets import demo
     from interp_widgets.widgets.export import html_page
@@ -93,7 +106,10 @@ def concept_browser(model, tokenizer, texts: Sequence[str], *, progress: bool = 
     prediction for each of ``texts``.
 
     Example:
-        >>> browser = concept_browser(*demo.load_classifier(), ["Not bad at all."])  # doctest: +SKIP
+        Not run here: it trains a 32-concept sparse autoencoder on the demo classifier (several seconds)::
+
+            from interp_widgets import demo
+            browser = concept_browser(*demo.load_classifier(), ["Not bad at all."])
     """
     from interp_widgets import demo
     from interp_widgets.concepts import SparseAutoencoder, collect_activations, concept_importance, interpret_concepts
@@ -124,7 +140,9 @@ def monitored_fine_tuning(steps: int = DEFAULT_STEPS, *, progress: bool = True):
     :class:`~interp_widgets.geometry.AnisotropyMonitor` (layers 2 and 4, rank 8) and return the monitor.
 
     Example:
-        >>> monitored_fine_tuning(6, progress=False).widget()  # doctest: +SKIP
+        Not run here: it fine-tunes the 6-layer demo classifier under the monitor (tens of seconds on a CPU)::
+
+            monitored_fine_tuning(6, progress=False).widget()
     """
     import torch
     from tqdm.auto import tqdm
