@@ -468,3 +468,33 @@ def test_bad_tracker_arguments(tmp_path):
         TensorBoardTracker(log_dir=str(tmp_path), prefix="geometry/")
     with pytest.raises(TypeError, match="needs an AnisotropyMonitor or a GeometryLog"):
         TensorBoardTracker(log_dir=str(tmp_path)).attach(object())
+
+
+def test_readme_tracker_example_runs(bert_classifier, tmp_path, mlflow_uri, monkeypatch):
+    """The README's tracker block (a ``py`` block: tests/test_readme.py runs only the three family examples)."""
+    import re
+
+    import mlflow
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    (block,) = [b for b in re.findall(r"```py\n(.*?)```", readme, flags=re.S) if "Tracker" in b]
+    monkeypatch.chdir(tmp_path)
+    model, tokenizer = bert_classifier
+    watched = copy.deepcopy(model)
+    monitor = AnisotropyMonitor(watched, LAYERS, rank=4, n_controls=5, total_steps=STEPS, fit_fraction=0.5)
+    namespace = {"monitor": monitor}
+    exec(compile(block, "README tracker block", "exec"), namespace)
+    try:
+        with monitor:
+            _plain_loop(watched, tokenizer, monitor)
+    finally:
+        run_id = mlflow.active_run().info.run_id
+        mlflow.end_run()
+        namespace["wandb"].finish()
+        mlflow.set_tracking_uri(mlflow_uri)
+    expected = monitor_series(monitor, "energy_ratio|layer:1")
+    assert_same(tensorboard_scalars(tmp_path / "runs" / "minilm")["geometry/energy_ratio/layer:1"], expected, 1e-6)
+    client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    assert_same(mlflow_series(client, run_id, "geometry/energy_ratio/layer_1"), expected)
+    (run_dir,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
+    assert_same(wandb_series(wandb_records(run_dir)[0], "geometry/energy_ratio/layer:1", "geometry/step"), expected)
