@@ -241,7 +241,6 @@ def test_trainer_callback_reports_beside_the_trainers_own_loggers(bert_classifie
     model, tokenizer = bert_classifier
     client, experiment = mlflow_experiment
     monkeypatch.setenv("MLFLOW_EXPERIMENT_ID", experiment)
-    monkeypatch.chdir(tmp_path)  # the W&B run directory of the Trainer's WandbCallback (wandb.init without dir=)
     monkeypatch.setenv("WANDB_PROJECT", "trackers")
     report_to = ["tensorboard", "wandb", "mlflow"]
     try:
@@ -262,8 +261,9 @@ def test_trainer_callback_reports_beside_the_trainers_own_loggers(bert_classifie
     # geometry step s sits at the Trainer's global_step s + 1, the step its loggers give that update's loss
     expected = monitor_series(monitor, "energy_ratio|layer:0", offset=1)
     assert [s for s, _ in expected] == [3, 4]
-    (trainer_dir,) = [p for p in (tmp_path / "watched" / "runs").iterdir() if (p / "geometry").is_dir()]
-    tb_trainer, tb_geometry = tensorboard_scalars(trainer_dir), tensorboard_scalars(trainer_dir / "geometry")
+    runs = sorted((tmp_path / "watched" / "runs").iterdir())
+    assert len(runs) == 2 and runs[1].name.endswith("-geometry")  # a TensorBoard run beside the Trainer's
+    tb_trainer, tb_geometry = tensorboard_scalars(runs[0]), tensorboard_scalars(runs[1])
     assert [s for s, _ in tb_trainer["train/loss"]] == [1, 2, 3, 4]
     assert_same(tb_geometry["geometry/energy_ratio/layer:0"], expected, rtol=1e-6)
     assert_same(tb_geometry["geometry/loss"], monitor_series(monitor, "loss", offset=1), rtol=1e-6)
@@ -291,7 +291,7 @@ def test_trainer_callback_report_to_names_and_errors(bert_classifier, tmp_path):
     with pytest.raises(ValueError, match="no active W&B run"):
         trainer_trackers(["wandb"], [], str(tmp_path))
     (tensorboard,) = trainer_trackers("trainer", ["tensorboard", "codecarbon"], str(tmp_path))
-    assert tensorboard.step_offset == 1 and Path(tensorboard.writer.log_dir).name == "geometry"
+    assert tensorboard.step_offset == 1 and Path(tensorboard.writer.log_dir).name.endswith("-geometry")
     tensorboard.close()
 
 
@@ -490,11 +490,11 @@ def test_readme_tracker_example_runs(bert_classifier, tmp_path, mlflow_uri, monk
     finally:
         run_id = mlflow.active_run().info.run_id
         mlflow.end_run()
+        wandb_dir = namespace["wandb"].run.dir
         namespace["wandb"].finish()
         mlflow.set_tracking_uri(mlflow_uri)
     expected = monitor_series(monitor, "energy_ratio|layer:1")
     assert_same(tensorboard_scalars(tmp_path / "runs" / "minilm")["geometry/energy_ratio/layer:1"], expected, 1e-6)
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     assert_same(mlflow_series(client, run_id, "geometry/energy_ratio/layer_1"), expected)
-    (run_dir,) = glob.glob(str(tmp_path / "wandb" / "offline-run-*"))
-    assert_same(wandb_series(wandb_records(run_dir)[0], "geometry/energy_ratio/layer:1", "geometry/step"), expected)
+    assert_same(wandb_series(wandb_records(Path(wandb_dir).parent)[0], "geometry/energy_ratio/layer:1", "geometry/step"), expected)

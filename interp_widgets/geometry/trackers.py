@@ -515,17 +515,18 @@ TRAINER_INTEGRATIONS = ("tensorboard", "wandb", "mlflow")
 
 
 def _trainer_tensorboard_dir(output_dir: str) -> str:
-    """Where the Trainer's ``TensorBoardCallback`` writes (``TENSORBOARD_LOGGING_DIR`` or
-    ``<output_dir>/runs/<date>_<host>``), plus ``/geometry``: a run of its own next to the Trainer's, since two
-    writers appending to one run directory confuse TensorBoard's live reloading."""
+    """A TensorBoard run of its own next to the Trainer's (two writers appending to one run directory confuse
+    TensorBoard's live reloading): ``$TENSORBOARD_LOGGING_DIR/geometry`` when that is set (the Trainer writes into it),
+    else ``<output_dir>/runs/<date>_<host>-geometry`` beside the Trainer's ``<output_dir>/runs/<date>_<host>``."""
     import os
     import socket
     from datetime import datetime
 
     base = os.getenv("TENSORBOARD_LOGGING_DIR")
-    if base is None:
-        base = os.path.join(output_dir, "runs", datetime.now().strftime("%b%d_%H-%M-%S") + "_" + socket.gethostname())
-    return os.path.join(os.path.expanduser(base), "geometry")
+    if base is not None:
+        return os.path.join(os.path.expanduser(base), "geometry")
+    name = datetime.now().strftime("%b%d_%H-%M-%S") + "_" + socket.gethostname() + "-geometry"
+    return os.path.join(output_dir, "runs", name)
 
 
 def trainer_trackers(report_to, trainer_report_to, output_dir: str) -> list[Tracker]:
@@ -534,9 +535,9 @@ def trainer_trackers(report_to, trainer_report_to, output_dir: str) -> list[Trac
     ``report_to="trainer"`` follows ``TrainingArguments.report_to`` (its TensorBoard, W&B and MLflow entries; others
     are left to the Trainer); a list names integrations among ``"tensorboard"``, ``"wandb"``, ``"mlflow"``; ``[]``
     sends nothing (attach a :class:`Tracker` yourself for anything else). Geometry step ``s`` is written at the
-    Trainer's ``global_step = s + 1``, the step its own loggers give the loss of that update: TensorBoard into
-    ``<Trainer's logging dir>/geometry``, W&B on the ``train/global_step`` axis of ``wandb.run``, MLflow into the
-    active run the Trainer started.
+    Trainer's ``global_step = s + 1``, the step its own loggers give the loss of that update: TensorBoard into a run
+    beside the Trainer's (``<output_dir>/runs/<date>_<host>-geometry``, or ``$TENSORBOARD_LOGGING_DIR/geometry``),
+    W&B on the ``train/global_step`` axis of ``wandb.run``, MLflow into the active run the Trainer started.
 
     Example:
         >>> trainer_trackers("trainer", ["codecarbon"], "out")
