@@ -17,12 +17,18 @@
 from __future__ import annotations
 
 import os
+import tempfile
 
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# experiment trackers (interp_widgets.geometry.trackers) stay local: W&B offline, no MLflow usage telemetry
+os.environ.setdefault("WANDB_MODE", "offline")
+os.environ.setdefault("WANDB_DIR", tempfile.mkdtemp(prefix="wandb-"))  # runs started without dir= stay out of the repo
+os.environ.setdefault("WANDB_SILENT", "true")
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 
 
 @pytest.fixture(autouse=True)

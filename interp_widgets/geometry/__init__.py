@@ -5,7 +5,9 @@ IsoScore*), ``spectral`` (spectral dimension) and ``subspaces`` (subspace compar
 of arXiv 2604.08764 is ``moments`` (streamed moments), ``proxy`` (:class:`TangentProxy`), ``schedule``
 (:class:`ProxySchedule`), ``controls`` (:func:`normal_controls`) and ``alignment`` (:func:`gradient_alignment`);
 ``monitor`` runs it live during training (:class:`AnisotropyMonitor`), ``replay`` over saved checkpoints,
-``trainer`` wires it into the Hugging Face Trainer; ``history`` stores the results (:class:`GeometryLog`).
+``trainer`` wires it into the Hugging Face Trainer and ``lightning`` into PyTorch Lightning
+(:class:`LightningMonitorCallback`); ``history`` stores the results (:class:`GeometryLog`), ``trackers`` sends them to
+TensorBoard, Weights & Biases and MLflow (:class:`TensorBoardTracker`, :class:`WandbTracker`, :class:`MLflowTracker`).
 
 Example:
     >>> import torch
@@ -43,6 +45,7 @@ from interp_widgets.geometry.spectral import (
     stable_rank,
 )
 from interp_widgets.geometry.subspaces import linear_cka, orthonormalize, principal_angles, projection_energy
+from interp_widgets.geometry.trackers import DEFAULT_METRICS, MLflowTracker, TensorBoardTracker, Tracker, WandbTracker
 
 
 def __getattr__(name):
@@ -50,6 +53,10 @@ def __getattr__(name):
         from interp_widgets.geometry.trainer import MonitorCallback
 
         return MonitorCallback
+    if name == "LightningMonitorCallback":  # imported lazily: it needs the optional lightning package
+        from interp_widgets.geometry.lightning import LightningMonitorCallback
+
+        return LightningMonitorCallback
     if name == "GeometryMonitor":  # deprecated alias, resolved here so that importing it can warn
         from interp_widgets.geometry._deprecated import GEOMETRY_MONITOR_DEPRECATION, GeometryMonitor
 
@@ -61,14 +68,20 @@ def __getattr__(name):
 __all__ = [
     "AlignmentResult",
     "AnisotropyMonitor",
+    "DEFAULT_METRICS",
     "FrequencyAnalysis",
     "GeometryLog",
     "LAYER_METRICS",
+    "LightningMonitorCallback",
+    "MLflowTracker",
     "MonitorCallback",
     "Moments",
     "ProxySchedule",
     "SelfSimilarity",
     "TangentProxy",
+    "TensorBoardTracker",
+    "Tracker",
+    "WandbTracker",
     "average_cosine",
     "average_cosine_cross_sequence",
     "cosine_contributions",

@@ -12,7 +12,12 @@ bit-identical to training without it.
 * ``on_log``: forwards numeric Trainer logs (``learning_rate``, ``grad_norm``, …; the Trainer's running ``loss``
   as ``trainer_loss``) with :meth:`~interp_widgets.geometry.monitor.AnisotropyMonitor.log`, attached to the
   step just completed (``global_step − 1``);
-* ``on_train_end``: removes the hooks it installed.
+* ``on_train_end``: removes the hooks it installed and closes the trackers it opened.
+
+Trackers (:mod:`interp_widgets.geometry.trackers`): by default (``report_to="trainer"``) the geometry goes to the
+TensorBoard, W&B and MLflow integrations of ``TrainingArguments.report_to``, beside the Trainer's own logs and at
+the same ``global_step`` (a geometry ``geometry/…`` section; the Trainer logs it forwards to the monitor are not
+sent again); see :func:`~interp_widgets.geometry.trackers.trainer_trackers`.
 
 The Trainer calls no callback when training raises, so for hook removal on errors and Ctrl-C wrap the call:
 ``with monitor: trainer.train()`` (the callback then leaves hook management to the ``with`` block).
@@ -41,6 +46,7 @@ import numbers
 from transformers import TrainerCallback
 
 from interp_widgets.geometry.monitor import AnisotropyMonitor
+from interp_widgets.geometry.trackers import check_report_to, trainer_trackers
 
 __all__ = ["MonitorCallback"]
 
@@ -50,6 +56,8 @@ class MonitorCallback(TrainerCallback):
 
     Args:
         monitor: the monitor, built on the same model object the Trainer trains.
+        report_to: ``"trainer"`` (follow ``TrainingArguments.report_to``), or a list among ``"tensorboard"``,
+            ``"wandb"``, ``"mlflow"``; ``[]`` for none.
 
     Example:
         >>> import torch
@@ -59,10 +67,12 @@ class MonitorCallback(TrainerCallback):
         'MonitorCallback'
     """
 
-    def __init__(self, monitor: AnisotropyMonitor) -> None:
+    def __init__(self, monitor: AnisotropyMonitor, report_to="trainer") -> None:
         if not isinstance(monitor, AnisotropyMonitor):
             raise TypeError(f"monitor must be an AnisotropyMonitor, got {type(monitor).__name__}")
         self.monitor = monitor
+        self.report_to = check_report_to(report_to)
+        self.trackers: list = []
         self._owns_hooks = False
 
     def on_train_begin(self, args, state, control, model=None, **kwargs):
@@ -78,6 +88,9 @@ class MonitorCallback(TrainerCallback):
         if not monitor.active:
             monitor.__enter__()
             self._owns_hooks = True
+        if state.is_world_process_zero and not self.trackers:
+            self.trackers = [tracker.attach(monitor) for tracker in
+                             trainer_trackers(self.report_to, args.report_to, args.output_dir)]
         return control
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -93,6 +106,8 @@ class MonitorCallback(TrainerCallback):
         scalars = {("trainer_loss" if key == "loss" else key): value for key, value in (logs or {}).items()
                    if isinstance(value, numbers.Real) and not isinstance(value, bool) and "|" not in key}
         if scalars:  # logs after step s arrive with global_step = s + 1: attach them to step s
+            for tracker in self.trackers:  # the Trainer reports these itself
+                tracker.exclude.update(scalars)
             self.monitor.log(max(state.global_step - 1, 0), **scalars)
         return control
 
@@ -100,4 +115,6 @@ class MonitorCallback(TrainerCallback):
         if self._owns_hooks:
             self.monitor.close()
             self._owns_hooks = False
+        while self.trackers:
+            self.trackers.pop().close()
         return control
