@@ -40,6 +40,9 @@ def _doctest_names(request):
     import numpy as np
     import torch
 
+    # imported before the examples run: with WANDB_MODE=offline it prints a notice once, on import
+    import transformers.integrations.integration_utils  # noqa: F401
+
     from interp_widgets.adapter import ModelAdapter
     from interp_widgets.attribution import Saliency
     from interp_widgets.demo import corpus

@@ -201,7 +201,7 @@ def test_metrics_all_and_prefix(tmp_path):
 
     log = GeometryLog(["l"])
     tracker = TensorBoardTracker(log_dir=str(tmp_path), prefix="probe", metrics="all").attach(log)
-    log._record(0, {f"{metric}|l": 1.0 for metric in LAYER_METRICS} | {"monitor_ms": 1.0})
+    log.record(0, {f"{metric}|l": 1.0 for metric in LAYER_METRICS} | {"monitor_ms": 1.0})
     tracker.close()
     tags = tensorboard_scalars(tmp_path)
     assert sorted(tags) == sorted(f"probe/{metric}/l" for metric in LAYER_METRICS)
@@ -433,10 +433,10 @@ def test_a_closed_writer_is_refused_and_never_reopened(tmp_path):
     log = GeometryLog(["l"])
     writer = SummaryWriter(str(tmp_path / "open"))
     TensorBoardTracker(writer).attach(log)
-    log._record(0, {"energy_ratio|l": 2.0})
+    log.record(0, {"energy_ratio|l": 2.0})
     writer.close()
     with pytest.warns(RuntimeWarning, match="already closed"):  # a tracker never stops training
-        log._record(1, {"energy_ratio|l": 3.0})
+        log.record(1, {"energy_ratio|l": 3.0})
     assert len(list((tmp_path / "open").iterdir())) == 1  # no second event file
     assert [s for s, _ in tensorboard_scalars(tmp_path / "open")["geometry/energy_ratio/l"]] == [0]
 

@@ -59,7 +59,7 @@ class LoggerTracker(Tracker):
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     logger = CSVLogger(tmp, name="doc")
         ...     _ = LoggerTracker(logger).attach(log)
-        ...     log._record(2, {"energy_ratio|layer:0": 2.5}); logger.save()
+        ...     log.record(2, {"energy_ratio|layer:0": 2.5}); logger.save()
         ...     print(open(logger.experiment.metrics_file_path).read().strip())
         geometry/energy_ratio/layer:0,step
         2.5,2
@@ -148,11 +148,9 @@ class LightningMonitorCallback(_pl.Callback):
             total = int(trainer.estimated_stepping_batches)
             monitor.total_steps = total
             monitor.meta["total_steps"] = total
-        try:
+        self._owns_hooks = not monitor.active  # else `with monitor: trainer.fit(...)` manages the hooks
+        if self._owns_hooks:
             monitor.__enter__()
-            self._owns_hooks = True
-        except RuntimeError:  # already active: `with monitor: trainer.fit(...)` manages the hooks
-            self._owns_hooks = False
         if trainer.is_global_zero:
             trackers = ([LoggerTracker(logger) for logger in trainer.loggers] if self.report_to == "trainer"
                         else self.report_to)

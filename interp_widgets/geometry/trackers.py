@@ -27,7 +27,7 @@ Example:
     >>> log = GeometryLog(["layer:0"])
     >>> with tempfile.TemporaryDirectory() as tmp:
     ...     tracker = TensorBoardTracker(log_dir=tmp).attach(log)
-    ...     log._record(0, {"loss": 2.5, "energy_ratio|layer:0": 3.0, "p_value|layer:0": float("nan")})
+    ...     log.record(0, {"loss": 2.5, "energy_ratio|layer:0": 3.0, "p_value|layer:0": float("nan")})
     ...     tracker.close()
     ...     events = EventAccumulator(tmp); _ = events.Reload()
     ...     sorted(events.Tags()["scalars"])
@@ -155,7 +155,7 @@ class Tracker:
         ...     def _write(self, step, scalars):
         ...         print(step, scalars)
         >>> log = GeometryLog(["l"]); printer = Printer(metrics=["p_value"]).attach(log)
-        >>> log._record(3, {"loss": 1.5, "p_value|l": 0.25, "energy_ratio|l": 2.0, "monitor_ms": 4.0})
+        >>> log.record(3, {"loss": 1.5, "p_value|l": 0.25, "energy_ratio|l": 2.0, "monitor_ms": 4.0})
         3 {'geometry/loss': 1.5, 'geometry/p_value/l': 0.25}
     """
 
@@ -297,7 +297,7 @@ class TensorBoardTracker(Tracker):
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     writer = SummaryWriter(tmp)
         ...     _ = TensorBoardTracker(writer).attach(log)
-        ...     log._record(4, {"energy_ratio|layer:0": 2.5})
+        ...     log.record(4, {"energy_ratio|layer:0": 2.5})
         ...     writer.close()
         ...     events = EventAccumulator(tmp); _ = events.Reload()
         ...     [(e.step, e.value) for e in events.Scalars("geometry/energy_ratio/layer:0")]
