@@ -1,5 +1,8 @@
 """Distributed gathering for the monitor: with ``torch.distributed`` initialised and world size > 1, every rank's
-captured rows are all-gathered (padded to the largest rank) so that rank 0 measures their union.
+captured rows are all-gathered (padded to the largest rank) so that rank 0 measures their union. Its numbers equal a
+single-process run on the concatenated batch (exactly when no subsampling happens; ``max_tokens`` applies per rank).
+The recorded loss is the mean of the ranks' losses. Ranks other than 0 keep no measurement rows. In weight mode ``G``
+is the (already all-reduced) weight gradient of rank 0.
 
 Example:
     >>> world_size()  # a single process

@@ -32,11 +32,7 @@ Guarantees (each tested):
   forgotten), a layer that receives no gradient because the model is frozen there, unknown layer names, ``rank``
   too large, ``n_controls < 1``.
 
-Distributed (``torch.distributed`` initialised, world size > 1): every rank captures its local rows; at each
-measured step the rows of ``H`` and ``G`` are all-gathered (padded to the largest rank) and rank 0 measures the
-union, so its numbers equal a single-process run on the concatenated batch (exactly when no subsampling happens;
-``max_tokens`` applies per rank). The recorded loss is the mean of the ranks' losses. Ranks other than 0 keep no
-measurement rows. In weight mode ``G`` is the (already all-reduced) weight gradient of rank 0.
+Under ``torch.distributed`` rank 0 measures the rows of all ranks (:mod:`interp_widgets.geometry._distributed`).
 
 Example (fine-tuning a copy of the tiny BERT classifier for 4 steps; the first 2 fit the proxy):
     >>> import copy
@@ -56,47 +52,24 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from torch import nn
 
 from interp_widgets.geometry._binding import bind_layers, resolve_module
 from interp_widgets.geometry._capture import Capture
+from interp_widgets.geometry._delegation import HISTORY_API, PendingScalars, offer_history_api
 from interp_widgets.geometry._distributed import gather, world_size
 from interp_widgets.geometry._measure import Measurement, ProxyMethod, check_settings
-from interp_widgets.geometry.history import GeometryLog, as_scalar, check_step
+from interp_widgets.geometry.history import GeometryLog, check_step
 from interp_widgets.geometry.proxy import TangentProxy
 from interp_widgets.geometry.schedule import check_mode_arguments
 
 __all__ = ["AnisotropyMonitor", "HISTORY_API", "resolve_module"]
 
-#: What a monitor offers of its :class:`GeometryLog` (``monitor.history``) as its own attributes.
-HISTORY_API = ("__len__", "steps", "series_names", "series", "raw", "to_dataframe", "chart", "widget",
-               "_repr_mimebundle_", "save", "snapshot", "subscribe", "on_flush", "layers", "x_label", "max_rows",
-               "meta", "proxies")
 
-
-class _FromHistory:
-    """A monitor attribute that is its history's: ``monitor.series`` is ``monitor.history.series`` (reading and
-    assignment); on the class it is the :class:`GeometryLog` attribute, so ``help()`` shows the log's documentation.
-
-    Example:
-        >>> AnisotropyMonitor.chart is GeometryLog.chart
-        True
-    """
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.__doc__ = f"``history.{name}`` of the monitor's :class:`GeometryLog` (see ``GeometryLog.{name}``)."
-
-    def __get__(self, monitor, owner=None):
-        return getattr(GeometryLog, self.name) if monitor is None else getattr(monitor.history, self.name)
-
-    def __set__(self, monitor, value) -> None:
-        setattr(monitor.history, self.name, value)
-
-
+@offer_history_api
 class AnisotropyMonitor:
     """Measure tangent-proxy gradient alignment and anisotropy at chosen layers while the user's loop trains.
 
@@ -212,7 +185,7 @@ class AnisotropyMonitor:
         self._step = 0
         self._active = False
         self._capture = Capture(self, self._generator, live=lambda: self._active and self._measured(self._step))
-        self._pending_scalars: dict[int, dict] = {}
+        self._pending_scalars = PendingScalars()
         dictionary = self._measurement.dictionary
         self.meta.update(rank=rank, every=every, fit=fit, n_controls=n_controls, max_tokens=max_tokens,
                          spectrum_every=spectrum_every, gradient=gradient, seed=seed, center=center, zeta=float(zeta),
@@ -319,7 +292,7 @@ class AnisotropyMonitor:
             extra = dict(scalars)
             if loss is not None:
                 extra["loss"] = loss
-            self._buffer_scalars(step, extra)
+            self._pending_scalars.add(step, extra)
         try:
             if self._measured(step):
                 self._measure_step(step)
@@ -344,17 +317,12 @@ class AnisotropyMonitor:
         step = check_step(step)
         if not scalars:
             raise ValueError("log() needs at least one scalar, e.g. log(step, lr=1e-4)")
-        self._buffer_scalars(step, scalars)
+        self._pending_scalars.add(step, scalars)
         self._flush_scalars()
 
-    def _buffer_scalars(self, step: int, scalars: Mapping) -> None:
-        values = {name: as_scalar(name, value) for name, value in scalars.items()}
-        self._pending_scalars.setdefault(step, {}).update(values)
-
     def _flush_scalars(self, final: bool = False) -> None:
-        for step in sorted(self._pending_scalars):
-            if final or step < self._step or (step == self._step and not self._measured(step)):
-                self.history.record(step, self._pending_scalars.pop(step))
+        self._pending_scalars.flush(self.history.record, current_step=self._step, measured=self._measured,
+                                    final=final)
 
     def _measured(self, step: int) -> bool:
         return step % self.every == 0
@@ -371,7 +339,7 @@ class AnisotropyMonitor:
                 return
         values, raw = self._measurement.measure_step(step, data)
         values["loss"] = math.nan if loss is None else float(loss)
-        values.update(self._pending_scalars.pop(step, {}))
+        values.update(self._pending_scalars.pop(step))
         values["monitor_ms"] = (time.perf_counter() - start) * 1e3
         self.history.record(step, values, raw)
 
@@ -435,7 +403,6 @@ class AnisotropyMonitor:
         first one did (replay measures every checkpoint on the same tokens).
 
         Example:
-            >>> monitor = AnisotropyMonitor(torch.nn.Sequential(torch.nn.Linear(8, 8)), ["0"], rank=2, total_steps=3)
             >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8)); x = torch.randn(32, 8)
             >>> monitor = AnisotropyMonitor(net, ["0"], rank=2, fit="refit", refit_every=5, n_controls=3, max_tokens=4)
             >>> with monitor:  # the same 4 of the 32 rows at both steps: the same measurement
@@ -450,7 +417,3 @@ class AnisotropyMonitor:
         state = "active" if self._active else "idle"
         return f"AnisotropyMonitor(layers={self.layers}, rank={self.rank}, fit={self.fit!r}, {state}, rows={len(self)})"
 
-
-for _name in HISTORY_API:
-    setattr(AnisotropyMonitor, _name, _FromHistory(_name))
-del _name
