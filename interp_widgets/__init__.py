@@ -18,16 +18,18 @@ With the demo classifier instead of a tiny test model (not run here: a fresh mac
 
 import importlib
 
-from interp_widgets.adapter import ModelAdapter
-from interp_widgets.attribution import attribute
-
 __version__ = "0.1.0"
 _SUBPACKAGES = ("attribution", "concepts", "demo", "geometry", "widgets")
+#: Top-level shortcuts, imported on first use like the subpackages.
+_SHORTCUTS = {"ModelAdapter": "interp_widgets.adapter", "attribute": "interp_widgets.attribution"}
 __all__ = ["ModelAdapter", "attribute", "__version__", *_SUBPACKAGES]
 
 
 def __getattr__(name: str):
-    """Import the compute families lazily (``iw.concepts``, ``iw.geometry`` …) so ``import interp_widgets`` stays light."""
+    """Import the compute families (``iw.concepts``, ``iw.geometry`` …) and the shortcuts (``iw.attribute``,
+    ``iw.ModelAdapter``) on first use, so ``import interp_widgets`` loads neither torch nor transformers."""
     if name in _SUBPACKAGES:
         return importlib.import_module(f"interp_widgets.{name}")
+    if name in _SHORTCUTS:
+        return getattr(importlib.import_module(_SHORTCUTS[name]), name)
     raise AttributeError(f"module 'interp_widgets' has no attribute {name!r}")

@@ -70,3 +70,13 @@ def test_no_import_cycle_between_any_two_modules():
         for cycle in cycles
     ]
     assert not cycles, "import cycles:\n" + "\n".join(details)
+
+
+def test_importing_the_package_or_its_widgets_loads_no_model_code():
+    import subprocess
+    import sys
+
+    code = ("import sys, interp_widgets, interp_widgets.widgets; "
+            "print(sorted(m for m in ('torch', 'transformers', 'interp_widgets.attribution') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "[]", f"import interp_widgets / interp_widgets.widgets loaded {out}"
