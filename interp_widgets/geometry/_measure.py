@@ -24,6 +24,7 @@ from interp_widgets.geometry.history import LAYER_METRICS, series_name
 from interp_widgets.geometry.moments import Moments, moments_of_points
 from interp_widgets.geometry.proxy import TangentProxy
 from interp_widgets.geometry.schedule import ProxySchedule
+from interp_widgets.validation import check_int
 
 __all__ = ["Measurement", "Reservoir", "check_settings", "dictionary_function"]
 
@@ -45,8 +46,7 @@ def check_settings(*, rank, every, n_controls, max_tokens, fit_tokens, spectrum_
     for name, value, low in (("rank", rank, 1), ("every", every, 1), ("n_controls", n_controls, 1),
                              ("max_tokens", max_tokens, 2), ("fit_tokens", fit_tokens, 2),
                              ("spectrum_every", spectrum_every, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+        check_int(name, value, minimum=low)
     if gradient not in ("hidden", "weight"):
         raise ValueError(f"gradient must be 'hidden' (dL/dh) or 'weight' (linear weight gradient), got {gradient!r}")
     if fit not in ("early", "refit", "fixed"):

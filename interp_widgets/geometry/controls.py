@@ -15,6 +15,7 @@ import torch
 
 from interp_widgets.geometry._kernels import ArrayLike, as_float64, to_tensor
 from interp_widgets.geometry.proxy import ORTHO_TOL, TangentProxy, basis_of
+from interp_widgets.validation import check_int
 
 __all__ = ["normal_controls"]
 
@@ -49,10 +50,8 @@ def normal_controls(
     """
     basis = basis_of(proxy)
     d, k = basis.shape
-    if isinstance(n_controls, bool) or not isinstance(n_controls, int) or n_controls < 1:
-        raise ValueError(f"n_controls must be a positive integer, got {n_controls!r}")
-    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    check_int("n_controls", n_controls, minimum=1)
+    check_int("seed", seed, minimum=0)
     if 2 * k > d:
         raise ValueError(
             f"a rank-{k} control orthogonal to a rank-{k} proxy needs 2k <= d, but d = {d}; lower the rank"

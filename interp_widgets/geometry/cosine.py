@@ -26,6 +26,7 @@ from interp_widgets.geometry._kernels import (
     mean_pairwise_cosine,
     unit_rows,
 )
+from interp_widgets.validation import check_int
 
 __all__ = [
     "SelfSimilarity",
@@ -123,8 +124,7 @@ def self_similarity(H: ArrayLike, token_ids: ArrayLike, *, min_count: int = 5) -
         >>> s.token_ids.tolist(), [round(v, 4) for v in s.values.tolist()]
         ([7], [0.3333])
     """
-    if not isinstance(min_count, int) or min_count < 2:
-        raise ValueError(f"min_count must be an integer >= 2 (a pair is needed for a cosine), got {min_count!r}")
+    check_int("min_count", min_count, minimum=2, hint="a pair is needed for a cosine")
     x = as_points(H, min_rows=1)
     unique, inverse = as_labels(token_ids, x.shape[0], "token_ids", x.device)
     units = unit_rows(x, "H", ZERO_ROW_HINT)

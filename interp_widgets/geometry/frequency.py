@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from interp_widgets.geometry._kernels import ArrayLike, as_labels, as_points
+from interp_widgets.validation import check_int
 
 __all__ = ["FrequencyAnalysis", "frequency_analysis"]
 
@@ -126,8 +127,7 @@ def frequency_analysis(H: ArrayLike, token_ids: ArrayLike, *, min_count: int = 5
     """
     from scipy import stats
 
-    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 2:
-        raise ValueError(f"min_count must be an integer >= 2, got {min_count!r}")
+    check_int("min_count", min_count, minimum=2)
     if distance not in ("mean", "rms"):
         raise ValueError(f"distance must be 'mean' or 'rms', got {distance!r}")
     x = as_points(H)

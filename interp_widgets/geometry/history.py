@@ -40,6 +40,7 @@ from interp_widgets.geometry._persistence import read_record, write_record
 from interp_widgets.geometry._views import layer_chart, long_frame
 
 from interp_widgets.series_names import SEPARATOR as _SEPARATOR, series_name, split_series_name
+from interp_widgets.validation import check_int, check_step as validated_step
 
 __all__ = ["GeometryLog", "LAYER_METRICS", "GLOBAL_SERIES", "as_scalar", "check_step", "series_name",
            "split_series_name"]
@@ -96,9 +97,7 @@ def check_step(step) -> int:
         >>> check_step(np.int64(3)), type(check_step(np.int64(3))).__name__
         (3, 'int')
     """
-    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or step < 0:
-        raise ValueError(f"step must be a non-negative integer, got {step!r}")
-    return int(step)
+    return validated_step(step)
 
 
 def as_scalar(name: str, value) -> float:
@@ -138,8 +137,7 @@ class GeometryLog:
                  meta: Mapping | None = None) -> None:
         if x_label not in ("step", "checkpoint"):
             raise ValueError(f"x_label must be 'step' or 'checkpoint', got {x_label!r}")
-        if isinstance(max_rows, bool) or not isinstance(max_rows, int) or max_rows < 2:
-            raise ValueError(f"max_rows must be an integer >= 2, got {max_rows!r}")
+        check_int("max_rows", max_rows, minimum=2)
         self.layers: list[str] = [str(layer) for layer in layers]
         self.x_label = x_label
         self.max_rows = max_rows

@@ -18,6 +18,7 @@ import torch
 from interp_widgets.geometry._kernels import ArrayLike, as_float64, as_points, to_tensor
 from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.subspaces import orthonormalize
+from interp_widgets.validation import check_int
 
 __all__ = ["TangentProxy"]
 
@@ -26,9 +27,7 @@ ORTHO_TOL = 1e-6
 
 
 def _check_rank(rank, d: int) -> int:
-    if isinstance(rank, bool) or not isinstance(rank, int) or not 1 <= rank < d:
-        raise ValueError(f"rank must be an integer with 1 <= rank < d = {d}, got {rank!r}")
-    return rank
+    return check_int("rank", rank, minimum=1, maximum=d - 1, hint=f"the rank must be below d = {d}")
 
 
 @dataclass(frozen=True, eq=False)

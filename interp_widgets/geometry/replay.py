@@ -46,6 +46,7 @@ from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MAS
 
 from interp_widgets.geometry.history import GeometryLog
 from interp_widgets.geometry.monitor import AnisotropyMonitor
+from interp_widgets.validation import check_fraction, check_int
 
 __all__ = ["replay", "probe_batches"]
 
@@ -69,8 +70,7 @@ def probe_batches(texts: Sequence[str], tokenizer, task: str, *, labels: Sequenc
     """
     if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
         raise ValueError("probe_texts must be a non-empty list of strings")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+    check_int("batch_size", batch_size, minimum=1)
     if task == TASK_CLASSIFICATION:
         if labels is None or len(labels) != len(texts):
             raise ValueError("a sequence classifier's probe needs labels= (one class index per probe text)")
@@ -217,9 +217,7 @@ def replay(
                     coordinates=coordinates, spectrum_every=1, _x_label="checkpoint")  # few checkpoints: all metrics
     window = None
     if fit == "early":
-        fraction = 0.3 if fit_fraction is None else fit_fraction
-        if not 0 < fraction <= 1:
-            raise ValueError(f"fit_fraction must be in (0, 1], got {fraction!r}")
+        fraction = check_fraction("fit_fraction", 0.3 if fit_fraction is None else fit_fraction)
         window = max(1, math.ceil(round(fraction * n, 9)))
         fitter = AnisotropyMonitor(template, layers, fit="early", total_steps=window, fit_fraction=1.0,
                                    representation=False, **settings)

@@ -9,13 +9,13 @@ Example:
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
 from interp_widgets.geometry._kernels import ArrayLike
 from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.proxy import TangentProxy
+from interp_widgets.validation import check_fraction, check_int, check_step
 
 __all__ = ["ProxySchedule"]
 
@@ -98,22 +98,18 @@ class ProxySchedule:
             self.rank = self._proxy.rank
             self.version = 1
             return
-        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
-            raise ValueError(f"mode={mode!r} needs rank= a positive integer, got {rank!r}")
+        check_int("rank", rank, minimum=1, hint=f"mode={mode!r} needs rank=, the proxy rank")
         self.rank = rank
         if mode == "early":
             fit_fraction = 0.3 if fit_fraction is None else fit_fraction
-            if isinstance(total_steps, bool) or not isinstance(total_steps, int) or total_steps < 1:
-                raise ValueError(f"mode='early' needs total_steps= a positive integer, got {total_steps!r}")
-            if isinstance(fit_fraction, bool) or not isinstance(fit_fraction, numbers.Real) or not (
-                0 < fit_fraction <= 1
-            ):
-                raise ValueError(f"fit_fraction must be in (0, 1], got {fit_fraction!r}")
+            check_int("total_steps", total_steps, minimum=1,
+                      hint="mode='early' needs total_steps=, the run length in steps")
+            check_fraction("fit_fraction", fit_fraction)
             # round() guards against 0.3 * 10 = 3.0000000000000004 adding a step
             self._window_length = max(1, math.ceil(round(fit_fraction * total_steps, 9)))
         else:
-            if isinstance(refit_every, bool) or not isinstance(refit_every, int) or refit_every < 1:
-                raise ValueError(f"mode='refit' needs refit_every= a positive integer, got {refit_every!r}")
+            check_int("refit_every", refit_every, minimum=1,
+                      hint="mode='refit' needs refit_every=, the refit window length in steps")
             self._window_length = refit_every
 
     @property
@@ -187,8 +183,7 @@ class ProxySchedule:
             >>> [s.observe(step, torch.randn(16, 4)) for step in range(5)], s.version
             ([False, False, True, False, True], 2)
         """
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise ValueError(f"step must be a non-negative integer, got {step!r}")
+        step = check_step(step)
         if step < self._last_step:
             raise ValueError(f"steps must not decrease: got step {step} after step {self._last_step}")
         self._last_step = step

@@ -21,6 +21,7 @@ from interp_widgets.geometry._kernels import (
     eigenvalues_from_gram,
     exp_entropy,
 )
+from interp_widgets.validation import check_int
 
 __all__ = [
     "effective_rank_singular",
@@ -98,8 +99,8 @@ def explained_variance_ratio(H: ArrayLike, k: int | None = None) -> torch.Tensor
         [0.8, 0.2]
     """
     eigenvalues = _spectrum(H)
-    if k is not None and (isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= eigenvalues.shape[0]):
-        raise ValueError(f"k must be an integer between 1 and min(n, d) = {eigenvalues.shape[0]}, got {k!r}")
+    if k is not None:
+        check_int("k", k, minimum=1, maximum=eigenvalues.shape[0], hint="k is at most min(n, d)")
     return (eigenvalues / eigenvalues.sum())[:k]
 
 
