@@ -80,3 +80,18 @@ def test_importing_the_package_or_its_widgets_loads_no_model_code():
             "print(sorted(m for m in ('torch', 'transformers', 'interp_widgets.attribution') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", f"import interp_widgets / interp_widgets.widgets loaded {out}"
+
+
+def test_every_top_level_module_has_a_layer():
+    """A new module or package must be placed in the layers contract, or import-linter would not constrain it."""
+    import pathlib
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    layers = next(contract for contract in config if contract["type"] == "layers")["layers"]
+    placed = {name.strip() for layer in layers for name in layer.split("|")}
+    package = root / "interp_widgets"
+    modules = {f"interp_widgets.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"}
+    modules |= {f"interp_widgets.{p.name}" for p in package.iterdir() if (p / "__init__.py").is_file()}
+    assert modules == placed, f"not in a layer: {sorted(modules - placed)}; listed but missing: {sorted(placed - modules)}"
