@@ -183,6 +183,12 @@ class GradientMethod(Attributor):
         """
         return self.signed and self.reduce == "sum"
 
+    def _reduce_description(self) -> str:
+        """The result's ``reduce``: what the token scores are (a sum of non-negative terms is unsigned)."""
+        if self.reduce == "sum" and not self.scores_signed:
+            return "sum over embedding dimension (unsigned)"
+        return REDUCTIONS[self.reduce]
+
     # ---- hooks for subclasses
     def _rows_per_target(self) -> int:
         return 1
@@ -262,7 +268,7 @@ class GradientMethod(Attributor):
                 )
         extras = self._extra_outputs(problems, per_dim, endpoints)
         return [
-            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score, **e)
+            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=self._reduce_description(), score=score, **e)
             for p, v, e in zip(problems, per_dim, extras)
         ]
 
@@ -535,6 +541,8 @@ class VarGrad(_NoisyGradients):
         >>> r = VarGrad(progress=False).attribute(model, tokenizer, "Not bad at all.")
         >>> r.scores.round(4), r.signed
         (array([[0.0035, 0.0006, 0.0007, 0.0004, 0.0006, 0.0005, 0.0029]]), False)
+        >>> r.reduce
+        'sum over embedding dimension (unsigned)'
     """
 
     name = "vargrad"
