@@ -197,6 +197,8 @@ def test_noisy_methods_are_seeded_and_sane(bert_classifier, method_cls):
     assert not np.allclose(a.scores, c.scores, rtol=1e-3, atol=0)
     if not method_cls.signed:
         assert (a.scores >= 0).all()
+    # the recorded meaning of the scores agrees with their sign (VarGrad and SquareGrad sum non-negative terms)
+    assert a.signed == method_cls.signed and a.reduce.endswith("(signed)" if a.signed else "(unsigned)")
 
 
 def test_smoothgrad_without_noise_equals_input_x_gradient(bert_classifier):

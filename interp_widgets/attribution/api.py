@@ -95,7 +95,16 @@ def attribute(
     them.
 
     Example:
-        >>> attribute(model, tokenizer, "Not bad at all.", method="saliency", granularity="word")  # doctest: +SKIP
+        >>> r = attribute(model, tokenizer, "Not bad at all.", method="saliency", granularity="word",
+        ...               method_params={"progress": False})
+        >>> r
+        AttributionResult(method='saliency', 5 words, targets=[positive (p=0.421)])
+        >>> r.tokens, r.scores.round(3)
+        (['Not', 'bad', 'at', 'all', '.'], array([[0.895, 1.034, 0.565, 0.633, 0.675]]))
+        >>> attribute(model, tokenizer, "Not bad.", method="shapley")
+        Traceback (most recent call last):
+        ...
+        interp_widgets.registry.UnknownNameError: unknown method 'shapley'; available: attention_rollout, ...
     """
     attributor = METHODS[method](**(method_params or {}))
     return attributor.attribute(model, tokenizer, inputs, target=target, **options)

@@ -12,9 +12,11 @@ other methods, capped by ``max_batch_tokens``; a batch holds the attention maps 
 (``layers × heads × rows × length²`` numbers), so lower ``max_batch_tokens`` for long inputs.
 
 Example:
-    >>> result = AttentionRollout().attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
-    >>> result.reduce                                                                # doctest: +SKIP
-    'attention rollout ...(unsigned)'
+    >>> result = AttentionRollout(progress=False).attribute(model, tokenizer, "Not bad at all.")
+    >>> result.reduce
+    'attention rollout over all layers (0.5·A + 0.5·I, heads averaged; unsigned)'
+    >>> result.scores.round(3)  # the [CLS] row of the rollout: it sums to 1 over all tokens
+    array([[0.361, 0.09 , 0.148, 0.05 , 0.069, 0.088, 0.194]])
 """
 
 from __future__ import annotations
@@ -61,8 +63,17 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
     removed again (with their "installed" flag), so the model is left as it was.
 
     Example:
-        >>> with eager_attention(model):                                      # doctest: +SKIP
+        >>> input_ids = tokenizer("Not bad.", return_tensors="pt").input_ids
+        >>> model.config._attn_implementation
+        'sdpa'
+        >>> with eager_attention(model):
+        ...     print(model.config._attn_implementation)
         ...     attentions = model(input_ids, output_attentions=True).attentions
+        eager
+        >>> model.config._attn_implementation  # restored on exit
+        'sdpa'
+        >>> len(attentions), attentions[0].shape  # layers; (batch, heads, T, T)
+        (2, torch.Size([1, 2, 5, 5]))
     """
     saved = [(config, config.__dict__.get("_attn_implementation_internal")) for config in _configs(model)]
     modules = [
@@ -134,8 +145,14 @@ def query_position(adapter: ModelAdapter, problem: ExplainedInput, target: int) 
     classifiers, the scored position otherwise (mask position, or the position predicting a generated token).
 
     Example:
-        >>> query_position(adapter, problem, 0)  # doctest: +SKIP
+        >>> from interp_widgets.attribution.problem import prepare_inputs
+        >>> problem = prepare_inputs(adapter, ["Not bad."], target=None)[0]
+        >>> query_position(adapter, problem, 0)  # the encoder classifier reads [CLS]
         0
+        >>> lm_adapter = ModelAdapter(lm, lm_tokenizer)
+        >>> generated = prepare_inputs(lm_adapter, "The room was", max_new_tokens=3)[0]
+        >>> [query_position(lm_adapter, generated, t) for t in range(generated.n_targets)]
+        [2, 3, 4]
     """
     if adapter.task == TASK_CLASSIFICATION:
         return 0 if adapter.is_pad_safe() else problem.length - 1
@@ -257,8 +274,11 @@ class RawAttention(AttentionMethod):
     granularity, special tokens included, a row sums to 1.
 
     Example:
-        >>> RawAttention(layer=-1).attribute(model, tokenizer, "Not bad at all.").scores.sum()  # doctest: +SKIP
-        1.0
+        >>> r = RawAttention(layer=-1, progress=False).attribute(model, tokenizer, "Not bad at all.")
+        >>> r.tokens
+        ['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]']
+        >>> r.scores.round(3), round(float(r.scores.sum()), 6)
+        (array([[0.029, 0.017, 0.365, 0.028, 0.02 , 0.118, 0.423]]), 1.0)
     """
 
     name = "raw_attention"
@@ -289,7 +309,9 @@ class AttentionRollout(AttentionMethod):
     ``0.5·A + 0.5·I`` per layer, heads averaged (unsigned). See :func:`attention_rollout`.
 
     Example:
-        >>> AttentionRollout().attribute(model, tokenizer, "Not bad at all.", granularity="word")  # doctest: +SKIP
+        >>> r = AttentionRollout(progress=False).attribute(model, tokenizer, "Not bad at all.", granularity="word")
+        >>> r.tokens, r.scores.round(3)  # special tokens dropped, so words sum to less than 1
+        (['Not', 'bad', 'at', 'all', '.'], array([[0.09 , 0.148, 0.05 , 0.069, 0.088]]))
     """
 
     name = "attention_rollout"
@@ -307,7 +329,13 @@ class GradientWeightedAttention(AttentionMethod):
     One forward and backward pass per (input, target) row, batched under ``max_batch_tokens``.
 
     Example:
-        >>> GradientWeightedAttention().attribute(model, tokenizer, "Not bad.", target="positive")  # doctest: +SKIP
+        >>> method = GradientWeightedAttention(progress=False)
+        >>> r = method.attribute(model, tokenizer, "Not bad.", target=["negative", "positive"])
+        >>> r.tokens
+        ['[CLS]', 'Not', 'bad', '.', '[SEP]']
+        >>> r.scores.round(3)  # one row per target: the gradients make the relevance target-specific
+        array([[1.029, 0.046, 0.   , 0.016, 0.063],
+               [1.189, 0.081, 0.009, 0.013, 0.12 ]])
     """
 
     name = "gradient_weighted_attention"

@@ -14,7 +14,8 @@ methods extend are :class:`~interp_widgets.attribution.GradientMethod`,
 
 Example:
     >>> from interp_widgets.attribution import IntegratedGradients
-    >>> IntegratedGradients(n_steps=32).attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
+    >>> IntegratedGradients(n_steps=32, progress=False).attribute(model, tokenizer, "Not bad at all.")
+    AttributionResult(method='integrated_gradients', 7 tokens, targets=[positive (p=0.421)])
 """
 
 from __future__ import annotations
@@ -107,12 +108,19 @@ class Attributor:
         unit_level: True for methods that act on words/sentences directly (the perturbation methods).
 
     Example:
-        >>> class Constant(Attributor):                                   # doctest: +SKIP
+        >>> from interp_widgets.attribution import attribute
+        >>> class Constant(Attributor):
         ...     name = "constant"
         ...     def _attribute_inputs(self, adapter, problems, *, score, granularity):
         ...         return [self._result(p, np.ones((p.n_targets, p.length)), reduce="1", score=score)
         ...                 for p in problems]
-        >>> attribute(model, tokenizer, "Good.", method="constant").scores  # doctest: +SKIP
+        >>> r = attribute(model, tokenizer, "Good.", method="constant")
+        >>> r.tokens, r.scores
+        (['[CLS]', 'Good', '.', '[SEP]'], array([[1., 1., 1., 1.]]))
+        >>> attribute(model, tokenizer, "Good.", method="constant", granularity="sentence").scores  # summed
+        array([[2.]])
+        >>> METHODS.remove("constant") is Constant
+        True
     """
 
     name = "attribution"
@@ -158,7 +166,14 @@ class Attributor:
             granularity: ``token``, ``word`` or ``sentence``; ``aggregation`` sum, mean or maxabs.
 
         Example:
-            >>> Saliency().attribute(model, tokenizer, ["Great!", "Awful."], target="positive")  # doctest: +SKIP
+            >>> from interp_widgets.attribution import Saliency
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, ["Great!", "Awful."], target="positive")
+            >>> results
+            AttributionCollection(2 results, method='saliency')
+            >>> [(r.target_labels, round(float(r.target_probs[0]), 3)) for r in results]
+            [(['positive'], 0.508), (['positive'], 0.494)]
+            >>> results[1].tokens, results[1].scores.round(3)
+            (['[CLS]', 'Awful', '.', '[SEP]'], array([[2.73 , 1.114, 1.794, 1.837]]))
         """
         check_choice("granularity", granularity, GRANULARITIES)
         check_texts(inputs, name="inputs", call='attribute(model, tokenizer, "a text")')

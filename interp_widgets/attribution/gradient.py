@@ -6,9 +6,13 @@ copies or random baselines), evaluate the target score and its gradient for many
 ``reduce`` turns into one score per token.
 
 Example:
-    >>> ig = IntegratedGradients(n_steps=32, method="gausslegendre", baseline="pad")
-    >>> result = ig.attribute(model, tokenizer, "Not bad at all.")      # doctest: +SKIP
-    >>> float(result.relative_completeness_error[0]) < 0.01             # doctest: +SKIP
+    >>> ig = IntegratedGradients(n_steps=32, method="gausslegendre", baseline="pad", progress=False)
+    >>> result = ig.attribute(model, tokenizer, "Not bad at all.")
+    >>> result.tokens
+    ['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]']
+    >>> result.scores.round(3)
+    array([[ 0.   ,  0.027, -0.139,  0.129,  0.072, -0.029,  0.   ]])
+    >>> float(result.relative_completeness_error[0]) < 0.01
     True
 """
 
@@ -65,8 +69,17 @@ def baseline_embeddings(adapter: ModelAdapter, encoding: Encoding, baseline) -> 
     ``(T, D)`` tensor, or a callable ``encoding -> (T, D)``.
 
     Example:
-        >>> baseline_embeddings(adapter, adapter.encode("Hi there"), "mask").shape  # doctest: +SKIP
-        torch.Size([4, 384])
+        >>> encoding = adapter.encode("Hi there")
+        >>> encoding.tokens
+        ['[CLS]', 'Hi', 'there', '[SEP]']
+        >>> base = baseline_embeddings(adapter, encoding, "mask")
+        >>> base.shape
+        torch.Size([4, 32])
+        >>> mask = adapter.embed(torch.tensor([[tokenizer.mask_token_id]]))[0, 0]
+        >>> [bool(torch.allclose(row, mask)) for row in base]  # [CLS] and [SEP] keep their own embedding
+        [False, True, True, False]
+        >>> float(baseline_embeddings(adapter, encoding, "zero")[1:3].abs().max())
+        0.0
     """
     ids = torch.as_tensor(encoding.input_ids, device=adapter.device)
     with torch.no_grad():
@@ -140,7 +153,12 @@ class GradientMethod(Attributor):
         ...         return 2 * mean_grad * x
         >>> METHODS["doubled_input_x_gradient"] is DoubledInputXGradient
         True
-        >>> attribute(model, tokenizer, "Good.", method="doubled_input_x_gradient")  # doctest: +SKIP
+        >>> from interp_widgets.attribution import attribute
+        >>> doubled = attribute(model, tokenizer, "Good.", method="doubled_input_x_gradient",
+        ...                     method_params={"progress": False})
+        >>> plain = InputXGradient(progress=False).attribute(model, tokenizer, "Good.")
+        >>> doubled.method, bool(np.allclose(doubled.scores, 2 * plain.scores))
+        ('doubled_input_x_gradient', True)
         >>> METHODS.remove("doubled_input_x_gradient") is DoubledInputXGradient
         True
     """
@@ -164,6 +182,12 @@ class GradientMethod(Attributor):
             (True, False)
         """
         return self.signed and self.reduce == "sum"
+
+    def _reduce_description(self) -> str:
+        """The result's ``reduce``: what the token scores are (a sum of non-negative terms is unsigned)."""
+        if self.reduce == "sum" and not self.scores_signed:
+            return "sum over embedding dimension (unsigned)"
+        return REDUCTIONS[self.reduce]
 
     # ---- hooks for subclasses
     def _rows_per_target(self) -> int:
@@ -244,7 +268,7 @@ class GradientMethod(Attributor):
                 )
         extras = self._extra_outputs(problems, per_dim, endpoints)
         return [
-            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=REDUCTIONS[self.reduce], score=score, **e)
+            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=self._reduce_description(), score=score, **e)
             for p, v, e in zip(problems, per_dim, extras)
         ]
 
@@ -259,7 +283,11 @@ class Saliency(GradientMethod):
     (unsigned); ``reduce="sum"`` gives the signed sum over dimensions.
 
     Example:
-        >>> Saliency().attribute(model, tokenizer, "Not bad at all.").scores  # doctest: +SKIP
+        >>> r = Saliency(progress=False).attribute(model, tokenizer, "Not bad at all.")
+        >>> r.tokens
+        ['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]']
+        >>> r.scores.round(3), r.signed
+        (array([[2.487, 0.895, 1.034, 0.565, 0.633, 0.675, 2.097]]), False)
     """
 
     name = "saliency"
@@ -272,7 +300,11 @@ class InputXGradient(GradientMethod):
     """Embedding times gradient, summed over the embedding dimension (signed).
 
     Example:
-        >>> InputXGradient().attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
+        >>> r = InputXGradient(progress=False).attribute(model, tokenizer, "Not bad at all.")
+        >>> r
+        AttributionResult(method='input_x_gradient', 7 tokens, targets=[positive (p=0.421)])
+        >>> r.scores.round(3)
+        array([[-0.51 , -0.025, -0.065,  0.044,  0.025,  0.095,  0.413]])
     """
 
     name = "input_x_gradient"
@@ -296,8 +328,19 @@ class IntegratedGradients(GradientMethod):
         tolerance: relative completeness error that ``"auto"`` aims for (``|err| <= tolerance · max(|Δf|, 1e-3)``).
 
     Example:
-        >>> r = IntegratedGradients(n_steps=16).attribute(model, tokenizer, "Good.")  # doctest: +SKIP
-        >>> r.completeness_error                                                    # doctest: +SKIP
+        >>> r = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, "Good.")
+        >>> r.tokens, r.scores.round(3)
+        (['[CLS]', 'Good', '.', '[SEP]'], array([[0.   , 0.228, 0.081, 0.   ]]))
+        >>> r.score_delta.round(3), bool(abs(r.completeness_error[0]) < 1e-5)  # Σattr = f(x) − f(baseline)
+        (array([0.309]), True)
+
+        The adaptive default refines the path mesh per target until the completeness error is within
+        ``tolerance``:
+
+        >>> ig = IntegratedGradients(tolerance=1e-4, progress=False)
+        >>> r = ig.attribute(model, tokenizer, "Not bad at all, honestly.", target=["negative", "positive"])
+        >>> r.params["method"], r.params["mesh_nodes"], bool((r.relative_completeness_error < 1e-4).all())
+        ('adaptive_trapezoid', [64, 57], True)
     """
 
     name = "integrated_gradients"
@@ -480,7 +523,9 @@ class SmoothGrad(_NoisyGradients):
     """SmoothGrad: the mean gradient over noisy inputs, times the input by default (signed).
 
     Example:
-        >>> SmoothGrad(n_samples=32, noise_level=0.1).attribute(model, tokenizer, "Good.")  # doctest: +SKIP
+        >>> r = SmoothGrad(n_samples=32, noise_level=0.1, progress=False).attribute(model, tokenizer, "Not bad at all.")
+        >>> r.scores.round(3)
+        array([[-0.505, -0.034, -0.052,  0.04 ,  0.021,  0.095,  0.414]])
     """
 
     name = "smoothgrad"
@@ -493,7 +538,11 @@ class VarGrad(_NoisyGradients):
     """VarGrad: the variance of the (input-scaled) gradient over noisy inputs (unsigned).
 
     Example:
-        >>> VarGrad().attribute(model, tokenizer, "Good.")  # doctest: +SKIP
+        >>> r = VarGrad(progress=False).attribute(model, tokenizer, "Not bad at all.")
+        >>> r.scores.round(4), r.signed
+        (array([[0.0035, 0.0006, 0.0007, 0.0004, 0.0006, 0.0005, 0.0029]]), False)
+        >>> r.reduce
+        'sum over embedding dimension (unsigned)'
     """
 
     name = "vargrad"
@@ -508,7 +557,9 @@ class SquareGrad(_NoisyGradients):
     """SquareGrad: the mean squared (input-scaled) gradient over noisy inputs (unsigned).
 
     Example:
-        >>> SquareGrad().attribute(model, tokenizer, "Good.")  # doctest: +SKIP
+        >>> r = SquareGrad(progress=False).attribute(model, tokenizer, "Not bad at all.")
+        >>> r.scores.round(3), r.signed
+        (array([[0.173, 0.021, 0.035, 0.013, 0.027, 0.019, 0.215]]), False)
     """
 
     name = "squaregrad"
@@ -526,7 +577,9 @@ class GradientShap(GradientMethod):
     and averages ``(x − b) ⊙ ∇f(b + α (x − b))``. Seeded per row, so results do not depend on batching.
 
     Example:
-        >>> GradientShap(n_samples=64).attribute(model, tokenizer, "Good.")  # doctest: +SKIP
+        >>> r = GradientShap(n_samples=64, progress=False).attribute(model, tokenizer, "Not bad at all.")
+        >>> r.scores.round(3)
+        array([[ 0.   ,  0.03 , -0.135,  0.123,  0.07 , -0.024,  0.   ]])
     """
 
     name = "gradient_shap"

@@ -11,9 +11,11 @@ In generation, a unit whose tokens all come after the position predicting target
 is never perturbed for it; perturbations also never touch tokens the target cannot see.
 
 Example:
-    >>> result = KernelShap().attribute(model, tokenizer, "Not bad at all.", granularity="word")  # doctest: +SKIP
-    >>> result.tokens, result.completeness_error                                                  # doctest: +SKIP
-    (['Not', 'bad', 'at', 'all', '.'], array([1.2e-15]))
+    >>> result = KernelShap(progress=False).attribute(model, tokenizer, "Not bad at all.", granularity="word")
+    >>> result.tokens, result.scores.round(3)
+    (['Not', 'bad', 'at', 'all', '.'], array([[ 0.02 , -0.098,  0.118,  0.054, -0.034]]))
+    >>> result.score_delta.round(3), bool(abs(result.completeness_error[0]) < 1e-9)
+    (array([0.06]), True)
 """
 
 from __future__ import annotations
@@ -40,8 +42,13 @@ def unit_tokens(encoding: Encoding, granularity: str) -> list[np.ndarray]:
     """Token indices of every unit of an encoding, in the column order of ``AttributionResult.aggregate``.
 
     Example:
-        >>> unit_tokens(adapter.encode("Unbelievable film"), "word")  # doctest: +SKIP
-        [array([1, 2, 3]), array([4])]
+        >>> encoding = adapter.encode("Unforgettable film")
+        >>> encoding.tokens
+        ['[CLS]', 'Un', 'for', 'get', 'table', 'film', '[SEP]']
+        >>> unit_tokens(encoding, "word")
+        [array([1, 2, 3, 4]), array([5])]
+        >>> unit_tokens(encoding, "sentence")
+        [array([1, 2, 3, 4, 5])]
     """
     return unit_members(encoding.special_mask, encoding.word_ids, encoding.sentence_ids, granularity)
 
@@ -226,7 +233,12 @@ class Occlusion(PerturbationMethod):
         baseline: ``pad``, ``mask``, ``unk``, ``zero``, an embedding ``(D,)`` or ``(T, D)``, or a callable.
 
     Example:
-        >>> Occlusion(window=1, baseline="mask").attribute(model, tokenizer, "Not bad.", granularity="word")  # doctest: +SKIP
+        >>> occlusion = Occlusion(window=1, baseline="mask", progress=False)
+        >>> r = occlusion.attribute(model, tokenizer, "Not bad.", granularity="word")
+        >>> r
+        AttributionResult(method='occlusion', 3 words, targets=[positive (p=0.568)])
+        >>> r.tokens, r.scores.round(3)
+        (['Not', 'bad', '.'], array([[-0.008, -0.715, -0.039]]))
     """
 
     name = "occlusion"
@@ -270,7 +282,11 @@ class Lime(PerturbationMethod):
 
     Example:
         >>> from sklearn.linear_model import Lasso
-        >>> Lime(n_samples=300, model=Lasso(alpha=0.01)).attribute(model, tokenizer, "Not bad.")  # doctest: +SKIP
+        >>> r = Lime(n_samples=300, model=Lasso(alpha=0.01), progress=False).attribute(model, tokenizer, "Not bad.")
+        >>> r.tokens, r.scores.round(3) + 0.0  # the Lasso surrogate keeps one unit (+ 0.0 turns -0.0 into 0.0)
+        (['Not', 'bad', '.'], array([[ 0.   , -0.067,  0.   ]]))
+        >>> r.params["model"]
+        'Lasso(alpha=0.01)'
     """
 
     name = "lime"
@@ -384,9 +400,10 @@ class KernelShap(PerturbationMethod):
       sample weighted by the remaining kernel mass over the number of samples.
 
     Example:
-        >>> r = KernelShap(n_samples=512).attribute(model, tokenizer, "Not bad at all.", granularity="word")  # doctest: +SKIP
-        >>> abs(r.completeness_error).max() < 1e-6                                                           # doctest: +SKIP
-        True
+        >>> kernel_shap = KernelShap(n_samples=512, progress=False)
+        >>> r = kernel_shap.attribute(model, tokenizer, "Not bad at all.", granularity="word")
+        >>> r.params["exact"], bool(abs(r.completeness_error).max() < 1e-6)  # 5 words: all 32 coalitions
+        (True, True)
     """
 
     name = "kernel_shap"
@@ -494,7 +511,9 @@ class Sobol(PerturbationMethod):
     ``N · (M + 2)`` evaluations per target, fewer after merging repeated masks.
 
     Example:
-        >>> Sobol(n_samples=64).attribute(model, tokenizer, "Not bad at all.", granularity="word")  # doctest: +SKIP
+        >>> r = Sobol(n_samples=64, progress=False).attribute(model, tokenizer, "Not bad at all.", granularity="word")
+        >>> r.tokens, r.scores.round(3), r.signed
+        (['Not', 'bad', 'at', 'all', '.'], array([[0.021, 0.422, 0.459, 0.094, 0.075]]), False)
     """
 
     name = "sobol"
