@@ -11,7 +11,7 @@
 - ``texts``: 40 sentences of the demo corpus
 - ``result``: a saliency ``AttributionResult`` of ``model`` on "Not bad at all, honestly."
 - ``store``: the per-token ``ActivationStore`` of ``model``'s layer 1 over ``texts`` (775 rows × 32)
-- ``concepts``: ``NMFConcepts(8, nonnegative="shift", random_state=0)`` fitted on ``store``
+- ``concepts``: ``NMFConcepts(8, nonnegative="shift", estimator_params={"random_state": 0})`` fitted on ``store``
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ def _concept_names(model, tokenizer, texts):
         from interp_widgets.concepts import NMFConcepts, collect_activations
 
         store = collect_activations(model, tokenizer, texts, layer=1, progress=False)
-        _CACHE["store"], _CACHE["concepts"] = store, NMFConcepts(8, nonnegative="shift", random_state=0).fit(store)
+        _CACHE["store"], _CACHE["concepts"] = store, NMFConcepts(8, nonnegative="shift", estimator_params={"random_state": 0}).fit(store)
     return {"store": _CACHE["store"], "concepts": _CACHE["concepts"]}
 
 
