@@ -287,7 +287,7 @@ class ConceptModel(TransformerMixin, BaseEstimator):
             >>> path = concepts.save(getfixture("tmp_path") / "nmf8.safetensors")
             >>> again = ConceptModel.load(path)  # the class is read from the file
             >>> again
-            NMFConcepts(8, estimator_params={'random_state': 0}, max_fit_rows=200000, nonnegative='shift', stream_epochs=1) [fitted on 32 features]
+            NMFConcepts(8, estimator_params={'random_state': 0}, ..., nonnegative='shift', ...) [fitted on 32 features]
             >>> np.array_equal(again.transform(store[:5]), concepts.transform(store[:5]))
             True
         """
@@ -640,7 +640,8 @@ class NMFConcepts(SklearnConcepts):
         estimator_params, max_fit_rows, stream_epochs: as for :class:`SklearnConcepts`.
 
     Example:
-        >>> nmf = NMFConcepts(12, nonnegative="shift", estimator_params={"random_state": 0, "max_iter": 1000}).fit(store)
+        >>> params = {"random_state": 0, "max_iter": 1000}
+        >>> nmf = NMFConcepts(12, nonnegative="shift", estimator_params=params).fit(store)
         >>> nmf.fit_info_["nonnegative"], nmf.shift_.shape, bool((nmf.shift_ <= 0).all())
         ('shift', (32,), True)
         >>> NMFConcepts(4).fit(store)  # signed activations need a sign policy
