@@ -32,7 +32,11 @@ def save_bundle(path: str | Path, kind: str, arrays: dict[str, np.ndarray], meta
     """Write ``arrays`` and the JSON ``meta`` of an object of type ``kind`` to one safetensors file.
 
     Example:
-        >>> save_bundle("model.safetensors", "interp_widgets.ConceptModel", {"components_": C}, {})  # doctest: +SKIP
+        >>> arrays = {"components_": np.eye(2, 3, dtype=np.float32), "mask": np.array([True, False])}
+        >>> path = save_bundle(getfixture("tmp_path") / "sub" / "bundle.safetensors", "interp_widgets.Example",
+        ...                    arrays, {"labels": ["a", "b"]})
+        >>> path.name, path.parent.name  # missing parent directories are created
+        ('bundle.safetensors', 'sub')
     """
     from safetensors.numpy import save_file
 
@@ -50,7 +54,16 @@ def load_bundle(path: str | Path, kind: str | tuple[str, ...]) -> tuple[dict[str
     """Read a file written by :func:`save_bundle`, checking that it holds an object of type ``kind``.
 
     Example:
-        >>> arrays, meta = load_bundle("model.safetensors", "interp_widgets.ConceptModel")  # doctest: +SKIP
+        >>> path = getfixture("tmp_path") / "bundle.safetensors"
+        >>> _ = save_bundle(path, "interp_widgets.Example", {"components_": np.eye(2, dtype=np.float32)}, {"n": 2})
+        >>> arrays, meta = load_bundle(path, "interp_widgets.Example")
+        >>> arrays["components_"], meta
+        (array([[1., 0.],
+               [0., 1.]], dtype=float32), {'n': 2})
+        >>> load_bundle(path, "interp_widgets.ConceptModel")
+        Traceback (most recent call last):
+            ...
+        ValueError: ... holds a interp_widgets.Example, not a interp_widgets.ConceptModel; load it with its own class's load()
     """
     kinds = (kind,) if isinstance(kind, str) else kind
     names = " or ".join(k.removeprefix("interp_widgets.") for k in kinds)

@@ -25,12 +25,16 @@ recorded in ``model.nonnegative`` and ``model.fit_info_``:
 - or use :class:`SemiNMFConcepts`: non-negative coefficients with signed directions, on the raw activations.
 
 Example:
-    >>> model = NMFConcepts(20, nonnegative="shift").fit(store)  # doctest: +SKIP
-    >>> coefficients = model.transform(store[:100])              # doctest: +SKIP
-    >>> from sklearn.pipeline import make_pipeline               # doctest: +SKIP
-    >>> from sklearn.preprocessing import StandardScaler         # doctest: +SKIP
-    >>> make_pipeline(StandardScaler(), PCAConcepts(8)).fit_transform(X).shape  # doctest: +SKIP
-    (300, 8)
+    >>> nmf = NMFConcepts(12, nonnegative="shift", estimator_params={"random_state": 0, "max_iter": 1000}).fit(store)
+    >>> nmf.transform(store[:100]).shape, nmf.components_.shape
+    ((100, 12), (12, 32))
+    >>> nmf.fit_info_
+    {'rows': 775, 'nonnegative': 'shift', 'mode': 'full'}
+    >>> from sklearn.pipeline import make_pipeline
+    >>> from sklearn.preprocessing import StandardScaler
+    >>> X = store.to_numpy()
+    >>> make_pipeline(StandardScaler(), PCAConcepts(8)).fit_transform(X).shape
+    (775, 8)
 """
 
 from __future__ import annotations
@@ -87,11 +91,13 @@ class ConceptModel(TransformerMixin, BaseEstimator):
     extend ``_state()`` / ``_restore()`` with the fitted arrays to save.
 
     Example:
-        >>> model = PCAConcepts(10).fit(X)              # doctest: +SKIP
-        >>> model.inverse_transform(model.transform(X))  # doctest: +SKIP
-        >>> ConceptModel.load(model.save("pca.safetensors")).n_concepts  # doctest: +SKIP
-        10
-        >>> sklearn.base.clone(model).is_fitted          # doctest: +SKIP
+        >>> pca = PCAConcepts(10).fit(store)
+        >>> pca.inverse_transform(pca.transform(store[:5])).shape
+        (5, 32)
+        >>> ConceptModel.load(pca.save(getfixture("tmp_path") / "pca.safetensors"))
+        PCAConcepts(10, estimator_params=None, max_fit_rows=200000, stream_epochs=1) [fitted on 32 features]
+        >>> import sklearn.base
+        >>> sklearn.base.clone(pca).is_fitted
         False
     """
 
@@ -130,7 +136,11 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         """Fit on activations ``X`` (array, tensor or ActivationStore); returns ``self``.
 
         Example:
-            >>> model = ICAConcepts(8).fit(store)  # doctest: +SKIP
+            >>> ica = ICAConcepts(8, estimator_params={"random_state": 0}).fit(store)
+            >>> ica
+            ICAConcepts(8, estimator_params={'random_state': 0}, max_fit_rows=200000, stream_epochs=1) [fitted on 32 features]
+            >>> ica.layer_, ica.n_features_in_, ica.fit_info_
+            ('layer:1', 32, {'rows': 775, 'mode': 'full'})
         """
         from interp_widgets.concepts.activations import ActivationStore
 
@@ -159,7 +169,8 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         """``fit(X)`` then ``transform(X)``.
 
         Example:
-            >>> C = PCAConcepts(5).fit_transform(X)  # doctest: +SKIP
+            >>> PCAConcepts(5).fit_transform(store).shape
+            (775, 5)
         """
         return self.fit(X).transform(X)
 
@@ -167,8 +178,9 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         """Concept coefficients of ``X``: a ``(rows, n_concepts)`` float array.
 
         Example:
-            >>> model.transform(store[:10]).shape  # doctest: +SKIP
-            (10, 20)
+            >>> C = concepts.transform(store[:10])  # the namespace's 8 NMF concepts
+            >>> C.shape, C.dtype, bool((C >= 0).all())
+            ((10, 8), dtype('float32'), True)
         """
         X = self._check_input(X)
         return np.asarray(self._transform(X), dtype=np.float32)
@@ -177,7 +189,12 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         """Reconstruct activations from concept coefficients: ``C @ components_ + offset_``.
 
         Example:
-            >>> X_hat = model.inverse_transform(model.transform(X))  # doctest: +SKIP
+            >>> C = concepts.transform(store[:10])
+            >>> X_hat = concepts.inverse_transform(C)
+            >>> X_hat.shape
+            (10, 32)
+            >>> np.allclose(X_hat, C @ concepts.components_ + concepts.offset_, atol=1e-5)
+            True
         """
         self._check_fitted()
         C = _as_matrix(C, name="C")
@@ -189,7 +206,12 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         """Differentiable decoding ``C @ components_ + offset_`` in torch, in ``C``'s dtype and device.
 
         Example:
-            >>> model.decode_torch(torch.zeros(1, model.n_concepts)).shape  # doctest: +SKIP
+            >>> C = torch.zeros(2, concepts.n_concepts, requires_grad=True)
+            >>> X_hat = concepts.decode_torch(C)
+            >>> X_hat.shape, X_hat.requires_grad
+            (torch.Size([2, 32]), True)
+            >>> np.allclose(X_hat[0].detach().numpy(), concepts.offset_)  # zero coefficients decode to the offset
+            True
         """
         self._check_fitted()
         weight = torch.as_tensor(self.components_, dtype=C.dtype, device=C.device)
@@ -238,7 +260,9 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         """Write the fitted model to one safetensors file with a JSON header (never pickle).
 
         Example:
-            >>> path = model.save("nmf20.safetensors")  # doctest: +SKIP
+            >>> path = concepts.save(getfixture("tmp_path") / "nmf8.safetensors")
+            >>> path.name
+            'nmf8.safetensors'
         """
         self._check_fitted()
         arrays, extra = self._state()
@@ -260,7 +284,12 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         """Read a model written by :meth:`save`; ``ConceptModel.load`` returns the right subclass.
 
         Example:
-            >>> model = ConceptModel.load("nmf20.safetensors")  # doctest: +SKIP
+            >>> path = concepts.save(getfixture("tmp_path") / "nmf8.safetensors")
+            >>> again = ConceptModel.load(path)  # the class is read from the file
+            >>> again
+            NMFConcepts(8, estimator_params={'random_state': 0}, ..., nonnegative='shift', ...) [fitted on 32 features]
+            >>> np.array_equal(again.transform(store[:5]), concepts.transform(store[:5]))
+            True
         """
         arrays, meta = load_bundle(path, _FORMAT)
         klass = CONCEPT_MODELS.get(meta["class"])
@@ -298,8 +327,11 @@ class SklearnConcepts(ConceptModel):
         stream_epochs: passes over the store when streaming.
 
     Example:
-        >>> model = PCAConcepts(16, estimator_params={"random_state": 0}).fit(X)  # doctest: +SKIP
-        >>> model.estimator_.explained_variance_ratio_.sum()                     # doctest: +SKIP
+        >>> pca = PCAConcepts(16, estimator_params={"random_state": 0}).fit(store)
+        >>> type(pca.estimator_).__name__, round(float(pca.estimator_.explained_variance_ratio_.sum()), 3)
+        ('PCA', 0.928)
+        >>> PCAConcepts(4, max_fit_rows=300).fit(store).fit_info_  # PCA has no partial_fit: fitted on a sample
+        {'rows': 775, 'mode': 'sample', 'sampled_rows': 300}
     """
 
     estimator_class: ClassVar[Any] = None
@@ -414,8 +446,8 @@ class PCAConcepts(SklearnConcepts):
     """Principal components as concepts (wraps ``sklearn.decomposition.PCA``); coefficients are signed.
 
     Example:
-        >>> PCAConcepts(10).fit(X).components_.shape  # doctest: +SKIP
-        (10, 384)
+        >>> PCAConcepts(10).fit(store).components_.shape
+        (10, 32)
     """
 
     name = "pca"
@@ -432,8 +464,8 @@ class IncrementalPCAConcepts(PCAConcepts):
     """PCA fitted batch by batch (wraps ``sklearn.decomposition.IncrementalPCA``); streams large stores.
 
     Example:
-        >>> IncrementalPCAConcepts(10, max_fit_rows=50_000).fit(store).fit_info_["mode"]  # doctest: +SKIP
-        'streamed'
+        >>> IncrementalPCAConcepts(10, max_fit_rows=500).fit(store).fit_info_  # 775 rows > 500: streamed
+        {'rows': 775, 'mode': 'streamed', 'epochs': 1}
     """
 
     name = "incremental_pca"
@@ -449,7 +481,8 @@ class SVDConcepts(SklearnConcepts):
     """Truncated SVD directions (wraps ``sklearn.decomposition.TruncatedSVD``; no centring).
 
     Example:
-        >>> SVDConcepts(10).fit(X).transform(X).shape  # doctest: +SKIP
+        >>> SVDConcepts(10, estimator_params={"random_state": 0}).fit(store).transform(store).shape
+        (775, 10)
     """
 
     name = "svd"
@@ -471,7 +504,9 @@ class ICAConcepts(SklearnConcepts):
     """Independent components (wraps ``sklearn.decomposition.FastICA``); directions are ``mixing_.T``.
 
     Example:
-        >>> ICAConcepts(8, estimator_params={"random_state": 0}).fit(X).components_.shape  # doctest: +SKIP
+        >>> ica = ICAConcepts(8, estimator_params={"random_state": 0}).fit(store)
+        >>> ica.components_.shape, np.allclose(ica.components_, ica.estimator_.mixing_.T, atol=1e-5)
+        ((8, 32), True)
     """
 
     name = "ica"
@@ -491,9 +526,14 @@ class KMeansConcepts(SklearnConcepts):
     ``components_`` are the centres. ``distances(X)`` is scikit-learn's ``transform`` (distance to each centre).
 
     Example:
-        >>> model = KMeansConcepts(12, estimator_params={"random_state": 0}).fit(X)  # doctest: +SKIP
-        >>> model.transform(X).sum(1)                           # doctest: +SKIP
-        array([1., 1., ...])
+        >>> kmeans = KMeansConcepts(12, estimator_params={"random_state": 0}).fit(store)
+        >>> C = kmeans.transform(store)
+        >>> C.shape, bool((C.sum(1) == 1).all())  # one-hot rows
+        ((775, 12), True)
+        >>> bool((C.argmax(1) == kmeans.estimator_.labels_).all())  # the hot column is the row's cluster
+        True
+        >>> np.allclose(kmeans.inverse_transform(C[:4]), kmeans.components_[C[:4].argmax(1)])  # its centre
+        True
     """
 
     name = "kmeans"
@@ -516,8 +556,12 @@ class KMeansConcepts(SklearnConcepts):
         """Distance of every row to every centre (scikit-learn's ``KMeans.transform``).
 
         Example:
-            >>> model.distances(X[:3]).shape  # doctest: +SKIP
+            >>> kmeans = KMeansConcepts(12, estimator_params={"random_state": 0}).fit(store)
+            >>> d = kmeans.distances(store[:3])
+            >>> d.shape
             (3, 12)
+            >>> (d.argmin(1) == kmeans.transform(store[:3]).argmax(1)).all()  # each row's cluster is its nearest centre
+            np.True_
         """
         return self.estimator_.transform(self._check_input(X))
 
@@ -526,7 +570,11 @@ class MiniBatchKMeansConcepts(KMeansConcepts):
     """K-means by minibatches (wraps ``sklearn.cluster.MiniBatchKMeans``); streams large stores.
 
     Example:
-        >>> MiniBatchKMeansConcepts(50, estimator_params={"random_state": 0}).fit(store)  # doctest: +SKIP
+        >>> mbk = MiniBatchKMeansConcepts(8, estimator_params={"random_state": 0, "n_init": 1}, max_fit_rows=500)
+        >>> mbk.fit(store).fit_info_
+        {'rows': 775, 'mode': 'streamed', 'epochs': 1}
+        >>> mbk.components_.shape
+        (8, 32)
     """
 
     name = "minibatch_kmeans"
@@ -542,7 +590,11 @@ class DictionaryLearningConcepts(SklearnConcepts):
     """Sparse dictionary learning (wraps ``sklearn.decomposition.DictionaryLearning``); may be overcomplete.
 
     Example:
-        >>> DictionaryLearningConcepts(64, estimator_params={"alpha": 0.5, "random_state": 0}).fit(X)  # doctest: +SKIP
+        >>> params = {"alpha": 0.5, "max_iter": 2, "random_state": 0}
+        >>> dl = DictionaryLearningConcepts(48, estimator_params=params).fit(store[:60])  # overcomplete: 48 > 32
+        >>> C = dl.transform(store[:60])
+        >>> C.shape, round(float((C == 0).mean()), 2)  # shape and fraction of zero coefficients
+        ((60, 48), 0.94)
     """
 
     name = "dictionary_learning"
@@ -558,7 +610,10 @@ class MiniBatchDictionaryLearningConcepts(DictionaryLearningConcepts):
     """Dictionary learning by minibatches (wraps ``MiniBatchDictionaryLearning``); streams large stores.
 
     Example:
-        >>> MiniBatchDictionaryLearningConcepts(64, estimator_params={"random_state": 0}).fit(store)  # doctest: +SKIP
+        >>> params = {"alpha": 0.5, "max_iter": 2, "batch_size": 32, "random_state": 0}
+        >>> mdl = MiniBatchDictionaryLearningConcepts(48, estimator_params=params).fit(store[:100])
+        >>> mdl.components_.shape, mdl.estimator_.n_steps_
+        ((48, 32), 8)
     """
 
     name = "minibatch_dictionary_learning"
@@ -585,9 +640,14 @@ class NMFConcepts(SklearnConcepts):
         estimator_params, max_fit_rows, stream_epochs: as for :class:`SklearnConcepts`.
 
     Example:
-        >>> model = NMFConcepts(20, nonnegative="shift", estimator_params={"random_state": 0}).fit(store)  # doctest: +SKIP
-        >>> model.fit_info_["nonnegative"]                                                                # doctest: +SKIP
-        'shift'
+        >>> params = {"random_state": 0, "max_iter": 1000}
+        >>> nmf = NMFConcepts(12, nonnegative="shift", estimator_params=params).fit(store)
+        >>> nmf.fit_info_["nonnegative"], nmf.shift_.shape, bool((nmf.shift_ <= 0).all())
+        ('shift', (32,), True)
+        >>> NMFConcepts(4).fit(store)  # signed activations need a sign policy
+        Traceback (most recent call last):
+            ...
+        ValueError: NMF needs non-negative data but these activations go down to ...
     """
 
     name = "nmf"
@@ -662,7 +722,9 @@ class MiniBatchNMFConcepts(NMFConcepts):
     """NMF by minibatches (wraps ``sklearn.decomposition.MiniBatchNMF``); streams large stores.
 
     Example:
-        >>> MiniBatchNMFConcepts(50, nonnegative="relu", estimator_params={"random_state": 0}).fit(store)  # doctest: +SKIP
+        >>> mbnmf = MiniBatchNMFConcepts(16, nonnegative="relu", estimator_params={"random_state": 0}, max_fit_rows=500)
+        >>> mbnmf.fit(store).fit_info_
+        {'rows': 775, 'nonnegative': 'relu', 'mode': 'streamed', 'epochs': 1}
     """
 
     name = "minibatch_nmf"
@@ -698,9 +760,12 @@ class SemiNMFConcepts(ConceptModel):
         max_fit_rows: a store is fitted on a random sample of at most that many rows.
 
     Example:
-        >>> model = SemiNMFConcepts(20, random_state=0).fit(store.sample(50_000))  # doctest: +SKIP
-        >>> (model.transform(X) >= 0).all()                                         # doctest: +SKIP
-        True
+        >>> semi = SemiNMFConcepts(8, max_iter=50, transform_iter=20, random_state=0).fit(store)
+        >>> C = semi.transform(store[:50])
+        >>> bool((C >= 0).all()), bool((semi.components_ < 0).any())  # non-negative coefficients, signed directions
+        (True, True)
+        >>> semi.fit_info_["n_iter"], round(semi.fit_info_["relative_error"], 3)
+        (50, 0.34)
     """
 
     name = "semi_nmf"

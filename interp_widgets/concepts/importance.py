@@ -8,7 +8,7 @@ with the reconstruction residual kept: at the concept layer the hidden state ``h
 
 Example:
     >>> concepts  # the namespace's NMF concept model, fitted on layer 1 of the tiny classifier
-    NMFConcepts(8, max_fit_rows=200000, stream_epochs=1, random_state=0, nonnegative='shift') [fitted on 32 features]
+    NMFConcepts(8, estimator_params={'random_state': 0}, max_fit_rows=200000, nonnegative='shift', stream_epochs=1) [fitted on 32 features]
     >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target="positive")
     >>> imp.tokens
     ['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]']
@@ -203,8 +203,9 @@ class ConceptImportance(TextConcepts):
         """The label of one target (a label, a row index, or ``None`` for the first row).
 
         Example:
-            >>> imp.target_label(0)  # doctest: +SKIP
-            'positive'
+            >>> imp = concept_importance(concepts, model, tokenizer, "Not bad at all.", target=["negative", "positive"])
+            >>> imp.target_label(), imp.target_label(1), imp.target_label("negative")
+            ('negative', 'positive', 'negative')
         """
         return self.target_labels[self._target(target)]
 

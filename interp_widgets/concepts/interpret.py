@@ -7,9 +7,19 @@ the top tokens; a labelling function (for example one that asks an LLM) can repl
 each concept direction promotes through the model's output embedding, where the model has one.
 
 Example:
-    >>> interp = interpret_concepts(concepts, store, model=lm, tokenizer=tokenizer)  # doctest: +SKIP
-    >>> interp.to_dataframe().head()                                                # doctest: +SKIP
-    >>> interp.examples_dataframe(3)                                                # doctest: +SKIP
+    >>> interp = interpret_concepts(concepts, store, progress=False)  # the namespace's 8 NMF concepts
+    >>> interp
+    ConceptInterpretation(8 NMFConcepts concepts at 'layer:1', labels from top tokens)
+    >>> interp.to_dataframe()[["concept", "label", "density"]].round(3).head(3)
+       concept               label  density
+    0        0    it / , / sitting    0.943
+    1        1  overnight / an / .    0.899
+    2        2    and / great / no    0.919
+    >>> interp.examples_dataframe(3)[["rank", "token", "right"]].head(3)  # concept 3's strongest tokens in context
+       rank  token                         right
+    0     0   felt            the three-hour run
+    1     1  which  is rare in this neighborhood
+    2     2      a     terrific chase scene, but
 """
 
 from __future__ import annotations
@@ -42,9 +52,16 @@ class ConceptInterpretation:
     where it is active.
 
     Example:
-        >>> interp.labels[:3]               # doctest: +SKIP
-        ['awful / terrible / bad', ...]
-        >>> interp.chart(0)                 # doctest: +SKIP
+        >>> interp = interpret_concepts(concepts, store, progress=False)
+        >>> interp.labels[:3]
+        ['it / , / sitting', 'overnight / an / .', 'and / great / no']
+        >>> interp.top_rows.shape, interp.top_values.shape  # concepts × k
+        ((8, 10), (8, 10))
+        >>> example = interp.examples[0][0]  # the strongest row of concept 0
+        >>> example["token"], example["row"], example["text_id"], round(example["activation"], 3)
+        (',', 354, 20, 0.068)
+        >>> "".join(example["context"]), example["context"][example["center"]]
+        ('bathroom, but friendly staff, a fantastic breakfast and an', ', ')
     """
 
     method: str
@@ -90,8 +107,9 @@ class ConceptInterpretation:
         """The tokens of the top activating rows of one concept, strongest first.
 
         Example:
-            >>> interp.top_tokens(0)  # doctest: +SKIP
-            ['awful', 'terrible', 'bad']
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> interp.top_tokens(0)[:5]
+            [',', 'sitting', 'h', 'gets', 'it']
         """
         return [example["token"] for example in self.examples[self._index(concept)]]
 
@@ -105,8 +123,11 @@ class ConceptInterpretation:
         ``concept_model`` and the language ``model`` and ``tokenizer`` (the browser itself computes nothing).
 
         Example:
-            >>> interp = interpret_concepts(concepts, store, model=lm, tokenizer=tok)                # doctest: +SKIP
-            >>> interp.widget(texts=["Not bad at all."], concept_model=concepts, model=lm, tokenizer=tok)  # doctest: +SKIP
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> browser = interp.widget(texts=["Not bad at all."], concept_model=concepts, model=model,
+            ...                         tokenizer=tokenizer)
+            >>> type(browser).__name__
+            'ConceptBrowser'
         """
         from interp_widgets.concepts.importance import text_concepts
         from interp_widgets.widgets.concept_browser import ConceptBrowser
@@ -128,7 +149,15 @@ class ConceptInterpretation:
         """One row per concept: label, density, mean/max/min coefficient, top tokens and promoted vocabulary.
 
         Example:
-            >>> interp.to_dataframe().sort_values("density").head()  # doctest: +SKIP
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> frame = interp.to_dataframe()
+            >>> frame.columns.tolist()
+            ['concept', 'label', 'density', 'mean', 'max', 'min', 'top_tokens', 'vocabulary']
+            >>> frame.sort_values("density")[["concept", "label", "density", "max"]].round(3).head(3)
+               concept                label  density    max
+            3        3     . / felt / which    0.879  0.342
+            1        1   overnight / an / .    0.899  0.131
+            7        7  the / ' / breakfast    0.908  0.748
         """
         import pandas as pd
 
@@ -147,7 +176,14 @@ class ConceptInterpretation:
         """Top examples in long form: concept, rank, activation, text id, position, token, left/right context.
 
         Example:
-            >>> interp.examples_dataframe(2).head()  # doctest: +SKIP
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> interp.examples_dataframe(2)[["rank", "text_id", "position", "token", "right"]].head(3)
+               rank  text_id  position    token                 right
+            0     0       31         1    Great  sound when it works.
+            1     1        2         1       No  buzzing, no hissing,
+            2     2       23         1  Parking      was a hassle and
+            >>> len(interp.examples_dataframe())  # every concept: 8 concepts × k=10
+            80
         """
         import pandas as pd
 
@@ -168,7 +204,12 @@ class ConceptInterpretation:
         """The texts where one concept is strongest: rank, text id, max activation, text.
 
         Example:
-            >>> interp.top_texts_dataframe(0)  # doctest: +SKIP
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> interp.top_texts_dataframe(0)[["rank", "text_id", "max_activation"]].round(3).head(3)
+               rank  text_id  max_activation
+            0     0       20           0.068
+            1     1       21           0.065
+            2     2        5           0.065
         """
         import pandas as pd
 
@@ -182,7 +223,14 @@ class ConceptInterpretation:
         """Histogram of the active coefficients of one concept as a DataFrame (``start, end, count``).
 
         Example:
-            >>> interp.histogram(0).head()  # doctest: +SKIP
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> interp.histogram(0).round(3).head(3)
+               start    end  count
+            0  0.000  0.002     19
+            1  0.002  0.005     20
+            2  0.005  0.007     33
+            >>> int(interp.histogram(0)["count"].sum()) == round(interp.density[0] * len(store))  # the active rows
+            True
         """
         import pandas as pd
 
@@ -194,7 +242,12 @@ class ConceptInterpretation:
         """Altair chart: the activation histogram of ``concept``, or the density of every concept if ``None``.
 
         Example:
-            >>> interp.chart(4)  # doctest: +SKIP
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> chart = interp.chart(4)
+            >>> chart.mark, chart.title
+            ('bar', 'concept 4: s / garden / : (density 0.915)')
+            >>> interp.chart().title  # density of every concept
+            'NMFConcepts concepts at layer:1'
         """
         import altair as alt
 
@@ -216,7 +269,15 @@ class ConceptInterpretation:
         Keys: ``concept, label, density, mean, max, min, examples, top_texts, histogram, vocabulary``.
 
         Example:
-            >>> json.dumps(interp.detail(3))  # doctest: +SKIP
+            >>> import json
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> detail = interp.detail(3)
+            >>> list(detail)
+            ['concept', 'label', 'density', 'mean', 'max', 'min', 'examples', 'top_texts', 'histogram', 'vocabulary']
+            >>> detail["label"], len(detail["examples"]), detail["vocabulary"]  # no vocabulary: a classifier
+            ('. / felt / which', 10, None)
+            >>> len(json.dumps(detail)) > 0
+            True
         """
         c = self._index(concept)
         texts = self.top_texts_dataframe(c)
@@ -238,7 +299,11 @@ class ConceptInterpretation:
         Returns ``self`` so calls chain; ``label_source`` records ``source``.
 
         Example:
-            >>> interp.relabel(lambda c, ex: ex[0]["token"].upper(), source="shout")  # doctest: +SKIP
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> interp.relabel(lambda c, ex: ex[0]["token"].upper(), source="shout")
+            ConceptInterpretation(8 NMFConcepts concepts at 'layer:1', labels from shout)
+            >>> interp.labels[:3]
+            [',', 'OVERNIGHT', 'GREAT']
         """
         if not callable(labeler):
             raise TypeError("labeler must be a callable (concept index, examples) -> str")
@@ -259,7 +324,9 @@ class ConceptInterpretation:
         """Write to one safetensors file with a JSON header (never pickle).
 
         Example:
-            >>> ConceptInterpretation.load(interp.save("interp.safetensors")).labels == interp.labels  # doctest: +SKIP
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> path = interp.save(getfixture("tmp_path") / "interp.safetensors")
+            >>> ConceptInterpretation.load(path).labels == interp.labels
             True
         """
         arrays = {n: getattr(self, n) for n in self._ARRAYS if getattr(self, n) is not None}
@@ -271,7 +338,13 @@ class ConceptInterpretation:
         """Read a file written by :meth:`save`.
 
         Example:
-            >>> interp = ConceptInterpretation.load("interp.safetensors")  # doctest: +SKIP
+            >>> saved = interpret_concepts(concepts, store, progress=False)
+            >>> path = saved.save(getfixture("tmp_path") / "interp.safetensors")
+            >>> interp = ConceptInterpretation.load(path)
+            >>> interp
+            ConceptInterpretation(8 NMFConcepts concepts at 'layer:1', labels from top tokens)
+            >>> interp.top_texts_dataframe(0).text_id.tolist()[:3]
+            [20, 21, 5]
         """
         arrays, meta = load_bundle(path, _FORMAT)
         arrays.setdefault("vocab_logits", None)
@@ -333,7 +406,19 @@ def interpret_concepts(
         rows_per_chunk, progress: streaming block size and progress bar.
 
     Example:
-        >>> interp = interpret_concepts(concepts, store, k=20, window=8)  # doctest: +SKIP
+        >>> interp = interpret_concepts(concepts, store, k=20, window=8, progress=False)
+        >>> interp.top_rows.shape, interp.params
+        ((8, 20), {'k': 20, 'window': 8, 'bins': 30, 'rows': 775, 'unit': 'token'})
+        >>> from interp_widgets.concepts import PCAConcepts, collect_activations  # with an LM: vocabulary too
+        >>> lm_store = collect_activations(lm, lm_tokenizer, texts[:10], layer=1, progress=False)
+        >>> lm_interp = interpret_concepts(PCAConcepts(4).fit(lm_store), lm_store, k=3, model=lm,
+        ...                                tokenizer=lm_tokenizer, vocab_top=3, progress=False)
+        >>> lm_interp.to_dataframe()[["concept", "top_tokens", "vocabulary"]]
+           concept         top_tokens       vocabulary
+        0        0         M | M | th  à | Ġhalf | ive
+        1        1          h | g | g      ur | ĠI | `
+        2        2       ll | es | ll    aff | me | nd
+        3        3  I | atter | ation  Ġcom | x | ning
     """
     from tqdm.auto import tqdm
 
@@ -454,7 +539,15 @@ def vocabulary_projection(concept_model: ConceptModel, model, tokenizer, *, top:
     feature dashboards' logit tables. Returns ``(tokens per concept, logits (concepts × top))``, strongest first.
 
     Example:
-        >>> tokens, logits = vocabulary_projection(concepts, lm, tokenizer, top=5)  # doctest: +SKIP
+        >>> from interp_widgets.concepts import PCAConcepts, collect_activations
+        >>> lm_store = collect_activations(lm, lm_tokenizer, texts[:10], layer=1, progress=False)
+        >>> tokens, logits = vocabulary_projection(PCAConcepts(4).fit(lm_store), lm, lm_tokenizer, top=3)
+        >>> tokens[0], logits.shape
+        (['à', 'Ġhalf', 'ive'], (4, 3))
+        >>> vocabulary_projection(concepts, model, tokenizer)  # a classifier has no output embedding
+        Traceback (most recent call last):
+            ...
+        ValueError: BertForSequenceClassification has no output embedding (it is not a language model); ...
     """
     concept_model._check_fitted()
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None

@@ -10,8 +10,13 @@ direction scaled to the mean encoder norm of live concepts (× 0.2 for ReLU; × 
 of the k slots to fire).
 
 Example:
-    >>> sae = SparseAutoencoder(256, activation="topk", k=16).fit(store)  # doctest: +SKIP
-    >>> sae.fit_info_["history"][-1]                                      # doctest: +SKIP
+    >>> sae = SparseAutoencoder(64, activation="topk", k=8, max_epochs=20, batch_size=128, progress=False)
+    >>> sae.fit(store).fit_info_["epochs"], sae.fit_info_["stopped_early"]
+    (20, False)
+    >>> {key: round(value, 3) for key, value in sae.fit_info_["history"][-1].items()}
+    {'epoch': 19, 'train_loss': 0.307, 'monitor_loss': 0.298, 'monitor_fvu': 0.298, 'dead': 0, 'resampled': 0}
+    >>> int((sae.transform(store) > 0).sum(1).max())  # at most k = 8 active concepts per row
+    8
 """
 
 from __future__ import annotations
@@ -47,8 +52,15 @@ class SparseAutoencoder(ConceptModel):
     resolved ``k``) and those of every :class:`~interp_widgets.concepts.ConceptModel`.
 
     Example:
-        >>> sae = SparseAutoencoder(64, activation="relu", l1_coefficient=3e-3, progress=False).fit(X)  # doctest: +SKIP
-        >>> (sae.transform(X) > 0).sum(1).mean()                                                       # doctest: +SKIP
+        >>> X = store.to_numpy()  # an array: a tenth of its rows is held out for monitoring
+        >>> sae = SparseAutoencoder(64, activation="relu", l1_coefficient=3e-2, max_epochs=10, batch_size=128,
+        ...                         progress=False).fit(X)
+        >>> sae.fit_info_["monitor"], sae.weights_["W_enc"].shape, sae.components_.shape
+        ('held-out rows', torch.Size([32, 64]), (64, 32))
+        >>> round(float((sae.transform(X) > 0).sum(1).mean()), 1)  # active concepts per row (10 epochs: not yet sparse)
+        28.5
+        >>> ConceptModel.load(sae.save(getfixture("tmp_path") / "sae.safetensors")).k_ == sae.k_
+        True
     """
 
     name = "sae"
@@ -211,7 +223,14 @@ class SparseAutoencoder(ConceptModel):
         """Differentiable concept coefficients of ``X`` (rows × features) in torch.
 
         Example:
-            >>> sae.encode_torch(torch.randn(4, sae.n_features_in_)).shape  # doctest: +SKIP
+            >>> sae = SparseAutoencoder(64, k=4, max_epochs=2, progress=False).fit(store)
+            >>> x = torch.tensor(store[:3], requires_grad=True)
+            >>> codes = sae.encode_torch(x)
+            >>> codes.shape, bool(np.allclose(codes.detach().numpy(), sae.transform(store[:3]), atol=1e-5))
+            (torch.Size([3, 64]), True)
+            >>> codes[:, 0].sum().backward()  # gradients flow back to the activations
+            >>> x.grad.shape
+            torch.Size([3, 32])
         """
         self._check_fitted()
         w = {name: t.to(X.device, X.dtype) for name, t in self.weights_.items()}
