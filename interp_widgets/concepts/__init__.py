@@ -3,7 +3,7 @@
 Example:
     >>> from interp_widgets.concepts import collect_activations, NMFConcepts, text_concepts
     >>> store = collect_activations(model, tokenizer, texts, layer="layer:1", progress=False)
-    >>> concepts = NMFConcepts(8, nonnegative="shift", random_state=0).fit(store)
+    >>> concepts = NMFConcepts(8, nonnegative="shift", estimator_params={"random_state": 0}).fit(store)
     >>> concepts.transform(store[:3]).shape
     (3, 8)
     >>> [(c, round(v, 2)) for c, v in text_concepts(concepts, model, tokenizer, "Not bad at all.").active_concepts(1, top=2)]

@@ -112,9 +112,9 @@ def stability(make_model: Callable[[int], ConceptModel], X, seeds: Sequence[int]
 
     Example:
         >>> from interp_widgets.concepts import ICAConcepts, PCAConcepts
-        >>> round(stability(lambda s: PCAConcepts(4, random_state=s), store, absolute=True)["mean"], 3)
+        >>> round(stability(lambda s: PCAConcepts(4, estimator_params={"random_state": s}), store, absolute=True)["mean"], 3)
         1.0
-        >>> report = stability(lambda s: ICAConcepts(4, random_state=s), store, seeds=[0, 1], absolute=True)
+        >>> report = stability(lambda s: ICAConcepts(4, estimator_params={"random_state": s}), store, seeds=[0, 1], absolute=True)
         >>> list(report["pairs"]), report["per_concept"].shape
         ([(0, 1)], (4,))
     """
