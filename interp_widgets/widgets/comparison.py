@@ -172,9 +172,15 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
     first = inputs[0]
     for r, t in zip(results[1:], inputs[1:]):
         if t.tokens != first.tokens or t.spaces_before != first.spaces_before:
+            plain = [[tok for tok, special in zip(d.tokens, d.special_mask) if not special] for d in (first, t)]
+            hint = (
+                "the same tokens once special tokens are dropped, as perturbation methods do; pass "
+                "result.aggregate('token') for the results that keep them" if plain[0] == plain[1] and plain[0]
+                else "attribute the same text with the same tokenizer"
+            )
             raise ValueError(
                 f"results must explain the same input with the same tokens; {getattr(r, 'method', '?')!r} has different "
-                "tokens (attribute the same text with the same tokenizer)"
+                f"tokens ({hint})"
             )
     rows, label = [], None
     for t in inputs:
