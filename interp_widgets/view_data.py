@@ -202,7 +202,11 @@ class ViewData:
         """The trait values, by trait name (arrays as numpy arrays; the traits serialise them).
 
         Example:
-            >>> widget = TokenHighlightWidget(**data.to_traits())  # doctest: +SKIP
+            >>> data = TokenHighlightData(tokens=["Hi", "!"], spaces_before=["", ""], special_mask=[False, False],
+            ...                           word_ids=[0, 1], sentence_ids=[0, 0], scores=[[0.5, -0.1]])
+            >>> traits = data.to_traits()  # a widget's constructor passes these to its traits
+            >>> list(traits)[:4], traits["scores"]
+            (['tokens', 'spaces_before', 'special_mask', 'word_ids'], array([[ 0.5, -0.1]], dtype=float32))
         """
         return {name: getattr(self, name) for name in self.field_names()}
 

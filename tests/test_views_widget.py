@@ -165,6 +165,11 @@ def test_compare_rejects_mismatched_inputs():
         compare([a, _result([[0.1] * 4, [0.2] * 4], tokens=("A", "b", "c", "d"), method="b")])
     with pytest.raises(ValueError, match="method names must be distinct"):
         compare([a, a])
+    with_special = _result([[0.1] * 5, [0.2] * 5], method="c")
+    with_special = dataclasses.replace(with_special, special_mask=np.array([True, False, False, False, False]))
+    without = dataclasses.replace(with_special.aggregate("token"), method="d")
+    with pytest.raises(ValueError, match=r"aggregate\('token'\)"):  # e.g. IntegratedGradients vs Occlusion
+        compare([with_special, without])
     assert compare([a, a], names=["run 1", "run 2"]).methods == ["run 1", "run 2"]
 
 

@@ -35,9 +35,12 @@ class InterpWidget(anywidget.AnyWidget):
     replaces the view with that message, in the live widget and in the fallback.
 
     Example:
-        >>> class MyWidget(InterpWidget):          # doctest: +SKIP
+        >>> class MyWidget(InterpWidget):
         ...     _bundle = "my_widget"
         ...     def static_html(self): return "<div>…</div>"
+        >>> MyWidget()  # js/src/my_widget.js is not built yet
+        Traceback (most recent call last):
+        FileNotFoundError: JS bundle not built; run `npm --prefix js ci && npm --prefix js run build` or reinstall (.../my_widget.js does not exist)
     """
 
     _bundle: ClassVar[str] = ""
@@ -90,8 +93,9 @@ class InterpWidget(anywidget.AnyWidget):
         per synced data trait. The export page embeds it, so it always matches what the live widget shows.
 
         Example:
-            >>> widget.view_data().VERSION  # doctest: +SKIP
-            1
+            >>> data = result.widget().view_data()
+            >>> data.VIEW, data.VERSION, data.tokens[:3]
+            ('token_highlight', 1, ['[CLS]', 'Not', 'bad'])
         """
         schema = VIEW_DATA[self._bundle]
         return schema(**{name: getattr(self, name) for name in schema.field_names()})
@@ -100,7 +104,7 @@ class InterpWidget(anywidget.AnyWidget):
         """A standalone SVG picture of the current view (the ``image/svg+xml`` fallback): colours, legend, labels.
 
         Example:
-            >>> widget.static_svg()[:4]  # doctest: +SKIP
+            >>> result.widget().static_svg()[:4]
             '<svg'
         """
         raise NotImplementedError(f"{type(self).__name__} must implement static_svg()")
@@ -111,8 +115,11 @@ class InterpWidget(anywidget.AnyWidget):
         The default inlines :meth:`static_svg`; subclasses may return richer HTML.
 
         Example:
-            >>> "<svg" in widget.static_html()  # doctest: +SKIP
-            True
+            >>> from interp_widgets.widgets import GenerationWidget  # uses this default
+            >>> from interp_widgets.attribution import Saliency
+            >>> generation = Saliency().attribute(lm, lm_tokenizer, "The hotel was", max_new_tokens=3)
+            >>> GenerationWidget(generation).static_html()[:66]
+            '<div class="iw-static" style="max-width:100%;overflow-x:auto"><svg'
         """
         svg = self.static_svg().replace(f' xmlns="{SVG_NS}"', "", 1)
         return f'<div class="iw-static" style="max-width:100%;overflow-x:auto">{svg}</div>'
@@ -165,7 +172,9 @@ class InterpWidget(anywidget.AnyWidget):
         """One self-contained offline HTML page rendering this widget (no kernel, no CDN, no network).
 
         Example:
-            >>> page = widget.to_html(title="Why positive?")  # doctest: +SKIP
+            >>> page = result.widget().to_html(title="Why positive?")
+            >>> page.startswith("<!DOCTYPE html>"), "<title>Why positive?</title>" in page
+            (True, True)
         """
         from interp_widgets.widgets.export import html_page
 
@@ -175,8 +184,9 @@ class InterpWidget(anywidget.AnyWidget):
         """Write :meth:`to_html` to ``path`` (UTF-8) and return the path.
 
         Example:
-            >>> widget.export_html("explanation.html")  # doctest: +SKIP
-            PosixPath('explanation.html')
+            >>> path = result.widget().export_html(getfixture("tmp_path") / "explanation.html")
+            >>> path.name, path.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+            ('explanation.html', True)
         """
         path = Path(path)
         path.write_text(self.to_html(title=title), encoding="utf-8")

@@ -250,8 +250,11 @@ class TokenScoresWidget(InterpWidget):
         array as ``widget.scores``.
 
         Example:
-            >>> widget.score_matrix().shape  # doctest: +SKIP
-            (2, 9)
+            >>> from interp_widgets.attribution import Saliency
+            >>> both = Saliency().attribute(model, tokenizer, "Not bad at all, honestly.", target=["negative", "positive"])
+            >>> widget = both.widget()
+            >>> widget.score_matrix().shape, widget.score_matrix().dtype  # 2 targets × 9 tokens
+            ((2, 9), dtype('float32'))
         """
         return self.scores
 

@@ -2,9 +2,11 @@
 a table of pairwise agreement (Spearman rank correlation and top-k overlap).
 
 Example:
-    >>> ig = IntegratedGradients().attribute(model, tokenizer, "Not bad at all.")  # doctest: +SKIP
-    >>> sal = Saliency().attribute(model, tokenizer, "Not bad at all.")            # doctest: +SKIP
-    >>> compare([ig, sal])                                                          # doctest: +SKIP
+    >>> from interp_widgets.attribution import IntegratedGradients, Saliency
+    >>> ig = IntegratedGradients().attribute(model, tokenizer, "Not bad at all.")
+    >>> sal = Saliency().attribute(model, tokenizer, "Not bad at all.")
+    >>> compare([ig, sal])  # doctest: +ELLIPSIS
+    ComparisonWidget(2 methods ['integrated_gradients', 'saliency'], 7 tokens, target='positive', integrated_gradients~saliency ρ=...)
 """
 
 from __future__ import annotations
@@ -35,8 +37,15 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
     (``shared_scale``). Build it with :func:`compare`.
 
     Example:
-        >>> widget = compare([ig, saliency, occlusion], target="positive", k=3)  # doctest: +SKIP
-        >>> widget.granularity = "word"; widget.agreement[0]["spearman"]         # doctest: +SKIP
+        >>> from interp_widgets.attribution import InputXGradient, IntegratedGradients
+        >>> text = "Not bad at all, honestly."  # the text of ``result`` (saliency)
+        >>> ig = IntegratedGradients().attribute(model, tokenizer, text)
+        >>> ixg = InputXGradient().attribute(model, tokenizer, text)
+        >>> widget = compare([ig, result, ixg], target="positive", k=3)
+        >>> widget.methods
+        ['integrated_gradients', 'saliency', 'input_x_gradient']
+        >>> widget.granularity = "word"; round(widget.agreement[0]["spearman"], 2)
+        0.68
     """
 
     _bundle = "comparison"
@@ -56,7 +65,12 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
         """Pairwise agreement rows ``{a, b, spearman, top_k_overlap, k}`` over the units of the current granularity.
 
         Example:
-            >>> widget.granularity = "sentence"; widget.agreement[0]["top_k_overlap"]  # doctest: +SKIP
+            >>> from interp_widgets.attribution import IntegratedGradients
+            >>> widget = compare([IntegratedGradients().attribute(model, tokenizer, result.text), result], k=3)
+            >>> row = widget.agreement[0]
+            >>> row["a"], row["b"], round(row["spearman"], 2), round(row["top_k_overlap"], 2), row["k"]
+            ('integrated_gradients', 'saliency', 0.68, 0.67, 3)
+            >>> widget.granularity = "sentence"; widget.agreement[0]["top_k_overlap"]  # one unit: ρ undefined
             1.0
         """
         return self.agreements.get(self.granularity, [])
@@ -65,8 +79,12 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
         """Token indices of each unit shown for the current granularity (special tokens hidden), as in the browser.
 
         Example:
-            >>> widget.granularity = "word"; widget.units()[:2]  # doctest: +SKIP
-            [[1], [2, 3]]
+            >>> from interp_widgets.attribution import IntegratedGradients
+            >>> widget = compare([IntegratedGradients().attribute(model, tokenizer, result.text), result])
+            >>> widget.tokens[:3], widget.units()[:2]  # [CLS] (token 0) is hidden
+            (['[CLS]', 'Not', 'bad'], [[1], [2]])
+            >>> widget.granularity = "sentence"; widget.units()
+            [[1, 2, 3, 4, 5, 6, 7]]
         """
         return self._group(False)
 
@@ -74,8 +92,13 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
         """``(n_methods, n_units)`` score sums per unit for the current granularity (NaN skipped).
 
         Example:
-            >>> widget.unit_scores().shape  # doctest: +SKIP
+            >>> from interp_widgets.attribution import InputXGradient, IntegratedGradients
+            >>> ig = IntegratedGradients().attribute(model, tokenizer, result.text)
+            >>> widget = compare([ig, result, InputXGradient().attribute(model, tokenizer, result.text)])
+            >>> widget.unit_scores().shape  # 3 methods × 7 word-piece tokens ([CLS] and [SEP] hidden)
             (3, 7)
+            >>> widget.granularity = "sentence"; widget.unit_scores().shape
+            (3, 1)
         """
         return unit_sums(self.units(), self.score_matrix())
 
@@ -83,8 +106,11 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
         """One labelled token row per method, each with its scale, then the agreement table as text.
 
         Example:
-            >>> widget.static_svg().startswith("<svg")  # doctest: +SKIP
-            True
+            >>> from interp_widgets.attribution import IntegratedGradients
+            >>> widget = compare([IntegratedGradients().attribute(model, tokenizer, result.text), result])
+            >>> svg = widget.static_svg()
+            >>> svg.startswith("<svg"), 'aria-label="Comparison of 2 attribution methods"' in svg
+            (True, True)
         """
         units, matrix = self.units(), self.unit_scores()
         shared = finite_max(matrix) if self.shared_scale else None
@@ -127,7 +153,17 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
     (``shared_scale=True``, ``granularity="word"`` …).
 
     Example:
-        >>> widget = compare([ig, saliency], k=3)  # doctest: +SKIP
+        >>> from interp_widgets.attribution import IntegratedGradients, Occlusion
+        >>> ig = IntegratedGradients().attribute(model, tokenizer, result.text)
+        >>> compare([ig, result], k=3)
+        ComparisonWidget(2 methods ['integrated_gradients', 'saliency'], 9 tokens, target='positive', integrated_gradients~saliency ρ=0.68)
+
+        Perturbation methods score the tokens without [CLS] and [SEP]; compare them with token-level results
+        that drop special tokens too (``aggregate("token")``):
+
+        >>> occlusion = Occlusion(progress=False).attribute(model, tokenizer, result.text)
+        >>> compare([ig.aggregate("token"), occlusion]).tokens
+        ['Not', 'bad', 'at', 'all', ',', 'honestly', '.']
     """
     results = list(results)
     if len(results) < 2:
@@ -136,9 +172,15 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
     first = inputs[0]
     for r, t in zip(results[1:], inputs[1:]):
         if t.tokens != first.tokens or t.spaces_before != first.spaces_before:
+            plain = [[tok for tok, special in zip(d.tokens, d.special_mask) if not special] for d in (first, t)]
+            hint = (
+                "the same tokens once special tokens are dropped, as perturbation methods do; pass "
+                "result.aggregate('token') for the results that keep them" if plain[0] == plain[1] and plain[0]
+                else "attribute the same text with the same tokenizer"
+            )
             raise ValueError(
                 f"results must explain the same input with the same tokens; {getattr(r, 'method', '?')!r} has different "
-                "tokens (attribute the same text with the same tokenizer)"
+                f"tokens ({hint})"
             )
     rows, label = [], None
     for t in inputs:

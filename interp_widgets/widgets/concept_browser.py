@@ -13,11 +13,16 @@ The browser only draws prepared data: it computes nothing about a model. ``inter
 (on the concepts side) also turns plain strings into :class:`~interp_widgets.concepts.TextConcepts`.
 
 Example:
-    >>> interp = interpret_concepts(concepts, store, model=lm, tokenizer=tokenizer)       # doctest: +SKIP
-    >>> browser = ConceptBrowser(interp, texts=[text_concepts(concepts, lm, tokenizer, "The soup was cold.")])  # doctest: +SKIP
-    >>> browser                                                                          # doctest: +SKIP
-    >>> browser.selected_concept                                                         # doctest: +SKIP
-    3
+    >>> from interp_widgets.concepts import interpret_concepts, text_concepts
+    >>> interp = interpret_concepts(concepts, store, progress=False)
+    >>> browser = ConceptBrowser(interp, texts=[text_concepts(concepts, model, tokenizer, "The soup was cold.")])
+    >>> browser
+    ConceptBrowser(8 NMFConcepts concepts at 'layer:1', 0 dead, 1 texts, selected_concept=-1)
+    >>> browser.selected_concept = 3  # what clicking concept 3 in the list does
+    >>> browser.concept_detail(3)["label"]
+    '. / felt / which'
+    >>> interp.widget(texts=["The soup was cold."], concept_model=concepts, model=model, tokenizer=tokenizer)
+    ConceptBrowser(8 NMFConcepts concepts at 'layer:1', 0 dead, 1 texts, selected_concept=-1)
 """
 
 from __future__ import annotations
@@ -100,9 +105,11 @@ class ConceptBrowser(InterpWidget, PagedList):
     ``search`` and ``hide_dead`` sync both ways.
 
     Example:
-        >>> browser = ConceptBrowser(interp, texts=[text_concepts(concepts, lm, tok, "Not bad at all.")])  # doctest: +SKIP
-        >>> browser.sort_by = "density"; browser.visible_order()[:3]                                         # doctest: +SKIP
-        [7, 2, 0]
+        >>> from interp_widgets.concepts import interpret_concepts, text_concepts
+        >>> interp = interpret_concepts(concepts, store, progress=False)
+        >>> browser = ConceptBrowser(interp, texts=[text_concepts(concepts, model, tokenizer, "Not bad at all.")])
+        >>> browser.sort_by = "density"; browser.visible_order()[:3]
+        [3, 1, 7]
     """
 
     _bundle = "concept_browser"
@@ -254,8 +261,12 @@ class ConceptBrowser(InterpWidget, PagedList):
         values last). Values are compared as the float32 numbers the browser holds.
 
         Example:
-            >>> browser.search = "bad"; browser.visible_order()  # doctest: +SKIP
-            [4, 11]
+            >>> from interp_widgets.concepts import interpret_concepts
+            >>> browser = ConceptBrowser(interpret_concepts(concepts, store, progress=False))
+            >>> browser.labels[2]
+            'and / great / no'
+            >>> browser.search = "great"; browser.visible_order()  # labels and top tokens are searched
+            [2]
         """
         density = self._column("density")
         needle = self.search.lower()
@@ -279,8 +290,11 @@ class ConceptBrowser(InterpWidget, PagedList):
         vocabulary and the concept's activation on each token of the selected text.
 
         Example:
-            >>> browser.concept_detail(0)["examples"][0]["center"]  # doctest: +SKIP
-            3
+            >>> from interp_widgets.concepts import interpret_concepts
+            >>> browser = ConceptBrowser(interpret_concepts(concepts, store, progress=False))
+            >>> top = browser.concept_detail(3)["examples"][0]  # the context that activates concept 3 most
+            >>> top["tokens"][top["center"]], top["center"], len(top["tokens"])
+            ('felt ', 3, 9)
         """
         interp = self.interpretation
         if not -self.n_concepts <= int(concept) < self.n_concepts:
@@ -318,8 +332,10 @@ class ConceptBrowser(InterpWidget, PagedList):
         """The first concepts in list order with their statistics and top tokens coloured by activation.
 
         Example:
-            >>> browser.static_svg().startswith("<svg")  # doctest: +SKIP
-            True
+            >>> from interp_widgets.concepts import interpret_concepts
+            >>> svg = ConceptBrowser(interpret_concepts(concepts, store, progress=False)).static_svg()
+            >>> svg.startswith("<svg"), 'aria-label="8 NMFConcepts concepts"' in svg
+            (True, True)
         """
         order = self.visible_order()
         density, maximum, importance = self._column("density"), self._column("max_activation"), self._column("importance")
@@ -354,7 +370,11 @@ class ConceptBrowser(InterpWidget, PagedList):
         kernel.
 
         Example:
-            >>> page = browser.to_html(title="Concepts at layer 3", preload=50)  # doctest: +SKIP
+            >>> from interp_widgets.concepts import interpret_concepts
+            >>> browser = ConceptBrowser(interpret_concepts(concepts, store, progress=False))
+            >>> page = browser.to_html(title="Concepts at layer 1", preload=5)
+            >>> page.startswith("<!DOCTYPE html>"), "<title>Concepts at layer 1</title>" in page
+            (True, True)
         """
         if preload < 0:
             raise ValueError(f"preload must be 0 or more concepts, got {preload}")

@@ -2,8 +2,12 @@
 confidence or maximum attribution, all in the browser.
 
 Example:
-    >>> results = IntegratedGradients().attribute(model, tokenizer, texts, true_labels=labels)  # doctest: +SKIP
-    >>> ExampleListWidget(results)                                                              # doctest: +SKIP
+    >>> from interp_widgets.attribution import IntegratedGradients
+    >>> reviews = ["Great food.", "Awful service.", "It was fine.", "Not bad at all."]
+    >>> labels = ["positive", "negative", "neutral", "positive"]
+    >>> results = IntegratedGradients(progress=False).attribute(model, tokenizer, reviews, true_labels=labels)
+    >>> ExampleListWidget(results)
+    ExampleListWidget(4 examples, method='integrated_gradients', accuracy 0.75 on 4 labelled)
 """
 
 from __future__ import annotations
@@ -36,9 +40,13 @@ class ExampleListWidget(InterpWidget, PagedList):
     to Python (``selected_example`` is an index into the results).
 
     Example:
-        >>> widget = ExampleListWidget(results, page_size=5, sort_by="confidence")  # doctest: +SKIP
-        >>> widget.visible_order()[:3]                                              # doctest: +SKIP
-        [4, 0, 2]
+        >>> from interp_widgets.attribution import Saliency
+        >>> reviews = ["Great food.", "Awful service.", "It was fine.", "Not bad at all."]
+        >>> labels = ["positive", "negative", "neutral", "positive"]
+        >>> results = Saliency(progress=False).attribute(model, tokenizer, reviews, true_labels=labels)
+        >>> widget = ExampleListWidget(results, page_size=5, sort_by="confidence")
+        >>> widget.predicted, widget.visible_order()[:3]  # least confident first
+        (['positive', 'positive', 'neutral', 'positive'], [3, 1, 0])
     """
 
     _bundle = "example_list"
@@ -127,7 +135,10 @@ class ExampleListWidget(InterpWidget, PagedList):
         """All labels that occur as predicted or true labels, sorted (the filter's choices).
 
         Example:
-            >>> widget.labels  # doctest: +SKIP
+            >>> from interp_widgets.attribution import Saliency
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, ["Great food.", "Awful service."],
+            ...                                              true_labels=["positive", "negative"])
+            >>> ExampleListWidget(results).labels  # "negative" is only a true label here
             ['negative', 'positive']
         """
         return sorted(set(self.predicted) | {t for t in self.true_labels if t})
@@ -136,8 +147,15 @@ class ExampleListWidget(InterpWidget, PagedList):
         """Example indices after filtering and sorting, as the browser lists them (ties keep input order).
 
         Example:
-            >>> widget.sort_by = "confidence"; widget.visible_order()  # doctest: +SKIP
+            >>> from interp_widgets.attribution import Saliency
+            >>> reviews = ["Great food.", "Awful service.", "It was fine.", "Not bad at all."]
+            >>> labels = ["positive", "negative", "neutral", "positive"]
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, reviews, true_labels=labels)
+            >>> widget = ExampleListWidget(results)
+            >>> widget.sort_by = "confidence"; widget.visible_order()
             [3, 1, 0, 2]
+            >>> widget.filter_outcome = "wrong"; widget.visible_order()  # predicted positive, labelled negative
+            [1]
         """
         keep = []
         for i, (pred, true) in enumerate(zip(self.predicted, self.true_labels)):
@@ -162,8 +180,13 @@ class ExampleListWidget(InterpWidget, PagedList):
         """Scores of example ``index`` for its shown (predicted) class.
 
         Example:
-            >>> widget.example_scores(0).shape  # doctest: +SKIP
-            (9,)
+            >>> from interp_widgets.attribution import Saliency
+            >>> reviews = ["Great food.", "Awful service.", "It was fine.", "Not bad at all."]
+            >>> labels = ["positive", "negative", "neutral", "positive"]
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, reviews, true_labels=labels)
+            >>> widget = ExampleListWidget(results)
+            >>> widget.tokens[0], widget.example_scores(0).shape
+            (['[CLS]', 'Great', 'food', '.', '[SEP]'], (5,))
         """
         start = sum(len(t) for t in self.tokens[:index])
         return self.scores[start : start + len(self.tokens[index])]
@@ -176,8 +199,15 @@ class ExampleListWidget(InterpWidget, PagedList):
         """Token indices (within example ``index``) of each unit shown for the current granularity, as in the browser.
 
         Example:
-            >>> widget.granularity = "word"; widget.units(0)[:2]  # doctest: +SKIP
-            [[1], [2, 3]]
+            >>> from interp_widgets.attribution import Saliency
+            >>> reviews = ["Great food.", "Awful service.", "It was fine.", "Not bad at all."]
+            >>> labels = ["positive", "negative", "neutral", "positive"]
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, reviews, true_labels=labels)
+            >>> widget = ExampleListWidget(results)
+            >>> widget.units(0)  # [CLS] and [SEP] are hidden
+            [[1], [2], [3]]
+            >>> widget.granularity = "sentence"; widget.units(0)
+            [[1, 2, 3]]
         """
         return display_units(self._slice(self.special_mask, index), self._slice(self.word_ids, index),
                              self._slice(self.sentence_ids, index), self.granularity)
@@ -186,8 +216,15 @@ class ExampleListWidget(InterpWidget, PagedList):
         """Score sums of example ``index``'s units for the current granularity (its shown class; NaN skipped).
 
         Example:
-            >>> widget.unit_scores(0)  # doctest: +SKIP
-            array([ 0.41, -0.2 ])
+            >>> from interp_widgets.attribution import Saliency
+            >>> reviews = ["Great food.", "Awful service.", "It was fine.", "Not bad at all."]
+            >>> labels = ["positive", "negative", "neutral", "positive"]
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, reviews, true_labels=labels)
+            >>> widget = ExampleListWidget(results, granularity="word")
+            >>> widget.unit_scores(3).round(2)  # "Not bad at all." for its predicted class
+            array([0.89, 1.03, 0.56, 0.63, 0.67])
+            >>> widget.granularity = "sentence"; widget.unit_scores(3).round(2)
+            array([3.8])
         """
         return unit_sums(self.units(index), self.example_scores(index))[0]
 
@@ -196,8 +233,14 @@ class ExampleListWidget(InterpWidget, PagedList):
         """The current page (after sort and filter) with labels, confidence and coloured tokens.
 
         Example:
-            >>> widget.static_svg().startswith("<svg")  # doctest: +SKIP
-            True
+            >>> from interp_widgets.attribution import Saliency
+            >>> reviews = ["Great food.", "Awful service.", "It was fine.", "Not bad at all."]
+            >>> labels = ["positive", "negative", "neutral", "positive"]
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, reviews, true_labels=labels)
+            >>> widget = ExampleListWidget(results, page_size=3)
+            >>> svg = widget.static_svg()
+            >>> svg.startswith("<svg"), "4 of 4 examples · page 1 of 2 · sorted by index" in svg
+            (True, True)
         """
         order = self.visible_order()
         pages = max(1, math.ceil(len(order) / self.page_size))

@@ -12,7 +12,11 @@ This is the public export module: :func:`html_page`, :class:`Note`, :func:`expor
 the bundle location :data:`STATIC_DIR` with the :data:`BUNDLE_MISSING` message, for the notebook exporter and reports.
 
 Example:
-    >>> page = html_page([widget_a, "Second input", widget_b], title="Report")  # doctest: +SKIP
+    >>> from interp_widgets.widgets import TokenHighlightWidget
+    >>> other = TokenHighlightWidget.from_arrays("Great!", ["Great", "!"], [(0, 5), (5, 6)], [0.8, 0.1])
+    >>> page = html_page([result.widget(), "Second input", other], title="Report")
+    >>> page.count('<section class="iw-export-item">'), page.count('<script type="application/json" id="iw-esm-')
+    (2, 1)
 """
 
 from __future__ import annotations
@@ -67,8 +71,9 @@ def export_state(widget: ExportableView) -> dict[str, Any]:
     sort, page …) from the widget.
 
     Example:
-        >>> export_state(widget)["buffers"][0]["path"]  # doctest: +SKIP
-        ['scores', 'data']
+        >>> state = export_state(result.widget())
+        >>> state["state"]["target_labels"], state["buffers"][0]["path"]
+        (['positive'], ['scores', 'data'])
     """
     state = {key: value for key, value in widget.get_state().items() if key not in _NOT_STATE}
     state.update(widget.view_data().to_state())
@@ -90,7 +95,9 @@ class Note(str):
     """A paragraph of text for :func:`html_page` (a plain string there is a heading); it is HTML-escaped.
 
     Example:
-        >>> html_page(["Inputs", Note("Scores are logits."), widget], title="Report")  # doctest: +SKIP
+        >>> page = html_page(["Inputs", Note("Scores are <logits>."), result.widget()], title="Report")
+        >>> '<p class="iw-note">Scores are &lt;logits&gt;.</p>' in page
+        True
     """
 
 
@@ -99,7 +106,9 @@ def html_page(items: Iterable[ExportableView | str], title: str) -> str:
     :class:`Note` strings rendered as (escaped) paragraphs.
 
     Example:
-        >>> html_page([result.widget()], title="Sentiment")  # doctest: +SKIP
+        >>> page = html_page([result.widget()], title="Sentiment")
+        >>> page.startswith("<!DOCTYPE html>"), "<noscript>" in page, "http" in page
+        (True, True, False)
     """
     modules: dict[str, str] = {}  # ES module source -> id of its data block
     styles: list[str] = []

@@ -2,8 +2,10 @@
 and a source × target heatmap drawn on canvas.
 
 Example:
-    >>> result = IntegratedGradients().attribute(model, tokenizer, "The film was", max_new_tokens=5)  # doctest: +SKIP
-    >>> GenerationWidget(result)                                                                      # doctest: +SKIP
+    >>> from interp_widgets.attribution import IntegratedGradients
+    >>> generation = IntegratedGradients().attribute(lm, lm_tokenizer, "The hotel was", max_new_tokens=3)
+    >>> GenerationWidget(generation)  # doctest: +ELLIPSIS
+    GenerationWidget(method='integrated_gradients', 8 tokens, generated='cth)', step 0: 'c', top sources: 'ot' +1.4, ...)
 """
 
 from __future__ import annotations
@@ -53,9 +55,12 @@ class GenerationWidget(TokenScoresWidget):
     values. ``selected_step`` (row of ``scores``), ``selected_token`` and ``view`` sync back to Python.
 
     Example:
-        >>> widget = result.widget()             # doctest: +SKIP  (a result with generated_mask)
-        >>> widget.selected_step = 2             # doctest: +SKIP
-        >>> widget.step_sources()[:3]            # doctest: +SKIP
+        >>> from interp_widgets.attribution import IntegratedGradients
+        >>> generation = IntegratedGradients().attribute(lm, lm_tokenizer, "The hotel was", max_new_tokens=3)
+        >>> widget = generation.widget()  # a result with generated_mask gives a GenerationWidget
+        >>> widget.selected_step = 2
+        >>> [(i, token, round(score, 2)) for i, token, score in widget.step_sources()[:3]]
+        [(6, 'th', 0.66), (2, 'ot', -0.44), (5, 'c', 0.3)]
     """
 
     _bundle = "generation"
@@ -106,8 +111,11 @@ class GenerationWidget(TokenScoresWidget):
         """Sources of the selected step, most important first: ``(token index, token, score)``, NaN excluded.
 
         Example:
-            >>> widget.step_sources()[0]  # doctest: +SKIP
-            (3, ' film', 0.41)
+            >>> from interp_widgets.attribution import Saliency
+            >>> widget = GenerationWidget(Saliency().attribute(lm, lm_tokenizer, "The hotel was", max_new_tokens=3))
+            >>> index, token, score = widget.step_sources()[0]
+            >>> index, token, round(score, 2)
+            (2, 'ot', 2.87)
         """
         row = self.score_matrix()[self.selected_step].astype(np.float64)
         visible = [i for i in range(len(row)) if not math.isnan(row[i])]
@@ -123,8 +131,11 @@ class GenerationWidget(TokenScoresWidget):
         the legend, and the source × target heatmap.
 
         Example:
-            >>> widget.static_svg().startswith("<svg")  # doctest: +SKIP
-            True
+            >>> from interp_widgets.attribution import Saliency
+            >>> widget = GenerationWidget(Saliency().attribute(lm, lm_tokenizer, "The hotel was", max_new_tokens=3))
+            >>> svg = widget.static_svg()
+            >>> svg.startswith("<svg"), "Sources of generated token 'c'" in svg
+            (True, True)
         """
         matrix = self.score_matrix().astype(np.float64)
         step = self.selected_step

@@ -212,7 +212,10 @@ class MonitorWidget(InterpWidget):
         keyword arguments add global scalars. Cheap (queues the row); streams at most every ``flush_interval``.
 
         Example:
-            >>> widget.log(10, {"energy_ratio|encoder.0": 2.5}, loss=0.3, accuracy=0.9)  # doctest: +SKIP
+            >>> widget = MonitorWidget(layers=["encoder.0"])
+            >>> widget.log(10, {"energy_ratio|encoder.0": 2.5}, loss=0.3, accuracy=0.9)
+            >>> widget.series_names(), widget.rows
+            (['energy_ratio|encoder.0', 'loss', 'accuracy'], 1)
         """
         if scalars:
             values = {**values, **scalars} if values else scalars
@@ -237,7 +240,14 @@ class MonitorWidget(InterpWidget):
         """Send every queued row now and checkpoint the whole history (also done on exit/exception/Ctrl-C).
 
         Example:
-            >>> widget.flush()  # doctest: +SKIP
+            >>> widget = MonitorWidget(flush_interval=60.0)
+            >>> for step in range(3):  # the first row is sent at once, the next two wait for flush_interval
+            ...     widget.log(step, loss=1.0 / (step + 1))
+            >>> widget.checkpoint_schema["rows"]
+            1
+            >>> widget.flush()
+            >>> widget.checkpoint_schema
+            {'series': ['loss'], 'rows': 3}
         """
         self._flush(self._clock(), final=True)
 
@@ -264,7 +274,9 @@ class MonitorWidget(InterpWidget):
         """Names of every series logged so far, in order of first appearance.
 
         Example:
-            >>> widget.series_names()  # doctest: +SKIP
+            >>> widget = MonitorWidget(layers=["layer.0"])
+            >>> widget.log(0, {"loss": 1.0}); widget.log(1, {"loss": 0.5, "energy_ratio|layer.0": 2.0})
+            >>> widget.series_names()
             ['loss', 'energy_ratio|layer.0']
         """
         self._commit()
@@ -274,7 +286,11 @@ class MonitorWidget(InterpWidget):
         """All rows: ``(steps float64, {series: float32 values, NaN = not logged})`` (copies).
 
         Example:
-            >>> steps, columns = widget.history()  # doctest: +SKIP
+            >>> widget = MonitorWidget()
+            >>> widget.log(10, loss=0.3, accuracy=0.9); widget.log(11, loss=0.2)
+            >>> steps, columns = widget.history()
+            >>> steps, columns["accuracy"]
+            (array([10., 11.]), array([0.9, nan], dtype=float32))
         """
         self._commit()
         return self._x[: self._n].copy(), {name: col[: self._n].copy() for name, col in self._columns.items()}
@@ -419,7 +435,10 @@ class MonitorWidget(InterpWidget):
         """Also draw series ``name`` (e.g. a logged ``"lr"`` or ``"accuracy"``) in ``panel`` (id or title).
 
         Example:
-            >>> widget.add_series("loss", "accuracy")  # doctest: +SKIP
+            >>> widget = MonitorWidget()
+            >>> widget.add_series("loss", "accuracy")
+            >>> [panel["series"] for panel in widget.panels if panel["id"] == "loss"]
+            [['loss', 'accuracy']]
         """
         if not isinstance(name, str) or not name:
             raise TypeError(f"series name must be a non-empty string, got {name!r}")
@@ -434,7 +453,10 @@ class MonitorWidget(InterpWidget):
         """Add a line panel showing global ``series`` (and ``metric=`` per layer, ``band=[lo, hi]`` if given).
 
         Example:
-            >>> widget.add_panel("lr", "Learning rate", ["lr"], scale="log")  # doctest: +SKIP
+            >>> widget = MonitorWidget()
+            >>> widget.add_panel("lr", "Learning rate", ["lr"], scale="log")
+            >>> widget.panels[-1]
+            {'id': 'lr', 'title': 'Learning rate', 'series': ['lr'], 'scale': 'log', 'kind': 'lines'}
         """
         if any(config["id"] == id for config in self.panels):
             raise ValueError(f"a panel with id {id!r} already exists; use add_series({id!r}, name) to extend it")
@@ -480,7 +502,17 @@ class MonitorWidget(InterpWidget):
         Each series is decimated to about ``max_points`` points (first/min/max/last per x bucket).
 
         Example:
-            >>> widget.chart().save("training.svg")  # doctest: +SKIP
+            >>> widget = MonitorWidget(layers=["encoder.0"])
+            >>> for step in range(3):
+            ...     widget.log(step, {"energy_ratio|encoder.0": 2.5 - step / 2}, loss=1.0 / (step + 1))
+            >>> chart = widget.chart()
+            >>> type(chart).__name__
+            'VConcatChart'
+            >>> chart.save(getfixture("tmp_path") / "training.json")  # the Vega-Lite spec
+
+        Not run here (vl-convert's first render takes seconds): a picture is saved the same way,
+
+            widget.chart().save("training.svg")
         """
         import altair as alt
 
@@ -587,7 +619,10 @@ class MonitorWidget(InterpWidget):
         saved notebook keeps the final curves. Returns the IPython display handle.
 
         Example:
-            >>> widget = monitor.widget(); widget.show()  # doctest: +SKIP
+            >>> from interp_widgets.geometry import GeometryLog
+            >>> log = GeometryLog(["layer:0"]); log.log(0, loss=1.0)
+            >>> handle = log.widget().show()  # outside a notebook display() prints the text form and returns None
+            MonitorWidget('Training monitor', 1 layers, 1 rows, last step 0)
         """
         from IPython.display import display
 

@@ -1,7 +1,6 @@
 """Token attribution highlighter: coloured tokens, class selector, legend, tooltips, token/word/sentence views.
 
 Example:
-    >>> from types import SimpleNamespace
     >>> widget = TokenHighlightWidget.from_arrays(
     ...     "Not bad.", ["Not", "bad", "."], [(0, 3), (4, 7), (7, 8)], [[0.4, -0.2, 0.1]], target_labels=["positive"]
     ... )
@@ -37,9 +36,16 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
     tokens show, and the selected / hovered token sync both ways with the browser.
 
     Example:
-        >>> widget = TokenHighlightWidget(result, granularity="word")  # doctest: +SKIP
-        >>> widget.selected_target = 1                                 # doctest: +SKIP
-        >>> widget.export_html("explanation.html")                     # doctest: +SKIP
+        >>> from interp_widgets.attribution import Saliency
+        >>> both = Saliency().attribute(model, tokenizer, "Not bad at all, honestly.", target=["negative", "positive"])
+        >>> widget = TokenHighlightWidget(both, granularity="word")  # shows the most probable class first
+        >>> widget.target_labels, widget.selected_target
+        (['negative', 'positive'], 1)
+        >>> widget.selected_target = 0
+        >>> widget  # doctest: +ELLIPSIS
+        TokenHighlightWidget(method='saliency', 9 tokens, class='negative' p=0.154 of [...], top: '.' +3.75, 'Not' +1.53, ...)
+        >>> widget.export_html(getfixture("tmp_path") / "explanation.html").name
+        'explanation.html'
     """
 
     _bundle = "token_highlight"
@@ -110,7 +116,11 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         """Show another result in this widget (one message to the browser); keeps the target if it still exists.
 
         Example:
-            >>> widget.set_result(other_result)  # doctest: +SKIP
+            >>> from interp_widgets.attribution import Saliency
+            >>> widget = TokenHighlightWidget(result)
+            >>> widget.set_result(Saliency().attribute(model, tokenizer, "Awful service."))
+            >>> widget.tokens
+            ['[CLS]', 'Awful', 'service', '.', '[SEP]']
         """
         data = token_data(result)
         keep = self.selected_target if self.selected_target < len(data.target_labels) else None
@@ -146,8 +156,13 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         """Token indices of each displayed unit for the current granularity (the same grouping as the JS view).
 
         Example:
-            >>> widget.granularity = "word"; widget.units()[:2]  # doctest: +SKIP
-            [[1], [2, 3]]
+            >>> widget = TokenHighlightWidget.from_arrays(
+            ...     "Not bad.", ["Not", "bad", "."], [(0, 3), (4, 7), (7, 8)], [0.4, -0.2, 0.1]
+            ... )
+            >>> widget.units()
+            [[0], [1], [2]]
+            >>> widget.granularity = "word"; widget.units()  # "bad." is one whitespace-separated word
+            [[0], [1, 2]]
         """
         return self._group(self.show_special_tokens)
 
@@ -155,8 +170,11 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         """Score of each displayed unit for the selected target: sums, skipping NaN (NaN if all are).
 
         Example:
-            >>> widget.unit_scores()  # doctest: +SKIP
-            array([ 0.41, -0.2 ])
+            >>> widget = TokenHighlightWidget.from_arrays(
+            ...     "Not bad.", ["Not", "bad", "."], [(0, 3), (4, 7), (7, 8)], [0.4, -0.2, 0.1], granularity="word"
+            ... )
+            >>> widget.unit_scores().round(2)
+            array([ 0.4, -0.1])
         """
         return unit_sums(self.units(), self.score_matrix())[self.selected_target]
 
@@ -164,8 +182,11 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         """Largest |unit score| the colours are scaled to: of the selected target, or of all targets if shared.
 
         Example:
-            >>> widget.scale_max()  # doctest: +SKIP
-            0.8
+            >>> widget = TokenHighlightWidget(result)
+            >>> round(widget.scale_max(), 2)  # the largest |score|, of '.'
+            1.29
+            >>> widget.granularity = "sentence"; round(widget.scale_max(), 2)  # the whole sentence's sum
+            4.84
         """
         sums = unit_sums(self.units(), self.score_matrix())
         return finite_max(sums if self.shared_scale else sums[self.selected_target])
@@ -178,8 +199,9 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         """Coloured spans, legend and class line in plain HTML with inline styles (no script, text escaped).
 
         Example:
-            >>> "<span" in widget.static_html()  # doctest: +SKIP
-            True
+            >>> page = TokenHighlightWidget(result).static_html()
+            >>> "<span" in page, "<script" in page, "class <b>positive</b> (63.0%)" in page
+            (True, False, True)
         """
         units, sums, max_abs = self.units(), self.unit_scores(), self.scale_max()
         ranks, order = magnitude_ranks(sums), [i for i in range(len(sums)) if not math.isnan(sums[i])]
@@ -239,8 +261,9 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         """The current view as a standalone SVG: class line, coloured tokens, numeric legend, method line.
 
         Example:
-            >>> widget.static_svg().startswith("<svg")  # doctest: +SKIP
-            True
+            >>> svg = TokenHighlightWidget(result).static_svg()
+            >>> svg.startswith("<svg"), 'aria-label="Token attribution for class positive"' in svg
+            (True, True)
         """
         units, sums, max_abs = self.units(), self.unit_scores(), self.scale_max()
         target = self.selected_target
