@@ -88,3 +88,12 @@ def pytest_runtest_makereport(item, call):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped tests fail here ({reason}); make the test run or remove it"
+
+
+def pytest_ignore_collect(collection_path, config):
+    """``--doctest-modules`` runs the package's docstring examples; the test suite's helper modules (files under
+    ``tests/`` that are not ``test_*.py``, such as the browser harness) hold no examples to run."""
+    in_tests = "tests" in collection_path.parts[len(config.rootpath.parts):]
+    if in_tests and collection_path.suffix == ".py" and not collection_path.name.startswith(("test_", "conftest")):
+        return True
+    return None
