@@ -214,7 +214,7 @@ def test_export_page_preloads_concept_details_for_browsing_without_a_kernel(tmp_
     assert state["details"]["4"]["label"] == browser.concept_detail(4)["label"]
     assert sorted(browser.details) == ["0", "1"] and browser.get_state()["details"].keys() == {"0", "1"}
     assert sorted(_export_state_of(browser.to_html(preload=0))["details"]) == ["0", "1"]
-    with pytest.raises(ValueError, match="preload must be 0 or more"):
+    with pytest.raises(ValueError, match="preload must be an integer >= 0"):
         browser.to_html(preload=-1)
 
 

@@ -342,7 +342,7 @@ def test_objects_that_are_not_results_are_rejected():
 
 def test_bad_trait_values_raise_value_errors():
     widget = TokenHighlightWidget(_result())
-    with pytest.raises(ValueError, match="granularity must be one of"):
+    with pytest.raises(ValueError, match="unknown granularity"):
         widget.granularity = "paragraph"
     with pytest.raises(ValueError, match="selected_target 2 is out of range; there are 2 targets"):
         widget.selected_target = 2

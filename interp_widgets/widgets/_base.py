@@ -23,6 +23,7 @@ import traitlets
 from interp_widgets.view_data import VIEW_DATA, ViewData
 from interp_widgets.widgets._static import BUNDLE_MISSING, STATIC_DIR
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
+from interp_widgets.validation import check_int
 
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
 
@@ -218,6 +219,4 @@ class PagedList(traitlets.HasTraits):
 
     @traitlets.validate("page")
     def _check_page(self, proposal):
-        if proposal["value"] < 0:
-            raise ValueError(f"page must be 0 or more, got {proposal['value']}")
-        return proposal["value"]
+        return check_int("page", proposal["value"], minimum=0)

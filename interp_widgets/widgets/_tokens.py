@@ -23,6 +23,7 @@ from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, TokenPiece, unseen_colours
+from interp_widgets.validation import check_choice
 
 _WHITESPACE_MARKERS = {" ": "\u00b7", "\n": "\u21b5\n", "\r": "\u240d", "\t": "\u2192"}
 ENCODINGS = ("colour", "underline")
@@ -67,9 +68,7 @@ def check_granularity(value: str) -> str:
         >>> check_granularity("word")
         'word'
     """
-    if value not in GRANULARITIES:
-        raise ValueError(f"granularity must be one of {GRANULARITIES}, got {value!r}")
-    return value
+    return check_choice("granularity", value, GRANULARITIES)
 
 
 def _spaces_before(text: str, offsets: np.ndarray, special: np.ndarray) -> list[str]:
@@ -234,9 +233,7 @@ class TokenScoresWidget(InterpWidget):
 
     @traitlets.validate("encoding")
     def _check_encoding(self, proposal):
-        if proposal["value"] not in ENCODINGS:
-            raise ValueError(f"encoding must be one of {ENCODINGS}, got {proposal['value']!r}")
-        return proposal["value"]
+        return check_choice("encoding", proposal["value"], ENCODINGS)
 
     @traitlets.validate("selected_token", "hovered_token")
     def _check_token(self, proposal):

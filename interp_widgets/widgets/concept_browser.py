@@ -39,6 +39,7 @@ from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._protocols import ConceptImportanceLike, ConceptSummary, ConceptTexts
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
 from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
+from interp_widgets.validation import check_choice, check_int
 
 SORT_KEYS = ("index", "label", "density", "max", "importance", "abs_importance")
 LIST_TOKENS = 5  # distinct top tokens shown per concept in the list
@@ -221,8 +222,7 @@ class ConceptBrowser(InterpWidget, PagedList):
     @traitlets.validate("sort_by")
     def _check_sort(self, proposal):
         value = proposal["value"]
-        if value not in SORT_KEYS:
-            raise ValueError(f"sort_by must be one of {SORT_KEYS}, got {value!r}")
+        check_choice("sort_by", value, SORT_KEYS)
         if value in ("importance", "abs_importance") and self.importance is None:
             raise ValueError("sorting by importance needs importance=; pass a ConceptImportance or one value per concept")
         return value
@@ -376,8 +376,7 @@ class ConceptBrowser(InterpWidget, PagedList):
             >>> page.startswith("<!DOCTYPE html>"), "<title>Concepts at layer 1</title>" in page
             (True, True)
         """
-        if preload < 0:
-            raise ValueError(f"preload must be 0 or more concepts, got {preload}")
+        preload = check_int("preload", preload, minimum=0, hint="it counts concepts")
         self._preload = self.visible_order()[:preload]
         try:
             return super().to_html(title=title)

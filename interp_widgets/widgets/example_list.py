@@ -27,6 +27,7 @@ from interp_widgets.view_data import ExampleListData
 from interp_widgets.widgets._tokens import (
     check_granularity, finite_max, token_pieces, token_data, unit_sums,
 )
+from interp_widgets.validation import check_choice
 
 SORT_KEYS = ("index", "confidence", "max_attribution", "label")
 OUTCOMES = ("all", "correct", "wrong")
@@ -112,15 +113,11 @@ class ExampleListWidget(InterpWidget, PagedList):
 
     @traitlets.validate("sort_by")
     def _check_sort(self, proposal):
-        if proposal["value"] not in SORT_KEYS:
-            raise ValueError(f"sort_by must be one of {SORT_KEYS}, got {proposal['value']!r}")
-        return proposal["value"]
+        return check_choice("sort_by", proposal["value"], SORT_KEYS)
 
     @traitlets.validate("filter_outcome")
     def _check_outcome(self, proposal):
-        if proposal["value"] not in OUTCOMES:
-            raise ValueError(f"filter_outcome must be one of {OUTCOMES}, got {proposal['value']!r}")
-        return proposal["value"]
+        return check_choice("filter_outcome", proposal["value"], OUTCOMES)
 
     @traitlets.validate("selected_example")
     def _check_selected(self, proposal):

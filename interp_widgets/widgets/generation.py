@@ -22,6 +22,7 @@ from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
 from interp_widgets.widgets._tokens import TokenScoresWidget, display_token, finite_max, magnitude_ranks, token_data
 from interp_widgets.widgets._traits import BinaryArray
+from interp_widgets.validation import check_choice
 
 VIEWS = ("text", "heatmap")
 MAX_STATIC_STEPS = 40  # heatmap rows drawn in the static picture
@@ -93,9 +94,7 @@ class GenerationWidget(TokenScoresWidget):
     # ----------------------------------------------------------------- validation
     @traitlets.validate("view")
     def _check_view(self, proposal):
-        if proposal["value"] not in VIEWS:
-            raise ValueError(f"view must be one of {VIEWS}, got {proposal['value']!r}")
-        return proposal["value"]
+        return check_choice("view", proposal["value"], VIEWS)
 
     @traitlets.validate("selected_step")
     def _check_step(self, proposal):
