@@ -185,8 +185,7 @@ class ExampleListWidget(InterpWidget, PagedList):
             >>> widget.tokens[0], widget.example_scores(0).shape
             (['[CLS]', 'Great', 'food', '.', '[SEP]'], (5,))
         """
-        start = sum(len(t) for t in self.tokens[:index])
-        return self.scores[start : start + len(self.tokens[index])]
+        return self._slice(self.scores, index)
 
     def _slice(self, values: np.ndarray, index: int) -> np.ndarray:
         start = sum(len(t) for t in self.tokens[:index])
