@@ -1,9 +1,11 @@
 """Command line: ``interp-widgets demo`` writes a self-contained offline HTML report; ``interp-widgets export``
-turns an executed notebook into an offline HTML page with live widgets.
+turns an executed notebook into an offline HTML page with live widgets; ``interp-widgets clean`` repairs the saved
+widget state of notebooks in place so GitHub and nbviewer render them (``--check`` only reports, for pre-commit).
 
 Example:
     $ interp-widgets demo --text "The waiter was rude but the pasta was superb." --out report.html
     $ interp-widgets export executed.ipynb -o executed.html
+    $ interp-widgets clean --check notebooks/*.ipynb
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ def main(argv: list[str] | None = None) -> int:
         0
         >>> main(["export", str(tmp / "missing.ipynb")])
         2
+        >>> main(["clean", "--check", str(tmp / "run.ipynb")])  # nothing to clean
+        0
 
     Not run here: ``demo`` fine-tunes the demo classifier and trains concepts (minutes on a CPU)::
 
@@ -46,9 +50,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     export_cmd.add_argument("notebook", help="an executed .ipynb (nbclient and nbconvert --execute save widget state)")
     export_cmd.add_argument("-o", "--out", help="HTML path (default: the notebook's path with .html)")
+    clean_cmd = commands.add_parser(
+        "clean", help="repair or strip saved widget state in place (GitHub refuses a widget entry without 'state'), "
+        "drop state no output shows and duplicate front-end modules; outputs and static pictures stay"
+    )
+    clean_cmd.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help=".ipynb files")
+    clean_cmd.add_argument("--check", action="store_true",
+                           help="change nothing; exit 1 and name each problem if a notebook needs cleaning")
+    clean_cmd.add_argument("--no-dedupe", action="store_true",
+                           help="keep every model's own copy of its front-end module")
     args = parser.parse_args(argv)
     if args.command == "export":
         return _export(args.notebook, args.out)
+    if args.command == "clean":
+        return _clean(args.notebooks, check=args.check, dedupe=not args.no_dedupe)
 
     from interp_widgets.demo import EXAMPLE_TEXTS
     from interp_widgets.demo.report import build_report
@@ -77,6 +92,24 @@ def _export(notebook: str, out: str | None) -> int:
         return 2
     print(path)
     return 0
+
+
+def _clean(notebooks: list[str], *, check: bool, dedupe: bool) -> int:
+    from interp_widgets.notebook_clean import clean_notebook
+
+    status = 0
+    for notebook in notebooks:
+        try:
+            problems = clean_notebook(notebook, check=check, dedupe=dedupe)
+        except (ValueError, FileNotFoundError) as err:
+            print(f"interp-widgets clean: {err}", file=sys.stderr)
+            status = 2
+            continue
+        for problem in problems:
+            print(f"{notebook}: {problem}" if check else f"{notebook}: fixed: {problem}")
+        if problems and check:
+            status = max(status, 1)
+    return status
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -22,6 +22,7 @@ import json
 import re
 from pathlib import Path
 
+from interp_widgets.notebook_clean import clean_widget_metadata
 from interp_widgets.widgets.export import BUNDLE_MISSING, STATIC_DIR
 
 VENDOR_DIR = STATIC_DIR / "vendor"
@@ -87,9 +88,13 @@ def notebook_html(notebook) -> str:
         >>> any(cdn in page for cdn in ("cdnjs.cloudflare.com", "unpkg.com", "cdn.jsdelivr.net"))
         False
     """
+    import copy
+
     from jinja2 import DictLoader
     from nbconvert import HTMLExporter
 
+    notebook = copy.deepcopy(notebook)
+    clean_widget_metadata(notebook)
     live = has_widget_state(notebook)
     exporter = HTMLExporter(
         template_name="lab",

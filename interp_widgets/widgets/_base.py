@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import base64
 import difflib
 import html
 import inspect
@@ -26,6 +27,40 @@ from interp_widgets.widgets._svg import SVG_NS, SvgFigure
 from interp_widgets.validation import check_int
 
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
+#: A static picture larger than this (UTF-8 bytes of the SVG) is saved as a PNG instead.
+MAX_STATIC_SVG_BYTES = 60 * 1024
+
+
+def static_picture(svg: str) -> tuple[str, str]:
+    """The MIME type and data of the static picture for ``svg``: the SVG itself up to
+    :data:`MAX_STATIC_SVG_BYTES`, above that a PNG (base64) rasterised offline by vl-convert (a 64-colour palette PNG on white when Pillow is installed).
+
+    Example:
+        >>> static_picture('<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"/>')[0]
+        'image/svg+xml'
+        >>> big = ('<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40">'
+        ...        + '<rect width="1" height="1"/>' * 3000 + "</svg>")
+        >>> mime, data = static_picture(big)
+        >>> mime, base64.b64decode(data)[:8] == b"\\x89PNG\\r\\n\\x1a\\n", len(data) < len(big)
+        ('image/png', True, True)
+    """
+    if len(svg.encode("utf-8")) <= MAX_STATIC_SVG_BYTES:
+        return "image/svg+xml", svg
+    import vl_convert
+
+    png = vl_convert.svg_to_png(svg, scale=1.0)
+    try:  # Pillow (optional) makes a palette PNG on white: flat token colours compress about ten times better
+        import io
+
+        from PIL import Image
+    except ImportError:
+        return "image/png", base64.b64encode(png).decode("ascii")
+    image = Image.open(io.BytesIO(png)).convert("RGBA")
+    flat = Image.alpha_composite(Image.new("RGBA", image.size, "#ffffff"), image).convert("RGB")
+    out = io.BytesIO()
+    flat.quantize(colors=64, method=Image.Quantize.FASTOCTREE).save(out, "PNG", optimize=True)
+    return "image/png", base64.b64encode(out.getvalue()).decode("ascii")
+
 
 class InterpWidget(anywidget.AnyWidget):
     """Base of every interp_widgets widget.
@@ -155,7 +190,8 @@ class InterpWidget(anywidget.AnyWidget):
         return self._fallback(self.static_svg, self._error_svg)
 
     def _repr_mimebundle_(self, **kwargs: Any):
-        """Widget view first, then the static SVG picture and a text summary.
+        """Widget view first, then the static picture (an SVG, or a PNG when the SVG exceeds
+        :data:`MAX_STATIC_SVG_BYTES`; see :func:`static_picture`) and a text summary.
 
         No ``text/html``: nbconvert prefers it over images, and ``--sanitize-html`` (nbviewer-style rendering) and
         GitHub strip its inline styles, which would leave uncoloured tokens. The SVG is embedded as an image by
@@ -165,7 +201,8 @@ class InterpWidget(anywidget.AnyWidget):
         if bundle is None:
             return None
         data, metadata = bundle
-        ordered = {WIDGET_VIEW_MIME: data[WIDGET_VIEW_MIME], "image/svg+xml": self._fallback_svg()}
+        mime, picture = static_picture(self._fallback_svg())
+        ordered = {WIDGET_VIEW_MIME: data[WIDGET_VIEW_MIME], mime: picture}
         ordered.update((key, value) for key, value in data.items() if key not in ordered)
         return ordered, metadata
 
