@@ -10,6 +10,13 @@ VS Code itself cannot run here, so this reproduces the three things about its we
 
 Each widget is rendered from its offline export page (the ESM and state inlined, no kernel), with those conditions
 injected before any script runs. It must render without a page error or an error box.
+
+``test_reruns_in_vscode_webview_conditions`` goes further for re-runs (anywidget #904, #531): anywidget's real front
+end in a real widget manager, outputs created and disposed as the webview does when a cell is re-run. What it cannot
+reproduce: VS Code's own renderer code (vscode-jupyter's ipywidgets kernel and its module loader, the extension-host
+message channel, its timing), Electron's Chromium, the webview's CSP, the webview being torn down and rebuilt when
+the notebook editor is hidden, and the editor's decision to keep or replace an output element (microsoft/vscode
+#190634).
 """
 
 from __future__ import annotations
