@@ -287,6 +287,9 @@ class AttributionResult:
     def _repr_mimebundle_(self, include=None, exclude=None):
         return self.widget()._repr_mimebundle_(include=include, exclude=exclude)
 
+    def _display_(self):  # marimo's display protocol: shown as the view, through marimo's anywidget support
+        return self.widget()
+
     def __repr__(self) -> str:
         targets = ", ".join(f"{label} (p={p:.3f})" for label, p in zip(self.target_labels, self.target_probs))
         return f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s, targets=[{targets}])"
@@ -426,6 +429,9 @@ class AttributionCollection(Sequence[AttributionResult]):
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return self.widget()._repr_mimebundle_(include=include, exclude=exclude)
+
+    def _display_(self):  # marimo's display protocol: shown as the view, through marimo's anywidget support
+        return self.widget()
 
     def __repr__(self) -> str:
         method = self.results[0].method if self.results else "?"

@@ -145,6 +145,9 @@ class ConceptInterpretation:
     def _repr_mimebundle_(self, include=None, exclude=None):
         return self.widget()._repr_mimebundle_(include=include, exclude=exclude)
 
+    def _display_(self):  # marimo's display protocol: shown as the view, through marimo's anywidget support
+        return self.widget()
+
     def to_dataframe(self):
         """One row per concept: label, density, mean/max/min coefficient, top tokens and promoted vocabulary.
 

@@ -16,7 +16,7 @@ __all__ = ["HISTORY_API", "PendingScalars", "offer_history_api"]
 
 #: What a monitor offers of its :class:`GeometryLog` (``monitor.history``) as its own attributes.
 HISTORY_API = ("__len__", "steps", "series_names", "series", "raw", "to_dataframe", "chart", "widget",
-               "_repr_mimebundle_", "save", "snapshot", "subscribe", "on_flush", "layers", "x_label", "max_rows",
+               "_repr_mimebundle_", "_display_", "save", "snapshot", "subscribe", "on_flush", "layers", "x_label", "max_rows",
                "meta", "proxies")
 
 

@@ -316,6 +316,9 @@ class GeometryLog:
     def _repr_mimebundle_(self, **kwargs):
         return self.widget()._repr_mimebundle_(**kwargs)
 
+    def _display_(self):  # marimo's display protocol: shown as the view, through marimo's anywidget support
+        return self.widget()
+
     def chart(self, metric: str = "energy_ratio", layers: Iterable[str] | None = None):
         """Altair chart of one per-layer metric against the step, one line per layer.
 
