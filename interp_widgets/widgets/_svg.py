@@ -34,6 +34,9 @@ PAD = 10
 COLUMNS = 96
 MONO = "ui-monospace, 'DejaVu Sans Mono', Menlo, Consolas, 'Liberation Mono', monospace"
 SANS = "system-ui, -apple-system, 'Segoe UI', 'DejaVu Sans', sans-serif"
+#: Text in MONO carries this class (one <style> rule per picture) instead of repeating the font list on every token:
+#: the font lists were a quarter of a large picture's bytes. Other text inherits SANS from the root element.
+MONO_CLASS = "iw-mono"
 # An SVG namespace is data, not a request; the static SVG never makes one.
 SVG_NS = "http://www.w3.org/2000/svg"
 MAX_STATIC_TOKENS = 3000  # beyond this the picture says how many tokens it leaves out
@@ -110,7 +113,7 @@ class SvgFigure:
         weight = ' font-weight="bold"' if bold else ""
         self.y += size + 4
         self.parts.append(
-            f'<text x="{PAD}" y="{self.y}" font-family="{SANS}" font-size="{size}" fill="{colour}"{weight}>'
+            f'<text x="{PAD}" y="{self.y}" font-size="{size}" fill="{colour}"{weight}>'
             f"{escape(visible_text(line))}</text>"
         )
         self.y += 4
@@ -128,7 +131,7 @@ class SvgFigure:
             length = columns(shown) * char
             fit = f' textLength="{length:.1f}" lengthAdjust="spacingAndGlyphs"' if length else ""
             self.parts.append(
-                f'<text x="{PAD}" y="{self.y}" font-family="{MONO}" font-size="{size}" fill="#1f2328"{fit} '
+                f'<text x="{PAD}" y="{self.y}" class="{MONO_CLASS}" font-size="{size}" fill="#1f2328"{fit} '
                 f'xml:space="preserve">{escape(shown)}</text>'
             )
         self.y += 4
@@ -181,12 +184,12 @@ class SvgFigure:
         out = [
             f"<g><title>{escape(visible_text(piece.title))}</title>",
             f'<rect x="{x:.1f}" y="{box_y}" width="{width:.1f}" height="{box_h}" rx="3" fill="{piece.background}"{stroke}/>',
-            f'<text x="{x:.1f}" y="{y + 16}" font-family="{MONO}" font-size="{FONT_SIZE}" fill="{piece.colour}" '
+            f'<text x="{x:.1f}" y="{y + 16}" class="{MONO_CLASS}" font-size="{FONT_SIZE}" fill="{piece.colour}" '
             f'textLength="{width:.1f}" lengthAdjust="spacingAndGlyphs" xml:space="preserve">{escape(segment)}</text>',
         ]
         if piece.note:
             out.append(
-                f'<text x="{x:.1f}" y="{y + LINE_HEIGHT + 7}" font-family="{SANS}" font-size="9" fill="#57606a">'
+                f'<text x="{x:.1f}" y="{y + LINE_HEIGHT + 7}" font-size="9" fill="#57606a">'
                 f"{escape(piece.note)}</text>"
             )
         out.append("</g>")
@@ -214,14 +217,14 @@ class SvgFigure:
         label_y = y0 + bar_h - 1
         low_text = format_score(-max_abs) if signed else "0"
         self.parts.append(
-            f'<text x="{x0 - 6}" y="{label_y}" text-anchor="end" font-family="{SANS}" font-size="11" fill="#1f2328">'
+            f'<text x="{x0 - 6}" y="{label_y}" text-anchor="end" font-size="11" fill="#1f2328">'
             f"{escape(low_text)}</text>"
-            f'<text x="{x0 + bar_w + 6}" y="{label_y}" font-family="{SANS}" font-size="11" fill="#1f2328">'
+            f'<text x="{x0 + bar_w + 6}" y="{label_y}" font-size="11" fill="#1f2328">'
             f"{escape(format_score(max_abs, sign=signed))}</text>"
         )
         if signed:
             self.parts.append(
-                f'<text x="{x0 + bar_w / 2}" y="{y0 + bar_h + 12}" text-anchor="middle" font-family="{SANS}" '
+                f'<text x="{x0 + bar_w / 2}" y="{y0 + bar_h + 12}" text-anchor="middle" '
                 f'font-size="11" fill="#1f2328">0</text>'
             )
         self.y = y0 + bar_h + (18 if signed else 8)
@@ -241,7 +244,7 @@ class SvgFigure:
             shown = visible_text(label)
             shown = shown if columns(shown) <= 18 else _truncate(shown, 17) + "\u2026"
             self.parts.append(
-                f'<text x="{PAD + label_w - 4:.1f}" y="{y + cell * 0.8:.1f}" text-anchor="end" font-family="{MONO}" '
+                f'<text x="{PAD + label_w - 4:.1f}" y="{y + cell * 0.8:.1f}" text-anchor="end" class="{MONO_CLASS}" '
                 f'font-size="{min(11, cell):.0f}" fill="#1f2328">{escape(shown)}</text>'
             )
             for c, (fill, tip) in enumerate(row):
@@ -274,8 +277,8 @@ class SvgFigure:
         xmlns = f' xmlns="{SVG_NS}"' if standalone else ""
         return (
             f'<svg{xmlns} width="{self.width}" height="{height}" viewBox="0 0 {self.width} {height}" '
-            f'role="img" aria-label={quoteattr(self.label)}>'
-            f"<title>{escape(self.label)}</title>"
+            f'role="img" aria-label={quoteattr(self.label)} font-family="{SANS}">'
+            f"<title>{escape(self.label)}</title><style>.{MONO_CLASS}{{font-family:{MONO}}}</style>"
             f'<rect width="{self.width}" height="{height}" rx="6" fill="#ffffff" stroke="#d0d7de"/>'
             + "".join(self.parts)
             + "</svg>"
