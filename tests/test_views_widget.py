@@ -327,3 +327,18 @@ def test_paged_lists_reject_bad_pages_with_the_allowed_range():
             widget.page = -1
     examples.page_size = 500  # no cap on the example list
     assert examples.page_size == 500
+
+
+def test_a_many_method_comparison_keeps_its_static_picture_an_svg_under_60_kb(bert_classifier):
+    from interp_widgets.attribution import METHODS
+    from interp_widgets.widgets.comparison import MAX_STATIC_METHODS, MAX_STATIC_PAIRS
+
+    model, tokenizer = bert_classifier
+    text = "The food was great, but the service was painfully slow and our waiter seemed bored. We will not be back."
+    widget = compare([METHODS[name](progress=False).attribute(model, tokenizer, text, granularity="word")
+                      for name in METHODS])
+    svg = widget.static_svg()
+    assert len(svg.encode()) < 60 * 1024
+    assert f"… {len(METHODS) - MAX_STATIC_METHODS} more methods in the live widget" in svg
+    assert f"… {len(widget.agreement) - MAX_STATIC_PAIRS} more pairs in the live widget" in svg
+    assert "image/svg+xml" in widget._repr_mimebundle_()[0]

@@ -37,6 +37,8 @@ SANS = "system-ui, -apple-system, 'Segoe UI', 'DejaVu Sans', sans-serif"
 #: Text in MONO carries this class (one <style> rule per picture) instead of repeating the font list on every token:
 #: the font lists were a quarter of a large picture's bytes. Other text inherits SANS from the root element.
 MONO_CLASS = "iw-mono"
+#: Token text: MONO at FONT_SIZE, black unless the token sets its own fill.
+TOKEN_CLASS = "iw-tok"
 # An SVG namespace is data, not a request; the static SVG never makes one.
 SVG_NS = "http://www.w3.org/2000/svg"
 MAX_STATIC_TOKENS = 3000  # beyond this the picture says how many tokens it leaves out
@@ -181,11 +183,13 @@ class SvgFigure:
     def _token(self, piece: TokenPiece, segment: str, x: float, y: float, width: float) -> str:
         box_y, box_h = y + 1, LINE_HEIGHT - 4
         stroke = ' stroke="#1f2328" stroke-width="2"' if piece.outline else ""
+        fill = "" if piece.colour == "#000000" else f' fill="{piece.colour}"'  # black is the class default
+        space = ' xml:space="preserve"' if segment != segment.strip() or "  " in segment else ""
         out = [
             f"<g><title>{escape(visible_text(piece.title))}</title>",
             f'<rect x="{x:.1f}" y="{box_y}" width="{width:.1f}" height="{box_h}" rx="3" fill="{piece.background}"{stroke}/>',
-            f'<text x="{x:.1f}" y="{y + 16}" class="{MONO_CLASS}" font-size="{FONT_SIZE}" fill="{piece.colour}" '
-            f'textLength="{width:.1f}" lengthAdjust="spacingAndGlyphs" xml:space="preserve">{escape(segment)}</text>',
+            f'<text x="{x:.1f}" y="{y + 16}" class="{TOKEN_CLASS}"{fill} textLength="{width:.1f}" '
+            f'lengthAdjust="spacingAndGlyphs"{space}>{escape(segment)}</text>',
         ]
         if piece.note:
             out.append(
@@ -278,7 +282,8 @@ class SvgFigure:
         return (
             f'<svg{xmlns} width="{self.width}" height="{height}" viewBox="0 0 {self.width} {height}" '
             f'role="img" aria-label={quoteattr(self.label)} font-family="{SANS}">'
-            f"<title>{escape(self.label)}</title><style>.{MONO_CLASS}{{font-family:{MONO}}}</style>"
+            f"<title>{escape(self.label)}</title><style>.{MONO_CLASS},.{TOKEN_CLASS}{{font-family:{MONO}}}"
+            f".{TOKEN_CLASS}{{font-size:{FONT_SIZE}px;fill:#000000}}</style>"
             f'<rect width="{self.width}" height="{height}" rx="6" fill="#ffffff" stroke="#d0d7de"/>'
             + "".join(self.parts)
             + "</svg>"

@@ -26,6 +26,12 @@ from interp_widgets.widgets._tokens import (
     GroupedTokens, TokenScoresWidget, finite_max, token_pieces, token_data, unit_sums,
 )
 
+#: Agreement rows drawn in the static picture (n methods give n(n-1)/2 pairs; the live view shows them all).
+MAX_STATIC_PAIRS = 15
+#: Method rows drawn in the static picture (the live view shows every method).
+MAX_STATIC_METHODS = 8
+
+
 class ComparisonWidget(TokenScoresWidget, GroupedTokens):
     """Several methods' scores for one input and one target, one row per method, with synchronised hover.
 
@@ -117,20 +123,26 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
         figure = SvgFigure(label=f"Comparison of {len(self.methods)} attribution methods")
         per = "" if self.granularity == "token" else f" · sum per {self.granularity}"
         figure.text(f"{len(self.methods)} methods · target {self.target_label}" + (" · shared scale" if shared is not None else "") + per, bold=True)
-        for m, method in enumerate(self.methods):
+        for m, method in enumerate(self.methods[:MAX_STATIC_METHODS]):
             sums = matrix[m]
             max_abs = shared if shared is not None else finite_max(sums)
             figure.text(f"{method} (scale ±{format_score(max_abs)})" if self.signed[m] else f"{method} (scale 0..{format_score(max_abs)})", size=12, bold=True)
             pieces, omitted = token_pieces(self.tokens, self.spaces_before, units, sums, max_abs, self.signed[m])
             figure.tokens(pieces, omitted=omitted)
+        if len(self.methods) > MAX_STATIC_METHODS:
+            figure.text(f"… {len(self.methods) - MAX_STATIC_METHODS} more methods in the live widget",
+                        size=11, colour="#57606a")
         figure.legend(1.0, signed=True, title="colours (signed methods; unsigned ones use the pale → orange half), 1 = scale max")
         figure.text(f"agreement over {self.granularity}s ({self.agreement_by} ranks)", size=12, bold=True)
         lines = [f"{'method A':<22}{'method B':<22}{'Spearman ρ':>11}{'top-k overlap':>15}"]
-        for row in self.agreement:
+        for row in self.agreement[:MAX_STATIC_PAIRS]:
             rho = "n/a" if row["spearman"] is None else f"{row['spearman']:+.3f}"
             overlap = "n/a" if row["top_k_overlap"] is None else f"{row['top_k_overlap']:.2f} (k={row['k']})"
             lines.append(f"{row['a'][:21]:<22}{row['b'][:21]:<22}{rho:>11}{overlap:>15}")
         figure.mono_lines(lines)
+        if len(self.agreement) > MAX_STATIC_PAIRS:
+            figure.text(f"… {len(self.agreement) - MAX_STATIC_PAIRS} more pairs in the live widget "
+                        "(widget.agreement holds them all)", size=11, colour="#57606a")
         return figure.render()
 
     def __repr__(self) -> str:
