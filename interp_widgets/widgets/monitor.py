@@ -621,8 +621,12 @@ class MonitorWidget(InterpWidget):
         Example:
             >>> from interp_widgets.geometry import GeometryLog
             >>> log = GeometryLog(["layer:0"]); log.log(0, loss=1.0)
-            >>> handle = log.widget().show()  # outside a notebook display() prints the text form and returns None
-            MonitorWidget('Training monitor', 1 layers, 1 rows, last step 0)
+            >>> import contextlib, io
+            >>> shown = io.StringIO()
+            >>> with contextlib.redirect_stdout(shown):  # outside a notebook, display() prints the text form (or,
+            ...     handle = log.widget().show()         # under an IPython shell, publishes the bundle)
+            >>> handle is None or hasattr(handle, "update")
+            True
         """
         from IPython.display import display
 
