@@ -18,37 +18,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
+
+from interp_widgets.demo._cache import cache_dir
+from interp_widgets.demo.lm import load_lm  # noqa: F401  (public: demo.load_lm)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 LABELS = ("negative", "positive")
 TRAINING = {"epochs": 6, "batch_size": 16, "learning_rate": 8e-5, "weight_decay": 0.01, "warmup": 0.1, "seed": 13,
             "max_length": 128}
 _CACHE_VERSION = "sentiment-v1"
-
-
-def cache_dir() -> Path:
-    """Where the fine-tuned demo weights live: ``$INTERP_WIDGETS_CACHE`` or ``~/.cache/interp_widgets``.
-
-    Example:
-        >>> env = getfixture("monkeypatch")
-        >>> env.delenv("INTERP_WIDGETS_CACHE", raising=False)
-        >>> env.setenv("XDG_CACHE_HOME", "/srv/cache")
-        >>> cache_dir()
-        PosixPath('/srv/cache/interp_widgets')
-        >>> env.setenv("INTERP_WIDGETS_CACHE", "/data/iw")
-        >>> cache_dir()
-        PosixPath('/data/iw')
-    """
-    root = os.environ.get("INTERP_WIDGETS_CACHE")
-    if root:
-        return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "interp_widgets"
 
 
 def load_dataset(split: str | None = None):
