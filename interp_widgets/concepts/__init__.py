@@ -49,6 +49,7 @@ from interp_widgets.concepts.metrics import (
     relative_reconstruction_error,
     stability,
 )
+from interp_widgets.concepts.probes import DirectionConcepts, LinearProbe, ProbeSweep, probe_layers
 from interp_widgets.concepts.sae import SparseAutoencoder
 
 __all__ = [
@@ -57,6 +58,10 @@ __all__ = [
     "ConceptImportance",
     "ConceptInterpretation",
     "ConceptModel",
+    "DirectionConcepts",
+    "LinearProbe",
+    "ProbeSweep",
+    "probe_layers",
     "DictionaryLearningConcepts",
     "ICAConcepts",
     "IncrementalPCAConcepts",
