@@ -98,6 +98,17 @@ class ConceptInterpretation:
         """Number of concepts."""
         return len(self.labels)
 
+    @property
+    def dead(self) -> np.ndarray:
+        """Whether each concept never fired (zero on every scanned row): such a concept has no top contexts, no top
+        texts and an empty label.
+
+        Example:
+            >>> interpret_concepts(concepts, store, progress=False).dead.tolist()
+            [False, False, False, False, False, False, False, False]
+        """
+        return np.asarray(self.density) == 0
+
     def _index(self, concept: int) -> int:
         if not -self.n_concepts <= int(concept) < self.n_concepts:
             raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
@@ -155,7 +166,7 @@ class ConceptInterpretation:
             >>> interp = interpret_concepts(concepts, store, progress=False)
             >>> frame = interp.to_dataframe()
             >>> frame.columns.tolist()
-            ['concept', 'label', 'density', 'mean', 'max', 'min', 'top_tokens', 'vocabulary']
+            ['concept', 'label', 'density', 'dead', 'mean', 'max', 'min', 'top_tokens', 'vocabulary']
             >>> frame.sort_values("density")[["concept", "label", "density", "max"]].round(3).head(3)
                concept                label  density    max
             3        3     . / felt / which    0.879  0.342
@@ -168,6 +179,7 @@ class ConceptInterpretation:
             "concept": np.arange(self.n_concepts),
             "label": self.labels,
             "density": self.density,
+            "dead": self.dead,
             "mean": self.mean,
             "max": self.maximum,
             "min": self.minimum,
@@ -312,9 +324,15 @@ class ConceptInterpretation:
             raise TypeError("labeler must be a callable (concept index, examples) -> str")
         labels = []
         for c in range(self.n_concepts):
+            if self.dead[c]:  # never fired: nothing to label
+                labels.append("")
+                continue
             label = labeler(c, self.examples[c])
             if not isinstance(label, str):
                 raise TypeError(f"labeler returned {type(label).__name__} for concept {c}; it must return a str")
+            if not label.strip():
+                raise ValueError(f"labeler returned no text for concept {c}, which fired on "
+                                 f"{self.density[c]:.2%} of rows; return a short label (or '?' when unsure)")
             labels.append(label)
         self.labels, self.label_source = labels, source
         return self
@@ -471,12 +489,17 @@ def interpret_concepts(
     if pad > 0:
         top_values = np.pad(top_values, ((0, 0), (0, pad)), constant_values=np.nan)
         top_rows = np.pad(top_rows, ((0, 0), (0, pad)), constant_values=-1)
+    # A row where the concept is exactly 0 did not fire: it is no top context (a dead concept, which never fires,
+    # has none at all, rather than the first rows of a tie at zero).
+    silent = ~(top_values != 0) | (top_rows < 0)
+    top_rows, top_values = np.where(silent, -1, top_rows), np.where(silent, np.nan, top_values)
     examples = _contexts(concept_model, store, top_rows, top_values, int(window))
     order = np.argsort(-text_max, axis=0, kind="stable")[: int(k)].T
     top_text_values = np.take_along_axis(text_max.T, order, 1)
-    top_texts = np.where(np.isfinite(top_text_values), order, -1)
+    top_texts = np.where(np.isfinite(top_text_values) & (top_text_values != 0), order, -1)
     used = sorted({int(t) for t in top_texts.ravel() if t >= 0} | {e["text_id"] for ex in examples for e in ex})
-    labels = [label_from_tokens([e["token"] for e in examples[c]], n_label_tokens) for c in range(n)]
+    labels = [label_from_tokens([e["token"] for e in examples[c]], n_label_tokens) if active[c] else ""
+              for c in range(n)]
     vocab_tokens = vocab_logits = None
     has_unembedding = model is not None and getattr(model, "get_output_embeddings", lambda: None)() is not None
     if has_unembedding and tokenizer is not None:

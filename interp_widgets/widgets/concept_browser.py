@@ -128,7 +128,8 @@ class ConceptBrowser(InterpWidget, PagedList):
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
     search = traitlets.Unicode("", help="Keep concepts whose label or top tokens contain this (case-insensitive).").tag(sync=True)
-    hide_dead = traitlets.Bool(False, help="Hide concepts that are never active.").tag(sync=True)
+    hide_dead = traitlets.Bool(True, help="Hide concepts that never fired (on by default; the list says how many "
+                               "are hidden).").tag(sync=True)
     max_page_size = MAX_PAGE_SIZE
     selected_concept = traitlets.Int(-1, help="Concept shown in the detail pane (-1: none).").tag(sync=True)
     requested = traitlets.List(traitlets.Int(), help="Concept ids the browser shows (written by the front end).").tag(sync=True)
@@ -340,13 +341,15 @@ class ConceptBrowser(InterpWidget, PagedList):
         order = self.visible_order()
         density, maximum, importance = self._column("density"), self._column("max_activation"), self._column("importance")
         figure = SvgFigure(label=f"{self.n_concepts} {self.method} concepts")
+        n_dead = int((density == 0).sum())
         where = f" at {self.layer}" if self.layer else ""
         figure.text(f"{self.n_concepts} {self.method} concepts{where} · {len(order)} listed · sorted by {self.sort_by}"
-                    + (" (descending)" if self.descending else "") + (f" · search {self.search!r}" if self.search else ""),
+                    + (" (descending)" if self.descending else "") + (f" · search {self.search!r}" if self.search else "")
+                    + (f" · {n_dead} never fired" + (" (hidden)" if self.hide_dead else "") if n_dead else ""),
                     bold=True)  # fmt: skip
         interp = self.interpretation
         for c in order[:STATIC_CONCEPTS]:
-            parts = [f"#{c} {self.labels[c]}", f"density {format_score(density[c])}", f"max {format_score(maximum[c])}"]
+            parts = [f"#{c} {self.labels[c] or ('(never fired)' if density[c] == 0 else '')}", f"density {format_score(density[c])}", f"max {format_score(maximum[c])}"]
             if self.importance is not None and not math.isnan(importance[c]):
                 parts.append(f"{self.importance_label} {format_score(importance[c], sign=True)}")
             if density[c] == 0:
