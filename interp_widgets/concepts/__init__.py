@@ -40,6 +40,7 @@ from interp_widgets.concepts.interpret import (
     label_from_tokens,
     vocabulary_projection,
 )
+from interp_widgets.concepts.labels import LMLabeler, TokenLabeler, label_auroc
 from interp_widgets.concepts.metrics import (
     dead_concepts,
     evaluate,
@@ -60,6 +61,9 @@ __all__ = [
     "ConceptModel",
     "DirectionConcepts",
     "LinearProbe",
+    "LMLabeler",
+    "TokenLabeler",
+    "label_auroc",
     "ProbeSweep",
     "probe_layers",
     "DictionaryLearningConcepts",

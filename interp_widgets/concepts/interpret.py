@@ -3,7 +3,7 @@
 :func:`interpret_concepts` streams an :class:`~interp_widgets.concepts.ActivationStore` through a fitted concept
 model twice (top-k and ranges, then histograms) and returns a :class:`ConceptInterpretation`. Labels are built from
 the top tokens; a labelling function (for example one that asks an LLM) can replace them through
-:meth:`ConceptInterpretation.relabel` — none ships with the library. :func:`vocabulary_projection` reads the tokens
+:meth:`ConceptInterpretation.relabel`; :mod:`interp_widgets.concepts.labels` ships a local-LM labeller. :func:`vocabulary_projection` reads the tokens
 each concept direction promotes through the model's output embedding, where the model has one.
 
 Example:
@@ -307,11 +307,15 @@ class ConceptInterpretation:
         }
 
     # ------------------------------------------------------------------ labels
-    def relabel(self, labeler: Labeler, *, source: str = "custom") -> "ConceptInterpretation":
-        """Replace the labels with ``labeler(concept, examples) -> str`` (for example a call to an LLM).
+    def relabel(self, labeler: Labeler, *, source: str | None = None, lazy: bool = False) -> "ConceptInterpretation":
+        """Replace the labels with ``labeler(concept, examples) -> str`` (e.g. :class:`~interp_widgets.concepts.
+        LMLabeler`, which asks a local LM).
 
         ``examples`` are the concept's top examples (dicts with ``token``, ``context``, ``center``, ``activation``…).
-        Returns ``self`` so calls chain; ``label_source`` records ``source``.
+        Concepts that never fired keep an empty label; the labeller is never asked about them. With ``lazy=True``
+        nothing is labelled now: :meth:`ensure_label` labels a concept the first time it is needed (the concept
+        browser calls it for the concepts it shows) and caches the label. ``label_source`` records ``source``
+        (default: the labeller's ``name``). Returns ``self`` so calls chain.
 
         Example:
             >>> interp = interpret_concepts(concepts, store, progress=False)
@@ -319,23 +323,51 @@ class ConceptInterpretation:
             ConceptInterpretation(8 NMFConcepts concepts at 'layer:1', labels from shout)
             >>> interp.labels[:3]
             [',', 'OVERNIGHT', 'GREAT']
+            >>> interp.relabel(lambda c, ex: f"concept {c}", source="lazy", lazy=True).ensure_label(5), interp.labels[:2]
+            ('concept 5', [',', 'OVERNIGHT'])
         """
         if not callable(labeler):
             raise TypeError("labeler must be a callable (concept index, examples) -> str")
-        labels = []
-        for c in range(self.n_concepts):
-            if self.dead[c]:  # never fired: nothing to label
-                labels.append("")
-                continue
-            label = labeler(c, self.examples[c])
+        self.label_source = source or getattr(labeler, "name", None) or "custom"
+        self._pending = {"labeler": labeler, "concepts": {c for c in range(self.n_concepts) if not self.dead[c]}}
+        if not lazy:
+            for c in range(self.n_concepts):
+                self.ensure_label(c)
+        for c in np.flatnonzero(self.dead):
+            self.labels[int(c)] = ""
+        return self
+
+    def ensure_label(self, concept: int) -> str:
+        """The label of ``concept``, asking a lazy labeller (:meth:`relabel` with ``lazy=True``) the first time.
+
+        Example:
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> interp.ensure_label(0)  # labels from top tokens are made up front
+            'it / , / sitting'
+        """
+        c = self._index(concept)
+        pending = getattr(self, "_pending", None)
+        if pending and c in pending["concepts"]:
+            label = pending["labeler"](c, self.examples[c])
             if not isinstance(label, str):
                 raise TypeError(f"labeler returned {type(label).__name__} for concept {c}; it must return a str")
             if not label.strip():
                 raise ValueError(f"labeler returned no text for concept {c}, which fired on "
                                  f"{self.density[c]:.2%} of rows; return a short label (or '?' when unsure)")
-            labels.append(label)
-        self.labels, self.label_source = labels, source
-        return self
+            self.labels[c] = label
+            pending["concepts"].discard(c)
+        return self.labels[c]
+
+    @property
+    def unlabelled(self) -> list[int]:
+        """Concepts a lazy labeller has not labelled yet (they show their top-token label until then).
+
+        Example:
+            >>> interpret_concepts(concepts, store, progress=False).unlabelled
+            []
+        """
+        pending = getattr(self, "_pending", None)
+        return sorted(pending["concepts"]) if pending else []
 
     # ------------------------------------------------------------------ persistence
     _ARRAYS = ("density", "mean", "maximum", "minimum", "top_rows", "top_values", "top_texts", "top_text_values",
@@ -405,6 +437,7 @@ def interpret_concepts(
     bins: int = 30,
     n_label_tokens: int = 3,
     labeler: Labeler | None = None,
+    lazy_labels: bool = False,
     model=None,
     tokenizer=None,
     vocab_top: int = 10,
@@ -420,7 +453,8 @@ def interpret_concepts(
         window: tokens of context on each side of a top example (same text only).
         bins: histogram bins.
         n_label_tokens: distinct top tokens joined into the automatic label.
-        labeler: optional ``(concept, examples) -> str`` replacing the automatic labels.
+        labeler: optional ``(concept, examples) -> str`` replacing the automatic labels (see
+            :mod:`interp_widgets.concepts.labels`); ``lazy_labels=True`` asks it only when a concept is first viewed.
         model, tokenizer: give both to add the vocabulary projection (skipped when the model has no output
             embedding, as for classifiers).
         vocab_top: promoted tokens per concept in the projection.
@@ -513,7 +547,7 @@ def interpret_concepts(
         params={"k": int(k), "window": int(window), "bins": int(bins), "rows": len(store), "unit": store.unit},
     )
     if labeler is not None:
-        result.relabel(labeler)
+        result.relabel(labeler, lazy=lazy_labels)
     return result
 
 

@@ -301,6 +301,8 @@ class ConceptBrowser(InterpWidget, PagedList):
         if not -self.n_concepts <= int(concept) < self.n_concepts:
             raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
         c = int(concept) % self.n_concepts
+        ensure_label = getattr(interp, "ensure_label", None)  # a lazy labeller labels a concept when first viewed
+        label = ensure_label(c) if ensure_label is not None else interp.labels[c]
         examples = [{
             "tokens": list(e["context"]), "center": int(e["center"]), "activation": _finite(e["activation"]),
             "text_id": int(e["text_id"]), "activations": [_finite(v) or 0.0 for v in e["context_activations"]],
@@ -318,7 +320,7 @@ class ConceptBrowser(InterpWidget, PagedList):
         if self._text_coefficients:
             text_activations = array_to_buffer(self._text_coefficients[self.selected_text][:, c])
         return {
-            "concept": c, "label": interp.labels[c], "density": _finite(interp.density[c]), "mean": _finite(interp.mean[c]),
+            "concept": c, "label": label, "label_source": str(getattr(interp, "label_source", "")), "density": _finite(interp.density[c]), "mean": _finite(interp.mean[c]),
             "max": _finite(interp.maximum[c]), "min": _finite(interp.minimum[c]), "examples": examples,
             "top_texts": top_texts, "vocabulary": vocabulary, "text_activations": text_activations,
             "hist_edges": array_to_buffer(interp.hist_edges[c]), "hist_counts": array_to_buffer(interp.hist_counts[c]),

@@ -22,6 +22,7 @@
  * @typedef {object} ConceptDetail
  * @property {number} concept
  * @property {string} label
+ * @property {string} label_source  Who made the label ("top tokens", an LM labeller's name ...).
  * @property {number | null} density
  * @property {number | null} mean
  * @property {number | null} max
@@ -226,7 +227,7 @@ function renderBrowser({ model, el, reportError }) {
     return h("li", { class: "iw-concept", role: "option", tabindex: selected ? 0 : -1, "data-concept": c, "aria-selected": String(selected),
       "aria-label": `Concept ${c}: ${data.labels[c]}, density ${formatScore(data.density[c])}${dead ? ", dead" : ""}${Number.isNaN(imp) ? "" : `, importance ${formatScore(imp)}`}` }, [ // prettier-ignore
       h("span", { class: "iw-concept-id" }, `#${c}`),
-      h("span", { class: "iw-concept-label" }, data.labels[c] || (dead ? "(never fired)" : "")),
+      h("span", { class: "iw-concept-label" }, (model.get("details") ?? {})[String(c)]?.label || data.labels[c] || (dead ? "(never fired)" : "")),
       chip,
       h("span", { class: "iw-concept-density", title: "fraction of rows where the concept is active" }, formatScore(data.density[c])),
       dead ? h("span", { class: "iw-concept-dead" }, "dead") : "",
@@ -315,6 +316,7 @@ function renderBrowser({ model, el, reportError }) {
     const stats = `density ${formatScore(info.density ?? NaN)} \u00b7 mean ${formatScore(info.mean ?? NaN)} \u00b7 max ${formatScore(max)} \u00b7 min ${formatScore(info.min ?? NaN)}`;
     const parts = [
       h("h3", { class: "iw-detail-title" }, [`#${info.concept} `, h("span", { class: "iw-detail-label" }, info.label)]),
+      info.label_source ? h("div", { class: "iw-caption iw-label-source" }, `label from ${info.label_source}`) : "",
       h("div", { class: "iw-caption" }, stats),
       h("h4", {}, "Activation histogram (active rows)"),
       histogramSvg(decodeArray(info.hist_edges).values, decodeArray(info.hist_counts).values, { label: `activation histogram of concept ${info.concept}` }),
