@@ -328,13 +328,15 @@ class ConceptInterpretation:
         """
         if not callable(labeler):
             raise TypeError("labeler must be a callable (concept index, examples) -> str")
+        live = {c for c in range(self.n_concepts) if not self.dead[c]}
+        labels = [""] * self.n_concepts if not lazy else [label if c in live else "" for c, label in
+                                                          enumerate(self.labels)]
+        if not lazy:  # all or nothing: a failing labeller leaves the previous labels in place
+            for c in sorted(live):
+                labels[c] = _checked_label(labeler(c, self.examples[c]), c, self.density[c])
+        self.labels = labels
         self.label_source = source or getattr(labeler, "name", None) or "custom"
-        self._pending = {"labeler": labeler, "concepts": {c for c in range(self.n_concepts) if not self.dead[c]}}
-        if not lazy:
-            for c in range(self.n_concepts):
-                self.ensure_label(c)
-        for c in np.flatnonzero(self.dead):
-            self.labels[int(c)] = ""
+        self._pending = {"labeler": labeler, "concepts": live if lazy else set()}
         return self
 
     def ensure_label(self, concept: int) -> str:
@@ -348,13 +350,7 @@ class ConceptInterpretation:
         c = self._index(concept)
         pending = getattr(self, "_pending", None)
         if pending and c in pending["concepts"]:
-            label = pending["labeler"](c, self.examples[c])
-            if not isinstance(label, str):
-                raise TypeError(f"labeler returned {type(label).__name__} for concept {c}; it must return a str")
-            if not label.strip():
-                raise ValueError(f"labeler returned no text for concept {c}, which fired on "
-                                 f"{self.density[c]:.2%} of rows; return a short label (or '?' when unsure)")
-            self.labels[c] = label
+            self.labels[c] = _checked_label(pending["labeler"](c, self.examples[c]), c, self.density[c])
             pending["concepts"].discard(c)
         return self.labels[c]
 
@@ -407,6 +403,15 @@ class ConceptInterpretation:
         return f"ConceptInterpretation({self.n_concepts} {self.method} concepts at {self.layer!r}, labels from {self.label_source})"
 
 
+def _checked_label(label, concept: int, density: float) -> str:
+    if not isinstance(label, str):
+        raise TypeError(f"labeler returned {type(label).__name__} for concept {concept}; it must return a str")
+    if not label.strip():
+        raise ValueError(f"labeler returned no text for concept {concept}, which fired on {density:.2%} of rows; "
+                         "return a short label (or '?' when unsure)")
+    return label
+
+
 def label_from_tokens(tokens: list[str], n: int = 3) -> str:
     """A label from top tokens: the ``n`` most frequent distinct tokens (stripped, case-folded), strongest first.
 
@@ -419,6 +424,30 @@ def label_from_tokens(tokens: list[str], n: int = 3) -> str:
     first = {t: i for i, t in reversed(list(enumerate(cleaned)))}
     ranked = sorted(counts, key=lambda t: (-counts[t], first[t]))
     return " / ".join(ranked[:n]) if ranked else "(no tokens)"
+
+
+def _top_k_per_column(values: np.ndarray, k: int) -> np.ndarray:
+    """Row indices of the ``k`` largest values of each column, largest first, ties by lower index (as a stable sort
+    of the whole column would give), in O(rows) per column rather than a full sort.
+
+    Example:
+        >>> _top_k_per_column(np.array([[1.0, 5.0], [3.0, 5.0], [2.0, 0.0]]), 2).tolist()
+        [[1, 2], [0, 1]]
+    """
+    rows = values.shape[0]
+    k = min(k, rows)
+    if k == 0:
+        return np.zeros((values.shape[1], 0), dtype=np.int64)
+    if k < rows:
+        kth = np.partition(values, rows - k, axis=0)[rows - k]  # the k-th largest value of each column
+        candidates = values >= kth  # ties at the threshold are all kept, then cut in index order below
+    else:
+        candidates = np.ones(values.shape, dtype=bool)
+    out = np.empty((values.shape[1], k), dtype=np.int64)
+    for c in range(values.shape[1]):
+        index = np.flatnonzero(candidates[:, c])
+        out[c] = index[np.argsort(-values[index, c], kind="stable")][:k]
+    return out
 
 
 def _merge_topk(values: np.ndarray, rows: np.ndarray, new_values: np.ndarray, new_rows: np.ndarray, k: int):
@@ -493,8 +522,10 @@ def interpret_concepts(
     top_rows = np.full((n, 0), -1, dtype=np.int64)
     low, high = np.full(n, np.inf), np.full(n, -np.inf)
     active, total = np.zeros(n, dtype=np.int64), np.zeros(n)
-    text_max = np.full((len(store.texts), n), -np.inf)
+    text_max = np.full((len(store.texts), n), -np.inf, dtype=np.float32)  # coefficients are float32: max is exact
     text_ids = store.text_ids
+    # bound the (rows x concepts) coefficient block: about 256 MB in float64, whatever the number of concepts
+    rows_per_chunk = max(256, min(int(rows_per_chunk), (1 << 25) // n))
     bar = tqdm(total=2 * len(store), desc="interpreting concepts", unit="row", disable=not progress)
     for start, block in store.iter_chunks(rows_per_chunk):
         C = concept_model.transform(block).astype(np.float64)
@@ -528,8 +559,8 @@ def interpret_concepts(
     silent = ~(top_values != 0) | (top_rows < 0)
     top_rows, top_values = np.where(silent, -1, top_rows), np.where(silent, np.nan, top_values)
     examples = _contexts(concept_model, store, top_rows, top_values, int(window))
-    order = np.argsort(-text_max, axis=0, kind="stable")[: int(k)].T
-    top_text_values = np.take_along_axis(text_max.T, order, 1)
+    order = _top_k_per_column(text_max, int(k))
+    top_text_values = np.take_along_axis(text_max.T, order, 1).astype(np.float64)
     top_texts = np.where(np.isfinite(top_text_values) & (top_text_values != 0), order, -1)
     used = sorted({int(t) for t in top_texts.ravel() if t >= 0} | {e["text_id"] for ex in examples for e in ex})
     labels = [label_from_tokens([e["token"] for e in examples[c]], n_label_tokens) if active[c] else ""
