@@ -30,9 +30,18 @@ TransformerLens / SAELens      canonical name
 =============================  ==========================
 
 The last block's ``hook_resid_post`` is before the final norm, and so is ``layer:<last>``; Hugging Face's last
-``hidden_states`` entry is after it. Sub-points are found from the block's own modules: post-norm encoders (BERT,
-RoBERTa, MiniLM…) read ``attention.output.dense``, ``attention`` and ``output.dense``; pre-norm decoders (GPT-2,
-Llama, Qwen, Mistral, Gemma, Phi…) read the attention and MLP modules and the input of the second norm.
+``hidden_states`` entry is after it. Sub-points are found from the block's own modules:
+
+- post-norm encoders (BERT, RoBERTa, DeBERTa-v2, MiniLM…) read ``attention.output.dense``, ``attention`` and
+  ``output.dense``;
+- pre-norm blocks (GPT-2, Llama, Qwen 2/3, Mistral, Phi-3, ModernBERT…) read the attention and MLP modules and the
+  input of the second norm;
+- "sandwich" blocks (Gemma 2/3, OLMo 2), which normalise each sublayer's output before adding it, read the outputs
+  of ``post_attention_layernorm`` and ``post_feedforward_layernorm`` and the input of the MLP's pre-norm;
+- parallel-residual blocks (GPT-NeoX / Pythia, GPT-J, Phi-1/2, CodeGen: ``x + attn(x) + mlp(x)``) have no
+  ``resid_mid``; asking for it raises :class:`UnsupportedModelError` (see :func:`parallel_residual`).
+
+``tests/test_model_families.py`` checks the residual arithmetic of each layout on a tiny model of every family.
 
 Hooks are context managers (:func:`hooks`, :func:`capture`, :func:`evaluation`) that remove themselves on exit,
 on errors and on Ctrl-C, and restore every module's train/eval mode.

@@ -289,3 +289,20 @@ def test_one_monitored_training_step_is_bit_identical(family, models):
     assert np.isfinite(ratio).all() and ratio[0] > 0
     assert untouched_state(watched, tokenizer)["hooks"] == 0 and watched.training
     assert untouched_state(model, tokenizer) == before
+
+
+@by_family
+def test_attention_methods_name_the_fix_when_eager_attention_is_unavailable(family, models):
+    """SDPA models switch to eager attention for the call and back; one that cannot switch at run time (transformers
+    only logs a warning) gets an error that says how to reload it, and is left as it was."""
+    model, tokenizer = models[family.name]
+    stuck = copy.deepcopy(model)
+    stuck._can_set_attn_implementation = lambda: False
+    before = untouched_state(stuck, tokenizer)
+    if stuck.config._attn_implementation == "eager":  # Gemma 2 and DeBERTa-v2 default to eager: nothing to switch
+        assert call(family, RawAttention(progress=False), stuck, tokenizer).scores.size
+    else:
+        with pytest.raises(UnsupportedModelError, match="cannot switch to eager at run time. Reload it with "
+                                                        r"from_pretrained\(\.\.\., attn_implementation='eager'\)"):
+            call(family, RawAttention(progress=False), stuck, tokenizer)
+    assert untouched_state(stuck, tokenizer) == before
