@@ -36,6 +36,7 @@ class Family:
     build: Callable
     task: str
     residual: str
+    reads: str = "first"  # the position a classifier's head reads: [CLS] ("first") or the last token ("last")
 
 
 FAMILIES = [
@@ -47,7 +48,7 @@ FAMILIES = [
     Family("phi3", tiny_models.phi3_lm, CAUSAL, PRE),
     Family("gpt2", tiny_models.gpt2_lm, CAUSAL, PRE),
     Family("gpt_neox", tiny_models.gpt_neox_lm, CAUSAL, PARALLEL),
-    Family("llama_classifier", tiny_models.llama_classifier, CLASSIFIER, PRE),
+    Family("llama_classifier", tiny_models.llama_classifier, CLASSIFIER, PRE, reads="last"),
     Family("bert", tiny_models.bert_classifier, CLASSIFIER, POST),
     Family("roberta", tiny_models.roberta_classifier, CLASSIFIER, POST),
     Family("deberta_v2", tiny_models.deberta_v2_classifier, CLASSIFIER, POST),
@@ -75,21 +76,51 @@ def call(family: Family, method, model, tokenizer):
     return method.attribute(model, tokenizer, text, **options)
 
 
-def score_function(family: Family, model, result, target: int):
-    """``f(embeds (B, T, D)) -> (B,)``: the score the package explains for one target, written from scratch."""
-    target_id = int(result.target_ids[target])
-    position = None if family.task == CLASSIFIER else int(np.flatnonzero(
-        np.asarray(result.tokens) == "[MASK]")[0]) if family.task == MASKED else int(result.target_positions[target])
+def logits_of(model, embeds):
+    return model(inputs_embeds=embeds, attention_mask=torch.ones(embeds.shape[:2], dtype=torch.long)).logits
+
+
+def targets_of(family: Family, model, tokenizer, ids) -> list[tuple[int, int]]:
+    """``(target id, position whose logits score it)`` of every target, found here: the forced continuation tokens
+    of a causal LM, the predicted class of a classifier (read at [CLS] or the last token), the predicted token at the
+    mask of a masked LM."""
+    embeds = embed(model, ids)
+    if family.task == CAUSAL:
+        start = len(tokenizer(PROMPT)["input_ids"])
+        return [(int(ids[p]), p - 1) for p in range(start, len(ids))]
+    with torch.no_grad():
+        logits = logits_of(model, embeds)[0]
+    if family.task == CLASSIFIER:
+        return [(int(logits.argmax()), 0 if family.reads == "first" else len(ids) - 1)]
+    mask = int(np.flatnonzero(ids == tokenizer.mask_token_id)[0])
+    return [(int(logits[mask].argmax()), mask)]
+
+
+def score_function(family: Family, model, target_id: int, position: int):
+    """``f(embeds (B, T, D)) -> (B,)``: the score the package explains (the logit, or the log-probability for causal
+    LMs, the package's defaults), written from scratch."""
 
     def f(embeds):
-        logits = model(inputs_embeds=embeds, attention_mask=torch.ones(embeds.shape[:2], dtype=torch.long)).logits
+        logits = logits_of(model, embeds)
         if family.task == CLASSIFIER:
             return logits[:, target_id]
         if family.task == MASKED:
             return logits[:, position, target_id]
         return torch.log_softmax(logits[:, position].float(), dim=-1)[:, target_id]
 
-    return f, position
+    return f
+
+
+def embed(model, ids) -> torch.Tensor:
+    with torch.no_grad():
+        return model.get_input_embeddings()(torch.as_tensor(ids)[None]).detach()
+
+
+def pad_baseline(model, tokenizer, ids, special) -> torch.Tensor:
+    """The package's default baseline, written here: special tokens keep their embedding, others get the pad's."""
+    embeds = embed(model, ids)
+    pad = embed(model, [tokenizer.pad_token_id])[0, 0]
+    return torch.where(torch.as_tensor(np.asarray(special, bool))[:, None], embeds[0], pad)[None]
 
 
 @pytest.fixture(scope="module")
@@ -129,37 +160,41 @@ def test_gradient_perturbation_and_attention_methods_match_references(family, mo
     occlusion = call(family, Occlusion(progress=False), model, tokenizer)
     attention = call(family, RawAttention(progress=False), model, tokenizer)
     assert untouched_state(model, tokenizer) == before
-    assert len(saliency.tokens) == len(ids)
-    n_targets = 1 if family.task != CAUSAL else len(ids) - len(tokenizer(PROMPT)["input_ids"])
-    assert saliency.scores.shape == attention.scores.shape == (n_targets, len(ids))
+    model.train()  # a model in train mode is explained in eval mode (no dropout) and handed back in train mode
+    try:
+        in_training = call(family, Saliency(progress=False), model, tokenizer)
+        assert all(m.training for m in model.modules())
+    finally:
+        model.eval()
+    np.testing.assert_array_equal(in_training.scores, saliency.scores)
+    targets = targets_of(family, model, tokenizer, ids)
+    for result in (saliency, occlusion, attention):
+        assert result.target_ids.tolist() == [target for target, _ in targets]
+    assert saliency.scores.shape == attention.scores.shape == (len(targets), len(ids))
 
-    with torch.no_grad():
-        embeds = model.get_input_embeddings()(torch.as_tensor(ids)[None]).detach()
-    pad = model.get_input_embeddings()(torch.tensor([tokenizer.pad_token_id]))[0].detach()
+    embeds = embed(model, ids)
     special = np.asarray(saliency.special_mask, bool)
+    added = [tokenizer.bos_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id]  # [MASK] is a real position
+    assert special.tolist() == [family.task != CAUSAL and i in added for i in ids.tolist()]
     with torch.no_grad():
         maps = eager_twin(model)(input_ids=torch.as_tensor(ids)[None], output_attentions=True).attentions
     last_layer = maps[-1][0].mean(0).double().numpy()  # (T, T), heads averaged
-    for t in range(n_targets):
-        f, position = score_function(family, model, saliency, t)
-        visible = slice(0, len(ids) if family.task != CAUSAL else position + 1)
-        gradient = CaptumSaliency(f).attribute(embeds.clone(), abs=False)[0]
+    for t, (target_id, position) in enumerate(targets):
+        f = score_function(family, model, target_id, position)
+        visible = slice(0, position + 1 if family.task == CAUSAL else len(ids))  # a causal LM target sees its prefix
+        gradient = CaptumSaliency(f).attribute(embeds.clone().requires_grad_(), abs=False)[0]
         np.testing.assert_allclose(saliency.scores[t, visible], gradient.norm(dim=-1).double().numpy()[visible],
                                    rtol=1e-4, atol=1e-6)
         assert np.isnan(saliency.scores[t, visible.stop:]).all()
 
-        baselines = torch.where(torch.as_tensor(special)[:, None], embeds[0], pad)[None]
         drops = CaptumOcclusion(f).attribute(embeds.clone(), sliding_window_shapes=(1, embeds.shape[-1]),
-                                             baselines=baselines)[0, :, 0].double().numpy()
+                                             baselines=pad_baseline(model, tokenizer, ids, special))[0, :, 0]
         kept = ~special
-        kept[visible.stop:] = False  # occluding a later token cannot move this target
-        expected = np.where(kept[~special], drops[~special], np.nan)
+        kept[visible.stop:] = False  # a later token cannot move this target: NaN
+        expected = np.where(kept[~special], drops.double().numpy()[~special], np.nan)  # one unit per word piece
         np.testing.assert_allclose(occlusion.scores[t], expected, rtol=1e-4, atol=1e-5)
 
-        query = {CAUSAL: position, MASKED: position, CLASSIFIER: 0 if family.residual == POST
-                 or family.name == "modernbert" else len(ids) - 1}[family.task]
-        np.testing.assert_allclose(attention.scores[t, visible], last_layer[query, visible], atol=1e-6)
-    assert not np.isnan(saliency.scores[:, 0]).any()
+        np.testing.assert_allclose(attention.scores[t, visible], last_layer[position, visible], atol=1e-6)
 
 
 @by_family
@@ -169,12 +204,12 @@ def test_integrated_gradients_completeness(family, models):
     result = call(family, IntegratedGradients(progress=False), model, tokenizer)
     assert untouched_state(model, tokenizer) == before
     ids = ids_of(family, tokenizer)
+    embeds, baseline = embed(model, ids), pad_baseline(model, tokenizer, ids, result.special_mask)
+    targets = targets_of(family, model, tokenizer, ids)
+    assert result.target_ids.tolist() == [target for target, _ in targets]
     with torch.no_grad():
-        embeds = model.get_input_embeddings()(torch.as_tensor(ids)[None]).detach()
-        pad = model.get_input_embeddings()(torch.tensor([tokenizer.pad_token_id]))[0]
-        baseline = torch.where(torch.as_tensor(result.special_mask)[:, None], embeds[0], pad)[None]
-        for t in range(len(result.target_ids)):
-            f, _ = score_function(family, model, result, t)
+        for t, (target_id, position) in enumerate(targets):
+            f = score_function(family, model, target_id, position)
             delta = float(f(embeds)[0] - f(baseline)[0])  # f(x) − f(baseline), computed here
             total = float(np.nansum(result.scores[t]))
             assert abs(total - delta) <= 0.01 * max(abs(delta), 1e-3), (family.name, t, total, delta)
