@@ -123,8 +123,18 @@ def pad_baseline(model, tokenizer, ids, special) -> torch.Tensor:
     return torch.where(torch.as_tensor(np.asarray(special, bool))[:, None], embeds[0], pad)[None]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """d = 32 matrices gain nothing from intra-op threads, and on a busy machine two OpenMP threads wait for each
+    other (a 32 × 64 linear took 25 ms with two threads and 0.3 ms with one, under load): one thread here, restored."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
-def models():
+def models(one_thread):
     return {family.name: family.build() for family in FAMILIES}
 
 
