@@ -292,7 +292,9 @@ class TokenHighlightData(ViewData):
 @dataclass
 class GenerationData(ViewData):
     """What :class:`~interp_widgets.widgets.GenerationWidget` draws: prompt and generated tokens, one row of scores per
-    generated token (``step_tokens[s]`` is the token generated at step ``s``).
+    generated token (``step_tokens[s]`` is the token generated at step ``s``). A contrastive result also has the foil
+    of every step (``foil_tokens[s]``, ``foil_probs[s]``) and the foil continuation (``contrast``); its scores explain
+    ``score(target) − score(foil)``. Without a contrast these are empty.
 
     Example:
         >>> GenerationData.ARRAYS["generated_mask"]
@@ -313,6 +315,9 @@ class GenerationData(ViewData):
     method: str = ""
     score_meaning: str = ""
     signed: bool = True
+    foil_tokens: list[str] = field(default_factory=list)
+    foil_probs: list[float | None] = field(default_factory=list)
+    contrast: str = ""
 
 
 @dataclass

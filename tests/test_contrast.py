@@ -310,3 +310,49 @@ def test_the_classifier_advice_is_exact(bert_classifier):
     (grad,) = torch.autograd.grad(logits[2] - logits[0], embeds)
     np.testing.assert_allclose(both.scores[0] - both.scores[1], (grad * embeds).sum(-1)[0].detach().numpy(), rtol=1e-4,
                                atol=1e-6)
+
+
+EVIL = "<img src=x onerror=alert(1)>"
+
+
+def test_the_generation_view_shows_target_foil_pairs_and_escapes_them(gpt2_lm):
+    import dataclasses
+
+    from interp_widgets.widgets import GenerationWidget
+
+    model, tokenizer = gpt2_lm
+    result = InputXGradient(progress=False).attribute(model, tokenizer, PROMPT, continuation=" clean", contrast=" cold")
+    widget = result.widget(selected_step=1)
+    assert isinstance(widget, GenerationWidget)
+    assert widget.foil_tokens == [" co", "ld"] and widget.contrast == " cold"
+    assert widget.foil_probs == pytest.approx(result.foil_probs.tolist())
+    assert widget.score_meaning.endswith("explains log p(target) − log p(foil)")
+    pairs = widget.step_pairs()
+    assert [(t, f) for t, f, _ in pairs] == [(" cle", " co"), ("an", "ld")]
+    assert [r for _, _, r in pairs] == pytest.approx(np.log(result.target_probs) - np.log(result.foil_probs))
+    assert "rather than 'ld'" in repr(widget)
+    svg = widget.static_svg()
+    assert '"an" (p = ' in svg and 'rather than "ld" (p = ' in svg
+    assert "orange pushes towards the generated token, blue towards the foil" in svg
+    assert ">an vs ld<" in svg  # heatmap rows name the pair
+    evil = dataclasses.replace(result, foil_labels=[EVIL, "ld"], contrast=EVIL)
+    svg = GenerationWidget(evil).static_svg()
+    assert EVIL not in svg and "&lt;img src=x onerror=alert(1)&gt;" in svg
+    plain = InputXGradient(progress=False).attribute(model, tokenizer, PROMPT, continuation=" clean").widget()
+    assert plain.foil_tokens == [] and "rather than" not in plain.static_svg()
+    with pytest.raises(ValueError, match="foil_labels has 1 entries for 2 generated tokens"):
+        GenerationWidget(_one_foil(result))
+
+
+def _one_foil(result):
+    from types import SimpleNamespace
+
+    fields = {name: getattr(result, name) for name in ("text", "tokens", "offsets", "scores", "special_mask", "target_labels",
+                                                       "target_probs", "generated_mask", "target_positions")}
+    return SimpleNamespace(**fields, foil_labels=["x"])
+
+
+def test_a_masked_lm_foil_labels_the_token_view(bert_masked_lm):
+    model, tokenizer = bert_masked_lm
+    result = Saliency(progress=False).attribute(model, tokenizer, "The food was [MASK].", target="good", contrast="bad")
+    assert result.widget().target_labels == ["good vs bad"]
