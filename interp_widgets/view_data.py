@@ -302,6 +302,7 @@ class GenerationData(ViewData):
     """
 
     VIEW: ClassVar[str] = "generation"
+    VERSION: ClassVar[int] = 2  # 2: foil_tokens, foil_probs and contrast (version-1 payloads load with them empty)
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
         "special_mask": ("bool", 1, False), "generated_mask": ("bool", 1, False), "scores": ("float32", 2, True)}
 

@@ -127,16 +127,14 @@ def test_smollm2_matches_inseq_and_the_direct_log_probability_difference(smollm2
     model, tokenizer = smollm2
     before = model_fingerprint(model, tokenizer)
     prompt = "The capital of France is"
-    for foil, alignment in ((" Lyon.", [0, 1]), (" the city of Lyon", [2, 3])):
-        for method_cls in (Saliency, InputXGradient):
-            ours = method_cls(progress=False).attribute(model, tokenizer, prompt, continuation=" Paris.", contrast=foil)
-            assert ours.foil_alignment.tolist() == alignment
-            _assert_matches_inseq(ours, _inseq_scores(model, tokenizer, method_cls.name, prompt, " Paris.", foil),
-                                  rtol=1e-3)
+    # both methods on both foil lengths run on the tiny models above; here one of each keeps the test short
+    for method_cls, foil, labels in ((Saliency, " Lyon!", [" Lyon", "!"]), (InputXGradient, " the city of Lyon", [" of", " Lyon"])):
+        ours = method_cls(progress=False).attribute(model, tokenizer, prompt, continuation=" Paris.", contrast=foil)
+        assert ours.foil_labels == labels  # equal length: 1:1; four tokens: right-aligned, " the city" unused
+        _assert_matches_inseq(ours, _inseq_scores(model, tokenizer, method_cls.name, prompt, " Paris.", foil), rtol=1e-3)
         direct = _direct_contrast(model, tokenizer, prompt, " Paris.", ours.foil_ids)
         np.testing.assert_allclose(np.log(ours.target_probs) - np.log(ours.foil_probs), direct, rtol=1e-4, atol=1e-4)
         assert direct[0] > 0  # the model prefers " Paris" to " Lyon" / " of"
-    assert ours.foil_labels == [" of", " Lyon"]
     assert model_fingerprint(model, tokenizer) == before
 
 
@@ -356,3 +354,18 @@ def test_a_masked_lm_foil_labels_the_token_view(bert_masked_lm):
     model, tokenizer = bert_masked_lm
     result = Saliency(progress=False).attribute(model, tokenizer, "The food was [MASK].", target="good", contrast="bad")
     assert result.widget().target_labels == ["good vs bad"]
+
+
+def test_generation_payloads_of_version_1_still_load():
+    from interp_widgets.view_data import GenerationData
+
+    data = GenerationData(tokens=["a", "b"], spaces_before=["", " "], special_mask=[False, False],
+                          generated_mask=[False, True], scores=[[1.0, np.nan]], step_tokens=[1],
+                          foil_tokens=["c"], foil_probs=[0.25], contrast="c")
+    payload = data.to_json()
+    assert payload["version"] == 2
+    again = GenerationData.from_json(payload)
+    assert (again.foil_tokens, again.foil_probs, again.contrast) == (["c"], [0.25], "c")
+    old = {**payload, "version": 1, "data": {k: v for k, v in payload["data"].items()
+                                             if k not in ("foil_tokens", "foil_probs", "contrast")}}
+    assert GenerationData.from_json(old).foil_tokens == []
