@@ -243,6 +243,13 @@ def test_masked_lm_foil_is_the_logit_difference_at_the_mask(bert_masked_lm):
     np.testing.assert_allclose(result.scores[0], (grad * embeds).sum(-1)[0].detach().numpy(), rtol=1e-4, atol=1e-6)
     probs = torch.softmax(logits.detach(), -1)
     np.testing.assert_allclose(result.foil_probs, [float(probs[bad])], rtol=1e-5)
+    by_id = InputXGradient(progress=False).attribute(model, tokenizer, text, target="good", contrast=[bad])
+    np.testing.assert_array_equal(by_id.scores, result.scores)
+    assert InputXGradient(progress=False).attribute(model, tokenizer, text, target="good", contrast=["bad"]).foil_labels == ["bad"]
+    with pytest.raises(ValueError, match="contrast lists 2 foil tokens for 1 target; a masked LM explains one token"):
+        InputXGradient().attribute(model, tokenizer, text, target="good", contrast=["bad", "nice"])
+    with pytest.raises(ValueError, match="contrast 'awfulness' is 2 tokens; a masked-LM foil must be a single token"):
+        InputXGradient().attribute(model, tokenizer, text, target="good", contrast="awfulness")
 
 
 def test_a_generated_continuation_and_a_batch_with_one_foil_per_input(gpt2_lm):

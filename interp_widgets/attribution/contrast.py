@@ -266,6 +266,11 @@ def resolve_masked_foil(tokenizer, vocab: int, foil) -> Foils:
         ...
         ValueError: contrast 'awfulness' is 2 tokens; a masked-LM foil must be a single token (or its id)
     """
+    if isinstance(foil, (list, tuple)) and len(foil) == 1 and isinstance(foil[0], str):
+        foil = foil[0]  # one foil per target: a masked LM has one target
+    elif isinstance(foil, (list, tuple)) and all(isinstance(v, str) for v in foil):
+        raise ValueError(f"contrast lists {len(foil)} foil tokens for 1 target; a masked LM explains one token, so pass "
+                         "one foil token (its text or id)")
     if isinstance(foil, str):
         if foil == "":
             raise ValueError("contrast is an empty string; pass the foil token (such as 'bad') or its id")
