@@ -35,6 +35,16 @@ from tests.conftest import model_fingerprint
 PROMPT = "The room was"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One intra-op thread for this module, restored afterwards: the tiny models gain nothing from two, and on a
+    busy machine two OpenMP threads wait for each other (a SmolLM2 forward pass took 10 s with two, 1 s with one)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def _ids(tokenizer, text):
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
