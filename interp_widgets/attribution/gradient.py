@@ -118,7 +118,8 @@ MAX_TARGETS_PER_ROW = 8
 
 
 def targets_per_row(adapter: ModelAdapter, problem) -> int:
-    """How many targets of ``problem`` share each gradient row: all of them, up to :data:`MAX_TARGETS_PER_ROW`.
+    """How many targets of ``problem`` share each gradient row: all of them, or, beyond
+    :data:`MAX_TARGETS_PER_ROW`, the fewest equal groups (9 targets share rows 5 + 4).
 
     Each shares the row's forward pass; their gradients come from one backward pass batched over them.
 
@@ -128,7 +129,8 @@ def targets_per_row(adapter: ModelAdapter, problem) -> int:
         >>> targets_per_row(adapter, problem)
         3
     """
-    return max(1, min(problem.n_targets, MAX_TARGETS_PER_ROW))
+    n = max(1, problem.n_targets)
+    return -(-n // -(-n // MAX_TARGETS_PER_ROW))
 
 
 class GradientMethod(Attributor):
