@@ -1,9 +1,9 @@
 """Gradient attribution methods on the input embeddings.
 
-All methods share one engine: for each input and target they build rows (the embeddings at path points, noisy
-copies or random baselines), evaluate the target score and its gradient for many rows per forward/backward pass
-(length-bucketed, capped by ``max_batch_tokens``), and combine the gradients into per-dimension attributions that
-``reduce`` turns into one score per token.
+All methods share one engine: for each input they build rows (the embeddings at path points, noisy copies or random
+baselines), evaluate the target scores and their gradients for many rows per forward/backward pass (length-bucketed,
+capped by ``max_batch_tokens``; every row serves all the targets of its input, with one backward pass batched over
+them), and combine the gradients into per-dimension attributions that ``reduce`` turns into one score per token.
 
 Example:
     >>> ig = IntegratedGradients(n_steps=32, method="gausslegendre", baseline="pad", progress=False)
@@ -154,7 +154,9 @@ class GradientMethod(Attributor):
 
         ``_make_rows(x, base, item, steps) -> Tensor``: the rows ``(len(steps), T, D)`` for row indices ``steps``
         of input number ``item`` (``base`` is the baseline when ``_needs_baseline()``, else None). Must depend
-        only on these arguments, so results do not depend on batching.
+        only on these arguments, so results do not depend on batching. Rows never depend on the target, so the
+        engine evaluates each row once for a group of up to :data:`MAX_TARGETS_PER_ROW` targets (the tokens of a
+        generation, several classes): one forward pass, and one backward pass batched over the group.
 
         ``_needs_baseline() -> bool``: build the baseline embeddings from ``self.baseline`` (see
         :func:`baseline_embeddings`).
