@@ -240,3 +240,22 @@ def test_saliency_on_a_2048_token_prompt_peaks_below_the_models_own_forward_back
     assert reference["growth_mb"] > 1000, reference  # the measurement sees the activations of 2,048 tokens
     assert ratio <= 1.3, (ours, reference)
     assert ours["peak_mb"] / reference["peak_mb"] <= 1.3
+
+
+def test_targets_fall_back_to_one_backward_pass_each_without_vmap(llama_lm, monkeypatch):
+    """A model whose backward vmap cannot batch still gets every target's own gradient, one pass per target."""
+    model, tokenizer = llama_lm
+    prompt, continuation = "The room was clean and", " the staff were"
+    batched = Saliency(progress=False).attribute(model, tokenizer, prompt, continuation=continuation)
+    grad = torch.autograd.grad
+
+    def no_vmap(*args, is_grads_batched=False, **kwargs):
+        if is_grads_batched:
+            raise RuntimeError("vmap: this operation has no batching rule")
+        return grad(*args, **kwargs)
+
+    monkeypatch.setattr(torch.autograd, "grad", no_vmap)
+    looped = Saliency(progress=False).attribute(model, tokenizer, prompt, continuation=continuation)
+    n = looped.scores.shape[0]
+    np.testing.assert_allclose(looped.scores, batched.scores, rtol=1e-5, atol=1e-6, equal_nan=True)
+    assert looped.params["passes"]["forward"] == 1 and looped.params["passes"]["backward"] == n
