@@ -176,6 +176,12 @@ class Attributor:
                 :mod:`interp_widgets.attribution.contrast`). The result records it (``foil_labels``, ``foil_probs``).
             contrast_alignment: ``[(target step, foil index), ...]`` pairs overriding that alignment.
 
+        Every result records the model passes of the whole call in ``params["passes"]``: ``forward`` (model
+        calls) and ``forward_rows`` (sequences they ran), ``backward`` (backward passes, each possibly batched over
+        several targets) and ``backward_rows`` (gradients: one per row and target), ``targets`` (targets explained
+        by the call) and ``preparation_forward`` (passes spent generating or scoring the targets beforehand).
+        Divide by ``targets`` for the passes per explained token.
+
         Example:
             >>> from interp_widgets.attribution import Saliency
             >>> results = Saliency(progress=False).attribute(model, tokenizer, ["Great!", "Awful."], target="positive")
@@ -185,6 +191,8 @@ class Attributor:
             [(['positive'], 0.508), (['positive'], 0.494)]
             >>> results[1].tokens, results[1].scores.round(3)
             (['[CLS]', 'Awful', '.', '[SEP]'], array([[2.73 , 1.114, 1.794, 1.837]]))
+            >>> results[0].params["passes"]  # both texts in one forward and one backward pass
+            {'forward': 1, 'forward_rows': 2, 'backward': 1, 'backward_rows': 2, 'targets': 2, 'preparation_forward': 1}
 
             Why " clean" rather than " cold"? The score of each step is log p(target) − log p(foil):
 
@@ -202,21 +210,27 @@ class Attributor:
         adapter = as_adapter(model, tokenizer, max_batch_tokens)
         single = isinstance(inputs, str)
         with adapter.evaluation():
-            problems = prepare_inputs(
-                adapter,
-                inputs,
-                target=target,
-                continuation=continuation,
-                max_new_tokens=max_new_tokens,
-                do_sample=do_sample,
-                seed=seed,
-                mask_position=mask_position,
-                true_labels=true_labels,
-                contrast=contrast,
-                contrast_alignment=contrast_alignment,
-            )
+            with adapter.counting() as preparation:
+                problems = prepare_inputs(
+                    adapter,
+                    inputs,
+                    target=target,
+                    continuation=continuation,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=do_sample,
+                    seed=seed,
+                    mask_position=mask_position,
+                    true_labels=true_labels,
+                    contrast=contrast,
+                    contrast_alignment=contrast_alignment,
+                )
             score = self.score or ("logit" if adapter.task != "causal-lm" else "log_probability")
-            results = self._attribute_inputs(adapter, problems, score=score, granularity=granularity)
+            with adapter.counting() as count:
+                results = self._attribute_inputs(adapter, problems, score=score, granularity=granularity)
+        passes = {**count.as_dict(), "targets": sum(p.n_targets for p in problems),
+                  "preparation_forward": preparation.forward}
+        for result in results:
+            result.params["passes"] = dict(passes)
         if not self.unit_level and granularity != "token":
             results = [r.aggregate(granularity, aggregation) for r in results]
         return results[0] if single else AttributionCollection(results)

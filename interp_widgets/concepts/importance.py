@@ -413,7 +413,8 @@ def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str,
         return _replace_hidden(output, decoded + state["residual"])
 
     with adapter.evaluation(), torch.enable_grad(), adapter.hooks({layer_name: patch}):
-        logits = model(input_ids=ids).logits
+        last = torch.tensor([[ids.shape[1] - 1]])  # a causal LM's logits at the scored (last) position only
+        logits = adapter.forward_ids(ids, positions=last if adapter.task == TASK_CAUSAL_LM else None)
         target_ids, labels, scores = _targets(adapter, logits, target)
         gradients = [torch.autograd.grad(scores[t], state["coefficients"], retain_graph=True)[0] for t in target_ids]
     leaf = state["coefficients"]
