@@ -32,6 +32,8 @@ FAST = {
     "minibatch_nmf": {"nonnegative": "shift", "estimator_params": {"random_state": 0}},
     "semi_nmf": {"max_iter": 20, "transform_iter": 20},
     "sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
+    "jumprelu_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
+    "batchtopk_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
 }
 NAMES = sorted(CONCEPT_MODELS)
 
