@@ -16,9 +16,10 @@ model is left as it was. Splicing at ``layer:i.resid_mid`` replaces the input of
 what the MLP reads; the residual stream that bypasses the MLP keeps the original value.
 
 A concept model fitted on another model, another layer or differently processed activations reconstructs badly:
-its ``fvu`` is large and the loss jumps. :meth:`SpliceQuality.problem` says so (``fvu > 1``, or less than half of
+its ``fvu`` is large and the loss jumps. :meth:`SpliceQuality.problem` says so (``fvu > 0.5``, or less than 85% of
 the loss recovered when ablating the layer costs at least 0.1 nats), and :func:`~interp_widgets.concepts.load_sae`
-warns with it.
+warns with it. Well-matched SAEs usually explain most of the variance and recover over 90% of the loss; a weak but
+matching SAE can trip the warning too, which then says so.
 
 Example:
     >>> from interp_widgets.concepts import SparseAutoencoder, collect_activations
@@ -44,8 +45,8 @@ from interp_widgets.concepts.decompositions import ConceptModel
 from interp_widgets.layers import UnsupportedModelError, capture, evaluation, hidden_of, resolve_layer, to_hook_name
 
 #: ``problem()`` thresholds: FVU above this, or loss recovered below this when ablation costs at least MIN_GAP nats.
-MAX_FVU = 1.0
-MIN_LOSS_RECOVERED = 0.5
+MAX_FVU = 0.5
+MIN_LOSS_RECOVERED = 0.85
 MIN_GAP = 0.1
 
 
@@ -97,10 +98,11 @@ class SpliceQuality:
         parts = []
         if bad_fvu:
             parts.append(f"{self.fvu:.0%} of its variance is unexplained (FVU {self.fvu:.3g}; a matching SAE is "
-                         "usually below 0.5)")
+                         f"usually below {MAX_FVU})")
         if recovered is not None:
             parts.append(f"splicing it in raises the next-token loss by {self.delta_loss:.3g} nats, recovering "
-                         f"{recovered:.0%} of the loss that zero-ablating the layer costs")
+                         f"{recovered:.0%} of the loss that zero-ablating the layer costs (a matching SAE usually "
+                         "recovers over 90%)")
         return f"the SAE reconstructs {self.layer} badly: " + ", and ".join(parts)
 
     def to_dict(self) -> dict:

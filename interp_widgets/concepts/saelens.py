@@ -447,7 +447,8 @@ def _quality_on_load(sae, model, tokenizer, texts, *, progress: bool) -> None:
     if problem:
         cfg = sae.fit_info_["saelens"]
         warnings.warn(
-            f"{problem}; the SAE was probably trained on another model, layer or activation processing than this "
+            f"{problem}; either the SAE is weak or, more likely, it was trained on another model, layer or "
+            f"activation processing than this "
             f"{type(model).__name__} at {quality.layer} (its cfg.json says model {cfg.get('model_name')!r}, hook "
             f"{cfg.get('hook_name') or cfg.get('hf_hook_name')!r}, model_from_pretrained_kwargs "
             f"{cfg.get('model_from_pretrained_kwargs')})", SAEQualityWarning, stacklevel=3)
