@@ -141,7 +141,8 @@ def _layer_width(model, layer: str) -> tuple[str, int]:
     name = resolve_layer(model, layer).name
     device = next(model.parameters()).device
     with evaluation(model), torch.no_grad(), capture(model, [name]) as captured:
-        model(input_ids=torch.zeros((1, 2), dtype=torch.long, device=device))
+        ids = torch.zeros((1, 2), dtype=torch.long, device=device)
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
     return name, int(captured[name][0].shape[-1])
 
 
@@ -228,9 +229,10 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
         for text in bar:
             enc = adapter.encode(text)
             ids = torch.as_tensor(enc.input_ids, device=adapter.device)[None]
+            mask = torch.ones_like(ids)
             keep = torch.as_tensor(~enc.special_mask, device=adapter.device)
             state.update(mode="record", keep=keep)
-            logits = model(input_ids=ids).logits
+            logits = model(input_ids=ids, attention_mask=mask).logits
             hidden = state["hidden"][0][keep].float()
             if not len(hidden):
                 continue
@@ -249,7 +251,7 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
             state["spliced"] = torch.as_tensor(X_hat, device=adapter.device)
             for mode in ("spliced", "ablated"):
                 state["mode"] = mode
-                losses[mode] += _next_token_loss(model(input_ids=ids).logits, ids)[0]
+                losses[mode] += _next_token_loss(model(input_ids=ids, attention_mask=mask).logits, ids)[0]
             predicted += count
     bar.close()
     if not n:
