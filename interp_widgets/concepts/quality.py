@@ -59,7 +59,7 @@ class SpliceQuality:
         >>> round(q.delta_loss, 2), round(q.loss_recovered, 3)
         (1.8, 0.053)
         >>> q.problem()
-        'the SAE reconstructs layer:3 badly: 250% of its variance is unexplained (FVU 2.5; a matching SAE is usually below 0.5), and splicing it in raises the next-token loss by 1.8 nats, recovering 5% of the loss that zero-ablating the layer costs'
+        'the SAE reconstructs layer:3 badly: 250% of its variance is unexplained (FVU 2.5; a matching SAE is usually below 0.5), and splicing it in raises the next-token loss by 1.8 nats, recovering 5% of the loss that zero-ablating the layer costs (a matching SAE usually recovers over 90%)'
     """
 
     layer: str
