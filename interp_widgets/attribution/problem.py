@@ -19,6 +19,12 @@ import numpy as np
 import torch
 
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, ModelAdapter
+from interp_widgets.attribution.contrast import (
+    check_contrast_task,
+    foils_per_input,
+    resolve_lm_foils,
+    resolve_masked_foil,
+)
 from interp_widgets.text_units import Encoding
 from interp_widgets.validation import check_choice
 
@@ -31,7 +37,8 @@ class ExplainedInput:
 
     ``target_ids`` are class ids (classification) or vocabulary ids (language models); ``target_positions`` the
     sequence position whose logits score each target (``-1`` for classification); ``visible`` how many leading
-    source tokens each target can see (later sources get NaN scores).
+    source tokens each target can see (later sources get NaN scores). With a contrast, ``foil_ids`` holds the foil
+    of each target and every score is ``score(target) − score(foil)`` (see :mod:`interp_widgets.attribution.contrast`).
     """
 
     encoding: Encoding
@@ -42,6 +49,11 @@ class ExplainedInput:
     visible: np.ndarray
     generated_mask: np.ndarray | None = None
     true_label: str | None = None
+    foil_ids: np.ndarray | None = None
+    foil_labels: list[str] | None = None
+    foil_probs: np.ndarray | None = None
+    foil_alignment: np.ndarray | None = None
+    contrast: str | None = None
 
     @property
     def length(self) -> int:
@@ -52,21 +64,30 @@ class ExplainedInput:
         return len(self.target_ids)
 
 
-def _scores_from_logits(logits: torch.Tensor, target_ids: torch.Tensor, kind: str) -> torch.Tensor:
+def _scores_from_logits(logits: torch.Tensor, target_ids: torch.Tensor, kind: str,
+                        foil_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Float32 scores ``(rows, K)`` of targets ``target_ids`` ``(rows, K)``: the logit, probability or log-probability.
 
     ``logits`` are ``(rows, K, vocab)`` (a language model's logits at each target's position, see
     :meth:`~interp_widgets.adapter.ModelAdapter.forward_embeds`) or ``(rows, classes)`` (a classifier's).
+
+    With ``foil_ids`` ``(rows, K)`` the score is the difference ``score(target) − score(foil)`` from the same logits.
+    For log probabilities that difference is the logit difference exactly (the log-normaliser cancels), so it is
+    computed from the logits, in float32, without a softmax over the vocabulary.
     """
     logits = logits.float()
     if logits.dim() == 2:
         logits = logits[:, None, :]
     if kind == "probability":
         logits = torch.softmax(logits, dim=-1)
-    elif kind == "log_probability":
+    elif kind == "log_probability" and foil_ids is None:
         logits = torch.log_softmax(logits, dim=-1)
-    index = target_ids.to(logits.device).clamp(min=0)
-    return logits.expand(-1, index.shape[1], -1).gather(-1, index[..., None])[..., 0]
+    logits = logits.expand(-1, target_ids.shape[1], -1)
+
+    def pick(ids: torch.Tensor) -> torch.Tensor:
+        return logits.gather(-1, ids.to(logits.device).clamp(min=0)[..., None])[..., 0]
+
+    return pick(target_ids) if foil_ids is None else pick(target_ids) - pick(foil_ids)
 
 
 def check_score_kind(kind: str) -> str:
@@ -85,6 +106,8 @@ def prepare_inputs(
     seed: int = 0,
     mask_position: int | None = None,
     true_labels: Sequence[str] | None = None,
+    contrast=None,
+    contrast_alignment: Sequence[tuple[int, int]] | None = None,
 ) -> list[ExplainedInput]:
     """Tokenize inputs and resolve what to explain on each, according to the model's task.
 
@@ -93,6 +116,10 @@ def prepare_inputs(
       forced ``continuation`` (text or token ids); every continuation token is a target;
     - masked LM: ``target`` is the token (string or id) scored at ``mask_position`` (default: the first mask token),
       or ``None`` for the predicted token.
+
+    ``contrast`` adds a foil to every target (causal and masked LMs; see :mod:`interp_widgets.attribution.contrast`
+    for the forms it takes and the alignment of a foil continuation of another length, which
+    ``contrast_alignment`` overrides).
 
     Example:
         >>> [p.target_labels for p in prepare_inputs(adapter, ["Great food.", "Slow service."], target="negative")]
@@ -107,8 +134,18 @@ def prepare_inputs(
         >>> masked = prepare_inputs(ModelAdapter(masked_lm, tokenizer), "The food was [MASK].", target="good")[0]
         >>> masked.target_labels, masked.target_positions.tolist()
         (['good'], [4])
+        >>> foiled = prepare_inputs(lm_adapter, "The room was", continuation=" clean", contrast=" cold")[0]
+        >>> foiled.target_labels, foiled.foil_labels, foiled.foil_alignment.tolist()
+        (["' cle'@3", "'an'@4"], [' co', 'ld'], [0, 1])
+        >>> longer = prepare_inputs(lm_adapter, "The room was", continuation=" clean", contrast=" dirty")[0]
+        >>> longer.foil_labels, longer.foil_alignment.tolist()  # ' d', 'ir', 't', 'y': right-aligned
+        (['t', 'y'], [2, 3])
     """
+    check_contrast_task(adapter.task, contrast)
+    if contrast is None and contrast_alignment is not None:
+        raise ValueError("contrast_alignment aligns a foil with the targets; pass the foil too (contrast=' text')")
     encodings = adapter.encode_many(inputs)
+    foils = foils_per_input(contrast, len(encodings), single=isinstance(inputs, str))
     if true_labels is not None and len(true_labels) != len(encodings):
         raise ValueError(f"{len(true_labels)} true labels for {len(encodings)} inputs")
     if adapter.task == TASK_CLASSIFICATION:
@@ -131,7 +168,32 @@ def prepare_inputs(
     if true_labels is not None:
         for problem, label in zip(problems, true_labels):
             problem.true_label = str(label)
+    if contrast is not None:
+        _add_foils(adapter, problems, foils, contrast_alignment, single=isinstance(inputs, str))
     return problems
+
+
+def _add_foils(adapter: ModelAdapter, problems: list[ExplainedInput], foils: list, alignment, *, single: bool) -> None:
+    """Resolve the foil of every target (one forward pass per input gives the foils' probabilities)."""
+    logits = _forward_ids(adapter, [p.encoding.input_ids for p in problems], [p.target_positions for p in problems])
+    for item, (problem, foil, lg) in enumerate(zip(problems, foils, logits)):
+        try:
+            if adapter.task == TASK_MASKED_LM:
+                found = resolve_masked_foil(adapter.tokenizer, lg.shape[-1], foil)
+            else:
+                prompt = problem.encoding.input_ids[~problem.generated_mask]
+                found = resolve_lm_foils(adapter.tokenizer, lg.shape[-1], foil, prompt, problem.n_targets, alignment)
+        except (ValueError, TypeError) as err:
+            if single:
+                raise
+            raise type(err)(f"input {item}: {err}") from None
+        at = lg  # the logits at the targets' positions only
+        probs = torch.softmax(at.float(), dim=-1)[torch.arange(problem.n_targets), torch.as_tensor(found.ids)]
+        problem.foil_ids = found.ids
+        problem.foil_labels = found.labels
+        problem.foil_probs = probs.cpu().numpy().astype(np.float64)
+        problem.foil_alignment = found.alignment
+        problem.contrast = found.text
 
 
 @torch.inference_mode()
@@ -332,6 +394,17 @@ def plan_chunks(adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[
             yield batch
 
 
+def _row_foils(problems, items: np.ndarray, chosen: np.ndarray) -> torch.Tensor | None:
+    """The foil ids ``(rows, K)`` of the targets ``chosen`` of every row of a pass (rows of inputs ``items``), or None
+    when no input of the pass has a contrast."""
+    has = {problems[i].foil_ids is not None for i in set(items.tolist())}
+    if has == {False}:
+        return None
+    if len(has) > 1:
+        raise ValueError("a pass mixes inputs with and without a contrast; give every input a foil or none")
+    return torch.as_tensor(np.stack([problems[i].foil_ids[row] for i, row in zip(items, chosen)]))
+
+
 def evaluate_rows(
     adapter: ModelAdapter,
     problems: Sequence[ExplainedInput],
@@ -350,7 +423,8 @@ def evaluate_rows(
     shape ``(rows, K)`` with ``-1`` for an unused slot. ``consume(chunk, scores, grads)`` receives the float32 row
     scores ``(rows,)`` or ``(rows, K)`` (NaN in unused slots) and, with ``with_grad``, the gradient of each score with
     respect to its row's embeddings, ``(rows, T, D)`` or ``(rows, K, T, D)`` (zero in unused slots); both stay on
-    the model's device. Passes hold rows of one length (see :func:`plan_chunks`).
+    the model's device. Passes hold rows of one length (see :func:`plan_chunks`). A score is
+    ``score(target) − score(foil)`` when its input has a contrast (``foil_ids``).
 
     Only the logits that are scored are computed (each row's target positions, see
     :meth:`~interp_widgets.adapter.ModelAdapter.forward_embeds`). A row with ``K`` targets runs forward once and
@@ -401,15 +475,18 @@ def evaluate_rows(
         target_ids = torch.as_tensor(target_ids)
         positions = torch.as_tensor(positions).clamp(min=0)
         valid_t = torch.as_tensor(valid)
+        foil_ids = _row_foils(problems, items, chosen)
         if with_grad:
             x.requires_grad_(True)
             with torch.enable_grad():
-                row_scores = _scores_from_logits(adapter.forward_embeds(x, positions=positions), target_ids, score)
+                row_scores = _scores_from_logits(adapter.forward_embeds(x, positions=positions), target_ids, score,
+                                                 foil_ids)
                 grads = _gradients(adapter, row_scores, x, valid_t.to(row_scores.device))
             row_scores = row_scores.detach()
         else:
             with torch.inference_mode():
-                row_scores = _scores_from_logits(adapter.forward_embeds(x, positions=positions), target_ids, score)
+                row_scores = _scores_from_logits(adapter.forward_embeds(x, positions=positions), target_ids, score,
+                                                 foil_ids)
             grads = None
         row_scores = row_scores.masked_fill(~valid_t.to(row_scores.device), float("nan"))
         if single:
