@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from interp_widgets._inputs import check_texts
+from interp_widgets._inputs import check_texts, input_items
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.attribution.problem import ExplainedInput, RowChunk, check_score_kind, evaluate_rows, prepare_inputs
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
@@ -144,6 +144,7 @@ class Attributor:
         tokenizer=None,
         inputs: str | Sequence[str] = "",
         *,
+        messages=None,
         target=None,
         continuation=None,
         max_new_tokens: int = 20,
@@ -160,10 +161,15 @@ class Attributor:
         Args:
             model: a Hugging Face classifier, causal LM or masked LM, or a ModelAdapter.
             tokenizer: its fast tokenizer (omit when ``model`` is an adapter).
-            inputs: a text or a list of texts.
+            inputs: a text or a list of texts; a chat conversation (a list of ``{"role", "content"}`` messages)
+                or a list of conversations, rendered once by the tokenizer's chat template.
+            messages: the same as ``inputs`` for chat conversations (``attribute(model, tokenizer, messages=[...])``).
             target: classifier class (index, label name, list, or None = predicted); masked-LM token.
-            continuation: causal LM only: forced continuation text or ids; None = generate.
-            granularity: ``token``, ``word`` or ``sentence``; ``aggregation`` sum, mean or maxabs.
+            continuation: causal LM only: forced continuation text or ids; None = generate. A conversation that
+                ends with an assistant message explains that reply (forced); ``max_new_tokens=0`` turns
+                generation off.
+            granularity: ``token``, ``word``, ``sentence`` or ``turn`` (one unit per chat message); ``aggregation``
+                sum, mean or maxabs.
 
         Example:
             >>> from interp_widgets.attribution import Saliency
@@ -174,11 +180,19 @@ class Attributor:
             [(['positive'], 0.508), (['positive'], 0.494)]
             >>> results[1].tokens, results[1].scores.round(3)
             (['[CLS]', 'Awful', '.', '[SEP]'], array([[2.73 , 1.114, 1.794, 1.837]]))
+            >>> chat = [{"role": "user", "content": "Is it good?"}, {"role": "assistant", "content": "Yes."}]
+            >>> reply = Saliency(progress=False).attribute(chat_lm, chat_tokenizer, messages=chat, granularity="turn")
+            >>> reply.tokens, reply.turn_roles  # the template's default system prompt is a turn of its own
+            (['You are a tiny helpful assistant.', 'Is it good?', 'Yes.'], ['system', 'user', 'assistant'])
         """
         check_choice("granularity", granularity, GRANULARITIES)
+        if messages is not None:
+            if not (isinstance(inputs, str) and inputs == ""):
+                raise TypeError("pass the conversation once: as inputs or as messages=, not both")
+            inputs = messages
         check_texts(inputs, name="inputs", call='attribute(model, tokenizer, "a text")')
         adapter = as_adapter(model, tokenizer, max_batch_tokens)
-        single = isinstance(inputs, str)
+        single = input_items(inputs)[1]
         with adapter.evaluation():
             problems = prepare_inputs(
                 adapter,
@@ -240,6 +254,9 @@ class Attributor:
             special_mask=enc.special_mask,
             word_ids=enc.word_ids,
             sentence_ids=enc.sentence_ids,
+            turn_ids=enc.turn_ids,
+            turn_roles=list(enc.turn_roles),
+            messages=enc.messages,
             scores=scores,
             target_labels=list(problem.target_labels),
             target_probs=problem.target_probs,

@@ -41,7 +41,9 @@ class AttributionResult:
     """Scores for one input: ``scores[t, i]`` is the contribution of unit ``i`` to target ``t``.
 
     NaN marks a unit that a target cannot see (a source after a generated token). For token granularity the units
-    are tokens; after :meth:`aggregate` they are words or sentences (``tokens`` then holds the unit texts).
+    are tokens; after :meth:`aggregate` they are words, sentences or turns (``tokens`` then holds the unit texts).
+    A chat conversation's result names the role of each turn in ``turn_roles`` (``turn_ids`` gives each unit's
+    turn, -1 for the template's own tokens, which are special) and keeps the conversation in ``messages``.
 
     Example:
         >>> result.text, result.tokens[:3], result.scores.shape
@@ -70,6 +72,9 @@ class AttributionResult:
     target_positions: np.ndarray | None = None
     generated_mask: np.ndarray | None = None
     true_label: str | None = None
+    turn_ids: np.ndarray | None = None
+    turn_roles: list[str] = field(default_factory=list)
+    messages: list[dict] | None = None
 
     def __post_init__(self):
         self.scores = np.atleast_2d(np.asarray(self.scores, dtype=np.float64))
@@ -77,6 +82,9 @@ class AttributionResult:
         self.special_mask = np.asarray(self.special_mask, dtype=bool)
         self.word_ids = np.asarray(self.word_ids, dtype=np.int64)
         self.sentence_ids = np.asarray(self.sentence_ids, dtype=np.int64)
+        self.turn_ids = (np.where(self.special_mask, -1, 0) if self.turn_ids is None else
+                         np.asarray(self.turn_ids)).astype(np.int64)
+        self.turn_roles = [str(role) for role in self.turn_roles]
         self.target_probs = np.asarray(self.target_probs, dtype=np.float64).reshape(-1)
         self.target_ids = np.asarray(self.target_ids, dtype=np.int64).reshape(-1)
         n_targets, n_units = self.scores.shape
@@ -125,7 +133,8 @@ class AttributionResult:
         return int(target) % len(self.target_labels)
 
     def aggregate(self, granularity: str = "word", how: str = "sum", *, include_special: bool = False) -> "AttributionResult":
-        """Scores per word or sentence, aggregated from token scores by ``sum``, ``mean`` or ``maxabs``.
+        """Scores per word, sentence or turn (one per chat message), aggregated from token scores by ``sum``,
+        ``mean`` or ``maxabs``.
 
         Special tokens are dropped unless ``include_special``; a unit is NaN for a target only if all its tokens are.
 
@@ -145,7 +154,7 @@ class AttributionResult:
         if granularity == "token":
             keep = np.ones(len(self.tokens), bool) if include_special else ~self.special_mask
             return self._select(keep)
-        members_of = unit_members(self.special_mask, self.word_ids, self.sentence_ids, granularity)
+        members_of = unit_members(self.special_mask, self.word_ids, self.sentence_ids, granularity, self.turn_ids)
         columns, texts, spans = [], [], []
         for members in members_of:
             block = self.scores[:, members]
@@ -167,6 +176,7 @@ class AttributionResult:
         n = len(members_of)
         word_ids = np.arange(n) if granularity == "word" else np.full(n, -1)
         sentence_ids = np.array([int(np.max(self.sentence_ids[m])) for m in members_of], dtype=np.int64)
+        turn_ids = np.array([int(np.max(self.turn_ids[m])) for m in members_of], dtype=np.int64)
         generated = None
         if self.generated_mask is not None:
             generated = np.array([bool(self.generated_mask[m].any()) for m in members_of])
@@ -177,6 +187,7 @@ class AttributionResult:
             special_mask=np.zeros(n, bool),
             word_ids=word_ids,
             sentence_ids=sentence_ids if granularity == "word" else np.arange(n),
+            turn_ids=turn_ids,
             scores=scores,
             granularity=granularity,
             generated_mask=generated,
@@ -191,13 +202,15 @@ class AttributionResult:
             special_mask=self.special_mask[keep],
             word_ids=self.word_ids[keep],
             sentence_ids=self.sentence_ids[keep],
+            turn_ids=self.turn_ids[keep],
             scores=self.scores[:, keep],
             generated_mask=None if self.generated_mask is None else self.generated_mask[keep],
         )
 
     # ------------------------------------------------------------------ exports
     def to_dataframe(self):
-        """Long-format table: one row per (target, unit) with the score and the unit's character span.
+        """Long-format table: one row per (target, unit) with the score and the unit's character span (and, for a
+        chat conversation, a ``role`` column: the role of the unit's turn, empty for template tokens).
 
         Example:
             >>> frame = result.to_dataframe()
@@ -212,6 +225,11 @@ class AttributionResult:
         import pandas as pd
 
         n_targets, n_units = self.scores.shape
+        roles = {}
+        if self.turn_roles:
+            names = np.asarray([self.turn_roles[t] if 0 <= t < len(self.turn_roles) else "" for t in self.turn_ids],
+                               dtype=object)  # fmt: skip
+            roles = {"role": np.tile(names, n_targets)}
         return pd.DataFrame(
             {
                 "target": np.repeat(self.target_labels, n_units),
@@ -224,6 +242,7 @@ class AttributionResult:
                 "score": self.scores.reshape(-1),
                 "method": self.method,
                 "granularity": self.granularity,
+                **roles,
             }
         )
 
@@ -295,7 +314,7 @@ class AttributionResult:
         return f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s, targets=[{targets}])"
 
     # ------------------------------------------------------------------ persistence
-    _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "scores", "target_probs", "target_ids",
+    _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "turn_ids", "scores", "target_probs", "target_ids",
                "completeness_error", "score_delta", "target_positions", "generated_mask")
 
     def _metadata(self) -> dict[str, Any]:
