@@ -191,8 +191,22 @@ def _tokenize(tokenizer, text: str, add_special_tokens: bool, max_length: int | 
             "shorten it or split it into several texts."
         )
     offsets = np.asarray(enc["offset_mapping"], dtype=np.int64).reshape(-1, 2)
-    special = np.asarray(enc["special_tokens_mask"], dtype=bool) | _special_in_text(tokenizer, text, ids, offsets)
+    added = np.asarray(enc["special_tokens_mask"], dtype=bool)
+    _restore_spaces(tokenizer, text, ids, offsets, added)
+    special = added | _special_in_text(tokenizer, text, ids, offsets)
     return ids, offsets, special
+
+
+def _restore_spaces(tokenizer, text: str, ids: np.ndarray, offsets: np.ndarray, added: np.ndarray) -> None:
+    """Give a whitespace token its span back: byte-level BPE's ``trim_offsets`` leaves a lone space token (``Ġ``)
+    zero-width, which would otherwise show as ``Ġ`` and belong to no word."""
+    previous_end = 0
+    for i, (a, b) in enumerate(offsets.tolist()):
+        if added[i]:
+            continue
+        if a == b and previous_end < a and text[previous_end:a].isspace() and not tokenizer.decode([int(ids[i])]).strip():
+            offsets[i] = (previous_end, a)
+        previous_end = max(previous_end, int(offsets[i][1]))
 
 
 def _outside(spans: list[tuple[int, int]], blocked: list[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -382,18 +396,21 @@ def _check_roles(tokenizer, messages: list[dict], text: str, add_generation_prom
         role = message["role"]
         if role in STANDARD_ROLES:
             continue
+        same = []
         for standard in STANDARD_ROLES:
             swapped = [*messages[:i], {**message, "role": standard}, *messages[i + 1:]]
             try:
-                same = _render(tokenizer, swapped, add_generation_prompt) == text
+                if _render(tokenizer, swapped, add_generation_prompt) == text:
+                    same.append(standard)
             except Exception:
-                same = False
-            if same:
-                raise ValueError(
-                    f"message {i} has role {role!r}, which this tokenizer's chat template does not know: it renders the "
-                    f"message exactly as a {standard!r} message. Use a role the template knows (such as "
-                    f"{standard!r}), or pass the rendered text as a string if that is what you mean."
-                )
+                pass
+        if same:
+            names = " or ".join(repr(role) for role in same)
+            raise ValueError(
+                f"message {i} has role {role!r}, which this tokenizer's chat template does not know: it renders the "
+                f"message exactly as a {names} message. Use a role the template knows (such as {same[-1]!r}), or "
+                "pass the rendered text as a string if that is what you mean."
+            )
 
 
 def _default_system(tokenizer, messages: list[dict], text: str, add_generation_prompt: bool):
