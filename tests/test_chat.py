@@ -16,7 +16,7 @@ from interp_widgets.attribution import (
 )  # fmt: skip
 from interp_widgets.attribution.gradient import baseline_embeddings
 from interp_widgets.attribution.result import AttributionResult
-from interp_widgets.concepts import collect_activations
+from interp_widgets.concepts import PCAConcepts, collect_activations, concept_importance
 from interp_widgets.text_units import encode, encode_chat, render_chat
 from interp_widgets.widgets import GenerationWidget, TokenHighlightWidget
 from tests.conftest import model_fingerprint
@@ -214,6 +214,15 @@ def test_activation_collection_and_a_chat_classifier(chat_llama_lm):
     enc = encode_chat(tokenizer, QUESTION)
     assert store.tokens(first) == [t for t, s in zip(enc.tokens, enc.special_mask) if not s]  # no template token
     assert store.metadata(first)["start"].min() == rendered.index(DEFAULT_SYSTEM)
+    # concept importance scores the first token of the reply: after the template's generation prompt
+    concepts = PCAConcepts(2).fit(store)
+    importance = concept_importance(concepts, model, tokenizer, QUESTION)
+    prompt = tokenizer.apply_chat_template(QUESTION, tokenize=False, add_generation_prompt=True)
+    assert importance.text == prompt and "".join(importance.tokens[-6:]) == "<|im_start|>assistant\n"
+    with torch.no_grad():
+        ids = tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True)["input_ids"]
+        predicted = int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax())
+    assert importance.target_ids.tolist() == [predicted]
     config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
                          num_attention_heads=2, num_key_value_heads=1, num_labels=2, pad_token_id=tokenizer.pad_token_id,
                          initializer_range=0.2)  # fmt: skip

@@ -45,6 +45,18 @@ class AttributionResult:
     A chat conversation's result names the role of each turn in ``turn_roles`` (``turn_ids`` gives each unit's
     turn, -1 for the template's own tokens, which are special) and keeps the conversation in ``messages``.
 
+    Example of a chat result (the tiny model's template inserts a default system prompt, a turn of its own):
+        >>> from interp_widgets.attribution import Saliency
+        >>> chat = [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello."}]
+        >>> reply = Saliency(progress=False).attribute(chat_lm, chat_tokenizer, chat).aggregate("turn")
+        >>> reply.tokens, reply.turn_roles
+        (['You are a tiny helpful assistant.', 'Hi!', 'Hello.'], ['system', 'user', 'assistant'])
+        >>> reply.to_dataframe().query("target == target.iloc[-1]")[["role", "unit", "score"]].round(2)
+                 role                               unit  score
+        12     system  You are a tiny helpful assistant.  21.44
+        13       user                                Hi!   2.00
+        14  assistant                             Hello.  14.42
+
     Example:
         >>> result.text, result.tokens[:3], result.scores.shape
         ('Not bad at all, honestly.', ['[CLS]', 'Not', 'bad'], (1, 9))
@@ -311,7 +323,9 @@ class AttributionResult:
 
     def __repr__(self) -> str:
         targets = ", ".join(f"{label} (p={p:.3f})" for label, p in zip(self.target_labels, self.target_probs))
-        return f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s, targets=[{targets}])"
+        turns = f", turns=[{', '.join(self.turn_roles)}]" if self.turn_roles else ""
+        return (f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s{turns}, "
+                f"targets=[{targets}])")
 
     # ------------------------------------------------------------------ persistence
     _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "turn_ids", "scores", "target_probs", "target_ids",
