@@ -583,7 +583,7 @@ def collect_activations(
         >>> chat = collect_activations(chat_lm, chat_tokenizer, [{"role": "user", "content": "Hi!"}], layer=1,
         ...                            progress=False)
         >>> chat.tokens()[-3:], chat.texts[0].startswith("<|im_start|>system")  # the default system prompt, then Hi!
-        (['.', 'H', 'i!'], True)
+        (['H', 'i', '!'], True)
     """
     from tqdm.auto import tqdm
 

@@ -344,6 +344,6 @@ def role_piece(role: str, first: bool) -> TokenPiece:
 
     Example:
         >>> role_piece("user", first=False).text, role_piece("user", first=False).gap
-        ('user:', '\n')
+        ('user:', '\\n')
     """
     return TokenPiece("" if first else "\n", f"{role}:", ROLE_BACKGROUND, ROLE_COLOUR, f"{role} turn")

@@ -172,7 +172,7 @@ class GenerationWidget(TokenScoresWidget, ChatTurns):
             label = ""
             if i in step_of and self.step_probs and self.step_probs[step_of[i]] is not None:
                 label = f"{100 * self.step_probs[step_of[i]]:.0f}%"
-            gap = self.spaces_before[i].lstrip("\r\n") if k in roles else self.spaces_before[i]
+            gap = (self.spaces_before[i].lstrip("\r\n") or " ") if k in roles else self.spaces_before[i]
             pieces.append(TokenPiece(gap, display_token(self.tokens[i]), background, colour,
                                      f"{json.dumps(self.tokens[i], ensure_ascii=False)}: {note}", note=label,
                                      outline=i == chosen))  # fmt: skip

@@ -289,7 +289,7 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
                                        special=self.special_mask)
         roles = self.role_starts(units[:len(pieces)])
         for u in sorted(roles, reverse=True):  # a role label before each turn's first unit, on a line of its own
-            pieces[u].gap = pieces[u].gap.lstrip("\r\n")
+            pieces[u].gap = pieces[u].gap.lstrip("\r\n") or " "
             pieces.insert(u, role_piece(roles[u], first=u == 0))
         figure.tokens(pieces, omitted=omitted)
         per = "" if self.granularity == "token" else f" (sum per {self.granularity})"
