@@ -331,7 +331,8 @@ def _prepare(concept_model: ConceptModel, model, tokenizer, text: str, layer):
 
 
 def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, layer=None) -> TextConcepts:
-    """Concept coefficients of every token (special tokens included, flagged) of a new text.
+    """Concept coefficients of every token (special tokens included, flagged) of a new text, or of a chat
+    conversation rendered by the tokenizer's chat template (its template tokens flagged special).
 
     ``layer`` defaults to the layer the concept model was fitted on (known when it was fitted on a store).
 
