@@ -298,8 +298,10 @@ class TokenHighlightData(ViewData):
 @dataclass
 class GenerationData(ViewData):
     """What :class:`~interp_widgets.widgets.GenerationWidget` draws: prompt and generated tokens, one row of scores per
-    generated token (``step_tokens[s]`` is the token generated at step ``s``), and for a chat conversation the turn
-    of every token with the role of each turn (version 2).
+    generated token (``step_tokens[s]`` is the token generated at step ``s``). A contrastive result also has the foil
+    of every step (``foil_tokens[s]``, ``foil_probs[s]``) and the foil continuation (``contrast``); its scores explain
+    ``score(target) − score(foil)``. Without a contrast these are empty. For a chat conversation, the turn of every
+    token and the role of each turn (empty for a plain text).
 
     Example:
         >>> GenerationData.ARRAYS["generated_mask"]
@@ -307,7 +309,7 @@ class GenerationData(ViewData):
     """
 
     VIEW: ClassVar[str] = "generation"
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3  # 2: foil_tokens, foil_probs and contrast; 3: turn_ids and turn_roles (older load empty)
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
         "special_mask": ("bool", 1, False), "generated_mask": ("bool", 1, False), "scores": ("float32", 2, True),
         "turn_ids": ("int", 1, False)}  # fmt: skip
@@ -322,6 +324,9 @@ class GenerationData(ViewData):
     method: str = ""
     score_meaning: str = ""
     signed: bool = True
+    foil_tokens: list[str] = field(default_factory=list)
+    foil_probs: list[float | None] = field(default_factory=list)
+    contrast: str = ""
     turn_ids: np.ndarray | None = None
     turn_roles: list[str] = field(default_factory=list)
 
