@@ -117,6 +117,10 @@ def test_forced_reply_targets_the_last_assistant_message(chat_llama_lm):
     again = Saliency(progress=False).attribute(model, tokenizer, QUESTION, continuation="Yes, it was.")
     np.testing.assert_allclose(again.scores, result.scores, rtol=1e-6, equal_nan=True)
     assert again.text == result.text
+    # why this reply rather than another: the foil is aligned with the reply's tokens, the turns stay
+    foiled = Saliency(progress=False).attribute(model, tokenizer, ANSWERED, contrast="No, it was.")
+    foil = tokenizer("No, it was.", add_special_tokens=False)["input_ids"]
+    assert foiled.foil_ids.tolist() == foil[-len(reply):] and foiled.turn_roles == result.turn_roles
 
 
 def test_generated_reply_follows_the_generation_prompt(chat_llama_lm):
