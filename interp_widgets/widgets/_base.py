@@ -131,7 +131,7 @@ class InterpWidget(anywidget.AnyWidget):
         Example:
             >>> data = result.widget().view_data()
             >>> data.VIEW, data.VERSION, data.tokens[:3]
-            ('token_highlight', 1, ['[CLS]', 'Not', 'bad'])
+            ('token_highlight', 2, ['[CLS]', 'Not', 'bad'])
         """
         schema = VIEW_DATA[self._bundle]
         return schema(**{name: getattr(self, name) for name in schema.field_names()})
