@@ -253,7 +253,8 @@ class AttributionResult:
                 ),
                 tooltip=["unit:N", alt.Tooltip("score:Q", format=".4g"), "position:Q"],
             )
-            .properties(title=f"{self.method}: {self.target_labels[row]} (p={self.target_probs[row]:.3f})")
+            .properties(title=f"{self.method}: {self.target_labels[row]}"
+                        + (f" (p={self.target_probs[row]:.3f})" if np.isfinite(self.target_probs[row]) else ""))
         )
 
     def to_html(self) -> str:
@@ -291,7 +292,8 @@ class AttributionResult:
         return self.widget()
 
     def __repr__(self) -> str:
-        targets = ", ".join(f"{label} (p={p:.3f})" for label, p in zip(self.target_labels, self.target_probs))
+        targets = ", ".join(f"{label} (p={p:.3f})" if np.isfinite(p) else str(label)  # NaN: no probability
+                            for label, p in zip(self.target_labels, self.target_probs))
         return f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s, targets=[{targets}])"
 
     # ------------------------------------------------------------------ persistence

@@ -34,6 +34,12 @@ from interp_widgets.concepts.importance import (
     mean_concept_importance,
     text_concepts,
 )
+from interp_widgets.concepts.inputs import (
+    ConceptInputAttributions,
+    InputsToConceptsForSequenceClassification,
+    concept_attribution,
+    gradient_support,
+)
 from interp_widgets.concepts.interpret import (
     ConceptInterpretation,
     interpret_concepts,
@@ -57,6 +63,7 @@ __all__ = [
     "ActivationStore",
     "CONCEPT_MODELS",
     "ConceptImportance",
+    "ConceptInputAttributions",
     "ConceptInterpretation",
     "ConceptModel",
     "DirectionConcepts",
@@ -68,6 +75,7 @@ __all__ = [
     "probe_layers",
     "DictionaryLearningConcepts",
     "ICAConcepts",
+    "InputsToConceptsForSequenceClassification",
     "IncrementalPCAConcepts",
     "KMeansConcepts",
     "MiniBatchDictionaryLearningConcepts",
@@ -81,10 +89,12 @@ __all__ = [
     "SparseAutoencoder",
     "TextConcepts",
     "collect_activations",
+    "concept_attribution",
     "concept_importance",
     "dead_concepts",
     "evaluate",
     "explained_variance",
+    "gradient_support",
     "interpret_concepts",
     "l0_sparsity",
     "label_from_tokens",
