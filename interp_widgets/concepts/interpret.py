@@ -126,22 +126,42 @@ class ConceptInterpretation:
 
     # ------------------------------------------------------------------ tables and charts
     def widget(self, *, texts: Any = None, concept_model: ConceptModel | None = None, model=None, tokenizer=None,
-               **options):
+               input_attribution: Any = None, **options):
         """The concept browser for these concepts; ``options`` go to :class:`~interp_widgets.widgets.ConceptBrowser`.
 
         ``texts`` are :class:`~interp_widgets.concepts.TextConcepts` / ``ConceptImportance`` objects or plain strings;
         strings are run through :func:`~interp_widgets.concepts.text_concepts` here, which needs the fitted
         ``concept_model`` and the language ``model`` and ``tokenizer`` (the browser itself computes nothing).
 
+        ``input_attribution`` adds the text view's "input attribution" mode (which input tokens make the selected
+        concept fire): an attribution method name (``"integrated_gradients"``, ``"occlusion"`` ...), ``True`` for
+        the default method of the concept model, or a :class:`~interp_widgets.concepts.ConceptInputAttributions`.
+        A name needs ``concept_model``, ``model`` and ``tokenizer``; attributions are computed on the concepts side
+        when a concept is first selected in that mode, then cached.
+
         Example:
             >>> interp = interpret_concepts(concepts, store, progress=False)
             >>> browser = interp.widget(texts=["Not bad at all."], concept_model=concepts, model=model,
-            ...                         tokenizer=tokenizer)
-            >>> type(browser).__name__
-            'ConceptBrowser'
+            ...                         tokenizer=tokenizer, input_attribution="occlusion")
+            >>> type(browser).__name__, browser.attribution_method
+            ('ConceptBrowser', 'occlusion')
+            >>> browser.text_mode, browser.selected_concept = "attribution", 5  # what the text view's toggle does
+            >>> browser.details["5"]["text_attribution"]["score"]
+            'activation of concept 5 summed over the non-special tokens'
         """
         from interp_widgets.concepts.importance import text_concepts
+        from interp_widgets.concepts.inputs import ConceptInputAttributions
         from interp_widgets.widgets.concept_browser import ConceptBrowser
+
+        if input_attribution is not None and input_attribution is not False \
+                and not isinstance(input_attribution, ConceptInputAttributions):
+            if concept_model is None or model is None or tokenizer is None:
+                raise ValueError("input_attribution= by method name needs concept_model=, model= and tokenizer=; or "
+                                 "pass a ConceptInputAttributions")
+            method = None if input_attribution is True else input_attribution
+            input_attribution = ConceptInputAttributions(concept_model, model, tokenizer, method=method)
+        if input_attribution is not None and input_attribution is not False:
+            options["input_attributions"] = input_attribution
 
         if texts is not None:
             texts = [texts] if isinstance(texts, str) or hasattr(texts, "coefficients") else list(texts)

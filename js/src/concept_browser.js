@@ -34,6 +34,20 @@
  * @property {{text_id: number, max_activation: number | null, text: string}[]} top_texts
  * @property {{token: string, logit: number | null}[] | null} vocabulary  Promoted tokens, null without an unembedding.
  * @property {BinaryArray | null} text_activations  Activation on each token of the selected input text.
+ * @property {ConceptTextAttribution | null} [text_attribution]  In the "attribution" text mode: which tokens of the
+ *   selected text make the concept fire (null until the kernel has computed it).
+ */
+
+/**
+ * Attribution of a concept's activation to the shown tokens of the selected text (Python
+ * `ConceptBrowser._text_attribution`).
+ * @typedef {object} ConceptTextAttribution
+ * @property {BinaryArray} values  float32, one score per shown token.
+ * @property {string} method  Attribution method.
+ * @property {boolean} signed
+ * @property {string} score  What was attributed ("activation of concept 3 summed over the non-special tokens").
+ * @property {number | null} activation  Its value on the text.
+ * @property {number | null} completeness_error  Σ scores − (score(x) − score(baseline)), path methods only.
  */
 
 /**
@@ -63,6 +77,8 @@
  * @property {BinaryArray | {}} text_top_values  float32 [tokens of all texts, k], their coefficients.
  * @property {number} selected_text  Input text shown in the text view (written).
  * @property {number} selected_token  Token of that text whose active concepts are listed, -1: none (written).
+ * @property {"activation" | "attribution"} text_mode  What colours the text view (written).
+ * @property {string} attribution_method  Method of the input attributions, empty when none are available.
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
@@ -81,7 +97,7 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change redraws. @type {(keyof ConceptBrowserModel)[]} */
-const TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "sort_by", "descending", "search", "hide_dead", "page", "page_size", "selected_concept", "details", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "selected_text", "selected_token"];
+const TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "sort_by", "descending", "search", "hide_dead", "page", "page_size", "selected_concept", "details", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "selected_text", "selected_token", "text_mode", "attribution_method"];
 const SORT_KEYS = { index: "concept id", label: "label", density: "density", max: "max activation", importance: "importance", abs_importance: "|importance|" };
 /** Milliseconds to wait for requested details before saying the kernel is busy or gone. */
 export const BUSY_AFTER = 3000;
@@ -263,18 +279,40 @@ function renderBrowser({ model, el, reportError }) {
       select.addEventListener("change", safely(() => save({ selected_text: Number(select.value), selected_token: -1 })));
       section.append(select);
     }
-    const box = h("div", { class: "iw-tokens iw-text-tokens", role: "group", "aria-label": `Activation of concept ${c} on each token` });
-    const values = info?.text_activations?.data ? decodeArray(info.text_activations).values : null;
-    const max = values ? Math.max(0, ...Array.from(values)) : 0;
+    const method = model.get("attribution_method") ?? "";
+    const mode = method && model.get("text_mode") === "attribution" ? "attribution" : "activation";
+    if (method) {
+      const toggle = h("select", { class: "iw-text-mode", "aria-label": "Colour the input text by" }, [
+        h("option", { value: "activation" }, `activation of concept ${c}`),
+        h("option", { value: "attribution" }, `input attribution (${method}): which tokens make it fire`),
+      ]);
+      toggle.value = mode;
+      toggle.addEventListener("change", safely(() => save({ text_mode: toggle.value })));
+      section.append(h("label", { class: "iw-text-mode-label" }, ["Colour by ", toggle]));
+    }
+    const attribution = mode === "attribution" ? (info?.text_attribution ?? null) : null;
+    const kind = mode === "attribution" ? "attribution" : "activation";
+    const payload = mode === "attribution" ? attribution?.values : info?.text_activations;
+    const values = payload?.data ? decodeArray(payload).values : null;
+    const signed = mode === "attribution" && attribution ? Boolean(attribution.signed) : false;
+    const max = values ? Math.max(0, ...Array.from(values, (v) => (signed ? Math.abs(v) : v))) : 0;
+    const box = h("div", { class: "iw-tokens iw-text-tokens", role: "group", "data-mode": mode, "aria-label": mode === "attribution" ? `Attribution of concept ${c}'s activation to each token` : `Activation of concept ${c} on each token` });
     const selectedToken = model.get("selected_token") ?? -1;
     tokens[t].forEach((text, k) => {
       if (gaps[t][k]) box.append(gaps[t][k]);
-      const span = h("span", { class: "iw-token iw-text-token", tabindex: 0, "data-token": k, "data-value": values ? values[k] : null, "aria-pressed": String(k === selectedToken) }, displayToken(text));
-      paintToken(span, values ? Math.max(0, values[k]) : NaN, max, { theme, signed: false });
+      const span = h("span", { class: "iw-token iw-text-token", tabindex: 0, "data-token": k, "data-value": values ? values[k] : null, "data-kind": kind, "aria-pressed": String(k === selectedToken) }, displayToken(text));
+      paintToken(span, values ? (signed ? values[k] : Math.max(0, values[k])) : NaN, max, { theme, signed });
       box.append(span);
     });
     section.append(box);
-    if (values) section.append(createLegend(max, theme, `activation of concept ${c}`, { signed: false }));
+    if (mode === "attribution" && !attribution) {
+      section.append(h("p", { class: "iw-caption iw-attribution-pending", role: "status" }, `The input attribution of concept ${c} on this text is computed by the kernel when the concept is selected; it has not arrived (a kernel is needed, and a busy one answers when its cell finishes).`));
+    }
+    if (attribution) {
+      const completeness = attribution.completeness_error === null || attribution.completeness_error === undefined ? "" : ` \u00b7 completeness error ${formatScore(attribution.completeness_error)}`;
+      section.append(h("div", { class: "iw-caption iw-attribution-caption" }, `${attribution.method}: contribution of each token to the ${attribution.score || `activation of concept ${c}`}${attribution.activation === null ? "" : ` (${formatScore(attribution.activation)})`}${completeness}`));
+    }
+    if (values) section.append(createLegend(max, theme, mode === "attribution" ? `input attribution to concept ${c}` : `activation of concept ${c}`, { signed }));
     if (selectedToken >= 0 && selectedToken < tokens[t].length && data.texts.top) {
       const row = starts[t] + selectedToken;
       const w = data.texts.topWidth;
@@ -406,7 +444,7 @@ function renderBrowser({ model, el, reportError }) {
     const span = closest(event, ".iw-token");
     if (!span || span === tooltip.target) return;
     const value = span.dataset.value !== undefined ? Number(span.dataset.value) : null;
-    tooltip.show(span, [["token", quoteToken(span.textContent)], ...(value === null ? [] : [["activation", formatScore(value, { digits: 6 })]])]);
+    tooltip.show(span, [["token", quoteToken(span.textContent)], ...(value === null ? [] : [[span.dataset.kind ?? "activation", formatScore(value, { digits: 6 })]])]);
   });
   detail.addEventListener("mouseover", describe);
   detail.addEventListener("focusin", describe);
