@@ -54,6 +54,7 @@ from interp_widgets.registry import Registry
 from interp_widgets.validation import check_int
 
 _FORMAT = "interp_widgets.ConceptModel"
+_BLOCK_VALUES = 1 << 24  # unit vectors decoded per block when reading off the affine decoder (about 64 MB)
 #: Every concept model class by name, filled by the classes themselves (a read-only, live mapping).
 CONCEPT_MODELS = Registry("concept model")
 
@@ -283,7 +284,7 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         zero = np.zeros((1, n), dtype=np.float32)
         self.offset_ = np.asarray(self._inverse(zero), dtype=np.float32)[0]
         # unit vectors in blocks of about 64 MB: a 16,384-concept identity matrix alone would take 1 GB
-        block, parts = max(1, (1 << 24) // n), []
+        block, parts = max(1, _BLOCK_VALUES // n), []
         for start in range(0, n, block):
             stop = min(n, start + block)
             eye = np.zeros((stop - start, n), dtype=np.float32)
