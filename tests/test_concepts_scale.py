@@ -99,3 +99,23 @@ def test_affine_decoder_read_in_blocks(disk_store, sae, monkeypatch):
     np.testing.assert_allclose(again.components_, again.weights_["W_dec"].numpy() * again.scale_, atol=1e-6)
     pca = PCAConcepts(6).fit(disk_store)
     np.testing.assert_allclose(pca.components_, pca.estimator_.components_, atol=1e-5)
+
+
+def test_evaluate_in_blocks_matches_the_dense_metrics(disk_store, sae, monkeypatch):
+    from interp_widgets.concepts import evaluate, metrics
+
+    monkeypatch.setattr(metrics, "_BLOCK_VALUES", 256 * sae.n_concepts)
+    calls = []
+    original = type(sae).transform
+    monkeypatch.setattr(sae, "transform", lambda X: calls.append(len(X)) or original(sae, X), raising=False)
+    for X in (disk_store, disk_store.to_numpy()):
+        calls.clear()
+        report = evaluate(sae, X)
+        assert max(calls) <= 256 and sum(calls) == len(disk_store)
+        dense = disk_store.to_numpy().astype(np.float64)
+        C = original(sae, dense)
+        residual = dense - sae.inverse_transform(C)
+        fvu = (residual ** 2).sum() / ((dense - dense.mean(0)) ** 2).sum()
+        assert report["explained_variance"] == pytest.approx(1 - fvu, rel=1e-6)
+        assert report["l0"] == pytest.approx((C != 0).sum(1).mean())
+        assert report["dead"].tolist() == np.flatnonzero((C != 0).sum(0) == 0).tolist()
