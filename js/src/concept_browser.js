@@ -98,6 +98,8 @@ import { viewKit } from "./lib/view.js";
 
 /** Traits whose change redraws. @type {(keyof ConceptBrowserModel)[]} */
 const TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "sort_by", "descending", "search", "hide_dead", "page", "page_size", "selected_concept", "details", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "selected_text", "selected_token", "text_mode", "attribution_method"];
+/** Traits readConcepts decodes: a change of any of them decodes again. */
+const DATA_TRAITS = ["labels", "top_tokens", "density", "max_activation", "importance", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values"];
 const SORT_KEYS = { index: "concept id", label: "label", density: "density", max: "max activation", importance: "importance", abs_importance: "|importance|" };
 /** Milliseconds to wait for requested details before saying the kernel is busy or gone. */
 export const BUSY_AFTER = 3000;
@@ -109,25 +111,37 @@ const svg = (tag, attrs = {}) => {
 
 /**
  * Concept ids after search, dead filter and sort (ties keep id order, NaN values last); the same rule as
- * ConceptBrowser.visible_order() in Python.
+ * ConceptBrowser.visible_order() in Python. `haystack` (optional, from searchText) holds each concept's lower-cased
+ * label and top tokens, so that a keystroke over 16k concepts does not lower-case them again.
  */
-export function visibleConcepts({ labels, topTokens, density, maxActivation, importance }, { sortBy, descending, search, hideDead }) {
+export function visibleConcepts({ labels, topTokens, density, maxActivation, importance, haystack }, { sortBy, descending, search, hideDead }) {
   const needle = (search ?? "").toLowerCase();
-  const keep = labels
-    .map((_, c) => c)
-    .filter((c) => !hideDead || density[c] > 0)
-    .filter((c) => !needle || labels[c].toLowerCase().includes(needle) || topTokens[c].some((t) => t.toLowerCase().includes(needle)));
-  const ranks = labelRanks(labels);
-  const key = {
-    index: (c) => c,
-    label: (c) => ranks.get(labels[c]),
-    density: (c) => density[c],
-    max: (c) => maxActivation[c],
-    importance: (c) => (importance ? importance[c] : NaN),
-    abs_importance: (c) => (importance ? Math.abs(importance[c]) : NaN),
-  }[sortBy];
-  if (!key) throw new RangeError(`unknown sort key "${sortBy}"; use ${Object.keys(SORT_KEYS).join(", ")}`);
-  return sortIndices(keep, key, descending);
+  const ranked = {
+    index: null,
+    label: () => {
+      const ranks = labelRanks(labels);
+      return (c) => ranks.get(labels[c]);
+    },
+    density: () => (c) => density[c],
+    max: () => (c) => maxActivation[c],
+    importance: () => (c) => (importance ? importance[c] : NaN),
+    abs_importance: () => (c) => (importance ? Math.abs(importance[c]) : NaN),
+  };
+  if (!(sortBy in ranked)) throw new RangeError(`unknown sort key "${sortBy}"; use ${Object.keys(SORT_KEYS).join(", ")}`);
+  const text = haystack ?? searchText(labels, topTokens);
+  const keep = [];
+  for (let c = 0; c < labels.length; c += 1) {
+    if (hideDead && !(density[c] > 0)) continue;
+    if (needle && !text[c].includes(needle)) continue;
+    keep.push(c);
+  }
+  if (sortBy === "index") return descending ? keep.reverse() : keep; // ids are already in order
+  return sortIndices(keep, ranked[sortBy](), descending);
+}
+
+/** Each concept's lower-cased label and top tokens, separated so that a search never matches across them. */
+export function searchText(labels, topTokens) {
+  return labels.map((label, c) => [label, ...(topTokens[c] ?? [])].join("\u0000").toLowerCase());
 }
 
 /**
@@ -184,13 +198,15 @@ function readConcepts(model) {
     return values;
   };
   const tokens = model.get("text_tokens") ?? [];
+  const topTokens = model.get("top_tokens") ?? labels.map(() => []);
   const starts = [];
   tokens.reduce((start, t) => (starts.push(start), start + t.length), 0);
   const topPayload = model.get("text_top_concepts");
   const top = topPayload?.data ? decodeArray(topPayload) : null;
   return {
     labels,
-    topTokens: model.get("top_tokens") ?? labels.map(() => []),
+    topTokens,
+    haystack: searchText(labels, topTokens),
     density: column("density"),
     maxActivation: column("max_activation"),
     importance: column("importance"),
@@ -223,6 +239,7 @@ function renderBrowser({ model, el, reportError }) {
   const tooltip = createTooltip(root);
   let theme = detectTheme(doc);
   let data = null;
+  let dataChanged = false;
   let busyTimer = null;
   let focusAfterDraw = null;
 
@@ -377,8 +394,11 @@ function renderBrowser({ model, el, reportError }) {
   }
 
   function draw() {
-    data = readConcepts(model);
-    impMax = null;
+    if (data === null || dataChanged) {
+      data = readConcepts(model); // decoded once per data change, not per keystroke or page
+      dataChanged = false;
+      impMax = null;
+    }
     const options = { sortBy: model.get("sort_by") ?? "index", descending: Boolean(model.get("descending")), search: model.get("search") ?? "", hideDead: Boolean(model.get("hide_dead")) };
     const order = visibleConcepts(data, options);
     const { page, pages, items: shown } = pageOf(order, model.get("page"), model.get("page_size"));
@@ -451,7 +471,11 @@ function renderBrowser({ model, el, reportError }) {
   detail.addEventListener("mouseleave", () => tooltip.hide());
 
   const redraw = coalesce(() => draw());
-  for (const name of TRAITS) model.on(`change:${name}`, redraw);
+  const dataRedraw = () => {
+    dataChanged = true;
+    redraw();
+  };
+  for (const name of TRAITS) model.on(`change:${name}`, DATA_TRAITS.includes(name) ? dataRedraw : redraw);
   const stopWatchingTheme = watchTheme(doc, (nextTheme) => {
     theme = nextTheme;
     redraw();
@@ -459,7 +483,7 @@ function renderBrowser({ model, el, reportError }) {
   draw();
   return () => {
     clearTimeout(busyTimer);
-    for (const name of TRAITS) model.off(`change:${name}`, redraw);
+    for (const name of TRAITS) model.off(`change:${name}`, DATA_TRAITS.includes(name) ? dataRedraw : redraw);
     stopWatchingTheme();
   };
 }

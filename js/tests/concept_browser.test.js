@@ -1,7 +1,7 @@
 // DOM contract of the concept browser: list, sorting/filtering, selection, paging requests, histogram,
 // contexts, text view, escaping, busy kernel message, visible errors, cleanup.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import browser, { BUSY_AFTER, histogramSvg, textPreview, visibleConcepts } from "../src/concept_browser.js";
+import browser, { BUSY_AFTER, histogramSvg, searchText, textPreview, visibleConcepts } from "../src/concept_browser.js";
 import { scoreColours } from "../src/lib/colour.js";
 import { fakeModel, payload, settle } from "./fake_model.js";
 
@@ -89,6 +89,23 @@ describe("visibleConcepts", () => {
     expect(visibleConcepts(data, opts({ sortBy: "importance", descending: true }))).toEqual([0, 2, 1]);
     expect(visibleConcepts(data, opts({ sortBy: "abs_importance", descending: true }))).toEqual([2, 0, 1]);
     expect(() => visibleConcepts(data, opts({ sortBy: "nope" }))).toThrow(/unknown sort key/);
+  });
+
+  it("gives the same order with the precomputed search text, which never matches across a label and a token", () => {
+    const labels = Array.from({ length: 300 }, (_, c) => `Label ${c % 17} ${c % 5 ? "Foo" : "BAR"}`);
+    const topTokens = labels.map((_, c) => [`t${c % 11}`, c % 3 ? "x" : "Def"]);
+    const many = { labels, topTokens, density: labels.map((_, c) => (c % 7 ? 0.1 : 0)), maxActivation: labels.map((_, c) => c % 13), importance: null };
+    const haystack = searchText(labels, topTokens);
+    for (const search of ["", "bar", "def", "label 1", "t1", "foox", "3 foo"]) {
+      for (const sortBy of ["index", "label", "max"]) {
+        for (const descending of [false, true]) {
+          const options = opts({ search, sortBy, descending, hideDead: true });
+          expect(visibleConcepts({ ...many, haystack }, options)).toEqual(visibleConcepts(many, options));
+        }
+      }
+    }
+    expect(visibleConcepts({ ...many, haystack }, opts({ search: "foox" }))).toEqual([]); // "Foo" then the token "x"
+    expect(visibleConcepts(many, opts({ sortBy: "index", descending: true })).slice(0, 2)).toEqual([299, 298]);
   });
 });
 
