@@ -436,7 +436,12 @@ class ActivationStore:
         return merged
 
     def __repr__(self) -> str:
-        where = "in memory" if self.in_memory else f"on disk at {self.directory}"
+        if self.in_memory:
+            where = "in memory"
+        elif self.directory is not None:
+            where = f"on disk at {self.directory}"
+        else:  # concatenated stores (rank shards, collected parts): several directories
+            where = f"on disk in {len({c.path.parent for c in self._chunks if isinstance(c, _DiskChunk)})} directories"
         return (f"ActivationStore({len(self)} {self.unit} rows × {self.dim}, layer={self.layer!r}, "
                 f"{len(self.texts)} texts, {where})")
 
