@@ -30,7 +30,14 @@ TransformerLens / SAELens      canonical name
 =============================  ==========================
 
 The last block's ``hook_resid_post`` is before the final norm, and so is ``layer:<last>``; Hugging Face's last
-``hidden_states`` entry is after it. Sub-points are found from the block's own modules:
+``hidden_states`` entry is after it. ``tests/saelens`` checks every row of this table against transformer-lens itself
+(a tiny GPT-2 and a tiny Llama converted by its own loader), with and without the processing options of
+``HookedTransformer.from_pretrained``: ``fold_ln``, ``center_unembed``, ``fold_value_biases`` and
+``refactor_factored_attn_matrices`` leave these points unchanged, and ``center_writing_weights`` subtracts each row's
+mean on LayerNorm models (see :func:`interp_widgets.concepts.transformer_lens_processing`). Attention-head
+(``attn.hook_z``) and MLP-neuron (``mlp.hook_post``) hooks are not mapped.
+
+Sub-points are found from the block's own modules:
 
 - post-norm encoders (BERT, RoBERTa, DeBERTa-v2, MiniLM…) read ``attention.output.dense``, ``attention`` and
   ``output.dense``;

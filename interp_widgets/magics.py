@@ -144,13 +144,14 @@ def monitor_cell(shell, line: str, cell: str):
         >>> from IPython.testing.globalipapp import get_ipython
         >>> shell = get_ipython(); load_ipython_extension(shell)
         >>> shell.user_ns.update(torch=torch, net=torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh()))
-        >>> shell.run_cell_magic("monitor", "net --layers 0 --rank 2 --n-controls 3 --total-steps 4 -o log", '''
+        >>> import contextlib, io
+        >>> with contextlib.redirect_stdout(io.StringIO()):  # outside a notebook the live view prints its repr
+        ...     shell.run_cell_magic("monitor", "net --layers 0 --rank 2 --n-controls 3 --total-steps 4 -o log", '''
         ... opt = torch.optim.SGD(net.parameters(), lr=0.1)
         ... for step in range(4):
         ...     net(torch.randn(64, 16)).pow(2).mean().backward()
         ...     opt.step(); opt.zero_grad()
         ... ''')
-        MonitorWidget('Training monitor', 1 layers, 0 rows)
         >>> shell.user_ns["log"].steps.tolist(), len(shell.user_ns["net"][0]._forward_hooks)
         ([0, 1, 2, 3], 0)
     """

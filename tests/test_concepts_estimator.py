@@ -33,6 +33,8 @@ FAST = {
     "semi_nmf": {"max_iter": 20, "transform_iter": 20},
     "direction": {"directions": np.eye(3, 8, dtype=np.float32) + 0.1},
     "sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
+    "jumprelu_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
+    "batchtopk_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
 }
 NAMES = sorted(CONCEPT_MODELS)
 

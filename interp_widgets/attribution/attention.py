@@ -292,6 +292,7 @@ class RawAttention(AttentionMethod):
     """
 
     name = "raw_attention"
+    uses_score = False
 
     def __init__(self, layer: int = -1, *, score: str | None = None, progress: bool = True):
         super().__init__(score=score, progress=progress)
@@ -325,6 +326,7 @@ class AttentionRollout(AttentionMethod):
     """
 
     name = "attention_rollout"
+    uses_score = False
     description = "attention rollout over all layers (0.5·A + 0.5·I, heads averaged; unsigned)"
 
     def _relevance(self, attentions, gradients):

@@ -57,10 +57,20 @@ from interp_widgets.concepts.metrics import (
     stability,
 )
 from interp_widgets.concepts.probes import DirectionConcepts, LinearProbe, ProbeSweep, probe_layers
-from interp_widgets.concepts.sae import SparseAutoencoder
+from interp_widgets.concepts.quality import SpliceQuality, splice_quality
+from interp_widgets.concepts.sae import BatchTopKSAE, JumpReLUSAE, SparseAutoencoder
+from interp_widgets.concepts.saelens import (
+    SAEQualityWarning,
+    check_base_model,
+    load_sae,
+    norm_scaling_factor,
+    save_sae,
+    transformer_lens_processing,
+)
 
 __all__ = [
     "ActivationStore",
+    "BatchTopKSAE",
     "CONCEPT_MODELS",
     "ConceptImportance",
     "ConceptInputAttributions",
@@ -77,6 +87,7 @@ __all__ = [
     "ICAConcepts",
     "InputsToConceptsForSequenceClassification",
     "IncrementalPCAConcepts",
+    "JumpReLUSAE",
     "KMeansConcepts",
     "MiniBatchDictionaryLearningConcepts",
     "MiniBatchKMeansConcepts",
@@ -84,10 +95,13 @@ __all__ = [
     "NMFConcepts",
     "PCAConcepts",
     "SVDConcepts",
+    "SAEQualityWarning",
     "SemiNMFConcepts",
     "SklearnConcepts",
     "SparseAutoencoder",
+    "SpliceQuality",
     "TextConcepts",
+    "check_base_model",
     "collect_activations",
     "concept_attribution",
     "concept_importance",
@@ -97,11 +111,16 @@ __all__ = [
     "gradient_support",
     "interpret_concepts",
     "l0_sparsity",
+    "load_sae",
     "label_from_tokens",
     "matched_cosine",
     "mean_concept_importance",
+    "norm_scaling_factor",
     "relative_reconstruction_error",
+    "save_sae",
+    "splice_quality",
     "stability",
     "text_concepts",
+    "transformer_lens_processing",
     "vocabulary_projection",
 ]

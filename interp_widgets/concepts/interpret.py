@@ -559,6 +559,7 @@ def interpret_concepts(
     if len(store) == 0:
         raise ValueError("the store is empty; collect activations from at least one text")
     concept_model._check_fitted()
+    concept_model.check_model(str(store.info.get("name_or_path", "")))
     if store.dim != concept_model.n_features_in_:
         raise ValueError(f"the concept model was fitted on {concept_model.n_features_in_} features but the store has "
                          f"{store.dim} (layer {store.layer}); use a store from the layer the model was fitted on")
