@@ -119,3 +119,30 @@ def test_evaluate_in_blocks_matches_the_dense_metrics(disk_store, sae, monkeypat
         assert report["explained_variance"] == pytest.approx(1 - fvu, rel=1e-6)
         assert report["l0"] == pytest.approx((C != 0).sum(1).mean())
         assert report["dead"].tolist() == np.flatnonzero((C != 0).sum(0) == 0).tolist()
+
+
+def test_select_copies_rows_and_metadata_in_bounded_chunks(disk_store, tmp_path):
+    from interp_widgets.concepts import ActivationStore
+
+    norms = disk_store.row_norms()
+    np.testing.assert_allclose(norms, np.linalg.norm(disk_store.to_numpy().astype(np.float64), axis=1))
+    keep = disk_store.positions > 0
+    keep[::7] = False
+    chosen = disk_store.select(keep, path=tmp_path / "kept", memory_budget="8kB")
+    assert not chosen.in_memory and len(chosen._chunks) > 1 and chosen.info["selected"] == f"{keep.sum()} of {len(keep)} rows"
+    np.testing.assert_array_equal(chosen.to_numpy(), disk_store.to_numpy()[keep])
+    for field in ("text_ids", "positions", "token_ids", "offsets"):
+        np.testing.assert_array_equal(getattr(chosen, field), getattr(disk_store, field)[keep])
+    assert chosen.tokens() == [t for t, k in zip(disk_store.tokens(), keep) if k] and chosen.texts == disk_store.texts
+    again = ActivationStore.open(tmp_path / "kept")
+    np.testing.assert_array_equal(again.to_numpy(), chosen.to_numpy())
+    by_index = disk_store.select(np.flatnonzero(keep))
+    assert by_index.in_memory and np.array_equal(by_index.to_numpy(), chosen.to_numpy())
+    empty = disk_store.select(np.zeros(len(disk_store), bool))
+    assert empty.shape == (0, disk_store.dim)
+    with pytest.raises(ValueError, match="needs .* values"):
+        disk_store.select(keep[:-1])
+    with pytest.raises(IndexError, match="out of range"):
+        disk_store.select([len(disk_store)])
+    with pytest.raises(FileExistsError, match="not empty"):
+        disk_store.select(keep, path=tmp_path / "kept")

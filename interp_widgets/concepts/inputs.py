@@ -121,6 +121,7 @@ class InputsToConceptsForSequenceClassification(nn.Module):
         concept_model._check_fitted()
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module (a Hugging Face model), got {type(model).__name__}")
+        concept_model.check_model(model)  # fitted on another base model: an error, never a silent wrong result
         layer = layer if layer is not None else concept_model.layer_
         if layer is None:
             raise ValueError("the concept model does not record its layer (it was fitted on an array); pass layer=")
