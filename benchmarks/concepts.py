@@ -337,7 +337,28 @@ def real_store_parts(args):
     else:
         info("scale_collect_seconds", f"store reused from {root}")
     parts = [ActivationStore.open(root / f"part-{i:03d}") for i in range(len(starts))]
-    return parts, texts
+    bench("concepts_scale_store_rows", sum(len(p) for p in parts), ">=", 1_000_000)
+    if not args.massive_factor:
+        return parts, texts
+    # massive activations (attention sinks: the first token of each text) dominate any decomposition; drop them
+    selected, dropped, at_first, rows = [], 0, 0, 0
+    for i, part in enumerate(parts):
+        path = root / f"part-{i:03d}-below{args.massive_factor:g}xmedian"
+        norms = part.row_norms()
+        keep = norms < args.massive_factor * np.median(norms)
+        first = np.r_[True, part.text_ids[1:] != part.text_ids[:-1]]  # each text's first stored token
+        if not (path / "manifest.json").is_file():
+            if path.exists():
+                import shutil
+
+                shutil.rmtree(path)
+            part.select(keep, path=path, memory_budget="256MB")
+        selected.append(ActivationStore.open(path))
+        dropped, at_first, rows = dropped + int((~keep).sum()), at_first + int((~keep & first).sum()), rows + len(part)
+    info("scale_massive_rows_dropped", f"{dropped} of {rows} rows ({dropped / rows:.2%}) have a norm over "
+         f"{args.massive_factor:g}x the median (attention sinks), {at_first} of them the first token of a text "
+         f"({sum(len(p.texts) for p in parts)} texts); they are dropped: the SAE, FVU and interpretation use the rest")
+    return selected, texts
 
 
 def leading(parts, rows: int):
@@ -357,7 +378,6 @@ def scale(args) -> None:
 
     parts, texts = real_store_parts(args)
     store = ActivationStore.concat(parts)
-    bench("concepts_scale_store_rows", len(store), ">=", 1_000_000)
     info("scale_store", f"{store!r}; {len(set(texts))} distinct texts of {len(texts)}; "
          f"{store.nbytes / 1e9:.2f} GB of float32 on disk, never all in RAM")
     bench("concepts_scale_after_store_peak_rss_mb", peak_rss_mb(), "<=", 3000)
@@ -655,6 +675,8 @@ def main() -> None:
     parser.add_argument("--store-texts", type=int, default=None, help="train paragraphs to collect (default all)")
     parser.add_argument("--part-texts", type=int, default=2000,
                         help="texts per collected part (an interrupted collection resumes at the last finished part)")
+    parser.add_argument("--massive-factor", type=float, default=10.0,
+                        help="drop rows whose norm exceeds this multiple of the median (attention sinks); 0 keeps all")
     parser.add_argument("--n-concepts", type=int, default=16384)
     parser.add_argument("--sae-k", type=int, default=32)
     parser.add_argument("--sae-rows", type=int, default=200_000, help="store rows the SAE is fitted from")
