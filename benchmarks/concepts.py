@@ -384,7 +384,30 @@ def scale(args) -> None:
 
     sae_path = args.work_dir / f"sae{args.n_concepts}_k{args.sae_k}_{args.sae_rows}rows_{args.sae_epochs}ep.safetensors"
     fit_store, fit_parts = leading(parts, args.sae_rows)
-    held_out = ActivationStore.concat(parts[fit_parts:]) if fit_parts < len(parts) else None
+    held_parts = parts[fit_parts:]
+    if not held_parts and args.held_out_fraction:
+        # no whole part is left for evaluation: hold out the last texts of the last fitted part (split by text)
+        last, root = parts[fit_parts - 1], args.work_dir / f"split{args.held_out_fraction:g}"
+        cutoff = int(np.ceil(len(last.texts) * (1 - args.held_out_fraction)))
+        halves = []
+        for name, mask in (("fit", last.text_ids < cutoff), ("held_out", last.text_ids >= cutoff)):
+            path = root / f"part-{fit_parts - 1:03d}-{name}"
+            if not (path / "manifest.json").is_file():
+                if path.exists():
+                    import shutil
+
+                    shutil.rmtree(path)
+                last.select(mask, path=path, memory_budget="256MB")
+            halves.append(ActivationStore.open(path))
+        fit_store, held_parts = ActivationStore.concat(parts[:fit_parts - 1] + [halves[0]]), [halves[1]]
+        fit_rows = len(fit_store)
+        if fit_rows > args.sae_rows:  # the first --sae-rows rows of the fitted texts
+            fit_store = fit_store.select(np.arange(args.sae_rows), memory_budget="256MB")
+        sae_path = sae_path.with_name(sae_path.stem + f"_heldout{args.held_out_fraction:g}.safetensors")
+        info("scale_split", f"fitted on the first {len(fit_store)} of the {fit_rows} rows of the first {cutoff} of "
+             f"{len(last.texts)} texts of part {fit_parts - 1}, evaluated on rows of the other "
+             f"{len(last.texts) - cutoff} texts ({len(halves[1])} rows)")
+    held_out = ActivationStore.concat(held_parts) if held_parts else None
     if sae_path.is_file() and not args.refit:
         sae = ConceptModel.load(sae_path)
         info("scale_sae", f"reused {sae_path.name}: {sae.fit_info_.get('rows')} rows, {sae.fit_info_.get('epochs')} "
@@ -404,7 +427,9 @@ def scale(args) -> None:
              f"{seconds / steps * math.ceil(len(store) / 1024) / 3600:.1f} h at this rate)")
         bench("concepts_scale_sae_fit_peak_rss_mb", peak_rss_mb(), "<=", 3000)
     if held_out is not None:
-        eval_store, _ = leading(parts[fit_parts:], args.eval_rows)
+        eval_store, _ = leading(held_parts, args.eval_rows)
+        if len(eval_store) > args.eval_rows:
+            eval_store = eval_store.select(np.arange(args.eval_rows), memory_budget="256MB")
         start = time.perf_counter()
         report = evaluate(sae, eval_store)
         info("scale_eval_seconds", f"{time.perf_counter() - start:.0f} for {report['rows']} held-out rows")
@@ -417,6 +442,8 @@ def scale(args) -> None:
         info("scale_interpret", f"reused {interp_path.name}")
     else:
         scanned = store if not args.interpret_rows else leading(parts, args.interpret_rows)[0]
+        if args.interpret_rows and len(scanned) > args.interpret_rows:
+            scanned = scanned.select(np.arange(args.interpret_rows), memory_budget="256MB")
         start = time.perf_counter()
         interp = interpret_concepts(sae, scanned, k=10, window=8, progress=True)
         seconds = time.perf_counter() - start
@@ -683,6 +710,8 @@ def main() -> None:
     parser.add_argument("--sae-epochs", type=int, default=1)
     parser.add_argument("--sae-lr", type=float, default=1e-3)
     parser.add_argument("--eval-rows", type=int, default=20_000, help="held-out rows for FVU and dead fraction")
+    parser.add_argument("--held-out-fraction", type=float, default=0.2,
+                        help="when the fit uses every part, the last texts of the last part held out for evaluation")
     parser.add_argument("--interpret-rows", type=int, default=None, help="rows the interpreter scans (default all)")
     parser.add_argument("--refit", action="store_true", help="fit and interpret again even if saved results exist")
     parser.add_argument("--rec-rows", type=int, default=200_000)

@@ -500,7 +500,8 @@ class ActivationStore:
         elif self.directory is not None:
             where = f"on disk at {self.directory}"
         else:  # concatenated stores (rank shards, collected parts): several directories
-            where = f"on disk in {len({c.path.parent for c in self._chunks if isinstance(c, _DiskChunk)})} directories"
+            n_dirs = len({c.path.parent for c in self._chunks if isinstance(c, _DiskChunk)})
+            where = f"on disk in {n_dirs} director{'y' if n_dirs == 1 else 'ies'}"
         return (f"ActivationStore({len(self)} {self.unit} rows × {self.dim}, layer={self.layer!r}, "
                 f"{len(self.texts)} texts, {where})")
 
