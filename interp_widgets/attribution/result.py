@@ -315,7 +315,8 @@ class AttributionResult:
                 ),
                 tooltip=["unit:N", alt.Tooltip("score:Q", format=".4g"), "position:Q"],
             )
-            .properties(title=f"{self.method}: {self.target_labels[row]} (p={self.target_probs[row]:.3f})"
+            .properties(title=f"{self.method}: {self.target_labels[row]}"
+                        + (f" (p={self.target_probs[row]:.3f})" if np.isfinite(self.target_probs[row]) else "")
                         + (f" rather than {self.foil_labels[row]!r}" if self.is_contrastive and self.foil_labels else ""))
         )
 
@@ -354,7 +355,8 @@ class AttributionResult:
         return self.widget()
 
     def __repr__(self) -> str:
-        targets = ", ".join(f"{label} (p={p:.3f})" for label, p in zip(self.target_labels, self.target_probs))
+        targets = ", ".join(f"{label} (p={p:.3f})" if np.isfinite(p) else str(label)  # NaN: no probability
+                            for label, p in zip(self.target_labels, self.target_probs))
         turns = f", turns=[{', '.join(self.turn_roles)}]" if self.turn_roles else ""
         foil = f", contrast={self.contrast!r}" if self.is_contrastive else ""
         return (f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s{turns}, "

@@ -262,6 +262,65 @@ class ActivationStore:
         """
         return self[:]
 
+    def row_norms(self, rows_per_chunk: int = 65536) -> np.ndarray:
+        """The L2 norm of every row, streamed chunk by chunk (float64).
+
+        Language models write a few rows of enormous norm, the *massive activations* of attention-sink tokens (Sun
+        et al., 2024): in SmolLM2 at layer 15 the first token of every text is over 100 times the median norm, and
+        those 2 % of the rows carry 97 % of the variance, so a decomposition fitted on them spends itself on those
+        rows. :meth:`select` drops them (see its example).
+
+        Example:
+            >>> store = collect_activations(model, tokenizer, ["Great food.", "Slow service."], layer=1, progress=False)
+            >>> np.allclose(store.row_norms(), np.linalg.norm(store.to_numpy(), axis=1))
+            True
+        """
+        out = np.empty(len(self), dtype=np.float64)
+        for start, block in self.iter_chunks(check_int("rows_per_chunk", rows_per_chunk, minimum=1)):
+            out[start:start + len(block)] = np.linalg.norm(block.astype(np.float64), axis=1)
+        return out
+
+    def select(self, rows, *, path: str | Path | None = None, memory_budget: int | str = "1GB") -> "ActivationStore":
+        """A new store of the selected rows (a boolean mask over the rows, or row indices), with their metadata.
+
+        The texts and text ids stay as they are (a text may keep no rows). Rows are copied chunk by chunk: in memory
+        up to ``memory_budget``, then to ``path`` (or a temporary directory removed with the store), as
+        :func:`collect_activations` does, so a store larger than memory can be filtered. ``info["selected"]`` says
+        how many rows were kept.
+
+        Example:
+            >>> store = collect_activations(model, tokenizer, texts[:5], layer=1, progress=False)
+            >>> norms = store.row_norms()
+            >>> kept = store.select(norms < 10 * np.median(norms))  # drop massive activations (attention sinks)
+            >>> later = store.select(store.positions > 1)  # or: drop each text's first token ([CLS] is 0)
+            >>> len(later), later.info["selected"], later.tokens()[:3]
+            (88, '88 of 93 rows', ['third', 'generation', 'is'])
+            >>> later.text_rows(0).tolist()[:2], later.texts == store.texts
+            ([0, 1], True)
+        """
+        rows = np.asarray(rows)
+        if rows.dtype == bool:
+            if rows.shape != (len(self),):
+                raise ValueError(f"a boolean row mask needs {len(self)} values (one per row), got shape {rows.shape}")
+            keep = rows
+        else:
+            if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
+                raise TypeError("rows must be a boolean mask over the rows or a 1-D array of row indices")
+            if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
+                raise IndexError(f"row indices out of range for a store of {len(self)} rows")
+            keep = np.zeros(len(self), dtype=bool)
+            keep[rows] = True
+        if path is not None and Path(path).exists() and any(Path(path).iterdir()):
+            raise FileExistsError(f"{path} is not empty; choose a new directory for the selected store")
+        collector = _Collector(parse_bytes(memory_budget), None if path is None else Path(path))
+        collector.dim = self.dim
+        for start, block in self.iter_chunks():
+            local = np.flatnonzero(keep[start:start + len(block)])
+            if len(local):
+                collector.add(block[local], {name: values[start + local] for name, values in self._meta.items()})
+        info = {**self.info, "selected": f"{int(keep.sum())} of {len(self)} rows"}
+        return collector.finish(self.texts, info)
+
     # ------------------------------------------------------------------ metadata
     @property
     def text_ids(self) -> np.ndarray:
@@ -436,7 +495,13 @@ class ActivationStore:
         return merged
 
     def __repr__(self) -> str:
-        where = "in memory" if self.in_memory else f"on disk at {self.directory}"
+        if self.in_memory:
+            where = "in memory"
+        elif self.directory is not None:
+            where = f"on disk at {self.directory}"
+        else:  # concatenated stores (rank shards, collected parts): several directories
+            n_dirs = len({c.path.parent for c in self._chunks if isinstance(c, _DiskChunk)})
+            where = f"on disk in {n_dirs} director{'y' if n_dirs == 1 else 'ies'}"
         return (f"ActivationStore({len(self)} {self.unit} rows × {self.dim}, layer={self.layer!r}, "
                 f"{len(self.texts)} texts, {where})")
 

@@ -74,9 +74,11 @@ const VIEWS = [
       max_activation: f32([1, 0]), importance: f32([0.5, NaN]), importance_label: "imp", sort_by: "index", descending: false, search: "",
       hide_dead: false, page: 0, page_size: 10, selected_concept: 0, requested: [0, 1], text_tokens: [["t", "u"]], text_gaps: [["", " "]],
       text_top_concepts: i32([0, -1, 1, 0], [2, 2]), text_top_values: f32([1, 0, 2, 1], [2, 2]), selected_text: 0, selected_token: 0,
+      text_mode: "attribution", attribution_method: "occlusion",
       details: { 0: { concept: 0, label: "a", density: 0.5, mean: 0.1, max: 1, min: 0, hist_edges: f32([0, 0.5, 1]), hist_counts: i32([1, 2]),
         examples: [{ tokens: ["t", "u"], center: 1, activation: 1, text_id: 0, activations: [0, 1] }], top_texts: [{ text_id: 0, max_activation: 1, text: "t u" }],
-        vocabulary: [{ token: "v", logit: 1 }], text_activations: f32([0, 1]) } } },
+        vocabulary: [{ token: "v", logit: 1 }], text_activations: f32([0, 1]),
+        text_attribution: { values: f32([-0.5, 1]), method: "occlusion", signed: true, score: "activation of concept 0", activation: 1, completeness_error: null } } } },
   },
   {
     file: "monitor.js", model: "MonitorModel", widget: monitor,
