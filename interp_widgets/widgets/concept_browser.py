@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import traitlets
@@ -38,6 +38,7 @@ from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._protocols import ConceptImportanceLike, ConceptSummary, ConceptTexts
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
+from interp_widgets.widgets._mime import ANY_ARRAY_1D, compact_json, json_value
 from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
 from interp_widgets.validation import check_choice, check_int
 
@@ -48,6 +49,7 @@ MAX_TEXT_CHARS = 400  # top texts are cut to this length in the detail pane
 MAX_PAGE_SIZE = 100
 STATIC_CONCEPTS = 12
 PRELOAD_CONCEPTS = 200  # concept details an exported page carries, since no kernel answers there
+PAYLOAD_DETAIL_BYTES = 256 * 1024  # concept details a saved output carries (its mime payload), in list order
 _COMPUTE_OPTIONS = {"store", "model", "tokenizer", "k", "progress"}  # of the old computing constructor
 
 
@@ -114,6 +116,18 @@ class ConceptBrowser(InterpWidget, PagedList):
     """
 
     _bundle = "concept_browser"
+    _payload_schema: ClassVar[dict[str, Any]] = {
+        "sort_by": {"enum": list(SORT_KEYS)},
+        "details": {"map": {"object": {  # concept_detail()
+            "concept": "int", "label": "str", "density": {"nullable": "num"}, "mean": {"nullable": "num"},
+            "max": {"nullable": "num"}, "min": {"nullable": "num"},
+            "examples": {"list": {"object": {"tokens": {"list": "str"}, "center": "int", "activation": {"nullable": "num"},
+                                             "text_id": "int", "activations": {"list": "num"}}}},
+            "top_texts": {"list": {"object": {"text_id": "int", "max_activation": {"nullable": "num"}, "text": "str"}}},
+            "vocabulary": {"nullable": {"list": {"object": {"token": "str", "logit": {"nullable": "num"}}}}},
+            "text_activations": {"nullable": ANY_ARRAY_1D}, "hist_edges": ANY_ARRAY_1D, "hist_counts": ANY_ARRAY_1D,
+        }}},
+    }  # fmt: skip
 
     method = traitlets.Unicode("").tag(sync=True, data=True)
     layer = traitlets.Unicode("").tag(sync=True, data=True)
@@ -382,6 +396,23 @@ class ConceptBrowser(InterpWidget, PagedList):
             return super().to_html(title=title)
         finally:
             self._preload = []
+
+    def _payload_state(self, names: list[str]) -> dict[str, Any]:
+        """The saved output's view state: the details already loaded, then those of further concepts in list order
+        (up to :data:`PRELOAD_CONCEPTS` concepts and :data:`PAYLOAD_DETAIL_BYTES` of JSON), since no kernel answers
+        a reopened notebook."""
+        state = super()._payload_state(names)
+        details, size = dict(state.get("details", {})), len(compact_json(json_value(state.get("details", {}))))
+        for c in self.visible_order()[:PRELOAD_CONCEPTS]:
+            if str(c) in details:
+                continue
+            detail = self.concept_detail(c)
+            size += len(compact_json(json_value(detail))) + 8
+            if size > PAYLOAD_DETAIL_BYTES:
+                break
+            details[str(c)] = detail
+        state["details"] = details
+        return state
 
     def get_state(self, key=None, drop_defaults=False):
         """Synced state; while :meth:`to_html` runs, ``details`` also holds the preloaded concepts."""
