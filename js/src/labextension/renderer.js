@@ -1,0 +1,177 @@
+/**
+ * The JupyterLab / Notebook 7 renderer of `application/vnd.interp-widgets.v1+json` outputs.
+ *
+ * Its factory ranks ahead of ipywidgets' (rank -10, `safe: false`), so it is the one JupyterLab picks for our outputs,
+ * trusted or not (it is `safe: true`: it renders from checked data, strings as text, and runs nothing from the
+ * output). It then decides who draws the output:
+ *   - the live widget, when the output is trusted and the notebook's widget manager has its model (the cell was just
+ *     run, or the kernel still holds it, or widget state was saved): the output is handed to ipywidgets' own renderer,
+ *     so the view talks to the kernel and the monitor keeps streaming;
+ *   - otherwise the view rebuilt from the payload (mount.js): reopened notebooks without a kernel, without saved
+ *     widget state or untrusted, where ipywidgets would say "model not found".
+ * If the widget manager is not ready yet (the kernel is still starting) the rebuilt view shows at once and gives way
+ * to the live widget as soon as ipywidgets' renderer draws it; when the model is not found it never does, and the
+ * rebuilt view stays. Only one of the two is ever visible.
+ *
+ * @example
+ *   rendermime.addFactory(rendererFactory(host), RANK);
+ */
+import { Panel, Widget } from "@lumino/widgets";
+import { MIME_TYPE, WIDGET_VIEW_MIME } from "../lib/payload.js";
+import { mountOutput } from "./mount.js";
+import { loadView } from "./views.js";
+
+/** Ahead of ipywidgets' widget-view renderer (-10): lower ranks win. */
+export const RANK = -20;
+
+/**
+ * Where a notebook's (or console's) live widgets come from: its rendermime registry, once jupyterlab-manager has
+ * bound the widget-view factory there to the panel's widget manager (after the session is ready).
+ * @param {{sessionContext: {ready: Promise<void>}}} panel
+ * @param {{getFactory: (mime: string) => any}} rendermime  the panel's registry
+ * @param {() => any} placeholder  ipywidgets' unbound factory (the application registry's), which never renders
+ */
+export function panelHost(panel, rendermime, placeholder) {
+  const current = () => {
+    const factory = rendermime.getFactory(WIDGET_VIEW_MIME);
+    return factory && factory !== placeholder() ? factory : null;
+  };
+  let bound = null;
+  const whenBound = () => {
+    bound ??= (async () => {
+      await panel.sessionContext.ready;
+      // jupyterlab-manager binds its factory in a continuation of the same `ready`; give it a few ticks.
+      for (let tick = 0; tick < 40; tick += 1) {
+        const factory = current();
+        if (factory) return factory;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      return null;
+    })().catch(() => null);
+    return bound;
+  };
+  return { current, whenBound };
+}
+
+function showsWidget(renderer) {
+  return !renderer.isDisposed && renderer.widgets.length > 0;
+}
+
+/** The IRenderer: a Lumino panel holding either the rebuilt view or ipywidgets' renderer of the live widget. */
+export class InterpWidgetsRenderer extends Panel {
+  /**
+   * @param {any} options  JupyterLab's renderer options
+   * @param {ReturnType<typeof panelHost> | null} host  null outside notebooks and consoles (payload only)
+   */
+  constructor(options, host) {
+    super();
+    this.addClass("iw-mime-output");
+    this._options = options;
+    this._host = host;
+    this._saved = null; // the Widget holding the view rebuilt from the payload
+    this._cleanup = null;
+    this._observer = null;
+  }
+
+  /** Draw `model` (an output's IMimeModel); resolves once something is on screen. */
+  async renderModel(model) {
+    this._reset();
+    const data = model.data;
+    const spec = data[WIDGET_VIEW_MIME];
+    const modelId = model.trusted && spec && typeof spec === "object" && typeof spec.model_id === "string" ? spec.model_id : "";
+    const host = modelId ? this._host : null;
+    const factory = host?.current() ?? null;
+    if (factory) {
+      const live = this._liveRenderer(factory);
+      try {
+        await live.renderModel(model);
+      } catch (error) {
+        console.error("interp-widgets: the live widget could not be drawn", error);
+      }
+      if (showsWidget(live)) {
+        this.addWidget(live);
+        return;
+      }
+      await this._showSaved(data);
+      this._standBy(live);
+      return;
+    }
+    await this._showSaved(data);
+    if (host) {
+      host.whenBound().then((bound) => {
+        if (!bound || this.isDisposed || this._saved === null) return;
+        const live = this._liveRenderer(bound);
+        this._standBy(live);
+        live.renderModel(model).catch((error) => console.error("interp-widgets: the live widget could not be drawn", error));
+      });
+    }
+  }
+
+  _liveRenderer(factory) {
+    return factory.createRenderer({ ...this._options, mimeType: WIDGET_VIEW_MIME });
+  }
+
+  async _showSaved(data) {
+    const saved = new Widget();
+    saved.addClass("iw-mime-saved");
+    this._saved = saved;
+    this.addWidget(saved);
+    const cleanup = await mountOutput(saved.node, data, { loadView });
+    if (this._saved === saved) this._cleanup = cleanup;
+    else cleanup();
+  }
+
+  /** Keep ipywidgets' renderer hidden until it shows the live widget, then let it replace the rebuilt view. */
+  _standBy(live) {
+    live.hide();
+    this.addWidget(live);
+    const promote = () => {
+      if (!showsWidget(live)) return;
+      this._observer?.disconnect();
+      this._observer = null;
+      this._dropSaved();
+      live.show();
+    };
+    this._observer = new MutationObserver(promote);
+    this._observer.observe(live.node, { childList: true });
+    promote();
+  }
+
+  _dropSaved() {
+    const cleanup = this._cleanup;
+    this._cleanup = null;
+    try {
+      cleanup?.();
+    } catch (error) {
+      console.error(error);
+    }
+    this._saved?.dispose();
+    this._saved = null;
+  }
+
+  _reset() {
+    this._observer?.disconnect();
+    this._observer = null;
+    this._dropSaved();
+    for (const child of [...this.widgets]) child.dispose();
+  }
+
+  dispose() {
+    if (this.isDisposed) return;
+    this._reset();
+    super.dispose();
+  }
+}
+
+/**
+ * The rendermime factory (`safe: true`: it renders untrusted outputs too, from checked data).
+ * @param {ReturnType<typeof panelHost> | null} host
+ */
+export function rendererFactory(host) {
+  return {
+    safe: true,
+    mimeTypes: [MIME_TYPE],
+    defaultRank: RANK,
+    createRenderer: (options) => new InterpWidgetsRenderer(options, host),
+  };
+}
