@@ -68,6 +68,7 @@ function base64ToDataView(text, path) {
 }
 
 function readArray(value, type, path) {
+  if (value === null && type.absent) return {}; // the view data writes an absent array as null, the trait as {}
   expectObject(value, path);
   const keys = Object.keys(value);
   if (keys.length === 0 && type.absent) return {};
