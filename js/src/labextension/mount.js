@@ -14,9 +14,7 @@
  */
 import { h } from "../lib/dom.js";
 import { createModelShim, mountModule } from "../lib/export_page.js";
-import { MIME_TYPE, PayloadError, omittedMessage, readPayload } from "../lib/payload.js";
-
-let mounted = 0;
+import { MIME_TYPE, PayloadError, omittedMessage, readPayload, snapshotTraits } from "../lib/payload.js";
 
 /**
  * The static picture saved beside the payload (SVG or PNG), as an <img>: an image element runs no script, even in
@@ -77,11 +75,7 @@ export async function mountOutput(el, data, { loadView }) {
     showNote(el, data, `This ${read.widget} output saved no data (${read.message}); showing the saved picture. Re-run the cell to see it interactive.`, "error");
     return () => {};
   }
-  const traits = read.traits;
-  // Each saved output is its own snapshot: views that share a browser-side store by stream id (the monitor) get
-  // one per output, so two outputs of one monitor saved at different times do not overwrite each other.
-  if (typeof traits.stream_id === "string") traits.stream_id = `${traits.stream_id}\u0000saved-output-${(mounted += 1)}`;
-  const model = createModelShim(traits);
+  const model = createModelShim(snapshotTraits(read.traits));
   const root = h("div", { class: "iw-mime-view" });
   el.replaceChildren(root);
   try {

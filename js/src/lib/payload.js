@@ -187,6 +187,19 @@ export function readPayload(payload) {
   return { kind: "view", view, widget, traits: { ...data, ...state } };
 }
 
+let snapshots = 0;
+
+/**
+ * The traits of a saved output for its own model shim. Each saved output is its own snapshot: views that share a
+ * browser-side store by stream id (the monitor) get one per output, so two outputs of one monitor saved at
+ * different times do not overwrite each other.
+ * @param {Record<string, unknown>} traits  from readPayload
+ */
+export function snapshotTraits(traits) {
+  if (typeof traits.stream_id === "string") return { ...traits, stream_id: `${traits.stream_id}\u0000saved-output-${(snapshots += 1)}` };
+  return traits;
+}
+
 /** Every view the schema knows, by view (bundle) name: its widget class and data version. */
 export function knownViews() {
   return Object.fromEntries(Object.entries(SCHEMA.views).map(([view, spec]) => [view, { widget: spec.widget, version: spec.version }]));
