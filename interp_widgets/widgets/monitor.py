@@ -158,7 +158,7 @@ class MonitorWidget(InterpWidget):
             "id": "str", "title": "str", "kind": {"enum": list(PANEL_KINDS)}, "series": {"list": "str"},
             "scale": {"enum": list(SCALES)}, "metric": "str", "band": {"list": "str"}, "dashed": {"list": "str"},
             "reference": "num"}, "required": ["id", "kind", "series", "scale"], "open": True}},  # other keys dropped
-        "checkpoint_schema": {"object": {"series": {"list": "str"}, "rows": "int"}},
+        "checkpoint_schema": {"object": {"series": {"list": "str"}, "rows": "int"}, "required": []},  # {}: no history
     }
 
     stream_id = traitlets.Unicode(help="Identifies the browser-side store shared by this widget's views.").tag(sync=True)

@@ -72,6 +72,16 @@ describe.each(Object.keys(FIXTURES))("%s payload", (view) => {
   });
 });
 
+describe("a monitor saved before any step", () => {
+  it("has an empty checkpoint and still renders its panels", async () => {
+    const payload = clone(FIXTURES.monitor);
+    payload.data = { checkpoint: { base64: "" }, checkpoint_schema: {} };
+    await render(bundle(payload));
+    expect(el.querySelector(".iw-mime-view > .iw-root.iw-monitor, .iw-mime-view > .iw-root")).not.toBeNull();
+    expect(el.querySelector(".iw-error, .iw-mime-note")).toBeNull();
+  });
+});
+
 describe("switching granularity in a rebuilt view", () => {
   it("regroups the tokens in the browser, as the live widget does", async () => {
     const payload = clone(FIXTURES.token_highlight);

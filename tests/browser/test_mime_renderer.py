@@ -52,7 +52,8 @@ def _save(page, server, name: str, *, with_state: bool) -> dict:
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         saved = nbformat.read(path, as_version=4)
-        if all(cell.outputs for cell in saved.cells[1:]) and ("widgets" in saved.metadata) == with_state:
+        views = saved.cells[1 : 1 + len(DISCOVERED)]  # (Shift+Enter on the last cell added an empty one)
+        if all(cell.outputs for cell in views) and ("widgets" in saved.metadata) == with_state:
             return saved
         page.wait_for_timeout(250)
     raise AssertionError(f"{name} was not saved with_state={with_state}: {saved.metadata}")
