@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from interp_widgets.widgets._mime import schema_json
+from interp_widgets.widgets._payload_schema import schema_json
 
 TARGET = Path(__file__).resolve().parent.parent / "js" / "src" / "lib" / "view_schema.json"
 

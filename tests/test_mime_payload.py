@@ -17,8 +17,9 @@ from interp_widgets.view_data import VIEW_DATA
 from interp_widgets.widgets import ConceptBrowser, MonitorWidget, TokenHighlightWidget, output_cap, set_output_cap
 from interp_widgets.widgets._base import WIDGET_VIEW_MIME
 from interp_widgets.widgets._mime import (
-    DEFAULT_OUTPUT_CAP, MIME_TYPE, compact_json, payload_body, schema_json, state_trait_names,
+    DEFAULT_OUTPUT_CAP, MIME_TYPE, compact_json, payload_body, state_trait_names,
 )  # fmt: skip
+from interp_widgets.widgets._payload_schema import schema_json
 from interp_widgets.widgets.concept_browser import PAYLOAD_DETAIL_BYTES
 from tests.test_widget_schema import VIEWS, _filled
 

@@ -18,9 +18,9 @@ A payload larger than :func:`output_cap` (1 MiB by default; ``INTERP_WIDGETS_OUT
 :func:`set_output_cap` change it) is replaced by ``{"format", "view", "version", "widget", "omitted": {"bytes",
 "cap"}}``: the renderer then shows the static picture and says how to export the view instead.
 
-:func:`payload_schema` describes every view's payload in a small type language that ``js/src/lib/payload.js``
-checks untrusted payloads against (the committed copy is ``js/src/lib/view_schema.json``; regenerate it with
-``python scripts/view_schema.py``).
+:func:`interp_widgets.widgets._payload_schema.payload_schema` describes every view's payload in a small type language
+that ``js/src/lib/payload.js`` checks untrusted payloads against (the committed copy is
+``js/src/lib/view_schema.json``; regenerate it with ``python scripts/view_schema.py``).
 
 Example:
     >>> from interp_widgets.widgets import TokenHighlightWidget
@@ -38,20 +38,14 @@ import base64
 import json
 import math
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anywidget
 import numpy as np
-import traitlets
 
 from interp_widgets.view_data import VIEW_DATA
-from interp_widgets.widgets._traits import BinaryArray
 
-if TYPE_CHECKING:
-    from interp_widgets.widgets._base import InterpWidget
-
-__all__ = ["MIME_TYPE", "FORMAT", "DEFAULT_OUTPUT_CAP", "mime_payload", "output_cap", "payload_schema",
-           "set_output_cap"]  # fmt: skip
+__all__ = ["MIME_TYPE", "FORMAT", "DEFAULT_OUTPUT_CAP", "mime_payload", "output_cap", "set_output_cap"]
 
 MIME_TYPE = "application/vnd.interp-widgets.v1+json"
 #: Version of the payload envelope (the "v1" of :data:`MIME_TYPE`); each view's data has its own ``version``.
@@ -60,8 +54,8 @@ FORMAT = 1
 DEFAULT_OUTPUT_CAP = 1024 * 1024
 _CAP_ENV = "INTERP_WIDGETS_OUTPUT_CAP"
 
-# numpy wire dtypes (view_data.array_to_buffer) that each BinaryArray dtype may travel as
-_WIRE = {"float32": ["float32"], "int32": ["int32"], "bool": ["bool"], "int": ["int8", "int16", "int32"]}
+#: numpy wire dtypes (view_data.array_to_buffer) that each BinaryArray dtype may travel as
+WIRE_DTYPES = {"float32": ["float32"], "int32": ["int32"], "bool": ["bool"], "int": ["int8", "int16", "int32"]}
 _ANY_WIRE = ["float32", "int8", "int16", "int32", "uint8", "uint16", "uint32", "bool"]
 #: The schema of one array inside a JSON-typed trait (e.g. the concept browser's histogram).
 ANY_ARRAY_1D = {"array": _ANY_WIRE, "ndim": 1}
@@ -161,7 +155,7 @@ def state_trait_names(cls: type) -> list[str]:
                   if not name.startswith("_") and name not in _base_traits() and name not in data)  # fmt: skip
 
 
-def payload_body(widget: "InterpWidget") -> dict[str, Any]:
+def payload_body(widget: Any) -> dict[str, Any]:
     """The full payload of ``widget`` (no cap applied)."""
     state = widget._payload_state(state_trait_names(type(widget)))  # first: the monitor checkpoints in get_state
     data = widget.view_data()
@@ -179,7 +173,7 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 
-def mime_payload(widget: "InterpWidget", cap: int | None = None) -> dict[str, Any]:
+def mime_payload(widget: Any, cap: int | None = None) -> dict[str, Any]:
     """The ``application/vnd.interp-widgets.v1+json`` payload of ``widget``: its view data and view state, or, over
     ``cap`` bytes (default :func:`output_cap`), a small record of what was left out.
 
@@ -196,96 +190,3 @@ def mime_payload(widget: "InterpWidget", cap: int | None = None) -> dict[str, An
     if size <= cap:
         return body
     return {key: body[key] for key in ("format", "view", "version", "widget")} | {"omitted": {"bytes": size, "cap": cap}}
-
-
-# ------------------------------------------------------------------------------------------------------ schema
-def trait_schema(trait: traitlets.TraitType, where: str = "trait") -> Any:
-    """The payload type of one synced trait: ``"str"``, ``"int"``, ``"num"`` (``null`` reads as NaN), ``"bool"``,
-    ``"bytes"``, ``{"list": T}``, ``{"nullable": T}``, or ``{"array": [dtypes], "ndim": n}`` (``"absent": true``
-    when ``{}`` means none). Dict traits have no generic type; their class declares one in ``_payload_schema``.
-
-    Example:
-        >>> trait_schema(traitlets.List(traitlets.Float(allow_none=True)))
-        {'list': {'nullable': 'num'}}
-        >>> trait_schema(BinaryArray("int", ndim=1))
-        {'array': ['int8', 'int16', 'int32'], 'ndim': 1}
-    """
-    if isinstance(trait, BinaryArray):
-        schema: Any = {"array": _WIRE[trait.dtype], "ndim": trait.ndim}
-        return schema | {"absent": True} if trait.allow_none else schema
-    if isinstance(trait, traitlets.Bytes):
-        schema = "bytes"
-    elif isinstance(trait, traitlets.Bool):
-        schema = "bool"
-    elif isinstance(trait, traitlets.Int):
-        schema = "int"
-    elif isinstance(trait, traitlets.Float):
-        schema = "num"
-    elif isinstance(trait, traitlets.Unicode):
-        schema = "str"
-    elif isinstance(trait, traitlets.List) and trait._trait is not None:
-        schema = {"list": trait_schema(trait._trait, where)}
-    else:
-        raise TypeError(f"{where} ({type(trait).__name__}) has no payload type; declare it in the class's "
-                        "_payload_schema")  # fmt: skip
-    return {"nullable": schema} if trait.allow_none else schema
-
-
-def view_schema(cls: type) -> dict[str, Any]:
-    """The payload schema of one view class: ``{"version", "widget", "data": {field: type}, "state": {trait: type}}``.
-
-    Example:
-        >>> from interp_widgets.widgets import GenerationWidget
-        >>> view_schema(GenerationWidget)["state"]["view"]
-        {'enum': ['text', 'heatmap']}
-    """
-    overrides: dict[str, Any] = {}
-    for klass in reversed(cls.__mro__):
-        overrides.update(vars(klass).get("_payload_schema", {}))
-    traits = cls.class_traits(sync=True)
-    schema_class = VIEW_DATA[cls._bundle]
-
-    def typed(name: str) -> Any:
-        return overrides[name] if name in overrides else trait_schema(traits[name], f"{cls.__name__}.{name}")
-
-    return {"version": schema_class.VERSION, "widget": cls.__name__,
-            "data": {name: typed(name) for name in schema_class.field_names()},
-            "state": {name: typed(name) for name in state_trait_names(cls)}}  # fmt: skip
-
-
-def _view_classes() -> list[type]:
-    from interp_widgets.widgets._base import InterpWidget
-
-    found, stack = [], [InterpWidget]
-    while stack:
-        for sub in stack.pop().__subclasses__():
-            stack.append(sub)
-            if sub.__dict__.get("_bundle") in VIEW_DATA and sub.__module__.startswith("interp_widgets."):
-                found.append(sub)
-    return sorted(found, key=lambda cls: cls._bundle)
-
-
-def payload_schema() -> dict[str, Any]:
-    """The schema of every view's payload, by view name: what ``js/src/lib/view_schema.json`` holds.
-
-    Example:
-        >>> import interp_widgets.widgets  # registers every view
-        >>> schema = payload_schema()
-        >>> schema["format"], sorted(schema["views"])[:2], schema["views"]["token_highlight"]["data"]["tokens"]
-        (1, ['comparison', 'concept_browser'], {'list': 'str'})
-    """
-    import interp_widgets.widgets  # noqa: F401  (every view class registers by import)
-
-    return {"format": FORMAT, "mime_type": MIME_TYPE,
-            "views": {cls._bundle: view_schema(cls) for cls in _view_classes()}}  # fmt: skip
-
-
-def schema_json() -> str:
-    """:func:`payload_schema` as the text of ``js/src/lib/view_schema.json`` (``python scripts/view_schema.py``
-    writes it; a test checks that the committed file is current).
-
-    Example:
-        >>> json.loads(schema_json())["mime_type"]
-        'application/vnd.interp-widgets.v1+json'
-    """
-    return json.dumps(payload_schema(), indent=1, sort_keys=True) + "\n"
