@@ -71,14 +71,20 @@ export class InterpWidgetsRenderer extends Panel {
     this._saved = null; // the Widget holding the view rebuilt from the payload
     this._cleanup = null;
     this._observer = null;
+    this._live = null; // {modelId, renderer} once ipywidgets' renderer shows the live widget
+    this._generation = 0; // bumped by every renderModel, so late callbacks of an earlier one do nothing
   }
 
   /** Draw `model` (an output's IMimeModel); resolves once something is on screen. */
   async renderModel(model) {
-    this._reset();
     const data = model.data;
     const spec = data[WIDGET_VIEW_MIME];
     const modelId = model.trusted && spec && typeof spec === "object" && typeof spec.model_id === "string" ? spec.model_id : "";
+    // An updated display of the same widget (the monitor refreshes its output with `handle.update`) keeps the live
+    // view, which already shows the model's current state, instead of building it again.
+    if (modelId && this._live?.modelId === modelId && showsWidget(this._live.renderer)) return;
+    this._reset();
+    const generation = (this._generation += 1);
     const host = modelId ? this._host : null;
     const factory = host?.current() ?? null;
     if (factory) {
@@ -90,18 +96,19 @@ export class InterpWidgetsRenderer extends Panel {
       }
       if (showsWidget(live)) {
         this.addWidget(live);
+        this._live = { modelId, renderer: live };
         return;
       }
       await this._showSaved(data);
-      this._standBy(live);
+      this._standBy(live, modelId);
       return;
     }
     await this._showSaved(data);
     if (host) {
       host.whenBound().then((bound) => {
-        if (!bound || this.isDisposed || this._saved === null) return;
+        if (!bound || this.isDisposed || this._generation !== generation || this._saved === null) return;
         const live = this._liveRenderer(bound);
-        this._standBy(live);
+        this._standBy(live, modelId);
         live.renderModel(model).catch((error) => console.error("interp-widgets: the live widget could not be drawn", error));
       });
     }
@@ -122,7 +129,7 @@ export class InterpWidgetsRenderer extends Panel {
   }
 
   /** Keep ipywidgets' renderer hidden until it shows the live widget, then let it replace the rebuilt view. */
-  _standBy(live) {
+  _standBy(live, modelId) {
     live.hide();
     this.addWidget(live);
     const promote = () => {
@@ -131,6 +138,7 @@ export class InterpWidgetsRenderer extends Panel {
       this._observer = null;
       this._dropSaved();
       live.show();
+      this._live = { modelId, renderer: live };
     };
     this._observer = new MutationObserver(promote);
     this._observer.observe(live.node, { childList: true });
@@ -150,6 +158,7 @@ export class InterpWidgetsRenderer extends Panel {
   }
 
   _reset() {
+    this._live = null;
     this._observer?.disconnect();
     this._observer = null;
     this._dropSaved();
