@@ -1,4 +1,4 @@
-"""The ``application/vnd.interp-widgets.v1+json`` output every view adds to its MIME bundle, and its schema.
+"""The ``application/vnd.interp-widgets.v1+json`` output every view adds to its MIME bundle, and the per-output cap.
 
 The payload is what the view draws, saved with the output, so that a notebook reopened without a kernel (or without
 saved widget state, JupyterLab's and Notebook 7's default, or untrusted) shows the same interactive view: the
