@@ -10,7 +10,7 @@ import { settle } from "./fake_model.js";
 // jsdom has no DragEvent, which @lumino/widgets (the page's own copy in JupyterLab) refers to when it loads.
 globalThis.DragEvent ??= class DragEvent extends MouseEvent {};
 const { Panel, Widget } = await import("@lumino/widgets");
-const { InterpWidgetsRenderer, RANK, panelHost, rendererFactory } = await import("../src/labextension/renderer.js");
+const { InterpWidgetsRenderer, RANK, hostOf, panelHost, rendererFactory } = await import("../src/labextension/renderer.js");
 
 const clone = (value) => JSON.parse(JSON.stringify(value));
 
@@ -35,8 +35,9 @@ class FakeWidgetRenderer extends Panel {
   }
 }
 
+const placeholder = { safe: false, mimeTypes: [WIDGET_VIEW_MIME], createRenderer: () => new Panel() };
+
 function fakeNotebook() {
-  const placeholder = { safe: false, mimeTypes: [WIDGET_VIEW_MIME], createRenderer: () => new Panel() };
   const manager = { models: new Set(), waiting: [] };
   const bound = { safe: false, mimeTypes: [WIDGET_VIEW_MIME], createRenderer: () => new FakeWidgetRenderer(manager) };
   let factory = placeholder;
@@ -47,6 +48,8 @@ function fakeNotebook() {
   return {
     host,
     manager,
+    sessionContext,
+    rendermime,
     bind() {
       factory = bound;
       ready();
@@ -65,7 +68,7 @@ const output = (trusted = true, modelId = "w1") => ({
 
 let renderer;
 const mount = (host) => {
-  renderer = new InterpWidgetsRenderer({ mimeType: MIME_TYPE }, host);
+  renderer = new InterpWidgetsRenderer({ mimeType: MIME_TYPE }, { host });
   Widget.attach(renderer, document.body);
   return renderer;
 };
@@ -85,7 +88,7 @@ afterEach(() => {
 
 describe("the rendermime factory", () => {
   it("is safe, ranks ahead of ipywidgets' -10 and renders our MIME type", () => {
-    const factory = rendererFactory(null);
+    const factory = rendererFactory();
     expect(factory).toMatchObject({ safe: true, mimeTypes: [MIME_TYPE], defaultRank: RANK });
     expect(RANK).toBeLessThan(-10);
     expect(factory.createRenderer({ mimeType: MIME_TYPE })).toBeInstanceOf(InterpWidgetsRenderer);
@@ -148,6 +151,29 @@ describe("who draws the output", () => {
     await renderer.renderModel(output(true, "w2")); // another widget: drawn afresh
     expect(renderer.node.querySelector(".live-widget")).toBeNull();
     expect(saved()).toBe(1);
+  });
+
+  it("finds its notebook through its parents, also when the cell joins the notebook after the output rendered", async () => {
+    const nb = fakeNotebook();
+    nb.manager.models.add("w1");
+    nb.bind();
+    const panel = new Panel(); // a NotebookPanel: session context, and content with the notebook's rendermime
+    panel.sessionContext = nb.sessionContext;
+    panel.content = { rendermime: nb.rendermime };
+    const cell = new Panel();
+    renderer = new InterpWidgetsRenderer({ mimeType: MIME_TYPE }, { placeholder: () => placeholder });
+    cell.addWidget(renderer);
+    expect(hostOf(renderer, () => placeholder)).toBeNull();
+    await renderer.renderModel(output()); // no notebook yet: the rebuilt view
+    expect(saved()).toBe(1);
+    panel.addWidget(cell); // the cell is inserted into the notebook
+    Widget.attach(panel, document.body);
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    expect([visibleLive(), saved()]).toEqual([1, 0]);
+    expect(hostOf(renderer, () => placeholder)).toBe(hostOf(renderer, () => placeholder)); // one host per panel
+    Widget.detach(panel);
+    panel.dispose();
+    renderer = null;
   });
 
   it("cleans up on dispose", async () => {

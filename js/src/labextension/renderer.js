@@ -13,8 +13,12 @@
  * to the live widget as soon as ipywidgets' renderer draws it; when the model is not found it never does, and the
  * rebuilt view stays. Only one of the two is ever visible.
  *
+ * A renderer finds its notebook (or console) through its Lumino parents: JupyterLab may render a reopened notebook's
+ * outputs before the notebook panel is announced to extensions, and before the cell is inserted into the notebook,
+ * so the search is retried for a few seconds; outputs outside notebooks and consoles are rebuilt from the payload.
+ *
  * @example
- *   rendermime.addFactory(rendererFactory(host), RANK);
+ *   rendermime.addFactory(rendererFactory({ placeholder: () => rendermime.getFactory(WIDGET_VIEW_MIME) }), RANK);
  */
 import { Panel, Widget } from "@lumino/widgets";
 import { MIME_TYPE, WIDGET_VIEW_MIME } from "../lib/payload.js";
@@ -57,17 +61,38 @@ function showsWidget(renderer) {
   return !renderer.isDisposed && renderer.widgets.length > 0;
 }
 
+const HOSTS = new WeakMap(); // notebook / console panel -> its panelHost, shared by the panel's renderers
+const FIND_HOST_TRIES = 100; // x 100 ms: the parents are complete once the cell is in the notebook
+
+/**
+ * The host of the notebook or console panel `widget` sits in (found through its Lumino parents), or null.
+ * @param {Widget} widget
+ * @param {() => any} placeholder
+ */
+export function hostOf(widget, placeholder) {
+  for (let node = widget.parent; node; node = node.parent) {
+    const rendermime = node.content?.rendermime ?? node.console?.rendermime; // NotebookPanel, ConsolePanel
+    if (node.sessionContext && rendermime) {
+      if (!HOSTS.has(node)) HOSTS.set(node, panelHost(node, rendermime, placeholder));
+      return HOSTS.get(node);
+    }
+  }
+  return null;
+}
+
 /** The IRenderer: a Lumino panel holding either the rebuilt view or ipywidgets' renderer of the live widget. */
 export class InterpWidgetsRenderer extends Panel {
   /**
    * @param {any} options  JupyterLab's renderer options
-   * @param {ReturnType<typeof panelHost> | null} host  null outside notebooks and consoles (payload only)
+   * @param {{host?: ReturnType<typeof panelHost>, placeholder?: () => any}} context  the host if known (tests), else
+   *   found through the renderer's parents; `placeholder` gives ipywidgets' unbound factory
    */
-  constructor(options, host) {
+  constructor(options, { host = null, placeholder = () => null } = {}) {
     super();
     this.addClass("iw-mime-output");
     this._options = options;
     this._host = host;
+    this._placeholder = placeholder;
     this._saved = null; // the Widget holding the view rebuilt from the payload
     this._cleanup = null;
     this._observer = null;
@@ -85,7 +110,8 @@ export class InterpWidgetsRenderer extends Panel {
     if (modelId && this._live?.modelId === modelId && showsWidget(this._live.renderer)) return;
     this._reset();
     const generation = (this._generation += 1);
-    const host = modelId ? this._host : null;
+    const stale = () => this.isDisposed || this._generation !== generation;
+    let host = modelId ? this._findHost() : null;
     const factory = host?.current() ?? null;
     if (factory) {
       const live = this._liveRenderer(factory);
@@ -104,14 +130,22 @@ export class InterpWidgetsRenderer extends Panel {
       return;
     }
     await this._showSaved(data);
-    if (host) {
-      host.whenBound().then((bound) => {
-        if (!bound || this.isDisposed || this._generation !== generation || this._saved === null) return;
-        const live = this._liveRenderer(bound);
-        this._standBy(live, modelId);
-        live.renderModel(model).catch((error) => console.error("interp-widgets: the live widget could not be drawn", error));
-      });
-    }
+    if (!modelId) return;
+    (async () => {
+      for (let tries = 0; host === null && tries < FIND_HOST_TRIES && !stale(); tries += 1) {
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        host = this._findHost();
+      }
+      const bound = host && !stale() ? await host.whenBound() : null;
+      if (!bound || stale() || this._saved === null) return;
+      const live = this._liveRenderer(bound);
+      this._standBy(live, modelId);
+      await live.renderModel(model);
+    })().catch((error) => console.error("interp-widgets: the live widget could not be drawn", error));
+  }
+
+  _findHost() {
+    return this._host ?? hostOf(this, this._placeholder);
   }
 
   _liveRenderer(factory) {
@@ -174,13 +208,13 @@ export class InterpWidgetsRenderer extends Panel {
 
 /**
  * The rendermime factory (`safe: true`: it renders untrusted outputs too, from checked data).
- * @param {ReturnType<typeof panelHost> | null} host
+ * @param {{host?: ReturnType<typeof panelHost>, placeholder?: () => any}} [context]  see InterpWidgetsRenderer
  */
-export function rendererFactory(host) {
+export function rendererFactory(context = {}) {
   return {
     safe: true,
     mimeTypes: [MIME_TYPE],
     defaultRank: RANK,
-    createRenderer: (options) => new InterpWidgetsRenderer(options, host),
+    createRenderer: (options) => new InterpWidgetsRenderer(options, context),
   };
 }
