@@ -26,6 +26,7 @@ class FakeWidgetRenderer extends Panel {
     const id = model.data[WIDGET_VIEW_MIME].model_id;
     this.modelId = id;
     if (this.manager.models.has(id)) this.show_live();
+    else if (this.manager.forgetful) this.node.textContent = "Error displaying widget: model not found";
     else this.manager.waiting.push(this); // re-rendered when the manager restores (jupyterlab-manager's `restored`)
   }
   show_live() {
@@ -123,6 +124,17 @@ describe("who draws the output", () => {
     nb.restore("w1");
     await settle();
     expect([visibleLive(), saved()]).toEqual([1, 0]); // one view only
+  });
+
+  it("asks again when ipywidgets said 'model not found' before the saved state was loaded (its restore race)", async () => {
+    const nb = fakeNotebook();
+    nb.bind();
+    nb.manager.forgetful = true;
+    await mount(nb.host).renderModel(output());
+    expect(saved()).toBe(1);
+    nb.manager.models.add("w1"); // the saved state is loaded after the first answer
+    await new Promise((resolve) => setTimeout(resolve, 1800)); // the first retry comes 1.5 s later
+    expect([visibleLive(), live(), saved()]).toEqual([1, 1, 0]); // the failed stand-by was dropped
   });
 
   it("only the rebuilt view for untrusted outputs, whatever the manager holds", async () => {

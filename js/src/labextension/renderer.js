@@ -63,6 +63,13 @@ function showsWidget(renderer) {
 
 const HOSTS = new WeakMap(); // notebook / console panel -> its panelHost, shared by the panel's renderers
 const FIND_HOST_TRIES = 100; // x 100 ms: the parents are complete once the cell is in the notebook
+/**
+ * Later attempts at the live widget, in ms after the previous one. jupyterlab-manager marks itself restored after a
+ * restore from the kernel alone when the kernel connects during its first restore, before the saved widget state
+ * is loaded; a renderer asking in between says "model not found" for good, so the hand-over asks again.
+ */
+const RETRIES = [1500, 4000, 10000];
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 /**
  * The host of the notebook or console panel `widget` sits in (found through its Lumino parents), or null.
@@ -98,6 +105,7 @@ export class InterpWidgetsRenderer extends Panel {
     this._observer = null;
     this._live = null; // {modelId, renderer} once ipywidgets' renderer shows the live widget
     this._generation = 0; // bumped by every renderModel, so late callbacks of an earlier one do nothing
+    this._standby = null; // ipywidgets' renderer waiting (hidden) for the model
   }
 
   /** Draw `model` (an output's IMimeModel); resolves once something is on screen. */
@@ -111,37 +119,48 @@ export class InterpWidgetsRenderer extends Panel {
     this._reset();
     const generation = (this._generation += 1);
     const stale = () => this.isDisposed || this._generation !== generation;
-    let host = modelId ? this._findHost() : null;
+    const host = modelId ? this._findHost() : null;
     const factory = host?.current() ?? null;
+    let first = null;
     if (factory) {
-      const live = this._liveRenderer(factory);
+      // The manager is bound (the usual case right after a cell ran): ask it first, so a live widget shows at once.
+      first = this._liveRenderer(factory);
       try {
-        await live.renderModel(model);
+        await first.renderModel(model);
       } catch (error) {
         console.error("interp-widgets: the live widget could not be drawn", error);
       }
-      if (showsWidget(live)) {
-        this.addWidget(live);
-        this._live = { modelId, renderer: live };
-        return;
+      if (stale()) return first.dispose();
+      if (showsWidget(first)) {
+        this.addWidget(first);
+        this._live = { modelId, renderer: first };
+        return undefined;
       }
-      await this._showSaved(data);
-      this._standBy(live, modelId);
-      return;
     }
     await this._showSaved(data);
-    if (!modelId) return;
-    (async () => {
-      for (let tries = 0; host === null && tries < FIND_HOST_TRIES && !stale(); tries += 1) {
-        await new Promise((resolve) => setTimeout(resolve, 100));
-        host = this._findHost();
-      }
-      const bound = host && !stale() ? await host.whenBound() : null;
-      if (!bound || stale() || this._saved === null) return;
-      const live = this._liveRenderer(bound);
+    if (!modelId || stale()) return first?.dispose();
+    if (first) this._standBy(first, modelId);
+    this._goLive(host, model, modelId, stale, first !== null).catch((error) =>
+      console.error("interp-widgets: the live widget could not be drawn", error),
+    );
+    return undefined;
+  }
+
+  /** Hand over to the live widget once it exists: find the notebook, wait for its manager, then ask (and ask again). */
+  async _goLive(host, model, modelId, stale, asked) {
+    for (let tries = 0; host === null && tries < FIND_HOST_TRIES && !stale(); tries += 1) {
+      await sleep(100);
+      host = this._findHost();
+    }
+    const factory = host && !stale() ? await host.whenBound() : null;
+    if (!factory) return;
+    for (const delay of asked ? RETRIES : [0, ...RETRIES]) {
+      if (delay) await sleep(delay);
+      if (stale() || this._live) return;
+      const live = this._liveRenderer(factory);
       this._standBy(live, modelId);
       await live.renderModel(model);
-    })().catch((error) => console.error("interp-widgets: the live widget could not be drawn", error));
+    }
   }
 
   _findHost() {
@@ -162,14 +181,21 @@ export class InterpWidgetsRenderer extends Panel {
     else cleanup();
   }
 
-  /** Keep ipywidgets' renderer hidden until it shows the live widget, then let it replace the rebuilt view. */
+  /**
+   * Keep ipywidgets' renderer hidden until it shows the live widget, then let it replace the rebuilt view. A new
+   * stand-by replaces the previous one (a renderer that said "model not found").
+   */
   _standBy(live, modelId) {
+    this._observer?.disconnect();
+    if (this._standby && this._standby !== live) this._standby.dispose();
+    this._standby = live;
     live.hide();
     this.addWidget(live);
     const promote = () => {
       if (!showsWidget(live)) return;
       this._observer?.disconnect();
       this._observer = null;
+      this._standby = null;
       this._dropSaved();
       live.show();
       this._live = { modelId, renderer: live };
@@ -193,6 +219,7 @@ export class InterpWidgetsRenderer extends Panel {
 
   _reset() {
     this._live = null;
+    this._standby = null;
     this._observer?.disconnect();
     this._observer = null;
     this._dropSaved();
