@@ -93,3 +93,11 @@ def model_fingerprint(model, tokenizer) -> dict:
         "device": str(next(model.parameters()).device),
         "embedding_rows": model.get_input_embeddings().weight.shape[0],
     }
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real pretrained decoder SmolLM2-135M-Instruct (float32, eval mode) and its tokenizer, from the cache."""
+    from interp_widgets.demo import load_lm
+
+    return load_lm(progress=False)

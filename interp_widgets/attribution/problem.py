@@ -19,6 +19,12 @@ import numpy as np
 import torch
 
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, ModelAdapter
+from interp_widgets.attribution.contrast import (
+    check_contrast_task,
+    foils_per_input,
+    resolve_lm_foils,
+    resolve_masked_foil,
+)
 from interp_widgets.text_units import Encoding
 from interp_widgets.validation import check_choice
 
@@ -31,7 +37,8 @@ class ExplainedInput:
 
     ``target_ids`` are class ids (classification) or vocabulary ids (language models); ``target_positions`` the
     sequence position whose logits score each target (``-1`` for classification); ``visible`` how many leading
-    source tokens each target can see (later sources get NaN scores).
+    source tokens each target can see (later sources get NaN scores). With a contrast, ``foil_ids`` holds the foil
+    of each target and every score is ``score(target) − score(foil)`` (see :mod:`interp_widgets.attribution.contrast`).
     """
 
     encoding: Encoding
@@ -42,6 +49,11 @@ class ExplainedInput:
     visible: np.ndarray
     generated_mask: np.ndarray | None = None
     true_label: str | None = None
+    foil_ids: np.ndarray | None = None
+    foil_labels: list[str] | None = None
+    foil_probs: np.ndarray | None = None
+    foil_alignment: np.ndarray | None = None
+    contrast: str | None = None
 
     @property
     def length(self) -> int:
@@ -52,11 +64,22 @@ class ExplainedInput:
         return len(self.target_ids)
 
 
-def _scores_from_logits(logits: torch.Tensor, target_ids: torch.Tensor, positions: torch.Tensor, kind: str) -> torch.Tensor:
-    """Score of each row: the logit, probability or log-probability of its target (at its position for LMs)."""
+def _scores_from_logits(logits: torch.Tensor, target_ids: torch.Tensor, positions: torch.Tensor, kind: str,
+                        foil_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Score of each row: the logit, probability or log-probability of its target (at its position for LMs).
+
+    With ``foil_ids`` the score is the difference ``score(target) − score(foil)`` from the same logits. For log
+    probabilities that difference is the logit difference exactly (the log-normaliser cancels), so it is computed
+    from the logits, in float32, without a softmax over the vocabulary.
+    """
     rows = torch.arange(logits.shape[0], device=logits.device)
     if logits.dim() == 3:
         logits = logits[rows, positions.clamp(min=0)]
+    if foil_ids is not None:
+        if kind == "probability":
+            probs = torch.softmax(logits.float(), dim=-1)
+            return probs[rows, target_ids] - probs[rows, foil_ids]
+        return logits[rows, target_ids].float() - logits[rows, foil_ids].float()
     if kind == "logit":
         picked = logits[rows, target_ids]
     elif kind == "probability":
@@ -82,6 +105,8 @@ def prepare_inputs(
     seed: int = 0,
     mask_position: int | None = None,
     true_labels: Sequence[str] | None = None,
+    contrast=None,
+    contrast_alignment: Sequence[tuple[int, int]] | None = None,
 ) -> list[ExplainedInput]:
     """Tokenize inputs and resolve what to explain on each, according to the model's task.
 
@@ -90,6 +115,10 @@ def prepare_inputs(
       forced ``continuation`` (text or token ids); every continuation token is a target;
     - masked LM: ``target`` is the token (string or id) scored at ``mask_position`` (default: the first mask token),
       or ``None`` for the predicted token.
+
+    ``contrast`` adds a foil to every target (causal and masked LMs; see :mod:`interp_widgets.attribution.contrast`
+    for the forms it takes and the alignment of a foil continuation of another length, which
+    ``contrast_alignment`` overrides).
 
     Example:
         >>> [p.target_labels for p in prepare_inputs(adapter, ["Great food.", "Slow service."], target="negative")]
@@ -104,8 +133,18 @@ def prepare_inputs(
         >>> masked = prepare_inputs(ModelAdapter(masked_lm, tokenizer), "The food was [MASK].", target="good")[0]
         >>> masked.target_labels, masked.target_positions.tolist()
         (['good'], [4])
+        >>> foiled = prepare_inputs(lm_adapter, "The room was", continuation=" clean", contrast=" cold")[0]
+        >>> foiled.target_labels, foiled.foil_labels, foiled.foil_alignment.tolist()
+        (["' cle'@3", "'an'@4"], [' co', 'ld'], [0, 1])
+        >>> longer = prepare_inputs(lm_adapter, "The room was", continuation=" clean", contrast=" dirty")[0]
+        >>> longer.foil_labels, longer.foil_alignment.tolist()  # ' d', 'ir', 't', 'y': right-aligned
+        (['t', 'y'], [2, 3])
     """
+    check_contrast_task(adapter.task, contrast)
+    if contrast is None and contrast_alignment is not None:
+        raise ValueError("contrast_alignment aligns a foil with the targets; pass the foil too (contrast=' text')")
     encodings = adapter.encode_many(inputs)
+    foils = foils_per_input(contrast, len(encodings), single=isinstance(inputs, str))
     if true_labels is not None and len(true_labels) != len(encodings):
         raise ValueError(f"{len(true_labels)} true labels for {len(encodings)} inputs")
     if adapter.task == TASK_CLASSIFICATION:
@@ -128,7 +167,32 @@ def prepare_inputs(
     if true_labels is not None:
         for problem, label in zip(problems, true_labels):
             problem.true_label = str(label)
+    if contrast is not None:
+        _add_foils(adapter, problems, foils, contrast_alignment, single=isinstance(inputs, str))
     return problems
+
+
+def _add_foils(adapter: ModelAdapter, problems: list[ExplainedInput], foils: list, alignment, *, single: bool) -> None:
+    """Resolve the foil of every target (one forward pass per input gives the foils' probabilities)."""
+    logits = _forward_ids(adapter, [p.encoding.input_ids for p in problems])
+    for item, (problem, foil, lg) in enumerate(zip(problems, foils, logits)):
+        try:
+            if adapter.task == TASK_MASKED_LM:
+                found = resolve_masked_foil(adapter.tokenizer, lg.shape[-1], foil)
+            else:
+                prompt = problem.encoding.input_ids[~problem.generated_mask]
+                found = resolve_lm_foils(adapter.tokenizer, lg.shape[-1], foil, prompt, problem.n_targets, alignment)
+        except (ValueError, TypeError) as err:
+            if single:
+                raise
+            raise type(err)(f"input {item}: {err}") from None
+        at = lg[torch.as_tensor(problem.target_positions)] if lg.dim() == 2 else lg[None]
+        probs = torch.softmax(at.float(), dim=-1)[torch.arange(problem.n_targets), torch.as_tensor(found.ids)]
+        problem.foil_ids = found.ids
+        problem.foil_labels = found.labels
+        problem.foil_probs = probs.cpu().numpy().astype(np.float64)
+        problem.foil_alignment = found.alignment
+        problem.contrast = found.text
 
 
 @torch.inference_mode()
@@ -323,6 +387,17 @@ def plan_chunks(adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[
             yield batch
 
 
+def _row_foils(problems, batch, pieces, device) -> torch.Tensor | None:
+    """The foil id of every row of a pass, or None when no input of the pass has a contrast."""
+    has = [problems[c.item].foil_ids is not None for c in batch]
+    if not any(has):
+        return None
+    if not all(has):
+        raise ValueError("a pass mixes inputs with and without a contrast; give every input a foil or none")
+    ids = np.concatenate([problems[c.item].foil_ids[t] for c, (_, t) in zip(batch, pieces)])
+    return torch.as_tensor(ids, device=device)
+
+
 def evaluate_rows(
     adapter: ModelAdapter,
     problems: Sequence[ExplainedInput],
@@ -339,7 +414,8 @@ def evaluate_rows(
     ``build_rows(item, start, stop)`` returns embeddings ``(rows, T, D)`` and the target index (into
     ``problems[item].target_ids``) of each row. ``consume(chunk, scores, grads)`` receives the row scores and, with
     ``with_grad``, the gradients of each row's score with respect to its embeddings ``(rows, T, D)``; both stay on
-    the model's device. Passes hold rows of one length (see :func:`plan_chunks`).
+    the model's device. Passes hold rows of one length (see :func:`plan_chunks`). A row's score is
+    ``score(target) − score(foil)`` when its input has a contrast (``foil_ids``).
 
     Example:
         >>> problems = prepare_inputs(adapter, ["Not bad."], target="positive")
@@ -361,15 +437,16 @@ def evaluate_rows(
         positions = np.concatenate([problems[c.item].target_positions[t] for c, (_, t) in zip(batch, pieces)])
         target_ids = torch.as_tensor(target_ids, device=x.device)
         positions = torch.as_tensor(positions, device=x.device)
+        foil_ids = _row_foils(problems, batch, pieces, x.device)
         if with_grad:
             x.requires_grad_(True)
             with torch.enable_grad():
-                row_scores = _scores_from_logits(adapter.forward_embeds(x), target_ids, positions, score)
+                row_scores = _scores_from_logits(adapter.forward_embeds(x), target_ids, positions, score, foil_ids)
                 (grads,) = torch.autograd.grad(row_scores.sum(), x)
             row_scores = row_scores.detach()
         else:
             with torch.inference_mode():
-                row_scores = _scores_from_logits(adapter.forward_embeds(x), target_ids, positions, score)
+                row_scores = _scores_from_logits(adapter.forward_embeds(x), target_ids, positions, score, foil_ids)
             grads = None
         offset = 0
         for chunk in batch:

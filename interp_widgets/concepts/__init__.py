@@ -40,6 +40,7 @@ from interp_widgets.concepts.interpret import (
     label_from_tokens,
     vocabulary_projection,
 )
+from interp_widgets.concepts.labels import LMLabeler, TokenLabeler, label_auroc
 from interp_widgets.concepts.metrics import (
     dead_concepts,
     evaluate,
@@ -49,6 +50,7 @@ from interp_widgets.concepts.metrics import (
     relative_reconstruction_error,
     stability,
 )
+from interp_widgets.concepts.probes import DirectionConcepts, LinearProbe, ProbeSweep, probe_layers
 from interp_widgets.concepts.sae import SparseAutoencoder
 
 __all__ = [
@@ -57,6 +59,13 @@ __all__ = [
     "ConceptImportance",
     "ConceptInterpretation",
     "ConceptModel",
+    "DirectionConcepts",
+    "LinearProbe",
+    "LMLabeler",
+    "TokenLabeler",
+    "label_auroc",
+    "ProbeSweep",
+    "probe_layers",
     "DictionaryLearningConcepts",
     "ICAConcepts",
     "IncrementalPCAConcepts",

@@ -156,9 +156,9 @@ class SparseAutoencoder(ConceptModel):
 
         optimizer = torch.optim.Adam(w.values(), lr=self.lr)
         history, best, reference, best_weights, stale = [], math.inf, math.inf, None, 0
-        bar = tqdm(range(self.max_epochs), desc=f"SAE {self.activation} {self.n_concepts}", unit="epoch",
+        bar = tqdm(total=self.max_epochs, desc=f"SAE {self.activation} {self.n_concepts}", unit="epoch",
                    disable=not self.progress)
-        for epoch in bar:
+        for epoch in range(self.max_epochs):
             fired = torch.zeros(self.n_concepts, dtype=torch.long, device=device)
             total, steps = 0.0, 0
             for block in batches(epoch):
@@ -188,8 +188,14 @@ class SparseAutoencoder(ConceptModel):
                 record["resampled"] = self._resample(w, dead, residual, generator)
                 optimizer = torch.optim.Adam(w.values(), lr=self.lr)
             history.append(record)
+            bar.update(1)
             bar.set_postfix(loss=f"{float(monitor_loss):.4g}", dead=int(len(dead)))
             if stale >= self.patience:
+                # finished, not failed: a bar closed short of its total turns red in notebooks
+                bar.total = len(history)
+                bar.set_postfix_str(f"loss={float(monitor_loss):.4g}, stopped early: no {self.min_delta:.0e} "
+                                    f"relative improvement in {self.patience} epochs")
+                bar.refresh()
                 break
         bar.close()
         self.weights_ = {name: t.detach().cpu() for name, t in (best_weights or w).items()}

