@@ -136,6 +136,67 @@ def test_the_committed_js_schema_is_generated_from_the_view_classes():
     assert token["state"]["granularity"] == {"enum": ["token", "word", "sentence"]}
 
 
+def _conforms(value, type_, path: str = "payload") -> None:
+    """Python mirror of js/src/lib/payload.js's check, so that a payload the views write and the schema the front
+    end reads cannot drift apart (a field added to a detail dict, say) without a failing Python test."""
+    if isinstance(type_, str):
+        expected = {"str": str, "int": int, "num": (int, float, type(None)), "bool": bool}.get(type_)
+        if type_ == "bytes":
+            assert isinstance(value, dict) and set(value) == {"base64"}, path
+        else:
+            assert isinstance(value, expected) and (type_ == "bool" or not isinstance(value, bool)), f"{path}: {value!r}"
+    elif "nullable" in type_:
+        if value is not None:
+            _conforms(value, type_["nullable"], path)
+    elif "enum" in type_:
+        assert value in type_["enum"], f"{path}: {value!r}"
+    elif "list" in type_:
+        assert isinstance(value, list), path
+        for i, item in enumerate(value):
+            _conforms(item, type_["list"], f"{path}[{i}]")
+    elif "map" in type_:
+        assert isinstance(value, dict), path
+        for key, item in value.items():
+            _conforms(item, type_["map"], f"{path}[{key!r}]")
+    elif "object" in type_:
+        assert isinstance(value, dict), path
+        assert set(type_.get("required", type_["object"])) <= set(value), f"{path} lacks some of {type_['object']}"
+        assert type_.get("open") or set(value) <= set(type_["object"]), f"{path} has unknown {set(value) - set(type_['object'])}"
+        for key, item in value.items():
+            if key in type_["object"]:
+                _conforms(item, type_["object"][key], f"{path}.{key}")
+    elif "array" in type_:
+        if value in (None, {}) and type_.get("absent"):
+            return
+        assert set(value) == {"dtype", "shape", "data"} and value["dtype"] in type_["array"], f"{path}: {value!r}"[:200]
+        assert len(value["shape"]) == type_["ndim"], path
+    else:
+        raise AssertionError(f"unknown schema type {type_!r}")
+
+
+@pytest.mark.parametrize("view", list(VIEWS), ids=ids)
+def test_every_payload_conforms_to_the_schema_the_front_end_checks(view):
+    spec = json.loads(schema_json())["views"][view._bundle]
+    payload = _filled(view).mime_payload()
+    assert set(payload["data"]) == set(spec["data"]) and set(payload["state"]) == set(spec["state"])
+    for section in ("data", "state"):
+        for name, value in payload[section].items():
+            _conforms(value, spec[section][name], f"{section}.{name}")
+        for name, value in spec["defaults"][section].items():
+            _conforms(value, spec[section][name], f"defaults.{section}.{name}")
+
+
+def test_the_concept_browser_preload_does_not_run_a_lazy_labeller():
+    browser = _filled(ConceptBrowser)
+    asked: list[int] = []
+    browser.interpretation.ensure_label = lambda c: asked.append(c) or f"labelled {c}"
+    browser.requested = [0]  # the page shown: its details were asked for (and labelled) by the front end
+    asked.clear()
+    details = browser.mime_payload()["state"]["details"]
+    assert asked == [] and set(details) == {str(c) for c in browser.visible_order()}  # the others: current labels
+    assert details["0"]["label"] == "labelled 0" and details["2"]["label"] == browser.labels[2]
+
+
 def _fixtures() -> str:
     """One payload per view for the JS tests (hostile strings included); the monitor's random stream id fixed."""
     payloads = {}

@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -16,7 +17,7 @@ import traitlets
 
 from interp_widgets.view_data import VIEW_DATA
 from interp_widgets.widgets._base import InterpWidget
-from interp_widgets.widgets._mime import FORMAT, MIME_TYPE, WIRE_DTYPES, state_trait_names
+from interp_widgets.widgets._mime import FORMAT, MIME_TYPE, WIRE_DTYPES, json_value, state_trait_names
 from interp_widgets.widgets._traits import BinaryArray
 
 __all__ = ["payload_schema", "schema_json", "trait_schema", "view_schema"]
@@ -55,12 +56,16 @@ def trait_schema(trait: traitlets.TraitType, where: str = "trait") -> Any:
 
 
 def view_schema(cls: type) -> dict[str, Any]:
-    """The payload schema of one view class: ``{"version", "widget", "data": {field: type}, "state": {trait: type}}``.
+    """The payload schema of one view class: ``{"version", "widget", "data": {field: type}, "state": {trait: type},
+    "defaults": {"data": ..., "state": ...}}``. ``defaults`` holds the value of every data field that has a default
+    in the view-data class and of every state trait, so a payload of an older data version (fields added since) or
+    of an older interp-widgets (state traits added since) still reads, as ``ViewData.from_json`` reads it.
 
     Example:
         >>> from interp_widgets.widgets import GenerationWidget
-        >>> view_schema(GenerationWidget)["state"]["view"]
-        {'enum': ['text', 'heatmap']}
+        >>> spec = view_schema(GenerationWidget)
+        >>> spec["state"]["view"], spec["defaults"]["data"]["foil_tokens"], "tokens" in spec["defaults"]["data"]
+        ({'enum': ['text', 'heatmap']}, [], False)
     """
     overrides: dict[str, Any] = {}
     for klass in reversed(cls.__mro__):
@@ -71,9 +76,17 @@ def view_schema(cls: type) -> dict[str, Any]:
     def typed(name: str) -> Any:
         return overrides[name] if name in overrides else trait_schema(traits[name], f"{cls.__name__}.{name}")
 
+    data_defaults = {}
+    for f in dataclasses.fields(schema_class):
+        if f.default is not dataclasses.MISSING:
+            data_defaults[f.name] = json_value(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            data_defaults[f.name] = json_value(f.default_factory())
+    state = state_trait_names(cls)
     return {"version": schema_class.VERSION, "widget": cls.__name__,
             "data": {name: typed(name) for name in schema_class.field_names()},
-            "state": {name: typed(name) for name in state_trait_names(cls)}}  # fmt: skip
+            "state": {name: typed(name) for name in state},
+            "defaults": {"data": data_defaults, "state": {name: json_value(traits[name].default()) for name in state}}}
 
 
 def _view_classes() -> list[type]:

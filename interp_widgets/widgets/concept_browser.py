@@ -119,7 +119,7 @@ class ConceptBrowser(InterpWidget, PagedList):
     _payload_schema: ClassVar[dict[str, Any]] = {
         "sort_by": {"enum": list(SORT_KEYS)},
         "details": {"map": {"object": {  # concept_detail()
-            "concept": "int", "label": "str", "density": {"nullable": "num"}, "mean": {"nullable": "num"},
+            "concept": "int", "label": "str", "label_source": "str", "density": {"nullable": "num"}, "mean": {"nullable": "num"},
             "max": {"nullable": "num"}, "min": {"nullable": "num"},
             "examples": {"list": {"object": {"tokens": {"list": "str"}, "center": "int", "activation": {"nullable": "num"},
                                              "text_id": "int", "activations": {"list": "num"}}}},
@@ -300,7 +300,7 @@ class ConceptBrowser(InterpWidget, PagedList):
         sign = -1.0 if self.descending else 1.0
         return sorted(keep, key=lambda c: (math.isnan(key[c]), sign * key[c] if not math.isnan(key[c]) else 0.0, c))
 
-    def concept_detail(self, concept: int) -> dict[str, Any]:
+    def concept_detail(self, concept: int, *, lazy_label: bool = True) -> dict[str, Any]:
         """The payload the browser gets for one concept: stats, top contexts, top texts, histogram buffers,
         vocabulary and the concept's activation on each token of the selected text.
 
@@ -310,13 +310,16 @@ class ConceptBrowser(InterpWidget, PagedList):
             >>> top = browser.concept_detail(3)["examples"][0]  # the context that activates concept 3 most
             >>> top["tokens"][top["center"]], top["center"], len(top["tokens"])
             ('felt ', 3, 9)
+
+        ``lazy_label=False`` takes the concept's current label instead of asking a lazy labeller for one (the saved
+        output preloads many concepts and must not run a labelling model for each).
         """
         interp = self.interpretation
         if not -self.n_concepts <= int(concept) < self.n_concepts:
             raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
         c = int(concept) % self.n_concepts
         ensure_label = getattr(interp, "ensure_label", None)  # a lazy labeller labels a concept when first viewed
-        label = ensure_label(c) if ensure_label is not None else interp.labels[c]
+        label = ensure_label(c) if ensure_label is not None and lazy_label else interp.labels[c]
         examples = [{
             "tokens": list(e["context"]), "center": int(e["center"]), "activation": _finite(e["activation"]),
             "text_id": int(e["text_id"]), "activations": [_finite(v) or 0.0 for v in e["context_activations"]],
@@ -411,7 +414,7 @@ class ConceptBrowser(InterpWidget, PagedList):
         for c in self.visible_order()[:PRELOAD_CONCEPTS]:
             if str(c) in details:
                 continue
-            detail = self.concept_detail(c)
+            detail = self.concept_detail(c, lazy_label=False)
             size += len(compact_json(json_value(detail))) + 8
             if size > PAYLOAD_DETAIL_BYTES:
                 break

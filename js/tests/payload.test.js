@@ -153,7 +153,7 @@ describe("readPayload refuses what the schema does not allow", () => {
     ["a list", () => [], "the output must be an object, got a list"],
     ["no format", () => ({ ...base(), format: "1" }), "its format must be a positive integer"],
     ["an unknown data field", () => ({ ...base(), data: { ...base().data, colour: "red" } }), 'data has an unknown field "colour"'],
-    ["a missing data field", () => { const p = base(); delete p.data.scores; return p; }, 'data lacks "scores"'],
+    ["a missing data field without a default", () => { const p = base(); delete p.data.scores; return p; }, 'data lacks "scores"'],
     ["a wrong dtype", () => { const p = base(); p.data.scores.dtype = "float64"; return p; }, 'data.scores has dtype "float64"'],
     ["a shape that does not fit the bytes", () => { const p = base(); p.data.scores.shape = [100, 100]; return p; }, "data.scores holds"],
     ["a negative or fractional shape", () => { const p = base(); p.data.scores.shape = [-1, 2.5]; return p; }, "data.scores must have a shape of 2"],
@@ -176,6 +176,15 @@ describe("readPayload refuses what the schema does not allow", () => {
     expect(Object.prototype.hasOwnProperty.call(read.traits.details, "__proto__")).toBe(true);
     expect(Object.getPrototypeOf(read.traits.details)).toBe(Object.prototype);
     expect({}.label).toBeUndefined();
+  });
+
+  it("reads an older payload: fields added since take their defaults, as Python's from_json does", () => {
+    const payload = clone(FIXTURES.generation);
+    for (const name of ["foil_tokens", "foil_probs", "contrast"]) delete payload.data[name]; // generation data version 1
+    delete payload.state.view; // a state trait of a later interp-widgets
+    const read = readPayload({ ...payload, version: 1 });
+    expect(read.kind).toBe("view");
+    expect([read.traits.foil_tokens, read.traits.foil_probs, read.traits.contrast, read.traits.view]).toEqual([[], [], "", "text"]);
   });
 
   it("drops unknown state traits (a newer writer's extras) but refuses unknown data fields", () => {

@@ -135,11 +135,17 @@ export function checkValue(value, type, path = "payload", depth = 0) {
   throw new Error(`unknown schema type ${JSON.stringify(type)}`);
 }
 
-function checkObject(value, fields, path, depth, { required, open } = {}) {
+function checkObject(value, fields, path, depth, { required, open, defaults } = {}) {
   expectObject(value, path);
   const needed = required ?? Object.keys(fields);
-  for (const key of needed) if (!own(value, key)) fail(path, `lacks ${JSON.stringify(key)}`);
   const out = [];
+  for (const key of needed) {
+    if (own(value, key)) continue;
+    // A field added since the payload was written (an older data version, or an older interp-widgets) reads as its
+    // default, as Python's ViewData.from_json reads it.
+    if (defaults && own(defaults, key)) out.push([key, checkValue(JSON.parse(JSON.stringify(defaults[key])), fields[key], `${path}.${key}`, depth + 1)]);
+    else fail(path, `lacks ${JSON.stringify(key)}`);
+  }
   for (const [key, item] of Object.entries(value)) {
     if (!own(fields, key)) {
       if (open) continue; // other keys are dropped: the views read only the declared ones
@@ -181,9 +187,9 @@ export function readPayload(payload) {
     return { kind: "omitted", view, widget, ...omitted };
   }
   if (own(payload, "failed")) return { kind: "failed", view, widget, message: checkValue(payload.failed, "str", "its failure") };
-  const data = checkObject(payload.data, spec.data, "data", 0);
+  const data = checkObject(payload.data, spec.data, "data", 0, { defaults: spec.defaults.data });
   expectObject(payload.state, "state");
-  const state = checkObject(payload.state, spec.state, "state", 0, { open: true });
+  const state = checkObject(payload.state, spec.state, "state", 0, { open: true, defaults: spec.defaults.state });
   return { kind: "view", view, widget, traits: { ...data, ...state } };
 }
 
