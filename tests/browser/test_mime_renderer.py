@@ -50,13 +50,18 @@ def _save(page, server, name: str, *, with_state: bool) -> dict:
     page.keyboard.press("Control+s")
     path = server.root_dir / name
     deadline = time.monotonic() + 30
+    saved = None
     while time.monotonic() < deadline:
-        saved = nbformat.read(path, as_version=4)
+        try:
+            saved = nbformat.read(path, as_version=4)
+        except (OSError, ValueError):  # the server is still writing the file (nbformat's NotJSONError)
+            page.wait_for_timeout(250)
+            continue
         views = saved.cells[1 : 1 + len(DISCOVERED)]  # (Shift+Enter on the last cell added an empty one)
         if all(cell.outputs for cell in views) and ("widgets" in saved.metadata) == with_state:
             return saved
         page.wait_for_timeout(250)
-    raise AssertionError(f"{name} was not saved with_state={with_state}: {saved.metadata}")
+    raise AssertionError(f"{name} was not saved with_state={with_state}: {saved and saved.metadata}")
 
 
 @pytest.fixture(scope="module", params=["lab", "notebook"])
