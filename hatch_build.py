@@ -48,7 +48,7 @@ class BundleJavaScript(BuildHookInterface):
             return
         npm = shutil.which("npm")
         if npm is None:
-            raise RuntimeError("Building interp_widgets needs Node.js and npm to bundle js/src; install Node 20+.")
+            raise RuntimeError("Building interp_widgets needs Node.js and npm to bundle js/src; install Node 20.19+.")
         if not (js_dir / "node_modules").exists() or _missing_packages(js_dir):
             subprocess.run([npm, "ci", "--no-audit", "--no-fund"], cwd=js_dir, check=True)
         subprocess.run([npm, "run", "build"], cwd=js_dir, check=True)
