@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import traitlets
@@ -239,6 +239,8 @@ class TokenScoresWidget(InterpWidget):
         True
     """
 
+    _payload_schema: ClassVar[dict[str, Any]] = {"encoding": {"enum": list(ENCODINGS)}}
+
     tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(sync=True, data=True)
     scores = BinaryArray("float32", ndim=2, finite=True, help="(rows, n_tokens) scores; NaN = not seen.").tag(sync=True, data=True)
     encoding = traitlets.Unicode("colour", help="'colour', or 'underline' (weight = magnitude, +/− marker).").tag(sync=True)
@@ -280,6 +282,8 @@ class GroupedTokens(traitlets.HasTraits):
         >>> issubclass(TokenHighlightWidget, GroupedTokens)
         True
     """
+
+    _payload_schema: ClassVar[dict[str, Any]] = {"granularity": {"enum": list(GRANULARITIES)}}
 
     special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
     word_ids = BinaryArray("int", help="Word id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True, data=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import traitlets
@@ -98,6 +98,7 @@ class GenerationWidget(TokenScoresWidget, ChatTurns):
     """
 
     _bundle = "generation"
+    _payload_schema: ClassVar[dict[str, Any]] = {"view": {"enum": list(VIEWS)}}
 
     spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
     special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
