@@ -82,9 +82,12 @@ def view_schema(cls: type) -> dict[str, Any]:
             data_defaults[f.name] = json_value(f.default)
         elif f.default_factory is not dataclasses.MISSING:
             data_defaults[f.name] = json_value(f.default_factory())
+    data = {name: typed(name) for name in schema_class.field_names()}
+    for name, default in data_defaults.items():  # an array added in a later data version reads as absent
+        if default is None and isinstance(data[name], dict) and "array" in data[name]:
+            data[name] = data[name] | {"absent": True}
     state = state_trait_names(cls)
-    return {"version": schema_class.VERSION, "widget": cls.__name__,
-            "data": {name: typed(name) for name in schema_class.field_names()},
+    return {"version": schema_class.VERSION, "widget": cls.__name__, "data": data,
             "state": {name: typed(name) for name in state},
             "defaults": {"data": data_defaults, "state": {name: json_value(traits[name].default()) for name in state}}}
 

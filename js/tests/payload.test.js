@@ -41,7 +41,7 @@ describe("payload schema and loaders", () => {
   it("knows every view the Python side writes, and the extension has a front end for each", () => {
     expect(Object.keys(FIXTURES).sort()).toEqual(Object.keys(SCHEMA.views).sort());
     expect(Object.keys(VIEWS).sort()).toEqual(Object.keys(SCHEMA.views).sort());
-    expect(knownViews().token_highlight).toEqual({ widget: "TokenHighlightWidget", version: 1 });
+    expect(knownViews().token_highlight).toEqual({ widget: "TokenHighlightWidget", version: SCHEMA.views.token_highlight.version });
     expect(MIME_TYPE).toBe("application/vnd.interp-widgets.v1+json");
   });
 });
@@ -102,8 +102,9 @@ describe("outputs that cannot be rebuilt show a note and the saved picture", () 
   const picture = () => el.querySelector("img.iw-mime-picture");
 
   it("a newer data version says so and how to upgrade", async () => {
-    await render(bundle({ ...clone(FIXTURES.token_highlight), version: 2 }));
-    expect(note()).toContain("data format version 2; this extension reads up to version 1");
+    const known = SCHEMA.views.token_highlight.version;
+    await render(bundle({ ...clone(FIXTURES.token_highlight), version: known + 1 }));
+    expect(note()).toContain(`data format version ${known + 1}; this extension reads up to version ${known}`);
     expect(note()).toContain("pip install -U interp-widgets");
     expect(picture().getAttribute("src")).toMatch(/^data:image\/svg\+xml;charset=utf-8,/);
     expect(el.querySelector("script")).toBeNull();
