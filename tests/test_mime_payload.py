@@ -95,7 +95,8 @@ def test_over_the_cap_the_output_keeps_the_picture_and_a_note_record():
     previous = set_output_cap(size - 1)
     assert previous == DEFAULT_OUTPUT_CAP and output_cap() == size - 1
     data, _ = widget._repr_mimebundle_()
-    assert data[MIME_TYPE] == {"format": 1, "view": "token_highlight", "version": 1, "widget": "TokenHighlightWidget",
+    assert data[MIME_TYPE] == {"format": 1, "view": "token_highlight",
+                               "version": VIEW_DATA["token_highlight"].VERSION, "widget": "TokenHighlightWidget",
                                "omitted": {"bytes": size, "cap": size - 1}}  # fmt: skip
     assert data["image/svg+xml"].startswith("<svg") and data[WIDGET_VIEW_MIME]["model_id"] == widget.model_id
     with pytest.raises(ValueError, match="nbytes must be an integer >= 0, got -1"):
@@ -133,7 +134,7 @@ def test_the_committed_js_schema_is_generated_from_the_view_classes():
     token = schema["views"]["token_highlight"]
     assert token["data"]["scores"] == {"array": ["float32"], "ndim": 2}
     assert token["data"]["target_probs"] == {"list": {"nullable": "num"}}
-    assert token["state"]["granularity"] == {"enum": ["token", "word", "sentence"]}
+    assert token["state"]["granularity"] == {"enum": ["token", "word", "sentence", "turn"]}
 
 
 def _conforms(value, type_, path: str = "payload") -> None:

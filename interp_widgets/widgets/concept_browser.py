@@ -134,7 +134,10 @@ class ConceptBrowser(InterpWidget, PagedList):
             "top_texts": {"list": {"object": {"text_id": "int", "max_activation": {"nullable": "num"}, "text": "str"}}},
             "vocabulary": {"nullable": {"list": {"object": {"token": "str", "logit": {"nullable": "num"}}}}},
             "text_activations": {"nullable": ANY_ARRAY_1D}, "hist_edges": ANY_ARRAY_1D, "hist_counts": ANY_ARRAY_1D,
-        }}},
+            "text_attribution": {"nullable": {"object": {  # _text_attribution()
+                "values": ANY_ARRAY_1D, "method": "str", "signed": "bool", "score": "str",
+                "activation": {"nullable": "num"}, "completeness_error": {"nullable": "num"}}}},
+        }, "defaults": {"text_attribution": None}}},  # payloads written before text_attribution existed
     }  # fmt: skip
 
     method = traitlets.Unicode("").tag(sync=True, data=True)

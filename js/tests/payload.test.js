@@ -41,7 +41,7 @@ describe("payload schema and loaders", () => {
   it("knows every view the Python side writes, and the extension has a front end for each", () => {
     expect(Object.keys(FIXTURES).sort()).toEqual(Object.keys(SCHEMA.views).sort());
     expect(Object.keys(VIEWS).sort()).toEqual(Object.keys(SCHEMA.views).sort());
-    expect(knownViews().token_highlight).toEqual({ widget: "TokenHighlightWidget", version: 1 });
+    expect(knownViews().token_highlight).toEqual({ widget: "TokenHighlightWidget", version: SCHEMA.views.token_highlight.version });
     expect(MIME_TYPE).toBe("application/vnd.interp-widgets.v1+json");
   });
 });
@@ -102,8 +102,9 @@ describe("outputs that cannot be rebuilt show a note and the saved picture", () 
   const picture = () => el.querySelector("img.iw-mime-picture");
 
   it("a newer data version says so and how to upgrade", async () => {
-    await render(bundle({ ...clone(FIXTURES.token_highlight), version: 2 }));
-    expect(note()).toContain("data format version 2; this extension reads up to version 1");
+    const known = SCHEMA.views.token_highlight.version;
+    await render(bundle({ ...clone(FIXTURES.token_highlight), version: known + 1 }));
+    expect(note()).toContain(`data format version ${known + 1}; this extension reads up to version ${known}`);
     expect(note()).toContain("pip install -U interp-widgets");
     expect(picture().getAttribute("src")).toMatch(/^data:image\/svg\+xml;charset=utf-8,/);
     expect(el.querySelector("script")).toBeNull();
@@ -185,6 +186,28 @@ describe("readPayload refuses what the schema does not allow", () => {
     const read = readPayload({ ...payload, version: 1 });
     expect(read.kind).toBe("view");
     expect([read.traits.foil_tokens, read.traits.foil_probs, read.traits.contrast, read.traits.view]).toEqual([[], [], "", "text"]);
+  });
+
+  it("reads payloads written before chat turns and concept text attributions, and renders them", async () => {
+    for (const view of ["token_highlight", "generation"]) {
+      const payload = clone(FIXTURES[view]);
+      delete payload.data.turn_ids; // token data version 1, generation data version 2
+      delete payload.data.turn_roles;
+      const read = readPayload({ ...payload, version: SCHEMA.views[view].version - 1 });
+      expect(read.kind).toBe("view");
+      expect([read.traits.turn_ids, read.traits.turn_roles]).toEqual([null, []]);
+      for (const cleanup of cleanups.splice(0).reverse()) cleanup?.();
+      el.replaceChildren();
+      await render(bundle({ ...payload, version: SCHEMA.views[view].version - 1 }));
+      expect(el.querySelector(".iw-mime-view > .iw-root .iw-token")).not.toBeNull();
+      expect(el.querySelector(".iw-error, .iw-mime-note")).toBeNull();
+    }
+    const concepts = clone(FIXTURES.concept_browser);
+    const details = Object.values(concepts.state.details);
+    expect(details.length).toBeGreaterThan(0);
+    for (const detail of details) delete detail.text_attribution;
+    const read = readPayload(concepts);
+    expect(Object.values(read.traits.details).map((d) => d.text_attribution)).toEqual(details.map(() => null));
   });
 
   it("drops unknown state traits (a newer writer's extras) but refuses unknown data fields", () => {
