@@ -27,7 +27,7 @@ Example:
     >>> widget = TokenHighlightWidget.from_arrays("Hi!", ["Hi", "!"], [(0, 2), (2, 3)], [0.5, -0.1])
     >>> payload = mime_payload(widget)
     >>> payload["view"], payload["version"], payload["data"]["tokens"], payload["state"]["granularity"]
-    ('token_highlight', 1, ['Hi', '!'], 'token')
+    ('token_highlight', 2, ['Hi', '!'], 'token')
     >>> payload["data"]["scores"]["dtype"], payload["data"]["scores"]["shape"]
     ('float32', [1, 2])
 """

@@ -82,12 +82,19 @@ def view_schema(cls: type) -> dict[str, Any]:
             data_defaults[f.name] = json_value(f.default)
         elif f.default_factory is not dataclasses.MISSING:
             data_defaults[f.name] = json_value(f.default_factory())
-    data = {name: typed(name) for name in schema_class.field_names()}
-    for name, default in data_defaults.items():  # an array added in a later data version reads as absent
-        if default is None and isinstance(data[name], dict) and "array" in data[name]:
-            data[name] = data[name] | {"absent": True}
+
+    def data_typed(name: str) -> Any:
+        # A field added in a later data version that older payloads lack reads as its default; ``None`` (an array
+        # the view treats as absent, such as ``turn_ids`` before version 2) must then pass the check as null.
+        schema = typed(name)
+        if name in data_defaults and data_defaults[name] is None and not (
+                isinstance(schema, dict) and ("nullable" in schema or schema.get("absent"))):  # fmt: skip
+            return {"nullable": schema}
+        return schema
+
     state = state_trait_names(cls)
-    return {"version": schema_class.VERSION, "widget": cls.__name__, "data": data,
+    return {"version": schema_class.VERSION, "widget": cls.__name__,
+            "data": {name: data_typed(name) for name in schema_class.field_names()},
             "state": {name: typed(name) for name in state},
             "defaults": {"data": data_defaults, "state": {name: json_value(traits[name].default()) for name in state}}}
 

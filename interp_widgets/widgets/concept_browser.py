@@ -137,8 +137,7 @@ class ConceptBrowser(InterpWidget, PagedList):
             "text_attribution": {"nullable": {"object": {  # _text_attribution()
                 "values": ANY_ARRAY_1D, "method": "str", "signed": "bool", "score": "str",
                 "activation": {"nullable": "num"}, "completeness_error": {"nullable": "num"}}}},
-        }, "required": ["concept", "label", "label_source", "density", "mean", "max", "min", "examples", "top_texts",
-                        "vocabulary", "text_activations", "hist_edges", "hist_counts"]}},
+        }, "defaults": {"text_attribution": None}}},  # payloads written before text_attribution existed
     }  # fmt: skip
 
     method = traitlets.Unicode("").tag(sync=True, data=True)

@@ -188,6 +188,28 @@ describe("readPayload refuses what the schema does not allow", () => {
     expect([read.traits.foil_tokens, read.traits.foil_probs, read.traits.contrast, read.traits.view]).toEqual([[], [], "", "text"]);
   });
 
+  it("reads payloads written before chat turns and concept text attributions, and renders them", async () => {
+    for (const view of ["token_highlight", "generation"]) {
+      const payload = clone(FIXTURES[view]);
+      delete payload.data.turn_ids; // token data version 1, generation data version 2
+      delete payload.data.turn_roles;
+      const read = readPayload({ ...payload, version: SCHEMA.views[view].version - 1 });
+      expect(read.kind).toBe("view");
+      expect([read.traits.turn_ids, read.traits.turn_roles]).toEqual([null, []]);
+      for (const cleanup of cleanups.splice(0).reverse()) cleanup?.();
+      el.replaceChildren();
+      await render(bundle({ ...payload, version: SCHEMA.views[view].version - 1 }));
+      expect(el.querySelector(".iw-mime-view > .iw-root .iw-token")).not.toBeNull();
+      expect(el.querySelector(".iw-error, .iw-mime-note")).toBeNull();
+    }
+    const concepts = clone(FIXTURES.concept_browser);
+    const details = Object.values(concepts.state.details);
+    expect(details.length).toBeGreaterThan(0);
+    for (const detail of details) delete detail.text_attribution;
+    const read = readPayload(concepts);
+    expect(Object.values(read.traits.details).map((d) => d.text_attribution)).toEqual(details.map(() => null));
+  });
+
   it("drops unknown state traits (a newer writer's extras) but refuses unknown data fields", () => {
     const read = readPayload({ ...base(), state: { ...base().state, future_toggle: true } });
     expect(read.traits.future_toggle).toBeUndefined();
