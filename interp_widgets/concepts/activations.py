@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from interp_widgets._inputs import check_texts
+from interp_widgets._inputs import check_texts, input_items
 from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter
 from interp_widgets.validation import check_choice, check_int
 
@@ -613,7 +613,9 @@ def collect_activations(
 
     Args:
         model, tokenizer: a Hugging Face classifier, causal LM or masked LM and its fast tokenizer.
-        texts: one text or a list of texts.
+        texts: one text or a list of texts; a chat conversation (a list of ``{"role", "content"}`` messages) or a
+            list of them is rendered once by the tokenizer's chat template (the store keeps the rendered text,
+            and the template's own tokens count as special tokens).
         layer: ``"layer:i"``, an int block index, or a module path (``adapter.layer_names()`` lists them).
         unit: ``"token"`` (one row per token) or ``"sentence"`` (one pooled row per text).
         pooling: for ``unit="sentence"``: ``"cls"`` (first token), ``"mean"`` (over kept tokens) or ``"last"``
@@ -643,14 +645,17 @@ def collect_activations(
         >>> last = collect_activations(lm, lm_tokenizer, "The room was", layer=1, unit="sentence", progress=False)
         >>> last.info["pooling"], last.tokens()  # a causal LM pools its last token; a sentence row shows its text
         ('last', ['The room was'])
+        >>> chat = collect_activations(chat_lm, chat_tokenizer, [{"role": "user", "content": "Hi!"}], layer=1,
+        ...                            progress=False)
+        >>> chat.tokens()[-3:], chat.texts[0].startswith("<|im_start|>system")  # the default system prompt, then Hi!
+        (['H', 'i', '!'], True)
     """
     from tqdm.auto import tqdm
 
-    if isinstance(texts, str):
-        texts = [texts]
-    if hasattr(texts, "__iter__") and not isinstance(texts, (bytes, dict)):
+    if not isinstance(texts, str) and hasattr(texts, "__iter__") and not isinstance(texts, (bytes, dict)):
         texts = list(texts)  # any iterable of texts, generators included
     check_texts(texts, name="texts", call='collect_activations(model, tokenizer, "a text", layer=...)')
+    texts = input_items(texts)[0]
     adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
     layer_name = adapter.resolve_layer(layer).name
     if not texts:
@@ -683,6 +688,7 @@ def collect_activations(
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     collector = _Collector(budget, shard_path)
+    read: list[str] = []  # the text each store row points into (a conversation's rendered template)
     spanless: dict[str, str] = {}  # strings of tokens without a text span (special tokens, trimmed spaces)
     captured: dict[str, torch.Tensor] = {}
 
@@ -701,6 +707,7 @@ def collect_activations(
                         encodings.append(adapter.encode(text))
                     except (TypeError, ValueError) as err:
                         raise type(err)(f"text {offset + window + j}: {err}") from None
+                    read.append(encodings[-1].text)
                 per_text: dict[int, tuple[np.ndarray, dict]] = {}
                 for batch in adapter.length_buckets([len(e) for e in encodings]):
                     longest = max(len(encodings[i]) for i in batch)
@@ -733,7 +740,7 @@ def collect_activations(
     }
     if collector.dim is None:  # an empty shard still records the width, read from the layer's config
         info["dim"] = int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0) or 0)
-    store = collector.finish(texts, info)
+    store = collector.finish(read, info)
     if process_group is None:
         return store
     import torch.distributed as dist

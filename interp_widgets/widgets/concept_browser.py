@@ -30,7 +30,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import traitlets
@@ -41,6 +41,7 @@ from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._protocols import (ConceptImportanceLike, ConceptInputAttributionsLike, ConceptSummary,
                                               ConceptTexts)
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
+from interp_widgets.widgets._mime import ANY_ARRAY_1D, compact_json, json_value
 from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
 from interp_widgets.validation import check_choice, check_int
 
@@ -52,6 +53,7 @@ MAX_TEXT_CHARS = 400  # top texts are cut to this length in the detail pane
 MAX_PAGE_SIZE = 100
 STATIC_CONCEPTS = 12
 PRELOAD_CONCEPTS = 200  # concept details an exported page carries, since no kernel answers there
+PAYLOAD_DETAIL_BYTES = 256 * 1024  # concept details a saved output carries (its mime payload), in list order
 _COMPUTE_OPTIONS = {"store", "model", "tokenizer", "k", "progress"}  # of the old computing constructor
 
 
@@ -122,6 +124,18 @@ class ConceptBrowser(InterpWidget, PagedList):
     """
 
     _bundle = "concept_browser"
+    _payload_schema: ClassVar[dict[str, Any]] = {
+        "sort_by": {"enum": list(SORT_KEYS)},
+        "details": {"map": {"object": {  # concept_detail()
+            "concept": "int", "label": "str", "label_source": "str", "density": {"nullable": "num"}, "mean": {"nullable": "num"},
+            "max": {"nullable": "num"}, "min": {"nullable": "num"},
+            "examples": {"list": {"object": {"tokens": {"list": "str"}, "center": "int", "activation": {"nullable": "num"},
+                                             "text_id": "int", "activations": {"list": "num"}}}},
+            "top_texts": {"list": {"object": {"text_id": "int", "max_activation": {"nullable": "num"}, "text": "str"}}},
+            "vocabulary": {"nullable": {"list": {"object": {"token": "str", "logit": {"nullable": "num"}}}}},
+            "text_activations": {"nullable": ANY_ARRAY_1D}, "hist_edges": ANY_ARRAY_1D, "hist_counts": ANY_ARRAY_1D,
+        }}},
+    }  # fmt: skip
 
     method = traitlets.Unicode("").tag(sync=True, data=True)
     layer = traitlets.Unicode("").tag(sync=True, data=True)
@@ -312,7 +326,8 @@ class ConceptBrowser(InterpWidget, PagedList):
         sign = -1.0 if self.descending else 1.0
         return sorted(keep, key=lambda c: (math.isnan(key[c]), sign * key[c] if not math.isnan(key[c]) else 0.0, c))
 
-    def concept_detail(self, concept: int, *, compute_attribution: bool | None = None) -> dict[str, Any]:
+    def concept_detail(self, concept: int, *, compute_attribution: bool | None = None,
+                       lazy_label: bool = True) -> dict[str, Any]:  # fmt: skip
         """The payload the browser gets for one concept: stats, top contexts, top texts, histogram buffers,
         vocabulary, the concept's activation on each token of the selected text and, in the ``"attribution"`` text
         mode, the attribution of its activation to those tokens (``text_attribution``; ``None`` until computed).
@@ -326,13 +341,16 @@ class ConceptBrowser(InterpWidget, PagedList):
             >>> top = browser.concept_detail(3)["examples"][0]  # the context that activates concept 3 most
             >>> top["tokens"][top["center"]], top["center"], len(top["tokens"])
             ('felt ', 3, 9)
+
+        ``lazy_label=False`` takes the concept's current label instead of asking a lazy labeller for one (the saved
+        output preloads many concepts and must not run a labelling model for each).
         """
         interp = self.interpretation
         if not -self.n_concepts <= int(concept) < self.n_concepts:
             raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
         c = int(concept) % self.n_concepts
         ensure_label = getattr(interp, "ensure_label", None)  # a lazy labeller labels a concept when first viewed
-        label = ensure_label(c) if ensure_label is not None else interp.labels[c]
+        label = ensure_label(c) if ensure_label is not None and lazy_label else interp.labels[c]
         examples = [{
             "tokens": list(e["context"]), "center": int(e["center"]), "activation": _finite(e["activation"]),
             "text_id": int(e["text_id"]), "activations": [_finite(v) or 0.0 for v in e["context_activations"]],
@@ -452,11 +470,29 @@ class ConceptBrowser(InterpWidget, PagedList):
         finally:
             self._preload = []
 
+    def _payload_state(self, names: list[str]) -> dict[str, Any]:
+        """The saved output's view state: the details already loaded, then those of further concepts in list order
+        (up to :data:`PRELOAD_CONCEPTS` concepts and :data:`PAYLOAD_DETAIL_BYTES` of JSON), since no kernel answers
+        a reopened notebook."""
+        state = super()._payload_state(names)
+        details, size = dict(state.get("details", {})), len(compact_json(json_value(state.get("details", {}))))
+        for c in self.visible_order()[:PRELOAD_CONCEPTS]:
+            if str(c) in details:
+                continue
+            detail = self.concept_detail(c, compute_attribution=False, lazy_label=False)
+            size += len(compact_json(json_value(detail))) + 8
+            if size > PAYLOAD_DETAIL_BYTES:
+                break
+            details[str(c)] = detail
+        state["details"] = details
+        return state
+
     def get_state(self, key=None, drop_defaults=False):
         """Synced state; while :meth:`to_html` runs, ``details`` also holds the preloaded concepts."""
         state = super().get_state(key=key, drop_defaults=drop_defaults)
         if getattr(self, "_preload", None) and "details" in state:  # preloaded concepts carry cached attributions only
-            preloaded = {str(c): self.concept_detail(c, compute_attribution=False) for c in self._preload}
+            preloaded = {str(c): self.concept_detail(c, compute_attribution=False, lazy_label=False)
+                         for c in self._preload}
             state["details"] = {**preloaded, **state["details"]}
         return state
 

@@ -42,14 +42,16 @@ const VIEWS = [
   {
     file: "token_highlight.js", model: "TokenHighlightModel", widget: tokenHighlight,
     state: { ...common, tokens: ["a", "b", "c"], spaces_before: ["", " ", " "], special_mask: bool([0, 0, 0]), word_ids: i32([0, 1, 2]),
-      sentence_ids: i32([0, 0, 0]), scores: f32([1, -1, 0.5, 0, 2, 1], [2, 3]), target_labels: ["x", "y"], target_probs: [0.6, 0.4],
+      sentence_ids: i32([0, 0, 0]), turn_ids: i32([0, 0, 1]), turn_roles: ["user", "assistant"],
+      scores: f32([1, -1, 0.5, 0, 2, 1], [2, 3]), target_labels: ["x", "y"], target_probs: [0.6, 0.4],
       completeness_error: [0.1, null], method: "saliency", score_meaning: "sum", signed: true, selected_target: 0, granularity: "token",
       show_special_tokens: false, shared_scale: false },
   },
   {
     file: "generation.js", model: "GenerationModel", widget: generation,
     state: { ...common, tokens: ["p", "q", "g1", "g2"], spaces_before: ["", " ", " ", " "], special_mask: bool([0, 0, 0, 0]),
-      generated_mask: bool([0, 0, 1, 1]), scores: f32([1, 2, NaN, NaN, 1, 2, 3, NaN], [2, 4]), step_tokens: [2, 3], step_probs: [0.5, null],
+      generated_mask: bool([0, 0, 1, 1]), turn_ids: i32([0, 0, 1, 1]), turn_roles: ["user", "assistant"],
+      scores: f32([1, 2, NaN, NaN, 1, 2, 3, NaN], [2, 4]), step_tokens: [2, 3], step_probs: [0.5, null],
       method: "saliency", score_meaning: "", signed: true, shared_scale: false, view: "text", selected_step: 0,
       foil_tokens: ["f1", "f2"], foil_probs: [0.1, null], contrast: " f1f2" },
   },
