@@ -13,8 +13,9 @@ the train split of the real corpus (``demo.load_text_corpus("train")``: 29,390 d
 documentation, 1.24M tokens), streamed to disk by ``collect_activations``'s memory budget. A 16,384-concept TopK
 SAE (``SparseAutoencoder``, ``k = --sae-k``) is fitted with streaming minibatches from the first ``--sae-rows``
 rows of the store (``info: scale_sae_step_seconds`` extrapolates to an epoch over the whole store) and evaluated on
-held-out rows (parts not used for fitting): fraction of variance unexplained and dead fraction (concepts that
-never fire on those rows, and on every row the interpreter scanned). ``interpret_concepts`` (bounded blocks, top-k
+held-out rows (parts not used for fitting; when the fit needs every part, as with ``--store-texts 2000``, the last
+``--held-out-fraction`` of the texts of the last part, and at most ``--eval-rows`` rows): fraction of variance
+unexplained and dead fraction (concepts that never fire on those rows, and on every row the interpreter scanned). ``interpret_concepts`` (bounded blocks, top-k
 by partition) then summarises every concept over ``--interpret-rows`` rows (default all). Peak RSS is the process
 high-water mark after each stage (goal <= 3 GB); it includes Python, torch and SmolLM2 when the store is collected
 in the same process.

@@ -81,7 +81,8 @@ def test_interpretation_matches_brute_force(gpt2_lm, lm_concepts, tmp_path):
     # vocabulary projection through GPT-2's (tied) output embedding, against a direct matrix product
     logits = concepts.components_ @ model.get_output_embeddings().weight.detach().numpy().T
     top = np.argsort(-logits, axis=1)[:, :10]
-    assert interp.vocab_tokens == [tokenizer.convert_ids_to_tokens(row.tolist()) for row in top]
+    assert interp.vocab_tokens == [[tokenizer.decode([i]) for i in row.tolist()] for row in top]
+    assert not any("Ġ" in t for row in interp.vocab_tokens for t in row)  # decoded text, not byte-level BPE
     np.testing.assert_allclose(interp.vocab_logits, np.take_along_axis(logits, top, 1), rtol=1e-5)
 
     frame = interp.to_dataframe()

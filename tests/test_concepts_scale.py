@@ -88,7 +88,7 @@ def test_vocabulary_projection_in_blocks_matches_a_full_sort(gpt2_lm, disk_store
     expected = np.argsort(-logits, axis=1, kind="stable")[:, :6]
     monkeypatch.setattr(interpret, "_BLOCK_VALUES", 4 * weight.shape[0])  # four concepts per block
     tokens, values = vocabulary_projection(cm, model, tokenizer, top=6)
-    assert tokens == [tokenizer.convert_ids_to_tokens(row.tolist()) for row in expected]
+    assert tokens == [[tokenizer.decode([i]) for i in row.tolist()] for row in expected]
     np.testing.assert_allclose(values, np.take_along_axis(logits, expected, 1), rtol=1e-5)
 
 

@@ -28,7 +28,7 @@ NOTEBOOK_DIR = REPO / "notebooks"
 NOTEBOOKS = {
     "01_attributions.ipynb": (300, 3),
     "02_generation.ipynb": (180, 2),
-    "03_concepts.ipynb": (150, 2),
+    "03_concepts.ipynb": (270, 2),
     "04_anisotropy_during_training.ipynb": (240, 0),
     "05_interop.ipynb": (180, 3),
 }

@@ -545,10 +545,10 @@ def interpret_concepts(
         ...                                tokenizer=lm_tokenizer, vocab_top=3, progress=False)
         >>> lm_interp.to_dataframe()[["concept", "top_tokens", "vocabulary"]]
            concept         top_tokens       vocabulary
-        0        0         M | M | th  à | Ġhalf | ive
-        1        1          h | g | g      ur | ĠI | `
+        0        0         M | M | th  � |  half | ive
+        1        1          h | g | g      ur |  I | `
         2        2       ll | es | ll    aff | me | nd
-        3        3  I | atter | ation  Ġcom | x | ning
+        3        3  I | atter | ation   com | x | ning
     """
     from tqdm.auto import tqdm
 
@@ -691,14 +691,15 @@ def vocabulary_projection(concept_model: ConceptModel, model, tokenizer, *, top:
     """Tokens each concept direction promotes: ``components_ @ W_outᵀ`` through the output embedding.
 
     The direction is projected through the unembedding matrix only (no final norm or LM-head transform), as in
-    feature dashboards' logit tables. Returns ``(tokens per concept, logits (concepts × top))``, strongest first.
+    feature dashboards' logit tables. Returns ``(tokens per concept, logits (concepts × top))``, strongest first;
+    each token is its decoded text (a leading space included), not the tokenizer's internal spelling.
 
     Example:
         >>> from interp_widgets.concepts import PCAConcepts, collect_activations
         >>> lm_store = collect_activations(lm, lm_tokenizer, texts[:10], layer=1, progress=False)
         >>> tokens, logits = vocabulary_projection(PCAConcepts(4).fit(lm_store), lm, lm_tokenizer, top=3)
         >>> tokens[0], logits.shape
-        (['à', 'Ġhalf', 'ive'], (4, 3))
+        (['�', ' half', 'ive'], (4, 3))
         >>> vocabulary_projection(concepts, model, tokenizer)  # a classifier has no output embedding
         Traceback (most recent call last):
             ...
@@ -725,7 +726,8 @@ def vocabulary_projection(concept_model: ConceptModel, model, tokenizer, *, top:
         orders.append(order)
         values.append(np.take_along_axis(logits, order, 1))
     order = np.concatenate(orders) if orders else np.zeros((0, top), np.int64)
-    tokens = [tokenizer.convert_ids_to_tokens(row.tolist()) for row in order]
+    # as text, not in the tokenizer's own alphabet ("Ġhalf" of byte-level BPE is " half")
+    tokens = [[tokenizer.decode([i], clean_up_tokenization_spaces=False) for i in row.tolist()] for row in order]
     return tokens, np.concatenate(values) if values else np.zeros((0, top), np.float32)
 
 

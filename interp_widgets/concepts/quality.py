@@ -30,6 +30,8 @@ Example:
     SpliceQuality(layer:1: L0 16, FVU 0.087, loss 7.005 -> 6.989 (-0.015 nats; zero-ablated 6.397), 657 tokens)
     >>> quality.problem() is None, quality.loss_recovered is None
     (True, True)
+    >>> splice_quality(sae, lm, lm_tokenizer, texts[:20], skip_positions=1, progress=False).n_tokens  # no first tokens
+    637
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ import numpy as np
 import torch
 
 from interp_widgets._inputs import check_texts
+from interp_widgets.validation import check_int
 from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter
 from interp_widgets.concepts.decompositions import ConceptModel
 from interp_widgets.layers import UnsupportedModelError, capture, evaluation, hidden_of, resolve_layer, to_hook_name
@@ -179,7 +182,7 @@ def check_base_model(concept_model: ConceptModel, model, *, layer=None) -> str:
     return name
 
 
-def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, layer=None,
+def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, layer=None, skip_positions: int = 0,
                    progress: bool = True) -> SpliceQuality:
     """L0, FVU and the next-token loss with ``concept_model`` spliced into its layer of ``model``, over ``texts``.
 
@@ -189,6 +192,10 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
             models only ``l0`` and ``fvu`` are measured).
         texts: a text or a list of texts.
         layer: defaults to the layer the concept model was fitted on.
+        skip_positions: the first positions of every text that keep their own activations and are left out of
+            ``l0`` and ``fvu``, as special tokens are. Use 1 for an SAE fitted without each text's first token:
+            LMs without a BOS token make the first token an attention sink whose activations are huge outliers
+            (SmolLM2 at layer 15: over 100 times the median norm), and replacing it breaks every later position.
         progress: show a progress bar over the texts.
 
     Example:
@@ -205,6 +212,7 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
     check_texts(texts, name="texts", call="splice_quality(sae, model, tokenizer, ['a text', ...])")
     if not texts:
         raise ValueError("no texts given; pass a string or a non-empty list of strings")
+    skip = check_int("skip_positions", skip_positions, minimum=0)
     adapter = ModelAdapter(model, tokenizer)
     name = check_base_model(concept_model, model, layer=layer)
     point = adapter.resolve_layer(name)
@@ -231,6 +239,7 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
             ids = torch.as_tensor(enc.input_ids, device=adapter.device)[None]
             mask = torch.ones_like(ids)
             keep = torch.as_tensor(~enc.special_mask, device=adapter.device)
+            keep[:skip] = False
             state.update(mode="record", keep=keep)
             logits = model(input_ids=ids, attention_mask=mask).logits
             hidden = state["hidden"][0][keep].float()
