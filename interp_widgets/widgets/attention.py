@@ -125,7 +125,7 @@ class AttentionWidget(InterpWidget):
     thumbnails = BinaryArray("int", ndim=4, help="(layers, heads, s, s) max-pooled heads, 0..127.").tag(sync=True, data=True)
     pinned = traitlets.List(traitlets.Dict(), help="Pinned heads {layer, head} (head: int or an aggregation).").tag(sync=True, data=True)
     pinned_keys = BinaryArray("int", ndim=3, help="(pinned, queries, k) key index of each kept weight.").tag(sync=True, data=True)
-    pinned_weights = BinaryArray("float32", ndim=3, help="(pinned, queries, k) the top-k weights.").tag(sync=True, data=True)
+    pinned_weights = BinaryArray("float32", ndim=3, finite=True, help="(pinned, queries, k) the top-k weights.").tag(sync=True, data=True)
     pinned_top_k = traitlets.Int(PINNED_TOP_K).tag(sync=True, data=True)
 
     view = traitlets.Unicode("head", help="'head' or 'model' (written by the view).").tag(sync=True)
