@@ -318,10 +318,10 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
         >>> p = attention_patterns(lm, lm_tokenizer, "The room was", max_new_tokens=2, progress=False)
         >>> p.generated_mask.tolist()
         [False, False, False, True, True]
-        >>> attention_patterns(lm, lm_tokenizer, "word " * 200, progress=False)
+        >>> attention_patterns(lm, lm_tokenizer, "word " * 200, progress=False)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
           ...
-        ValueError: the text is 200 tokens, longer than the model's context of 128 tokens (config.max_position_embeddings = 128). Shorten it or split it into several texts of at most 128 tokens (for example, keep its last 128 tokens).
+        ValueError: the text is 402 tokens, longer than the model's context of 128 tokens (...). Shorten it or split it ...
     """
     adapter = ModelAdapter(model, tokenizer)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
