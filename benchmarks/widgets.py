@@ -94,17 +94,28 @@ def widget(n: int) -> TokenHighlightWidget:
 GENERATION_HOVER = """async (n) => {
   const el = document.getElementById("el");
   for (let k = 0; k < 600 && el.querySelectorAll(".iw-token").length < n; k++) await new Promise((r) => setTimeout(r, 25));
+  await new Promise((r) => setTimeout(r, 300));
   const generated = Array.from(el.querySelectorAll(".iw-generated"));
   const times = [];
+  let restyled = 0;  // token spans whose style changed between the event and the next frame
+  const seen = new Set();
+  const watcher = new MutationObserver((records) => {
+    for (const r of records) if (r.target.classList?.contains("iw-token")) seen.add(r.target);
+  });
+  watcher.observe(el, {subtree: true, attributes: true, attributeFilter: ["style"]});
   for (let k = 0; k < 40; k++) {
     const span = generated[(k * 7) % generated.length];
     const t0 = performance.now();
     span.dispatchEvent(new MouseEvent("mouseover", {bubbles: true}));  // recolours that step's sources
     await new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));  // style, layout and paint included
     times.push(performance.now() - t0);
+    watcher.takeRecords().forEach((r) => r.target.classList?.contains("iw-token") && seen.add(r.target));
+    restyled += seen.size;
+    seen.clear();
   }
+  watcher.disconnect();
   times.sort((a, b) => a - b);
-  return {median: times[20], worst: times[39]};
+  return {median: times[20], worst: times[39], restyled: restyled / 40};
 }"""
 
 
@@ -168,6 +179,8 @@ def main() -> None:
             page.close()
             print(f"bench: generation_hover_recolour_{n}_tokens_ms = median {hover['median']:.1f}, worst "
                   f"{hover['worst']:.1f} (goal < 50; hover over a generated token until the next frame)")
+            print(f"bench: generation_hover_restyled_spans_{n}_tokens = {hover['restyled']:.0f} (what one hover "
+                  f"restyles before the next frame: the blocks in view, not all {n} tokens)")
         browser.close()
     for n in (1000, 100):
         print(f"bench: token_widget_saved_bytes_{n} = {saved_bytes(widget(n))} (goal <= 61440)")

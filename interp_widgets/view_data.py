@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 __all__ = [
-    "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "MonitorData", "TokenHighlightData",
+    "AttentionData", "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "MonitorData", "TokenHighlightData",
     "ARRAY_DTYPES", "VIEW_DATA", "ViewData", "array_to_buffer", "buffer_to_array", "coerce_array", "narrowest_ints",
 ]  # fmt: skip
 
@@ -175,7 +175,7 @@ class ViewData:
 
     Example:
         >>> sorted(VIEW_DATA)
-        ['comparison', 'concept_browser', 'example_list', 'generation', 'monitor', 'token_highlight']
+        ['attention', 'comparison', 'concept_browser', 'example_list', 'generation', 'monitor', 'token_highlight']
     """
 
     VIEW: ClassVar[str] = ""
@@ -430,6 +430,38 @@ class MonitorData(ViewData):
     checkpoint_schema: dict[str, Any] = field(default_factory=lambda: {"series": [], "rows": 0})
 
 
+@dataclass
+class AttentionData(ViewData):
+    """What :class:`~interp_widgets.widgets.AttentionWidget` keeps: tokens, the model's shape, max-pooled thumbnails of
+    every head (0..127) and the pinned heads as their top-k keys per query. Every other head is sent on request.
+
+    Example:
+        >>> AttentionData.ARRAYS["pinned_keys"]
+        ('int', 3, False)
+    """
+
+    VIEW: ClassVar[str] = "attention"
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "generated_mask": ("bool", 1, False), "thumbnails": ("int", 4, False), "pinned_keys": ("int", 3, False),
+        "pinned_weights": ("float32", 3, True)}  # fmt: skip
+
+    tokens: list[str]
+    key_tokens: list[str]
+    generated_mask: np.ndarray
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    layer_names: list[str]
+    kind: str
+    model_name: str
+    thumbnails: np.ndarray
+    pinned: list[dict[str, Any]]
+    pinned_keys: np.ndarray
+    pinned_weights: np.ndarray
+    pinned_top_k: int = 32
+
+
 #: Each view's data class by view (bundle) name.
 VIEW_DATA: dict[str, type[ViewData]] = {cls.VIEW: cls for cls in (
-    TokenHighlightData, GenerationData, ComparisonData, ExampleListData, ConceptBrowserData, MonitorData)}  # fmt: skip
+    TokenHighlightData, GenerationData, ComparisonData, ExampleListData, ConceptBrowserData, MonitorData,
+    AttentionData)}  # fmt: skip

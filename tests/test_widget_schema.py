@@ -16,11 +16,19 @@ from interp_widgets.view_data import VIEW_DATA, TokenHighlightData, ViewData
 from interp_widgets.widgets._traits import BinaryArray
 
 from interp_widgets.widgets import (
-    ComparisonWidget, ConceptBrowser, ExampleListWidget, GenerationWidget, InterpWidget, MonitorWidget,
+    AttentionWidget, ComparisonWidget, ConceptBrowser, ExampleListWidget, GenerationWidget, InterpWidget, MonitorWidget,
     TokenHighlightWidget, compare,
 )  # fmt: skip
 from tests.test_concept_widget import _interpretation, _text
 from tests.test_views_widget import _collection, _gen_result, _result
+
+def _attention_patterns():
+    from interp_widgets.attribution.patterns import AttentionPatterns
+
+    weights = np.tril(np.ones((3, 3)))
+    weights = (weights / weights.sum(1, keepdims=True)).astype(np.float16)
+    return AttentionPatterns(tokens=["a", "b", "c"], weights=[np.stack([weights, weights])], n_kv_heads=1)
+
 
 #: One way to build each view, forwarding keyword arguments to the view's constructor.
 VIEWS = {
@@ -31,6 +39,7 @@ VIEWS = {
     ExampleListWidget: lambda **kw: ExampleListWidget(_collection(), **kw),
     ConceptBrowser: lambda **kw: ConceptBrowser(_interpretation(), texts=[_text()], **kw),
     MonitorWidget: lambda **kw: MonitorWidget(layers=["layer:0"], **kw),
+    AttentionWidget: lambda **kw: AttentionWidget(_attention_patterns(), **kw),
 }  # fmt: skip
 
 

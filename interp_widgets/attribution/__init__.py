@@ -39,6 +39,7 @@ from interp_widgets.attribution.gradient import (
     SquareGrad,
     VarGrad,
 )
+from interp_widgets.attribution.patterns import AttentionPatterns, attention_patterns, record_attention
 from interp_widgets.attribution.perturbation import KernelShap, Lime, Occlusion, PerturbationMethod, Sobol
 from interp_widgets.attribution.interop import from_captum, from_interpreto
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
@@ -46,6 +47,7 @@ from interp_widgets.attribution.result import AttributionCollection, Attribution
 __all__ = [
     "METHODS",
     "AttentionMethod",
+    "AttentionPatterns",
     "AttentionRollout",
     "AttributionCollection",
     "AttributionResult",
@@ -68,11 +70,13 @@ __all__ = [
     "SquareGrad",
     "VarGrad",
     "agreement_table",
+    "attention_patterns",
     "attribute",
     "faithfulness",
     "from_captum",
     "from_interpreto",
     "list_methods",
+    "record_attention",
     "spearman",
     "top_k_overlap",
 ]

@@ -19,6 +19,7 @@ Example:
 
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._static import STATIC_DIR
+from interp_widgets.widgets.attention import AttentionWidget
 from interp_widgets.widgets._traits import array_to_buffer, buffer_to_array
 from interp_widgets.widgets.comparison import ComparisonWidget, compare
 from interp_widgets.widgets.concept_browser import ConceptBrowser
@@ -32,6 +33,7 @@ from interp_widgets.widgets.token_highlight import TokenHighlightWidget
 __all__ = [
     "MIME_TYPE",
     "STATIC_DIR",
+    "AttentionWidget",
     "ComparisonWidget",
     "ConceptBrowser",
     "ExampleListWidget",

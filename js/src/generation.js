@@ -69,6 +69,7 @@ const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask"
 const VIEW_TRAITS = ["selected_step", "shared_scale", "encoding", "high_contrast", "view"];
 const CELL_HEIGHT = 16;
 const LABEL_WIDTH = 120;
+const RANK_CACHE = 64;
 
 /**
  * Read and check the synced data.
@@ -168,6 +169,16 @@ function renderGeneration({ model, el, reportError }) {
   let layout = null;
 
   const stepOf = (index) => data.stepAt[index];
+  const rankCache = new Map(); // step -> {ranks, ranked}, the last RANK_CACHE steps (a hover re-sorts no row twice)
+  const ranksOf = (step, values) => {
+    let hit = rankCache.get(step);
+    if (!hit) {
+      hit = { ranks: ranksByMagnitude(values), ranked: values.filter((v) => !Number.isNaN(v)).length };
+      rankCache.set(step, hit);
+      if (rankCache.size > RANK_CACHE) rankCache.delete(rankCache.keys().next().value);
+    }
+    return hit;
+  };
   const row = (step) => data.scores.subarray(step * data.n, (step + 1) * data.n);
   const paintOptions = () => ({ theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) });
   const scaleMax = (step) => {
@@ -243,12 +254,11 @@ function renderGeneration({ model, el, reportError }) {
     shownStep = step;
     const values = row(step);
     const max = scaleMax(step);
-    const ranks = ranksByMagnitude(values);
-    const ranked = values.filter((v) => !Number.isNaN(v)).length;
+    const { ranks, ranked } = ranksOf(step, values);
     const options = paintOptions();
     const target = data.steps[step];
     shown = { values, max, ranks, ranked, options, target };
-    for (const span of rendering?.built() ?? []) paintSpan(span, Number(span.dataset.index));
+    rendering?.repaint((span) => paintSpan(span, Number(span.dataset.index))); // what is in view now, the rest later
     status.textContent = `Sources of generated token ${step + 1} of ${data.steps.length}: ${quoteToken(data.tokens[target])} (p = ${probText(step)})${ratherThan(step)}`;
     const versus = contrastive() ? ` rather than ${quoteToken(data.foils[step])}` : "";
     legendSlot.replaceChildren(
@@ -329,6 +339,7 @@ function renderGeneration({ model, el, reportError }) {
     if (disposed) return;
     if (level === 2) {
       data = readGeneration(model);
+      rankCache.clear();
       buildPairs();
       rendering?.cancel();
       rendering = null;
@@ -340,13 +351,13 @@ function renderGeneration({ model, el, reportError }) {
     const span = event.target instanceof Element ? event.target.closest(".iw-token") : null;
     return span && tokensBox.contains(span) ? span : null;
   };
-  const describe = (i) => {
+  const describe = (i, about = shownStep) => {
     const rows = [["token", quoteToken(data.tokens[i])]];
     const step = stepOf(i);
     if (step >= 0) rows.push(["probability", probText(step)]);
     if (step >= 0 && contrastive()) rows.push(["foil", `${quoteToken(data.foils[step])} (p = ${foilProbText(step)})`]);
-    const versus = contrastive() ? ` vs ${quoteToken(data.foils[shownStep])}` : "";
-    rows.push([`→ ${quoteToken(data.tokens[data.steps[shownStep]])}${versus}`, scoreText(row(shownStep)[i])]);
+    const versus = contrastive() ? ` vs ${quoteToken(data.foils[about])}` : "";
+    rows.push([`→ ${quoteToken(data.tokens[data.steps[about]])}${versus}`, scoreText(row(about)[i])]);
     return rows;
   };
   const activate = (i) => {
@@ -379,8 +390,9 @@ function renderGeneration({ model, el, reportError }) {
     if (!span || span === tooltip.target) return;
     const i = Number(span.dataset.index);
     const step = stepOf(i);
+    // the tooltip measures the layout first, while it is clean; restyling after it forces no synchronous layout
+    tooltip.show(span, describe(i, step >= 0 ? step : shownStep));
     if (step >= 0 && step !== shownStep) colour(step); // preview this generated token's sources
-    tooltip.show(span, describe(i));
     save({ hovered_token: i });
   })); // prettier-ignore
   tokensBox.addEventListener("mouseleave", safely(() => {

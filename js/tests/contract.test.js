@@ -5,6 +5,7 @@ import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import attention from "../src/attention.js";
 import comparison from "../src/comparison.js";
 import conceptBrowser from "../src/concept_browser.js";
 import examples from "../src/example_list.js";
@@ -84,6 +85,14 @@ const VIEWS = [
     file: "monitor.js", model: "MonitorModel", widget: monitor,
     state: { error: "", stream_id: "contract-test", checkpoint: null, checkpoint_schema: {}, layers: ["L0"], x_label: "step", title: "run",
       panels: [{ id: "loss", title: "Loss", kind: "lines", series: ["loss"] }, { id: "heat", title: "Heat", kind: "heatmap", metric: "ratio" }] },
+  },
+  {
+    file: "attention.js", model: "AttentionModel", widget: attention,
+    state: { error: "", tokens: ["a", "b"], key_tokens: ["a", "b"], generated_mask: bool([0, 1]), n_layers: 1, n_heads: 2, n_kv_heads: 1,
+      layer_names: ["l0"], kind: "self", model_name: "m", thumbnails: payload(Int8Array.from([127, 0, 64, 64, 127, 0, 0, 127]), "int8", [1, 2, 2, 2]),
+      pinned: [{ layer: 0, head: 0 }], pinned_keys: payload(Int8Array.from([0, 1, 1, 0]), "int8", [1, 2, 2]),
+      pinned_weights: f32([1, 0, 0.6, 0.4], [1, 2, 2]), pinned_top_k: 2, view: "head", layer: 0, heads: [0], aggregate: "", style: "heatmap",
+      focus: -1, locked: false },
   },
 ]; // prettier-ignore
 

@@ -113,8 +113,13 @@ export function idleLoop(win, step) {
  * @param {HTMLElement} box
  * @param {{count: number, build: (u: number, parent: Node, atBlockStart: boolean) => HTMLElement,
  *          breakRank?: (u: number) => number, size?: number, single?: number, onDone?: () => void}} options
+ * `repaint(paint)` restyles the built units with `paint(element, u)`: at once the blocks in (or near) view, the other
+ * built blocks in idle time or as soon as they scroll into view (an IntersectionObserver), so a hover that recolours
+ * a long run costs the blocks on screen, not every built unit. Without IntersectionObserver every built unit is
+ * repainted at once.
  * @returns {{span: (u: number) => HTMLElement | undefined, ensure: (u: number) => HTMLElement,
- *            built: () => HTMLElement[], finish: () => void, cancel: () => void}}
+ *            built: () => HTMLElement[], repaint: (paint: (el: HTMLElement, u: number) => void) => void,
+ *            finish: () => void, cancel: () => void}}
  *   `span(u)` is undefined until u's block is built; `built()` lists the units' elements built so far
  * @example
  *   const run = renderTokenRun(box, {count: units.length, build: (u, parent) => parent.appendChild(span(u))});
@@ -134,6 +139,31 @@ export function renderTokenRun(box, { count, build, breakRank, size = BLOCK, sin
     blocks[b].style.minHeight = done[b] ? "" : `${Math.ceil((bounds[b][1] - bounds[b][0]) * perUnit)}px`;
   };
 
+  // repaint bookkeeping: the paint version each block shows, and which blocks are in (or near) view
+  let painter = null;
+  let version = 0;
+  const paintedAt = new Int32Array(bounds.length);
+  const inView = new Set();
+  let observed = false; // the observer has reported at least once
+  let staleLoop = null;
+  const refresh = (b) => {
+    if (!done[b] || painter === null || paintedAt[b] === version) return;
+    for (let u = bounds[b][0]; u < bounds[b][1]; u += 1) painter(spans[u], u);
+    paintedAt[b] = version;
+  };
+  const observer = blocks[0] !== box && win?.IntersectionObserver
+    ? new win.IntersectionObserver((entries) => {
+        observed = true;
+        for (const entry of entries) {
+          const b = Number(entry.target.dataset.iwBlock);
+          if (entry.isIntersecting) {
+            inView.add(b);
+            refresh(b);
+          } else inView.delete(b);
+        }
+      }, { rootMargin: "50px 0px" })
+    : null; // prettier-ignore
+
   const fill = (b) => {
     if (done[b]) return;
     const [start, end] = bounds[b];
@@ -141,6 +171,7 @@ export function renderTokenRun(box, { count, build, breakRank, size = BLOCK, sin
     for (let u = start; u < end; u += 1) spans[u] = build(u, fragment, u === start);
     blocks[b].append(fragment);
     done[b] = 1;
+    paintedAt[b] = version; // build() paints with the current state
     if (blocks[b] !== box) estimate(b);
     left -= 1;
     if (left === 0) {
@@ -162,7 +193,9 @@ export function renderTokenRun(box, { count, build, breakRank, size = BLOCK, sin
   if (blocks[0] !== box) {
     blocks.forEach((block, b) => {
       block.className = "iw-token-block";
+      block.dataset.iwBlock = String(b);
       estimate(b);
+      observer?.observe(block);
     });
     box.append(...blocks);
   }
@@ -193,12 +226,34 @@ export function renderTokenRun(box, { count, build, breakRank, size = BLOCK, sin
       return spans[u];
     },
     built: () => spans.filter(Boolean),
+    repaint(paint) {
+      painter = paint;
+      version += 1;
+      staleLoop?.cancel();
+      staleLoop = null;
+      if (observer === null || !observed) {
+        for (let b = 0; b < bounds.length; b += 1) refresh(b);
+        return;
+      }
+      for (const b of inView) refresh(b);
+      let next = 0;
+      staleLoop = idleLoop(win, (budget) => {
+        for (; next < bounds.length && budget() > 2; next += 1) refresh(next);
+        return next < bounds.length;
+      });
+    },
     finish() {
-      for (let b = 0; b < bounds.length; b += 1) fill(b);
+      for (let b = 0; b < bounds.length; b += 1) {
+        fill(b);
+        refresh(b);
+      }
     },
     cancel() {
       loop?.cancel();
       loop = null;
+      staleLoop?.cancel();
+      staleLoop = null;
+      observer?.disconnect();
     },
   };
 }

@@ -1,0 +1,365 @@
+"""Attention patterns: every layer's and head's attention probabilities for a text or a generation, in float16.
+
+SDPA and flash attention never materialise the probabilities, so :func:`attention_patterns` runs the model under
+:func:`~interp_widgets.attribution.attention.eager_attention` (switched in place and restored exactly afterwards,
+also on errors; the model is never copied) and hooks the attention modules that transformers itself records for
+``output_attentions`` (the model's ``_can_record_outputs`` table). Each layer's ``(heads, queries, keys)`` map is
+cast to float16 on the CPU as soon as its module returns, so the float32 maps of all layers never coexist.
+
+Query heads are grouped by the key/value head they share (grouped-query attention: SmolLM2-135M has 9 query heads
+over 3 KV heads, so heads 0–2 read KV head 0). Head aggregations: ``mean`` and ``max`` over a layer's heads, and
+``rollout`` (attention rollout up to that layer, :func:`~interp_widgets.attribution.attention.attention_rollout`).
+
+``kind`` names which attention is recorded: ``"self"`` for decoder-only and encoder-only models, and, for
+encoder-decoder models (through :func:`record_attention`, which runs any forward call), ``"encoder"``,
+``"decoder"`` (self-attention of each stack) or ``"cross"`` (decoder queries over encoder keys, so queries and keys
+are different token lists).
+
+Example:
+    >>> patterns = attention_patterns(lm, lm_tokenizer, "The room was clean.", progress=False)
+    >>> patterns.n_layers, patterns.n_heads, patterns.n_kv_heads, patterns.kv_head_of(1)  # GPT-2: one KV head each
+    (2, 2, 2, 1)
+    >>> patterns.head(0, 1).dtype, patterns.head(0, 1).shape == (len(patterns.tokens),) * 2
+    (dtype('float16'), True)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter, UnsupportedModelError
+from interp_widgets.attribution.attention import attention_rollout, eager_attention
+from interp_widgets.attribution.base import progress_bar
+from interp_widgets.layers import evaluation, is_encoder_decoder
+from interp_widgets.validation import check_choice, check_int
+
+KINDS = ("self", "encoder", "decoder", "cross")
+AGGREGATIONS = ("mean", "max", "rollout")
+_RECORD_KEYS = {"self": "attentions", "encoder": "attentions", "decoder": "attentions", "cross": "cross_attentions"}
+
+
+def _recorder_specs(model: nn.Module, key: str) -> list[tuple[type | None, str | None, str | None, int]]:
+    """``(class, class-name suffix, layer name, index)`` of every module transformers records as ``key``."""
+    specs = []
+    for module in model.modules():
+        table = getattr(type(module), "_can_record_outputs", None) or {}
+        entries = table.get(key)
+        for entry in entries if isinstance(entries, list) else [entries] if entries is not None else []:
+            if hasattr(entry, "target_class"):  # an OutputRecorder
+                specs.append((entry.target_class, entry.class_name, entry.layer_name, entry.index))
+            elif isinstance(entry, str):
+                specs.append((None, entry, None, 1))
+            else:
+                specs.append((entry, None, None, 1))
+    return specs
+
+
+def attention_modules(model: nn.Module, kind: str = "self") -> list[tuple[str, nn.Module, int]]:
+    """The attention modules whose outputs hold the probabilities of ``kind``, in layer order: ``(path, module,
+    index of the probabilities in the module's output tuple)``. These are the modules transformers hooks for
+    ``output_attentions`` (``output_cross_attentions`` for ``"cross"``).
+
+    Example:
+        >>> [(path, index) for path, _, index in attention_modules(lm)]
+        [('transformer.h.0.attn', 1), ('transformer.h.1.attn', 1)]
+        >>> attention_modules(lm, "cross")
+        Traceback (most recent call last):
+          ...
+        ValueError: GPT2LMHeadModel has no 'cross' attention: kind='cross' needs an encoder-decoder model; use kind='self'.
+    """
+    kind = check_choice("kind", kind, KINDS)
+    seq2seq = is_encoder_decoder(model)
+    name = type(model).__name__
+    if seq2seq and kind == "self":
+        raise ValueError(f"{name} is an encoder-decoder model, so kind='self' is ambiguous; use kind='encoder', "
+                         "'decoder' or 'cross'.")
+    if not seq2seq and kind != "self":
+        raise ValueError(f"{name} has no {kind!r} attention: kind={kind!r} needs an encoder-decoder model; use "
+                         "kind='self'.")
+    specs = _recorder_specs(model, _RECORD_KEYS[kind])
+    if not specs:
+        raise UnsupportedModelError(
+            f"{name} does not declare which modules return attention weights (no '{_RECORD_KEYS[kind]}' entry in "
+            "_can_record_outputs), so its attention patterns cannot be recorded; use a Hugging Face transformers "
+            "model that supports output_attentions=True.")
+    found = []
+    for path, module in model.named_modules():
+        for target, class_name, layer_name, index in specs:
+            if not ((target is not None and isinstance(module, target))
+                    or (class_name is not None and path.endswith(class_name))):
+                continue
+            if layer_name is not None and f".{layer_name.strip('.')}." not in f".{path}.":
+                continue
+            if kind in ("encoder", "decoder") and f".{kind}." not in f".{path}.":
+                continue
+            found.append((path, module, index))
+            break
+    if not found:
+        raise UnsupportedModelError(f"{name}: no module of the '{_RECORD_KEYS[kind]}' recorder matched; its "
+                                    f"{kind!r} attention patterns cannot be recorded.")
+    return found
+
+
+@contextlib.contextmanager
+def record_attention(model: nn.Module, kind: str = "self") -> Iterator[list]:
+    """Record the attention probabilities of every forward call in the block: yields a list that gets, per call,
+    one float16 CPU tensor ``(batch, heads, queries, keys)`` per layer (the list of one call, then the next…).
+
+    The model runs eager attention inside the block (:func:`eager_attention`); on exit, also on errors, its
+    attention implementation is restored and every hook removed. Pass any inputs to the model inside the block
+    (an encoder-decoder model needs ``decoder_input_ids``), which is how ``"cross"`` patterns are recorded.
+
+    Example:
+        >>> ids = lm_tokenizer("The room was", return_tensors="pt").input_ids
+        >>> with record_attention(lm) as calls:
+        ...     _ = lm(ids)
+        >>> len(calls), len(calls[0]), calls[0][0].dtype, tuple(calls[0][0].shape)
+        (1, 2, torch.float16, (1, 2, 3, 3))
+        >>> lm.config._attn_implementation
+        'sdpa'
+    """
+    modules = attention_modules(model, kind)
+    calls: list[list[torch.Tensor]] = []
+    handles = []
+
+    def hook_for(layer: int, index: int):
+        def hook(module, args, output):
+            weights = output[index] if isinstance(output, (tuple, list)) else None
+            if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
+                raise UnsupportedModelError(
+                    f"{type(module).__name__} returned no attention weights under eager attention; reload the model "
+                    "with attn_implementation='eager'.")
+            if layer == 0 or not calls or len(calls[-1]) != layer:
+                calls.append([])
+            calls[-1].append(weights.detach().to(device="cpu", dtype=torch.float16))
+        return hook
+
+    try:
+        with eager_attention(model):
+            for layer, (_, module, index) in enumerate(modules):
+                handles.append(module.register_forward_hook(hook_for(layer, index)))
+            yield calls
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+@dataclass
+class AttentionPatterns:
+    """Attention probabilities of one input, per layer and head, in float16.
+
+    Attributes:
+        tokens: query tokens (for self-attention also the keys).
+        key_tokens: key tokens (the same list for self-attention; the encoder's tokens for cross-attention).
+        weights: one float16 array ``(heads, queries, keys)`` per layer.
+        n_kv_heads: key/value heads (grouped-query attention); query head ``h`` reads KV head ``h // (heads / kv)``.
+        kind: ``"self"``, ``"encoder"``, ``"decoder"`` or ``"cross"``.
+        layer_names: one name per layer (the attention module's path).
+        generated_mask: True for generated tokens (a generation), else all False.
+        model_name: the model's name or class.
+
+    Example:
+        >>> p = attention_patterns(lm, lm_tokenizer, "Hi there", progress=False)
+        >>> p.aggregate(0, "mean").shape == p.head(0, 0).shape, float(p.head(1, 1).sum(-1).max()) < 1.01
+        (True, True)
+    """
+
+    tokens: list[str]
+    weights: list[np.ndarray]
+    n_kv_heads: int
+    kind: str = "self"
+    key_tokens: list[str] | None = None
+    layer_names: list[str] = field(default_factory=list)
+    generated_mask: np.ndarray | None = None
+    model_name: str = ""
+    _rollout: dict = field(default_factory=dict, repr=False)
+
+    def __post_init__(self):
+        if self.key_tokens is None:
+            self.key_tokens = list(self.tokens)
+        if self.generated_mask is None:
+            self.generated_mask = np.zeros(len(self.tokens), dtype=bool)
+        if not self.layer_names:
+            self.layer_names = [f"layer:{i}" for i in range(len(self.weights))]
+
+    @property
+    def n_layers(self) -> int:
+        """Number of attention layers."""
+        return len(self.weights)
+
+    @property
+    def n_heads(self) -> int:
+        """Query heads per layer."""
+        return int(self.weights[0].shape[0])
+
+    def kv_head_of(self, head: int) -> int:
+        """The key/value head a query head reads (grouped-query attention).
+
+        Example:
+            >>> p = attention_patterns(lm, lm_tokenizer, "Hi", progress=False)
+            >>> [p.kv_head_of(h) for h in range(p.n_heads)]
+            [0, 1]
+        """
+        head = self._check_head(head)
+        return head // (self.n_heads // self.n_kv_heads)
+
+    @property
+    def head_groups(self) -> list[list[int]]:
+        """The query heads of each KV head.
+
+        Example:
+            >>> attention_patterns(lm, lm_tokenizer, "Hi", progress=False).head_groups
+            [[0], [1]]
+        """
+        per = self.n_heads // self.n_kv_heads
+        return [list(range(g * per, (g + 1) * per)) for g in range(self.n_kv_heads)]
+
+    def _check_layer(self, layer: int) -> int:
+        layer = check_int("layer", layer, hint="pass a layer index such as 0 or -1 (the last layer)")
+        if not -self.n_layers <= layer < self.n_layers:
+            raise IndexError(f"layer {layer} does not exist: the model has {self.n_layers} attention layers (use "
+                             f"0..{self.n_layers - 1}, or negative indices from the end).")
+        return layer % self.n_layers
+
+    def _check_head(self, head: int) -> int:
+        head = check_int("head", head, hint="pass a head index such as 0")
+        if not 0 <= head < self.n_heads:
+            raise IndexError(f"head {head} does not exist: each layer has {self.n_heads} query heads (use "
+                             f"0..{self.n_heads - 1}).")
+        return head
+
+    def head(self, layer: int, head: int) -> np.ndarray:
+        """One head's probabilities ``(queries, keys)`` (float16; row ``q`` sums to 1 over the keys).
+
+        Example:
+            >>> p = attention_patterns(lm, lm_tokenizer, "Hi there", progress=False)
+            >>> p.head(0, 9)
+            Traceback (most recent call last):
+              ...
+            IndexError: head 9 does not exist: each layer has 2 query heads (use 0..1).
+        """
+        return self.weights[self._check_layer(layer)][self._check_head(head)]
+
+    def aggregate(self, layer: int, how: str = "mean") -> np.ndarray:
+        """The heads of a layer combined ``(queries, keys)``, float16: ``"mean"``, ``"max"``, or ``"rollout"``
+        (attention rollout through layers 0..layer, ``0.5·A + 0.5·I`` per layer with heads averaged; self-attention
+        only).
+
+        Example:
+            >>> p = attention_patterns(lm, lm_tokenizer, "Hi there", progress=False)
+            >>> bool((p.aggregate(0, "max") >= p.aggregate(0, "mean")).all())
+            True
+            >>> p.aggregate(-1, "rollout").sum(-1).round(2).tolist() == [1.0] * len(p.tokens)
+            True
+        """
+        how = check_choice("how", how, AGGREGATIONS)
+        layer = self._check_layer(layer)
+        if how == "mean":
+            return self.weights[layer].astype(np.float32).mean(axis=0).astype(np.float16)
+        if how == "max":
+            return self.weights[layer].max(axis=0)
+        if self.kind == "cross":
+            raise ValueError("attention rollout composes self-attention through the layers; cross-attention has no "
+                             "rollout. Use how='mean' or 'max'.")
+        if layer not in self._rollout:
+            # heads averaged first (what rollout does anyway), so the stack is layers × T × T, not × heads
+            means = torch.stack([torch.from_numpy(w.astype(np.float32).mean(axis=0)) for w in self.weights[:layer + 1]])
+            self._rollout[layer] = attention_rollout(means[:, None, None])[0].numpy().astype(np.float16)
+        return self._rollout[layer]
+
+    def to_dataframe(self, layer: int, head: int | str = "mean", *, min_weight: float = 0.0):
+        """One layer's head (or aggregation) as long-form rows: ``query, query_token, key, key_token, weight``.
+
+        Example:
+            >>> p = attention_patterns(lm, lm_tokenizer, "Hi there", progress=False)
+            >>> list(p.to_dataframe(0, 1).columns)
+            ['query', 'query_token', 'key', 'key_token', 'weight']
+        """
+        import pandas as pd
+
+        matrix = self.aggregate(layer, head) if isinstance(head, str) else self.head(layer, head)
+        q, k = np.nonzero(matrix.astype(np.float32) > min_weight) if min_weight > 0 else np.indices(matrix.shape).reshape(2, -1)
+        return pd.DataFrame({"query": q, "query_token": [self.tokens[i] for i in q], "key": k,
+                             "key_token": [self.key_tokens[j] for j in k], "weight": matrix[q, k].astype(np.float32)})
+
+    def widget(self, **options):
+        """The interactive head and model views (:class:`~interp_widgets.widgets.AttentionWidget`).
+
+        Example:
+            >>> attention_patterns(lm, lm_tokenizer, "Hi there", progress=False).widget()  # doctest: +ELLIPSIS
+            AttentionWidget(...)
+        """
+        from interp_widgets.widgets.attention import AttentionWidget
+
+        return AttentionWidget(self, **options)
+
+    def __repr__(self) -> str:
+        return (f"AttentionPatterns({self.kind} attention of {self.model_name or 'a model'}: {self.n_layers} layers × "
+                f"{self.n_heads} heads ({self.n_kv_heads} KV heads), {len(self.tokens)} × {len(self.key_tokens)} "
+                "tokens, float16)")
+
+
+def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens: int = 0, do_sample: bool = False,
+                       seed: int = 0, progress: bool = True) -> AttentionPatterns:
+    """Every layer's and head's attention probabilities over ``text`` (and, with ``max_new_tokens``, over the text
+    plus its greedy or sampled continuation), as :class:`AttentionPatterns` in float16.
+
+    One forward pass over all tokens under eager attention (for a generation, after generating): a causal model's
+    attention at a position is the same as when that position was generated. The model is left untouched: its
+    attention implementation is restored and every hook removed, also on errors.
+
+    Example:
+        >>> p = attention_patterns(lm, lm_tokenizer, "The room was", max_new_tokens=2, progress=False)
+        >>> p.generated_mask.tolist()
+        [False, False, False, True, True]
+        >>> attention_patterns(lm, lm_tokenizer, "word " * 200, progress=False)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+          ...
+        ValueError: the text is 402 tokens, longer than the model's context of 128 tokens (...). Shorten it or split it ...
+    """
+    adapter = ModelAdapter(model, tokenizer)
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
+    encoding = adapter.encode(text)
+    ids = list(encoding.input_ids)
+    adapter.check_length(len(ids), "the text")
+    n_prompt = len(ids)
+    bar = progress_bar(progress, 1 + (max_new_tokens > 0), "attention patterns")
+    try:
+        if max_new_tokens:
+            if adapter.task != TASK_CAUSAL_LM:
+                raise ValueError(f"max_new_tokens needs a causal LM; this model is a {adapter.task}. Pass "
+                                 "max_new_tokens=0 to read the attention over the text.")
+            new_ids, _ = adapter.generate(ids, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
+            ids += [int(t) for t in new_ids]
+            if bar is not None:
+                bar.update(1)
+        device = adapter.device
+        with evaluation(model), torch.inference_mode(), record_attention(model, "self") as calls:
+            input_ids = torch.tensor([ids], device=device)
+            model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
+        if bar is not None:
+            bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    weights = [w[0].numpy() for w in calls[0]]
+    config = model.config
+    n_heads = weights[0].shape[0]
+    n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
+    if n_heads % n_kv:
+        n_kv = n_heads
+    tokens = [tokenizer.decode([t]) for t in ids]
+    return AttentionPatterns(
+        tokens=tokens, weights=weights, n_kv_heads=n_kv, kind="self",
+        layer_names=[path for path, _, _ in attention_modules(model, "self")],
+        generated_mask=np.arange(len(ids)) >= n_prompt,
+        model_name=getattr(config, "name_or_path", "") or type(model).__name__)
+
+
+__all__ = ["AGGREGATIONS", "KINDS", "AttentionPatterns", "attention_modules", "attention_patterns", "record_attention"]
