@@ -146,6 +146,14 @@ def _conforms(value, type_, path: str = "payload") -> None:
             assert isinstance(value, dict) and set(value) == {"base64"}, path
         else:
             assert isinstance(value, expected) and (type_ == "bool" or not isinstance(value, bool)), f"{path}: {value!r}"
+    elif "oneOf" in type_:
+        failures = []
+        for alternative in type_["oneOf"]:
+            try:
+                return _conforms(value, alternative, path)
+            except AssertionError as error:
+                failures.append(error)
+        raise AssertionError(f"{path}: {value!r} matches none of {type_['oneOf']}")
     elif "nullable" in type_:
         if value is not None:
             _conforms(value, type_["nullable"], path)

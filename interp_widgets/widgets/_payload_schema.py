@@ -26,7 +26,8 @@ __all__ = ["payload_schema", "schema_json", "trait_schema", "view_schema"]
 def trait_schema(trait: traitlets.TraitType, where: str = "trait") -> Any:
     """The payload type of one synced trait: ``"str"``, ``"int"``, ``"num"`` (``null`` reads as NaN), ``"bool"``,
     ``"bytes"``, ``{"list": T}``, ``{"nullable": T}``, or ``{"array": [dtypes], "ndim": n}`` (``"absent": true``
-    when ``{}`` means none). Dict traits have no generic type; their class declares one in ``_payload_schema``.
+    when ``{}`` means none). Dict traits have no generic type; their class declares one in ``_payload_schema``, where
+    ``{"oneOf": [T, ...]}`` (the first alternative that matches) is also allowed.
 
     Example:
         >>> trait_schema(traitlets.List(traitlets.Float(allow_none=True)))
@@ -115,7 +116,7 @@ def payload_schema() -> dict[str, Any]:
     Example:
         >>> schema = payload_schema()
         >>> schema["format"], sorted(schema["views"])[:2], schema["views"]["token_highlight"]["data"]["tokens"]
-        (1, ['comparison', 'concept_browser'], {'list': 'str'})
+        (1, ['attention', 'comparison'], {'list': 'str'})
     """
     return {"format": FORMAT, "mime_type": MIME_TYPE,
             "views": {cls._bundle: view_schema(cls) for cls in _view_classes()}}  # fmt: skip

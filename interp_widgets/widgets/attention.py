@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Protocol, Sequence
+from typing import Any, ClassVar, Protocol, Sequence
 
 import numpy as np
 import traitlets
@@ -112,6 +112,9 @@ class AttentionWidget(InterpWidget):
     """
 
     _bundle = "attention"
+    _payload_schema: ClassVar[dict[str, Any]] = {
+        "pinned": {"list": {"object": {"layer": "int", "head": {"oneOf": ["int", {"enum": list(AGGREGATIONS)}]}}}},
+    }
 
     tokens = traitlets.List(traitlets.Unicode(), help="Query tokens.").tag(sync=True, data=True)
     key_tokens = traitlets.List(traitlets.Unicode(), help="Key tokens (= tokens for self-attention).").tag(sync=True, data=True)

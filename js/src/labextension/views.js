@@ -6,6 +6,7 @@
  * @example const module = await VIEWS.token_highlight();
  */
 export const VIEWS = {
+  attention: () => import("../attention.js"),
   comparison: () => import("../comparison.js"),
   concept_browser: () => import("../concept_browser.js"),
   example_list: () => import("../example_list.js"),

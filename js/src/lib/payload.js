@@ -118,6 +118,17 @@ export function checkValue(value, type, path = "payload", depth = 0) {
     }
   }
   if (own(type, "nullable")) return value === null ? null : checkValue(value, type.nullable, path, depth + 1);
+  if (own(type, "oneOf")) {
+    // the first alternative the value matches (for example a head index or the name of an aggregation)
+    for (const alternative of type.oneOf) {
+      try {
+        return checkValue(value, alternative, path, depth + 1);
+      } catch (error) {
+        if (!(error instanceof PayloadError)) throw error;
+      }
+    }
+    fail(path, `matches none of ${type.oneOf.map((t) => JSON.stringify(t)).join(", ")}`);
+  }
   if (own(type, "enum")) {
     if (!type.enum.includes(value)) fail(path, `must be one of ${type.enum.map((v) => JSON.stringify(v)).join(", ")}`);
     return value;
