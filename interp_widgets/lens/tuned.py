@@ -246,7 +246,7 @@ class TunedLens:
                     logq = head(h + h @ W[i].T + b[i]).float().log_softmax(-1)
                     kl = (p * (final_logp - logq)).sum(-1).mean() / len(self.layers)
                     kl.backward(inputs=[W, b])
-                    total += float(kl)
+                    total += float(kl.detach())
                 opt.step()
                 sched.step()
                 losses[step] = total
