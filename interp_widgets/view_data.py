@@ -29,7 +29,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 __all__ = [
-    "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "MonitorData", "TokenHighlightData",
+    "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "LensData", "MonitorData", "TokenHighlightData",
     "ARRAY_DTYPES", "VIEW_DATA", "ViewData", "array_to_buffer", "buffer_to_array", "coerce_array", "narrowest_ints",
 ]  # fmt: skip
 
@@ -175,7 +175,7 @@ class ViewData:
 
     Example:
         >>> sorted(VIEW_DATA)
-        ['comparison', 'concept_browser', 'example_list', 'generation', 'monitor', 'token_highlight']
+        ['comparison', 'concept_browser', 'example_list', 'generation', 'lens', 'monitor', 'token_highlight']
     """
 
     VIEW: ClassVar[str] = ""
@@ -420,6 +420,41 @@ class MonitorData(ViewData):
     checkpoint_schema: dict[str, Any] = field(default_factory=lambda: {"series": [], "rows": 0})
 
 
+@dataclass
+class LensData(ViewData):
+    """What :class:`~interp_widgets.widgets.LensWidget` draws: ``N`` lenses × ``L`` layers × ``T`` positions.
+
+    ``top_vocab`` ``(N, L, T, k)`` and ``target_vocab`` ``(T, M)`` index ``vocab`` (the decoded text of every token
+    the result mentions; ``-1``: no target); ``top_probs``, ``kl``, ``target_probs`` (NaN: no target) and
+    ``target_ranks`` (1 = top, 0: no target) hold the numbers of each cell.
+
+    Example:
+        >>> LensData.field_names()[:4]
+        ['tokens', 'layers', 'lenses', 'vocab']
+    """
+
+    VIEW: ClassVar[str] = "lens"
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "top_vocab": ("int32", 4, False), "top_probs": ("float32", 4, True), "kl": ("float32", 3, True),
+        "target_vocab": ("int32", 2, False), "target_probs": ("float32", 4, True),
+        "target_ranks": ("int32", 4, False), "generated_mask": ("bool", 1, False)}
+
+    tokens: list[str]
+    layers: list[str]
+    lenses: list[str]
+    vocab: list[str]
+    top_vocab: np.ndarray
+    top_probs: np.ndarray
+    kl: np.ndarray
+    target_labels: list[str]
+    target_vocab: np.ndarray
+    target_probs: np.ndarray
+    target_ranks: np.ndarray
+    generated_mask: np.ndarray
+    vocab_size: int = 0
+    model_name: str = ""
+
+
 #: Each view's data class by view (bundle) name.
 VIEW_DATA: dict[str, type[ViewData]] = {cls.VIEW: cls for cls in (
-    TokenHighlightData, GenerationData, ComparisonData, ExampleListData, ConceptBrowserData, MonitorData)}  # fmt: skip
+    TokenHighlightData, GenerationData, ComparisonData, ExampleListData, ConceptBrowserData, MonitorData, LensData)}  # fmt: skip

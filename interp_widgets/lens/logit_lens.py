@@ -232,6 +232,6 @@ def logit_lens(model: nn.Module, tokenizer, text: str, *, layers=None, mid: bool
         target_labels=[first_label] + [label for _, label in fixed], target_probs=t_probs, target_ranks=t_ranks,
         vocab_ids=vocab_ids.astype(np.int64), vocab_text=[tokenizer.decode([int(i)]) for i in vocab_ids],
         generated_mask=generated, prompt_length=prompt_length, model_name=model_name(model), task=adapter.task,
-        params={"top_k": top_k, "head": head.describe(), "chunk_tokens": chunk, "max_new_tokens": max_new_tokens,
+        params={"top_k": top_k, "head": head.describe(), "vocab_size": head.vocab_size, "chunk_tokens": chunk, "max_new_tokens": max_new_tokens,
                 "continuation": continuation or "", "tuned_lens": None if tuned is None else tuned.describe()},
     )

@@ -23,6 +23,7 @@ from interp_widgets.widgets.concept_browser import ConceptBrowser
 from interp_widgets.widgets.example_list import ExampleListWidget
 from interp_widgets.widgets.export import html_page
 from interp_widgets.widgets.generation import GenerationWidget
+from interp_widgets.widgets.lens import LensWidget
 from interp_widgets.widgets.monitor import MonitorWidget
 from interp_widgets.widgets.token_highlight import TokenHighlightWidget
 
@@ -33,6 +34,7 @@ __all__ = [
     "ExampleListWidget",
     "GenerationWidget",
     "InterpWidget",
+    "LensWidget",
     "MonitorWidget",
     "TokenHighlightWidget",
     "array_to_buffer",
