@@ -29,7 +29,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 __all__ = [
-    "AttentionData", "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "MonitorData", "TokenHighlightData",
+    "AttentionData", "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "LensData", "MonitorData",
+    "TokenHighlightData",
     "ARRAY_DTYPES", "VIEW_DATA", "ViewData", "array_to_buffer", "buffer_to_array", "coerce_array", "narrowest_ints",
 ]  # fmt: skip
 
@@ -175,7 +176,7 @@ class ViewData:
 
     Example:
         >>> sorted(VIEW_DATA)
-        ['attention', 'comparison', 'concept_browser', 'example_list', 'generation', 'monitor', 'token_highlight']
+        ['attention', 'comparison', 'concept_browser', 'example_list', 'generation', 'lens', 'monitor', 'token_highlight']
     """
 
     VIEW: ClassVar[str] = ""
@@ -461,7 +462,42 @@ class AttentionData(ViewData):
     pinned_top_k: int = 32
 
 
+@dataclass
+class LensData(ViewData):
+    """What :class:`~interp_widgets.widgets.LensWidget` draws: ``N`` lenses × ``L`` layers × ``T`` positions.
+
+    ``top_vocab`` ``(N, L, T, k)`` and ``target_vocab`` ``(T, M)`` index ``vocab`` (the decoded text of every token
+    the result mentions; ``-1``: no target); ``top_probs``, ``kl``, ``target_probs`` (NaN: no target) and
+    ``target_ranks`` (1 = top, 0: no target) hold the numbers of each cell.
+
+    Example:
+        >>> LensData.field_names()[:4]
+        ['tokens', 'layers', 'lenses', 'vocab']
+    """
+
+    VIEW: ClassVar[str] = "lens"
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "top_vocab": ("int32", 4, False), "top_probs": ("float32", 4, True), "kl": ("float32", 3, True),
+        "target_vocab": ("int32", 2, False), "target_probs": ("float32", 4, True),
+        "target_ranks": ("int32", 4, False), "generated_mask": ("bool", 1, False)}
+
+    tokens: list[str]
+    layers: list[str]
+    lenses: list[str]
+    vocab: list[str]
+    top_vocab: np.ndarray
+    top_probs: np.ndarray
+    kl: np.ndarray
+    target_labels: list[str]
+    target_vocab: np.ndarray
+    target_probs: np.ndarray
+    target_ranks: np.ndarray
+    generated_mask: np.ndarray
+    vocab_size: int = 0
+    model_name: str = ""
+
+
 #: Each view's data class by view (bundle) name.
 VIEW_DATA: dict[str, type[ViewData]] = {cls.VIEW: cls for cls in (
     TokenHighlightData, GenerationData, ComparisonData, ExampleListData, ConceptBrowserData, MonitorData,
-    AttentionData)}  # fmt: skip
+    AttentionData, LensData)}  # fmt: skip

@@ -16,7 +16,8 @@ from interp_widgets.view_data import VIEW_DATA, TokenHighlightData, ViewData
 from interp_widgets.widgets._traits import BinaryArray
 
 from interp_widgets.widgets import (
-    AttentionWidget, ComparisonWidget, ConceptBrowser, ExampleListWidget, GenerationWidget, InterpWidget, MonitorWidget,
+    AttentionWidget, ComparisonWidget, ConceptBrowser, ExampleListWidget, GenerationWidget, InterpWidget, LensWidget,
+    MonitorWidget,
     TokenHighlightWidget, compare,
 )  # fmt: skip
 from tests.test_concept_widget import _interpretation, _text
@@ -40,7 +41,15 @@ VIEWS = {
     ConceptBrowser: lambda **kw: ConceptBrowser(_interpretation(), texts=[_text()], **kw),
     MonitorWidget: lambda **kw: MonitorWidget(layers=["layer:0"], **kw),
     AttentionWidget: lambda **kw: AttentionWidget(_attention_patterns(), **kw),
+    LensWidget: lambda **kw: LensWidget(_lens_result(), **kw),
 }  # fmt: skip
+
+
+def _lens_result():
+    from interp_widgets.lens import logit_lens
+    from tests import tiny_models
+
+    return logit_lens(*tiny_models.gpt2_lm(), "The cat sat.", targets=[" the"], progress=False)
 
 
 def _views(cls=InterpWidget):

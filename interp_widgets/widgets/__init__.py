@@ -27,6 +27,7 @@ from interp_widgets.widgets.example_list import ExampleListWidget
 from interp_widgets.widgets.export import html_page
 from interp_widgets.widgets.generation import GenerationWidget
 from interp_widgets.widgets._mime import MIME_TYPE, output_cap, set_output_cap
+from interp_widgets.widgets.lens import LensWidget
 from interp_widgets.widgets.monitor import MonitorWidget
 from interp_widgets.widgets.token_highlight import TokenHighlightWidget
 
@@ -39,6 +40,7 @@ __all__ = [
     "ExampleListWidget",
     "GenerationWidget",
     "InterpWidget",
+    "LensWidget",
     "MonitorWidget",
     "TokenHighlightWidget",
     "array_to_buffer",

@@ -10,6 +10,7 @@ import comparison from "../src/comparison.js";
 import conceptBrowser from "../src/concept_browser.js";
 import examples from "../src/example_list.js";
 import generation from "../src/generation.js";
+import lens from "../src/lens.js";
 import monitor from "../src/monitor.js";
 import tokenHighlight from "../src/token_highlight.js";
 import { fakeModel, payload, settle } from "./fake_model.js";
@@ -93,6 +94,15 @@ const VIEWS = [
       pinned: [{ layer: 0, head: 0 }], pinned_keys: payload(Int8Array.from([0, 1, 1, 0]), "int8", [1, 2, 2]),
       pinned_weights: f32([1, 0, 0.6, 0.4], [1, 2, 2]), pinned_top_k: 2, view: "head", layer: 0, heads: [0], aggregate: "", style: "heatmap",
       focus: -1, locked: false },
+  },
+  {
+    file: "lens.js", model: "LensModel", widget: lens,
+    state: { error: "", tokens: ["a", "b"], layers: ["layer:0", "layer:1"], lenses: ["logit", "tuned"], vocab: ["x", "y"],
+      top_vocab: i32([0, 1, 1, 0, 0, 1, 1, 0], [2, 2, 2, 1]), top_probs: f32([0.5, 0.2, 0.3, 0.9, 0.5, 0.2, 0.3, 0.9], [2, 2, 2, 1]),
+      kl: f32([1, 2, 0, 0, 1, 2, 0, 0], [2, 2, 2]), target_labels: ["next token"], target_vocab: i32([1, -1], [2, 1]),
+      target_probs: f32([0.2, NaN, 0.3, NaN, 0.2, NaN, 0.3, NaN], [2, 2, 2, 1]), target_ranks: i32([2, 0, 1, 0, 2, 0, 1, 0], [2, 2, 2, 1]),
+      generated_mask: bool([0, 1]), vocab_size: 10, model_name: "m", lens: "logit", colour_by: "top1_prob", target: 0,
+      selected_position: -1, plotted_targets: [0] },
   },
 ]; // prettier-ignore
 

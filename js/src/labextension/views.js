@@ -11,6 +11,7 @@ export const VIEWS = {
   concept_browser: () => import("../concept_browser.js"),
   example_list: () => import("../example_list.js"),
   generation: () => import("../generation.js"),
+  lens: () => import("../lens.js"),
   monitor: () => import("../monitor.js"),
   token_highlight: () => import("../token_highlight.js"),
 };
