@@ -167,7 +167,9 @@ class Attributor:
             tokenizer: its fast tokenizer (omit when ``model`` is an adapter).
             inputs: a text or a list of texts.
             target: classifier class (index, label name, list, or None = predicted); masked-LM token.
-            continuation: causal LM only: forced continuation text or ids; None = generate.
+            continuation: causal and encoder–decoder LMs: forced continuation (target) text or ids; None =
+                generate. An encoder–decoder explains every target token over the source tokens and the earlier
+                target tokens (``result.source_scores``, ``result.target_scores``).
             granularity: ``token``, ``word`` or ``sentence``; ``aggregation`` sum, mean or maxabs.
             contrast: a foil, to explain "why the target rather than the foil" (causal and masked LMs): every
                 score becomes ``score(target) − score(foil)`` (by default ``log p(target) − log p(foil)``). A foil
@@ -224,7 +226,7 @@ class Attributor:
                     contrast=contrast,
                     contrast_alignment=contrast_alignment,
                 )
-            score = self.score or ("logit" if adapter.task != "causal-lm" else "log_probability")
+            score = self.score or ("log_probability" if adapter.task in ("causal-lm", "seq2seq-lm") else "logit")
             with adapter.counting() as count:
                 results = self._attribute_inputs(adapter, problems, score=score, granularity=granularity)
         passes = {**count.as_dict(), "targets": sum(p.n_targets for p in problems),
@@ -294,6 +296,7 @@ class Attributor:
             foil_probs=problem.foil_probs,
             foil_alignment=problem.foil_alignment,
             contrast=problem.contrast,
+            source_mask=problem.source_mask,
             **extra,
         )
 
