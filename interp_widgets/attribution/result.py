@@ -174,7 +174,7 @@ class AttributionResult:
             >>> r = IntegratedGradients(progress=False).attribute(seq2seq, seq2seq_tokenizer, "The room was clean.",
             ...                                                   continuation=" room.")
             >>> total = r.side_totals["source"] + r.side_totals["target"]
-            >>> bool(np.allclose(total - r.score_delta, r.completeness_error))
+            >>> bool(np.allclose(total - r.score_delta, r.completeness_error, atol=1e-6))
             True
         """
         return {"source": np.nansum(self.source_scores, axis=1), "target": np.nansum(self.target_scores, axis=1)}
