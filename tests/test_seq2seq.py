@@ -65,7 +65,8 @@ def test_detection_of_every_encoder_decoder_family():
     masked = set(auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES.values())
     assert {"BartForConditionalGeneration", "MBartForConditionalGeneration"} <= masked  # the trap being fixed
     small = dict(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                 decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=32)
+                 decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=32,
+                 pad_token_id=1, decoder_start_token_id=1)
     models = [T5ForConditionalGeneration(T5Config(vocab_size=64, d_model=16, d_kv=8, d_ff=16, num_layers=1,
                                                    num_heads=2)),
               BartForConditionalGeneration(BartConfig(**small)), MBartForConditionalGeneration(MBartConfig(**small)),
@@ -217,22 +218,19 @@ def _inseq(model, tokenizer, method, **kwargs):
 @pytest.mark.parametrize("family", ["t5_seq2seq", "bart_seq2seq"])
 @pytest.mark.parametrize("method", ["input_x_gradient", "integrated_gradients"])
 def test_agrees_with_inseq(request, family, method):
-    """inseq's attributed function is the target probability: score='probability' here; IG at equal steps."""
+    """inseq's attributed function is the target probability: score='probability' here; IG at equal steps and
+    inseq's baseline."""
     model, tokenizer = request.getfixturevalue(family)
     before = model_fingerprint(model, tokenizer)
     if method == "input_x_gradient":
         ours = InputXGradient(score="probability", progress=False)
         theirs = _inseq(model, tokenizer, method)
     else:
-        ours = IntegratedGradients(n_steps=16, method="gausslegendre", baseline="zero", score="probability",
+        # inseq's baseline: the unk token for every token but the special ones (end of sequence, decoder start)
+        ours = IntegratedGradients(n_steps=16, method="gausslegendre", baseline="unk", score="probability",
                                    progress=False)
         theirs = _inseq(model, tokenizer, method, n_steps=16, internal_batch_size=64)
     r = ours.attribute(model, tokenizer, SOURCE, continuation=TARGET)
-    if method == "integrated_gradients":  # inseq's zero baseline replaces every token, specials included
-        theirs = np.where(np.isnan(r.scores), np.nan, theirs)
-        ref = IntegratedGradients(n_steps=16, method="gausslegendre", baseline=lambda enc: torch.zeros(
-            len(enc), model.config.d_model), score="probability", progress=False)
-        r = ref.attribute(model, tokenizer, SOURCE, continuation=TARGET)
     assert r.scores.shape == theirs.shape
     np.testing.assert_array_equal(np.isnan(r.scores), np.isnan(theirs))
     scale = np.nanmax(np.abs(theirs))
@@ -312,7 +310,8 @@ def test_occlusion_is_the_score_change(request, family):
     np.testing.assert_allclose(r.scores[:, 1], full - logp(src_masked, [start] + target), rtol=1e-4, atol=1e-5)
     dec = [start] + target
     dec[1] = pad  # the first target token as the decoder's input
-    column = len(source) + 1
+    column = int(r.source_mask.sum())  # special tokens are not units: the first target token follows the source
+    assert r.tokens[column] == tokenizer.decode(target[:1])
     expected = full - logp(source, dec)
     np.testing.assert_allclose(r.scores[1:, column], expected[1:], rtol=1e-4, atol=1e-5)
     assert np.isnan(r.scores[0, column])
@@ -320,18 +319,18 @@ def test_occlusion_is_the_score_change(request, family):
 
 def test_contrastive_target(t5_seq2seq):
     model, tokenizer = t5_seq2seq
-    r = InputXGradient(progress=False).attribute(model, tokenizer, SOURCE, continuation=TARGET, contrast=" The bed.")
-    foil = tokenizer(text_target=" The bed.")["input_ids"]
+    r = InputXGradient(progress=False).attribute(model, tokenizer, SOURCE, continuation=TARGET, contrast=" The staff.")
+    foil = tokenizer(text_target=" The staff.")["input_ids"]
     assert r.foil_ids.tolist() == foil  # same length: aligned step by step
     decoder = [0] + tokenizer(text_target=TARGET)["input_ids"]
     logp = torch.log_softmax(_ids_logits(model, tokenizer, SOURCE, decoder), -1)
     direct = [float(logp[t, i] - logp[t, f]) for t, (i, f) in enumerate(zip(r.target_ids, foil))]
     np.testing.assert_allclose(np.log(r.target_probs) - np.log(r.foil_probs), direct, rtol=1e-4, atol=1e-6)
-    assert not r.scores[2, : len(tokenizer(SOURCE)["input_ids"])].any() or r.target_ids[2] != foil[2]
+    same = r.target_ids == r.foil_ids  # ' ', 'The', '.', '</s>': a zero score explained by zero attributions
+    assert same.tolist() == [True, True, False, True, True] and not np.nan_to_num(r.scores[same]).any()
     ig = IntegratedGradients(n_steps=64, progress=False).attribute(model, tokenizer, SOURCE, continuation=TARGET,
-                                                                   contrast=" The bed.")
-    np.testing.assert_allclose(ig.score_delta[r.target_ids != r.foil_ids] != 0, True)
-    assert (ig.relative_completeness_error[r.target_ids != r.foil_ids] <= 0.01).all()
+                                                                   contrast=" The staff.")
+    assert (ig.score_delta[~same] != 0).all() and (ig.relative_completeness_error[~same] <= 0.01).all()
 
 
 # ---------------------------------------------------------------------------------------------- bad input

@@ -25,7 +25,7 @@ from interp_widgets.attribution.contrast import (
     resolve_lm_foils,
     resolve_masked_foil,
 )
-from interp_widgets.text_units import Encoding
+from interp_widgets.text_units import Encoding, encode
 from interp_widgets.validation import check_choice
 
 SCORE_KINDS = ("logit", "probability", "log_probability")
@@ -414,18 +414,24 @@ def _seq2seq_input(adapter, enc: Encoding, continuation, max_new_tokens, do_samp
         logits = _forward_ids(adapter, [ids], [positions], splits=[n_source])[0]
         probs = torch.softmax(logits.float(), dim=-1)[torch.arange(n_new), torch.as_tensor(new_ids)]
         probs = probs.cpu().numpy().astype(np.float64)
-    # the target side as text: its decoded pieces, one new word at each piece that starts with a space
+    # the target side as text: its decoded pieces; words as the tokenizer splits the decoded target text
     specials = set(tokenizer.all_special_ids)
     text = enc.text + "\n"
     base = len(text)
     content = [int(i) for i in new_ids if int(i) not in specials]
     target_text = tokenizer.decode(content) if content else ""
+    char_word: dict[int, int] = {}
+    if target_text.strip():
+        words_of = encode(tokenizer, target_text, add_special_tokens=False)
+        for (a, b), w in zip(words_of.offsets, words_of.word_ids):
+            for c in range(int(a), int(b)):
+                char_word.setdefault(c, int(w))
     tokens, offsets, word_ids = list(enc.tokens), [tuple(o) for o in enc.offsets], list(enc.word_ids)
     tokens.append(tokenizer.convert_ids_to_tokens(start))
     offsets.append((base, base))
     word_ids.append(-1)
     next_word = int(enc.word_ids.max(initial=-1)) + 1
-    previous, kept, words, new_words = "", [], list(enc.words), []
+    previous, kept, words, new_words, last_word = "", [], list(enc.words), [], None
     for token_id in new_ids:
         token_id = int(token_id)
         if token_id in specials:
@@ -438,11 +444,14 @@ def _seq2seq_input(adapter, enc: Encoding, continuation, max_new_tokens, do_samp
         chunk = piece[len(previous):]
         tokens.append(chunk)
         offsets.append((base + len(previous), base + max(len(previous), len(piece))))
-        if not new_words or chunk[:1].isspace():
+        first = len(previous) + (len(chunk) - len(chunk.lstrip()))
+        word = char_word.get(first, last_word if new_words else None)
+        if not new_words or word != last_word:
             new_words.append(chunk)
             next_word += 1
         else:
             new_words[-1] += chunk
+        last_word = word
         word_ids.append(next_word - 1)
         previous = piece
     words += [w.strip() for w in new_words]
