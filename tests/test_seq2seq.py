@@ -366,3 +366,54 @@ def test_options_of_the_other_architecture(t5_seq2seq, gpt2_lm):
         lm_adapter.forward_embeds(lm_adapter.embed(torch.tensor([[5, 6, 7]])), source_length=2)
     with pytest.raises(ValueError):
         lm_adapter.resolve_layer("encoder.layer:0")
+
+
+# ---------------------------------------------------------------------------------------------- layers
+@pytest.mark.parametrize("family", ["t5_seq2seq", "bart_seq2seq"])
+def test_activations_of_encoder_and_decoder_layers(request, family):
+    from interp_widgets.concepts import collect_activations
+
+    model, tokenizer = request.getfixturevalue(family)
+    texts = [SOURCE, "Slow service and a cold room."]
+    start = ModelAdapter(model, tokenizer).decoder_start_token_id
+    expected = []
+    for text in texts:  # output_hidden_states: the blocks' outputs (the last one is after the final norm)
+        ids = tokenizer(text)["input_ids"]
+        with torch.no_grad():
+            out = model(input_ids=torch.tensor([ids]), decoder_input_ids=torch.tensor([[start] + ids]),
+                        output_hidden_states=True)
+        expected.append((out.encoder_hidden_states[1][0].numpy(), out.decoder_hidden_states[1][0, 1:].numpy()))
+    before = model_fingerprint(model, tokenizer)  # after the reference call (transformers adds capture hooks once)
+    encoder = collect_activations(model, tokenizer, texts, layer="encoder.layer:0", include_special=True,
+                                  progress=False)
+    decoder = collect_activations(model, tokenizer, texts, layer="decoder.layer:0", include_special=True,
+                                  progress=False)
+    assert model_fingerprint(model, tokenizer) == before
+    assert encoder.layer == "encoder.layer:0" and decoder.layer == "decoder.layer:0"
+    for t, (enc_rows, dec_rows) in enumerate(expected):
+        np.testing.assert_allclose(encoder[encoder.text_rows(t)], enc_rows, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(decoder[decoder.text_rows(t)], dec_rows, rtol=1e-5, atol=1e-5)
+
+
+def test_monitor_watches_encoder_and_decoder_layers(t5_seq2seq):
+    import copy
+
+    from interp_widgets.geometry import AnisotropyMonitor
+
+    model, tokenizer = t5_seq2seq
+    model = copy.deepcopy(model).train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    enc = tokenizer([SOURCE, "Slow service and a cold room."], return_tensors="pt", padding=True)
+    labels = tokenizer(text_target=[TARGET, " The staff."], return_tensors="pt", padding=True).input_ids
+    basis = torch.linalg.qr(torch.randn(32, 4, generator=torch.Generator().manual_seed(0)))[0]
+    layers = ["encoder.layer:1", "decoder.layer:0"]
+    monitor = AnisotropyMonitor(model, layers, rank=4, n_controls=5, fit="fixed", basis=basis, max_tokens=64,
+                                optimizer=optimizer, special_token_ids=tokenizer.all_special_ids)
+    with monitor:
+        monitor.track(0)
+        model(**enc, labels=labels).loss.backward()
+        optimizer.step()
+    for name in layers:
+        steps, ratio = monitor.series(f"energy_ratio|{name}")
+        assert steps.tolist() == [0] and np.isfinite(ratio).all() and ratio[0] > 0
+    assert sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules()) == 0
