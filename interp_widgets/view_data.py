@@ -292,7 +292,9 @@ class TokenHighlightData(ViewData):
 @dataclass
 class GenerationData(ViewData):
     """What :class:`~interp_widgets.widgets.GenerationWidget` draws: prompt and generated tokens, one row of scores per
-    generated token (``step_tokens[s]`` is the token generated at step ``s``). A contrastive result also has the foil
+    generated token (``step_tokens[s]`` is the token generated at step ``s``). ``word_ids`` and ``sentence_ids``
+    group the tokens for the view's granularity; an encoder–decoder result's ``source_mask`` marks its source
+    tokens (the rest are the decoder's), and its units never span the two sides. A contrastive result also has the foil
     of every step (``foil_tokens[s]``, ``foil_probs[s]``) and the foil continuation (``contrast``); its scores explain
     ``score(target) − score(foil)``. Without a contrast these are empty.
 
@@ -302,9 +304,13 @@ class GenerationData(ViewData):
     """
 
     VIEW: ClassVar[str] = "generation"
-    VERSION: ClassVar[int] = 2  # 2: foil_tokens, foil_probs and contrast (version-1 payloads load with them empty)
+    # 2: foil_tokens, foil_probs and contrast (version-1 payloads load with them empty)
+    # 3: word_ids, sentence_ids (granularity on each side) and source_mask (encoder–decoder results: True for the
+    #    source tokens); older payloads load with them None (token granularity, one side)
+    VERSION: ClassVar[int] = 3
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
-        "special_mask": ("bool", 1, False), "generated_mask": ("bool", 1, False), "scores": ("float32", 2, True)}
+        "special_mask": ("bool", 1, False), "generated_mask": ("bool", 1, False), "scores": ("float32", 2, True),
+        "word_ids": ("int", 1, False), "sentence_ids": ("int", 1, False), "source_mask": ("bool", 1, False)}
 
     tokens: list[str]
     spaces_before: list[str]
@@ -319,6 +325,9 @@ class GenerationData(ViewData):
     foil_tokens: list[str] = field(default_factory=list)
     foil_probs: list[float | None] = field(default_factory=list)
     contrast: str = ""
+    word_ids: np.ndarray | None = None
+    sentence_ids: np.ndarray | None = None
+    source_mask: np.ndarray | None = None
 
 
 @dataclass
