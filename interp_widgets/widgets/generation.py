@@ -185,7 +185,7 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens):
             >>> r = InputXGradient().attribute(seq2seq, seq2seq_tokenizer, "The room was clean.", continuation=" The room.")
             >>> widget = r.widget(granularity="sentence")
             >>> int(widget.source_mask.sum()), widget.unit_matrix()[0, :6].round(3).tolist()  # one source sentence
-            (7, [-0.103, -0.103, -0.103, -0.103, -0.103, -0.103])
+            (7, [-0.083, -0.083, -0.083, -0.083, -0.083, -0.083])
         """
         matrix = self.score_matrix().astype(np.float64)
         if self.granularity == "token":
