@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import traitlets
@@ -21,8 +21,10 @@ from interp_widgets.view_data import GenerationData
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
 from interp_widgets.text_units import display_units
-from interp_widgets.widgets._tokens import (GroupedTokens, TokenScoresWidget, display_token, finite_max,
-                                            magnitude_ranks, token_data)
+from interp_widgets.widgets._tokens import (
+    ChatTurns, GroupedTokens, TokenScoresWidget, display_token, finite_max, magnitude_ranks, role_piece, role_starts,
+    token_data,
+)
 from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.validation import check_choice
 
@@ -85,12 +87,15 @@ def _log_ratio(p: float | None, q: float | None) -> float | None:
     return math.log(p) - math.log(q)
 
 
-class GenerationWidget(TokenScoresWidget, GroupedTokens):
+class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
     """Prompt + generated tokens; pick a generated token to colour the sources it was attributed to.
 
-    ``granularity`` (``"token"``, ``"word"`` or ``"sentence"``) colours every token with the summed score of its
-    unit. An encoder–decoder result shows its two sides, the source and the target, each with its own units (a word
-    or sentence never spans both); the heatmap marks the boundary.
+    For a chat conversation each turn starts with its role's label (the default system prompt a template inserts
+    included), and the template's own tokens are folded away like every special prompt token.
+
+    ``granularity`` (``"token"``, ``"word"``, ``"sentence"`` or ``"turn"``) colours every token with the summed score
+    of its unit. An encoder–decoder result shows its two sides, the source and the target, each with its own units (a
+    word or sentence never spans both); the heatmap marks the boundary.
 
     Each generated token shows its probability. Hovering a generated token previews its sources, clicking (or Enter)
     selects it; a canvas heatmap (rows: generated tokens, columns: all tokens) shows every step at once, with hover
@@ -110,6 +115,7 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens):
     """
 
     _bundle = "generation"
+    _payload_schema: ClassVar[dict[str, Any]] = {"view": {"enum": list(VIEWS)}}
 
     spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
     special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
@@ -142,7 +148,8 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens):
             tokens=tokens.tokens, spaces_before=tokens.spaces_before, special_mask=tokens.special_mask,
             generated_mask=generated, scores=tokens.scores, step_tokens=steps, step_probs=tokens.target_probs,
             method=tokens.method, score_meaning=meaning, signed=tokens.signed, foil_tokens=foil_tokens,
-            foil_probs=foil_probs, contrast=contrast, word_ids=tokens.word_ids, sentence_ids=tokens.sentence_ids,
+            foil_probs=foil_probs, contrast=contrast, turn_ids=tokens.turn_ids, turn_roles=tokens.turn_roles,
+            word_ids=tokens.word_ids, sentence_ids=tokens.sentence_ids,
             source_mask=_source_mask(result, len(tokens.tokens)),
         )  # fmt: skip
         super().__init__(**data.to_traits(), selected_step=selected_step, view=view, **kwargs)
@@ -192,7 +199,7 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens):
             return matrix
         out = matrix.copy()
         for unit in display_units(self.special_mask, self.word_ids, self.sentence_ids, self.granularity,
-                                  show_special=True):
+                                  show_special=True, turn_ids=self.turn_ids):
             block = matrix[:, unit]
             seen = ~np.isnan(block)
             out[:, unit] = np.where(seen.any(1), np.where(seen, block, 0).sum(1), np.nan)[:, None]
@@ -242,14 +249,17 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens):
             figure.mono_lines(self._pair_lines()[:MAX_STATIC_STEPS], size=11)
         pieces = []
         shown = [i for i in range(len(self.tokens)) if not special[i]][:MAX_STATIC_TOKENS]
+        roles = role_starts([[i] for i in shown], self.turn_ids, special, self.turn_roles)
         sides = bool(np.asarray(self.source_mask).any())
-        for i in shown:
-            if sides and (i == shown[0] or self.source_mask[i] != self.source_mask[shown[shown.index(i) - 1]]):
+        for k, i in enumerate(shown):
+            if sides and (k == 0 or self.source_mask[i] != self.source_mask[shown[k - 1]]):
                 if pieces:
                     figure.tokens(pieces)
                     pieces = []
                 figure.text("source (encoder)" if self.source_mask[i] else "target (decoder)", size=11,
                             colour="#57606a")
+            if k in roles:
+                pieces.append(role_piece(roles[k], first=k == 0))
             score = float(row[i])
             if math.isnan(score):
                 background, colour = unseen_colours()
@@ -260,7 +270,8 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens):
             label = ""
             if i in step_of and self.step_probs and self.step_probs[step_of[i]] is not None:
                 label = f"{100 * self.step_probs[step_of[i]]:.0f}%"
-            pieces.append(TokenPiece(self.spaces_before[i], display_token(self.tokens[i]), background, colour,
+            gap = (self.spaces_before[i].lstrip("\r\n") or " ") if k in roles else self.spaces_before[i]
+            pieces.append(TokenPiece(gap, display_token(self.tokens[i]), background, colour,
                                      f"{json.dumps(self.tokens[i], ensure_ascii=False)}: {note}", note=label,
                                      outline=i == chosen))  # fmt: skip
         non_special = int((~special).sum())
