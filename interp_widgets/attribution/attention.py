@@ -132,8 +132,9 @@ class _AttentionRecorder:
             )
         cross = getattr(out, "cross_attentions", None)
         self.cross = None
-        if cross is not None:  # an encoder–decoder: join encoder, cross and decoder self-attention on one axis
-            attentions = self._joined(list(getattr(out, "encoder_attentions", None) or []), attentions, list(cross))
+        if self.adapter.is_seq2seq:  # an encoder–decoder: join encoder, cross and decoder self-attention on one axis
+            attentions = self._joined(list(getattr(out, "encoder_attentions", None) or []), attentions,
+                                      list(cross or []))
         self.attentions, self.gradients, self._cursor = attentions, [None] * len(attentions), 0
         for layer, attention in enumerate(attentions):
             if attention.requires_grad:
