@@ -33,23 +33,36 @@ from interp_widgets.text_units import Encoding, check_fast_tokenizer, encode, en
 from interp_widgets.validation import check_int
 
 __all__ = ["ModelAdapter", "Encoding", "PassCount", "UnsupportedModelError", "detect_task", "execution_device",
-           "SUPPORTED_TASKS", "TASK_CLASSIFICATION", "TASK_CAUSAL_LM", "TASK_MASKED_LM"]
+           "SUPPORTED_TASKS", "TASK_CLASSIFICATION", "TASK_CAUSAL_LM", "TASK_MASKED_LM", "TASK_SEQ2SEQ_LM"]
 
 TASK_CLASSIFICATION = "sequence-classification"
 TASK_CAUSAL_LM = "causal-lm"
 TASK_MASKED_LM = "masked-lm"
-SUPPORTED_TASKS = (TASK_CLASSIFICATION, TASK_CAUSAL_LM, TASK_MASKED_LM)
+TASK_SEQ2SEQ_LM = "seq2seq-lm"
+SUPPORTED_TASKS = (TASK_CLASSIFICATION, TASK_CAUSAL_LM, TASK_MASKED_LM, TASK_SEQ2SEQ_LM)
+
+# Encoders that scale their token embeddings by ``embed_scale`` only when they embed ``input_ids`` themselves (so
+# ``inputs_embeds`` must arrive scaled), while their decoder scales whatever it gets. BART, mBART and M2M100 scale
+# inside their embedding module (``*ScaledWordEmbedding``) and T5 does not scale: neither needs anything.
+_ENCODER_SCALES_IDS_ONLY = ("marian",)
 
 def detect_task(model: nn.Module) -> str:
-    """Return the task of a Hugging Face model: sequence classification, causal LM or masked LM.
+    """Return the task of a Hugging Face model: sequence classification, causal LM, masked LM or sequence-to-sequence
+    LM (an encoder–decoder with a language-model head: T5, BART, mBART, Marian, M2M100…).
+
+    Encoder–decoder models are recognised first, by transformers' sequence-to-sequence mapping and
+    ``config.is_encoder_decoder``: ``BartForConditionalGeneration`` and ``MBartForConditionalGeneration`` are also
+    listed in its masked-LM mapping, but they are explained as what they are, sequence-to-sequence models.
 
     Example:
-        >>> detect_task(model), detect_task(lm)
-        ('sequence-classification', 'causal-lm')
+        >>> detect_task(model), detect_task(lm), detect_task(seq2seq)
+        ('sequence-classification', 'causal-lm', 'seq2seq-lm')
     """
     from transformers.models.auto import modeling_auto as auto
 
     name = type(model).__name__
+    if _layers.is_encoder_decoder(model) and name in set(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values()):
+        return TASK_SEQ2SEQ_LM
     mappings = (
         (TASK_CLASSIFICATION, auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, ("ForSequenceClassification",)),
         (TASK_CAUSAL_LM, auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, ("ForCausalLM", "LMHeadModel")),
@@ -60,8 +73,9 @@ def detect_task(model: nn.Module) -> str:
             return task
     raise UnsupportedModelError(
         f"unsupported model class {name}; supported: sequence classification (*ForSequenceClassification), "
-        "causal LM (*ForCausalLM, *LMHeadModel) and masked LM (*ForMaskedLM). Load your checkpoint with "
-        "AutoModelForSequenceClassification, AutoModelForCausalLM or AutoModelForMaskedLM."
+        "causal LM (*ForCausalLM, *LMHeadModel), masked LM (*ForMaskedLM) and sequence-to-sequence LM (T5, BART, "
+        "mBART, Marian, M2M100 *ForConditionalGeneration). Load your checkpoint with "
+        "AutoModelForSequenceClassification, AutoModelForCausalLM, AutoModelForMaskedLM or AutoModelForSeq2SeqLM."
     )
 
 
@@ -136,6 +150,8 @@ class ModelAdapter:
             raise TypeError(f"model must be a torch.nn.Module (a Hugging Face PreTrainedModel), got {type(model).__name__}")
         self.task = detect_task(model)
         check_fast_tokenizer(tokenizer)
+        if self.task == TASK_SEQ2SEQ_LM:
+            _check_shared_embeddings(model)
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_tokens = check_int("max_batch_tokens", max_batch_tokens, minimum=1)
@@ -283,8 +299,54 @@ class ModelAdapter:
         """
         return self.embedding(input_ids.to(self.device))
 
+    @property
+    def is_seq2seq(self) -> bool:
+        """Whether the model is an encoder–decoder LM (task ``seq2seq-lm``), whose rows join source and target.
+
+        For such a model every sequence the adapter runs is one axis: the ``source_length`` source (encoder)
+        tokens, then the decoder's tokens (its start token and the target tokens). :meth:`forward_embeds` and
+        :meth:`forward_ids` split it at ``source_length``.
+
+        Example:
+            >>> adapter.is_seq2seq, ModelAdapter(seq2seq, seq2seq_tokenizer).is_seq2seq
+            (False, True)
+        """
+        return self.task == TASK_SEQ2SEQ_LM
+
+    @property
+    def decoder_start_token_id(self) -> int:
+        """The token an encoder–decoder's decoder starts from (``config.decoder_start_token_id``).
+
+        Example:
+            >>> ModelAdapter(seq2seq, seq2seq_tokenizer).decoder_start_token_id
+            0
+        """
+        config = self.model.config
+        start = getattr(config, "decoder_start_token_id", None)
+        if start is None:
+            start = getattr(getattr(self.model, "generation_config", None), "decoder_start_token_id", None)
+        if start is None:
+            raise UnsupportedModelError(f"{type(self.model).__name__} has no config.decoder_start_token_id; set it on the "
+                                        "config before explaining (the token the decoder starts from)")
+        return int(start)
+
+    def _check_split(self, source_length, length: int) -> int | None:
+        if not self.is_seq2seq:
+            if source_length is not None:
+                raise ValueError(f"source_length applies to encoder–decoder models; this model is a {self.task}, "
+                                 "whose rows are one sequence. Leave source_length out.")
+            return None
+        if source_length is None:
+            raise ValueError("an encoder–decoder model needs source_length= (the number of source tokens at the start "
+                             "of each row; the rest are the decoder's tokens)")
+        source_length = int(source_length)
+        if not 0 < source_length < int(length):
+            raise ValueError(f"source_length {source_length} must leave at least one source and one decoder token in "
+                             f"rows of {int(length)} tokens")
+        return source_length
+
     def forward_embeds(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                       positions: torch.Tensor | None = None) -> torch.Tensor:
+                       positions: torch.Tensor | None = None, source_length: int | None = None) -> torch.Tensor:
         """Logits of the model run from ``inputs_embeds`` (one batch, no splitting).
 
         With ``positions`` (``(rows, K)`` sequence positions), a language model computes its logits at those
@@ -294,6 +356,12 @@ class ModelAdapter:
 
         Inside :meth:`observing`, the model also gets the observer's keyword arguments and the observer sees the
         model's whole output.
+
+        An encoder–decoder model (:attr:`is_seq2seq`) takes ``source_length``: the first ``source_length`` rows of
+        the token axis are the encoder's ``inputs_embeds``, the rest the decoder's ``decoder_inputs_embeds``
+        (positions count on the joined axis). The embeddings are those of the shared embedding module
+        (:meth:`embed`); an encoder that applies its ``embed_scale`` only to ids (Marian) gets its part scaled here,
+        so the logits equal those of the model run on the ids.
 
         Example:
             >>> adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102]]))).shape
@@ -305,10 +373,16 @@ class ModelAdapter:
             >>> full.shape, picked.shape, bool(torch.allclose(picked[0], full[0, [3, 1]], atol=1e-6))
             (torch.Size([1, 4, 600]), torch.Size([1, 2, 600]), True)
         """
-        return self._run({"inputs_embeds": embeds}, tuple(embeds.shape[:2]), embeds.device, attention_mask, positions)
+        split = self._check_split(source_length, embeds.shape[1])
+        if split is None:
+            return self._run({"inputs_embeds": embeds}, tuple(embeds.shape[:2]), embeds.device, attention_mask,
+                             positions)
+        source = embeds[:, :split] * self._encoder_embed_scale()
+        return self._run({"inputs_embeds": source, "decoder_inputs_embeds": embeds[:, split:]},
+                         tuple(embeds.shape[:2]), embeds.device, attention_mask, positions, split)
 
     def forward_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                    positions: torch.Tensor | None = None) -> torch.Tensor:
+                    positions: torch.Tensor | None = None, source_length: int | None = None) -> torch.Tensor:
         """Logits of the model run from token ids (one batch, no splitting); ``positions`` as in
         :meth:`forward_embeds`. The ids go to :attr:`device`.
 
@@ -321,12 +395,26 @@ class ModelAdapter:
         input_ids = input_ids.to(device)
         if attention_mask is not None:
             attention_mask = attention_mask.to(device)
-        return self._run({"input_ids": input_ids}, tuple(input_ids.shape[:2]), device, attention_mask, positions)
+        split = self._check_split(source_length, input_ids.shape[1])
+        inputs = {"input_ids": input_ids} if split is None else \
+            {"input_ids": input_ids[:, :split], "decoder_input_ids": input_ids[:, split:]}
+        return self._run(inputs, tuple(input_ids.shape[:2]), device, attention_mask, positions, split)
 
-    def _run(self, inputs: dict, shape: tuple[int, int], device, attention_mask, positions) -> torch.Tensor:
+    def _encoder_embed_scale(self) -> float:
+        if getattr(self.model.config, "model_type", "") in _ENCODER_SCALES_IDS_ONLY:
+            return float(getattr(self.model.get_encoder(), "embed_scale", 1.0) or 1.0)
+        return 1.0
+
+    def _run(self, inputs: dict, shape: tuple[int, int], device, attention_mask, positions,
+             split: int | None = None) -> torch.Tensor:
         if attention_mask is None:
             attention_mask = torch.ones(shape, dtype=torch.long, device=device)
         observer, extra = self._observer
+        if split is not None:
+            inputs = {**inputs, "decoder_attention_mask": attention_mask[:, split:], "use_cache": False}
+            attention_mask = attention_mask[:, :split]
+            shape = (shape[0], shape[1] - split)
+            positions = None if positions is None else positions - split
         with self.logits_at(positions, shape) as gathered:
             out = self.model(**inputs, attention_mask=attention_mask, **extra)
         for counter in self._counters:
@@ -600,7 +688,7 @@ class ModelAdapter:
         from transformers.models.auto import modeling_auto as auto
 
         model_type = getattr(self.model.config, "model_type", "")
-        return self.task != TASK_CAUSAL_LM and model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+        return self.task not in (TASK_CAUSAL_LM, TASK_SEQ2SEQ_LM) and model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     def generate(
         self,
@@ -623,8 +711,12 @@ class ModelAdapter:
             >>> ids.shape, bool(((0 < probs) & (probs <= 1)).all())
             ((3,), True)
         """
+        if self.task == TASK_SEQ2SEQ_LM:
+            return self._generate_seq2seq(input_ids, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                                          temperature=temperature, seed=seed, stop_at_eos=stop_at_eos)
         if self.task != TASK_CAUSAL_LM:
-            raise ValueError(f"generation needs a causal LM; this model is a {self.task}. Use a *ForCausalLM model.")
+            raise ValueError(f"generation needs a causal LM or an encoder–decoder LM; this model is a {self.task}. "
+                             "Use a *ForCausalLM or *ForConditionalGeneration model.")
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
         limit, source = self.context_limit
         if len(input_ids) + int(max_new_tokens) > limit:
@@ -665,3 +757,59 @@ class ModelAdapter:
                     break
                 step_input = torch.tensor([[token]], dtype=torch.long, device=device)
         return np.asarray(new_ids, dtype=np.int64), np.asarray(probs, dtype=np.float64)
+
+    def _generate_seq2seq(self, source_ids, *, max_new_tokens, do_sample, temperature, seed, stop_at_eos):
+        """Greedy or sampled target of an encoder–decoder for the source ``source_ids``: the encoder runs once, the
+        decoder once per new token from its start token (``decoder_start_token_id``)."""
+        max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
+        generator = torch.Generator(device="cpu").manual_seed(int(seed))
+        eos = getattr(self.model.config, "eos_token_id", None)
+        eos = self.tokenizer.eos_token_id if eos is None else eos
+        device = self.device
+        source = torch.tensor([list(source_ids)], dtype=torch.long, device=device)
+        decoder = [self.decoder_start_token_id]
+        new_ids, probs = [], []
+        with self.evaluation(), torch.inference_mode():
+            encoded = self.model.get_encoder()(input_ids=source, attention_mask=torch.ones_like(source))
+            for counter in self._counters:
+                counter.forward += 1
+                counter.forward_rows += 1
+            for _ in range(int(max_new_tokens)):
+                ids = torch.tensor([decoder], dtype=torch.long, device=device)
+                with self.logits_at(torch.tensor([[len(decoder) - 1]]), (1, len(decoder))):
+                    out = self.model(encoder_outputs=encoded, attention_mask=torch.ones_like(source),
+                                     decoder_input_ids=ids, use_cache=False)
+                for counter in self._counters:
+                    counter.forward += 1
+                    counter.forward_rows += 1
+                logits = out.logits[0, -1].float().cpu()
+                p = torch.softmax(logits, dim=-1)
+                if do_sample:
+                    scaled = torch.softmax(logits / max(float(temperature), 1e-6), dim=-1)
+                    token = int(torch.multinomial(scaled, 1, generator=generator))
+                else:
+                    token = int(p.argmax())
+                new_ids.append(token)
+                probs.append(float(p[token]))
+                decoder.append(token)
+                if stop_at_eos and eos is not None and token == eos:
+                    break
+        return np.asarray(new_ids, dtype=np.int64), np.asarray(probs, dtype=np.float64)
+
+
+def _check_shared_embeddings(model: nn.Module) -> None:
+    """Refuse an encoder–decoder whose encoder and decoder embed tokens with different modules: the adapter runs
+    both sides from one embedding space (the shared embedding, as in T5, BART, mBART, Marian and M2M100)."""
+    shared = model.get_input_embeddings()
+    for stack in (model.get_encoder(), model.get_decoder()):
+        own = getattr(stack, "embed_tokens", None)
+        if own is None or own is shared:
+            continue
+        same = getattr(own, "weight", None) is getattr(shared, "weight", None) and \
+            getattr(own, "embed_scale", 1.0) == getattr(shared, "embed_scale", 1.0)
+        if not same:
+            raise UnsupportedModelError(
+                f"{type(model).__name__} embeds source and target tokens with different modules (its config has "
+                "share_encoder_decoder_embeddings=False or untied embeddings); interp_widgets explains encoder–decoder "
+                "models whose encoder and decoder share one token embedding."
+            )

@@ -299,7 +299,9 @@ class TokenHighlightData(ViewData):
 @dataclass
 class GenerationData(ViewData):
     """What :class:`~interp_widgets.widgets.GenerationWidget` draws: prompt and generated tokens, one row of scores per
-    generated token (``step_tokens[s]`` is the token generated at step ``s``). A contrastive result also has the foil
+    generated token (``step_tokens[s]`` is the token generated at step ``s``). ``word_ids`` and ``sentence_ids``
+    group the tokens for the view's granularity; an encoder–decoder result's ``source_mask`` marks its source
+    tokens (the rest are the decoder's), and its units never span the two sides. A contrastive result also has the foil
     of every step (``foil_tokens[s]``, ``foil_probs[s]``) and the foil continuation (``contrast``); its scores explain
     ``score(target) − score(foil)``. Without a contrast these are empty. For a chat conversation, the turn of every
     token and the role of each turn (empty for a plain text).
@@ -310,10 +312,14 @@ class GenerationData(ViewData):
     """
 
     VIEW: ClassVar[str] = "generation"
-    VERSION: ClassVar[int] = 3  # 2: foil_tokens, foil_probs and contrast; 3: turn_ids and turn_roles (older load empty)
+    # 2: foil_tokens, foil_probs and contrast; 3: turn_ids and turn_roles (older load empty)
+    # 4: word_ids, sentence_ids (granularity on each side) and source_mask (encoder–decoder results: True for the
+    #    source tokens); older payloads load with them None (token granularity, one side)
+    VERSION: ClassVar[int] = 4
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
         "special_mask": ("bool", 1, False), "generated_mask": ("bool", 1, False), "scores": ("float32", 2, True),
-        "turn_ids": ("int", 1, False)}  # fmt: skip
+        "turn_ids": ("int", 1, False), "word_ids": ("int", 1, False), "sentence_ids": ("int", 1, False),
+        "source_mask": ("bool", 1, False)}  # fmt: skip
 
     tokens: list[str]
     spaces_before: list[str]
@@ -330,6 +336,9 @@ class GenerationData(ViewData):
     contrast: str = ""
     turn_ids: np.ndarray | None = None
     turn_roles: list[str] = field(default_factory=list)
+    word_ids: np.ndarray | None = None
+    sentence_ids: np.ndarray | None = None
+    source_mask: np.ndarray | None = None
 
 
 @dataclass

@@ -58,6 +58,21 @@ def gpt2_lm():
 
 
 @pytest.fixture(scope="session")
+def t5_seq2seq():
+    return tiny_models.t5_seq2seq()
+
+
+@pytest.fixture(scope="session")
+def bart_seq2seq():
+    return tiny_models.bart_seq2seq()
+
+
+@pytest.fixture(scope="session")
+def marian_seq2seq():
+    return tiny_models.marian_seq2seq()
+
+
+@pytest.fixture(scope="session")
 def llama_lm():
     return tiny_models.llama_lm()
 

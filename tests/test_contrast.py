@@ -380,7 +380,7 @@ def test_generation_payloads_of_version_1_still_load():
                           generated_mask=[False, True], scores=[[1.0, np.nan]], step_tokens=[1],
                           foil_tokens=["c"], foil_probs=[0.25], contrast="c")
     payload = data.to_json()
-    assert payload["version"] == 3  # 3 added chat turns (turn_ids, turn_roles)
+    assert payload["version"] == 4  # 3 added chat turns (turn_ids, turn_roles); 4 word/sentence ids, source_mask
     again = GenerationData.from_json(payload)
     assert (again.foil_tokens, again.foil_probs, again.contrast) == (["c"], [0.25], "c")
     old = {**payload, "version": 1, "data": {k: v for k, v in payload["data"].items()
@@ -388,3 +388,6 @@ def test_generation_payloads_of_version_1_still_load():
     assert GenerationData.from_json(old).foil_tokens == []
     two = {**payload, "version": 2, "data": {k: v for k, v in payload["data"].items() if not k.startswith("turn_")}}
     assert GenerationData.from_json(two).turn_roles == [] and GenerationData.from_json(two).foil_tokens == ["c"]
+    three = {**payload, "version": 3, "data": {k: v for k, v in payload["data"].items()
+                                               if k not in ("word_ids", "sentence_ids", "source_mask")}}
+    assert GenerationData.from_json(three).source_mask is None and GenerationData.from_json(three).turn_roles == []

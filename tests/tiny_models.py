@@ -250,3 +250,67 @@ def modernbert_classifier():
                                global_attn_every_n_layers=2, bos_token_id=tokenizer.cls_token_id,
                                eos_token_id=tokenizer.sep_token_id, cls_token_id=tokenizer.cls_token_id,
                                sep_token_id=tokenizer.sep_token_id)
+
+
+# ------------------------------------------------------------------------------------------------ encoder–decoders
+# T5, BART and Marian share one BPE tokenizer trained here on the demo corpus, with the special tokens of T5 and
+# Marian (<pad> = 0 starts the decoder, </s> = 1 ends every source and target) and BART's <s>. Sources and targets
+# are tokenized alike (HF labels: the text, then </s>).
+@functools.lru_cache(maxsize=None)
+def seq2seq_tokenizer():
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from interp_widgets.demo import corpus
+
+    specials = ["<pad>", "</s>", "<unk>", "<s>"]
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus(), trainer)
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=True),
+        processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)]),
+    ])
+    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
+                                   bos_token="<s>")
+
+
+def _seq2seq(config_class, model_class, **settings):
+    tokenizer = seq2seq_tokenizer()
+    config = config_class(vocab_size=len(tokenizer), pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
+                          **settings)
+    return seeded(lambda: model_class(config)), tokenizer
+
+
+@functools.lru_cache(maxsize=None)
+def t5_seq2seq():
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    # relative position buckets, RMSNorm, a tied head with T5's d_model**-0.5 rescaling; gated-GELU feed-forward
+    return _seq2seq(T5Config, T5ForConditionalGeneration, d_model=32, d_kv=8, d_ff=64, num_layers=2,
+                    num_decoder_layers=2, num_heads=4, feed_forward_proj="gated-gelu", initializer_factor=1.0,
+                    n_positions=128)
+
+
+@functools.lru_cache(maxsize=None)
+def bart_seq2seq():
+    from transformers import BartConfig, BartForConditionalGeneration
+
+    # learned positions (offset 2), scaled embeddings inside the shared module, final_logits_bias
+    return _seq2seq(BartConfig, BartForConditionalGeneration, d_model=32, encoder_layers=2, decoder_layers=2,
+                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                    max_position_embeddings=128, init_std=0.2, scale_embedding=True, bos_token_id=3,
+                    forced_eos_token_id=None)
+
+
+@functools.lru_cache(maxsize=None)
+def marian_seq2seq():
+    from transformers import MarianConfig, MarianMTModel
+
+    # sinusoidal positions; the encoder scales by sqrt(d) only the ids it embeds itself, the decoder always
+    return _seq2seq(MarianConfig, MarianMTModel, d_model=32, encoder_layers=2, decoder_layers=2,
+                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
+                    max_position_embeddings=128, init_std=0.2, scale_embedding=True)

@@ -114,6 +114,7 @@ class _AttentionRecorder:
 
     def __init__(self, adapter: ModelAdapter):
         self.adapter = adapter
+        self.cross: list[torch.Tensor] | None = None
         self.attentions: list[torch.Tensor] = []
         self.gradients: list[torch.Tensor | None] = []
         self._cursor = 0
@@ -123,16 +124,45 @@ class _AttentionRecorder:
         return self.adapter.observing(self._observe, output_attentions=True)
 
     def _observe(self, out) -> None:
-        attentions = list(getattr(out, "attentions", None) or [])
+        attentions = list(getattr(out, "attentions", None) or getattr(out, "decoder_attentions", None) or [])
         if not attentions or any(a is None for a in attentions):
             raise UnsupportedModelError(
                 f"{type(self.adapter.model).__name__} returned no attention weights even with eager attention; attention "
                 "methods need a model that supports output_attentions=True (load it with attn_implementation='eager')."
             )
+        cross = getattr(out, "cross_attentions", None)
+        self.cross = None
+        if self.adapter.is_seq2seq:  # an encoder–decoder: join encoder, cross and decoder self-attention on one axis
+            attentions = self._joined(list(getattr(out, "encoder_attentions", None) or []), attentions,
+                                      list(cross or []))
         self.attentions, self.gradients, self._cursor = attentions, [None] * len(attentions), 0
         for layer, attention in enumerate(attentions):
             if attention.requires_grad:
                 attention.register_hook(self._gradient_store(layer))
+
+    def _joined(self, encoder: list, decoder: list, cross: list) -> list[torch.Tensor]:
+        """Per decoder layer ``(rows, heads, S + D, S + D)`` on the joined source + decoder axis: a decoder row holds
+        its cross-attention over the source, then its self-attention over the decoder tokens (each part sums to 1);
+        a source row holds the same-numbered encoder layer's self-attention (zero when the encoder is shallower)."""
+        if not cross or any(c is None for c in cross) or any(d is None for d in decoder):
+            raise UnsupportedModelError(f"{type(self.adapter.model).__name__} returned no cross-attention weights even "
+                                        "with eager attention; load it with attn_implementation='eager'.")
+        self.cross = [c.detach() for c in cross]  # (rows, heads, D, S) per decoder layer
+        joined = []
+        for layer, (self_attn, cross_attn) in enumerate(zip(decoder, cross)):
+            rows, heads, n_dec, n_src = cross_attn.shape
+            top = torch.zeros((rows, heads, n_src, n_src + n_dec), dtype=cross_attn.dtype, device=cross_attn.device)
+            if layer < len(encoder) and encoder[layer] is not None:
+                top = torch.cat([encoder[layer].detach().to(cross_attn.dtype), top[..., n_src:]], dim=-1)
+            joined.append(torch.cat([top, torch.cat([cross_attn, self_attn], dim=-1)], dim=-2))
+        return joined
+
+    def take_cross(self, n_rows: int, n_targets: int) -> np.ndarray:
+        """Cross-attention of the rows just taken, ``(rows, layers, heads, targets, source)`` float16: decoder
+        position ``t`` (which predicts target ``t``) over the source tokens."""
+        start = self._cursor - n_rows
+        stacked = torch.stack([c[start : self._cursor, :, :n_targets] for c in self.cross], dim=1)
+        return stacked.float().cpu().numpy().astype(np.float16)
 
     def _gradient_store(self, layer: int) -> Callable[[torch.Tensor], None]:
         def store(gradient: torch.Tensor) -> None:
@@ -243,13 +273,21 @@ class AttentionMethod(Attributor):
     signed = False
     per_target = False
     description = ""
+    supports_seq2seq = False
 
     def _relevance(self, attentions: torch.Tensor, gradients: torch.Tensor | None) -> torch.Tensor:
         """The relevance ``(rows, T, T)``; see "Subclass API" in the class docstring."""
         raise NotImplementedError(f"{type(self).__name__} must implement _relevance")
 
     def _attribute_inputs(self, adapter, problems, *, score, granularity) -> list[AttributionResult]:
+        if adapter.is_seq2seq and not self.supports_seq2seq:
+            raise UnsupportedModelError(
+                f"{self.name} composes attention through one stack of layers, which an encoder–decoder does not have "
+                "(its decoder reads the encoder through cross-attention); use raw_attention (cross-attention over the "
+                "source and decoder self-attention over the target) or a gradient or perturbation method."
+            )
         recorder = _AttentionRecorder(adapter)
+        cross = [None] * len(problems)
         with torch.no_grad():
             inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach() for p in problems]
         scores = [np.zeros((p.n_targets, p.length)) for p in problems]
@@ -262,6 +300,8 @@ class AttentionMethod(Attributor):
         def consume(chunk: RowChunk, row_scores, grads):
             problem = problems[chunk.item]
             relevance = self._relevance(*recorder.take(chunk.stop - chunk.start, problem.length))
+            if recorder.cross is not None and chunk.start == 0:
+                cross[chunk.item] = recorder.take_cross(chunk.stop - chunk.start, problem.n_targets)[0]
             for offset, row in enumerate(range(chunk.start, chunk.stop)):
                 for t in [row] if self.per_target else range(problem.n_targets):
                     scores[chunk.item][t] = relevance[offset, query_position(adapter, problem, t)].double().numpy()
@@ -274,7 +314,9 @@ class AttentionMethod(Attributor):
         finally:
             if bar is not None:
                 bar.close()
-        return [self._result(p, s, reduce=self.description, score=score) for p, s in zip(problems, scores)]
+        return [self._result(p, s, reduce=self.description, score=score,
+                             **({} if c is None else {"cross_attentions": c}))
+                for p, s, c in zip(problems, scores, cross)]
 
 
 class RawAttention(AttentionMethod):
@@ -289,10 +331,22 @@ class RawAttention(AttentionMethod):
         ['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]']
         >>> r.scores.round(3), round(float(r.scores.sum()), 6)
         (array([[0.029, 0.017, 0.365, 0.028, 0.02 , 0.118, 0.423]]), 1.0)
+
+        An encoder–decoder's target token gets the cross-attention of the decoder layer over the source and its
+        self-attention over the earlier target tokens, each summing to 1; ``cross_attentions`` keeps every layer
+        and head, ``(layers, heads, targets, source)`` in float16, for a head view:
+
+        >>> r = RawAttention(progress=False).attribute(seq2seq, seq2seq_tokenizer, "The room was clean.",
+        ...                                            continuation=" room.")
+        >>> r.source_scores.sum(1).round(3), np.nansum(r.target_scores, 1).round(3)
+        (array([1., 1., 1.]), array([1., 1., 1.]))
+        >>> r.cross_attentions.shape, r.cross_attentions.dtype
+        ((2, 4, 3, 7), dtype('float16'))
     """
 
     name = "raw_attention"
     uses_score = False
+    supports_seq2seq = True
 
     def __init__(self, layer: int = -1, *, score: str | None = None, progress: bool = True):
         super().__init__(score=score, progress=progress)

@@ -170,9 +170,10 @@ class Attributor:
                 or a list of conversations, rendered once by the tokenizer's chat template.
             messages: the same as ``inputs`` for chat conversations (``attribute(model, tokenizer, messages=[...])``).
             target: classifier class (index, label name, list, or None = predicted); masked-LM token.
-            continuation: causal LM only: forced continuation text or ids; None = generate. A conversation that
-                ends with an assistant message explains that reply (forced); ``max_new_tokens=0`` turns
-                generation off.
+            continuation: causal and encoder–decoder LMs: forced continuation (target) text or ids; None =
+                generate. A conversation that ends with an assistant message explains that reply (forced);
+                ``max_new_tokens=0`` turns generation off. An encoder–decoder explains every target token over the
+                source tokens and the earlier target tokens (``result.source_scores``, ``result.target_scores``).
             granularity: ``token``, ``word``, ``sentence`` or ``turn`` (one unit per chat message); ``aggregation``
                 sum, mean or maxabs.
             contrast: a foil, to explain "why the target rather than the foil" (causal and masked LMs): every
@@ -238,7 +239,7 @@ class Attributor:
                     contrast=contrast,
                     contrast_alignment=contrast_alignment,
                 )
-            score = self.score or ("logit" if adapter.task != "causal-lm" else "log_probability")
+            score = self.score or ("log_probability" if adapter.task in ("causal-lm", "seq2seq-lm") else "logit")
             with adapter.counting() as count:
                 results = self._attribute_inputs(adapter, problems, score=score, granularity=granularity)
         passes = {**count.as_dict(), "targets": sum(p.n_targets for p in problems),
@@ -311,6 +312,7 @@ class Attributor:
             foil_probs=problem.foil_probs,
             foil_alignment=problem.foil_alignment,
             contrast=problem.contrast,
+            source_mask=problem.source_mask,
             **extra,
         )
 

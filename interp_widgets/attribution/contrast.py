@@ -54,7 +54,7 @@ from typing import Sequence
 
 import numpy as np
 
-from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM
+from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, TASK_SEQ2SEQ_LM
 
 __all__ = ["Foils", "check_contrast_task", "foil_alignment", "foils_per_input", "resolve_lm_foils",
            "resolve_masked_foil"]
@@ -94,7 +94,7 @@ def check_contrast_task(task: str, contrast) -> None:
             "score='logit' and subtract the rows: result.scores[0] - result.scores[1] is exactly the attribution of "
             "logit(A) - logit(B) for every signed method (reduce='sum')."
         )
-    if task not in (TASK_CAUSAL_LM, TASK_MASKED_LM):  # pragma: no cover - detect_task guards this
+    if task not in (TASK_CAUSAL_LM, TASK_MASKED_LM, TASK_SEQ2SEQ_LM):  # pragma: no cover - detect_task guards this
         raise ValueError(f"contrast= is not supported for {task} models")
 
 

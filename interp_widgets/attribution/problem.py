@@ -19,14 +19,14 @@ import numpy as np
 import torch
 
 from interp_widgets._inputs import input_items, is_conversation
-from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, ModelAdapter
+from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, TASK_SEQ2SEQ_LM, ModelAdapter
 from interp_widgets.attribution.contrast import (
     check_contrast_task,
     foils_per_input,
     resolve_lm_foils,
     resolve_masked_foil,
 )
-from interp_widgets.text_units import Encoding
+from interp_widgets.text_units import Encoding, encode
 from interp_widgets.validation import check_choice
 
 SCORE_KINDS = ("logit", "probability", "log_probability")
@@ -55,6 +55,14 @@ class ExplainedInput:
     foil_probs: np.ndarray | None = None
     foil_alignment: np.ndarray | None = None
     contrast: str | None = None
+    source_length: int | None = None
+
+    @property
+    def source_mask(self) -> np.ndarray | None:
+        """Encoder–decoder inputs: True for the source (encoder) tokens at the start of the joined token axis."""
+        if self.source_length is None:
+            return None
+        return np.arange(self.length) < self.source_length
 
     @property
     def length(self) -> int:
@@ -118,7 +126,12 @@ def prepare_inputs(
     - causal LM: the model's own greedy (or sampled, ``do_sample``) continuation of ``max_new_tokens`` tokens, or a
       forced ``continuation`` (text or token ids); every continuation token is a target;
     - masked LM: ``target`` is the token (string or id) scored at ``mask_position`` (default: the first mask token),
-      or ``None`` for the predicted token.
+      or ``None`` for the predicted token;
+    - encoder–decoder (sequence-to-sequence) LM: the input is the source; the target is the model's own greedy (or
+      sampled) output of at most ``max_new_tokens`` tokens, or a forced ``continuation``: a text, tokenized as a
+      target (``tokenizer(text_target=...)``, so with the end-of-sequence token it appends, as Hugging Face labels),
+      or token ids. The explained sequence is the source tokens, then the decoder's start token and the target
+      tokens, on one axis (``source_length`` source tokens first).
 
     An input may be a chat conversation (a list of ``{"role", "content"}`` messages), rendered once by the
     tokenizer's chat template. A causal LM then explains the assistant reply: the last message when it is the
@@ -182,6 +195,14 @@ def prepare_inputs(
         ]
     elif adapter.task == TASK_MASKED_LM:
         problems = [_masked_input(adapter, enc, target, mask_position) for enc in encodings]
+    elif adapter.task == TASK_SEQ2SEQ_LM:
+        if target is not None or mask_position is not None:
+            option = "target" if target is not None else "mask_position"
+            raise ValueError(
+                f"{option}= applies to classifiers and masked LMs; this model is an encoder–decoder (seq2seq-lm), "
+                "which explains its target sequence: pass continuation='target text' (forced) or nothing (generated)."
+            )
+        problems = [_seq2seq_input(adapter, enc, continuation, max_new_tokens, do_sample, seed) for enc in encodings]
     else:  # pragma: no cover - detect_task guards this
         raise ValueError(f"unsupported task {adapter.task}")
     if true_labels is not None:
@@ -194,11 +215,19 @@ def prepare_inputs(
 
 def _add_foils(adapter: ModelAdapter, problems: list[ExplainedInput], foils: list, alignment, *, single: bool) -> None:
     """Resolve the foil of every target (one forward pass per input gives the foils' probabilities)."""
-    logits = _forward_ids(adapter, [p.encoding.input_ids for p in problems])
+    seq2seq = adapter.task == TASK_SEQ2SEQ_LM
+    logits = _forward_ids(adapter, [p.encoding.input_ids for p in problems],
+                          [p.target_positions for p in problems] if seq2seq else None,
+                          splits=[p.source_length for p in problems] if seq2seq else None)
     for item, (problem, foil, lg) in enumerate(zip(problems, foils, logits)):
         try:
             if adapter.task == TASK_MASKED_LM:
                 found = resolve_masked_foil(adapter.tokenizer, lg.shape[-1], foil)
+            elif seq2seq:
+                if isinstance(foil, str):  # tokenized as a target, like the forced continuation
+                    foil = _target_ids(adapter, foil, lg.shape[-1], what="contrast")
+                start = np.asarray([adapter.decoder_start_token_id], dtype=np.int64)
+                found = resolve_lm_foils(adapter.tokenizer, lg.shape[-1], foil, start, problem.n_targets, alignment)
             else:
                 prompt = problem.encoding.input_ids[~problem.generated_mask]
                 found = resolve_lm_foils(adapter.tokenizer, lg.shape[-1], foil, prompt, problem.n_targets, alignment)
@@ -206,7 +235,7 @@ def _add_foils(adapter: ModelAdapter, problems: list[ExplainedInput], foils: lis
             if single:
                 raise
             raise type(err)(f"input {item}: {err}") from None
-        at = lg[torch.as_tensor(problem.target_positions)] if lg.dim() == 2 else lg[None]
+        at = lg if seq2seq else lg[torch.as_tensor(problem.target_positions)] if lg.dim() == 2 else lg[None]
         probs = torch.softmax(at.float(), dim=-1)[torch.arange(problem.n_targets), torch.as_tensor(found.ids)]
         problem.foil_ids = found.ids
         problem.foil_labels = found.labels
@@ -217,10 +246,26 @@ def _add_foils(adapter: ModelAdapter, problems: list[ExplainedInput], foils: lis
 
 @torch.inference_mode()
 def _forward_ids(adapter: ModelAdapter, ids: Sequence[np.ndarray],
-                 positions: Sequence[np.ndarray] | None = None) -> list[torch.Tensor]:
+                 positions: Sequence[np.ndarray] | None = None, *,
+                 splits: Sequence[int] | None = None) -> list[torch.Tensor]:
     """Logits of each id sequence (batched, no gradient): ``(classes,)`` for classifiers; for language models
-    ``(len(positions[i]), vocab)`` at the given positions only (every position when ``positions`` is None)."""
+    ``(len(positions[i]), vocab)`` at the given positions only (every position when ``positions`` is None).
+    Encoder–decoder sequences are source + decoder ids split at ``splits[i]``; they need ``positions``."""
     out: list[torch.Tensor | None] = [None] * len(ids)
+    if splits is not None:
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, x in enumerate(ids):
+            groups.setdefault((len(x), int(splits[i])), []).append(i)
+        with adapter.evaluation():
+            for (length, split), members in groups.items():
+                for start in range(0, len(members), adapter.rows_per_batch(length)):
+                    group = members[start : start + adapter.rows_per_batch(length)]
+                    tensor = torch.as_tensor(np.stack([ids[i] for i in group]), dtype=torch.long)
+                    index = torch.as_tensor(np.stack([np.asarray(positions[i], dtype=np.int64) for i in group]))
+                    logits = adapter.forward_ids(tensor, positions=index, source_length=split)
+                    for row, i in enumerate(group):
+                        out[i] = logits[row]
+        return out  # type: ignore[return-value]
     if positions is None and adapter.task != TASK_CLASSIFICATION:
         positions = [np.arange(len(x)) for x in ids]
     with adapter.evaluation():
@@ -394,6 +439,128 @@ def _extend_encoding(adapter, enc: Encoding, new_ids: np.ndarray, probs: np.ndar
     )
 
 
+def _target_ids(adapter, continuation, vocab: int, *, what: str = "continuation") -> np.ndarray:
+    """The token ids of an encoder–decoder target: a text tokenized as a target (with the end-of-sequence token the
+    tokenizer appends to labels), or token ids, checked against the vocabulary."""
+    tokenizer = adapter.tokenizer
+    if isinstance(continuation, str):
+        if not continuation.strip():
+            raise ValueError(f"{what} is empty; pass the target text the model should be explained for (such as "
+                             "'Das Zimmer war sauber.') or its token ids.")
+        try:
+            ids = tokenizer(text_target=continuation)["input_ids"]
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"the tokenizer cannot build {what} {continuation!r} as a target ({err}); pass the "
+                             "target's token ids instead.") from None
+        if all(i in tokenizer.all_special_ids for i in ids):
+            raise ValueError(f"{what} {continuation!r} tokenizes as a target to special tokens only ({ids}); pass a "
+                             "target text with content, or its token ids.")
+        return np.asarray(ids, dtype=np.int64)
+    if isinstance(continuation, (bytes, dict)) or not hasattr(continuation, "__iter__"):
+        raise TypeError(f"{what} must be a target text or a sequence of token ids; got {type(continuation).__name__}")
+    items = continuation.tolist() if hasattr(continuation, "tolist") else list(continuation)
+    if items and isinstance(items[0], list):
+        raise ValueError(f"{what} is nested ({len(items)} sequences); an encoder–decoder target is one sequence of "
+                         "token ids (for several sources, call once per target).")
+    bad = [v for v in items if not isinstance(v, (int, np.integer)) or isinstance(v, bool)]
+    if bad:
+        raise TypeError(f"{what} has {bad[0]!r}, not a token id; pass the target as text or a list of ints.")
+    if not items:
+        raise ValueError(f"{what} has no tokens; pass the target text or its token ids.")
+    outside = [int(v) for v in items if not 0 <= int(v) < vocab]
+    if outside:
+        raise ValueError(f"{what} has token id {outside[0]} outside the vocabulary of {vocab}.")
+    return np.asarray(items, dtype=np.int64)
+
+
+def _seq2seq_input(adapter, enc: Encoding, continuation, max_new_tokens, do_sample, seed) -> ExplainedInput:
+    """Source ``enc`` and its generated or forced target on one axis: source tokens, decoder start, target."""
+    tokenizer = adapter.tokenizer
+    source_ids = enc.input_ids
+    vocab = int(adapter.model.get_output_embeddings().weight.shape[0]) if adapter.model.get_output_embeddings() is not None \
+        else int(adapter.embedding.weight.shape[0])
+    start = adapter.decoder_start_token_id
+    if continuation is None:
+        new_ids, probs = adapter.generate(source_ids, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
+    else:
+        new_ids = _target_ids(adapter, continuation, vocab)
+        probs = None
+    adapter.check_length(len(new_ids) + 1, "the target plus the decoder's start token")
+    n_source, n_new = len(source_ids), len(new_ids)
+    ids = np.concatenate([source_ids, [start], new_ids]).astype(np.int64)
+    positions = np.arange(n_source, n_source + n_new)  # decoder positions 0..n-1 predict the target tokens
+    if probs is None:
+        logits = _forward_ids(adapter, [ids], [positions], splits=[n_source])[0]
+        probs = torch.softmax(logits.float(), dim=-1)[torch.arange(n_new), torch.as_tensor(new_ids)]
+        probs = probs.cpu().numpy().astype(np.float64)
+    # the target side as text: its decoded pieces; words as the tokenizer splits the decoded target text
+    specials = set(tokenizer.all_special_ids)
+    text = enc.text + "\n"
+    base = len(text)
+    content = [int(i) for i in new_ids if int(i) not in specials]
+    target_text = tokenizer.decode(content) if content else ""
+    char_word: dict[int, int] = {}
+    if target_text.strip():
+        words_of = encode(tokenizer, target_text, add_special_tokens=False)
+        for (a, b), w in zip(words_of.offsets, words_of.word_ids):
+            for c in range(int(a), int(b)):
+                char_word.setdefault(c, int(w))
+    tokens, offsets, word_ids = list(enc.tokens), [tuple(o) for o in enc.offsets], list(enc.word_ids)
+    tokens.append(tokenizer.convert_ids_to_tokens(start))
+    offsets.append((base, base))
+    word_ids.append(-1)
+    next_word = int(enc.word_ids.max(initial=-1)) + 1
+    previous, kept, words, new_words, last_word = "", [], list(enc.words), [], None
+    for token_id in new_ids:
+        token_id = int(token_id)
+        if token_id in specials:
+            tokens.append(tokenizer.convert_ids_to_tokens(token_id))
+            offsets.append((base + len(previous), base + len(previous)))
+            word_ids.append(-1)
+            continue
+        kept.append(token_id)
+        piece = tokenizer.decode(kept)
+        chunk = piece[len(previous):]
+        tokens.append(chunk)
+        offsets.append((base + len(previous), base + max(len(previous), len(piece))))
+        first = len(previous) + (len(chunk) - len(chunk.lstrip()))
+        word = char_word.get(first, last_word if new_words else None)
+        if not new_words or word != last_word:
+            new_words.append(chunk)
+            next_word += 1
+        else:
+            new_words[-1] += chunk
+        last_word = word
+        word_ids.append(next_word - 1)
+        previous = piece
+    words += [w.strip() for w in new_words]
+    special = np.concatenate([enc.special_mask, [True], np.isin(new_ids, list(specials))])
+    next_sentence = int(enc.sentence_ids.max(initial=-1)) + 1
+    sentence_ids = np.concatenate([enc.sentence_ids, np.where(special[n_source:], -1, next_sentence)])
+    encoding = Encoding(
+        text=text + target_text,
+        input_ids=ids,
+        tokens=tokens,
+        offsets=np.asarray(offsets, dtype=np.int64),
+        special_mask=special,
+        word_ids=np.asarray(word_ids, dtype=np.int64),
+        sentence_ids=sentence_ids,
+        words=words,
+        sentences=enc.sentences + [target_text.strip()],
+    )
+    at = positions + 1  # where each target token sits on the joined axis
+    return ExplainedInput(
+        encoding=encoding,
+        target_ids=new_ids.astype(np.int64),
+        target_labels=[f"{tokens[p]!r}@{p}" for p in at],
+        target_positions=positions,
+        target_probs=np.asarray(probs, dtype=np.float64),
+        visible=at,
+        generated_mask=np.arange(len(ids)) > n_source,
+        source_length=n_source,
+    )
+
+
 def _masked_input(adapter, enc: Encoding, target, mask_position) -> ExplainedInput:
     tokenizer = adapter.tokenizer
     if mask_position is None:
@@ -436,11 +603,12 @@ class RowChunk:
     stop: int
 
 
-def plan_chunks(adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[int]) -> Iterator[list[RowChunk]]:
+def plan_chunks(adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[int],
+                splits: Sequence[int | None] | None = None) -> Iterator[list[RowChunk]]:
     """Pack the rows of every input into forward passes that hold one sequence length each.
 
-    Rows of inputs with equal length share passes of at most ``max_batch_tokens`` tokens; rows of different lengths
-    never do, so no compute is spent on padding and no attention mask is needed. The rows of one length are spread
+    Rows of inputs with equal length (and, for encoder–decoder inputs, equal source length ``splits``) share passes
+    of at most ``max_batch_tokens`` tokens; rows of different lengths never do, so no compute is spent on padding and no attention mask is needed. The rows of one length are spread
     evenly over the fewest passes that fit (``34`` rows with room for ``32`` run as ``17 + 17``, not ``32 + 2``).
 
     Example:
@@ -451,11 +619,12 @@ def plan_chunks(adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[
         [[(0, 0, 17)], [(0, 17, 34)]]
     """
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    groups: dict[int, list[int]] = {}
+    groups: dict[tuple[int, int], list[int]] = {}
     for i in order:
-        if n_rows[i] > 0:
-            groups.setdefault(int(lengths[i]), []).append(i)
-    for length, items in groups.items():
+        if n_rows[i] > 0:  # encoder–decoder rows share a pass only with rows split at the same source length
+            split = -1 if splits is None or splits[i] is None else int(splits[i])
+            groups.setdefault((int(lengths[i]), split), []).append(i)
+    for (length, _), items in groups.items():
         total = sum(n_rows[i] for i in items)
         n_passes = -(-total // adapter.rows_per_batch(length))
         per_pass = -(-total // n_passes)
@@ -536,7 +705,9 @@ def evaluate_rows(
         >>> seen[-1], count
         ((0, [[0.149, 0.568]], (1, 2, 5, 32)), PassCount(forward=1, forward_rows=1, backward=1, backward_rows=2))
     """
-    for batch in plan_chunks(adapter, [p.length for p in problems], n_rows):
+    splits = [p.source_length for p in problems]
+    for batch in plan_chunks(adapter, [p.length for p in problems], n_rows, splits):
+        split = {"source_length": splits[batch[0].item]} if splits[batch[0].item] is not None else {}
         pieces = [build_rows(chunk.item, chunk.start, chunk.stop) for chunk in batch]
         x = (pieces[0][0] if len(pieces) == 1 else torch.cat([rows for rows, _ in pieces])).detach()
         single = np.ndim(pieces[0][1]) == 1
@@ -560,13 +731,13 @@ def evaluate_rows(
         if with_grad:
             x.requires_grad_(True)
             with torch.enable_grad():
-                logits = adapter.forward_embeds(x, positions=positions)
+                logits = adapter.forward_embeds(x, positions=positions, **split)
                 row_scores = _scores_from_logits(logits, target_ids, score, foil_ids)
                 grads = _gradients(adapter, row_scores, x, valid_t.to(row_scores.device))
             row_scores = row_scores.detach()
         else:
             with torch.inference_mode():
-                logits = adapter.forward_embeds(x, positions=positions)
+                logits = adapter.forward_embeds(x, positions=positions, **split)
                 row_scores = _scores_from_logits(logits, target_ids, score, foil_ids)
             grads = None
         row_scores = row_scores.masked_fill(~valid_t.to(row_scores.device), float("nan"))

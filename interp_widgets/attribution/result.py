@@ -92,6 +92,8 @@ class AttributionResult:
     foil_probs: np.ndarray | None = None
     foil_alignment: np.ndarray | None = None
     contrast: str | None = None
+    source_mask: np.ndarray | None = None
+    cross_attentions: np.ndarray | None = None
 
     def __post_init__(self):
         self.scores = np.atleast_2d(np.asarray(self.scores, dtype=np.float64))
@@ -117,6 +119,12 @@ class AttributionResult:
                 setattr(self, name, np.asarray(getattr(self, name), dtype=dtype).reshape(-1))
                 if len(getattr(self, name)) != n_targets:
                     raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n_targets} targets")
+        if self.source_mask is not None:
+            self.source_mask = np.asarray(self.source_mask, dtype=bool).reshape(-1)
+            if len(self.source_mask) != n_units:
+                raise ValueError(f"source_mask has {len(self.source_mask)} entries for {n_units} units")
+        if self.cross_attentions is not None:
+            self.cross_attentions = np.asarray(self.cross_attentions, dtype=np.float16)
         if self.foil_labels is not None:
             self.foil_labels = [str(label) for label in self.foil_labels]
             if len(self.foil_labels) != n_targets:
@@ -131,6 +139,66 @@ class AttributionResult:
             False
         """
         return self.foil_ids is not None
+    # ------------------------------------------------------------------ encoder–decoder sides
+    @property
+    def is_seq2seq(self) -> bool:
+        """Whether the result explains an encoder–decoder: its units are the source (encoder) units, then the
+        target (decoder) units, one axis with ``source_mask`` telling them apart.
+
+        Example:
+            >>> result.is_seq2seq
+            False
+        """
+        return self.source_mask is not None
+
+    def _side(self, source: bool) -> np.ndarray:
+        if self.source_mask is None:
+            raise ValueError("this result explains a single sequence; source_scores and target_scores apply to "
+                             "encoder–decoder results (a T5, BART, Marian… model)")
+        return self.scores[:, self.source_mask == source]
+
+    @property
+    def source_scores(self) -> np.ndarray:
+        """``(targets, source units)``: each target token's scores over the encoder's source units.
+
+        Example:
+            >>> from interp_widgets.attribution import IntegratedGradients
+            >>> r = IntegratedGradients(progress=False).attribute(seq2seq, seq2seq_tokenizer, "The room was clean.",
+            ...                                                   continuation=" room.")
+            >>> r.source_scores.shape, r.target_scores.shape  # 7 source tokens; the decoder start + 3 target tokens
+            ((3, 7), (3, 4))
+        """
+        return self._side(True)
+
+    @property
+    def target_scores(self) -> np.ndarray:
+        """``(targets, target units)``: each target token's scores over the decoder's units (its start token and
+        the target tokens); a target sees only the earlier ones (later ones are NaN).
+
+        Example:
+            >>> from interp_widgets.attribution import Saliency
+            >>> r = Saliency(progress=False).attribute(seq2seq, seq2seq_tokenizer, "The room was clean.",
+            ...                                        continuation=" room.")
+            >>> np.isnan(r.target_scores).tolist()  # target t sees the start token and targets before it
+            [[False, True, True, True], [False, False, True, True], [False, False, False, True]]
+        """
+        return self._side(False)
+
+    @property
+    def side_totals(self) -> dict[str, np.ndarray]:
+        """The summed scores of each side per target, ``{"source": (targets,), "target": (targets,)}``; for a path
+        method their sum is what completeness compares with the score change (both sides move along one path).
+
+        Example:
+            >>> from interp_widgets.attribution import IntegratedGradients
+            >>> r = IntegratedGradients(progress=False).attribute(seq2seq, seq2seq_tokenizer, "The room was clean.",
+            ...                                                   continuation=" room.")
+            >>> total = r.side_totals["source"] + r.side_totals["target"]
+            >>> bool(np.allclose(total - r.score_delta, r.completeness_error, atol=1e-6))
+            True
+        """
+        return {"source": np.nansum(self.source_scores, axis=1), "target": np.nansum(self.target_scores, axis=1)}
+
     # ------------------------------------------------------------------ views
     @property
     def relative_completeness_error(self) -> np.ndarray | None:
@@ -215,6 +283,9 @@ class AttributionResult:
         generated = None
         if self.generated_mask is not None:
             generated = np.array([bool(self.generated_mask[m].any()) for m in members_of])
+        source = None
+        if self.source_mask is not None:  # units never span sides: source and target have their own words
+            source = np.array([bool(self.source_mask[m].all()) for m in members_of], dtype=bool)
         return replace(
             self,
             tokens=texts,
@@ -226,6 +297,8 @@ class AttributionResult:
             scores=scores,
             granularity=granularity,
             generated_mask=generated,
+            source_mask=source,
+            cross_attentions=None,
             params={**self.params, "aggregation": how},
         )
 
@@ -240,6 +313,9 @@ class AttributionResult:
             turn_ids=self.turn_ids[keep],
             scores=self.scores[:, keep],
             generated_mask=None if self.generated_mask is None else self.generated_mask[keep],
+            source_mask=None if self.source_mask is None else self.source_mask[keep],
+            cross_attentions=None if self.cross_attentions is None or self.source_mask is None
+            else self.cross_attentions[..., keep[self.source_mask]],
         )
 
     # ------------------------------------------------------------------ exports
@@ -247,7 +323,8 @@ class AttributionResult:
         """Long-format table: one row per (target, unit) with the score and the unit's character span (and, for a
         chat conversation, a ``role`` column: the role of the unit's turn, empty for template tokens).
 
-        A contrastive result adds the ``foil`` and ``foil_prob`` of each target after ``target_prob``.
+        A contrastive result adds the ``foil`` and ``foil_prob`` of each target after ``target_prob``; an
+        encoder–decoder result adds ``side`` (``"source"`` or ``"target"``) after ``position``.
 
         Example:
             >>> frame = result.to_dataframe()
@@ -278,6 +355,8 @@ class AttributionResult:
                 "target_prob": np.repeat(self.target_probs, n_units),
                 **foil,
                 "position": np.tile(np.arange(n_units), n_targets),
+                **({} if self.source_mask is None else
+                   {"side": np.tile(np.where(self.source_mask, "source", "target").astype(object), n_targets)}),
                 "unit": np.tile(np.asarray(self.tokens, dtype=object), n_targets),
                 "start": np.tile(self.offsets[:, 0], n_targets),
                 "end": np.tile(self.offsets[:, 1], n_targets),
@@ -303,6 +382,8 @@ class AttributionResult:
         frame = self.to_dataframe()
         frame = frame[frame["target"] == self.target_labels[row]].copy()
         frame["label"] = [f"{i}: {u}" for i, u in zip(frame["position"], frame["unit"])]
+        if self.source_mask is not None:  # encoder–decoder: source units first, then target units, side by side
+            frame["label"] = [f"{s}·{label}" for s, label in zip(frame["side"], frame["label"])]
         limit = float(np.nanmax(np.abs(frame["score"]))) if len(frame) and np.isfinite(frame["score"]).any() else 1.0
         return (
             alt.Chart(frame)
@@ -365,7 +446,7 @@ class AttributionResult:
     # ------------------------------------------------------------------ persistence
     _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "turn_ids", "scores", "target_probs", "target_ids",
                "completeness_error", "score_delta", "target_positions", "generated_mask", "foil_ids", "foil_probs",
-               "foil_alignment")
+               "foil_alignment", "source_mask", "cross_attentions")
 
     def _metadata(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}
@@ -415,7 +496,7 @@ class AttributionResult:
             raise ValueError(f"{path} holds a different interp_widgets object ({found}), not an AttributionResult; "
                              f"load it with its own class's load()")
         meta.pop("version", None)
-        for name in ("special_mask", "generated_mask"):
+        for name in ("special_mask", "generated_mask", "source_mask"):
             if name in arrays:
                 arrays[name] = arrays[name].astype(bool)
         return cls(**meta, **arrays)

@@ -616,7 +616,10 @@ def collect_activations(
         texts: one text or a list of texts; a chat conversation (a list of ``{"role", "content"}`` messages) or a
             list of them is rendered once by the tokenizer's chat template (the store keeps the rendered text,
             and the template's own tokens count as special tokens).
-        layer: ``"layer:i"``, an int block index, or a module path (``adapter.layer_names()`` lists them).
+        layer: ``"layer:i"``, an int block index, or a module path (``adapter.layer_names()`` lists them). An
+            encoder–decoder names the stack: ``"encoder.layer:i"`` runs the encoder alone on each text;
+            ``"decoder.layer:i"`` reads each text as a target (after the decoder's start token) with the same text
+            as the source, one row per text token.
         unit: ``"token"`` (one row per token) or ``"sentence"`` (one pooled row per text).
         pooling: for ``unit="sentence"``: ``"cls"`` (first token), ``"mean"`` (over kept tokens) or ``"last"``
             (last kept token). Default ``"last"`` for causal LMs and tokenizers without a CLS token, else ``"cls"``.
@@ -657,7 +660,9 @@ def collect_activations(
     check_texts(texts, name="texts", call='collect_activations(model, tokenizer, "a text", layer=...)')
     texts = input_items(texts)[0]
     adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
-    layer_name = adapter.resolve_layer(layer).name
+    point = adapter.resolve_layer(layer)
+    layer_name = point.name
+    run = _seq2seq_runner(adapter, point.module) if adapter.is_seq2seq else None
     if not texts:
         raise ValueError("no texts given; pass a string or a non-empty list of strings.")
     check_choice("unit", unit, UNITS)
@@ -718,12 +723,17 @@ def collect_activations(
                         mask[row, :len(encodings[i])] = 1
                     captured.clear()
                     try:
-                        model(input_ids=ids.to(adapter.device), attention_mask=mask.to(adapter.device))
+                        if run is None:
+                            model(input_ids=ids.to(adapter.device), attention_mask=mask.to(adapter.device))
+                        else:
+                            run(ids.to(adapter.device), mask.to(adapter.device))
                     except _StopForward:
                         pass
                     if "hidden" not in captured:
                         raise RuntimeError(f"layer {layer_name} did not run during the forward pass")
                     hidden = captured["hidden"].float().cpu().numpy()
+                    if run is not None and run.decoder:  # decoder position j + 1 has read token j
+                        hidden = hidden[:, 1:]
                     for row, i in enumerate(batch):
                         per_text[i] = _rows_of(encodings[i], hidden[row, :len(encodings[i])], unit, pooling,
                                                include_special, window + i, spanless)
@@ -747,6 +757,26 @@ def collect_activations(
 
     dist.barrier(group=process_group)
     return ActivationStore.open(path)
+
+
+def _seq2seq_runner(adapter: ModelAdapter, module: torch.nn.Module):
+    """How an encoder–decoder reads the texts for a layer: an encoder layer runs the encoder alone on each text; a
+    decoder layer (or the LM head) reads each text as a target (teacher-forced, after the decoder's start token),
+    with the same text as the source, and the row of token ``j`` is decoder position ``j + 1``."""
+    model = adapter.model
+    decoder = not any(module is m for m in model.get_encoder().modules())
+    start = adapter.decoder_start_token_id if decoder else None
+
+    def run(ids: torch.Tensor, mask: torch.Tensor) -> None:
+        if not decoder:
+            model.get_encoder()(input_ids=ids, attention_mask=mask)
+            return
+        first = torch.full((len(ids), 1), start, dtype=ids.dtype, device=ids.device)
+        model(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.cat([first, ids], dim=1),
+              decoder_attention_mask=torch.cat([torch.ones_like(first), mask], dim=1), use_cache=False)
+
+    run.decoder = decoder
+    return run
 
 
 def _rows_of(enc, hidden: np.ndarray, unit: str, pooling: str | None, include_special: bool, text_id: int,

@@ -147,6 +147,14 @@ class Capture:
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         input_ids = kwargs.get("input_ids", first if first is not None and not first.is_floating_point() else None)
         self.auto = {"attention_mask": kwargs.get("attention_mask"), "input_ids": input_ids}
+        if getattr(getattr(module, "config", None), "is_encoder_decoder", False):
+            # an encoder–decoder's decoder layers see the decoder's tokens: its ids (built from labels when the
+            # model shifts them itself) and its mask, if any
+            decoder_ids = kwargs.get("decoder_input_ids")
+            labels = kwargs.get("labels")
+            if decoder_ids is None and labels is not None and hasattr(module, "prepare_decoder_input_ids_from_labels"):
+                decoder_ids = module.prepare_decoder_input_ids_from_labels(labels=labels)
+            self.auto["decoder"] = {"attention_mask": kwargs.get("decoder_attention_mask"), "input_ids": decoder_ids}
         return None
 
     def root_hook(self, module, args, output):
@@ -158,15 +166,28 @@ class Capture:
             self.losses.append(loss.detach())
         return None
 
-    def row_mask(self, shape: torch.Size) -> torch.Tensor | None:
-        """Boolean (B, T) mask of rows to keep, or None to keep all rows."""
+    def _in_decoder(self, spec: str) -> bool:
+        """Whether layer ``spec`` belongs to the decoder of an encoder–decoder model (cached per layer)."""
+        cache = self.__dict__.setdefault("_decoder_layers", {})
+        if spec not in cache:
+            model = self.monitor.model
+            decoder = model.get_decoder() if getattr(getattr(model, "config", None), "is_encoder_decoder", False) \
+                and hasattr(model, "get_decoder") else None
+            module = self.monitor.modules[spec]
+            cache[spec] = decoder is not None and any(module is m for m in decoder.modules())
+        return cache[spec]
+
+    def row_mask(self, shape: torch.Size, decoder: bool = False) -> torch.Tensor | None:
+        """Boolean (B, T) mask of rows to keep, or None to keep all rows (``decoder``: a decoder layer of an
+        encoder–decoder, masked by the decoder's ids and mask)."""
         if len(shape) != 3:
             return None
         mask = None
+        auto = self.auto.get("decoder", {}) if decoder else self.auto
 
         def pick(name):
-            value = self.explicit.get(name)
-            return self.auto.get(name) if value is None else value
+            value = None if decoder else self.explicit.get(name)
+            return auto.get(name) if value is None else value
 
         for name in ("attention_mask", "token_mask", "input_ids"):
             value = pick(name)
@@ -191,10 +212,11 @@ class Capture:
         the first rows of that order that fit its remaining ``max_tokens`` budget for the step, so layers with
         equal budgets keep the same tokens.
         """
-        key = (self.forward_id, tuple(shape[:-1]))
+        decoder = self._in_decoder(spec)
+        key = (self.forward_id, tuple(shape[:-1])) + (("decoder",) if decoder else ())
         cached = self.selection.get(key)
         if cached is None:
-            mask = self.row_mask(shape)
+            mask = self.row_mask(shape, decoder)
             n = math.prod(shape[:-1])
             valid = torch.arange(n) if mask is None else mask.reshape(-1).nonzero().squeeze(1)
             cached = self.selection[key] = {"valid": valid, "order": None}

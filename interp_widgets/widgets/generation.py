@@ -20,8 +20,10 @@ import traitlets
 from interp_widgets.view_data import GenerationData
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
+from interp_widgets.text_units import display_units
 from interp_widgets.widgets._tokens import (
-    ChatTurns, TokenScoresWidget, display_token, finite_max, magnitude_ranks, role_piece, role_starts, token_data,
+    ChatTurns, GroupedTokens, TokenScoresWidget, display_token, finite_max, magnitude_ranks, role_piece, role_starts,
+    token_data,
 )
 from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.validation import check_choice
@@ -67,6 +69,17 @@ def _foils(result: Any, n_steps: int) -> tuple[list[str], list[float | None], st
     return labels, probs, str(getattr(result, "contrast", None) or "")
 
 
+def _source_mask(result: Any, n_tokens: int) -> np.ndarray:
+    """True for the source tokens of an encoder–decoder result (all False for a decoder's generation)."""
+    mask = getattr(result, "source_mask", None)
+    if mask is None:
+        return np.zeros(n_tokens, bool)
+    mask = np.asarray(mask, dtype=bool).reshape(-1)
+    if mask.shape != (n_tokens,):
+        raise ValueError(f"source_mask has {mask.size} entries for {n_tokens} tokens; pass one per token")
+    return mask
+
+
 def _log_ratio(p: float | None, q: float | None) -> float | None:
     """``ln(p / q)``: log p(target) − log p(foil), when both probabilities are known and positive."""
     if p is None or q is None or p <= 0 or q <= 0:
@@ -74,11 +87,15 @@ def _log_ratio(p: float | None, q: float | None) -> float | None:
     return math.log(p) - math.log(q)
 
 
-class GenerationWidget(TokenScoresWidget, ChatTurns):
+class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
     """Prompt + generated tokens; pick a generated token to colour the sources it was attributed to.
 
     For a chat conversation each turn starts with its role's label (the default system prompt a template inserts
     included), and the template's own tokens are folded away like every special prompt token.
+
+    ``granularity`` (``"token"``, ``"word"``, ``"sentence"`` or ``"turn"``) colours every token with the summed score
+    of its unit. An encoder–decoder result shows its two sides, the source and the target, each with its own units (a
+    word or sentence never spans both); the heatmap marks the boundary.
 
     Each generated token shows its probability. Hovering a generated token previews its sources, clicking (or Enter)
     selects it; a canvas heatmap (rows: generated tokens, columns: all tokens) shows every step at once, with hover
@@ -111,6 +128,7 @@ class GenerationWidget(TokenScoresWidget, ChatTurns):
     foil_tokens = traitlets.List(traitlets.Unicode(), help="Foil of each step (contrastive results; else empty).").tag(sync=True, data=True)
     foil_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each step's foil.").tag(sync=True, data=True)
     contrast = traitlets.Unicode("", help="The foil continuation ('' without a contrast).").tag(sync=True, data=True)
+    source_mask = BinaryArray("bool", help="True for each source token of an encoder–decoder (all False for decoders).").tag(sync=True, data=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all steps instead of one per step.").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
     view = traitlets.Unicode("text", help="'text' (coloured tokens) or 'heatmap' (canvas, all steps).").tag(sync=True)
@@ -131,6 +149,8 @@ class GenerationWidget(TokenScoresWidget, ChatTurns):
             generated_mask=generated, scores=tokens.scores, step_tokens=steps, step_probs=tokens.target_probs,
             method=tokens.method, score_meaning=meaning, signed=tokens.signed, foil_tokens=foil_tokens,
             foil_probs=foil_probs, contrast=contrast, turn_ids=tokens.turn_ids, turn_roles=tokens.turn_roles,
+            word_ids=tokens.word_ids, sentence_ids=tokens.sentence_ids,
+            source_mask=_source_mask(result, len(tokens.tokens)),
         )  # fmt: skip
         super().__init__(**data.to_traits(), selected_step=selected_step, view=view, **kwargs)
 
@@ -163,8 +183,30 @@ class GenerationWidget(TokenScoresWidget, ChatTurns):
         visible = [i for i in range(len(row)) if not math.isnan(row[i])]
         return [(i, self.tokens[i], float(row[i])) for i in sorted(visible, key=lambda i: -abs(row[i]))]
 
-    def _scale_max(self) -> float:
+    def unit_matrix(self) -> np.ndarray:
+        """The scores as drawn at the current ``granularity``: every token carries the summed score of its unit
+        (NaN only where all the unit's tokens are), ``(steps, tokens)`` float64; the token scores at ``"token"``.
+
+        Example:
+            >>> from interp_widgets.attribution import InputXGradient
+            >>> r = InputXGradient().attribute(seq2seq, seq2seq_tokenizer, "The room was clean.", continuation=" The room.")
+            >>> widget = r.widget(granularity="sentence")
+            >>> int(widget.source_mask.sum()), widget.unit_matrix()[0, :6].round(3).tolist()  # one source sentence
+            (7, [-0.083, -0.083, -0.083, -0.083, -0.083, -0.083])
+        """
         matrix = self.score_matrix().astype(np.float64)
+        if self.granularity == "token":
+            return matrix
+        out = matrix.copy()
+        for unit in display_units(self.special_mask, self.word_ids, self.sentence_ids, self.granularity,
+                                  show_special=True, turn_ids=self.turn_ids):
+            block = matrix[:, unit]
+            seen = ~np.isnan(block)
+            out[:, unit] = np.where(seen.any(1), np.where(seen, block, 0).sum(1), np.nan)[:, None]
+        return out
+
+    def _scale_max(self) -> float:
+        matrix = self.unit_matrix()
         return finite_max(matrix if self.shared_scale else matrix[self.selected_step])
 
     # ----------------------------------------------------------------- display
@@ -179,7 +221,7 @@ class GenerationWidget(TokenScoresWidget, ChatTurns):
             >>> svg.startswith("<svg"), "Sources of generated token 'c'" in svg
             (True, True)
         """
-        matrix = self.score_matrix().astype(np.float64)
+        matrix = self.unit_matrix()
         step = self.selected_step
         row, max_abs = matrix[step], self._scale_max()
         special = self.special_mask
@@ -208,7 +250,14 @@ class GenerationWidget(TokenScoresWidget, ChatTurns):
         pieces = []
         shown = [i for i in range(len(self.tokens)) if not special[i]][:MAX_STATIC_TOKENS]
         roles = role_starts([[i] for i in shown], self.turn_ids, special, self.turn_roles)
+        sides = bool(np.asarray(self.source_mask).any())
         for k, i in enumerate(shown):
+            if sides and (k == 0 or self.source_mask[i] != self.source_mask[shown[k - 1]]):
+                if pieces:
+                    figure.tokens(pieces)
+                    pieces = []
+                figure.text("source (encoder)" if self.source_mask[i] else "target (decoder)", size=11,
+                            colour="#57606a")
             if k in roles:
                 pieces.append(role_piece(roles[k], first=k == 0))
             score = float(row[i])

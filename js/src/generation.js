@@ -4,6 +4,8 @@
  * Synced traits: the GenerationModel typedef below; the fields marked "written" are also set by the view.
  * Hovering a generated token previews its sources; clicking or Enter selects it.
  * The heatmap is a canvas: rows are generated tokens, columns all tokens, hover shows the value.
+ * At word or sentence granularity every token carries its unit's summed score. An encoder–decoder result
+ * (source_mask has a true entry) shows the source and the target sides apart, each with its own units.
  * A contrastive result (foil_tokens non-empty) also shows one chip per step with the generated token, its foil,
  * both probabilities and ln(p/p'); its signed scores explain the difference (orange: towards the generated token,
  * blue: towards the foil).
@@ -37,6 +39,10 @@
  * @property {string[]} foil_tokens  Foil of each generated token (contrastive results; empty otherwise).
  * @property {(number | null)[]} foil_probs  Probability of each step's foil.
  * @property {string} contrast  The foil continuation ("" without a contrast).
+ * @property {BinaryArray} word_ids  int [n_tokens], word id per token (-1: none); absent in version-2 data.
+ * @property {BinaryArray} sentence_ids  int [n_tokens], sentence id per token (-1: none).
+ * @property {BinaryArray} source_mask  bool [n_tokens], true: a source token of an encoder–decoder.
+ * @property {"token" | "word" | "sentence"} granularity  Each token shows its unit's summed score (written).
  * @property {boolean} shared_scale  One colour scale for all steps (written).
  * @property {"colour" | "underline"} encoding
  * @property {boolean} high_contrast
@@ -48,12 +54,12 @@
  */
 
 import "./generation.css";
-import { maxMagnitude, ranksByMagnitude, roleStarts } from "./lib/aggregate.js";
+import { buildUnits, maxMagnitude, ranksByMagnitude, roleStarts } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { scoreRgb, rgbString } from "./lib/colour.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
-import { fillTableIdle } from "./lib/controls.js";
+import { fillTableIdle, granularitySelect } from "./lib/controls.js";
 import { createExportMenu } from "./lib/export.js";
 import { formatProbability, formatScore } from "./lib/format.js";
 import { createLegend } from "./lib/legend.js";
@@ -64,9 +70,9 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change re-reads the data. @type {(keyof GenerationModel)[]} */
-const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "turn_ids", "turn_roles", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed", "foil_tokens", "foil_probs", "contrast"];
+const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "turn_ids", "turn_roles", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed", "foil_tokens", "foil_probs", "contrast", "word_ids", "sentence_ids", "source_mask"];
 /** Traits whose change only redraws. @type {(keyof GenerationModel)[]} */
-const VIEW_TRAITS = ["selected_step", "shared_scale", "encoding", "high_contrast", "view"];
+const VIEW_TRAITS = ["selected_step", "shared_scale", "encoding", "high_contrast", "view", "granularity"];
 const CELL_HEIGHT = 16;
 const LABEL_WIDTH = 120;
 const RANK_CACHE = 64;
@@ -97,10 +103,22 @@ export function readGeneration(model) {
     if (!(index >= 0 && index < n) || generated[index] === 0) throw new RangeError(`step token ${index} is not a generated token`);
     stepAt[index] = step;
   });
+  // optional per-token arrays (absent in version-2 data): token granularity, one side
+  const optional = (name, fallback) => {
+    const payload = model.get(name);
+    if (!payload || !payload.shape) return fallback;
+    const values = decodeArray(payload).values;
+    if (values.length !== n) throw new RangeError(`${name} has ${values.length} entries for ${n} tokens`);
+    return values;
+  };
+  const wordIds = optional("word_ids", Int32Array.from({ length: n }, (_, i) => i));
+  const sentenceIds = optional("sentence_ids", new Int32Array(n));
+  const source = optional("source_mask", new Uint8Array(n));
   const foils = model.get("foil_tokens") ?? [];
   if (foils.length !== 0 && foils.length !== steps.length) throw new RangeError(`foil_tokens has ${foils.length} entries for ${steps.length} generated tokens`);
   return {
-    n, tokens, spaces, special, generated, steps, stepAt, foils, turnIds,
+    n, tokens, spaces, special, generated, steps, stepAt, foils, turnIds, wordIds, sentenceIds, source,
+    sides: source.some((v) => v !== 0),
     roles: model.get("turn_roles") ?? [],
     scores: scores.values,
     probs: model.get("step_probs") ?? [],
@@ -110,6 +128,31 @@ export function readGeneration(model) {
     meaning: model.get("score_meaning") ?? "",
     signed: model.get("signed") !== false,
   }; // prettier-ignore
+}
+
+/**
+ * The scores of one row as drawn at `granularity`: each token gets its unit's sum (NaN when the whole unit is).
+ * @param {{wordIds: ArrayLike<number>, sentenceIds: ArrayLike<number>, turnIds?: ArrayLike<number> | null,
+ *          special: ArrayLike<number>}} data
+ * @param {ArrayLike<number>} values  one row of token scores
+ * @param {"token" | "word" | "sentence"} granularity
+ * @returns {ArrayLike<number>}
+ */
+export function unitRow(data, values, granularity) {
+  if (granularity === "token" || !granularity) return values;
+  const units = buildUnits({ granularity, wordIds: data.wordIds, sentenceIds: data.sentenceIds, turnIds: data.turnIds ?? undefined, specialMask: data.special, showSpecial: true });
+  const out = new Float64Array(values.length);
+  for (const unit of units) {
+    let sum = 0;
+    let seen = false;
+    for (const i of unit) {
+      if (Number.isNaN(values[i])) continue;
+      sum += values[i];
+      seen = true;
+    }
+    for (const i of unit) out[i] = seen ? sum : Number.NaN;
+  }
+  return out;
 }
 
 /**
@@ -141,8 +184,10 @@ function renderGeneration({ model, el, reportError }) {
     h("button", { type: "button", class: "iw-button", "data-view": v, "aria-pressed": "false" }, v === "text" ? "Tokens" : "Heatmap"),
   );
   const sharedToggle = h("input", { type: "checkbox", class: "iw-shared-toggle" });
+  const granularityPick = granularitySelect();
   const toolbar = h("div", { class: "iw-toolbar" }, [
     h("span", { role: "group", "aria-label": "View" }, viewButtons),
+    h("label", {}, ["Granularity ", granularityPick]),
     h("label", { title: "One colour scale for all generated tokens instead of one per token" }, [sharedToggle, " shared scale"]),
   ]);
   const status = h("div", { class: "iw-generation-status", "aria-live": "polite" });
@@ -169,17 +214,19 @@ function renderGeneration({ model, el, reportError }) {
   let layout = null;
 
   const stepOf = (index) => data.stepAt[index];
-  const rankCache = new Map(); // step -> {ranks, ranked}, the last RANK_CACHE steps (a hover re-sorts no row twice)
+  const rankCache = new Map(); // granularity:step -> {ranks, ranked}, the last RANK_CACHE rows (a hover re-sorts no row twice)
   const ranksOf = (step, values) => {
-    let hit = rankCache.get(step);
+    const key = `${model.get("granularity") || "token"}:${step}`;
+    let hit = rankCache.get(key);
     if (!hit) {
       hit = { ranks: ranksByMagnitude(values), ranked: values.filter((v) => !Number.isNaN(v)).length };
-      rankCache.set(step, hit);
+      rankCache.set(key, hit);
       if (rankCache.size > RANK_CACHE) rankCache.delete(rankCache.keys().next().value);
     }
     return hit;
   };
-  const row = (step) => data.scores.subarray(step * data.n, (step + 1) * data.n);
+  const tokenRow = (step) => data.scores.subarray(step * data.n, (step + 1) * data.n);
+  const row = (step) => unitRow(data, tokenRow(step), model.get("granularity") || "token");
   const paintOptions = () => ({ theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) });
   const scaleMax = (step) => {
     if (!model.get("shared_scale")) return maxMagnitude(row(step));
@@ -230,7 +277,12 @@ function renderGeneration({ model, el, reportError }) {
     const starts = roleStarts(visible.map((i) => [i]), data.turnIds, data.special, data.roles);
     const make = (u, parent, atBlockStart) => {
       const i = visible[u];
-      let gap = atBlockStart && u > 0 ? data.spaces[i].replace(/^\r?\n/, "") : data.spaces[i];
+      const sideStart = data.sides && (u === 0 || data.source[visible[u - 1]] !== data.source[i]);
+      if (sideStart) {
+        if (u > 0) parent.append(h("br"));
+        parent.append(h("span", { class: "iw-side-label", "data-side": data.source[i] ? "source" : "target" }, data.source[i] ? "source" : "target"));
+      }
+      let gap = sideStart || (atBlockStart && u > 0) ? data.spaces[i].replace(/^\r?\n/, "") : data.spaces[i];
       if (starts.has(u)) {
         // a chat turn starts: its role's label on a line of its own (the template's markers are folded away)
         parent.append(h("span", { class: "iw-role", "aria-hidden": "true" }, starts.get(u)));
@@ -308,6 +360,13 @@ function renderGeneration({ model, el, reportError }) {
         ctx.fillRect(LABEL_WIDTH + i * cellWidth, s * CELL_HEIGHT, cellWidth, CELL_HEIGHT - 1);
       }
     });
+    if (data.sides) {
+      const boundary = Array.prototype.findIndex.call(data.source, (v) => v === 0);
+      if (boundary > 0) {
+        ctx.fillStyle = fg;
+        ctx.fillRect(LABEL_WIDTH + boundary * cellWidth - 1, 0, 2, canvas.height); // source | target
+      }
+    }
     const selected = model.get("selected_step");
     ctx.strokeStyle = fg;
     ctx.lineWidth = 2;
@@ -322,6 +381,7 @@ function renderGeneration({ model, el, reportError }) {
     root.classList.toggle("iw-high-contrast", Boolean(model.get("high_contrast")));
     viewButtons.forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.view === view)));
     sharedToggle.checked = Boolean(model.get("shared_scale"));
+    granularityPick.value = model.get("granularity") || "token";
     tokensBox.hidden = view !== "text";
     heatmapBox.hidden = view !== "heatmap";
     colour(step);
@@ -449,6 +509,7 @@ function renderGeneration({ model, el, reportError }) {
     if (chip) save({ selected_step: Number(chip.dataset.step) });
   })); // prettier-ignore
   sharedToggle.addEventListener("change", safely(() => save({ shared_scale: sharedToggle.checked })));
+  granularityPick.addEventListener("change", safely(() => save({ granularity: granularityPick.value })));
   const csvRows = () => {
     const foil = (s) => (contrastive() ? [data.foils[s], data.foilProbs[s] ?? ""] : []);
     return [

@@ -55,7 +55,8 @@ const VIEWS = [
       generated_mask: bool([0, 0, 1, 1]), turn_ids: i32([0, 0, 1, 1]), turn_roles: ["user", "assistant"],
       scores: f32([1, 2, NaN, NaN, 1, 2, 3, NaN], [2, 4]), step_tokens: [2, 3], step_probs: [0.5, null],
       method: "saliency", score_meaning: "", signed: true, shared_scale: false, view: "text", selected_step: 0,
-      foil_tokens: ["f1", "f2"], foil_probs: [0.1, null], contrast: " f1f2" },
+      foil_tokens: ["f1", "f2"], foil_probs: [0.1, null], contrast: " f1f2", word_ids: i32([0, 1, 2, 3]),
+      sentence_ids: i32([0, 0, 1, 1]), source_mask: bool([1, 1, 0, 0]), granularity: "token" },
   },
   {
     file: "comparison.js", model: "ComparisonModel", widget: comparison,

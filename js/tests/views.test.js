@@ -3,7 +3,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import comparison from "../src/comparison.js";
 import examples, { visibleOrder } from "../src/example_list.js";
-import generation, { heatmapCell, logRatio } from "../src/generation.js";
+import generation, { heatmapCell, logRatio, unitRow } from "../src/generation.js";
 import { unitText } from "../src/lib/aggregate.js";
 import { scoreColours } from "../src/lib/colour.js";
 import { labelRanks, pageOf, sortIndices, textTable } from "../src/lib/controls.js";
@@ -31,6 +31,7 @@ const mount = (widget, model) => {
 };
 const spans = () => Array.from(el.querySelectorAll(".iw-token"));
 const bool = (values, offset = 3) => payload(Uint8Array.from(values), "bool", [values.length], offset);
+const i32 = (values, offset = 4) => payload(Int32Array.from(values), "int32", [values.length], offset);
 const f32 = (rows, offset = 12) => payload(Float32Array.from(rows.flat()), "float32", [rows.length, rows[0].length], offset);
 
 function tokenState(overrides = {}) {
@@ -351,6 +352,33 @@ describe("generation view", () => {
     el.replaceChildren();
     mount(generation, fakeModel(generationState({ foil_tokens: ["x"] })));
     expect(el.querySelector('[role="alert"]').textContent).toContain("foil_tokens has 1 entries for 2 generated tokens");
+  });
+
+  it("shows an encoder–decoder's source and target sides, with units on each side", async () => {
+    const seq2seq = {
+      tokens: ["Das", "Zim", "mer", "<pad>", "The", " room"],
+      spaces_before: ["", " ", "", "", "", ""],
+      special_mask: bool([0, 0, 0, 1, 0, 0]),
+      generated_mask: bool([0, 0, 0, 0, 1, 1]),
+      scores: f32([[0.1, -0.4, 0.2, 0.5, NaN, NaN], [0.05, 0.3, 0.1, 0.2, 0.6, NaN]]),
+      step_tokens: [4, 5],
+      word_ids: i32([0, 1, 1, -1, 2, 3]),
+      sentence_ids: i32([0, 0, 0, -1, 1, 1]),
+      source_mask: bool([1, 1, 1, 0, 0, 0]),
+    };
+    const model = mount(generation, fakeModel(generationState(seq2seq)));
+    const labels = Array.from(el.querySelectorAll(".iw-side-label")).map((l) => l.dataset.side);
+    expect(labels).toEqual(["source", "target"]);
+    expect(spans()).toHaveLength(5); // the decoder's start token (special) is hidden
+    el.querySelector(".iw-granularity-select").value = "word";
+    el.querySelector(".iw-granularity-select").dispatchEvent(new Event("change"));
+    expect(model.state.granularity).toBe("word");
+    await settle();
+    const [, zim, mer] = spans();
+    expect(zim.style.backgroundColor).toBe(mer.style.backgroundColor); // one word: one colour (-0.4 + 0.2)
+    expect(zim.style.backgroundColor).toBe(scoreColours(-0.2, 0.5).background); // scale: the row's largest unit
+    const data = { wordIds: [0, 1, 1, -1, 2, 3], sentenceIds: [0, 0, 0, -1, 1, 1], special: [0, 0, 0, 1, 0, 0] };
+    expect(Array.from(unitRow(data, [0.25, 0.5, 0.125, 0.2, 0.75, NaN], "sentence"))).toEqual([0.875, 0.875, 0.875, 0.2, 0.75, 0.75]);
   });
 
   it("shows an error instead of a blank cell for inconsistent data", () => {
