@@ -38,7 +38,9 @@ def trait_schema(trait: traitlets.TraitType, where: str = "trait") -> Any:
     if isinstance(trait, BinaryArray):
         schema: Any = {"array": WIRE_DTYPES[trait.dtype], "ndim": trait.ndim}
         return schema | {"absent": True} if trait.allow_none else schema
-    if isinstance(trait, traitlets.Bytes):
+    if isinstance(trait, traitlets.Enum):
+        schema = {"enum": list(trait.values)}
+    elif isinstance(trait, traitlets.Bytes):
         schema = "bytes"
     elif isinstance(trait, traitlets.Bool):
         schema = "bool"
