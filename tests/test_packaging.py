@@ -1,7 +1,9 @@
-"""The built wheel ships the esbuild bundles, and nothing shipped points at the network."""
+"""The built wheel ships the esbuild bundles and the demo data, and nothing shipped points at the network."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
 import zipfile
@@ -23,6 +25,12 @@ def test_wheel_contains_the_bundles_and_no_external_urls(tmp_path):
         names = set(archive.namelist())
         for bundle in ("token_highlight.js", "token_highlight.css", "export_boot.js"):
             assert f"interp_widgets/static/{bundle}" in names
+        data = "interp_widgets/demo/data/"
+        manifest = json.loads(archive.read(data + "python_docs.json"))  # the text corpus, byte for byte as recorded
+        for name, entry in manifest["files"].items():
+            assert hashlib.sha256(archive.read(data + name)).hexdigest() == entry["sha256"]
+        for name in ("PYTHON_DOCS_LICENSE.txt", "README.md", "sentiment_part_a.csv", "sentiment_part_b.csv"):
+            assert data + name in names
         assert not [name for name in names if name.startswith(("js/", "node_modules/")) or "/node_modules/" in name]
         shipped = [name for name in names if name.endswith((".js", ".mjs", ".html", ".css"))]
         ours = [name for name in shipped if not name.startswith(VENDOR)]
