@@ -65,8 +65,8 @@ class FrequencyAnalysis:
 
         Example:
             >>> import torch
-            >>> frequency_analysis(torch.randn(30, 2), torch.arange(30) % 3).n_types
-            3
+            >>> frequency_analysis(torch.randn(40, 2), torch.arange(40) % 4).n_types
+            4
         """
         return int(self.token_ids.shape[0])
 
@@ -75,7 +75,7 @@ class FrequencyAnalysis:
 
         Example:
             >>> import torch
-            >>> frequency_analysis(torch.randn(30, 2), torch.arange(30) % 3).to_dataframe().columns.tolist()
+            >>> frequency_analysis(torch.randn(40, 2), torch.arange(40) % 4).to_dataframe().columns.tolist()
             ['token_id', 'count', 'distance']
         """
         import pandas as pd
@@ -91,7 +91,7 @@ class FrequencyAnalysis:
 
         Example:
             >>> import torch
-            >>> type(frequency_analysis(torch.randn(30, 2), torch.arange(30) % 3).chart()).__name__
+            >>> type(frequency_analysis(torch.randn(40, 2), torch.arange(40) % 4).chart()).__name__
             'LayerChart'
         """
         import altair as alt
@@ -123,9 +123,9 @@ def frequency_analysis(H: ArrayLike, token_ids: ArrayLike, *, min_count: int = 5
     Example:
         >>> import torch
         >>> g = torch.Generator().manual_seed(0)
-        >>> ids = torch.cat([torch.zeros(200), torch.ones(20), torch.full((6,), 2)]).long()
-        >>> spread = torch.tensor([0.1, 1.0, 3.0])[ids]  # frequent tokens pinned, rare ones spread
-        >>> H = torch.randn(226, 8, generator=g) * spread[:, None]
+        >>> ids = torch.cat([torch.zeros(200), torch.ones(40), torch.full((12,), 2), torch.full((6,), 3)]).long()
+        >>> spread = torch.tensor([0.1, 1.0, 3.0, 6.0])[ids]  # frequent tokens pinned, rare ones spread
+        >>> H = torch.randn(258, 8, generator=g) * spread[:, None]
         >>> frequency_analysis(H, ids).spearman
         -1.0
     """
@@ -177,7 +177,7 @@ def fisher_interval(r: float, standard_error: float, level: float = 0.95) -> tup
 
     Example:
         >>> low, high = fisher_interval(0.5, 0.1); round(low, 3), round(high, 3)
-        (0.338, 0.633)
+        (0.339, 0.632)
     """
     from scipy import stats
 
