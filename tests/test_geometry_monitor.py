@@ -202,7 +202,7 @@ def test_recorded_energy_equals_direct_computation_on_true_gradients(gpt2_lm):
     assert row["avg_cosine"] == pytest.approx(reference["avg_cosine"], rel=1e-9)
     assert row["effective_rank"] == pytest.approx(reference["effective_rank_singular"], rel=2e-4)
     assert monitor.series("loss")[1][0] == pytest.approx(out.loss.item())
-    np.testing.assert_allclose(monitor.raw("control_energy|layer:0")[0], expected.energy_controls.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(monitor.raw("control_energy|layer:0")[0], expected.energy_controls.numpy(), rtol=1e-6)  # fast kernels: within their bounds
 
 
 def test_weight_mode_uses_linear_weight_gradient_rows_and_input_activations(gpt2_lm):

@@ -134,14 +134,14 @@ def frequency_analysis(H: ArrayLike, token_ids: ArrayLike, *, min_count: int = 5
     check_int("min_count", min_count, minimum=2)
     if distance not in ("mean", "rms"):
         raise ValueError(f"distance must be 'mean' or 'rms', got {distance!r}")
-    rows = int(len(H))
+    x = as_points(H)
+    types, inverse = as_labels(token_ids, x.shape[0], "token_ids", x.device)
+    rows = x.shape[0]
     needed = MIN_TYPES * min_count
     if rows < needed:
         raise ValueError(f"a frequency analysis over {rows} token(s) cannot work: it needs at least {MIN_TYPES} token "
                          f"types seen {min_count} times each, so at least {needed} tokens; pass more text (a few "
                          f"thousand tokens) or lower min_count")
-    x = as_points(H)
-    types, inverse = as_labels(token_ids, x.shape[0], "token_ids", x.device)
     counts = torch.bincount(inverse, minlength=types.shape[0])
     centroids = torch.zeros(types.shape[0], x.shape[1], dtype=x.dtype, device=x.device).index_add_(0, inverse, x)
     centroids = centroids / counts[:, None]
