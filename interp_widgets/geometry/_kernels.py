@@ -317,6 +317,8 @@ def representation_bundle(
     if gram is None and fast:
         gram = blocked_gram32(centred if n >= d else centred.T)
     trace, frob2, gram = covariance_moments(centred, gram)
+    if fast:  # the exact O(nd) trace: drift_share stays exact, the spectrum metrics take the Gram's bound
+        trace = (centred * centred).sum() / (n - 1)
     check_variance(trace, "H")
     eigenvalues = (fast_eigenvalues if fast else eigenvalues_from_gram)(gram, n, d)
     pr = pr_from_moments(trace, frob2)
