@@ -188,19 +188,21 @@ def test_recorded_energy_equals_direct_computation_on_true_gradients(gpt2_lm):
     expected = gradient_alignment(G, proxy, normal_controls(proxy, 7, seed=3))
     row = {metric: monitor.series(f"{metric}|layer:0")[1][0] for metric in LAYER_METRICS}
     assert row["n_tokens"] == keep.sum()
-    assert row["proxy_energy"] == pytest.approx(expected.energy_proxy, rel=1e-9)
-    assert row["energy_ratio"] == pytest.approx(expected.ratio, rel=1e-9)
+    # the monitor's fast kernels (float32 Gram over 256-row blocks, float32 eigensolver) are within their tested
+    # bounds (tests/test_geometry_fast_kernels.py), not bit-equal to the float64 reference
+    assert row["proxy_energy"] == pytest.approx(expected.energy_proxy, rel=1e-6)
+    assert row["energy_ratio"] == pytest.approx(expected.ratio, rel=1e-6)
     assert row["p_value"] == expected.p_value
-    assert row["z_score"] == pytest.approx(expected.z_analytic, rel=1e-9)
-    assert row["isoscore_star_G"] == pytest.approx(expected.iso_G, rel=1e-9)
-    assert row["delta_isoscore_control_mean"] == pytest.approx(float(expected.delta_iso_controls.mean()), rel=1e-9)
+    assert row["z_score"] == pytest.approx(expected.z_analytic, rel=1e-6)
+    assert row["isoscore_star_G"] == pytest.approx(expected.iso_G, rel=1e-6)
+    assert row["delta_isoscore_control_mean"] == pytest.approx(float(expected.delta_iso_controls.mean()), rel=1e-6)
     assert row["control_ratio_q95"] == pytest.approx(
-        float(np.quantile(expected.energy_controls.numpy(), 0.95) / expected.energy_controls.mean()), rel=1e-9)
+        float(np.quantile(expected.energy_controls.numpy(), 0.95) / expected.energy_controls.mean()), rel=1e-6)
     reference = representation_metrics(H)
     assert row["avg_cosine"] == pytest.approx(reference["avg_cosine"], rel=1e-9)
-    assert row["effective_rank"] == pytest.approx(reference["effective_rank_singular"], rel=1e-9)
+    assert row["effective_rank"] == pytest.approx(reference["effective_rank_singular"], rel=2e-4)
     assert monitor.series("loss")[1][0] == pytest.approx(out.loss.item())
-    np.testing.assert_allclose(monitor.raw("control_energy|layer:0")[0], expected.energy_controls.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(monitor.raw("control_energy|layer:0")[0], expected.energy_controls.numpy(), rtol=1e-6)  # fast kernels: within their bounds
 
 
 def test_weight_mode_uses_linear_weight_gradient_rows_and_input_activations(gpt2_lm):
@@ -216,7 +218,7 @@ def test_weight_mode_uses_linear_weight_gradient_rows_and_input_activations(gpt2
     G = model.transformer.h[1].mlp.c_fc.weight.grad.T  # rows live in the input space
     proxy = TangentProxy.from_basis(basis)
     expected = gradient_alignment(G, proxy, normal_controls(proxy, 4))
-    assert monitor.series(f"proxy_energy|{layer}")[1][0] == pytest.approx(expected.energy_proxy, rel=1e-9)
+    assert monitor.series(f"proxy_energy|{layer}")[1][0] == pytest.approx(expected.energy_proxy, rel=1e-6)
     assert monitor.series(f"n_tokens|{layer}")[1][0] == G.shape[0]
 
 
@@ -318,7 +320,8 @@ def test_representation_metrics_in_and_after_the_fit_window_equal_the_direct_com
                        "top1_explained_variance"):  # Gram + eigensolve: every spectrum_every-th measurement
             recorded = monitor.series(f"{metric}|lin")[1][step]
             if step % spectrum_every == 0:
-                assert recorded == pytest.approx(reference[metric], rel=1e-12), (metric, step)
+                # after the window the Gram and eigensolve are the fast (float32, bounded-error) kernels
+                assert recorded == pytest.approx(reference[metric], rel=1e-5), (metric, step)
             else:
                 assert np.isnan(recorded), (metric, step)
     frame = monitor.to_dataframe()

@@ -87,7 +87,9 @@ def test_two_gloo_ranks_equal_single_process_on_the_union(tmp_path):
     names = [n for n in single.series_names() if n.endswith("|lin") or n == "fitting"]
     assert "energy_ratio|lin" in names and "avg_cosine|lin" in names
     for name in names:
-        np.testing.assert_allclose(ddp.series(name)[1], single.series(name)[1], rtol=1e-10, atol=1e-13,
+        # float32 Gram blocks (the monitor's fast kernel) round differently when the union's rows arrive in
+        # another order: equal within that kernel's bound, not bit for bit
+        np.testing.assert_allclose(ddp.series(name)[1], single.series(name)[1], rtol=1e-6, atol=1e-9,
                                    err_msg=name)
     assert ddp.series("n_tokens|lin")[1].tolist() == [2 * ROWS] * STEPS
     assert np.isfinite(ddp.series("energy_ratio|lin")[1][2:]).all()

@@ -44,7 +44,7 @@ def test_planted_pinning_gives_negative_correlation_and_chart():
 
 def test_bad_input():
     with pytest.raises(ValueError, match="only 1 token type"):
-        frequency_analysis(torch.randn(10, 3), torch.zeros(10, dtype=torch.long))
+        frequency_analysis(torch.randn(40, 3), torch.zeros(40, dtype=torch.long))
     with pytest.raises(ValueError, match="min_count must be an integer >= 2"):
         frequency_analysis(torch.randn(10, 3), torch.arange(10), min_count=1)
     with pytest.raises(ValueError, match="one id per row"):

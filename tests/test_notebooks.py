@@ -31,6 +31,7 @@ NOTEBOOKS = {
     "03_concepts.ipynb": (270, 2),
     "04_anisotropy_during_training.ipynb": (240, 0),
     "05_interop.ipynb": (180, 3),
+    "06_paper_smollm2.ipynb": (150, 0),
 }
 MAX_SAVED_BYTES = 1_500_000  # committed notebooks with outputs stay small enough to review and to load on GitHub
 

@@ -28,7 +28,8 @@ CONCEPT_CORPUS = 80  # sentences the concepts are fitted on
 MONITOR_LAYERS = ("layer:2", "layer:4")
 MONITOR_RANK = 8
 BATCH_SIZE = 8
-DEFAULT_STEPS = 12
+DEFAULT_STEPS = 24
+FINE_TUNE_LR = 1e-4
 GENERATION_PROMPT = "The Great Wall of China was built to"
 MAX_NEW_TOKENS = 6
 
@@ -42,7 +43,7 @@ def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, prompt: st
        granularity per text (its completeness error shows in the widget) and a comparison with saliency.
     2. Concepts: TopK sparse-autoencoder concepts of layer 3 on shipped sentences, in the concept browser, with
        the concept importance of each text's prediction.
-    3. Training geometry: a short fine-tuning run (``steps`` batches of 8, on a fresh copy of the classifier)
+    3. Training geometry: a short fine-tuning run (``steps`` batches of 8, from the base encoder with a new head)
        under :class:`~interp_widgets.geometry.AnisotropyMonitor`, shown in the monitor widget.
     4. Generation: SmolLM2-135M-Instruct (a dequantised Q4_1 copy, :func:`~interp_widgets.demo.load_lm`) continues
        ``prompt`` greedily for ``MAX_NEW_TOKENS`` tokens; input × gradient explains every generated token by the
@@ -150,27 +151,39 @@ def _concepts(model, tokenizer, texts: list[str], progress: bool) -> list:
 
 
 def monitored_fine_tuning(steps: int = DEFAULT_STEPS, *, progress: bool = True):
-    """Fine-tune a fresh copy of the demo classifier for ``steps`` batches of 8 under an
-    :class:`~interp_widgets.geometry.AnisotropyMonitor` (layers 2 and 4, rank 8) and return the monitor.
+    """Fine-tune the **base** all-MiniLM-L6-v2 encoder with a new 2-class head (not the already fine-tuned demo
+    classifier, whose loss is near 0: its curves would show noise around a converged model) for ``steps``
+    batches of 8 demo sentences under an :class:`~interp_widgets.geometry.AnisotropyMonitor` (layers 2 and 4,
+    rank 8), and return the monitor (its ``loss`` series shows the learning).
 
     Example:
-        Not run here: it fine-tunes the 6-layer demo classifier under the monitor (tens of seconds on a CPU)::
+        Not run here: it fine-tunes the 6-layer encoder under the monitor (tens of seconds on a CPU)::
 
             monitored_fine_tuning(6, progress=False).widget()
     """
     import torch
     from tqdm.auto import tqdm
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
     from interp_widgets import demo
     from interp_widgets.geometry import AnisotropyMonitor
 
-    model, tokenizer = demo.load_classifier(progress=progress)  # a fresh copy: the cached weights stay as they are
+    source = demo._encoder_path()
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # the new classification head is expected; don't print a load report
+    try:
+        torch.manual_seed(0)
+        model = AutoModelForSequenceClassification.from_pretrained(source, local_files_only=True, num_labels=2)
+    finally:
+        hf_logging.set_verbosity(verbosity)
     model.train()
-    torch.manual_seed(0)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-5)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=FINE_TUNE_LR)
     monitor = AnisotropyMonitor(model, list(MONITOR_LAYERS), rank=MONITOR_RANK, total_steps=steps, optimizer=optimizer,
                                 special_token_ids=tokenizer.all_special_ids, spectrum_every=1)  # fmt: skip
-    data = demo.load_dataset("train").sample(BATCH_SIZE * steps, random_state=0)
+    data = demo.load_dataset("train")
+    data = data.sample(min(len(data), BATCH_SIZE * steps), random_state=0, replace=BATCH_SIZE * steps > len(data))
     texts = data["text"].tolist()
     labels = torch.tensor((data["label"] == "positive").to_numpy().astype(int))
     with monitor:
@@ -190,8 +203,8 @@ def _training(steps: int, progress: bool) -> list:
     monitor = monitored_fine_tuning(steps, progress=progress)
     return [
         "3. Geometry during training",
-        _note(f"{steps} fine-tuning steps (batches of {BATCH_SIZE}) of a fresh copy of the classifier under the "
-              f"anisotropy monitor. The rank-{MONITOR_RANK} tangent proxy of each layer is fitted on the first "
+        _note(f"{steps} fine-tuning steps (batches of {BATCH_SIZE}) of the base all-MiniLM-L6-v2 encoder with a new "
+              f"sentiment head, under the anisotropy monitor: {_loss_change(monitor)} The rank-{MONITOR_RANK} tangent proxy of each layer is fitted on the first "
               "30% of the steps; after that, the energy ratio compares the share of gradient energy inside the proxy "
               "with matched-rank random controls (1 = no alignment). " + _final_ratios(monitor)),
         monitor.widget(),
@@ -230,6 +243,16 @@ def _generation(prompt: str, progress: bool) -> list:
               "to, published SmolLM2 figures."),
         generation.widget(selected_step=0),
     ]
+
+
+def _loss_change(monitor) -> str:
+    losses = [float(v) for v in monitor.series("loss")[1] if math.isfinite(v)]
+    if len(losses) < 4:
+        return "too few steps to show the loss."
+    quarter = max(1, len(losses) // 4)
+    first, last = sum(losses[:quarter]) / quarter, sum(losses[-quarter:]) / quarter
+    return (f"the loss goes from {first:.3f} (mean of the first {quarter} steps) to {last:.3f} (last {quarter}), "
+            "so the curves show a model that is learning.")
 
 
 def _final_ratios(monitor) -> str:

@@ -28,7 +28,7 @@ from interp_widgets.geometry.cosine import (
     drift_share,
     self_similarity,
 )
-from interp_widgets.geometry.frequency import FrequencyAnalysis, frequency_analysis
+from interp_widgets.geometry.frequency import FrequencyAnalysis, frequency_analysis, frequency_by_layer, frequency_chart
 from interp_widgets.geometry.history import LAYER_METRICS, GeometryLog
 from interp_widgets.geometry.isotropy import isoscore, isoscore_star, participation_ratio
 from interp_widgets.geometry.metrics import representation_metrics
@@ -90,6 +90,8 @@ __all__ = [
     "effective_rank_singular",
     "explained_variance_ratio",
     "frequency_analysis",
+    "frequency_by_layer",
+    "frequency_chart",
     "gradient_alignment",
     "isoscore",
     "isoscore_star",

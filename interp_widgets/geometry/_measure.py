@@ -277,7 +277,7 @@ class Measurement:
             self.update_proxy(step, spec, H, pooled)
             if spec in self.fitted:
                 # gradient_alignment without re-validating the controls this monitor drew itself
-                moments = moments_of_points(as_points(G, "G", min_rows=1, finite=True))
+                moments = moments_of_points(as_points(G, "G", min_rows=1, finite=True), fast=True)
                 if moments.count < 2:
                     raise ValueError(f"G has {moments.count} row(s); IsoScore* needs at least 2 gradient rows")
                 proxy = self.fitted[spec]
@@ -293,7 +293,7 @@ class Measurement:
                 self.measurements[spec] += 1
                 if spectrum_due:
                     shared = pooled is not None and x.shape[0] >= x.shape[1]
-                    metrics = representation_bundle(x, gram=pooled.m2 if shared else None)
+                    metrics = representation_bundle(x, gram=pooled.m2 if shared else None, fast=True)
                     metrics["effective_rank"] = metrics["effective_rank_singular"]
                 else:
                     metrics = linear_time_bundle(x)

@@ -48,7 +48,7 @@ from interp_widgets.geometry.history import GeometryLog
 from interp_widgets.geometry.monitor import AnisotropyMonitor
 from interp_widgets.validation import check_fraction, check_int
 
-__all__ = ["replay", "probe_batches"]
+__all__ = ["replay", "probe_batches", "check_same_architecture"]
 
 Checkpoint = str | Path | Mapping[str, torch.Tensor] | nn.Module
 
@@ -115,6 +115,7 @@ def _load_checkpoint(checkpoint: Checkpoint, template: nn.Module | None) -> nn.M
     else:
         path = Path(checkpoint)
         if path.is_dir():
+            _check_directory_architecture(path, template)
             return type(template).from_pretrained(path).to(next(template.parameters()).device)
         if not path.is_file():
             raise FileNotFoundError(f"checkpoint {str(path)!r} does not exist")
@@ -136,6 +137,53 @@ def _load_checkpoint(checkpoint: Checkpoint, template: nn.Module | None) -> nn.M
         raise ValueError(f"checkpoint does not match the model: missing {missing[:8]}, unexpected "
                          f"{list(result.unexpected_keys)[:8]}; pass model= of the checkpoints' architecture")
     return model
+
+
+def _signature(model: nn.Module) -> tuple[str, dict[str, tuple[int, ...]]]:
+    """A model's architecture: its class and the name and shape of every parameter."""
+    return type(model).__name__, {name: tuple(p.shape) for name, p in model.named_parameters()}
+
+
+def check_same_architecture(reference: nn.Module, model: nn.Module, index: int) -> None:
+    """Refuse a checkpoint whose architecture differs from the first one, naming the first difference.
+
+    Example:
+        >>> import torch
+        >>> check_same_architecture(torch.nn.Linear(4, 4), torch.nn.Linear(4, 3), 2)
+        Traceback (most recent call last):
+        ...
+        ValueError: checkpoint 2 has a different architecture from checkpoint 0: parameter 'weight' has shape (3, 4) instead of (4, 4); replay the checkpoints of one training run (one architecture), with model= of that architecture
+    """
+    (kind_a, params_a), (kind_b, params_b) = _signature(reference), _signature(model)
+    fix = "replay the checkpoints of one training run (one architecture), with model= of that architecture"
+    if kind_a != kind_b:
+        raise ValueError(f"checkpoint {index} is a {kind_b} but checkpoint 0 is a {kind_a}; {fix}")
+    for name in params_a.keys() | params_b.keys():
+        if name not in params_b or name not in params_a:
+            where = "lacks" if name not in params_b else "has an extra"
+            raise ValueError(f"checkpoint {index} has a different architecture from checkpoint 0: it {where} "
+                             f"parameter {name!r}; {fix}")
+    for name, shape in params_a.items():
+        if params_b[name] != shape:
+            raise ValueError(f"checkpoint {index} has a different architecture from checkpoint 0: parameter "
+                             f"{name!r} has shape {params_b[name]} instead of {shape}; {fix}")
+
+
+def _check_directory_architecture(path: Path, template: nn.Module) -> None:
+    """A Hugging Face checkpoint directory must hold the template's architecture (``from_pretrained`` would
+    otherwise initialise mismatched weights at random, with a mere warning)."""
+    config = getattr(template, "config", None)
+    file = path / "config.json"
+    if config is None or not file.is_file():
+        return
+    import json
+
+    saved = json.loads(file.read_text())
+    for key in ("model_type", "hidden_size", "n_embd", "num_hidden_layers", "n_layer", "vocab_size"):
+        if key in saved and hasattr(config, key) and saved[key] != getattr(config, key):
+            raise ValueError(f"checkpoint {str(path)!r} has {key} = {saved[key]!r} but model= has "
+                             f"{getattr(config, key)!r}: the checkpoints come from different architectures; replay "
+                             f"the checkpoints of one training run, with model= of that architecture")
 
 
 def replay(
@@ -216,6 +264,7 @@ def replay(
                     gradient=gradient, special_token_ids=special_token_ids, seed=seed, center=center, zeta=zeta,
                     coordinates=coordinates, spectrum_every=1, _x_label="checkpoint")  # few checkpoints: all metrics
     window = None
+    reference = None  # the first checkpoint's architecture: every other one must match it
     if fit == "early":
         fraction = check_fraction("fit_fraction", 0.3 if fit_fraction is None else fit_fraction)
         window = max(1, math.ceil(round(fraction * n, 9)))
@@ -223,7 +272,10 @@ def replay(
                                    representation=False, **settings)
         bar = tqdm(total=window + n, disable=not progress, desc="replay")
         for index in range(window):
-            _measure_checkpoint(fitter, _load_checkpoint(checkpoints[index], model), batches, index)
+            loaded = _load_checkpoint(checkpoints[index], model)
+            reference = loaded if reference is None else reference
+            check_same_architecture(reference, loaded, index)
+            _measure_checkpoint(fitter, loaded, batches, index)
             bar.update()
         fitter.fit_now()
         fixed = fitter.tangent_proxies()
@@ -237,7 +289,10 @@ def replay(
         bar = tqdm(total=n, disable=not progress, desc="replay")
     try:
         for index, checkpoint in enumerate(checkpoints):
-            _measure_checkpoint(monitor, _load_checkpoint(checkpoint, model), batches, index)
+            loaded = _load_checkpoint(checkpoint, model)
+            reference = loaded if reference is None else reference
+            check_same_architecture(reference, loaded, index)
+            _measure_checkpoint(monitor, loaded, batches, index)
             if window is not None:
                 monitor.log(index, fitting=1.0 if index < window else 0.0)
             bar.update()
