@@ -207,3 +207,50 @@ def test_smollm2_groups_nine_heads_over_three_kv_heads(smollm2):
     assert (p.n_layers, p.n_heads, p.n_kv_heads) == (30, 9, 3)
     assert p.head_groups == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
     assert model_fingerprint(model, tokenizer) == before
+
+
+@pytest.mark.parametrize("name", ["t5_seq2seq", "bart_seq2seq", "marian_seq2seq"])
+def test_encoder_decoder_cross_decoder_and_encoder_patterns_equal_output_attentions(name, request):
+    model, tokenizer = request.getfixturevalue(name)
+    before = model_fingerprint(model, tokenizer)
+    source, target = "the cat sat on the mat", "a dog ran"
+    patterns = {kind: attention_patterns(model, tokenizer, source, continuation=target, kind=kind, progress=False)
+                for kind in ("cross", "decoder", "encoder")}  # fmt: skip
+    src = tokenizer(source, return_tensors="pt").input_ids
+    targets = tokenizer(text_target=target)["input_ids"]
+    start = model.config.decoder_start_token_id
+    decoder = torch.tensor([[start, *targets[:-1]]])
+    with eager_attention(model), torch.no_grad():
+        out = model(input_ids=src, decoder_input_ids=decoder, output_attentions=True)
+    for kind, reference in (("cross", out.cross_attentions), ("decoder", out.decoder_attentions),
+                            ("encoder", out.encoder_attentions)):  # fmt: skip
+        p = patterns[kind]
+        assert p.kind == kind and p.n_layers == len(reference)
+        for layer, ref in enumerate(reference):
+            np.testing.assert_allclose(p.weights[layer].astype(np.float32), ref[0].numpy(), atol=1e-3)
+    cross = patterns["cross"]
+    assert cross.tokens == [tokenizer.decode([t]) for t in targets]  # row j: the step that produced target j
+    assert cross.key_tokens == [tokenizer.decode([t]) for t in src[0].tolist()]
+    assert cross.head(0, 0).shape == (len(targets), src.shape[1]) and not cross.generated_mask.any()
+    with pytest.raises(ValueError, match="cross-attention has no rollout"):
+        cross.aggregate(0, "rollout")
+    assert model_fingerprint(model, tokenizer) == before
+
+
+def test_encoder_decoder_generated_target_and_errors(t5_seq2seq, gpt2_lm):
+    model, tokenizer = t5_seq2seq
+    lm, lm_tokenizer = gpt2_lm
+    generated = attention_patterns(model, tokenizer, "the cat sat", max_new_tokens=3, progress=False)
+    assert generated.generated_mask.all() and 1 <= len(generated.tokens) <= 3
+    with pytest.raises(ValueError, match="needs a target"):
+        attention_patterns(model, tokenizer, "the cat sat", progress=False)
+    with pytest.raises(ValueError, match="not both"):
+        attention_patterns(model, tokenizer, "the cat sat", continuation="a", max_new_tokens=2, progress=False)
+    with pytest.raises(ValueError, match="continuation is empty"):
+        attention_patterns(model, tokenizer, "the cat sat", continuation="  ", progress=False)
+    with pytest.raises(ValueError, match="kind"):
+        attention_patterns(model, tokenizer, "the cat sat", continuation="a", kind="self", progress=False)
+    with pytest.raises(ValueError, match="needs an encoder–decoder model"):
+        attention_patterns(lm, lm_tokenizer, "the cat sat", kind="cross", progress=False)
+    with pytest.raises(ValueError, match="continuation= is for encoder–decoder"):
+        attention_patterns(lm, lm_tokenizer, "the cat sat", continuation=" on", progress=False)

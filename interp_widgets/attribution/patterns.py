@@ -88,8 +88,12 @@ def attention_modules(model: nn.Module, kind: str = "self") -> list[tuple[str, n
             f"{name} does not declare which modules return attention weights (no '{_RECORD_KEYS[kind]}' entry in "
             "_can_record_outputs), so its attention patterns cannot be recorded; use a Hugging Face transformers "
             "model that supports output_attentions=True.")
+    # a decoder layer's cross-attention module can be of the self-attention class: never count it as self-attention
+    cross = {id(m) for _, m, _ in attention_modules(model, "cross")} if kind in ("encoder", "decoder") else set()
     found = []
     for path, module in model.named_modules():
+        if id(module) in cross:
+            continue
         for target, class_name, layer_name, index in specs:
             if not ((target is not None and isinstance(module, target))
                     or (class_name is not None and path.endswith(class_name))):
@@ -305,14 +309,21 @@ class AttentionPatterns:
                 "tokens, float16)")
 
 
-def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens: int = 0, do_sample: bool = False,
-                       seed: int = 0, progress: bool = True) -> AttentionPatterns:
+def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens: int = 0, continuation=None,
+                       kind: str | None = None, do_sample: bool = False, seed: int = 0,
+                       progress: bool = True) -> AttentionPatterns:  # fmt: skip
     """Every layer's and head's attention probabilities over ``text`` (and, with ``max_new_tokens``, over the text
     plus its greedy or sampled continuation), as :class:`AttentionPatterns` in float16.
 
     One forward pass over all tokens under eager attention (for a generation, after generating): a causal model's
     attention at a position is the same as when that position was generated. The model is left untouched: its
     attention implementation is restored and every hook removed, also on errors.
+
+    An encoder–decoder model (T5, BART, Marian…) reads ``text`` as the source and needs a target: ``continuation``
+    (text, tokenized as Hugging Face labels, or token ids) or ``max_new_tokens`` to generate one. ``kind`` picks
+    the attention: ``"cross"`` (the default; rows are the target tokens, each as the decoder step that produced
+    it, keys the source tokens), ``"decoder"`` (target rows over the decoder's inputs: its start token and the
+    earlier targets) or ``"encoder"`` (source over source). Other models have ``"self"`` only.
 
     Example:
         >>> p = attention_patterns(lm, lm_tokenizer, "The room was", max_new_tokens=2, progress=False)
@@ -322,9 +333,24 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
         Traceback (most recent call last):
           ...
         ValueError: the text is 402 tokens, longer than the model's context of 128 tokens (...). Shorten it or split it ...
+        >>> cross = attention_patterns(seq2seq, seq2seq_tokenizer, "the cat sat", continuation="a dog", progress=False)
+        >>> cross.kind, cross.tokens == [seq2seq_tokenizer.decode([t]) for t in seq2seq_tokenizer(text_target="a dog").input_ids]
+        ('cross', True)
+        >>> cross.head(0, 0).shape == (len(cross.tokens), len(seq2seq_tokenizer("the cat sat").input_ids))
+        True
     """
     adapter = ModelAdapter(model, tokenizer)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
+    if adapter.is_seq2seq:
+        kind = check_choice("kind", "cross" if kind is None else kind, KINDS[1:])
+        return _seq2seq_patterns(adapter, text, kind=kind, continuation=continuation, max_new_tokens=max_new_tokens,
+                                 do_sample=do_sample, seed=seed, progress=progress)  # fmt: skip
+    if kind not in (None, "self"):
+        raise ValueError(f"kind={kind!r} needs an encoder–decoder model; this model is a {adapter.task}, whose "
+                         "attention is kind='self'.")
+    if continuation is not None:
+        raise ValueError("continuation= is for encoder–decoder models (the target side); for this model append the "
+                         "text to the input, or pass max_new_tokens to generate it.")
     encoding = adapter.encode(text)
     ids = list(encoding.input_ids)
     adapter.check_length(len(ids), "the text")
@@ -348,18 +374,65 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
     finally:
         if bar is not None:
             bar.close()
+    tokens = [tokenizer.decode([t]) for t in ids]
+    return _patterns(model, calls, "self", tokens, None, np.arange(len(ids)) >= n_prompt)
+
+
+def _patterns(model, calls, kind: str, tokens, key_tokens, generated_mask) -> AttentionPatterns:
     weights = [w[0].numpy() for w in calls[0]]
     config = model.config
     n_heads = weights[0].shape[0]
     n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
     if n_heads % n_kv:
         n_kv = n_heads
-    tokens = [tokenizer.decode([t]) for t in ids]
     return AttentionPatterns(
-        tokens=tokens, weights=weights, n_kv_heads=n_kv, kind="self",
-        layer_names=[path for path, _, _ in attention_modules(model, "self")],
-        generated_mask=np.arange(len(ids)) >= n_prompt,
+        tokens=tokens, weights=weights, n_kv_heads=n_kv, kind=kind, key_tokens=key_tokens,
+        layer_names=[path for path, _, _ in attention_modules(model, kind)], generated_mask=generated_mask,
         model_name=getattr(config, "name_or_path", "") or type(model).__name__)
+
+
+def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_sample, seed, progress):
+    """Attention of an encoder–decoder over source ``text`` and a forced or generated target."""
+    model, tokenizer = adapter.model, adapter.tokenizer
+    source = [int(t) for t in adapter.encode(text).input_ids]
+    if continuation is not None and max_new_tokens:
+        raise ValueError("pass either continuation= (a forced target) or max_new_tokens= (a generated one), not both")
+    if continuation is None and not max_new_tokens:
+        raise ValueError("an encoder–decoder model needs a target: pass continuation='target text' (or its token "
+                         "ids), or max_new_tokens=N to generate one.")
+    bar = progress_bar(progress, 1 + (max_new_tokens > 0), "attention patterns")
+    try:
+        if continuation is not None:
+            if isinstance(continuation, str):
+                if not continuation.strip():
+                    raise ValueError("continuation is empty; pass the target text to read the attention for.")
+                targets = [int(t) for t in tokenizer(text_target=continuation)["input_ids"]]
+            else:
+                targets = [check_int("continuation id", t, minimum=0) for t in continuation]
+                vocab = model.get_input_embeddings().num_embeddings
+                if not targets or max(targets) >= vocab:
+                    raise ValueError(f"continuation ids must be a non-empty list of ids below the vocabulary size {vocab}")
+            generated = False
+        else:
+            new_ids, _ = adapter.generate(source, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
+            targets, generated = [int(t) for t in new_ids], True
+            if bar is not None:
+                bar.update(1)
+        decoder = [adapter.decoder_start_token_id, *targets[:-1]]  # row j is the step that produced targets[j]
+        device = adapter.device
+        with evaluation(model), torch.inference_mode(), record_attention(model, kind) as calls:
+            src = torch.tensor([source], device=device)
+            model(input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=torch.tensor([decoder], device=device))
+        if bar is not None:
+            bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    decode = lambda ids: [tokenizer.decode([t]) for t in ids]  # noqa: E731
+    if kind == "encoder":
+        return _patterns(model, calls, kind, decode(source), None, np.zeros(len(source), dtype=bool))
+    keys = decode(source) if kind == "cross" else decode(decoder)
+    return _patterns(model, calls, kind, decode(targets), keys, np.full(len(targets), generated))
 
 
 __all__ = ["AGGREGATIONS", "KINDS", "AttentionPatterns", "attention_modules", "attention_patterns", "record_attention"]
