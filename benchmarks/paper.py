@@ -96,9 +96,9 @@ def main() -> None:
     encoder = AutoModel.from_pretrained(path, local_files_only=True)
     encoder_tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     results = {
-        "SmolLM2-135M (after training)": frequency_by_layer(model, tokenizer, texts, [0, 6, 12, 18, 24, 30],
+        "SmolLM2-135M (after training)": frequency_by_layer(model, tokenizer, texts, [1, 6, 12, 18, 24, 30],
                                                              progress=False),
-        "MiniLM-L6": frequency_by_layer(encoder, encoder_tokenizer, texts, list(range(7)), progress=False),
+        "MiniLM-L6": frequency_by_layer(encoder, encoder_tokenizer, texts, list(range(1, 7)), progress=False),
     }
     print(f"frequency vs centroid distance over {len(texts)} test paragraphs (types seen >= 5 times):")
     for name, per_layer in results.items():

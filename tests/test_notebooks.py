@@ -27,11 +27,11 @@ NOTEBOOK_DIR = REPO / "notebooks"
 # name: (time budget in seconds on 2 CPU cores, minimum number of coloured-token SVG pictures in the saved outputs)
 NOTEBOOKS = {
     "01_attributions.ipynb": (300, 3),
-    "02_generation.ipynb": (180, 2),
-    "03_concepts.ipynb": (270, 2),
+    "02_generation.ipynb": (360, 2),
+    "03_concepts.ipynb": (600, 2),
     "04_anisotropy_during_training.ipynb": (240, 0),
     "05_interop.ipynb": (180, 3),
-    "06_paper_smollm2.ipynb": (150, 0),
+    "06_paper_smollm2.ipynb": (900, 0),  # 10 monitored SmolLM2 steps, replay and two frequency analyses
 }
 MAX_SAVED_BYTES = 1_500_000  # committed notebooks with outputs stay small enough to review and to load on GitHub
 

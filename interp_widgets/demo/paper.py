@@ -107,7 +107,7 @@ def continue_training(model, tokenizer, *, steps: int, layers, rank: int = 16, n
             loss.backward()
             optimizer.step()
             optimizer.zero_grad()
-            losses.append(float(loss))
+            losses.append(float(loss.detach()))
             if (step + 1) % checkpoint_every == 0:
                 save(step + 1)
     model.eval()
