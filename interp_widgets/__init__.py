@@ -25,6 +25,18 @@ _SHORTCUTS = {"ModelAdapter": "interp_widgets.adapter", "attribute": "interp_wid
 __all__ = ["ModelAdapter", "attribute", "__version__", *_SUBPACKAGES]
 
 
+def load_ipython_extension(shell) -> None:
+    """``%load_ext interp_widgets``: register the ``%%monitor`` and ``%explain`` magics (:mod:`interp_widgets.magics`).
+
+    Example:
+        >>> from IPython.testing.globalipapp import get_ipython
+        >>> load_ipython_extension(get_ipython())
+        >>> "explain" in get_ipython().magics_manager.magics["line"]
+        True
+    """
+    importlib.import_module("interp_widgets.magics").load_ipython_extension(shell)
+
+
 def __getattr__(name: str):
     """Import the compute families (``iw.concepts``, ``iw.geometry`` …) and the shortcuts (``iw.attribute``,
     ``iw.ModelAdapter``) on first use, so ``import interp_widgets`` loads neither torch nor transformers."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import warnings
+from dataclasses import dataclass, fields
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -30,8 +31,8 @@ from interp_widgets.layers import LayerPoint, UnsupportedModelError
 from interp_widgets.text_units import Encoding, check_fast_tokenizer, encode
 from interp_widgets.validation import check_int
 
-__all__ = ["ModelAdapter", "Encoding", "UnsupportedModelError", "detect_task", "SUPPORTED_TASKS",
-           "TASK_CLASSIFICATION", "TASK_CAUSAL_LM", "TASK_MASKED_LM"]
+__all__ = ["ModelAdapter", "Encoding", "PassCount", "UnsupportedModelError", "detect_task", "execution_device",
+           "SUPPORTED_TASKS", "TASK_CLASSIFICATION", "TASK_CAUSAL_LM", "TASK_MASKED_LM"]
 
 TASK_CLASSIFICATION = "sequence-classification"
 TASK_CAUSAL_LM = "causal-lm"
@@ -63,13 +64,65 @@ def detect_task(model: nn.Module) -> str:
     )
 
 
+def execution_device(module: nn.Module) -> torch.device | None:
+    """The device accelerate runs ``module`` on when it is dispatched (its ``_hf_hook``), else ``None``.
+
+    Example:
+        >>> execution_device(model.get_input_embeddings()) is None  # an ordinary, undispatched model
+        True
+    """
+    hook = getattr(module, "_hf_hook", None)
+    for item in getattr(hook, "hooks", None) or ([hook] if hook is not None else []):
+        device = getattr(item, "execution_device", None)
+        if device is not None:
+            return torch.device(device)
+    return None
+
+
+@dataclass
+class PassCount:
+    """Model passes counted by :meth:`ModelAdapter.counting`.
+
+    ``forward`` counts calls of the model and ``forward_rows`` the sequences they ran; ``backward`` counts backward
+    passes (calls of ``torch.autograd.grad``, each possibly batched over several targets) and ``backward_rows`` the
+    gradients they produced (one per row and target: vector-Jacobian products).
+
+    Example:
+        >>> count = PassCount(forward=2, forward_rows=18, backward=2, backward_rows=144)
+        >>> count.per_target(8)
+        {'forward': 0.25, 'forward_rows': 2.25, 'backward': 0.25, 'backward_rows': 18.0}
+    """
+
+    forward: int = 0
+    forward_rows: int = 0
+    backward: int = 0
+    backward_rows: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        """The counts as a plain dict."""
+        return {f.name: int(getattr(self, f.name)) for f in fields(self)}
+
+    def per_target(self, n_targets: int) -> dict[str, float]:
+        """Each count divided by the number of explained targets (tokens, classes)."""
+        n = max(1, int(n_targets))
+        return {name: value / n for name, value in self.as_dict().items()}
+
+
 class ModelAdapter:
     """Wrap a Hugging Face ``PreTrainedModel`` and its tokenizer for attribution, concepts and geometry.
 
     Args:
         model: a sequence classifier, causal LM or masked LM.
         tokenizer: its *fast* tokenizer (needed for character offsets).
-        max_batch_tokens: cap on padded tokens per forward pass; evaluations are bucketed by length under it.
+        max_batch_tokens: cap on the tokens of one forward (and backward) pass; evaluations are bucketed by length
+            under it. This is the memory budget: the activations a backward pass keeps grow with the tokens of the
+            pass, about 2.3 MB per token for SmolLM2-135M in float32 (so 2048 tokens, one 2,048-token row per pass,
+            need about 4.7 GB on top of the weights), and a 2,048-token prompt fits a pass only when
+            ``max_batch_tokens >= 2048`` (a longer row still runs alone in its pass).
+
+    Only the logits that are scored are computed: language models apply their output head to the scored positions
+    only (see :meth:`forward_embeds`). Dispatched models (``device_map``, accelerate hooks) work as they are: inputs
+    go to the input embedding's execution device, and the adapter never calls ``.to()`` on the model.
 
     Example:
         >>> adapter = ModelAdapter(model, tokenizer, max_batch_tokens=4096)
@@ -86,12 +139,30 @@ class ModelAdapter:
         self.tokenizer = tokenizer
         self.max_batch_tokens = check_int("max_batch_tokens", max_batch_tokens, minimum=1)
         self._observer: tuple[Callable | None, dict] = (None, {})
+        self._counters: list[PassCount] = []
 
     # ------------------------------------------------------------------ basic facts
     @property
     def device(self) -> torch.device:
-        """Device of the model's first parameter (the adapter never moves the model)."""
-        return next(self.model.parameters()).device
+        """The device inputs go to: the input embedding's (its accelerate execution device when the model is
+        dispatched with a ``device_map``). The adapter never moves the model.
+
+        Example:
+            >>> adapter.device
+            device(type='cpu')
+        """
+        embedding = self.model.get_input_embeddings()
+        for module in (embedding, self.model):
+            device = None if module is None else execution_device(module)
+            if device is not None:
+                return device
+        weight = getattr(embedding, "weight", None)
+        if isinstance(weight, torch.Tensor) and weight.device.type != "meta":
+            return weight.device
+        for param in self.model.parameters():
+            if param.device.type != "meta":
+                return param.device
+        return torch.device("cpu")
 
     @property
     def embedding(self) -> nn.Embedding:
@@ -103,16 +174,50 @@ class ModelAdapter:
 
     @property
     def max_length(self) -> int:
-        """Longest input the model accepts, in tokens."""
+        """Longest input the model accepts, in tokens (see :attr:`context_limit`).
+
+        Example:
+            >>> adapter.max_length
+            128
+        """
+        return self.context_limit[0]
+
+    @property
+    def context_limit(self) -> tuple[int, str]:
+        """The model's context length and where it comes from: the smallest of ``config.max_position_embeddings``
+        (``n_positions``, ``max_sequence_length``) and the tokenizer's ``model_max_length``.
+
+        Example:
+            >>> adapter.context_limit
+            (128, 'config.max_position_embeddings = 128')
+        """
         config = self.model.config
-        limits = [
-            getattr(config, name, None)
-            for name in ("max_position_embeddings", "n_positions", "max_sequence_length")
-        ]
+        limits = [(getattr(config, name, None), f"config.{name}")
+                  for name in ("max_position_embeddings", "n_positions", "max_sequence_length")]
         tok_limit = getattr(self.tokenizer, "model_max_length", None)
-        limits.append(tok_limit if tok_limit and tok_limit < 10**7 else None)
-        limits = [int(v) for v in limits if isinstance(v, int) and v > 0]
-        return min(limits) if limits else 2048
+        limits.append((tok_limit if tok_limit and tok_limit < 10**7 else None, "tokenizer.model_max_length"))
+        limits = [(int(v), source) for v, source in limits if isinstance(v, int) and not isinstance(v, bool) and v > 0]
+        if not limits:
+            return 2048, "no limit in the config or tokenizer; 2048 assumed"
+        limit = min(v for v, _ in limits)
+        return limit, " and ".join(f"{source} = {v}" for v, source in limits if v == limit)
+
+    def check_length(self, n_tokens: int, what: str = "the text") -> None:
+        """Raise a ValueError naming the model's context limit and the fix when ``n_tokens`` exceed it.
+
+        Example:
+            >>> adapter.check_length(300, "the prompt")
+            Traceback (most recent call last):
+              ...
+            ValueError: the prompt is 300 tokens, longer than the model's context of 128 tokens (config.max_position_embeddings = 128). Shorten it or split it into several texts of at most 128 tokens (for example, keep its last 128 tokens).
+        """
+        limit, source = self.context_limit
+        if int(n_tokens) > limit:
+            raise ValueError(
+                f"{what} is {int(n_tokens)} tokens, longer than the model's context of {limit} tokens ({source}). "
+                f"Shorten it or split it into several texts of at most {limit} tokens (for example, keep its last "
+                f"{limit} tokens)."
+            )
 
     @property
     def labels(self) -> list[str]:
@@ -124,13 +229,15 @@ class ModelAdapter:
     # ------------------------------------------------------------------ tokenization
     def encode(self, text: str, *, add_special_tokens: bool = True) -> Encoding:
         """Tokenize one text with character offsets, word ids and sentence ids (:func:`~interp_widgets.text_units.encode`),
-        refusing texts longer than the model accepts.
+        refusing texts longer than the model accepts (:meth:`check_length`).
 
         Example:
             >>> adapter.encode("It isn't bad.").words
             ['It', "isn't", 'bad', '.']
         """
-        return encode(self.tokenizer, text, add_special_tokens=add_special_tokens, max_length=self.max_length)
+        encoding = encode(self.tokenizer, text, add_special_tokens=add_special_tokens)
+        self.check_length(len(encoding), "the text")
+        return encoding
 
     def encode_many(self, texts: str | Sequence[str]) -> list[Encoding]:
         """Tokenize one text or a list of texts; errors name the index of a bad text.
@@ -161,8 +268,14 @@ class ModelAdapter:
         """
         return self.embedding(input_ids.to(self.device))
 
-    def forward_embeds(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_embeds(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                       positions: torch.Tensor | None = None) -> torch.Tensor:
         """Logits of the model run from ``inputs_embeds`` (one batch, no splitting).
+
+        With ``positions`` (``(rows, K)`` sequence positions), a language model computes its logits at those
+        positions only: the output head runs on the hidden states gathered there, so a 2,048-token row costs one
+        row of logits per scored position instead of 2,048. The result is then ``(rows, K, vocab)``; classifier
+        logits stay ``(rows, classes)``.
 
         Inside :meth:`observing`, the model also gets the observer's keyword arguments and the observer sees the
         model's whole output.
@@ -170,14 +283,122 @@ class ModelAdapter:
         Example:
             >>> adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102]]))).shape
             torch.Size([1, 3])
+            >>> lm_adapter = ModelAdapter(lm, lm_tokenizer)
+            >>> x = lm_adapter.embed(torch.tensor([[5, 6, 7, 8]]))
+            >>> full = lm_adapter.forward_embeds(x)
+            >>> picked = lm_adapter.forward_embeds(x, positions=torch.tensor([[3, 1]]))
+            >>> full.shape, picked.shape, bool(torch.allclose(picked[0], full[0, [3, 1]], atol=1e-6))
+            (torch.Size([1, 4, 600]), torch.Size([1, 2, 600]), True)
         """
+        return self._run({"inputs_embeds": embeds}, tuple(embeds.shape[:2]), embeds.device, attention_mask, positions)
+
+    def forward_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                    positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Logits of the model run from token ids (one batch, no splitting); ``positions`` as in
+        :meth:`forward_embeds`. The ids go to :attr:`device`.
+
+        Example:
+            >>> lm_adapter = ModelAdapter(lm, lm_tokenizer)
+            >>> lm_adapter.forward_ids(torch.tensor([[5, 6, 7]]), positions=torch.tensor([[2]])).shape
+            torch.Size([1, 1, 600])
+        """
+        device = self.device
+        input_ids = input_ids.to(device)
+        if attention_mask is not None:
+            attention_mask = attention_mask.to(device)
+        return self._run({"input_ids": input_ids}, tuple(input_ids.shape[:2]), device, attention_mask, positions)
+
+    def _run(self, inputs: dict, shape: tuple[int, int], device, attention_mask, positions) -> torch.Tensor:
         if attention_mask is None:
-            attention_mask = torch.ones(embeds.shape[:2], dtype=torch.long, device=embeds.device)
+            attention_mask = torch.ones(shape, dtype=torch.long, device=device)
         observer, extra = self._observer
-        out = self.model(inputs_embeds=embeds, attention_mask=attention_mask, **extra)
+        with self.logits_at(positions, shape) as gathered:
+            out = self.model(**inputs, attention_mask=attention_mask, **extra)
+        for counter in self._counters:
+            counter.forward += 1
+            counter.forward_rows += int(shape[0])
         if observer is not None:
             observer(out)
-        return out.logits
+        logits = out.logits
+        if positions is not None and self.task != TASK_CLASSIFICATION and not gathered["done"]:
+            index = positions.to(logits.device)
+            logits = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
+        return logits
+
+    @contextlib.contextmanager
+    def logits_at(self, positions: torch.Tensor | None, shape: tuple[int, int]) -> Iterator[dict]:
+        """Within the block, a language model's output head sees only the hidden states at ``positions``
+        ``(rows, K)`` of a ``shape = (rows, length)`` batch, so its logits are ``(rows, K, vocab)``.
+
+        A forward pre-hook on the output embedding (``get_output_embeddings()``) gathers the positions; whatever the
+        model does after its head (soft-capping, scaling) still applies. The hook is removed on exit, also on errors.
+        The yielded dict's ``"done"`` says whether the gather happened (a model whose head is not an output embedding
+        module called on ``(rows, length, d)`` hidden states gives full logits instead). Classifiers and
+        ``positions=None`` change nothing.
+
+        Example:
+            >>> lm_adapter = ModelAdapter(lm, lm_tokenizer)
+            >>> with lm_adapter.logits_at(torch.tensor([[2]]), (1, 3)) as gathered:
+            ...     logits = lm(input_ids=torch.tensor([[5, 6, 7]])).logits
+            >>> logits.shape, gathered["done"]
+            (torch.Size([1, 1, 600]), True)
+        """
+        state = {"done": False}
+        head = None
+        if positions is not None and self.task != TASK_CLASSIFICATION:
+            head = self.model.get_output_embeddings()
+            if head is self.model.get_input_embeddings():
+                head = None
+        if head is None:
+            yield state
+            return
+        rows, length = shape
+
+        def gather(module, args, kwargs):
+            hidden = args[0] if args else None
+            if state["done"] or not isinstance(hidden, torch.Tensor) or hidden.dim() != 3 \
+                    or tuple(hidden.shape[:2]) != (rows, length):
+                return None
+            state["done"] = True
+            index = positions.to(hidden.device)
+            picked = hidden.gather(1, index[..., None].expand(-1, -1, hidden.shape[-1]))
+            return (picked, *args[1:]), kwargs
+
+        handle = head.register_forward_pre_hook(gather, with_kwargs=True)
+        try:
+            yield state
+        finally:
+            handle.remove()
+
+    @contextlib.contextmanager
+    def counting(self) -> Iterator[PassCount]:
+        """Count the forward and backward passes run through the adapter inside the block.
+
+        Example:
+            >>> with adapter.counting() as count:
+            ...     _ = adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102], [101, 2919, 102]])))
+            >>> count
+            PassCount(forward=1, forward_rows=2, backward=0, backward_rows=0)
+        """
+        counter = PassCount()
+        self._counters.append(counter)
+        try:
+            yield counter
+        finally:
+            self._counters.remove(counter)
+
+    def count_backward(self, passes: int, rows: int) -> None:
+        """Record ``passes`` backward passes producing ``rows`` gradients in every active :meth:`counting` block.
+
+        Example:
+            >>> with adapter.counting() as count:
+            ...     adapter.count_backward(1, 8)
+            >>> count.backward, count.backward_rows
+            (1, 8)
+        """
+        for counter in self._counters:
+            counter.backward += int(passes)
+            counter.backward_rows += int(rows)
 
     @contextlib.contextmanager
     def observing(self, observer: Callable, **forward_kwargs) -> Iterator["ModelAdapter"]:
@@ -390,14 +611,17 @@ class ModelAdapter:
         if self.task != TASK_CAUSAL_LM:
             raise ValueError(f"generation needs a causal LM; this model is a {self.task}. Use a *ForCausalLM model.")
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
-        if len(input_ids) + int(max_new_tokens) > self.max_length:
+        limit, source = self.context_limit
+        if len(input_ids) + int(max_new_tokens) > limit:
             raise ValueError(
-                f"prompt ({len(input_ids)} tokens) plus max_new_tokens ({max_new_tokens}) exceeds the model's "
-                f"maximum of {self.max_length} tokens; shorten the prompt or ask for fewer tokens."
+                f"the prompt ({len(input_ids)} tokens) plus max_new_tokens ({max_new_tokens}) is longer than the "
+                f"model's context of {limit} tokens ({source}); shorten the prompt or ask for at most "
+                f"{max(0, limit - len(input_ids))} new tokens."
             )
         generator = torch.Generator(device="cpu").manual_seed(int(seed))
         eos = self.tokenizer.eos_token_id
-        ids = torch.tensor([list(input_ids)], dtype=torch.long, device=self.device)
+        device = self.device
+        ids = torch.tensor([list(input_ids)], dtype=torch.long, device=device)
         new_ids, probs = [], []
         # transformers 5 renamed past_key_values to cache; pass whichever this model's forward takes
         cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
@@ -406,8 +630,13 @@ class ModelAdapter:
             step_input = ids
             for _ in range(int(max_new_tokens)):
                 seen = ids.shape[1] + len(new_ids)
-                mask = torch.ones((1, seen), dtype=torch.long, device=self.device)
-                out = self.model(input_ids=step_input, attention_mask=mask, use_cache=True, **{cache_arg: past})
+                mask = torch.ones((1, seen), dtype=torch.long, device=device)
+                last = torch.tensor([[step_input.shape[1] - 1]])
+                with self.logits_at(last, tuple(step_input.shape)):  # logits of the last position only
+                    out = self.model(input_ids=step_input, attention_mask=mask, use_cache=True, **{cache_arg: past})
+                for counter in self._counters:
+                    counter.forward += 1
+                    counter.forward_rows += 1
                 past = getattr(out, cache_arg)
                 p = torch.softmax(out.logits[0, -1].float(), dim=-1).cpu()
                 if do_sample:
@@ -419,5 +648,5 @@ class ModelAdapter:
                 probs.append(float(p[token]))
                 if stop_at_eos and eos is not None and token == eos:
                     break
-                step_input = torch.tensor([[token]], dtype=torch.long, device=self.device)
+                step_input = torch.tensor([[token]], dtype=torch.long, device=device)
         return np.asarray(new_ids, dtype=np.int64), np.asarray(probs, dtype=np.float64)

@@ -30,9 +30,25 @@ TransformerLens / SAELens      canonical name
 =============================  ==========================
 
 The last block's ``hook_resid_post`` is before the final norm, and so is ``layer:<last>``; Hugging Face's last
-``hidden_states`` entry is after it. Sub-points are found from the block's own modules: post-norm encoders (BERT,
-RoBERTa, MiniLM…) read ``attention.output.dense``, ``attention`` and ``output.dense``; pre-norm decoders (GPT-2,
-Llama, Qwen, Mistral, Gemma, Phi…) read the attention and MLP modules and the input of the second norm.
+``hidden_states`` entry is after it. ``tests/saelens`` checks every row of this table against transformer-lens itself
+(a tiny GPT-2 and a tiny Llama converted by its own loader), with and without the processing options of
+``HookedTransformer.from_pretrained``: ``fold_ln``, ``center_unembed``, ``fold_value_biases`` and
+``refactor_factored_attn_matrices`` leave these points unchanged, and ``center_writing_weights`` subtracts each row's
+mean on LayerNorm models (see :func:`interp_widgets.concepts.transformer_lens_processing`). Attention-head
+(``attn.hook_z``) and MLP-neuron (``mlp.hook_post``) hooks are not mapped.
+
+Sub-points are found from the block's own modules:
+
+- post-norm encoders (BERT, RoBERTa, DeBERTa-v2, MiniLM…) read ``attention.output.dense``, ``attention`` and
+  ``output.dense``;
+- pre-norm blocks (GPT-2, Llama, Qwen 2/3, Mistral, Phi-3, ModernBERT…) read the attention and MLP modules and the
+  input of the second norm;
+- "sandwich" blocks (Gemma 2/3, OLMo 2), which normalise each sublayer's output before adding it, read the outputs
+  of ``post_attention_layernorm`` and ``post_feedforward_layernorm`` and the input of the MLP's pre-norm;
+- parallel-residual blocks (GPT-NeoX / Pythia, GPT-J, Phi-1/2, CodeGen: ``x + attn(x) + mlp(x)``) have no
+  ``resid_mid``; asking for it raises :class:`UnsupportedModelError` (see :func:`parallel_residual`).
+
+``tests/test_model_families.py`` checks the residual arithmetic of each layout on a tiny model of every family.
 
 Hooks are context managers (:func:`hooks`, :func:`capture`, :func:`evaluation`) that remove themselves on exit,
 on errors and on Ctrl-C, and restore every module's train/eval mode.
@@ -66,8 +82,21 @@ _POST_NORM = {"attn_out": ("attention.output.dense",), "mlp_out": ("output.dense
 _PRE_NORM = {
     "attn_out": ("self_attn", "attn", "attention", "self_attention", "mixer"),
     "mlp_out": ("mlp", "feed_forward", "ffn", "block_sparse_moe"),
-    "resid_mid": ("post_attention_layernorm", "ln_2", "ln_mlp", "norm2"),  # the input of the second norm
+    # the input of the second norm (ModernBERT calls it mlp_norm)
+    "resid_mid": ("post_attention_layernorm", "ln_2", "ln_mlp", "norm2", "mlp_norm"),
 }
+# "Sandwich" blocks (Gemma 2/3, OLMo 2) normalise each sublayer's output before adding it to the residual stream, so
+# what is added is the output of post_attention_layernorm / post_feedforward_layernorm, and resid_mid is the input of
+# the MLP's pre-norm (or of the MLP itself when there is none, as in OLMo 2).
+_SANDWICH_MARK = "post_feedforward_layernorm"
+_SANDWICH_NORM = {
+    "attn_out": ("post_attention_layernorm",),
+    "mlp_out": ("post_feedforward_layernorm",),
+    "resid_mid": ("pre_feedforward_layernorm", "mlp"),
+}
+# Blocks whose attention and MLP both read the block input and add their outputs at once (GPT-NeoX/Pythia with
+# use_parallel_residual, GPT-J, Phi-1/2, CodeGen): the residual stream has no point between the two sublayers.
+_PARALLEL_TYPES = ("gptj", "phi", "codegen")
 _INPUT_SITES = {"resid_pre"}
 
 
@@ -162,8 +191,9 @@ def layer_names(model: nn.Module) -> list[str]:
     for stack in _stacks(model):
         _, found = blocks(model, stack)
         prefix = f"{stack}." if stack else ""
+        points = [p for p in SUB_POINTS if not (p == "resid_mid" and parallel_residual(model))]
         for i in range(len(found)):
-            names += [f"{prefix}layer:{i}"] + [f"{prefix}layer:{i}.{point}" for point in SUB_POINTS]
+            names += [f"{prefix}layer:{i}"] + [f"{prefix}layer:{i}.{point}" for point in points]
     return names + [name for name, _ in model.named_modules() if name]
 
 
@@ -197,12 +227,34 @@ def to_hook_name(name: str) -> str:
     return f"blocks.{int(match.group(2))}.hook_{match.group(3) or 'resid_post'}"
 
 
-def _sub_module(model: nn.Module, block_path: str, block: nn.Module, point: str) -> tuple[str, nn.Module, str]:
+def parallel_residual(model: nn.Module) -> bool:
+    """Whether the blocks of ``model`` add attention and MLP outputs in parallel (``x + attn(x) + mlp(x)``).
+
+    Such blocks (GPT-NeoX / Pythia with ``use_parallel_residual``, GPT-J, Phi-1/2, CodeGen) have no ``resid_mid``
+    point: the block output is ``resid_pre + attn_out + mlp_out``.
+
+    Example:
+        >>> parallel_residual(model)  # BERT adds attention, then the MLP
+        False
+    """
+    config = getattr(model, "config", None)
+    return bool(getattr(config, "use_parallel_residual", False)) or getattr(config, "model_type", None) in _PARALLEL_TYPES
+
+
+def _sub_module(model: nn.Module, block_path: str, block: nn.Module, point: str,
+                base: str = "layer:i") -> tuple[str, nn.Module, str]:
     if point == "resid_pre":
         return block_path, block, "input"
+    if point == "resid_mid" and parallel_residual(model):
+        raise UnsupportedModelError(
+            f"{type(model).__name__} adds its attention and MLP outputs to the residual stream in parallel, so its "
+            "blocks have no resid_mid point (block output = resid_pre + attn_out + mlp_out); use "
+            f"'{base}.resid_pre', '{base}.attn_out' or '{base}.mlp_out' instead"
+        )
     modules = dict(block.named_modules())
     post_norm = "attention.output.LayerNorm" in modules or "attention.output.layer_norm" in modules
-    for candidate in (_POST_NORM if post_norm else _PRE_NORM)[point]:
+    table = _POST_NORM if post_norm else _SANDWICH_NORM if _SANDWICH_MARK in modules else _PRE_NORM
+    for candidate in table[point]:
         if candidate in modules:
             site = "input" if point == "resid_mid" and not post_norm else "output"
             return f"{block_path}.{candidate}", modules[candidate], site
@@ -223,7 +275,7 @@ def _block_point(model: nn.Module, stack: str | None, index: int, point: str | N
     base = f"{prefix}layer:{index}"
     if point in (None, "resid_post"):
         return LayerPoint(base, f"{block_path}.{index}", found[index], "output", index)
-    path, module, site = _sub_module(model, f"{block_path}.{index}", found[index], point)
+    path, module, site = _sub_module(model, f"{block_path}.{index}", found[index], point, base)
     return LayerPoint(f"{base}.{point}", path, module, site, index)
 
 

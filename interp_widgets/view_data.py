@@ -292,7 +292,9 @@ class TokenHighlightData(ViewData):
 @dataclass
 class GenerationData(ViewData):
     """What :class:`~interp_widgets.widgets.GenerationWidget` draws: prompt and generated tokens, one row of scores per
-    generated token (``step_tokens[s]`` is the token generated at step ``s``).
+    generated token (``step_tokens[s]`` is the token generated at step ``s``). A contrastive result also has the foil
+    of every step (``foil_tokens[s]``, ``foil_probs[s]``) and the foil continuation (``contrast``); its scores explain
+    ``score(target) − score(foil)``. Without a contrast these are empty.
 
     Example:
         >>> GenerationData.ARRAYS["generated_mask"]
@@ -300,6 +302,7 @@ class GenerationData(ViewData):
     """
 
     VIEW: ClassVar[str] = "generation"
+    VERSION: ClassVar[int] = 2  # 2: foil_tokens, foil_probs and contrast (version-1 payloads load with them empty)
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
         "special_mask": ("bool", 1, False), "generated_mask": ("bool", 1, False), "scores": ("float32", 2, True)}
 
@@ -313,6 +316,9 @@ class GenerationData(ViewData):
     method: str = ""
     score_meaning: str = ""
     signed: bool = True
+    foil_tokens: list[str] = field(default_factory=list)
+    foil_probs: list[float | None] = field(default_factory=list)
+    contrast: str = ""
 
 
 @dataclass

@@ -101,3 +101,16 @@ def smollm2():
     from interp_widgets.demo import load_lm
 
     return load_lm(progress=False)
+
+
+_SAELENS_DIR = os.path.join(os.path.dirname(__file__), "saelens")
+
+
+def pytest_ignore_collect(collection_path, config):
+    """``tests/saelens`` needs the sae-lens venv (see its conftest): collected only when named on the command line."""
+    path = os.path.abspath(str(collection_path))
+    if path != _SAELENS_DIR and not path.startswith(_SAELENS_DIR + os.sep):
+        return None
+    named = [os.path.abspath(str(arg).split("::")[0]) for arg in config.args]
+    wanted = any(arg == _SAELENS_DIR or arg.startswith(_SAELENS_DIR + os.sep) for arg in named)
+    return None if wanted else True

@@ -109,6 +109,8 @@ def test_paging_sends_only_requested_and_selected_details():
 
 def test_visible_order_sort_search_and_dead_filter():
     browser = ConceptBrowser(_interpretation(), importance=[0.5, -2, np.nan, 1, 0, 0])
+    assert browser.hide_dead and browser.visible_order() == [0, 1, 2, 3, 4]  # concept 5 never fired: hidden by default
+    browser.hide_dead = False
     assert browser.visible_order() == [0, 1, 2, 3, 4, 5]
     browser.sort_by, browser.descending = "density", False
     assert browser.visible_order() == [5, 4, 3, 2, 1, 0]
@@ -146,7 +148,7 @@ def test_importance_from_concept_importance_and_bad_inputs():
 
 
 def test_static_svg_fallback_is_escaped_and_first_after_the_widget_view():
-    browser = ConceptBrowser(_interpretation(), importance=[0.5, -2, 0, 1, 0, 0])
+    browser = ConceptBrowser(_interpretation(), importance=[0.5, -2, 0, 1, 0, 0], hide_dead=False)
     data, _ = browser._repr_mimebundle_()
     assert list(data)[:2] == [WIDGET_VIEW_MIME, "image/svg+xml"]
     assert "text/html" not in data

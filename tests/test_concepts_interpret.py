@@ -85,7 +85,7 @@ def test_interpretation_matches_brute_force(gpt2_lm, lm_concepts, tmp_path):
     np.testing.assert_allclose(interp.vocab_logits, np.take_along_axis(logits, top, 1), rtol=1e-5)
 
     frame = interp.to_dataframe()
-    assert list(frame.columns) == ["concept", "label", "density", "mean", "max", "min", "top_tokens", "vocabulary"]
+    assert list(frame.columns) == ["concept", "label", "density", "dead", "mean", "max", "min", "top_tokens", "vocabulary"]
     examples = interp.examples_dataframe(2)
     assert len(examples) == 4 and (examples["concept"] == 2).all()
     assert interp.top_texts_dataframe(1)["text"].tolist() == [TEXTS[i] for i in interp.top_texts[1]]
@@ -240,3 +240,58 @@ def test_importance_several_targets_persistence_and_errors(bert_classifier, bert
         concept_importance(lm_concepts, lm, lm_tokenizer, "The food", target=" wonderful soup")
     with pytest.raises(ValueError, match="not a token id"):
         concept_importance(lm_concepts, lm, lm_tokenizer, "The food", target=10**6)
+
+
+def test_dead_concepts_have_no_contexts_no_label_and_are_hidden(bert_classifier):
+    """A concept that never fires is not labelled from the first rows of a tie at zero (found on SmolLM2)."""
+    from interp_widgets.concepts import DirectionConcepts, collect_activations, interpret_concepts
+    from interp_widgets.widgets import ConceptBrowser
+
+    model, tokenizer = bert_classifier
+    store = collect_activations(model, tokenizer, ["tomorrow in london", "a good film", "rain again"], layer=1,
+                                progress=False)
+
+    class HalfDead(DirectionConcepts):  # concept 1 is ReLU-clipped to zero everywhere
+        name = "test_half_dead"
+
+        def _transform(self, X):
+            C = super()._transform(X)
+            C[:, 1] = 0.0
+            return C
+
+    directions = np.random.default_rng(0).normal(size=(2, store.dim)).astype(np.float32)
+    concepts = HalfDead(2, directions=directions).fit(store)
+    interp = interpret_concepts(concepts, store, k=4, progress=False)
+    assert interp.dead.tolist() == [False, True]
+    assert interp.labels[1] == "" and interp.examples[1] == [] and (interp.top_rows[1] == -1).all()
+    assert (interp.top_texts[1] == -1).all() and interp.labels[0]
+    assert interp.relabel(lambda c, ex: "x").labels == ["x", ""]  # a labeller is never asked about a dead concept
+    with pytest.raises(ValueError, match="labeler returned no text for concept 0"):
+        interp.relabel(lambda c, ex: "  ")
+    browser = ConceptBrowser(interp)
+    assert browser.hide_dead and browser.visible_order() == [0]
+    assert interp.to_dataframe()["dead"].tolist() == [False, True]
+
+
+def test_early_stopped_sae_bar_finishes(bert_classifier):
+    from tqdm.auto import tqdm
+
+    from interp_widgets.concepts import SparseAutoencoder, collect_activations
+
+    model, tokenizer = bert_classifier
+    store = collect_activations(model, tokenizer, ["a good film", "a bad film", "fine"] * 4, layer=1, progress=False)
+    seen = []
+    original = tqdm.close
+
+    def close(bar):
+        seen.append((bar.n, bar.total, str(bar.postfix)))
+        return original(bar)
+
+    tqdm.close = close
+    try:
+        sae = SparseAutoencoder(8, max_epochs=200, patience=1, min_delta=0.5, batch_size=16, progress=True).fit(store)
+    finally:
+        tqdm.close = original
+    assert sae.fit_info_["stopped_early"]
+    n, total, postfix = next(item for item in seen if "stopped early" in item[2])
+    assert n == total == sae.fit_info_["epochs"] < 200

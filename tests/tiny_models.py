@@ -100,3 +100,118 @@ def gpt2_classifier():
     config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=128,
                         num_labels=2, pad_token_id=tokenizer.pad_token_id, initializer_range=0.2)
     return seeded(lambda: GPT2ForSequenceClassification(config)), tokenizer
+
+
+# ------------------------------------------------------------------------------------------------ model families
+# One builder per architecture family of tests/test_model_families.py: 2 blocks, d = 32, the shared tokenizers
+# above (BPE for decoders, WordPiece for encoders). The decoders set no pad_token_id in their config, as Llama-3 and
+# Mistral checkpoints do, so nn.Embedding(padding_idx=...) does not zero the pad row: a trained checkpoint's pad or
+# EOS embedding is never exactly zero either.
+def _decoder(config_class, model_class, **overrides):
+    tokenizer = bpe_tokenizer()
+    settings = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2,
+                    bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=None)
+    settings.update(overrides)
+    return seeded(lambda: model_class(config_class(**settings))), tokenizer
+
+
+def _encoder_classifier(config_class, model_class, **overrides):
+    tokenizer = wordpiece_tokenizer()
+    settings = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                    intermediate_size=64, max_position_embeddings=128, initializer_range=0.2, num_labels=3,
+                    pad_token_id=tokenizer.pad_token_id, id2label={0: "negative", 1: "neutral", 2: "positive"},
+                    label2id={"negative": 0, "neutral": 1, "positive": 2})
+    settings.update(overrides)
+    return seeded(lambda: model_class(config_class(**settings))), tokenizer
+
+
+@functools.lru_cache(maxsize=None)
+def qwen2_lm():
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    return _decoder(Qwen2Config, Qwen2ForCausalLM)
+
+
+@functools.lru_cache(maxsize=None)
+def qwen3_lm():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    return _decoder(Qwen3Config, Qwen3ForCausalLM, head_dim=8)  # q/k RMSNorm per head
+
+
+@functools.lru_cache(maxsize=None)
+def mistral_lm():
+    from transformers import MistralConfig, MistralForCausalLM
+
+    return _decoder(MistralConfig, MistralForCausalLM, sliding_window=4)  # texts are longer than the window
+
+
+@functools.lru_cache(maxsize=None)
+def gemma2_lm():
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    # sandwich norms, attention and final logit soft-capping, alternating sliding-window layers
+    return _decoder(Gemma2Config, Gemma2ForCausalLM, head_dim=8, sliding_window=4)
+
+
+@functools.lru_cache(maxsize=None)
+def phi3_lm():
+    from transformers import Phi3Config, Phi3ForCausalLM
+
+    return _decoder(Phi3Config, Phi3ForCausalLM)  # fused qkv_proj and gate_up_proj
+
+
+@functools.lru_cache(maxsize=None)
+def gpt_neox_lm():
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    tokenizer = bpe_tokenizer()
+    # Pythia's layout: parallel residual (x + attn(ln1 x) + mlp(ln2 x)), partial rotary embeddings
+    config = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                           num_attention_heads=4, max_position_embeddings=128, initializer_range=0.2,
+                           use_parallel_residual=True, rotary_pct=0.5, bos_token_id=tokenizer.bos_token_id,
+                           eos_token_id=tokenizer.eos_token_id)
+    return seeded(lambda: GPTNeoXForCausalLM(config)), tokenizer
+
+
+@functools.lru_cache(maxsize=None)
+def llama_classifier():
+    from transformers import LlamaConfig, LlamaForSequenceClassification
+
+    model, tokenizer = _decoder(LlamaConfig, LlamaForSequenceClassification, num_labels=3,
+                                id2label={0: "negative", 1: "neutral", 2: "positive"},
+                                label2id={"negative": 0, "neutral": 1, "positive": 2})
+    model.config.pad_token_id = tokenizer.pad_token_id  # what users do after loading a decoder as a classifier
+    return model, tokenizer
+
+
+@functools.lru_cache(maxsize=None)
+def roberta_classifier():
+    from transformers import RobertaConfig, RobertaForSequenceClassification
+
+    # RoBERTa's positions start after padding_idx, so it needs two more position embeddings
+    return _encoder_classifier(RobertaConfig, RobertaForSequenceClassification, max_position_embeddings=130,
+                               type_vocab_size=1)
+
+
+@functools.lru_cache(maxsize=None)
+def deberta_v2_classifier():
+    from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
+
+    # the DeBERTa-v3 layout: disentangled relative attention (c2p + p2c), log buckets, no absolute positions
+    return _encoder_classifier(DebertaV2Config, DebertaV2ForSequenceClassification, relative_attention=True,
+                               pos_att_type=["p2c", "c2p"], position_buckets=16, max_relative_positions=-1,
+                               norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)
+
+
+@functools.lru_cache(maxsize=None)
+def modernbert_classifier():
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+
+    tokenizer = wordpiece_tokenizer()
+    # pre-norm encoder, RoPE, GeGLU; layer 0 global, layer 1 local attention over a 4-token window
+    return _encoder_classifier(ModernBertConfig, ModernBertForSequenceClassification, local_attention=4,
+                               global_attn_every_n_layers=2, bos_token_id=tokenizer.cls_token_id,
+                               eos_token_id=tokenizer.sep_token_id, cls_token_id=tokenizer.cls_token_id,
+                               sep_token_id=tokenizer.sep_token_id)

@@ -58,8 +58,9 @@ _MISSING = object()
 def eager_attention(model: nn.Module) -> Iterator[None]:
     """Run a Hugging Face model with eager attention (which returns attention weights) inside the block.
 
-    On exit, also on errors, the attention implementation of the model and of every sub-configuration is restored
-    exactly, and the output-capturing hooks that transformers installs on first use of ``output_attentions`` are
+    A model that cannot switch at run time (transformers only warns) raises an ``UnsupportedModelError`` that says to
+    reload it with ``attn_implementation="eager"``. On exit, also on errors, the attention implementation of the
+    model and of every sub-configuration is restored exactly, and the output-capturing hooks that transformers installs on first use of ``output_attentions`` are
     removed again (with their "installed" flag), so the model is left as it was.
 
     Example:
@@ -81,8 +82,17 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
         for module in model.modules()
     ]
     try:
-        if hasattr(model, "set_attn_implementation") and getattr(model.config, "_attn_implementation", None) != "eager":
-            model.set_attn_implementation("eager")
+        current = getattr(getattr(model, "config", None), "_attn_implementation", None)
+        if current is not None and current != "eager":
+            if hasattr(model, "set_attn_implementation"):
+                model.set_attn_implementation("eager")
+            if model.config._attn_implementation != "eager":
+                raise UnsupportedModelError(
+                    f"attention methods read attention weights, which only eager attention returns; "
+                    f"{type(model).__name__} runs {current!r} attention and cannot switch to eager at run time. "
+                    "Reload it with from_pretrained(..., attn_implementation='eager'), or use a gradient or "
+                    "perturbation method."
+                )
         yield
     finally:
         for config, implementation in saved:
@@ -282,6 +292,7 @@ class RawAttention(AttentionMethod):
     """
 
     name = "raw_attention"
+    uses_score = False
 
     def __init__(self, layer: int = -1, *, score: str | None = None, progress: bool = True):
         super().__init__(score=score, progress=progress)
@@ -315,6 +326,7 @@ class AttentionRollout(AttentionMethod):
     """
 
     name = "attention_rollout"
+    uses_score = False
     description = "attention rollout over all layers (0.5·A + 0.5·I, heads averaged; unsigned)"
 
     def _relevance(self, attentions, gradients):

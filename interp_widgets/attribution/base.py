@@ -106,6 +106,8 @@ class Attributor:
         signed: whether scores carry a sign (positive = supports the target).
         needs_gradients: whether the method runs backward passes.
         unit_level: True for methods that act on words/sentences directly (the perturbation methods).
+        uses_score: whether the scores depend on the explained score (False for plain attention weights); only
+            such methods accept ``contrast=``.
 
     Example:
         >>> from interp_widgets.attribution import attribute
@@ -128,6 +130,7 @@ class Attributor:
     signed = True
     needs_gradients = False
     unit_level = False
+    uses_score = True
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -154,6 +157,8 @@ class Attributor:
         aggregation: str = "sum",
         true_labels: Sequence[str] | None = None,
         max_batch_tokens: int | None = None,
+        contrast=None,
+        contrast_alignment: Sequence[tuple[int, int]] | None = None,
     ) -> AttributionResult | AttributionCollection:
         """Explain one text (returns a result) or a list of texts (returns a collection).
 
@@ -164,6 +169,18 @@ class Attributor:
             target: classifier class (index, label name, list, or None = predicted); masked-LM token.
             continuation: causal LM only: forced continuation text or ids; None = generate.
             granularity: ``token``, ``word`` or ``sentence``; ``aggregation`` sum, mean or maxabs.
+            contrast: a foil, to explain "why the target rather than the foil" (causal and masked LMs): every
+                score becomes ``score(target) − score(foil)`` (by default ``log p(target) − log p(foil)``). A foil
+                continuation as text or ids, one one-token foil per target, or one foil per input; a foil of another
+                length is right-aligned with the targets as inseq does (see
+                :mod:`interp_widgets.attribution.contrast`). The result records it (``foil_labels``, ``foil_probs``).
+            contrast_alignment: ``[(target step, foil index), ...]`` pairs overriding that alignment.
+
+        Every result records the model passes of the whole call in ``params["passes"]``: ``forward`` (model
+        calls) and ``forward_rows`` (sequences they ran), ``backward`` (backward passes, each possibly batched over
+        several targets) and ``backward_rows`` (gradients: one per row and target), ``targets`` (targets explained
+        by the call) and ``preparation_forward`` (passes spent generating or scoring the targets beforehand).
+        Divide by ``targets`` for the passes per explained token.
 
         Example:
             >>> from interp_widgets.attribution import Saliency
@@ -174,25 +191,46 @@ class Attributor:
             [(['positive'], 0.508), (['positive'], 0.494)]
             >>> results[1].tokens, results[1].scores.round(3)
             (['[CLS]', 'Awful', '.', '[SEP]'], array([[2.73 , 1.114, 1.794, 1.837]]))
+            >>> results[0].params["passes"]  # both texts in one forward and one backward pass
+            {'forward': 1, 'forward_rows': 2, 'backward': 1, 'backward_rows': 2, 'targets': 2, 'preparation_forward': 1}
+
+            Why " clean" rather than " cold"? The score of each step is log p(target) − log p(foil):
+
+            >>> from interp_widgets.attribution import InputXGradient
+            >>> why = InputXGradient(progress=False).attribute(lm, lm_tokenizer, "The room was", continuation=" clean",
+            ...                                                 contrast=" cold")
+            >>> why.target_labels, why.foil_labels, why.params["score"]
+            (["' cle'@3", "'an'@4"], [' co', 'ld'], 'log_probability')
         """
         check_choice("granularity", granularity, GRANULARITIES)
+        if contrast is not None and not self.uses_score:
+            raise ValueError(f"{self.name} does not depend on the explained score, so a foil cannot change it; use a "
+                             "gradient or perturbation method (or gradient_weighted_attention) with contrast=")
         check_texts(inputs, name="inputs", call='attribute(model, tokenizer, "a text")')
         adapter = as_adapter(model, tokenizer, max_batch_tokens)
         single = isinstance(inputs, str)
         with adapter.evaluation():
-            problems = prepare_inputs(
-                adapter,
-                inputs,
-                target=target,
-                continuation=continuation,
-                max_new_tokens=max_new_tokens,
-                do_sample=do_sample,
-                seed=seed,
-                mask_position=mask_position,
-                true_labels=true_labels,
-            )
+            with adapter.counting() as preparation:
+                problems = prepare_inputs(
+                    adapter,
+                    inputs,
+                    target=target,
+                    continuation=continuation,
+                    max_new_tokens=max_new_tokens,
+                    do_sample=do_sample,
+                    seed=seed,
+                    mask_position=mask_position,
+                    true_labels=true_labels,
+                    contrast=contrast,
+                    contrast_alignment=contrast_alignment,
+                )
             score = self.score or ("logit" if adapter.task != "causal-lm" else "log_probability")
-            results = self._attribute_inputs(adapter, problems, score=score, granularity=granularity)
+            with adapter.counting() as count:
+                results = self._attribute_inputs(adapter, problems, score=score, granularity=granularity)
+        passes = {**count.as_dict(), "targets": sum(p.n_targets for p in problems),
+                  "preparation_forward": preparation.forward}
+        for result in results:
+            result.params["passes"] = dict(passes)
         if not self.unit_level and granularity != "token":
             results = [r.aggregate(granularity, aggregation) for r in results]
         return results[0] if single else AttributionCollection(results)
@@ -251,6 +289,11 @@ class Attributor:
             target_positions=problem.target_positions if problem.generated_mask is not None else None,
             generated_mask=problem.generated_mask,
             true_label=problem.true_label,
+            foil_ids=problem.foil_ids,
+            foil_labels=None if problem.foil_labels is None else list(problem.foil_labels),
+            foil_probs=problem.foil_probs,
+            foil_alignment=problem.foil_alignment,
+            contrast=problem.contrast,
             **extra,
         )
 

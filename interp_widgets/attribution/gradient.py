@@ -1,9 +1,9 @@
 """Gradient attribution methods on the input embeddings.
 
-All methods share one engine: for each input and target they build rows (the embeddings at path points, noisy
-copies or random baselines), evaluate the target score and its gradient for many rows per forward/backward pass
-(length-bucketed, capped by ``max_batch_tokens``), and combine the gradients into per-dimension attributions that
-``reduce`` turns into one score per token.
+All methods share one engine: for each input they build rows (the embeddings at path points, noisy copies or random
+baselines), evaluate the target scores and their gradients for many rows per forward/backward pass (length-bucketed,
+capped by ``max_batch_tokens``; every row serves all the targets of its input, with one backward pass batched over
+them), and combine the gradients into per-dimension attributions that ``reduce`` turns into one score per token.
 
 Example:
     >>> ig = IntegratedGradients(n_steps=32, method="gausslegendre", baseline="pad", progress=False)
@@ -148,6 +148,26 @@ def baseline_embeddings(adapter: ModelAdapter, encoding: Encoding, baseline, *, 
     return torch.where(special[:, None], x, vector.expand_as(x))
 
 
+#: The most targets one row is differentiated for in one (batched) backward pass.
+MAX_TARGETS_PER_ROW = 8
+
+
+def targets_per_row(adapter: ModelAdapter, problem) -> int:
+    """How many targets of ``problem`` share each gradient row: all of them, or, beyond
+    :data:`MAX_TARGETS_PER_ROW`, the fewest equal groups (9 targets share rows 5 + 4).
+
+    Each shares the row's forward pass; their gradients come from one backward pass batched over them.
+
+    Example:
+        >>> from interp_widgets.attribution.problem import prepare_inputs
+        >>> problem = prepare_inputs(adapter, "Not bad.", target=["negative", "neutral", "positive"])[0]
+        >>> targets_per_row(adapter, problem)
+        3
+    """
+    n = max(1, problem.n_targets)
+    return -(-n // -(-n // MAX_TARGETS_PER_ROW))
+
+
 class GradientMethod(Attributor):
     """Engine of the gradient methods: rows of embeddings per target, batched gradients, reduction to token scores.
 
@@ -169,7 +189,9 @@ class GradientMethod(Attributor):
 
         ``_make_rows(x, base, item, steps) -> Tensor``: the rows ``(len(steps), T, D)`` for row indices ``steps``
         of input number ``item`` (``base`` is the baseline when ``_needs_baseline()``, else None). Must depend
-        only on these arguments, so results do not depend on batching.
+        only on these arguments, so results do not depend on batching. Rows never depend on the target, so the
+        engine evaluates each row once for a group of up to :data:`MAX_TARGETS_PER_ROW` targets (the tokens of a
+        generation, several classes): one forward pass, and one backward pass batched over the group.
 
         ``_needs_baseline() -> bool``: build the baseline embeddings from ``self.baseline`` (see
         :func:`baseline_embeddings`).
@@ -260,22 +282,33 @@ class GradientMethod(Attributor):
         sums = [torch.zeros((p.n_targets, *x.shape), dtype=torch.float32, device=device) for p, x in zip(problems, inputs)]
         squares = [torch.zeros_like(s) if self.needs_squares else None for s in sums]
         row_scores = [np.zeros((p.n_targets, per_target)) for p in problems]
-        n_rows = [p.n_targets * per_target for p in problems]
+        # Rows do not depend on the target (_make_rows sees no target), so each row serves a group of targets:
+        # one forward pass, and one backward pass batched over the group (see evaluate_rows).
+        group = [targets_per_row(adapter, p) for p in problems]
+        n_groups = [-(-p.n_targets // k) for p, k in zip(problems, group)]
+        n_rows = [per_target * g for g in n_groups]
 
         def build(item, start, stop):
             rows = np.arange(start, stop)
-            return self._make_rows(inputs[item], bases[item], item, rows % per_target), rows // per_target
+            k, n = group[item], problems[item].n_targets
+            targets = (rows // per_target)[:, None] * k + np.arange(k)
+            return self._make_rows(inputs[item], bases[item], item, rows % per_target), np.where(targets < n, targets, -1)
 
         def consume(chunk: RowChunk, scores, grads):
-            rows = torch.arange(chunk.start, chunk.stop, device=device)
-            target_rows, steps = rows // per_target, rows % per_target
-            row_scores[chunk.item][target_rows.cpu().numpy(), steps.cpu().numpy()] = scores.double().cpu().numpy()
-            # one matrix product sums the weighted gradients of each target: (targets, rows) @ (rows, T * D)
-            first, last = chunk.start // per_target, (chunk.stop - 1) // per_target
-            spread = torch.zeros((last + 1 - first, len(rows)), device=device)
-            spread[target_rows - first, torch.arange(len(rows), device=device)] = weights[steps]
-            flat = grads.float().reshape(len(rows), -1)
-            n_targets = problems[chunk.item].n_targets
+            k, n_targets = group[chunk.item], problems[chunk.item].n_targets
+            rows = np.arange(chunk.start, chunk.stop)
+            targets = ((rows // per_target)[:, None] * k + np.arange(k)).reshape(-1)
+            steps = np.repeat(rows % per_target, k)
+            used = targets < n_targets
+            flat_scores = scores.double().cpu().numpy().reshape(-1)
+            row_scores[chunk.item][targets[used], steps[used]] = flat_scores[used]
+            # one matrix product sums the weighted gradients of each target: (targets, pairs) @ (pairs, T * D)
+            first, last = int(targets[used].min()), int(targets[used].max())
+            pairs = np.flatnonzero(used)
+            spread = torch.zeros((last + 1 - first, len(targets)), device=device)
+            spread[torch.as_tensor(targets[pairs] - first, device=device), torch.as_tensor(pairs, device=device)] = \
+                weights[torch.as_tensor(steps[pairs], device=device)]
+            flat = grads.float().reshape(len(targets), -1)
             sums[chunk.item].view(n_targets, -1)[first : last + 1].addmm_(spread, flat)
             if self.needs_squares:
                 squares[chunk.item].view(n_targets, -1)[first : last + 1].addmm_(spread, flat * flat)

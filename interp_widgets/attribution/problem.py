@@ -19,6 +19,12 @@ import numpy as np
 import torch
 
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, ModelAdapter
+from interp_widgets.attribution.contrast import (
+    check_contrast_task,
+    foils_per_input,
+    resolve_lm_foils,
+    resolve_masked_foil,
+)
 from interp_widgets.text_units import Encoding
 from interp_widgets.validation import check_choice
 
@@ -31,7 +37,8 @@ class ExplainedInput:
 
     ``target_ids`` are class ids (classification) or vocabulary ids (language models); ``target_positions`` the
     sequence position whose logits score each target (``-1`` for classification); ``visible`` how many leading
-    source tokens each target can see (later sources get NaN scores).
+    source tokens each target can see (later sources get NaN scores). With a contrast, ``foil_ids`` holds the foil
+    of each target and every score is ``score(target) − score(foil)`` (see :mod:`interp_widgets.attribution.contrast`).
     """
 
     encoding: Encoding
@@ -42,6 +49,11 @@ class ExplainedInput:
     visible: np.ndarray
     generated_mask: np.ndarray | None = None
     true_label: str | None = None
+    foil_ids: np.ndarray | None = None
+    foil_labels: list[str] | None = None
+    foil_probs: np.ndarray | None = None
+    foil_alignment: np.ndarray | None = None
+    contrast: str | None = None
 
     @property
     def length(self) -> int:
@@ -52,18 +64,32 @@ class ExplainedInput:
         return len(self.target_ids)
 
 
-def _scores_from_logits(logits: torch.Tensor, target_ids: torch.Tensor, positions: torch.Tensor, kind: str) -> torch.Tensor:
-    """Score of each row: the logit, probability or log-probability of its target (at its position for LMs)."""
-    rows = torch.arange(logits.shape[0], device=logits.device)
-    if logits.dim() == 3:
-        logits = logits[rows, positions.clamp(min=0)]
-    if kind == "logit":
-        picked = logits[rows, target_ids]
-    elif kind == "probability":
-        picked = torch.softmax(logits.float(), dim=-1)[rows, target_ids]
-    else:
-        picked = torch.log_softmax(logits.float(), dim=-1)[rows, target_ids]
-    return picked
+def _scores_from_logits(logits: torch.Tensor, target_ids: torch.Tensor, kind: str,
+                        foil_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Float32 scores ``(rows, K)`` of targets ``target_ids`` ``(rows, K)``: the logit, probability or log-probability.
+
+    ``logits`` are ``(rows, K, vocab)`` (a language model's logits at each target's position, see
+    :meth:`~interp_widgets.adapter.ModelAdapter.forward_embeds`) or ``(rows, classes)`` (a classifier's).
+
+    With ``foil_ids`` ``(rows, K)`` the score is the difference ``score(target) − score(foil)`` from the same logits.
+    For log probabilities that difference is the logit difference exactly (the log-normaliser cancels), so it is
+    computed from the logits, without a softmax over the vocabulary.
+    """
+    logits = logits.float()
+    if logits.dim() == 2:
+        logits = logits[:, None, :]
+    index = target_ids.to(logits.device).clamp(min=0)
+    if foil_ids is not None:
+        foil = foil_ids.to(logits.device).clamp(min=0)
+        if kind == "probability":
+            logits = torch.softmax(logits, dim=-1)
+        logits = logits.expand(-1, index.shape[1], -1)
+        return logits.gather(-1, index[..., None])[..., 0] - logits.gather(-1, foil[..., None])[..., 0]
+    if kind == "probability":
+        logits = torch.softmax(logits, dim=-1)
+    elif kind == "log_probability":
+        logits = torch.log_softmax(logits, dim=-1)
+    return logits.expand(-1, index.shape[1], -1).gather(-1, index[..., None])[..., 0]
 
 
 def check_score_kind(kind: str) -> str:
@@ -82,6 +108,8 @@ def prepare_inputs(
     seed: int = 0,
     mask_position: int | None = None,
     true_labels: Sequence[str] | None = None,
+    contrast=None,
+    contrast_alignment: Sequence[tuple[int, int]] | None = None,
 ) -> list[ExplainedInput]:
     """Tokenize inputs and resolve what to explain on each, according to the model's task.
 
@@ -90,6 +118,10 @@ def prepare_inputs(
       forced ``continuation`` (text or token ids); every continuation token is a target;
     - masked LM: ``target`` is the token (string or id) scored at ``mask_position`` (default: the first mask token),
       or ``None`` for the predicted token.
+
+    ``contrast`` adds a foil to every target (causal and masked LMs; see :mod:`interp_widgets.attribution.contrast`
+    for the forms it takes and the alignment of a foil continuation of another length, which
+    ``contrast_alignment`` overrides).
 
     Example:
         >>> [p.target_labels for p in prepare_inputs(adapter, ["Great food.", "Slow service."], target="negative")]
@@ -104,8 +136,18 @@ def prepare_inputs(
         >>> masked = prepare_inputs(ModelAdapter(masked_lm, tokenizer), "The food was [MASK].", target="good")[0]
         >>> masked.target_labels, masked.target_positions.tolist()
         (['good'], [4])
+        >>> foiled = prepare_inputs(lm_adapter, "The room was", continuation=" clean", contrast=" cold")[0]
+        >>> foiled.target_labels, foiled.foil_labels, foiled.foil_alignment.tolist()
+        (["' cle'@3", "'an'@4"], [' co', 'ld'], [0, 1])
+        >>> longer = prepare_inputs(lm_adapter, "The room was", continuation=" clean", contrast=" dirty")[0]
+        >>> longer.foil_labels, longer.foil_alignment.tolist()  # ' d', 'ir', 't', 'y': right-aligned
+        (['t', 'y'], [2, 3])
     """
+    check_contrast_task(adapter.task, contrast)
+    if contrast is None and contrast_alignment is not None:
+        raise ValueError("contrast_alignment aligns a foil with the targets; pass the foil too (contrast=' text')")
     encodings = adapter.encode_many(inputs)
+    foils = foils_per_input(contrast, len(encodings), single=isinstance(inputs, str))
     if true_labels is not None and len(true_labels) != len(encodings):
         raise ValueError(f"{len(true_labels)} true labels for {len(encodings)} inputs")
     if adapter.task == TASK_CLASSIFICATION:
@@ -128,13 +170,42 @@ def prepare_inputs(
     if true_labels is not None:
         for problem, label in zip(problems, true_labels):
             problem.true_label = str(label)
+    if contrast is not None:
+        _add_foils(adapter, problems, foils, contrast_alignment, single=isinstance(inputs, str))
     return problems
 
 
+def _add_foils(adapter: ModelAdapter, problems: list[ExplainedInput], foils: list, alignment, *, single: bool) -> None:
+    """Resolve the foil of every target (one forward pass per input gives the foils' probabilities)."""
+    logits = _forward_ids(adapter, [p.encoding.input_ids for p in problems])
+    for item, (problem, foil, lg) in enumerate(zip(problems, foils, logits)):
+        try:
+            if adapter.task == TASK_MASKED_LM:
+                found = resolve_masked_foil(adapter.tokenizer, lg.shape[-1], foil)
+            else:
+                prompt = problem.encoding.input_ids[~problem.generated_mask]
+                found = resolve_lm_foils(adapter.tokenizer, lg.shape[-1], foil, prompt, problem.n_targets, alignment)
+        except (ValueError, TypeError) as err:
+            if single:
+                raise
+            raise type(err)(f"input {item}: {err}") from None
+        at = lg[torch.as_tensor(problem.target_positions)] if lg.dim() == 2 else lg[None]
+        probs = torch.softmax(at.float(), dim=-1)[torch.arange(problem.n_targets), torch.as_tensor(found.ids)]
+        problem.foil_ids = found.ids
+        problem.foil_labels = found.labels
+        problem.foil_probs = probs.cpu().numpy().astype(np.float64)
+        problem.foil_alignment = found.alignment
+        problem.contrast = found.text
+
+
 @torch.inference_mode()
-def _forward_ids(adapter: ModelAdapter, ids: Sequence[np.ndarray]) -> list[torch.Tensor]:
-    """Logits of each id sequence (batched, no gradient)."""
+def _forward_ids(adapter: ModelAdapter, ids: Sequence[np.ndarray],
+                 positions: Sequence[np.ndarray] | None = None) -> list[torch.Tensor]:
+    """Logits of each id sequence (batched, no gradient): ``(classes,)`` for classifiers; for language models
+    ``(len(positions[i]), vocab)`` at the given positions only (every position when ``positions`` is None)."""
     out: list[torch.Tensor | None] = [None] * len(ids)
+    if positions is None and adapter.task != TASK_CLASSIFICATION:
+        positions = [np.arange(len(x)) for x in ids]
     with adapter.evaluation():
         for batch in adapter.length_buckets([len(x) for x in ids]):
             lengths = {len(ids[i]) for i in batch}
@@ -147,9 +218,15 @@ def _forward_ids(adapter: ModelAdapter, ids: Sequence[np.ndarray]) -> list[torch
                 for row, i in enumerate(group):
                     tensor[row, : len(ids[i])] = torch.as_tensor(ids[i])
                     mask[row, : len(ids[i])] = 1
-                logits = adapter.model(input_ids=tensor.to(adapter.device), attention_mask=mask.to(adapter.device)).logits
+                index = None
+                if positions is not None:
+                    k = max(len(positions[i]) for i in group)
+                    index = torch.zeros((len(group), k), dtype=torch.long)
+                    for row, i in enumerate(group):
+                        index[row, : len(positions[i])] = torch.as_tensor(np.asarray(positions[i], dtype=np.int64))
+                logits = adapter.forward_ids(tensor, mask, positions=index)
                 for row, i in enumerate(group):
-                    out[i] = logits[row, : len(ids[i])] if logits.dim() == 3 else logits[row]
+                    out[i] = logits[row, : len(positions[i])] if logits.dim() == 3 else logits[row]
     return out  # type: ignore[return-value]
 
 
@@ -186,16 +263,12 @@ def _generation_input(adapter, enc: Encoding, continuation, max_new_tokens, do_s
             new_ids = np.asarray(list(continuation), dtype=np.int64)
         if len(new_ids) == 0:
             raise ValueError("continuation has no tokens")
-        if len(prompt_ids) + len(new_ids) > adapter.max_length:
-            raise ValueError(
-                f"prompt plus continuation is {len(prompt_ids) + len(new_ids)} tokens; the model accepts "
-                f"{adapter.max_length}. Shorten one of them."
-            )
+        adapter.check_length(len(prompt_ids) + len(new_ids), "the prompt plus its continuation")
         full = np.concatenate([prompt_ids, new_ids])
-        logits = _forward_ids(adapter, [full])[0]
-        logp = torch.softmax(logits.float(), dim=-1)
         positions = np.arange(len(prompt_ids) - 1, len(full) - 1)
-        probs = logp[torch.as_tensor(positions), torch.as_tensor(new_ids)].cpu().numpy().astype(np.float64)
+        logits = _forward_ids(adapter, [full], [positions])[0]  # only the positions that predict the continuation
+        probs = torch.softmax(logits.float(), dim=-1)[torch.arange(len(new_ids)), torch.as_tensor(new_ids)]
+        probs = probs.cpu().numpy().astype(np.float64)
     return _extend_encoding(adapter, enc, new_ids, probs)
 
 
@@ -251,7 +324,7 @@ def _masked_input(adapter, enc: Encoding, target, mask_position) -> ExplainedInp
         mask_position = int(hits[0])
     if not 0 <= mask_position < len(enc):
         raise ValueError(f"mask_position {mask_position} outside the {len(enc)} tokens of the input")
-    logits = _forward_ids(adapter, [enc.input_ids])[0][mask_position]
+    logits = _forward_ids(adapter, [enc.input_ids], [np.array([mask_position])])[0][0]
     probs = torch.softmax(logits.float(), dim=-1)
     if target is None:
         token_id = int(logits.argmax())
@@ -323,6 +396,17 @@ def plan_chunks(adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[
             yield batch
 
 
+def _row_foils(problems, items: np.ndarray, chosen: np.ndarray) -> torch.Tensor | None:
+    """The foil id of every row and target slot of a pass ``(rows, K)``, or None when no input of the pass has a
+    contrast."""
+    has = [problems[i].foil_ids is not None for i in np.unique(items)]
+    if not any(has):
+        return None
+    if not all(has):
+        raise ValueError("a pass mixes inputs with and without a contrast; give every input a foil or none")
+    return torch.as_tensor(np.stack([problems[i].foil_ids[row] for i, row in zip(items, chosen)]))
+
+
 def evaluate_rows(
     adapter: ModelAdapter,
     problems: Sequence[ExplainedInput],
@@ -336,10 +420,19 @@ def evaluate_rows(
 ) -> None:
     """Evaluate rows of modified embeddings for many inputs in few large batches.
 
-    ``build_rows(item, start, stop)`` returns embeddings ``(rows, T, D)`` and the target index (into
-    ``problems[item].target_ids``) of each row. ``consume(chunk, scores, grads)`` receives the row scores and, with
-    ``with_grad``, the gradients of each row's score with respect to its embeddings ``(rows, T, D)``; both stay on
-    the model's device. Passes hold rows of one length (see :func:`plan_chunks`).
+    ``build_rows(item, start, stop)`` returns embeddings ``(rows, T, D)`` and the targets (indices into
+    ``problems[item].target_ids``) of each row: either one target per row, shape ``(rows,)``, or several,
+    shape ``(rows, K)`` with ``-1`` for an unused slot. ``consume(chunk, scores, grads)`` receives the float32 row
+    scores ``(rows,)`` or ``(rows, K)`` (NaN in unused slots) and, with ``with_grad``, the gradient of each score with
+    respect to its row's embeddings, ``(rows, T, D)`` or ``(rows, K, T, D)`` (zero in unused slots); both stay on
+    the model's device. Passes hold rows of one length (see :func:`plan_chunks`). A row's score is
+    ``score(target) − score(foil)`` when its input has a contrast (``foil_ids``).
+
+    Only the logits that are scored are computed (each row's target positions, see
+    :meth:`~interp_widgets.adapter.ModelAdapter.forward_embeds`). A row with ``K`` targets runs forward once and
+    its ``K`` gradients come from one backward pass batched over the targets (``torch.autograd.grad`` with
+    ``is_grads_batched``), so the targets of one text (the tokens of a generation, several classes) share every
+    forward pass. The passes are counted in the adapter's :meth:`~interp_widgets.adapter.ModelAdapter.counting`.
 
     Example:
         >>> problems = prepare_inputs(adapter, ["Not bad."], target="positive")
@@ -349,28 +442,58 @@ def evaluate_rows(
         ...     return alphas[start:stop, None, None] * x, np.zeros(stop - start, dtype=np.int64)
         >>> seen = []
         >>> def consume(chunk, scores, grads):
-        ...     seen.append((chunk.item, [round(p, 3) for p in scores.tolist()], tuple(grads.shape)))
+        ...     seen.append((chunk.item, np.round(scores.double().numpy(), 3).tolist(), tuple(grads.shape)))
         >>> evaluate_rows(adapter, problems, [5], build, consume, score="probability", with_grad=True)
         >>> seen
         [(0, [0.628, 0.626, 0.608, 0.585, 0.568], (5, 5, 32))]
+
+        Several targets per row: one forward pass, one batched backward pass, a gradient per target.
+
+        >>> two = prepare_inputs(adapter, ["Not bad."], target=["negative", "positive"])
+        >>> def build_both(item, start, stop):
+        ...     return x.expand(stop - start, -1, -1), np.array([[0, 1]] * (stop - start))
+        >>> with adapter.counting() as count:
+        ...     evaluate_rows(adapter, two, [1], build_both, consume, score="probability", with_grad=True)
+        >>> seen[-1], count
+        ((0, [[0.149, 0.568]], (1, 2, 5, 32)), PassCount(forward=1, forward_rows=1, backward=1, backward_rows=2))
     """
     for batch in plan_chunks(adapter, [p.length for p in problems], n_rows):
         pieces = [build_rows(chunk.item, chunk.start, chunk.stop) for chunk in batch]
         x = (pieces[0][0] if len(pieces) == 1 else torch.cat([rows for rows, _ in pieces])).detach()
-        target_ids = np.concatenate([problems[c.item].target_ids[t] for c, (_, t) in zip(batch, pieces)])
-        positions = np.concatenate([problems[c.item].target_positions[t] for c, (_, t) in zip(batch, pieces)])
-        target_ids = torch.as_tensor(target_ids, device=x.device)
-        positions = torch.as_tensor(positions, device=x.device)
+        single = np.ndim(pieces[0][1]) == 1
+        width = max(1 if single else np.shape(t)[1] for _, t in pieces)
+        slots = np.full((len(x), width), -1, dtype=np.int64)
+        offset = 0
+        for _, targets in pieces:
+            targets = np.asarray(targets, dtype=np.int64).reshape(len(targets), -1)
+            slots[offset : offset + len(targets), : targets.shape[1]] = targets
+            offset += len(targets)
+        items = np.concatenate([np.full(c.stop - c.start, c.item) for c in batch])
+        valid = slots >= 0
+        first = np.where(valid.any(1), slots[np.arange(len(slots)), valid.argmax(1)], 0)
+        chosen = np.where(valid, slots, first[:, None])  # unused slots score a real target, then are dropped
+        target_ids = np.stack([problems[i].target_ids[row] for i, row in zip(items, chosen)])
+        positions = np.stack([problems[i].target_positions[row] for i, row in zip(items, chosen)])
+        target_ids = torch.as_tensor(target_ids)
+        positions = torch.as_tensor(positions).clamp(min=0)
+        foil_ids = _row_foils(problems, items, chosen)
+        valid_t = torch.as_tensor(valid)
         if with_grad:
             x.requires_grad_(True)
             with torch.enable_grad():
-                row_scores = _scores_from_logits(adapter.forward_embeds(x), target_ids, positions, score)
-                (grads,) = torch.autograd.grad(row_scores.sum(), x)
+                logits = adapter.forward_embeds(x, positions=positions)
+                row_scores = _scores_from_logits(logits, target_ids, score, foil_ids)
+                grads = _gradients(adapter, row_scores, x, valid_t.to(row_scores.device))
             row_scores = row_scores.detach()
         else:
             with torch.inference_mode():
-                row_scores = _scores_from_logits(adapter.forward_embeds(x), target_ids, positions, score)
+                logits = adapter.forward_embeds(x, positions=positions)
+                row_scores = _scores_from_logits(logits, target_ids, score, foil_ids)
             grads = None
+        row_scores = row_scores.masked_fill(~valid_t.to(row_scores.device), float("nan"))
+        if single:
+            row_scores = row_scores[:, 0]
+            grads = None if grads is None else grads[:, 0]
         offset = 0
         for chunk in batch:
             n = chunk.stop - chunk.start
@@ -378,3 +501,33 @@ def evaluate_rows(
             offset += n
         if progress is not None:
             progress.update(offset)
+
+
+def _gradients(adapter: ModelAdapter, scores: torch.Tensor, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Gradients ``(rows, K, T, D)`` of every valid score ``(rows, K)`` with respect to its row of ``x``.
+
+    One backward pass for one target per row; for several, one backward pass batched over the targets
+    (``is_grads_batched``, a vmap over the backward graph), falling back to one pass per target for models whose
+    operations vmap cannot batch."""
+    rows, width = scores.shape
+    if width == 1:
+        (grads,) = torch.autograd.grad(scores[valid].sum(), x)
+        adapter.count_backward(1, int(valid.sum()))
+        return grads[:, None]
+    columns = torch.nonzero(valid.any(0)).reshape(-1).tolist()
+    eye = torch.eye(width, dtype=scores.dtype, device=scores.device)[columns]  # (used columns, K)
+    grad_outputs = eye[:, None, :] * valid[None].to(scores.dtype)  # (used columns, rows, K)
+    try:
+        (batched,) = torch.autograd.grad(scores, x, grad_outputs=grad_outputs, is_grads_batched=True,
+                                         retain_graph=True)
+        passes = 1
+    except RuntimeError:  # an operation without a vmap rule: one backward pass per target column
+        batched = torch.stack([torch.autograd.grad(scores, x, grad_outputs=g, retain_graph=True)[0]
+                               for g in grad_outputs])
+        passes = len(columns)
+    adapter.count_backward(passes, int(valid.sum()))
+    if len(columns) == width:
+        return batched.transpose(0, 1)
+    grads = torch.zeros((rows, width, *x.shape[1:]), dtype=batched.dtype, device=batched.device)
+    grads[:, columns] = batched.transpose(0, 1)
+    return grads

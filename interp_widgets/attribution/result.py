@@ -70,6 +70,11 @@ class AttributionResult:
     target_positions: np.ndarray | None = None
     generated_mask: np.ndarray | None = None
     true_label: str | None = None
+    foil_ids: np.ndarray | None = None
+    foil_labels: list[str] | None = None
+    foil_probs: np.ndarray | None = None
+    foil_alignment: np.ndarray | None = None
+    contrast: str | None = None
 
     def __post_init__(self):
         self.scores = np.atleast_2d(np.asarray(self.scores, dtype=np.float64))
@@ -87,7 +92,25 @@ class AttributionResult:
                 raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n_targets} targets")
         if len(self.target_labels) != n_targets:
             raise ValueError(f"{len(self.target_labels)} target labels for {n_targets} targets")
+        for name, dtype in (("foil_ids", np.int64), ("foil_probs", np.float64), ("foil_alignment", np.int64)):
+            if getattr(self, name) is not None:
+                setattr(self, name, np.asarray(getattr(self, name), dtype=dtype).reshape(-1))
+                if len(getattr(self, name)) != n_targets:
+                    raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n_targets} targets")
+        if self.foil_labels is not None:
+            self.foil_labels = [str(label) for label in self.foil_labels]
+            if len(self.foil_labels) != n_targets:
+                raise ValueError(f"{len(self.foil_labels)} foil labels for {n_targets} targets")
 
+    @property
+    def is_contrastive(self) -> bool:
+        """Whether the scores explain a difference ``score(target) − score(foil)`` (the call had ``contrast=``).
+
+        Example:
+            >>> result.is_contrastive
+            False
+        """
+        return self.foil_ids is not None
     # ------------------------------------------------------------------ views
     @property
     def relative_completeness_error(self) -> np.ndarray | None:
@@ -199,6 +222,8 @@ class AttributionResult:
     def to_dataframe(self):
         """Long-format table: one row per (target, unit) with the score and the unit's character span.
 
+        A contrastive result adds the ``foil`` and ``foil_prob`` of each target after ``target_prob``.
+
         Example:
             >>> frame = result.to_dataframe()
             >>> frame.columns.tolist()
@@ -212,10 +237,16 @@ class AttributionResult:
         import pandas as pd
 
         n_targets, n_units = self.scores.shape
+        foil = {}
+        if self.is_contrastive:
+            labels = self.foil_labels or [str(i) for i in self.foil_ids]
+            probs = self.foil_probs if self.foil_probs is not None else np.full(n_targets, np.nan)
+            foil = {"foil": np.repeat(np.asarray(labels, dtype=object), n_units), "foil_prob": np.repeat(probs, n_units)}
         return pd.DataFrame(
             {
                 "target": np.repeat(self.target_labels, n_units),
                 "target_prob": np.repeat(self.target_probs, n_units),
+                **foil,
                 "position": np.tile(np.arange(n_units), n_targets),
                 "unit": np.tile(np.asarray(self.tokens, dtype=object), n_targets),
                 "start": np.tile(self.offsets[:, 0], n_targets),
@@ -253,7 +284,8 @@ class AttributionResult:
                 ),
                 tooltip=["unit:N", alt.Tooltip("score:Q", format=".4g"), "position:Q"],
             )
-            .properties(title=f"{self.method}: {self.target_labels[row]} (p={self.target_probs[row]:.3f})")
+            .properties(title=f"{self.method}: {self.target_labels[row]} (p={self.target_probs[row]:.3f})"
+                        + (f" rather than {self.foil_labels[row]!r}" if self.is_contrastive and self.foil_labels else ""))
         )
 
     def to_html(self) -> str:
@@ -292,11 +324,14 @@ class AttributionResult:
 
     def __repr__(self) -> str:
         targets = ", ".join(f"{label} (p={p:.3f})" for label, p in zip(self.target_labels, self.target_probs))
-        return f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s, targets=[{targets}])"
+        foil = f", contrast={self.contrast!r}" if self.is_contrastive else ""
+        return (f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s, "
+                f"targets=[{targets}]{foil})")
 
     # ------------------------------------------------------------------ persistence
     _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "scores", "target_probs", "target_ids",
-               "completeness_error", "score_delta", "target_positions", "generated_mask")
+               "completeness_error", "score_delta", "target_positions", "generated_mask", "foil_ids", "foil_probs",
+               "foil_alignment")
 
     def _metadata(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}

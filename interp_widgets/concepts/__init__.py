@@ -40,6 +40,7 @@ from interp_widgets.concepts.interpret import (
     label_from_tokens,
     vocabulary_projection,
 )
+from interp_widgets.concepts.labels import LMLabeler, TokenLabeler, label_auroc
 from interp_widgets.concepts.metrics import (
     dead_concepts,
     evaluate,
@@ -49,17 +50,36 @@ from interp_widgets.concepts.metrics import (
     relative_reconstruction_error,
     stability,
 )
-from interp_widgets.concepts.sae import SparseAutoencoder
+from interp_widgets.concepts.probes import DirectionConcepts, LinearProbe, ProbeSweep, probe_layers
+from interp_widgets.concepts.quality import SpliceQuality, splice_quality
+from interp_widgets.concepts.sae import BatchTopKSAE, JumpReLUSAE, SparseAutoencoder
+from interp_widgets.concepts.saelens import (
+    SAEQualityWarning,
+    check_base_model,
+    load_sae,
+    norm_scaling_factor,
+    save_sae,
+    transformer_lens_processing,
+)
 
 __all__ = [
     "ActivationStore",
+    "BatchTopKSAE",
     "CONCEPT_MODELS",
     "ConceptImportance",
     "ConceptInterpretation",
     "ConceptModel",
+    "DirectionConcepts",
+    "LinearProbe",
+    "LMLabeler",
+    "TokenLabeler",
+    "label_auroc",
+    "ProbeSweep",
+    "probe_layers",
     "DictionaryLearningConcepts",
     "ICAConcepts",
     "IncrementalPCAConcepts",
+    "JumpReLUSAE",
     "KMeansConcepts",
     "MiniBatchDictionaryLearningConcepts",
     "MiniBatchKMeansConcepts",
@@ -67,10 +87,13 @@ __all__ = [
     "NMFConcepts",
     "PCAConcepts",
     "SVDConcepts",
+    "SAEQualityWarning",
     "SemiNMFConcepts",
     "SklearnConcepts",
     "SparseAutoencoder",
+    "SpliceQuality",
     "TextConcepts",
+    "check_base_model",
     "collect_activations",
     "concept_importance",
     "dead_concepts",
@@ -78,11 +101,16 @@ __all__ = [
     "explained_variance",
     "interpret_concepts",
     "l0_sparsity",
+    "load_sae",
     "label_from_tokens",
     "matched_cosine",
     "mean_concept_importance",
+    "norm_scaling_factor",
     "relative_reconstruction_error",
+    "save_sae",
+    "splice_quality",
     "stability",
     "text_concepts",
+    "transformer_lens_processing",
     "vocabulary_projection",
 ]

@@ -81,8 +81,9 @@ class ConceptModel(TransformerMixin, BaseEstimator):
 
     A scikit-learn estimator: the parameters are the keyword arguments of ``__init__``, stored unchanged
     (``get_params``, ``clone`` and ``Pipeline`` work), validated by ``fit``. Fitted attributes end in ``_``:
-    ``components_``, ``offset_``, ``n_features_in_``, ``layer_`` (the layer of a fitted store, else None) and
-    ``fit_info_``, plus those of each subclass.
+    ``components_``, ``offset_``, ``n_features_in_``, ``layer_`` (the layer of a fitted store, else None),
+    ``model_name_`` (the store's ``model.config._name_or_path``, None when unknown; checked by
+    :meth:`check_model`) and ``fit_info_``, plus those of each subclass.
 
     Subclass API: set ``name`` (the class then registers itself in :data:`CONCEPT_MODELS`); take the parameters as
     explicit keyword arguments of ``__init__`` and store each unchanged under its own name; validate them in
@@ -153,11 +154,39 @@ class ConceptModel(TransformerMixin, BaseEstimator):
                              "use fewer concepts or collect more activations")
         self._check_size(n_rows, n_features)
         self.layer_ = X.layer if isinstance(X, ActivationStore) else None
+        self.model_name_ = (str(X.info.get("name_or_path", "")) or None) if isinstance(X, ActivationStore) else None
         self.fit_info_ = {"rows": int(n_rows)}
         self._fit(X)
         self._set_affine_decoder()
         self.n_features_in_ = int(n_features)
         return self
+
+    def check_model(self, model) -> None:
+        """Raise a ValueError if ``model`` (a model or a model name) is not the model this one was fitted on.
+
+        Nothing is checked when either name is unknown (a model built from a config, a store without a name).
+        Concept importance, :func:`~interp_widgets.concepts.text_concepts`, interpretation and
+        :func:`~interp_widgets.concepts.splice_quality` call it. If the names differ but the models are the same
+        (a renamed copy), set ``model_name_`` to the new name or to None.
+
+        Example:
+            >>> pca = PCAConcepts(4).fit(store)
+            >>> pca.model_name_ = "EleutherAI/pythia-70m"  # as if fitted on a store of that model
+            >>> pca.check_model("pythia-70m")  # the TransformerLens alias of the same model: fine
+            >>> pca.check_model("EleutherAI/pythia-70m-deduped")
+            Traceback (most recent call last):
+            ...
+            ValueError: this PCAConcepts was fitted on activations of 'EleutherAI/pythia-70m', not of 'EleutherAI/pythia-70m-deduped'; use it with EleutherAI/pythia-70m, or set model_name_ = None if this is the same model under another name
+        """
+        from interp_widgets.concepts._model_names import display_name, model_name_of, same_model_name
+
+        self._check_fitted()
+        expected, actual = display_name(getattr(self, "model_name_", None)), model_name_of(model)
+        if expected and actual and not same_model_name(expected, actual):
+            source = self.fit_info_.get("source_note", "") if isinstance(self.fit_info_, dict) else ""
+            raise ValueError(f"this {type(self).__name__} was fitted on activations of {expected!r}{source}, not of "
+                             f"{actual!r}; use it with {expected}, or set model_name_ = None if this is the same "
+                             "model under another name")
 
     def _check_size(self, n_rows: int, n_features: int) -> None:
         """Subclasses that cannot be overcomplete raise here."""
@@ -185,8 +214,10 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         X = self._check_input(X)
         return np.asarray(self._transform(X), dtype=np.float32)
 
-    def inverse_transform(self, C) -> np.ndarray:
+    def inverse_transform(self, C, X=None) -> np.ndarray:
         """Reconstruct activations from concept coefficients: ``C @ components_ + offset_``.
+
+        ``X`` (the activations ``C`` came from) is ignored here; SAEs that normalise each row need it.
 
         Example:
             >>> C = concepts.transform(store[:10])
@@ -202,8 +233,10 @@ class ConceptModel(TransformerMixin, BaseEstimator):
             raise ValueError(f"C has {C.shape[1]} columns but this model has {self.n_concepts} concepts")
         return C @ self.components_ + self.offset_
 
-    def decode_torch(self, C: torch.Tensor) -> torch.Tensor:
+    def decode_torch(self, C: torch.Tensor, X=None) -> torch.Tensor:
         """Differentiable decoding ``C @ components_ + offset_`` in torch, in ``C``'s dtype and device.
+
+        ``X`` (the activations ``C`` came from) is ignored here; SAEs that normalise each row need it.
 
         Example:
             >>> C = torch.zeros(2, concepts.n_concepts, requires_grad=True)
@@ -267,7 +300,8 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         self._check_fitted()
         arrays, extra = self._state()
         meta = {"class": self.name, "n_concepts": self.n_concepts, "params": self._saved_params(),
-                "layer": self.layer_, "n_features_in": self.n_features_in_, "fit_info": self.fit_info_, "extra": extra}
+                "layer": self.layer_, "model_name": self.model_name_, "n_features_in": self.n_features_in_,
+                "fit_info": self.fit_info_, "extra": extra}
         return save_bundle(path, _FORMAT, arrays, meta)
 
     def _saved_params(self) -> dict[str, Any]:
@@ -300,6 +334,7 @@ class ConceptModel(TransformerMixin, BaseEstimator):
             raise ValueError(f"{path} holds a {klass.__name__}, not a {cls.__name__}")
         model = klass(meta["n_concepts"], **klass._init_params(meta["params"]))
         model.layer_, model.n_features_in_, model.fit_info_ = meta["layer"], meta["n_features_in"], meta["fit_info"]
+        model.model_name_ = meta.get("model_name")  # files written before it existed: unknown
         model._restore(arrays, meta["extra"])
         return model
 

@@ -313,6 +313,7 @@ def _prepare(concept_model: ConceptModel, model, tokenizer, text: str, layer):
     if not isinstance(concept_model, ConceptModel):
         raise TypeError(f"concept_model must be a fitted ConceptModel, got {type(concept_model).__name__}")
     concept_model._check_fitted()
+    concept_model.check_model(model)
     adapter = ModelAdapter(model, tokenizer)
     layer = layer if layer is not None else concept_model.layer_
     if layer is None:
@@ -408,12 +409,13 @@ def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str,
         with torch.no_grad():
             coefficients = concept_model.transform(hidden[0].float().cpu().numpy())
         leaf = torch.tensor(coefficients, dtype=hidden.dtype, device=hidden.device, requires_grad=True)
-        decoded = concept_model.decode_torch(leaf)[None]
+        decoded = concept_model.decode_torch(leaf, hidden[0])[None]  # X: row statistics of SAEs that normalise rows
         state["coefficients"], state["residual"] = leaf, (hidden - decoded).detach()
         return _replace_hidden(output, decoded + state["residual"])
 
     with adapter.evaluation(), torch.enable_grad(), adapter.hooks({layer_name: patch}):
-        logits = model(input_ids=ids).logits
+        last = torch.tensor([[ids.shape[1] - 1]])  # a causal LM's logits at the scored (last) position only
+        logits = adapter.forward_ids(ids, positions=last if adapter.task == TASK_CAUSAL_LM else None)
         target_ids, labels, scores = _targets(adapter, logits, target)
         gradients = [torch.autograd.grad(scores[t], state["coefficients"], retain_graph=True)[0] for t in target_ids]
     leaf = state["coefficients"]

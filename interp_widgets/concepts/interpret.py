@@ -3,7 +3,7 @@
 :func:`interpret_concepts` streams an :class:`~interp_widgets.concepts.ActivationStore` through a fitted concept
 model twice (top-k and ranges, then histograms) and returns a :class:`ConceptInterpretation`. Labels are built from
 the top tokens; a labelling function (for example one that asks an LLM) can replace them through
-:meth:`ConceptInterpretation.relabel` — none ships with the library. :func:`vocabulary_projection` reads the tokens
+:meth:`ConceptInterpretation.relabel`; :mod:`interp_widgets.concepts.labels` ships a local-LM labeller. :func:`vocabulary_projection` reads the tokens
 each concept direction promotes through the model's output embedding, where the model has one.
 
 Example:
@@ -98,6 +98,17 @@ class ConceptInterpretation:
         """Number of concepts."""
         return len(self.labels)
 
+    @property
+    def dead(self) -> np.ndarray:
+        """Whether each concept never fired (zero on every scanned row): such a concept has no top contexts, no top
+        texts and an empty label.
+
+        Example:
+            >>> interpret_concepts(concepts, store, progress=False).dead.tolist()
+            [False, False, False, False, False, False, False, False]
+        """
+        return np.asarray(self.density) == 0
+
     def _index(self, concept: int) -> int:
         if not -self.n_concepts <= int(concept) < self.n_concepts:
             raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
@@ -155,7 +166,7 @@ class ConceptInterpretation:
             >>> interp = interpret_concepts(concepts, store, progress=False)
             >>> frame = interp.to_dataframe()
             >>> frame.columns.tolist()
-            ['concept', 'label', 'density', 'mean', 'max', 'min', 'top_tokens', 'vocabulary']
+            ['concept', 'label', 'density', 'dead', 'mean', 'max', 'min', 'top_tokens', 'vocabulary']
             >>> frame.sort_values("density")[["concept", "label", "density", "max"]].round(3).head(3)
                concept                label  density    max
             3        3     . / felt / which    0.879  0.342
@@ -168,6 +179,7 @@ class ConceptInterpretation:
             "concept": np.arange(self.n_concepts),
             "label": self.labels,
             "density": self.density,
+            "dead": self.dead,
             "mean": self.mean,
             "max": self.maximum,
             "min": self.minimum,
@@ -295,11 +307,15 @@ class ConceptInterpretation:
         }
 
     # ------------------------------------------------------------------ labels
-    def relabel(self, labeler: Labeler, *, source: str = "custom") -> "ConceptInterpretation":
-        """Replace the labels with ``labeler(concept, examples) -> str`` (for example a call to an LLM).
+    def relabel(self, labeler: Labeler, *, source: str | None = None, lazy: bool = False) -> "ConceptInterpretation":
+        """Replace the labels with ``labeler(concept, examples) -> str`` (e.g. :class:`~interp_widgets.concepts.
+        LMLabeler`, which asks a local LM).
 
         ``examples`` are the concept's top examples (dicts with ``token``, ``context``, ``center``, ``activation``…).
-        Returns ``self`` so calls chain; ``label_source`` records ``source``.
+        Concepts that never fired keep an empty label; the labeller is never asked about them. With ``lazy=True``
+        nothing is labelled now: :meth:`ensure_label` labels a concept the first time it is needed (the concept
+        browser calls it for the concepts it shows) and caches the label. ``label_source`` records ``source``
+        (default: the labeller's ``name``). Returns ``self`` so calls chain.
 
         Example:
             >>> interp = interpret_concepts(concepts, store, progress=False)
@@ -307,17 +323,47 @@ class ConceptInterpretation:
             ConceptInterpretation(8 NMFConcepts concepts at 'layer:1', labels from shout)
             >>> interp.labels[:3]
             [',', 'OVERNIGHT', 'GREAT']
+            >>> interp.relabel(lambda c, ex: f"concept {c}", source="lazy", lazy=True).ensure_label(5), interp.labels[:2]
+            ('concept 5', [',', 'OVERNIGHT'])
         """
         if not callable(labeler):
             raise TypeError("labeler must be a callable (concept index, examples) -> str")
-        labels = []
-        for c in range(self.n_concepts):
-            label = labeler(c, self.examples[c])
-            if not isinstance(label, str):
-                raise TypeError(f"labeler returned {type(label).__name__} for concept {c}; it must return a str")
-            labels.append(label)
-        self.labels, self.label_source = labels, source
+        live = {c for c in range(self.n_concepts) if not self.dead[c]}
+        labels = [""] * self.n_concepts if not lazy else [label if c in live else "" for c, label in
+                                                          enumerate(self.labels)]
+        if not lazy:  # all or nothing: a failing labeller leaves the previous labels in place
+            for c in sorted(live):
+                labels[c] = _checked_label(labeler(c, self.examples[c]), c, self.density[c])
+        self.labels = labels
+        self.label_source = source or getattr(labeler, "name", None) or "custom"
+        self._pending = {"labeler": labeler, "concepts": live if lazy else set()}
         return self
+
+    def ensure_label(self, concept: int) -> str:
+        """The label of ``concept``, asking a lazy labeller (:meth:`relabel` with ``lazy=True``) the first time.
+
+        Example:
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> interp.ensure_label(0)  # labels from top tokens are made up front
+            'it / , / sitting'
+        """
+        c = self._index(concept)
+        pending = getattr(self, "_pending", None)
+        if pending and c in pending["concepts"]:
+            self.labels[c] = _checked_label(pending["labeler"](c, self.examples[c]), c, self.density[c])
+            pending["concepts"].discard(c)
+        return self.labels[c]
+
+    @property
+    def unlabelled(self) -> list[int]:
+        """Concepts a lazy labeller has not labelled yet (they show their top-token label until then).
+
+        Example:
+            >>> interpret_concepts(concepts, store, progress=False).unlabelled
+            []
+        """
+        pending = getattr(self, "_pending", None)
+        return sorted(pending["concepts"]) if pending else []
 
     # ------------------------------------------------------------------ persistence
     _ARRAYS = ("density", "mean", "maximum", "minimum", "top_rows", "top_values", "top_texts", "top_text_values",
@@ -357,6 +403,15 @@ class ConceptInterpretation:
         return f"ConceptInterpretation({self.n_concepts} {self.method} concepts at {self.layer!r}, labels from {self.label_source})"
 
 
+def _checked_label(label, concept: int, density: float) -> str:
+    if not isinstance(label, str):
+        raise TypeError(f"labeler returned {type(label).__name__} for concept {concept}; it must return a str")
+    if not label.strip():
+        raise ValueError(f"labeler returned no text for concept {concept}, which fired on {density:.2%} of rows; "
+                         "return a short label (or '?' when unsure)")
+    return label
+
+
 def label_from_tokens(tokens: list[str], n: int = 3) -> str:
     """A label from top tokens: the ``n`` most frequent distinct tokens (stripped, case-folded), strongest first.
 
@@ -369,6 +424,30 @@ def label_from_tokens(tokens: list[str], n: int = 3) -> str:
     first = {t: i for i, t in reversed(list(enumerate(cleaned)))}
     ranked = sorted(counts, key=lambda t: (-counts[t], first[t]))
     return " / ".join(ranked[:n]) if ranked else "(no tokens)"
+
+
+def _top_k_per_column(values: np.ndarray, k: int) -> np.ndarray:
+    """Row indices of the ``k`` largest values of each column, largest first, ties by lower index (as a stable sort
+    of the whole column would give), in O(rows) per column rather than a full sort.
+
+    Example:
+        >>> _top_k_per_column(np.array([[1.0, 5.0], [3.0, 5.0], [2.0, 0.0]]), 2).tolist()
+        [[1, 2], [0, 1]]
+    """
+    rows = values.shape[0]
+    k = min(k, rows)
+    if k == 0:
+        return np.zeros((values.shape[1], 0), dtype=np.int64)
+    if k < rows:
+        kth = np.partition(values, rows - k, axis=0)[rows - k]  # the k-th largest value of each column
+        candidates = values >= kth  # ties at the threshold are all kept, then cut in index order below
+    else:
+        candidates = np.ones(values.shape, dtype=bool)
+    out = np.empty((values.shape[1], k), dtype=np.int64)
+    for c in range(values.shape[1]):
+        index = np.flatnonzero(candidates[:, c])
+        out[c] = index[np.argsort(-values[index, c], kind="stable")][:k]
+    return out
 
 
 def _merge_topk(values: np.ndarray, rows: np.ndarray, new_values: np.ndarray, new_rows: np.ndarray, k: int):
@@ -387,6 +466,7 @@ def interpret_concepts(
     bins: int = 30,
     n_label_tokens: int = 3,
     labeler: Labeler | None = None,
+    lazy_labels: bool = False,
     model=None,
     tokenizer=None,
     vocab_top: int = 10,
@@ -402,7 +482,8 @@ def interpret_concepts(
         window: tokens of context on each side of a top example (same text only).
         bins: histogram bins.
         n_label_tokens: distinct top tokens joined into the automatic label.
-        labeler: optional ``(concept, examples) -> str`` replacing the automatic labels.
+        labeler: optional ``(concept, examples) -> str`` replacing the automatic labels (see
+            :mod:`interp_widgets.concepts.labels`); ``lazy_labels=True`` asks it only when a concept is first viewed.
         model, tokenizer: give both to add the vocabulary projection (skipped when the model has no output
             embedding, as for classifiers).
         vocab_top: promoted tokens per concept in the projection.
@@ -432,6 +513,7 @@ def interpret_concepts(
     if len(store) == 0:
         raise ValueError("the store is empty; collect activations from at least one text")
     concept_model._check_fitted()
+    concept_model.check_model(str(store.info.get("name_or_path", "")))
     if store.dim != concept_model.n_features_in_:
         raise ValueError(f"the concept model was fitted on {concept_model.n_features_in_} features but the store has "
                          f"{store.dim} (layer {store.layer}); use a store from the layer the model was fitted on")
@@ -441,8 +523,10 @@ def interpret_concepts(
     top_rows = np.full((n, 0), -1, dtype=np.int64)
     low, high = np.full(n, np.inf), np.full(n, -np.inf)
     active, total = np.zeros(n, dtype=np.int64), np.zeros(n)
-    text_max = np.full((len(store.texts), n), -np.inf)
+    text_max = np.full((len(store.texts), n), -np.inf, dtype=np.float32)  # coefficients are float32: max is exact
     text_ids = store.text_ids
+    # bound the (rows x concepts) coefficient block: about 256 MB in float64, whatever the number of concepts
+    rows_per_chunk = max(256, min(int(rows_per_chunk), (1 << 25) // n))
     bar = tqdm(total=2 * len(store), desc="interpreting concepts", unit="row", disable=not progress)
     for start, block in store.iter_chunks(rows_per_chunk):
         C = concept_model.transform(block).astype(np.float64)
@@ -471,12 +555,17 @@ def interpret_concepts(
     if pad > 0:
         top_values = np.pad(top_values, ((0, 0), (0, pad)), constant_values=np.nan)
         top_rows = np.pad(top_rows, ((0, 0), (0, pad)), constant_values=-1)
+    # A row where the concept is exactly 0 did not fire: it is no top context (a dead concept, which never fires,
+    # has none at all, rather than the first rows of a tie at zero).
+    silent = ~(top_values != 0) | (top_rows < 0)
+    top_rows, top_values = np.where(silent, -1, top_rows), np.where(silent, np.nan, top_values)
     examples = _contexts(concept_model, store, top_rows, top_values, int(window))
-    order = np.argsort(-text_max, axis=0, kind="stable")[: int(k)].T
-    top_text_values = np.take_along_axis(text_max.T, order, 1)
-    top_texts = np.where(np.isfinite(top_text_values), order, -1)
+    order = _top_k_per_column(text_max, int(k))
+    top_text_values = np.take_along_axis(text_max.T, order, 1).astype(np.float64)
+    top_texts = np.where(np.isfinite(top_text_values) & (top_text_values != 0), order, -1)
     used = sorted({int(t) for t in top_texts.ravel() if t >= 0} | {e["text_id"] for ex in examples for e in ex})
-    labels = [label_from_tokens([e["token"] for e in examples[c]], n_label_tokens) for c in range(n)]
+    labels = [label_from_tokens([e["token"] for e in examples[c]], n_label_tokens) if active[c] else ""
+              for c in range(n)]
     vocab_tokens = vocab_logits = None
     has_unembedding = model is not None and getattr(model, "get_output_embeddings", lambda: None)() is not None
     if has_unembedding and tokenizer is not None:
@@ -490,7 +579,7 @@ def interpret_concepts(
         params={"k": int(k), "window": int(window), "bins": int(bins), "rows": len(store), "unit": store.unit},
     )
     if labeler is not None:
-        result.relabel(labeler)
+        result.relabel(labeler, lazy=lazy_labels)
     return result
 
 

@@ -152,7 +152,7 @@ def evaluate(model: ConceptModel, X, *, eps: float = 0.0, rows_per_chunk: int = 
     for _, block in blocks:
         block = block.astype(np.float64)
         C = model.transform(block)
-        residual = block - model.inverse_transform(C)
+        residual = block - model.inverse_transform(C, X=block)
         sq_err += float((residual**2).sum())
         sq_norm += float((block**2).sum())
         total = block.sum(0) if total is None else total + block.sum(0)

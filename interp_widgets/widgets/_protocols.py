@@ -26,7 +26,8 @@ class ScoredTokens(Protocol):
 
     Optional attributes, read when present: ``special_mask``, ``word_ids``, ``sentence_ids`` (one per token),
     ``target_labels``, ``target_probs``, ``completeness_error`` (one per row of scores), ``method``, ``reduce`` (what a
-    score means), ``signed``, and for generations ``generated_mask`` and ``target_positions``.
+    score means), ``signed``, for generations ``generated_mask`` and ``target_positions``, and for contrastive results
+    ``foil_labels``, ``foil_probs`` (one per row) and ``contrast`` (the foil continuation).
 
     Example:
         >>> isinstance(object(), ScoredTokens)

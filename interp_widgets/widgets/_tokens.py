@@ -206,6 +206,9 @@ def token_data(result: Any) -> TokenHighlightData:
     labels = [f"target {t}" for t in range(n_targets)] if labels is None else [str(label) for label in labels]
     if len(labels) != n_targets:
         raise ValueError(f"{len(labels)} target labels for {n_targets} rows of scores; pass one label per row")
+    foils = getattr(result, "foil_labels", None)
+    if foils is not None and len(foils) == n_targets and getattr(result, "generated_mask", None) is None:
+        labels = [f"{label} vs {foil}" for label, foil in zip(labels, foils)]  # a contrastive masked-LM target
     return TokenHighlightData(
         tokens=tokens, spaces_before=spaces, special_mask=special, word_ids=word_ids, sentence_ids=sentence_ids,
         scores=scores, target_labels=labels, target_probs=_per_target(result, "target_probs", n_targets),

@@ -128,7 +128,8 @@ class ConceptBrowser(InterpWidget, PagedList):
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
     search = traitlets.Unicode("", help="Keep concepts whose label or top tokens contain this (case-insensitive).").tag(sync=True)
-    hide_dead = traitlets.Bool(False, help="Hide concepts that are never active.").tag(sync=True)
+    hide_dead = traitlets.Bool(True, help="Hide concepts that never fired (on by default; the list says how many "
+                               "are hidden).").tag(sync=True)
     max_page_size = MAX_PAGE_SIZE
     selected_concept = traitlets.Int(-1, help="Concept shown in the detail pane (-1: none).").tag(sync=True)
     requested = traitlets.List(traitlets.Int(), help="Concept ids the browser shows (written by the front end).").tag(sync=True)
@@ -300,6 +301,8 @@ class ConceptBrowser(InterpWidget, PagedList):
         if not -self.n_concepts <= int(concept) < self.n_concepts:
             raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
         c = int(concept) % self.n_concepts
+        ensure_label = getattr(interp, "ensure_label", None)  # a lazy labeller labels a concept when first viewed
+        label = ensure_label(c) if ensure_label is not None else interp.labels[c]
         examples = [{
             "tokens": list(e["context"]), "center": int(e["center"]), "activation": _finite(e["activation"]),
             "text_id": int(e["text_id"]), "activations": [_finite(v) or 0.0 for v in e["context_activations"]],
@@ -317,7 +320,7 @@ class ConceptBrowser(InterpWidget, PagedList):
         if self._text_coefficients:
             text_activations = array_to_buffer(self._text_coefficients[self.selected_text][:, c])
         return {
-            "concept": c, "label": interp.labels[c], "density": _finite(interp.density[c]), "mean": _finite(interp.mean[c]),
+            "concept": c, "label": label, "label_source": str(getattr(interp, "label_source", "")), "density": _finite(interp.density[c]), "mean": _finite(interp.mean[c]),
             "max": _finite(interp.maximum[c]), "min": _finite(interp.minimum[c]), "examples": examples,
             "top_texts": top_texts, "vocabulary": vocabulary, "text_activations": text_activations,
             "hist_edges": array_to_buffer(interp.hist_edges[c]), "hist_counts": array_to_buffer(interp.hist_counts[c]),
@@ -340,13 +343,15 @@ class ConceptBrowser(InterpWidget, PagedList):
         order = self.visible_order()
         density, maximum, importance = self._column("density"), self._column("max_activation"), self._column("importance")
         figure = SvgFigure(label=f"{self.n_concepts} {self.method} concepts")
+        n_dead = int((density == 0).sum())
         where = f" at {self.layer}" if self.layer else ""
         figure.text(f"{self.n_concepts} {self.method} concepts{where} · {len(order)} listed · sorted by {self.sort_by}"
-                    + (" (descending)" if self.descending else "") + (f" · search {self.search!r}" if self.search else ""),
+                    + (" (descending)" if self.descending else "") + (f" · search {self.search!r}" if self.search else "")
+                    + (f" · {n_dead} never fired" + (" (hidden)" if self.hide_dead else "") if n_dead else ""),
                     bold=True)  # fmt: skip
         interp = self.interpretation
         for c in order[:STATIC_CONCEPTS]:
-            parts = [f"#{c} {self.labels[c]}", f"density {format_score(density[c])}", f"max {format_score(maximum[c])}"]
+            parts = [f"#{c} {self.labels[c] or ('(never fired)' if density[c] == 0 else '')}", f"density {format_score(density[c])}", f"max {format_score(maximum[c])}"]
             if self.importance is not None and not math.isnan(importance[c]):
                 parts.append(f"{self.importance_label} {format_score(importance[c], sign=True)}")
             if density[c] == 0:

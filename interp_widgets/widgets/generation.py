@@ -25,6 +25,8 @@ from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.validation import check_choice
 
 VIEWS = ("text", "heatmap")
+_DIFFERENCES = {"log_probability": "log p(target) − log p(foil)", "probability": "p(target) − p(foil)",
+                "logit": "logit(target) − logit(foil)"}
 MAX_STATIC_STEPS = 40  # heatmap rows drawn in the static picture
 MAX_STATIC_SOURCES = 240  # heatmap columns drawn in the static picture
 
@@ -48,12 +50,38 @@ def _step_tokens(result: Any, n_tokens: int, n_steps: int) -> tuple[np.ndarray, 
     return generated, steps
 
 
+def _foils(result: Any, n_steps: int) -> tuple[list[str], list[float | None], str]:
+    """The foil token and probability of each step, and the foil continuation (all empty without a contrast)."""
+    labels = getattr(result, "foil_labels", None)
+    if labels is None:
+        return [], [], ""
+    labels = [str(label) for label in labels]
+    if len(labels) != n_steps:
+        raise ValueError(f"foil_labels has {len(labels)} entries for {n_steps} generated tokens; pass one foil per step")
+    probs = getattr(result, "foil_probs", None)
+    probs = [] if probs is None else [float(p) if math.isfinite(p) else None for p in np.asarray(probs, float).reshape(-1)]
+    if probs and len(probs) != n_steps:
+        raise ValueError(f"foil_probs has {len(probs)} entries for {n_steps} generated tokens; pass one per step")
+    return labels, probs, str(getattr(result, "contrast", None) or "")
+
+
+def _log_ratio(p: float | None, q: float | None) -> float | None:
+    """``ln(p / q)``: log p(target) − log p(foil), when both probabilities are known and positive."""
+    if p is None or q is None or p <= 0 or q <= 0:
+        return None
+    return math.log(p) - math.log(q)
+
+
 class GenerationWidget(TokenScoresWidget):
     """Prompt + generated tokens; pick a generated token to colour the sources it was attributed to.
 
     Each generated token shows its probability. Hovering a generated token previews its sources, clicking (or Enter)
     selects it; a canvas heatmap (rows: generated tokens, columns: all tokens) shows every step at once, with hover
     values. ``selected_step`` (row of ``scores``), ``selected_token`` and ``view`` sync back to Python.
+
+    A contrastive result (``contrast=``) shows each generated token beside its foil: one chip per step with the
+    pair, their probabilities and ``ln(p/p′)``. Its signed scores explain the difference: positive sources push the
+    model towards the generated token, negative ones towards the foil.
 
     Example:
         >>> from interp_widgets.attribution import IntegratedGradients
@@ -74,6 +102,9 @@ class GenerationWidget(TokenScoresWidget):
     method = traitlets.Unicode("").tag(sync=True, data=True)
     score_meaning = traitlets.Unicode("").tag(sync=True, data=True)
     signed = traitlets.Bool(True).tag(sync=True, data=True)
+    foil_tokens = traitlets.List(traitlets.Unicode(), help="Foil of each step (contrastive results; else empty).").tag(sync=True, data=True)
+    foil_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each step's foil.").tag(sync=True, data=True)
+    contrast = traitlets.Unicode("", help="The foil continuation ('' without a contrast).").tag(sync=True, data=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all steps instead of one per step.").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
     view = traitlets.Unicode("text", help="'text' (coloured tokens) or 'heatmap' (canvas, all steps).").tag(sync=True)
@@ -84,10 +115,16 @@ class GenerationWidget(TokenScoresWidget):
             raise ValueError("this result has no generated tokens (generated_mask is None); use TokenHighlightWidget")
         tokens = token_data(result)
         generated, steps = _step_tokens(result, len(tokens.tokens), len(tokens.target_labels))
+        foil_tokens, foil_probs, contrast = _foils(result, len(steps))
+        meaning = tokens.score_meaning
+        if foil_tokens:
+            score = (getattr(result, "params", None) or {}).get("score", "log_probability")
+            meaning = f"{meaning}; explains {_DIFFERENCES.get(score, 'score(target) − score(foil)')}".lstrip("; ")
         data = GenerationData(
             tokens=tokens.tokens, spaces_before=tokens.spaces_before, special_mask=tokens.special_mask,
             generated_mask=generated, scores=tokens.scores, step_tokens=steps, step_probs=tokens.target_probs,
-            method=tokens.method, score_meaning=tokens.score_meaning, signed=tokens.signed,
+            method=tokens.method, score_meaning=meaning, signed=tokens.signed, foil_tokens=foil_tokens,
+            foil_probs=foil_probs, contrast=contrast,
         )  # fmt: skip
         super().__init__(**data.to_traits(), selected_step=selected_step, view=view, **kwargs)
 
@@ -145,11 +182,23 @@ class GenerationWidget(TokenScoresWidget):
         ranks = magnitude_ranks(row)
         figure = SvgFigure(label=f"Sources of generated token {self.tokens[chosen]!r}")
         prob = self.step_probs[step] if self.step_probs else None
+        foil = self.foil_tokens[step] if self.foil_tokens else None
+        foil_prob = self.foil_probs[step] if self.foil_probs else None
+        rather = "" if foil is None else f" rather than {json.dumps(foil, ensure_ascii=False)}" + (
+            f" (p = {100 * foil_prob:.1f}%)" if foil_prob is not None else "")
         figure.text(
             f"generated token {step + 1} of {len(self.step_tokens)}: {json.dumps(self.tokens[chosen], ensure_ascii=False)}"
-            + (f" (p = {100 * prob:.1f}%)" if prob is not None else "") + " · its sources are coloured",
+            + (f" (p = {100 * prob:.1f}%)" if prob is not None else "") + rather + " · its sources are coloured",
             bold=True,
         )  # fmt: skip
+        if foil is not None:
+            shown = self.contrast if len(self.contrast) <= 60 else self.contrast[:59] + "\u2026"
+            figure.text(f"contrast: why each generated token rather than its foil (foil continuation "
+                        f"{json.dumps(shown, ensure_ascii=False)})", size=11, colour="#57606a")
+            figure.text("orange pushes towards the generated token, blue towards the foil" if self.signed else
+                        "scores are magnitudes (unsigned): how strongly a source moves the difference",
+                        size=11, colour="#57606a")
+            figure.mono_lines(self._pair_lines()[:MAX_STATIC_STEPS], size=11)
         pieces = []
         shown = [i for i in range(len(self.tokens)) if not special[i]][:MAX_STATIC_TOKENS]
         for i in shown:
@@ -169,7 +218,8 @@ class GenerationWidget(TokenScoresWidget):
         non_special = int((~special).sum())
         figure.tokens(pieces, omitted=non_special - len(shown))
         scale = ", scale shared by all steps" if self.shared_scale else ""
-        figure.legend(max_abs, signed=self.signed, title=f"attribution to the selected token{scale}")
+        target = "the selected token" if foil is None else "the selected token rather than its foil"
+        figure.legend(max_abs, signed=self.signed, title=f"attribution to {target}{scale}")
         figure.text("source × generated-token heatmap (each row scaled to its own maximum)", size=11, colour="#57606a")
         cells = []
         for s in range(min(len(self.step_tokens), MAX_STATIC_STEPS)):
@@ -181,7 +231,7 @@ class GenerationWidget(TokenScoresWidget):
                       f"{self.tokens[i]!r} → {target!r}: {format_score(float(v), 6, self.signed)}")
                 for i, v in enumerate(values[:MAX_STATIC_SOURCES])
             ])  # fmt: skip
-        figure.heatmap(cells, [self.tokens[self.step_tokens[s]] for s in range(len(cells))])
+        figure.heatmap(cells, [self._step_label(s) for s in range(len(cells))])
         if len(self.step_tokens) > MAX_STATIC_STEPS or len(self.tokens) > MAX_STATIC_SOURCES:
             figure.text(f"(heatmap shows at most {MAX_STATIC_STEPS} steps × {MAX_STATIC_SOURCES} tokens)", size=11, colour="#57606a")
         if self.method:
@@ -189,11 +239,45 @@ class GenerationWidget(TokenScoresWidget):
                         size=11, colour="#57606a")
         return figure.render()
 
+    def _step_label(self, step: int) -> str:
+        """A heatmap row label: the generated token, and its foil for a contrastive result."""
+        token = self.tokens[self.step_tokens[step]]
+        return f"{token} vs {self.foil_tokens[step]}" if self.foil_tokens else token
+
+    def _pair_lines(self) -> list[str]:
+        """One line per step of a contrastive result: target and foil, their probabilities and ln(p/p′)."""
+        lines = []
+        for s, index in enumerate(self.step_tokens):
+            p = self.step_probs[s] if self.step_probs else None
+            q = self.foil_probs[s] if self.foil_probs else None
+            ratio = _log_ratio(p, q)
+            lines.append(
+                f"{s + 1:>3}. {json.dumps(self.tokens[index], ensure_ascii=False)}"
+                + (f" {100 * p:.1f}%" if p is not None else "")
+                + f" vs {json.dumps(self.foil_tokens[s], ensure_ascii=False)}" + (f" {100 * q:.1f}%" if q is not None else "")
+                + ("" if ratio is None else f"   ln(p/p′) = {format_score(ratio, 3, True)}")
+            )  # fmt: skip
+        return lines
+
+    def step_pairs(self) -> list[tuple[str, str, float | None]]:
+        """Each step's ``(generated token, foil, ln(p/p′))`` for a contrastive result (empty without a contrast).
+
+        Example:
+            >>> from interp_widgets.attribution import InputXGradient
+            >>> why = InputXGradient().attribute(lm, lm_tokenizer, "The room was", continuation=" clean", contrast=" cold")
+            >>> [(target, foil) for target, foil, _ in why.widget().step_pairs()]
+            [(' cle', ' co'), ('an', 'ld')]
+        """
+        return [(self.tokens[index], self.foil_tokens[s],
+                 _log_ratio(self.step_probs[s] if self.step_probs else None, self.foil_probs[s] if self.foil_probs else None))
+                for s, index in enumerate(self.step_tokens) if self.foil_tokens]  # fmt: skip
+
     def __repr__(self) -> str:
         step = self.selected_step
         top = ", ".join(f"{tok!r} {format_score(score, sign=self.signed)}" for _, tok, score in self.step_sources()[:3])
         generated = "".join(self.tokens[i] for i in self.step_tokens)
+        foil = f" rather than {self.foil_tokens[step]!r}" if self.foil_tokens else ""
         return (
             f"GenerationWidget(method={self.method!r}, {len(self.tokens)} tokens, generated={generated!r}, "
-            f"step {step}: {self.tokens[self.step_tokens[step]]!r}, top sources: {top})"
+            f"step {step}: {self.tokens[self.step_tokens[step]]!r}{foil}, top sources: {top})"
         )

@@ -22,6 +22,7 @@
  * @typedef {object} ConceptDetail
  * @property {number} concept
  * @property {string} label
+ * @property {string} label_source  Who made the label ("top tokens", an LM labeller's name ...).
  * @property {number | null} density
  * @property {number | null} mean
  * @property {number | null} max
@@ -226,7 +227,7 @@ function renderBrowser({ model, el, reportError }) {
     return h("li", { class: "iw-concept", role: "option", tabindex: selected ? 0 : -1, "data-concept": c, "aria-selected": String(selected),
       "aria-label": `Concept ${c}: ${data.labels[c]}, density ${formatScore(data.density[c])}${dead ? ", dead" : ""}${Number.isNaN(imp) ? "" : `, importance ${formatScore(imp)}`}` }, [ // prettier-ignore
       h("span", { class: "iw-concept-id" }, `#${c}`),
-      h("span", { class: "iw-concept-label" }, data.labels[c]),
+      h("span", { class: "iw-concept-label" }, (model.get("details") ?? {})[String(c)]?.label || data.labels[c] || (dead ? "(never fired)" : "")),
       chip,
       h("span", { class: "iw-concept-density", title: "fraction of rows where the concept is active" }, formatScore(data.density[c])),
       dead ? h("span", { class: "iw-concept-dead" }, "dead") : "",
@@ -234,6 +235,7 @@ function renderBrowser({ model, el, reportError }) {
     ]);
   }
 
+  const deadCount = () => Array.from(data.density).filter((v) => v === 0).length;
   let impMax = null;
   const importanceMax = () => {
     if (impMax === null) impMax = data.importance ? Math.max(0, ...Array.from(data.importance).filter(Number.isFinite).map(Math.abs)) : 0;
@@ -303,10 +305,18 @@ function renderBrowser({ model, el, reportError }) {
       }, BUSY_AFTER);
       return;
     }
+    if (info.density === 0) {
+      detail.replaceChildren(
+        h("h3", { class: "iw-detail-title" }, [`#${info.concept} `, h("span", { class: "iw-detail-label" }, "(never fired)")]),
+        h("p", { class: "iw-concept-dead", role: "note" }, `Concept ${info.concept} never fired: it is zero on every one of the ${model.get("n_rows") ?? "scanned"} rows, so it has no top contexts and no label.`),
+      );
+      return;
+    }
     const max = info.max ?? 0;
     const stats = `density ${formatScore(info.density ?? NaN)} \u00b7 mean ${formatScore(info.mean ?? NaN)} \u00b7 max ${formatScore(max)} \u00b7 min ${formatScore(info.min ?? NaN)}`;
     const parts = [
       h("h3", { class: "iw-detail-title" }, [`#${info.concept} `, h("span", { class: "iw-detail-label" }, info.label)]),
+      info.label_source ? h("div", { class: "iw-caption iw-label-source" }, `label from ${info.label_source}`) : "",
       h("div", { class: "iw-caption" }, stats),
       h("h4", {}, "Activation histogram (active rows)"),
       histogramSvg(decodeArray(info.hist_edges).values, decodeArray(info.hist_counts).values, { label: `activation histogram of concept ${info.concept}` }),
@@ -336,7 +346,7 @@ function renderBrowser({ model, el, reportError }) {
     const { page, pages, items: shown } = pageOf(order, model.get("page"), model.get("page_size"));
     const selected = model.get("selected_concept") ?? -1;
     root.dataset.iwTheme = theme;
-    summary.textContent = `${data.labels.length} ${model.get("method") ?? ""} concepts${model.get("layer") ? ` at ${model.get("layer")}` : ""}${model.get("n_rows") ? ` over ${model.get("n_rows")} rows` : ""}${data.importance ? ` \u00b7 importance: ${model.get("importance_label") || "importance"}` : ""}`;
+    summary.textContent = `${data.labels.length} ${model.get("method") ?? ""} concepts${model.get("layer") ? ` at ${model.get("layer")}` : ""}${model.get("n_rows") ? ` over ${model.get("n_rows")} rows` : ""}${data.importance ? ` \u00b7 importance: ${model.get("importance_label") || "importance"}` : ""}${deadCount() ? ` \u00b7 ${deadCount()} never fired${options.hideDead ? " (hidden)" : ""}` : ""}`;
     sortSelect.replaceChildren(...Object.entries(SORT_KEYS).filter(([k]) => data.importance || !k.includes("importance")).map(([v, t]) => h("option", { value: v }, t)));
     sortSelect.value = options.sortBy;
     if (searchBox.value !== options.search) searchBox.value = options.search;

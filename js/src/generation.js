@@ -4,6 +4,9 @@
  * Synced traits: the GenerationModel typedef below; the fields marked "written" are also set by the view.
  * Hovering a generated token previews its sources; clicking or Enter selects it.
  * The heatmap is a canvas: rows are generated tokens, columns all tokens, hover shows the value.
+ * A contrastive result (foil_tokens non-empty) also shows one chip per step with the generated token, its foil,
+ * both probabilities and ln(p/p'); its signed scores explain the difference (orange: towards the generated token,
+ * blue: towards the foil).
  *
  * @example
  *   import widget from "./generation.js";
@@ -29,6 +32,9 @@
  * @property {string} method
  * @property {string} score_meaning
  * @property {boolean} signed
+ * @property {string[]} foil_tokens  Foil of each generated token (contrastive results; empty otherwise).
+ * @property {(number | null)[]} foil_probs  Probability of each step's foil.
+ * @property {string} contrast  The foil continuation ("" without a contrast).
  * @property {boolean} shared_scale  One colour scale for all steps (written).
  * @property {"colour" | "underline"} encoding
  * @property {boolean} high_contrast
@@ -56,7 +62,7 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change re-reads the data. @type {(keyof GenerationModel)[]} */
-const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed"];
+const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed", "foil_tokens", "foil_probs", "contrast"];
 /** Traits whose change only redraws. @type {(keyof GenerationModel)[]} */
 const VIEW_TRAITS = ["selected_step", "shared_scale", "encoding", "high_contrast", "view"];
 const CELL_HEIGHT = 16;
@@ -85,14 +91,27 @@ export function readGeneration(model) {
     if (!(index >= 0 && index < n) || generated[index] === 0) throw new RangeError(`step token ${index} is not a generated token`);
     stepAt[index] = step;
   });
+  const foils = model.get("foil_tokens") ?? [];
+  if (foils.length !== 0 && foils.length !== steps.length) throw new RangeError(`foil_tokens has ${foils.length} entries for ${steps.length} generated tokens`);
   return {
-    n, tokens, spaces, special, generated, steps, stepAt,
+    n, tokens, spaces, special, generated, steps, stepAt, foils,
     scores: scores.values,
     probs: model.get("step_probs") ?? [],
+    foilProbs: model.get("foil_probs") ?? [],
+    contrast: model.get("contrast") ?? "",
     method: model.get("method") ?? "",
     meaning: model.get("score_meaning") ?? "",
     signed: model.get("signed") !== false,
   }; // prettier-ignore
+}
+
+/**
+ * ln(p / q), log p(target) − log p(foil), or null when a probability is unknown or zero.
+ * @param {number | null | undefined} p
+ * @param {number | null | undefined} q
+ */
+export function logRatio(p, q) {
+  return Number.isFinite(p) && Number.isFinite(q) && p > 0 && q > 0 ? Math.log(p) - Math.log(q) : null;
 }
 
 /**
@@ -120,6 +139,7 @@ function renderGeneration({ model, el, reportError }) {
     h("label", { title: "One colour scale for all generated tokens instead of one per token" }, [sharedToggle, " shared scale"]),
   ]);
   const status = h("div", { class: "iw-generation-status", "aria-live": "polite" });
+  const pairsBox = h("div", { class: "iw-contrast", role: "group", "aria-label": "Generated tokens and their foils" });
   const tokensBox = h("div", { class: "iw-tokens", role: "listbox", "aria-orientation": "horizontal" });
   const canvas = h("canvas", { class: "iw-heatmap", role: "img", tabindex: 0 });
   const heatmapBox = h("div", { class: "iw-heatmap-box" }, canvas);
@@ -127,7 +147,7 @@ function renderGeneration({ model, el, reportError }) {
   const caption = h("div", { class: "iw-caption" });
   const table = h("table");
   const tableBox = h("div", { class: "iw-sr-only iw-sr-table" }, table);
-  root.append(toolbar, status, tokensBox, heatmapBox, legendSlot, caption, tableBox);
+  root.append(toolbar, status, pairsBox, tokensBox, heatmapBox, legendSlot, caption, tableBox);
   el.append(root);
   const tooltip = createTooltip(root);
 
@@ -150,7 +170,31 @@ function renderGeneration({ model, el, reportError }) {
   };
   const scoreText = (value) => (Number.isNaN(value) ? "not visible to this generated token" : formatScore(value, { digits: 6, sign: data.signed }));
   const probText = (step) => (Number.isFinite(data.probs[step]) ? formatProbability(data.probs[step]) : "unknown");
+  const foilProbText = (step) => (Number.isFinite(data.foilProbs[step]) ? formatProbability(data.foilProbs[step]) : "unknown");
+  const contrastive = () => data.foils.length > 0;
+  /** " rather than "foil" (p = …)" for a contrastive step, "" otherwise. */
+  const ratherThan = (step) => (contrastive() ? ` rather than ${quoteToken(data.foils[step])} (p = ${foilProbText(step)})` : "");
+  const ratioText = (step) => {
+    const r = logRatio(data.probs[step], data.foilProbs[step]);
+    return r === null ? "" : `ln(p/p\u2032) = ${formatScore(r, { digits: 3, sign: true })}`;
+  };
 
+  /** The chips of a contrastive result: one per step, "token vs foil", probabilities, ln(p/p'); a click selects. */
+  function buildPairs() {
+    pairsBox.hidden = !contrastive();
+    if (!contrastive()) return pairsBox.replaceChildren();
+    const chips = data.steps.map((index, s) =>
+      h("button", { type: "button", class: "iw-pair", "data-step": s, "aria-pressed": "false", title: `${quoteToken(data.tokens[index])} (p = ${probText(s)}) rather than ${quoteToken(data.foils[s])} (p = ${foilProbText(s)})` }, [
+        h("span", { class: "iw-pair-target" }, displayToken(data.tokens[index])),
+        h("span", { class: "iw-pair-vs" }, " vs "),
+        h("span", { class: "iw-pair-foil" }, displayToken(data.foils[s])),
+        h("span", { class: "iw-pair-ratio" }, ratioText(s)),
+      ]),
+    ); // prettier-ignore
+    const shown = data.contrast.length > 60 ? `${data.contrast.slice(0, 59)}\u2026` : data.contrast;
+    const note = data.signed ? "orange pushes towards the generated token, blue towards the foil" : "scores are unsigned magnitudes";
+    pairsBox.replaceChildren(h("div", { class: "iw-contrast-title" }, `Why each generated token rather than its foil (foil continuation ${quoteToken(shown)}): ${note}`), h("div", { class: "iw-pairs" }, chips));
+  }
   /** Paint one token span for the step on display (`shown`, set by colour()). */
   function paintSpan(span, i) {
     const { values, max, ranks, ranked, options, target } = shown;
@@ -160,7 +204,7 @@ function renderGeneration({ model, el, reportError }) {
     const genStep = stepOf(i);
     const prob = genStep >= 0 ? `, generated with probability ${probText(genStep)}` : "";
     const rank = ranks[i] > 0 ? `, rank ${ranks[i]} of ${ranked}` : "";
-    span.setAttribute("aria-label", `${quoteToken(data.tokens[i])}${prob}, attribution to ${quoteToken(data.tokens[target])}: ${scoreText(values[i])}${rank}`);
+    span.setAttribute("aria-label", `${quoteToken(data.tokens[i])}${prob}, attribution to ${quoteToken(data.tokens[target])}${ratherThan(shownStep)}: ${scoreText(values[i])}${rank}`);
   }
 
   /** Build the token run (spans are made and painted block by block, see renderTokenRun). */
@@ -193,9 +237,10 @@ function renderGeneration({ model, el, reportError }) {
     const target = data.steps[step];
     shown = { values, max, ranks, ranked, options, target };
     for (const span of rendering?.built() ?? []) paintSpan(span, Number(span.dataset.index));
-    status.textContent = `Sources of generated token ${step + 1} of ${data.steps.length}: ${quoteToken(data.tokens[target])} (p = ${probText(step)})`;
+    status.textContent = `Sources of generated token ${step + 1} of ${data.steps.length}: ${quoteToken(data.tokens[target])} (p = ${probText(step)})${ratherThan(step)}`;
+    const versus = contrastive() ? ` rather than ${quoteToken(data.foils[step])}` : "";
     legendSlot.replaceChildren(
-      createLegend(max, theme, `attribution to ${quoteToken(data.tokens[target])}${model.get("shared_scale") ? ", shared scale" : ""}`, {
+      createLegend(max, theme, `attribution to ${quoteToken(data.tokens[target])}${versus}${model.get("shared_scale") ? ", shared scale" : ""}`, {
         signed: data.signed,
         encoding: options.encoding,
       }),
@@ -207,7 +252,7 @@ function renderGeneration({ model, el, reportError }) {
   function fillTable(step, values, ranks, ranked) {
     tableFill?.cancel();
     tableFill = fillTableIdle(table, {
-      caption: `Attribution of each source token to generated token ${quoteToken(data.tokens[data.steps[step]])}`,
+      caption: `Attribution of each source token to generated token ${quoteToken(data.tokens[data.steps[step]])}${contrastive() ? ` rather than its foil ${quoteToken(data.foils[step])}` : ""}`,
       header: ["token", "score", "rank"],
       count: data.n,
       row: (i) => [data.tokens[i], scoreText(values[i]), ranks[i] > 0 ? `${ranks[i]} of ${ranked}` : ""],
@@ -233,7 +278,8 @@ function renderGeneration({ model, el, reportError }) {
       const values = row(s);
       const max = shared ? globalMax : maxMagnitude(values);
       ctx.fillStyle = fg;
-      ctx.fillText(displayToken(data.tokens[index]).slice(0, 14), 2, s * CELL_HEIGHT + CELL_HEIGHT / 2, LABEL_WIDTH - 6);
+      const label = contrastive() ? `${displayToken(data.tokens[index]).slice(0, 7)} vs ${displayToken(data.foils[s]).slice(0, 7)}` : displayToken(data.tokens[index]).slice(0, 14);
+      ctx.fillText(label, 2, s * CELL_HEIGHT + CELL_HEIGHT / 2, LABEL_WIDTH - 6);
       for (let i = 0; i < data.n; i += 1) {
         const v = values[i];
         ctx.fillStyle = Number.isNaN(v) ? "rgba(127,127,127,0.15)" : rgbString(scoreRgb(v, max, theme, { signed: data.signed }));
@@ -257,6 +303,7 @@ function renderGeneration({ model, el, reportError }) {
     tokensBox.hidden = view !== "text";
     heatmapBox.hidden = view !== "heatmap";
     colour(step);
+    for (const chip of pairsBox.querySelectorAll(".iw-pair")) chip.setAttribute("aria-pressed", String(Number(chip.dataset.step) === step));
     if (!rendering) build();
     if (view === "heatmap") drawHeatmap();
     caption.textContent = [data.method && `method: ${data.method}`, data.meaning && `score: ${data.meaning}`].filter(Boolean).join(" \u00b7 ");
@@ -270,6 +317,7 @@ function renderGeneration({ model, el, reportError }) {
     if (disposed) return;
     if (level === 2) {
       data = readGeneration(model);
+      buildPairs();
       rendering?.cancel();
       rendering = null;
     }
@@ -284,7 +332,9 @@ function renderGeneration({ model, el, reportError }) {
     const rows = [["token", quoteToken(data.tokens[i])]];
     const step = stepOf(i);
     if (step >= 0) rows.push(["probability", probText(step)]);
-    rows.push([`→ ${quoteToken(data.tokens[data.steps[shownStep]])}`, scoreText(row(shownStep)[i])]);
+    if (step >= 0 && contrastive()) rows.push(["foil", `${quoteToken(data.foils[step])} (p = ${foilProbText(step)})`]);
+    const versus = contrastive() ? ` vs ${quoteToken(data.foils[shownStep])}` : "";
+    rows.push([`→ ${quoteToken(data.tokens[data.steps[shownStep]])}${versus}`, scoreText(row(shownStep)[i])]);
     return rows;
   };
   const activate = (i) => {
@@ -352,6 +402,7 @@ function renderGeneration({ model, el, reportError }) {
     tooltip.show(canvas, [
       ["source", `${quoteToken(data.tokens[cell.token])} (#${cell.token})`],
       ["generated", `${quoteToken(target)} (p = ${probText(cell.step)})`],
+      ...(contrastive() ? [["foil", `${quoteToken(data.foils[cell.step])} (p = ${foilProbText(cell.step)})`]] : []),
       ["score", scoreText(row(cell.step)[cell.token])],
     ]);
     canvas.dataset.hoverStep = String(cell.step);
@@ -369,11 +420,18 @@ function renderGeneration({ model, el, reportError }) {
     event.preventDefault();
   })); // prettier-ignore
   viewButtons.forEach((b) => b.addEventListener("click", safely(() => save({ view: b.dataset.view }))));
+  pairsBox.addEventListener("click", safely((event) => {
+    const chip = event.target instanceof Element ? event.target.closest(".iw-pair") : null;
+    if (chip) save({ selected_step: Number(chip.dataset.step) });
+  })); // prettier-ignore
   sharedToggle.addEventListener("change", safely(() => save({ shared_scale: sharedToggle.checked })));
-  const csvRows = () => [
-    ["generated_step", "generated_token", "probability", ...data.tokens.map((t, i) => `${i}:${t}`)],
-    ...data.steps.map((index, s) => [s, data.tokens[index], data.probs[s] ?? "", ...row(s)]),
-  ];
+  const csvRows = () => {
+    const foil = (s) => (contrastive() ? [data.foils[s], data.foilProbs[s] ?? ""] : []);
+    return [
+      ["generated_step", "generated_token", "probability", ...(contrastive() ? ["foil", "foil_probability"] : []), ...data.tokens.map((t, i) => `${i}:${t}`)],
+      ...data.steps.map((index, s) => [s, data.tokens[index], data.probs[s] ?? "", ...foil(s), ...row(s)]),
+    ];
+  };
   toolbar.append(
     createExportMenu({ name: "generation-attribution", root, rows: csvRows, prepare: () => rendering.finish(), title: () => `${data.method || "attribution"}: generation`, reportError }),
   );
@@ -387,6 +445,7 @@ function renderGeneration({ model, el, reportError }) {
     request(1);
   });
   data = readGeneration(model);
+  buildPairs();
   draw();
   return () => {
     disposed = true;

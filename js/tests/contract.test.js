@@ -50,7 +50,8 @@ const VIEWS = [
     file: "generation.js", model: "GenerationModel", widget: generation,
     state: { ...common, tokens: ["p", "q", "g1", "g2"], spaces_before: ["", " ", " ", " "], special_mask: bool([0, 0, 0, 0]),
       generated_mask: bool([0, 0, 1, 1]), scores: f32([1, 2, NaN, NaN, 1, 2, 3, NaN], [2, 4]), step_tokens: [2, 3], step_probs: [0.5, null],
-      method: "saliency", score_meaning: "", signed: true, shared_scale: false, view: "text", selected_step: 0 },
+      method: "saliency", score_meaning: "", signed: true, shared_scale: false, view: "text", selected_step: 0,
+      foil_tokens: ["f1", "f2"], foil_probs: [0.1, null], contrast: " f1f2" },
   },
   {
     file: "comparison.js", model: "ComparisonModel", widget: comparison,

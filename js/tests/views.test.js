@@ -3,7 +3,7 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import comparison from "../src/comparison.js";
 import examples, { visibleOrder } from "../src/example_list.js";
-import generation, { heatmapCell } from "../src/generation.js";
+import generation, { heatmapCell, logRatio } from "../src/generation.js";
 import { unitText } from "../src/lib/aggregate.js";
 import { scoreColours } from "../src/lib/colour.js";
 import { labelRanks, pageOf, sortIndices, textTable } from "../src/lib/controls.js";
@@ -245,6 +245,9 @@ function generationState(overrides = {}) {
     method: "integrated_gradients",
     score_meaning: "",
     signed: true,
+    foil_tokens: [],
+    foil_probs: [],
+    contrast: "",
     shared_scale: false,
     encoding: "colour",
     high_contrast: false,
@@ -299,6 +302,38 @@ describe("generation view", () => {
     expect(heatmapCell(165, 3, layout)).toEqual({ step: 0, token: 4 });
     expect(heatmapCell(100, 3, layout)).toBeNull();
     expect(heatmapCell(175, 3, layout)).toBeNull();
+  });
+
+  it("shows each generated token beside its foil, and a chip selects the step", async () => {
+    const contrast = { foil_tokens: [EVIL, "!"], foil_probs: [0.05, 0.9], contrast: ` ${EVIL}!` };
+    const model = mount(generation, fakeModel(generationState(contrast)));
+    const chips = Array.from(el.querySelectorAll(".iw-pair"));
+    expect(chips.map((c) => c.querySelector(".iw-pair-foil").textContent)).toEqual([EVIL, "!"]);
+    expect(chips[0].querySelector(".iw-pair-target").textContent).toBe("great");
+    expect(chips[0].querySelector(".iw-pair-ratio").textContent).toBe(`ln(p/p\u2032) = +${Number(Math.log(0.42 / 0.05).toPrecision(3))}`);
+    expect(chips[1].querySelector(".iw-pair-ratio").textContent).toBe("ln(p/p\u2032) = 0");
+    expect(chips.map((c) => c.getAttribute("aria-pressed"))).toEqual(["true", "false"]);
+    expect(el.querySelector("img")).toBeNull();
+    expect(window.__xss).toBe(0);
+    const status = el.querySelector(".iw-generation-status").textContent;
+    expect(status).toContain(`"great" (p = 42.0%) rather than "${EVIL}" (p = 5.0%)`);
+    expect(el.querySelector(".iw-legend-title").textContent).toContain(`rather than "${EVIL}"`);
+    expect(el.querySelector(".iw-contrast-title").textContent).toContain("orange pushes towards the generated token");
+    chips[1].click();
+    expect(model.state.selected_step).toBe(1);
+    await settle();
+    expect(el.querySelectorAll(".iw-pair")[1].getAttribute("aria-pressed")).toBe("true");
+    expect(logRatio(0.5, 0)).toBeNull();
+  });
+
+  it("hides the foil chips without a contrast and refuses a foil list of the wrong length", () => {
+    mount(generation, fakeModel(generationState()));
+    expect(el.querySelector(".iw-contrast").hidden).toBe(true);
+    cleanup();
+    cleanup = undefined;
+    el.replaceChildren();
+    mount(generation, fakeModel(generationState({ foil_tokens: ["x"] })));
+    expect(el.querySelector('[role="alert"]').textContent).toContain("foil_tokens has 1 entries for 2 generated tokens");
   });
 
   it("shows an error instead of a blank cell for inconsistent data", () => {
