@@ -8,6 +8,8 @@
   MiniLM WordPiece tokenizer; ``adapter`` is their ``ModelAdapter``
 - ``masked_lm``: a 2-layer BERT masked LM with the same tokenizer
 - ``lm`` and ``lm_tokenizer``: a 2-layer GPT-2 causal LM with a byte-level BPE tokenizer
+- ``chat_lm`` and ``chat_tokenizer``: a 2-layer Llama causal LM whose tokenizer (the same BPE plus ``<|im_start|>`` /
+  ``<|im_end|>``) has a ChatML chat template with a default system prompt, as SmolLM2's
 - ``texts``: 40 sentences of the demo corpus
 - ``result``: a saliency ``AttributionResult`` of ``model`` on "Not bad at all, honestly."
 - ``store``: the per-token ``ActivationStore`` of ``model``'s layer 1 over ``texts`` (775 rows × 32)
@@ -50,10 +52,12 @@ def _doctest_names(request):
 
     model, tokenizer = tiny_models.bert_classifier()
     lm, lm_tokenizer = tiny_models.gpt2_lm()
+    chat_lm, chat_tokenizer = tiny_models.chat_llama_lm()
     namespace = request.getfixturevalue("doctest_namespace")
     namespace.update(
         np=np, torch=torch, model=model, tokenizer=tokenizer, adapter=ModelAdapter(model, tokenizer),
         masked_lm=tiny_models.bert_masked_lm()[0], lm=lm, lm_tokenizer=lm_tokenizer, texts=corpus()[:40],
+        chat_lm=chat_lm, chat_tokenizer=chat_tokenizer,
         result=_saliency_result(Saliency, model, tokenizer), **_concept_names(model, tokenizer, corpus()[:40]),
     )
     torch.manual_seed(0)

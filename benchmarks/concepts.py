@@ -1,16 +1,51 @@
-"""Bounded-memory activation collection at scale, and concept-model fits against Interpreto at 20, 50 and 100 concepts.
+"""Concepts at scale: bounded-memory collection, fits against Interpreto, a 16,384-concept SAE of SmolLM2 on the real
+corpus, planted-dictionary recovery, LM labels against token labels, and the 16k-concept browser in chromium.
 
-Run: ``python -u benchmarks/concepts.py [--tokens 1000000] [--budget 256MB] [--fit-rows 20000]`` from the repository
-root (``--skip-collect`` runs only the fit comparison, ``--skip-fit`` only the collection). Prints ``bench:`` lines
-(with goals) and ``info:`` lines (measurements without a goal).
+Run: ``python -u benchmarks/concepts.py [--parts collect fit scale recovery labels browser]`` from the repository
+root (default: every part; ``--skip-collect`` / ``--skip-fit`` drop the first two). Prints ``bench:`` lines (with
+goals) and ``info:`` lines (measurements without a goal). The parts ``scale`` and ``labels`` take hours on a
+shared 2-core machine; their intermediate results (the activation store, the SAE, the interpretation) are kept in
+``--work-dir`` and reused by later runs (``--refit`` fits again), and the store is collected in parts of 2,000
+texts, so an interrupted collection resumes where it stopped.
 
-Collection: the demo classifier (all-MiniLM-L6-v2 fine-tuned, width 384; set ``INTERP_WIDGETS_CACHE`` to reuse a
+Part ``scale``: SmolLM2-135M-Instruct (``demo.load_lm``), layer ``layer:15`` (the middle of its 30 blocks), over
+the train split of the real corpus (``demo.load_text_corpus("train")``: 29,390 distinct paragraphs of the Python
+documentation, 1.24M tokens), streamed to disk by ``collect_activations``'s memory budget. A 16,384-concept TopK
+SAE (``SparseAutoencoder``, ``k = --sae-k``) is fitted with streaming minibatches from the first ``--sae-rows``
+rows of the store (``info: scale_sae_step_seconds`` extrapolates to an epoch over the whole store) and evaluated on
+held-out rows (parts not used for fitting): fraction of variance unexplained and dead fraction (concepts that
+never fire on those rows, and on every row the interpreter scanned). ``interpret_concepts`` (bounded blocks, top-k
+by partition) then summarises every concept over ``--interpret-rows`` rows (default all). Peak RSS is the process
+high-water mark after each stage (goal <= 3 GB); it includes Python, torch and SmolLM2 when the store is collected
+in the same process.
+
+Part ``recovery``: a synthetic store on disk (``--rec-rows`` rows of ``--rec-dim`` features, each a positive
+combination of ``--rec-active`` of ``--rec-atoms`` random unit atoms, plus noise) and a TopK SAE of as many concepts
+fitted from it by streaming minibatches: the mean over planted atoms of the largest cosine with a learned direction
+(goal >= 0.9), and the one-to-one matched cosine as information.
+
+Part ``labels``: ``--label-concepts`` live concepts of the scale run's SAE, drawn at random (seeded) among those that
+fire in at least 5 held-out contexts, each labelled by ``TokenLabeler`` and by ``LMLabeler`` (SmolLM2, greedy) from
+its top examples, both scored by ``label_auroc`` on held-out contexts (windows of 24 tokens of the test split, never
+seen by the SAE or the interpreter) embedded with the shipped MiniLM encoder (``demo.sentence_embedder``), reported
+as they come: mean and median AUROC of each labeller, the paired difference with a bootstrap interval, and how often
+the LM label scores higher.
+
+Part ``browser``: a 16,384-concept ``ConceptBrowser`` (the scale run's interpretation when it exists, else a
+synthetic one of the same size) in headless Debian chromium (Playwright, the flags of ``tests/browser``): first
+paint (the view's ``render()`` on the exported state to the end of the next frame, goal < 200 ms), search (a
+keystroke in the search box to the end of the next frame, the filtered list drawn, goal < 50 ms), and the exported
+HTML page's load to its first listed concept; medians over fresh pages.
+
+Part ``collect`` (MiniLM classifier):
+
+the demo classifier (all-MiniLM-L6-v2 fine-tuned, width 384; set ``INTERP_WIDGETS_CACHE`` to reuse a
 cached copy), layer 3, on the demo corpus repeated until ``--tokens`` tokens (special tokens excluded). Rows above
 the memory budget stream to a temporary directory as ``.npy`` chunks. Peak RSS is the process high-water mark
 (``ru_maxrss``) and includes Python, torch and the model. After collection the whole store is streamed once more
 (per-feature mean) to show that reading back is bounded too.
 
-Fit comparison with Interpreto (``interpreto`` package, its ``NMFConcepts`` and ``TopKSAEConcepts`` around a
+Part ``fit``: comparison with Interpreto (``interpreto`` package, its ``NMFConcepts`` and ``TopKSAEConcepts`` around a
 ``ModelWithSplitPoints`` built on the same classifier at ``bert.encoder.layer.3``):
 
 - Same activations: ``--fit-rows`` token rows collected by our ``collect_activations`` at ``layer:3``; both libraries
@@ -44,11 +79,13 @@ Fit comparison with Interpreto (``interpreto`` package, its ``NMFConcepts`` and 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import resource
 import statistics
 import sys
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -266,8 +303,425 @@ def comparison(model, tokenizer, args) -> None:
     bench("concepts_fit_peak_rss_mb", peak_rss_mb(), "<=", 2000)
 
 
+# ---------------------------------------------------------------------------------------------------------- scale
+
+
+def real_store_parts(args):
+    """The train split's activations at ``--layer`` as a list of part stores on disk (collected if missing)."""
+    from interp_widgets.concepts import ActivationStore
+
+    texts = demo.load_text_corpus("train")
+    texts = texts[: args.store_texts] if args.store_texts else texts
+    root = args.work_dir / f"smollm2_{args.layer.replace(':', '')}_train_{len(texts)}_by{args.part_texts}"
+    root.mkdir(parents=True, exist_ok=True)
+    starts = list(range(0, len(texts), args.part_texts))
+    missing = [i for i in range(len(starts)) if not (root / f"part-{i:03d}" / "manifest.json").is_file()]
+    if missing:
+        model, tokenizer = demo.load_lm(progress=False)
+        seconds, rows = 0.0, 0
+        for i in missing:
+            path = root / f"part-{i:03d}"
+            if path.exists():  # an interrupted part: collect it again
+                import shutil
+
+                shutil.rmtree(path)
+            start = time.perf_counter()
+            part = collect_activations(model, tokenizer, texts[starts[i]:starts[i] + args.part_texts], layer=args.layer,
+                                       memory_budget="256MB", path=path, progress=False)
+            seconds += time.perf_counter() - start
+            rows += len(part)
+            print(f"  collected part {i + 1}/{len(starts)}: {len(part)} rows, {seconds:.0f} s so far", flush=True)
+        info("scale_collect_seconds", f"{seconds:.0f} for {rows} rows ({rows / max(seconds, 1e-9):.0f} tokens/s, "
+             f"{len(missing)} of {len(starts)} parts collected in this run)")
+        del model
+    else:
+        info("scale_collect_seconds", f"store reused from {root}")
+    parts = [ActivationStore.open(root / f"part-{i:03d}") for i in range(len(starts))]
+    bench("concepts_scale_store_rows", sum(len(p) for p in parts), ">=", 1_000_000)
+    if not args.massive_factor:
+        return parts, texts
+    # massive activations (attention sinks: the first token of each text) dominate any decomposition; drop them
+    selected, dropped, at_first, rows = [], 0, 0, 0
+    for i, part in enumerate(parts):
+        path = root / f"part-{i:03d}-below{args.massive_factor:g}xmedian"
+        norms = part.row_norms()
+        keep = norms < args.massive_factor * np.median(norms)
+        first = np.r_[True, part.text_ids[1:] != part.text_ids[:-1]]  # each text's first stored token
+        if not (path / "manifest.json").is_file():
+            if path.exists():
+                import shutil
+
+                shutil.rmtree(path)
+            part.select(keep, path=path, memory_budget="256MB")
+        selected.append(ActivationStore.open(path))
+        dropped, at_first, rows = dropped + int((~keep).sum()), at_first + int((~keep & first).sum()), rows + len(part)
+    info("scale_massive_rows_dropped", f"{dropped} of {rows} rows ({dropped / rows:.2%}) have a norm over "
+         f"{args.massive_factor:g}x the median (attention sinks), {at_first} of them the first token of a text "
+         f"({sum(len(p.texts) for p in parts)} texts); they are dropped: the SAE, FVU and interpretation use the rest")
+    return selected, texts
+
+
+def leading(parts, rows: int):
+    """The fewest leading parts holding at least ``rows`` rows, as one store, and how many parts that is."""
+    from interp_widgets.concepts import ActivationStore
+
+    total, used = 0, 0
+    while used < len(parts) and total < rows:
+        total += len(parts[used])
+        used += 1
+    return ActivationStore.concat(parts[:used]), used
+
+
+def scale(args) -> None:
+    """A ≥1M-token SmolLM2 store, a 16k-concept SAE fitted by streaming, evaluation and bounded interpretation."""
+    from interp_widgets.concepts import ActivationStore, ConceptModel, ConceptInterpretation, evaluate, interpret_concepts
+
+    parts, texts = real_store_parts(args)
+    store = ActivationStore.concat(parts)
+    info("scale_store", f"{store!r}; {len(set(texts))} distinct texts of {len(texts)}; "
+         f"{store.nbytes / 1e9:.2f} GB of float32 on disk, never all in RAM")
+    bench("concepts_scale_after_store_peak_rss_mb", peak_rss_mb(), "<=", 3000)
+
+    sae_path = args.work_dir / f"sae{args.n_concepts}_k{args.sae_k}_{args.sae_rows}rows_{args.sae_epochs}ep.safetensors"
+    fit_store, fit_parts = leading(parts, args.sae_rows)
+    held_parts = parts[fit_parts:]
+    if not held_parts and args.held_out_fraction:
+        # no whole part is left for evaluation: hold out the last texts of the last fitted part (split by text)
+        last, root = parts[fit_parts - 1], args.work_dir / f"split{args.held_out_fraction:g}"
+        cutoff = int(np.ceil(len(last.texts) * (1 - args.held_out_fraction)))
+        halves = []
+        for name, mask in (("fit", last.text_ids < cutoff), ("held_out", last.text_ids >= cutoff)):
+            path = root / f"part-{fit_parts - 1:03d}-{name}"
+            if not (path / "manifest.json").is_file():
+                if path.exists():
+                    import shutil
+
+                    shutil.rmtree(path)
+                last.select(mask, path=path, memory_budget="256MB")
+            halves.append(ActivationStore.open(path))
+        fit_store, held_parts = ActivationStore.concat(parts[:fit_parts - 1] + [halves[0]]), [halves[1]]
+        fit_rows = len(fit_store)
+        if fit_rows > args.sae_rows:  # the first --sae-rows rows of the fitted texts
+            fit_store = fit_store.select(np.arange(args.sae_rows), memory_budget="256MB")
+        sae_path = sae_path.with_name(sae_path.stem + f"_heldout{args.held_out_fraction:g}.safetensors")
+        info("scale_split", f"fitted on the first {len(fit_store)} of the {fit_rows} rows of the first {cutoff} of "
+             f"{len(last.texts)} texts of part {fit_parts - 1}, evaluated on rows of the other "
+             f"{len(last.texts) - cutoff} texts ({len(halves[1])} rows)")
+    held_out = ActivationStore.concat(held_parts) if held_parts else None
+    if sae_path.is_file() and not args.refit:
+        sae = ConceptModel.load(sae_path)
+        info("scale_sae", f"reused {sae_path.name}: {sae.fit_info_.get('rows')} rows, {sae.fit_info_.get('epochs')} "
+             f"epochs, fit {sae.fit_info_.get('bench_seconds', '?')} s")
+    else:
+        sae = SparseAutoencoder(args.n_concepts, activation="topk", k=args.sae_k, batch_size=1024, lr=args.sae_lr,
+                                max_epochs=args.sae_epochs, monitor_rows=4096, progress=True)
+        start = time.perf_counter()
+        sae.fit(fit_store)
+        seconds = time.perf_counter() - start
+        sae.fit_info_["bench_seconds"] = round(seconds, 1)
+        sae.save(sae_path)
+        steps = sae.fit_info_["epochs"] * math.ceil(len(fit_store) / 1024)
+        info("scale_sae_fit", f"{seconds:.0f} s: {sae.fit_info_['epochs']} epoch(s) over {len(fit_store)} streamed rows "
+             f"({steps} steps of 1024 rows), history {[round(h['monitor_fvu'], 4) for h in sae.fit_info_['history']]}")
+        info("scale_sae_step_seconds", f"{seconds / steps:.2f} (one epoch over all {len(store)} rows would take "
+             f"{seconds / steps * math.ceil(len(store) / 1024) / 3600:.1f} h at this rate)")
+        bench("concepts_scale_sae_fit_peak_rss_mb", peak_rss_mb(), "<=", 3000)
+    if held_out is not None:
+        eval_store, _ = leading(held_parts, args.eval_rows)
+        if len(eval_store) > args.eval_rows:
+            eval_store = eval_store.select(np.arange(args.eval_rows), memory_budget="256MB")
+        start = time.perf_counter()
+        report = evaluate(sae, eval_store)
+        info("scale_eval_seconds", f"{time.perf_counter() - start:.0f} for {report['rows']} held-out rows")
+        bench("concepts_scale_sae_fvu_held_out", 1 - report["explained_variance"], "<=", 0.3)
+        bench("concepts_scale_sae_dead_fraction_held_out", report["n_dead"] / sae.n_concepts, "<=", 0.1)
+        info("scale_sae_l0_held_out", f"{report['l0']:.2f} (k = {sae.k_})")
+    interp_path = args.work_dir / f"{sae_path.stem}_interp{args.interpret_rows or 'all'}.safetensors"
+    if interp_path.is_file() and not args.refit:
+        interp = ConceptInterpretation.load(interp_path)
+        info("scale_interpret", f"reused {interp_path.name}")
+    else:
+        scanned = store if not args.interpret_rows else leading(parts, args.interpret_rows)[0]
+        if args.interpret_rows and len(scanned) > args.interpret_rows:
+            scanned = scanned.select(np.arange(args.interpret_rows), memory_budget="256MB")
+        start = time.perf_counter()
+        interp = interpret_concepts(sae, scanned, k=10, window=8, progress=True)
+        seconds = time.perf_counter() - start
+        interp.save(interp_path)
+        info("scale_interpret_seconds", f"{seconds:.0f} for {len(scanned)} rows x {sae.n_concepts} concepts "
+             f"({len(scanned) / seconds:.0f} rows/s; all {len(store)} rows: about "
+             f"{seconds * len(store) / len(scanned) / 60:.0f} min)")
+        bench("concepts_scale_interpret_peak_rss_mb", peak_rss_mb(), "<=", 3000)
+    info("scale_interpret_rows", interp.params["rows"])
+    bench("concepts_scale_dead_fraction_interpreted_rows", float(interp.dead.mean()), "<=", 0.1)
+    bench("concepts_scale_peak_rss_mb", peak_rss_mb(), "<=", 3000)
+
+
+# ------------------------------------------------------------------------------------------------------- recovery
+def recovery(args) -> None:
+    """A planted dictionary in a synthetic store on disk, recovered by a streamed TopK SAE."""
+    from interp_widgets.concepts import ActivationStore, matched_cosine
+
+    rng = np.random.default_rng(0)
+    atoms = rng.normal(size=(args.rec_atoms, args.rec_dim))
+    atoms /= np.linalg.norm(atoms, axis=1, keepdims=True)
+    rows, per_text = args.rec_rows, 50
+    chunks = []
+    for start in range(0, rows, 50_000):
+        n = min(50_000, rows - start)
+        chosen = np.stack([rng.choice(args.rec_atoms, args.rec_active, replace=False) for _ in range(n)])
+        weights = rng.uniform(0.5, 1.5, size=chosen.shape)
+        X = np.einsum("nk,nkd->nd", weights, atoms[chosen]) + 0.01 * rng.normal(size=(n, args.rec_dim))
+        chunks.append(X.astype(np.float32))
+    meta = {"text_id": np.arange(rows) // per_text, "position": np.arange(rows) % per_text,
+            "start": np.zeros(rows, np.int64), "end": np.zeros(rows, np.int64), "token_id": np.full(rows, -1)}
+    texts = [f"synthetic text {i}" for i in range((rows + per_text - 1) // per_text)]
+    directory = Path(tempfile.mkdtemp(prefix="planted_", dir=args.work_dir if args.work_dir.is_dir() else None))
+    ActivationStore(chunks, meta, texts, {"layer": "planted", "unit": "token", "dim": args.rec_dim}).save(directory / "store")
+    del chunks
+    store = ActivationStore.open(directory / "store")
+    info("recovery_store", repr(store))
+    sae = SparseAutoencoder(args.rec_atoms, activation="topk", k=args.rec_active, batch_size=1024, lr=2e-3,
+                            max_epochs=args.rec_epochs, monitor_rows=8192, progress=False)
+    start = time.perf_counter()
+    sae.fit(store)
+    seconds = time.perf_counter() - start
+    learned = sae.components_ / np.linalg.norm(sae.components_, axis=1, keepdims=True).clip(1e-12)
+    mean_max = float((atoms @ learned.T).max(axis=1).mean())
+    matched, _, _ = matched_cosine(atoms, sae.components_)
+    info("recovery_fit", f"{seconds:.0f} s, {sae.fit_info_['epochs']} epochs, monitor FVU "
+         f"{sae.fit_info_['history'][-1]['monitor_fvu']:.4f}")
+    bench("concepts_recovery_mean_max_cosine", mean_max, ">=", 0.9)
+    info("recovery_matched_cosine_one_to_one", f"{matched:.4f}")
+    info("recovery_atoms_found_at_0.9", f"{float(((atoms @ learned.T).max(axis=1) >= 0.9).mean()):.3f}")
+    import shutil
+
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+# --------------------------------------------------------------------------------------------------------- labels
+def held_out_contexts(args, model, tokenizer, window: int = 24):
+    """Windows of ``window`` tokens of the test split with their layer activations (collected once, cached)."""
+    from interp_widgets.concepts import ActivationStore
+
+    texts = demo.load_text_corpus("test")[: args.label_texts]
+    path = args.work_dir / f"smollm2_{args.layer.replace(':', '')}_test_{len(texts)}"
+    if (path / "manifest.json").is_file():
+        store = ActivationStore.open(path)
+    else:
+        if path.exists():
+            import shutil
+
+            shutil.rmtree(path)
+        store = collect_activations(model, tokenizer, texts, layer=args.layer, path=path, progress=False)
+    contexts, bounds = [], []
+    for t in range(len(store.texts)):
+        rows = store.text_rows(t)
+        for a in range(0, len(rows), window):
+            chunk = rows[a:a + window]
+            if len(chunk) < window // 2:
+                continue
+            start, end = int(store.offsets[chunk[0], 0]), int(store.offsets[chunk[-1], 1])
+            contexts.append(store.texts[t][start:end])
+            bounds.append((int(chunk[0]), int(chunk[-1]) + 1))
+    return store, contexts, bounds
+
+
+def labels_part(args) -> None:
+    """LMLabeler (SmolLM2) against TokenLabeler labels, scored by label_auroc on held-out contexts (MiniLM)."""
+    from interp_widgets.concepts import ConceptInterpretation, ConceptModel, LMLabeler, TokenLabeler, label_auroc
+
+    candidates = sorted(args.work_dir.glob(f"sae{args.n_concepts}_k{args.sae_k}_*_interp*.safetensors"))
+    if not candidates:
+        raise SystemExit("the labels part needs the scale part's SAE and interpretation; run --parts scale first")
+    interp = ConceptInterpretation.load(candidates[-1])
+    sae = ConceptModel.load(args.work_dir / (candidates[-1].name.split("_interp")[0] + ".safetensors"))
+    info("labels_concepts_of", f"{candidates[-1].name}")
+    model, tokenizer = demo.load_lm(progress=False)
+    store, contexts, bounds = held_out_contexts(args, model, tokenizer)
+    info("labels_held_out", f"{len(contexts)} contexts of 24 tokens from {len(store.texts)} test paragraphs "
+         f"({len(store)} tokens)")
+    maxima = np.zeros((len(contexts), sae.n_concepts), dtype=np.float32)
+    for i, (a, b) in enumerate(bounds):
+        maxima[i] = sae.transform(store[a:b]).max(0)
+    fires = (maxima > 0).sum(0)
+    eligible = np.flatnonzero(~interp.dead & (fires >= 5) & (fires <= 0.5 * len(contexts)))
+    rng = np.random.default_rng(0)
+    chosen = np.sort(rng.choice(eligible, size=min(args.label_concepts, len(eligible)), replace=False))
+    info("labels_chosen", f"{len(chosen)} of {len(eligible)} eligible concepts (live, firing in 5 to "
+         f"{len(contexts) // 2} held-out contexts)")
+    token_labeler, lm_labeler = TokenLabeler(), LMLabeler(model, tokenizer)
+    token_labels = [token_labeler(int(c), interp.examples[c]) for c in chosen]
+    start = time.perf_counter()
+    lm_labels = [lm_labeler(int(c), interp.examples[c]) for c in chosen]
+    info("labels_lm_seconds_per_concept", f"{(time.perf_counter() - start) / len(chosen):.2f}")
+    embed = demo.sentence_embedder()
+    coefficients = maxima[:, chosen]
+    token_auroc = label_auroc(token_labels, coefficients, contexts, embed)
+    lm_auroc = label_auroc(lm_labels, coefficients, contexts, embed)
+    both = np.isfinite(token_auroc) & np.isfinite(lm_auroc)
+    difference = lm_auroc[both] - token_auroc[both]
+    boot = [rng.choice(difference, len(difference)).mean() for _ in range(2000)]
+    bench("concepts_labels_token_auroc_mean", float(np.nanmean(token_auroc)), ">", 0.5)
+    bench("concepts_labels_lm_auroc_mean", float(np.nanmean(lm_auroc)), ">", 0.5)
+    bench("concepts_labels_lm_minus_token_auroc_mean", float(difference.mean()), ">", 0)
+    info("labels_auroc_median", f"token {np.nanmedian(token_auroc):.3f}, LM {np.nanmedian(lm_auroc):.3f}")
+    info("labels_lm_minus_token_95ci", f"[{np.percentile(boot, 2.5):+.3f}, {np.percentile(boot, 97.5):+.3f}] over "
+         f"{int(both.sum())} concepts; LM higher on {int((difference > 0).sum())}, token higher on "
+         f"{int((difference < 0).sum())}")
+    for c, t, l, a, b in list(zip(chosen, token_labels, lm_labels, token_auroc, lm_auroc))[:12]:
+        print(f"  concept {c}: token {t!r} ({a:.2f}) | LM {l!r} ({b:.2f})", flush=True)
+
+
+# -------------------------------------------------------------------------------------------------------- browser
+PAINT = """async ({esm, payload}) => {
+  const state = payload.state;
+  for (const {path, data} of payload.buffers) {
+    const bin = atob(data); const bytes = new Uint8Array(bin.length);
+    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    let node = state; for (const k of path.slice(0, -1)) node = node[k];
+    node[path[path.length - 1]] = new DataView(bytes.buffer);
+  }
+  const handlers = new Map();
+  const model = {get: (k) => state[k], set: (k, v) => { state[k] = v; for (const h of handlers.get(`change:${k}`) ?? []) h(); },
+    on: (e, h) => { if (!handlers.has(e)) handlers.set(e, new Set()); handlers.get(e).add(h); }, off() {}, save_changes() {}, send() {}};
+  const mod = await import(URL.createObjectURL(new Blob([esm], {type: "text/javascript"})));
+  const el = document.getElementById("el");
+  const frame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
+  await frame();
+  const t0 = performance.now();
+  mod.default.render({model, el});
+  await frame();
+  const paint = performance.now() - t0;
+  if (el.querySelectorAll(".iw-concept").length === 0) throw new Error("no concept listed");
+  const box = el.querySelector(".iw-concept-search");
+  const times = [], listed = [];
+  for (const query of QUERIES) {
+    const t1 = performance.now();
+    box.value = query;
+    box.dispatchEvent(new Event("input"));
+    await frame();
+    times.push(performance.now() - t1);
+    listed.push(`${JSON.stringify(query)}: ${el.querySelector(".iw-pager")?.textContent ?? "?"}`);
+  }
+  return {paint, search: times, listed};
+}"""
+
+LOAD = """() => new Promise((resolve) => {
+  const seen = () => document.querySelector(".iw-concept");
+  if (seen()) return resolve(performance.now());
+  new MutationObserver((_, observer) => { if (seen()) { observer.disconnect(); resolve(performance.now()); } })
+    .observe(document, {childList: true, subtree: true});
+})"""
+
+SEARCHES = ["d", "de", "def", "defa", "default", "", "the", "class", "x"]
+
+
+def synthetic_interpretation(n: int):
+    """A ConceptInterpretation of ``n`` concepts with corpus words as tokens (for the browser alone)."""
+    from interp_widgets.concepts import ConceptInterpretation
+
+    rng = np.random.default_rng(0)
+    words = sorted({w.strip(".,()") for t in demo.load_text_corpus("test")[:400] for w in t.split() if w.strip(".,()")})
+    examples = []
+    for c in range(n):
+        picked = rng.choice(words, 10)
+        examples.append([{"row": c * 10 + r, "activation": float(10 - r), "text_id": 0, "position": r, "token": str(w),
+                          "context": ["the ", str(w), " is"], "context_activations": [0.0, float(10 - r), 0.1],
+                          "center": 1} for r, w in enumerate(picked)])
+    from interp_widgets.concepts.interpret import label_from_tokens
+
+    labels = [label_from_tokens([e["token"] for e in ex]) for ex in examples]
+    density = rng.uniform(1e-4, 0.05, n)
+    density[rng.random(n) < 0.03] = 0.0
+    return ConceptInterpretation(
+        method="SparseAutoencoder", layer="layer:15", labels=[lab if d else "" for lab, d in zip(labels, density)],
+        density=density, mean=density, maximum=rng.uniform(1, 10, n), minimum=np.zeros(n),
+        top_rows=np.zeros((n, 10), int), top_values=np.ones((n, 10)), examples=[ex if d else [] for ex, d in zip(examples, density)],
+        top_texts=np.full((n, 10), -1), top_text_values=np.full((n, 10), np.nan), texts={},
+        hist_counts=rng.integers(0, 50, (n, 30)), hist_edges=np.tile(np.linspace(0, 10, 31), (n, 1)),
+        params={"rows": 1_000_000})
+
+
+def browser_part(args) -> None:
+    """Export a 16k-concept browser and time it in headless chromium."""
+    from playwright.sync_api import sync_playwright
+
+    from interp_widgets.concepts import ConceptInterpretation
+    from interp_widgets.widgets import ConceptBrowser
+    from interp_widgets.widgets.export import export_state
+    from tests.browser.harness import launch_chromium
+
+    candidates = sorted(args.work_dir.glob(f"sae{args.n_concepts}_*_interp*.safetensors"))
+    if candidates:
+        interp = ConceptInterpretation.load(candidates[-1])
+        info("browser_concepts", f"the scale run's interpretation {candidates[-1].name}")
+    else:
+        interp = synthetic_interpretation(args.n_concepts)
+        info("browser_concepts", "synthetic (no scale run in --work-dir yet)")
+    browser = ConceptBrowser(interp, page_size=20)
+    page_path = args.work_dir / f"concept_browser_{interp.n_concepts}.html"
+    page_path.parent.mkdir(parents=True, exist_ok=True)
+    page_path.write_text(browser.to_html(title=f"{interp.n_concepts} concepts"), encoding="utf-8")
+    info("browser_export_page_mb", f"{page_path.stat().st_size / 1e6:.2f}")
+    payload = json.loads(json.dumps(export_state(browser)))
+    paints, loads, searches, listed = [], [], [], ""
+    with sync_playwright() as pw:
+        chromium = launch_chromium(pw)
+        for _ in range(args.browser_trials):
+            page = chromium.new_page(viewport={"width": 1200, "height": 900})
+            page.set_content(f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{browser._css}</style></head>"
+                             "<body><div id='el'></div></body></html>")
+            result = page.evaluate(PAINT.replace("QUERIES", json.dumps(SEARCHES)), {"esm": browser._esm, "payload": payload})
+            paints.append(result["paint"])
+            searches.extend(result["search"])
+            listed = result["listed"]
+            page.close()
+            page = chromium.new_page(viewport={"width": 1200, "height": 900})
+            page.goto(page_path.as_uri(), wait_until="commit")
+            loads.append(page.evaluate(LOAD))
+            page.close()
+        chromium.close()
+    searches.sort()
+    bench(f"concepts_browser_{interp.n_concepts // 1000}k_first_paint_ms", statistics.median(paints), "<", 200)
+    bench(f"concepts_browser_{interp.n_concepts // 1000}k_search_ms", statistics.median(searches), "<", 50)
+    info("browser_trials", f"first paint {[round(p) for p in paints]} ms; search median "
+         f"{statistics.median(searches):.1f}, worst {searches[-1]:.1f} ms over {len(searches)} keystrokes; "
+         f"page load to the first listed concept {[round(v) for v in loads]} ms; last list: {listed!r}")
+
+
+PARTS = ("collect", "fit", "scale", "recovery", "labels", "browser")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "interp_widgets_concepts_bench",
+                        help="where the scale store, SAE and interpretation are kept between runs")
+    parser.add_argument("--layer", default="layer:15")
+    parser.add_argument("--store-texts", type=int, default=None, help="train paragraphs to collect (default all)")
+    parser.add_argument("--part-texts", type=int, default=2000,
+                        help="texts per collected part (an interrupted collection resumes at the last finished part)")
+    parser.add_argument("--massive-factor", type=float, default=10.0,
+                        help="drop rows whose norm exceeds this multiple of the median (attention sinks); 0 keeps all")
+    parser.add_argument("--n-concepts", type=int, default=16384)
+    parser.add_argument("--sae-k", type=int, default=32)
+    parser.add_argument("--sae-rows", type=int, default=200_000, help="store rows the SAE is fitted from")
+    parser.add_argument("--sae-epochs", type=int, default=1)
+    parser.add_argument("--sae-lr", type=float, default=1e-3)
+    parser.add_argument("--eval-rows", type=int, default=20_000, help="held-out rows for FVU and dead fraction")
+    parser.add_argument("--held-out-fraction", type=float, default=0.2,
+                        help="when the fit uses every part, the last texts of the last part held out for evaluation")
+    parser.add_argument("--interpret-rows", type=int, default=None, help="rows the interpreter scans (default all)")
+    parser.add_argument("--refit", action="store_true", help="fit and interpret again even if saved results exist")
+    parser.add_argument("--rec-rows", type=int, default=200_000)
+    parser.add_argument("--rec-dim", type=int, default=128)
+    parser.add_argument("--rec-atoms", type=int, default=1024)
+    parser.add_argument("--rec-active", type=int, default=4)
+    parser.add_argument("--rec-epochs", type=int, default=10)
+    parser.add_argument("--label-concepts", type=int, default=36)
+    parser.add_argument("--label-texts", type=int, default=600, help="held-out test paragraphs for the contexts")
+    parser.add_argument("--browser-trials", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=1_000_000)
     parser.add_argument("--budget", default="256MB")
     parser.add_argument("--fit-rows", type=int, default=20_000)
@@ -284,12 +738,22 @@ def main() -> None:
                         help="torch and BLAS threads for the fits (small matrices; extra threads spin on a busy machine)")
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
-
-    model, tokenizer = demo.load_classifier(progress=False)
-    if not args.skip_collect:
-        collection(model, tokenizer, args)
-    if not args.skip_fit:
-        comparison(model, tokenizer, args)
+    args.work_dir.mkdir(parents=True, exist_ok=True)
+    parts = [p for p in PARTS if p in args.parts and not (p == "collect" and args.skip_collect)
+             and not (p == "fit" and args.skip_fit)]
+    print(f"machine load (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+    if "collect" in parts or "fit" in parts:
+        model, tokenizer = demo.load_classifier(progress=False)
+        if "collect" in parts:
+            collection(model, tokenizer, args)
+        if "fit" in parts:
+            comparison(model, tokenizer, args)
+    for part, run in (("scale", scale), ("recovery", recovery), ("labels", labels_part), ("browser", browser_part)):
+        if part in parts:
+            start = time.perf_counter()
+            run(args)
+            info(f"{part}_part_wall_seconds", f"{time.perf_counter() - start:.0f}")
+    print(f"machine load (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
 
 
 if __name__ == "__main__":

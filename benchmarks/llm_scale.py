@@ -128,7 +128,8 @@ class _Counter:
 
     def __enter__(self):
         def pre(module, args, kwargs):
-            x = kwargs.get("input_ids", kwargs.get("inputs_embeds", args[0] if args else None))
+            candidates = (kwargs.get("input_ids"), kwargs.get("inputs_embeds"), *args)
+            x = next((v for v in candidates if isinstance(v, torch.Tensor)), None)
             self.forward += 1
             self.rows += int(x.shape[0]) if isinstance(x, torch.Tensor) else 1
 

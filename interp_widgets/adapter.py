@@ -28,7 +28,8 @@ from torch import nn
 
 from interp_widgets import layers as _layers
 from interp_widgets.layers import LayerPoint, UnsupportedModelError
-from interp_widgets.text_units import Encoding, check_fast_tokenizer, encode
+from interp_widgets._inputs import input_items, is_conversation
+from interp_widgets.text_units import Encoding, check_fast_tokenizer, encode, encode_chat
 from interp_widgets.validation import check_int
 
 __all__ = ["ModelAdapter", "Encoding", "PassCount", "UnsupportedModelError", "detect_task", "execution_device",
@@ -227,35 +228,49 @@ class ModelAdapter:
         return [str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n)]
 
     # ------------------------------------------------------------------ tokenization
-    def encode(self, text: str, *, add_special_tokens: bool = True) -> Encoding:
+    def encode(self, text, *, add_special_tokens: bool = True, add_generation_prompt: bool = False,
+               continue_final_message: bool = False) -> Encoding:  # fmt: skip
         """Tokenize one text with character offsets, word ids and sentence ids (:func:`~interp_widgets.text_units.encode`),
         refusing texts longer than the model accepts (:meth:`check_length`).
+
+        A chat conversation (a list of ``{"role", "content"}`` messages) goes through the tokenizer's chat template
+        (:func:`~interp_widgets.text_units.encode_chat`, with ``add_generation_prompt`` / ``continue_final_message``).
 
         Example:
             >>> adapter.encode("It isn't bad.").words
             ['It', "isn't", 'bad', '.']
+            >>> chat = ModelAdapter(chat_lm, chat_tokenizer).encode([{"role": "user", "content": "Hi!"}])
+            >>> chat.turn_roles, chat.text.count("<|im_start|>")
+            (['system', 'user'], 2)
         """
-        encoding = encode(self.tokenizer, text, add_special_tokens=add_special_tokens)
-        self.check_length(len(encoding), "the text")
+        if is_conversation(text):
+            encoding = encode_chat(self.tokenizer, text, add_generation_prompt=add_generation_prompt,
+                                   continue_final_message=continue_final_message)  # fmt: skip
+            self.check_length(len(encoding), "the conversation")
+        else:
+            encoding = encode(self.tokenizer, text, add_special_tokens=add_special_tokens)
+            self.check_length(len(encoding), "the text")
         return encoding
 
-    def encode_many(self, texts: str | Sequence[str]) -> list[Encoding]:
-        """Tokenize one text or a list of texts; errors name the index of a bad text.
+    def encode_many(self, texts, **chat_options) -> list[Encoding]:
+        """Tokenize one text or conversation, or a list of them; errors name the index of a bad input.
+        ``chat_options`` (``add_generation_prompt``, ``continue_final_message``) apply to conversations.
 
         Example:
             >>> [len(e) for e in adapter.encode_many(["Good.", "Very bad film."])]
             [4, 6]
         """
-        if isinstance(texts, str):
-            texts = [texts]
-        if len(texts) == 0:
+        items, _ = input_items(texts)
+        if len(items) == 0:
             raise ValueError("no texts given; pass a string or a non-empty list of strings.")
         out = []
-        for i, text in enumerate(texts):
+        for i, text in enumerate(items):
             try:
-                out.append(self.encode(text))
-            except ValueError as err:
-                raise ValueError(f"text {i}: {err}") from None
+                out.append(self.encode(text, **(chat_options if is_conversation(text) else {})))
+            except (TypeError, ValueError) as err:
+                if type(err) not in (TypeError, ValueError):
+                    raise
+                raise type(err)(f"text {i}: {err}") from err
         return out
 
     # ------------------------------------------------------------------ running the model

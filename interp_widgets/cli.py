@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from interp_widgets.demo.report import DEFAULT_STEPS
+from interp_widgets.demo.report import DEFAULT_STEPS, GENERATION_PROMPT
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -38,12 +38,15 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(prog="interp-widgets", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    demo_cmd = commands.add_parser("demo", help="explain built-in texts (and yours) with the demo classifier")
+    demo_cmd = commands.add_parser("demo", help="explain built-in texts (and yours) with the demo classifier, and a "
+                                   "prompt's continuation with the pretrained decoder SmolLM2")
     demo_cmd.add_argument("--text", action="append", default=[], help="a text to explain (repeatable)")
     demo_cmd.add_argument("--out", default="interp_widgets_demo.html", help="report path (default: %(default)s)")
     demo_cmd.add_argument("--no-builtin", action="store_true", help="explain only the --text inputs")
     demo_cmd.add_argument("--steps", type=int, default=DEFAULT_STEPS,
                           help="fine-tuning steps of the monitored training run (default: %(default)s)")
+    demo_cmd.add_argument("--prompt", default=GENERATION_PROMPT,
+                          help="the prompt SmolLM2 continues in the generation section (default: %(default)r)")
     demo_cmd.add_argument("--quiet", action="store_true", help="no progress bars")
     export_cmd = commands.add_parser(
         "export", help="offline HTML of an executed notebook, widgets live from their saved state (no CDN)"
@@ -72,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     if not texts:
         parser.error("nothing to explain: give --text or drop --no-builtin")
     try:
-        page = build_report(texts, steps=args.steps, progress=not args.quiet)
+        page = build_report(texts, steps=args.steps, prompt=args.prompt, progress=not args.quiet)
     except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
         print(f"interp-widgets demo: {err}", file=sys.stderr)
         return 2

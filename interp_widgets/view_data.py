@@ -265,15 +265,19 @@ _TOKEN_ARRAYS = {"special_mask": ("bool", 1, False), "word_ids": ("int", 1, Fals
 @dataclass
 class TokenHighlightData(ViewData):
     """What :class:`~interp_widgets.widgets.TokenHighlightWidget` draws: one text's tokens and a (targets, tokens)
-    score matrix, with word / sentence ids for the browser's sums.
+    score matrix, with word / sentence / turn ids for the browser's sums. ``turn_roles`` names the role of each turn
+    of a chat conversation (empty for a plain text, which is one turn).
+
+    Version 2 added ``turn_ids`` and ``turn_roles``.
 
     Example:
         >>> TokenHighlightData.VIEW, TokenHighlightData.VERSION
-        ('token_highlight', 1)
+        ('token_highlight', 2)
     """
 
     VIEW: ClassVar[str] = "token_highlight"
-    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = _TOKEN_ARRAYS
+    VERSION: ClassVar[int] = 2
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "turn_ids": ("int", 1, False)}
 
     tokens: list[str]
     spaces_before: list[str]
@@ -287,6 +291,8 @@ class TokenHighlightData(ViewData):
     method: str = ""
     score_meaning: str = ""
     signed: bool = True
+    turn_ids: np.ndarray | None = None
+    turn_roles: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -294,7 +300,8 @@ class GenerationData(ViewData):
     """What :class:`~interp_widgets.widgets.GenerationWidget` draws: prompt and generated tokens, one row of scores per
     generated token (``step_tokens[s]`` is the token generated at step ``s``). A contrastive result also has the foil
     of every step (``foil_tokens[s]``, ``foil_probs[s]``) and the foil continuation (``contrast``); its scores explain
-    ``score(target) − score(foil)``. Without a contrast these are empty.
+    ``score(target) − score(foil)``. Without a contrast these are empty. For a chat conversation, the turn of every
+    token and the role of each turn (empty for a plain text).
 
     Example:
         >>> GenerationData.ARRAYS["generated_mask"]
@@ -302,9 +309,10 @@ class GenerationData(ViewData):
     """
 
     VIEW: ClassVar[str] = "generation"
-    VERSION: ClassVar[int] = 2  # 2: foil_tokens, foil_probs and contrast (version-1 payloads load with them empty)
+    VERSION: ClassVar[int] = 3  # 2: foil_tokens, foil_probs and contrast; 3: turn_ids and turn_roles (older load empty)
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
-        "special_mask": ("bool", 1, False), "generated_mask": ("bool", 1, False), "scores": ("float32", 2, True)}
+        "special_mask": ("bool", 1, False), "generated_mask": ("bool", 1, False), "scores": ("float32", 2, True),
+        "turn_ids": ("int", 1, False)}  # fmt: skip
 
     tokens: list[str]
     spaces_before: list[str]
@@ -319,6 +327,8 @@ class GenerationData(ViewData):
     foil_tokens: list[str] = field(default_factory=list)
     foil_probs: list[float | None] = field(default_factory=list)
     contrast: str = ""
+    turn_ids: np.ndarray | None = None
+    turn_roles: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -1,13 +1,18 @@
 // Bundle js/src into interp_widgets/static: one ESM (+ CSS) per widget and the boot script of exported pages.
 // Every top-level js/src/*.js file is an entry point (a widget's view, or export_boot.js); shared modules live in
 // js/src/lib/ and are bundled into the entry points that import them. A new view needs no change here.
-// Also copies the widget manager that `interp-widgets export` inlines into notebook pages into static/vendor.
-// Usage: node build.mjs [--watch]
+// Also copies the widget manager that `interp-widgets export` inlines into notebook pages into static/vendor, and
+// builds the JupyterLab / Notebook 7 extension (src/labextension, the mime renderer of saved outputs) with
+// @jupyterlab/builder into interp_widgets/labextension, which the wheel installs as
+// share/jupyter/labextensions/interp-widgets.
+// Usage: node build.mjs [--watch] [--no-labextension]   (--watch rebuilds the esbuild bundles only)
 import * as esbuild from "esbuild";
+import { spawnSync } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { join, resolve } from "node:path";
 
 const watch = process.argv.includes("--watch");
+const labextension = !watch && !process.argv.includes("--no-labextension");
 
 const entryPoints = readdirSync("src", { withFileTypes: true })
   .filter((entry) => entry.isFile() && entry.name.endsWith(".js"))
@@ -64,6 +69,24 @@ function copyVendor() {
   writeFileSync(join(outdir, "NOTICE.txt"), notice.join("\n") + "\n");
 }
 
+// The JupyterLab core metadata the builder shares modules against (which @jupyterlab/* and @lumino/* packages
+// come from the page, at which versions) is the npm package @jupyterlab/core-meta, pinned in package.json, so the
+// build needs no Python JupyterLab and no network. The builder reads it as <core path>/package.json.
+function buildLabextension() {
+  const core = resolve("node_modules/.cache/interp-widgets-core");
+  mkdirSync(core, { recursive: true });
+  copyFileSync("node_modules/@jupyterlab/core-meta/core.package.json", join(core, "package.json"));
+  const builder = "node_modules/@jupyterlab/builder/lib/build-labextension.js";
+  const run = spawnSync(process.execPath, [builder, "--core-path", core, "."], { stdio: "inherit" });
+  if (run.status !== 0) throw new Error(`@jupyterlab/builder failed (exit ${run.status ?? run.signal})`);
+  // `jupyter labextension list` names the Python package that installed the extension from this file.
+  writeFileSync("../interp_widgets/labextension/install.json", JSON.stringify({
+    packageManager: "python",
+    packageName: "interp-widgets",
+    uninstallInstructions: "Use your Python package manager (pip, conda, etc.) to uninstall the package interp-widgets",
+  }, null, 2) + "\n");
+}
+
 copyVendor();
 
 if (watch) {
@@ -71,4 +94,5 @@ if (watch) {
   await context.watch();
 } else {
   await esbuild.build(options);
+  if (labextension) buildLabextension();
 }

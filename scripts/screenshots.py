@@ -1,12 +1,12 @@
 """Regenerate the README screenshots in docs/screenshots/ from real renderings, never drawn by hand.
 
-Each widget is computed from the demo models, written as an offline page (``widget.export_html``, the pages the
-browser tests check) and rendered by headless Debian chromium through the browser-test harness
+Each widget is computed from the demo models (the classifier; SmolLM2 for the generation view), written as an
+offline page (``widget.export_html``, the pages the browser tests check) and rendered by headless Debian chromium through the browser-test harness
 (``tests/browser/harness.py``); the script fails if a page requests anything beyond the machine. The PNGs are
 reduced to a 256-colour palette to stay small.
 
 Usage (a few minutes on a CPU; the demo models are trained and cached on first use):
-    PYTHONPATH=. python scripts/screenshots.py [--out docs/screenshots]
+    PYTHONPATH=. python scripts/screenshots.py [--out docs/screenshots] [--only generation ...]
 """
 
 from __future__ import annotations
@@ -28,8 +28,12 @@ WIDTH = 920  # CSS pixels of the page; screenshots are taken at device scale 1
 ACTIONS = {"generation": lambda root: root.locator('button[data-view="heatmap"]').click()}
 
 
-def build_widgets(progress: bool) -> dict[str, object]:
-    """The widget of each screenshot, by file stem, computed from the demo classifier and decoder.
+NAMES = ("token_highlight", "comparison", "generation", "examples", "concept_browser", "monitor")
+
+
+def build_widgets(progress: bool, only: set[str] | None = None) -> dict[str, object]:
+    """The widget of each screenshot, by file stem (all of ``NAMES``, or those in ``only``), computed from the demo
+    classifier and, for the generation view, the pretrained decoder SmolLM2-135M-Instruct (``demo.load_lm``).
 
     Example:
         >>> sorted(build_widgets(progress=False))  # doctest: +SKIP
@@ -37,29 +41,30 @@ def build_widgets(progress: bool) -> dict[str, object]:
     """
     from interp_widgets import demo
     from interp_widgets.attribution import InputXGradient, IntegratedGradients, Saliency
-    from interp_widgets.demo.decoder import load_decoder
-    from interp_widgets.demo.report import concept_browser, monitored_fine_tuning
+    from interp_widgets.demo.report import concept_browser, explained_generation, monitored_fine_tuning
     from interp_widgets.widgets import compare
 
-    model, tokenizer = demo.load_classifier(progress=progress)
+    wanted = set(NAMES if only is None else only)
+    widgets: dict[str, object] = {}
     texts = list(demo.EXAMPLE_TEXTS)
-    ig = IntegratedGradients(progress=progress).attribute(model, tokenizer, texts)
-    first = texts[0]
-    others = [method(progress=progress).attribute(model, tokenizer, first) for method in (Saliency, InputXGradient)]
-    decoder, decoder_tokenizer = load_decoder(progress=progress)
-    generation = IntegratedGradients(progress=progress).attribute(decoder, decoder_tokenizer, "The hotel was",
-                                                                  max_new_tokens=12)  # fmt: skip
-    browser = concept_browser(model, tokenizer, texts[:2], progress=progress)
-    browser.selected_concept = int(np.nanargmax(np.abs(browser.importance)))  # open its detail
-    monitor = monitored_fine_tuning(12, progress=progress)
-    return {
-        "token_highlight": ig[1].widget(granularity="word"),
-        "comparison": compare([ig[0], *others]),
-        "generation": generation.widget(selected_step=2),
-        "examples": ig.widget(),
-        "concept_browser": browser,
-        "monitor": monitor.widget(),
-    }
+    if wanted & {"token_highlight", "comparison", "examples", "concept_browser", "monitor"}:
+        model, tokenizer = demo.load_classifier(progress=progress)
+    if wanted & {"token_highlight", "comparison", "examples"}:
+        ig = IntegratedGradients(progress=progress).attribute(model, tokenizer, texts)
+        others = [method(progress=progress).attribute(model, tokenizer, texts[0])
+                  for method in (Saliency, InputXGradient)]  # fmt: skip
+        widgets.update(token_highlight=ig[1].widget(granularity="word"), comparison=compare([ig[0], *others]),
+                       examples=ig.widget())
+    if "generation" in wanted:  # the report's generation: SmolLM2 continues a prompt, input x gradient per step
+        generation = explained_generation(progress=progress)
+        widgets["generation"] = generation.widget(selected_step=1)
+    if "concept_browser" in wanted:
+        browser = concept_browser(model, tokenizer, texts[:2], progress=progress)
+        browser.selected_concept = int(np.nanargmax(np.abs(browser.importance)))  # open its detail
+        widgets["concept_browser"] = browser
+    if "monitor" in wanted:
+        widgets["monitor"] = monitored_fine_tuning(12, progress=progress).widget()
+    return {name: widgets[name] for name in NAMES if name in widgets}
 
 
 def shoot(widgets: dict[str, object], out: Path) -> dict[str, int]:
@@ -113,8 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=REPO / "docs" / "screenshots", help="where the PNGs go")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--only", nargs="+", choices=NAMES, help="rewrite only these screenshots")
     args = parser.parse_args(argv)
-    sizes = shoot(build_widgets(progress=not args.quiet), args.out)
+    sizes = shoot(build_widgets(progress=not args.quiet, only=set(args.only) if args.only else None), args.out)
     for name, size in sizes.items():
         print(f"{args.out / (name + '.png')}: {size / 1024:.0f} KB")
     return 0

@@ -63,6 +63,12 @@ def llama_lm():
 
 
 @pytest.fixture(scope="session")
+def chat_llama_lm():
+    """A tiny Llama whose tokenizer has ChatML markers as special tokens and a chat template (tests/tiny_models.py)."""
+    return tiny_models.chat_llama_lm()
+
+
+@pytest.fixture(scope="session")
 def gpt2_classifier():
     return tiny_models.gpt2_classifier()
 

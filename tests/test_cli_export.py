@@ -1,5 +1,6 @@
-"""`interp-widgets export`: an executed notebook becomes one offline HTML page with the widget manager, anywidget
-and require.js inlined, and nothing loaded from a CDN."""
+"""`interp-widgets export`: an executed notebook becomes one offline HTML page, and nothing is loaded from a CDN.
+interp_widgets views render from their saved payloads with a small loader; a notebook that also holds other
+ipywidgets with saved state gets the widget manager, anywidget and require.js inlined instead."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from interp_widgets.notebook_export import VENDOR_DIR, export_notebook, has_widget_state
+from interp_widgets.notebook_export import VENDOR_DIR, export_notebook, has_widget_state, needs_widget_manager
+from interp_widgets.widgets import MIME_TYPE
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENS = ["fine", "zero", "<b>awful</b>"]
@@ -25,17 +27,18 @@ widget = TokenHighlightWidget.from_arrays(text, {TOKENS!r}, [(0, 4), (5, 9), (10
 widget"""
 
 
-def execute_notebook(path: Path) -> Path:
-    """Write and execute (nbclient, widget state saved) a notebook with a token widget, an ipywidgets slider and
-    a formula in markdown; returns ``path``."""
+def execute_notebook(path: Path, *, slider: bool = True) -> Path:
+    """Write and execute (nbclient, widget state saved) a notebook with a token widget, an ipywidgets slider (unless
+    ``slider=False``: then it is the one-widget notebook) and a formula in markdown; returns ``path``."""
     from nbclient import NotebookClient
 
     notebook = nbformat.v4.new_notebook()
     notebook.cells = [
         nbformat.v4.new_markdown_cell("# Exported offline\nThe formula $e^{i\\pi} + 1 = 0$ stays as text."),
         nbformat.v4.new_code_cell(WIDGET_CELL),
-        nbformat.v4.new_code_cell("ipywidgets.IntSlider(value=7, max=10, description='steps')"),
     ]
+    if slider:
+        notebook.cells.append(nbformat.v4.new_code_cell("ipywidgets.IntSlider(value=7, max=10, description='steps')"))
     NotebookClient(notebook, kernel_name="python3", timeout=120, store_widget_state=True,
                    resources={"metadata": {"path": str(ROOT)}}).execute()  # fmt: skip
     nbformat.write(notebook, path)
@@ -95,6 +98,39 @@ def test_export_inlines_the_widget_manager_and_loads_nothing(executed, tmp_path)
     assert "<b>awful</b>" not in page
 
 
+#: ``interp-widgets export`` of a notebook holding one small token view, in bytes (issue 19; it was 4.0 MB).
+ONE_VIEW_BUDGET = 500_000
+
+
+@pytest.fixture(scope="module")
+def one_view(tmp_path_factory) -> Path:
+    return execute_notebook(tmp_path_factory.mktemp("one") / "one_view.ipynb", slider=False)
+
+
+def test_a_notebook_of_our_views_exports_small_from_the_payloads(one_view, tmp_path):
+    notebook = nbformat.read(one_view, as_version=4)
+    assert has_widget_state(notebook) and not needs_widget_manager(notebook)  # nbclient saved state; ours only
+    out = export_notebook(one_view, tmp_path / "one.html")
+    size = out.stat().st_size
+    print(f"\none-view notebook export: {size} bytes")
+    assert size <= ONE_VIEW_BUDGET
+    page = out.read_text(encoding="utf-8")
+    tags = _parse(page)
+    assert tags.external == [] and not [host for host in CDN_HOSTS if host in page]
+    assert "application/vnd.jupyter.widget-state+json" not in tags.script_types  # no state, no manager, no require.js
+    assert "application/vnd.jupyter.widget-view+json" not in tags.script_types
+    assert "requirejs" not in page and "html-manager" not in page
+    blocks = re.findall(r'<script (?=[^>]*type="application/json")[^>]*id="(iw-[a-z]+-\d+)"[^>]*>(.*?)</script>', page,
+                        flags=re.S)  # nbconvert re-serialises the page (BeautifulSoup): attribute order may change
+    payloads = [json.loads(text) for name, text in blocks if name.startswith("iw-payload-")]
+    modules = [json.loads(text) for name, text in blocks if name.startswith("iw-esm-")]
+    assert len(payloads) == 1 and len(modules) == 1 and 'data-iw-payload="iw-payload-0"' in page
+    assert payloads[0] == notebook.cells[1].outputs[0]["data"][MIME_TYPE]  # the saved payload, unchanged
+    assert payloads[0]["data"]["tokens"] == TOKENS and "<b>awful</b>" not in page  # the JSON escapes "<"
+    assert re.search(r'<noscript><img alt="" src="data:image/svg\+xml;base64,[^"]+"/?></noscript>', page)  # no-JS picture
+    assert "$e^{i\\pi} + 1 = 0$" in page
+
+
 def test_export_without_saved_state_shows_the_static_fallback(executed, tmp_path):
     notebook = nbformat.read(executed, as_version=4)
     del notebook.metadata["widgets"]  # what JupyterLab saves by default
@@ -109,6 +145,7 @@ def test_export_without_saved_state_shows_the_static_fallback(executed, tmp_path
     assert "html-manager" not in page and "requirejs" not in page  # no widget manager without state
     assert "image/svg+xml" in page or "<svg" in page  # the widget's static SVG picture
     assert "IntSlider(value=7" in page  # the slider has only its text/plain fallback
+    assert 'data-iw-payload="iw-payload-0"' in page  # while our view renders from its payload
 
 
 @pytest.mark.parametrize(

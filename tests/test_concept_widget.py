@@ -223,3 +223,75 @@ def test_export_page_preloads_concept_details_for_browsing_without_a_kernel(tmp_
 def _export_state_of(page: str) -> dict:
     block = re.search(r'<script type="application/json" id="iw-state-0">(.*?)</script>', page, re.S).group(1)
     return json.loads(block)["state"]
+
+
+class _FakeAttributions:
+    """A ConceptInputAttributionsLike that records what the browser asks for (concept → signed scores)."""
+
+    method = "occlusion"
+
+    def __init__(self):
+        self.asked: list[tuple[str, int, bool]] = []
+        self.cache: dict[tuple[str, int], object] = {}
+
+    def scores(self, text, concept, *, compute=True):
+        self.asked.append((text, concept, compute))
+        if (text, concept) not in self.cache and compute:
+            from types import SimpleNamespace
+
+            values = np.array([[0.0, -1.5 * (concept + 1), 2.0, 0.0]])  # [CLS] Hi EVIL [SEP]
+            self.cache[(text, concept)] = SimpleNamespace(
+                text=text, tokens=["[CLS]", "Hi", EVIL, "[SEP]"], offsets=[(0, 0)] * 4, scores=values,
+                special_mask=np.array([True, False, False, True]), method="occlusion", signed=True,
+                completeness_error=None, params={"concept_score": f"activation of concept {concept}",
+                                                 "concept_activation": [1.25]})
+        return self.cache.get((text, concept))
+
+
+def test_attribution_text_mode_asks_only_for_the_selected_concept():
+    fake = _FakeAttributions()
+    browser = ConceptBrowser(_interpretation(), texts=[_text()], input_attributions=fake, page_size=3)
+    assert browser.attribution_method == "occlusion" and browser.text_mode == "activation"
+    assert fake.asked == [] and browser.details["0"]["text_attribution"] is None  # activation mode asks nothing
+    browser.text_mode = "attribution"
+    assert not any(compute for *_, compute in fake.asked)  # nothing selected: the page is served from the cache
+    browser.selected_concept = 2
+    assert (f"Hi {EVIL}!", 2, True) in fake.asked and list(fake.cache) == [(f"Hi {EVIL}!", 2)]
+    got = browser.details["2"]["text_attribution"]
+    assert buffer_to_array(got["values"]).tolist() == [-4.5, 2.0]  # the shown (non-special) tokens
+    assert got["method"] == "occlusion" and got["signed"] and got["activation"] == 1.25
+    assert got["score"] == "activation of concept 2" and got["completeness_error"] is None
+    assert browser.details["0"]["text_attribution"] is None  # on the page, not selected, not cached
+    browser.selected_concept = 5  # never fired: nothing to attribute, nothing asked
+    assert browser.details["5"]["text_attribution"] is None and (f"Hi {EVIL}!", 5, True) not in fake.asked
+    page = browser.to_html(preload=4)  # an export carries what is cached and computes nothing new
+    assert (f"Hi {EVIL}!", 3, True) not in fake.asked and EVIL not in page
+    state = _export_state_of(page)
+    assert state["details"]["2"]["text_attribution"]["method"] == "occlusion"
+    assert state["text_mode"] == "attribution" and state["attribution_method"] == "occlusion"
+
+
+def test_attribution_text_mode_errors():
+    with pytest.raises(Exception, match="needs input attributions"):
+        ConceptBrowser(_interpretation(), texts=[_text()]).text_mode = "attribution"
+    with pytest.raises(Exception, match="unknown text_mode .both.; use one of"):
+        ConceptBrowser(_interpretation(), texts=[_text()], input_attributions=_FakeAttributions()).text_mode = "both"
+    with pytest.raises(TypeError, match="input_attributions must be a ConceptInputAttributions"):
+        ConceptBrowser(_interpretation(), input_attributions="occlusion")
+
+
+def test_tiny_bert_input_attribution_in_the_browser(tiny_bert_concepts):
+    from interp_widgets.concepts import concept_attribution
+
+    model, tokenizer, store, concepts = tiny_bert_concepts
+    before = model_fingerprint(model, tokenizer)
+    interpretation = interpret_concepts(concepts, store, k=3, progress=False)
+    browser = interpretation.widget(texts=["Cold soup.", "Not bad at all."], concept_model=concepts, model=model,
+                                    tokenizer=tokenizer, input_attribution="occlusion")
+    browser.text_mode, browser.selected_text, browser.selected_concept = "attribution", 1, 2
+    expected = concept_attribution(concepts, model, tokenizer, "Not bad at all.", concept=2, method="occlusion")
+    got = buffer_to_array(browser.details["2"]["text_attribution"]["values"])
+    np.testing.assert_allclose(got, expected.scores[0][~expected.special_mask], atol=2e-4)
+    assert model_fingerprint(model, tokenizer) == before
+    with pytest.raises(ValueError, match="needs concept_model=, model= and tokenizer="):
+        interpretation.widget(texts=[_text(4)], input_attribution="occlusion")

@@ -380,9 +380,11 @@ def test_generation_payloads_of_version_1_still_load():
                           generated_mask=[False, True], scores=[[1.0, np.nan]], step_tokens=[1],
                           foil_tokens=["c"], foil_probs=[0.25], contrast="c")
     payload = data.to_json()
-    assert payload["version"] == 2
+    assert payload["version"] == 3  # 3 added chat turns (turn_ids, turn_roles)
     again = GenerationData.from_json(payload)
     assert (again.foil_tokens, again.foil_probs, again.contrast) == (["c"], [0.25], "c")
     old = {**payload, "version": 1, "data": {k: v for k, v in payload["data"].items()
                                              if k not in ("foil_tokens", "foil_probs", "contrast")}}
     assert GenerationData.from_json(old).foil_tokens == []
+    two = {**payload, "version": 2, "data": {k: v for k, v in payload["data"].items() if not k.startswith("turn_")}}
+    assert GenerationData.from_json(two).turn_roles == [] and GenerationData.from_json(two).foil_tokens == ["c"]

@@ -69,9 +69,10 @@ class _Collector(HTMLParser):
 def test_cli_writes_an_offline_report_and_escapes_text(tmp_path, classifier):
     out = tmp_path / "report.html"
     evil = "<img src=x onerror=alert(1)> was awful"
+    evil_prompt = "<script>alert(2)</script> The capital of France is"
     done = subprocess.run(
         [sys.executable, "-m", "interp_widgets.cli", "demo", "--quiet", "--no-builtin", "--text", evil, "--steps", "4",
-         "--out", str(out)],
+         "--prompt", evil_prompt, "--out", str(out)],
         capture_output=True, text=True, timeout=900,
     )
     assert done.returncode == 0, done.stderr
@@ -81,16 +82,20 @@ def test_cli_writes_an_offline_report_and_escapes_text(tmp_path, classifier):
     parser.feed(page)
     assert parser.external == []
     assert not re.search(r"https?://", page)
-    assert "<img src=x" not in page
+    assert "<img src=x" not in page and "<script>alert(2)" not in page
     assert "held-out accuracy" in page
-    # The full report: attributions, concepts and training curves, each as a live widget with its state inline.
+    # The full report: attributions, concepts, training curves and SmolLM2's generation, each as a live widget with
+    # its state inline.
     sections = re.findall(r"<h2>(.*?)</h2>", page)
-    assert {"1. Attributions", "2. Concepts", "3. Geometry during training"} <= set(sections)
+    assert {"1. Attributions", "2. Concepts", "3. Geometry during training", "4. Generation"} <= set(sections)
     states = [json.loads(block) for block in re.findall(r'<script type="application/json" id="iw-state-\d+">(.*?)</script>',
                                                         page)]  # fmt: skip
-    kinds = {"concepts": "labels", "monitor": "panels", "comparison": "agreements"}
+    kinds = {"concepts": "labels", "monitor": "panels", "comparison": "agreements", "generation": "step_tokens"}
     for kind, trait in kinds.items():
         assert any(trait in state["state"] for state in states), f"no {kind} widget in the report"
+    (generation,) = [state["state"] for state in states if "step_tokens" in state["state"]]
+    assert generation["method"] == "input_x_gradient" and "SmolLM2-135M-Instruct (Q4_1, dequantised)" in page
+    assert generation["step_tokens"] and "script" in "".join(generation["tokens"])  # the prompt, escaped in the page
     assert re.search(r"Last measured energy ratios: layer:2: [\d.]+ at step 3; layer:4: [\d.]+ at step 3", page)
 
 
@@ -101,6 +106,8 @@ def test_report_rejects_too_few_training_steps():
         build_report(["Fine."], steps=1)
     with pytest.raises(ValueError, match="at least one text"):
         build_report([], steps=4)
+    with pytest.raises(ValueError, match="the generation prompt is empty"):
+        build_report(["Fine."], steps=4, prompt="  ")
 
 
 def test_cli_reports_bad_input_clearly(tmp_path, classifier):

@@ -1,8 +1,9 @@
 """The product-tour notebooks: every ``notebooks/*.ipynb`` runs top to bottom offline within its time budget, and the
 committed copies (saved with outputs, without widget state) render their static pictures through ``nbconvert --sanitize-html``.
 
-The demo classifier and decoder are trained (or loaded from the cache) once per session before any notebook runs,
-so the budgets measure the notebooks themselves, model loading included, not first-use training.
+The demo classifier and decoder are trained, and SmolLM2 is dequantised (or all are loaded from the cache), once
+per session before any notebook runs, so the budgets measure the notebooks themselves, model loading included, not
+first-use training or conversion.
 
 To add a notebook, add a row to ``NOTEBOOKS``; a notebook without a row fails with a message saying so.
 """
@@ -52,12 +53,14 @@ def test_every_notebook_has_a_budget():
 
 @pytest.fixture(scope="session")
 def trained_demo_models():
-    """Train (or load from the cache) the demo models once, in the same cache directory the kernels will use."""
+    """Train or convert (or load from the cache) the demo models once, in the same cache directory the kernels
+    will use."""
     from interp_widgets import demo
     from interp_widgets.demo.decoder import load_decoder
 
     demo.load_classifier(progress=False)
     load_decoder(progress=False)
+    demo.load_lm(progress=False)
 
 
 def _strings(value) -> list[str]:

@@ -1,28 +1,78 @@
-"""The built wheel ships the esbuild bundles, and nothing shipped points at the network."""
+"""The built wheel ships the esbuild bundles, the demo data and the JupyterLab extension (found by `jupyter
+labextension list` once pip installs the wheel), and nothing shipped points at the network."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
+import re
 import subprocess
 import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+LABEXTENSION = "interp_widgets-0.1.0.data/data/share/jupyter/labextensions/interp-widgets/"
 
 
-def test_wheel_contains_the_bundles_and_no_external_urls(tmp_path):
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
     build = subprocess.run(
-        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out), str(ROOT)],
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=900,
     )
     assert build.returncode == 0, f"wheel build failed:\n{build.stdout[-3000:]}\n{build.stderr[-3000:]}"
-    (wheel,) = tmp_path.glob("interp_widgets-*.whl")
+    (path,) = out.glob("interp_widgets-*.whl")
+    return path
+
+
+def test_wheel_ships_the_labextension_as_shared_data(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        package = json.loads(archive.read(LABEXTENSION + "package.json"))
+        install = json.loads(archive.read(LABEXTENSION + "install.json"))
+    assert package["name"] == "interp-widgets" and package["jupyterlab"]["_build"]["extension"] == "./extension"
+    assert LABEXTENSION + package["jupyterlab"]["_build"]["load"] in names  # the remoteEntry the page loads
+    assert install == {"packageManager": "python", "packageName": "interp-widgets",
+                       "uninstallInstructions": "Use your Python package manager (pip, conda, etc.) to uninstall the "
+                                                "package interp-widgets"}  # fmt: skip
+    assert not [name for name in names if name.startswith("interp_widgets/labextension")]  # not also in the package
+
+
+def test_jupyter_labextension_list_finds_the_installed_extension(wheel, tmp_path):
+    prefix = tmp_path / "prefix"
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--prefix", str(prefix),
+                              str(wheel)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert install.returncode == 0, install.stderr[-3000:]
+    data = prefix / "share" / "jupyter"
+    assert (data / "labextensions" / "interp-widgets" / "package.json").is_file()
+    env = {**os.environ, "JUPYTER_PATH": str(data), "JUPYTER_PLATFORM_DIRS": "1",
+           "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "NO_COLOR": "1"}  # fmt: skip
+    listing = subprocess.run([sys.executable, "-m", "jupyter", "labextension", "list"], capture_output=True, text=True,
+                             env=env, timeout=300)  # fmt: skip
+    text = re.sub(r"\x1b\[[0-9;]*m", "", listing.stdout + listing.stderr)
+    assert listing.returncode == 0, text
+    section = text.split(str(data / "labextensions"), 1)[1].split("\n\n", 1)[0]
+    assert re.search(r"interp-widgets v0\.1\.0 enabled\s+OK \(python, interp-widgets\)", section), text
+
+
+def test_wheel_contains_the_bundles_and_no_external_urls(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         for bundle in ("token_highlight.js", "token_highlight.css", "export_boot.js"):
             assert f"interp_widgets/static/{bundle}" in names
+        data = "interp_widgets/demo/data/"
+        manifest = json.loads(archive.read(data + "python_docs.json"))  # the text corpus, byte for byte as recorded
+        for name, entry in manifest["files"].items():
+            assert hashlib.sha256(archive.read(data + name)).hexdigest() == entry["sha256"]
+        for name in ("PYTHON_DOCS_LICENSE.txt", "README.md", "sentiment_part_a.csv", "sentiment_part_b.csv"):
+            assert data + name in names
         assert not [name for name in names if name.startswith(("js/", "node_modules/")) or "/node_modules/" in name]
         shipped = [name for name in names if name.endswith((".js", ".mjs", ".html", ".css"))]
         ours = [name for name in shipped if not name.startswith(VENDOR)]

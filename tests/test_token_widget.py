@@ -210,7 +210,7 @@ def test_mimebundle_puts_the_widget_view_first_then_the_static_svg():
     widget = TokenHighlightWidget(_result())
     data, metadata = widget._repr_mimebundle_()
     # no text/html: nbconvert would prefer it over the SVG, and its sanitiser strips the colours
-    assert list(data) == [WIDGET_VIEW_MIME, "image/svg+xml", "text/plain"]
+    assert list(data) == [WIDGET_VIEW_MIME, "image/svg+xml", "application/vnd.interp-widgets.v1+json", "text/plain"]
     assert data[WIDGET_VIEW_MIME]["model_id"] == widget.model_id
     assert data["image/svg+xml"] == widget.static_svg()
     assert data["text/plain"] == repr(widget)

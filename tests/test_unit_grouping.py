@@ -15,17 +15,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from interp_widgets.text_units import GRANULARITIES, display_units, unit_members
+from interp_widgets.widgets._tokens import role_starts
 
 AGGREGATE_JS = Path(__file__).resolve().parent.parent / "js" / "src" / "lib" / "aggregate.js"
 # Reads one JSON case per line on stdin, answers one JSON list of units per line.
 NODE_LOOP = f"""
-import {{ buildUnits }} from {json.dumps(AGGREGATE_JS.as_uri())};
+import {{ buildUnits, roleStarts }} from {json.dumps(AGGREGATE_JS.as_uri())};
 import {{ createInterface }} from "node:readline";
 for await (const line of createInterface({{ input: process.stdin }})) {{
   const c = JSON.parse(line);
   const units = buildUnits({{ granularity: c.granularity, wordIds: Int32Array.from(c.word_ids),
-    sentenceIds: Int32Array.from(c.sentence_ids), specialMask: Uint8Array.from(c.special), showSpecial: c.show_special }});
-  process.stdout.write(JSON.stringify(units) + "\\n");
+    sentenceIds: Int32Array.from(c.sentence_ids), turnIds: c.turn_ids && Int32Array.from(c.turn_ids),
+    specialMask: Uint8Array.from(c.special), showSpecial: c.show_special }});
+  const special = Uint8Array.from(c.special);
+  const roles = c.roles ?? [];
+  const starts = Object.fromEntries(roleStarts(units, c.turn_ids ?? null, special, roles));
+  process.stdout.write(JSON.stringify({{ units, starts }}) + "\\n");
 }}
 """
 
@@ -38,19 +43,22 @@ def js_units():
     process = subprocess.Popen(["node", "--input-type=module", "-e", NODE_LOOP], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True, bufsize=1)  # fmt: skip
 
-    def ask(case: dict) -> list[list[int]]:
+    def ask(case: dict) -> tuple[list[list[int]], dict[int, str]]:
         process.stdin.write(json.dumps(case) + "\n")
         process.stdin.flush()
-        return json.loads(process.stdout.readline())
+        answer = json.loads(process.stdout.readline())
+        return answer["units"], {int(u): role for u, role in answer["starts"].items()}
 
     yield ask
     process.stdin.close()
     process.wait(timeout=10)
 
 
-def reference_units(special, word_ids, sentence_ids, granularity, show_special):
-    """Independent statement of the rule: visible tokens sharing an id >= 0 form one unit, at its first token."""
-    ids = None if granularity == "token" else (word_ids if granularity == "word" else sentence_ids)
+def reference_units(special, word_ids, sentence_ids, granularity, show_special, turn_ids=None):
+    """Independent statement of the rule: visible tokens sharing an id >= 0 form one unit, at its first token
+    (without turn ids, every token is in turn 0)."""
+    turns = [0] * len(special) if turn_ids is None else turn_ids
+    ids = None if granularity == "token" else {"word": word_ids, "sentence": sentence_ids, "turn": turns}[granularity]
     first_of: dict[int, list[int]] = {}
     units = []
     for i, is_special in enumerate(special):
@@ -71,21 +79,42 @@ cases = st.integers(1, 14).flatmap(lambda n: st.fixed_dictionaries({
     "special": st.lists(st.booleans(), min_size=n, max_size=n),
     "word_ids": st.lists(st.integers(-1, 5), min_size=n, max_size=n),
     "sentence_ids": st.lists(st.integers(-1, 2), min_size=n, max_size=n),
+    "turn_ids": st.one_of(st.none(), st.lists(st.integers(-1, 3), min_size=n, max_size=n)),
+    "roles": st.lists(st.sampled_from(["system", "user", "assistant", "<b>&"]), min_size=0, max_size=4),
     "granularity": st.sampled_from(GRANULARITIES),
     "show_special": st.booleans(),
 }))  # fmt: skip
+
+
+def reference_role_starts(units, special, turn_ids, roles):
+    """Independent statement: a role label goes at each unit whose first non-special token with a known turn starts
+    a turn other than the last one labelled."""
+    if not roles or turn_ids is None:
+        return {}
+    starts, last = {}, None
+    for u, unit in enumerate(units):
+        turns = [turn_ids[i] for i in unit if not special[i] and 0 <= turn_ids[i] < len(roles)]
+        if turns and turns[0] != last:
+            starts[u], last = roles[turns[0]], turns[0]
+    return starts
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=cases)
 def test_python_and_js_group_the_same_ids_into_the_same_units(js_units, case):
     special = np.array(case["special"], bool)
+    turns = None if case["turn_ids"] is None else np.array(case["turn_ids"])
     python = display_units(special, np.array(case["word_ids"]), np.array(case["sentence_ids"]), case["granularity"],
-                           show_special=case["show_special"])  # fmt: skip
+                           show_special=case["show_special"], turn_ids=turns)  # fmt: skip
     expected = reference_units(case["special"], case["word_ids"], case["sentence_ids"], case["granularity"],
-                               case["show_special"])  # fmt: skip
+                               case["show_special"], case["turn_ids"])  # fmt: skip
     assert python == expected
-    assert js_units(case) == expected
+    js, js_starts = js_units(case)
+    assert js == expected
+    # role labels of chat turns sit at the same units in the kernel's static pictures and in the browser
+    starts = reference_role_starts(expected, case["special"], case["turn_ids"], case["roles"])
+    assert js_starts == starts
+    assert role_starts(expected, turns, special, case["roles"]) == (starts if turns is not None else {})
 
 
 @settings(max_examples=200, deadline=None)
@@ -93,8 +122,9 @@ def test_python_and_js_group_the_same_ids_into_the_same_units(js_units, case):
 def test_displayed_units_are_the_aggregation_units_plus_unassigned_tokens(case):
     special = np.array(case["special"], bool)
     words, sentences = (np.where(special, -1, case[name]) for name in ("word_ids", "sentence_ids"))  # as encode() gives
-    shown = display_units(special, words, sentences, case["granularity"], show_special=False)
-    members = [unit.tolist() for unit in unit_members(special, words, sentences, case["granularity"])]
+    turns = None if case["turn_ids"] is None else np.where(special, -1, case["turn_ids"])
+    shown = display_units(special, words, sentences, case["granularity"], show_special=False, turn_ids=turns)
+    members = [unit.tolist() for unit in unit_members(special, words, sentences, case["granularity"], turns)]
     assert [unit for unit in shown if unit in members] == sorted(members, key=lambda unit: unit[0])
     assert all(len(unit) == 1 for unit in shown if unit not in members)
 

@@ -300,7 +300,7 @@ def test_shared_scale_uses_the_largest_magnitude_of_all_targets():
 def test_every_widget_has_an_escaped_script_free_fallback_and_an_offline_export(make, tmp_path):
     widget = make()
     data, _ = widget._repr_mimebundle_()
-    assert list(data) == [WIDGET_VIEW_MIME, "image/svg+xml", "text/plain"]
+    assert list(data) == [WIDGET_VIEW_MIME, "image/svg+xml", "application/vnd.interp-widgets.v1+json", "text/plain"]
     svg = data["image/svg+xml"]
     assert svg.startswith("<svg xmlns=") and "<script" not in svg
     assert not re.search(r"<[^>]*\son\w+\s*=", svg)  # no event-handler attribute on any element

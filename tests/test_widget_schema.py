@@ -118,7 +118,10 @@ def test_payloads_of_another_view_or_a_newer_version_are_refused():
     payload = VIEWS[TokenHighlightWidget]().view_data().to_json()
     with pytest.raises(ValueError, match="holds 'token_highlight' view data, not 'generation'"):
         VIEW_DATA["generation"].from_json(payload)
-    with pytest.raises(ValueError, match="format version 2; .* reads up to 1"):
-        TokenHighlightData.from_json({**payload, "version": 2})
+    with pytest.raises(ValueError, match="format version 3; .* reads up to 2"):
+        TokenHighlightData.from_json({**payload, "version": 3})
+    old = {name: value for name, value in payload["data"].items() if name not in ("turn_ids", "turn_roles")}
+    older = TokenHighlightData.from_json({**payload, "version": 1, "data": old})  # version 1 had no turns
+    assert older.turn_ids is None and older.turn_roles == []
     with pytest.raises(ValueError, match=r"unknown token_highlight fields \['colour'\]"):
         TokenHighlightData.from_json({**payload, "data": {**payload["data"], "colour": "red"}})

@@ -92,6 +92,41 @@ def llama_lm():
     return seeded(lambda: LlamaForCausalLM(config)), tokenizer
 
 
+#: A ChatML template like SmolLM2's: a default system prompt when the conversation has none.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\\nYou are a tiny helpful assistant.<|im_end|>\\n' }}{% endif %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+@functools.lru_cache(maxsize=None)
+def chat_tokenizer():
+    """The BPE tokenizer of :func:`bpe_tokenizer` (a copy) with ChatML markers as special tokens and a chat template."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer.from_str(bpe_tokenizer().backend_tokenizer.to_str())
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", bos_token="<|im_start|>",
+                                        unk_token="<|endoftext|>", pad_token="<|endoftext|>",
+                                        additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+@functools.lru_cache(maxsize=None)
+def chat_llama_lm():
+    """A tiny Llama causal LM for :func:`chat_tokenizer` (its vocabulary includes the chat markers)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = chat_tokenizer()
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                         initializer_range=0.2, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    return seeded(lambda: LlamaForCausalLM(config)), tokenizer
+
+
 @functools.lru_cache(maxsize=None)
 def gpt2_classifier():
     from transformers import GPT2Config, GPT2ForSequenceClassification

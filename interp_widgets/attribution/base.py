@@ -25,7 +25,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from interp_widgets._inputs import check_texts
+from interp_widgets._inputs import check_texts, input_items
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.attribution.problem import ExplainedInput, RowChunk, check_score_kind, evaluate_rows, prepare_inputs
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
@@ -147,6 +147,7 @@ class Attributor:
         tokenizer=None,
         inputs: str | Sequence[str] = "",
         *,
+        messages=None,
         target=None,
         continuation=None,
         max_new_tokens: int = 20,
@@ -165,10 +166,15 @@ class Attributor:
         Args:
             model: a Hugging Face classifier, causal LM or masked LM, or a ModelAdapter.
             tokenizer: its fast tokenizer (omit when ``model`` is an adapter).
-            inputs: a text or a list of texts.
+            inputs: a text or a list of texts; a chat conversation (a list of ``{"role", "content"}`` messages)
+                or a list of conversations, rendered once by the tokenizer's chat template.
+            messages: the same as ``inputs`` for chat conversations (``attribute(model, tokenizer, messages=[...])``).
             target: classifier class (index, label name, list, or None = predicted); masked-LM token.
-            continuation: causal LM only: forced continuation text or ids; None = generate.
-            granularity: ``token``, ``word`` or ``sentence``; ``aggregation`` sum, mean or maxabs.
+            continuation: causal LM only: forced continuation text or ids; None = generate. A conversation that
+                ends with an assistant message explains that reply (forced); ``max_new_tokens=0`` turns
+                generation off.
+            granularity: ``token``, ``word``, ``sentence`` or ``turn`` (one unit per chat message); ``aggregation``
+                sum, mean or maxabs.
             contrast: a foil, to explain "why the target rather than the foil" (causal and masked LMs): every
                 score becomes ``score(target) − score(foil)`` (by default ``log p(target) − log p(foil)``). A foil
                 continuation as text or ids, one one-token foil per target, or one foil per input; a foil of another
@@ -193,6 +199,10 @@ class Attributor:
             (['[CLS]', 'Awful', '.', '[SEP]'], array([[2.73 , 1.114, 1.794, 1.837]]))
             >>> results[0].params["passes"]  # both texts in one forward and one backward pass
             {'forward': 1, 'forward_rows': 2, 'backward': 1, 'backward_rows': 2, 'targets': 2, 'preparation_forward': 1}
+            >>> chat = [{"role": "user", "content": "Is it good?"}, {"role": "assistant", "content": "Yes."}]
+            >>> reply = Saliency(progress=False).attribute(chat_lm, chat_tokenizer, messages=chat, granularity="turn")
+            >>> reply.tokens, reply.turn_roles  # the template's default system prompt is a turn of its own
+            (['You are a tiny helpful assistant.', 'Is it good?', 'Yes.'], ['system', 'user', 'assistant'])
 
             Why " clean" rather than " cold"? The score of each step is log p(target) − log p(foil):
 
@@ -206,9 +216,13 @@ class Attributor:
         if contrast is not None and not self.uses_score:
             raise ValueError(f"{self.name} does not depend on the explained score, so a foil cannot change it; use a "
                              "gradient or perturbation method (or gradient_weighted_attention) with contrast=")
+        if messages is not None:
+            if not (isinstance(inputs, str) and inputs == ""):
+                raise TypeError("pass the conversation once: as inputs or as messages=, not both")
+            inputs = messages
         check_texts(inputs, name="inputs", call='attribute(model, tokenizer, "a text")')
         adapter = as_adapter(model, tokenizer, max_batch_tokens)
-        single = isinstance(inputs, str)
+        single = input_items(inputs)[1]
         with adapter.evaluation():
             with adapter.counting() as preparation:
                 problems = prepare_inputs(
@@ -278,6 +292,9 @@ class Attributor:
             special_mask=enc.special_mask,
             word_ids=enc.word_ids,
             sentence_ids=enc.sentence_ids,
+            turn_ids=enc.turn_ids,
+            turn_roles=list(enc.turn_roles),
+            messages=enc.messages,
             scores=scores,
             target_labels=list(problem.target_labels),
             target_probs=problem.target_probs,

@@ -176,7 +176,7 @@ def faithfulness(
     if not items:
         raise ValueError("no results given")
     with adapter.evaluation():
-        problems = prepare_inputs(adapter, [r.text for r in items], target=None)
+        problems = prepare_inputs(adapter, [r.messages or r.text for r in items], target=None)
         plans = []
         for result, problem in zip(items, problems):
             row = result.target_index(target)
@@ -184,7 +184,7 @@ def faithfulness(
             problem.target_positions = np.array([-1])
             problem.visible = np.array([problem.length])
             enc = problem.encoding
-            units = unit_members(enc.special_mask, enc.word_ids, enc.sentence_ids, result.granularity)
+            units = unit_members(enc.special_mask, enc.word_ids, enc.sentence_ids, result.granularity, enc.turn_ids)
             if len(units) != result.scores.shape[1] - (int(result.special_mask.sum()) if result.granularity == "token" else 0):
                 raise ValueError("the result does not match this model's tokenization of its text; explain it with this model")
             scores = result.scores[row][~result.special_mask] if result.granularity == "token" else result.scores[row]

@@ -50,7 +50,7 @@ def unit_tokens(encoding: Encoding, granularity: str) -> list[np.ndarray]:
         >>> unit_tokens(encoding, "sentence")
         [array([1, 2, 3, 4, 5])]
     """
-    return unit_members(encoding.special_mask, encoding.word_ids, encoding.sentence_ids, granularity)
+    return unit_members(encoding.special_mask, encoding.word_ids, encoding.sentence_ids, granularity, encoding.turn_ids)
 
 
 def _check_baseline(baseline):

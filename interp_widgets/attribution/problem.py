@@ -18,6 +18,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 import torch
 
+from interp_widgets._inputs import input_items, is_conversation
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, ModelAdapter
 from interp_widgets.attribution.contrast import (
     check_contrast_task,
@@ -119,6 +120,11 @@ def prepare_inputs(
     - masked LM: ``target`` is the token (string or id) scored at ``mask_position`` (default: the first mask token),
       or ``None`` for the predicted token.
 
+    An input may be a chat conversation (a list of ``{"role", "content"}`` messages), rendered once by the
+    tokenizer's chat template. A causal LM then explains the assistant reply: the last message when it is the
+    assistant's (forced), else a ``continuation`` (forced) or the reply it generates after the template's
+    generation prompt; ``max_new_tokens=0`` turns generation off, so the conversation must end with the reply.
+
     ``contrast`` adds a foil to every target (causal and masked LMs; see :mod:`interp_widgets.attribution.contrast`
     for the forms it takes and the alignment of a foil continuation of another length, which
     ``contrast_alignment`` overrides).
@@ -136,6 +142,10 @@ def prepare_inputs(
         >>> masked = prepare_inputs(ModelAdapter(masked_lm, tokenizer), "The food was [MASK].", target="good")[0]
         >>> masked.target_labels, masked.target_positions.tolist()
         (['good'], [4])
+        >>> chat = [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello."}]
+        >>> reply = prepare_inputs(ModelAdapter(chat_lm, chat_tokenizer), [chat])[0]  # the last reply is forced
+        >>> reply.target_labels, reply.encoding.turn_roles
+        (["'H'@39", "'e'@40", "'ll'@41", "'o'@42", "'.'@43"], ['system', 'user', 'assistant'])
         >>> foiled = prepare_inputs(lm_adapter, "The room was", continuation=" clean", contrast=" cold")[0]
         >>> foiled.target_labels, foiled.foil_labels, foiled.foil_alignment.tolist()
         (["' cle'@3", "'an'@4"], [' co', 'ld'], [0, 1])
@@ -146,8 +156,13 @@ def prepare_inputs(
     check_contrast_task(adapter.task, contrast)
     if contrast is None and contrast_alignment is not None:
         raise ValueError("contrast_alignment aligns a foil with the targets; pass the foil too (contrast=' text')")
-    encodings = adapter.encode_many(inputs)
-    foils = foils_per_input(contrast, len(encodings), single=isinstance(inputs, str))
+    items, single = input_items(inputs)
+    chat = [is_conversation(item) for item in items]
+    if adapter.task == TASK_CAUSAL_LM and any(chat):
+        encodings = [None if is_chat else _encode_at(adapter, item, i) for i, (item, is_chat) in enumerate(zip(items, chat))]
+    else:
+        encodings = adapter.encode_many(items)
+    foils = foils_per_input(contrast, len(encodings), single=single)
     if true_labels is not None and len(true_labels) != len(encodings):
         raise ValueError(f"{len(true_labels)} true labels for {len(encodings)} inputs")
     if adapter.task == TASK_CLASSIFICATION:
@@ -161,7 +176,9 @@ def prepare_inputs(
                 "not target."
             )
         problems = [
-            _generation_input(adapter, enc, continuation, max_new_tokens, do_sample, seed) for enc in encodings
+            _chat_reply_input(adapter, item, i, continuation, max_new_tokens, do_sample, seed) if enc is None
+            else _generation_input(adapter, enc, continuation, max_new_tokens, do_sample, seed)
+            for i, (item, enc) in enumerate(zip(items, encodings))
         ]
     elif adapter.task == TASK_MASKED_LM:
         problems = [_masked_input(adapter, enc, target, mask_position) for enc in encodings]
@@ -171,7 +188,7 @@ def prepare_inputs(
         for problem, label in zip(problems, true_labels):
             problem.true_label = str(label)
     if contrast is not None:
-        _add_foils(adapter, problems, foils, contrast_alignment, single=isinstance(inputs, str))
+        _add_foils(adapter, problems, foils, contrast_alignment, single=single)
     return problems
 
 
@@ -272,6 +289,63 @@ def _generation_input(adapter, enc: Encoding, continuation, max_new_tokens, do_s
     return _extend_encoding(adapter, enc, new_ids, probs)
 
 
+def _encode_at(adapter, text, index: int) -> Encoding:
+    try:
+        return adapter.encode(text)
+    except ValueError as err:
+        raise ValueError(f"text {index}: {err}") from None
+
+
+def _chat_reply_input(adapter, messages, index: int, continuation, max_new_tokens, do_sample, seed) -> ExplainedInput:
+    """The assistant reply of a conversation for a causal LM: its last assistant message or ``continuation`` text
+    (forced), or what the model generates after the template's generation prompt."""
+    try:
+        last = messages[-1].get("role")
+        if last == "assistant":
+            if continuation is not None:
+                raise ValueError("the conversation already ends with the assistant reply to explain (forced); drop "
+                                 "continuation=, or drop the last message to explain the continuation instead")
+            return _forced_reply(adapter, adapter.encode(messages, continue_final_message=True))
+        if isinstance(continuation, str):
+            if not continuation.strip():
+                raise ValueError("continuation is empty; pass the assistant reply the model should be explained for.")
+            reply = [*messages, {"role": "assistant", "content": continuation}]
+            return _forced_reply(adapter, adapter.encode(reply, continue_final_message=True))
+        if continuation is None and not max_new_tokens:
+            raise ValueError(
+                f"the conversation ends with a {last!r} message, so there is no assistant reply to explain, and "
+                "generation is off (max_new_tokens=0). End the messages with the reply to explain, "
+                '{"role": "assistant", "content": "..."}, pass continuation="...", or set max_new_tokens >= 1 to '
+                "explain the reply the model generates."
+            )
+        prompt = adapter.encode(messages, add_generation_prompt=True)
+    except (TypeError, ValueError) as err:
+        if type(err) not in (TypeError, ValueError):
+            raise
+        raise type(err)(f"text {index}: {err}") from err
+    return _generation_input(adapter, prompt, continuation, max_new_tokens, do_sample, seed)
+
+
+def _forced_reply(adapter, enc: Encoding) -> ExplainedInput:
+    """Targets are the tokens of the last turn (the reply, which ends the text); each is scored from the position
+    before it, in one forward pass over the whole conversation."""
+    reply = np.flatnonzero(enc.turn_ids == len(enc.turn_roles) - 1)
+    start = int(reply[0])
+    new_ids = enc.input_ids[start:]
+    logits = _forward_ids(adapter, [enc.input_ids])[0]
+    positions = np.arange(start, len(enc))
+    probs = torch.softmax(logits.float(), dim=-1)[torch.as_tensor(positions - 1), torch.as_tensor(new_ids)]
+    return ExplainedInput(
+        encoding=enc,
+        target_ids=new_ids.astype(np.int64),
+        target_labels=[f"{t!r}@{p}" for t, p in zip(enc.tokens[start:], positions)],
+        target_positions=positions - 1,
+        target_probs=probs.cpu().numpy().astype(np.float64),
+        visible=positions,
+        generated_mask=np.arange(len(enc)) >= start,
+    )
+
+
 def _extend_encoding(adapter, enc: Encoding, new_ids: np.ndarray, probs: np.ndarray) -> ExplainedInput:
     """Append generated tokens to a prompt encoding, with character offsets into prompt + decoded continuation."""
     tokenizer = adapter.tokenizer
@@ -292,6 +366,8 @@ def _extend_encoding(adapter, enc: Encoding, new_ids: np.ndarray, probs: np.ndar
     next_sentence = int(enc.sentence_ids.max(initial=-1)) + 1
     special = np.concatenate([enc.special_mask, np.isin(new_ids, tokenizer.all_special_ids)])
     new_words = np.arange(next_word, next_word + n_new)
+    # a conversation's reply is a new assistant turn; a plain text's continuation stays in its one turn
+    reply_turn = len(enc.turn_roles) if enc.turn_roles else 0
     encoding = Encoding(
         text=full_text,
         input_ids=np.concatenate([enc.input_ids, new_ids]),
@@ -302,6 +378,9 @@ def _extend_encoding(adapter, enc: Encoding, new_ids: np.ndarray, probs: np.ndar
         sentence_ids=np.concatenate([enc.sentence_ids, np.where(special[prompt_len:], -1, next_sentence)]),
         words=enc.words + tokens[prompt_len:],
         sentences=enc.sentences + [full_text[base:].strip()],
+        turn_ids=np.concatenate([enc.turn_ids, np.where(special[prompt_len:], -1, reply_turn)]),
+        turn_roles=[*enc.turn_roles, "assistant"] if enc.turn_roles else [],
+        messages=enc.messages,
     )
     positions = np.arange(prompt_len, prompt_len + n_new)
     return ExplainedInput(

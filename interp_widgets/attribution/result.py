@@ -41,7 +41,21 @@ class AttributionResult:
     """Scores for one input: ``scores[t, i]`` is the contribution of unit ``i`` to target ``t``.
 
     NaN marks a unit that a target cannot see (a source after a generated token). For token granularity the units
-    are tokens; after :meth:`aggregate` they are words or sentences (``tokens`` then holds the unit texts).
+    are tokens; after :meth:`aggregate` they are words, sentences or turns (``tokens`` then holds the unit texts).
+    A chat conversation's result names the role of each turn in ``turn_roles`` (``turn_ids`` gives each unit's
+    turn, -1 for the template's own tokens, which are special) and keeps the conversation in ``messages``.
+
+    Example of a chat result (the tiny model's template inserts a default system prompt, a turn of its own):
+        >>> from interp_widgets.attribution import Saliency
+        >>> chat = [{"role": "user", "content": "Hi!"}, {"role": "assistant", "content": "Hello."}]
+        >>> reply = Saliency(progress=False).attribute(chat_lm, chat_tokenizer, chat).aggregate("turn")
+        >>> reply.tokens, reply.turn_roles
+        (['You are a tiny helpful assistant.', 'Hi!', 'Hello.'], ['system', 'user', 'assistant'])
+        >>> reply.to_dataframe().query("target == target.iloc[-1]")[["role", "unit", "score"]].round(2)
+                 role                               unit  score
+        12     system  You are a tiny helpful assistant.  21.44
+        13       user                                Hi!   2.00
+        14  assistant                             Hello.  14.42
 
     Example:
         >>> result.text, result.tokens[:3], result.scores.shape
@@ -70,6 +84,9 @@ class AttributionResult:
     target_positions: np.ndarray | None = None
     generated_mask: np.ndarray | None = None
     true_label: str | None = None
+    turn_ids: np.ndarray | None = None
+    turn_roles: list[str] = field(default_factory=list)
+    messages: list[dict] | None = None
     foil_ids: np.ndarray | None = None
     foil_labels: list[str] | None = None
     foil_probs: np.ndarray | None = None
@@ -82,6 +99,9 @@ class AttributionResult:
         self.special_mask = np.asarray(self.special_mask, dtype=bool)
         self.word_ids = np.asarray(self.word_ids, dtype=np.int64)
         self.sentence_ids = np.asarray(self.sentence_ids, dtype=np.int64)
+        self.turn_ids = (np.where(self.special_mask, -1, 0) if self.turn_ids is None else
+                         np.asarray(self.turn_ids)).astype(np.int64)
+        self.turn_roles = [str(role) for role in self.turn_roles]
         self.target_probs = np.asarray(self.target_probs, dtype=np.float64).reshape(-1)
         self.target_ids = np.asarray(self.target_ids, dtype=np.int64).reshape(-1)
         n_targets, n_units = self.scores.shape
@@ -148,7 +168,8 @@ class AttributionResult:
         return int(target) % len(self.target_labels)
 
     def aggregate(self, granularity: str = "word", how: str = "sum", *, include_special: bool = False) -> "AttributionResult":
-        """Scores per word or sentence, aggregated from token scores by ``sum``, ``mean`` or ``maxabs``.
+        """Scores per word, sentence or turn (one per chat message), aggregated from token scores by ``sum``,
+        ``mean`` or ``maxabs``.
 
         Special tokens are dropped unless ``include_special``; a unit is NaN for a target only if all its tokens are.
 
@@ -168,7 +189,7 @@ class AttributionResult:
         if granularity == "token":
             keep = np.ones(len(self.tokens), bool) if include_special else ~self.special_mask
             return self._select(keep)
-        members_of = unit_members(self.special_mask, self.word_ids, self.sentence_ids, granularity)
+        members_of = unit_members(self.special_mask, self.word_ids, self.sentence_ids, granularity, self.turn_ids)
         columns, texts, spans = [], [], []
         for members in members_of:
             block = self.scores[:, members]
@@ -190,6 +211,7 @@ class AttributionResult:
         n = len(members_of)
         word_ids = np.arange(n) if granularity == "word" else np.full(n, -1)
         sentence_ids = np.array([int(np.max(self.sentence_ids[m])) for m in members_of], dtype=np.int64)
+        turn_ids = np.array([int(np.max(self.turn_ids[m])) for m in members_of], dtype=np.int64)
         generated = None
         if self.generated_mask is not None:
             generated = np.array([bool(self.generated_mask[m].any()) for m in members_of])
@@ -200,6 +222,7 @@ class AttributionResult:
             special_mask=np.zeros(n, bool),
             word_ids=word_ids,
             sentence_ids=sentence_ids if granularity == "word" else np.arange(n),
+            turn_ids=turn_ids,
             scores=scores,
             granularity=granularity,
             generated_mask=generated,
@@ -214,13 +237,15 @@ class AttributionResult:
             special_mask=self.special_mask[keep],
             word_ids=self.word_ids[keep],
             sentence_ids=self.sentence_ids[keep],
+            turn_ids=self.turn_ids[keep],
             scores=self.scores[:, keep],
             generated_mask=None if self.generated_mask is None else self.generated_mask[keep],
         )
 
     # ------------------------------------------------------------------ exports
     def to_dataframe(self):
-        """Long-format table: one row per (target, unit) with the score and the unit's character span.
+        """Long-format table: one row per (target, unit) with the score and the unit's character span (and, for a
+        chat conversation, a ``role`` column: the role of the unit's turn, empty for template tokens).
 
         A contrastive result adds the ``foil`` and ``foil_prob`` of each target after ``target_prob``.
 
@@ -237,6 +262,11 @@ class AttributionResult:
         import pandas as pd
 
         n_targets, n_units = self.scores.shape
+        roles = {}
+        if self.turn_roles:
+            names = np.asarray([self.turn_roles[t] if 0 <= t < len(self.turn_roles) else "" for t in self.turn_ids],
+                               dtype=object)  # fmt: skip
+            roles = {"role": np.tile(names, n_targets)}
         foil = {}
         if self.is_contrastive:
             labels = self.foil_labels or [str(i) for i in self.foil_ids]
@@ -255,6 +285,7 @@ class AttributionResult:
                 "score": self.scores.reshape(-1),
                 "method": self.method,
                 "granularity": self.granularity,
+                **roles,
             }
         )
 
@@ -284,7 +315,8 @@ class AttributionResult:
                 ),
                 tooltip=["unit:N", alt.Tooltip("score:Q", format=".4g"), "position:Q"],
             )
-            .properties(title=f"{self.method}: {self.target_labels[row]} (p={self.target_probs[row]:.3f})"
+            .properties(title=f"{self.method}: {self.target_labels[row]}"
+                        + (f" (p={self.target_probs[row]:.3f})" if np.isfinite(self.target_probs[row]) else "")
                         + (f" rather than {self.foil_labels[row]!r}" if self.is_contrastive and self.foil_labels else ""))
         )
 
@@ -323,13 +355,15 @@ class AttributionResult:
         return self.widget()
 
     def __repr__(self) -> str:
-        targets = ", ".join(f"{label} (p={p:.3f})" for label, p in zip(self.target_labels, self.target_probs))
+        targets = ", ".join(f"{label} (p={p:.3f})" if np.isfinite(p) else str(label)  # NaN: no probability
+                            for label, p in zip(self.target_labels, self.target_probs))
+        turns = f", turns=[{', '.join(self.turn_roles)}]" if self.turn_roles else ""
         foil = f", contrast={self.contrast!r}" if self.is_contrastive else ""
-        return (f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s, "
+        return (f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s{turns}, "
                 f"targets=[{targets}]{foil})")
 
     # ------------------------------------------------------------------ persistence
-    _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "scores", "target_probs", "target_ids",
+    _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "turn_ids", "scores", "target_probs", "target_ids",
                "completeness_error", "score_delta", "target_positions", "generated_mask", "foil_ids", "foil_probs",
                "foil_alignment")
 

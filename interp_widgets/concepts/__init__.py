@@ -34,6 +34,12 @@ from interp_widgets.concepts.importance import (
     mean_concept_importance,
     text_concepts,
 )
+from interp_widgets.concepts.inputs import (
+    ConceptInputAttributions,
+    InputsToConceptsForSequenceClassification,
+    concept_attribution,
+    gradient_support,
+)
 from interp_widgets.concepts.interpret import (
     ConceptInterpretation,
     interpret_concepts,
@@ -67,6 +73,7 @@ __all__ = [
     "BatchTopKSAE",
     "CONCEPT_MODELS",
     "ConceptImportance",
+    "ConceptInputAttributions",
     "ConceptInterpretation",
     "ConceptModel",
     "DirectionConcepts",
@@ -78,6 +85,7 @@ __all__ = [
     "probe_layers",
     "DictionaryLearningConcepts",
     "ICAConcepts",
+    "InputsToConceptsForSequenceClassification",
     "IncrementalPCAConcepts",
     "JumpReLUSAE",
     "KMeansConcepts",
@@ -95,10 +103,12 @@ __all__ = [
     "TextConcepts",
     "check_base_model",
     "collect_activations",
+    "concept_attribution",
     "concept_importance",
     "dead_concepts",
     "evaluate",
     "explained_variance",
+    "gradient_support",
     "interpret_concepts",
     "l0_sparsity",
     "load_sae",

@@ -31,7 +31,7 @@ from typing import Iterator, Sequence
 import numpy as np
 import torch
 
-from interp_widgets._inputs import check_texts
+from interp_widgets._inputs import check_texts, input_items
 from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter
 from interp_widgets.validation import check_choice, check_int
 
@@ -262,6 +262,65 @@ class ActivationStore:
         """
         return self[:]
 
+    def row_norms(self, rows_per_chunk: int = 65536) -> np.ndarray:
+        """The L2 norm of every row, streamed chunk by chunk (float64).
+
+        Language models write a few rows of enormous norm, the *massive activations* of attention-sink tokens (Sun
+        et al., 2024): in SmolLM2 at layer 15 the first token of every text is over 100 times the median norm, and
+        those 2 % of the rows carry 97 % of the variance, so a decomposition fitted on them spends itself on those
+        rows. :meth:`select` drops them (see its example).
+
+        Example:
+            >>> store = collect_activations(model, tokenizer, ["Great food.", "Slow service."], layer=1, progress=False)
+            >>> np.allclose(store.row_norms(), np.linalg.norm(store.to_numpy(), axis=1))
+            True
+        """
+        out = np.empty(len(self), dtype=np.float64)
+        for start, block in self.iter_chunks(check_int("rows_per_chunk", rows_per_chunk, minimum=1)):
+            out[start:start + len(block)] = np.linalg.norm(block.astype(np.float64), axis=1)
+        return out
+
+    def select(self, rows, *, path: str | Path | None = None, memory_budget: int | str = "1GB") -> "ActivationStore":
+        """A new store of the selected rows (a boolean mask over the rows, or row indices), with their metadata.
+
+        The texts and text ids stay as they are (a text may keep no rows). Rows are copied chunk by chunk: in memory
+        up to ``memory_budget``, then to ``path`` (or a temporary directory removed with the store), as
+        :func:`collect_activations` does, so a store larger than memory can be filtered. ``info["selected"]`` says
+        how many rows were kept.
+
+        Example:
+            >>> store = collect_activations(model, tokenizer, texts[:5], layer=1, progress=False)
+            >>> norms = store.row_norms()
+            >>> kept = store.select(norms < 10 * np.median(norms))  # drop massive activations (attention sinks)
+            >>> later = store.select(store.positions > 1)  # or: drop each text's first token ([CLS] is 0)
+            >>> len(later), later.info["selected"], later.tokens()[:3]
+            (88, '88 of 93 rows', ['third', 'generation', 'is'])
+            >>> later.text_rows(0).tolist()[:2], later.texts == store.texts
+            ([0, 1], True)
+        """
+        rows = np.asarray(rows)
+        if rows.dtype == bool:
+            if rows.shape != (len(self),):
+                raise ValueError(f"a boolean row mask needs {len(self)} values (one per row), got shape {rows.shape}")
+            keep = rows
+        else:
+            if rows.ndim != 1 or (rows.size and not np.issubdtype(rows.dtype, np.integer)):
+                raise TypeError("rows must be a boolean mask over the rows or a 1-D array of row indices")
+            if rows.size and (rows.min() < 0 or rows.max() >= len(self)):
+                raise IndexError(f"row indices out of range for a store of {len(self)} rows")
+            keep = np.zeros(len(self), dtype=bool)
+            keep[rows] = True
+        if path is not None and Path(path).exists() and any(Path(path).iterdir()):
+            raise FileExistsError(f"{path} is not empty; choose a new directory for the selected store")
+        collector = _Collector(parse_bytes(memory_budget), None if path is None else Path(path))
+        collector.dim = self.dim
+        for start, block in self.iter_chunks():
+            local = np.flatnonzero(keep[start:start + len(block)])
+            if len(local):
+                collector.add(block[local], {name: values[start + local] for name, values in self._meta.items()})
+        info = {**self.info, "selected": f"{int(keep.sum())} of {len(self)} rows"}
+        return collector.finish(self.texts, info)
+
     # ------------------------------------------------------------------ metadata
     @property
     def text_ids(self) -> np.ndarray:
@@ -436,7 +495,13 @@ class ActivationStore:
         return merged
 
     def __repr__(self) -> str:
-        where = "in memory" if self.in_memory else f"on disk at {self.directory}"
+        if self.in_memory:
+            where = "in memory"
+        elif self.directory is not None:
+            where = f"on disk at {self.directory}"
+        else:  # concatenated stores (rank shards, collected parts): several directories
+            n_dirs = len({c.path.parent for c in self._chunks if isinstance(c, _DiskChunk)})
+            where = f"on disk in {n_dirs} director{'y' if n_dirs == 1 else 'ies'}"
         return (f"ActivationStore({len(self)} {self.unit} rows × {self.dim}, layer={self.layer!r}, "
                 f"{len(self.texts)} texts, {where})")
 
@@ -548,7 +613,9 @@ def collect_activations(
 
     Args:
         model, tokenizer: a Hugging Face classifier, causal LM or masked LM and its fast tokenizer.
-        texts: one text or a list of texts.
+        texts: one text or a list of texts; a chat conversation (a list of ``{"role", "content"}`` messages) or a
+            list of them is rendered once by the tokenizer's chat template (the store keeps the rendered text,
+            and the template's own tokens count as special tokens).
         layer: ``"layer:i"``, an int block index, or a module path (``adapter.layer_names()`` lists them).
         unit: ``"token"`` (one row per token) or ``"sentence"`` (one pooled row per text).
         pooling: for ``unit="sentence"``: ``"cls"`` (first token), ``"mean"`` (over kept tokens) or ``"last"``
@@ -578,14 +645,17 @@ def collect_activations(
         >>> last = collect_activations(lm, lm_tokenizer, "The room was", layer=1, unit="sentence", progress=False)
         >>> last.info["pooling"], last.tokens()  # a causal LM pools its last token; a sentence row shows its text
         ('last', ['The room was'])
+        >>> chat = collect_activations(chat_lm, chat_tokenizer, [{"role": "user", "content": "Hi!"}], layer=1,
+        ...                            progress=False)
+        >>> chat.tokens()[-3:], chat.texts[0].startswith("<|im_start|>system")  # the default system prompt, then Hi!
+        (['H', 'i', '!'], True)
     """
     from tqdm.auto import tqdm
 
-    if isinstance(texts, str):
-        texts = [texts]
-    if hasattr(texts, "__iter__") and not isinstance(texts, (bytes, dict)):
+    if not isinstance(texts, str) and hasattr(texts, "__iter__") and not isinstance(texts, (bytes, dict)):
         texts = list(texts)  # any iterable of texts, generators included
     check_texts(texts, name="texts", call='collect_activations(model, tokenizer, "a text", layer=...)')
+    texts = input_items(texts)[0]
     adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
     layer_name = adapter.resolve_layer(layer).name
     if not texts:
@@ -618,6 +688,7 @@ def collect_activations(
 
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     collector = _Collector(budget, shard_path)
+    read: list[str] = []  # the text each store row points into (a conversation's rendered template)
     spanless: dict[str, str] = {}  # strings of tokens without a text span (special tokens, trimmed spaces)
     captured: dict[str, torch.Tensor] = {}
 
@@ -636,6 +707,7 @@ def collect_activations(
                         encodings.append(adapter.encode(text))
                     except (TypeError, ValueError) as err:
                         raise type(err)(f"text {offset + window + j}: {err}") from None
+                    read.append(encodings[-1].text)
                 per_text: dict[int, tuple[np.ndarray, dict]] = {}
                 for batch in adapter.length_buckets([len(e) for e in encodings]):
                     longest = max(len(encodings[i]) for i in batch)
@@ -668,7 +740,7 @@ def collect_activations(
     }
     if collector.dim is None:  # an empty shard still records the width, read from the layer's config
         info["dim"] = int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0) or 0)
-    store = collector.finish(texts, info)
+    store = collector.finish(read, info)
     if process_group is None:
         return store
     import torch.distributed as dist

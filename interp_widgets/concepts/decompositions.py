@@ -54,6 +54,7 @@ from interp_widgets.registry import Registry
 from interp_widgets.validation import check_int
 
 _FORMAT = "interp_widgets.ConceptModel"
+_BLOCK_VALUES = 1 << 24  # unit vectors decoded per block when reading off the affine decoder (about 64 MB)
 #: Every concept model class by name, filled by the classes themselves (a read-only, live mapping).
 CONCEPT_MODELS = Registry("concept model")
 
@@ -103,6 +104,9 @@ class ConceptModel(TransformerMixin, BaseEstimator):
     """
 
     name: ClassVar[str] = ""
+    #: Whether ``transform`` is an affine map ``X @ W + b`` (PCA, ICA, SVD, fixed directions): such models get a
+    #: differentiable :meth:`encode_torch` read off ``transform`` itself.
+    affine_encoder: ClassVar[bool] = False
     components_: np.ndarray
     offset_: np.ndarray
     # notebooks show the text repr below rather than scikit-learn's HTML diagram
@@ -251,11 +255,75 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         offset = torch.as_tensor(self.offset_, dtype=C.dtype, device=C.device)
         return C @ weight + offset
 
+    @property
+    def differentiable_encoder(self) -> bool:
+        """Whether :meth:`encode_torch` exists for this model: gradients can flow from the concept coefficients back
+        to the activations (SAEs, PCA, ICA, SVD, fixed directions), so gradient attribution methods apply to its
+        concepts (:func:`~interp_widgets.concepts.concept_attribution`). Models whose ``transform`` solves an
+        optimisation problem (NMF, semi-NMF, dictionary learning) or picks a cluster (k-means) have none.
+
+        Example:
+            >>> PCAConcepts(4).differentiable_encoder, concepts.differentiable_encoder  # PCA; the namespace's NMF
+            (True, False)
+        """
+        return bool(self.affine_encoder) or type(self).encode_torch is not ConceptModel.encode_torch
+
+    def encode_torch(self, X: torch.Tensor) -> torch.Tensor:
+        """Differentiable concept coefficients of ``X`` (``(..., features)``) in torch, in ``X``'s dtype and device.
+
+        Available when :attr:`differentiable_encoder` is true. For an affine encoder (``affine_encoder``), ``W`` and
+        ``b`` of ``transform(X) = X @ W + b`` are read off ``transform`` once (at zero and at the unit vectors),
+        so the torch encoder agrees with ``transform`` exactly; other models raise a TypeError that says why.
+
+        Example:
+            >>> pca = PCAConcepts(4).fit(store)
+            >>> x = torch.tensor(store[:3], requires_grad=True)
+            >>> codes = pca.encode_torch(x)
+            >>> bool(np.allclose(codes.detach().numpy(), pca.transform(store[:3]), atol=1e-4))
+            True
+            >>> codes[:, 0].sum().backward(); x.grad.shape  # gradients flow back to the activations
+            torch.Size([3, 32])
+            >>> concepts.encode_torch(x)  # NMF encodes by solving a non-negative least-squares problem
+            Traceback (most recent call last):
+            ...
+            TypeError: NMFConcepts has no differentiable encoder (its transform solves an optimisation problem or picks a cluster, so no gradient reaches the activations); use a perturbation method (occlusion, lime, kernel_shap, sobol) or a concept model with one: SparseAutoencoder, PCAConcepts, ICAConcepts, SVDConcepts, DirectionConcepts
+        """
+        self._check_fitted()
+        if not self.affine_encoder:
+            raise TypeError(f"{type(self).__name__} has no differentiable encoder (its transform solves an "
+                            "optimisation problem or picks a cluster, so no gradient reaches the activations); use a "
+                            "perturbation method (occlusion, lime, kernel_shap, sobol) or a concept model with one: "
+                            "SparseAutoencoder, PCAConcepts, ICAConcepts, SVDConcepts, DirectionConcepts")
+        if X.shape[-1] != self.n_features_in_:
+            raise ValueError(f"this concept model was fitted on {self.n_features_in_} features but got {X.shape[-1]}")
+        weight, bias = self._affine_encoder()
+        # tensors made per call (from_numpy shares the memory): one cached under inference_mode could not join a graph
+        return X @ torch.from_numpy(weight).to(X.device, X.dtype) + torch.from_numpy(bias).to(X.device, X.dtype)
+
+    def _affine_encoder(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(W, b)`` of an affine ``transform``, cached until the model is refitted or reloaded."""
+        key = id(self.components_)
+        cached = self.__dict__.get("_encoder_cache")
+        if cached is None or cached[0] != key:
+            d = self.n_features_in_
+            bias = np.asarray(self._transform(np.zeros((1, d), dtype=np.float32)), dtype=np.float64)[0]
+            weight = np.asarray(self._transform(np.eye(d, dtype=np.float32)), dtype=np.float64) - bias
+            cached = (key, weight.astype(np.float32), bias.astype(np.float32))
+            self.__dict__["_encoder_cache"] = cached
+        return cached[1], cached[2]
+
     def _set_affine_decoder(self) -> None:
-        eye = np.eye(self.n_concepts, dtype=np.float32)
-        zero = np.zeros((1, self.n_concepts), dtype=np.float32)
+        n = self.n_concepts
+        zero = np.zeros((1, n), dtype=np.float32)
         self.offset_ = np.asarray(self._inverse(zero), dtype=np.float32)[0]
-        self.components_ = np.asarray(self._inverse(eye), dtype=np.float32) - self.offset_
+        # unit vectors in blocks of about 64 MB: a 16,384-concept identity matrix alone would take 1 GB
+        block, parts = max(1, _BLOCK_VALUES // n), []
+        for start in range(0, n, block):
+            stop = min(n, start + block)
+            eye = np.zeros((stop - start, n), dtype=np.float32)
+            eye[np.arange(stop - start), np.arange(start, stop)] = 1.0
+            parts.append(np.asarray(self._inverse(eye), dtype=np.float32) - self.offset_)
+        self.components_ = np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def _check_fitted(self) -> None:
         if not self.is_fitted:
@@ -486,6 +554,7 @@ class PCAConcepts(SklearnConcepts):
     """
 
     name = "pca"
+    affine_encoder = True
     undercomplete = True
 
     @property
@@ -521,6 +590,7 @@ class SVDConcepts(SklearnConcepts):
     """
 
     name = "svd"
+    affine_encoder = True
     undercomplete = True
 
     @property
@@ -545,6 +615,7 @@ class ICAConcepts(SklearnConcepts):
     """
 
     name = "ica"
+    affine_encoder = True
     undercomplete = True
 
     @property

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from interp_widgets._inputs import is_conversation
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, ModelAdapter
 from interp_widgets.concepts._io import load_bundle, save_bundle
 from interp_widgets.concepts.decompositions import ConceptModel
@@ -323,11 +324,16 @@ def _prepare(concept_model: ConceptModel, model, tokenizer, text: str, layer):
     if fitted_on is not None and layer_name != fitted_on:
         raise ValueError(f"the concept model was fitted on layer {fitted_on}, not {layer_name}; pass "
                          "the layer it was fitted on")
+    if is_conversation(text) and adapter.task == TASK_CAUSAL_LM:  # the next token: of the reply, or starting it
+        if text[-1].get("role") == "assistant":
+            return adapter, layer_name, adapter.encode(text, continue_final_message=True)
+        return adapter, layer_name, adapter.encode(text, add_generation_prompt=True)
     return adapter, layer_name, adapter.encode(text)
 
 
 def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, layer=None) -> TextConcepts:
-    """Concept coefficients of every token (special tokens included, flagged) of a new text.
+    """Concept coefficients of every token (special tokens included, flagged) of a new text, or of a chat
+    conversation rendered by the tokenizer's chat template (its template tokens flagged special).
 
     ``layer`` defaults to the layer the concept model was fitted on (known when it was fitted on a store).
 
@@ -343,7 +349,7 @@ def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, l
     with adapter.evaluation(), torch.inference_mode(), adapter.capture([layer_name]) as captured:
         model(input_ids=ids)
     hidden = captured[layer_name][0][0].float().cpu().numpy()
-    return TextConcepts(text=text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
+    return TextConcepts(text=enc.text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
                         coefficients=concept_model.transform(hidden), layer=layer_name,
                         method=type(concept_model).__name__)
 
@@ -381,7 +387,9 @@ def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str,
         concept_model: fitted on activations of ``layer`` (per-token activations suit per-token importance).
         model, tokenizer: a sequence classifier (score = class logit) or causal LM (score = next-token logit at the
             last position).
-        text: the input.
+        text: the input: a text, or a chat conversation (a list of ``{"role", "content"}`` messages) rendered by the
+            tokenizer's chat template; a causal LM scores the next token of the assistant reply (after the
+            template's generation prompt, or continuing a last assistant message).
         target: classifier: class index, label, list of them, or ``None`` for the predicted class; causal LM: token
             id, single-token string, list of them, or ``None`` for the predicted next token.
         layer: defaults to the layer the concept model was fitted on.
@@ -420,7 +428,7 @@ def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str,
         gradients = [torch.autograd.grad(scores[t], state["coefficients"], retain_graph=True)[0] for t in target_ids]
     leaf = state["coefficients"]
     return ConceptImportance(
-        text=text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
+        text=enc.text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
         coefficients=leaf.detach().double().cpu().numpy(), layer=layer_name, method=type(concept_model).__name__,
         gradients=torch.stack(gradients).double().cpu().numpy(), target_labels=labels, target_ids=target_ids,
         target_scores=[float(scores[t].detach()) for t in target_ids],

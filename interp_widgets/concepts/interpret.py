@@ -36,6 +36,9 @@ from interp_widgets.concepts.decompositions import ConceptModel
 from interp_widgets.validation import check_int
 
 _FORMAT = "interp_widgets.ConceptInterpretation"
+#: Values in one block of coefficients or logits (about 64 MB of float32): interpretation never holds more at once,
+#: whatever the number of concepts or the vocabulary size.
+_BLOCK_VALUES = 1 << 24
 Labeler = Callable[[int, list[dict]], str]
 
 
@@ -126,22 +129,42 @@ class ConceptInterpretation:
 
     # ------------------------------------------------------------------ tables and charts
     def widget(self, *, texts: Any = None, concept_model: ConceptModel | None = None, model=None, tokenizer=None,
-               **options):
+               input_attribution: Any = None, **options):
         """The concept browser for these concepts; ``options`` go to :class:`~interp_widgets.widgets.ConceptBrowser`.
 
         ``texts`` are :class:`~interp_widgets.concepts.TextConcepts` / ``ConceptImportance`` objects or plain strings;
         strings are run through :func:`~interp_widgets.concepts.text_concepts` here, which needs the fitted
         ``concept_model`` and the language ``model`` and ``tokenizer`` (the browser itself computes nothing).
 
+        ``input_attribution`` adds the text view's "input attribution" mode (which input tokens make the selected
+        concept fire): an attribution method name (``"integrated_gradients"``, ``"occlusion"`` ...), ``True`` for
+        the default method of the concept model, or a :class:`~interp_widgets.concepts.ConceptInputAttributions`.
+        A name needs ``concept_model``, ``model`` and ``tokenizer``; attributions are computed on the concepts side
+        when a concept is first selected in that mode, then cached.
+
         Example:
             >>> interp = interpret_concepts(concepts, store, progress=False)
             >>> browser = interp.widget(texts=["Not bad at all."], concept_model=concepts, model=model,
-            ...                         tokenizer=tokenizer)
-            >>> type(browser).__name__
-            'ConceptBrowser'
+            ...                         tokenizer=tokenizer, input_attribution="occlusion")
+            >>> type(browser).__name__, browser.attribution_method
+            ('ConceptBrowser', 'occlusion')
+            >>> browser.text_mode, browser.selected_concept = "attribution", 5  # what the text view's toggle does
+            >>> browser.details["5"]["text_attribution"]["score"]
+            'activation of concept 5 summed over the non-special tokens'
         """
         from interp_widgets.concepts.importance import text_concepts
+        from interp_widgets.concepts.inputs import ConceptInputAttributions
         from interp_widgets.widgets.concept_browser import ConceptBrowser
+
+        if input_attribution is not None and input_attribution is not False \
+                and not isinstance(input_attribution, ConceptInputAttributions):
+            if concept_model is None or model is None or tokenizer is None:
+                raise ValueError("input_attribution= by method name needs concept_model=, model= and tokenizer=; or "
+                                 "pass a ConceptInputAttributions")
+            method = None if input_attribution is True else input_attribution
+            input_attribution = ConceptInputAttributions(concept_model, model, tokenizer, method=method)
+        if input_attribution is not None and input_attribution is not False:
+            options["input_attributions"] = input_attribution
 
         if texts is not None:
             texts = [texts] if isinstance(texts, str) or hasattr(texts, "coefficients") else list(texts)
@@ -426,35 +449,58 @@ def label_from_tokens(tokens: list[str], n: int = 3) -> str:
     return " / ".join(ranked[:n]) if ranked else "(no tokens)"
 
 
-def _top_k_per_column(values: np.ndarray, k: int) -> np.ndarray:
-    """Row indices of the ``k`` largest values of each column, largest first, ties by lower index (as a stable sort
-    of the whole column would give), in O(rows) per column rather than a full sort.
-
-    Example:
-        >>> _top_k_per_column(np.array([[1.0, 5.0], [3.0, 5.0], [2.0, 0.0]]), 2).tolist()
-        [[1, 2], [0, 1]]
-    """
-    rows = values.shape[0]
-    k = min(k, rows)
-    if k == 0:
-        return np.zeros((values.shape[1], 0), dtype=np.int64)
-    if k < rows:
-        kth = np.partition(values, rows - k, axis=0)[rows - k]  # the k-th largest value of each column
-        candidates = values >= kth  # ties at the threshold are all kept, then cut in index order below
-    else:
-        candidates = np.ones(values.shape, dtype=bool)
-    out = np.empty((values.shape[1], k), dtype=np.int64)
-    for c in range(values.shape[1]):
-        index = np.flatnonzero(candidates[:, c])
-        out[c] = index[np.argsort(-values[index, c], kind="stable")][:k]
-    return out
-
-
 def _merge_topk(values: np.ndarray, rows: np.ndarray, new_values: np.ndarray, new_rows: np.ndarray, k: int):
+    """Keep the ``k`` largest of the current and the new candidates of every concept (ties: current first)."""
     all_values = np.concatenate([values, new_values], axis=1)
     all_rows = np.concatenate([rows, new_rows], axis=1)
     order = np.argsort(-all_values, axis=1, kind="stable")[:, :k]
     return np.take_along_axis(all_values, order, 1), np.take_along_axis(all_rows, order, 1)
+
+
+def _block_top(C: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` largest rows of each column of ``C`` as ``(concepts × ≤k)`` float64 values and their ``ids``, largest
+    first, ties by lower row (as a stable sort of the column would give), found by partition, not a full sort."""
+    part = _top_columns(C.T, min(int(k), len(C)))
+    return np.take_along_axis(C.T, part, 1).astype(np.float64), ids[part]
+
+
+class _TextMaxima:
+    """Top-``k`` texts of every concept by their largest coefficient, streamed block by block in store order: the
+    maximum of each text is finished when its last row has been seen (a text may span blocks), then merged into
+    the running top ``k``. Memory is ``concepts × k``, not ``texts × concepts``."""
+
+    def __init__(self, n: int, k: int):
+        self.k = k
+        self.values = np.full((n, 0), -np.inf)
+        self.texts = np.full((n, 0), -1, dtype=np.int64)
+        self.carry_id, self.carry = -1, None
+
+    def add(self, C: np.ndarray, text_ids: np.ndarray) -> None:
+        starts = np.flatnonzero(np.r_[True, text_ids[1:] != text_ids[:-1]])
+        maxima = np.maximum.reduceat(C, starts, axis=0)
+        ids = text_ids[starts]
+        if self.carry is not None:
+            if ids[0] == self.carry_id:
+                maxima[0] = np.maximum(maxima[0], self.carry)
+            else:
+                self._merge(self.carry[None], np.array([self.carry_id]))
+        if len(ids) > 1:
+            self._merge(maxima[:-1], ids[:-1])
+        self.carry_id, self.carry = int(ids[-1]), maxima[-1].copy()  # the last text may go on in the next block
+
+    def _merge(self, maxima: np.ndarray, ids: np.ndarray) -> None:
+        values, texts = _block_top(maxima, ids, self.k)
+        self.values, self.texts = _merge_topk(self.values, self.texts, values, texts, self.k)
+
+    def finish(self) -> tuple[np.ndarray, np.ndarray]:
+        if self.carry is not None:
+            self._merge(self.carry[None], np.array([self.carry_id]))
+            self.carry = None
+        pad = self.k - self.values.shape[1]
+        if pad > 0:
+            self.values = np.pad(self.values, ((0, 0), (0, pad)), constant_values=-np.inf)
+            self.texts = np.pad(self.texts, ((0, 0), (0, pad)), constant_values=-1)
+        return self.texts, self.values
 
 
 def interpret_concepts(
@@ -523,31 +569,31 @@ def interpret_concepts(
     top_rows = np.full((n, 0), -1, dtype=np.int64)
     low, high = np.full(n, np.inf), np.full(n, -np.inf)
     active, total = np.zeros(n, dtype=np.int64), np.zeros(n)
-    text_max = np.full((len(store.texts), n), -np.inf, dtype=np.float32)  # coefficients are float32: max is exact
+    text_top = _TextMaxima(n, int(k))
     text_ids = store.text_ids
-    # bound the (rows x concepts) coefficient block: about 256 MB in float64, whatever the number of concepts
-    rows_per_chunk = max(256, min(int(rows_per_chunk), (1 << 25) // n))
+    # bound the (rows x concepts) coefficient block: about 64 MB of float32 (plus the partition's indices),
+    # whatever the number of concepts
+    rows_per_chunk = max(256, min(int(rows_per_chunk), _BLOCK_VALUES // n))
     bar = tqdm(total=2 * len(store), desc="interpreting concepts", unit="row", disable=not progress)
     for start, block in store.iter_chunks(rows_per_chunk):
-        C = concept_model.transform(block).astype(np.float64)
+        C = concept_model.transform(block)  # float32: maxima, minima and top values are exact in it
         rows = np.arange(start, start + len(block))
-        take = min(int(k), len(block))
-        part = np.argpartition(-C, take - 1, axis=0)[:take].T
-        top_values, top_rows = _merge_topk(top_values, top_rows, np.take_along_axis(C.T, part, 1), rows[part], int(k))
+        values, candidates = _block_top(C, rows, int(k))
+        top_values, top_rows = _merge_topk(top_values, top_rows, values, candidates, int(k))
         low, high = np.minimum(low, C.min(0)), np.maximum(high, C.max(0))
-        active += (C != 0).sum(0)
-        total += C.sum(0)
-        np.maximum.at(text_max, text_ids[rows], C)
+        active += np.count_nonzero(C, axis=0)
+        total += C.sum(0, dtype=np.float64)
+        text_top.add(C, text_ids[rows])
         bar.update(len(block))
     counts = np.zeros((n, int(bins)), dtype=np.int64)
     edges = np.stack([np.linspace(lo, hi if hi > lo else lo + 1.0, int(bins) + 1) for lo, hi in zip(low, high)])
+    width = edges[:, -1] - edges[:, 0]
     for start, block in store.iter_chunks(rows_per_chunk):
-        C = concept_model.transform(block).astype(np.float64)
-        width = edges[:, -1] - edges[:, 0]
-        index = np.clip(((C - edges[:, 0]) / width * bins).astype(np.int64), 0, int(bins) - 1)
-        concept_index = np.broadcast_to(np.arange(n), C.shape)
-        mask = C != 0
-        np.add.at(counts, (concept_index[mask], index[mask]), 1)
+        C = concept_model.transform(block)
+        row, concept = np.nonzero(C)  # only active coefficients are counted (sparse for SAEs)
+        values = C[row, concept].astype(np.float64)
+        index = np.clip(((values - edges[concept, 0]) / width[concept] * bins).astype(np.int64), 0, int(bins) - 1)
+        counts += np.bincount(concept * int(bins) + index, minlength=n * int(bins)).reshape(n, int(bins))
         bar.update(len(block))
     bar.close()
 
@@ -560,9 +606,8 @@ def interpret_concepts(
     silent = ~(top_values != 0) | (top_rows < 0)
     top_rows, top_values = np.where(silent, -1, top_rows), np.where(silent, np.nan, top_values)
     examples = _contexts(concept_model, store, top_rows, top_values, int(window))
-    order = _top_k_per_column(text_max, int(k))
-    top_text_values = np.take_along_axis(text_max.T, order, 1).astype(np.float64)
-    top_texts = np.where(np.isfinite(top_text_values) & (top_text_values != 0), order, -1)
+    order, top_text_values = text_top.finish()
+    top_texts = np.where(np.isfinite(top_text_values) & (top_text_values != 0) & (order >= 0), order, -1)
     used = sorted({int(t) for t in top_texts.ravel() if t >= 0} | {e["text_id"] for ex in examples for e in ex})
     labels = [label_from_tokens([e["token"] for e in examples[c]], n_label_tokens) if active[c] else ""
               for c in range(n)]
@@ -585,20 +630,37 @@ def interpret_concepts(
 
 def _contexts(concept_model: ConceptModel, store, top_rows: np.ndarray, top_values: np.ndarray,
               window: int) -> list[list[dict]]:
-    """Context windows (same text, ±window rows) around each top row, with the concept's coefficient per token."""
+    """Context windows (same text, ±window rows) around each top row, with the concept's coefficient per token.
+
+    Only the (row, concept) coefficients the windows show are kept: the rows are encoded in blocks of about 64 MB
+    of coefficients, so 16k concepts × k examples × (2 window + 1) tokens never form one dense matrix."""
     text_ids = store.text_ids
     spans = {}
     for r in np.unique(top_rows[top_rows >= 0]):
         lo, hi = max(0, r - window), min(len(store), r + window + 1)
         span = np.arange(lo, hi)
         spans[int(r)] = span[text_ids[span] == text_ids[r]]
-    needed = np.unique(np.concatenate(list(spans.values()))) if spans else np.zeros(0, np.int64)
-    coefficients = concept_model.transform(store[needed]) if len(needed) else np.zeros((0, concept_model.n_concepts))
-    position_of = {int(r): i for i, r in enumerate(needed)}
+    n = concept_model.n_concepts
+    pair_rows = [spans[int(r)] for c in range(n) for r in top_rows[c] if r >= 0]
+    pair_concepts = [np.full(len(spans[int(r)]), c) for c in range(n) for r in top_rows[c] if r >= 0]
+    pair_rows = np.concatenate(pair_rows) if pair_rows else np.zeros(0, np.int64)
+    pair_concepts = np.concatenate(pair_concepts) if pair_concepts else np.zeros(0, np.int64)
+    needed = np.unique(pair_rows)
+    values = np.zeros(len(pair_rows), dtype=np.float32)
+    if len(needed):
+        position = np.searchsorted(needed, pair_rows)
+        order = np.argsort(position, kind="stable")
+        sorted_position = position[order]
+        block = max(256, _BLOCK_VALUES // n)
+        for start in range(0, len(needed), block):
+            C = concept_model.transform(store[needed[start:start + block]])
+            a, b = np.searchsorted(sorted_position, [start, start + block])
+            chosen = order[a:b]
+            values[chosen] = C[position[chosen] - start, pair_concepts[chosen]]
     tokens = dict(zip(needed.tolist(), store.tokens(needed))) if len(needed) else {}
     offsets = store.offsets
-    examples = []
-    for c in range(concept_model.n_concepts):
+    examples, cursor = [], 0
+    for c in range(n):
         items = []
         for r, value in zip(top_rows[c], top_values[c]):
             if r < 0:
@@ -608,9 +670,10 @@ def _contexts(concept_model: ConceptModel, store, top_rows: np.ndarray, top_valu
                 "row": int(r), "activation": float(value), "text_id": int(text_ids[r]),
                 "position": int(store.positions[r]), "token": tokens[int(r)],
                 "context": _pieces(store.texts[int(text_ids[r])], offsets[span], [tokens[int(s)] for s in span]),
-                "context_activations": [float(coefficients[position_of[int(s)], c]) for s in span],
+                "context_activations": values[cursor:cursor + len(span)].astype(np.float64).tolist(),
                 "center": int(np.flatnonzero(span == r)[0]),
             })
+            cursor += len(span)
         examples.append(items)
     return examples
 
@@ -650,8 +713,39 @@ def vocabulary_projection(concept_model: ConceptModel, model, tokenizer, *, top:
     if weight.shape[1] != concept_model.n_features_in_:
         raise ValueError(f"the output embedding has width {weight.shape[1]} but the concepts have "
                          f"{concept_model.n_features_in_} features; project concepts of a residual-stream layer")
-    logits = concept_model.components_.astype(np.float32) @ weight.T
-    top = min(int(top), logits.shape[1])
-    order = np.argsort(-logits, axis=1, kind="stable")[:, :top]
+    components = concept_model.components_.astype(np.float32)
+    vocab = weight.shape[0]
+    top = min(int(top), vocab)
+    # concepts in blocks of about 64 MB of logits: 16k concepts × a 49k vocabulary would be 3 GB at once
+    block = max(1, _BLOCK_VALUES // vocab)
+    orders, values = [], []
+    for start in range(0, len(components), block):
+        logits = components[start:start + block] @ weight.T
+        order = _top_columns(logits, top)
+        orders.append(order)
+        values.append(np.take_along_axis(logits, order, 1))
+    order = np.concatenate(orders) if orders else np.zeros((0, top), np.int64)
     tokens = [tokenizer.convert_ids_to_tokens(row.tolist()) for row in order]
-    return tokens, np.take_along_axis(logits, order, 1)
+    return tokens, np.concatenate(values) if values else np.zeros((0, top), np.float32)
+
+
+def _top_columns(values: np.ndarray, top: int) -> np.ndarray:
+    """Column indices of the ``top`` largest values of each row, largest first, ties by lower index (what a stable
+    sort of the whole row gives), by partition and masks: O(columns) per row, no full sort.
+
+    Example:
+        >>> _top_columns(np.array([[1.0, 3.0, 3.0, 0.0], [0.0, 1.0, 1.0, 1.0]]), 2).tolist()
+        [[1, 2], [1, 2]]
+    """
+    n_rows, n_columns = values.shape
+    top = min(int(top), n_columns)
+    if top == n_columns:
+        return np.argsort(-values, axis=1, kind="stable")
+    kth = np.partition(values, n_columns - top, axis=1)[:, n_columns - top]  # the top-th largest of each row
+    above = values > kth[:, None]
+    tied = values == kth[:, None]
+    room = top - above.sum(1)  # how many of the ties at the cut are kept: the lowest-indexed ones
+    keep = above | (tied & (np.cumsum(tied, axis=1, dtype=np.int32) <= room[:, None]))
+    picked = np.nonzero(keep)[1].reshape(n_rows, top)  # row-major: indices ascending within each row
+    order = np.argsort(-np.take_along_axis(values, picked, 1), axis=1, kind="stable")  # ties keep index order
+    return np.take_along_axis(picked, order, 1)

@@ -23,6 +23,8 @@ import numpy as np
 
 from interp_widgets.concepts.decompositions import ConceptModel, _as_matrix
 
+_BLOCK_VALUES = 1 << 24  # coefficients per block in evaluate (about 64 MB of float32)
+
 
 def relative_reconstruction_error(X, X_hat) -> float:
     """``‖X − X̂‖_F / ‖X‖_F``.
@@ -147,7 +149,13 @@ def evaluate(model: ConceptModel, X, *, eps: float = 0.0, rows_per_chunk: int = 
     """
     from interp_widgets.concepts.activations import ActivationStore
 
-    blocks = X.iter_chunks(rows_per_chunk) if isinstance(X, ActivationStore) else [(0, _as_matrix(X))]
+    # bound the (rows x concepts) coefficient block to about 64 MB of float32, whatever the number of concepts
+    rows_per_chunk = max(256, min(int(rows_per_chunk), _BLOCK_VALUES // max(1, int(model.n_concepts))))
+    if isinstance(X, ActivationStore):
+        blocks = X.iter_chunks(rows_per_chunk)
+    else:
+        X = _as_matrix(X)
+        blocks = ((start, X[start:start + rows_per_chunk]) for start in range(0, len(X), rows_per_chunk))
     n, sq_err, sq_norm, total, total_sq, active, nnz = 0, 0.0, 0.0, None, None, None, 0
     for _, block in blocks:
         block = block.astype(np.float64)

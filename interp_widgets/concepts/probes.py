@@ -51,6 +51,7 @@ class DirectionConcepts(ConceptModel):
     """
 
     name = "direction"
+    affine_encoder = True
 
     def __init__(self, n_concepts: int, *, directions=None):
         super().__init__(n_concepts)

@@ -25,6 +25,7 @@ import numpy as np
 
 from interp_widgets.demo._cache import cache_dir
 from interp_widgets.demo.lm import load_lm  # noqa: F401  (public: demo.load_lm)
+from interp_widgets.demo.text_corpus import load_text_corpus, text_corpus_info  # noqa: F401  (public)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 LABELS = ("negative", "positive")
@@ -60,7 +61,9 @@ def load_dataset(split: str | None = None):
 
 
 def corpus() -> list[str]:
-    """Every shipped sentence as plain text: an unlabeled corpus for concept and geometry work.
+    """Every shipped sentiment sentence as plain text: a small unlabeled corpus (750 sentences) for concept and
+    geometry work on the demo classifier. For language-model work use :func:`load_text_corpus`, 1.37M tokens of
+    English prose.
 
     Example:
         >>> len(corpus()) >= 600

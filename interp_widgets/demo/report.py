@@ -1,10 +1,13 @@
-"""The ``interp-widgets demo`` report: attributions, concepts and training geometry of the demo classifier in one
-self-contained offline HTML page.
+"""The ``interp-widgets demo`` report in one self-contained offline HTML page: attributions, concepts and training
+geometry of the demo classifier, and per-generated-token attributions of the pretrained decoder SmolLM2-135M-Instruct
+(:func:`interp_widgets.demo.load_lm`).
 
 Example:
     >>> from interp_widgets.demo import report
     >>> report.CONCEPT_LAYER, report.N_CONCEPTS, report.CONCEPT_K, report.MONITOR_LAYERS, report.DEFAULT_STEPS
     ('layer:3', 32, 4, ('layer:2', 'layer:4'), 12)
+    >>> report.GENERATION_PROMPT, report.MAX_NEW_TOKENS
+    ('The Great Wall of China was built to', 6)
 
 Not run here: the report trains concepts and fine-tunes the demo classifier (about 3 minutes on a CPU)::
 
@@ -26,10 +29,14 @@ MONITOR_LAYERS = ("layer:2", "layer:4")
 MONITOR_RANK = 8
 BATCH_SIZE = 8
 DEFAULT_STEPS = 12
+GENERATION_PROMPT = "The Great Wall of China was built to"
+MAX_NEW_TOKENS = 6
 
 
-def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, progress: bool = True) -> str:
-    """Explain ``texts`` with the demo classifier and return the report page (HTML) with three sections.
+def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, prompt: str = GENERATION_PROMPT,
+                 progress: bool = True) -> str:
+    """Explain ``texts`` with the demo classifier and ``prompt``'s continuation with SmolLM2, and return the report
+    page (HTML) with four sections.
 
     1. Attributions: the example list (integrated gradients for every text), integrated gradients at word
        granularity per text (its completeness error shows in the widget) and a comparison with saliency.
@@ -37,6 +44,9 @@ def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, progress: 
        the concept importance of each text's prediction.
     3. Training geometry: a short fine-tuning run (``steps`` batches of 8, on a fresh copy of the classifier)
        under :class:`~interp_widgets.geometry.AnisotropyMonitor`, shown in the monitor widget.
+    4. Generation: SmolLM2-135M-Instruct (a dequantised Q4_1 copy, :func:`~interp_widgets.demo.load_lm`) continues
+       ``prompt`` greedily for ``MAX_NEW_TOKENS`` tokens; input × gradient explains every generated token by the
+       prompt and the tokens generated before it, in the generation view.
 
     Example:
         >>> build_report([])
@@ -56,6 +66,9 @@ def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, progress: 
     if not texts:
         raise ValueError("build_report needs at least one text to explain")
     check_int("steps", steps, minimum=2, hint="the monitor fits its proxy on the first steps")
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise ValueError(f"the generation prompt is empty or not a string ({prompt!r}); pass a prompt such as "
+                         f"{GENERATION_PROMPT!r}")
     model, tokenizer = demo.load_classifier(progress=progress)
     report = demo.training_report()
     items: list = [
@@ -69,6 +82,7 @@ def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, progress: 
     items += _attributions(model, tokenizer, texts, progress)
     items += _concepts(model, tokenizer, texts, progress)
     items += _training(steps, progress)
+    items += _generation(prompt, progress)
     return html_page(items, title="interp_widgets demo report")
 
 
@@ -181,6 +195,40 @@ def _training(steps: int, progress: bool) -> list:
               "30% of the steps; after that, the energy ratio compares the share of gradient energy inside the proxy "
               "with matched-rank random controls (1 = no alignment). " + _final_ratios(monitor)),
         monitor.widget(),
+    ]
+
+
+def explained_generation(prompt: str = GENERATION_PROMPT, *, max_new_tokens: int = MAX_NEW_TOKENS,
+                         progress: bool = True):
+    """The report's generation: SmolLM2-135M-Instruct continues ``prompt`` greedily and input × gradient explains
+    each generated token (its log-probability) by every token before it.
+
+    Example:
+        Not run here: it loads the 135M-parameter SmolLM2 (dequantised on first use, about 30 s)::
+
+            explained_generation("The capital of France is", max_new_tokens=2).widget()
+    """
+    from interp_widgets.attribution import InputXGradient
+    from interp_widgets.demo import load_lm
+
+    model, tokenizer = load_lm(progress=progress)
+    return InputXGradient(progress=progress).attribute(model, tokenizer, prompt, max_new_tokens=max_new_tokens)
+
+
+def _generation(prompt: str, progress: bool) -> list:
+    from interp_widgets.demo.lm import LM_NAME
+
+    generation = explained_generation(prompt, progress=progress)
+    steps = len(generation.target_labels)
+    return [
+        "4. Generation",
+        _note(f"{LM_NAME}, a real pretrained instruction-tuned Llama-architecture decoder (30 layers, d = 576), "
+              f"continues the prompt greedily for up to {MAX_NEW_TOKENS} tokens ({steps} generated). Input × gradient "
+              "explains each generated token's log-probability by the prompt and by the tokens generated before it; "
+              "hover or click a generated token to colour its sources, or switch to the heatmap of all steps. The "
+              "weights are a dequantised Q4_1 copy of the released model, so its numbers are close to, not equal "
+              "to, published SmolLM2 figures."),
+        generation.widget(selected_step=0),
     ]
 
 

@@ -3,7 +3,9 @@
 One class per view: :class:`TokenHighlightWidget` (classification), :class:`GenerationWidget` (prompt + generated
 tokens), :class:`ComparisonWidget` via :func:`compare` (methods side by side), :class:`ExampleListWidget` (many
 inputs), :class:`ConceptBrowser` (concepts) and :class:`MonitorWidget` (live training curves). Every widget displays a
-static SVG where no JavaScript runs and exports to one offline HTML page (:mod:`interp_widgets.widgets.export`).
+static SVG where no JavaScript runs and exports to one offline HTML page (:mod:`interp_widgets.widgets.export`). Each
+output also saves the view's data as :data:`MIME_TYPE` (at most :func:`output_cap` bytes, 1 MiB by default), from
+which the ``interp-widgets`` JupyterLab / Notebook 7 extension rebuilds the interactive view without a kernel.
 
 The widgets are a leaf of the package: they import only its core (``text_units``, ``view_data``, ``agreement``,
 ``series_names``, ``validation``), never ``attribution``, ``concepts`` or ``geometry``; results build their own views
@@ -23,10 +25,12 @@ from interp_widgets.widgets.concept_browser import ConceptBrowser
 from interp_widgets.widgets.example_list import ExampleListWidget
 from interp_widgets.widgets.export import html_page
 from interp_widgets.widgets.generation import GenerationWidget
+from interp_widgets.widgets._mime import MIME_TYPE, output_cap, set_output_cap
 from interp_widgets.widgets.monitor import MonitorWidget
 from interp_widgets.widgets.token_highlight import TokenHighlightWidget
 
 __all__ = [
+    "MIME_TYPE",
     "STATIC_DIR",
     "ComparisonWidget",
     "ConceptBrowser",
@@ -39,6 +43,8 @@ __all__ = [
     "buffer_to_array",
     "compare",
     "html_page",
+    "output_cap",
+    "set_output_cap",
 ]
 
 #: Names that moved to the core module interp_widgets.agreement (deprecated here; they still work, with a warning).

@@ -22,6 +22,7 @@ import anywidget
 import traitlets
 
 from interp_widgets.view_data import VIEW_DATA, ViewData
+from interp_widgets.widgets._mime import MIME_TYPE, mime_payload
 from interp_widgets.widgets._static import BUNDLE_MISSING, STATIC_DIR
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
 from interp_widgets.validation import check_int
@@ -131,7 +132,7 @@ class InterpWidget(anywidget.AnyWidget):
         Example:
             >>> data = result.widget().view_data()
             >>> data.VIEW, data.VERSION, data.tokens[:3]
-            ('token_highlight', 1, ['[CLS]', 'Not', 'bad'])
+            ('token_highlight', 2, ['[CLS]', 'Not', 'bad'])
         """
         schema = VIEW_DATA[self._bundle]
         return schema(**{name: getattr(self, name) for name in schema.field_names()})
@@ -189,20 +190,53 @@ class InterpWidget(anywidget.AnyWidget):
     def _fallback_svg(self) -> str:
         return self._fallback(self.static_svg, self._error_svg)
 
+    def _payload_state(self, names: list[str]) -> dict[str, Any]:
+        """The view-state traits ``names`` as the payload of :meth:`mime_payload` carries them (serialised as the
+        traits sync them). Views whose front end asks the kernel for more (the concept browser) add it here."""
+        return self.get_state(key=names)
+
+    def mime_payload(self, cap: int | None = None) -> dict[str, Any]:
+        """The ``application/vnd.interp-widgets.v1+json`` output of this view: its versioned view data and view
+        state, from which the ``interp-widgets`` JupyterLab / Notebook 7 extension rebuilds the interactive view when
+        no kernel (or no saved widget state) is there. Over ``cap`` bytes (default
+        :func:`~interp_widgets.widgets.output_cap`, 1 MiB) it only records what was left out. See
+        :mod:`interp_widgets.widgets._mime`.
+
+        Example:
+            >>> payload = result.widget().mime_payload()
+            >>> payload["view"], payload["data"]["target_labels"], payload["state"]["selected_target"]
+            ('token_highlight', ['positive'], 0)
+        """
+        return mime_payload(self, cap)
+
+    def _payload_or_error(self) -> dict[str, Any]:
+        try:
+            return self.mime_payload()
+        except Exception as exc:  # a broken payload must not stop the live widget from displaying
+            return {"format": 1, "view": self._bundle, "version": VIEW_DATA[self._bundle].VERSION,
+                    "widget": type(self).__name__, "failed": f"{type(exc).__name__}: {exc}"}  # fmt: skip
+
     def _repr_mimebundle_(self, **kwargs: Any):
         """Widget view first, then the static picture (an SVG, or a PNG when the SVG exceeds
-        :data:`MAX_STATIC_SVG_BYTES`; see :func:`static_picture`) and a text summary.
+        :data:`MAX_STATIC_SVG_BYTES`; see :func:`static_picture`), the view's data as
+        ``application/vnd.interp-widgets.v1+json`` (:meth:`mime_payload`, rendered by the ``interp-widgets``
+        JupyterLab extension when the live widget is gone) and a text summary.
 
         No ``text/html``: nbconvert prefers it over images, and ``--sanitize-html`` (nbviewer-style rendering) and
         GitHub strip its inline styles, which would leave uncoloured tokens. The SVG is embedded as an image by
         nbconvert (sanitised or not), GitHub and nbviewer. :meth:`static_html` remains available for pages.
+
+        Example:
+            >>> data, metadata = result.widget()._repr_mimebundle_()
+            >>> list(data)
+            ['application/vnd.jupyter.widget-view+json', 'image/svg+xml', 'application/vnd.interp-widgets.v1+json', 'text/plain']
         """
         bundle = super()._repr_mimebundle_(**kwargs)
         if bundle is None:
             return None
         data, metadata = bundle
         mime, picture = static_picture(self._fallback_svg())
-        ordered = {WIDGET_VIEW_MIME: data[WIDGET_VIEW_MIME], mime: picture}
+        ordered = {WIDGET_VIEW_MIME: data[WIDGET_VIEW_MIME], mime: picture, MIME_TYPE: self._payload_or_error()}
         ordered.update((key, value) for key, value in data.items() if key not in ordered)
         return ordered, metadata
 

@@ -17,7 +17,8 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["ConceptImportanceLike", "ConceptSummary", "ConceptTexts", "ScoredTokens", "SeriesSource"]
+__all__ = ["ConceptImportanceLike", "ConceptInputAttributionsLike", "ConceptSummary", "ConceptTexts", "ScoredTokens",
+           "SeriesSource"]
 
 
 @runtime_checkable
@@ -122,6 +123,23 @@ class ConceptImportanceLike(ConceptTexts, Protocol):
     def per_concept(self, target: int | str | None = None) -> np.ndarray: ...
 
     def target_label(self, target: int | str | None = None) -> str: ...
+
+
+@runtime_checkable
+class ConceptInputAttributionsLike(Protocol):
+    """Input attributions of concepts on texts (the concept browser's "input attribution" text view):
+    ``scores(text, concept, compute=...)`` returns a :class:`ScoredTokens` with one score row (and ``special_mask``)
+    for that text and concept, or ``None`` when it is not available without computing. The compute side
+    (:class:`~interp_widgets.concepts.ConceptInputAttributions`) computes and caches; the browser only asks.
+
+    Example:
+        >>> isinstance(object(), ConceptInputAttributionsLike)
+        False
+    """
+
+    method: str
+
+    def scores(self, text: str, concept: int, *, compute: bool = True) -> Any: ...
 
 
 @runtime_checkable

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import traitlets
@@ -25,6 +25,8 @@ from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, TokenPiece, unseen_colours
 from interp_widgets.validation import check_choice
 
+ROLE_BACKGROUND, ROLE_COLOUR = "#eaeef2", "#57606a"  # role labels of chat turns: grey, never a score colour
+SPECIAL_COLOUR = "#6e7781"  # text of special tokens (chat-template markers) drawn in a static picture: greyed
 _WHITESPACE_MARKERS = {" ": "\u00b7", "\n": "\u21b5\n", "\r": "\u240d", "\t": "\u2192"}
 ENCODINGS = ("colour", "underline")
 
@@ -74,7 +76,7 @@ def check_granularity(value: str) -> str:
 def _spaces_before(text: str, offsets: np.ndarray, special: np.ndarray) -> list[str]:
     spaces, previous_end = [], 0
     for (start, end), is_special in zip(offsets.tolist(), special.tolist()):
-        if is_special:
+        if is_special and (end <= start or end > len(text)):  # added by the tokenizer: no place in the text
             spaces.append("")
             continue
         spaces.append(text[previous_end:start] if start > previous_end else "")
@@ -138,8 +140,9 @@ def magnitude_ranks(values: np.ndarray) -> dict[int, int]:
     return ranks
 
 
-def token_pieces(tokens, spaces, units, sums, max_abs, signed, limit=MAX_STATIC_TOKENS):
+def token_pieces(tokens, spaces, units, sums, max_abs, signed, limit=MAX_STATIC_TOKENS, special=None):
     """:class:`TokenPiece` per unit for the static SVG (at most ``limit``), and how many units were left out.
+    Units starting with a ``special`` token (template markers, when shown) get grey text.
 
     Example:
         >>> pieces, omitted = token_pieces(["a"], [""], [[0]], np.array([1.0]), 1.0, True)
@@ -157,6 +160,8 @@ def token_pieces(tokens, spaces, units, sums, max_abs, signed, limit=MAX_STATIC_
         else:
             background, colour = score_colours(score, max_abs, signed)
             title = f"{json.dumps(text, ensure_ascii=False)}: score {format_score(score, 6, signed)}, rank {ranks[u]} of {len(ranks)}"
+        if special is not None and special[unit[0]]:
+            colour, title = SPECIAL_COLOUR, f"{title} (special token)"
         pieces.append(TokenPiece(spaces[unit[0]], display_token(text), background, colour, title))
     return pieces, max(0, len(units) - limit)
 
@@ -202,6 +207,12 @@ def token_data(result: Any) -> TokenHighlightData:
     spaces = _spaces_before(text, offsets, special)
     word_ids = _per_token(result, "word_ids", n, np.int64, _default_word_ids(spaces, special))
     sentence_ids = _per_token(result, "sentence_ids", n, np.int64, np.where(special, -1, 0))
+    turn_ids = _per_token(result, "turn_ids", n, np.int64, np.where(special, -1, 0))
+    roles = getattr(result, "turn_roles", None)
+    roles = [] if roles is None else [str(role) for role in roles]
+    if roles and (turn_ids >= len(roles)).any():
+        raise ValueError(f"turn_ids go up to {int(turn_ids.max())} but turn_roles names {len(roles)} turns; pass one role "
+                         "per turn")
     labels = getattr(result, "target_labels", None)
     labels = [f"target {t}" for t in range(n_targets)] if labels is None else [str(label) for label in labels]
     if len(labels) != n_targets:
@@ -214,7 +225,7 @@ def token_data(result: Any) -> TokenHighlightData:
         scores=scores, target_labels=labels, target_probs=_per_target(result, "target_probs", n_targets),
         completeness_error=_per_target(result, "completeness_error", n_targets),
         method=str(getattr(result, "method", "") or ""), score_meaning=str(getattr(result, "reduce", "") or ""),
-        signed=bool(getattr(result, "signed", True)),
+        signed=bool(getattr(result, "signed", True)), turn_ids=turn_ids, turn_roles=roles,
     )  # fmt: skip
 
 
@@ -227,6 +238,8 @@ class TokenScoresWidget(InterpWidget):
         >>> issubclass(TokenHighlightWidget, TokenScoresWidget)
         True
     """
+
+    _payload_schema: ClassVar[dict[str, Any]] = {"encoding": {"enum": list(ENCODINGS)}}
 
     tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(sync=True, data=True)
     scores = BinaryArray("float32", ndim=2, finite=True, help="(rows, n_tokens) scores; NaN = not seen.").tag(sync=True, data=True)
@@ -270,6 +283,8 @@ class GroupedTokens(traitlets.HasTraits):
         True
     """
 
+    _payload_schema: ClassVar[dict[str, Any]] = {"granularity": {"enum": list(GRANULARITIES)}}
+
     special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
     word_ids = BinaryArray("int", help="Word id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True, data=True)
     sentence_ids = BinaryArray("int", help="Sentence id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True, data=True)
@@ -281,4 +296,61 @@ class GroupedTokens(traitlets.HasTraits):
 
     def _group(self, show_special: bool, granularity: str | None = None) -> list[list[int]]:
         return display_units(self.special_mask, self.word_ids, self.sentence_ids, granularity or self.granularity,
-                             show_special=show_special)
+                             show_special=show_special, turn_ids=getattr(self, "turn_ids", None))
+
+
+class ChatTurns(traitlets.HasTraits):
+    """Traits of views that label the turns of a chat conversation (mixed into a widget class): the turn of every
+    token (-1 for the template's own tokens, which are special: folded away, or greyed when shown) and the role of
+    each turn. A plain text is one turn without a role, and no label shows.
+
+    Example:
+        >>> from interp_widgets.widgets import TokenHighlightWidget
+        >>> issubclass(TokenHighlightWidget, ChatTurns)
+        True
+    """
+
+    turn_ids = BinaryArray("int", help="Turn (chat message) of each token (-1: none), narrowest int.").tag(sync=True, data=True)
+    turn_roles = traitlets.List(traitlets.Unicode(), help="Role of each turn ('system', 'user', ...); empty for a plain "
+                                "text.").tag(sync=True, data=True)  # fmt: skip
+
+    def role_starts(self, units: list[list[int]]) -> dict[int, str]:
+        """``{unit index: role}`` for each unit that starts a turn (where a role label goes), in a chat view.
+
+        Example:
+            >>> from interp_widgets.widgets import TokenHighlightWidget
+            >>> w = TokenHighlightWidget.from_arrays("Hi. Yo.", ["Hi.", "Yo."], [(0, 3), (4, 7)], [1.0, 2.0],
+            ...                                      turn_ids=[0, 1], turn_roles=["user", "assistant"])
+            >>> w.role_starts(w.units())
+            {0: 'user', 1: 'assistant'}
+        """
+        return role_starts(units, self.turn_ids, self.special_mask, self.turn_roles)
+
+
+def role_starts(units: list[list[int]], turn_ids, special_mask, roles: list[str]) -> dict[int, str]:
+    """``{unit index: role}`` of the units where a new turn begins (its first non-special token's turn differs from
+    the previous turn seen), as the JS views place role labels; empty without roles.
+
+    Example:
+        >>> role_starts([[0], [1], [2]], np.array([0, 0, 1]), np.zeros(3, bool), ["user", "assistant"])
+        {0: 'user', 2: 'assistant'}
+    """
+    if not roles or turn_ids is None:
+        return {}
+    starts, previous = {}, -1
+    for u, unit in enumerate(units):
+        turns = [int(turn_ids[i]) for i in unit if not special_mask[i] and 0 <= int(turn_ids[i]) < len(roles)]
+        if turns and turns[0] != previous:
+            starts[u] = roles[turns[0]]
+            previous = turns[0]
+    return starts
+
+
+def role_piece(role: str, first: bool) -> TokenPiece:
+    """The static picture's label of a turn's role: a grey tag on a new line (the role text is escaped by the SVG).
+
+    Example:
+        >>> role_piece("user", first=False).text, role_piece("user", first=False).gap
+        ('user:', '\\n')
+    """
+    return TokenPiece("" if first else "\n", f"{role}:", ROLE_BACKGROUND, ROLE_COLOUR, f"{role} turn")

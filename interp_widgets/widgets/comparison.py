@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import traitlets
@@ -55,6 +55,8 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
     """
 
     _bundle = "comparison"
+    _payload_schema: ClassVar[dict[str, Any]] = {"agreements": {"map": {"list": {"object": {
+        "a": "str", "b": "str", "spearman": {"nullable": "num"}, "top_k_overlap": {"nullable": "num"}, "k": "int"}}}}}
 
     spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
     methods = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)

@@ -3,7 +3,9 @@
 The list shows each concept's label, top tokens, activation density (dead concepts flagged) and, when given, its
 importance for a prediction. The detail pane of the selected concept draws its activation histogram, its top
 activating contexts with the activating token highlighted, its top texts, the vocabulary it promotes and, for the
-input texts given, the concept's activation on every token; clicking a token lists the concepts active there.
+input texts given, the concept's activation on every token (or, with ``input_attributions``, which input tokens make
+the concept fire: an attribution of its activation to the tokens, computed on the concepts side when a concept is
+selected); clicking a token lists the concepts active there.
 
 Only the concepts on the visible page (and the selected one) are sent to the browser: the front end writes the
 concept ids it shows into ``requested`` and the kernel answers by replacing ``details``. Top-k contexts and
@@ -28,7 +30,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import traitlets
@@ -36,18 +38,22 @@ import traitlets
 from interp_widgets.view_data import ConceptBrowserData
 from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._colour import format_score, score_colours
-from interp_widgets.widgets._protocols import ConceptImportanceLike, ConceptSummary, ConceptTexts
+from interp_widgets.widgets._protocols import (ConceptImportanceLike, ConceptInputAttributionsLike, ConceptSummary,
+                                              ConceptTexts)
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
+from interp_widgets.widgets._mime import ANY_ARRAY_1D, compact_json, json_value
 from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
 from interp_widgets.validation import check_choice, check_int
 
 SORT_KEYS = ("index", "label", "density", "max", "importance", "abs_importance")
+TEXT_MODES = ("activation", "attribution")
 LIST_TOKENS = 5  # distinct top tokens shown per concept in the list
 TEXT_TOP = 5  # concepts listed per token of an input text
 MAX_TEXT_CHARS = 400  # top texts are cut to this length in the detail pane
 MAX_PAGE_SIZE = 100
 STATIC_CONCEPTS = 12
 PRELOAD_CONCEPTS = 200  # concept details an exported page carries, since no kernel answers there
+PAYLOAD_DETAIL_BYTES = 256 * 1024  # concept details a saved output carries (its mime payload), in list order
 _COMPUTE_OPTIONS = {"store", "model", "tokenizer", "k", "progress"}  # of the old computing constructor
 
 
@@ -100,10 +106,14 @@ class ConceptBrowser(InterpWidget, PagedList):
             ``target``), the DataFrame of :func:`~interp_widgets.concepts.mean_concept_importance`, or one number per
             concept. Defaults to the first ``ConceptImportance`` among ``texts``.
         target: the target row or label of a ``ConceptImportance``.
+        input_attributions: which input tokens make a concept fire, for the text view's "input attribution" mode: a
+            :class:`~interp_widgets.concepts.ConceptInputAttributions` (``ConceptInputAttributionsLike``), which
+            computes the attribution of the selected concept on the selected text when the browser first asks for
+            it, and caches it. ``interpretation.widget(..., input_attribution="integrated_gradients")`` builds one.
         page_size: concepts per page of the list.
 
     ``selected_concept`` (-1: none), ``selected_text``, ``selected_token``, ``page``, ``sort_by``, ``descending``,
-    ``search`` and ``hide_dead`` sync both ways.
+    ``search``, ``hide_dead`` and ``text_mode`` (``"activation"`` or ``"attribution"``) sync both ways.
 
     Example:
         >>> from interp_widgets.concepts import interpret_concepts, text_concepts
@@ -114,6 +124,18 @@ class ConceptBrowser(InterpWidget, PagedList):
     """
 
     _bundle = "concept_browser"
+    _payload_schema: ClassVar[dict[str, Any]] = {
+        "sort_by": {"enum": list(SORT_KEYS)},
+        "details": {"map": {"object": {  # concept_detail()
+            "concept": "int", "label": "str", "label_source": "str", "density": {"nullable": "num"}, "mean": {"nullable": "num"},
+            "max": {"nullable": "num"}, "min": {"nullable": "num"},
+            "examples": {"list": {"object": {"tokens": {"list": "str"}, "center": "int", "activation": {"nullable": "num"},
+                                             "text_id": "int", "activations": {"list": "num"}}}},
+            "top_texts": {"list": {"object": {"text_id": "int", "max_activation": {"nullable": "num"}, "text": "str"}}},
+            "vocabulary": {"nullable": {"list": {"object": {"token": "str", "logit": {"nullable": "num"}}}}},
+            "text_activations": {"nullable": ANY_ARRAY_1D}, "hist_edges": ANY_ARRAY_1D, "hist_counts": ANY_ARRAY_1D,
+        }}},
+    }  # fmt: skip
 
     method = traitlets.Unicode("").tag(sync=True, data=True)
     layer = traitlets.Unicode("").tag(sync=True, data=True)
@@ -140,9 +162,14 @@ class ConceptBrowser(InterpWidget, PagedList):
     text_top_values = BinaryArray("float32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] their coefficients.").tag(sync=True, data=True)
     selected_text = traitlets.Int(0, help="Input text shown in the text view.").tag(sync=True)
     selected_token = traitlets.Int(-1, help="Token of the selected text whose active concepts are listed (-1: none).").tag(sync=True)
+    text_mode = traitlets.Unicode("activation", help="What colours the text view: the concept's 'activation' on each "
+                                  "token, or the 'attribution' of its activation to the input tokens.").tag(sync=True)
+    attribution_method = traitlets.Unicode("", help="Method of the input attributions the text view can show (empty: "
+                                           "none given).").tag(sync=True)
 
     def __init__(self, interpretation: ConceptSummary, *, texts: Any = None, importance: Any = None,
-                 target: int | str | None = None, page_size: int = 10, **kwargs: Any) -> None:
+                 target: int | str | None = None, input_attributions: Any = None, page_size: int = 10,
+                 **kwargs: Any) -> None:
         computing = sorted(set(kwargs) & _COMPUTE_OPTIONS)
         if computing or _looks_like_concept_model(interpretation):
             given = f" (got {', '.join(n + '=' for n in computing)})" if computing else ""
@@ -170,6 +197,10 @@ class ConceptBrowser(InterpWidget, PagedList):
                                  f"shows {n}; compute it with the same concept model")
             converted.append(text)
         self._texts = converted
+        if input_attributions is not None and not isinstance(input_attributions, ConceptInputAttributionsLike):
+            raise TypeError("input_attributions must be a ConceptInputAttributions (from interp_widgets.concepts), "
+                            f"got {type(input_attributions).__name__}")
+        self._attributions = input_attributions
         self._text_coefficients = [t.coefficients[~t.special_mask] for t in converted]
         if importance is None:
             importance = next((t for t in converted if isinstance(t, ConceptImportanceLike)), None)
@@ -194,11 +225,12 @@ class ConceptBrowser(InterpWidget, PagedList):
             density=source.density, max_activation=source.maximum, importance=values, importance_label=meaning,
             text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=top_ids_all, text_top_values=top_values_all,
         )  # fmt: skip
-        super().__init__(**data.to_traits(), page_size=page_size, **kwargs)
+        method = str(getattr(input_attributions, "method", "")) if input_attributions is not None else ""
+        super().__init__(**data.to_traits(), page_size=page_size, attribution_method=method, **kwargs)
         start = self.page * self.page_size
         self.requested = self.visible_order()[start : start + self.page_size]
         self._refresh_details()
-        self.observe(self._refresh_details, names=["requested", "selected_concept", "selected_text"])
+        self.observe(self._refresh_details, names=["requested", "selected_concept", "selected_text", "text_mode"])
 
     @staticmethod
     def _importance(importance, target, n: int) -> tuple[np.ndarray | None, str]:
@@ -240,6 +272,14 @@ class ConceptBrowser(InterpWidget, PagedList):
         if proposal["value"] != 0 and not 0 <= proposal["value"] < len(self.text_tokens):
             raise ValueError(f"selected_text {proposal['value']} is out of range; there are {len(self.text_tokens)} texts")
         return proposal["value"]
+
+    @traitlets.validate("text_mode")
+    def _check_text_mode(self, proposal):
+        value = check_choice("text_mode", proposal["value"], TEXT_MODES)
+        if value == "attribution" and getattr(self, "_attributions", None) is None:
+            raise ValueError("text_mode='attribution' needs input attributions; pass input_attributions= "
+                             "(a ConceptInputAttributions) or interpretation.widget(..., input_attribution='occlusion')")
+        return value
 
     @traitlets.validate("requested")
     def _check_requested(self, proposal):
@@ -286,9 +326,14 @@ class ConceptBrowser(InterpWidget, PagedList):
         sign = -1.0 if self.descending else 1.0
         return sorted(keep, key=lambda c: (math.isnan(key[c]), sign * key[c] if not math.isnan(key[c]) else 0.0, c))
 
-    def concept_detail(self, concept: int) -> dict[str, Any]:
+    def concept_detail(self, concept: int, *, compute_attribution: bool | None = None,
+                       lazy_label: bool = True) -> dict[str, Any]:  # fmt: skip
         """The payload the browser gets for one concept: stats, top contexts, top texts, histogram buffers,
-        vocabulary and the concept's activation on each token of the selected text.
+        vocabulary, the concept's activation on each token of the selected text and, in the ``"attribution"`` text
+        mode, the attribution of its activation to those tokens (``text_attribution``; ``None`` until computed).
+
+        The attribution is computed (by the concepts side, through ``input_attributions``) for the selected
+        concept only; ``compute_attribution`` overrides that rule (``False``: only what is already cached).
 
         Example:
             >>> from interp_widgets.concepts import interpret_concepts
@@ -296,13 +341,16 @@ class ConceptBrowser(InterpWidget, PagedList):
             >>> top = browser.concept_detail(3)["examples"][0]  # the context that activates concept 3 most
             >>> top["tokens"][top["center"]], top["center"], len(top["tokens"])
             ('felt ', 3, 9)
+
+        ``lazy_label=False`` takes the concept's current label instead of asking a lazy labeller for one (the saved
+        output preloads many concepts and must not run a labelling model for each).
         """
         interp = self.interpretation
         if not -self.n_concepts <= int(concept) < self.n_concepts:
             raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
         c = int(concept) % self.n_concepts
         ensure_label = getattr(interp, "ensure_label", None)  # a lazy labeller labels a concept when first viewed
-        label = ensure_label(c) if ensure_label is not None else interp.labels[c]
+        label = ensure_label(c) if ensure_label is not None and lazy_label else interp.labels[c]
         examples = [{
             "tokens": list(e["context"]), "center": int(e["center"]), "activation": _finite(e["activation"]),
             "text_id": int(e["text_id"]), "activations": [_finite(v) or 0.0 for v in e["context_activations"]],
@@ -319,12 +367,46 @@ class ConceptBrowser(InterpWidget, PagedList):
         text_activations = None
         if self._text_coefficients:
             text_activations = array_to_buffer(self._text_coefficients[self.selected_text][:, c])
+        text_attribution = None
+        if self._attributions is not None and self._texts and self.text_mode == "attribution":
+            compute = c == self.selected_concept if compute_attribution is None else bool(compute_attribution)
+            text_attribution = self._text_attribution(c, compute)
         return {
             "concept": c, "label": label, "label_source": str(getattr(interp, "label_source", "")), "density": _finite(interp.density[c]), "mean": _finite(interp.mean[c]),
             "max": _finite(interp.maximum[c]), "min": _finite(interp.minimum[c]), "examples": examples,
             "top_texts": top_texts, "vocabulary": vocabulary, "text_activations": text_activations,
+            "text_attribution": text_attribution,
             "hist_edges": array_to_buffer(interp.hist_edges[c]), "hist_counts": array_to_buffer(interp.hist_counts[c]),
         }  # fmt: skip
+
+    def _text_attribution(self, concept: int, compute: bool) -> dict[str, Any] | None:
+        """The attribution of ``concept``'s activation to the shown tokens of the selected text, or None."""
+        if self._column("density")[concept] == 0:
+            return None  # a dead concept never fires: nothing to attribute
+        text = self._texts[self.selected_text]
+        result = self._attributions.scores(text.text, concept, compute=compute)
+        if result is None:
+            return None
+        scores = np.asarray(result.scores, dtype=np.float64)
+        if scores.ndim == 2:
+            if scores.shape[0] != 1:
+                raise ValueError(f"an input attribution of one concept has one row of scores, got {scores.shape[0]}")
+            scores = scores[0]
+        special = np.asarray(getattr(result, "special_mask", np.zeros(len(scores), bool)), dtype=bool)
+        shown = scores[~special] if len(special) == len(scores) else scores
+        n = len(self.text_tokens[self.selected_text])
+        if len(shown) != n:
+            raise ValueError(f"the input attribution of concept {concept} has {len(shown)} tokens but the text view "
+                             f"shows {n}; compute it at token granularity with the tokenizer of the concept model")
+        params = dict(getattr(result, "params", None) or {})
+        activation = params.get("concept_activation")
+        error = getattr(result, "completeness_error", None)
+        return {
+            "values": array_to_buffer(np.nan_to_num(shown)), "method": str(getattr(result, "method", "")),
+            "signed": bool(getattr(result, "signed", True)), "score": str(params.get("concept_score", "")),
+            "activation": _finite(activation[0]) if activation else None,
+            "completeness_error": _finite(np.asarray(error, dtype=np.float64).reshape(-1)[0]) if error is not None else None,
+        }
 
     def _refresh_details(self, change=None) -> None:
         wanted = list(dict.fromkeys(self.requested + ([self.selected_concept] if self.selected_concept >= 0 else [])))
@@ -388,11 +470,30 @@ class ConceptBrowser(InterpWidget, PagedList):
         finally:
             self._preload = []
 
+    def _payload_state(self, names: list[str]) -> dict[str, Any]:
+        """The saved output's view state: the details already loaded, then those of further concepts in list order
+        (up to :data:`PRELOAD_CONCEPTS` concepts and :data:`PAYLOAD_DETAIL_BYTES` of JSON), since no kernel answers
+        a reopened notebook."""
+        state = super()._payload_state(names)
+        details, size = dict(state.get("details", {})), len(compact_json(json_value(state.get("details", {}))))
+        for c in self.visible_order()[:PRELOAD_CONCEPTS]:
+            if str(c) in details:
+                continue
+            detail = self.concept_detail(c, compute_attribution=False, lazy_label=False)
+            size += len(compact_json(json_value(detail))) + 8
+            if size > PAYLOAD_DETAIL_BYTES:
+                break
+            details[str(c)] = detail
+        state["details"] = details
+        return state
+
     def get_state(self, key=None, drop_defaults=False):
         """Synced state; while :meth:`to_html` runs, ``details`` also holds the preloaded concepts."""
         state = super().get_state(key=key, drop_defaults=drop_defaults)
-        if getattr(self, "_preload", None) and "details" in state:
-            state["details"] = {**{str(c): self.concept_detail(c) for c in self._preload}, **state["details"]}
+        if getattr(self, "_preload", None) and "details" in state:  # preloaded concepts carry cached attributions only
+            preloaded = {str(c): self.concept_detail(c, compute_attribution=False, lazy_label=False)
+                         for c in self._preload}
+            state["details"] = {**preloaded, **state["details"]}
         return state
 
     def __repr__(self) -> str:

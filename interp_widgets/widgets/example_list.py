@@ -13,7 +13,7 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import traitlets
@@ -22,7 +22,7 @@ from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.text_units import display_units
+from interp_widgets.text_units import GRANULARITIES, display_units
 from interp_widgets.view_data import ExampleListData
 from interp_widgets.widgets._tokens import (
     check_granularity, finite_max, token_pieces, token_data, unit_sums,
@@ -51,6 +51,9 @@ class ExampleListWidget(InterpWidget, PagedList):
     """
 
     _bundle = "example_list"
+    _payload_schema: ClassVar[dict[str, Any]] = {"granularity": {"enum": list(GRANULARITIES)},
+                                                 "sort_by": {"enum": list(SORT_KEYS)},
+                                                 "filter_outcome": {"enum": list(OUTCOMES)}}
 
     tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Tokens of each example.").tag(sync=True, data=True)
     spaces_before = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True, data=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import traitlets
@@ -20,7 +20,9 @@ import traitlets
 from interp_widgets.view_data import GenerationData
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
-from interp_widgets.widgets._tokens import TokenScoresWidget, display_token, finite_max, magnitude_ranks, token_data
+from interp_widgets.widgets._tokens import (
+    ChatTurns, TokenScoresWidget, display_token, finite_max, magnitude_ranks, role_piece, role_starts, token_data,
+)
 from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.validation import check_choice
 
@@ -72,8 +74,11 @@ def _log_ratio(p: float | None, q: float | None) -> float | None:
     return math.log(p) - math.log(q)
 
 
-class GenerationWidget(TokenScoresWidget):
+class GenerationWidget(TokenScoresWidget, ChatTurns):
     """Prompt + generated tokens; pick a generated token to colour the sources it was attributed to.
+
+    For a chat conversation each turn starts with its role's label (the default system prompt a template inserts
+    included), and the template's own tokens are folded away like every special prompt token.
 
     Each generated token shows its probability. Hovering a generated token previews its sources, clicking (or Enter)
     selects it; a canvas heatmap (rows: generated tokens, columns: all tokens) shows every step at once, with hover
@@ -93,6 +98,7 @@ class GenerationWidget(TokenScoresWidget):
     """
 
     _bundle = "generation"
+    _payload_schema: ClassVar[dict[str, Any]] = {"view": {"enum": list(VIEWS)}}
 
     spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
     special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
@@ -124,7 +130,7 @@ class GenerationWidget(TokenScoresWidget):
             tokens=tokens.tokens, spaces_before=tokens.spaces_before, special_mask=tokens.special_mask,
             generated_mask=generated, scores=tokens.scores, step_tokens=steps, step_probs=tokens.target_probs,
             method=tokens.method, score_meaning=meaning, signed=tokens.signed, foil_tokens=foil_tokens,
-            foil_probs=foil_probs, contrast=contrast,
+            foil_probs=foil_probs, contrast=contrast, turn_ids=tokens.turn_ids, turn_roles=tokens.turn_roles,
         )  # fmt: skip
         super().__init__(**data.to_traits(), selected_step=selected_step, view=view, **kwargs)
 
@@ -201,7 +207,10 @@ class GenerationWidget(TokenScoresWidget):
             figure.mono_lines(self._pair_lines()[:MAX_STATIC_STEPS], size=11)
         pieces = []
         shown = [i for i in range(len(self.tokens)) if not special[i]][:MAX_STATIC_TOKENS]
-        for i in shown:
+        roles = role_starts([[i] for i in shown], self.turn_ids, special, self.turn_roles)
+        for k, i in enumerate(shown):
+            if k in roles:
+                pieces.append(role_piece(roles[k], first=k == 0))
             score = float(row[i])
             if math.isnan(score):
                 background, colour = unseen_colours()
@@ -212,7 +221,8 @@ class GenerationWidget(TokenScoresWidget):
             label = ""
             if i in step_of and self.step_probs and self.step_probs[step_of[i]] is not None:
                 label = f"{100 * self.step_probs[step_of[i]]:.0f}%"
-            pieces.append(TokenPiece(self.spaces_before[i], display_token(self.tokens[i]), background, colour,
+            gap = (self.spaces_before[i].lstrip("\r\n") or " ") if k in roles else self.spaces_before[i]
+            pieces.append(TokenPiece(gap, display_token(self.tokens[i]), background, colour,
                                      f"{json.dumps(self.tokens[i], ensure_ascii=False)}: {note}", note=label,
                                      outline=i == chosen))  # fmt: skip
         non_special = int((~special).sum())

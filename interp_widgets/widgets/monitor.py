@@ -42,7 +42,7 @@ import time
 import uuid
 import warnings
 import weakref
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Mapping
 
 import numpy as np
 import traitlets
@@ -153,6 +153,13 @@ class MonitorWidget(InterpWidget):
     """
 
     _bundle = "monitor"
+    _payload_schema: ClassVar[dict[str, Any]] = {
+        "panels": {"list": {"object": {
+            "id": "str", "title": "str", "kind": {"enum": list(PANEL_KINDS)}, "series": {"list": "str"},
+            "scale": {"enum": list(SCALES)}, "metric": "str", "band": {"list": "str"}, "dashed": {"list": "str"},
+            "reference": "num"}, "required": ["id", "kind", "series", "scale"], "open": True}},  # other keys dropped
+        "checkpoint_schema": {"object": {"series": {"list": "str"}, "rows": "int"}, "required": []},  # {}: no history
+    }
 
     stream_id = traitlets.Unicode(help="Identifies the browser-side store shared by this widget's views.").tag(sync=True)
     title = traitlets.Unicode("Training monitor").tag(sync=True)

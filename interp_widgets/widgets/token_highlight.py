@@ -1,4 +1,4 @@
-"""Token attribution highlighter: coloured tokens, class selector, legend, tooltips, token/word/sentence views.
+"""Token attribution highlighter: coloured tokens, class selector, legend, tooltips, token/word/sentence/turn views.
 
 Example:
     >>> widget = TokenHighlightWidget.from_arrays(
@@ -22,18 +22,20 @@ import traitlets
 from interp_widgets.widgets._colour import MID, format_score, hex_colour, legend_stops, score_colours
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
-    GroupedTokens, TokenScoresWidget, display_token, finite_max, magnitude_ranks, token_pieces,
-    token_data, unit_sums,
+    ROLE_BACKGROUND, ROLE_COLOUR, ChatTurns, GroupedTokens, TokenScoresWidget, display_token, finite_max,
+    magnitude_ranks, role_piece, token_pieces, token_data, unit_sums,
 )
 
-class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
+class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
     """Tokens coloured by signed attribution, with a class selector, legend, tooltips and keyboard navigation.
 
     Takes an attribution result (``interp_widgets.attribution.AttributionResult`` or any object with ``text``,
     ``tokens``, ``offsets``, ``scores`` and optionally ``special_mask``, ``word_ids``, ``sentence_ids``,
-    ``target_labels``, ``target_probs``, ``method``, ``reduce``, ``completeness_error``). The class shown,
-    the granularity (``"token"``, ``"word"``, ``"sentence"``; sums computed in the browser), whether special
-    tokens show, and the selected / hovered token sync both ways with the browser.
+    ``target_labels``, ``target_probs``, ``method``, ``reduce``, ``completeness_error``, ``turn_ids``,
+    ``turn_roles``). The class shown, the granularity (``"token"``, ``"word"``, ``"sentence"``, ``"turn"``; sums
+    computed in the browser), whether special tokens show, and the selected / hovered token sync both ways with the
+    browser. A chat conversation's turns start with their role's label; the template's own tokens are special
+    tokens, folded away unless ``show_special_tokens`` (then greyed).
 
     Example:
         >>> from interp_widgets.attribution import Saliency
@@ -93,6 +95,8 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         method: str = "",
         score_meaning: str = "",
         completeness_error: Any = None,
+        turn_ids: Any = None,
+        turn_roles: Sequence[str] | None = None,
         **kwargs: Any,
     ) -> "TokenHighlightWidget":
         """Build the widget from plain arrays instead of an attribution result.
@@ -108,7 +112,8 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         result = SimpleNamespace(
             text=text, tokens=list(tokens), offsets=offsets, scores=scores, special_mask=special_mask,
             word_ids=word_ids, sentence_ids=sentence_ids, target_labels=target_labels, target_probs=target_probs,
-            method=method, reduce=score_meaning, completeness_error=completeness_error,
+            method=method, reduce=score_meaning, completeness_error=completeness_error, turn_ids=turn_ids,
+            turn_roles=turn_roles,
         )  # fmt: skip
         return cls(result, **kwargs)
 
@@ -205,9 +210,15 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         """
         units, sums, max_abs = self.units(), self.unit_scores(), self.scale_max()
         ranks, order = magnitude_ranks(sums), [i for i in range(len(sums)) if not math.isnan(sums[i])]
+        roles = self.role_starts(units)
         pieces = []
         for u, unit in enumerate(units):
             gap = self.spaces_before[unit[0]]
+            if u in roles:
+                pieces.append(("<br>" if pieces else "") + f'<span style="background-color:{ROLE_BACKGROUND};color:'
+                              f'{ROLE_COLOUR};border-radius:3px;padding:1px 4px;font-size:12px;font-weight:bold">'
+                              f"{html.escape(roles[u])}</span> ")
+                gap = gap.lstrip("\r\n")
             text = self._unit_text(unit)
             score = float(sums[u])
             if math.isnan(score):
@@ -217,9 +228,10 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
                 background, colour = score_colours(score, max_abs, self.signed)
                 note = f"score {format_score(score, 6, self.signed)}, rank {ranks[u]} of {len(order)}"
             title = f"{json.dumps(text, ensure_ascii=False)}: {note}"
+            grey = ";opacity:0.6;font-style:italic" if self.special_mask[unit[0]] else ""  # template / special tokens
             pieces.append(
                 html.escape(gap)
-                + f'<span style="background-color:{background};color:{colour};border-radius:3px;padding:1px 1px" '
+                + f'<span style="background-color:{background};color:{colour};border-radius:3px;padding:1px 1px{grey}" '
                 f'title="{html.escape(title)}">{html.escape(display_token(text))}</span>'
             )
         target = self.selected_target
@@ -273,7 +285,12 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens):
         header = f"class {classes[target]}"
         others = [c for i, c in enumerate(classes) if i != target]
         figure.text(header + (" · other classes: " + ", ".join(others) if others else ""), bold=True)
-        pieces, omitted = token_pieces(self.tokens, self.spaces_before, units, sums, max_abs, self.signed)
+        pieces, omitted = token_pieces(self.tokens, self.spaces_before, units, sums, max_abs, self.signed,
+                                       special=self.special_mask)
+        roles = self.role_starts(units[:len(pieces)])
+        for u in sorted(roles, reverse=True):  # a role label before each turn's first unit, on a line of its own
+            pieces[u].gap = pieces[u].gap.lstrip("\r\n") or " "
+            pieces.insert(u, role_piece(roles[u], first=u == 0))
         figure.tokens(pieces, omitted=omitted)
         per = "" if self.granularity == "token" else f" (sum per {self.granularity})"
         scale = ", scale shared by all classes" if self.shared_scale else ""

@@ -34,6 +34,20 @@
  * @property {{text_id: number, max_activation: number | null, text: string}[]} top_texts
  * @property {{token: string, logit: number | null}[] | null} vocabulary  Promoted tokens, null without an unembedding.
  * @property {BinaryArray | null} text_activations  Activation on each token of the selected input text.
+ * @property {ConceptTextAttribution | null} [text_attribution]  In the "attribution" text mode: which tokens of the
+ *   selected text make the concept fire (null until the kernel has computed it).
+ */
+
+/**
+ * Attribution of a concept's activation to the shown tokens of the selected text (Python
+ * `ConceptBrowser._text_attribution`).
+ * @typedef {object} ConceptTextAttribution
+ * @property {BinaryArray} values  float32, one score per shown token.
+ * @property {string} method  Attribution method.
+ * @property {boolean} signed
+ * @property {string} score  What was attributed ("activation of concept 3 summed over the non-special tokens").
+ * @property {number | null} activation  Its value on the text.
+ * @property {number | null} completeness_error  Σ scores − (score(x) − score(baseline)), path methods only.
  */
 
 /**
@@ -63,6 +77,8 @@
  * @property {BinaryArray | {}} text_top_values  float32 [tokens of all texts, k], their coefficients.
  * @property {number} selected_text  Input text shown in the text view (written).
  * @property {number} selected_token  Token of that text whose active concepts are listed, -1: none (written).
+ * @property {"activation" | "attribution"} text_mode  What colours the text view (written).
+ * @property {string} attribution_method  Method of the input attributions, empty when none are available.
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
@@ -81,7 +97,9 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change redraws. @type {(keyof ConceptBrowserModel)[]} */
-const TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "sort_by", "descending", "search", "hide_dead", "page", "page_size", "selected_concept", "details", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "selected_text", "selected_token"];
+const TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "sort_by", "descending", "search", "hide_dead", "page", "page_size", "selected_concept", "details", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "selected_text", "selected_token", "text_mode", "attribution_method"];
+/** Traits readConcepts decodes: a change of any of them decodes again. */
+const DATA_TRAITS = ["labels", "top_tokens", "density", "max_activation", "importance", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values"];
 const SORT_KEYS = { index: "concept id", label: "label", density: "density", max: "max activation", importance: "importance", abs_importance: "|importance|" };
 /** Milliseconds to wait for requested details before saying the kernel is busy or gone. */
 export const BUSY_AFTER = 3000;
@@ -93,25 +111,37 @@ const svg = (tag, attrs = {}) => {
 
 /**
  * Concept ids after search, dead filter and sort (ties keep id order, NaN values last); the same rule as
- * ConceptBrowser.visible_order() in Python.
+ * ConceptBrowser.visible_order() in Python. `haystack` (optional, from searchText) holds each concept's lower-cased
+ * label and top tokens, so that a keystroke over 16k concepts does not lower-case them again.
  */
-export function visibleConcepts({ labels, topTokens, density, maxActivation, importance }, { sortBy, descending, search, hideDead }) {
+export function visibleConcepts({ labels, topTokens, density, maxActivation, importance, haystack }, { sortBy, descending, search, hideDead }) {
   const needle = (search ?? "").toLowerCase();
-  const keep = labels
-    .map((_, c) => c)
-    .filter((c) => !hideDead || density[c] > 0)
-    .filter((c) => !needle || labels[c].toLowerCase().includes(needle) || topTokens[c].some((t) => t.toLowerCase().includes(needle)));
-  const ranks = labelRanks(labels);
-  const key = {
-    index: (c) => c,
-    label: (c) => ranks.get(labels[c]),
-    density: (c) => density[c],
-    max: (c) => maxActivation[c],
-    importance: (c) => (importance ? importance[c] : NaN),
-    abs_importance: (c) => (importance ? Math.abs(importance[c]) : NaN),
-  }[sortBy];
-  if (!key) throw new RangeError(`unknown sort key "${sortBy}"; use ${Object.keys(SORT_KEYS).join(", ")}`);
-  return sortIndices(keep, key, descending);
+  const ranked = {
+    index: null,
+    label: () => {
+      const ranks = labelRanks(labels);
+      return (c) => ranks.get(labels[c]);
+    },
+    density: () => (c) => density[c],
+    max: () => (c) => maxActivation[c],
+    importance: () => (c) => (importance ? importance[c] : NaN),
+    abs_importance: () => (c) => (importance ? Math.abs(importance[c]) : NaN),
+  };
+  if (!(sortBy in ranked)) throw new RangeError(`unknown sort key "${sortBy}"; use ${Object.keys(SORT_KEYS).join(", ")}`);
+  const text = haystack ?? searchText(labels, topTokens);
+  const keep = [];
+  for (let c = 0; c < labels.length; c += 1) {
+    if (hideDead && !(density[c] > 0)) continue;
+    if (needle && !text[c].includes(needle)) continue;
+    keep.push(c);
+  }
+  if (sortBy === "index") return descending ? keep.reverse() : keep; // ids are already in order
+  return sortIndices(keep, ranked[sortBy](), descending);
+}
+
+/** Each concept's lower-cased label and top tokens, separated so that a search never matches across them. */
+export function searchText(labels, topTokens) {
+  return labels.map((label, c) => [label, ...(topTokens[c] ?? [])].join("\u0000").toLowerCase());
 }
 
 /**
@@ -168,13 +198,15 @@ function readConcepts(model) {
     return values;
   };
   const tokens = model.get("text_tokens") ?? [];
+  const topTokens = model.get("top_tokens") ?? labels.map(() => []);
   const starts = [];
   tokens.reduce((start, t) => (starts.push(start), start + t.length), 0);
   const topPayload = model.get("text_top_concepts");
   const top = topPayload?.data ? decodeArray(topPayload) : null;
   return {
     labels,
-    topTokens: model.get("top_tokens") ?? labels.map(() => []),
+    topTokens,
+    haystack: searchText(labels, topTokens),
     density: column("density"),
     maxActivation: column("max_activation"),
     importance: column("importance"),
@@ -207,6 +239,7 @@ function renderBrowser({ model, el, reportError }) {
   const tooltip = createTooltip(root);
   let theme = detectTheme(doc);
   let data = null;
+  let dataChanged = false;
   let busyTimer = null;
   let focusAfterDraw = null;
 
@@ -263,18 +296,40 @@ function renderBrowser({ model, el, reportError }) {
       select.addEventListener("change", safely(() => save({ selected_text: Number(select.value), selected_token: -1 })));
       section.append(select);
     }
-    const box = h("div", { class: "iw-tokens iw-text-tokens", role: "group", "aria-label": `Activation of concept ${c} on each token` });
-    const values = info?.text_activations?.data ? decodeArray(info.text_activations).values : null;
-    const max = values ? Math.max(0, ...Array.from(values)) : 0;
+    const method = model.get("attribution_method") ?? "";
+    const mode = method && model.get("text_mode") === "attribution" ? "attribution" : "activation";
+    if (method) {
+      const toggle = h("select", { class: "iw-text-mode", "aria-label": "Colour the input text by" }, [
+        h("option", { value: "activation" }, `activation of concept ${c}`),
+        h("option", { value: "attribution" }, `input attribution (${method}): which tokens make it fire`),
+      ]);
+      toggle.value = mode;
+      toggle.addEventListener("change", safely(() => save({ text_mode: toggle.value })));
+      section.append(h("label", { class: "iw-text-mode-label" }, ["Colour by ", toggle]));
+    }
+    const attribution = mode === "attribution" ? (info?.text_attribution ?? null) : null;
+    const kind = mode === "attribution" ? "attribution" : "activation";
+    const payload = mode === "attribution" ? attribution?.values : info?.text_activations;
+    const values = payload?.data ? decodeArray(payload).values : null;
+    const signed = mode === "attribution" && attribution ? Boolean(attribution.signed) : false;
+    const max = values ? Math.max(0, ...Array.from(values, (v) => (signed ? Math.abs(v) : v))) : 0;
+    const box = h("div", { class: "iw-tokens iw-text-tokens", role: "group", "data-mode": mode, "aria-label": mode === "attribution" ? `Attribution of concept ${c}'s activation to each token` : `Activation of concept ${c} on each token` });
     const selectedToken = model.get("selected_token") ?? -1;
     tokens[t].forEach((text, k) => {
       if (gaps[t][k]) box.append(gaps[t][k]);
-      const span = h("span", { class: "iw-token iw-text-token", tabindex: 0, "data-token": k, "data-value": values ? values[k] : null, "aria-pressed": String(k === selectedToken) }, displayToken(text));
-      paintToken(span, values ? Math.max(0, values[k]) : NaN, max, { theme, signed: false });
+      const span = h("span", { class: "iw-token iw-text-token", tabindex: 0, "data-token": k, "data-value": values ? values[k] : null, "data-kind": kind, "aria-pressed": String(k === selectedToken) }, displayToken(text));
+      paintToken(span, values ? (signed ? values[k] : Math.max(0, values[k])) : NaN, max, { theme, signed });
       box.append(span);
     });
     section.append(box);
-    if (values) section.append(createLegend(max, theme, `activation of concept ${c}`, { signed: false }));
+    if (mode === "attribution" && !attribution) {
+      section.append(h("p", { class: "iw-caption iw-attribution-pending", role: "status" }, `The input attribution of concept ${c} on this text is computed by the kernel when the concept is selected; it has not arrived (a kernel is needed, and a busy one answers when its cell finishes).`));
+    }
+    if (attribution) {
+      const completeness = attribution.completeness_error === null || attribution.completeness_error === undefined ? "" : ` \u00b7 completeness error ${formatScore(attribution.completeness_error)}`;
+      section.append(h("div", { class: "iw-caption iw-attribution-caption" }, `${attribution.method}: contribution of each token to the ${attribution.score || `activation of concept ${c}`}${attribution.activation === null ? "" : ` (${formatScore(attribution.activation)})`}${completeness}`));
+    }
+    if (values) section.append(createLegend(max, theme, mode === "attribution" ? `input attribution to concept ${c}` : `activation of concept ${c}`, { signed }));
     if (selectedToken >= 0 && selectedToken < tokens[t].length && data.texts.top) {
       const row = starts[t] + selectedToken;
       const w = data.texts.topWidth;
@@ -339,8 +394,11 @@ function renderBrowser({ model, el, reportError }) {
   }
 
   function draw() {
-    data = readConcepts(model);
-    impMax = null;
+    if (data === null || dataChanged) {
+      data = readConcepts(model); // decoded once per data change, not per keystroke or page
+      dataChanged = false;
+      impMax = null;
+    }
     const options = { sortBy: model.get("sort_by") ?? "index", descending: Boolean(model.get("descending")), search: model.get("search") ?? "", hideDead: Boolean(model.get("hide_dead")) };
     const order = visibleConcepts(data, options);
     const { page, pages, items: shown } = pageOf(order, model.get("page"), model.get("page_size"));
@@ -406,14 +464,18 @@ function renderBrowser({ model, el, reportError }) {
     const span = closest(event, ".iw-token");
     if (!span || span === tooltip.target) return;
     const value = span.dataset.value !== undefined ? Number(span.dataset.value) : null;
-    tooltip.show(span, [["token", quoteToken(span.textContent)], ...(value === null ? [] : [["activation", formatScore(value, { digits: 6 })]])]);
+    tooltip.show(span, [["token", quoteToken(span.textContent)], ...(value === null ? [] : [[span.dataset.kind ?? "activation", formatScore(value, { digits: 6 })]])]);
   });
   detail.addEventListener("mouseover", describe);
   detail.addEventListener("focusin", describe);
   detail.addEventListener("mouseleave", () => tooltip.hide());
 
   const redraw = coalesce(() => draw());
-  for (const name of TRAITS) model.on(`change:${name}`, redraw);
+  const dataRedraw = () => {
+    dataChanged = true;
+    redraw();
+  };
+  for (const name of TRAITS) model.on(`change:${name}`, DATA_TRAITS.includes(name) ? dataRedraw : redraw);
   const stopWatchingTheme = watchTheme(doc, (nextTheme) => {
     theme = nextTheme;
     redraw();
@@ -421,7 +483,7 @@ function renderBrowser({ model, el, reportError }) {
   draw();
   return () => {
     clearTimeout(busyTimer);
-    for (const name of TRAITS) model.off(`change:${name}`, redraw);
+    for (const name of TRAITS) model.off(`change:${name}`, DATA_TRAITS.includes(name) ? dataRedraw : redraw);
     stopWatchingTheme();
   };
 }

@@ -26,6 +26,8 @@
  * @property {string[]} spaces_before  Original text before each token.
  * @property {BinaryArray} special_mask  bool [n_tokens].
  * @property {BinaryArray} generated_mask  bool [n_tokens], true: generated.
+ * @property {BinaryArray} turn_ids  int [n_tokens], chat turn (message) of each token (-1: none, e.g. template tokens).
+ * @property {string[]} turn_roles  Role of each turn ("system", "user", "assistant"); empty for a plain text.
  * @property {BinaryArray} scores  float32 [n_steps, n_tokens]; NaN = not visible to that generated token.
  * @property {number[]} step_tokens  Token index of the token generated at each step.
  * @property {(number | null)[]} step_probs  Probability of each generated token.
@@ -46,7 +48,7 @@
  */
 
 import "./generation.css";
-import { maxMagnitude, ranksByMagnitude } from "./lib/aggregate.js";
+import { maxMagnitude, ranksByMagnitude, roleStarts } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { scoreRgb, rgbString } from "./lib/colour.js";
 import { h } from "./lib/dom.js";
@@ -62,7 +64,7 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change re-reads the data. @type {(keyof GenerationModel)[]} */
-const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed", "foil_tokens", "foil_probs", "contrast"];
+const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "turn_ids", "turn_roles", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed", "foil_tokens", "foil_probs", "contrast"];
 /** Traits whose change only redraws. @type {(keyof GenerationModel)[]} */
 const VIEW_TRAITS = ["selected_step", "shared_scale", "encoding", "high_contrast", "view"];
 const CELL_HEIGHT = 16;
@@ -86,6 +88,9 @@ export function readGeneration(model) {
   const special = decodeArray(model.get("special_mask")).values;
   const generated = decodeArray(model.get("generated_mask")).values;
   if (special.length !== n || generated.length !== n) throw new RangeError(`special_mask and generated_mask need ${n} entries`);
+  // payloads from before turns existed have none: the prompt and reply are then one turn without a role
+  const turnIds = model.get("turn_ids") ? decodeArray(model.get("turn_ids")).values : null;
+  if (turnIds && turnIds.length !== n) throw new RangeError(`turn_ids has ${turnIds.length} entries for ${n} tokens`);
   const stepAt = new Int32Array(n).fill(-1); // generation step of each token, -1 for the prompt
   steps.forEach((index, step) => {
     if (!(index >= 0 && index < n) || generated[index] === 0) throw new RangeError(`step token ${index} is not a generated token`);
@@ -94,7 +99,8 @@ export function readGeneration(model) {
   const foils = model.get("foil_tokens") ?? [];
   if (foils.length !== 0 && foils.length !== steps.length) throw new RangeError(`foil_tokens has ${foils.length} entries for ${steps.length} generated tokens`);
   return {
-    n, tokens, spaces, special, generated, steps, stepAt, foils,
+    n, tokens, spaces, special, generated, steps, stepAt, foils, turnIds,
+    roles: model.get("turn_roles") ?? [],
     scores: scores.values,
     probs: model.get("step_probs") ?? [],
     foilProbs: model.get("foil_probs") ?? [],
@@ -210,9 +216,15 @@ function renderGeneration({ model, el, reportError }) {
   /** Build the token run (spans are made and painted block by block, see renderTokenRun). */
   function build() {
     visible = data.tokens.map((_, i) => i).filter((i) => !(data.special[i] && !data.generated[i]));
+    const starts = roleStarts(visible.map((i) => [i]), data.turnIds, data.special, data.roles);
     const make = (u, parent, atBlockStart) => {
       const i = visible[u];
-      const gap = atBlockStart && u > 0 ? data.spaces[i].replace(/^\r?\n/, "") : data.spaces[i];
+      let gap = atBlockStart && u > 0 ? data.spaces[i].replace(/^\r?\n/, "") : data.spaces[i];
+      if (starts.has(u)) {
+        // a chat turn starts: its role's label on a line of its own (the template's markers are folded away)
+        parent.append(h("span", { class: "iw-role", "aria-hidden": "true" }, starts.get(u)));
+        gap = gap.replace(/^(\r?\n)+/, "");
+      }
       if (gap) parent.append(gap);
       const step = stepOf(i);
       const span = h("span", { class: step >= 0 ? "iw-token iw-generated" : "iw-token", role: "option", tabindex: -1, "data-index": i, "data-unit": u }, displayToken(data.tokens[i]));
@@ -221,7 +233,7 @@ function renderGeneration({ model, el, reportError }) {
       parent.append(span);
       return span;
     }; // prettier-ignore
-    const breakRank = (u) => (data.spaces[visible[u]].includes("\n") || data.tokens[visible[u - 1]].endsWith("\n") ? 2 : 0);
+    const breakRank = (u) => (starts.has(u) || data.spaces[visible[u]].includes("\n") || data.tokens[visible[u - 1]].endsWith("\n") ? 2 : 0);
     rendering?.cancel();
     rendering = renderTokenRun(tokensBox, { count: visible.length, build: make, breakRank });
   }

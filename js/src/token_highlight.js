@@ -23,6 +23,8 @@
  * @property {BinaryArray} special_mask  bool [n_tokens].
  * @property {BinaryArray} word_ids  int [n_tokens], word of each token (-1: none).
  * @property {BinaryArray} sentence_ids  int [n_tokens], sentence of each token (-1: none).
+ * @property {BinaryArray} turn_ids  int [n_tokens], chat turn (message) of each token (-1: none, e.g. template tokens).
+ * @property {string[]} turn_roles  Role of each turn ("system", "user", ...); empty for a plain text.
  * @property {BinaryArray} scores  float32 [n_targets, n_tokens]; NaN = the target does not see the token.
  * @property {string[]} target_labels  Label of each row of scores.
  * @property {(number | null)[]} target_probs  Predicted probability per target, or empty.
@@ -31,7 +33,7 @@
  * @property {string} score_meaning  What a score is, e.g. "sum over embedding dimension (signed)".
  * @property {boolean} signed  Diverging scale (signed scores) or 0..max (e.g. a norm).
  * @property {number} selected_target  Row of scores on display (written).
- * @property {"token" | "word" | "sentence"} granularity  Units coloured; sums are computed here (written).
+ * @property {"token" | "word" | "sentence" | "turn"} granularity  Units coloured; sums are computed here (written).
  * @property {boolean} show_special_tokens  (written)
  * @property {boolean} shared_scale  One colour scale for all targets (written).
  * @property {"colour" | "underline"} encoding  (written)
@@ -42,11 +44,11 @@
  */
 
 import "./token_highlight.css";
-import { buildUnits, maxMagnitude, ranksByMagnitude, unitScores, unitText } from "./lib/aggregate.js";
+import { buildUnits, maxMagnitude, ranksByMagnitude, roleStarts, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
-import { fillTableIdle, granularitySelect } from "./lib/controls.js";
+import { GRANULARITIES, fillTableIdle, granularitySelect } from "./lib/controls.js";
 import { createExportMenu } from "./lib/export.js";
 import { formatProbability, formatScore } from "./lib/format.js";
 import { createLegend } from "./lib/legend.js";
@@ -63,6 +65,8 @@ const DATA_TRAITS = [
   "special_mask",
   "word_ids",
   "sentence_ids",
+  "turn_ids",
+  "turn_roles",
   "scores",
   "target_labels",
   "target_probs",
@@ -82,7 +86,7 @@ function unitOfToken(units, i) {
 
 /**
  * @param {AnyModel<TokenHighlightModel>} model
- * @param {"special_mask" | "word_ids" | "sentence_ids"} name
+ * @param {"special_mask" | "word_ids" | "sentence_ids" | "turn_ids"} name
  * @param {number} n
  */
 function perToken(model, name, n) {
@@ -120,6 +124,9 @@ function readData(model) {
     specialMask: perToken(model, "special_mask", n),
     wordIds: perToken(model, "word_ids", n),
     sentenceIds: perToken(model, "sentence_ids", n),
+    // payloads from before turns existed have none: every token is then in one turn without a role
+    turnIds: model.get("turn_ids") ? perToken(model, "turn_ids", n) : null,
+    roles: model.get("turn_roles") ?? [],
     method: model.get("method") ?? "",
     meaning: model.get("score_meaning") ?? "",
     signed: model.get("signed") !== false,
@@ -164,6 +171,13 @@ function renderTokenHighlight({ model, el, reportError }) {
   let rendering = null; // the token run (see renderTokenRun)
   let tableFill = null; // the screen-reader table being built in idle time
 
+  /** The granularity choices: "turn" for a chat conversation (a plain text is one turn) or when it is set. */
+  function fillGranularities(granularity) {
+    const choices = data.roles.length || granularity === "turn" ? [...GRANULARITIES, "turn"] : GRANULARITIES;
+    if (granularityPick.options.length === choices.length) return;
+    granularityPick.replaceChildren(...choices.map((g) => h("option", { value: g }, g)));
+  }
+
   function fillTargets() {
     targetSelect.replaceChildren(
       ...data.labels.map((label, i) => {
@@ -185,6 +199,7 @@ function renderTokenHighlight({ model, el, reportError }) {
     const granularity = model.get("granularity");
     const rows = [
       [granularity, quoteToken(textOf(unit))],
+      ...(view.roleOf(u) ? [["turn", view.roleOf(u)]] : []),
       ["score", scoreText(view.sums[u])],
       ["rank", rankText(view.ranks[u], view.ranked)],
       ["class", data.labels[view.target]],
@@ -211,13 +226,22 @@ function renderTokenHighlight({ model, el, reportError }) {
     const paint = { theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) };
     const hadFocus = tokensBox.contains(doc.activeElement);
     tooltip.hide();
-    view = { units, sums, ranks, ranked, target, selectedUnit: unitOfToken(units, model.get("selected_token")) };
-    const label = (u) => `${quoteToken(textOf(units[u]))}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`;
+    const starts = roleStarts(units, data.turnIds, data.specialMask, data.roles);
+    const turnOf = (u) => units[u].map((i) => data.turnIds?.[i] ?? -1).find((t) => t >= 0 && t < data.roles.length);
+    const roleOf = (u) => (turnOf(u) === undefined ? "" : data.roles[turnOf(u)]);
+    view = { units, sums, ranks, ranked, target, roleOf, selectedUnit: unitOfToken(units, model.get("selected_token")) };
+    const label = (u) =>
+      `${starts.has(u) ? `${starts.get(u)} turn: ` : ""}${quoteToken(textOf(units[u]))}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`;
     // Spans are made, painted and labelled block by block (see renderTokenRun), so first paint costs one block.
     const build = (u, parent, atBlockStart) => {
       const unit = units[u];
       const first = unit[0];
-      const gap = atBlockStart && u > 0 ? data.spaces[first].replace(/^\r?\n/, "") : data.spaces[first];
+      let gap = atBlockStart && u > 0 ? data.spaces[first].replace(/^\r?\n/, "") : data.spaces[first];
+      if (starts.has(u)) {
+        // a chat turn starts: its role's label, on a line of its own (the template's markers are special tokens)
+        parent.append(h("span", { class: "iw-role", "aria-hidden": "true" }, starts.get(u)));
+        gap = gap.replace(/^(\r?\n)+/, "");
+      }
       if (gap) parent.append(gap);
       const special = data.specialMask[first] !== 0;
       const joined =
@@ -234,6 +258,7 @@ function renderTokenHighlight({ model, el, reportError }) {
       return span;
     }; // prettier-ignore
     const breakRank = (u) => {
+      if (starts.has(u)) return 2;
       const first = units[u][0];
       const last = units[u - 1].at(-1);
       if (data.spaces[first].includes("\n") || data.tokens[last].endsWith("\n")) return 2;
@@ -252,6 +277,7 @@ function renderTokenHighlight({ model, el, reportError }) {
     } }); // prettier-ignore
 
     targetSelect.value = String(target);
+    fillGranularities(granularity);
     granularityPick.value = granularity;
     specialToggle.checked = showSpecial;
     sharedToggle.checked = shared;

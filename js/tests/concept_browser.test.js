@@ -1,7 +1,7 @@
 // DOM contract of the concept browser: list, sorting/filtering, selection, paging requests, histogram,
 // contexts, text view, escaping, busy kernel message, visible errors, cleanup.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import browser, { BUSY_AFTER, histogramSvg, textPreview, visibleConcepts } from "../src/concept_browser.js";
+import browser, { BUSY_AFTER, histogramSvg, searchText, textPreview, visibleConcepts } from "../src/concept_browser.js";
 import { scoreColours } from "../src/lib/colour.js";
 import { fakeModel, payload, settle } from "./fake_model.js";
 
@@ -65,6 +65,8 @@ function state(overrides = {}) {
     text_top_values: payload(Float32Array.from([1, 0, 2, 1, 3, 0]), "float32", [3, 2], 8),
     selected_text: 0,
     selected_token: -1,
+    text_mode: "activation",
+    attribution_method: "",
     error: "",
     ...overrides,
   };
@@ -87,6 +89,23 @@ describe("visibleConcepts", () => {
     expect(visibleConcepts(data, opts({ sortBy: "importance", descending: true }))).toEqual([0, 2, 1]);
     expect(visibleConcepts(data, opts({ sortBy: "abs_importance", descending: true }))).toEqual([2, 0, 1]);
     expect(() => visibleConcepts(data, opts({ sortBy: "nope" }))).toThrow(/unknown sort key/);
+  });
+
+  it("gives the same order with the precomputed search text, which never matches across a label and a token", () => {
+    const labels = Array.from({ length: 300 }, (_, c) => `Label ${c % 17} ${c % 5 ? "Foo" : "BAR"}`);
+    const topTokens = labels.map((_, c) => [`t${c % 11}`, c % 3 ? "x" : "Def"]);
+    const many = { labels, topTokens, density: labels.map((_, c) => (c % 7 ? 0.1 : 0)), maxActivation: labels.map((_, c) => c % 13), importance: null };
+    const haystack = searchText(labels, topTokens);
+    for (const search of ["", "bar", "def", "label 1", "t1", "foox", "3 foo"]) {
+      for (const sortBy of ["index", "label", "max"]) {
+        for (const descending of [false, true]) {
+          const options = opts({ search, sortBy, descending, hideDead: true });
+          expect(visibleConcepts({ ...many, haystack }, options)).toEqual(visibleConcepts(many, options));
+        }
+      }
+    }
+    expect(visibleConcepts({ ...many, haystack }, opts({ search: "foox" }))).toEqual([]); // "Foo" then the token "x"
+    expect(visibleConcepts(many, opts({ sortBy: "index", descending: true })).slice(0, 2)).toEqual([299, 298]);
   });
 });
 
@@ -192,6 +211,36 @@ describe("concept detail", () => {
     expect(buttons[0].textContent).toContain(EVIL);
     buttons[0].click();
     expect(model.state.selected_concept).toBe(1);
+  });
+
+  it("shows which input tokens make the concept fire in the attribution mode, signed, and switches modes", async () => {
+    const attribution = { values: f32([-1, 0.5, 2]), method: "integrated_gradients", signed: true, score: "activation of concept 0 summed over the non-special tokens", activation: 1.5, completeness_error: 0.001 };
+    const model = mount({ selected_concept: 0, attribution_method: "integrated_gradients", text_mode: "activation", details: { 0: detail(0, { text_attribution: null }), 1: detail(1) } }); // prettier-ignore
+    const toggle = el.querySelector(".iw-text-mode");
+    expect(Array.from(toggle.options, (o) => o.value)).toEqual(["activation", "attribution"]);
+    expect(toggle.value).toBe("activation");
+    expect(el.querySelector(".iw-text-tokens").dataset.mode).toBe("activation");
+    toggle.value = "attribution";
+    toggle.dispatchEvent(new Event("change"));
+    expect(model.state.text_mode).toBe("attribution");
+    await settle();
+    expect(el.querySelector(".iw-attribution-pending").textContent).toContain("computed by the kernel");
+    model.set("details", { 0: detail(0, { text_attribution: attribution }) }); // what the kernel answers
+    await settle();
+    expect(el.querySelector(".iw-attribution-pending")).toBeNull();
+    const tokens = Array.from(el.querySelectorAll(".iw-text-token"));
+    expect(tokens.map((t) => t.dataset.kind)).toEqual(["attribution", "attribution", "attribution"]);
+    expect(tokens[0].style.backgroundColor).toBe(scoreColours(-1, 2, "light", { signed: true }).background);
+    expect(tokens[2].style.backgroundColor).toBe(scoreColours(2, 2, "light", { signed: true }).background);
+    expect(el.querySelector(".iw-attribution-caption").textContent).toContain("integrated_gradients: contribution of each token to the activation of concept 0 summed");
+    expect(el.querySelector(".iw-text-view .iw-legend-title").textContent).toBe("input attribution to concept 0");
+    tokens[0].dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
+    expect(el.querySelector(".iw-tooltip")?.textContent ?? "").toContain("attribution");
+  });
+
+  it("offers no attribution mode without input attributions", () => {
+    mount({ selected_concept: 0, attribution_method: "", text_mode: "activation" });
+    expect(el.querySelector(".iw-text-mode")).toBeNull();
   });
 
   it("says it is waiting, then that the kernel is busy, when a detail has not arrived", async () => {

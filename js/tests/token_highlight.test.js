@@ -121,6 +121,47 @@ describe("token highlight view", () => {
     expect(el.querySelector(".iw-tokens").textContent).toBe("The film was unbelievable.\nGreat");
   });
 
+  it("labels chat turns by role, folds or greys the template's tokens, and sums whole turns", async () => {
+    // "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nHi <b>!<|im_end|>"; the template's tokens are special
+    const tokens = ["<|im_start|>", "system", "\n", "Be", "nice", ".", "<|im_end|>", "\n", "<|im_start|>", "user", "\n", "Hi", "<b>!", "<|im_end|>"];
+    const special = [1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 1];
+    const turns = [-1, -1, -1, 0, 0, 0, -1, -1, -1, -1, -1, 1, 1, -1];
+    const n = tokens.length;
+    const model = mount(fakeModel(state({
+      tokens, spaces_before: tokens.map((_, i) => ([4, 12].includes(i) ? " " : "")),
+      special_mask: payload(Uint8Array.from(special), "bool", [n], 1),
+      word_ids: payload(Int32Array.from(turns.map((t, i) => (t < 0 ? -1 : i))), "int32", [n], 4),
+      sentence_ids: payload(Int32Array.from(turns), "int32", [n], 4),
+      turn_ids: payload(Int32Array.from(turns), "int32", [n], 4),
+      turn_roles: ["system", "<i>user</i>"],
+      scores: payload(Float32Array.from({ length: 2 * n }, (_, i) => (i % n) / n), "float32", [2, n], 4),
+    }))); // prettier-ignore
+    const roles = () => Array.from(el.querySelectorAll(".iw-role"), (r) => r.textContent);
+    expect(spans().map((s) => s.textContent)).toEqual(["Be", "nice", ".", "Hi", "<b>!"]); // template folded away
+    expect(roles()).toEqual(["system", "<i>user</i>"]); // role text is never HTML
+    expect(el.querySelector("i, b")).toBeNull();
+    expect(spans()[3].getAttribute("aria-label")).toMatch(/^<i>user<\/i> turn: "Hi"/);
+    expect(Array.from(el.querySelectorAll(".iw-granularity-select option"), (o) => o.value)).toContain("turn");
+    model.set("show_special_tokens", true);
+    await settle();
+    expect(spans()).toHaveLength(n);
+    const greyed = spans().filter((s) => s.classList.contains("iw-special")).map((s) => s.textContent);
+    expect(greyed).toEqual(tokens.filter((_, i) => special[i]).map((t) => (t === "\n" ? "\u21b5\n" : t)));
+    expect(roles()).toEqual(["system", "<i>user</i>"]);
+    model.set("show_special_tokens", false);
+    model.set("granularity", "turn");
+    await settle();
+    expect(spans().map((s) => s.textContent)).toEqual(["Be nice.", "Hi <b>!"]);
+    const row = Array.from({ length: n }, (_, i) => f32(((n + i) % n) / n));
+    expect(spans()[1].getAttribute("aria-label")).toContain(`score +${(row[11] + row[12]).toPrecision(6).replace(/0+$/, "")}`);
+  });
+
+  it("offers the turn granularity only for chat conversations", () => {
+    mount(fakeModel(state()));
+    expect(Array.from(el.querySelectorAll(".iw-granularity-select option"), (o) => o.value)).toEqual(["token", "word", "sentence"]);
+    expect(el.querySelector(".iw-role")).toBeNull();
+  });
+
   it("switches class through the selector, writing selected_target back to Python", async () => {
     const model = mount(fakeModel(state()));
     const select = el.querySelector(".iw-target-select");

@@ -274,6 +274,23 @@ describe("generation view", () => {
     expect(el.querySelector(".iw-generation-status").textContent).toContain('"great" (p = 42.0%)');
   });
 
+  it("labels the turns of a chat conversation and folds the template's tokens", () => {
+    const chat = generationState({
+      tokens: ["<|im_start|>", "user", "\n", "Hi", "<|im_end|>", "<|im_start|>", "Hello", "!"],
+      spaces_before: ["", "", "", "", "", "", "", ""],
+      special_mask: bool([1, 1, 1, 0, 1, 1, 0, 0]),
+      generated_mask: bool([0, 0, 0, 0, 0, 0, 1, 1], 7),
+      turn_ids: payload(Int32Array.from([-1, -1, -1, 0, -1, -1, 1, 1]), "int32", [8], 4),
+      turn_roles: ["user", EVIL],
+      scores: f32([[0, 0, 0, 0.5, 0, 0, NaN, NaN], [0, 0, 0, 0.2, 0, 0, 0.4, NaN]]),
+      step_tokens: [6, 7],
+    });
+    mount(generation, fakeModel(chat));
+    expect(spans().map((s) => s.textContent)).toEqual(["Hi", "Hello", "!"]);
+    expect(Array.from(el.querySelectorAll(".iw-role"), (r) => r.textContent)).toEqual(["user", EVIL]);
+    expect(el.querySelector("img")).toBeNull();
+  });
+
   it("previews sources on hover and selects the step on click", async () => {
     const model = mount(generation, fakeModel(generationState()));
     const bang = spans()[4];

@@ -14,6 +14,7 @@ import pytest
 
 from tests.browser.harness import (
     ARTIFACTS,
+    LABEXTENSION,
     REPO_ROOT,
     ChromiumMissing,
     JupyterServer,
@@ -44,7 +45,8 @@ def pytest_runtest_makereport(item, call):
 
 @pytest.fixture(scope="session")
 def built_bundles() -> Path:
-    """The esbuild output the widgets load; fails if it is missing or older than ``js/src``."""
+    """The esbuild output the widgets load and the JupyterLab extension; fails if either is missing or older than
+    ``js/src``."""
     sources = [p for p in (REPO_ROOT / "js" / "src").rglob("*") if p.is_file()]
     missing = [name for name in BUNDLES if not (STATIC / name).is_file()]
     if missing:
@@ -54,6 +56,14 @@ def built_bundles() -> Path:
     stale = [str(p.relative_to(REPO_ROOT)) for p in sources if p.stat().st_mtime > oldest_bundle]
     if stale:
         pytest.fail(f"JS bundle in {STATIC} is older than {stale[:5]}; rebuild with `npm --prefix js run build`")
+    entry = LABEXTENSION / "package.json"
+    if not entry.is_file():
+        pytest.fail(f"the interp-widgets JupyterLab extension is not built ({entry} missing); run `npm --prefix js ci && "
+                    "npm --prefix js run build` or `pip install -e .`")  # fmt: skip
+    stale = [str(p.relative_to(REPO_ROOT)) for p in sources if p.stat().st_mtime > entry.stat().st_mtime]
+    if stale:
+        pytest.fail(f"the JupyterLab extension in {LABEXTENSION} is older than {stale[:5]}; rebuild with "
+                    "`npm --prefix js run build`")  # fmt: skip
     return STATIC
 
 

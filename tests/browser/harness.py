@@ -41,6 +41,9 @@ from urllib.parse import urlsplit
 import nbformat
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+#: The interp-widgets JupyterLab extension built by `npm --prefix js run build` (the wheel installs it as
+#: share/jupyter/labextensions/interp-widgets); servers started here load this build through JUPYTER_PATH.
+LABEXTENSION = REPO_ROOT / "interp_widgets" / "labextension"
 ARTIFACTS = REPO_ROOT / "tests" / "_artifacts"  # screenshots (gitignored)
 INSTALL_HINT = "apt-get install -y chromium"
 
@@ -245,7 +248,14 @@ def _server_env(state: Path) -> dict[str, str]:
     (config / "labconfig").mkdir(parents=True, exist_ok=True)
     (config / "jupyter_server_config.json").write_text(json.dumps(_SERVER_CONFIG), encoding="utf-8")
     (config / "labconfig" / "page_config.json").write_text(json.dumps(_PAGE_CONFIG), encoding="utf-8")
+    # This checkout's build of the interp-widgets extension comes first on the data path (ahead of an installed copy,
+    # which `pip install -e .` made at install time and which may be older).
+    data = state / "data"
+    (data / "labextensions").mkdir(parents=True, exist_ok=True)
+    if LABEXTENSION.is_dir() and not (data / "labextensions" / "interp-widgets").exists():
+        (data / "labextensions" / "interp-widgets").symlink_to(LABEXTENSION, target_is_directory=True)
     env.update(
+        JUPYTER_PATH=os.pathsep.join(p for p in (str(data), os.environ.get("JUPYTER_PATH", "")) if p),
         JUPYTER_CONFIG_DIR=str(config),
         JUPYTER_RUNTIME_DIR=str(state / "runtime"),
         JUPYTERLAB_SETTINGS_DIR=str(state / "lab-settings"),

@@ -1,5 +1,5 @@
 /**
- * Token → word / sentence aggregation done in the browser (no kernel round trip). A unit is every visible
+ * Token → word / sentence / turn aggregation done in the browser (no kernel round trip). A unit is every visible
  * token sharing an id value (adjacent or not), placed at its first token; a special token (when shown) or
  * a token with id -1 is a unit of its own. This mirrors `display_units` in `interp_widgets/text_units.py`
  * on the same ids the kernel sends (tests/test_unit_grouping.py checks the two agree). A unit's
@@ -7,18 +7,21 @@
  * a generated token): NaN tokens are skipped in sums, and a unit is NaN only if all its tokens are.
  *
  * @example
- *   const units = buildUnits({granularity: "word", wordIds, sentenceIds, specialMask, showSpecial: false});
+ *   const units = buildUnits({granularity: "word", wordIds, sentenceIds, turnIds, specialMask, showSpecial: false});
  *   const sums = unitScores(units, scores, target, nTokens);
  */
 
 /**
- * @param {{granularity: "token" | "word" | "sentence", wordIds: ArrayLike<number>,
- *          sentenceIds: ArrayLike<number>, specialMask: ArrayLike<number>, showSpecial: boolean}} options
+ * Without `turnIds` (a view of a plain text), every non-special token is in turn 0.
+ * @param {{granularity: "token" | "word" | "sentence" | "turn", wordIds: ArrayLike<number>,
+ *          sentenceIds: ArrayLike<number>, turnIds?: ArrayLike<number> | null, specialMask: ArrayLike<number>,
+ *          showSpecial: boolean}} options
  * @returns {number[][]}  token indices of each unit, in text order
  */
-export function buildUnits({ granularity, wordIds, sentenceIds, specialMask, showSpecial }) {
-  const ids = { token: null, word: wordIds, sentence: sentenceIds }[granularity];
-  if (ids === undefined) throw new RangeError(`unknown granularity "${granularity}"; use token, word or sentence`);
+export function buildUnits({ granularity, wordIds, sentenceIds, turnIds, specialMask, showSpecial }) {
+  const turns = turnIds ?? new Int8Array(specialMask.length);
+  const ids = { token: null, word: wordIds, sentence: sentenceIds, turn: turns }[granularity];
+  if (ids === undefined) throw new RangeError(`unknown granularity "${granularity}"; use token, word, sentence or turn`);
   const units = [];
   const unitOfId = new Map();
   for (let i = 0; i < specialMask.length; i += 1) {
@@ -88,4 +91,27 @@ export function ranksByMagnitude(values) {
  */
 export function unitText(unit, tokens, spaces) {
   return unit.map((i, k) => (k > 0 ? spaces[i] : "") + tokens[i]).join("");
+}
+
+/**
+ * Role of each unit that starts a chat turn, as `Map(unit index → role)`: where the turn of the unit's first
+ * non-special token differs from the last turn seen. Empty without roles (a plain text). Mirrors `role_starts`
+ * in interp_widgets/widgets/_tokens.py.
+ * @param {number[][]} units
+ * @param {ArrayLike<number>} turnIds
+ * @param {ArrayLike<number>} specialMask
+ * @param {string[]} roles
+ * @example roleStarts([[0], [1], [2]], [0, 0, 1], [0, 0, 0], ["user", "assistant"]) // Map {0 => "user", 2 => "assistant"}
+ */
+export function roleStarts(units, turnIds, specialMask, roles) {
+  const starts = new Map();
+  if (!roles?.length || !turnIds) return starts;
+  let previous = -1;
+  units.forEach((unit, u) => {
+    const i = unit.find((k) => specialMask[k] === 0 && turnIds[k] >= 0 && turnIds[k] < roles.length);
+    if (i === undefined || turnIds[i] === previous) return;
+    previous = turnIds[i];
+    starts.set(u, roles[previous]);
+  });
+  return starts;
 }

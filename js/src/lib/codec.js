@@ -69,3 +69,16 @@ export function decodeArray(payload) {
   const values = aligned ? new Type(bytes.buffer, bytes.byteOffset, size) : new Type(bytes.slice().buffer);
   return { dtype: payload.dtype, shape, values };
 }
+
+/**
+ * Decode base64 text into a DataView over a fresh buffer (export pages and saved-output payloads carry bytes so).
+ * @param {string} text
+ * @returns {DataView}
+ * @example base64ToDataView("AAA=").byteLength // 2
+ */
+export function base64ToDataView(text) {
+  const binary = atob(text);
+  const bytes = new Uint8Array(binary.length);
+  for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
+  return new DataView(bytes.buffer);
+}

@@ -13,13 +13,9 @@
  * @example mountAll(document);
  */
 
-/** Decode base64 into a DataView over a fresh buffer. */
-export function base64ToDataView(text) {
-  const binary = atob(text);
-  const bytes = new Uint8Array(binary.length);
-  for (let i = 0; i < binary.length; i += 1) bytes[i] = binary.charCodeAt(i);
-  return new DataView(bytes.buffer);
-}
+import { base64ToDataView } from "./codec.js";
+
+export { base64ToDataView };
 
 /** Put base64 buffers back into the state at their paths, as DataViews (what anywidget gives a view). */
 export function restoreBuffers(state, buffers = []) {
@@ -61,7 +57,7 @@ export function createModelShim(state) {
 export async function importSource(source) {
   const url = URL.createObjectURL(new Blob([source], { type: "text/javascript" }));
   try {
-    return await import(/* @vite-ignore */ url);
+    return await import(/* webpackIgnore: true */ /* @vite-ignore */ url);
   } finally {
     URL.revokeObjectURL(url);
   }
@@ -89,11 +85,23 @@ function showFailure(container, error) {
  */
 export async function mountWidget(container, payload, load) {
   const model = createModelShim(restoreBuffers(payload.state, payload.buffers));
-  const module = await load();
-  const widget = typeof module.default === "function" ? await module.default() : module.default;
-  await widget.initialize?.({ model });
-  await widget.render?.({ model, el: container });
+  await mountModule(container, model, await load());
   return model;
+}
+
+/**
+ * Run a widget ES module's `initialize` and `render` (anywidget's contract) against `model` in `container`; resolves
+ * with a function that runs their cleanups.
+ * @param {HTMLElement} container
+ * @param {ReturnType<typeof createModelShim>} model
+ * @param {{default: any}} module
+ */
+export async function mountModule(container, model, module) {
+  const widget = typeof module.default === "function" ? await module.default() : module.default;
+  const cleanups = [await widget.initialize?.({ model }), await widget.render?.({ model, el: container })];
+  return () => {
+    for (const cleanup of cleanups.reverse()) if (typeof cleanup === "function") cleanup();
+  };
 }
 
 /** Render every exported widget in the document; failures are shown in place of the widget. */

@@ -1,0 +1,122 @@
+"""The schema of the ``application/vnd.interp-widgets.v1+json`` payloads (:mod:`interp_widgets.widgets._mime`), generated
+from the view classes: the committed ``js/src/lib/view_schema.json`` that ``js/src/lib/payload.js`` checks saved outputs
+against is :func:`schema_json` (``python scripts/view_schema.py`` writes it; a test checks it is current).
+
+Example:
+    >>> payload_schema()["views"]["monitor"]["data"]["checkpoint"]
+    'bytes'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import traitlets
+
+from interp_widgets.view_data import VIEW_DATA
+from interp_widgets.widgets._base import InterpWidget
+from interp_widgets.widgets._mime import FORMAT, MIME_TYPE, WIRE_DTYPES, json_value, state_trait_names
+from interp_widgets.widgets._traits import BinaryArray
+
+__all__ = ["payload_schema", "schema_json", "trait_schema", "view_schema"]
+
+
+def trait_schema(trait: traitlets.TraitType, where: str = "trait") -> Any:
+    """The payload type of one synced trait: ``"str"``, ``"int"``, ``"num"`` (``null`` reads as NaN), ``"bool"``,
+    ``"bytes"``, ``{"list": T}``, ``{"nullable": T}``, or ``{"array": [dtypes], "ndim": n}`` (``"absent": true``
+    when ``{}`` means none). Dict traits have no generic type; their class declares one in ``_payload_schema``.
+
+    Example:
+        >>> trait_schema(traitlets.List(traitlets.Float(allow_none=True)))
+        {'list': {'nullable': 'num'}}
+        >>> trait_schema(BinaryArray("int", ndim=1))
+        {'array': ['int8', 'int16', 'int32'], 'ndim': 1}
+    """
+    if isinstance(trait, BinaryArray):
+        schema: Any = {"array": WIRE_DTYPES[trait.dtype], "ndim": trait.ndim}
+        return schema | {"absent": True} if trait.allow_none else schema
+    if isinstance(trait, traitlets.Bytes):
+        schema = "bytes"
+    elif isinstance(trait, traitlets.Bool):
+        schema = "bool"
+    elif isinstance(trait, traitlets.Int):
+        schema = "int"
+    elif isinstance(trait, traitlets.Float):
+        schema = "num"
+    elif isinstance(trait, traitlets.Unicode):
+        schema = "str"
+    elif isinstance(trait, traitlets.List) and trait._trait is not None:
+        schema = {"list": trait_schema(trait._trait, where)}
+    else:
+        raise TypeError(f"{where} ({type(trait).__name__}) has no payload type; declare it in the class's "
+                        "_payload_schema")  # fmt: skip
+    return {"nullable": schema} if trait.allow_none else schema
+
+
+def view_schema(cls: type) -> dict[str, Any]:
+    """The payload schema of one view class: ``{"version", "widget", "data": {field: type}, "state": {trait: type},
+    "defaults": {"data": ..., "state": ...}}``. ``defaults`` holds the value of every data field that has a default
+    in the view-data class and of every state trait, so a payload of an older data version (fields added since) or
+    of an older interp-widgets (state traits added since) still reads, as ``ViewData.from_json`` reads it.
+
+    Example:
+        >>> from interp_widgets.widgets import GenerationWidget
+        >>> spec = view_schema(GenerationWidget)
+        >>> spec["state"]["view"], spec["defaults"]["data"]["foil_tokens"], "tokens" in spec["defaults"]["data"]
+        ({'enum': ['text', 'heatmap']}, [], False)
+    """
+    overrides: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        overrides.update(vars(klass).get("_payload_schema", {}))
+    traits = cls.class_traits(sync=True)
+    schema_class = VIEW_DATA[cls._bundle]
+
+    def typed(name: str) -> Any:
+        return overrides[name] if name in overrides else trait_schema(traits[name], f"{cls.__name__}.{name}")
+
+    data_defaults = {}
+    for f in dataclasses.fields(schema_class):
+        if f.default is not dataclasses.MISSING:
+            data_defaults[f.name] = json_value(f.default)
+        elif f.default_factory is not dataclasses.MISSING:
+            data_defaults[f.name] = json_value(f.default_factory())
+    state = state_trait_names(cls)
+    return {"version": schema_class.VERSION, "widget": cls.__name__,
+            "data": {name: typed(name) for name in schema_class.field_names()},
+            "state": {name: typed(name) for name in state},
+            "defaults": {"data": data_defaults, "state": {name: json_value(traits[name].default()) for name in state}}}
+
+
+def _view_classes() -> list[type]:
+    found, stack = [], [InterpWidget]
+    while stack:
+        for sub in stack.pop().__subclasses__():
+            stack.append(sub)
+            if sub.__dict__.get("_bundle") in VIEW_DATA and sub.__module__.startswith("interp_widgets."):
+                found.append(sub)
+    return sorted(found, key=lambda cls: cls._bundle)
+
+
+def payload_schema() -> dict[str, Any]:
+    """The schema of every view's payload, by view name: what ``js/src/lib/view_schema.json`` holds.
+
+    Example:
+        >>> schema = payload_schema()
+        >>> schema["format"], sorted(schema["views"])[:2], schema["views"]["token_highlight"]["data"]["tokens"]
+        (1, ['comparison', 'concept_browser'], {'list': 'str'})
+    """
+    return {"format": FORMAT, "mime_type": MIME_TYPE,
+            "views": {cls._bundle: view_schema(cls) for cls in _view_classes()}}  # fmt: skip
+
+
+def schema_json() -> str:
+    """:func:`payload_schema` as the text of ``js/src/lib/view_schema.json`` (``python scripts/view_schema.py``
+    writes it; a test checks that the committed file is current).
+
+    Example:
+        >>> json.loads(schema_json())["mime_type"]
+        'application/vnd.interp-widgets.v1+json'
+    """
+    return json.dumps(payload_schema(), indent=1, sort_keys=True) + "\n"
