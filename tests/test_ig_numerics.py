@@ -13,6 +13,7 @@ from interp_widgets.attribution.gradient import baseline_embeddings
 from tests.conftest import model_fingerprint
 
 PROMPT = "The room was clean and the food"
+BF16_SMOLLM2_TOLERANCE = 0.25
 
 
 def _visible(result) -> np.ndarray:
@@ -91,14 +92,16 @@ def test_bfloat16_tiny_llama_is_finite_complete_and_close_to_float32(llama_lm):
 
 
 def test_bfloat16_smollm2_gives_finite_attributions_with_completeness():
+    # kept cheap for CI (bf16 matmuls are slow on CPU): a 6-token input, 4 Gauss-Legendre nodes, one target
     from interp_widgets.demo import load_lm
 
     model, tokenizer = load_lm(progress=False, dtype=torch.bfloat16)
     before = model_fingerprint(model, tokenizer)
-    ig = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, "The capital of France is",
-                                                                   continuation=" Paris")
-    assert np.isfinite(_visible(ig)).all() and np.isfinite(ig.completeness_error).all()
-    assert (ig.relative_completeness_error <= 0.25).all(), ig.relative_completeness_error
+    ig = IntegratedGradients(n_steps=4, progress=False).attribute(model, tokenizer, "The capital of France is",
+                                                                  continuation=" Paris")
+    assert ig.scores.shape == (1, 6) and np.isfinite(_visible(ig)).all()
+    assert np.isfinite(ig.completeness_error).all() and np.isfinite(ig.score_delta).all()
+    assert (ig.relative_completeness_error <= BF16_SMOLLM2_TOLERANCE).all(), ig.relative_completeness_error
     saliency = Saliency(progress=False).attribute(model, tokenizer, "The capital of France is", continuation=" Paris")
     assert np.isfinite(_visible(saliency)).all()
     assert next(model.parameters()).dtype == torch.bfloat16
