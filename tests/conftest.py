@@ -91,12 +91,9 @@ def gpt2_classifier():
 def model_fingerprint(model, tokenizer) -> dict:
     """Everything an interp_widgets call must leave unchanged on the user's model and tokenizer."""
     digest = hashlib.sha256()
-    for name, param in model.named_parameters():
-        digest.update(name.encode())
-        digest.update(param.detach().cpu().contiguous().numpy().tobytes())
-    for name, buffer in model.named_buffers():
-        digest.update(name.encode())
-        digest.update(buffer.detach().cpu().contiguous().numpy().tobytes())
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        digest.update(f"{name}:{tensor.dtype}".encode())  # the raw bytes also cover bfloat16, which numpy lacks
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     hooks = sum(
         len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
         + len(getattr(m, "_backward_pre_hooks", {}))

@@ -179,7 +179,7 @@ def test_ig_completeness_holds_on_the_contrastive_score(gpt2_lm):
     # Δf is the contrastive score at the input minus at the baseline, both computed directly
     adapter = ModelAdapter(model, tokenizer)
     enc = adapter.encode(PROMPT + " clean")
-    base = baseline_embeddings(adapter, enc, "pad")
+    base = baseline_embeddings(adapter, enc, "pad", keep_first=True)  # a causal LM keeps its first token (auto)
     with torch.no_grad():
         at_input = torch.log_softmax(model(torch.as_tensor(enc.input_ids)[None]).logits[0].double(), -1)
         at_base = torch.log_softmax(model(inputs_embeds=base[None]).logits[0].double(), -1)

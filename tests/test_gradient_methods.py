@@ -42,11 +42,12 @@ def minilm_classifier(wordpiece_tokenizer):
     return model, wordpiece_tokenizer
 
 
-@pytest.mark.parametrize("method", ["riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid", "gausslegendre"])
+@pytest.mark.parametrize("method", ["riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid", "simpson",
+                                    "gausslegendre"])
 def test_quadrature_weights_integrate_polynomials(method):
-    alphas, weights = quadrature(method, 8)
+    alphas, weights = quadrature(method, 9 if method == "simpson" else 8)
     assert weights.sum() == pytest.approx(1.0)
-    exact = {"gausslegendre": 1e-12, "riemann_trapezoid": 0.01, "riemann_middle": 0.01}.get(method, 0.07)
+    exact = {"gausslegendre": 1e-12, "simpson": 1e-12, "riemann_trapezoid": 0.01, "riemann_middle": 0.01}.get(method, 0.07)
     assert abs(np.dot(weights, alphas**2) - 1 / 3) < exact
 
 
@@ -273,10 +274,9 @@ def test_result_round_trips_through_safetensors(tmp_path, gpt2_lm):
     assert spec["mark"]["type"] == "bar"
 
 
-def test_adaptive_mesh_without_refinement_is_the_uniform_trapezoid(bert_classifier):
+def test_adaptive_mesh_without_refinement_is_the_composite_simpson_rule(bert_classifier):
     adaptive = IntegratedGradients(max_steps=8).attribute(*bert_classifier, TEXTS[1], target=[0, 2])
-    uniform = IntegratedGradients(n_steps=9, method="riemann_trapezoid").attribute(*bert_classifier, TEXTS[1],
-                                                                                  target=[0, 2])
+    uniform = IntegratedGradients(n_steps=9, method="simpson").attribute(*bert_classifier, TEXTS[1], target=[0, 2])
     assert adaptive.params["mesh_nodes"] == [9, 9]
     np.testing.assert_allclose(adaptive.scores, uniform.scores, atol=1e-6)
     np.testing.assert_allclose(adaptive.completeness_error, uniform.completeness_error, atol=1e-6)

@@ -36,6 +36,17 @@ The foil is scored in the target's context: the foil's own earlier tokens are ne
 the same for an attributed contrastive function unless ``contrast_force_inputs=True``). Steps whose foil token is
 the target itself have a score of exactly 0 and zero attributions.
 
+**Completeness with a foil.** Integrated gradients of a difference is still complete: ``Σattr = Δf`` with ``f`` the
+score difference, and ``result.completeness_error`` (absolute, in units of the score) is reported beside
+``result.relative_completeness_error``. Read the absolute one when ``|Δf|`` is small: the relative error divides
+by ``|Δf|``, so it means little for a foil that is almost as likely as the target at both ends of the path (a step
+whose foil is the target itself has ``Δf = 0``, attributions 0 and a completeness error of exactly 0). Measured on
+SmolLM2-135M (the dequantised Q4_1 copy of ``demo.load_lm``), "The capital of France is" → " Paris" against
+" Lyon": ``Δf = 7.35``; the default adaptive IG reaches a relative error of 0.001 (absolute 0.008) with 43 nodes.
+Large errors seen there before (relative 2.1 and 3.6, absolute 13 and −22, at 32 and 64 Gauss–Legendre nodes)
+came from ``keep_first=False``, not from a small ``Δf`` (6.1): with every position replaced the integrand is a
+staircase (see ``keep_first`` in :class:`~interp_widgets.attribution.IntegratedGradients`).
+
 Example:
     >>> foil_alignment(n_targets=2, n_foil=2)  # equal lengths: 1:1
     [0, 1]

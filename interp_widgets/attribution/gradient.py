@@ -29,18 +29,22 @@ from interp_widgets.attribution.result import AttributionResult
 from interp_widgets.validation import check_choice, check_int, check_number
 
 BASELINES = ("pad", "mask", "unk", "zero")
-QUADRATURES = ("riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid", "gausslegendre")
+QUADRATURES = ("riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid", "simpson", "gausslegendre")
 
 
 def quadrature(method: str, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
     """Nodes ``alphas`` in [0, 1] and weights summing to 1 for the IG path integral.
 
     ``riemann_trapezoid`` uses the true trapezoid weights (1/(n−1), halved at both ends), which sum to 1.
-    (Captum's trapezoid weights are 1/n with halved ends and sum to 1 − 1/n.)
+    (Captum's trapezoid weights are 1/n with halved ends and sum to 1 − 1/n.) ``simpson`` is the composite Simpson
+    rule on ``n_steps`` equally spaced nodes (odd, at least 3): the rule the adaptive default starts from.
 
     Example:
         >>> quadrature("riemann_middle", 4)[0]
         array([0.125, 0.375, 0.625, 0.875])
+        >>> alphas, weights = quadrature("simpson", 5)
+        >>> alphas, weights * 12
+        (array([0.  , 0.25, 0.5 , 0.75, 1.  ]), array([1., 4., 2., 4., 1.]))
     """
     n = check_int("n_steps", n_steps, minimum=1)
     if method == "gausslegendre":
@@ -52,6 +56,12 @@ def quadrature(method: str, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
         weights = np.full(n, 1.0 / (n - 1))
         weights[[0, -1]] /= 2
         return np.linspace(0.0, 1.0, n), weights
+    if method == "simpson":
+        if n < 3 or n % 2 == 0:
+            raise ValueError(f"simpson needs an odd n_steps >= 3 (got {n}); for example n_steps={max(3, n + 1 - n % 2)}")
+        weights = np.where(np.arange(n) % 2 == 1, 4.0, 2.0)
+        weights[[0, -1]] = 1.0
+        return np.linspace(0.0, 1.0, n), weights / (3.0 * (n - 1))
     weights = np.full(n, 1.0 / n)
     if method == "riemann_left":
         return np.arange(n) / n, weights
@@ -62,11 +72,30 @@ def quadrature(method: str, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
     raise ValueError(f"unknown quadrature {method!r}; use one of {QUADRATURES}")
 
 
-def baseline_embeddings(adapter: ModelAdapter, encoding: Encoding, baseline) -> torch.Tensor:
+def path_points(x: torch.Tensor, base: torch.Tensor, alphas) -> torch.Tensor:
+    """Rows ``base + α (x − base)`` for every α, computed in float32 and returned in the model's dtype.
+
+    In bfloat16, α itself and ``α (x − base)`` would be rounded to 8 significant bits; building the points in
+    float32 keeps the path straight up to one final rounding of each point.
+
+    Example:
+        >>> x, base = torch.ones(2, 3, dtype=torch.bfloat16), torch.zeros(2, 3, dtype=torch.bfloat16)
+        >>> rows = path_points(x, base, [0.0, 0.5, 1.0])
+        >>> rows.shape, rows.dtype, rows[:, 0, 0].tolist()
+        (torch.Size([3, 2, 3]), torch.bfloat16, [0.0, 0.5, 1.0])
+    """
+    alphas = torch.as_tensor(np.asarray(alphas, dtype=np.float32), device=x.device)[:, None, None]
+    x32, b32 = x.float(), base.float()
+    return torch.addcmul(b32, alphas, x32 - b32).to(x.dtype)
+
+
+def baseline_embeddings(adapter: ModelAdapter, encoding: Encoding, baseline, *, keep_first: bool = False) -> torch.Tensor:
     """Reference embeddings ``(T, D)``: special tokens keep their embedding, every other token is replaced.
 
     ``baseline`` is ``"pad"``, ``"mask"``, ``"unk"`` (that token's embedding), ``"zero"``, a ``(D,)`` vector, a
-    ``(T, D)`` tensor, or a callable ``encoding -> (T, D)``.
+    ``(T, D)`` tensor, or a callable ``encoding -> (T, D)``. With ``keep_first``, the first token also keeps its
+    embedding (for a token or vector baseline; a ``(T, D)`` tensor or a callable is used as given): in a causal
+    decoder the first position is the attention sink (see :class:`IntegratedGradients`).
 
     Example:
         >>> encoding = adapter.encode("Hi there")
@@ -80,6 +109,10 @@ def baseline_embeddings(adapter: ModelAdapter, encoding: Encoding, baseline) -> 
         [False, True, True, False]
         >>> float(baseline_embeddings(adapter, encoding, "zero")[1:3].abs().max())
         0.0
+        >>> lm_encoding = ModelAdapter(lm, lm_tokenizer).encode("The room was")
+        >>> kept = baseline_embeddings(ModelAdapter(lm, lm_tokenizer), lm_encoding, "zero", keep_first=True)
+        >>> (kept.abs().sum(-1) > 0).tolist()  # the first token keeps its embedding, the others are zero
+        [True, False, False]
     """
     ids = torch.as_tensor(encoding.input_ids, device=adapter.device)
     with torch.no_grad():
@@ -109,7 +142,9 @@ def baseline_embeddings(adapter: ModelAdapter, encoding: Encoding, baseline) -> 
             return vector.clone()
         if vector.shape != x.shape[-1:]:
             raise ValueError(f"baseline tensor has shape {tuple(vector.shape)}; expected ({x.shape[-1]},) or {tuple(x.shape)}")
-    special = torch.as_tensor(encoding.special_mask, device=x.device)
+    special = torch.as_tensor(encoding.special_mask, device=x.device).clone()
+    if keep_first and len(special):
+        special[0] = True
     return torch.where(special[:, None], x, vector.expand_as(x))
 
 
@@ -348,17 +383,35 @@ class IntegratedGradients(GradientMethod):
     """Integrated gradients along the straight path from a baseline to the input embeddings (signed).
 
     Every result carries ``completeness_error = Σattr − (f(x) − f(baseline))`` per target (and ``score_delta``),
-    which is exact up to quadrature error when ``reduce="sum"``.
+    which is exact up to quadrature error when ``reduce="sum"``. ``f(x)`` and ``f(baseline)`` come from forward
+    passes only: no gradient is taken at a point whose weight is zero (at exactly zero embeddings an RMSNorm
+    model's gradient overflows).
 
     Args:
-        n_steps: quadrature nodes per target, or ``"auto"`` (default): the trapezoid rule on a path mesh that is
-            refined where the completeness integrand is poorly resolved (the local error of every interval is known
-            exactly from the forward scores), until the completeness error is within ``tolerance`` or the mesh has
-            ``max_steps`` intervals. Nodes used per target are recorded in ``result.params["mesh_nodes"]``.
-        method: quadrature for a fixed ``n_steps``: ``gausslegendre`` (default) or
+        n_steps: quadrature nodes per target, or ``"auto"`` (default): adaptive Simpson on a dyadic path mesh. The
+            local error of every panel ``[a, b]`` is known exactly, because the integral of the scalar integrand
+            ``φ'(α) = ∇f(γ(α))·(x − b)`` over it is ``f(γ(b)) − f(γ(a))``, given by the forward scores. Rounds
+            halve the panels with the largest errors (every new node of every input and target in one batched
+            pass) until the completeness error is within ``tolerance`` *and* no panel alone carries more than a
+            quarter of it (so the check does not pass by cancellation of large errors), or the mesh has
+            ``max_steps`` intervals. Nodes are never re-evaluated; nodes used per target are in
+            ``result.params["mesh_nodes"]``.
+        method: quadrature for a fixed ``n_steps``: ``gausslegendre`` (default), ``simpson`` or
             ``riemann_left|right|middle|trapezoid``.
         baseline: ``pad``, ``mask``, ``unk``, ``zero``, a vector, a ``(T, D)`` tensor or a callable.
+        keep_first: keep the first token's embedding in the baseline (like a special token). ``"auto"`` (default):
+            for causal decoders (causal LMs and decoder classifiers), whose first position is the attention sink.
+            Measured on SmolLM2-135M: with every position at the pad token, the model puts massive activations
+            (hidden-state norm about 25,000 at layer 16) on every position; along the path they collapse one
+            position at a time, so ``f(α)`` is a staircase whose steps the gradient never sees (64-node
+            Gauss–Legendre sums to about 0, a relative completeness error of 1.0). With the first token kept, as a
+            BOS token is, the integrand is smooth. The first token then gets no attribution; pass
+            ``keep_first=False`` to replace it too.
         tolerance: relative completeness error that ``"auto"`` aims for (``|err| <= tolerance · max(|Δf|, 1e-3)``).
+        max_steps: the most intervals of the adaptive mesh (nodes per target ``<= max_steps + 1``).
+
+    Half-precision models (bfloat16, float16) run in their own dtype; path points are built in float32, and scores
+    and gradient sums accumulate in float32.
 
     Example:
         >>> r = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, "Good.")
@@ -373,7 +426,7 @@ class IntegratedGradients(GradientMethod):
         >>> ig = IntegratedGradients(tolerance=1e-4, progress=False)
         >>> r = ig.attribute(model, tokenizer, "Not bad at all, honestly.", target=["negative", "positive"])
         >>> r.params["method"], r.params["mesh_nodes"], bool((r.relative_completeness_error < 1e-4).all())
-        ('adaptive_trapezoid', [64, 57], True)
+        ('adaptive_simpson', [17, 13], True)
     """
 
     name = "integrated_gradients"
@@ -384,6 +437,7 @@ class IntegratedGradients(GradientMethod):
         method: str = "gausslegendre",
         baseline="pad",
         *,
+        keep_first: bool | str = "auto",
         tolerance: float = 0.01,
         max_steps: int = 256,
         reduce: str = "sum",
@@ -394,98 +448,99 @@ class IntegratedGradients(GradientMethod):
         if n_steps != "auto":
             n_steps = check_int("n_steps", n_steps, minimum=1, hint="or pass 'auto' for the adaptive path mesh")
         check_number("tolerance", tolerance, minimum=0, maximum=1, low_open=True, high_open=True)
+        if keep_first != "auto" and not isinstance(keep_first, bool):
+            raise ValueError(f"keep_first must be True, False or 'auto', got {keep_first!r}")
         self.n_steps = n_steps
         self.method = method
         self.baseline = baseline
+        self.keep_first = keep_first
         self.tolerance = float(tolerance)
-        self.max_steps = int(max_steps)
+        self.max_steps = check_int("max_steps", max_steps, minimum=8, hint="the adaptive mesh starts with 8 intervals")
         if n_steps != "auto":
             self._alphas, self._weights = quadrature(method, int(n_steps))
+        self._known_endpoints = None
+
+    def _keeps_first(self, adapter: ModelAdapter) -> bool:
+        if self.keep_first == "auto":
+            return not adapter.is_pad_safe()  # causal attention: the first position is the attention sink
+        return bool(self.keep_first)
+
+    def _baseline(self, adapter, problem):
+        return baseline_embeddings(adapter, problem.encoding, self.baseline, keep_first=self._keeps_first(adapter))
 
     def _attribute_inputs(self, adapter, problems, *, score, granularity):
-        if self.n_steps != "auto":
+        if self.n_steps == "auto":
+            return self._adaptive(adapter, problems, score)
+        self._known_endpoints = self._path_endpoints(adapter, problems, score)
+        try:
             return super()._attribute_inputs(adapter, problems, score=score, granularity=granularity)
-        return self._adaptive(adapter, problems, score)
+        finally:
+            self._known_endpoints = None
+
+    def _path_endpoints(self, adapter, problems, score) -> list[tuple[np.ndarray, np.ndarray]]:
+        """``(f(x), f(baseline))`` per input and target, from forward passes only (two rows per target)."""
+        with torch.no_grad():
+            ends = [torch.stack([adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach(),
+                                 self._baseline(adapter, p)]) for p in problems]
+        values = [np.zeros((p.n_targets, 2)) for p in problems]
+
+        def build(item, start, stop):
+            rows = np.arange(start, stop)
+            return ends[item][torch.as_tensor(rows % 2)], rows // 2
+
+        def consume(chunk, scores, grads):
+            rows = np.arange(chunk.start, chunk.stop)
+            values[chunk.item][rows // 2, rows % 2] = scores.double().cpu().numpy()
+
+        evaluate_rows(adapter, problems, [2 * p.n_targets for p in problems], build, consume, score=score,
+                      with_grad=False)
+        return [(v[:, 0], v[:, 1]) for v in values]
 
     def _adaptive(self, adapter, problems, score) -> list[AttributionResult]:
-        """Trapezoid rule on a path mesh refined where the completeness integrand is poorly resolved.
-
-        For every interval ``[a, b]`` of the mesh the exact integral of the scalar integrand is known from the
-        forward scores, ``f(γ(b)) − f(γ(a))``, so its local error is exact: ``|h/2 (φ'(a) + φ'(b)) − (φ(b) − φ(a))|``
-        with ``φ'(α) = ∇f(γ(α))·(x − b)``. Rounds split the intervals carrying the largest share of the error,
-        evaluating all new points of all inputs in one batched pass, until the completeness error is within
-        ``tolerance`` or the mesh has ``max_steps`` intervals. Nodes are never re-evaluated.
-        """
+        """Adaptive Simpson on a dyadic path mesh per target (see ``n_steps`` in the class docstring)."""
         with torch.no_grad():
             inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach() for p in problems]
         bases = [self._baseline(adapter, p) for p in problems]
-        deltas = [(x - b).float() for x, b in zip(inputs, bases)]
-        # nodes[item][target]: alpha -> (score, scalar derivative, gradient)
-        nodes = [[{} for _ in range(p.n_targets)] for p in problems]
-        pending = [[(t, float(a)) for t in range(p.n_targets) for a in np.linspace(0.0, 1.0, 9)] for p in problems]
+        deltas = [(x.float() - b.float()).double() for x, b in zip(inputs, bases)]
+        meshes = [[_SimpsonMesh(self.tolerance, self.max_steps) for _ in range(p.n_targets)] for p in problems]
+        pending = [[(t, a) for t, mesh in enumerate(targets) for a in mesh.wanted()] for targets in meshes]
         bar = progress_bar(self.progress, sum(len(q) for q in pending), self.name)
 
         def build(item, start, stop):
-            x, base = inputs[item], bases[item]
             chosen = pending[item][start:stop]
-            alphas = torch.as_tensor([a for _, a in chosen], dtype=x.dtype, device=x.device)[:, None, None]
-            return base + alphas * (x - base), np.array([t for t, _ in chosen], dtype=np.int64)
+            rows = path_points(inputs[item], bases[item], [a for _, a in chosen])
+            return rows, np.array([t for t, _ in chosen], dtype=np.int64)
 
         def consume(chunk, scores, grads):
             g = grads.float()
-            derivatives = (g.double() * deltas[chunk.item].double()).sum(dim=(1, 2)).tolist()
+            slopes = (g.double() * deltas[chunk.item]).sum(dim=(1, 2)).tolist()
+            finite = torch.isfinite(g).flatten(1).all(1).tolist()
             g = g.cpu()
             chosen = pending[chunk.item][chunk.start : chunk.stop]
-            for row, ((t, a), value, derivative) in enumerate(zip(chosen, scores.tolist(), derivatives)):
-                nodes[chunk.item][t][a] = (value, derivative, g[row])
+            for row, ((t, a), value, slope, ok) in enumerate(zip(chosen, scores.tolist(), slopes, finite)):
+                meshes[chunk.item][t].add(a, value, slope if ok else None, g[row] if ok else None)
 
         try:
             while any(pending):
                 evaluate_rows(adapter, problems, [len(q) for q in pending], build, consume, score=score,
                               with_grad=True, progress=bar)
-                pending = [self._refine(targets) for targets in nodes]
+                for mesh in (m for targets in meshes for m in targets):
+                    mesh.refine()
+                pending = [[(t, a) for t, mesh in enumerate(targets) for a in mesh.wanted()] for targets in meshes]
                 if bar is not None:
                     bar.total += sum(len(q) for q in pending)
         finally:
             if bar is not None:
                 bar.close()
-        sums, endpoints, used = [], [], []
-        for targets in nodes:
-            mean_grads = []
-            for mesh in targets:
-                alphas = np.array(sorted(mesh))
-                weights = np.zeros(len(alphas))
-                weights[:-1] += np.diff(alphas) / 2
-                weights[1:] += np.diff(alphas) / 2
-                mean_grads.append(sum(w * mesh[a][2] for w, a in zip(weights, alphas)))
-            sums.append(torch.stack(mean_grads))
-            endpoints.append((np.array([m[1.0][0] for m in targets]), np.array([m[0.0][0] for m in targets])))
-            used.append([len(m) for m in targets])
+        sums, endpoints = [], []
+        for x, targets in zip(inputs, meshes):
+            sums.append(torch.stack([mesh.weighted_gradient(x.shape) for mesh in targets]))
+            endpoints.append((np.array([m.score(1.0) for m in targets]), np.array([m.score(0.0) for m in targets])))
         results = self._finish(problems, inputs, bases, sums, [None] * len(sums), score, endpoints)
-        for result, counts in zip(results, used):
-            result.params.update(method="adaptive_trapezoid", n_steps=max(counts), mesh_nodes=counts)
+        for result, targets in zip(results, meshes):
+            counts = [len(m.nodes) for m in targets]
+            result.params.update(method="adaptive_simpson", n_steps=max(counts), mesh_nodes=counts)
         return results
-
-    def _refine(self, targets) -> list[tuple[int, float]]:
-        """New path points for the targets of one input whose completeness error is still above tolerance."""
-        new = []
-        for t, mesh in enumerate(targets):
-            alphas = np.array(sorted(mesh))
-            values = np.array([mesh[a][0] for a in alphas])
-            slopes = np.array([mesh[a][1] for a in alphas])
-            widths = np.diff(alphas)
-            local = widths / 2 * (slopes[:-1] + slopes[1:]) - np.diff(values)
-            delta = abs(values[-1] - values[0])
-            budget = self.tolerance * max(delta, 1e-3)
-            if abs(local.sum()) <= budget or len(alphas) - 1 >= self.max_steps:
-                continue
-            room = self.max_steps - (len(alphas) - 1)
-            split = np.flatnonzero(np.abs(local) > budget / (2 * len(local)))
-            split = split[np.argsort(-np.abs(local[split]))][:room]
-            if len(split) == 0:
-                split = [int(np.abs(local).argmax())]
-            new += [(t, float((alphas[i] + alphas[i + 1]) / 2)) for i in split]
-        return new
 
     def params(self):
         params = super().params()
@@ -493,23 +548,21 @@ class IntegratedGradients(GradientMethod):
             params["baseline"] = "custom"
         return params
 
-    # Rows per target: the quadrature nodes, then the input (α = 1) and the baseline (α = 0) with weight 0, whose
-    # scores give Δf for the completeness error inside the same passes (no separate, small endpoint passes).
+    # Fixed rules: one row per quadrature node; f(x) and f(baseline) come from forward passes (_path_endpoints).
     def _rows_per_target(self):
-        return self.n_steps + 2
+        return self.n_steps
 
     def _row_weights(self):
-        return np.append(self._weights, [0.0, 0.0])
+        return self._weights
 
     def _needs_baseline(self):
         return True
 
     def _make_rows(self, x, base, item, steps):
-        alphas = torch.as_tensor(np.append(self._alphas, [1.0, 0.0])[steps], dtype=x.dtype, device=x.device)
-        return torch.addcmul(base, alphas[:, None, None], x - base)
+        return path_points(x, base, self._alphas[steps])
 
     def _endpoints(self, row_scores):
-        return [(scores[:, -2], scores[:, -1]) for scores in row_scores]
+        return self._known_endpoints
 
     def _per_dimension(self, x, base, mean_grad, mean_sq):
         return (x - base) * mean_grad
@@ -521,6 +574,77 @@ class IntegratedGradients(GradientMethod):
             total = values.sum(dim=(-1, -2)).double().numpy()
             out.append({"completeness_error": total - delta, "score_delta": delta})
         return out
+
+
+class _SimpsonMesh:
+    """One target's adaptive Simpson mesh: dyadic panels ``[a, b]`` with nodes ``a``, ``(a + b) / 2``, ``b``.
+
+    ``nodes`` maps α to ``(score, slope, gradient)``, where ``slope = φ'(α)`` is the gradient's inner product with
+    ``x − baseline``. A node whose gradient is not finite can only be the baseline itself (α = 0; a zero baseline
+    in an RMSNorm model): its gradient is never used, and the first panel takes the midpoint rule instead.
+    """
+
+    SPLITS_PER_ROUND = 8
+
+    def __init__(self, tolerance: float, max_steps: int):
+        self.tolerance = tolerance
+        self.max_nodes = max_steps + 1
+        self.panels = [(i / 4, (i + 1) / 4) for i in range(4)]
+        self.nodes: dict[float, tuple[float, float | None, torch.Tensor | None]] = {}
+
+    def wanted(self) -> list[float]:
+        """Nodes of the current panels not evaluated yet."""
+        needed = (a for lo, hi in self.panels for a in (lo, (lo + hi) / 2, hi))
+        return [a for a in dict.fromkeys(needed) if a not in self.nodes]
+
+    def add(self, alpha: float, score: float, slope: float | None, gradient: torch.Tensor | None) -> None:
+        if slope is None and alpha != 0.0:
+            raise FloatingPointError(
+                f"the gradient at path point α = {alpha:g} contains NaN or inf (the model overflowed or the score "
+                "is log(0)); try score='logit', a float32 model, or a different baseline."
+            )
+        self.nodes[alpha] = (score, slope, gradient)
+
+    def score(self, alpha: float) -> float:
+        return self.nodes[alpha][0]
+
+    def _rule(self, lo: float, hi: float) -> list[tuple[float, float]]:
+        """(node, weight) of one panel: Simpson, or the midpoint rule when the baseline's gradient is not finite."""
+        mid, h = (lo + hi) / 2, hi - lo
+        if self.nodes[lo][1] is None:
+            return [(mid, h)]
+        return [(lo, h / 6), (mid, 4 * h / 6), (hi, h / 6)]
+
+    def errors(self) -> np.ndarray:
+        """Exact error of every panel on the scalar integrand: rule estimate − (f(b) − f(a))."""
+        return np.array([sum(w * self.nodes[a][1] for a, w in self._rule(lo, hi)) - (self.score(hi) - self.score(lo))
+                         for lo, hi in self.panels])
+
+    def refine(self) -> None:
+        """Halve the panels with the largest errors while the mesh is not converged."""
+        errors = np.abs(self.errors())
+        delta = self.score(1.0) - self.score(0.0)
+        budget = self.tolerance * max(abs(delta), 1e-3)
+        total = abs(float(self.errors().sum()))
+        room = (self.max_nodes - len(self.nodes)) // 2
+        if (total <= budget and errors.max() <= budget / 4) or room <= 0:
+            return
+        order = np.argsort(-errors)
+        chosen = [i for i in order[: min(self.SPLITS_PER_ROUND, room)]
+                  if errors[i] >= errors[order[0]] / 4 and errors[i] > budget / 8] or [int(order[0])]
+        chosen = set(chosen)
+        panels = []
+        for i, (lo, hi) in enumerate(self.panels):
+            panels += [(lo, (lo + hi) / 2), ((lo + hi) / 2, hi)] if i in chosen else [(lo, hi)]
+        self.panels = panels
+
+    def weighted_gradient(self, shape) -> torch.Tensor:
+        """Σ weight · gradient over the nodes of every panel (float32)."""
+        total = torch.zeros(shape, dtype=torch.float32)
+        for lo, hi in self.panels:
+            for a, w in self._rule(lo, hi):
+                total += w * self.nodes[a][2]
+        return total
 
 
 class _NoisyGradients(GradientMethod):

@@ -1,0 +1,196 @@
+"""Integrated gradients on the real pretrained decoder SmolLM2-135M-Instruct: completeness per evaluation, beside
+Captum and inseq.
+
+SmolLM2 here is the dequantised Q4_1 copy of ``interp_widgets.demo.load_lm`` (float32), 2 threads. Memory and pass
+counts at 2,048 tokens are in ``benchmarks/llm_scale.py``; this file is about numerics. Prints ``bench:`` lines:
+
+1. ig_default_prompts_meeting_1pct: the fraction of 8 prompts (10-60 tokens, each explaining its greedy next token)
+   on which the default ``IntegratedGradients()`` (adaptive Simpson, pad baseline with the first token kept, see
+   its docstring) reaches a relative completeness error <= 1%. Goal >= 1.0.
+2. ig_default_median_nodes_per_target: the median path nodes it used per target. Goal <= 64.
+3. ig_time_to_1pct_ratio: our total time / Captum's on those prompts. Captum's ``IntegratedGradients`` on the input
+   embeddings, the same baseline (our baseline embeddings), the same log-probability score, Gauss-Legendre at 16,
+   32, 64, ... 1024 steps: a prompt takes the time of the first step count whose relative completeness error is
+   <= 1%; one that never gets there counts at its 1024-step time. Captum's forward keeps only the last position's
+   logits (``logits_to_keep=1``), as ours does. Goal <= 0.5.
+4. gen8_<method>_time_ratio_vs_inseq: explaining an 8-token greedy continuation of a 12-token prompt, ours / inseq
+   0.7's step-by-step attribution, for saliency, input x gradient and IG at 32 steps. Goal <= 0.5 each.
+5. gen8_<method>_min_spearman_vs_inseq: the smallest Spearman correlation over the generated steps between our
+   token scores and inseq's (L2 norm over the embedding for saliency, the sum for the others). Goal >= 0.9.
+
+Why ours and inseq's IG disagreed (Spearman -0.21 at first): not the visible prefix (a causal model's step t sees
+the same prompt + t generated tokens in both), but three settings. inseq's IG replaces *every* token, the first one
+included, by the UNK token (``<|endoftext|>`` for SmolLM2), and attributes the *probability* of each token, with
+Gauss-Legendre nodes; our default replaces tokens by the pad token (``<|im_end|>``), keeps the first token (the
+attention sink) and attributes the log-probability adaptively. With ``IntegratedGradients(n_steps=32,
+method="gausslegendre", baseline="unk", keep_first=False, score="probability")`` both integrate the same function
+at the same nodes and agree (lines 4-5 use these settings for every method's ``score``).
+
+Measured 2026-12-01 on a heavily loaded 2-core machine (times are not comparable with a quiet run; node counts and
+errors are): lines 1-2 on the first six prompts (10-23 tokens; the two ~35-token prompts did not finish in time):
+every one meets 1% (relative errors 0.0002-0.0048) with 53, 65, 69, 83, 99, 99 nodes, median 76: the <= 64 goal is
+missed. The adaptive rule overshoots (errors far below 1%) because it also requires that no panel carry more than a
+quarter of the budget and splits up to 8 panels per round; 4 splits per round with half the budget per panel gave
+71 nodes on the first prompt instead of 83 (not adopted: measured on one prompt only). Lines 4-5: saliency 0.283,
+input x gradient 0.371 (Spearman 1.000 at every step).
+
+Example:
+    $ nice -n 10 python benchmarks/llm.py
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+
+import numpy as np
+import torch
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+torch.set_num_threads(2)
+
+PROMPTS = [
+    "The capital of France is",  # padded below to 10+ tokens by the sentence that follows
+    "Water boils at one hundred degrees Celsius at sea level, and it freezes at",
+    "My grandmother keeps her old letters in a wooden box under the",
+    "To make a cup of tea, first boil the water, then put the tea bag in the",
+    "The quick brown fox jumps over the lazy dog. The dog did not even open its",
+    "In 1969, two astronauts walked on the surface of the Moon while a third one stayed in the",
+    "Alice was beginning to get very tired of sitting by her sister on the bank, and of having nothing to do: once or "
+    "twice she had peeped into the book her sister was",
+    "The library opens at nine in the morning and closes at six in the evening on weekdays. On Saturdays it opens "
+    "later, at ten, and on Sundays it is",
+]
+PROMPTS[0] = "Paris is a large city in Europe. The capital of France is"
+CAPTUM_STEPS = (16, 32, 64, 128, 256, 512, 1024)
+GEN_PROMPT = "The best way to spend a rainy Sunday afternoon is"
+GEN_TOKENS = 8
+AGREE = dict(baseline="unk", keep_first=False, score="probability")  # inseq's settings, see the module docstring
+
+
+def _relative(error: float, delta: float) -> float:
+    return abs(error) / max(abs(delta), 1e-3)
+
+
+def captum_time_to_1pct(model, x, base, target_id, delta) -> tuple[float, int, float]:
+    """Seconds, steps and relative error of the first Gauss-Legendre step count of Captum IG that reaches <= 1%."""
+    from captum.attr import IntegratedGradients as CaptumIG
+
+    def forward(embeds):
+        logits = model(inputs_embeds=embeds, logits_to_keep=1).logits[:, -1].float()
+        return torch.log_softmax(logits, dim=-1)[:, target_id]
+
+    ig = CaptumIG(forward)
+    batch = max(1, 16384 // x.shape[1])
+    seconds = rel = 0.0
+    for steps in CAPTUM_STEPS:
+        start = time.perf_counter()
+        attributions = ig.attribute(x, baselines=base, n_steps=steps, method="gausslegendre",
+                                    internal_batch_size=batch)
+        seconds = time.perf_counter() - start
+        rel = _relative(float(attributions.sum()) - delta, delta)
+        if rel <= 0.01:
+            break
+    return seconds, steps, rel
+
+
+def completeness_section(model, tokenizer) -> None:
+    from interp_widgets.adapter import ModelAdapter
+    from interp_widgets.attribution import IntegratedGradients
+    from interp_widgets.attribution.gradient import baseline_embeddings
+
+    adapter = ModelAdapter(model, tokenizer)
+    ours_s, theirs_s, nodes, met = [], [], [], []
+    for prompt in PROMPTS:
+        ids = adapter.encode(prompt).input_ids
+        new_ids, _ = adapter.generate(ids, max_new_tokens=1, stop_at_eos=False)
+        ig = IntegratedGradients(progress=False)
+        start = time.perf_counter()
+        result = ig.attribute(model, tokenizer, prompt, continuation=new_ids.tolist())
+        ours_s.append(time.perf_counter() - start)
+        rel = float(result.relative_completeness_error[0])
+        nodes.append(result.params["mesh_nodes"][0])
+        met.append(rel <= 0.01)
+        with torch.no_grad():  # the prompt alone: its last position scores the next token
+            x = adapter.embed(torch.as_tensor(ids)[None]).detach()
+            base = baseline_embeddings(adapter, adapter.encode(prompt), "pad", keep_first=True)[None]
+        delta = float(result.score_delta[0])
+        seconds, steps, captum_rel = captum_time_to_1pct(model, x, base, int(new_ids[0]), delta)
+        theirs_s.append(seconds)
+        print(f"info: {len(ids)} tokens, next {tokenizer.decode(new_ids)!r}: ours {nodes[-1]} nodes, relative "
+              f"completeness error {rel:.4f}, {ours_s[-1]:.1f}s; Captum Gauss-Legendre {steps} steps, error "
+              f"{captum_rel:.4f}, {seconds:.1f}s", flush=True)
+    print(f"bench: ig_default_prompts_meeting_1pct = {np.mean(met):.3f} (goal >= 1.0)")
+    print(f"bench: ig_default_median_nodes_per_target = {np.median(nodes):.1f} (goal <= 64)")
+    print(f"bench: ig_time_to_1pct_ratio = {sum(ours_s) / sum(theirs_s):.3f} (goal <= 0.5)")
+
+
+def _inseq_scores(model, tokenizer, method, continuation, **kwargs) -> tuple[np.ndarray, float]:
+    """inseq's (steps, tokens) scores for the continuation (NaN where a step cannot see a token) and its seconds."""
+    import inseq
+
+    pad = model.config.pad_token_id  # inseq sets the config's pad_token_id on load; put it back afterwards
+    try:
+        wrapped = inseq.load_model(model, method, tokenizer=tokenizer)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            start = time.perf_counter()
+            out = wrapped.attribute(GEN_PROMPT, GEN_PROMPT + continuation, show_progress=False, **kwargs)
+            seconds = time.perf_counter() - start
+    finally:
+        model.config.pad_token_id = pad
+    per_dim = out.sequence_attributions[0].target_attributions.float()  # (tokens, steps, D)
+    values = per_dim.norm(dim=-1) if method == "saliency" else per_dim.sum(dim=-1)
+    return values.T.numpy().astype(np.float64), seconds
+
+
+def generation_section(model, tokenizer) -> None:
+    from scipy.stats import spearmanr
+
+    from interp_widgets.adapter import ModelAdapter
+    from interp_widgets.attribution import InputXGradient, IntegratedGradients, Saliency
+
+    adapter = ModelAdapter(model, tokenizer)
+    new_ids, _ = adapter.generate(adapter.encode(GEN_PROMPT).input_ids, max_new_tokens=GEN_TOKENS, stop_at_eos=False)
+    continuation = tokenizer.decode(new_ids)
+    print(f"info: prompt {GEN_PROMPT!r} ({len(adapter.encode(GEN_PROMPT))} tokens), greedy continuation "
+          f"{continuation!r} ({len(new_ids)} tokens)")
+    score = AGREE["score"]
+    ours = {"saliency": Saliency(score=score, progress=False),
+            "input_x_gradient": InputXGradient(score=score, progress=False),
+            "ig32": IntegratedGradients(n_steps=32, method="gausslegendre", progress=False, **AGREE)}
+    theirs = {"saliency": ("saliency", {}), "input_x_gradient": ("input_x_gradient", {}),
+              "ig32": ("integrated_gradients", {"n_steps": 32, "internal_batch_size": 34})}
+    for name, method in ours.items():
+        start = time.perf_counter()
+        result = method.attribute(model, tokenizer, GEN_PROMPT, continuation=new_ids.tolist())
+        seconds = time.perf_counter() - start
+        inseq_method, inseq_args = theirs[name]
+        reference, inseq_seconds = _inseq_scores(model, tokenizer, inseq_method, continuation, **inseq_args)
+        rhos = []
+        for a, b in zip(result.scores, reference):
+            seen = ~np.isnan(a) & ~np.isnan(b)
+            rhos.append(float(spearmanr(a[seen], b[seen]).statistic))
+        extra = ""
+        if name == "ig32":
+            extra = f", max relative completeness error {float(np.max(result.relative_completeness_error)):.4f}"
+        print(f"info: {name}: ours {seconds:.1f}s, inseq {inseq_seconds:.1f}s; Spearman per step "
+              f"{np.round(rhos, 3).tolist()}{extra}", flush=True)
+        print(f"bench: gen8_{name}_time_ratio_vs_inseq = {seconds / inseq_seconds:.3f} (goal <= 0.5)")
+        print(f"bench: gen8_{name}_min_spearman_vs_inseq = {min(rhos):.3f} (goal >= 0.9)")
+
+
+def main() -> None:
+    from interp_widgets.demo import load_lm
+
+    model, tokenizer = load_lm(progress=False)
+    start = time.perf_counter()
+    generation_section(model, tokenizer)
+    completeness_section(model, tokenizer)
+    print(f"info: whole benchmark {time.perf_counter() - start:.0f}s (budget 1200 s)")
+
+
+if __name__ == "__main__":
+    main()
