@@ -400,7 +400,8 @@ class IntegratedGradients(GradientMethod):
             ``riemann_left|right|middle|trapezoid``.
         baseline: ``pad``, ``mask``, ``unk``, ``zero``, a vector, a ``(T, D)`` tensor or a callable.
         keep_first: keep the first token's embedding in the baseline (like a special token). ``"auto"`` (default):
-            for causal decoders (causal LMs and decoder classifiers), whose first position is the attention sink.
+            for causal decoders (causal LMs and decoder classifiers), whose first position is the attention sink, not
+            for encoder–decoders.
             Measured on SmolLM2-135M: with every position at the pad token, the model puts massive activations
             (hidden-state norm about 25,000 at layer 16) on every position; along the path they collapse one
             position at a time, so ``f(α)`` is a staircase whose steps the gradient never sees (64-node
@@ -462,7 +463,9 @@ class IntegratedGradients(GradientMethod):
 
     def _keeps_first(self, adapter: ModelAdapter) -> bool:
         if self.keep_first == "auto":
-            return not adapter.is_pad_safe()  # causal attention: the first position is the attention sink
+            # causal attention: the first position is the attention sink. An encoder–decoder's first position is a
+            # source token read by a bidirectional encoder (the decoder's start token is special anyway).
+            return not adapter.is_pad_safe() and not adapter.is_seq2seq
         return bool(self.keep_first)
 
     def _baseline(self, adapter, problem):
