@@ -8,7 +8,7 @@ Example:
     >>> attributions = lig.attribute(ids, baselines=torch.full_like(ids, tokenizer.pad_token_id), target=2)
     >>> result = from_captum(attributions, tokenizer, text, target_label="positive")
     >>> result  # in a notebook, the token widget
-    AttributionResult(method='captum', 7 tokens, targets=[positive (p=nan)])
+    AttributionResult(method='captum', 7 tokens, targets=[positive])
     >>> result.tokens, result.scores.round(3)
     (['[CLS]', 'Not', 'bad', 'at', 'all', '.', '[SEP]'], array([[-0.32 ,  0.07 , -0.087,  0.088,  0.033, -0.008,  0.201]]))
 """
@@ -206,7 +206,7 @@ def from_interpreto(output, *, labels: Sequence[str] | None = None, text: str | 
         ['great', 'film']
         >>> result = from_interpreto(outputs[0], labels=model.config.id2label, text="Great film", method="Occlusion")
         >>> result
-        AttributionResult(method='interpreto:Occlusion', 2 words, targets=[positive (p=nan)])
+        AttributionResult(method='interpreto:Occlusion', 2 words, targets=[positive])
         >>> result.tokens, result.scores.round(3), result.signed
         (['Great', 'film'], array([[-0.333, -0.7  ]]), True)
     """

@@ -12,11 +12,11 @@ Example:
     AttributionResult(method='integrated_gradients', 7 tokens, targets=[positive (p=0.421)])
     >>> result.aggregate("word").to_dataframe()[["target", "unit", "score"]].round(3)
          target unit  score
-    0  positive  Not  0.026
-    1  positive  bad -0.138
+    0  positive  Not  0.027
+    1  positive  bad -0.139
     2  positive   at  0.129
     3  positive  all  0.072
-    4  positive    . -0.028
+    4  positive    . -0.029
 """
 
 from __future__ import annotations
