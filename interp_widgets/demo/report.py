@@ -5,7 +5,7 @@ geometry of the demo classifier, and per-generated-token attributions of the pre
 Example:
     >>> from interp_widgets.demo import report
     >>> report.CONCEPT_LAYER, report.N_CONCEPTS, report.CONCEPT_K, report.MONITOR_LAYERS, report.DEFAULT_STEPS
-    ('layer:3', 32, 4, ('layer:2', 'layer:4'), 12)
+    ('layer:3', 32, 4, ('layer:2', 'layer:4'), 24)
     >>> report.GENERATION_PROMPT, report.MAX_NEW_TOKENS
     ('The Great Wall of China was built to', 6)
 

@@ -5,7 +5,7 @@ Example:
     >>> from interp_widgets.attribution import IntegratedGradients
     >>> generation = IntegratedGradients().attribute(lm, lm_tokenizer, "The hotel was", max_new_tokens=3)
     >>> GenerationWidget(generation)  # doctest: +ELLIPSIS
-    GenerationWidget(method='integrated_gradients', 8 tokens, generated='cth)', step 0: 'c', top sources: 'ot' +1.4, ...)
+    GenerationWidget(method='integrated_gradients', 8 tokens, generated='cth)', step 0: 'c', top sources: 'ot' +1.52, ...)
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         >>> widget = generation.widget()  # a result with generated_mask gives a GenerationWidget
         >>> widget.selected_step = 2
         >>> [(i, token, round(score, 2)) for i, token, score in widget.step_sources()[:3]]
-        [(6, 'th', 0.66), (2, 'ot', -0.44), (5, 'c', 0.3)]
+        [(1, 'h', 0.47), (2, 'ot', -0.46), (6, 'th', 0.43)]
     """
 
     _bundle = "generation"
