@@ -135,7 +135,9 @@ def _assert_interactive(page, outputs) -> None:
         if select.count():
             before = output.locator(".iw-tokens .iw-token").count()
             select.first.select_option("sentence")
-            expect(output.locator(".iw-tokens .iw-token")).not_to_have_count(before)
+            expect(select.first).to_have_value("sentence")
+            if cls.__name__ == "TokenHighlightWidget":  # merges tokens into units; the generation view recolours them
+                expect(output.locator(".iw-tokens .iw-token")).not_to_have_count(before)
     token_view = by_view[iw_class("TokenHighlightWidget")]
     with page.expect_download() as download:
         token_view.locator('button[data-iw-export="svg"]').click()

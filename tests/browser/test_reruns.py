@@ -68,6 +68,7 @@ def _assert_shows_run(page, cell: int, run: int) -> None:
     expect(view.locator(TOKEN)).to_have_count(5)
     assert view.locator(TOKEN).all_text_contents() == ["run", f"r{run}", "<b>x</b>", "y", "."]
     assert output.locator(".iw-error").count() == 0, output.locator(".iw-error").all_inner_texts()
+    expect(view).to_be_visible()  # within the timeout: a view handed over to the live widget is not blank
     box = view.bounding_box()
     assert box is not None and box["height"] > 20 and box["width"] > 100, f"cell {cell} view is blank: {box}"
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from interp_widgets.widgets import GenerationWidget, MonitorWidget, TokenHighlightWidget, compare
+from interp_widgets.widgets import AttentionWidget, GenerationWidget, LensWidget, MonitorWidget, TokenHighlightWidget, compare
 from interp_widgets.widgets.concept_browser import ConceptBrowser
 from tests.test_concept_widget import _interpretation
 from tests.test_views_widget import EVIL, _collection, _gen_result, _result
+from tests.test_widget_schema import _attention_patterns, _lens_result
 
 pytestmark = pytest.mark.browser
 
@@ -70,6 +71,8 @@ WIDGETS = {
     "examples": lambda: _collection().widget(),
     "concept_browser": lambda: ConceptBrowser(_interpretation()),
     "monitor": _monitor,
+    "attention": lambda: AttentionWidget(_attention_patterns()),
+    "lens": lambda: LensWidget(_lens_result()),
 }  # fmt: skip
 
 
