@@ -140,6 +140,15 @@ function renderAttention({ model, el, reportError }) {
     cache.set(key, entry);
     while (cache.size > CACHE) cache.delete(cache.keys().next().value);
   };
+  /** Send to the kernel; a host with no kernel (an exported page, a reopened notebook) may throw or reject. */
+  const sendToKernel = (message) => {
+    try {
+      const sent = model.send(message);
+      if (sent && typeof sent.catch === "function") sent.catch(() => {});
+    } catch {
+      // no kernel: the pinned heads and the no-kernel note take over
+    }
+  };
   const pinnedIndex = (layer, head) => data.pinned.findIndex((p) => p.layer === layer && String(p.head) === String(head));
   /** The weights of (layer, head): exact from the kernel, else the pinned top-k, else null (requested). */
   function pattern(layer, head) {
@@ -149,7 +158,7 @@ function renderAttention({ model, el, reportError }) {
     if (!pending.has(key)) {
       const id = nextId++;
       pending.set(key, id);
-      model.send({ type: "request", id, layer, head });
+      sendToKernel({ type: "request", id, layer, head });
       if (!answered && kernelTimer === null) kernelTimer = setTimeout(() => { kernelTimer = null; if (!answered) { noKernel = true; request(1); } }, NO_KERNEL_MS); // prettier-ignore
     }
     const p = pinnedIndex(layer, head);
@@ -348,6 +357,7 @@ function renderAttention({ model, el, reportError }) {
   }
 
   function draw() {
+    root.dataset.iwTheme = theme; // the theme the canvases were drawn for (tests and the CSS read it)
     const view = model.get("view") === "model" ? "model" : "head";
     viewButtons.forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.view === view)));
     layerSelect.value = String(model.get("layer"));
@@ -453,7 +463,7 @@ function renderAttention({ model, el, reportError }) {
   pinButton.addEventListener("click", safely(() => {
     const head = currentHeads()[0];
     const layer = model.get("layer");
-    model.send({ type: pinnedIndex(layer, head) >= 0 ? "unpin" : "pin", layer, head });
+    sendToKernel({ type: pinnedIndex(layer, head) >= 0 ? "unpin" : "pin", layer, head });
   })); // prettier-ignore
 
   const onData = () => request(2);
