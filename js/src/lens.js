@@ -45,7 +45,7 @@ import "./lens.css";
 import { decodeArray } from "./lib/codec.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
-import { createExportMenu } from "./lib/export.js";
+import { createExportMenu, svgNamespace } from "./lib/export.js";
 import { formatProbability } from "./lib/format.js";
 import { cellAt, cellValue, gridLayout, intensityRgb, rowOfLayer, trajectories, visibleColumns } from "./lib/lens_grid.js";
 import { displayToken, quoteToken } from "./lib/text.js";
@@ -55,7 +55,6 @@ import { viewKit } from "./lib/view.js";
 
 const DATA = ["tokens", "layers", "lenses", "vocab", "top_vocab", "top_probs", "kl", "target_labels", "target_vocab", "target_probs", "target_ranks", "generated_mask", "vocab_size", "model_name"];
 const UI = ["lens", "colour_by", "target", "selected_position", "plotted_targets"];
-const SVG = "http://www.w3.org/2000/svg";
 const LINE_COLOURS = ["#0b62d6", "#d1242f", "#1a7f37", "#8250df", "#bf8700", "#57606a"];
 
 /** @param {AnyModel<LensModel>} model */
@@ -182,12 +181,12 @@ function renderLens({ model, el, reportError }) {
     const W = 560, H = 170, left = 44, right = 10, top = 10, bottom = 24; // prettier-ignore
     const L = data.dims.L;
     const xOf = (l) => left + (L === 1 ? 0 : (l / (L - 1)) * (W - left - right));
-    const svg = doc.createElementNS(SVG, "svg");
+    const svg = doc.createElementNS(svgNamespace(doc), "svg");
     svg.setAttribute("width", String(W));
     svg.setAttribute("height", String(2 * H));
     svg.setAttribute("class", "iw-lens-trajectory");
     const add = (parent, tag, attrs, text) => {
-      const node = doc.createElementNS(SVG, tag);
+      const node = doc.createElementNS(svgNamespace(doc), tag);
       for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
       if (text !== undefined) node.textContent = text;
       parent.append(node);
