@@ -66,7 +66,9 @@ def test_causal_lm_head_runs_only_at_scored_positions(family, request):
         assert np.isnan(saliency.scores[t, visible:]).all()
     # IG's endpoint scores, read at the gathered positions, equal the full logits' f(x) - f(baseline)
     pad = model.get_input_embeddings()(torch.tensor([tokenizer.pad_token_id]))[0].detach()
-    base = torch.where(torch.as_tensor(ig.special_mask)[:, None], x[0], pad)
+    kept = torch.as_tensor(ig.special_mask).clone()
+    kept[0] = True  # keep_first="auto": a causal decoder's first token stays in the baseline
+    base = torch.where(kept[:, None], x[0], pad)
     with torch.no_grad():
         full_x = torch.log_softmax(model(inputs_embeds=x).logits[0], dim=-1)
         full_b = torch.log_softmax(model(inputs_embeds=base[None]).logits[0], dim=-1)
@@ -99,20 +101,22 @@ def test_generated_tokens_share_forward_and_backward_passes(llama_lm, monkeypatc
     assert saliency.params["passes"] == {"forward": 1, "forward_rows": 1, "backward": 1, "backward_rows": n,
                                          "targets": n, "preparation_forward": 1}
     ig = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, prompt, continuation=continuation)
-    assert ig.params["passes"]["forward_rows"] == 18 and ig.params["passes"]["backward_rows"] == 18 * n
-    assert ig.params["passes"]["forward"] == ig.params["passes"]["backward"] == 1
-    # a budget of one row per pass: 18 passes, each row still serving every target
+    # 16 path rows with gradients in one forward and one backward pass, and f(x), f(baseline) per target from one
+    # forward-only pass (2 rows per target: no gradient is taken at the weight-0 endpoints)
+    assert ig.params["passes"]["forward_rows"] == 16 + 2 * n and ig.params["passes"]["backward_rows"] == 16 * n
+    assert ig.params["passes"]["forward"] == 2 and ig.params["passes"]["backward"] == 1
+    # a budget of one row per pass: 16 gradient passes and 2n endpoint passes, each path row serving every target
     length = len(saliency.tokens)
     small = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, prompt,
                                                                       continuation=continuation,
                                                                       max_batch_tokens=length)
-    assert small.params["passes"]["forward"] == small.params["passes"]["backward"] == 18
-    assert small.params["passes"]["forward_rows"] == 18
+    assert small.params["passes"]["forward"] == small.params["passes"]["forward_rows"] == 16 + 2 * n
+    assert small.params["passes"]["backward"] == 16
     # one target per row (the rows stacked per target) gives the same scores with n times the rows
     monkeypatch.setattr(gradient_module, "MAX_TARGETS_PER_ROW", 1)
     stacked = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, prompt,
                                                                         continuation=continuation)
-    assert stacked.params["passes"]["forward_rows"] == 18 * n
+    assert stacked.params["passes"]["forward_rows"] == 16 * n + 2 * n
     np.testing.assert_allclose(ig.scores, stacked.scores, rtol=1e-5, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(small.scores, stacked.scores, rtol=1e-5, atol=1e-6, equal_nan=True)
     stacked_x = InputXGradient(progress=False).attribute(model, tokenizer, prompt, continuation=continuation)
