@@ -34,24 +34,7 @@ TRIALS = 5
 PAGE = ("<!DOCTYPE html><html><head><meta charset='utf-8'><style>{css}</style></head><body>"
         "<div id='el' style='width:1000px'></div></body></html>")
 
-MOUNT = """async ({esm, payload}) => {
-  const state = payload.state;
-  for (const {path, data} of payload.buffers) {
-    const bin = atob(data); const bytes = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-    let node = state; for (const k of path.slice(0, -1)) node = node[k];
-    node[path[path.length - 1]] = new DataView(bytes.buffer);
-  }
-  const model = {get: (k) => state[k], set: (k, v) => { state[k] = v; }, on() {}, off() {}, save_changes() {}, send() {}};
-  const mod = await import(URL.createObjectURL(new Blob([esm], {type: "text/javascript"})));
-  const el = document.getElementById("el");
-  const frame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
-  await frame();
-  const t0 = performance.now();
-  mod.default.render({model, el});
-  await frame();
-  return performance.now() - t0;
-}"""
+from widgets import MOUNT  # noqa: E402  (benchmarks/widgets.py: mounts a view from its exported state)
 
 HOVER = """async () => {
   const canvas = document.querySelector(".iw-lens-canvas");
