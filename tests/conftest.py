@@ -132,3 +132,23 @@ def pytest_ignore_collect(collection_path, config):
     named = [os.path.abspath(str(arg).split("::")[0]) for arg in config.args]
     wanted = any(arg == _SAELENS_DIR or arg.startswith(_SAELENS_DIR + os.sep) for arg in named)
     return None if wanted else True
+
+
+def record_perturbed_rows(monkeypatch) -> list:
+    """Patch the perturbation engine so that every batch of perturbed embedding rows it builds is appended (cloned)
+    to the returned list; the attribution itself runs unchanged."""
+    from interp_widgets.attribution import perturbation
+
+    captured: list = []
+    real = perturbation.evaluate_rows
+
+    def recording(adapter, problems, n_rows, build_rows, consume, **kw):
+        def build(item, start, stop):
+            rows, targets = build_rows(item, start, stop)
+            captured.append(rows.clone())
+            return rows, targets
+
+        return real(adapter, problems, n_rows, build, consume, **kw)
+
+    monkeypatch.setattr(perturbation, "evaluate_rows", recording)
+    return captured

@@ -12,14 +12,14 @@ import torch
 
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.attribution import (
-    IntegratedGradients, Occlusion, Saliency, attribute, faithfulness, perturbation,
+    IntegratedGradients, Occlusion, Saliency, attribute, faithfulness,
 )  # fmt: skip
 from interp_widgets.attribution.gradient import baseline_embeddings
 from interp_widgets.attribution.result import AttributionResult
 from interp_widgets.concepts import PCAConcepts, collect_activations, concept_importance
 from interp_widgets.text_units import encode, encode_chat, render_chat
 from interp_widgets.widgets import GenerationWidget, TokenHighlightWidget
-from tests.conftest import model_fingerprint
+from tests.conftest import model_fingerprint, record_perturbed_rows
 from tests.tiny_models import CHAT_TEMPLATE
 
 QUESTION = [{"role": "user", "content": "Was the room clean? Tell me."}]
@@ -167,18 +167,7 @@ def test_baselines_and_perturbations_leave_template_tokens_alone(chat_llama_lm, 
     for baseline in ("pad", "zero"):
         base = baseline_embeddings(adapter, enc, baseline)
         assert torch.equal(base[special], x[special]) and not torch.equal(base[~special], x[~special])
-    captured = []
-    real = perturbation.evaluate_rows
-
-    def recording(adapter, problems, n_rows, build_rows, consume, **kw):
-        def build(item, start, stop):
-            rows, targets = build_rows(item, start, stop)
-            captured.append(rows.clone())
-            return rows, targets
-
-        return real(adapter, problems, n_rows, build, consume, **kw)
-
-    monkeypatch.setattr(perturbation, "evaluate_rows", recording)
+    captured = record_perturbed_rows(monkeypatch)
     result = Occlusion(baseline="zero", progress=False).attribute(adapter, inputs=ANSWERED, granularity="turn")
     assert result.tokens == [DEFAULT_SYSTEM, "Was the room clean? Tell me.", "Yes, it was."]
     rows = torch.cat(captured)

@@ -7,8 +7,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from tests.conftest import record_perturbed_rows
+
 from interp_widgets.adapter import ModelAdapter
-from interp_widgets.attribution import InputXGradient, Occlusion, perturbation
+from interp_widgets.attribution import InputXGradient, Occlusion
 from interp_widgets.text_units import encode
 
 QUESTION = [{"role": "user", "content": "What is the capital of France?"}]
@@ -44,18 +46,7 @@ def test_smollm2_forced_reply_turns_and_untouched_template(smollm2, monkeypatch)
     np.testing.assert_allclose(np.nansum(turns.scores, 1), np.nansum(content, 1), rtol=1e-9)
     assert np.abs(turns.scores[:, 0]).max() > 0  # the default system prompt is attributed like any turn
     # occlusion of whole turns: the template's tokens keep their embeddings in every row
-    captured = []
-    real = perturbation.evaluate_rows
-
-    def recording(adapter, problems, n_rows, build_rows, consume, **kw):
-        def build(item, start, stop):
-            rows, targets = build_rows(item, start, stop)
-            captured.append(rows.clone())
-            return rows, targets
-
-        return real(adapter, problems, n_rows, build, consume, **kw)
-
-    monkeypatch.setattr(perturbation, "evaluate_rows", recording)
+    captured = record_perturbed_rows(monkeypatch)
     occluded = Occlusion(baseline="zero", progress=False).attribute(model, tokenizer, messages, granularity="turn")
     assert occluded.tokens == turns.tokens and occluded.scores.shape == (2, 3)
     adapter = ModelAdapter(model, tokenizer)

@@ -11,8 +11,7 @@ import torch
 
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.attribution import KernelShap, Lime, Occlusion, Saliency, Sobol, attribute
-from interp_widgets.attribution import perturbation
-from tests.conftest import model_fingerprint
+from tests.conftest import model_fingerprint, record_perturbed_rows
 
 TEXT = "An unbelievably dull film, honestly."
 
@@ -183,18 +182,7 @@ def test_sobol_gives_zero_to_a_unit_equal_to_its_baseline(bert):
 
 def test_word_level_perturbation_masks_whole_words(bert, monkeypatch):
     model, tokenizer = bert
-    captured = []
-    real = perturbation.evaluate_rows
-
-    def recording(adapter, problems, n_rows, build_rows, consume, **kw):
-        def build(item, start, stop):
-            rows, targets = build_rows(item, start, stop)
-            captured.append(rows.clone())
-            return rows, targets
-
-        return real(adapter, problems, n_rows, build, consume, **kw)
-
-    monkeypatch.setattr(perturbation, "evaluate_rows", recording)
+    captured = record_perturbed_rows(monkeypatch)
     adapter = ModelAdapter(model, tokenizer)
     enc = adapter.encode(TEXT)
     KernelShap(n_samples=40, exact_max_units=0, baseline="zero", progress=False).attribute(
