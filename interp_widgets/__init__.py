@@ -7,7 +7,7 @@ Example:
     >>> result
     AttributionResult(method='integrated_gradients', 5 words, targets=[positive (p=0.421)])
     >>> result.tokens, result.scores.round(3)
-    (['Not', 'bad', 'at', 'all', '.'], array([[ 0.026, -0.138,  0.129,  0.072, -0.028]]))
+    (['Not', 'bad', 'at', 'all', '.'], array([[ 0.027, -0.139,  0.129,  0.072, -0.029]]))
     >>> iw.concepts.collect_activations.__module__  # subpackages import on first use
     'interp_widgets.concepts.activations'
 
@@ -29,7 +29,9 @@ def load_ipython_extension(shell) -> None:
     """``%load_ext interp_widgets``: register the ``%%monitor`` and ``%explain`` magics (:mod:`interp_widgets.magics`).
 
     Example:
-        >>> from IPython.testing.globalipapp import get_ipython
+        >>> from IPython import get_ipython
+        >>> from IPython.testing.globalipapp import start_ipython
+        >>> _ = start_ipython()  # a test shell (None if one is already running)
         >>> load_ipython_extension(get_ipython())
         >>> "explain" in get_ipython().magics_manager.magics["line"]
         True

@@ -412,6 +412,50 @@ def hooks(model: nn.Module, fns: dict[str | int, Callable]) -> Iterator[dict[str
             handle.remove()
 
 
+# transformers 5 installs output-capturing forward hooks, once and for good, the first time a model is asked for
+# ``output_attentions`` or ``output_hidden_states``; :func:`no_new_hooks` takes them (and their flag) off again
+_HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
+               "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+_CAPTURE_FLAG = "_output_capturing_hooks_installed"
+_MISSING = object()
+
+
+@contextlib.contextmanager
+def no_new_hooks(model: nn.Module) -> Iterator[None]:
+    """Remove, on exit (also on errors and Ctrl-C), every module hook added to ``model`` during the block.
+
+    That includes the output-capturing hooks transformers installs for good the first time a model is called with
+    ``output_hidden_states=True`` or ``output_attentions=True``, and their "installed" flag, so the model is left
+    with exactly the hooks it had.
+
+    Example:
+        >>> def count(m):
+        ...     return sum(len(mod._forward_hooks) for mod in m.modules())
+        >>> before = count(model)
+        >>> with no_new_hooks(model), torch.no_grad():
+        ...     _ = model(input_ids=torch.tensor([[101, 2204, 102]]), output_hidden_states=True)
+        >>> count(model) == before
+        True
+    """
+    modules = [
+        (module, {name: set(getattr(module, name, None) or {}) for name in _HOOK_DICTS},
+         module.__dict__.get(_CAPTURE_FLAG, _MISSING))
+        for module in model.modules()
+    ]
+    try:
+        yield
+    finally:
+        for module, hooks_before, flag in modules:
+            for name, before in hooks_before.items():
+                registry = getattr(module, name, None) or {}
+                for key in set(registry) - before:
+                    del registry[key]
+            if flag is _MISSING:
+                module.__dict__.pop(_CAPTURE_FLAG, None)
+            else:
+                module.__dict__[_CAPTURE_FLAG] = flag
+
+
 @contextlib.contextmanager
 def capture(model: nn.Module, layers: Sequence[str | int]) -> Iterator[dict[str, list[torch.Tensor]]]:
     """Record the (detached) hidden state at each layer during the ``with`` block, keyed by canonical name.

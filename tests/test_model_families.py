@@ -333,7 +333,8 @@ def test_one_monitored_training_step_is_bit_identical(family, models):
     assert monitor.steps.tolist() == [0]
     steps, ratio = monitor.series("energy_ratio|layer:0")
     assert np.isfinite(ratio).all() and ratio[0] > 0
-    assert untouched_state(watched, tokenizer)["hooks"] == 0 and watched.training
+    # the hooks the model had before (the shared tiny models may carry transformers' own output-capturing hooks)
+    assert untouched_state(watched, tokenizer)["hooks"] == before["hooks"] and watched.training
     assert untouched_state(model, tokenizer) == before
 
 

@@ -47,9 +47,12 @@ def test_wheel_ships_the_labextension_as_shared_data(wheel):
 
 def test_jupyter_labextension_list_finds_the_installed_extension(wheel, tmp_path):
     prefix = tmp_path / "prefix"
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--prefix", str(prefix),
-                              str(wheel)], capture_output=True, text=True, timeout=300)  # fmt: skip
+    # --ignore-installed: without it pip uninstalls the test venv's own (editable) interp-widgets first
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
+                              "--prefix", str(prefix), str(wheel)], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert install.returncode == 0, install.stderr[-3000:]
+    still = subprocess.run([sys.executable, "-c", "import interp_widgets"], capture_output=True, text=True, cwd=tmp_path)
+    assert still.returncode == 0, f"installing the wheel elsewhere broke this environment's own:\n{still.stderr}"
     data = prefix / "share" / "jupyter"
     assert (data / "labextensions" / "interp-widgets" / "package.json").is_file()
     env = {**os.environ, "JUPYTER_PATH": str(data), "JUPYTER_PLATFORM_DIRS": "1",

@@ -32,6 +32,7 @@ from interp_widgets.adapter import TASK_CLASSIFICATION, ModelAdapter, Unsupporte
 from interp_widgets.attribution.base import Attributor, progress_bar
 from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
 from interp_widgets.attribution.result import AttributionResult
+from interp_widgets.layers import no_new_hooks
 from interp_widgets.validation import check_int
 
 
@@ -47,21 +48,15 @@ def _configs(model: nn.Module) -> list:
     return list(found.values())
 
 
-# transformers 5 installs output-capturing forward hooks, once and for good, the first time attentions are requested
-_HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
-               "_forward_pre_hooks_with_kwargs")
-_CAPTURE_FLAG = "_output_capturing_hooks_installed"
-_MISSING = object()
-
-
 @contextlib.contextmanager
 def eager_attention(model: nn.Module) -> Iterator[None]:
     """Run a Hugging Face model with eager attention (which returns attention weights) inside the block.
 
     A model that cannot switch at run time (transformers only warns) raises an ``UnsupportedModelError`` that says to
     reload it with ``attn_implementation="eager"``. On exit, also on errors, the attention implementation of the
-    model and of every sub-configuration is restored exactly, and the output-capturing hooks that transformers installs on first use of ``output_attentions`` are
-    removed again (with their "installed" flag), so the model is left as it was.
+    model and of every sub-configuration is restored exactly, and the output-capturing hooks that transformers
+    installs on first use of ``output_attentions`` are removed again (:func:`interp_widgets.layers.no_new_hooks`),
+    so the model is left as it was.
 
     Example:
         >>> input_ids = tokenizer("Not bad.", return_tensors="pt").input_ids
@@ -77,35 +72,23 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
         (2, torch.Size([1, 2, 5, 5]))
     """
     saved = [(config, config.__dict__.get("_attn_implementation_internal")) for config in _configs(model)]
-    modules = [
-        (module, {name: set(getattr(module, name, {})) for name in _HOOK_DICTS}, module.__dict__.get(_CAPTURE_FLAG, _MISSING))
-        for module in model.modules()
-    ]
-    try:
-        current = getattr(getattr(model, "config", None), "_attn_implementation", None)
-        if current is not None and current != "eager":
-            if hasattr(model, "set_attn_implementation"):
-                model.set_attn_implementation("eager")
-            if model.config._attn_implementation != "eager":
-                raise UnsupportedModelError(
-                    f"attention methods read attention weights, which only eager attention returns; "
-                    f"{type(model).__name__} runs {current!r} attention and cannot switch to eager at run time. "
-                    "Reload it with from_pretrained(..., attn_implementation='eager'), or use a gradient or "
-                    "perturbation method."
-                )
-        yield
-    finally:
-        for config, implementation in saved:
-            config._attn_implementation_internal = implementation
-        for module, hooks, flag in modules:
-            for name, before in hooks.items():
-                registry = getattr(module, name, {})
-                for key in set(registry) - before:
-                    del registry[key]
-            if flag is _MISSING:
-                module.__dict__.pop(_CAPTURE_FLAG, None)
-            else:
-                module.__dict__[_CAPTURE_FLAG] = flag
+    with no_new_hooks(model):
+        try:
+            current = getattr(getattr(model, "config", None), "_attn_implementation", None)
+            if current is not None and current != "eager":
+                if hasattr(model, "set_attn_implementation"):
+                    model.set_attn_implementation("eager")
+                if model.config._attn_implementation != "eager":
+                    raise UnsupportedModelError(
+                        f"attention methods read attention weights, which only eager attention returns; "
+                        f"{type(model).__name__} runs {current!r} attention and cannot switch to eager at run time. "
+                        "Reload it with from_pretrained(..., attn_implementation='eager'), or use a gradient or "
+                        "perturbation method."
+                    )
+            yield
+        finally:
+            for config, implementation in saved:
+                config._attn_implementation_internal = implementation
 
 
 class _AttentionRecorder:

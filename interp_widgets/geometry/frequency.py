@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from interp_widgets.geometry._kernels import ArrayLike, as_labels, as_points
+from interp_widgets.layers import no_new_hooks
 from interp_widgets.validation import check_int
 
 __all__ = ["FrequencyAnalysis", "fisher_interval", "frequency_analysis", "frequency_by_layer", "frequency_chart"]
@@ -224,7 +225,7 @@ def frequency_by_layer(model, tokenizer, texts, layers, *, max_length: int = 128
     rows: dict[int, list[torch.Tensor]] = {layer: [] for layer in layers}
     ids: list[torch.Tensor] = []
     try:
-        with torch.no_grad():
+        with torch.no_grad(), no_new_hooks(model):  # output_hidden_states installs transformers' capturing hooks
             for start in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="frequency"):
                 enc = tokenizer(list(texts[start:start + batch_size]), padding=True, truncation=True,
                                 max_length=max_length, return_tensors="pt")

@@ -68,8 +68,16 @@ def _assert_shows_run(page, cell: int, run: int) -> None:
     expect(view.locator(TOKEN)).to_have_count(5)
     assert view.locator(TOKEN).all_text_contents() == ["run", f"r{run}", "<b>x</b>", "y", "."]
     assert output.locator(".iw-error").count() == 0, output.locator(".iw-error").all_inner_texts()
-    expect(view).to_be_visible()  # within the timeout: a view handed over to the live widget is not blank
-    box = view.bounding_box()
+    # Within the timeout the view is drawn and stays drawn. The box is polled, not read once: on a re-run the output
+    # may first show the view rebuilt from the mime bundle and hand it to the live widget a moment later, and a box
+    # read between the two is None although neither view is blank.
+    box = None
+    for _ in range(40):
+        expect(view).to_be_visible()
+        box = view.bounding_box(timeout=5_000)
+        if box is not None and box["height"] > 20 and box["width"] > 100:
+            break
+        page.wait_for_timeout(250)
     assert box is not None and box["height"] > 20 and box["width"] > 100, f"cell {cell} view is blank: {box}"
 
 
