@@ -85,6 +85,19 @@ def test_valid_options_are_constructor_parameters_and_public_traits():
     assert np.all([isinstance(name, str) for name in ConceptBrowser.valid_options()])
 
 
+@pytest.mark.parametrize("view", list(VIEWS), ids=lambda cls: cls.__name__)
+def test_no_synced_trait_shadows_one_that_ipywidgets_views_read(view):
+    # ipywidgets' DOMWidgetView reads `style` (and `layout`) as references to child models and creates views of
+    # them: an AttentionWidget `style = "heatmap"` threw "Cannot read properties of undefined (reading 'then')"
+    # under the html-manager (VS Code) and JupyterLab on every render.
+    import ipywidgets
+
+    reserved = {name for name in ipywidgets.DOMWidget.class_trait_names() if not name.startswith("_")} | {"style", "description"}
+    base = ipywidgets.DOMWidget.class_traits()
+    own = {name for name, trait in view.class_traits(sync=True).items() if name not in base or trait is not base[name]}
+    assert own & reserved == set(), sorted(own & reserved)
+
+
 def _same(a, b) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)

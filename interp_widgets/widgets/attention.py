@@ -135,7 +135,7 @@ class AttentionWidget(InterpWidget):
     layer = traitlets.Int(0, help="Layer shown in the head view (written).").tag(sync=True)
     heads = traitlets.List(traitlets.Int(), [0], help="Heads shown (written).").tag(sync=True)
     aggregate = traitlets.Unicode("", help="'' (the heads), 'mean', 'max' or 'rollout' (written).").tag(sync=True)
-    style = traitlets.Unicode("heatmap", help="'heatmap' or 'lines' (written).").tag(sync=True)
+    pattern_style = traitlets.Unicode("heatmap", help="'heatmap' or 'lines' (written; `style` is ipywidgets' StyleModel reference).").tag(sync=True)
     focus = traitlets.Int(-1, help="Focused query token, -1: none (written).").tag(sync=True)
     locked = traitlets.Bool(False, help="The focus is locked by a click (written).").tag(sync=True)
 

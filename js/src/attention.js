@@ -39,7 +39,7 @@
  * @property {number} layer  (written)
  * @property {number[]} heads  (written)
  * @property {"" | "mean" | "max" | "rollout"} aggregate  (written)
- * @property {"heatmap" | "lines"} style  (written)
+ * @property {"heatmap" | "lines"} pattern_style  (written; not `style`, which ipywidgets' DOMWidgetView reads as a StyleModel reference)
  * @property {number} focus  Focused query token, -1: none (written).
  * @property {boolean} locked  (written)
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
@@ -58,7 +58,7 @@ import { viewKit } from "./lib/view.js";
 /** Traits whose change re-reads the data. @type {(keyof AttentionModel)[]} */
 const DATA_TRAITS = ["tokens", "key_tokens", "generated_mask", "n_layers", "n_heads", "n_kv_heads", "layer_names", "kind", "model_name", "thumbnails", "pinned", "pinned_keys", "pinned_weights", "pinned_top_k"];
 /** Traits whose change only redraws. @type {(keyof AttentionModel)[]} */
-const VIEW_TRAITS = ["view", "layer", "heads", "aggregate", "style", "focus", "locked"];
+const VIEW_TRAITS = ["view", "layer", "heads", "aggregate", "pattern_style", "focus", "locked"];
 const CACHE = 24;
 const NO_KERNEL_MS = 2500;
 const HEAD_COLOURS = ["#e66101", "#5e3c99", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#1f78b4", "#b2df8a", "#fb9a99"];
@@ -304,7 +304,7 @@ function renderAttention({ model, el, reportError }) {
       return { label: `layer ${layer}, ${headLabel(head)}`, head, ...(entry ?? { values: null, tq: 0, tk: 0, exact: false }) };
     });
     const ready = shown.filter((s) => s.values);
-    if (model.get("style") === "lines" && ready.length) {
+    if (model.get("pattern_style") === "lines" && ready.length) {
       panels.replaceChildren(...drawLines(ready));
     } else {
       panels.replaceChildren(...shown.map((panel) => h("figure", { class: "iw-attn-panel" }, [
@@ -363,7 +363,7 @@ function renderAttention({ model, el, reportError }) {
     layerSelect.value = String(model.get("layer"));
     const agg = model.get("aggregate");
     aggButtons.forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.aggregate === agg)));
-    styleButtons.forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.style === (model.get("style") || "heatmap"))));
+    styleButtons.forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.style === (model.get("pattern_style") || "heatmap"))));
     const heads = new Set(agg ? [] : currentHeads());
     for (const box of headBox.querySelectorAll("input[data-head]")) box.checked = heads.has(Number(box.dataset.head));
     const pinnedNow = pinnedIndex(model.get("layer"), currentHeads()[0]) >= 0 && currentHeads().length === 1;
@@ -449,7 +449,7 @@ function renderAttention({ model, el, reportError }) {
     tooltip.show(modelCanvas, [["layer", String(cell.layer)], ["head", headLabel(cell.head)]]);
   })); // prettier-ignore
   viewButtons.forEach((b) => b.addEventListener("click", safely(() => save({ view: b.dataset.view }))));
-  styleButtons.forEach((b) => b.addEventListener("click", safely(() => save({ style: b.dataset.style }))));
+  styleButtons.forEach((b) => b.addEventListener("click", safely(() => save({ pattern_style: b.dataset.style }))));
   aggButtons.forEach((b) => b.addEventListener("click", safely(() => save({ aggregate: model.get("aggregate") === b.dataset.aggregate ? "" : b.dataset.aggregate }))));
   layerSelect.addEventListener("change", safely(() => save({ layer: Number(layerSelect.value) })));
   headBox.addEventListener("change", safely((event) => {

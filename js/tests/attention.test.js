@@ -80,7 +80,7 @@ function state(extra = {}) {
     thumbnails: payload(new Int8Array(2 * 2 * 2 * 2).fill(64), "int8", [2, 2, 2, 2]),
     pinned: [{ layer: 1, head: 1 }], pinned_keys: payload(Int8Array.from([0, 1, 1, 0, 2, 1]), "int8", [1, 3, 2]),
     pinned_weights: payload(Float32Array.from([1, 0, 0.75, 0.25, 0.5, 0.5]), "float32", [1, 3, 2]), pinned_top_k: 2,
-    view: "head", layer: 0, heads: [0], aggregate: "", style: "heatmap", focus: -1, locked: false, ...extra,
+    view: "head", layer: 0, heads: [0], aggregate: "", pattern_style: "heatmap", focus: -1, locked: false, ...extra,
   }; // prettier-ignore
 }
 

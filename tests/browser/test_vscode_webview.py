@@ -215,13 +215,9 @@ def _assert_rendered(page, output_id: str) -> dict:
     return shown
 
 
-# Open bug (issue 14): the attention view throws "Cannot read properties of undefined (reading 'then')" page errors
-# during this re-run sequence under the html-manager; until it is fixed it is left out of this one test (the single
-# render test above covers it).
-RERUN_WIDGETS = sorted(set(WIDGETS) - {"attention"})
 
 
-@pytest.mark.parametrize("name", RERUN_WIDGETS)
+@pytest.mark.parametrize("name", sorted(WIDGETS))
 def test_reruns_in_vscode_webview_conditions(name, tmp_path, recorded_page):
     page = recorded_page.page
     errors: list[str] = []
