@@ -159,6 +159,29 @@ def test_aggregations_and_rollout_reuse_the_rollout_method():
                                attention_rollout(stacked[:1])[0].numpy(), atol=2e-3)
 
 
+def test_rollout_is_cached_incrementally_and_equals_attention_rollout(monkeypatch):
+    from interp_widgets.attribution.attention import attention_rollout
+    from interp_widgets.attribution.patterns import AttentionPatterns
+
+    rng = np.random.default_rng(0)
+    raw = rng.random((6, 3, 7, 7)) * np.tril(np.ones((7, 7)))
+    weights = [(w / w.sum(-1, keepdims=True)).astype(np.float16) for w in raw]
+    stacked = torch.from_numpy(np.stack([w.astype(np.float32) for w in weights]))[:, None]  # (layers, 1, heads, T, T)
+    matmuls = []
+    original = torch.Tensor.__matmul__
+    monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: (matmuls.append(1), original(a, b))[1])
+    p = AttentionPatterns(tokens=list("abcdefg"), weights=weights, n_kv_heads=1)
+    for layer, cost in ((2, 3), (3, 1), (4, 1), (0, 0), (5, 1), (1, 0), (5, 0)):
+        before = len(matmuls)
+        got = p.aggregate(layer, "rollout")
+        assert len(matmuls) - before == cost, (layer, len(matmuls) - before)
+        monkeypatch.setattr(torch.Tensor, "__matmul__", original)
+        expected = attention_rollout(stacked[: layer + 1])[0].numpy().astype(np.float16)
+        monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: (matmuls.append(1), original(a, b))[1])
+        np.testing.assert_array_equal(got, expected)
+        assert got.dtype == np.float16 and np.allclose(got.astype(np.float32).sum(-1), 1, atol=1e-2)
+
+
 def test_bad_layer_head_and_kind_errors():
     model, tokenizer = tiny_models.llama_lm()
     p = attention_patterns(model, tokenizer, "Hi", progress=False)

@@ -197,9 +197,24 @@ def attention_rollout(attentions: torch.Tensor) -> torch.Tensor:
     eye = torch.eye(mixed.shape[-1], dtype=mixed.dtype)
     rollout = eye.expand_as(mixed[0]).clone()
     for layer in mixed:
-        step = 0.5 * layer + 0.5 * eye
-        rollout = (step / step.sum(-1, keepdim=True)) @ rollout
+        rollout = rollout_step(rollout, layer, eye)
     return rollout
+
+
+def rollout_step(rollout: torch.Tensor, attention: torch.Tensor, eye: torch.Tensor | None = None) -> torch.Tensor:
+    """One layer of :func:`attention_rollout`: ``norm(0.5·A + 0.5·I) @ rollout`` for a head-averaged attention ``A``
+    ``(..., T, T)``; composing the layers one by one gives :func:`attention_rollout` exactly.
+
+    Example:
+        >>> a = torch.full((2, 2), 0.5)
+        >>> rollout_step(rollout_step(torch.eye(2), a), a)
+        tensor([[0.6250, 0.3750],
+                [0.3750, 0.6250]])
+    """
+    if eye is None:
+        eye = torch.eye(attention.shape[-1], dtype=attention.dtype)
+    step = 0.5 * attention + 0.5 * eye
+    return (step / step.sum(-1, keepdim=True)) @ rollout
 
 
 def gradient_weighted_rollout(attentions: torch.Tensor, gradients: torch.Tensor) -> torch.Tensor:

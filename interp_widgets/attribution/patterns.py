@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter, UnsupportedModelError
-from interp_widgets.attribution.attention import attention_rollout, eager_attention
+from interp_widgets.attribution.attention import eager_attention, rollout_step
 from interp_widgets.attribution.base import progress_bar
 from interp_widgets.layers import evaluation, is_encoder_decoder
 from interp_widgets.validation import check_choice, check_int
@@ -182,7 +182,8 @@ class AttentionPatterns:
     layer_names: list[str] = field(default_factory=list)
     generated_mask: np.ndarray | None = None
     model_name: str = ""
-    _rollout: dict = field(default_factory=dict, repr=False)
+    _rollout: dict = field(default_factory=dict, repr=False)  # layer -> float16 rollout through that layer
+    _rollout_at: tuple = field(default=(), repr=False)  # (layer, float32 rollout through it): where the next step starts
 
     def __post_init__(self):
         if self.key_tokens is None:
@@ -272,9 +273,17 @@ class AttentionPatterns:
             raise ValueError("attention rollout composes self-attention through the layers; cross-attention has no "
                              "rollout. Use how='mean' or 'max'.")
         if layer not in self._rollout:
-            # heads averaged first (what rollout does anyway), so the stack is layers × T × T, not × heads
-            means = torch.stack([torch.from_numpy(w.astype(np.float32).mean(axis=0)) for w in self.weights[:layer + 1]])
-            self._rollout[layer] = attention_rollout(means[:, None, None])[0].numpy().astype(np.float16)
+            # Incremental: the float32 product through the deepest layer reached so far is kept, so asking layer L
+            # after L-1 costs one step (one T × T matmul), and every layer passed on the way is kept in float16.
+            # Heads are averaged first (what attention_rollout does anyway); the steps are attention_rollout's own.
+            start, product = self._rollout_at or (-1, None)
+            if product is None:
+                product = torch.eye(len(self.key_tokens), dtype=torch.float32)
+            eye = torch.eye(product.shape[-1], dtype=torch.float32)
+            for step in range(start + 1, layer + 1):
+                product = rollout_step(product, torch.from_numpy(self.weights[step].astype(np.float32).mean(axis=0)), eye)
+                self._rollout[step] = product.numpy().astype(np.float16)
+            self._rollout_at = (layer, product)
         return self._rollout[layer]
 
     def to_dataframe(self, layer: int, head: int | str = "mean", *, min_weight: float = 0.0):

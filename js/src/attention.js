@@ -50,6 +50,7 @@ import { combineHeads, decodeFloat16, denseFromTopK, gridCellAt, gridLayout, hea
 import { decodeArray } from "./lib/codec.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
+import { createExportMenu } from "./lib/export.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
@@ -63,6 +64,11 @@ const CACHE = 24;
 const NO_KERNEL_MS = 2500;
 const HEAD_COLOURS = ["#e66101", "#5e3c99", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#1f78b4", "#b2df8a", "#fb9a99"];
 const ROW = 16;
+/** Heatmap rows / columns at least this many CSS px get a tick label per token. */
+const TICK_ROW = 12;
+const TICK_COLUMN = 28;
+/** Top keys per query listed in the HTML export's table (the CSV has every non-zero weight). */
+const HTML_TOP_KEYS = 5;
 
 /** Read and check the synced data. @param {AnyModel<AttentionModel>} model */
 export function readAttention(model) {
@@ -117,12 +123,16 @@ function renderAttention({ model, el, reportError }) {
   const keyStrip = h("div", { class: "iw-attn-tokens iw-attn-keys", "aria-label": "Key tokens" });
   const panels = h("div", { class: "iw-attn-panels" });
   const modelCanvas = h("canvas", { class: "iw-attn-model", role: "img" });
-  const modelBox = h("div", { class: "iw-attn-model-box" }, modelCanvas);
+  const modelAxes = h("div", { class: "iw-attn-model-axes" });
+  const modelBox = h("div", { class: "iw-attn-model-box" }, [modelAxes, modelCanvas]);
   const root = h("div", { class: "iw-root iw-attention", tabindex: -1 }, [toolbar, status, strip, keyStrip, panels, modelBox, note]);
   el.append(root);
   const tooltip = createTooltip(root);
 
   const cache = new Map(); // key -> {values, tq, tk}, most recent last
+  const pinnedDense = new Map(); // key -> a pinned head made dense once (cleared when the data change)
+  const painted = new WeakMap(); // entry -> {theme, image}: its heatmap pixels, painted once per theme
+  const heatmapCanvases = []; // reused across redraws, one per panel slot
   const pending = new Map(); // key -> request id
   let nextId = 1;
   let answered = false;
@@ -163,7 +173,8 @@ function renderAttention({ model, el, reportError }) {
     }
     const p = pinnedIndex(layer, head);
     if (p < 0) return null;
-    return { values: denseFromTopK(data.keys.values, data.weights.values, p, data.tokens.length, data.keys.shape[2], data.keyTokens.length), tq: data.tokens.length, tk: data.keyTokens.length, exact: false };
+    if (!pinnedDense.has(key)) pinnedDense.set(key, { values: denseFromTopK(data.keys.values, data.weights.values, p, data.tokens.length, data.keys.shape[2], data.keyTokens.length), tq: data.tokens.length, tk: data.keyTokens.length, exact: false });
+    return pinnedDense.get(key);
   }
 
   const onMessage = safely((msg, buffers) => {
@@ -212,6 +223,8 @@ function renderAttention({ model, el, reportError }) {
   function buildTokens() {
     const make = (tokens, cls) => tokens.map((t, i) => h("span", { class: cls, "data-index": i, role: "option" }, displayToken(t)));
     spans = make(data.tokens, "iw-attn-token");
+    tokensPainted = false;
+    focusedSpan = null;
     spans.forEach((s, i) => data.generated[i] && s.classList.add("iw-generated"));
     strip.replaceChildren(...spans.flatMap((s, i) => (i ? [" ", s] : [s])));
     const cross = data.kind === "cross";
@@ -221,12 +234,22 @@ function renderAttention({ model, el, reportError }) {
   }
 
   /** Colour the key tokens by the focused query's weights (mean over the heads shown). */
+  let tokensPainted = false; // whether any key span carries a colour (else an unfocused redraw touches none)
+  let focusedSpan = null;
   function paintTokens() {
     const focus = model.get("focus");
     const ready = shown.filter((s) => s.values);
     const row = focus >= 0 && ready.length ? combineHeads(ready.map((s) => s.values.subarray(focus * s.tk, (focus + 1) * s.tk)), "mean") : null;
     let max = 0;
     if (row) for (let k = 0; k < row.length; k += 1) max = Math.max(max, row[k]);
+    if (focusedSpan !== (spans[focus] ?? null)) {
+      focusedSpan?.classList.remove("iw-focus");
+      focusedSpan = spans[focus] ?? null;
+      focusedSpan?.classList.add("iw-focus");
+    }
+    strip.classList.toggle("iw-locked", Boolean(model.get("locked")));
+    if (!row && !tokensPainted) return;
+    tokensPainted = Boolean(row);
     keySpans.forEach((span, k) => {
       if (!row) {
         span.style.backgroundColor = "";
@@ -237,22 +260,33 @@ function renderAttention({ model, el, reportError }) {
       span.style.backgroundColor = `rgb(${lut[level]},${lut[level + 1]},${lut[level + 2]})`;
       span.style.color = level > 600 ? "#fff" : "";
     });
-    spans.forEach((span, i) => span.classList.toggle("iw-focus", i === focus));
-    strip.classList.toggle("iw-locked", Boolean(model.get("locked")));
   }
 
-  function drawHeatmap(panel, entry) {
-    const canvas = h("canvas", { class: "iw-attn-heatmap", width: entry.tk, height: entry.tq, role: "img", "aria-label": panel.label });
+  /** The entry's RGBA pixels for the current theme, painted once (a redraw or a focus change only copies them). */
+  function imageOf(entry, ctx) {
+    const hit = painted.get(entry);
+    if (hit && hit.theme === theme) return hit.image;
+    const image = ctx.createImageData(entry.tk, entry.tq);
+    let max = 0;
+    for (let i = 0; i < entry.values.length; i += 1) if (entry.values[i] > max) max = entry.values[i];
+    paintWeights(image.data, entry.values, max, lut);
+    painted.set(entry, { theme, image });
+    return image;
+  }
+
+  /** One head's heatmap: queries down, keys across, with axis titles (and a label per token when they fit). */
+  function drawHeatmap(panel, entry, slot) {
+    const canvas = heatmapCanvases[slot] ?? (heatmapCanvases[slot] = h("canvas", { class: "iw-attn-heatmap", role: "img" }));
+    if (canvas.width !== entry.tk) canvas.width = entry.tk;
+    if (canvas.height !== entry.tq) canvas.height = entry.tq;
+    canvas.setAttribute("aria-label", `${panel.label}: queries (rows) by keys (columns)`);
     const cssWidth = Math.max(120, Math.min(shown.length > 1 ? 300 : 560, entry.tk * 24));
+    const cssHeight = (cssWidth * entry.tq) / entry.tk;
     canvas.style.width = `${cssWidth}px`;
-    canvas.style.height = `${(cssWidth * entry.tq) / entry.tk}px`;
+    canvas.style.height = `${cssHeight}px`;
     const ctx = canvas.getContext?.("2d");
     if (ctx) {
-      const image = ctx.createImageData(entry.tk, entry.tq);
-      let max = 0;
-      for (let i = 0; i < entry.values.length; i += 1) if (entry.values[i] > max) max = entry.values[i];
-      paintWeights(image.data, entry.values, max, lut);
-      ctx.putImageData(image, 0, 0);
+      ctx.putImageData(imageOf(entry, ctx), 0, 0);
       const focus = model.get("focus");
       if (focus >= 0 && focus < entry.tq) {
         ctx.fillStyle = theme === "dark" ? "rgba(255,255,255,0.35)" : "rgba(0,0,0,0.25)";
@@ -261,7 +295,22 @@ function renderAttention({ model, el, reportError }) {
     }
     canvas.dataset.head = String(panel.head);
     canvas.dataset.source = entry.exact ? "kernel" : "pinned";
-    return canvas;
+    const queryNames = data.tokens;
+    const keyNames = data.kind === "cross" ? data.keyTokens : data.tokens;
+    const range = (n) => (n > 1 ? ` 0–${n - 1}` : " 0");
+    const rowTicks = cssHeight / entry.tq >= TICK_ROW && entry.tq === queryNames.length
+      ? h("div", { class: "iw-attn-ticks-y", "aria-hidden": "true" }, queryNames.map((t, q) => h("div", { style: `height:${cssHeight / entry.tq}px;line-height:${cssHeight / entry.tq}px`, "data-index": q }, displayToken(t))))
+      : null; // prettier-ignore
+    const columnWidth = cssWidth / entry.tk;
+    const columnTicks = columnWidth >= TICK_COLUMN && entry.tk === keyNames.length
+      ? h("div", { class: "iw-attn-ticks-x", "aria-hidden": "true" }, keyNames.map((t) => h("div", { style: `width:${columnWidth}px` }, displayToken(t).slice(0, Math.max(1, Math.floor(columnWidth / 7))))))
+      : null; // prettier-ignore
+    return h("div", { class: "iw-attn-plot" }, [
+      h("div", { class: "iw-attn-axis iw-attn-axis-y" }, `queries${range(entry.tq)} ↓`),
+      h("div", { class: "iw-attn-axis iw-attn-axis-x" }, `keys${range(entry.tk)} →`),
+      rowTicks ?? h("div", { class: "iw-attn-ticks-y" }),
+      h("div", { class: "iw-attn-canvas-box" }, columnTicks ? [canvas, columnTicks] : [canvas]),
+    ]); // prettier-ignore
   }
 
   function drawLines(entries) {
@@ -272,6 +321,7 @@ function renderAttention({ model, el, reportError }) {
     const canvas = h("canvas", { class: "iw-attn-lines", width, height: rows * ROW });
     const left = h("div", { class: "iw-attn-col" }, data.tokens.map((t, i) => h("div", { class: "iw-attn-row", "data-index": i }, displayToken(t))));
     const right = h("div", { class: "iw-attn-col" }, data.keyTokens.map((t) => h("div", { class: "iw-attn-row" }, displayToken(t))));
+    const header = h("div", { class: "iw-attn-linesheader" }, [h("span", { class: "iw-attn-axis" }, "queries"), h("span", { class: "iw-attn-axis" }, "keys")]);
     const ctx = canvas.getContext?.("2d");
     const focus = model.get("focus");
     let drawn = 0;
@@ -292,8 +342,9 @@ function renderAttention({ model, el, reportError }) {
     }
     canvas.dataset.lines = String(drawn);
     const box = h("div", { class: "iw-attn-linesbox" }, [left, canvas, right]);
-    if (focus < 0 && tq > 200) return [h("div", { class: "iw-attn-hint" }, `Hover or click a token to draw its lines (${tq} queries are too many to draw at once).`), box];
-    return [box];
+    const caption = h("div", { class: "iw-attn-linescaption" }, `layer ${model.get("layer")}${data.layerNames[model.get("layer")] ? ` (${data.layerNames[model.get("layer")]})` : ""}, ${entries.map((e) => headLabel(e.head)).join(", ")}`);
+    if (focus < 0 && tq > 200) return [caption, h("div", { class: "iw-attn-hint" }, `Hover or click a token to draw its lines (${tq} queries are too many to draw at once).`), header, box];
+    return [caption, header, box];
   }
 
   function drawHeadView() {
@@ -301,15 +352,15 @@ function renderAttention({ model, el, reportError }) {
     const heads = currentHeads();
     shown = heads.map((head) => {
       const entry = pattern(layer, head);
-      return { label: `layer ${layer}, ${headLabel(head)}`, head, ...(entry ?? { values: null, tq: 0, tk: 0, exact: false }) };
+      return { label: `layer ${layer}${data.layerNames[layer] ? ` (${data.layerNames[layer]})` : ""}, ${headLabel(head)}`, head, entry, ...(entry ?? { values: null, tq: 0, tk: 0, exact: false }) };
     });
     const ready = shown.filter((s) => s.values);
     if (model.get("pattern_style") === "lines" && ready.length) {
       panels.replaceChildren(...drawLines(ready));
     } else {
-      panels.replaceChildren(...shown.map((panel) => h("figure", { class: "iw-attn-panel" }, [
+      panels.replaceChildren(...shown.map((panel, slot) => h("figure", { class: "iw-attn-panel" }, [
         h("figcaption", {}, `${panel.label}${panel.values && !panel.exact ? ` · pinned: top ${data.topK} keys per query` : ""}`),
-        panel.values ? drawHeatmap(panel, panel) : h("div", { class: "iw-attn-loading" }, noKernel ? "Not saved: only pinned heads are kept without a kernel. Run the cell to explore every head." : "Loading from the kernel…"),
+        panel.values ? drawHeatmap(panel, panel.entry, slot) : h("div", { class: "iw-attn-loading" }, noKernel ? "Not saved: only pinned heads are kept without a kernel. Run the cell to explore every head." : "Loading from the kernel…"),
       ]))); // prettier-ignore
     }
     const missing = shown.length - ready.length;
@@ -353,6 +404,7 @@ function renderAttention({ model, el, reportError }) {
     const layer = model.get("layer");
     ctx.strokeStyle = theme === "dark" ? "#fff" : "#000";
     for (const hd of currentHeads()) if (typeof hd === "number") ctx.strokeRect(grid.x(hd) - 1, grid.y(layer) - 1, cell + 2, cell + 2);
+    modelAxes.textContent = `Rows: layers 0–${data.layers - 1} (L). Columns: query heads 0–${data.heads - 1} (h)${data.kvHeads < data.heads ? `, grouped by their ${data.kvHeads} KV heads` : ""}. Each thumbnail: queries down, keys across.`;
     status.textContent = `Model view: ${data.layers} layers × ${data.heads} heads (${data.kvHeads} KV heads), each head max-pooled to ${s} × ${s}. Click a head to open it.`;
   }
 
@@ -383,6 +435,7 @@ function renderAttention({ model, el, reportError }) {
     if (level === 2) {
       data = readAttention(model);
       cache.clear();
+      pinnedDense.clear();
       buildControls();
       buildTokens();
     }
@@ -465,6 +518,35 @@ function renderAttention({ model, el, reportError }) {
     const layer = model.get("layer");
     sendToKernel({ type: pinnedIndex(layer, head) >= 0 ? "unpin" : "pin", layer, head });
   })); // prettier-ignore
+
+  // export: the view as PNG/SVG (what is on screen), the shown heads' weights as CSV (every non-zero weight) and
+  // an HTML page (the picture, and each query's top keys as a table); token text goes in as text, never markup
+  const exportHeads = () => shown.filter((s) => s.values);
+  const exportHeader = ["layer", "layer_name", "head", "source", "query", "query_token", "key", "key_token", "weight"];
+  const exportRow = (s, q, k) => [model.get("layer"), data.layerNames[model.get("layer")] ?? "", String(s.head), s.exact ? "kernel" : `pinned top-${data.topK}`, q, data.tokens[q], k, data.keyTokens[k], s.values[q * s.tk + k]];
+  const csvRows = () => {
+    const rows = [exportHeader];
+    for (const s of exportHeads()) {
+      for (let q = 0; q < s.tq; q += 1) for (let k = 0; k < s.tk; k += 1) if (s.values[q * s.tk + k] > 0) rows.push(exportRow(s, q, k));
+    }
+    return rows;
+  };
+  const tableRows = () => {
+    const rows = [[...exportHeader.slice(0, 6), "rank", ...exportHeader.slice(6)]];
+    for (const s of exportHeads()) {
+      for (let q = 0; q < s.tq; q += 1) {
+        const order = Array.from({ length: s.tk }, (_, k) => k).filter((k) => s.values[q * s.tk + k] > 0);
+        order.sort((a, b) => s.values[q * s.tk + b] - s.values[q * s.tk + a] || a - b);
+        order.slice(0, HTML_TOP_KEYS).forEach((k, rank) => {
+          const row = exportRow(s, q, k);
+          rows.push([...row.slice(0, 6), rank + 1, ...row.slice(6)]);
+        });
+      }
+    }
+    return rows;
+  };
+  const exportTitle = () => `${data.kind} attention${data.modelName ? ` of ${data.modelName}` : ""}: layer ${model.get("layer")}, ${currentHeads().map(headLabel).join(", ")}${model.get("view") === "model" ? " (model view)" : ""}`;
+  toolbar.append(createExportMenu({ name: "attention", root, rows: csvRows, tableRows, title: exportTitle, reportError }));
 
   const onData = () => request(2);
   const onView = () => request(1);

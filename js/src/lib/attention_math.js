@@ -183,6 +183,16 @@ export function weightRamp(theme = "light") {
  */
 export function paintWeights(pixels, values, max, lut) {
   const scale = max > 0 ? 255 / max : 0;
+  if (pixels.byteOffset % 4 === 0 && lut.byteOffset % 4 === 0) {
+    // one 32-bit store per pixel: the ramp's RGBA bytes copied as words keep their byte order on any endianness
+    const out = new Uint32Array(pixels.buffer, pixels.byteOffset, values.length);
+    const ramp = new Uint32Array(lut.buffer, lut.byteOffset, 256);
+    for (let i = 0; i < values.length; i += 1) {
+      const level = values[i] * scale;
+      out[i] = ramp[level >= 255 ? 255 : level > 0 ? level | 0 : 0];
+    }
+    return;
+  }
   for (let i = 0; i < values.length; i += 1) {
     const level = Math.min(255, Math.max(0, (values[i] * scale) | 0)) * 4;
     pixels[4 * i] = lut[level];

@@ -229,10 +229,12 @@ export function download(doc, filename, blob) {
 /**
  * Export buttons (PNG, SVG, CSV, HTML) for a view.
  * @param {{name: string, root: HTMLElement, rows: () => Array<Array<string|number>>, title: () => string,
- *          reportError: (e: unknown) => void, prepare?: () => void}} options  `rows()` gives the CSV/table
- *   (header row first); `prepare()` runs before each export (e.g. to build token blocks not built yet)
+ *          reportError: (e: unknown) => void, prepare?: () => void, tableRows?: () => Array<Array<string|number>>}} options
+ *   `rows()` gives the CSV/table (header row first); `tableRows()`, when given, the HTML page's table instead (a
+ *   shorter one, for views whose CSV is too long to read as a table); `prepare()` runs before each export (e.g. to
+ *   build token blocks not built yet)
  */
-export function createExportMenu({ name, root, rows, title, reportError, prepare }) {
+export function createExportMenu({ name, root, rows, title, reportError, prepare, tableRows = rows }) {
   const doc = root.ownerDocument;
   const run = (fn) => () =>
     Promise.resolve()
@@ -245,7 +247,7 @@ export function createExportMenu({ name, root, rows, title, reportError, prepare
       download(doc, `${name}.svg`, new Blob([sceneToSvgText(captureScene(root), doc)], { type: "image/svg+xml" }))],
     CSV: ["Download the scores as CSV", () => download(doc, `${name}.csv`, new Blob([toCsv(rows())], { type: "text/csv" }))],
     HTML: ["Download a self-contained HTML page of this view", () =>
-      download(doc, `${name}.html`, new Blob([staticPage(doc, { title: title(), svg: sceneToSvg(captureScene(root), doc), rows: rows() })], { type: "text/html" }))],
+      download(doc, `${name}.html`, new Blob([staticPage(doc, { title: title(), svg: sceneToSvg(captureScene(root), doc), rows: tableRows() })], { type: "text/html" }))],
   };
   const menu = h("div", { class: "iw-export", role: "group", "aria-label": "Export" });
   for (const [label, [description, fn]] of Object.entries(actions)) {
