@@ -378,6 +378,7 @@ function renderAttention({ model, el, reportError }) {
     grid = gridLayout({ layers: data.layers, heads: data.heads, kvHeads: data.kvHeads, cell });
     modelCanvas.width = grid.width;
     modelCanvas.height = grid.height;
+    modelAxes.textContent = `Rows: layers 0–${data.layers - 1} (L). Columns: query heads 0–${data.heads - 1} (h)${data.kvHeads < data.heads ? `, in ${data.kvHeads} KV-head group${data.kvHeads > 1 ? "s" : ""}` : ""}. Each thumbnail: queries down, keys across.`;
     const ctx = modelCanvas.getContext?.("2d");
     if (!ctx) return;
     ctx.clearRect(0, 0, grid.width, grid.height);
@@ -404,7 +405,6 @@ function renderAttention({ model, el, reportError }) {
     const layer = model.get("layer");
     ctx.strokeStyle = theme === "dark" ? "#fff" : "#000";
     for (const hd of currentHeads()) if (typeof hd === "number") ctx.strokeRect(grid.x(hd) - 1, grid.y(layer) - 1, cell + 2, cell + 2);
-    modelAxes.textContent = `Rows: layers 0–${data.layers - 1} (L). Columns: query heads 0–${data.heads - 1} (h)${data.kvHeads < data.heads ? `, grouped by their ${data.kvHeads} KV heads` : ""}. Each thumbnail: queries down, keys across.`;
     status.textContent = `Model view: ${data.layers} layers × ${data.heads} heads (${data.kvHeads} KV heads), each head max-pooled to ${s} × ${s}. Click a head to open it.`;
   }
 

@@ -154,6 +154,60 @@ describe("attention view", () => {
     expect(el.querySelector(".iw-attn-loading").textContent).toMatch(/only pinned heads are kept/);
   });
 
+  it("names the axes, labels short axes token by token (as text), and exports the shown head as CSV and HTML", async () => {
+    const evil = '<img src=x onerror=alert(1)>,"q"';
+    const tokens = ["<b>a</b>", evil, "c"];
+    const model = fakeModel(state({ layer: 1, heads: [1], tokens, key_tokens: tokens, layer_names: ["l0", "model.layers.1.self_attn"] }));
+    cleanup = attention.render({ model, el });
+    await settle();
+    const panel = el.querySelector(".iw-attn-panel");
+    expect(panel.querySelector("figcaption").textContent).toMatch(/^layer 1 \(model\.layers\.1\.self_attn\), head 1 \(KV 0\)/);
+    expect(panel.querySelector(".iw-attn-axis-y").textContent).toBe("queries 0–2 ↓");
+    expect(panel.querySelector(".iw-attn-axis-x").textContent).toBe("keys 0–2 →");
+    expect(Array.from(panel.querySelectorAll(".iw-attn-ticks-y > div"), (d) => d.textContent)).toEqual(["<b>a</b>", evil, "c"]);
+    expect(panel.querySelectorAll(".iw-attn-ticks-x > div")).toHaveLength(3);
+    expect(el.querySelector("img, .iw-attn-panel b")).toBeNull();
+    expect(Array.from(el.querySelectorAll("[data-iw-export]"), (b) => b.dataset.iwExport)).toEqual(["png", "svg", "csv", "html"]);
+
+    const blobs = [];
+    const original = URL.createObjectURL;
+    URL.createObjectURL = (blob) => (blobs.push(blob), "blob:test");
+    Range.prototype.getClientRects ??= () => []; // jsdom lays nothing out: the scene is then text without boxes
+    try {
+      el.querySelector('[data-iw-export="csv"]').click();
+      el.querySelector('[data-iw-export="html"]').click();
+      for (let i = 0; i < 20 && blobs.length < 2; i += 1) await settle();
+    } finally {
+      URL.createObjectURL = original;
+    }
+    expect(el.querySelector(".iw-error")).toBeNull();
+    const csv = (await blobs[0].text()).split("\r\n");
+    expect(csv[0]).toBe("layer,layer_name,head,source,query,query_token,key,key_token,weight");
+    const quoted = '"<img src=x onerror=alert(1)>,""q"""';
+    // the pinned head made dense (top 2 keys per query): every non-zero weight, zeros (dropped keys) left out
+    expect(csv.slice(1, -1)).toEqual([
+      "1,model.layers.1.self_attn,1,pinned top-2,0,<b>a</b>,0,<b>a</b>,1",
+      "1,model.layers.1.self_attn,1,pinned top-2,1," + quoted + ",0,<b>a</b>,0.25",
+      "1,model.layers.1.self_attn,1,pinned top-2,1," + quoted + ",1," + quoted + ",0.75",
+      "1,model.layers.1.self_attn,1,pinned top-2,2,c,1," + quoted + ",0.5",
+      "1,model.layers.1.self_attn,1,pinned top-2,2,c,2,c,0.5",
+    ]);
+    const page = new DOMParser().parseFromString(await blobs[1].text(), "text/html");
+    expect(page.querySelector("h1").textContent).toBe("self attention of m: layer 1, head 1 (KV 0)");
+    expect(page.querySelector("script, img, td b")).toBeNull();
+    const rows = Array.from(page.querySelectorAll("tr"), (tr) => Array.from(tr.children, (c) => c.textContent));
+    expect(rows[0]).toEqual(["layer", "layer_name", "head", "source", "query", "query_token", "rank", "key", "key_token", "weight"]);
+    expect(rows.slice(1).map((r) => [r[4], r[6], r[7], r[9]])).toEqual([["0", "1", "0", "1"], ["1", "1", "1", "0.75"], ["1", "2", "0", "0.25"], ["2", "1", "1", "0.5"], ["2", "2", "2", "0.5"]]);
+    expect(rows[2][5]).toBe(evil);
+  });
+
+  it("the model view names its rows and columns", async () => {
+    const model = fakeModel(state({ view: "model", n_heads: 2, n_kv_heads: 1 }));
+    cleanup = attention.render({ model, el });
+    await settle();
+    expect(el.querySelector(".iw-attn-model-axes").textContent).toMatch(/^Rows: layers 0–1 \(L\)\. Columns: query heads 0–1 \(h\), in 1 KV-head group\. Each thumbnail: queries down, keys across\./);
+  });
+
   it("opens a head from the model view and sends pin requests", async () => {
     const model = fakeModel(state({ view: "model" }));
     cleanup = attention.render({ model, el });

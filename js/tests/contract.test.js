@@ -93,7 +93,7 @@ const VIEWS = [
     state: { error: "", tokens: ["a", "b"], key_tokens: ["a", "b"], generated_mask: bool([0, 1]), n_layers: 1, n_heads: 2, n_kv_heads: 1,
       layer_names: ["l0"], kind: "self", model_name: "m", thumbnails: payload(Int8Array.from([127, 0, 64, 64, 127, 0, 0, 127]), "int8", [1, 2, 2, 2]),
       pinned: [{ layer: 0, head: 0 }], pinned_keys: payload(Int8Array.from([0, 1, 1, 0]), "int8", [1, 2, 2]),
-      pinned_weights: f32([1, 0, 0.6, 0.4], [1, 2, 2]), pinned_top_k: 2, view: "head", layer: 0, heads: [0], aggregate: "", style: "heatmap",
+      pinned_weights: f32([1, 0, 0.6, 0.4], [1, 2, 2]), pinned_top_k: 2, view: "head", layer: 0, heads: [0], aggregate: "", pattern_style: "heatmap",
       focus: -1, locked: false },
   },
   {
