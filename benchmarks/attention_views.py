@@ -6,7 +6,8 @@ Prints ``bench:`` lines:
 - the time to record every layer's and head's probabilities (one eager forward pass, float16 on the CPU) and their
   size;
 - the kernel's reply to one head request (the float16 bytes of a 1,000 × 1,000 head, 2 MB), and to ``mean`` and
-  ``rollout`` (the first rollout of the last layer composes all 30 layers);
+  ``rollout`` (the first rollout, of layer 28, composes 29 layers; the rollout is cached incrementally, so the next
+  layer's, ``rollout_next_layer``, costs one more matmul);
 - the bytes the widget adds to a saved notebook with one pinned head (its widget state as ipywidgets saves it,
   ESM included; goal ≤ 2 MB), and the pinned head's share;
 - first paint of one head in chromium (``render()`` until the kernel's float16 reply is painted and the next frame
@@ -114,11 +115,13 @@ def main() -> None:
     t0 = time.perf_counter()
     widget = patterns.widget(layer=LAYER, heads=[0])
     print(f"bench: attention_widget_build_s = {time.perf_counter() - t0:.2f} (thumbnails of every head)")
-    for head in (0, "mean", "rollout"):
+    last = patterns.n_layers - 1
+    for name, layer, head in ((0, LAYER, 0), ("mean", LAYER, "mean"), ("rollout", last - 1, "rollout"),
+                              ("rollout_next_layer", last, "rollout")):  # fmt: skip
         t0 = time.perf_counter()
-        content, buffers = widget.reply({"type": "request", "id": 1, "layer": patterns.n_layers - 1 if head == "rollout" else LAYER, "head": head})
-        print(f"bench: attention_kernel_reply_{head}_ms = {1000 * (time.perf_counter() - t0):.1f} "
-              f"({len(buffers[0])} bytes float16)")
+        content, buffers = widget.reply({"type": "request", "id": 1, "layer": layer, "head": head})
+        print(f"bench: attention_kernel_reply_{name}_ms = {1000 * (time.perf_counter() - t0):.1f} "
+              f"({len(buffers[0])} bytes float16, layer {layer})")
 
     bare = saved_bytes(widget)
     widget.pin(LAYER, 0)
