@@ -82,7 +82,7 @@ def test_quality_on_load_leaves_attention_sinks_alone(smollm2, train_store, tmp_
     assert norms[first].min() > 50 * np.median(norms[~first])  # the sinks this is about
     channels = np.argsort(-(X[first] ** 2).sum(0))[:2]  # where the sinks' norm sits
     folder = sink_blind_folder(tmp_path / "sink-blind", train_store, channels)
-    probe = load_text_corpus("test", seed=0)[:3]
+    probe = [load_text_corpus("test", seed=0)[i] for i in (1, 2, 4)]  # three short paragraphs (15-20 tokens)
     before = model_fingerprint(model, tokenizer)
 
     with warnings.catch_warnings():

@@ -207,7 +207,7 @@ def context_windows(store, window: int = 24) -> tuple[list[str], list[tuple[int,
     Example:
         >>> contexts, bounds = context_windows(store, window=4)
         >>> contexts[:2], bounds[:2]
-        (['Great food an', 'd friendly st'], [(0, 4), (4, 8)])
+        (['The third generation is', 'worse than the second'], [(0, 4), (4, 8)])
     """
     window = check_int("window", window, minimum=1)
     contexts, bounds = [], []
