@@ -11,7 +11,8 @@ the layer's activations replaced by their reconstruction ``inverse_transform(tra
   (loss_ablated − loss_clean)``: 1 when splicing costs nothing, 0 when it is as bad as deleting the layer.
 
 Special tokens (BOS…) keep their own activations and are left out of ``l0`` and ``fvu``: their activations are
-outliers that SAEs are usually not trained on. The hooks are context managers, removed on exit and on errors; the
+outliers that SAEs are usually not trained on. So are attention-sink rows with ``skip_positions="auto"`` (what
+:func:`~interp_widgets.concepts.load_sae` uses), or the first positions with ``skip_positions=1``. The hooks are context managers, removed on exit and on errors; the
 model is left as it was. Splicing at ``layer:i.resid_mid`` replaces the input of the block's second norm, which is
 what the MLP reads; the residual stream that bypasses the MLP keeps the original value.
 
@@ -52,7 +53,7 @@ MAX_FVU = 0.5
 MIN_LOSS_RECOVERED = 0.85
 MIN_GAP = 0.1
 #: ``skip_positions="auto"``: a row whose norm exceeds this multiple of its text's median row norm is an attention
-#: sink's massive activation (the factor ``benchmarks/concepts.py`` drops from its stores with ``ActivationStore.select``).
+#: sink's massive activation (the factor ``benchmarks/concepts.py`` drops from its stores with ``select``).
 MASSIVE_FACTOR = 10.0
 
 
