@@ -6,7 +6,8 @@ root (default: every part; ``--skip-collect`` / ``--skip-fit`` drop the first tw
 goals) and ``info:`` lines (measurements without a goal). The parts ``scale`` and ``labels`` take hours on a
 shared 2-core machine; their intermediate results (the activation store, the SAE, the interpretation) are kept in
 ``--work-dir`` and reused by later runs (``--refit`` fits again), and the store is collected in parts of 2,000
-texts, so an interrupted collection resumes where it stopped.
+texts, named by their text range, so an interrupted collection resumes where it stopped and a larger
+``--store-texts`` reuses the parts of a smaller run.
 
 Part ``scale``: SmolLM2-135M-Instruct (``demo.load_lm``), layer ``layer:15`` (the middle of its 30 blocks), over
 the train split of the real corpus (``demo.load_text_corpus("train")``: 29,390 distinct paragraphs of the Python
@@ -313,15 +314,17 @@ def real_store_parts(args):
 
     texts = demo.load_text_corpus("train")
     texts = texts[: args.store_texts] if args.store_texts else texts
-    root = args.work_dir / f"smollm2_{args.layer.replace(':', '')}_train_{len(texts)}_by{args.part_texts}"
+    # parts are named by their text range, so a larger --store-texts reuses the parts a smaller run collected
+    root = args.work_dir / f"smollm2_{args.layer.replace(':', '')}_train_by{args.part_texts}"
     root.mkdir(parents=True, exist_ok=True)
     starts = list(range(0, len(texts), args.part_texts))
-    missing = [i for i in range(len(starts)) if not (root / f"part-{i:03d}" / "manifest.json").is_file()]
+    names = [f"texts-{a:05d}-{min(a + args.part_texts, len(texts)):05d}" for a in starts]
+    missing = [i for i in range(len(starts)) if not (root / names[i] / "manifest.json").is_file()]
     if missing:
         model, tokenizer = demo.load_lm(progress=False)
         seconds, rows = 0.0, 0
         for i in missing:
-            path = root / f"part-{i:03d}"
+            path = root / names[i]
             if path.exists():  # an interrupted part: collect it again
                 import shutil
 
@@ -337,14 +340,14 @@ def real_store_parts(args):
         del model
     else:
         info("scale_collect_seconds", f"store reused from {root}")
-    parts = [ActivationStore.open(root / f"part-{i:03d}") for i in range(len(starts))]
+    parts = [ActivationStore.open(root / name) for name in names]
     bench("concepts_scale_store_rows", sum(len(p) for p in parts), ">=", 1_000_000)
     if not args.massive_factor:
         return parts, texts
     # massive activations (attention sinks: the first token of each text) dominate any decomposition; drop them
     selected, dropped, at_first, rows = [], 0, 0, 0
     for i, part in enumerate(parts):
-        path = root / f"part-{i:03d}-below{args.massive_factor:g}xmedian"
+        path = root / f"{names[i]}-below{args.massive_factor:g}xmedian"
         norms = part.row_norms()
         keep = norms < args.massive_factor * np.median(norms)
         first = np.r_[True, part.text_ids[1:] != part.text_ids[:-1]]  # each text's first stored token
@@ -388,7 +391,8 @@ def scale(args) -> None:
     held_parts = parts[fit_parts:]
     if not held_parts and args.held_out_fraction:
         # no whole part is left for evaluation: hold out the last texts of the last fitted part (split by text)
-        last, root = parts[fit_parts - 1], args.work_dir / f"split{args.held_out_fraction:g}"
+        last, root = parts[fit_parts - 1], args.work_dir / (f"split{args.held_out_fraction:g}"
+                                                           f"_train_{len(texts)}_by{args.part_texts}")
         cutoff = int(np.ceil(len(last.texts) * (1 - args.held_out_fraction)))
         halves = []
         for name, mask in (("fit", last.text_ids < cutoff), ("held_out", last.text_ids >= cutoff)):
@@ -501,36 +505,24 @@ def recovery(args) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------- labels
-def held_out_contexts(args, model, tokenizer, window: int = 24):
-    """Windows of ``window`` tokens of the test split with their layer activations (collected once, cached)."""
+def held_out_store(args, model, tokenizer):
+    """The layer activations of the first ``--label-texts`` paragraphs of the test split (collected once, cached)."""
     from interp_widgets.concepts import ActivationStore
 
     texts = demo.load_text_corpus("test")[: args.label_texts]
     path = args.work_dir / f"smollm2_{args.layer.replace(':', '')}_test_{len(texts)}"
     if (path / "manifest.json").is_file():
-        store = ActivationStore.open(path)
-    else:
-        if path.exists():
-            import shutil
+        return ActivationStore.open(path)
+    if path.exists():
+        import shutil
 
-            shutil.rmtree(path)
-        store = collect_activations(model, tokenizer, texts, layer=args.layer, path=path, progress=False)
-    contexts, bounds = [], []
-    for t in range(len(store.texts)):
-        rows = store.text_rows(t)
-        for a in range(0, len(rows), window):
-            chunk = rows[a:a + window]
-            if len(chunk) < window // 2:
-                continue
-            start, end = int(store.offsets[chunk[0], 0]), int(store.offsets[chunk[-1], 1])
-            contexts.append(store.texts[t][start:end])
-            bounds.append((int(chunk[0]), int(chunk[-1]) + 1))
-    return store, contexts, bounds
+        shutil.rmtree(path)
+    return collect_activations(model, tokenizer, texts, layer=args.layer, path=path, progress=False)
 
 
 def labels_part(args) -> None:
     """LMLabeler (SmolLM2) against TokenLabeler labels, scored by label_auroc on held-out contexts (MiniLM)."""
-    from interp_widgets.concepts import ConceptInterpretation, ConceptModel, LMLabeler, TokenLabeler, label_auroc
+    from interp_widgets.concepts import ConceptInterpretation, ConceptModel, LMLabeler, TokenLabeler, compare_labelers
 
     candidates = sorted(args.work_dir.glob(f"sae{args.n_concepts}_k{args.sae_k}_*_interp*.safetensors"))
     if not candidates:
@@ -539,38 +531,25 @@ def labels_part(args) -> None:
     sae = ConceptModel.load(args.work_dir / (candidates[-1].name.split("_interp")[0] + ".safetensors"))
     info("labels_concepts_of", f"{candidates[-1].name}")
     model, tokenizer = demo.load_lm(progress=False)
-    store, contexts, bounds = held_out_contexts(args, model, tokenizer)
-    info("labels_held_out", f"{len(contexts)} contexts of 24 tokens from {len(store.texts)} test paragraphs "
+    store = held_out_store(args, model, tokenizer)
+    token, lm = TokenLabeler(), LMLabeler(model, tokenizer)
+    result = compare_labelers([token, lm], sae, interp, store, demo.sentence_embedder(), n_concepts=args.label_concepts,
+                              window=24, min_contexts=5, max_fraction=0.5, massive_factor=args.massive_factor or None)
+    info("labels_held_out", f"{result['contexts']} contexts of 24 tokens from {len(store.texts)} test paragraphs "
          f"({len(store)} tokens)")
-    maxima = np.zeros((len(contexts), sae.n_concepts), dtype=np.float32)
-    for i, (a, b) in enumerate(bounds):
-        maxima[i] = sae.transform(store[a:b]).max(0)
-    fires = (maxima > 0).sum(0)
-    eligible = np.flatnonzero(~interp.dead & (fires >= 5) & (fires <= 0.5 * len(contexts)))
-    rng = np.random.default_rng(0)
-    chosen = np.sort(rng.choice(eligible, size=min(args.label_concepts, len(eligible)), replace=False))
-    info("labels_chosen", f"{len(chosen)} of {len(eligible)} eligible concepts (live, firing in 5 to "
-         f"{len(contexts) // 2} held-out contexts)")
-    token_labeler, lm_labeler = TokenLabeler(), LMLabeler(model, tokenizer)
-    token_labels = [token_labeler(int(c), interp.examples[c]) for c in chosen]
-    start = time.perf_counter()
-    lm_labels = [lm_labeler(int(c), interp.examples[c]) for c in chosen]
-    info("labels_lm_seconds_per_concept", f"{(time.perf_counter() - start) / len(chosen):.2f}")
-    embed = demo.sentence_embedder()
-    coefficients = maxima[:, chosen]
-    token_auroc = label_auroc(token_labels, coefficients, contexts, embed)
-    lm_auroc = label_auroc(lm_labels, coefficients, contexts, embed)
-    both = np.isfinite(token_auroc) & np.isfinite(lm_auroc)
-    difference = lm_auroc[both] - token_auroc[both]
-    boot = [rng.choice(difference, len(difference)).mean() for _ in range(2000)]
-    bench("concepts_labels_token_auroc_mean", float(np.nanmean(token_auroc)), ">", 0.5)
-    bench("concepts_labels_lm_auroc_mean", float(np.nanmean(lm_auroc)), ">", 0.5)
-    bench("concepts_labels_lm_minus_token_auroc_mean", float(difference.mean()), ">", 0)
-    info("labels_auroc_median", f"token {np.nanmedian(token_auroc):.3f}, LM {np.nanmedian(lm_auroc):.3f}")
-    info("labels_lm_minus_token_95ci", f"[{np.percentile(boot, 2.5):+.3f}, {np.percentile(boot, 97.5):+.3f}] over "
-         f"{int(both.sum())} concepts; LM higher on {int((difference > 0).sum())}, token higher on "
-         f"{int((difference < 0).sum())}")
-    for c, t, l, a, b in list(zip(chosen, token_labels, lm_labels, token_auroc, lm_auroc))[:12]:
+    info("labels_chosen", f"{len(result['concepts'])} of {result['eligible']} eligible concepts (live, firing in 5 to "
+         f"{result['contexts'] // 2} held-out contexts)")
+    info("labels_lm_seconds_per_concept", f"{result[lm.name]['seconds']:.2f}")
+    bench("concepts_labels_token_auroc_mean", result[token.name]["mean"], ">", 0.5)
+    bench("concepts_labels_lm_auroc_mean", result[lm.name]["mean"], ">", 0.5)
+    bench("concepts_labels_lm_minus_token_auroc_mean", result["difference_mean"], ">", 0)
+    low, high = result["difference_ci"]
+    info("labels_auroc_median", f"token {result[token.name]['median']:.3f}, LM {result[lm.name]['median']:.3f}")
+    info("labels_lm_minus_token_95ci", f"[{low:+.3f}, {high:+.3f}] over {len(result['difference'])} concepts; LM "
+         f"higher on {result['higher'][lm.name]}, token higher on {result['higher'][token.name]}")
+    rows = zip(result["concepts"], result[token.name]["labels"], result[lm.name]["labels"],
+               result[token.name]["auroc"], result[lm.name]["auroc"])
+    for c, t, l, a, b in list(rows)[:12]:
         print(f"  concept {c}: token {t!r} ({a:.2f}) | LM {l!r} ({b:.2f})", flush=True)
 
 

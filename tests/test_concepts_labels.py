@@ -12,6 +12,8 @@ from interp_widgets.concepts import (
     PCAConcepts,
     TokenLabeler,
     collect_activations,
+    compare_labelers,
+    context_windows,
     interpret_concepts,
     label_auroc,
 )
@@ -85,3 +87,52 @@ def test_label_auroc_matches_sklearn_on_real_embeddings(interp_and_store):
     assert np.isnan(label_auroc(["", "x"], coefficients, held_out, embed)[0])
     with pytest.raises(ValueError, match=r"coefficients must be \(contexts, concepts\) = \(4, 3\)"):
         label_auroc(["a", "b", "c"], coefficients, held_out, embed)
+
+
+HELD_OUT = ["Fresh bread and a hot bowl of soup for lunch.", "Thunder and heavy rain are forecast for Friday.",
+            "The cake was rich, sweet and very good.", "Cold wind and snow over the hills tonight.",
+            "We ordered noodles, rice and green tea.", "Fog will clear by noon, then sunshine."]
+
+
+def test_lm_against_token_labels_on_held_out_contexts(interp_and_store, smollm2):
+    """The benchmark's LM-versus-token comparison at small size: the same concepts, labels and held-out contexts
+    scored by label_auroc with MiniLM; the attention sinks do not count as firing."""
+    from interp_widgets.demo import sentence_embedder
+
+    interp, _, concepts = interp_and_store
+    model, tokenizer = smollm2
+    held = collect_activations(model, tokenizer, HELD_OUT, layer="layer:15", progress=False)
+    embed = sentence_embedder()
+    token, lm = TokenLabeler(), LMLabeler(model, tokenizer, n_examples=2, max_new_tokens=6)
+    assert lm.name == "LM (HuggingFaceTB/SmolLM2-135M-Instruct)"
+    result = compare_labelers([token, lm], concepts, interp, held, embed, n_concepts=3, window=4, min_contexts=2)
+
+    contexts, bounds = context_windows(held, window=4)
+    X = held.to_numpy()
+    norms = np.linalg.norm(X, axis=1)
+    ordinary = norms < 10 * np.median(norms)
+    assert not ordinary[[held.text_rows(t)[0] for t in range(len(HELD_OUT))]].any()  # the sinks: left out
+    coefficients = np.stack([concepts.transform(X[a:b][ordinary[a:b]]).max(0) for a, b in bounds])
+    fires = (coefficients > 0).sum(0)
+    eligible = [c for c in range(3) if 2 <= fires[c] <= 0.5 * len(contexts)]
+    assert result["contexts"] == len(contexts) and result["eligible"] == len(eligible) > 0
+    assert set(result["concepts"]) <= set(eligible) and len(result["concepts"]) == len(eligible)
+    chosen = result["concepts"]
+    assert result[token.name]["labels"] == [token(c, interp.examples[c]) for c in chosen]
+    for name in (token.name, lm.name):
+        labels = result[name]["labels"]
+        assert all(isinstance(label, str) and label.strip() for label in labels)
+        expected = label_auroc(labels, coefficients[:, chosen], contexts, embed)
+        np.testing.assert_allclose(result[name]["auroc"], expected)
+        assert result[name]["mean"] == pytest.approx(np.nanmean(expected))
+    difference = result[lm.name]["auroc"] - result[token.name]["auroc"]
+    np.testing.assert_allclose(result["difference"], difference[np.isfinite(difference)])
+    assert result["difference_ci"][0] <= result["difference_mean"] <= result["difference_ci"][1]
+    assert result["higher"] == {token.name: int((difference < 0).sum()), lm.name: int((difference > 0).sum())}
+
+    with pytest.raises(ValueError, match="no live concept fires in 40 to"):
+        compare_labelers([token], concepts, interp, held, embed, window=4, min_contexts=40)
+    with pytest.raises(ValueError, match="distinct names"):
+        compare_labelers([token, TokenLabeler(2)], concepts, interp, held, embed, window=4, min_contexts=2)
+    with pytest.raises(TypeError, match="returned a NoneType; a labeller returns a str"):
+        compare_labelers([lambda c, examples: None], concepts, interp, held, embed, window=4, min_contexts=2)

@@ -46,7 +46,13 @@ from interp_widgets.concepts.interpret import (
     label_from_tokens,
     vocabulary_projection,
 )
-from interp_widgets.concepts.labels import LMLabeler, TokenLabeler, label_auroc
+from interp_widgets.concepts.labels import (
+    LMLabeler,
+    TokenLabeler,
+    compare_labelers,
+    context_windows,
+    label_auroc,
+)
 from interp_widgets.concepts.metrics import (
     dead_concepts,
     evaluate,
@@ -80,6 +86,8 @@ __all__ = [
     "LinearProbe",
     "LMLabeler",
     "TokenLabeler",
+    "compare_labelers",
+    "context_windows",
     "label_auroc",
     "ProbeSweep",
     "probe_layers",

