@@ -36,7 +36,7 @@ the worst <= 4 panels per round), ``--parts default_ig`` at load average 16-18 (
 processes; by 18:54 UTC five of the eight prompts had finished, every one <= 1% (the prompts of 13, 15, 12, 19 and
 35 tokens: 41, 81, 41, 49, 65 nodes; relative completeness errors 0.0087, 0.0083, 0.0030, 0.0010, 0.0080; the
 panels' absolute errors before cancellation 0.119, 0.026, 0.021, 0.025, 0.067). Median of those five: 49. The
-median of all eight is <= 64 only if two of the three missing prompts (23, 23 and 33 tokens) need <= 64 nodes:
+median of all eight is <= 64 only if two of the three missing prompts (17, 23 and 37 tokens) need <= 64 nodes:
 not yet shown.
 
 Example:
