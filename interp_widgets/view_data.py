@@ -344,15 +344,19 @@ class GenerationData(ViewData):
 @dataclass
 class ComparisonData(ViewData):
     """What :class:`~interp_widgets.widgets.ComparisonWidget` draws: one row of scores per method and the pairwise
-    agreement tables per granularity (``{granularity: [{a, b, spearman, top_k_overlap, k}]}``).
+    agreement tables per granularity (``{granularity: [{a, b, spearman, top_k_overlap, k}]}``). A chat conversation
+    also carries the turn of every token and the role of each turn (empty for a plain text), for the role labels.
+
+    Version 2 added ``turn_ids`` and ``turn_roles``.
 
     Example:
-        >>> "agreements" in ComparisonData.field_names()
-        True
+        >>> "agreements" in ComparisonData.field_names(), ComparisonData.VERSION
+        (True, 2)
     """
 
     VIEW: ClassVar[str] = "comparison"
-    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = _TOKEN_ARRAYS
+    VERSION: ClassVar[int] = 2
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "turn_ids": ("int", 1, False)}
 
     tokens: list[str]
     spaces_before: list[str]
@@ -365,20 +369,28 @@ class ComparisonData(ViewData):
     target_label: str = ""
     agreements: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     agreement_by: str = "magnitude"
+    turn_ids: np.ndarray | None = None
+    turn_roles: list[str] = field(default_factory=list)
 
 
 @dataclass
 class ExampleListData(ViewData):
     """What :class:`~interp_widgets.widgets.ExampleListWidget` draws: many examples, their token arrays concatenated
-    (``tokens[i]`` gives each example's length) and the scores of each example's predicted class.
+    (``tokens[i]`` gives each example's length) and the scores of each example's predicted class. Chat examples
+    also carry the turn of every token (concatenated, like the other token arrays) and the roles of each example's
+    turns (``turn_roles[i]``, empty for a plain text), for the role labels.
+
+    Version 2 added ``turn_ids`` and ``turn_roles``.
 
     Example:
-        >>> ExampleListData.ARRAYS["scores"]
-        ('float32', 1, True)
+        >>> ExampleListData.ARRAYS["scores"], ExampleListData.VERSION
+        (('float32', 1, True), 2)
     """
 
     VIEW: ClassVar[str] = "example_list"
-    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "scores": ("float32", 1, True)}
+    VERSION: ClassVar[int] = 2
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "scores": ("float32", 1, True),
+                                                          "turn_ids": ("int", 1, False)}  # fmt: skip
 
     tokens: list[list[str]]
     spaces_before: list[list[str]]
@@ -392,6 +404,8 @@ class ExampleListData(ViewData):
     max_attribution: list[float]
     signed: bool = True
     method: str = ""
+    turn_ids: np.ndarray | None = None
+    turn_roles: list[list[str]] = field(default_factory=list)
 
 
 @dataclass

@@ -92,8 +92,10 @@ def model_fingerprint(model, tokenizer) -> dict:
     """Everything an interp_widgets call must leave unchanged on the user's model and tokenizer."""
     digest = hashlib.sha256()
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
-        digest.update(f"{name}:{tensor.dtype}".encode())  # the raw bytes also cover bfloat16, which numpy lacks
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(f"{name}:{tensor.dtype}:{tensor.device.type}:{tuple(tensor.shape)}".encode())
+        if tensor.device.type != "meta":  # accelerate's offloaded weights are meta tensors: no data to hash here
+            # the raw bytes also cover bfloat16, which numpy lacks
+            digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     hooks = sum(
         len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
         + len(getattr(m, "_backward_pre_hooks", {}))

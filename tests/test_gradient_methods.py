@@ -290,3 +290,28 @@ def test_adaptive_mesh_refines_until_the_tolerance(bert_classifier):
         assert (np.abs(b.completeness_error) <= 0.001 * np.maximum(np.abs(b.score_delta), 1e-3)).all()
         assert sum(b.params["mesh_nodes"]) >= sum(a.params["mesh_nodes"])
     assert sum(sum(r.params["mesh_nodes"]) for r in tight) > sum(sum(r.params["mesh_nodes"]) for r in loose)
+
+
+def test_adaptive_mesh_stops_exactly_when_the_measured_completeness_error_is_within_tolerance(bert_classifier,
+                                                                                               monkeypatch):
+    from interp_widgets.attribution import gradient
+
+    calls = []
+    refine = gradient._SimpsonMesh.refine
+
+    def recorded(mesh):
+        before = len(mesh.panels)
+        measured = abs(float(mesh.errors().sum())) / mesh._scale()  # Σ panel errors = the completeness error
+        refine(mesh)
+        calls.append((measured, before, len(mesh.panels), mesh.max_nodes - len(mesh.nodes)))
+
+    monkeypatch.setattr(gradient._SimpsonMesh, "refine", recorded)
+    tolerance = 1e-5
+    r = IntegratedGradients(tolerance=tolerance, progress=False).attribute(*bert_classifier, TEXTS[1], target=[0, 2])
+    assert len(calls) > 2 and any(after > before for _, before, after, _ in calls)  # it did refine
+    for measured, before, after, room in calls:
+        assert (after == before) == (measured <= tolerance or room < 2), (measured, before, after)
+        assert after - before <= gradient._SimpsonMesh.SPLITS_PER_ROUND  # at most 4 panels halved per round
+    assert (r.relative_completeness_error <= tolerance).all()
+    panel = np.array(r.params["mesh_panel_error"])
+    assert panel.shape == (2,) and (panel >= r.relative_completeness_error - 1e-12).all()  # |Σe| <= Σ|e|

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -159,6 +160,11 @@ def _state(model) -> dict:
     }
 
 
+def _folder_digest(folder) -> dict:
+    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.rglob("*"))
+            if path.is_file()}
+
+
 def test_dispatched_model_with_a_block_on_disk(llama_lm, tmp_path, monkeypatch):
     from interp_widgets.concepts import collect_activations
 
@@ -168,6 +174,9 @@ def test_dispatched_model_with_a_block_on_disk(llama_lm, tmp_path, monkeypatch):
     hooked = [name for name, module in dispatched.named_modules() if hasattr(module, "_hf_hook")]
     assert "model.layers.1" in hooked and "lm_head" in hooked and "model.embed_tokens" in hooked
     before = _state(dispatched)
+    fingerprint = model_fingerprint(dispatched, tokenizer)
+    offloaded = _folder_digest(tmp_path)  # the disk block is read from the saved safetensors (or offload folder)
+    assert any(name.endswith(".safetensors") for name in offloaded)
     adapter = ModelAdapter(dispatched, tokenizer)
     assert adapter.device == torch.device("cpu")
 
@@ -202,6 +211,8 @@ def test_dispatched_model_with_a_block_on_disk(llama_lm, tmp_path, monkeypatch):
         assert got.shape == expected.shape and got.shape[0] > 0
     assert moved == []  # nothing called .to() on the model or its modules
     assert _state(dispatched) == before  # accelerate's hooks remain, ours are all removed
+    assert model_fingerprint(dispatched, tokenizer) == fingerprint
+    assert _folder_digest(tmp_path) == offloaded  # the weights on disk are untouched
     assert dispatched.model.layers[1].self_attn.q_proj.weight.device.type == "meta"
 
 

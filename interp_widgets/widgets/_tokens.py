@@ -346,6 +346,22 @@ def role_starts(units: list[list[int]], turn_ids, special_mask, roles: list[str]
     return starts
 
 
+def with_role_labels(pieces: list[TokenPiece], roles: dict[int, str]) -> list[TokenPiece]:
+    """``pieces`` (one per unit) with a role label before each turn's first unit (``roles`` from
+    :func:`role_starts`), each turn on a line of its own, as the live views draw them.
+
+    Example:
+        >>> pieces, _ = token_pieces(["Hi", "Yo"], ["", " "], [[0], [1]], np.array([1.0, 2.0]), 2.0, True)
+        >>> [p.text for p in with_role_labels(pieces, {0: "user", 1: "assistant"})]
+        ['user:', 'Hi', 'assistant:', 'Yo']
+    """
+    pieces = list(pieces)
+    for u in sorted((u for u in roles if u < len(pieces)), reverse=True):
+        pieces[u].gap = pieces[u].gap.lstrip("\r\n") or " "
+        pieces.insert(u, role_piece(roles[u], first=u == 0))
+    return pieces
+
+
 def role_piece(role: str, first: bool) -> TokenPiece:
     """The static picture's label of a turn's role: a grey tag on a new line (the role text is escaped by the SVG).
 

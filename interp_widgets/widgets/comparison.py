@@ -23,7 +23,7 @@ from interp_widgets.view_data import ComparisonData
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
-    GroupedTokens, TokenScoresWidget, finite_max, token_pieces, token_data, unit_sums,
+    ChatTurns, GroupedTokens, TokenScoresWidget, finite_max, token_pieces, token_data, unit_sums, with_role_labels,
 )
 
 #: Agreement rows drawn in the static picture (n methods give n(n-1)/2 pairs; the live view shows them all).
@@ -32,7 +32,7 @@ MAX_STATIC_PAIRS = 15
 MAX_STATIC_METHODS = 8
 
 
-class ComparisonWidget(TokenScoresWidget, GroupedTokens):
+class ComparisonWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
     """Several methods' scores for one input and one target, one row per method, with synchronised hover.
 
     Hovering (or focusing) a token in any row highlights it in every row and shows all methods' scores. The
@@ -40,7 +40,8 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
     (Spearman ρ and top-k overlap, computed in Python by :mod:`interp_widgets.agreement`) is computed once per granularity over its units'
     sums and travels as ``agreements``, so the browser switches tables with the granularity and no round trip;
     ``agreement`` is the table of the current granularity. The colour scale is per method or shared
-    (``shared_scale``). Build it with :func:`compare`.
+    (``shared_scale``). A chat conversation's rows label each turn's role, as the token view does, and offer the
+    ``turn`` granularity. Build it with :func:`compare`.
 
     Example:
         >>> from interp_widgets.attribution import InputXGradient, IntegratedGradients
@@ -121,6 +122,7 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
             (True, True)
         """
         units, matrix = self.units(), self.unit_scores()
+        roles = self.role_starts(units)
         shared = finite_max(matrix) if self.shared_scale else None
         figure = SvgFigure(label=f"Comparison of {len(self.methods)} attribution methods")
         per = "" if self.granularity == "token" else f" · sum per {self.granularity}"
@@ -130,7 +132,7 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens):
             max_abs = shared if shared is not None else finite_max(sums)
             figure.text(f"{method} (scale ±{format_score(max_abs)})" if self.signed[m] else f"{method} (scale 0..{format_score(max_abs)})", size=12, bold=True)
             pieces, omitted = token_pieces(self.tokens, self.spaces_before, units, sums, max_abs, self.signed[m])
-            figure.tokens(pieces, omitted=omitted)
+            figure.tokens(with_role_labels(pieces, roles), omitted=omitted)
         if len(self.methods) > MAX_STATIC_METHODS:
             figure.text(f"… {len(self.methods) - MAX_STATIC_METHODS} more methods in the live widget",
                         size=11, colour="#57606a")
@@ -222,7 +224,8 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
     matrix = np.stack(rows)
     agreements = {}
     for granularity in GRANULARITIES:  # each over its units' sums, special tokens left out as in the browser
-        units = display_units(first.special_mask, first.word_ids, first.sentence_ids, granularity)
+        units = display_units(first.special_mask, first.word_ids, first.sentence_ids, granularity,
+                              turn_ids=first.turn_ids)
         table = agreement_table(unit_sums(units, matrix), methods, k=k, by=by)
         for row in table:
             row["spearman"], row["top_k_overlap"] = _json_number(row["spearman"]), _json_number(row["top_k_overlap"])
@@ -231,5 +234,6 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
         tokens=first.tokens, spaces_before=first.spaces_before, special_mask=first.special_mask,
         word_ids=first.word_ids, sentence_ids=first.sentence_ids, scores=matrix, methods=methods,
         signed=[t.signed for t in inputs], target_label=label, agreements=agreements, agreement_by=by,
+        turn_ids=first.turn_ids, turn_roles=first.turn_roles,
     )  # fmt: skip
     return ComparisonWidget(**data.to_traits(), **options)

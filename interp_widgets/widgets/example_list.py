@@ -25,7 +25,7 @@ from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.text_units import GRANULARITIES, display_units
 from interp_widgets.view_data import ExampleListData
 from interp_widgets.widgets._tokens import (
-    check_granularity, finite_max, token_pieces, token_data, unit_sums,
+    check_granularity, finite_max, role_starts, token_pieces, token_data, unit_sums, with_role_labels,
 )
 from interp_widgets.validation import check_choice
 
@@ -60,7 +60,10 @@ class ExampleListWidget(InterpWidget, PagedList):
     special_mask = BinaryArray("bool", help="True per special token of all examples concatenated.").tag(sync=True, data=True)
     word_ids = BinaryArray("int", help="Word id per token of all examples concatenated (-1: none).").tag(sync=True, data=True)
     sentence_ids = BinaryArray("int", help="Sentence id per token of all examples concatenated (-1: none).").tag(sync=True, data=True)
-    granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence' (sums computed in the browser).").tag(sync=True)
+    turn_ids = BinaryArray("int", help="Chat turn per token of all examples concatenated (-1: none).").tag(sync=True, data=True)
+    turn_roles = traitlets.List(traitlets.List(traitlets.Unicode()), help="Roles of each example's turns (empty for a "
+                                "plain text).").tag(sync=True, data=True)  # fmt: skip
+    granularity = traitlets.Unicode("token", help="'token', 'word', 'sentence' or 'turn' (sums computed in the browser).").tag(sync=True)
     scores = BinaryArray("float32", finite=True, help="Scores for each example's shown class, concatenated.").tag(sync=True, data=True)
     predicted = traitlets.List(traitlets.Unicode(), help="Predicted (most probable) label of each example.").tag(sync=True, data=True)
     confidence = traitlets.List(traitlets.Float(allow_none=True), help="Probability of the predicted label.").tag(sync=True, data=True)
@@ -80,6 +83,7 @@ class ExampleListWidget(InterpWidget, PagedList):
         if not results:
             raise ValueError("there are no results to list; pass a non-empty AttributionCollection or list of results")
         tokens, spaces, special, words, sentences, rows, predicted, confidence, true_labels, max_attr = ([] for _ in range(10))
+        turns, roles = [], []
         signed = set()
         for r in results:
             data = token_data(r)
@@ -93,6 +97,8 @@ class ExampleListWidget(InterpWidget, PagedList):
             special.append(mask)
             words.append(data.word_ids)
             sentences.append(data.sentence_ids)
+            turns.append(data.turn_ids)
+            roles.append(list(data.turn_roles))
             rows.append(row)
             predicted.append(data.target_labels[target])
             confidence.append(probs[target] if known else None)
@@ -105,7 +111,7 @@ class ExampleListWidget(InterpWidget, PagedList):
             tokens=tokens, spaces_before=spaces, special_mask=np.concatenate(special), word_ids=np.concatenate(words),
             sentence_ids=np.concatenate(sentences), scores=np.concatenate(rows), predicted=predicted,
             confidence=confidence, true_labels=true_labels, max_attribution=max_attr, signed=signed == {True},
-            method=", ".join(sorted(methods - {""})),
+            method=", ".join(sorted(methods - {""})), turn_ids=np.concatenate(turns), turn_roles=roles,
         )  # fmt: skip
         super().__init__(**listed.to_traits(), **kwargs)
 
@@ -209,7 +215,8 @@ class ExampleListWidget(InterpWidget, PagedList):
             [[1, 2, 3]]
         """
         return display_units(self._slice(self.special_mask, index), self._slice(self.word_ids, index),
-                             self._slice(self.sentence_ids, index), self.granularity)
+                             self._slice(self.sentence_ids, index), self.granularity,
+                             turn_ids=self._slice(self.turn_ids, index) if len(self.turn_ids) else None)
 
     def unit_scores(self, index: int) -> np.ndarray:
         """Score sums of example ``index``'s units for the current granularity (its shown class; NaN skipped).
@@ -264,7 +271,9 @@ class ExampleListWidget(InterpWidget, PagedList):
             max_abs = shared if shared is not None else finite_max(sums)
             pieces, omitted = token_pieces(self.tokens[i], self.spaces_before[i], units, sums, max_abs, self.signed,
                                            limit=MAX_STATIC_EXAMPLE_TOKENS)  # fmt: skip
-            figure.tokens(pieces, omitted=omitted)
+            turns = self._slice(self.turn_ids, i) if len(self.turn_ids) else None
+            roles = role_starts(units, turns, self._slice(self.special_mask, i), self.turn_roles[i] if self.turn_roles else [])
+            figure.tokens(with_role_labels(pieces, roles), omitted=omitted)
         legend_max = shared if shared is not None else 1.0
         title = "attribution to the predicted class" + ("" if shared is not None else " (each example scaled to its own max = 1)")
         figure.legend(legend_max, signed=self.signed, title=title)

@@ -207,6 +207,8 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
 
     def _scale_max(self) -> float:
         matrix = self.unit_matrix()
+        content = ~np.asarray(self.special_mask, dtype=bool)  # hidden template tokens do not set the scale
+        matrix = matrix[:, content] if content.any() else matrix
         return finite_max(matrix if self.shared_scale else matrix[self.selected_step])
 
     # ----------------------------------------------------------------- display
@@ -283,7 +285,8 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         cells = []
         for s in range(min(len(self.step_tokens), MAX_STATIC_STEPS)):
             values, target = matrix[s], self.tokens[self.step_tokens[s]]
-            row_max = finite_max(values)
+            content = ~np.asarray(self.special_mask, dtype=bool)
+            row_max = finite_max(values[content] if content.any() else values)
             cells.append([
                 (unseen_colours()[0], f"{self.tokens[i]!r} → {target!r}: not visible") if math.isnan(v)
                 else (score_colours(float(v), row_max, self.signed)[0],

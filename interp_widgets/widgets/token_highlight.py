@@ -184,7 +184,8 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         return unit_sums(self.units(), self.score_matrix())[self.selected_target]
 
     def scale_max(self) -> float:
-        """Largest |unit score| the colours are scaled to: of the selected target, or of all targets if shared.
+        """Largest |unit score| the colours are scaled to: of the selected target, or of all targets if shared, over
+        content units (special and template tokens, hidden or greyed, do not count).
 
         Example:
             >>> widget = TokenHighlightWidget(result)
@@ -193,7 +194,11 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
             >>> widget.granularity = "sentence"; round(widget.scale_max(), 2)  # the whole sentence's sum
             4.84
         """
-        sums = unit_sums(self.units(), self.score_matrix())
+        units = self.units()
+        sums = unit_sums(units, self.score_matrix())
+        # content units only: shown special (template) tokens are greyed and do not set the scale
+        content = [u for u, unit in enumerate(units) if not self.special_mask[unit[0]]]
+        sums = sums[:, content] if content else sums
         return finite_max(sums if self.shared_scale else sums[self.selected_target])
 
     def _unit_text(self, unit: list[int]) -> str:

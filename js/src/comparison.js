@@ -36,12 +36,14 @@
  * @property {BinaryArray} word_ids  int [n_tokens] (-1: none).
  * @property {BinaryArray} sentence_ids  int [n_tokens] (-1: none).
  * @property {BinaryArray} scores  float32 [n_methods, n_tokens]; NaN = not seen.
+ * @property {BinaryArray} turn_ids  int [n_tokens], chat turn (message) of each token (-1: none, e.g. template tokens).
+ * @property {string[]} turn_roles  Role of each turn ("system", "user", ...); empty for a plain text.
  * @property {string[]} methods  Name of each row of scores.
  * @property {boolean[]} signed  Per method: diverging (signed) or sequential scale.
  * @property {string} target_label
  * @property {Object<string, AgreementRow[]>} agreements  Agreement table per granularity (token, word, sentence).
  * @property {string} agreement_by  Which ranks the agreement compares, e.g. "magnitude".
- * @property {"token" | "word" | "sentence"} granularity  (written)
+ * @property {"token" | "word" | "sentence" | "turn"} granularity  (written)
  * @property {boolean} shared_scale  One colour scale for all methods (written).
  * @property {"colour" | "underline"} encoding
  * @property {boolean} high_contrast
@@ -51,9 +53,9 @@
  */
 
 import "./comparison.css";
-import { buildUnits, maxMagnitude, unitScores, unitText } from "./lib/aggregate.js";
+import { buildUnits, maxMagnitude, roleStarts, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
-import { granularitySelect, textTable } from "./lib/controls.js";
+import { GRANULARITIES, granularitySelect, textTable } from "./lib/controls.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
 import { createExportMenu } from "./lib/export.js";
@@ -66,7 +68,7 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change redraws. @type {(keyof ComparisonModel)[]} */
-const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "methods", "signed", "target_label", "agreements", "agreement_by", "granularity", "shared_scale", "encoding", "high_contrast"];
+const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "scores", "methods", "signed", "target_label", "agreements", "agreement_by", "granularity", "shared_scale", "encoding", "high_contrast"];
 
 /** @param {AnyModel<ComparisonModel>} model */
 function readComparison(model) {
@@ -84,8 +86,10 @@ function readComparison(model) {
     return values;
   };
   const signed = model.get("signed") ?? [];
+  // payloads from before turns existed have none: every token is then in one turn without a role
+  const turnIds = model.get("turn_ids") ? perToken("turn_ids") : null;
   return { n, tokens, methods, scores: scores.values, specialMask: perToken("special_mask"), wordIds: perToken("word_ids"), sentenceIds: perToken("sentence_ids"),
-    signed: methods.map((_, m) => signed[m] !== false), spaces: model.get("spaces_before") ?? [] }; // prettier-ignore
+    turnIds, roles: model.get("turn_roles") ?? [], signed: methods.map((_, m) => signed[m] !== false), spaces: model.get("spaces_before") ?? [] }; // prettier-ignore
 }
 
 const numberText = (value, digits = 3) => (value === null || value === undefined ? "n/a" : value.toFixed(digits));
@@ -121,11 +125,16 @@ function renderComparison({ model, el, reportError }) {
     const boost = Boolean(model.get("high_contrast"));
     const chosen = model.get("granularity") || "token";
     const units = buildUnits({ granularity: chosen, showSpecial: false, ...data });
+    // a chat conversation: each turn's first unit is preceded by its role's label, in every method's row
+    const starts = roleStarts(units, data.turnIds, data.specialMask, data.roles);
+    const roleNote = (u) => (starts.has(u) ? `${starts.get(u)} turn: ` : "");
     const sums = data.methods.map((_, m) => unitScores(units, data.scores, m, data.n));
     const sharedMax = Math.max(...sums.map(maxMagnitude));
     root.dataset.iwTheme = theme;
     root.classList.toggle("iw-high-contrast", boost);
     sharedToggle.checked = shared;
+    const choices = data.roles.length || chosen === "turn" ? [...GRANULARITIES, "turn"] : GRANULARITIES;
+    if (granularity.options.length !== choices.length) granularity.replaceChildren(...choices.map((g) => h("option", { value: g }, g)));
     granularity.value = chosen;
     const per = chosen === "token" ? "" : ` \u00b7 sum per ${chosen}`;
     heading.textContent = `${data.methods.length} methods explaining ${quoteToken(model.get("target_label") ?? "")}${shared ? " \u00b7 shared scale" : " \u00b7 scale per method"}${per}`;
@@ -138,15 +147,20 @@ function renderComparison({ model, el, reportError }) {
         // Long inputs are drawn block by block (see renderTokenRun); spans are made as their block is built.
         const build = (u, parent, atBlockStart) => {
           const unit = units[u];
-          const gap = atBlockStart ? data.spaces[unit[0]].replace(/^\r?\n/, "") : data.spaces[unit[0]];
+          let gap = atBlockStart ? data.spaces[unit[0]].replace(/^\r?\n/, "") : data.spaces[unit[0]];
+          if (starts.has(u)) {
+            // a chat turn starts: its role's label on a line of its own (the template's markers are hidden)
+            parent.append(h("span", { class: "iw-role", "aria-hidden": "true" }, starts.get(u)));
+            gap = gap.replace(/^(\r?\n)+/, "");
+          }
           if (u > 0 && gap) parent.append(gap);
           const text = textOf(unit);
-          const span = h("span", { class: u === view.linked ? "iw-token iw-linked" : "iw-token", role: "option", tabindex: m === 0 && u === 0 ? 0 : -1, "data-unit": u, "data-index": unit[0], "aria-label": `${quoteToken(text)}, ${method} score ${scoreText(m, sums[m][u])}` }, displayToken(text));
+          const span = h("span", { class: u === view.linked ? "iw-token iw-linked" : "iw-token", role: "option", tabindex: m === 0 && u === 0 ? 0 : -1, "data-unit": u, "data-index": unit[0], "aria-label": `${roleNote(u)}${quoteToken(text)}, ${method} score ${scoreText(m, sums[m][u])}` }, displayToken(text));
           paintToken(span, sums[m][u], max, { theme, signed: data.signed[m], encoding, boost });
           parent.append(span);
           return span;
         };
-        view.runs.push(renderTokenRun(box, { count: units.length, build }));
+        view.runs.push(renderTokenRun(box, { count: units.length, build, breakRank: (u) => (starts.has(u) ? 2 : 0) }));
         return h("div", { class: "iw-method-row" }, [
           h("div", { class: "iw-method-name" }, method),
           box,

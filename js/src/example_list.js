@@ -25,6 +25,9 @@
  * @property {BinaryArray} special_mask  bool [all tokens].
  * @property {BinaryArray} word_ids  int [all tokens] (-1: none).
  * @property {BinaryArray} sentence_ids  int [all tokens] (-1: none).
+ * @property {BinaryArray} turn_ids  int [all tokens], chat turn of each token within its example (-1: none, e.g.
+ *   template tokens).
+ * @property {string[][]} turn_roles  Role of each turn, per example ("system", "user", ...); empty for a plain text.
  * @property {BinaryArray} scores  float32 [all tokens], scores for each example's shown class.
  * @property {string[]} predicted  Predicted (most probable) label of each example.
  * @property {(number | null)[]} confidence  Probability of the predicted label.
@@ -36,7 +39,7 @@
  * @property {boolean} descending  (written)
  * @property {string} filter_label  Show only examples predicted as this label, "" = all (written).
  * @property {"all" | "correct" | "wrong"} filter_outcome  (written)
- * @property {"token" | "word" | "sentence"} granularity  (written)
+ * @property {"token" | "word" | "sentence" | "turn"} granularity  (written)
  * @property {boolean} shared_scale  One colour scale for all examples (written).
  * @property {number} page  Page shown, 0-based (written).
  * @property {number} page_size  Examples per page.
@@ -45,9 +48,9 @@
  */
 
 import "./example_list.css";
-import { buildUnits, maxMagnitude, unitScores, unitText } from "./lib/aggregate.js";
+import { buildUnits, maxMagnitude, roleStarts, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
-import { createPager, granularitySelect, labelRanks, pageOf, sortIndices } from "./lib/controls.js";
+import { GRANULARITIES, createPager, granularitySelect, labelRanks, pageOf, sortIndices } from "./lib/controls.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
 import { createExportMenu } from "./lib/export.js";
@@ -60,7 +63,7 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change redraws. @type {(keyof ExampleListModel)[]} */
-const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method", "page", "page_size", "sort_by", "descending", "filter_label", "filter_outcome", "granularity", "shared_scale", "selected_example"];
+const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method", "page", "page_size", "sort_by", "descending", "filter_label", "filter_outcome", "granularity", "shared_scale", "selected_example"];
 const SORT_KEYS = { index: "input order", confidence: "confidence", max_attribution: "max |attribution|", label: "predicted label" };
 
 /**
@@ -101,6 +104,9 @@ function readExamples(model) {
     special: concatenated("special_mask"),
     wordIds: concatenated("word_ids"),
     sentenceIds: concatenated("sentence_ids"),
+    // payloads from before turns existed have none: every example is then one turn without a role
+    turnIds: model.get("turn_ids") ? concatenated("turn_ids") : null,
+    roles: model.get("turn_roles") ?? [],
     spaces: model.get("spaces_before") ?? [],
     predicted: model.get("predicted") ?? [],
     trueLabels: model.get("true_labels") ?? [],
@@ -112,14 +118,18 @@ function readExamples(model) {
 }
 
 /**
- * Units (token indices within the example) and their score sums for example `i` at `granularity`.
- * @returns {{units: number[][], sums: Float64Array}}
+ * Units (token indices within the example), their score sums and the role label of each unit that starts a chat
+ * turn (`Map(unit → role)`, empty for a plain text) for example `i` at `granularity`.
+ * @returns {{units: number[][], sums: Float64Array, starts: Map<number, string>}}
  */
 export function exampleUnits(data, i, granularity) {
   const [start, end] = [data.starts[i], data.starts[i] + data.tokens[i].length];
   const slice = (values) => values.subarray(start, end);
-  const units = buildUnits({ granularity, wordIds: slice(data.wordIds), sentenceIds: slice(data.sentenceIds), specialMask: slice(data.special), showSpecial: false });
-  return { units, sums: unitScores(units, slice(data.scores), 0, end - start) };
+  const turnIds = data.turnIds ? slice(data.turnIds) : null;
+  const specialMask = slice(data.special);
+  const units = buildUnits({ granularity, wordIds: slice(data.wordIds), sentenceIds: slice(data.sentenceIds), turnIds, specialMask, showSpecial: false });
+  const starts = roleStarts(units, turnIds, specialMask, data.roles?.[i] ?? []);
+  return { units, sums: unitScores(units, slice(data.scores), 0, end - start), starts };
 }
 
 /** @param {{model: AnyModel<ExampleListModel>, el: HTMLElement, reportError: (error: unknown) => void}} props */
@@ -177,6 +187,9 @@ function renderExamples({ model, el, reportError }) {
     orderToggle.checked = options.descending;
     labelSelect.value = options.filterLabel;
     outcomeSelect.value = options.filterOutcome;
+    const chat = data.roles.some((roles) => roles?.length);
+    const choices = chat || chosen === "turn" ? [...GRANULARITIES, "turn"] : GRANULARITIES;
+    if (granularity.options.length !== choices.length) granularity.replaceChildren(...choices.map((g) => h("option", { value: g }, g)));
     granularity.value = chosen;
     sharedToggle.checked = shared;
     pager.update(page, pages, `${order.length} of ${data.tokens.length} examples`);
@@ -186,7 +199,7 @@ function renderExamples({ model, el, reportError }) {
     runs = [];
     list.replaceChildren(
       ...items.map((i) => {
-        const { units, sums } = unitsOf(i);
+        const { units, sums, starts } = unitsOf(i);
         const max = shared ? sharedMax : maxMagnitude(sums);
         const truth = data.trueLabels[i];
         const verdict = truth === "" ? "" : data.predicted[i] === truth ? " \u2713" : " \u2717";
@@ -199,14 +212,19 @@ function renderExamples({ model, el, reportError }) {
         ]);
         const box = h("div", { class: "iw-tokens" });
         const build = (u, parent, atBlockStart) => {
-          const gap = data.spaces[i][units[u][0]];
+          let gap = data.spaces[i][units[u][0]];
+          if (starts.has(u)) {
+            // a chat turn starts: its role's label on a line of its own (the template's markers are hidden)
+            parent.append(h("span", { class: "iw-role", "aria-hidden": "true" }, starts.get(u)));
+            gap = gap.replace(/^(\r?\n)+/, "");
+          }
           if (gap) parent.append(atBlockStart && u > 0 ? gap.replace(/^\r?\n/, "") : gap);
           const span = h("span", { class: "iw-token", "data-example": i, "data-unit": u }, displayToken(textOf(i, units[u])));
           paintToken(span, sums[u], max, { theme, signed: data.signed });
           parent.append(span);
           return span;
         };
-        runs.push(renderTokenRun(box, { count: units.length, build })); // long examples: block by block
+        runs.push(renderTokenRun(box, { count: units.length, build, breakRank: (u) => (starts.has(u) ? 2 : 0) })); // long examples: block by block
         return h("li", { class: "iw-example", tabindex: 0, "data-example": i, "aria-selected": String(i === selected),
           "aria-label": `Example ${i}: predicted ${data.predicted[i]}${conf}, true ${truth || "unknown"}` }, [header, box]); // prettier-ignore
       }),
@@ -246,8 +264,9 @@ function renderExamples({ model, el, reportError }) {
     if (!span || span === tooltip.target) return;
     const i = Number(span.dataset.example);
     const u = Number(span.dataset.unit);
-    const { units, sums } = unitsOf(i);
-    const rows = [[cachedFor, quoteToken(textOf(i, units[u]))], ["score", Number.isNaN(sums[u]) ? "not seen" : formatScore(sums[u], { digits: 6, sign: data.signed })], ["example", `#${i}`]];
+    const { units, sums, starts } = unitsOf(i);
+    const role = [...starts.entries()].filter(([start]) => start <= u).at(-1)?.[1];
+    const rows = [[cachedFor, quoteToken(textOf(i, units[u]))], ...(role ? [["turn", role]] : []), ["score", Number.isNaN(sums[u]) ? "not seen" : formatScore(sums[u], { digits: 6, sign: data.signed })], ["example", `#${i}`]];
     if (units[u].length > 1) rows.push(["sum of", `${units[u].length} tokens`]);
     tooltip.show(span, rows);
   })); // prettier-ignore
@@ -263,7 +282,7 @@ function renderExamples({ model, el, reportError }) {
 
   const request = coalesce(draw);
   /** Traits whose change re-reads the data (the others only redraw). @type {Set<keyof ExampleListModel>} */
-  const DATA_TRAITS = new Set(["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method"]);
+  const DATA_TRAITS = new Set(["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method"]);
   const listeners = TRAITS.map((name) => [`change:${name}`, () => request(DATA_TRAITS.has(name) ? 2 : 1)]);
   for (const [event, handler] of listeners) model.on(event, handler);
   const stopWatchingTheme = watchTheme(doc, (nextTheme) => {

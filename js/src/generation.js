@@ -54,7 +54,7 @@
  */
 
 import "./generation.css";
-import { buildUnits, maxMagnitude, ranksByMagnitude, roleStarts } from "./lib/aggregate.js";
+import { buildUnits, contentMaxMagnitude, ranksByMagnitude, roleStarts } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { scoreRgb, rgbString } from "./lib/colour.js";
 import { h } from "./lib/dom.js";
@@ -228,9 +228,10 @@ function renderGeneration({ model, el, reportError }) {
   const tokenRow = (step) => data.scores.subarray(step * data.n, (step + 1) * data.n);
   const row = (step) => unitRow(data, tokenRow(step), model.get("granularity") || "token");
   const paintOptions = () => ({ theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) });
+  // the colour scale is set by content tokens only, never by the (hidden) template and role-marker tokens
   const scaleMax = (step) => {
-    if (!model.get("shared_scale")) return maxMagnitude(row(step));
-    return Math.max(...data.steps.map((_, s) => maxMagnitude(row(s))));
+    if (!model.get("shared_scale")) return contentMaxMagnitude(row(step), data.special);
+    return Math.max(...data.steps.map((_, s) => contentMaxMagnitude(row(s), data.special)));
   };
   const scoreText = (value) => (Number.isNaN(value) ? "not visible to this generated token" : formatScore(value, { digits: 6, sign: data.signed }));
   const probText = (step) => (Number.isFinite(data.probs[step]) ? formatProbability(data.probs[step]) : "unknown");
@@ -350,7 +351,7 @@ function renderGeneration({ model, el, reportError }) {
     ctx.textBaseline = "middle";
     data.steps.forEach((index, s) => {
       const values = row(s);
-      const max = shared ? globalMax : maxMagnitude(values);
+      const max = shared ? globalMax : contentMaxMagnitude(values, data.special);
       ctx.fillStyle = fg;
       const label = contrastive() ? `${displayToken(data.tokens[index]).slice(0, 7)} vs ${displayToken(data.foils[s]).slice(0, 7)}` : displayToken(data.tokens[index]).slice(0, 14);
       ctx.fillText(label, 2, s * CELL_HEIGHT + CELL_HEIGHT / 2, LABEL_WIDTH - 6);

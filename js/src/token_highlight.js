@@ -44,7 +44,7 @@
  */
 
 import "./token_highlight.css";
-import { buildUnits, maxMagnitude, ranksByMagnitude, roleStarts, unitScores, unitText } from "./lib/aggregate.js";
+import { buildUnits, contentMaxMagnitude, ranksByMagnitude, roleStarts, unitScores, unitText } from "./lib/aggregate.js";
 import { decodeArray } from "./lib/codec.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
@@ -220,9 +220,11 @@ function renderTokenHighlight({ model, el, reportError }) {
     const ranks = ranksByMagnitude(sums);
     const ranked = sums.filter((value) => !Number.isNaN(value)).length;
     const shared = Boolean(model.get("shared_scale"));
+    // the colour scale is set by content units only: shown special (template) tokens are greyed, not counted
+    const unitSpecial = units.map((unit) => (data.specialMask[unit[0]] !== 0 ? 1 : 0));
     const max = shared
-      ? Math.max(...data.labels.map((_, t) => maxMagnitude(unitScores(units, data.scores, t, data.n))))
-      : maxMagnitude(sums);
+      ? Math.max(...data.labels.map((_, t) => contentMaxMagnitude(unitScores(units, data.scores, t, data.n), unitSpecial)))
+      : contentMaxMagnitude(sums, unitSpecial);
     const paint = { theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) };
     const hadFocus = tokensBox.contains(doc.activeElement);
     tooltip.hide();

@@ -61,13 +61,13 @@ const VIEWS = [
   {
     file: "comparison.js", model: "ComparisonModel", widget: comparison,
     state: { ...common, tokens: ["a", "b"], spaces_before: ["", " "], special_mask: bool([0, 0]), word_ids: i32([0, 1]), sentence_ids: i32([0, 0]),
-      scores: f32([1, 2, -1, 0], [2, 2]), methods: ["m1", "m2"], signed: [true, false], target_label: "pos", granularity: "token",
+      turn_ids: i32([0, 1]), turn_roles: ["user", "assistant"], scores: f32([1, 2, -1, 0], [2, 2]), methods: ["m1", "m2"], signed: [true, false], target_label: "pos", granularity: "token",
       agreements: { token: [{ a: "m1", b: "m2", spearman: 0.5, top_k_overlap: 1, k: 1 }] }, agreement_by: "magnitude", shared_scale: false },
   },
   {
     file: "example_list.js", model: "ExampleListModel", widget: examples,
     state: { error: "", tokens: [["a", "b"], ["c"]], spaces_before: [["", " "], [""]], special_mask: bool([0, 0, 0]), word_ids: i32([0, 1, 0]),
-      sentence_ids: i32([0, 0, 0]), scores: f32([1, -1, 2]), predicted: ["x", "y"], confidence: [0.9, null], true_labels: ["x", ""],
+      sentence_ids: i32([0, 0, 0]), turn_ids: i32([0, 1, 0]), turn_roles: [["user", "assistant"], []], scores: f32([1, -1, 2]), predicted: ["x", "y"], confidence: [0.9, null], true_labels: ["x", ""],
       max_attribution: [1, 2], signed: true, method: "saliency", sort_by: "index", descending: false, filter_label: "", filter_outcome: "all",
       granularity: "token", shared_scale: true, page: 0, page_size: 10, selected_example: -1 },
   },

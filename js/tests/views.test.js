@@ -376,7 +376,8 @@ describe("generation view", () => {
     await settle();
     const [, zim, mer] = spans();
     expect(zim.style.backgroundColor).toBe(mer.style.backgroundColor); // one word: one colour (-0.4 + 0.2)
-    expect(zim.style.backgroundColor).toBe(scoreColours(-0.2, 0.5).background); // scale: the row's largest unit
+    // scale: the row's largest content unit (0.2); the hidden special <pad> (0.5) does not count
+    expect(zim.style.backgroundColor).toBe(scoreColours(-0.2, 0.2).background);
     const data = { wordIds: [0, 1, 1, -1, 2, 3], sentenceIds: [0, 0, 0, -1, 1, 1], special: [0, 0, 0, 1, 0, 0] };
     expect(Array.from(unitRow(data, [0.25, 0.5, 0.125, 0.2, 0.75, NaN], "sentence"))).toEqual([0.875, 0.875, 0.875, 0.2, 0.75, 0.75]);
   });

@@ -65,6 +65,25 @@ export function maxMagnitude(values) {
 }
 
 /**
+ * Largest |value| over content entries only (`special[i] === 0`), ignoring NaN: the colour scale of a chat view,
+ * whose template and role-marker tokens (hidden, or shown greyed) must not set it. Falls back to every entry when
+ * there is no content entry.
+ * @param {ArrayLike<number>} values
+ * @param {ArrayLike<number | boolean>} special  1/true for a special (template) entry, aligned with `values`
+ * @example contentMaxMagnitude([5, -2, 1], [1, 0, 0]) // 2
+ */
+export function contentMaxMagnitude(values, special) {
+  let max = 0;
+  let content = false;
+  for (let i = 0; i < values.length; i += 1) {
+    if (special[i]) continue;
+    content = true;
+    if (Math.abs(values[i]) > max) max = Math.abs(values[i]);
+  }
+  return content ? max : maxMagnitude(values);
+}
+
+/**
  * 1-based rank of each value by decreasing |value| (ties share the better rank); NaN gets rank 0.
  * @param {ArrayLike<number>} values
  * @returns {Int32Array}
