@@ -209,8 +209,8 @@ class Measurement:
         """A fresh ``early`` or ``refit`` schedule from the monitor's settings (validates them)."""
         if self.monitor.fit == "early":
             return ProxySchedule("early", self.monitor.rank, total_steps=self.monitor.total_steps,
-                                 fit_fraction=self.monitor.fit_fraction)
-        return ProxySchedule("refit", self.monitor.rank, refit_every=self.monitor.refit_every)
+                                 fit_fraction=self.monitor.fit_fraction, fast=True)
+        return ProxySchedule("refit", self.monitor.rank, refit_every=self.monitor.refit_every, fast=True)
 
     def update_proxy(self, step: int, spec: str, H: torch.Tensor, moments: Moments | None) -> None:
         schedule = self.schedule(spec)
