@@ -162,3 +162,28 @@ def test_monitor_losses_unchanged_by_fast_kernels():
     assert monitor.tangent_proxies()["0"].angle_bound is not None  # the monitor's fit is the fast one
     ranks = monitor.series("effective_rank|0")[1]
     assert bool((ranks[~torch.as_tensor(ranks).isnan().numpy()] > 0).all())
+
+
+def test_measured_step_runs_on_one_thread_and_restores_the_callers(monkeypatch):
+    from interp_widgets.geometry import _measure
+
+    seen = []
+    original = _measure.Measurement.measure_layer
+
+    def recording(self, *args):
+        seen.append(torch.get_num_threads())
+        return original(self, *args)
+
+    monkeypatch.setattr(_measure.Measurement, "measure_layer", recording)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8))
+        monitor = AnisotropyMonitor(net, ["0", "2"], rank=2, n_controls=3, fit="refit", refit_every=2)
+        with monitor:
+            for _ in range(3):
+                net(torch.randn(64, 16)).pow(2).mean().backward(); monitor.step(); net.zero_grad()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [1] * 6
