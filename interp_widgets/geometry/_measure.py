@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import warnings
@@ -17,7 +18,13 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import torch
 
-from interp_widgets.geometry._kernels import as_points, check_shrinkage, linear_time_bundle, representation_bundle
+from interp_widgets.geometry._kernels import (
+    as_points,
+    check_shrinkage,
+    linear_time_bundle,
+    one_thread,
+    representation_bundle,
+)
 from interp_widgets.geometry.alignment import AlignmentResult, alignment_from_moments, stacked_bases
 from interp_widgets.geometry.controls import normal_controls
 from interp_widgets.geometry.history import LAYER_METRICS, series_name
@@ -209,8 +216,8 @@ class Measurement:
         """A fresh ``early`` or ``refit`` schedule from the monitor's settings (validates them)."""
         if self.monitor.fit == "early":
             return ProxySchedule("early", self.monitor.rank, total_steps=self.monitor.total_steps,
-                                 fit_fraction=self.monitor.fit_fraction)
-        return ProxySchedule("refit", self.monitor.rank, refit_every=self.monitor.refit_every)
+                                 fit_fraction=self.monitor.fit_fraction, fast=True)
+        return ProxySchedule("refit", self.monitor.rank, refit_every=self.monitor.refit_every, fast=True)
 
     def update_proxy(self, step: int, spec: str, H: torch.Tensor, moments: Moments | None) -> None:
         schedule = self.schedule(spec)
@@ -249,11 +256,13 @@ class Measurement:
         values: dict[str, float] = {}
         raw: dict[str, np.ndarray] = {}
         fitting = False
-        for spec in self.monitor.layers:
-            layer_values, layer_raw, layer_fitting = self.measure_layer(step, spec, *data[spec])
-            values.update(layer_values)
-            raw.update(layer_raw)
-            fitting |= layer_fitting
+        on_cpu = all(H.device.type == "cpu" for H, _ in data.values())
+        with one_thread() if on_cpu else contextlib.nullcontext():  # small kernels: see one_thread
+            for spec in self.monitor.layers:
+                layer_values, layer_raw, layer_fitting = self.measure_layer(step, spec, *data[spec])
+                values.update(layer_values)
+                raw.update(layer_raw)
+                fitting |= layer_fitting
         values["fitting"] = 1.0 if fitting else 0.0
         return values, raw
 

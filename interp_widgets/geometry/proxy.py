@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from interp_widgets.geometry._kernels import ArrayLike, as_float64, as_points, to_tensor
+from interp_widgets.geometry._kernels import ArrayLike, as_float64, as_points, fast_top_eigenvectors, to_tensor
 from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.subspaces import orthonormalize
 from interp_widgets.validation import check_int
@@ -42,6 +42,8 @@ class TangentProxy:
             reports the gradient energy along it separately.
         explained_variance: fraction of the fitted activations' variance inside the proxy (``None`` for a
             supplied basis).
+        angle_bound: for a ``fast`` :meth:`from_moments` fit, the proven bound on ``‖sin Θ‖_F`` between the
+            basis and the exact float64 eigenvectors' subspace (0 when the exact solver was used); else ``None``.
 
     Example:
         >>> import torch
@@ -54,6 +56,7 @@ class TangentProxy:
     method: str
     mean: torch.Tensor | None = None
     explained_variance: float | None = None
+    angle_bound: float | None = None
 
     @property
     def rank(self) -> int:
@@ -123,10 +126,14 @@ class TangentProxy:
         return cls(basis=basis, method=name, mean=mean, explained_variance=explained)
 
     @classmethod
-    def from_moments(cls, moments: Moments, rank: int) -> "TangentProxy":
+    def from_moments(cls, moments: Moments, rank: int, *, fast: bool = False) -> "TangentProxy":
         """PCA proxy from pooled activation moments (eigenvectors of the covariance), e.g. a streamed fit window.
 
-        Same subspace as :meth:`fit` on the pooled rows, without storing them.
+        Same subspace as :meth:`fit` on the pooled rows, without storing them. ``fast=True`` (the live
+        monitor's setting) replaces the float64 ``eigh`` by a float32 eigensolve refined by float64 subspace
+        iteration and Rayleigh–Ritz, whose distance to the exact subspace is bounded and recorded in
+        ``angle_bound`` (``‖sin Θ‖_F ≤ 1e-4``; see ``interp_widgets.geometry._kernels.fast_top_eigenvectors``);
+        ``explained_variance`` then uses the Ritz values over the exact trace.
 
         Example:
             >>> import torch
@@ -143,6 +150,10 @@ class TangentProxy:
                 f"PCA of {moments.count} points spans at most {moments.count - 1} directions; "
                 f"pass rank <= {moments.count - 1} or observe more activations"
             )
+        if fast:
+            top, basis, bound = fast_top_eigenvectors(moments.m2, rank)
+            explained = float(top.sum() / moments.m2.trace())
+            return cls(basis=basis, method="pca", mean=moments.mean, explained_variance=explained, angle_bound=bound)
         eigenvalues, eigenvectors = torch.linalg.eigh(moments.m2)
         basis = eigenvectors.flip(1)[:, :rank]
         explained = float(eigenvalues.flip(0)[:rank].sum() / eigenvalues.sum())

@@ -59,6 +59,8 @@ class ProxySchedule:
         fit_fraction: share of ``total_steps`` in the fit window, in ``(0, 1]`` (early only; None = 0.3).
         refit_every: window length in steps (refit only).
         basis: ``d × k`` basis or :class:`TangentProxy` (fixed only).
+        fast: fit with ``TangentProxy.from_moments(..., fast=True)`` (float32 eigensolve refined in float64, with
+            a bounded subspace angle; the live monitor's setting). Default False: the exact float64 ``eigh``.
 
     Example:
         >>> import torch
@@ -78,12 +80,14 @@ class ProxySchedule:
         fit_fraction: float | None = None,
         refit_every: int | None = None,
         basis: TangentProxy | ArrayLike | None = None,
+        fast: bool = False,
     ) -> None:
         if mode not in ("early", "refit", "fixed"):
             raise ValueError(f"mode must be 'early', 'refit' or 'fixed', got {mode!r}")
         check_mode_arguments(mode, "mode", total_steps=total_steps, fit_fraction=fit_fraction,
                              refit_every=refit_every, basis=basis)
         self.mode = mode
+        self.fast = bool(fast)
         self._proxy: TangentProxy | None = None
         self._pending: Moments | None = None
         self._window = 0
@@ -230,7 +234,7 @@ class ProxySchedule:
                 f"the fit window pooled {self._pending.count} activation rows, too few for a rank-{self.rank} "
                 f"PCA; pass more tokens per step or lower the rank"
             )
-        self._proxy = TangentProxy.from_moments(self._pending, self.rank)
+        self._proxy = TangentProxy.from_moments(self._pending, self.rank, fast=self.fast)
         self._pending = None
         self.version += 1
         return True
