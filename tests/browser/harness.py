@@ -423,3 +423,13 @@ def _executions_dropped(page, cell, timeout: float, grace: float = 5.0) -> bool:
             return True
         page.wait_for_timeout(250)
     return False
+
+
+def printed_state(page, cell: int = 1) -> dict:
+    """Run cell ``cell``, which prints ``IW_STATE {json}`` (a widget's synced traits), and return that JSON."""
+    from playwright.sync_api import expect
+
+    run_cells(page, cell)
+    out = notebook_cells(page).nth(cell).locator(".jp-OutputArea-output", has_text="IW_STATE")
+    expect(out).to_have_count(1)
+    return json.loads(re.search(r"IW_STATE (\{.*\})", out.inner_text()).group(1))

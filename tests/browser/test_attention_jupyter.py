@@ -14,7 +14,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.harness import notebook_cells, run_cells, wait_for_kernel_idle
+from tests.browser.harness import notebook_cells, printed_state, run_cells, wait_for_kernel_idle
 
 pytestmark = pytest.mark.browser
 
@@ -44,13 +44,6 @@ def attention_notebook(jupyter_server) -> str:
     jupyter_server.reset()
 
 
-def _state(page) -> dict:
-    run_cells(page, 1)
-    out = notebook_cells(page).nth(1).locator(".jp-OutputArea-output", has_text="IW_STATE")
-    expect(out).to_have_count(1)
-    return json.loads(re.search(r"IW_STATE (\{.*\})", out.inner_text()).group(1))
-
-
 def test_hover_lock_unlock_and_switch_heads_with_a_live_kernel(jupyter_server, attention_notebook, recorded_page):
     page = recorded_page.page
     page.goto(jupyter_server.notebook_url(attention_notebook))
@@ -75,7 +68,7 @@ def test_hover_lock_unlock_and_switch_heads_with_a_live_kernel(jupyter_server, a
     tokens.nth(5).hover()
     expect(tokens.nth(3)).to_have_class(re.compile(r"\biw-focus\b"))
     expect(tokens.nth(5)).not_to_have_class(re.compile(r"\biw-focus\b"))
-    assert _state(page) | {"heads": None, "pinned": None} == {"focus": 3, "locked": True, "heads": None, "pinned": None}
+    assert printed_state(page) | {"heads": None, "pinned": None} == {"focus": 3, "locked": True, "heads": None, "pinned": None}
 
     # switch to head 1 only: the view asks the kernel for it; the locked row's strongest key is head 1's argmax
     view.locator('input[data-head="1"]').check()
@@ -98,6 +91,6 @@ def test_hover_lock_unlock_and_switch_heads_with_a_live_kernel(jupyter_server, a
 
     view.locator(".iw-pin").click()
     expect(view.locator(".iw-attn-note")).to_contain_text("layer 1 head 1", timeout=30_000)
-    state = _state(page)
+    state = printed_state(page)
     assert state["heads"] == [1] and state["pinned"] == [{"layer": 1, "head": 1}] and state["locked"] is False
     recorded_page.requests.assert_loopback_only()

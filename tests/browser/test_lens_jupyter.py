@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from playwright.sync_api import expect
 
-from tests.browser.harness import notebook_cells, run_cells, wait_for_kernel_idle
+from tests.browser.harness import notebook_cells, printed_state, run_cells, wait_for_kernel_idle
 
 pytestmark = pytest.mark.browser
 
@@ -50,13 +50,6 @@ def lens_notebook(jupyter_server) -> str:
     jupyter_server.write_notebook(NOTEBOOK, (SETUP, PRINT_STATE))
     yield NOTEBOOK
     jupyter_server.reset()
-
-
-def _state(page) -> dict:
-    run_cells(page, 1)
-    out = notebook_cells(page).nth(1).locator(".jp-OutputArea-output", has_text="IW_STATE")
-    expect(out).to_have_count(1)
-    return json.loads(re.search(r"IW_STATE (\{.*\})", out.inner_text()).group(1))
 
 
 def test_lens_hover_and_trajectory_with_a_live_kernel(jupyter_server, lens_notebook, recorded_page):
@@ -100,7 +93,7 @@ def test_lens_hover_and_trajectory_with_a_live_kernel(jupyter_server, lens_noteb
     canvas.hover(position={"x": x, "y": y})
     expect(tip).to_contain_text(json.dumps(facts["top"]["tuned"]))
 
-    assert _state(page) == {"position": 2, "targets": [0, 1], "lens": "tuned"}
+    assert printed_state(page) == {"position": 2, "targets": [0, 1], "lens": "tuned"}
     assert dialogs == [], f"token text ran as script: {dialogs}"
     assert notebook_cells(page).locator(".iw-error").count() == 0
     recorded_page.requests.assert_loopback_only()
