@@ -15,10 +15,12 @@ from interp_widgets.geometry._kernels import (
     eigenvalues_from_gram,
     fast_eigenvalues,
     fast_top_eigenvectors,
+    linear_time_bundle,
     one_thread,
     representation_bundle,
 )
-from interp_widgets.geometry.moments import moments_of_points
+from interp_widgets.geometry.alignment import alignment_from_moments, fast_energy_bound, stacked_bases
+from interp_widgets.geometry.moments import moments_of_float32_rows, moments_of_points
 
 
 def cloud(n, d, seed=0, offset=0.0):
@@ -84,6 +86,44 @@ def test_alignment_from_fast_moments_within_bound():
     assert float((fast.energy_controls - exact.energy_controls).abs().max()) <= tol
     assert abs(fast.delta_iso_proxy - exact.delta_iso_proxy) <= 10 * tol
     assert fast.p_value == exact.p_value
+
+
+def test_float32_moments_within_their_bound_with_a_large_mean():
+    for n, d, offset in ((4096, 64, 0.0), (1000, 130, 50.0), (300, 7, 1e3)):
+        x = cloud(n, d, seed=n, offset=offset).to(torch.float32)
+        exact = moments_of_points(x.double())
+        fast = moments_of_float32_rows(x)
+        assert fast.m2.dtype == torch.float64
+        assert torch.allclose(fast.mean, exact.mean, rtol=0, atol=1e-12 * (1 + offset))
+        # the blocked Gram's bound, plus n·‖δ‖² for the mean rounded to float32
+        bound = (GRAM_BLOCK + 2) * U32 * float(exact.m2.trace()) + n * (U32 * float(exact.mean.norm())) ** 2
+        error = float((fast.m2 - exact.m2).norm())
+        assert 0 < error <= bound
+
+
+def test_fast_alignment_product_within_its_energy_bound():
+    for d, k in ((64, 4), (384, 16)):
+        G = cloud(2000, d, seed=d)
+        G[:, :k] *= 5
+        moments = moments_of_points(G)
+        proxy = TangentProxy.from_basis(torch.linalg.qr(torch.randn(d, k, dtype=torch.float64))[0])
+        stacked = stacked_bases(proxy.basis, normal_controls(proxy, 20, seed=0))
+        settings = dict(center=True, zeta=0.0, target="scaled_identity", coordinates="full")
+        exact = alignment_from_moments(moments, stacked, k, proxy.mean, **settings)
+        fast = alignment_from_moments(moments, stacked, k, proxy.mean, fast=True, **settings)
+        bound = fast_energy_bound(k, d)
+        assert 0 < abs(fast.energy_proxy - exact.energy_proxy) <= bound  # really float32, and within the bound
+        assert float((fast.energy_controls - exact.energy_controls).abs().max()) <= bound
+        assert abs(fast.delta_iso_proxy - exact.delta_iso_proxy) <= 10 * bound
+        assert fast.p_value == exact.p_value
+
+
+def test_linear_time_bundle_equals_the_full_bundle():
+    for offset in (0.0, 3.0, 100.0):
+        x = cloud(500, 24, seed=5, offset=offset)
+        fast, full = linear_time_bundle(x), representation_bundle(x)
+        for metric in ("avg_cosine", "avg_cosine_centered", "drift_share"):
+            assert abs(fast[metric] - full[metric]) <= 1e-10 * max(1.0, abs(full[metric]))
 
 
 def real_activations():
@@ -164,8 +204,8 @@ def test_monitor_losses_unchanged_by_fast_kernels():
     assert bool((ranks[~torch.as_tensor(ranks).isnan().numpy()] > 0).all())
 
 
-def test_measured_step_runs_on_one_thread_and_restores_the_callers(monkeypatch):
-    from interp_widgets.geometry import _measure
+def test_measured_step_threads_follow_the_machine_and_restore_the_callers(monkeypatch):
+    from interp_widgets.geometry import _kernels, _measure
 
     seen = []
     original = _measure.Measurement.measure_layer
@@ -178,12 +218,16 @@ def test_measured_step_runs_on_one_thread_and_restores_the_callers(monkeypatch):
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8))
-        monitor = AnisotropyMonitor(net, ["0", "2"], rank=2, n_controls=3, fit="refit", refit_every=2)
-        with monitor:
-            for _ in range(3):
-                net(torch.randn(64, 16)).pow(2).mean().backward(); monitor.step(); net.zero_grad()
-        assert torch.get_num_threads() == 2
+        for busy in (True, False):
+            monkeypatch.setattr(_kernels.os, "getloadavg", lambda busy=busy: (40.0 if busy else 0.1, 0.0, 0.0))
+            net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8))
+            monitor = AnisotropyMonitor(net, ["0", "2"], rank=2, n_controls=3, fit="refit", refit_every=2)
+            with monitor:
+                for _ in range(3):
+                    net(torch.randn(64, 16)).pow(2).mean().backward(); monitor.step(); net.zero_grad()
+            assert torch.get_num_threads() == 2
+        monkeypatch.setattr(_kernels.os, "getloadavg", lambda: (_ for _ in ()).throw(OSError("no load average")))
+        assert _kernels.machine_oversubscribed() is False
     finally:
         torch.set_num_threads(threads)
-    assert seen == [1] * 6
+    assert seen == [1] * 6 + [2] * 6  # one thread on the oversubscribed machine, the caller's two on the idle one

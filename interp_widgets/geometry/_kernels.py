@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import os
 
 import numpy as np
 import torch
@@ -183,6 +184,47 @@ def one_thread():
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+#: One-minute load average per core above which :func:`measurement_threads` runs on one thread.
+OVERSUBSCRIBED_LOAD_PER_CORE = 1.5
+
+
+def machine_oversubscribed() -> bool:
+    """Whether the one-minute load average exceeds :data:`OVERSUBSCRIBED_LOAD_PER_CORE` runnable threads per core
+    (False where the platform reports no load average).
+
+    Example:
+        >>> isinstance(machine_oversubscribed(), bool)
+        True
+    """
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):  # Windows has no load average
+        return False
+    return load > OVERSUBSCRIBED_LOAD_PER_CORE * (os.cpu_count() or 1)
+
+
+@contextlib.contextmanager
+def measurement_threads():
+    """The intra-op threads of one measured monitor step: the caller's own count, except on an oversubscribed
+    machine (:func:`machine_oversubscribed`), where :func:`one_thread` avoids barriers that wait for descheduled
+    threads. On an idle 2-core machine the second thread halves the step's products (the Gram of the gradient
+    rows, the proxy and control products); at load 15 it made them 10–30× slower. The load is read at every
+    step, so the choice follows the machine. The eigensolves always run on one thread (:func:`one_thread`).
+
+    Example:
+        >>> threads = torch.get_num_threads()
+        >>> with measurement_threads():
+        ...     inside = torch.get_num_threads()
+        >>> inside == (1 if machine_oversubscribed() else threads), torch.get_num_threads() == threads
+        (True, True)
+    """
+    if machine_oversubscribed():
+        with one_thread():
+            yield
+    else:
+        yield
 
 
 #: Unit roundoff of float32 (2⁻²⁴), the unit of the fast kernels' error bounds.
@@ -455,11 +497,35 @@ def _floats(values: dict[str, torch.Tensor], n: int, d: int) -> dict[str, float]
 
 def linear_time_bundle(x: torch.Tensor) -> dict[str, float]:
     """The O(nd) part of :func:`representation_bundle` (no Gram, no eigensolve): ``avg_cosine``,
-    ``avg_cosine_centered`` and ``drift_share`` of a validated float64 cloud, equal to the full bundle's values."""
+    ``avg_cosine_centered`` and ``drift_share`` of a validated float64 cloud, equal to the full bundle's values.
+
+    Six passes over the cloud (the monitor runs it at every step): the mean, the centring, both row norms, and
+    one product ``xᵀ[1/‖x_i‖, 1/‖x_i − μ‖]`` for both unit-vector sums, the centred one as
+    ``Σ x_i/c_i − μ·Σ 1/c_i``.
+
+    Example:
+        >>> x = torch.randn(300, 8, dtype=torch.float64) + 1.0
+        >>> fast, full = linear_time_bundle(x), representation_bundle(x)
+        >>> all(abs(fast[m] - full[m]) < 1e-12 for m in ("avg_cosine", "avg_cosine_centered", "drift_share"))
+        True
+    """
     n, d = x.shape
     check_rows(n, "H", 2)
     mean = x.mean(dim=0)
-    centred = x - mean
-    values = _cosines(x, centred, inverse_row_norms(x, "H", ZERO_ROW_HINT))
-    values["drift_share"] = drift_share_from_moments(mean, (centred * centred).sum(), n)
+    norms = torch.linalg.vector_norm(x, dim=1)
+    centred_norms = torch.linalg.vector_norm(x - mean, dim=1)
+    for values, hint in ((norms, ZERO_ROW_HINT), (centred_norms, MEAN_ROW_HINT)):
+        zero = values == 0
+        if bool(zero.any()):
+            raise ValueError(f"H has {int(zero.sum())} all-zero row(s){hint}; cosines are undefined for them")
+    inverse = torch.stack([1.0 / norms, 1.0 / centred_norms], dim=1)
+    sums = x.T @ inverse  # (d, 2): Σ x_i/‖x_i‖ and Σ x_i/c_i
+    unit = sums[:, 0]
+    centred_unit = sums[:, 1] - mean * inverse[:, 1].sum()
+    pairs = n * (n - 1)
+    values = {
+        "avg_cosine": (unit @ unit - n) / pairs,
+        "avg_cosine_centered": (centred_unit @ centred_unit - n) / pairs,
+        "drift_share": drift_share_from_moments(mean, (centred_norms * centred_norms).sum(), n),
+    }
     return _floats(values, n, d)

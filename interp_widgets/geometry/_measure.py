@@ -22,13 +22,13 @@ from interp_widgets.geometry._kernels import (
     as_points,
     check_shrinkage,
     linear_time_bundle,
-    one_thread,
+    measurement_threads,
     representation_bundle,
 )
 from interp_widgets.geometry.alignment import AlignmentResult, alignment_from_moments, stacked_bases
 from interp_widgets.geometry.controls import normal_controls
 from interp_widgets.geometry.history import LAYER_METRICS, series_name
-from interp_widgets.geometry.moments import Moments, moments_of_points
+from interp_widgets.geometry.moments import Moments, moments_of_float32_rows, moments_of_points
 from interp_widgets.geometry.proxy import TangentProxy
 from interp_widgets.geometry.schedule import ProxySchedule
 from interp_widgets.validation import check_int
@@ -127,6 +127,20 @@ class Reservoir:
     def clear(self) -> None:
         self.rows, self.seen = None, 0
 
+
+
+def gradient_moments(G: torch.Tensor) -> Moments:
+    """The moments of one step's finite gradient rows, with ``M2`` from the float32 blocked Gram (error bound in
+    :func:`~interp_widgets.geometry.moments.moments_of_float32_rows`): float32 rows are never copied to float64;
+    other dtypes go through float64 first.
+
+    Example:
+        >>> gradient_moments(torch.ones(3, 2)).m2.tolist()
+        [[0.0, 0.0], [0.0, 0.0]]
+    """
+    if G.ndim == 2 and G.dtype == torch.float32 and G.shape[0] >= 1 and G.shape[1] >= 1:
+        return moments_of_float32_rows(G.detach())
+    return moments_of_points(as_points(G, "G", min_rows=1, finite=True), fast=True)
 
 
 def all_finite(tensor: torch.Tensor) -> bool:
@@ -257,7 +271,7 @@ class Measurement:
         raw: dict[str, np.ndarray] = {}
         fitting = False
         on_cpu = all(H.device.type == "cpu" for H, _ in data.values())
-        with one_thread() if on_cpu else contextlib.nullcontext():  # small kernels: see one_thread
+        with measurement_threads() if on_cpu else contextlib.nullcontext():  # small kernels: see measurement_threads
             for spec in self.monitor.layers:
                 layer_values, layer_raw, layer_fitting = self.measure_layer(step, spec, *data[spec])
                 values.update(layer_values)
@@ -286,14 +300,14 @@ class Measurement:
             self.update_proxy(step, spec, H, pooled)
             if spec in self.fitted:
                 # gradient_alignment without re-validating the controls this monitor drew itself
-                moments = moments_of_points(as_points(G, "G", min_rows=1, finite=True), fast=True)
+                moments = gradient_moments(G)
                 if moments.count < 2:
                     raise ValueError(f"G has {moments.count} row(s); IsoScore* needs at least 2 gradient rows")
                 proxy = self.fitted[spec]
                 result = alignment_from_moments(
                     moments, self.stacked[spec].to(moments.m2.device), proxy.rank, proxy.mean,
                     center=self.monitor.center, zeta=float(self.monitor.zeta), target="scaled_identity",
-                    coordinates=self.monitor.coordinates)
+                    coordinates=self.monitor.coordinates, fast=True)
                 alignment_values(values, name, result)
                 raw[name("control_energy")] = result.energy_controls.numpy()
                 raw[name("delta_isoscore_control")] = result.delta_iso_controls.numpy()
