@@ -30,7 +30,7 @@ from interp_widgets import layers as _layers
 from interp_widgets.layers import LayerPoint, UnsupportedModelError
 from interp_widgets._inputs import input_items, is_conversation
 from interp_widgets.text_units import Encoding, check_fast_tokenizer, encode, encode_chat
-from interp_widgets.validation import check_int
+from interp_widgets.validation import check_int, check_number
 
 __all__ = ["ModelAdapter", "Encoding", "PassCount", "UnsupportedModelError", "detect_task", "execution_device",
            "SUPPORTED_TASKS", "TASK_CLASSIFICATION", "TASK_CAUSAL_LM", "TASK_MASKED_LM", "TASK_SEQ2SEQ_LM"]
@@ -522,25 +522,36 @@ class ModelAdapter:
         finally:
             self._observer = previous
 
-    def length_buckets(self, lengths: Sequence[int], *, copies: int = 1) -> list[list[int]]:
+    def length_buckets(self, lengths: Sequence[int], *, copies: int = 1,
+                       max_padding: float | None = None) -> list[list[int]]:
         """Group item indices into batches of similar length, each under ``max_batch_tokens``.
 
         ``copies`` is how many rows each item expands into (for example IG steps), so that a batch of ``b`` items
         holds ``b * copies * max_len`` tokens at most. An item too big on its own forms a batch alone.
+        ``max_padding`` (a fraction) also closes a batch before its padding would exceed that share of its padded
+        tokens: items of very different lengths then never share a pass, whatever ``max_batch_tokens`` allows.
 
         Example:
             >>> ModelAdapter(model, tokenizer, max_batch_tokens=400).length_buckets([5, 200, 7, 190])
             [[0, 2], [3, 1]]
+            >>> ModelAdapter(model, tokenizer, max_batch_tokens=400).length_buckets([5, 200, 7, 190], max_padding=0.1)
+            [[0], [2], [3, 1]]
         """
+        if max_padding is not None:
+            check_number("max_padding", max_padding, minimum=0)
         order = sorted(range(len(lengths)), key=lambda i: lengths[i])
         batches: list[list[int]] = []
         current: list[int] = []
+        tokens = 0  # real tokens of the current batch
         for i in order:
-            longest = max([lengths[j] for j in current] + [lengths[i]])
-            if current and (len(current) + 1) * copies * longest > self.max_batch_tokens:
+            longest = max(lengths[i], lengths[current[-1]] if current else 0)  # sorted: the new item is the longest
+            padded = (len(current) + 1) * longest
+            if current and (padded * copies > self.max_batch_tokens
+                            or (max_padding is not None and padded - tokens - lengths[i] > max_padding * padded)):
                 batches.append(current)
-                current = []
+                current, tokens = [], 0
             current.append(i)
+            tokens += lengths[i]
         if current:
             batches.append(current)
         return batches

@@ -143,6 +143,25 @@ def test_length_buckets_respect_budget(bert_classifier):
     assert [sorted(b) for b in batches] == [[0, 2, 4, 5], [1, 3]]
 
 
+def test_length_buckets_bound_padding(bert_classifier):
+    adapter = ModelAdapter(*bert_classifier, max_batch_tokens=10_000)
+    lengths = np.random.default_rng(0).integers(1, 300, size=500).tolist()
+    for max_padding in (0.0, 0.05, 0.3):
+        batches = adapter.length_buckets(lengths, max_padding=max_padding)
+        assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+        for batch in batches:
+            longest, real = max(lengths[i] for i in batch), sum(lengths[i] for i in batch)
+            assert len(batch) * longest <= 10_000 or len(batch) == 1
+            assert len(batch) * longest - real <= max_padding * len(batch) * longest + 1e-9
+        padded = sum(len(b) * max(lengths[i] for i in b) for b in batches)
+        assert padded <= sum(lengths) / (1 - max_padding) + 1e-9
+    assert len(adapter.length_buckets(lengths, max_padding=0.3)) < len(adapter.length_buckets(lengths, max_padding=0.0))
+    unbounded = adapter.length_buckets(lengths)  # without the bound, few wide batches pad far more than 5 %
+    assert sum(len(b) * max(lengths[i] for i in b) for b in unbounded) > 1.1 * sum(lengths)
+    with pytest.raises(ValueError, match="max_padding"):
+        adapter.length_buckets(lengths, max_padding=-0.1)
+
+
 def test_generate_greedy_matches_transformers(gpt2_lm):
     model, tokenizer = gpt2_lm
     adapter = ModelAdapter(model, tokenizer)

@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import shutil
@@ -39,7 +40,8 @@ UNITS = ("token", "sentence")
 POOLINGS = ("cls", "mean", "last")
 META_FIELDS = ("text_id", "position", "start", "end", "token_id")
 _STORE_FORMAT = "interp_widgets.ActivationStore"
-_WINDOW_TEXTS = 512
+_WINDOW_TEXTS = 4096  # texts encoded and length-sorted together (fewer when their rows would exceed a chunk)
+_MAX_PADDING = 0.05  # a forward pass pads at most this share of its tokens (see ModelAdapter.length_buckets)
 
 
 class _StopForward(Exception):
@@ -588,6 +590,16 @@ class _Collector:
         return store
 
 
+def _config_width(model) -> int:
+    """The hidden size in the model's config (1024 when it has none): the row width assumed before a row is seen."""
+    config = getattr(model, "config", None)
+    for key in ("hidden_size", "n_embd", "d_model"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 1024
+
+
 def _default_pooling(adapter: ModelAdapter) -> str:
     if adapter.task == TASK_CAUSAL_LM or adapter.tokenizer.cls_token_id is None:
         return "last"
@@ -626,11 +638,15 @@ def collect_activations(
         include_special: keep special tokens ([CLS], [SEP], BOS…) as rows; padding is always dropped.
         memory_budget: bytes of activations kept in RAM; beyond that, chunks of a quarter of the budget (at most
             256 MB) stream to disk (a temporary directory removed with the store, or ``path``). Activation memory
-            peaks at the budget plus one chunk; row metadata adds 40 bytes per row.
+            peaks at the budget plus two chunks (the chunk being filled, and the rows of the texts batched
+            together); row metadata adds 40 bytes per row.
         path: a directory to write the store to (always on disk); required with ``process_group``.
         process_group: a ``torch.distributed`` group; each rank collects a contiguous shard of the texts into
             ``path/shard-<rank>`` and, after a barrier, every rank returns the store of all shards.
-        max_batch_tokens: padded tokens per forward pass.
+        max_batch_tokens: padded tokens per forward pass at most. Texts are sorted by length within runs of
+            consecutive texts (as many as one chunk of rows holds, at most 4,096) and a pass pads at most 5 % of its
+            tokens; the store keeps text order whatever the batching, and each row equals a forward pass of its
+            text alone up to float rounding (about 1e-6 relative in float32).
         progress: show a tqdm progress bar.
 
     The layers after ``layer`` are not run. The model is left untouched (modes restored, hooks removed).
@@ -701,20 +717,35 @@ def collect_activations(
         captured["hidden"] = (output[0] if isinstance(output, (tuple, list)) else output).detach()
         raise _StopForward
 
+    # the forward pass stops at the layer: no key/value cache to build for the blocks that did run
+    call_options = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
+    width = _config_width(model)
+
+    def windows() -> Iterator[list]:
+        """Consecutive runs of encoded texts whose rows fit in one chunk (at most ``_WINDOW_TEXTS`` texts): texts
+        are batched by length within a run, and the run's rows are added to the store in text order."""
+        encodings, tokens = [], 0
+        for j, text in enumerate(texts):
+            try:
+                encodings.append(adapter.encode(text))
+            except (TypeError, ValueError) as err:
+                raise type(err)(f"text {offset + j}: {err}") from None
+            tokens += len(encodings[-1])
+            limit = collector.chunk_bytes // (4 * (collector.dim or width))
+            if len(encodings) >= _WINDOW_TEXTS or (unit == "token" and tokens >= limit):
+                yield encodings
+                encodings, tokens = [], 0
+        if encodings:
+            yield encodings
+
     bar = tqdm(total=len(texts), desc=f"activations {layer_name}", unit="text", disable=not progress)
     try:
         with adapter.evaluation(), torch.inference_mode(), adapter.hooks({layer_name: hook}):
-            for window in range(0, len(texts), _WINDOW_TEXTS):
-                window_texts = texts[window:window + _WINDOW_TEXTS]
-                encodings = []
-                for j, text in enumerate(window_texts):
-                    try:
-                        encodings.append(adapter.encode(text))
-                    except (TypeError, ValueError) as err:
-                        raise type(err)(f"text {offset + window + j}: {err}") from None
-                    read.append(encodings[-1].text)
+            window = 0
+            for encodings in windows():
+                read.extend(e.text for e in encodings)
                 per_text: dict[int, tuple[np.ndarray, dict]] = {}
-                for batch in adapter.length_buckets([len(e) for e in encodings]):
+                for batch in adapter.length_buckets([len(e) for e in encodings], max_padding=_MAX_PADDING):
                     longest = max(len(encodings[i]) for i in batch)
                     ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
                     mask = torch.zeros((len(batch), longest), dtype=torch.long)
@@ -724,7 +755,8 @@ def collect_activations(
                     captured.clear()
                     try:
                         if run is None:
-                            model(input_ids=ids.to(adapter.device), attention_mask=mask.to(adapter.device))
+                            model(input_ids=ids.to(adapter.device), attention_mask=mask.to(adapter.device),
+                                  **call_options)
                         else:
                             run(ids.to(adapter.device), mask.to(adapter.device))
                     except _StopForward:
@@ -739,8 +771,9 @@ def collect_activations(
                                                include_special, window + i, spanless)
                     bar.update(len(batch))
                 for i in range(len(encodings)):
-                    rows, meta = per_text[i]
+                    rows, meta = per_text.pop(i)
                     collector.add(rows, meta)
+                window += len(encodings)
     finally:
         bar.close()
     info = {
