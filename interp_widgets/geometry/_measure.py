@@ -128,7 +128,6 @@ class Reservoir:
         self.rows, self.seen = None, 0
 
 
-
 def gradient_moments(G: torch.Tensor) -> Moments:
     """The moments of one step's finite gradient rows, with ``M2`` from the float32 blocked Gram (error bound in
     :func:`~interp_widgets.geometry.moments.moments_of_float32_rows`): float32 rows are never copied to float64;
