@@ -512,13 +512,8 @@ def linear_time_bundle(x: torch.Tensor) -> dict[str, float]:
     n, d = x.shape
     check_rows(n, "H", 2)
     mean = x.mean(dim=0)
-    norms = torch.linalg.vector_norm(x, dim=1)
-    centred_norms = torch.linalg.vector_norm(x - mean, dim=1)
-    for values, hint in ((norms, ZERO_ROW_HINT), (centred_norms, MEAN_ROW_HINT)):
-        zero = values == 0
-        if bool(zero.any()):
-            raise ValueError(f"H has {int(zero.sum())} all-zero row(s){hint}; cosines are undefined for them")
-    inverse = torch.stack([1.0 / norms, 1.0 / centred_norms], dim=1)
+    inverse = torch.stack([inverse_row_norms(x, "H", ZERO_ROW_HINT),
+                           inverse_row_norms(x - mean, "H", MEAN_ROW_HINT)], dim=1)
     sums = x.T @ inverse  # (d, 2): Σ x_i/‖x_i‖ and Σ x_i/c_i
     unit = sums[:, 0]
     centred_unit = sums[:, 1] - mean * inverse[:, 1].sum()
@@ -526,6 +521,6 @@ def linear_time_bundle(x: torch.Tensor) -> dict[str, float]:
     values = {
         "avg_cosine": (unit @ unit - n) / pairs,
         "avg_cosine_centered": (centred_unit @ centred_unit - n) / pairs,
-        "drift_share": drift_share_from_moments(mean, (centred_norms * centred_norms).sum(), n),
+        "drift_share": drift_share_from_moments(mean, inverse[:, 1].pow(-2).sum(), n),
     }
     return _floats(values, n, d)
