@@ -213,6 +213,8 @@ def token_data(result: Any) -> TokenHighlightData:
     if roles and (turn_ids >= len(roles)).any():
         raise ValueError(f"turn_ids go up to {int(turn_ids.max())} but turn_roles names {len(roles)} turns; pass one role "
                          "per turn")
+    if not roles:
+        turn_ids = None  # a plain text is one turn without a role: the views need no ids for it
     labels = getattr(result, "target_labels", None)
     labels = [f"target {t}" for t in range(n_targets)] if labels is None else [str(label) for label in labels]
     if len(labels) != n_targets:
@@ -310,7 +312,8 @@ class ChatTurns(traitlets.HasTraits):
         True
     """
 
-    turn_ids = BinaryArray("int", help="Turn (chat message) of each token (-1: none), narrowest int.").tag(sync=True, data=True)
+    turn_ids = BinaryArray("int", allow_none=True, help="Turn (chat message) of each token (-1: none), narrowest int; "
+                           "None for a plain text (one turn, no role).").tag(sync=True, data=True)  # fmt: skip
     turn_roles = traitlets.List(traitlets.Unicode(), help="Role of each turn ('system', 'user', ...); empty for a plain "
                                 "text.").tag(sync=True, data=True)  # fmt: skip
 

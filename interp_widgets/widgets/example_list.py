@@ -97,7 +97,7 @@ class ExampleListWidget(InterpWidget, PagedList):
             special.append(mask)
             words.append(data.word_ids)
             sentences.append(data.sentence_ids)
-            turns.append(data.turn_ids)
+            turns.append(np.where(mask, -1, 0) if data.turn_ids is None else data.turn_ids)
             roles.append(list(data.turn_roles))
             rows.append(row)
             predicted.append(data.target_labels[target])

@@ -54,7 +54,7 @@
 
 import "./comparison.css";
 import { buildUnits, maxMagnitude, roleStarts, unitScores, unitText } from "./lib/aggregate.js";
-import { decodeArray } from "./lib/codec.js";
+import { decodeArray, hasArray } from "./lib/codec.js";
 import { GRANULARITIES, granularitySelect, textTable } from "./lib/controls.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
@@ -87,7 +87,7 @@ function readComparison(model) {
   };
   const signed = model.get("signed") ?? [];
   // payloads from before turns existed have none: every token is then in one turn without a role
-  const turnIds = model.get("turn_ids") ? perToken("turn_ids") : null;
+  const turnIds = hasArray(model.get("turn_ids")) ? perToken("turn_ids") : null;
   return { n, tokens, methods, scores: scores.values, specialMask: perToken("special_mask"), wordIds: perToken("word_ids"), sentenceIds: perToken("sentence_ids"),
     turnIds, roles: model.get("turn_roles") ?? [], signed: methods.map((_, m) => signed[m] !== false), spaces: model.get("spaces_before") ?? [] }; // prettier-ignore
 }

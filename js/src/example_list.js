@@ -49,7 +49,7 @@
 
 import "./example_list.css";
 import { buildUnits, maxMagnitude, roleStarts, unitScores, unitText } from "./lib/aggregate.js";
-import { decodeArray } from "./lib/codec.js";
+import { decodeArray, hasArray } from "./lib/codec.js";
 import { GRANULARITIES, createPager, granularitySelect, labelRanks, pageOf, sortIndices } from "./lib/controls.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
@@ -105,7 +105,7 @@ function readExamples(model) {
     wordIds: concatenated("word_ids"),
     sentenceIds: concatenated("sentence_ids"),
     // payloads from before turns existed have none: every example is then one turn without a role
-    turnIds: model.get("turn_ids") ? concatenated("turn_ids") : null,
+    turnIds: hasArray(model.get("turn_ids")) ? concatenated("turn_ids") : null,
     roles: model.get("turn_roles") ?? [],
     spaces: model.get("spaces_before") ?? [],
     predicted: model.get("predicted") ?? [],

@@ -55,7 +55,7 @@
 
 import "./generation.css";
 import { buildUnits, contentMaxMagnitude, ranksByMagnitude, roleStarts } from "./lib/aggregate.js";
-import { decodeArray } from "./lib/codec.js";
+import { decodeArray, hasArray } from "./lib/codec.js";
 import { scoreRgb, rgbString } from "./lib/colour.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
@@ -96,7 +96,7 @@ export function readGeneration(model) {
   const generated = decodeArray(model.get("generated_mask")).values;
   if (special.length !== n || generated.length !== n) throw new RangeError(`special_mask and generated_mask need ${n} entries`);
   // payloads from before turns existed have none: the prompt and reply are then one turn without a role
-  const turnIds = model.get("turn_ids") ? decodeArray(model.get("turn_ids")).values : null;
+  const turnIds = hasArray(model.get("turn_ids")) ? decodeArray(model.get("turn_ids")).values : null;
   if (turnIds && turnIds.length !== n) throw new RangeError(`turn_ids has ${turnIds.length} entries for ${n} tokens`);
   const stepAt = new Int32Array(n).fill(-1); // generation step of each token, -1 for the prompt
   steps.forEach((index, step) => {

@@ -45,7 +45,7 @@
 
 import "./token_highlight.css";
 import { buildUnits, contentMaxMagnitude, ranksByMagnitude, roleStarts, unitScores, unitText } from "./lib/aggregate.js";
-import { decodeArray } from "./lib/codec.js";
+import { decodeArray, hasArray } from "./lib/codec.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
 import { GRANULARITIES, fillTableIdle, granularitySelect } from "./lib/controls.js";
@@ -125,7 +125,7 @@ function readData(model) {
     wordIds: perToken(model, "word_ids", n),
     sentenceIds: perToken(model, "sentence_ids", n),
     // payloads from before turns existed have none: every token is then in one turn without a role
-    turnIds: model.get("turn_ids") ? perToken(model, "turn_ids", n) : null,
+    turnIds: hasArray(model.get("turn_ids")) ? perToken(model, "turn_ids", n) : null,
     roles: model.get("turn_roles") ?? [],
     method: model.get("method") ?? "",
     meaning: model.get("score_meaning") ?? "",

@@ -27,12 +27,23 @@ function halfTable() {
 }
 
 /**
- * IEEE float16 (little-endian bit patterns) to float32.
+ * IEEE float16 (little-endian bit patterns) to float32: the browser's native Float16Array conversion where it
+ * exists (Chromium 135+, Firefox 129+, Safari 18.2+), else a lookup table of all 65,536 patterns.
  * @param {Uint16Array} bits
  * @returns {Float32Array}
  * @example float16ToFloat32(Uint16Array.of(0x3c00, 0x3800)) // Float32Array [1, 0.5]
  */
 export function float16ToFloat32(bits) {
+  if (typeof Float16Array === "function") return new Float32Array(new Float16Array(bits.buffer, bits.byteOffset, bits.length));
+  return float16ToFloat32ByTable(bits);
+}
+
+/**
+ * float16ToFloat32 through the lookup table (the fallback without a native Float16Array; exported for tests).
+ * @param {Uint16Array} bits
+ * @returns {Float32Array}
+ */
+export function float16ToFloat32ByTable(bits) {
   const table = halfTable();
   const out = new Float32Array(bits.length);
   for (let i = 0; i < bits.length; i += 1) out[i] = table[bits[i]];

@@ -45,6 +45,16 @@ function asBytes(data) {
 }
 
 /**
+ * Whether a synced value is an array payload: an optional array the kernel left out arrives as {} (or null, or
+ * not at all in a payload from before the array existed).
+ * @param {unknown} payload
+ * @example hasArray({}) // false
+ */
+export function hasArray(payload) {
+  return payload !== null && typeof payload === "object" && "dtype" in payload;
+}
+
+/**
  * Decode a `{dtype, shape, data}` payload into a typed array.
  * @param {BinaryArray} payload
  * @returns {{dtype: string, shape: number[], values: ArrayLike<number>}}

@@ -24,6 +24,9 @@ export function createTooltip(container) {
      * @param {Array<[string, string]>} rows  label/value pairs, rendered as text
      */
     show(anchor, rows) {
+      // measure before writing anything: reading the layout after a write would force a synchronous layout
+      const box = container.getBoundingClientRect();
+      const at = anchor.getBoundingClientRect();
       if (target && target !== anchor) target.removeAttribute("aria-describedby");
       target = anchor;
       node.replaceChildren(
@@ -33,8 +36,6 @@ export function createTooltip(container) {
       );
       node.hidden = false;
       anchor.setAttribute("aria-describedby", node.id);
-      const box = container.getBoundingClientRect();
-      const at = anchor.getBoundingClientRect();
       node.style.left = `${Math.max(0, at.left - box.left)}px`;
       node.style.top = `${at.bottom - box.top + 4}px`;
     },
