@@ -86,6 +86,17 @@ def test_traits_come_from_the_result():
     assert ".iw-token" in widget._css
 
 
+def test_a_plain_text_sends_no_turn_ids_and_a_chat_sends_them():
+    plain = TokenHighlightWidget(_result())
+    assert plain.turn_ids is None and plain.turn_roles == []
+    assert plain.get_state()["turn_ids"] == {}  # travels as an absent array: the views treat it as one turn
+    chat = TokenHighlightWidget.from_arrays("Hi. Yo.", ["Hi.", "Yo."], [(0, 3), (4, 7)], [1.0, 2.0],
+                                            turn_ids=[0, 1], turn_roles=["user", "assistant"])
+    assert chat.turn_ids.tolist() == [0, 1] and chat.role_starts(chat.units()) == {0: "user", 1: "assistant"}
+    plain.granularity = "turn"
+    assert plain.role_starts(plain.units()) == {} and len(plain.units()) == 1  # one turn: every visible token
+
+
 def test_spaces_before_reproduce_the_text_exactly():
     widget = TokenHighlightWidget(_result())
     special = buffer_to_array(widget.special_mask)

@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { decodeArray } from "../src/lib/codec.js";
+import { decodeArray, hasArray } from "../src/lib/codec.js";
 import { dataViewAt } from "./fake_model.js";
 
 describe("decodeArray", () => {
@@ -32,5 +32,12 @@ describe("decodeArray", () => {
     expect(() => decodeArray({ dtype: "complex64", shape: [1], data: view })).toThrow(/unsupported array dtype/);
     expect(() => decodeArray(undefined)).toThrow(/expected an array payload/);
     expect(() => decodeArray({ dtype: "float32", shape: [1], data: [1] })).toThrow(/must be binary/);
+  });
+});
+
+describe("hasArray", () => {
+  it("tells an array payload from an absent one ({} from the kernel, null or undefined from older payloads)", () => {
+    expect(hasArray({ dtype: "int8", shape: [0], data: new DataView(new ArrayBuffer(0)) })).toBe(true);
+    expect([hasArray({}), hasArray(null), hasArray(undefined), hasArray([])]).toEqual([false, false, false, false]);
   });
 });
