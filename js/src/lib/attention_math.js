@@ -39,11 +39,12 @@ export function float16ToFloat32(bits) {
 }
 
 /**
- * float16ToFloat32 through the lookup table (the fallback without a native Float16Array; exported for tests).
+ * float16ToFloat32 through the lookup table (the fallback without a native Float16Array, as in Node 20, where the
+ * unit tests run it).
  * @param {Uint16Array} bits
  * @returns {Float32Array}
  */
-export function float16ToFloat32ByTable(bits) {
+function float16ToFloat32ByTable(bits) {
   const table = halfTable();
   const out = new Float32Array(bits.length);
   for (let i = 0; i < bits.length; i += 1) out[i] = table[bits[i]];
