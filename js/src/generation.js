@@ -311,7 +311,7 @@ function renderGeneration({ model, el, reportError }) {
     const options = paintOptions();
     const target = data.steps[step];
     shown = { values, max, ranks, ranked, options, target };
-    rendering?.repaint((span) => paintSpan(span, Number(span.dataset.index))); // what is in view now, the rest later
+    rendering?.repaint((span, u) => paintSpan(span, visible[u])); // what is in view now, the rest later
     status.textContent = `Sources of generated token ${step + 1} of ${data.steps.length}: ${quoteToken(data.tokens[target])} (p = ${probText(step)})${ratherThan(step)}`;
     const versus = contrastive() ? ` rather than ${quoteToken(data.foils[step])}` : "";
     legendSlot.replaceChildren(

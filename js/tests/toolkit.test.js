@@ -32,6 +32,22 @@ describe("colour scale", () => {
       "linear-gradient(to right, rgb(33, 102, 172), rgb(146, 197, 222), rgb(247, 247, 247), rgb(253, 184, 99), rgb(230, 97, 1))",
     );
   });
+
+  it("scoreColours answers from its cache exactly what it computes fresh", () => {
+    const fresh = (score, max, theme, options) => {
+      const background = scoreRgb(score, max, theme, options);
+      return { background: `rgb(${background.join(", ")})`, color: `rgb(${textRgbFor(background).join(", ")})` };
+    };
+    for (const theme of ["light", "dark"]) {
+      for (const options of [{}, { signed: false }, { boost: true }]) {
+        for (let k = -300; k <= 300; k += 1) {
+          const score = k / 97;
+          expect(scoreColours(score, 2.5, theme, options)).toEqual(fresh(score, 2.5, theme, options));
+          expect(scoreColours(score, 2.5, theme, options)).toEqual(fresh(score, 2.5, theme, options)); // a cache hit
+        }
+      }
+    }
+  });
 });
 
 describe("formatting", () => {

@@ -82,8 +82,19 @@ export function textRgbFor(background) {
  */
 export function scoreColours(score, max, theme = "light", options = {}) {
   const background = scoreRgb(score, max, theme, options);
-  return { background: rgbString(background), color: rgbString(textRgbFor(background)) };
+  // A scale has a few hundred distinct 8-bit colours: their strings and text colour are made once (a hover
+  // recolours hundreds of tokens). Keyed by the exact RGB, so a hit is the same answer.
+  const key = (background[0] << 16) | (background[1] << 8) | background[2];
+  let colours = COLOURS.get(key);
+  if (colours === undefined) {
+    if (COLOURS.size >= COLOURS_KEPT) COLOURS.clear();
+    colours = Object.freeze({ background: rgbString(background), color: rgbString(textRgbFor(background)) });
+    COLOURS.set(key, colours);
+  }
+  return colours;
 }
+const COLOURS = new Map();
+const COLOURS_KEPT = 4096;
 
 /** CSS linear-gradient from −max to +max (signed) or from 0 to max (unsigned), for legends. */
 export function legendGradient(theme = "light", signed = true) {
