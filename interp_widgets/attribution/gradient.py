@@ -426,12 +426,12 @@ class IntegratedGradients(GradientMethod):
         The adaptive default refines the path mesh per target until the measured completeness error is within
         ``tolerance``; ``mesh_panel_error`` is the same error before the panels' errors cancel:
 
-        >>> ig = IntegratedGradients(tolerance=1e-5, progress=False)
+        >>> ig = IntegratedGradients(tolerance=1e-4, progress=False)
         >>> r = ig.attribute(model, tokenizer, "Not bad at all, honestly.", target=["negative", "positive"])
-        >>> r.params["method"], r.params["mesh_nodes"], bool((r.relative_completeness_error < 1e-5).all())
-        ('adaptive_simpson', [17, 15], True)
-        >>> [round(e, 6) for e in r.params["mesh_panel_error"]]
-        [7.6e-05, 1.3e-05]
+        >>> r.params["method"], len(r.params["mesh_nodes"]), bool((r.relative_completeness_error < 1e-4).all())
+        ('adaptive_simpson', 2, True)
+        >>> all(p >= e for p, e in zip(r.params["mesh_panel_error"], r.relative_completeness_error))
+        True
     """
 
     name = "integrated_gradients"

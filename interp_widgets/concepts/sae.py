@@ -595,14 +595,14 @@ class JumpReLUSAE(_SparseAutoencoderBase):
     Example:
         >>> sae = JumpReLUSAE(64, l0_coefficient=3e-2, lr=1e-2, max_epochs=20, batch_size=128, progress=False)
         >>> sae = sae.fit(store)
-        >>> sae.weights_["threshold"].shape, round(float(sae.weights_["threshold"].mean()), 2)
-        (torch.Size([64]), 0.82)
+        >>> sae.weights_["threshold"].shape, bool(0.5 < sae.weights_["threshold"].mean() < 1.2)  # 0.82 here
+        (torch.Size([64]), True)
         >>> C = sae.transform(store)
-        >>> round(float((C > 0).sum(1).mean()), 1)  # mean active concepts per row
-        8.5
+        >>> bool(6 < (C > 0).sum(1).mean() < 11)  # mean active concepts per row: 8.5 here
+        True
         >>> from interp_widgets.concepts import evaluate
-        >>> round(evaluate(sae, store)["explained_variance"], 2)
-        0.86
+        >>> bool(evaluate(sae, store)["explained_variance"] > 0.8)  # 0.86 here
+        True
     """
 
     name = "jumprelu_sae"
@@ -674,11 +674,11 @@ class BatchTopKSAE(_SparseAutoencoderBase):
 
     Example:
         >>> sae = BatchTopKSAE(64, k=8, max_epochs=15, batch_size=128, progress=False).fit(store)
-        >>> round(sae.fit_info_["threshold"], 3), sae.fit_info_["monitor_l0"]
-        (0.892, 8.0)
+        >>> sae.fit_info_["threshold"] > 0, sae.fit_info_["monitor_l0"]
+        (True, 8.0)
         >>> per_row = (sae.transform(store) > 0).sum(1)  # varies from row to row, 8 on average
-        >>> int(per_row.min()), int(per_row.max()), round(float(per_row.mean()), 1)
-        (1, 16, 8.0)
+        >>> bool(per_row.min() < 8 < per_row.max()), round(float(per_row.mean()), 1)
+        (True, 8.0)
     """
 
     name = "batchtopk_sae"
@@ -726,7 +726,10 @@ class BatchTopKSAE(_SparseAutoencoderBase):
         pre = torch.relu(monitor_n @ w["W_enc"] + w["b_enc"]).reshape(-1)
         keep = min(pre.numel() - 1, max(1, round(self.k_ * len(monitor_n))))
         ranked = pre.topk(keep + 1).values
-        threshold = float(ranked[keep])  # exactly `keep` pre-activations lie above it (barring ties)
+        # halfway between the keep-th and the next pre-activation: exactly `keep` lie above it (barring ties), and a
+        # recomputation of the same pre-activations that rounds differently (another CPU's kernels, SAELens) cannot
+        # move one across it, as it could if θ were one of them
+        threshold = float((ranked[keep - 1] + ranked[keep]) / 2)
         w["threshold"] = torch.full((self.n_concepts,), threshold, device=monitor_n.device)
         codes = self._encode(monitor_n, w)
         self.fit_info_.update(threshold=threshold, monitor_l0=float((codes > 0).sum(1).float().mean()))
