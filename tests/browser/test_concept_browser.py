@@ -100,7 +100,7 @@ def _expect_listed(view, ids: list[int]) -> None:
     expect(view.locator(".iw-concept-list .iw-concept")).to_have_count(len(ids))
     view.page.wait_for_function(
         "([root, ids]) => JSON.stringify(Array.from(document.querySelectorAll(root + ' .iw-concept-list .iw-concept'),"
-        " li => Number(li.dataset.concept))) === JSON.stringify(ids)", arg=[ROOT, ids], timeout=30_000)
+        " li => Number(li.dataset.concept))) === JSON.stringify(ids)", arg=[ROOT, ids], timeout=60_000)
 
 
 def _expect_detail(view, facts: dict, concept: int) -> None:
