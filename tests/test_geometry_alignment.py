@@ -496,3 +496,59 @@ def test_schedule_bad_input():
         schedule.observe(5, torch.randn(3, 8))
     with pytest.raises(ValueError, match="saw no activations"):
         ProxySchedule("early", rank=2, total_steps=10).observe(5, torch.randn(3, 8))
+
+
+# a matrix C0 is defined in full coordinates only (a ValueError, tested elsewhere)
+@pytest.mark.parametrize("center", [False, True])
+@pytest.mark.parametrize(("coordinates", "target"), [("full", "scaled_identity"), ("complement", "scaled_identity"),
+                                                     ("full", "identity"), ("full", "matrix")])
+def test_batched_alignments_equal_one_call_per_cloud(center, coordinates, target):
+    from interp_widgets.geometry.alignment import (
+        SubspaceBatch,
+        alignment_from_moments,
+        alignments_from_moments,
+        stacked_bases,
+    )
+
+    d, k = 24, 3
+    g = torch.Generator().manual_seed(1)
+    if target == "matrix":
+        a = torch.randn(d, d, generator=g, dtype=torch.float64)
+        target = a @ a.T / d
+    clouds, stacks, means = [], [], []
+    for layer in range(4):  # different data, proxies, controls and row counts per cloud
+        G = torch.randn(200 + 50 * layer, d, generator=g, dtype=torch.float64) * torch.logspace(0, -1, d, dtype=torch.float64)
+        G[:, :k] *= 3 + layer
+        basis = torch.linalg.qr(torch.randn(d, k, generator=g, dtype=torch.float64))[0]
+        proxy = TangentProxy.from_basis(basis)
+        clouds.append(Moments.from_rows(G, "G"))
+        stacks.append(stacked_bases(proxy.basis, normal_controls(proxy, 6, seed=layer)))
+        means.append(None if layer % 2 else torch.randn(d, generator=g, dtype=torch.float64))
+    settings = dict(center=center, zeta=0.3, target=target, coordinates=coordinates)
+    for fast, rel in ((False, 1e-12), (True, 1e-5)):
+        batch = alignments_from_moments(clouds, SubspaceBatch.from_stacked(torch.stack(stacks), k), k, means,
+                                        fast=fast, **settings)
+        for cloud, stacked, mean, got in zip(clouds, stacks, means, batch):
+            want = alignment_from_moments(cloud, stacked, k, mean, fast=fast, **settings)
+            for key, value in want.to_dict().items():
+                if isinstance(value, list):
+                    np.testing.assert_allclose(got.to_dict()[key], value, rtol=rel, atol=1e-14, err_msg=key)
+                elif isinstance(value, float):
+                    assert got.to_dict()[key] == pytest.approx(value, rel=rel, abs=1e-14, nan_ok=True), key
+                else:
+                    assert got.to_dict()[key] == value, key
+            if mean is None:
+                assert got.energy_mean_direction is None
+            else:
+                assert got.energy_mean_direction == pytest.approx(want.energy_mean_direction, rel=rel)
+
+
+def test_batched_alignment_names_the_degenerate_cloud():
+    from interp_widgets.geometry.alignment import SubspaceBatch, alignments_from_moments, stacked_bases
+
+    proxy = TangentProxy.from_basis(torch.eye(8, dtype=torch.float64)[:, :2])
+    stacked = stacked_bases(proxy.basis, normal_controls(proxy, 4, seed=0))
+    clouds = [Moments.from_rows(torch.randn(30, 8), "G"), Moments.from_rows(torch.zeros(30, 8), "G")]
+    with pytest.raises(ValueError, match=r"all zeros .*\(cloud 1 of 2\)"):
+        alignments_from_moments(clouds, SubspaceBatch.from_stacked(torch.stack([stacked] * 2), 2), 2, [None, None],
+                                center=False, zeta=0.0, target="scaled_identity", coordinates="full")

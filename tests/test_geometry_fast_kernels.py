@@ -208,13 +208,13 @@ def test_measured_step_threads_follow_the_machine_and_restore_the_callers(monkey
     from interp_widgets.geometry import _kernels, _measure
 
     seen = []
-    original = _measure.Measurement.measure_layer
+    original = _measure.Measurement.prepare_layer
 
     def recording(self, *args):
         seen.append(torch.get_num_threads())
         return original(self, *args)
 
-    monkeypatch.setattr(_measure.Measurement, "measure_layer", recording)
+    monkeypatch.setattr(_measure.Measurement, "prepare_layer", recording)
     threads = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -590,3 +590,25 @@ def test_geometry_monitor_alias_is_deprecated_but_works():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # the new name never warns
         AnisotropyMonitor(net, ["0"], rank=2, total_steps=2)
+
+
+def test_a_degenerate_layer_in_a_batched_step_is_recorded_alone():
+    """The layers' alignments are computed as one batch; an all-zero gradient at one layer makes that layer NaN
+    with a warning naming it, and the other layer is measured as usual."""
+    class TwoBranches(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.a(x).pow(2).mean() + 0.0 * self.b(x).sum()  # b's output gets an all-zero gradient
+
+    torch.manual_seed(0)
+    net = TwoBranches()
+    monitor = AnisotropyMonitor(net, ["a", "b"], rank=2, fit="fixed", basis=torch.eye(8)[:, :2], n_controls=3)
+    with monitor, pytest.warns(RuntimeWarning, match=r"layer 'b': G is all zeros") as caught:
+        net(torch.randn(32, 8)).backward()
+        monitor.step()
+    assert not any("layer 'a'" in str(w.message) for w in caught)
+    assert np.isfinite(monitor.series("energy_ratio|a")[1][0]) and np.isnan(monitor.series("energy_ratio|b")[1][0])
+    assert np.isfinite(monitor.series("avg_cosine|a")[1][0]) and np.isnan(monitor.series("avg_cosine|b")[1][0])

@@ -14,6 +14,7 @@ import copy
 import math
 import warnings
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
@@ -25,7 +26,13 @@ from interp_widgets.geometry._kernels import (
     measurement_threads,
     representation_bundle,
 )
-from interp_widgets.geometry.alignment import AlignmentResult, alignment_from_moments, stacked_bases
+from interp_widgets.geometry.alignment import (
+    AlignmentResult,
+    SubspaceBatch,
+    alignment_from_moments,
+    alignments_from_moments,
+    stacked_bases,
+)
 from interp_widgets.geometry.controls import normal_controls
 from interp_widgets.geometry.history import LAYER_METRICS, series_name
 from interp_widgets.geometry.moments import Moments, moments_of_float32_rows, moments_of_points
@@ -163,6 +170,28 @@ def nan_values(layer: str) -> dict[str, float]:
 
 
 
+def degenerate(step: int, spec: str, error: ValueError) -> None:
+    """Warn that a layer's data was degenerate at this step (recorded as NaN; training goes on)."""
+    warnings.warn(f"step {step}, layer {spec!r}: {error}; recorded NaN", RuntimeWarning, stacklevel=5)
+
+
+@dataclass(eq=False)
+class LayerStep:
+    """One layer's measurement of one step while :meth:`Measurement.measure_step` builds it."""
+
+    spec: str
+    values: dict
+    raw: dict = field(default_factory=dict)
+    points: torch.Tensor | None = None  # H as validated float64 points
+    pooled: Moments | None = None  # H's moments, in the fit window
+    moments: Moments | None = None  # G's moments, once the layer has a proxy
+    done: bool = False  # nothing more to measure (non-finite or degenerate data)
+    fitting: bool = False
+
+    def name(self, metric: str) -> str:
+        return series_name(metric, self.spec)
+
+
 class Measurement:
     """Each layer's proxy (schedule, custom-method reservoir, current fit, controls) and its per-step measurement.
 
@@ -197,6 +226,7 @@ class Measurement:
         self.stacked: dict[str, torch.Tensor] = {}  # [proxy, controls] as one d × (1 + R)k matrix per layer
         self.reservoirs: dict[str, Reservoir] = {}
         self.measurements: dict[str, int] = {spec: 0 for spec in monitor.layers}
+        self._batched: dict[tuple, tuple] = {}  # layers -> (their stacked bases, them as one SubspaceBatch)
 
     def schedule(self, spec: str) -> ProxySchedule:
         schedule = self.schedules.get(spec)
@@ -264,55 +294,104 @@ class Measurement:
                 self.adopt_proxy(spec)
 
     def measure_step(self, step: int, data: Mapping[str, tuple[torch.Tensor, torch.Tensor]]):
-        """``(values, raw)`` of one measured step: every layer's series (:meth:`measure_layer`) and ``fitting``
-        (1.0 while any layer's proxy is being fitted)."""
+        """``(values, raw)`` of one measured step: every layer's series and ``fitting`` (1.0 while any layer's proxy
+        is being fitted). Each layer is prepared (checks, proxy schedule, gradient moments), then the alignments of
+        all layers of one width are computed as one batch (:func:`alignments_from_moments`: the small terms cost one
+        set of kernel launches, not one per layer), then each layer's representation metrics."""
         values: dict[str, float] = {}
         raw: dict[str, np.ndarray] = {}
-        fitting = False
         on_cpu = all(H.device.type == "cpu" for H, _ in data.values())
         with measurement_threads() if on_cpu else contextlib.nullcontext():  # small kernels: see measurement_threads
-            for spec in self.monitor.layers:
-                layer_values, layer_raw, layer_fitting = self.measure_layer(step, spec, *data[spec])
-                values.update(layer_values)
-                raw.update(layer_raw)
-                fitting |= layer_fitting
-        values["fitting"] = 1.0 if fitting else 0.0
+            layers = [self.prepare_layer(step, spec, *data[spec]) for spec in self.monitor.layers]
+            self.align(step, [layer for layer in layers if layer.moments is not None])
+            for layer in layers:
+                self.finish_layer(step, layer)
+                values.update(layer.values)
+                raw.update(layer.raw)
+        values["fitting"] = 1.0 if any(layer.fitting for layer in layers) else 0.0
         return values, raw
 
-    def measure_layer(self, step: int, spec: str, H: torch.Tensor, G: torch.Tensor):
-        values = nan_values(spec)
-        name = lambda metric: series_name(metric, spec)  # noqa: E731
-        values[name("n_tokens")] = float(G.shape[0])
-        values[name("nonfinite")] = 0.0
-        raw: dict[str, np.ndarray] = {}
+    def prepare_layer(self, step: int, spec: str, H: torch.Tensor, G: torch.Tensor) -> "LayerStep":
+        """A layer's step up to its gradient moments: finiteness, the proxy schedule (fit window, fit), and, once the
+        layer has a proxy, the moments of ``G`` for :meth:`align`."""
+        layer = LayerStep(spec, nan_values(spec))
+        layer.values[layer.name("n_tokens")] = float(G.shape[0])
+        layer.values[layer.name("nonfinite")] = 0.0
         if not (all_finite(G) and all_finite(H)):
-            values[name("nonfinite")] = 1.0
+            layer.values[layer.name("nonfinite")] = 1.0
             warnings.warn(f"step {step}, layer {spec!r}: non-finite gradients or activations; recorded as a flagged "
                           f"row (nonfinite|{spec} = 1) and kept away from the proxy fit", RuntimeWarning,
                           stacklevel=4)
-            return values, raw, self.fitting(step, spec)
+            layer.done = True
+            return layer
         schedule = self.schedule(spec)
         try:
-            x = as_points(H, min_rows=1, finite=True)
-            # the fit window pools the moments of H; the spectrum below reuses their Gram when n ≥ d
-            pooled = moments_of_points(x) if schedule.needs_activations(step) else None
-            self.update_proxy(step, spec, H, pooled)
+            layer.points = as_points(H, min_rows=1, finite=True)
+            # the fit window pools the moments of H; the spectrum reuses their Gram when n ≥ d
+            layer.pooled = moments_of_points(layer.points) if schedule.needs_activations(step) else None
+            self.update_proxy(step, spec, H, layer.pooled)
             if spec in self.fitted:
-                # gradient_alignment without re-validating the controls this monitor drew itself
                 moments = gradient_moments(G)
                 if moments.count < 2:
                     raise ValueError(f"G has {moments.count} row(s); IsoScore* needs at least 2 gradient rows")
-                proxy = self.fitted[spec]
-                result = alignment_from_moments(
-                    moments, self.stacked[spec].to(moments.m2.device), proxy.rank, proxy.mean,
-                    center=self.monitor.center, zeta=float(self.monitor.zeta), target="scaled_identity",
-                    coordinates=self.monitor.coordinates, fast=True)
-                alignment_values(values, name, result)
-                raw[name("control_energy")] = result.energy_controls.numpy()
-                raw[name("delta_isoscore_control")] = result.delta_iso_controls.numpy()
-            if self.monitor.representation:
+                layer.moments = moments
+        except ValueError as error:  # degenerate data (e.g. an all-zero gradient): record, never crash training
+            degenerate(step, spec, error)
+            layer.done = True
+        return layer
+
+    def align(self, step: int, layers: list["LayerStep"]) -> None:
+        """The proxy-vs-controls alignment of every prepared layer (without re-validating the controls this
+        monitor drew itself), batched over layers of the same width, rank and number of controls; a layer whose
+        data is degenerate is recorded as NaN on its own."""
+        groups: dict[tuple, list[LayerStep]] = {}
+        for layer in layers:
+            stacked = self.stacked[layer.spec]
+            key = (tuple(stacked.shape), self.fitted[layer.spec].rank, layer.moments.m2.device)
+            groups.setdefault(key, []).append(layer)
+        settings = dict(center=self.monitor.center, zeta=float(self.monitor.zeta), target="scaled_identity",
+                        coordinates=self.monitor.coordinates, fast=True)
+        for (_, rank, device), group in groups.items():
+            specs = [layer.spec for layer in group]
+            try:
+                results = alignments_from_moments(
+                    [layer.moments for layer in group], self.batched_bases(specs, rank, device), rank,
+                    [self.fitted[spec].mean for spec in specs], **settings)
+            except ValueError:  # some layer is degenerate: each on its own, so the warning names it
+                results = []
+                for layer in group:
+                    try:
+                        results.append(alignment_from_moments(
+                            layer.moments, self.stacked[layer.spec].to(device), rank, self.fitted[layer.spec].mean,
+                            **settings))
+                    except ValueError as error:
+                        degenerate(step, layer.spec, error)
+                        layer.done = True
+                        results.append(None)
+            for layer, result in zip(group, results):
+                if result is not None:
+                    alignment_values(layer.values, layer.name, result)
+                    layer.raw[layer.name("control_energy")] = result.energy_controls.numpy()
+                    layer.raw[layer.name("delta_isoscore_control")] = result.delta_iso_controls.numpy()
+
+    def batched_bases(self, specs: list[str], rank: int, device: torch.device) -> SubspaceBatch:
+        """The layers' stacked bases as one :class:`SubspaceBatch`, rebuilt only when a proxy changes."""
+        current = tuple(self.stacked[spec] for spec in specs)
+        cached = self._batched.get(tuple(specs))
+        if cached is None or any(a is not b for a, b in zip(cached[0], current)) or cached[1].rows.device != device:
+            cached = (current, SubspaceBatch.from_stacked(torch.stack(current).to(device), rank))
+            self._batched[tuple(specs)] = cached
+        return cached[1]
+
+    def finish_layer(self, step: int, layer: "LayerStep") -> None:
+        """The layer's representation metrics (a full spectrum every ``spectrum_every`` measurements) and whether
+        its proxy is being fitted."""
+        spec = layer.spec
+        if not layer.done and self.monitor.representation:
+            try:
                 spectrum_due = self.measurements[spec] % self.monitor.spectrum_every == 0
                 self.measurements[spec] += 1
+                x, pooled = layer.points, layer.pooled
                 if spectrum_due:
                     shared = pooled is not None and x.shape[0] >= x.shape[1]
                     metrics = representation_bundle(x, gram=pooled.m2 if shared else None, fast=True)
@@ -321,10 +400,10 @@ class Measurement:
                     metrics = linear_time_bundle(x)
                 for metric in REPRESENTATION_SERIES:
                     if metric in metrics:
-                        values[name(metric)] = float(metrics[metric])
-        except ValueError as error:  # degenerate data (e.g. an all-zero gradient): record, never crash training
-            warnings.warn(f"step {step}, layer {spec!r}: {error}; recorded NaN", RuntimeWarning, stacklevel=4)
-        return values, raw, self.fitting(step, spec)
+                        layer.values[layer.name(metric)] = float(metrics[metric])
+            except ValueError as error:
+                degenerate(step, spec, error)
+        layer.fitting = self.fitting(step, spec)
 
     def fitting(self, step: int, spec: str) -> bool:
         """True inside the early fit window, or (refit) before the first proxy exists."""

@@ -183,10 +183,11 @@ def fast_energy_bound(k: int, d: int) -> float:
 def removal_traces(
     trace: torch.Tensor, frob2: torch.Tensor, aq: torch.Tensor, qaq: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """tr(PAP) and ‖PAP‖_F² for P = I − QQᵀ and each Q of a batch (b, d, k), from ``tr A``, ``‖A‖_F²``, the
-    products ``AQ`` (b, d, k) and ``QᵀAQ`` (b, k, k): ``tr A − tr(QᵀAQ)`` and ``‖A‖² − 2‖AQ‖² + ‖QᵀAQ‖²``."""
-    removed_trace = trace - qaq.diagonal(dim1=1, dim2=2).sum(dim=1)
-    return removed_trace, frob2 - 2 * (aq * aq).sum(dim=(1, 2)) + (qaq * qaq).sum(dim=(1, 2))
+    """tr(PAP) and ‖PAP‖_F² for P = I − QQᵀ and each Q of a batch (…, d, k), from ``tr A``, ``‖A‖_F²`` (shaped
+    like the batch, or broadcasting), the products ``AQ`` (…, d, k) and ``QᵀAQ`` (…, k, k): ``tr A − tr(QᵀAQ)`` and
+    ``‖A‖² − 2‖AQ‖² + ‖QᵀAQ‖²``."""
+    removed_trace = trace - qaq.diagonal(dim1=-2, dim2=-1).sum(dim=-1)
+    return removed_trace, frob2 - 2 * (aq * aq).sum(dim=(-2, -1)) + (qaq * qaq).sum(dim=(-2, -1))
 
 
 def stacked_bases(basis: torch.Tensor, controls: torch.Tensor) -> torch.Tensor:
@@ -291,56 +292,126 @@ def alignment_from_moments(
     ``|qᵀ(M2q)^ − qᵀM2q| ≤ (d + 2)·u·‖M2‖_F ≤ (d + 2)·u·tr M2``, and every energy (proxy and controls) moves by at
     most :func:`fast_energy_bound` ``= k·(d + 2)·u``. Tested against the float64 product.
     """
-    d, n = moments.dim, moments.count
-    m2, mu = moments.m2, moments.mean
-    b = stacked.shape[1] // k
-    bases = stacked.reshape(d, b, k).transpose(0, 1)  # (b, d, k) views: subspace r is bases[r]
-    if fast:
-        m2_q = (m2.to(torch.float32) @ stacked.to(torch.float32)).to(torch.float64).reshape(d, b, k).transpose(0, 1)
-    else:
-        m2_q = (m2 @ stacked).reshape(d, b, k).transpose(0, 1)
-    qm2q = bases.transpose(1, 2) @ m2_q
-    trace_m2, frob_m2 = m2.trace(), (m2 * m2).sum()
-    inside_m2 = qm2q.diagonal(dim1=1, dim2=2).sum(dim=1)
+    return alignments_from_moments([moments], SubspaceBatch.from_stacked(stacked, k), k, [mean_direction],
+                                   center=center, zeta=zeta, target=target, coordinates=coordinates, fast=fast)[0]
 
+
+@dataclass(frozen=True, eq=False)
+class SubspaceBatch:
+    """The proxy and control bases of ``L`` clouds (from :func:`stacked_bases`) in the layouts the batched products
+    of :func:`alignments_from_moments` read without copying; built once per proxy, e.g. by the live monitor.
+
+    ``rows`` is ``(L, (1 + R)k, d)``: every basis vector as a row (``Qᵀ``), also in float32 as ``rows32``;
+    ``columns`` is ``(L, 1 + R, d, k)``: each subspace's basis as a ``d × k`` matrix.
+
+    Example:
+        >>> import torch
+        >>> proxy = TangentProxy.from_basis(torch.eye(6, dtype=torch.float64)[:, :2])
+        >>> batch = SubspaceBatch.from_stacked(stacked_bases(proxy.basis, normal_controls(proxy, 3, seed=0)), 2)
+        >>> tuple(batch.rows.shape), tuple(batch.columns.shape), batch.rows32.dtype
+        ((1, 8, 6), (1, 4, 6, 2), torch.float32)
+    """
+
+    rows: torch.Tensor
+    rows32: torch.Tensor
+    columns: torch.Tensor
+
+    @classmethod
+    def from_stacked(cls, stacked: torch.Tensor, k: int) -> "SubspaceBatch":
+        """From one ``d × (1 + R)k`` stacked basis or ``L`` of them as ``(L, d, (1 + R)k)``."""
+        stacked = stacked[None] if stacked.ndim == 2 else stacked
+        count, d, width = stacked.shape
+        rows = stacked.transpose(1, 2).contiguous()
+        columns = rows.reshape(count, width // k, k, d).transpose(-1, -2).contiguous()
+        return cls(rows, rows.to(torch.float32), columns)
+
+
+def alignments_from_moments(
+    moments: list[Moments],
+    bases: SubspaceBatch,
+    k: int,
+    mean_directions: list[torch.Tensor | None],
+    *,
+    center: bool,
+    zeta: float,
+    target: ShrinkageTarget,
+    coordinates: str,
+    fast: bool = False,
+) -> list[AlignmentResult]:
+    """:func:`alignment_from_moments` for several gradient clouds of the same width at once (e.g. every layer of
+    a monitored step), as one batch of products: ``bases`` holds one stacked basis per cloud
+    (:class:`SubspaceBatch`). Each result equals the single call's up to the rounding of a batched product; the
+    work of the small ``O(d²)`` and ``O(Rk²)`` terms is shared by the batch. Every product reads ``Qᵀ`` by rows:
+    ``QᵀM2 = (M2Q)ᵀ`` as ``M2`` is symmetric, so the fast bound of :func:`alignment_from_moments` holds as stated.
+
+    Example:
+        >>> import torch
+        >>> from interp_widgets.geometry import Moments
+        >>> proxy = TangentProxy.from_basis(torch.eye(8, dtype=torch.float64)[:, :2])
+        >>> stacked = stacked_bases(proxy.basis, normal_controls(proxy, 4, seed=0))
+        >>> clouds = [Moments.from_rows(torch.randn(50, 8), "G") for _ in range(3)]
+        >>> bases = SubspaceBatch.from_stacked(torch.stack([stacked] * 3), 2)
+        >>> batch = alignments_from_moments(clouds, bases, 2, [None] * 3, center=False, zeta=0.0,
+        ...                                 target="scaled_identity", coordinates="full")
+        >>> one = alignment_from_moments(clouds[2], stacked, 2, None, center=False, zeta=0.0,
+        ...                              target="scaled_identity", coordinates="full")
+        >>> len(batch), abs(batch[2].ratio - one.ratio) < 1e-12
+        (3, True)
+    """
+    count, d = len(moments), moments[0].dim
+    m2 = torch.stack([m.m2 for m in moments])  # (L, d, d)
+    mu = torch.stack([m.mean for m in moments])  # (L, d)
+    n = torch.tensor([float(m.count) for m in moments], dtype=m2.dtype, device=m2.device)  # (L,)
+    b = bases.columns.shape[1]
+    # (M2Q)ᵀ = QᵀM2 for every subspace, as rows: (L, b, k, d); cloud l, subspace r is [l, r]
+    if fast:
+        m2_q = (bases.rows32 @ m2.to(torch.float32)).to(torch.float64)
+    else:
+        m2_q = bases.rows @ m2
+    m2_q = m2_q.reshape(count, b, k, d)
+    qm2q = m2_q @ bases.columns  # QᵀM2Q: (L, b, k, k)
+    trace_m2, frob_m2 = m2.diagonal(dim1=-2, dim2=-1).sum(-1), (m2 * m2).sum(dim=(-2, -1))
+    inside_m2 = qm2q.diagonal(dim1=-2, dim2=-1).sum(-1)  # (L, b)
     # energies tr(QᵀSQ)/tr S, S = M2 (centred) or M2 + nμμᵀ (uncentred)
     if center:
-        total, inside, frob_s, s_q, qsq = trace_m2, inside_m2, frob_m2, m2_q[0], qm2q[0]
+        total, inside, frob_s, s_q, qsq = trace_m2, inside_m2, frob_m2, m2_q[:, 0], qm2q[:, 0]
     else:
-        mu_q = (mu @ stacked).reshape(b, k)
-        mu2 = mu @ mu
+        mu_q = (bases.rows @ mu[:, :, None]).reshape(count, b, k)
+        mu2 = (mu * mu).sum(-1)
         total = trace_m2 + n * mu2
-        inside = inside_m2 + n * (mu_q * mu_q).sum(dim=1)
-        frob_s = frob_m2 + 2 * n * (mu @ m2 @ mu) + (n * mu2) ** 2
-        s_q = m2_q[0] + n * torch.outer(mu, mu_q[0])
-        qsq = qm2q[0] + n * torch.outer(mu_q[0], mu_q[0])
-    if not float(total) > 0:
-        raise ValueError("G is all zeros (no gradient reached this layer?); energy fractions are undefined")
-    energies = inside / total
-    energy_proxy, energy_controls = energies[0], energies[1:]
-    mean_controls = energy_controls.mean()
-    ratio = energy_proxy / mean_controls if float(mean_controls) > 0 else torch.tensor(math.inf)
-
+        inside = inside_m2 + n[:, None] * (mu_q * mu_q).sum(-1)
+        frob_s = frob_m2 + 2 * n * (mu[:, None] @ m2 @ mu[:, :, None]).reshape(count) + (n * mu2) ** 2
+        s_q = m2_q[:, 0] + n[:, None, None] * mu_q[:, 0, :, None] * mu[:, None, :]  # (M2Q_T + nμ(μᵀQ_T))ᵀ
+        qsq = qm2q[:, 0] + n[:, None, None] * mu_q[:, 0, :, None] * mu_q[:, 0, None, :]
+    # IsoScore* of G and of G with each subspace removed, from the covariance C = M2/(n − 1)
+    scale = 1.0 / (n - 1)
+    trace_c, frob_c = trace_m2 * scale, frob_m2 * scale**2
+    flags = torch.stack([total > 0, trace_c > 0]).tolist()  # one sync for every check
+    for l in range(count):
+        where = "" if count == 1 else f" (cloud {l} of {count})"
+        if not flags[0][l]:
+            raise ValueError(f"G is all zeros (no gradient reached this layer?){where}; energy fractions are "
+                             f"undefined")
+        if not flags[1][l]:
+            raise ValueError(f"G has zero variance (all rows identical){where}; IsoScore* is undefined")
+    energies = inside / total[:, None]
+    energy_proxy, energy_controls = energies[:, 0], energies[:, 1:]
+    mean_controls = energy_controls.mean(-1)
+    ratio = torch.where(mean_controls > 0, energy_proxy / mean_controls, torch.full_like(energy_proxy, math.inf))
     # analytic null of E_N for Haar-random controls inside the complement: PR of PSP, P = I − Q_TQ_Tᵀ
     complement_dim = d - k
     if complement_dim == k:  # the single control is the whole complement: E_N is deterministic
-        null_var = torch.zeros((), dtype=torch.float64, device=m2.device)
+        null_var = torch.zeros_like(energy_proxy)
     else:
-        trace_p, frob_p = removal_traces(total, frob_s, s_q[None], qsq[None])
-        pr_complement = trace_p[0] ** 2 / frob_p[0]
+        trace_p, frob_p = removal_traces(total, frob_s, s_q, qsq)
         factor = 2 * k * (complement_dim - k) / (complement_dim * (complement_dim - 1) * (complement_dim + 2))
+        pr_complement = trace_p**2 / frob_p
         null_var = (factor * (1 / pr_complement - 1 / complement_dim)).clamp(min=0) * (1 - energy_proxy) ** 2
     null_mean = k * (1 - energy_proxy) / complement_dim
     null_sd = null_var.sqrt()
     z_analytic = (energy_proxy - null_mean) / null_sd
-
-    # IsoScore* of G and of G with each subspace removed, from the covariance C = M2/(n − 1)
-    scale = 1.0 / (n - 1)
-    trace_c, frob_c = trace_m2 * scale, frob_m2 * scale**2
-    if not float(trace_c) > 0:
-        raise ValueError("G has zero variance (all rows identical); IsoScore* is undefined")
-    removed_trace, removed_frob = removal_traces(trace_m2, frob_m2, m2_q, qm2q)
-    removed_trace, removed_frob = removed_trace * scale, removed_frob * scale**2
+    removed_trace, removed_frob = removal_traces(trace_m2[:, None], frob_m2[:, None], m2_q, qm2q)
+    removed_trace, removed_frob = removed_trace * scale[:, None], removed_frob * scale[:, None] ** 2
     removed_dim = d if coordinates == "full" else d - k
     if isinstance(target, str):
         iso_G = shrunk_isoscore(trace_c, frob_c, d, zeta, *named_target_terms(target, trace_c, d))
@@ -348,56 +419,60 @@ def alignment_from_moments(
             removed_trace, removed_frob, removed_dim, zeta, *named_target_terms(target, removed_trace, removed_dim)
         )
     else:
-        inner = (m2 * target).sum() * scale
+        inner = (m2 * target).sum(dim=(-2, -1)) * scale
         iso_G = shrunk_isoscore(trace_c, frob_c, d, zeta, inner, target.trace(), (target * target).sum())
-        t_q = (target @ stacked).reshape(d, b, k).transpose(0, 1)
-        qtq = bases.transpose(1, 2) @ t_q
-        removed_inner = inner - 2 * scale * (m2_q * t_q).sum(dim=(1, 2)) + scale * (qm2q * qtq).sum(dim=(1, 2))
+        t_q = (bases.rows @ target).reshape(count, b, k, d)  # (C0Q)ᵀ: C0 is symmetric
+        qtq = t_q @ bases.columns
+        removed_inner = (inner[:, None] - 2 * scale[:, None] * (m2_q * t_q).sum(dim=(-2, -1))
+                         + scale[:, None] * (qm2q * qtq).sum(dim=(-2, -1)))
         iso_removed = shrunk_isoscore(
             removed_trace, removed_frob, d, zeta, removed_inner, target.trace(), (target * target).sum()
         )
-    empty = removed_trace <= trace_c * 1e-12  # nothing left after removal: IsoScore* undefined
+    empty = removed_trace <= trace_c[:, None] * 1e-12  # nothing left after removal: IsoScore* undefined
     iso_removed = torch.where(empty, torch.full_like(iso_removed, math.nan), iso_removed)
-    deltas = iso_removed - iso_G
-    shares = deltas / (1 - iso_G)
-
-    p_value = (1 + int((energy_controls >= energy_proxy).sum())) / (1 + energy_controls.shape[0])
-    energy_mean_direction = None
-    if mean_direction is not None:
-        direction = mean_direction.to(m2.device)
-        norm2 = direction @ direction
-        if float(norm2) > 0:
-            along = direction @ m2 @ direction
-            if not center:
-                along = along + n * (mu @ direction) ** 2
-            energy_mean_direction = float(along / norm2 / total)
-
+    deltas = iso_removed - iso_G[:, None]
+    shares = deltas / (1 - iso_G[:, None])
+    beaten = (energy_controls >= energy_proxy[:, None]).sum(-1).to(energy_proxy)
     scalars = torch.stack([
         energy_proxy, ratio.to(energy_proxy), energy_proxy * d / k, null_mean, null_sd, z_analytic,
-        iso_G, iso_removed[0], deltas[0], shares[0],
-    ]).tolist()
+        iso_G, iso_removed[:, 0], deltas[:, 0], shares[:, 0], beaten,
+    ], dim=1).tolist()
     cpu = torch.device("cpu")
-    return AlignmentResult(
-        rank=k,
-        dim=d,
-        n_rows=n,
-        energy_proxy=scalars[0],
-        energy_controls=energy_controls.to(cpu),
-        ratio=scalars[1],
-        enrichment=scalars[2],
-        null_mean=scalars[3],
-        null_sd=scalars[4],
-        z_analytic=scalars[5],
-        p_value=p_value,
-        energy_mean_direction=energy_mean_direction,
-        iso_G=scalars[6],
-        iso_minus_proxy=scalars[7],
-        iso_minus_controls=iso_removed[1:].to(cpu),
-        delta_iso_proxy=scalars[8],
-        delta_iso_controls=deltas[1:].to(cpu),
-        share_proxy=scalars[9],
-        share_controls=shares[1:].to(cpu),
-        centered=center,
-        zeta=zeta,
-        coordinates=coordinates,
-    )
+    energy_controls, iso_removed, deltas, shares = (t.to(cpu) for t in (energy_controls, iso_removed, deltas, shares))
+    results = []
+    for l, values in enumerate(scalars):
+        energy_mean_direction = None
+        direction = mean_directions[l]
+        if direction is not None:
+            direction = direction.to(m2.device)
+            norm2 = direction @ direction
+            if float(norm2) > 0:
+                along = direction @ m2[l] @ direction
+                if not center:
+                    along = along + n[l] * (mu[l] @ direction) ** 2
+                energy_mean_direction = float(along / norm2 / total[l])
+        results.append(AlignmentResult(
+            rank=k,
+            dim=d,
+            n_rows=moments[l].count,
+            energy_proxy=values[0],
+            energy_controls=energy_controls[l],
+            ratio=values[1],
+            enrichment=values[2],
+            null_mean=values[3],
+            null_sd=values[4],
+            z_analytic=values[5],
+            p_value=(1 + int(values[10])) / (1 + energy_controls.shape[1]),
+            energy_mean_direction=energy_mean_direction,
+            iso_G=values[6],
+            iso_minus_proxy=values[7],
+            iso_minus_controls=iso_removed[l, 1:],
+            delta_iso_proxy=values[8],
+            delta_iso_controls=deltas[l, 1:],
+            share_proxy=values[9],
+            share_controls=shares[l, 1:],
+            centered=center,
+            zeta=zeta,
+            coordinates=coordinates,
+        ))
+    return results
