@@ -17,6 +17,7 @@ from typing import Iterator
 
 import numpy as np
 import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 from playwright.sync_api import expect
 
 from tests.browser.harness import notebook_cells, run_cells, wait_for_kernel_idle
@@ -98,9 +99,16 @@ class Kernel:
 
 def _expect_listed(view, ids: list[int]) -> None:
     expect(view.locator(".iw-concept-list .iw-concept")).to_have_count(len(ids))
-    view.page.wait_for_function(
-        "([root, ids]) => JSON.stringify(Array.from(document.querySelectorAll(root + ' .iw-concept-list .iw-concept'),"
-        " li => Number(li.dataset.concept))) === JSON.stringify(ids)", arg=[ROOT, ids], timeout=60_000)
+    try:
+        view.page.wait_for_function(
+            "([root, ids]) => JSON.stringify(Array.from(document.querySelectorAll(root + ' .iw-concept-list "
+            ".iw-concept'), li => Number(li.dataset.concept))) === JSON.stringify(ids)", arg=[ROOT, ids], timeout=60_000)
+    except PlaywrightTimeoutError:
+        shown = [int(c) for c in view.locator(".iw-concept-list .iw-concept").evaluate_all(
+            "items => items.map((li) => li.dataset.concept)")]
+        controls = {"sort": view.locator(".iw-sort-select").input_value(),
+                    "descending": view.locator(".iw-descending-toggle").is_checked()}
+        raise AssertionError(f"the list shows {shown}, expected {ids}; controls {controls}") from None
 
 
 def _expect_detail(view, facts: dict, concept: int) -> None:
@@ -139,9 +147,11 @@ def test_concept_browser_in_jupyterlab(jupyter_server, concept_notebook, recorde
     expect(view.locator(".iw-page-label")).to_contain_text(f"page 1 of {n // PAGE_SIZE} ({n} of {n} concepts)")
 
     # Sorting by density, descending: the order the float32 densities give, and the kernel agrees.
-    view.locator(".iw-sort-select").select_option("density")
-    view.locator(".iw-descending-toggle").check()
+    # Each change is seen in the list before the next one is made (ascending first, then descending).
     density = np.asarray(facts["density"], dtype=np.float32)
+    view.locator(".iw-sort-select").select_option("density")
+    _expect_listed(view, sorted(range(n), key=lambda c: (density[c], c))[:PAGE_SIZE])
+    view.locator(".iw-descending-toggle").check()
     by_density = sorted(range(n), key=lambda c: (-density[c], c))
     _expect_listed(view, by_density[:PAGE_SIZE])
     state = kernel.state()
