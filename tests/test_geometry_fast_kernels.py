@@ -10,12 +10,15 @@ from interp_widgets.geometry._kernels import (
     FAST_EIGENVALUE_BOUND,
     FIT_ANGLE_TOL,
     GRAM_BLOCK,
+    LINEAR_FAST_TOL,
     U32,
     blocked_gram32,
+    blocked_row_sums32,
     eigenvalues_from_gram,
     fast_eigenvalues,
     fast_top_eigenvectors,
     linear_time_bundle,
+    linear_time_bundle32,
     one_thread,
     representation_bundle,
 )
@@ -124,6 +127,60 @@ def test_linear_time_bundle_equals_the_full_bundle():
         fast, full = linear_time_bundle(x), representation_bundle(x)
         for metric in ("avg_cosine", "avg_cosine_centered", "drift_share"):
             assert abs(fast[metric] - full[metric]) <= 1e-10 * max(1.0, abs(full[metric]))
+
+
+def test_blocked_row_sums32_within_their_bound():
+    for n, m in ((4096, None), (1000, 2), (300, 1)):
+        x = cloud(n, 40, seed=n, offset=2.0).to(torch.float32)
+        weights = None if m is None else torch.rand(n, m, generator=torch.Generator().manual_seed(n))
+        w = torch.ones(n, 1, dtype=torch.float64) if weights is None else weights.double()
+        exact = (w.T @ x.double()).squeeze(0) if weights is None else w.T @ x.double()
+        fast = blocked_row_sums32(x, weights)
+        assert fast.dtype == torch.float64 and fast.shape == exact.shape
+        bound = (GRAM_BLOCK + 1) * U32 * (w.abs().T @ x.double().abs())
+        assert bool(((fast - exact).abs() <= bound.reshape(exact.shape)).all())
+        assert float((fast - exact).abs().max()) > 0  # really float32 partial sums
+
+
+def test_float32_linear_bundle_within_its_proven_bound():
+    """Clouds of every shape the monitor meets (n not a multiple of the block, d above the norm block, a mean 1000
+    times the spread, near-isotropic ones): each value within the bound it reports, the bound at most
+    LINEAR_FAST_TOL, and really float32 (not the float64 values)."""
+    cases = ((1024, 256, 0.5), (4096, 576, 20.0), (300, 1024, 3.0), (2000, 300, 0.0), (777, 64, 1e3), (2, 5, 1.0))
+    fast_seen = 0
+    for n, d, offset in cases:
+        g = torch.Generator().manual_seed(n + d)
+        x = (torch.randn(n, d, generator=g) + offset * torch.randn(d, generator=g)).to(torch.float32)
+        fast, exact = linear_time_bundle32(x), linear_time_bundle(x.double())
+        bound = fast["linear_error_bound"]
+        assert bound <= LINEAR_FAST_TOL
+        for metric in ("avg_cosine", "avg_cosine_centered", "drift_share"):
+            assert abs(fast[metric] - exact[metric]) <= bound, (n, d, offset, metric)
+        if bound > 0:
+            fast_seen += 1
+            assert any(fast[m] != exact[m] for m in ("avg_cosine", "avg_cosine_centered", "drift_share"))
+    assert fast_seen >= 4  # the fast path, not only the float64 fallback
+
+
+def test_float32_linear_bundle_falls_back_to_float64_when_its_bound_is_too_loose():
+    # rows within 1e-3 of a mean of 100 per coordinate: float32 resolves their directions from the mean only to
+    # ~1e-2, so the proven bound (about 10) is far above the tolerance, and the float64 values are returned
+    g = torch.Generator().manual_seed(0)
+    x = (100 + 1e-3 * torch.randn(500, 16, generator=g, dtype=torch.float64)).to(torch.float32)
+    fast = linear_time_bundle32(x)
+    assert fast["linear_error_bound"] == 0.0
+    assert fast == {**linear_time_bundle(x.double()), "linear_error_bound": 0.0}
+
+
+def test_float32_linear_bundle_names_zero_rows():
+    x = torch.randn(50, 8)
+    x[3] = 0
+    try:
+        linear_time_bundle32(x)
+    except ValueError as error:
+        assert "all-zero row" in str(error)
+    else:
+        raise AssertionError("a zero row must be named")
 
 
 def real_activations():

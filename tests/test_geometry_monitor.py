@@ -21,6 +21,7 @@ from interp_widgets.geometry import (
     normal_controls,
     representation_metrics,
 )
+from interp_widgets.geometry._kernels import LINEAR_FAST_TOL
 from tests.conftest import model_fingerprint
 
 CONTRACT_METRICS = [
@@ -315,7 +316,10 @@ def test_representation_metrics_in_and_after_the_fit_window_equal_the_direct_com
     for step, x in enumerate(inputs):
         reference = representation_metrics(x)
         for metric in ("avg_cosine", "avg_cosine_centered", "drift_share"):  # O(nd): every measurement
-            assert monitor.series(f"{metric}|lin")[1][step] == pytest.approx(reference[metric], rel=1e-12), metric
+            # float64 on spectrum steps; else float32 passes whose proven bound is at most LINEAR_FAST_TOL
+            tolerance = 1e-12 if step % spectrum_every == 0 else LINEAR_FAST_TOL
+            assert monitor.series(f"{metric}|lin")[1][step] == pytest.approx(reference[metric], rel=1e-12,
+                                                                             abs=tolerance), metric
         for metric in ("isoscore", "effective_rank_eigen", "stable_rank", "participation_ratio",
                        "top1_explained_variance"):  # Gram + eigensolve: every spectrum_every-th measurement
             recorded = monitor.series(f"{metric}|lin")[1][step]
