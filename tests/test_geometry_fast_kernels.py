@@ -45,6 +45,18 @@ def test_blocked_gram32_within_its_bound_for_many_rows():
         assert float((fast - exact).norm() / exact.trace()) > 0  # really float32: not the exact product
 
 
+def test_blocked_gram32_in_several_batches_equals_one_batch(monkeypatch):
+    import interp_widgets.geometry._kernels as kernels
+
+    x = cloud(1300, 40, seed=1)  # five whole blocks and a remainder of 20 rows
+    one_batch = blocked_gram32(x)
+    monkeypatch.setattr(kernels, "GRAM_BATCH_BYTES", 2 * 4 * 40 * 40)  # two blocks per batch: three batches
+    several = blocked_gram32(x)
+    exact = (x.T @ x)
+    assert float((several - exact).norm() / exact.trace()) <= (GRAM_BLOCK + 2) * U32
+    assert torch.allclose(several, one_batch, rtol=0, atol=1e-12 * float(exact.trace()))
+
+
 def test_fast_eigenvalues_within_weyl_bound():
     for n, d in ((2000, 96), (64, 200)):
         x = cloud(n, d, seed=d)

@@ -241,6 +241,8 @@ def measurement_threads():
 U32 = 2.0**-24
 #: Rows per float32 block of :func:`blocked_gram32` (its error bound is proportional to this).
 GRAM_BLOCK = 256
+#: Most bytes of float32 block products :func:`blocked_gram32` holds at once.
+GRAM_BATCH_BYTES = 16 * 2**20
 
 
 def blocked_gram32(x: torch.Tensor, block: int = GRAM_BLOCK) -> torch.Tensor:
@@ -258,11 +260,18 @@ def blocked_gram32(x: torch.Tensor, block: int = GRAM_BLOCK) -> torch.Tensor:
         >>> bool(error < (GRAM_BLOCK + 2) * U32)
         True
     """
-    n = x.shape[0]
+    n, d = x.shape
     single = x.to(torch.float32)
+    full = n - n % block
     gram = None
-    for start in range(0, n, block):
-        part = single[start:start + block]
+    # whole blocks as one batched product each time (one kernel, then one float64 sum), ≤ 16 MB of products at once
+    step = block * max(1, GRAM_BATCH_BYTES // (4 * d * d))
+    for start in range(0, full, step):
+        blocks = single[start:min(full, start + step)].reshape(-1, block, d)
+        product = (blocks.transpose(1, 2) @ blocks).sum(0, dtype=torch.float64)
+        gram = product if gram is None else gram.add_(product)
+    if full < n:
+        part = single[full:]
         product = (part.T @ part).to(torch.float64)
         gram = product if gram is None else gram.add_(product)
     return gram
