@@ -24,7 +24,7 @@ batch 4 × 128 of the text corpus) has the same goal. ``--only minilm,decoder6,s
 
 Cost cuts with bounded error (``interp_widgets/geometry/_kernels.py``, tested in
 ``tests/test_geometry_fast_kernels.py``): the per-step gradient Gram is formed in float32 over 256-row blocks and
-summed in float64 (``‖ΔM2‖_F ≤ 258·2⁻²⁴·tr M2``), the spectrum step's eigensolver runs in float32 on the
+summed in float32 sixteen blocks at a time and in float64 beyond (``‖ΔM2‖_F ≤ 273·2⁻²⁴·tr M2``), the spectrum step's eigensolver runs in float32 on the
 trace-scaled Gram (eigenvalue error ≤ 4(d + 2)·2⁻²⁴·λ_max), and the fit's eigensolve is float32 refined by float64
 subspace iteration + Rayleigh–Ritz, with a Davis–Kahan residual bound ‖sin Θ‖_F ≤ 1e-4 to the exact float64
 eigenvectors (else the float64 ``eigh``). The alignments of all layers of one width are one batch (``alignments_from_moments`` over a ``SubspaceBatch``

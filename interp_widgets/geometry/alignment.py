@@ -187,7 +187,12 @@ def removal_traces(
     like the batch, or broadcasting), the products ``AQ`` (…, d, k) and ``QᵀAQ`` (…, k, k): ``tr A − tr(QᵀAQ)`` and
     ``‖A‖² − 2‖AQ‖² + ‖QᵀAQ‖²``."""
     removed_trace = trace - qaq.diagonal(dim1=-2, dim2=-1).sum(dim=-1)
-    return removed_trace, frob2 - 2 * (aq * aq).sum(dim=(-2, -1)) + (qaq * qaq).sum(dim=(-2, -1))
+    return removed_trace, frob2 - 2 * squared_norms(aq) + squared_norms(qaq)
+
+
+def squared_norms(x: torch.Tensor) -> torch.Tensor:
+    """Squared Frobenius norms of the trailing two axes, in one pass (no squared copy)."""
+    return torch.linalg.vector_norm(x, dim=(-2, -1)) ** 2
 
 
 def stacked_bases(basis: torch.Tensor, controls: torch.Tensor) -> torch.Tensor:
@@ -370,7 +375,7 @@ def alignments_from_moments(
         m2_q = bases.rows @ m2
     m2_q = m2_q.reshape(count, b, k, d)
     qm2q = m2_q @ bases.columns  # QᵀM2Q: (L, b, k, k)
-    trace_m2, frob_m2 = m2.diagonal(dim1=-2, dim2=-1).sum(-1), (m2 * m2).sum(dim=(-2, -1))
+    trace_m2, frob_m2 = m2.diagonal(dim1=-2, dim2=-1).sum(-1), squared_norms(m2)
     inside_m2 = qm2q.diagonal(dim1=-2, dim2=-1).sum(-1)  # (L, b)
     # energies tr(QᵀSQ)/tr S, S = M2 (centred) or M2 + nμμᵀ (uncentred)
     if center:
@@ -433,24 +438,22 @@ def alignments_from_moments(
     deltas = iso_removed - iso_G[:, None]
     shares = deltas / (1 - iso_G[:, None])
     beaten = (energy_controls >= energy_proxy[:, None]).sum(-1).to(energy_proxy)
+    # the energy along each cloud's mean direction (e.g. its proxy's mean; a missing one is a zero row, dropped below)
+    directions = torch.stack([torch.zeros(d, dtype=m2.dtype, device=m2.device) if v is None
+                              else v.to(device=m2.device, dtype=m2.dtype) for v in mean_directions])
+    direction_norm2 = (directions * directions).sum(-1)
+    along = (directions[:, None] @ m2 @ directions[:, :, None]).reshape(count)
+    if not center:
+        along = along + n * (mu * directions).sum(-1) ** 2
     scalars = torch.stack([
         energy_proxy, ratio.to(energy_proxy), energy_proxy * d / k, null_mean, null_sd, z_analytic,
-        iso_G, iso_removed[:, 0], deltas[:, 0], shares[:, 0], beaten,
+        iso_G, iso_removed[:, 0], deltas[:, 0], shares[:, 0], beaten, direction_norm2, along / direction_norm2 / total,
     ], dim=1).tolist()
     cpu = torch.device("cpu")
     energy_controls, iso_removed, deltas, shares = (t.to(cpu) for t in (energy_controls, iso_removed, deltas, shares))
     results = []
     for l, values in enumerate(scalars):
-        energy_mean_direction = None
-        direction = mean_directions[l]
-        if direction is not None:
-            direction = direction.to(m2.device)
-            norm2 = direction @ direction
-            if float(norm2) > 0:
-                along = direction @ m2[l] @ direction
-                if not center:
-                    along = along + n[l] * (mu[l] @ direction) ** 2
-                energy_mean_direction = float(along / norm2 / total[l])
+        energy_mean_direction = values[12] if values[11] > 0 else None
         results.append(AlignmentResult(
             rank=k,
             dim=d,

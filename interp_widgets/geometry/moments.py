@@ -104,7 +104,7 @@ class Moments:
 def moments_of_points(x: torch.Tensor, fast: bool = False) -> Moments:
     """:class:`Moments` of a cloud already validated by ``as_points`` (float64, 2-D, finite), without validating
     it again (``fast``: ``M2`` from :func:`~interp_widgets.geometry._kernels.blocked_gram32`, relative Frobenius
-    error ≤ 258·2⁻²⁴ of its trace; the monitor's per-step gradient moments).
+    error ≤ ``GRAM_BOUND`` (273·2⁻²⁴) of its trace; the monitor's per-step gradient moments).
 
     Example:
         >>> import torch
@@ -122,7 +122,7 @@ def moments_of_float32_rows(x: torch.Tensor) -> Moments:
     per-step gradient moments).
 
     Error: each centred entry is rounded once, as the cast in :func:`blocked_gram32` already does, so its bound
-    ``‖ΔM2‖_F ≤ (GRAM_BLOCK + 2)·u·tr M2`` holds, plus ``n·‖δ‖²`` for the rounding ``δ`` of the mean
+    ``‖ΔM2‖_F ≤ GRAM_BOUND·tr M2`` holds, plus ``n·‖δ‖²`` for the rounding ``δ`` of the mean
     (``‖δ‖ ≤ u‖μ‖``; the rows are centred on ``μ + δ``, and ``Σ(x − μ − δ)(x − μ − δ)ᵀ = M2 + nδδᵀ``). The mean
     itself is the float64 one. Tested against :func:`moments_of_points`.
 
