@@ -10,6 +10,8 @@ Example:
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import torch
 
@@ -56,12 +58,7 @@ def normal_controls(
         raise ValueError(
             f"a rank-{k} control orthogonal to a rank-{k} proxy needs 2k <= d, but d = {d}; lower the rank"
         )
-    gaussians = []
-    for r in range(n_controls):
-        draw_seed = int(np.random.SeedSequence(seed, spawn_key=(r,)).generate_state(1, dtype=np.uint64)[0])
-        generator = torch.Generator().manual_seed(draw_seed)
-        gaussians.append(torch.randn(d, k, generator=generator, dtype=torch.float64))
-    z = torch.stack(gaussians).to(basis.device)
+    z = control_gaussians(seed, n_controls, d, k).to(basis.device)
     for _ in range(2):  # projecting twice removes the round-off left by one pass
         z = z - basis @ (basis.T @ z)
     controls = torch.linalg.qr(z).Q
@@ -69,6 +66,23 @@ def normal_controls(
     if not leak < ORTHO_TOL:
         raise RuntimeError(f"a control is not orthogonal to the proxy (max |Q_TᵀQ_N| = {leak:.2e})")
     return controls
+
+
+@functools.lru_cache(maxsize=16)
+def control_gaussians(seed: int, n_controls: int, d: int, k: int) -> torch.Tensor:
+    """The Gaussian ``(n_controls, d, k)`` draws behind :func:`normal_controls`, draw ``r`` from its own generator
+    seeded by ``(seed, r)``; cached, as every layer of a monitor draws the same ones (read-only: callers copy).
+
+    Example:
+        >>> control_gaussians(0, 2, 4, 1).shape, control_gaussians(0, 2, 4, 1) is control_gaussians(0, 2, 4, 1)
+        (torch.Size([2, 4, 1]), True)
+    """
+    gaussians = []
+    for r in range(n_controls):
+        draw_seed = int(np.random.SeedSequence(seed, spawn_key=(r,)).generate_state(1, dtype=np.uint64)[0])
+        generator = torch.Generator().manual_seed(draw_seed)
+        gaussians.append(torch.randn(d, k, generator=generator, dtype=torch.float64))
+    return torch.stack(gaussians)
 
 
 def check_controls(controls: ArrayLike, basis: torch.Tensor) -> torch.Tensor:
