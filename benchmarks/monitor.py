@@ -27,7 +27,7 @@ Cost cuts with bounded error (``interp_widgets/geometry/_kernels.py``, tested in
 summed in float32 sixteen blocks at a time and in float64 beyond (``‖ΔM2‖_F ≤ 273·2⁻²⁴·tr M2``), the spectrum step's eigensolver runs in float32 on the
 trace-scaled Gram (eigenvalue error ≤ 4(d + 2)·2⁻²⁴·λ_max), and the fit's eigensolve is float32 refined by float64
 subspace iteration + Rayleigh–Ritz, with a Davis–Kahan residual bound ‖sin Θ‖_F ≤ 1e-4 to the exact float64
-eigenvectors (else the float64 ``eigh``). The alignments of all layers of one width are one batch (``alignments_from_moments`` over a ``SubspaceBatch``
+eigenvectors (else the float64 ``eigh``). The every-step representation metrics (mean pairwise cosines, drift share) are float32 passes with a proven error bound (``linear_time_bundle32``, float64 when that bound exceeds 1e-4), and the gradient mean comes from 16-row float32 partial sums (within 17·2⁻²⁴·mean|g| per coordinate). The alignments of all layers of one width are one batch (``alignments_from_moments`` over a ``SubspaceBatch``
 cached per proxy), so their small terms cost one set of kernel launches per step, not one per layer. On an
 oversubscribed machine each measured step's kernels run on one intra-op thread (``one_thread``):
 under load, two OpenMP threads made these small kernels 10–30× slower (a barrier per kernel waits for a
