@@ -267,17 +267,21 @@ def blocked_gram32(x: torch.Tensor, block: int = GRAM_BLOCK) -> torch.Tensor:
     """
     n, d = x.shape
     single = x.to(torch.float32)
-    full = n - n % block
+    whole, rest = divmod(n, block)
+    per_batch = max(1, min(GRAM_BATCH_BLOCKS, GRAM_BATCH_BYTES // (4 * d * d)))
     gram = None
-    blocks_per_batch = max(1, min(GRAM_BATCH_BLOCKS, GRAM_BATCH_BYTES // (4 * d * d)))
-    for start in range(0, full, blocks_per_batch * block):
-        blocks = single[start:min(full, start + blocks_per_batch * block)].reshape(-1, block, d)
-        product = (blocks.transpose(1, 2) @ blocks).sum(0).to(torch.float64)
-        gram = product if gram is None else gram.add_(product)
-    if full < n:
-        part = single[full:]
-        product = (part.T @ part).to(torch.float64)
-        gram = product if gram is None else gram.add_(product)
+    for first in range(0, whole, per_batch):  # batches of whole blocks, each summed in float32
+        count = min(per_batch, whole - first)
+        blocks = single[first * block:(first + count) * block].reshape(count, block, d)
+        product = blocks[0].T @ blocks[0] if count == 1 else (blocks.transpose(1, 2) @ blocks).sum(0)
+        if rest and first + count == whole and count < per_batch:  # the partial block joins the last batch
+            product.addmm_(single[whole * block:].T, single[whole * block:])
+            rest = 0
+        gram = product.to(torch.float64) if gram is None else gram.add_(product)
+    if rest:
+        part = single[whole * block:]
+        product = part.T @ part
+        gram = product.to(torch.float64) if gram is None else gram.add_(product)
     return gram
 
 
