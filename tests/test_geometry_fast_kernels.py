@@ -184,6 +184,18 @@ def test_float32_linear_bundle_within_its_proven_bound():
     assert fast_seen >= 4  # the fast path, not only the float64 fallback
 
 
+def test_float32_linear_bundle_bound_holds_with_a_row_next_to_the_mean():
+    # one row 1e-3 from the mean of a spread-1 cloud: its centred direction is poorly resolved in float32, and the
+    # bound counts it as an error of up to 2 rather than dividing by its tiny norm
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(1024, 64, generator=g) + 5.0
+    x[7] = x.mean(0) + 1e-3
+    fast, exact = linear_time_bundle32(x), linear_time_bundle(x.double())
+    assert 0 < fast["linear_error_bound"] <= LINEAR_FAST_TOL
+    for metric in ("avg_cosine", "avg_cosine_centered", "drift_share"):
+        assert abs(fast[metric] - exact[metric]) <= fast["linear_error_bound"]
+
+
 def test_float32_linear_bundle_falls_back_to_float64_when_its_bound_is_too_loose():
     # rows within 1e-3 of a mean of 100 per coordinate: float32 resolves their directions from the mean only to
     # ~1e-2, so the proven bound (about 10) is far above the tolerance, and the float64 values are returned

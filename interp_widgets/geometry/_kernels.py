@@ -595,19 +595,20 @@ def linear_time_bundle32(x: torch.Tensor) -> dict[str, float]:
     instead (bound 0).
 
     The mean ``μ̃`` and the sums ``s = Σ x_i/‖x_i‖`` and ``s_c = Σ r_i/‖r_i‖`` (``r_i = x_i − μ̂``, ``μ̂`` = ``μ̃`` in
-    float32) come from :func:`blocked_row_sums32` (``b = 256``-row float32 blocks). With ``ε`` the relative error of
+    float32; ``c_i = x_i − μ`` for the exact mean ``μ``) come from :func:`blocked_row_sums32` (``b = 256``-row float32 blocks). With ``ε`` the relative error of
     a float32 row norm and its reciprocal (``(min(d, b)/2 + ⌈d/b⌉/2 + 3)·u``, the squares summed in ``b``-column
     blocks) and ``δ = ‖μ̂ − μ‖ ≤ u‖μ̃‖ + (b + 1)·u·√(mean‖x_i‖²)``:
 
-    - each computed unit vector is within ``ε`` (uncentred) and ``2(‖δ‖/ĉ_i + u) + ε`` (centred) of the exact one,
+    - each computed unit vector is within ``ε`` (uncentred) and ``min(2, 2(‖δ‖ + u‖r_i‖)/‖c_i‖) + ε`` (centred,
+      ``‖c_i‖ ≥ ĉ_i(1 − ε) − ‖δ‖ − u‖r_i‖``) of the exact one,
       and the block sums add ``(b + 1)·u`` per row, so ``s`` and ``s_c`` are within ``Δ``, the sum over rows;
     - a mean pairwise cosine ``(‖s‖² − n)/(n(n − 1))`` moves by at most ``Δ(2‖ŝ‖ + Δ)/(n(n − 1))``;
     - ``drift_share = A/(A + B)`` (``A = ‖μ‖²``, ``B = Σ‖x_i − μ‖²/n``) moves by at most
       ``((B̂ + ΔB)ΔA + (Â + ΔA)ΔB)/((Â + B̂)(Â + B̂ − ΔA − ΔB))``, with ``ΔA`` from the error of ``μ̃`` and ``ΔB`` from
       those of ``ĉ_i``.
 
-    The bounds are first order in ``‖δ‖/ĉ_i`` and ``ε`` (each below :data:`LINEAR_FAST_TOL` when the fast path is
-    kept) and carry a factor 1.01 for the rest. Tested against the float64 bundle.
+    The drift-share bound drops terms second order in ``ε`` (≈ 1e-5) and carries a factor 1.01 for them, as do
+    the others. Tested against the float64 bundle.
 
     Example:
         >>> x = torch.randn(300, 8) + 1.0
@@ -630,17 +631,25 @@ def linear_time_bundle32(x: torch.Tensor) -> dict[str, float]:
     unit = blocked_row_sums32(x, inverse[:, :1])[0]
     centred_unit = blocked_row_sums32(centred, inverse[:, 1:])[0]
     centred_norms64 = centred_norms.double()
+    square_norm_sum = norms.double().pow(2).sum()
+    mean_error = (b + 1) * U32 * (square_norm_sum / n).sqrt()  # ‖μ̃ − μ‖
+    delta = U32 * mean.norm() + mean_error  # ‖μ̂ − μ‖
+    # each centred unit vector's error, from ‖r_i − c_i‖ ≤ ‖δ‖ + u‖r_i‖ and ‖r_i‖ ≥ ĉ_i(1 − ε): at most
+    # 2(‖δ‖ + u‖r_i‖)/‖c_i‖ (and never more than 2, two unit vectors), plus ε for the norm
+    rounded = U32 * centred_norms64 * (1 + eps)
+    lower = centred_norms64 * (1 - eps) - delta - rounded
+    per_row = torch.where(lower > 0, (2 * (delta + rounded) / lower.clamp(min=1e-300)).clamp(max=2.0),
+                          torch.full_like(lower, 2.0)) + eps
     # every scalar the values and bounds need, in one transfer; the bounds are then plain float arithmetic
-    unit2, centred_unit2, mean2, inverse_centred_sum, centred_norm_sum, centred_square_sum, square_norm_sum = (
-        torch.stack([unit @ unit, centred_unit @ centred_unit, mean @ mean, inverse[:, 1].sum(dtype=torch.float64),
-                     centred_norms64.sum(), centred_norms64.pow(2).sum(), norms.double().pow(2).sum()]).tolist())
+    (unit2, centred_unit2, mean2, centred_norm_sum, centred_square_sum, mean_error, delta,
+     centred_errors) = torch.stack([
+        unit @ unit, centred_unit @ centred_unit, mean @ mean, centred_norms64.sum(), centred_norms64.pow(2).sum(),
+        mean_error, delta, per_row.sum()]).tolist()
     pairs = n * (n - 1)
     mean_norm = math.sqrt(mean2)
-    mean_error = (b + 1) * U32 * math.sqrt(square_norm_sum / n)  # ‖μ̃ − μ‖
-    delta = U32 * mean_norm + mean_error  # ‖μ̂ − μ‖
     accumulation = (b + 1) * U32 * n
     spread = n * eps + accumulation
-    centred_spread = 2 * delta * inverse_centred_sum + n * (2 * U32 + eps) + accumulation
+    centred_spread = centred_errors + accumulation
     a, b_hat = mean2, centred_square_sum / n
     error_a = 2 * (mean_norm + mean_error) * mean_error + mean_error**2
     error_b = 2 * delta * centred_norm_sum / n + delta**2 + 2 * (eps + U32) * b_hat
