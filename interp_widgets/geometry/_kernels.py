@@ -600,7 +600,8 @@ def linear_time_bundle32(x: torch.Tensor) -> dict[str, float]:
     blocks) and ``δ = ‖μ̂ − μ‖ ≤ u‖μ̃‖ + (b + 1)·u·√(mean‖x_i‖²)``:
 
     - each computed unit vector is within ``ε`` (uncentred) and ``min(2, 2(‖δ‖ + u‖r_i‖)/‖c_i‖) + ε`` (centred,
-      ``‖c_i‖ ≥ ĉ_i(1 − ε) − ‖δ‖ − u‖r_i‖``) of the exact one,
+      ``‖c_i‖ ≥ ĉ_i(1 − ε) − ‖δ‖ − u‖r_i‖``; summed over the rows in closed form when every ``ĉ_i`` is at least
+      twice ``‖δ‖``, else row by row) of the exact one,
       and the block sums add ``(b + 1)·u`` per row, so ``s`` and ``s_c`` are within ``Δ``, the sum over rows;
     - a mean pairwise cosine ``(‖s‖² − n)/(n(n − 1))`` moves by at most ``Δ(2‖ŝ‖ + Δ)/(n(n − 1))``;
     - ``drift_share = A/(A + B)`` (``A = ‖μ‖²``, ``B = Σ‖x_i − μ‖²/n``) moves by at most
@@ -634,17 +635,23 @@ def linear_time_bundle32(x: torch.Tensor) -> dict[str, float]:
     square_norm_sum = norms.double().pow(2).sum()
     mean_error = (b + 1) * U32 * (square_norm_sum / n).sqrt()  # ‖μ̃ − μ‖
     delta = U32 * mean.norm() + mean_error  # ‖μ̂ − μ‖
-    # each centred unit vector's error, from ‖r_i − c_i‖ ≤ ‖δ‖ + u‖r_i‖ and ‖r_i‖ ≥ ĉ_i(1 − ε): at most
-    # 2(‖δ‖ + u‖r_i‖)/‖c_i‖ (and never more than 2, two unit vectors), plus ε for the norm
-    rounded = U32 * centred_norms64 * (1 + eps)
-    lower = centred_norms64 * (1 - eps) - delta - rounded
-    per_row = torch.where(lower > 0, (2 * (delta + rounded) / lower.clamp(min=1e-300)).clamp(max=2.0),
-                          torch.full_like(lower, 2.0)) + eps
     # every scalar the values and bounds need, in one transfer; the bounds are then plain float arithmetic
-    (unit2, centred_unit2, mean2, centred_norm_sum, centred_square_sum, mean_error, delta,
-     centred_errors) = torch.stack([
+    (unit2, centred_unit2, mean2, centred_norm_sum, centred_square_sum, mean_error, delta, inverse_centred_sum,
+     smallest) = torch.stack([
         unit @ unit, centred_unit @ centred_unit, mean @ mean, centred_norms64.sum(), centred_norms64.pow(2).sum(),
-        mean_error, delta, per_row.sum()]).tolist()
+        mean_error, delta, inverse[:, 1].sum(dtype=torch.float64) * (1 + 2 * U32), centred_norms64.min()]).tolist()
+    # each centred unit vector's error, from ‖r_i − c_i‖ ≤ ‖δ‖ + u‖r_i‖ and ‖r_i‖ ≥ ĉ_i(1 − ε): at most
+    # 2(‖δ‖ + u(1 + ε)ĉ_i)/(γĉ_i − ‖δ‖) with γ = 1 − ε − u(1 + ε) (and never more than 2), plus ε for the norm
+    gamma = 1 - eps - U32 * (1 + eps)
+    if delta <= gamma * smallest / 2:  # every row far from the mean: summed in closed form over the rows
+        centred_errors = ((2 * delta * inverse_centred_sum + 2 * n * U32 * (1 + eps)) / gamma
+                          / (1 - delta / (gamma * smallest)) + n * eps)
+    else:  # some row next to the mean: row by row, each at most 2
+        rounded = U32 * (1 + eps) * centred_norms64
+        lower = gamma * centred_norms64 - delta
+        per_row = torch.where(lower > 0, (2 * (delta + rounded) / lower.clamp(min=1e-300)).clamp(max=2.0),
+                              torch.full_like(lower, 2.0)) + eps
+        centred_errors = float(per_row.sum())
     pairs = n * (n - 1)
     mean_norm = math.sqrt(mean2)
     accumulation = (b + 1) * U32 * n
