@@ -118,12 +118,14 @@ describe("who draws the output", () => {
     const nb = fakeNotebook();
     await mount(nb.host).renderModel(output());
     expect(saved()).toBe(1); // before the session is ready: no waiting, no "Loading widget..."
+    expect(renderer.node.dataset.iwHandover).toBe("pending"); // the rebuilt view is about to give way
     nb.bind();
     await new Promise((resolve) => setTimeout(resolve, 120));
     expect(saved()).toBe(1); // bound, but the model is not restored yet: the live renderer waits hidden
     nb.restore("w1");
     await settle();
     expect([visibleLive(), saved()]).toEqual([1, 0]); // one view only
+    expect(renderer.node.dataset.iwHandover).toBeUndefined();
   });
 
   it("asks again when ipywidgets said 'model not found' before the saved state was loaded (its restore race)", async () => {

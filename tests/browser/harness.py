@@ -388,6 +388,8 @@ def run_cells(page, first: int, count: int = 1, timeout: float = 120_000) -> Non
     Example:
         >>> run_cells(page, 0, 3)  # doctest: +SKIP
     """
+    from playwright.sync_api import expect
+
     cells = notebook_cells(page)
     for attempt in (1, 2):
         cells.nth(first).locator(".jp-InputPrompt").click()
@@ -405,6 +407,10 @@ def run_cells(page, first: int, count: int = 1, timeout: float = 120_000) -> Non
         for text in errors.all_inner_texts():
             if "Traceback" in text:
                 raise AssertionError(f"cell {index} raised:\n{text}")
+        # While the widget manager is still restoring from the kernel, an output first shows the view rebuilt from
+        # its payload and hands over to the live widget a moment later; controls used before that act on the
+        # rebuilt view and are lost. The renderer marks that moment (data-iw-handover): wait it out.
+        expect(cell.locator("[data-iw-handover]")).to_have_count(0, timeout=60_000)
 
 
 _NUMBERED = re.compile(r"^\s*\[\d+\]:\s*$")

@@ -139,12 +139,10 @@ def test_concept_browser_in_jupyterlab(jupyter_server, concept_notebook, recorde
     output = notebook_cells(page).nth(1)
     view = output.locator(ROOT)
     n = len(facts["labels"])
-    # Right after the notebook opens, the widget manager may still be restoring from the kernel (busy running the
-    # cells): the output then shows the view rebuilt from its payload and hands over to the live widget a moment
-    # later. Controls used before the hand-over act on the rebuilt view (a failure seen in CI: the list sorted by
-    # index, descending, after density had been chosen), so the test starts once the live view is the one shown.
+    # run_cells waited out the hand-over from the rebuilt view to the live widget (a failure seen in CI: controls
+    # used on the rebuilt view, the list then sorted by index after density had been chosen): the live one is shown
     expect(view).to_have_count(1, timeout=60_000)
-    expect(output.locator(".iw-mime-saved")).to_have_count(0, timeout=60_000)
+    expect(output.locator(".iw-mime-saved")).to_have_count(0)
 
     # The list: first page in id order, labels and top tokens as literal text (concept 0's label is the tag).
     _expect_listed(view, list(range(PAGE_SIZE)))

@@ -140,9 +140,14 @@ export class InterpWidgetsRenderer extends Panel {
     await this._showSaved(data);
     if (!modelId || stale()) return first?.dispose();
     if (first) this._standBy(first, modelId);
-    this._goLive(host, model, modelId, stale, first !== null).catch((error) =>
-      console.error("interp-widgets: the live widget could not be drawn", error),
-    );
+    // While the hand-over is pending the node says so (`data-iw-handover`), for whoever must not act on the rebuilt
+    // view (its control state is not carried over to the live widget), e.g. browser tests.
+    this.node.dataset.iwHandover = "pending";
+    this._goLive(host, model, modelId, stale, first !== null)
+      .catch((error) => console.error("interp-widgets: the live widget could not be drawn", error))
+      .finally(() => {
+        if (!stale()) delete this.node.dataset.iwHandover;
+      });
     return undefined;
   }
 
@@ -199,6 +204,7 @@ export class InterpWidgetsRenderer extends Panel {
       this._dropSaved();
       live.show();
       this._live = { modelId, renderer: live };
+      delete this.node.dataset.iwHandover;
     };
     this._observer = new MutationObserver(promote);
     this._observer.observe(live.node, { childList: true });
@@ -218,6 +224,7 @@ export class InterpWidgetsRenderer extends Panel {
   }
 
   _reset() {
+    delete this.node.dataset.iwHandover;
     this._live = null;
     this._standby = null;
     this._observer?.disconnect();
