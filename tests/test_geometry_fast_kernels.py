@@ -3,6 +3,7 @@ of the float64 reference, and the monitor's recorded values stay within the boun
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -325,3 +326,15 @@ def test_measured_step_threads_follow_the_machine_and_restore_the_callers(monkey
     finally:
         torch.set_num_threads(threads)
     assert seen == [1] * 6 + [2] * 6  # one thread on the oversubscribed machine, the caller's two on the idle one
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 19, 20, 21, 100])
+def test_control_quantiles_equal_numpy_quantile(size):
+    from interp_widgets.geometry._measure import quantiles
+
+    rng = np.random.default_rng(size)
+    for _ in range(300):
+        values = rng.standard_normal(size) * 10 ** rng.uniform(-6, 6)
+        assert quantiles(values) == tuple(np.quantile(values, [0.05, 0.95]))
+    values[rng.integers(size)] = np.nan
+    assert all(math.isnan(q) for q in quantiles(values))
