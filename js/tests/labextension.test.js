@@ -19,6 +19,7 @@ class FakeWidgetRenderer extends Panel {
   constructor(manager) {
     super();
     this.manager = manager;
+    this._manager = { promise: Promise.resolve(manager) }; // jupyterlab-manager's PromiseDelegate of its manager
     this.renders = 0;
   }
   async renderModel(model) {
@@ -39,7 +40,16 @@ class FakeWidgetRenderer extends Panel {
 const placeholder = { safe: false, mimeTypes: [WIDGET_VIEW_MIME], createRenderer: () => new Panel() };
 
 function fakeNotebook() {
-  const manager = { models: new Set(), waiting: [] };
+  const manager = {
+    models: new Set(),
+    waiting: [],
+    live: {}, // model id -> the live model's traits set and saves
+    async get_model(id) {
+      if (!this.models.has(id)) throw new Error("widget model not found");
+      const record = (this.live[id] ??= { set: {}, saves: 0 });
+      return { set: (name, value) => (record.set[name] = value), save_changes: () => (record.saves += 1) };
+    },
+  };
   const bound = { safe: false, mimeTypes: [WIDGET_VIEW_MIME], createRenderer: () => new FakeWidgetRenderer(manager) };
   let factory = placeholder;
   let ready;
@@ -126,6 +136,31 @@ describe("who draws the output", () => {
     await settle();
     expect([visibleLive(), saved()]).toEqual([1, 0]); // one view only
     expect(renderer.node.dataset.iwHandover).toBeUndefined();
+  });
+
+  it("carries what the user changed on the rebuilt view over to the live widget that replaces it", async () => {
+    const nb = fakeNotebook();
+    await mount(nb.host).renderModel(output());
+    const select = renderer.node.querySelector(".iw-mime-saved .iw-granularity-select");
+    select.value = "word";
+    select.dispatchEvent(new Event("change"));
+    nb.bind();
+    await new Promise((resolve) => setTimeout(resolve, 120));
+    nb.restore("w1");
+    await settle();
+    expect([visibleLive(), saved()]).toEqual([1, 0]);
+    expect(nb.manager.live.w1).toEqual({ set: { granularity: "word" }, saves: 1 }); // set, then sent to Python
+  });
+
+  it("carries nothing over when the user changed nothing", async () => {
+    const nb = fakeNotebook();
+    await mount(nb.host).renderModel(output());
+    nb.bind();
+    await new Promise((resolve) => setTimeout(resolve, 120));
+    nb.restore("w1");
+    await settle();
+    expect(visibleLive()).toBe(1);
+    expect(nb.manager.live).toEqual({});
   });
 
   it("asks again when ipywidgets said 'model not found' before the saved state was loaded (its restore race)", async () => {

@@ -52,9 +52,11 @@ export function showNote(el, data, message, tone = "info") {
  * Render the output's payload into `el`; resolves with a cleanup function.
  * @param {HTMLElement} el
  * @param {Record<string, unknown>} data  the output's MIME bundle (the payload is `data[MIME_TYPE]`)
- * @param {{loadView: (view: string) => Promise<{default: any}>}} options  imports the view's ES module
+ * @param {{loadView: (view: string) => Promise<{default: any}>, onModel?: (model: any) => void}} options  `loadView`
+ *   imports the view's ES module; `onModel` receives the view's model shim once the view is drawn (its
+ *   `savedChanges()` are the traits the user changed since)
  */
-export async function mountOutput(el, data, { loadView }) {
+export async function mountOutput(el, data, { loadView, onModel }) {
   let read;
   try {
     read = readPayload(data[MIME_TYPE]);
@@ -79,7 +81,10 @@ export async function mountOutput(el, data, { loadView }) {
   const root = h("div", { class: "iw-mime-view" });
   el.replaceChildren(root);
   try {
-    return await mountModule(root, model, await loadView(read.view));
+    const cleanup = await mountModule(root, model, await loadView(read.view));
+    model.startRecording(); // from now on the traits saved are the user's doing
+    onModel?.(model);
+    return cleanup;
   } catch (error) {
     showNote(el, data, `This ${read.widget} output could not be rebuilt (${error instanceof Error ? error.message : error}); showing the saved picture.`, "error");
     return () => {};

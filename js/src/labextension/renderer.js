@@ -11,7 +11,8 @@
  *     widget state or untrusted, where ipywidgets would say "model not found".
  * If the widget manager is not ready yet (the kernel is still starting) the rebuilt view shows at once and gives way
  * to the live widget as soon as ipywidgets' renderer draws it; when the model is not found it never does, and the
- * rebuilt view stays. Only one of the two is ever visible.
+ * rebuilt view stays. Only one of the two is ever visible, and the traits the user changed on the rebuilt view before
+ * the hand-over are set on the live widget's model when it takes over (carryOver).
  *
  * A renderer finds its notebook (or console) through its Lumino parents: JupyterLab may render a reopened notebook's
  * outputs before the notebook panel is announced to extensions, and before the cell is inserted into the notebook,
@@ -87,6 +88,27 @@ export function hostOf(widget, placeholder) {
   return null;
 }
 
+/**
+ * Set on the live widget's model the traits the user changed on the rebuilt view before the hand-over (a sort chosen,
+ * a token clicked), and send them to Python as that view would have, so that no action is lost when the live widget
+ * replaces the rebuilt one. The model comes from the manager of ipywidgets' renderer (its `_manager` promise); a
+ * renderer without one carries nothing over.
+ * @param {any} live  ipywidgets' renderer showing the live widget
+ * @param {string} modelId
+ * @param {Record<string, unknown>} changes
+ */
+export async function carryOver(live, modelId, changes) {
+  try {
+    const manager = await live._manager?.promise;
+    const model = await manager?.get_model?.(modelId);
+    if (!model) return;
+    for (const [name, value] of Object.entries(changes)) model.set(name, value);
+    model.save_changes();
+  } catch (error) {
+    console.error("interp-widgets: the changes made before the live widget took over could not be carried over", error);
+  }
+}
+
 /** The IRenderer: a Lumino panel holding either the rebuilt view or ipywidgets' renderer of the live widget. */
 export class InterpWidgetsRenderer extends Panel {
   /**
@@ -101,6 +123,7 @@ export class InterpWidgetsRenderer extends Panel {
     this._host = host;
     this._placeholder = placeholder;
     this._saved = null; // the Widget holding the view rebuilt from the payload
+    this._savedModel = null; // its model shim (the traits the user changed on it)
     this._cleanup = null;
     this._observer = null;
     this._live = null; // {modelId, renderer} once ipywidgets' renderer shows the live widget
@@ -140,8 +163,8 @@ export class InterpWidgetsRenderer extends Panel {
     await this._showSaved(data);
     if (!modelId || stale()) return first?.dispose();
     if (first) this._standBy(first, modelId);
-    // While the hand-over is pending the node says so (`data-iw-handover`), for whoever must not act on the rebuilt
-    // view (its control state is not carried over to the live widget), e.g. browser tests.
+    // While the hand-over is pending the node says so (`data-iw-handover`), e.g. for browser tests; the traits the
+    // user changes on the rebuilt view meanwhile are carried over to the live widget (carryOver).
     this.node.dataset.iwHandover = "pending";
     this._goLive(host, model, modelId, stale, first !== null)
       .catch((error) => console.error("interp-widgets: the live widget could not be drawn", error))
@@ -181,9 +204,12 @@ export class InterpWidgetsRenderer extends Panel {
     saved.addClass("iw-mime-saved");
     this._saved = saved;
     this.addWidget(saved);
-    const cleanup = await mountOutput(saved.node, data, { loadView });
-    if (this._saved === saved) this._cleanup = cleanup;
-    else cleanup();
+    let shim = null;
+    const cleanup = await mountOutput(saved.node, data, { loadView, onModel: (model) => (shim = model) });
+    if (this._saved === saved) {
+      this._cleanup = cleanup;
+      this._savedModel = shim;
+    } else cleanup();
   }
 
   /**
@@ -201,8 +227,10 @@ export class InterpWidgetsRenderer extends Panel {
       this._observer?.disconnect();
       this._observer = null;
       this._standby = null;
+      const changes = this._savedModel?.savedChanges() ?? {};
       this._dropSaved();
       live.show();
+      if (Object.keys(changes).length) carryOver(live, modelId, changes);
       this._live = { modelId, renderer: live };
       delete this.node.dataset.iwHandover;
     };
@@ -221,6 +249,7 @@ export class InterpWidgetsRenderer extends Panel {
     }
     this._saved?.dispose();
     this._saved = null;
+    this._savedModel = null;
   }
 
   _reset() {

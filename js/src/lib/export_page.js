@@ -28,15 +28,22 @@ export function restoreBuffers(state, buffers = []) {
 }
 
 /**
- * A kernel-less stand-in for the anywidget model.
+ * A kernel-less stand-in for the anywidget model. Once `startRecording()` is called it remembers the traits the
+ * view saved (`set` then `save_changes`, what a live model would send to Python): `savedChanges()` gives their latest
+ * values, so that the JupyterLab renderer can carry what the user did on a view rebuilt from its payload over to
+ * the live widget that replaces it.
  * @param {Record<string, unknown>} state
  */
 export function createModelShim(state) {
   const handlers = new Map();
+  const saved = new Map();
+  let unsaved = new Set();
+  let recording = false;
   return {
     get: (name) => state[name],
     set(name, value) {
       state[name] = value;
+      if (recording) unsaved.add(name);
       for (const handler of [...(handlers.get(`change:${name}`) ?? [])]) handler({ name, new: value });
     },
     on(event, handler) {
@@ -47,9 +54,16 @@ export function createModelShim(state) {
       if (handler === undefined) handlers.delete(event);
       else handlers.get(event)?.delete(handler);
     },
-    save_changes() {},
+    save_changes() {
+      for (const name of unsaved) saved.set(name, state[name]);
+      unsaved = new Set();
+    },
     send() {},
     widget_manager: null,
+    startRecording() {
+      recording = true;
+    },
+    savedChanges: () => Object.fromEntries(saved),
   };
 }
 
