@@ -21,6 +21,9 @@ steps, which leaves the fit and spectrum steps out) is printed beside it. SmolLM
 batch 4 × 128 of the text corpus) has the same goal. ``--only minilm,decoder6,smollm2`` picks cases, ``--variants
 1layer,6layers`` the layer sets. The load average is printed: on a shared machine the interleaving spreads other processes' load over both kinds of step.
 ``monitor_ms`` is the monitor's own recording time per step (the hooks' row copies are part of the step ratio).
+``--floor`` measures what the goal leaves for the measurement on the 6-layer decoder: the same run with the
+measurement replaced by nothing (capture only) and by the arithmetic no exact measurement can skip (the six gradient
+Grams, the stacked proxy + controls product, one norm and one sum pass per layer), alternated with the real monitor.
 
 Cost cuts with bounded error (``interp_widgets/geometry/_kernels.py``, tested in
 ``tests/test_geometry_fast_kernels.py``): the per-step gradient Gram is formed in float32 over 256-row blocks and
@@ -198,10 +201,55 @@ def experiment() -> None:
                       f"{statistics.median(control[rows]):+.3f}", flush=True)
 
 
+def unavoidable_arithmetic(self, step, data):
+    """A stand-in for ``Measurement.measure_step`` that does only the arithmetic no exact measurement can skip: each
+    layer's float32 gradient Gram (one unblocked product) and gradient sum, one norm pass and one sum pass over its
+    activations, and the stacked proxy + controls product of all layers' Grams; no checks, no error bounds, no
+    moments in float64, no metrics recorded (``--floor``)."""
+    grams = []
+    for H, G in data.values():
+        grams.append(G.T @ G)
+        G.sum(0)
+        torch.linalg.vector_norm(H, dim=1)
+        H.sum(0)
+    m2 = torch.stack(grams)
+    width = (1 + N_CONTROLS) * RANK
+    float((torch.ones(m2.shape[0], width, m2.shape[1]) @ m2).sum())
+    return {"fitting": 0.0}, {}
+
+
+def floor(steps: int, runs: int = 3) -> None:
+    """The decoder's 6-layer ratio with the measurement replaced by nothing (capture only: hooks, row copies,
+    flushes) and by :func:`unavoidable_arithmetic`, alternated with the real monitor: what the 3 % goal leaves for
+    the measurement on this machine."""
+    from interp_widgets.geometry import _measure
+
+    real = _measure.Measurement.measure_step
+    stand_ins = {"capture_only": lambda self, step, data: ({"fitting": 0.0}, {}),
+                 "unavoidable_arithmetic": unavoidable_arithmetic, "monitor": real}
+    model, batches = decoder()
+    layers = [f"layer:{i}" for i in range(6)]
+    ratios = {name: [] for name in stand_ins}
+    try:
+        for _ in range(runs):
+            for name, measure in stand_ins.items():
+                _measure.Measurement.measure_step = measure
+                plain, monitored, _ = step_times(model, batches, layers, steps)
+                ratios[name].append(sum(monitored) / sum(plain))
+    finally:
+        _measure.Measurement.measure_step = real
+    for name, values in ratios.items():
+        print(f"bench: monitor_floor_decoder6_{name} = {statistics.median(values):.3f} (runs "
+              f"{', '.join(f'{v:.3f}' for v in values)}; goal <= 1.03 for the monitor)", flush=True)
+
+
 def main() -> None:
     torch.set_num_threads(2)
     if "--experiment" in sys.argv:
         experiment()
+        return
+    if "--floor" in sys.argv:
+        floor(int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else STEPS_TOTAL)
         return
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else STEPS_TOTAL
     only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
