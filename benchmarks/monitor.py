@@ -21,7 +21,7 @@ steps, which leaves the fit and spectrum steps out) is printed beside it. SmolLM
 batch 4 × 128 of the text corpus) has the same goal. ``--only minilm,decoder6,smollm2`` picks cases, ``--variants
 1layer,6layers`` the layer sets. The load average is printed: on a shared machine the interleaving spreads other processes' load over both kinds of step.
 ``monitor_ms`` is the monitor's own recording time per step (the hooks' row copies are part of the step ratio).
-``--floor`` measures what the goal leaves for the measurement on the 6-layer decoder: the same run with the
+``--floor`` measures what the goal leaves for the measurement at 6 layers (decoder and MiniLM): the same run with the
 measurement replaced by nothing (capture only) and by the arithmetic no exact measurement can skip (the six gradient
 Grams, the stacked proxy + controls product, one norm and one sum pass per layer), alternated with the real monitor.
 
@@ -218,29 +218,32 @@ def unavoidable_arithmetic(self, step, data):
     return {"fitting": 0.0}, {}
 
 
-def floor(steps: int, runs: int = 3) -> None:
-    """The decoder's 6-layer ratio with the measurement replaced by nothing (capture only: hooks, row copies,
-    flushes) and by :func:`unavoidable_arithmetic`, alternated with the real monitor: what the 3 % goal leaves for
-    the measurement on this machine."""
+def floor(steps: int, only: list[str] | None = None, runs: int = 3) -> None:
+    """The 6-layer ratio with the measurement replaced by nothing (capture only: hooks, row copies, flushes) and by
+    :func:`unavoidable_arithmetic`, alternated with the real monitor, on the decoder and on MiniLM: what the 3 % goal
+    leaves for the measurement on this machine."""
     from interp_widgets.geometry import _measure
 
     real = _measure.Measurement.measure_step
     stand_ins = {"capture_only": lambda self, step, data: ({"fitting": 0.0}, {}),
                  "unavoidable_arithmetic": unavoidable_arithmetic, "monitor": real}
-    model, batches = decoder()
     layers = [f"layer:{i}" for i in range(6)]
-    ratios = {name: [] for name in stand_ins}
-    try:
-        for _ in range(runs):
-            for name, measure in stand_ins.items():
-                _measure.Measurement.measure_step = measure
-                plain, monitored, _ = step_times(model, batches, layers, steps)
-                ratios[name].append(sum(monitored) / sum(plain))
-    finally:
-        _measure.Measurement.measure_step = real
-    for name, values in ratios.items():
-        print(f"bench: monitor_floor_decoder6_{name} = {statistics.median(values):.3f} (runs "
-              f"{', '.join(f'{v:.3f}' for v in values)}; goal <= 1.03 for the monitor)", flush=True)
+    for name, build in (("decoder6", decoder), ("minilm", minilm)):
+        if only is not None and name not in only:
+            continue
+        model, batches = build()
+        ratios = {kind: [] for kind in stand_ins}
+        try:
+            for _ in range(runs):
+                for kind, measure in stand_ins.items():
+                    _measure.Measurement.measure_step = measure
+                    plain, monitored, _ = step_times(model, batches, layers, steps)
+                    ratios[kind].append(sum(monitored) / sum(plain))
+        finally:
+            _measure.Measurement.measure_step = real
+        for kind, values in ratios.items():
+            print(f"bench: monitor_floor_{name}_6layers_{kind} = {statistics.median(values):.3f} (runs "
+                  f"{', '.join(f'{v:.3f}' for v in values)}; goal <= 1.03 for the monitor)", flush=True)
 
 
 def main() -> None:
@@ -248,12 +251,12 @@ def main() -> None:
     if "--experiment" in sys.argv:
         experiment()
         return
-    if "--floor" in sys.argv:
-        floor(int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else STEPS_TOTAL)
-        return
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else STEPS_TOTAL
     only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     variants = sys.argv[sys.argv.index("--variants") + 1].split(",") if "--variants" in sys.argv else None
+    if "--floor" in sys.argv:
+        floor(steps, only)
+        return
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {steps} + {steps} interleaved steps")
     cases = (("minilm", minilm, (("1layer", ["layer:3"]), ("6layers", [f"layer:{i}" for i in range(6)]))),
              ("decoder6", decoder, (("1layer", ["layer:3"]), ("6layers", [f"layer:{i}" for i in range(6)]))),
