@@ -24,6 +24,8 @@ batch 4 × 128 of the text corpus) has the same goal. ``--only minilm,decoder6,s
 ``--floor`` measures what the goal leaves for the measurement at 6 layers (decoder and MiniLM): the same run with the
 measurement replaced by nothing (capture only) and by the arithmetic no exact measurement can skip (the six gradient
 Grams, the stacked proxy + controls product, one norm and one sum pass per layer), alternated with the real monitor.
+``--phases`` times the parts of one captured 6-layer decoder step's measurement (the same data measured 60 times:
+prepare, align, finish, and the kernels inside them) beside the floor's arithmetic on that data.
 
 Cost cuts with bounded error (``interp_widgets/geometry/_kernels.py``, tested in
 ``tests/test_geometry_fast_kernels.py``): the per-step gradient Gram is formed in float32 over 256-row blocks and
@@ -246,6 +248,88 @@ def floor(steps: int, only: list[str] | None = None, runs: int = 3) -> None:
                   f"{', '.join(f'{v:.3f}' for v in values)}; goal <= 1.03 for the monitor)", flush=True)
 
 
+def median_ms(function, repeats: int = 60) -> float:
+    """Median wall time of ``function()`` in ms over ``repeats`` calls, after 5 untimed ones."""
+    for _ in range(5):
+        function()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def phases() -> None:
+    """The measurement of one captured 6-layer decoder step, part by part, beside the floor's arithmetic
+    (:func:`unavoidable_arithmetic`) on the same rows: where the monitor's own time goes (``--phases``)."""
+    from interp_widgets.geometry import _kernels, _measure
+    from interp_widgets.geometry.alignment import alignments_from_moments
+
+    model, batches = decoder()
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
+    layers = [f"layer:{i}" for i in range(6)]
+    monitor = AnisotropyMonitor(model, layers, rank=RANK, every=1, fit="early", total_steps=STEPS_TOTAL,
+                                n_controls=N_CONTROLS, max_tokens=MAX_TOKENS, optimizer=optimizer)
+    captured = {}
+    real = _measure.Measurement.measure_step
+
+    def keep(self, step, data):
+        captured.update(step=step, data={spec: (H.clone(), G.clone()) for spec, (H, G) in data.items()})
+        return real(self, step, data)
+
+    _measure.Measurement.measure_step = keep
+    try:
+        for index in range(12):  # past the fit window (the first 9 steps of 30)
+            with monitor:
+                model(**batches[index % len(batches)]).loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+    finally:
+        _measure.Measurement.measure_step = real
+    measurement, step, data = monitor._measurement, captured["step"], captured["data"]
+
+    def not_spectrum():
+        measurement.measurements = {spec: 1 for spec in layers}  # the every-step work, not a spectrum step
+
+    def whole():
+        not_spectrum()
+        measurement.measure_step(step, data)
+
+    prepared = [measurement.prepare_layer(step, spec, *data[spec]) for spec in layers]
+
+    def finish():
+        not_spectrum()
+        for layer in prepared:
+            measurement.finish_layer(step, layer)
+
+    bases = measurement.batched_bases(layers, RANK, torch.device("cpu"))
+    settings = dict(center=False, zeta=0.0, target="scaled_identity", coordinates="full", fast=True)
+    moments = [layer.moments for layer in prepared]
+    means = [measurement.fitted[spec].mean for spec in layers]
+    m2 = torch.stack([m.m2 for m in moments])
+    parts = {  # name: (function, the part it belongs to)
+        "measure_step": (whole, None),
+        "prepare": (lambda: [measurement.prepare_layer(step, spec, *data[spec]) for spec in layers], "measure_step"),
+        "gradient_moments": (lambda: [_measure.gradient_moments(data[spec][1]) for spec in layers], "prepare"),
+        "finiteness": (lambda: [_measure.all_finite(data[spec][i]) for spec in layers for i in (0, 1)], "prepare"),
+        "align": (lambda: measurement.align(step, prepared), "measure_step"),
+        "alignments_from_moments": (lambda: alignments_from_moments(moments, bases, RANK, means, **settings),
+                                    "align"),
+        "proxy_and_controls_product": (lambda: (bases.rows32 @ m2.to(torch.float32)).to(torch.float64),
+                                       "alignments_from_moments"),
+        "finish": (finish, "measure_step"),
+        "linear_time_bundle32": (lambda: [_kernels.linear_time_bundle32(data[spec][0]) for spec in layers],
+                                 "finish"),
+        "floor_arithmetic": (lambda: unavoidable_arithmetic(None, step, data), None),
+    }
+    for name, (function, parent) in parts.items():
+        within = "" if parent is None else f", within {parent}"
+        print(f"bench: monitor_phase_decoder6_{name} = {median_ms(function):.2f} ms (one captured step, 6 layers"
+              f"{within})", flush=True)
+
+
 def main() -> None:
     torch.set_num_threads(2)
     if "--experiment" in sys.argv:
@@ -254,6 +338,9 @@ def main() -> None:
     steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else STEPS_TOTAL
     only = sys.argv[sys.argv.index("--only") + 1].split(",") if "--only" in sys.argv else None
     variants = sys.argv[sys.argv.index("--variants") + 1].split(",") if "--variants" in sys.argv else None
+    if "--phases" in sys.argv:
+        phases()
+        return
     if "--floor" in sys.argv:
         floor(steps, only)
         return
