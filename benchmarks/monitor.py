@@ -305,7 +305,8 @@ def phases() -> None:
             measurement.finish_layer(step, layer)
 
     bases = measurement.batched_bases(layers, RANK, torch.device("cpu"))
-    settings = dict(center=False, zeta=0.0, target="scaled_identity", coordinates="full", fast=True)
+    settings = dict(center=monitor.center, zeta=float(monitor.zeta), target="scaled_identity",  # as align() does
+                    coordinates=monitor.coordinates, fast=True)
     moments = [layer.moments for layer in prepared]
     means = [measurement.fitted[spec].mean for spec in layers]
     m2 = torch.stack([m.m2 for m in moments])
@@ -324,10 +325,10 @@ def phases() -> None:
                                  "finish"),
         "floor_arithmetic": (lambda: unavoidable_arithmetic(None, step, data), None),
     }
+    print("decoder6, 6 layers, one captured step measured 60 times (median ms; diagnostics, no goal of their own):")
     for name, (function, parent) in parts.items():
-        within = "" if parent is None else f", within {parent}"
-        print(f"bench: monitor_phase_decoder6_{name} = {median_ms(function):.2f} ms (one captured step, 6 layers"
-              f"{within})", flush=True)
+        within = "" if parent is None else f" (within {parent})"
+        print(f"  phase {name} = {median_ms(function):.2f} ms{within}", flush=True)
 
 
 def main() -> None:
