@@ -58,11 +58,21 @@ def _doctest_names(request):
     chat_lm, chat_tokenizer = tiny_models.chat_llama_lm()
     namespace = request.getfixturevalue("doctest_namespace")
     namespace.update(
-        np=np, torch=torch, model=model, tokenizer=tokenizer, adapter=ModelAdapter(model, tokenizer),
-        masked_lm=tiny_models.bert_masked_lm()[0], lm=lm, lm_tokenizer=lm_tokenizer, texts=corpus()[:40],
-        seq2seq=seq2seq, seq2seq_tokenizer=seq2seq_tokenizer,
-        chat_lm=chat_lm, chat_tokenizer=chat_tokenizer,
-        result=_saliency_result(Saliency, model, tokenizer), **_concept_names(model, tokenizer, corpus()[:40]),
+        np=np,
+        torch=torch,
+        model=model,
+        tokenizer=tokenizer,
+        adapter=ModelAdapter(model, tokenizer),
+        masked_lm=tiny_models.bert_masked_lm()[0],
+        lm=lm,
+        lm_tokenizer=lm_tokenizer,
+        texts=corpus()[:40],
+        seq2seq=seq2seq,
+        seq2seq_tokenizer=seq2seq_tokenizer,
+        chat_lm=chat_lm,
+        chat_tokenizer=chat_tokenizer,
+        result=_saliency_result(Saliency, model, tokenizer),
+        **_concept_names(model, tokenizer, corpus()[:40]),
     )
     torch.manual_seed(0)
     np.random.seed(0)
@@ -83,7 +93,10 @@ def _concept_names(model, tokenizer, texts):
         from interp_widgets.concepts import NMFConcepts, collect_activations
 
         store = collect_activations(model, tokenizer, texts, layer=1, progress=False)
-        _CACHE["store"], _CACHE["concepts"] = store, NMFConcepts(8, nonnegative="shift", estimator_params={"random_state": 0}).fit(store)
+        _CACHE["store"], _CACHE["concepts"] = (
+            store,
+            NMFConcepts(8, nonnegative="shift", estimator_params={"random_state": 0}).fit(store),
+        )
     return {"store": _CACHE["store"], "concepts": _CACHE["concepts"]}
 
 
@@ -101,7 +114,7 @@ def pytest_runtest_makereport(item, call):
 def pytest_ignore_collect(collection_path, config):
     """``--doctest-modules`` runs the package's docstring examples; the test suite's helper modules (files under
     ``tests/`` that are not ``test_*.py``, such as the browser harness) hold no examples to run."""
-    in_tests = "tests" in collection_path.parts[len(config.rootpath.parts):]
+    in_tests = "tests" in collection_path.parts[len(config.rootpath.parts) :]
     if in_tests and collection_path.suffix == ".py" and not collection_path.name.startswith(("test_", "conftest")):
         return True
     return None

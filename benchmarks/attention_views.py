@@ -109,8 +109,10 @@ def main() -> None:
     compute = time.perf_counter() - t0
     n = len(patterns.tokens)
     size = sum(w.nbytes for w in patterns.weights)
-    print(f"bench: attention_patterns_compute_{n}_tokens_s = {compute:.1f} ({patterns.n_layers} layers x "
-          f"{patterns.n_heads} heads, {size / 2**20:.0f} MiB float16)")
+    print(
+        f"bench: attention_patterns_compute_{n}_tokens_s = {compute:.1f} ({patterns.n_layers} layers x "
+        f"{patterns.n_heads} heads, {size / 2**20:.0f} MiB float16)"
+    )
 
     t0 = time.perf_counter()
     widget = patterns.widget(layer=LAYER, heads=[0])
@@ -120,14 +122,18 @@ def main() -> None:
                               ("rollout_next_layer", last, "rollout")):  # fmt: skip
         t0 = time.perf_counter()
         content, buffers = widget.reply({"type": "request", "id": 1, "layer": layer, "head": head})
-        print(f"bench: attention_kernel_reply_{name}_ms = {1000 * (time.perf_counter() - t0):.1f} "
-              f"({len(buffers[0])} bytes float16, layer {layer})")
+        print(
+            f"bench: attention_kernel_reply_{name}_ms = {1000 * (time.perf_counter() - t0):.1f} "
+            f"({len(buffers[0])} bytes float16, layer {layer})"
+        )
 
     bare = saved_bytes(widget)
     widget.pin(LAYER, 0)
     pinned = saved_bytes(widget)
-    print(f"bench: attention_saved_notebook_bytes_{n}_tokens_one_pinned_head = {pinned} (goal <= 2097152; "
-          f"pinned head as top-{widget.pinned_top_k} keys per query: {pinned - bare} bytes, ESM {len(widget._esm)})")
+    print(
+        f"bench: attention_saved_notebook_bytes_{n}_tokens_one_pinned_head = {pinned} (goal <= 2097152; "
+        f"pinned head as top-{widget.pinned_top_k} keys per query: {pinned - bare} bytes, ESM {len(widget._esm)})"
+    )
 
     raw = export_state(widget)  # the state an exported page holds, binary arrays as base64
     state = dict(raw["state"])
@@ -144,16 +150,22 @@ def main() -> None:
         for _ in range(TRIALS):
             page = browser.new_page(viewport={"width": 1100, "height": 900})
             page.set_content(PAGE.format(css=widget._css))
-            results.append(page.evaluate(MOUNT, {"esm": widget._esm, "state": dict(state, heads=[0], layer=LAYER), "heads": heads}))
+            results.append(
+                page.evaluate(MOUNT, {"esm": widget._esm, "state": dict(state, heads=[0], layer=LAYER), "heads": heads})
+            )
             page.close()
         browser.close()
     first = [r["first"] for r in results]
     switch = [r["switchMedian"] for r in results]
     worst = [r["switchWorst"] for r in results]
-    print(f"bench: attention_head_first_paint_{n}_tokens_ms = {statistics.median(first):.1f} (goal < 150)  "
-          f"[trials {', '.join(f'{x:.0f}' for x in first)}]")
-    print(f"bench: attention_switch_head_{n}_tokens_ms = median {statistics.median(switch):.1f}, worst "
-          f"{statistics.median(worst):.1f} (goal < 100)  [trials {', '.join(f'{x:.0f}' for x in switch)}]")
+    print(
+        f"bench: attention_head_first_paint_{n}_tokens_ms = {statistics.median(first):.1f} (goal < 150)  "
+        f"[trials {', '.join(f'{x:.0f}' for x in first)}]"
+    )
+    print(
+        f"bench: attention_switch_head_{n}_tokens_ms = median {statistics.median(switch):.1f}, worst "
+        f"{statistics.median(worst):.1f} (goal < 100)  [trials {', '.join(f'{x:.0f}' for x in switch)}]"
+    )
     print(f"machine load (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -75,9 +75,15 @@ def captum_ig(model, tokenizer, texts, targets, n_steps, method="gausslegendre")
         enc = tokenizer(text, return_tensors="pt", return_special_tokens_mask=True)
         ids = enc["input_ids"]
         ref = torch.where(enc["special_tokens_mask"].bool(), ids, torch.full_like(ids, tokenizer.pad_token_id))
-        attr, delta = lig.attribute(ids, baselines=ref, target=target, n_steps=n_steps, method=method,
-                                    internal_batch_size=max(1, MAX_BATCH_TOKENS // ids.shape[1]),
-                                    return_convergence_delta=True)
+        attr, delta = lig.attribute(
+            ids,
+            baselines=ref,
+            target=target,
+            n_steps=n_steps,
+            method=method,
+            internal_batch_size=max(1, MAX_BATCH_TOKENS // ids.shape[1]),
+            return_convergence_delta=True,
+        )
         with torch.no_grad():
             f = model(input_ids=ids).logits[0, target] - model(input_ids=ref).logits[0, target]
         errors.append(abs(float(delta)) / max(abs(float(f)), 1e-3))
@@ -154,12 +160,14 @@ def kernelshap_mae_ratio(model, tokenizer) -> float | None:
         mask = torch.arange(ids.shape[1])[None]
         captum = CaptumKernelShap(lambda x: model(input_ids=x).logits)
         with torch.no_grad():
-            attr = captum.attribute(ids, baselines=ref, target=1, n_samples=samples, feature_mask=mask,
-                                    perturbations_per_eval=64)[0]
+            attr = captum.attribute(
+                ids, baselines=ref, target=1, n_samples=samples, feature_mask=mask, perturbations_per_eval=64
+            )[0]
         captum_scores = attr[~enc["special_tokens_mask"][0].bool()].numpy()
         truth = exact.scores[0][~exact.special_mask]
         sampled = KernelShap(n_samples=samples, exact_max_units=0, seed=0, progress=False).attribute(
-            model, tokenizer, text, target=1)
+            model, tokenizer, text, target=1
+        )
         ours_err.append(np.abs(sampled.scores[0][~sampled.special_mask] - truth).mean())
         captum_err.append(np.abs(captum_scores - truth).mean())
     del prepare_inputs
@@ -182,7 +190,9 @@ def main() -> None:
             captum_steps = steps
             break
     captum_time, _ = timed(lambda: captum_ig(model, tokenizer, texts16, targets, captum_steps), 1)
-    print(f"info: ours reached max relative error {ours_err:.4f} with steps {steps_used}; Captum needed {captum_steps} steps")
+    print(
+        f"info: ours reached max relative error {ours_err:.4f} with steps {steps_used}; Captum needed {captum_steps} steps"
+    )
     print(f"info: ours {ours_time:.2f}s, Captum {captum_time:.2f}s")
     print(f"bench: ig_time_to_1pct_ratio = {ours_time / captum_time:.3f} (goal <= 0.5)")
 
@@ -197,18 +207,26 @@ def main() -> None:
     # stops at 1% completeness error; Captum: 50 Gauss-Legendre steps), with the completeness each reached; and at
     # equal steps (32 each), where both sit near the raw floor.
     texts64 = mixed_texts(64, 5, 200, tokenizer, seed=2)
-    default_t, results = timed(lambda: IntegratedGradients(progress=False).attribute(adapter, None, texts64, target=1), 1)
+    default_t, results = timed(
+        lambda: IntegratedGradients(progress=False).attribute(adapter, None, texts64, target=1), 1
+    )
     captum_default_t, captum_errors = timed(lambda: captum_ig(model, tokenizer, texts64, [1] * 64, 50), 1)
     ours_errors = np.array([float(np.abs(r.relative_completeness_error).max()) for r in results])
-    print(f"info: 64 texts at defaults: ours {64 / default_t:.2f} texts/s (max completeness error "
-          f"{ours_errors.max():.4f}), Captum 50 steps {64 / captum_default_t:.2f} texts/s (max {captum_errors.max():.4f}, "
-          f"{int((captum_errors > 0.01).sum())} texts above 1%)")
-    print(f"bench: ig_throughput_ratio = {captum_default_t / default_t:.3f} (goal >= 2; each library's defaults, ours "
-          f"<= 1% completeness error on every text)")
+    print(
+        f"info: 64 texts at defaults: ours {64 / default_t:.2f} texts/s (max completeness error "
+        f"{ours_errors.max():.4f}), Captum 50 steps {64 / captum_default_t:.2f} texts/s (max {captum_errors.max():.4f}, "
+        f"{int((captum_errors > 0.01).sum())} texts above 1%)"
+    )
+    print(
+        f"bench: ig_throughput_ratio = {captum_default_t / default_t:.3f} (goal >= 2; each library's defaults, ours "
+        f"<= 1% completeness error on every text)"
+    )
     ours_t, _ = timed(lambda: fixed.attribute(adapter, None, texts64, target=1), 1)
     captum_t, _ = timed(lambda: captum_ig(model, tokenizer, texts64, [1] * 64, 32), 1)
-    print(f"info: 64 texts at 32 steps each: ours {64 / ours_t:.2f} texts/s, Captum {64 / captum_t:.2f} texts/s, "
-          f"ratio {captum_t / ours_t:.3f} (both near the raw floor)")
+    print(
+        f"info: 64 texts at 32 steps each: ours {64 / ours_t:.2f} texts/s, Captum {64 / captum_t:.2f} texts/s, "
+        f"ratio {captum_t / ours_t:.3f} (both near the raw floor)"
+    )
 
     # 4. KernelSHAP accuracy at equal samples
     ratio = kernelshap_mae_ratio(model, tokenizer)
@@ -219,7 +237,9 @@ def main() -> None:
 
     # 5. peak memory bounded by max_batch_tokens
     ig_mb, raw_mb = peak_rss_child("ig"), peak_rss_child("raw")
-    print(f"info: peak RSS growth: IG 256 steps x 512 tokens {ig_mb:.0f} MB; one raw batch of {MAX_BATCH_TOKENS} tokens {raw_mb:.0f} MB")
+    print(
+        f"info: peak RSS growth: IG 256 steps x 512 tokens {ig_mb:.0f} MB; one raw batch of {MAX_BATCH_TOKENS} tokens {raw_mb:.0f} MB"
+    )
     print(f"bench: ig_peak_memory_over_budget = {ig_mb / raw_mb:.3f} (goal <= 1.2)")
 
 

@@ -137,8 +137,9 @@ def collection(model, tokenizer, args) -> None:
     info("texts", len(texts))
     info("rss_before_collection_mb", f"{peak_rss_mb():.0f}")
     start = time.perf_counter()
-    store = collect_activations(model, tokenizer, texts, layer="layer:3", memory_budget=args.budget,
-                                max_batch_tokens=8192, progress=False)
+    store = collect_activations(
+        model, tokenizer, texts, layer="layer:3", memory_budget=args.budget, max_batch_tokens=8192, progress=False
+    )
     seconds = time.perf_counter() - start
     bench("concepts_collect_peak_rss_mb", peak_rss_mb(), "<=", 2000)
     info("store", repr(store))
@@ -159,8 +160,9 @@ def interpreto_splitter(model, tokenizer):
     from interpreto import ModelWithSplitPoints
     from transformers import AutoModelForSequenceClassification
 
-    return ModelWithSplitPoints(model, split_point=SPLIT_POINT, automodel=AutoModelForSequenceClassification,
-                                tokenizer=tokenizer, batch_size=16)
+    return ModelWithSplitPoints(
+        model, split_point=SPLIT_POINT, automodel=AutoModelForSequenceClassification, tokenizer=tokenizer, batch_size=16
+    )
 
 
 def check_same_activations(splitter, model, tokenizer, texts) -> None:
@@ -180,8 +182,9 @@ def timed(fn):
 
 
 def fit_ours_nmf(X, n, iters):
-    model = NMFConcepts(n, nonnegative="shift",
-                        estimator_params={"init": "nndsvda", "max_iter": iters, "tol": 0.0, "random_state": 0})
+    model = NMFConcepts(
+        n, nonnegative="shift", estimator_params={"init": "nndsvda", "max_iter": iters, "tol": 0.0, "random_state": 0}
+    )
     return model.fit(X)
 
 
@@ -203,8 +206,9 @@ def interpreto_nmf_error(fitted, X) -> float:
 
 
 def fit_ours_sae(X, n, epochs):
-    return SparseAutoencoder(n, activation="topk", k=max(1, n // 10), max_epochs=epochs, batch_size=1024, lr=1e-3,
-                             progress=False).fit(X)
+    return SparseAutoencoder(
+        n, activation="topk", k=max(1, n // 10), max_epochs=epochs, batch_size=1024, lr=1e-3, progress=False
+    ).fit(X)
 
 
 def fit_interpreto_sae(splitter, X, n, epochs):
@@ -237,7 +241,9 @@ def compare_nmf(splitter, X, n: int, args) -> None:
         error = ours_error(ours, X)
         if error <= their_error:
             break
-    info(f"nmf{n}_interpreto", f"{their_seconds:.2f} s for {args.nmf_iter} iterations, relative error {their_error:.4f}")
+    info(
+        f"nmf{n}_interpreto", f"{their_seconds:.2f} s for {args.nmf_iter} iterations, relative error {their_error:.4f}"
+    )
     info(f"nmf{n}_ours_to_equal_error", f"{seconds:.2f} s for {iters} iterations, relative error {error:.4f}")
     bench(f"concepts_nmf{n}_time_to_interpreto_error_ratio_ours_over_interpreto", seconds / their_seconds, "<=", 1)
     bench(f"concepts_nmf{n}_error_ratio_ours_over_interpreto", error / their_error, "<=", 1)
@@ -245,8 +251,11 @@ def compare_nmf(splitter, X, n: int, args) -> None:
         return
     ours, same_seconds = timed(lambda: fit_ours_nmf(X, n, args.nmf_iter))
     same_error = ours_error(ours, X)
-    info(f"nmf{n}_ours_same_iterations", f"{same_seconds:.2f} s for {args.nmf_iter} iterations, relative error "
-         f"{same_error:.4f} (time ratio {same_seconds / their_seconds:.3g}, error ratio {same_error / their_error:.3g})")
+    info(
+        f"nmf{n}_ours_same_iterations",
+        f"{same_seconds:.2f} s for {args.nmf_iter} iterations, relative error "
+        f"{same_error:.4f} (time ratio {same_seconds / their_seconds:.3g}, error ratio {same_error / their_error:.3g})",
+    )
 
 
 def compare_sae(splitter, X, n: int, args) -> None:
@@ -262,9 +271,12 @@ def compare_sae(splitter, X, n: int, args) -> None:
         errors["interpreto"].append(interpreto_sae_error(theirs, X))
     t = {who: statistics.median(v) for who, v in times.items()}
     e = {who: statistics.median(v) for who, v in errors.items()}
-    info(f"topk_sae{n}_fit_seconds", f"ours {t['ours']:.2f} ({ours.fit_info_['epochs']} epochs of {args.epochs}), "
-         f"interpreto {t['interpreto']:.2f}; all trials ours {[round(v, 2) for v in times['ours']]}, "
-         f"interpreto {[round(v, 2) for v in times['interpreto']]}")
+    info(
+        f"topk_sae{n}_fit_seconds",
+        f"ours {t['ours']:.2f} ({ours.fit_info_['epochs']} epochs of {args.epochs}), "
+        f"interpreto {t['interpreto']:.2f}; all trials ours {[round(v, 2) for v in times['ours']]}, "
+        f"interpreto {[round(v, 2) for v in times['interpreto']]}",
+    )
     info(f"topk_sae{n}_relative_error", f"ours {e['ours']:.4f}, interpreto {e['interpreto']:.4f}")
     bench(f"concepts_topk_sae{n}_fit_time_ratio_ours_over_interpreto", t["ours"] / t["interpreto"], "<=", 1)
     bench(f"concepts_topk_sae{n}_error_ratio_ours_over_interpreto", e["ours"] / e["interpreto"], "<=", 1)
@@ -273,10 +285,13 @@ def compare_sae(splitter, X, n: int, args) -> None:
         error = ours_error(ours, X)
         if error <= e["interpreto"]:
             break
-    info(f"topk_sae{n}_ours_to_equal_error", f"{seconds:.2f} s with max_epochs={epochs} "
-         f"({ours.fit_info_['epochs']} run), relative error {error:.4f}")
-    bench(f"concepts_topk_sae{n}_time_to_interpreto_error_ratio_ours_over_interpreto", seconds / t["interpreto"],
-          "<=", 1)
+    info(
+        f"topk_sae{n}_ours_to_equal_error",
+        f"{seconds:.2f} s with max_epochs={epochs} ({ours.fit_info_['epochs']} run), relative error {error:.4f}",
+    )
+    bench(
+        f"concepts_topk_sae{n}_time_to_interpreto_error_ratio_ours_over_interpreto", seconds / t["interpreto"], "<=", 1
+    )
 
 
 def comparison(model, tokenizer, args) -> None:
@@ -288,8 +303,7 @@ def comparison(model, tokenizer, args) -> None:
 
     splitter = interpreto_splitter(model, tokenizer)
     check_same_activations(splitter, model, tokenizer, demo.corpus()[:16])
-    store = collect_activations(model, tokenizer, corpus_for(args.fit_rows, tokenizer), layer="layer:3",
-                                progress=False)
+    store = collect_activations(model, tokenizer, corpus_for(args.fit_rows, tokenizer), layer="layer:3", progress=False)
     X = store.sample(args.fit_rows, seed=0).astype(np.float32)
     info("fit_rows", f"{X.shape[0]} x {X.shape[1]} (min {X.min():.2f}, max {X.max():.2f})")
     torch.set_num_threads(args.fit_threads)
@@ -330,13 +344,23 @@ def real_store_parts(args):
 
                 shutil.rmtree(path)
             start = time.perf_counter()
-            part = collect_activations(model, tokenizer, texts[starts[i]:starts[i] + args.part_texts], layer=args.layer,
-                                       memory_budget="256MB", path=path, progress=False)
+            part = collect_activations(
+                model,
+                tokenizer,
+                texts[starts[i] : starts[i] + args.part_texts],
+                layer=args.layer,
+                memory_budget="256MB",
+                path=path,
+                progress=False,
+            )
             seconds += time.perf_counter() - start
             rows += len(part)
             print(f"  collected part {i + 1}/{len(starts)}: {len(part)} rows, {seconds:.0f} s so far", flush=True)
-        info("scale_collect_seconds", f"{seconds:.0f} for {rows} rows ({rows / max(seconds, 1e-9):.0f} tokens/s, "
-             f"{len(missing)} of {len(starts)} parts collected in this run)")
+        info(
+            "scale_collect_seconds",
+            f"{seconds:.0f} for {rows} rows ({rows / max(seconds, 1e-9):.0f} tokens/s, "
+            f"{len(missing)} of {len(starts)} parts collected in this run)",
+        )
         del model
     else:
         info("scale_collect_seconds", f"store reused from {root}")
@@ -359,9 +383,12 @@ def real_store_parts(args):
             part.select(keep, path=path, memory_budget="256MB")
         selected.append(ActivationStore.open(path))
         dropped, at_first, rows = dropped + int((~keep).sum()), at_first + int((~keep & first).sum()), rows + len(part)
-    info("scale_massive_rows_dropped", f"{dropped} of {rows} rows ({dropped / rows:.2%}) have a norm over "
-         f"{args.massive_factor:g}x the median (attention sinks), {at_first} of them the first token of a text "
-         f"({sum(len(p.texts) for p in parts)} texts); they are dropped: the SAE, FVU and interpretation use the rest")
+    info(
+        "scale_massive_rows_dropped",
+        f"{dropped} of {rows} rows ({dropped / rows:.2%}) have a norm over "
+        f"{args.massive_factor:g}x the median (attention sinks), {at_first} of them the first token of a text "
+        f"({sum(len(p.texts) for p in parts)} texts); they are dropped: the SAE, FVU and interpretation use the rest",
+    )
     return selected, texts
 
 
@@ -378,12 +405,21 @@ def leading(parts, rows: int):
 
 def scale(args) -> None:
     """A ≥1M-token SmolLM2 store, a 16k-concept SAE fitted by streaming, evaluation and bounded interpretation."""
-    from interp_widgets.concepts import ActivationStore, ConceptModel, ConceptInterpretation, evaluate, interpret_concepts
+    from interp_widgets.concepts import (
+        ActivationStore,
+        ConceptModel,
+        ConceptInterpretation,
+        evaluate,
+        interpret_concepts,
+    )
 
     parts, texts = real_store_parts(args)
     store = ActivationStore.concat(parts)
-    info("scale_store", f"{store!r}; {len(set(texts))} distinct texts of {len(texts)}; "
-         f"{store.nbytes / 1e9:.2f} GB of float32 on disk, never all in RAM")
+    info(
+        "scale_store",
+        f"{store!r}; {len(set(texts))} distinct texts of {len(texts)}; "
+        f"{store.nbytes / 1e9:.2f} GB of float32 on disk, never all in RAM",
+    )
     bench("concepts_scale_after_store_peak_rss_mb", peak_rss_mb(), "<=", 3000)
 
     sae_path = args.work_dir / f"sae{args.n_concepts}_k{args.sae_k}_{args.sae_rows}rows_{args.sae_epochs}ep.safetensors"
@@ -391,8 +427,10 @@ def scale(args) -> None:
     held_parts = parts[fit_parts:]
     if not held_parts and args.held_out_fraction:
         # no whole part is left for evaluation: hold out the last texts of the last fitted part (split by text)
-        last, root = parts[fit_parts - 1], args.work_dir / (f"split{args.held_out_fraction:g}"
-                                                           f"_train_{len(texts)}_by{args.part_texts}")
+        last, root = (
+            parts[fit_parts - 1],
+            args.work_dir / (f"split{args.held_out_fraction:g}_train_{len(texts)}_by{args.part_texts}"),
+        )
         cutoff = int(np.ceil(len(last.texts) * (1 - args.held_out_fraction)))
         halves = []
         for name, mask in (("fit", last.text_ids < cutoff), ("held_out", last.text_ids >= cutoff)):
@@ -404,32 +442,52 @@ def scale(args) -> None:
                     shutil.rmtree(path)
                 last.select(mask, path=path, memory_budget="256MB")
             halves.append(ActivationStore.open(path))
-        fit_store, held_parts = ActivationStore.concat(parts[:fit_parts - 1] + [halves[0]]), [halves[1]]
+        fit_store, held_parts = ActivationStore.concat(parts[: fit_parts - 1] + [halves[0]]), [halves[1]]
         fit_rows = len(fit_store)
         if fit_rows > args.sae_rows:  # the first --sae-rows rows of the fitted texts
             fit_store = fit_store.select(np.arange(args.sae_rows), memory_budget="256MB")
         sae_path = sae_path.with_name(sae_path.stem + f"_heldout{args.held_out_fraction:g}.safetensors")
-        info("scale_split", f"fitted on the first {len(fit_store)} of the {fit_rows} rows of the first {cutoff} of "
-             f"{len(last.texts)} texts of part {fit_parts - 1}, evaluated on rows of the other "
-             f"{len(last.texts) - cutoff} texts ({len(halves[1])} rows)")
+        info(
+            "scale_split",
+            f"fitted on the first {len(fit_store)} of the {fit_rows} rows of the first {cutoff} of "
+            f"{len(last.texts)} texts of part {fit_parts - 1}, evaluated on rows of the other "
+            f"{len(last.texts) - cutoff} texts ({len(halves[1])} rows)",
+        )
     held_out = ActivationStore.concat(held_parts) if held_parts else None
     if sae_path.is_file() and not args.refit:
         sae = ConceptModel.load(sae_path)
-        info("scale_sae", f"reused {sae_path.name}: {sae.fit_info_.get('rows')} rows, {sae.fit_info_.get('epochs')} "
-             f"epochs, fit {sae.fit_info_.get('bench_seconds', '?')} s")
+        info(
+            "scale_sae",
+            f"reused {sae_path.name}: {sae.fit_info_.get('rows')} rows, {sae.fit_info_.get('epochs')} "
+            f"epochs, fit {sae.fit_info_.get('bench_seconds', '?')} s",
+        )
     else:
-        sae = SparseAutoencoder(args.n_concepts, activation="topk", k=args.sae_k, batch_size=1024, lr=args.sae_lr,
-                                max_epochs=args.sae_epochs, monitor_rows=4096, progress=True)
+        sae = SparseAutoencoder(
+            args.n_concepts,
+            activation="topk",
+            k=args.sae_k,
+            batch_size=1024,
+            lr=args.sae_lr,
+            max_epochs=args.sae_epochs,
+            monitor_rows=4096,
+            progress=True,
+        )
         start = time.perf_counter()
         sae.fit(fit_store)
         seconds = time.perf_counter() - start
         sae.fit_info_["bench_seconds"] = round(seconds, 1)
         sae.save(sae_path)
         steps = sae.fit_info_["epochs"] * math.ceil(len(fit_store) / 1024)
-        info("scale_sae_fit", f"{seconds:.0f} s: {sae.fit_info_['epochs']} epoch(s) over {len(fit_store)} streamed rows "
-             f"({steps} steps of 1024 rows), history {[round(h['monitor_fvu'], 4) for h in sae.fit_info_['history']]}")
-        info("scale_sae_step_seconds", f"{seconds / steps:.2f} (one epoch over all {len(store)} rows would take "
-             f"{seconds / steps * math.ceil(len(store) / 1024) / 3600:.1f} h at this rate)")
+        info(
+            "scale_sae_fit",
+            f"{seconds:.0f} s: {sae.fit_info_['epochs']} epoch(s) over {len(fit_store)} streamed rows "
+            f"({steps} steps of 1024 rows), history {[round(h['monitor_fvu'], 4) for h in sae.fit_info_['history']]}",
+        )
+        info(
+            "scale_sae_step_seconds",
+            f"{seconds / steps:.2f} (one epoch over all {len(store)} rows would take "
+            f"{seconds / steps * math.ceil(len(store) / 1024) / 3600:.1f} h at this rate)",
+        )
         bench("concepts_scale_sae_fit_peak_rss_mb", peak_rss_mb(), "<=", 3000)
     if held_out is not None:
         eval_store, _ = leading(held_parts, args.eval_rows)
@@ -453,9 +511,12 @@ def scale(args) -> None:
         interp = interpret_concepts(sae, scanned, k=10, window=8, progress=True)
         seconds = time.perf_counter() - start
         interp.save(interp_path)
-        info("scale_interpret_seconds", f"{seconds:.0f} for {len(scanned)} rows x {sae.n_concepts} concepts "
-             f"({len(scanned) / seconds:.0f} rows/s; all {len(store)} rows: about "
-             f"{seconds * len(store) / len(scanned) / 60:.0f} min)")
+        info(
+            "scale_interpret_seconds",
+            f"{seconds:.0f} for {len(scanned)} rows x {sae.n_concepts} concepts "
+            f"({len(scanned) / seconds:.0f} rows/s; all {len(store)} rows: about "
+            f"{seconds * len(store) / len(scanned) / 60:.0f} min)",
+        )
         bench("concepts_scale_interpret_peak_rss_mb", peak_rss_mb(), "<=", 3000)
     info("scale_interpret_rows", interp.params["rows"])
     bench("concepts_scale_dead_fraction_interpreted_rows", float(interp.dead.mean()), "<=", 0.1)
@@ -478,24 +539,42 @@ def recovery(args) -> None:
         weights = rng.uniform(0.5, 1.5, size=chosen.shape)
         X = np.einsum("nk,nkd->nd", weights, atoms[chosen]) + 0.01 * rng.normal(size=(n, args.rec_dim))
         chunks.append(X.astype(np.float32))
-    meta = {"text_id": np.arange(rows) // per_text, "position": np.arange(rows) % per_text,
-            "start": np.zeros(rows, np.int64), "end": np.zeros(rows, np.int64), "token_id": np.full(rows, -1)}
+    meta = {
+        "text_id": np.arange(rows) // per_text,
+        "position": np.arange(rows) % per_text,
+        "start": np.zeros(rows, np.int64),
+        "end": np.zeros(rows, np.int64),
+        "token_id": np.full(rows, -1),
+    }
     texts = [f"synthetic text {i}" for i in range((rows + per_text - 1) // per_text)]
     directory = Path(tempfile.mkdtemp(prefix="planted_", dir=args.work_dir if args.work_dir.is_dir() else None))
-    ActivationStore(chunks, meta, texts, {"layer": "planted", "unit": "token", "dim": args.rec_dim}).save(directory / "store")
+    ActivationStore(chunks, meta, texts, {"layer": "planted", "unit": "token", "dim": args.rec_dim}).save(
+        directory / "store"
+    )
     del chunks
     store = ActivationStore.open(directory / "store")
     info("recovery_store", repr(store))
-    sae = SparseAutoencoder(args.rec_atoms, activation="topk", k=args.rec_active, batch_size=1024, lr=2e-3,
-                            max_epochs=args.rec_epochs, monitor_rows=8192, progress=False)
+    sae = SparseAutoencoder(
+        args.rec_atoms,
+        activation="topk",
+        k=args.rec_active,
+        batch_size=1024,
+        lr=2e-3,
+        max_epochs=args.rec_epochs,
+        monitor_rows=8192,
+        progress=False,
+    )
     start = time.perf_counter()
     sae.fit(store)
     seconds = time.perf_counter() - start
     learned = sae.components_ / np.linalg.norm(sae.components_, axis=1, keepdims=True).clip(1e-12)
     mean_max = float((atoms @ learned.T).max(axis=1).mean())
     matched, _, _ = matched_cosine(atoms, sae.components_)
-    info("recovery_fit", f"{seconds:.0f} s, {sae.fit_info_['epochs']} epochs, monitor FVU "
-         f"{sae.fit_info_['history'][-1]['monitor_fvu']:.4f}")
+    info(
+        "recovery_fit",
+        f"{seconds:.0f} s, {sae.fit_info_['epochs']} epochs, monitor FVU "
+        f"{sae.fit_info_['history'][-1]['monitor_fvu']:.4f}",
+    )
     bench("concepts_recovery_mean_max_cosine", mean_max, ">=", 0.9)
     info("recovery_matched_cosine_one_to_one", f"{matched:.4f}")
     info("recovery_atoms_found_at_0.9", f"{float(((atoms @ learned.T).max(axis=1) >= 0.9).mean()):.3f}")
@@ -533,22 +612,45 @@ def labels_part(args) -> None:
     model, tokenizer = demo.load_lm(progress=False)
     store = held_out_store(args, model, tokenizer)
     token, lm = TokenLabeler(), LMLabeler(model, tokenizer)
-    result = compare_labelers([token, lm], sae, interp, store, demo.sentence_embedder(), n_concepts=args.label_concepts,
-                              window=24, min_contexts=5, max_fraction=0.5, massive_factor=args.massive_factor or None)
-    info("labels_held_out", f"{result['contexts']} contexts of 24 tokens from {len(store.texts)} test paragraphs "
-         f"({len(store)} tokens)")
-    info("labels_chosen", f"{len(result['concepts'])} of {result['eligible']} eligible concepts (live, firing in 5 to "
-         f"{result['contexts'] // 2} held-out contexts)")
+    result = compare_labelers(
+        [token, lm],
+        sae,
+        interp,
+        store,
+        demo.sentence_embedder(),
+        n_concepts=args.label_concepts,
+        window=24,
+        min_contexts=5,
+        max_fraction=0.5,
+        massive_factor=args.massive_factor or None,
+    )
+    info(
+        "labels_held_out",
+        f"{result['contexts']} contexts of 24 tokens from {len(store.texts)} test paragraphs ({len(store)} tokens)",
+    )
+    info(
+        "labels_chosen",
+        f"{len(result['concepts'])} of {result['eligible']} eligible concepts (live, firing in 5 to "
+        f"{result['contexts'] // 2} held-out contexts)",
+    )
     info("labels_lm_seconds_per_concept", f"{result[lm.name]['seconds']:.2f}")
     bench("concepts_labels_token_auroc_mean", result[token.name]["mean"], ">", 0.5)
     bench("concepts_labels_lm_auroc_mean", result[lm.name]["mean"], ">", 0.5)
     bench("concepts_labels_lm_minus_token_auroc_mean", result["difference_mean"], ">", 0)
     low, high = result["difference_ci"]
     info("labels_auroc_median", f"token {result[token.name]['median']:.3f}, LM {result[lm.name]['median']:.3f}")
-    info("labels_lm_minus_token_95ci", f"[{low:+.3f}, {high:+.3f}] over {len(result['difference'])} concepts; LM "
-         f"higher on {result['higher'][lm.name]}, token higher on {result['higher'][token.name]}")
-    rows = zip(result["concepts"], result[token.name]["labels"], result[lm.name]["labels"],
-               result[token.name]["auroc"], result[lm.name]["auroc"])
+    info(
+        "labels_lm_minus_token_95ci",
+        f"[{low:+.3f}, {high:+.3f}] over {len(result['difference'])} concepts; LM "
+        f"higher on {result['higher'][lm.name]}, token higher on {result['higher'][token.name]}",
+    )
+    rows = zip(
+        result["concepts"],
+        result[token.name]["labels"],
+        result[lm.name]["labels"],
+        result[token.name]["auroc"],
+        result[lm.name]["auroc"],
+    )
     for c, t, l, a, b in list(rows)[:12]:
         print(f"  concept {c}: token {t!r} ({a:.2f}) | LM {l!r} ({b:.2f})", flush=True)
 
@@ -606,21 +708,44 @@ def synthetic_interpretation(n: int):
     examples = []
     for c in range(n):
         picked = rng.choice(words, 10)
-        examples.append([{"row": c * 10 + r, "activation": float(10 - r), "text_id": 0, "position": r, "token": str(w),
-                          "context": ["the ", str(w), " is"], "context_activations": [0.0, float(10 - r), 0.1],
-                          "center": 1} for r, w in enumerate(picked)])
+        examples.append(
+            [
+                {
+                    "row": c * 10 + r,
+                    "activation": float(10 - r),
+                    "text_id": 0,
+                    "position": r,
+                    "token": str(w),
+                    "context": ["the ", str(w), " is"],
+                    "context_activations": [0.0, float(10 - r), 0.1],
+                    "center": 1,
+                }
+                for r, w in enumerate(picked)
+            ]
+        )
     from interp_widgets.concepts.interpret import label_from_tokens
 
     labels = [label_from_tokens([e["token"] for e in ex]) for ex in examples]
     density = rng.uniform(1e-4, 0.05, n)
     density[rng.random(n) < 0.03] = 0.0
     return ConceptInterpretation(
-        method="SparseAutoencoder", layer="layer:15", labels=[lab if d else "" for lab, d in zip(labels, density)],
-        density=density, mean=density, maximum=rng.uniform(1, 10, n), minimum=np.zeros(n),
-        top_rows=np.zeros((n, 10), int), top_values=np.ones((n, 10)), examples=[ex if d else [] for ex, d in zip(examples, density)],
-        top_texts=np.full((n, 10), -1), top_text_values=np.full((n, 10), np.nan), texts={},
-        hist_counts=rng.integers(0, 50, (n, 30)), hist_edges=np.tile(np.linspace(0, 10, 31), (n, 1)),
-        params={"rows": 1_000_000})
+        method="SparseAutoencoder",
+        layer="layer:15",
+        labels=[lab if d else "" for lab, d in zip(labels, density)],
+        density=density,
+        mean=density,
+        maximum=rng.uniform(1, 10, n),
+        minimum=np.zeros(n),
+        top_rows=np.zeros((n, 10), int),
+        top_values=np.ones((n, 10)),
+        examples=[ex if d else [] for ex, d in zip(examples, density)],
+        top_texts=np.full((n, 10), -1),
+        top_text_values=np.full((n, 10), np.nan),
+        texts={},
+        hist_counts=rng.integers(0, 50, (n, 30)),
+        hist_edges=np.tile(np.linspace(0, 10, 31), (n, 1)),
+        params={"rows": 1_000_000},
+    )
 
 
 def browser_part(args) -> None:
@@ -650,9 +775,13 @@ def browser_part(args) -> None:
         chromium = launch_chromium(pw)
         for _ in range(args.browser_trials):
             page = chromium.new_page(viewport={"width": 1200, "height": 900})
-            page.set_content(f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{browser._css}</style></head>"
-                             "<body><div id='el'></div></body></html>")
-            result = page.evaluate(PAINT.replace("QUERIES", json.dumps(SEARCHES)), {"esm": browser._esm, "payload": payload})
+            page.set_content(
+                f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{browser._css}</style></head>"
+                "<body><div id='el'></div></body></html>"
+            )
+            result = page.evaluate(
+                PAINT.replace("QUERIES", json.dumps(SEARCHES)), {"esm": browser._esm, "payload": payload}
+            )
             paints.append(result["paint"])
             searches.extend(result["search"])
             listed = result["listed"]
@@ -665,9 +794,12 @@ def browser_part(args) -> None:
     searches.sort()
     bench(f"concepts_browser_{interp.n_concepts // 1000}k_first_paint_ms", statistics.median(paints), "<", 200)
     bench(f"concepts_browser_{interp.n_concepts // 1000}k_search_ms", statistics.median(searches), "<", 50)
-    info("browser_trials", f"first paint {[round(p) for p in paints]} ms; search median "
-         f"{statistics.median(searches):.1f}, worst {searches[-1]:.1f} ms over {len(searches)} keystrokes; "
-         f"page load to the first listed concept {[round(v) for v in loads]} ms; last list: {listed!r}")
+    info(
+        "browser_trials",
+        f"first paint {[round(p) for p in paints]} ms; search median "
+        f"{statistics.median(searches):.1f}, worst {searches[-1]:.1f} ms over {len(searches)} keystrokes; "
+        f"page load to the first listed concept {[round(v) for v in loads]} ms; last list: {listed!r}",
+    )
 
 
 PARTS = ("collect", "fit", "scale", "recovery", "labels", "browser")
@@ -676,22 +808,38 @@ PARTS = ("collect", "fit", "scale", "recovery", "labels", "browser")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
-    parser.add_argument("--work-dir", type=Path, default=Path(tempfile.gettempdir()) / "interp_widgets_concepts_bench",
-                        help="where the scale store, SAE and interpretation are kept between runs")
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "interp_widgets_concepts_bench",
+        help="where the scale store, SAE and interpretation are kept between runs",
+    )
     parser.add_argument("--layer", default="layer:15")
     parser.add_argument("--store-texts", type=int, default=None, help="train paragraphs to collect (default all)")
-    parser.add_argument("--part-texts", type=int, default=2000,
-                        help="texts per collected part (an interrupted collection resumes at the last finished part)")
-    parser.add_argument("--massive-factor", type=float, default=10.0,
-                        help="drop rows whose norm exceeds this multiple of the median (attention sinks); 0 keeps all")
+    parser.add_argument(
+        "--part-texts",
+        type=int,
+        default=2000,
+        help="texts per collected part (an interrupted collection resumes at the last finished part)",
+    )
+    parser.add_argument(
+        "--massive-factor",
+        type=float,
+        default=10.0,
+        help="drop rows whose norm exceeds this multiple of the median (attention sinks); 0 keeps all",
+    )
     parser.add_argument("--n-concepts", type=int, default=16384)
     parser.add_argument("--sae-k", type=int, default=32)
     parser.add_argument("--sae-rows", type=int, default=200_000, help="store rows the SAE is fitted from")
     parser.add_argument("--sae-epochs", type=int, default=1)
     parser.add_argument("--sae-lr", type=float, default=1e-3)
     parser.add_argument("--eval-rows", type=int, default=20_000, help="held-out rows for FVU and dead fraction")
-    parser.add_argument("--held-out-fraction", type=float, default=0.2,
-                        help="when the fit uses every part, the last texts of the last part held out for evaluation")
+    parser.add_argument(
+        "--held-out-fraction",
+        type=float,
+        default=0.2,
+        help="when the fit uses every part, the last texts of the last part held out for evaluation",
+    )
     parser.add_argument("--interpret-rows", type=int, default=None, help="rows the interpreter scans (default all)")
     parser.add_argument("--refit", action="store_true", help="fit and interpret again even if saved results exist")
     parser.add_argument("--rec-rows", type=int, default=200_000)
@@ -709,18 +857,30 @@ def main() -> None:
     parser.add_argument("--nmf-iter", type=int, default=500, help="iteration cap of both NMF solvers")
     parser.add_argument("--epochs", type=int, default=20, help="epoch cap of both TopK SAEs")
     parser.add_argument("--families", nargs="+", choices=("nmf", "sae"), default=["nmf", "sae"])
-    parser.add_argument("--skip-equal-iterations", action="store_true",
-                        help="skip the info run of our NMF for the full --nmf-iter iterations")
-    parser.add_argument("--sae-trials", type=int, default=3, help="back-to-back SAE timings per size (medians reported)")
+    parser.add_argument(
+        "--skip-equal-iterations",
+        action="store_true",
+        help="skip the info run of our NMF for the full --nmf-iter iterations",
+    )
+    parser.add_argument(
+        "--sae-trials", type=int, default=3, help="back-to-back SAE timings per size (medians reported)"
+    )
     parser.add_argument("--skip-collect", action="store_true")
     parser.add_argument("--skip-fit", action="store_true")
-    parser.add_argument("--fit-threads", type=int, default=1,
-                        help="torch and BLAS threads for the fits (small matrices; extra threads spin on a busy machine)")
+    parser.add_argument(
+        "--fit-threads",
+        type=int,
+        default=1,
+        help="torch and BLAS threads for the fits (small matrices; extra threads spin on a busy machine)",
+    )
     args = parser.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    parts = [p for p in PARTS if p in args.parts and not (p == "collect" and args.skip_collect)
-             and not (p == "fit" and args.skip_fit)]
+    parts = [
+        p
+        for p in PARTS
+        if p in args.parts and not (p == "collect" and args.skip_collect) and not (p == "fit" and args.skip_fit)
+    ]
     print(f"machine load (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
     if "collect" in parts or "fit" in parts:
         model, tokenizer = demo.load_classifier(progress=False)

@@ -59,8 +59,10 @@ def bench(name: str, value: float, op: str, target: float) -> None:
 
 
 def main() -> None:
-    print(f"# n={N_TOKENS} d={DIM} k={RANK} controls={N_CONTROLS} torch_threads={torch.get_num_threads()} "
-          f"load_average={os.getloadavg()[0]:.2f} median_of={REPEATS}")
+    print(
+        f"# n={N_TOKENS} d={DIM} k={RANK} controls={N_CONTROLS} torch_threads={torch.get_num_threads()} "
+        f"load_average={os.getloadavg()[0]:.2f} median_of={REPEATS}"
+    )
     generator = torch.Generator().manual_seed(0)
     sequence_ids = torch.arange(N_TOKENS) // 64
     # LAPACK's SVD is much faster on strongly anisotropic data, so the floor depends on the spectrum:
@@ -71,15 +73,17 @@ def main() -> None:
         proxy = TangentProxy.fit(H, rank=RANK)
         controls = normal_controls(proxy, N_CONTROLS, seed=0)
         moments = Moments.from_rows(G)
-        times = interleaved_ms({
-            "svd32": lambda: torch.linalg.svdvals(H),
-            "svd64": lambda: torch.linalg.svdvals(H.double()),
-            "bundle": lambda: representation_metrics(H, sequence_ids=sequence_ids),
-            "alignment": lambda: gradient_alignment(G, proxy, controls),
-            "alignment_from_moments": lambda: gradient_alignment(moments, proxy, controls),
-            "pca_fit": lambda: TangentProxy.fit(H, rank=RANK),
-            "controls": lambda: normal_controls(proxy, N_CONTROLS, seed=1),
-        })
+        times = interleaved_ms(
+            {
+                "svd32": lambda: torch.linalg.svdvals(H),
+                "svd64": lambda: torch.linalg.svdvals(H.double()),
+                "bundle": lambda: representation_metrics(H, sequence_ids=sequence_ids),
+                "alignment": lambda: gradient_alignment(G, proxy, controls),
+                "alignment_from_moments": lambda: gradient_alignment(moments, proxy, controls),
+                "pca_fit": lambda: TangentProxy.fit(H, rank=RANK),
+                "controls": lambda: normal_controls(proxy, N_CONTROLS, seed=1),
+            }
+        )
         faster = min(("svd32", "svd64"), key=lambda name: statistics.median(times[name]))
         floor = times[faster]
         print(f"# {regime}: svd floor ({faster}) {statistics.median(floor):.1f} ms")

@@ -31,8 +31,10 @@ import time
 import numpy as np
 
 TRIALS = 5
-PAGE = ("<!DOCTYPE html><html><head><meta charset='utf-8'><style>{css}</style></head><body>"
-        "<div id='el' style='width:1000px'></div></body></html>")
+PAGE = (
+    "<!DOCTYPE html><html><head><meta charset='utf-8'><style>{css}</style></head><body>"
+    "<div id='el' style='width:1000px'></div></body></html>"
+)
 
 from widgets import MOUNT  # noqa: E402  (benchmarks/widgets.py: mounts a view from its exported state)
 
@@ -62,15 +64,23 @@ def synthetic_result(layers: int = 30, positions: int = 1000, k: int = 5, vocab:
     N, M = 2, 2
     top_probs = np.sort(rng.dirichlet(np.ones(k + 3), size=(N, layers, positions))[..., :k], axis=-1)[..., ::-1]
     return LensResult(
-        tokens=[f"t{i % 97}" for i in range(positions)], token_ids=np.arange(positions) % vocab,
-        layers=[f"layer:{i}" for i in range(layers)], lenses=["logit", "tuned"],
+        tokens=[f"t{i % 97}" for i in range(positions)],
+        token_ids=np.arange(positions) % vocab,
+        layers=[f"layer:{i}" for i in range(layers)],
+        lenses=["logit", "tuned"],
         top_ids=rng.integers(0, vocab, size=(N, layers, positions, k)).astype(np.int32),
-        top_probs=np.ascontiguousarray(top_probs, dtype=np.float32), kl=rng.random((N, layers, positions)).astype(np.float32),
-        target_ids=rng.integers(0, vocab, size=(positions, M)), target_labels=["next token", " the"],
+        top_probs=np.ascontiguousarray(top_probs, dtype=np.float32),
+        kl=rng.random((N, layers, positions)).astype(np.float32),
+        target_ids=rng.integers(0, vocab, size=(positions, M)),
+        target_labels=["next token", " the"],
         target_probs=rng.random((N, layers, positions, M)).astype(np.float32),
         target_ranks=rng.integers(1, vocab, size=(N, layers, positions, M)).astype(np.int32),
-        vocab_ids=np.arange(vocab), vocab_text=[f"v{i}" for i in range(vocab)],
-        generated_mask=np.zeros(positions, bool), model_name="synthetic", params={"vocab_size": 49152})
+        vocab_ids=np.arange(vocab),
+        vocab_text=[f"v{i}" for i in range(vocab)],
+        generated_mask=np.zeros(positions, bool),
+        model_name="synthetic",
+        params={"vocab_size": 49152},
+    )
 
 
 def bench_widget() -> None:
@@ -95,10 +105,16 @@ def bench_widget() -> None:
                 page.close()
         finally:
             browser.close()
-    print(f"bench: lens_widget_first_paint_ms = {statistics.median(paints):.1f} (goal < 150)  "
-          f"[30 layers x 1000 positions, 2 lenses, trials {[round(p, 1) for p in paints]}]", flush=True)
-    print(f"bench: lens_widget_hover_ms = {statistics.median(hovers):.1f} (goal < 50)  "
-          f"[median of 40 moves per page; worst {max(worst):.1f}]", flush=True)
+    print(
+        f"bench: lens_widget_first_paint_ms = {statistics.median(paints):.1f} (goal < 150)  "
+        f"[30 layers x 1000 positions, 2 lenses, trials {[round(p, 1) for p in paints]}]",
+        flush=True,
+    )
+    print(
+        f"bench: lens_widget_hover_ms = {statistics.median(hovers):.1f} (goal < 50)  "
+        f"[median of 40 moves per page; worst {max(worst):.1f}]",
+        flush=True,
+    )
 
 
 def bench_tuned() -> None:
@@ -115,18 +131,25 @@ def bench_tuned() -> None:
     model, tokenizer = load_lm(progress=False)
     train, test = load_text_corpus("train"), load_text_corpus("test")
     t0 = time.perf_counter()
-    lens = TunedLens.for_model(model).fit(model, tokenizer, train, tokens=train_tokens, seq_len=256, steps=steps,
-                                          batch_size=batch, lr=lr)
+    lens = TunedLens.for_model(model).fit(
+        model, tokenizer, train, tokens=train_tokens, seq_len=256, steps=steps, batch_size=batch, lr=lr
+    )
     seconds = time.perf_counter() - t0
-    print(f"tuned lens: {lens.describe()}; KL over training (mean over layers) first/last 10 steps: "
-          f"{lens.history['kl'][:10].mean():.3f} / {lens.history['kl'][-10:].mean():.3f}", flush=True)
+    print(
+        f"tuned lens: {lens.describe()}; KL over training (mean over layers) first/last 10 steps: "
+        f"{lens.history['kl'][:10].mean():.3f} / {lens.history['kl'][-10:].mean():.3f}",
+        flush=True,
+    )
     out = lens_kl(model, tokenizer, test, tuned=lens, tokens=eval_tokens, seq_len=256)
     logit, tuned = out["logit"][:-1].mean(), out["tuned"][:-1].mean()
     per_layer = ", ".join(f"{i}: {a:.2f}/{b:.2f}" for i, (a, b) in enumerate(zip(out["logit"], out["tuned"])))
     print(f"held-out KL per layer (logit/tuned): {per_layer}", flush=True)
-    print(f"bench: tuned_lens_kl_ratio = {tuned / logit:.3f} (goal <= 0.5)  [mean KL over layers 0..L-2: tuned "
-          f"{tuned:.3f} / logit {logit:.3f} nats, {out['tokens']} held-out tokens, trained on "
-          f"{lens.history['tokens']} tokens, {steps} steps x {batch}, lr {lr}]", flush=True)
+    print(
+        f"bench: tuned_lens_kl_ratio = {tuned / logit:.3f} (goal <= 0.5)  [mean KL over layers 0..L-2: tuned "
+        f"{tuned:.3f} / logit {logit:.3f} nats, {out['tokens']} held-out tokens, trained on "
+        f"{lens.history['tokens']} tokens, {steps} steps x {batch}, lr {lr}]",
+        flush=True,
+    )
     print(f"bench: tuned_lens_training_s = {seconds:.1f} (goal <= 1800)  [residual caching included]", flush=True)
 
 

@@ -98,8 +98,7 @@ def captum_time_to_1pct(model, x, base, target_id, delta) -> tuple[float, int, f
     seconds = rel = 0.0
     for steps in CAPTUM_STEPS:
         start = time.perf_counter()
-        attributions = ig.attribute(x, baselines=base, n_steps=steps, method="gausslegendre",
-                                    internal_batch_size=batch)
+        attributions = ig.attribute(x, baselines=base, n_steps=steps, method="gausslegendre", internal_batch_size=batch)
         seconds = time.perf_counter() - start
         rel = _relative(float(attributions.sum()) - delta, delta)
         if rel <= 0.01:
@@ -128,8 +127,11 @@ def completeness_section(model, tokenizer, *, captum: bool = True, prompts: list
         met.append(rel <= 0.01)
         panels = result.params["mesh_panel_error"][0]
         if not captum:
-            print(f"info: {len(ids)} tokens, next {tokenizer.decode(new_ids)!r}: ours {nodes[-1]} nodes, relative "
-                  f"completeness error {rel:.4f} (panels' absolute errors {panels:.4f}), {ours_s[-1]:.1f}s", flush=True)
+            print(
+                f"info: {len(ids)} tokens, next {tokenizer.decode(new_ids)!r}: ours {nodes[-1]} nodes, relative "
+                f"completeness error {rel:.4f} (panels' absolute errors {panels:.4f}), {ours_s[-1]:.1f}s",
+                flush=True,
+            )
             continue
         with torch.no_grad():  # the prompt alone: its last position scores the next token
             x = adapter.embed(torch.as_tensor(ids)[None]).detach()
@@ -137,9 +139,12 @@ def completeness_section(model, tokenizer, *, captum: bool = True, prompts: list
         delta = float(result.score_delta[0])
         seconds, steps, captum_rel = captum_time_to_1pct(model, x, base, int(new_ids[0]), delta)
         theirs_s.append(seconds)
-        print(f"info: {len(ids)} tokens, next {tokenizer.decode(new_ids)!r}: ours {nodes[-1]} nodes, relative "
-              f"completeness error {rel:.4f} (panels' absolute errors {panels:.4f}), {ours_s[-1]:.1f}s; Captum Gauss-Legendre {steps} steps, error "
-              f"{captum_rel:.4f}, {seconds:.1f}s", flush=True)
+        print(
+            f"info: {len(ids)} tokens, next {tokenizer.decode(new_ids)!r}: ours {nodes[-1]} nodes, relative "
+            f"completeness error {rel:.4f} (panels' absolute errors {panels:.4f}), {ours_s[-1]:.1f}s; Captum Gauss-Legendre {steps} steps, error "
+            f"{captum_rel:.4f}, {seconds:.1f}s",
+            flush=True,
+        )
     print(f"bench: ig_default_prompts_meeting_1pct = {np.mean(met):.3f} (goal >= 1.0)")
     print(f"bench: ig_default_median_nodes_per_target = {np.median(nodes):.1f} (goal <= 64)")
     if captum:
@@ -174,14 +179,21 @@ def generation_section(model, tokenizer) -> None:
     adapter = ModelAdapter(model, tokenizer)
     new_ids, _ = adapter.generate(adapter.encode(GEN_PROMPT).input_ids, max_new_tokens=GEN_TOKENS, stop_at_eos=False)
     continuation = tokenizer.decode(new_ids)
-    print(f"info: prompt {GEN_PROMPT!r} ({len(adapter.encode(GEN_PROMPT))} tokens), greedy continuation "
-          f"{continuation!r} ({len(new_ids)} tokens)")
+    print(
+        f"info: prompt {GEN_PROMPT!r} ({len(adapter.encode(GEN_PROMPT))} tokens), greedy continuation "
+        f"{continuation!r} ({len(new_ids)} tokens)"
+    )
     score = AGREE["score"]
-    ours = {"saliency": Saliency(score=score, progress=False),
-            "input_x_gradient": InputXGradient(score=score, progress=False),
-            "ig32": IntegratedGradients(n_steps=32, method="gausslegendre", progress=False, **AGREE)}
-    theirs = {"saliency": ("saliency", {}), "input_x_gradient": ("input_x_gradient", {}),
-              "ig32": ("integrated_gradients", {"n_steps": 32, "internal_batch_size": 34})}
+    ours = {
+        "saliency": Saliency(score=score, progress=False),
+        "input_x_gradient": InputXGradient(score=score, progress=False),
+        "ig32": IntegratedGradients(n_steps=32, method="gausslegendre", progress=False, **AGREE),
+    }
+    theirs = {
+        "saliency": ("saliency", {}),
+        "input_x_gradient": ("input_x_gradient", {}),
+        "ig32": ("integrated_gradients", {"n_steps": 32, "internal_batch_size": 34}),
+    }
     for name, method in ours.items():
         start = time.perf_counter()
         result = method.attribute(model, tokenizer, GEN_PROMPT, continuation=new_ids.tolist())
@@ -195,8 +207,11 @@ def generation_section(model, tokenizer) -> None:
         extra = ""
         if name == "ig32":
             extra = f", max relative completeness error {float(np.max(result.relative_completeness_error)):.4f}"
-        print(f"info: {name}: ours {seconds:.1f}s, inseq {inseq_seconds:.1f}s; Spearman per step "
-              f"{np.round(rhos, 3).tolist()}{extra}", flush=True)
+        print(
+            f"info: {name}: ours {seconds:.1f}s, inseq {inseq_seconds:.1f}s; Spearman per step "
+            f"{np.round(rhos, 3).tolist()}{extra}",
+            flush=True,
+        )
         print(f"bench: gen8_{name}_time_ratio_vs_inseq = {seconds / inseq_seconds:.3f} (goal <= 0.5)")
         print(f"bench: gen8_{name}_min_spearman_vs_inseq = {min(rhos):.3f} (goal >= 0.9)")
 
@@ -218,12 +233,23 @@ def main(argv: list[str] | None = None) -> None:
     from interp_widgets.demo import load_lm
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS),
-                        help="what to run: generation (lines 4-5), default_ig (lines 1-2 alone, a few minutes), "
-                             "captum (lines 1-3: the default IG and Captum on the same prompts); default: all")
-    parser.add_argument("--prompts", nargs="+", type=int, choices=range(len(PROMPTS)), default=None,
-                        help="only these prompts (0-7) in default_ig / captum, e.g. to split the run; the bench: "
-                             "lines then cover only them")
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        choices=PARTS,
+        default=list(PARTS),
+        help="what to run: generation (lines 4-5), default_ig (lines 1-2 alone, a few minutes), "
+        "captum (lines 1-3: the default IG and Captum on the same prompts); default: all",
+    )
+    parser.add_argument(
+        "--prompts",
+        nargs="+",
+        type=int,
+        choices=range(len(PROMPTS)),
+        default=None,
+        help="only these prompts (0-7) in default_ig / captum, e.g. to split the run; the bench: "
+        "lines then cover only them",
+    )
     args = parser.parse_args(argv)
     parts = set(args.parts)
     model, tokenizer = load_lm(progress=False)

@@ -98,17 +98,28 @@ def probe(kind: str, length: int, max_batch_tokens: int | None = None) -> dict:
         score = torch.log_softmax(logits[0, len(prompt_ids) - 1].float(), dim=-1)[continuation[0]]
         torch.autograd.grad(score, x)
     else:
-        method = {"saliency": Saliency(progress=False), "input_x_gradient": InputXGradient(progress=False),
-                  "ig": IntegratedGradients(n_steps=16, progress=False)}[kind]
-        result = method.attribute(model, tokenizer, prompt, continuation=continuation,
-                                  max_batch_tokens=max_batch_tokens)
+        method = {
+            "saliency": Saliency(progress=False),
+            "input_x_gradient": InputXGradient(progress=False),
+            "ig": IntegratedGradients(n_steps=16, progress=False),
+        }[kind]
+        result = method.attribute(
+            model, tokenizer, prompt, continuation=continuation, max_batch_tokens=max_batch_tokens
+        )
         extra = {"passes": result.params["passes"]}
         if result.completeness_error is not None:
             extra["relative_completeness_error"] = float(np.abs(result.relative_completeness_error).max())
     seconds = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return {"kind": kind, "tokens": len(prompt_ids) + len(continuation), "rss_before_mb": before, "peak_mb": peak,
-            "growth_mb": peak - before, "seconds": seconds, **extra}
+    return {
+        "kind": kind,
+        "tokens": len(prompt_ids) + len(continuation),
+        "rss_before_mb": before,
+        "peak_mb": peak,
+        "growth_mb": peak - before,
+        "seconds": seconds,
+        **extra,
+    }
 
 
 def probe_child(kind: str, length: int = LENGTH, max_batch_tokens: int | None = None) -> dict:
@@ -159,12 +170,20 @@ def generation_counts() -> None:
     adapter = ModelAdapter(model, tokenizer)
     new_ids, _ = adapter.generate(adapter.encode(GEN_PROMPT).input_ids, max_new_tokens=GEN_TOKENS, stop_at_eos=False)
     continuation = tokenizer.decode(new_ids)
-    print(f"info: prompt {GEN_PROMPT!r} ({len(adapter.encode(GEN_PROMPT))} tokens), greedy continuation "
-          f"{continuation!r} ({len(new_ids)} tokens)")
-    ours = {"saliency": Saliency(progress=False), "input_x_gradient": InputXGradient(progress=False),
-            "ig32": IntegratedGradients(n_steps=32, progress=False)}
-    theirs = {"saliency": ("saliency", {}), "input_x_gradient": ("input_x_gradient", {}),
-              "ig32": ("integrated_gradients", {"n_steps": 32, "internal_batch_size": 34})}
+    print(
+        f"info: prompt {GEN_PROMPT!r} ({len(adapter.encode(GEN_PROMPT))} tokens), greedy continuation "
+        f"{continuation!r} ({len(new_ids)} tokens)"
+    )
+    ours = {
+        "saliency": Saliency(progress=False),
+        "input_x_gradient": InputXGradient(progress=False),
+        "ig32": IntegratedGradients(n_steps=32, progress=False),
+    }
+    theirs = {
+        "saliency": ("saliency", {}),
+        "input_x_gradient": ("input_x_gradient", {}),
+        "ig32": ("integrated_gradients", {"n_steps": 32, "internal_batch_size": 34}),
+    }
     for name, method in ours.items():
         start = time.perf_counter()
         result = method.attribute(adapter, None, GEN_PROMPT, continuation=new_ids.tolist())
@@ -175,33 +194,47 @@ def generation_counts() -> None:
         inseq_model = inseq.load_model(model, inseq_method, tokenizer=tokenizer)
         with _Counter(model) as counted:
             start = time.perf_counter()
-            inseq_model.attribute(GEN_PROMPT, generated_texts=GEN_PROMPT + continuation, show_progress=False,
-                                  **inseq_args)
+            inseq_model.attribute(
+                GEN_PROMPT, generated_texts=GEN_PROMPT + continuation, show_progress=False, **inseq_args
+            )
             inseq_seconds = time.perf_counter() - start
-        print(f"info: {name}: ours {passes['forward'] / n:.3f} forward passes ({passes['forward_rows'] / n:.2f} rows), "
-              f"{passes['backward'] / n:.3f} backward passes ({passes['backward_rows'] / n:.2f} gradients) per token, "
-              f"{seconds:.1f}s; inseq {counted.forward / n:.3f} forward passes ({counted.rows / n:.2f} rows), "
-              f"{counted.backward / n:.3f} backward passes per token, {inseq_seconds:.1f}s")
+        print(
+            f"info: {name}: ours {passes['forward'] / n:.3f} forward passes ({passes['forward_rows'] / n:.2f} rows), "
+            f"{passes['backward'] / n:.3f} backward passes ({passes['backward_rows'] / n:.2f} gradients) per token, "
+            f"{seconds:.1f}s; inseq {counted.forward / n:.3f} forward passes ({counted.rows / n:.2f} rows), "
+            f"{counted.backward / n:.3f} backward passes per token, {inseq_seconds:.1f}s"
+        )
         print(f"bench: gen8_{name}_forward_passes_per_token = {passes['forward'] / n:.3f} (goal <= 0.125)")
         print(f"bench: gen8_{name}_backward_passes_per_token = {passes['backward'] / n:.3f} (goal <= 0.125)")
 
 
 def main() -> None:
     reference = probe_child("reference")
-    print(f"info: reference (the model's own forward+backward, full logits) at {reference['tokens']} tokens: peak RSS "
-          f"{reference['peak_mb']:.0f} MB, growth {reference['growth_mb']:.0f} MB, {reference['seconds']:.1f}s")
-    for kind, budget, name in (("saliency", None, "saliency"), ("input_x_gradient", None, "input_x_gradient"),
-                               ("ig", 2048, "ig")):
+    print(
+        f"info: reference (the model's own forward+backward, full logits) at {reference['tokens']} tokens: peak RSS "
+        f"{reference['peak_mb']:.0f} MB, growth {reference['growth_mb']:.0f} MB, {reference['seconds']:.1f}s"
+    )
+    for kind, budget, name in (
+        ("saliency", None, "saliency"),
+        ("input_x_gradient", None, "input_x_gradient"),
+        ("ig", 2048, "ig"),
+    ):
         got = probe_child(kind, max_batch_tokens=budget)
         passes = got["passes"]
-        detail = f", relative completeness error {got['relative_completeness_error']:.4f}" \
-            if "relative_completeness_error" in got else ""
-        print(f"info: {name} at {got['tokens']} tokens (max_batch_tokens={budget or 'default 16384'}): peak RSS "
-              f"{got['peak_mb']:.0f} MB (whole-process ratio {got['peak_mb'] / reference['peak_mb']:.3f}), growth "
-              f"{got['growth_mb']:.0f} MB, {got['seconds']:.1f}s, {passes['forward']} forward / {passes['backward']} "
-              f"backward passes{detail}")
-        print(f"bench: {name}_2048_peak_rss_ratio = {got['growth_mb'] / reference['growth_mb']:.3f} "
-              f"(goal <= {GOAL_RSS})")
+        detail = (
+            f", relative completeness error {got['relative_completeness_error']:.4f}"
+            if "relative_completeness_error" in got
+            else ""
+        )
+        print(
+            f"info: {name} at {got['tokens']} tokens (max_batch_tokens={budget or 'default 16384'}): peak RSS "
+            f"{got['peak_mb']:.0f} MB (whole-process ratio {got['peak_mb'] / reference['peak_mb']:.3f}), growth "
+            f"{got['growth_mb']:.0f} MB, {got['seconds']:.1f}s, {passes['forward']} forward / {passes['backward']} "
+            f"backward passes{detail}"
+        )
+        print(
+            f"bench: {name}_2048_peak_rss_ratio = {got['growth_mb'] / reference['growth_mb']:.3f} (goal <= {GOAL_RSS})"
+        )
     generation_counts()
 
 

@@ -45,7 +45,9 @@ def main() -> None:
     print(f"bench: labextension_bytes = {sum(p.stat().st_size for p in files)} (goal <= 300000)")
     print(f"bench: labextension_remote_entry_bytes = {entry.stat().st_size} (goal <= 20000)")
     for n in (100, 1000, 10000):
-        print(f"bench: token_payload_bytes_{n} = {len(compact_json(payload_body(widget(n))).encode())} (goal <= 1048576)")
+        print(
+            f"bench: token_payload_bytes_{n} = {len(compact_json(payload_body(widget(n))).encode())} (goal <= 1048576)"
+        )
     from tests.test_cli_export import execute_notebook
 
     from interp_widgets.notebook_export import export_notebook

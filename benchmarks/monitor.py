@@ -72,9 +72,10 @@ def minilm():
     texts, labels = list(data["text"]), [int(label == "positive") for label in data["label"]]
     batches = []
     for start in range(0, BATCH * 8, BATCH):
-        enc = tokenizer(texts[start:start + BATCH], padding="max_length", truncation=True, max_length=LENGTH,
-                        return_tensors="pt")
-        batches.append(dict(enc, labels=torch.tensor(labels[start:start + BATCH])))
+        enc = tokenizer(
+            texts[start : start + BATCH], padding="max_length", truncation=True, max_length=LENGTH, return_tensors="pt"
+        )
+        batches.append(dict(enc, labels=torch.tensor(labels[start : start + BATCH])))
     return model, batches
 
 
@@ -102,7 +103,7 @@ def smollm2():
     rows = ids[: (ids.shape[0] // 128) * 128].reshape(-1, 128)
     batches = []
     for start in range(0, min(rows.shape[0], 4 * 16) - 3, 4):
-        chunk = rows[start:start + 4]
+        chunk = rows[start : start + 4]
         batches.append({"input_ids": chunk, "attention_mask": torch.ones_like(chunk), "labels": chunk})
     return model, batches
 
@@ -117,8 +118,17 @@ def step_times(model, batches, monitor_layers, steps=STEPS_TOTAL):
     """
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
-    monitor = AnisotropyMonitor(model, monitor_layers, rank=RANK, every=1, fit="early", total_steps=steps,
-                                n_controls=N_CONTROLS, max_tokens=MAX_TOKENS, optimizer=optimizer)
+    monitor = AnisotropyMonitor(
+        model,
+        monitor_layers,
+        rank=RANK,
+        every=1,
+        fit="early",
+        total_steps=steps,
+        n_controls=N_CONTROLS,
+        max_tokens=MAX_TOKENS,
+        optimizer=optimizer,
+    )
     times = {"plain": [], "monitored": []}
     index = 0
 
@@ -178,8 +188,16 @@ def experiment() -> None:
     for name, model, data, layers, lr, steps in runs:
         model.train()
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-        monitor = AnisotropyMonitor(model, layers, rank=RANK, every=2, total_steps=steps, n_controls=N_CONTROLS,
-                                    max_tokens=MAX_TOKENS, optimizer=optimizer)
+        monitor = AnisotropyMonitor(
+            model,
+            layers,
+            rank=RANK,
+            every=2,
+            total_steps=steps,
+            n_controls=N_CONTROLS,
+            max_tokens=MAX_TOKENS,
+            optimizer=optimizer,
+        )
         start = time.perf_counter()
         with monitor:
             for batch in data[:steps]:
@@ -188,8 +206,10 @@ def experiment() -> None:
                 optimizer.zero_grad()
         window = monitor.meta["fit_window"][1]
         steps_seen, loss = monitor.series("loss")
-        print(f"{name}: {steps} steps (every 2 measured) in {time.perf_counter() - start:.0f} s, fit window [0, {window}), "
-              f"loss {loss[0]:.3f} -> {loss[-1]:.3f}")
+        print(
+            f"{name}: {steps} steps (every 2 measured) in {time.perf_counter() - start:.0f} s, fit window [0, {window}), "
+            f"loss {loss[0]:.3f} -> {loss[-1]:.3f}"
+        )
         for layer in layers:
             _, ratio = monitor.series(f"energy_ratio|{layer}")
             _, p = monitor.series(f"p_value|{layer}")
@@ -197,10 +217,13 @@ def experiment() -> None:
             _, control = monitor.series(f"delta_isoscore_control_mean|{layer}")
             measured = [i for i, s in enumerate(steps_seen) if s >= window and ratio[i] == ratio[i]]
             for phase, rows in (("early", measured[:5]), ("late", measured[-5:])):
-                print(f"  {layer} {phase} (steps {steps_seen[rows[0]]}-{steps_seen[rows[-1]]}): "
-                      f"ratio {statistics.median(ratio[rows]):.2f}, p {statistics.median(p[rows]):.3f}, "
-                      f"dIso* proxy {statistics.median(share[rows]):+.3f} vs controls "
-                      f"{statistics.median(control[rows]):+.3f}", flush=True)
+                print(
+                    f"  {layer} {phase} (steps {steps_seen[rows[0]]}-{steps_seen[rows[-1]]}): "
+                    f"ratio {statistics.median(ratio[rows]):.2f}, p {statistics.median(p[rows]):.3f}, "
+                    f"dIso* proxy {statistics.median(share[rows]):+.3f} vs controls "
+                    f"{statistics.median(control[rows]):+.3f}",
+                    flush=True,
+                )
 
 
 def unavoidable_arithmetic(self, step, data):
@@ -227,8 +250,11 @@ def floor(steps: int, only: list[str] | None = None, runs: int = 3) -> None:
     from interp_widgets.geometry import _measure
 
     real = _measure.Measurement.measure_step
-    stand_ins = {"capture_only": lambda self, step, data: ({"fitting": 0.0}, {}),
-                 "unavoidable_arithmetic": unavoidable_arithmetic, "monitor": real}
+    stand_ins = {
+        "capture_only": lambda self, step, data: ({"fitting": 0.0}, {}),
+        "unavoidable_arithmetic": unavoidable_arithmetic,
+        "monitor": real,
+    }
     layers = [f"layer:{i}" for i in range(6)]
     for name, build in (("decoder6", decoder), ("minilm", minilm)):
         if only is not None and name not in only:
@@ -244,8 +270,11 @@ def floor(steps: int, only: list[str] | None = None, runs: int = 3) -> None:
         finally:
             _measure.Measurement.measure_step = real
         for kind, values in ratios.items():
-            print(f"bench: monitor_floor_{name}_6layers_{kind} = {statistics.median(values):.3f} (runs "
-                  f"{', '.join(f'{v:.3f}' for v in values)}; goal <= 1.03 for the monitor)", flush=True)
+            print(
+                f"bench: monitor_floor_{name}_6layers_{kind} = {statistics.median(values):.3f} (runs "
+                f"{', '.join(f'{v:.3f}' for v in values)}; goal <= 1.03 for the monitor)",
+                flush=True,
+            )
 
 
 def median_ms(function, repeats: int = 60) -> float:
@@ -270,8 +299,17 @@ def phases() -> None:
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5)
     layers = [f"layer:{i}" for i in range(6)]
-    monitor = AnisotropyMonitor(model, layers, rank=RANK, every=1, fit="early", total_steps=STEPS_TOTAL,
-                                n_controls=N_CONTROLS, max_tokens=MAX_TOKENS, optimizer=optimizer)
+    monitor = AnisotropyMonitor(
+        model,
+        layers,
+        rank=RANK,
+        every=1,
+        fit="early",
+        total_steps=STEPS_TOTAL,
+        n_controls=N_CONTROLS,
+        max_tokens=MAX_TOKENS,
+        optimizer=optimizer,
+    )
     captured = {}
     real = _measure.Measurement.measure_step
 
@@ -305,8 +343,13 @@ def phases() -> None:
             measurement.finish_layer(step, layer)
 
     bases = measurement.batched_bases(layers, RANK, torch.device("cpu"))
-    settings = dict(center=monitor.center, zeta=float(monitor.zeta), target="scaled_identity",  # as align() does
-                    coordinates=monitor.coordinates, fast=True)
+    settings = dict(
+        center=monitor.center,
+        zeta=float(monitor.zeta),
+        target="scaled_identity",  # as align() does
+        coordinates=monitor.coordinates,
+        fast=True,
+    )
     moments = [layer.moments for layer in prepared]
     means = [measurement.fitted[spec].mean for spec in layers]
     m2 = torch.stack([m.m2 for m in moments])
@@ -316,13 +359,13 @@ def phases() -> None:
         "gradient_moments": (lambda: [_measure.gradient_moments(data[spec][1]) for spec in layers], "prepare"),
         "finiteness": (lambda: [_measure.all_finite(data[spec][i]) for spec in layers for i in (0, 1)], "prepare"),
         "align": (lambda: measurement.align(step, prepared), "measure_step"),
-        "alignments_from_moments": (lambda: alignments_from_moments(moments, bases, RANK, means, **settings),
-                                    "align"),
-        "proxy_and_controls_product": (lambda: (bases.rows32 @ m2.to(torch.float32)).to(torch.float64),
-                                       "alignments_from_moments"),
+        "alignments_from_moments": (lambda: alignments_from_moments(moments, bases, RANK, means, **settings), "align"),
+        "proxy_and_controls_product": (
+            lambda: (bases.rows32 @ m2.to(torch.float32)).to(torch.float64),
+            "alignments_from_moments",
+        ),
         "finish": (finish, "measure_step"),
-        "linear_time_bundle32": (lambda: [_kernels.linear_time_bundle32(data[spec][0]) for spec in layers],
-                                 "finish"),
+        "linear_time_bundle32": (lambda: [_kernels.linear_time_bundle32(data[spec][0]) for spec in layers], "finish"),
         "floor_arithmetic": (lambda: unavoidable_arithmetic(None, step, data), None),
     }
     print("decoder6, 6 layers, one captured step measured 60 times (median ms; diagnostics, no goal of their own):")
@@ -346,9 +389,11 @@ def main() -> None:
         floor(steps, only)
         return
     print(f"load average: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores; {steps} + {steps} interleaved steps")
-    cases = (("minilm", minilm, (("1layer", ["layer:3"]), ("6layers", [f"layer:{i}" for i in range(6)]))),
-             ("decoder6", decoder, (("1layer", ["layer:3"]), ("6layers", [f"layer:{i}" for i in range(6)]))),
-             ("smollm2", smollm2, (("6layers", [f"layer:{i}" for i in (0, 6, 12, 18, 24, 29)]),)))
+    cases = (
+        ("minilm", minilm, (("1layer", ["layer:3"]), ("6layers", [f"layer:{i}" for i in range(6)]))),
+        ("decoder6", decoder, (("1layer", ["layer:3"]), ("6layers", [f"layer:{i}" for i in range(6)]))),
+        ("smollm2", smollm2, (("6layers", [f"layer:{i}" for i in (0, 6, 12, 18, 24, 29)]),)),
+    )
     for name, build, chosen in cases:
         if only is not None and name not in only:
             continue
@@ -357,14 +402,19 @@ def main() -> None:
             if variants is not None and label not in variants:
                 continue
             plain, monitored, own = step_times(model, batches, layers, steps)
-            print(f"bench: monitor_run_ratio_{name}_{label} = {sum(monitored) / sum(plain):.3f} (goal <= 1.03)",
-                  flush=True)
-            print(f"  {name} {label}: total {sum(plain):.1f} s unmonitored vs {sum(monitored):.1f} s monitored over "
-                  f"{steps} steps each (whole run: fit window, fit, spectrum steps, flushes); old figure (fastest "
-                  f"steps) {min(monitored) / min(plain):.3f}, ratio of medians "
-                  f"{statistics.median(monitored) / statistics.median(plain):.3f}; median step "
-                  f"{statistics.median(plain) * 1e3:.0f} / {statistics.median(monitored) * 1e3:.0f} ms; monitor's own "
-                  f"recording {own:.0f} ms/step (median); load average now {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"bench: monitor_run_ratio_{name}_{label} = {sum(monitored) / sum(plain):.3f} (goal <= 1.03)",
+                flush=True,
+            )
+            print(
+                f"  {name} {label}: total {sum(plain):.1f} s unmonitored vs {sum(monitored):.1f} s monitored over "
+                f"{steps} steps each (whole run: fit window, fit, spectrum steps, flushes); old figure (fastest "
+                f"steps) {min(monitored) / min(plain):.3f}, ratio of medians "
+                f"{statistics.median(monitored) / statistics.median(plain):.3f}; median step "
+                f"{statistics.median(plain) * 1e3:.0f} / {statistics.median(monitored) * 1e3:.0f} ms; monitor's own "
+                f"recording {own:.0f} ms/step (median); load average now {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -138,8 +138,10 @@ def main() -> None:
     print(f"bench: monitor_machine_load_1min = {load:.1f} (goal < {os.cpu_count()}: numbers below are trustworthy)")
     assert result["rows"] == STEPS, result["rows"]
     assert "encoder.layer.0" in result["readout"], result["readout"]
-    print(f"bench: monitor_warm_up_ms = {result['warmUp']:.1f} (once per page, after the first paint, before any "
-          f"row arrives)")
+    print(
+        f"bench: monitor_warm_up_ms = {result['warmUp']:.1f} (once per page, after the first paint, before any "
+        f"row arrives)"
+    )
     print(f"bench: monitor_worst_redraw_ms = {max(draws):.2f} (goal < 16; {len(draws)} streamed frames)")
     print(f"bench: monitor_median_redraw_ms = {float(np.median(draws)):.2f} (goal < 8)")
     print(f"bench: monitor_p95_redraw_ms = {float(np.percentile(draws, 95)):.2f} (goal < 16)")

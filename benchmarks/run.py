@@ -17,7 +17,9 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-LINE = re.compile(r"^bench: (?P<name>\S+) = (?P<value>[-+0-9.eE]+|nan)\S* \(goal (?P<op><=|>=|<|>|==) (?P<target>[-+0-9.eE]+)\S*\)")
+LINE = re.compile(
+    r"^bench: (?P<name>\S+) = (?P<value>[-+0-9.eE]+|nan)\S* \(goal (?P<op><=|>=|<|>|==) (?P<target>[-+0-9.eE]+)\S*\)"
+)
 OPS = {"<=": operator.le, ">=": operator.ge, "<": operator.lt, ">": operator.gt, "==": operator.eq}
 
 
@@ -35,8 +37,10 @@ def parse(line: str) -> tuple[str, float, str, float] | None:
 
 
 def main(names: list[str]) -> int:
-    scripts = [HERE / f"{n}.py" for n in names] if names else sorted(
-        p for p in HERE.glob("*.py") if p.name not in ("run.py",) and not p.name.startswith("_")
+    scripts = (
+        [HERE / f"{n}.py" for n in names]
+        if names
+        else sorted(p for p in HERE.glob("*.py") if p.name not in ("run.py",) and not p.name.startswith("_"))
     )
     results = []
     for script in scripts:

@@ -129,7 +129,7 @@ def generation_widget(n: int) -> GenerationWidget:
     rng = np.random.default_rng(0)
     scores = rng.normal(size=(generated, n))
     for step in range(generated):
-        scores[step, prompt + step:] = np.nan  # a generated token sees only what came before it
+        scores[step, prompt + step :] = np.nan  # a generated token sees only what came before it
     return GenerationWidget(AttributionResult(
         text="".join(t.ljust(3) for t in tokens), tokens=tokens, offsets=np.array(offsets),
         special_mask=np.zeros(n, bool), word_ids=np.arange(n), sentence_ids=np.zeros(n, int), scores=scores,
@@ -141,7 +141,9 @@ def generation_widget(n: int) -> GenerationWidget:
 def saved_bytes(w: TokenHighlightWidget) -> int:
     """Bytes of the widget's saved state (what a notebook stores for it), ESM and CSS included (the front end
     saves every attribute, so nothing is dropped as a default)."""
-    state = embed_data(views=[w], state=dependency_state([w], drop_defaults=False), drop_defaults=False)["manager_state"]
+    state = embed_data(views=[w], state=dependency_state([w], drop_defaults=False), drop_defaults=False)[
+        "manager_state"
+    ]
     return len(json.dumps(state, separators=(",", ":")).encode())
 
 
@@ -163,13 +165,19 @@ def main() -> None:
                     interactions.append(page.evaluate(INTERACT, n))
                 page.close()
             trials = ", ".join(f"{p:.0f}" for p in paints)
-            print(f"bench: token_widget_first_paint_{n // 1000}k_ms = {statistics.median(paints):.1f} (goal < 150)  [trials {trials}]")
+            print(
+                f"bench: token_widget_first_paint_{n // 1000}k_ms = {statistics.median(paints):.1f} (goal < 150)  [trials {trials}]"
+            )
         hovers = [r["hover"] for r in interactions]
         worst = [r["worst"] for r in interactions]
-        print(f"bench: token_widget_hover_latency_ms = {statistics.median(hovers):.1f} (goal < 50)  "
-              f"[trials {', '.join(f'{x:.0f}' for x in hovers)}]")
-        print(f"bench: token_widget_scroll_worst_frame_ms = {statistics.median(worst):.1f} (goal < 50)  "
-              f"[trials {', '.join(f'{x:.0f}' for x in worst)}; {interactions[0]['frames']} frames each]")
+        print(
+            f"bench: token_widget_hover_latency_ms = {statistics.median(hovers):.1f} (goal < 50)  "
+            f"[trials {', '.join(f'{x:.0f}' for x in hovers)}]"
+        )
+        print(
+            f"bench: token_widget_scroll_worst_frame_ms = {statistics.median(worst):.1f} (goal < 50)  "
+            f"[trials {', '.join(f'{x:.0f}' for x in worst)}; {interactions[0]['frames']} frames each]"
+        )
         for n in (200, 1000, 2000):
             w = generation_widget(n)
             page = browser.new_page(viewport={"width": 1000, "height": 800})
@@ -177,10 +185,14 @@ def main() -> None:
             page.evaluate(MOUNT, {"esm": w._esm, "payload": json.loads(json.dumps(export_state(w)))})
             hover = page.evaluate(GENERATION_HOVER, n)
             page.close()
-            print(f"bench: generation_hover_recolour_{n}_tokens_ms = median {hover['median']:.1f}, worst "
-                  f"{hover['worst']:.1f} (goal < 50; hover over a generated token until the next frame)")
-            print(f"bench: generation_hover_restyled_spans_{n}_tokens = {hover['restyled']:.0f} (what one hover "
-                  f"restyles before the next frame: the blocks in view, not all {n} tokens)")
+            print(
+                f"bench: generation_hover_recolour_{n}_tokens_ms = median {hover['median']:.1f}, worst "
+                f"{hover['worst']:.1f} (goal < 50; hover over a generated token until the next frame)"
+            )
+            print(
+                f"bench: generation_hover_restyled_spans_{n}_tokens = {hover['restyled']:.0f} (what one hover "
+                f"restyles before the next frame: the blocks in view, not all {n} tokens)"
+            )
         browser.close()
     for n in (1000, 100):
         print(f"bench: token_widget_saved_bytes_{n} = {saved_bytes(widget(n))} (goal <= 61440)")

@@ -38,14 +38,16 @@ def output_path(path: str | Path, *, suffix_hint: str = ".safetensors") -> Path:
     """
     path = Path(path)
     if path.is_dir():
-        raise IsADirectoryError(f"{path} is a directory; save to a file inside it, such as "
-                                f"{path / ('result' + suffix_hint)}")
+        raise IsADirectoryError(
+            f"{path} is a directory; save to a file inside it, such as {path / ('result' + suffix_hint)}"
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 
 
-def read_safetensors(path: str | Path, *, what: str, fix: str = "",
-                     framework: str = "numpy") -> tuple[dict[str, str], dict[str, Any]]:
+def read_safetensors(
+    path: str | Path, *, what: str, fix: str = "", framework: str = "numpy"
+) -> tuple[dict[str, str], dict[str, Any]]:
     """The header metadata and the tensors of a safetensors file, as ``(metadata, {name: array})``.
 
     Args:
@@ -80,6 +82,7 @@ def read_safetensors(path: str | Path, *, what: str, fix: str = "",
             tensors = {name: handle.get_tensor(name) for name in handle.keys()}
     except SafetensorError as err:
         reason = str(err).removeprefix("Error while deserializing header: ")
-        raise ValueError(f"{path} is not {what}: it is not a safetensors file, or it is truncated or damaged "
-                         f"({reason}); {fix}") from None
+        raise ValueError(
+            f"{path} is not {what}: it is not a safetensors file, or it is truncated or damaged ({reason}); {fix}"
+        ) from None
     return metadata, tensors

@@ -55,18 +55,24 @@ def check_texts(texts, *, name: str, call: str) -> None:
     """
     if isinstance(texts, str) or is_conversation(texts):
         return
-    fix = (f'pass {call} or {call.replace(_ONE, _MANY)} (a chat conversation is a list of {{"role": ..., '
-           '"content": ...}} messages)')
+    fix = (
+        f'pass {call} or {call.replace(_ONE, _MANY)} (a chat conversation is a list of {{"role": ..., '
+        '"content": ...}} messages)'
+    )
     if isinstance(texts, (bytes, dict)) or not (hasattr(texts, "__len__") and hasattr(texts, "__iter__")):
         got = "None" if texts is None else f"a {type(texts).__name__}"
         raise TypeError(f"{name} must be a text or a list of texts, got {got}; {fix}")
     for i, text in enumerate(texts):
         if isinstance(text, Mapping):
-            raise TypeError(f'{name}[{i}] is a {type(text).__name__} without a "role": a chat message is '
-                            '{"role": ..., "content": ...}, and a conversation a list of them')
+            raise TypeError(
+                f'{name}[{i}] is a {type(text).__name__} without a "role": a chat message is '
+                '{"role": ..., "content": ...}, and a conversation a list of them'
+            )
         if isinstance(text, (list, tuple)) and text and not is_conversation(text):
             bad = next(m for m in text if not (isinstance(m, Mapping) and "role" in m))
-            raise TypeError(f"{name}[{i}] is a list holding a {type(bad).__name__}, not a conversation; a chat "
-                            'message is a dict {"role": ..., "content": ...}')
+            raise TypeError(
+                f"{name}[{i}] is a list holding a {type(bad).__name__}, not a conversation; a chat "
+                'message is a dict {"role": ..., "content": ...}'
+            )
         if not (isinstance(text, str) or is_conversation(text)):
             raise TypeError(f"{name}[{i}] is a {type(text).__name__}, not a text; {fix}")

@@ -32,8 +32,19 @@ from interp_widgets._inputs import input_items, is_conversation
 from interp_widgets.text_units import Encoding, check_fast_tokenizer, encode, encode_chat
 from interp_widgets.validation import check_int, check_number
 
-__all__ = ["ModelAdapter", "Encoding", "PassCount", "UnsupportedModelError", "detect_task", "execution_device",
-           "SUPPORTED_TASKS", "TASK_CLASSIFICATION", "TASK_CAUSAL_LM", "TASK_MASKED_LM", "TASK_SEQ2SEQ_LM"]
+__all__ = [
+    "ModelAdapter",
+    "Encoding",
+    "PassCount",
+    "UnsupportedModelError",
+    "detect_task",
+    "execution_device",
+    "SUPPORTED_TASKS",
+    "TASK_CLASSIFICATION",
+    "TASK_CAUSAL_LM",
+    "TASK_MASKED_LM",
+    "TASK_SEQ2SEQ_LM",
+]
 
 TASK_CLASSIFICATION = "sequence-classification"
 TASK_CAUSAL_LM = "causal-lm"
@@ -45,6 +56,7 @@ SUPPORTED_TASKS = (TASK_CLASSIFICATION, TASK_CAUSAL_LM, TASK_MASKED_LM, TASK_SEQ
 # ``inputs_embeds`` must arrive scaled), while their decoder scales whatever it gets. BART, mBART and M2M100 scale
 # inside their embedding module (``*ScaledWordEmbedding``) and T5 does not scale: neither needs anything.
 _ENCODER_SCALES_IDS_ONLY = ("marian",)
+
 
 def detect_task(model: nn.Module) -> str:
     """Return the task of a Hugging Face model: sequence classification, causal LM, masked LM or sequence-to-sequence
@@ -147,7 +159,9 @@ class ModelAdapter:
 
     def __init__(self, model: nn.Module, tokenizer, *, max_batch_tokens: int = 16384):
         if not isinstance(model, nn.Module):
-            raise TypeError(f"model must be a torch.nn.Module (a Hugging Face PreTrainedModel), got {type(model).__name__}")
+            raise TypeError(
+                f"model must be a torch.nn.Module (a Hugging Face PreTrainedModel), got {type(model).__name__}"
+            )
         self.task = detect_task(model)
         check_fast_tokenizer(tokenizer)
         if self.task == TASK_SEQ2SEQ_LM:
@@ -209,8 +223,10 @@ class ModelAdapter:
             (128, 'config.max_position_embeddings = 128')
         """
         config = self.model.config
-        limits = [(getattr(config, name, None), f"config.{name}")
-                  for name in ("max_position_embeddings", "n_positions", "max_sequence_length")]
+        limits = [
+            (getattr(config, name, None), f"config.{name}")
+            for name in ("max_position_embeddings", "n_positions", "max_sequence_length")
+        ]
         tok_limit = getattr(self.tokenizer, "model_max_length", None)
         limits.append((tok_limit if tok_limit and tok_limit < 10**7 else None, "tokenizer.model_max_length"))
         limits = [(int(v), source) for v, source in limits if isinstance(v, int) and not isinstance(v, bool) and v > 0]
@@ -326,27 +342,41 @@ class ModelAdapter:
         if start is None:
             start = getattr(getattr(self.model, "generation_config", None), "decoder_start_token_id", None)
         if start is None:
-            raise UnsupportedModelError(f"{type(self.model).__name__} has no config.decoder_start_token_id; set it on the "
-                                        "config before explaining (the token the decoder starts from)")
+            raise UnsupportedModelError(
+                f"{type(self.model).__name__} has no config.decoder_start_token_id; set it on the "
+                "config before explaining (the token the decoder starts from)"
+            )
         return int(start)
 
     def _check_split(self, source_length, length: int) -> int | None:
         if not self.is_seq2seq:
             if source_length is not None:
-                raise ValueError(f"source_length applies to encoder–decoder models; this model is a {self.task}, "
-                                 "whose rows are one sequence. Leave source_length out.")
+                raise ValueError(
+                    f"source_length applies to encoder–decoder models; this model is a {self.task}, "
+                    "whose rows are one sequence. Leave source_length out."
+                )
             return None
         if source_length is None:
-            raise ValueError("an encoder–decoder model needs source_length= (the number of source tokens at the start "
-                             "of each row; the rest are the decoder's tokens)")
+            raise ValueError(
+                "an encoder–decoder model needs source_length= (the number of source tokens at the start "
+                "of each row; the rest are the decoder's tokens)"
+            )
         source_length = int(source_length)
         if not 0 < source_length < int(length):
-            raise ValueError(f"source_length {source_length} must leave at least one source and one decoder token in "
-                             f"rows of {int(length)} tokens")
+            raise ValueError(
+                f"source_length {source_length} must leave at least one source and one decoder token in "
+                f"rows of {int(length)} tokens"
+            )
         return source_length
 
-    def forward_embeds(self, embeds: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                       positions: torch.Tensor | None = None, source_length: int | None = None) -> torch.Tensor:
+    def forward_embeds(
+        self,
+        embeds: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        positions: torch.Tensor | None = None,
+        source_length: int | None = None,
+    ) -> torch.Tensor:
         """Logits of the model run from ``inputs_embeds`` (one batch, no splitting).
 
         With ``positions`` (``(rows, K)`` sequence positions), a language model computes its logits at those
@@ -375,14 +405,27 @@ class ModelAdapter:
         """
         split = self._check_split(source_length, embeds.shape[1])
         if split is None:
-            return self._run({"inputs_embeds": embeds}, tuple(embeds.shape[:2]), embeds.device, attention_mask,
-                             positions)
+            return self._run(
+                {"inputs_embeds": embeds}, tuple(embeds.shape[:2]), embeds.device, attention_mask, positions
+            )
         source = embeds[:, :split] * self._encoder_embed_scale()
-        return self._run({"inputs_embeds": source, "decoder_inputs_embeds": embeds[:, split:]},
-                         tuple(embeds.shape[:2]), embeds.device, attention_mask, positions, split)
+        return self._run(
+            {"inputs_embeds": source, "decoder_inputs_embeds": embeds[:, split:]},
+            tuple(embeds.shape[:2]),
+            embeds.device,
+            attention_mask,
+            positions,
+            split,
+        )
 
-    def forward_ids(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
-                    positions: torch.Tensor | None = None, source_length: int | None = None) -> torch.Tensor:
+    def forward_ids(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        positions: torch.Tensor | None = None,
+        source_length: int | None = None,
+    ) -> torch.Tensor:
         """Logits of the model run from token ids (one batch, no splitting); ``positions`` as in
         :meth:`forward_embeds`. The ids go to :attr:`device`.
 
@@ -396,8 +439,11 @@ class ModelAdapter:
         if attention_mask is not None:
             attention_mask = attention_mask.to(device)
         split = self._check_split(source_length, input_ids.shape[1])
-        inputs = {"input_ids": input_ids} if split is None else \
-            {"input_ids": input_ids[:, :split], "decoder_input_ids": input_ids[:, split:]}
+        inputs = (
+            {"input_ids": input_ids}
+            if split is None
+            else {"input_ids": input_ids[:, :split], "decoder_input_ids": input_ids[:, split:]}
+        )
         return self._run(inputs, tuple(input_ids.shape[:2]), device, attention_mask, positions, split)
 
     def _encoder_embed_scale(self) -> float:
@@ -405,8 +451,9 @@ class ModelAdapter:
             return float(getattr(self.model.get_encoder(), "embed_scale", 1.0) or 1.0)
         return 1.0
 
-    def _run(self, inputs: dict, shape: tuple[int, int], device, attention_mask, positions,
-             split: int | None = None) -> torch.Tensor:
+    def _run(
+        self, inputs: dict, shape: tuple[int, int], device, attention_mask, positions, split: int | None = None
+    ) -> torch.Tensor:
         if attention_mask is None:
             attention_mask = torch.ones(shape, dtype=torch.long, device=device)
         observer, extra = self._observer
@@ -459,8 +506,12 @@ class ModelAdapter:
 
         def gather(module, args, kwargs):
             hidden = args[0] if args else None
-            if state["done"] or not isinstance(hidden, torch.Tensor) or hidden.dim() != 3 \
-                    or tuple(hidden.shape[:2]) != (rows, length):
+            if (
+                state["done"]
+                or not isinstance(hidden, torch.Tensor)
+                or hidden.dim() != 3
+                or tuple(hidden.shape[:2]) != (rows, length)
+            ):
                 return None
             state["done"] = True
             index = positions.to(hidden.device)
@@ -522,8 +573,9 @@ class ModelAdapter:
         finally:
             self._observer = previous
 
-    def length_buckets(self, lengths: Sequence[int], *, copies: int = 1,
-                       max_padding: float | None = None) -> list[list[int]]:
+    def length_buckets(
+        self, lengths: Sequence[int], *, copies: int = 1, max_padding: float | None = None
+    ) -> list[list[int]]:
         """Group item indices into batches of similar length, each under ``max_batch_tokens``.
 
         ``copies`` is how many rows each item expands into (for example IG steps), so that a batch of ``b`` items
@@ -546,8 +598,10 @@ class ModelAdapter:
         for i in order:
             longest = max(lengths[i], lengths[current[-1]] if current else 0)  # sorted: the new item is the longest
             padded = (len(current) + 1) * longest
-            if current and (padded * copies > self.max_batch_tokens
-                            or (max_padding is not None and padded - tokens - lengths[i] > max_padding * padded)):
+            if current and (
+                padded * copies > self.max_batch_tokens
+                or (max_padding is not None and padded - tokens - lengths[i] > max_padding * padded)
+            ):
                 batches.append(current)
                 current, tokens = [], 0
             current.append(i)
@@ -592,7 +646,9 @@ class ModelAdapter:
                 item = item.item()
             if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
                 if not 0 <= int(item) < len(labels):
-                    raise ValueError(f"class index {int(item)} is out of range; valid indices are 0..{len(labels) - 1} ({labels}).")
+                    raise ValueError(
+                        f"class index {int(item)} is out of range; valid indices are 0..{len(labels) - 1} ({labels})."
+                    )
                 resolved.append(int(item))
             elif isinstance(item, str):
                 exact = [i for i, name in enumerate(labels) if name == item]
@@ -601,7 +657,9 @@ class ModelAdapter:
                     raise ValueError(f"unknown label {item!r}; valid labels are {labels} (or their indices).")
                 resolved.append((exact or folded)[0])
             else:
-                raise TypeError(f"target must be an int, a label name, a list of them or None; got {type(item).__name__}")
+                raise TypeError(
+                    f"target must be an int, a label name, a list of them or None; got {type(item).__name__}"
+                )
         return resolved
 
     # ------------------------------------------------------------------ layers and hooks
@@ -647,8 +705,12 @@ class ModelAdapter:
             ...     adapter.get_layer("layer:-1")[0]
             'bert.encoder.layer.1'
         """
-        warnings.warn("ModelAdapter.get_layer is deprecated; use resolve_layer(layer), whose .name is the canonical "
-                      "layer name and .path the module path", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "ModelAdapter.get_layer is deprecated; use resolve_layer(layer), whose .name is the canonical "
+            "layer name and .path the module path",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         point = self.resolve_layer(layer)
         return point.path, point.module
 
@@ -699,7 +761,9 @@ class ModelAdapter:
         from transformers.models.auto import modeling_auto as auto
 
         model_type = getattr(self.model.config, "model_type", "")
-        return self.task not in (TASK_CAUSAL_LM, TASK_SEQ2SEQ_LM) and model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+        return (
+            self.task not in (TASK_CAUSAL_LM, TASK_SEQ2SEQ_LM) and model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
+        )
 
     def generate(
         self,
@@ -723,11 +787,19 @@ class ModelAdapter:
             ((3,), True)
         """
         if self.task == TASK_SEQ2SEQ_LM:
-            return self._generate_seq2seq(input_ids, max_new_tokens=max_new_tokens, do_sample=do_sample,
-                                          temperature=temperature, seed=seed, stop_at_eos=stop_at_eos)
+            return self._generate_seq2seq(
+                input_ids,
+                max_new_tokens=max_new_tokens,
+                do_sample=do_sample,
+                temperature=temperature,
+                seed=seed,
+                stop_at_eos=stop_at_eos,
+            )
         if self.task != TASK_CAUSAL_LM:
-            raise ValueError(f"generation needs a causal LM or an encoder–decoder LM; this model is a {self.task}. "
-                             "Use a *ForCausalLM or *ForConditionalGeneration model.")
+            raise ValueError(
+                f"generation needs a causal LM or an encoder–decoder LM; this model is a {self.task}. "
+                "Use a *ForCausalLM or *ForConditionalGeneration model."
+            )
         max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
         limit, source = self.context_limit
         if len(input_ids) + int(max_new_tokens) > limit:
@@ -788,8 +860,12 @@ class ModelAdapter:
             for _ in range(int(max_new_tokens)):
                 ids = torch.tensor([decoder], dtype=torch.long, device=device)
                 with self.logits_at(torch.tensor([[len(decoder) - 1]]), (1, len(decoder))):
-                    out = self.model(encoder_outputs=encoded, attention_mask=torch.ones_like(source),
-                                     decoder_input_ids=ids, use_cache=False)
+                    out = self.model(
+                        encoder_outputs=encoded,
+                        attention_mask=torch.ones_like(source),
+                        decoder_input_ids=ids,
+                        use_cache=False,
+                    )
                 for counter in self._counters:
                     counter.forward += 1
                     counter.forward_rows += 1
@@ -816,8 +892,9 @@ def _check_shared_embeddings(model: nn.Module) -> None:
         own = getattr(stack, "embed_tokens", None)
         if own is None or own is shared:
             continue
-        same = getattr(own, "weight", None) is getattr(shared, "weight", None) and \
-            getattr(own, "embed_scale", 1.0) == getattr(shared, "embed_scale", 1.0)
+        same = getattr(own, "weight", None) is getattr(shared, "weight", None) and getattr(
+            own, "embed_scale", 1.0
+        ) == getattr(shared, "embed_scale", 1.0)
         if not same:
             raise UnsupportedModelError(
                 f"{type(model).__name__} embeds source and target tokens with different modules (its config has "

@@ -33,7 +33,7 @@ def _average_ranks(values: np.ndarray) -> np.ndarray:
     """1-based ranks, ties sharing the mean of their ranks (as ``scipy.stats.rankdata``)."""
     _, inverse, counts = np.unique(values, return_inverse=True, return_counts=True)
     ends = np.cumsum(counts)
-    return ((ends - (counts - 1) / 2.0))[inverse]
+    return (ends - (counts - 1) / 2.0)[inverse]
 
 
 def spearman(a: Any, b: Any, *, by: str = "magnitude", mask: Any = None) -> float:

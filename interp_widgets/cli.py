@@ -38,15 +38,25 @@ def main(argv: list[str] | None = None) -> int:
     """
     parser = argparse.ArgumentParser(prog="interp-widgets", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    demo_cmd = commands.add_parser("demo", help="explain built-in texts (and yours) with the demo classifier, and a "
-                                   "prompt's continuation with the pretrained decoder SmolLM2")
+    demo_cmd = commands.add_parser(
+        "demo",
+        help="explain built-in texts (and yours) with the demo classifier, and a "
+        "prompt's continuation with the pretrained decoder SmolLM2",
+    )
     demo_cmd.add_argument("--text", action="append", default=[], help="a text to explain (repeatable)")
     demo_cmd.add_argument("--out", default="interp_widgets_demo.html", help="report path (default: %(default)s)")
     demo_cmd.add_argument("--no-builtin", action="store_true", help="explain only the --text inputs")
-    demo_cmd.add_argument("--steps", type=int, default=DEFAULT_STEPS,
-                          help="fine-tuning steps of the monitored training run (default: %(default)s)")
-    demo_cmd.add_argument("--prompt", default=GENERATION_PROMPT,
-                          help="the prompt SmolLM2 continues in the generation section (default: %(default)r)")
+    demo_cmd.add_argument(
+        "--steps",
+        type=int,
+        default=DEFAULT_STEPS,
+        help="fine-tuning steps of the monitored training run (default: %(default)s)",
+    )
+    demo_cmd.add_argument(
+        "--prompt",
+        default=GENERATION_PROMPT,
+        help="the prompt SmolLM2 continues in the generation section (default: %(default)r)",
+    )
     demo_cmd.add_argument("--quiet", action="store_true", help="no progress bars")
     export_cmd = commands.add_parser(
         "export", help="offline HTML of an executed notebook, widgets live from their saved state (no CDN)"
@@ -54,14 +64,17 @@ def main(argv: list[str] | None = None) -> int:
     export_cmd.add_argument("notebook", help="an executed .ipynb (nbclient and nbconvert --execute save widget state)")
     export_cmd.add_argument("-o", "--out", help="HTML path (default: the notebook's path with .html)")
     clean_cmd = commands.add_parser(
-        "clean", help="repair or strip saved widget state in place (GitHub refuses a widget entry without 'state'), "
-        "drop state no output shows and duplicate front-end modules; outputs and static pictures stay"
+        "clean",
+        help="repair or strip saved widget state in place (GitHub refuses a widget entry without 'state'), "
+        "drop state no output shows and duplicate front-end modules; outputs and static pictures stay",
     )
     clean_cmd.add_argument("notebooks", nargs="+", metavar="NOTEBOOK", help=".ipynb files")
-    clean_cmd.add_argument("--check", action="store_true",
-                           help="change nothing; exit 1 and name each problem if a notebook needs cleaning")
-    clean_cmd.add_argument("--no-dedupe", action="store_true",
-                           help="keep every model's own copy of its front-end module")
+    clean_cmd.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 and name each problem if a notebook needs cleaning"
+    )
+    clean_cmd.add_argument(
+        "--no-dedupe", action="store_true", help="keep every model's own copy of its front-end module"
+    )
     args = parser.parse_args(argv)
     if args.command == "export":
         return _export(args.notebook, args.out)

@@ -73,7 +73,9 @@ from torch import nn
 
 SUB_POINTS = ("resid_pre", "attn_out", "resid_mid", "mlp_out")
 STACKS = ("encoder", "decoder")
-_BLOCK_NAME = re.compile(r"(?:(encoder|decoder)\.)?layer:(-?\d+)(?:\.(resid_pre|resid_post|attn_out|resid_mid|mlp_out))?")
+_BLOCK_NAME = re.compile(
+    r"(?:(encoder|decoder)\.)?layer:(-?\d+)(?:\.(resid_pre|resid_post|attn_out|resid_mid|mlp_out))?"
+)
 _HOOK_NAME = re.compile(r"blocks\.(\d+)\.hook_(resid_pre|resid_mid|resid_post|attn_out|mlp_out)")
 
 # Attribute paths inside one block, first match wins. Post-norm blocks (BERT family) apply LayerNorm after each
@@ -128,9 +130,11 @@ def _config_layers(model: nn.Module, stack: str | None) -> int | None:
     config = getattr(model, "config", None)
     if config is None:
         return None
-    keys = {None: ("num_hidden_layers", "n_layer", "num_layers"),
-            "encoder": ("encoder_layers", "num_layers"),
-            "decoder": ("decoder_layers", "num_decoder_layers", "num_layers")}[stack]
+    keys = {
+        None: ("num_hidden_layers", "n_layer", "num_layers"),
+        "encoder": ("encoder_layers", "num_layers"),
+        "decoder": ("decoder_layers", "num_decoder_layers", "num_layers"),
+    }[stack]
     for key in keys:
         value = getattr(config, key, None)
         if isinstance(value, int) and value > 0:
@@ -159,8 +163,10 @@ def blocks(model: nn.Module, stack: str | None = None) -> tuple[str, nn.ModuleLi
     """
     if is_encoder_decoder(model):
         if stack not in STACKS:
-            raise ValueError(f"{type(model).__name__} is an encoder–decoder model; name the stack: "
-                             "'encoder.layer:i' or 'decoder.layer:i'")
+            raise ValueError(
+                f"{type(model).__name__} is an encoder–decoder model; name the stack: "
+                "'encoder.layer:i' or 'decoder.layer:i'"
+            )
         root = model.get_encoder() if stack == "encoder" else model.get_decoder()
         prefix = next(name for name, module in model.named_modules() if module is root)
         scope = [(f"{prefix}.{name}" if prefix else name, module) for name, module in root.named_modules()]
@@ -172,8 +178,10 @@ def blocks(model: nn.Module, stack: str | None = None) -> tuple[str, nn.ModuleLi
     for name, module in scope:
         if isinstance(module, nn.ModuleList) and len(module) > 0 and (n_layers is None or len(module) == n_layers):
             return name, module
-    raise UnsupportedModelError(f"could not find the transformer blocks of {type(model).__name__}; "
-                                "pass a module path from model.named_modules() instead")
+    raise UnsupportedModelError(
+        f"could not find the transformer blocks of {type(model).__name__}; "
+        "pass a module path from model.named_modules() instead"
+    )
 
 
 def _stacks(model: nn.Module) -> tuple[str | None, ...]:
@@ -238,11 +246,14 @@ def parallel_residual(model: nn.Module) -> bool:
         False
     """
     config = getattr(model, "config", None)
-    return bool(getattr(config, "use_parallel_residual", False)) or getattr(config, "model_type", None) in _PARALLEL_TYPES
+    return (
+        bool(getattr(config, "use_parallel_residual", False)) or getattr(config, "model_type", None) in _PARALLEL_TYPES
+    )
 
 
-def _sub_module(model: nn.Module, block_path: str, block: nn.Module, point: str,
-                base: str = "layer:i") -> tuple[str, nn.Module, str]:
+def _sub_module(
+    model: nn.Module, block_path: str, block: nn.Module, point: str, base: str = "layer:i"
+) -> tuple[str, nn.Module, str]:
     if point == "resid_pre":
         return block_path, block, "input"
     if point == "resid_mid" and parallel_residual(model):
@@ -269,8 +280,10 @@ def _block_point(model: nn.Module, stack: str | None, index: int, point: str | N
     block_path, found = blocks(model, stack)
     prefix = f"{stack}." if stack else ""
     if not -len(found) <= index < len(found):
-        raise ValueError(f"layer index {index} is out of range; this model has {len(found)} blocks "
-                         f"({prefix}layer:0..{prefix}layer:{len(found) - 1}).")
+        raise ValueError(
+            f"layer index {index} is out of range; this model has {len(found)} blocks "
+            f"({prefix}layer:0..{prefix}layer:{len(found) - 1})."
+        )
     index %= len(found)
     base = f"{prefix}layer:{index}"
     if point in (None, "resid_post"):
@@ -290,7 +303,8 @@ def _unknown(model: nn.Module, layer) -> ValueError:
     return ValueError(
         f"unknown layer {layer!r}; use one of {listed or modules[:12]}"
         + (", a sub-point such as 'layer:0.attn_out'" if shortcuts else "")
-        + " or a module path" + (f" (similar names: {close})" if close else "")
+        + " or a module path"
+        + (f" (similar names: {close})" if close else "")
         + "; interp_widgets.layers.layer_names(model) or adapter.layer_names() lists them all."
     )
 
@@ -316,12 +330,15 @@ def resolve_layer(model: nn.Module, layer: str | int | nn.Module) -> LayerPoint:
         raise ValueError("the given module is not part of this model; pass one of model.modules() or its path")
     if isinstance(layer, (int, np.integer)) and not isinstance(layer, bool):
         if is_encoder_decoder(model):
-            raise ValueError(f"{type(model).__name__} is an encoder–decoder model; name the stack: "
-                             f"'encoder.layer:{int(layer)}' or 'decoder.layer:{int(layer)}'")
+            raise ValueError(
+                f"{type(model).__name__} is an encoder–decoder model; name the stack: "
+                f"'encoder.layer:{int(layer)}' or 'decoder.layer:{int(layer)}'"
+            )
         return _block_point(model, None, int(layer), None)
     if not isinstance(layer, str):
-        raise TypeError(f"layer must be a name such as 'layer:3', an int block index or a module; "
-                        f"got {type(layer).__name__}")
+        raise TypeError(
+            f"layer must be a name such as 'layer:3', an int block index or a module; got {type(layer).__name__}"
+        )
     spec = layer.strip()
     if _HOOK_NAME.fullmatch(spec):
         spec = from_hook_name(spec)
@@ -336,8 +353,8 @@ def resolve_layer(model: nn.Module, layer: str | int | nn.Module) -> LayerPoint:
             except UnsupportedModelError:
                 break
             prefix = f"{block_path}."
-            if spec.startswith(prefix) and spec[len(prefix):].isdigit() and int(spec[len(prefix):]) < len(found):
-                return _block_point(model, stack, int(spec[len(prefix):]), None)
+            if spec.startswith(prefix) and spec[len(prefix) :].isdigit() and int(spec[len(prefix) :]) < len(found):
+                return _block_point(model, stack, int(spec[len(prefix) :]), None)
         return LayerPoint(spec, spec, modules[spec])
     raise _unknown(model, layer)
 
@@ -414,8 +431,15 @@ def hooks(model: nn.Module, fns: dict[str | int, Callable]) -> Iterator[dict[str
 
 # transformers 5 installs output-capturing forward hooks, once and for good, the first time a model is asked for
 # ``output_attentions`` or ``output_hidden_states``; :func:`no_new_hooks` takes them (and their flag) off again
-_HOOK_DICTS = ("_forward_hooks", "_forward_hooks_with_kwargs", "_forward_hooks_always_called", "_forward_pre_hooks",
-               "_forward_pre_hooks_with_kwargs", "_backward_hooks", "_backward_pre_hooks")
+_HOOK_DICTS = (
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+)
 _CAPTURE_FLAG = "_output_capturing_hooks_installed"
 _MISSING = object()
 
@@ -438,8 +462,11 @@ def no_new_hooks(model: nn.Module) -> Iterator[None]:
         True
     """
     modules = [
-        (module, {name: set(getattr(module, name, None) or {}) for name in _HOOK_DICTS},
-         module.__dict__.get(_CAPTURE_FLAG, _MISSING))
+        (
+            module,
+            {name: set(getattr(module, name, None) or {}) for name in _HOOK_DICTS},
+            module.__dict__.get(_CAPTURE_FLAG, _MISSING),
+        )
         for module in model.modules()
     ]
     try:

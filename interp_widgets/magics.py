@@ -28,8 +28,13 @@ from contextlib import contextmanager
 from interp_widgets.registry import UnknownNameError
 
 #: Short names accepted by ``%explain --method`` beside the registered method names.
-METHOD_ALIASES = {"ig": "integrated_gradients", "ixg": "input_x_gradient", "grad": "saliency",
-                  "lime": "lime", "shap": "kernel_shap"}
+METHOD_ALIASES = {
+    "ig": "integrated_gradients",
+    "ixg": "input_x_gradient",
+    "grad": "saliency",
+    "lime": "lime",
+    "shap": "kernel_shap",
+}
 
 
 def _usage_error(message: str):
@@ -44,8 +49,10 @@ def _lookup(shell, name: str, what: str, kind=None, hint: str = ""):
         raise _usage_error(f"no variable named {name!r} in the notebook; {what} must be the name of a variable")
     value = shell.user_ns[name]
     if kind is not None and not isinstance(value, kind):
-        raise _usage_error(f"{name!r} is a {type(value).__name__}, not a {kind.__module__}.{kind.__qualname__}; "
-                           f"{hint or what + ' must name one'}")
+        raise _usage_error(
+            f"{name!r} is a {type(value).__name__}, not a {kind.__module__}.{kind.__qualname__}; "
+            f"{hint or what + ' must name one'}"
+        )
     return value
 
 
@@ -75,8 +82,7 @@ def _argument_parser(**kwargs):
 
 
 def _monitor_parser():
-    parser = _argument_parser(prog="%%monitor",
-                              description="Run the cell's training loop under an AnisotropyMonitor.")
+    parser = _argument_parser(prog="%%monitor", description="Run the cell's training loop under an AnisotropyMonitor.")
     parser.add_argument("model")
     parser.add_argument("--layers", required=True)
     parser.add_argument("--rank", type=int, default=8)
@@ -90,8 +96,7 @@ def _monitor_parser():
 
 
 def _explain_parser():
-    parser = _argument_parser(prog="%explain",
-                              description="Display the attribution view of one text.")
+    parser = _argument_parser(prog="%explain", description="Display the attribution view of one text.")
     parser.add_argument("model")
     parser.add_argument("tokenizer")
     parser.add_argument("text")
@@ -114,8 +119,9 @@ def _parse(parser, line: str):
     except argparse.ArgumentError as err:
         raise _usage_error(f"{parser.prog}: {err}; usage: {parser.format_usage().strip()}") from None
     if extra:
-        raise _usage_error(f"{parser.prog}: unknown arguments {' '.join(extra)}; "
-                           f"usage: {parser.format_usage().strip()}")
+        raise _usage_error(
+            f"{parser.prog}: unknown arguments {' '.join(extra)}; usage: {parser.format_usage().strip()}"
+        )
     return args
 
 
@@ -161,17 +167,37 @@ def monitor_cell(shell, line: str, cell: str):
     from interp_widgets.geometry import AnisotropyMonitor
 
     args = _parse(_monitor_parser(), line)
-    model = _lookup(shell, args.model, "MODEL", torch.nn.Module,
-                    "%%monitor needs the variable that holds the model being trained, e.g. %%monitor model --layers 2")
+    model = _lookup(
+        shell,
+        args.model,
+        "MODEL",
+        torch.nn.Module,
+        "%%monitor needs the variable that holds the model being trained, e.g. %%monitor model --layers 2",
+    )
     optimizer = None
     if args.optimizer is not None:
-        optimizer = _lookup(shell, args.optimizer, "--optimizer", torch.optim.Optimizer,
-                            "--optimizer must name the optimizer variable, e.g. --optimizer opt")
-    schedule = ({"fit": "early", "total_steps": args.total_steps} if args.total_steps is not None
-                else {"fit": "refit", "refit_every": args.refit_every or 50})
+        optimizer = _lookup(
+            shell,
+            args.optimizer,
+            "--optimizer",
+            torch.optim.Optimizer,
+            "--optimizer must name the optimizer variable, e.g. --optimizer opt",
+        )
+    schedule = (
+        {"fit": "early", "total_steps": args.total_steps}
+        if args.total_steps is not None
+        else {"fit": "refit", "refit_every": args.refit_every or 50}
+    )
     try:
-        monitor = AnisotropyMonitor(model, _parse_layers(args.layers, model), rank=args.rank, every=args.every,
-                                    n_controls=args.n_controls, optimizer=optimizer, **schedule)
+        monitor = AnisotropyMonitor(
+            model,
+            _parse_layers(args.layers, model),
+            rank=args.rank,
+            every=args.every,
+            n_controls=args.n_controls,
+            optimizer=optimizer,
+            **schedule,
+        )
     except (TypeError, ValueError, KeyError, LookupError) as err:
         raise _usage_error(f"%%monitor: {err}") from None
     display(monitor.widget())
@@ -212,8 +238,10 @@ def explain_line(shell, line: str):
         result = attribute(model, tokenizer, args.text, method=method, target=target, granularity=args.granularity)
     except UnknownNameError:
         names = ", ".join(m.name for m in list_methods())
-        raise _usage_error(f"%explain: unknown method {args.method!r}; use one of {names} "
-                           f"(or the short names {', '.join(METHOD_ALIASES)})") from None
+        raise _usage_error(
+            f"%explain: unknown method {args.method!r}; use one of {names} "
+            f"(or the short names {', '.join(METHOD_ALIASES)})"
+        ) from None
     if args.output:
         shell.user_ns[args.output] = result
     return result
@@ -229,6 +257,7 @@ def load_ipython_extension(shell) -> None:
         ...        or name in shell.magics_manager.magics["line"])
         ['explain', 'monitor']
     """
+
     def monitor(line, cell):
         return monitor_cell(shell, line, cell)
 

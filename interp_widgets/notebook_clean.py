@@ -47,7 +47,9 @@ _REFERENCE = re.compile(r"^(?:IPY_MODEL_|anywidget:)(\S+)$")
 #: ``_esm`` sources shorter than this are left alone (the loader itself is about 900 characters).
 MIN_DEDUPE_CHARS = 2048
 _LOADER_HEAD = "// interp_widgets deduplicated _esm: source "
-_LOADER_LINE = re.compile(r"^// interp_widgets deduplicated _esm: source (\S+) sha256 ([0-9a-f]{64}) css (shared|own)\n")
+_LOADER_LINE = re.compile(
+    r"^// interp_widgets deduplicated _esm: source (\S+) sha256 ([0-9a-f]{64}) css (shared|own)\n"
+)
 _LOADER_BODY = """\
 // anywidget imports _esm from this model's own state; this loader imports the identical module saved once in
 // model MODEL (interp-widgets clean) through the widget manager, then runs its initialize and render.
@@ -206,7 +208,9 @@ def _dedupe(states: dict) -> tuple[int, int]:
             continue
         source = states[first[digest]]["state"]
         css = state.get("_css", "")
-        shared_css = bool(css) and css == source.get("_css") and state.get("_anywidget_id") == source.get("_anywidget_id")
+        shared_css = (
+            bool(css) and css == source.get("_css") and state.get("_anywidget_id") == source.get("_anywidget_id")
+        )
         state["_esm"] = esm_loader(first[digest], digest, shared_css=shared_css)
         saved += len(esm) - len(state["_esm"])
         if shared_css:

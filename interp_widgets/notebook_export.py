@@ -100,7 +100,11 @@ def renderable_payload(output: Any) -> dict[str, Any] | None:
         'token_highlight'
         >>> renderable_payload({"output_type": "display_data", "data": {MIME_TYPE: {**payload, "version": 99}}})
     """
-    payload = output.get("data", {}).get(MIME_TYPE) if output.get("output_type") in ("display_data", "execute_result") else None
+    payload = (
+        output.get("data", {}).get(MIME_TYPE)
+        if output.get("output_type") in ("display_data", "execute_result")
+        else None
+    )
     if not isinstance(payload, dict) or payload.get("format") != 1 or "data" not in payload:
         return None
     schema = VIEW_DATA.get(payload.get("view"))
@@ -162,16 +166,20 @@ def _use_payloads(notebook) -> dict[str, str]:
     for index, output in enumerate(o for o in _outputs(notebook) if renderable_payload(o) is not None):
         payload = output["data"][MIME_TYPE]
         module_id = modules.setdefault(payload["view"], f"iw-esm-{len(modules)}")
-        output["data"] = {"text/html": _payload_html(payload, module_id, f"iw-payload-{index}", _picture_html(output["data"]))}
+        output["data"] = {
+            "text/html": _payload_html(payload, module_id, f"iw-payload-{index}", _picture_html(output["data"]))
+        }
         output["metadata"] = {"interp_widgets_view": payload["view"]}
     if not modules:
         return {"payload_blocks": "", "payload_boot": ""}
     blocks = []
     for view, module_id in modules.items():
-        source = (STATIC_DIR / f"{view}.js")
+        source = STATIC_DIR / f"{view}.js"
         if not source.is_file():
             raise FileNotFoundError(f"{BUNDLE_MISSING} ({source} does not exist)")
-        blocks.append(f'<script type="application/json" id="{module_id}">{script_json(source.read_text(encoding="utf-8"))}</script>')
+        blocks.append(
+            f'<script type="application/json" id="{module_id}">{script_json(source.read_text(encoding="utf-8"))}</script>'
+        )
         css = STATIC_DIR / f"{view}.css"
         if css.is_file():
             blocks.append(f"<style>{_static_text(css)}</style>")

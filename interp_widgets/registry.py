@@ -82,8 +82,10 @@ class Registry(Mapping):
             return cls
         existing = self._classes.get(name)
         if existing is not None and _qualified(existing) != _qualified(cls):
-            raise ValueError(f"{self.kind} name {name!r} is already taken by {_qualified(existing)}; give "
-                             f"{_qualified(cls)} another {self.attribute}")
+            raise ValueError(
+                f"{self.kind} name {name!r} is already taken by {_qualified(existing)}; give "
+                f"{_qualified(cls)} another {self.attribute}"
+            )
         self._classes[name] = cls
         return cls
 

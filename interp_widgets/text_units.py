@@ -204,7 +204,12 @@ def _restore_spaces(tokenizer, text: str, ids: np.ndarray, offsets: np.ndarray, 
     for i, (a, b) in enumerate(offsets.tolist()):
         if added[i]:
             continue
-        if a == b and previous_end < a and text[previous_end:a].isspace() and not tokenizer.decode([int(ids[i])]).strip():
+        if (
+            a == b
+            and previous_end < a
+            and text[previous_end:a].isspace()
+            and not tokenizer.decode([int(ids[i])]).strip()
+        ):
             offsets[i] = (previous_end, a)
         previous_end = max(previous_end, int(offsets[i][1]))
 
@@ -252,14 +257,23 @@ def encode(tokenizer, text: str, *, add_special_tokens: bool = True, max_length:
     """
     check_fast_tokenizer(tokenizer)
     if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}; a chat conversation goes through "
-                        "encode_chat(tokenizer, messages)")
+        raise TypeError(
+            f"text must be a str, got {type(text).__name__}; a chat conversation goes through "
+            "encode_chat(tokenizer, messages)"
+        )
     if not text.strip():
         raise ValueError("text is empty or only whitespace; pass a text with at least one word.")
     ids, offsets, special = _tokenize(tokenizer, text, add_special_tokens, max_length)
     blocked = [tuple(o) for o, is_special in zip(offsets.tolist(), special.tolist()) if is_special and o[1] > o[0]]
-    return _build(tokenizer, text, ids, offsets, special, words=_outside(word_spans(text), blocked),
-                  sentences=sentence_spans(text))
+    return _build(
+        tokenizer,
+        text,
+        ids,
+        offsets,
+        special,
+        words=_outside(word_spans(text), blocked),
+        sentences=sentence_spans(text),
+    )
 
 
 # ---------------------------------------------------------------------------------------------- chat templates
@@ -301,8 +315,10 @@ def check_messages(messages) -> list[dict]:
         TypeError: message 0 (role 'user') has content of type list; interp_widgets explains text messages: pass {"role": "user", "content": "the text"}
     """
     if not isinstance(messages, (list, tuple)) or not messages:
-        raise TypeError('a conversation is a non-empty list of messages {"role": ..., "content": ...}, got '
-                        f"{type(messages).__name__}")
+        raise TypeError(
+            'a conversation is a non-empty list of messages {"role": ..., "content": ...}, got '
+            f"{type(messages).__name__}"
+        )
     out = []
     for i, message in enumerate(messages):
         if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
@@ -311,8 +327,10 @@ def check_messages(messages) -> list[dict]:
         if not isinstance(role, str) or not role.strip():
             raise TypeError(f"message {i} has role {role!r}; a role is a non-empty str such as 'user' or 'assistant'")
         if not isinstance(content, str):
-            raise TypeError(f"message {i} (role {role!r}) has content of type {type(content).__name__}; "
-                            f'interp_widgets explains text messages: pass {{"role": "{role}", "content": "the text"}}')
+            raise TypeError(
+                f"message {i} (role {role!r}) has content of type {type(content).__name__}; "
+                f'interp_widgets explains text messages: pass {{"role": "{role}", "content": "the text"}}'
+            )
         out.append(dict(message))
     return out
 
@@ -398,7 +416,7 @@ def _check_roles(tokenizer, messages: list[dict], text: str, add_generation_prom
             continue
         same = []
         for standard in STANDARD_ROLES:
-            swapped = [*messages[:i], {**message, "role": standard}, *messages[i + 1:]]
+            swapped = [*messages[:i], {**message, "role": standard}, *messages[i + 1 :]]
             try:
                 if _render(tokenizer, swapped, add_generation_prompt) == text:
                     same.append(standard)
@@ -424,7 +442,7 @@ def _default_system(tokenizer, messages: list[dict], text: str, add_generation_p
     except Exception:  # a template without system messages
         return None
     prefix, suffix = _common_ends(text, with_system)
-    if with_system[prefix:len(with_system) - suffix] != stand_in:
+    if with_system[prefix : len(with_system) - suffix] != stand_in:
         return None
     start, end = prefix, len(text) - suffix
     while start < end and text[start].isspace():
@@ -457,8 +475,10 @@ def render_chat(tokenizer, messages, *, add_generation_prompt: bool = False,
             "to the template the model was trained with."
         )
     if add_generation_prompt and continue_final_message:
-        raise ValueError("add_generation_prompt starts a new assistant reply and continue_final_message continues the "
-                         "last message; pass one of them")
+        raise ValueError(
+            "add_generation_prompt starts a new assistant reply and continue_final_message continues the "
+            "last message; pass one of them"
+        )
     text = _render_or_explain(tokenizer, messages, add_generation_prompt)
     spans = _content_spans(tokenizer, messages, text, add_generation_prompt)
     _check_roles(tokenizer, messages, text, add_generation_prompt)
@@ -469,9 +489,11 @@ def render_chat(tokenizer, messages, *, add_generation_prompt: bool = False,
         spans, roles, defaults = [default, *spans], ["system", *roles], [0]
     if continue_final_message:
         if not messages[-1]["content"].strip():
-            raise ValueError(f"the last message (role {messages[-1]['role']!r}) is empty, so there is no reply to "
-                             "continue; put the reply to explain in its content, or drop it to generate one")
-        text = text[:spans[-1][1]]
+            raise ValueError(
+                f"the last message (role {messages[-1]['role']!r}) is empty, so there is no reply to "
+                "continue; put the reply to explain in its content, or drop it to generate one"
+            )
+        text = text[: spans[-1][1]]
     return ChatLayout(text=text, spans=spans, roles=roles, messages=messages, default_system=defaults)
 
 
@@ -514,8 +536,18 @@ def encode_chat(tokenizer, messages, *, add_generation_prompt: bool = False, con
         piece = text[start:end]
         words += [(start + a, start + b) for a, b in word_spans(piece)]
         sentences += [(start + a, start + b) for a, b in sentence_spans(piece)]
-    return _build(tokenizer, text, ids, offsets, special, words=words, sentences=sentences, turn_ids=turn_ids,
-                  turn_roles=layout.roles, messages=layout.messages)
+    return _build(
+        tokenizer,
+        text,
+        ids,
+        offsets,
+        special,
+        words=words,
+        sentences=sentences,
+        turn_ids=turn_ids,
+        turn_roles=layout.roles,
+        messages=layout.messages,
+    )
 
 
 # ---------------------------------------------------------------------------------------------- units

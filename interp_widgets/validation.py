@@ -61,8 +61,16 @@ def check_int(name: str, value, *, minimum: int | None = None, maximum: int | No
     return value
 
 
-def check_number(name: str, value, *, minimum: float | None = None, maximum: float | None = None,
-                 low_open: bool = False, high_open: bool = False, hint: str = "") -> float:
+def check_number(
+    name: str,
+    value,
+    *,
+    minimum: float | None = None,
+    maximum: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+    hint: str = "",
+) -> float:
     """``value`` as a float, if it is a finite real number in the range (``low_open``/``high_open`` exclude ends).
 
     Example:
@@ -77,7 +85,8 @@ def check_number(name: str, value, *, minimum: float | None = None, maximum: flo
     if ok:
         value = float(value)
         ok = (minimum is None or (value > minimum if low_open else value >= minimum)) and (
-            maximum is None or (value < maximum if high_open else value <= maximum))
+            maximum is None or (value < maximum if high_open else value <= maximum)
+        )
     if not ok:
         raise _fail(f"{name} must be a number{_range_text(minimum, maximum, low_open, high_open)}, got {value!r}", hint)
     return value

@@ -73,7 +73,9 @@ def array_to_buffer(array: Any) -> dict[str, Any]:
     arr = _to_numpy(array)
     wire = _WIRE_DTYPES.get(arr.dtype.name)
     if wire is None:
-        raise TypeError(f"cannot send an array of dtype {arr.dtype} to the browser; convert it to a float, int or bool array")
+        raise TypeError(
+            f"cannot send an array of dtype {arr.dtype} to the browser; convert it to a float, int or bool array"
+        )
     if wire == "int32" and arr.dtype.itemsize == 8 and arr.size:
         low, high = int(arr.min()), int(arr.max())
         if low < np.iinfo(np.int32).min or high > np.iinfo(np.int32).max:
@@ -245,8 +247,10 @@ class ViewData:
         if payload.get("view") != cls.VIEW:
             raise ValueError(f"this payload holds {payload.get('view')!r} view data, not {cls.VIEW!r}")
         if not isinstance(payload.get("version"), int) or payload["version"] > cls.VERSION:
-            raise ValueError(f"{cls.VIEW} view data has format version {payload.get('version')!r}; this version of "
-                             f"interp_widgets reads up to {cls.VERSION} (upgrade interp_widgets)")
+            raise ValueError(
+                f"{cls.VIEW} view data has format version {payload.get('version')!r}; this version of "
+                f"interp_widgets reads up to {cls.VERSION} (upgrade interp_widgets)"
+            )
         data = dict(payload["data"])
         for name, value in data.items():
             if isinstance(value, dict) and set(value) == {"dtype", "shape", "data"}:
@@ -500,9 +504,14 @@ class LensData(ViewData):
 
     VIEW: ClassVar[str] = "lens"
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
-        "top_vocab": ("int32", 4, False), "top_probs": ("float32", 4, True), "kl": ("float32", 3, True),
-        "target_vocab": ("int32", 2, False), "target_probs": ("float32", 4, True),
-        "target_ranks": ("int32", 4, False), "generated_mask": ("bool", 1, False)}
+        "top_vocab": ("int32", 4, False),
+        "top_probs": ("float32", 4, True),
+        "kl": ("float32", 3, True),
+        "target_vocab": ("int32", 2, False),
+        "target_probs": ("float32", 4, True),
+        "target_ranks": ("int32", 4, False),
+        "generated_mask": ("bool", 1, False),
+    }
 
     tokens: list[str]
     layers: list[str]

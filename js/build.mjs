@@ -37,8 +37,12 @@ const options = {
 // define; that default becomes "./" so a missing module is looked up beside the page, never on the network.
 const VENDOR = [
   { pkg: "requirejs", file: "require.js", out: "require.js" },
-  { pkg: "@jupyter-widgets/html-manager", file: "dist/embed-amd.js", out: "embed-amd.js",
-    patch: { from: '"https://cdn.jsdelivr.net/npm/"', to: '"./"', count: 2 } },
+  {
+    pkg: "@jupyter-widgets/html-manager",
+    file: "dist/embed-amd.js",
+    out: "embed-amd.js",
+    patch: { from: '"https://cdn.jsdelivr.net/npm/"', to: '"./"', count: 2 },
+  },
   { pkg: "anywidget", file: "dist/index.js", out: "anywidget.js" },
 ];
 
@@ -58,13 +62,16 @@ function copyVendor() {
       text = text.replaceAll(patch.from, patch.to);
     }
     writeFileSync(join(outdir, out), text);
-    notice.push(`${out}: ${pkg}@${meta.version} ${file}, licence ${meta.license}` +
-      (patch ? `; patched: its ${patch.count} CDN fallback base URLs replaced by ${patch.to}` : ""));
+    notice.push(
+      `${out}: ${pkg}@${meta.version} ${file}, licence ${meta.license}` +
+        (patch ? `; patched: its ${patch.count} CDN fallback base URLs replaced by ${patch.to}` : ""),
+    );
     // The licence text: the package's LICENSE, else js/licenses/ (html-manager's npm package ships none; its
     // licence is the ipywidgets repository's BSD-3-Clause), else an @license header in the file (require.js).
     const licence = [join(root, "LICENSE"), join("licenses", `${pkg.replace("/", "+")}.LICENSE.txt`)].find(existsSync);
     if (licence) copyFileSync(licence, join(outdir, `${out}.LICENSE.txt`));
-    else if (!text.slice(0, 400).includes("@license")) throw new Error(`${pkg} ships no licence text; add it as js/licenses/`);
+    else if (!text.slice(0, 400).includes("@license"))
+      throw new Error(`${pkg} ships no licence text; add it as js/licenses/`);
   }
   writeFileSync(join(outdir, "NOTICE.txt"), notice.join("\n") + "\n");
 }
@@ -80,11 +87,19 @@ function buildLabextension() {
   const run = spawnSync(process.execPath, [builder, "--core-path", core, "."], { stdio: "inherit" });
   if (run.status !== 0) throw new Error(`@jupyterlab/builder failed (exit ${run.status ?? run.signal})`);
   // `jupyter labextension list` names the Python package that installed the extension from this file.
-  writeFileSync("../interp_widgets/labextension/install.json", JSON.stringify({
-    packageManager: "python",
-    packageName: "interp-widgets",
-    uninstallInstructions: "Use your Python package manager (pip, conda, etc.) to uninstall the package interp-widgets",
-  }, null, 2) + "\n");
+  writeFileSync(
+    "../interp_widgets/labextension/install.json",
+    JSON.stringify(
+      {
+        packageManager: "python",
+        packageName: "interp-widgets",
+        uninstallInstructions:
+          "Use your Python package manager (pip, conda, etc.) to uninstall the package interp-widgets",
+      },
+      null,
+      2,
+    ) + "\n",
+  );
 }
 
 copyVendor();

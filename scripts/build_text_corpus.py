@@ -45,16 +45,38 @@ SKIP_DIRS = ("_sources", "_static", "_images", "_downloads")
 
 # Elements whose whole subtree is dropped: code, tables, signatures, navigation, permalinks, admonition titles.
 SKIP_TAGS = {"pre", "table", "dt", "nav", "script", "style", "form", "button", "math", "svg", "figure", "caption"}
-SKIP_CLASSES = {"highlight", "sphinxsidebar", "related", "footer", "toctree-wrapper", "contents", "headerlink",
-                "admonition-title", "rubric", "productionlist", "sig", "linenos", "mobile-nav", "menu-wrapper",
-                "label", "doctest", "literal-block-wrapper", "code-block-caption", "topic-title", "sidebar-title"}
+SKIP_CLASSES = {
+    "highlight",
+    "sphinxsidebar",
+    "related",
+    "footer",
+    "toctree-wrapper",
+    "contents",
+    "headerlink",
+    "admonition-title",
+    "rubric",
+    "productionlist",
+    "sig",
+    "linenos",
+    "mobile-nav",
+    "menu-wrapper",
+    "label",
+    "doctest",
+    "literal-block-wrapper",
+    "code-block-caption",
+    "topic-title",
+    "sidebar-title",
+}
 VOID_TAGS = {"br", "hr", "img", "input", "meta", "link", "wbr", "col", "area", "base", "embed", "source", "track"}
 
 MIN_WORDS = 8  # a paragraph has at least this many words
 MAX_CODE_SHARE = 0.4  # at most this share of a paragraph's characters come from inline code
 MIN_WORD_SHARE = 0.7  # at least this share of its whitespace-separated pieces are words (letters, light punctuation)
-BOILERPLATE = re.compile(r"^(Source code:|Availability:|Deprecated since version|New in version|Changed in version "
-                         r"\S+\.?$|See also)", re.IGNORECASE)
+BOILERPLATE = re.compile(
+    r"^(Source code:|Availability:|Deprecated since version|New in version|Changed in version "
+    r"\S+\.?$|See also)",
+    re.IGNORECASE,
+)
 URL = re.compile(r"https?://|ftp://|www\.", re.IGNORECASE)  # dropped: shipped text names no address to fetch
 WORD = re.compile(r"^[(\"'“‘]*[A-Za-z][A-Za-z'’\-]*[)\"'”’.,;:!?]*$")
 
@@ -168,8 +190,9 @@ def read_documents(root: Path) -> list[dict]:
                 seen.add(key)
                 kept.append(text)
         if kept:
-            documents.append({"id": doc_id, "title": page.title or doc_id, "split": split_of(doc_id),
-                              "paragraphs": kept})
+            documents.append(
+                {"id": doc_id, "title": page.title or doc_id, "split": split_of(doc_id), "paragraphs": kept}
+            )
     return documents
 
 

@@ -53,8 +53,9 @@ def build_widgets(progress: bool, only: set[str] | None = None) -> dict[str, obj
         ig = IntegratedGradients(progress=progress).attribute(model, tokenizer, texts)
         others = [method(progress=progress).attribute(model, tokenizer, texts[0])
                   for method in (Saliency, InputXGradient)]  # fmt: skip
-        widgets.update(token_highlight=ig[1].widget(granularity="word"), comparison=compare([ig[0], *others]),
-                       examples=ig.widget())
+        widgets.update(
+            token_highlight=ig[1].widget(granularity="word"), comparison=compare([ig[0], *others]), examples=ig.widget()
+        )
     if "generation" in wanted:  # the report's generation: SmolLM2 continues a prompt, input x gradient per step
         generation = explained_generation(progress=progress)
         widgets["generation"] = generation.widget(selected_step=1)

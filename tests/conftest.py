@@ -97,7 +97,9 @@ def model_fingerprint(model, tokenizer) -> dict:
             # the raw bytes also cover bfloat16, which numpy lacks
             digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     hooks = sum(
-        len(m._forward_hooks) + len(m._forward_pre_hooks) + len(m._backward_hooks)
+        len(m._forward_hooks)
+        + len(m._forward_pre_hooks)
+        + len(m._backward_hooks)
         + len(getattr(m, "_backward_pre_hooks", {}))
         for m in model.modules()
     )

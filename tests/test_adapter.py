@@ -20,8 +20,9 @@ def test_detects_each_supported_task(bert_classifier, gpt2_lm, llama_lm, bert_ma
 def test_unsupported_model_names_class_and_alternatives(wordpiece_tokenizer):
     from transformers import BertConfig, BertModel
 
-    model = BertModel(BertConfig(vocab_size=100, hidden_size=8, num_hidden_layers=1, num_attention_heads=1,
-                                 intermediate_size=8))
+    model = BertModel(
+        BertConfig(vocab_size=100, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=8)
+    )
     with pytest.raises(UnsupportedModelError, match="unsupported model class BertModel; supported: sequence"):
         ModelAdapter(model, wordpiece_tokenizer)
 
@@ -61,8 +62,11 @@ def test_empty_text_is_a_clear_error(bert_classifier, bad):
 
 
 def test_too_long_text_is_a_clear_error(bert_classifier):
-    with pytest.raises(ValueError, match=r"the text is 302 tokens, longer than the model's context of 128 tokens "
-                                         r"\(config.max_position_embeddings = 128\)\. Shorten it or split it"):
+    with pytest.raises(
+        ValueError,
+        match=r"the text is 302 tokens, longer than the model's context of 128 tokens "
+        r"\(config.max_position_embeddings = 128\)\. Shorten it or split it",
+    ):
         ModelAdapter(*bert_classifier).encode("word " * 300)
 
 
@@ -78,7 +82,9 @@ def test_resolve_targets(bert_classifier):
     assert adapter.resolve_targets("positive") == [2]
     assert adapter.resolve_targets("POSITIVE") == [2]
     assert adapter.resolve_targets([0, "neutral"]) == [0, 1]
-    with pytest.raises(ValueError, match=r"unknown label 'great'; valid labels are \['negative', 'neutral', 'positive'\]"):
+    with pytest.raises(
+        ValueError, match=r"unknown label 'great'; valid labels are \['negative', 'neutral', 'positive'\]"
+    ):
         adapter.resolve_targets("great")
     with pytest.raises(ValueError, match="class index 3 is out of range; valid indices are 0..2"):
         adapter.resolve_targets(3)
@@ -167,9 +173,10 @@ def test_generate_greedy_matches_transformers(gpt2_lm):
     adapter = ModelAdapter(model, tokenizer)
     prompt = adapter.encode("The hotel was").input_ids
     ids, probs = adapter.generate(prompt, max_new_tokens=6, stop_at_eos=False)
-    reference = model.generate(torch.as_tensor(prompt)[None], max_new_tokens=6, do_sample=False,
-                               pad_token_id=tokenizer.pad_token_id)
-    assert ids.tolist() == reference[0, len(prompt):].tolist()
+    reference = model.generate(
+        torch.as_tensor(prompt)[None], max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id
+    )
+    assert ids.tolist() == reference[0, len(prompt) :].tolist()
     assert np.all((probs > 0) & (probs <= 1))
 
 

@@ -65,8 +65,11 @@ def test_no_import_cycle_between_any_two_modules():
     edges = {module: set(graph.find_modules_directly_imported_by(module)) for module in graph.modules}
     cycles = strongly_connected(edges)
     details = [
-        " ; ".join(f"{a} -> {b} (line {', '.join(str(d['line_number']) for d in graph.get_import_details(importer=a, imported=b))})"
-                   for a in cycle for b in sorted(edges[a] & set(cycle)))
+        " ; ".join(
+            f"{a} -> {b} (line {', '.join(str(d['line_number']) for d in graph.get_import_details(importer=a, imported=b))})"
+            for a in cycle
+            for b in sorted(edges[a] & set(cycle))
+        )
         for cycle in cycles
     ]
     assert not cycles, "import cycles:\n" + "\n".join(details)
@@ -76,8 +79,10 @@ def test_importing_the_package_or_its_widgets_loads_no_model_code():
     import subprocess
     import sys
 
-    code = ("import sys, interp_widgets, interp_widgets.widgets; "
-            "print(sorted(m for m in ('torch', 'transformers', 'interp_widgets.attribution') if m in sys.modules))")
+    code = (
+        "import sys, interp_widgets, interp_widgets.widgets; "
+        "print(sorted(m for m in ('torch', 'transformers', 'interp_widgets.attribution') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == "[]", f"import interp_widgets / interp_widgets.widgets loaded {out}"
 
@@ -94,4 +99,6 @@ def test_every_top_level_module_has_a_layer():
     package = root / "interp_widgets"
     modules = {f"interp_widgets.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"}
     modules |= {f"interp_widgets.{p.name}" for p in package.iterdir() if (p / "__init__.py").is_file()}
-    assert modules == placed, f"not in a layer: {sorted(modules - placed)}; listed but missing: {sorted(placed - modules)}"
+    assert modules == placed, (
+        f"not in a layer: {sorted(modules - placed)}; listed but missing: {sorted(placed - modules)}"
+    )

@@ -59,8 +59,9 @@ def test_raw_attention_is_the_cls_row_of_the_last_layer_and_sums_to_one(bert):
         np.testing.assert_allclose(result.scores.sum(1), 1.0, atol=1e-6)
         assert not result.signed and "unsigned" in result.reduce
     first = RawAttention(layer=0, progress=False).attribute(model, tokenizer, TEXTS[0])
-    np.testing.assert_allclose(first.scores[0], eager_attentions(model, tokenizer(TEXTS[0])["input_ids"])[0][0].mean(0)[0],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        first.scores[0], eager_attentions(model, tokenizer(TEXTS[0])["input_ids"])[0][0].mean(0)[0], atol=1e-6
+    )
 
 
 def test_rollout_equals_numpy_rollout_for_encoders_and_generation(bert, gpt2):
@@ -70,7 +71,9 @@ def test_rollout_equals_numpy_rollout_for_encoders_and_generation(bert, gpt2):
         attentions, _ = eager_attentions(model, tokenizer(text)["input_ids"])
         np.testing.assert_allclose(result.scores[0], numpy_rollout(attentions)[0], atol=1e-6)
     model, tokenizer = gpt2
-    result = AttentionRollout(progress=False).attribute(model, tokenizer, "The room was", continuation=" quiet and warm")
+    result = AttentionRollout(progress=False).attribute(
+        model, tokenizer, "The room was", continuation=" quiet and warm"
+    )
     attentions, _ = eager_attentions(model, np.concatenate([tokenizer("The room was")["input_ids"], result.target_ids]))
     rollout = numpy_rollout(attentions)
     for t, position in enumerate(result.target_positions):
@@ -88,12 +91,14 @@ def test_gradient_weighted_attention_equals_chefer_rule_on_manual_gradients(bert
         assert not np.allclose(result.scores[0], result.scores[1])
     model, tokenizer = gpt2
     result = GradientWeightedAttention(score="logit", progress=False).attribute(
-        model, tokenizer, "The room was", continuation=" quiet")
+        model, tokenizer, "The room was", continuation=" quiet"
+    )
     ids = np.concatenate([tokenizer("The room was")["input_ids"], result.target_ids])
     for t, position in enumerate(result.target_positions):
         attentions, grads = eager_attentions(model, ids, target=int(result.target_ids[t]), position=int(position))
-        np.testing.assert_allclose(result.scores[t, : position + 1], numpy_chefer(attentions, grads)[position, : position + 1],
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            result.scores[t, : position + 1], numpy_chefer(attentions, grads)[position, : position + 1], atol=1e-6
+        )
 
 
 def test_decoder_classifier_and_masked_lm_read_the_scored_position(gpt2_classifier, bert_masked_lm):
@@ -108,11 +113,16 @@ def test_decoder_classifier_and_masked_lm_read_the_scored_position(gpt2_classifi
     np.testing.assert_allclose(result.scores[0], attentions[-1].mean(0)[ids.index(tokenizer.mask_token_id)], atol=1e-6)
 
 
-@pytest.mark.parametrize("method", [RawAttention(progress=False), AttentionRollout(progress=False),
-                                    GradientWeightedAttention(progress=False)])
+@pytest.mark.parametrize(
+    "method",
+    [RawAttention(progress=False), AttentionRollout(progress=False), GradientWeightedAttention(progress=False)],
+)
 def test_generation_rows_ignore_later_tokens(gpt2, method):
     model, tokenizer = gpt2
-    warm, cold = (method.attribute(model, tokenizer, "The room was", continuation=c) for c in (" quiet and warm", " quiet and cold"))
+    warm, cold = (
+        method.attribute(model, tokenizer, "The room was", continuation=c)
+        for c in (" quiet and warm", " quiet and cold")
+    )
     n_prompt = len(tokenizer("The room was")["input_ids"])
     for t in range(2):  # the first two targets see the same sources in both continuations
         np.testing.assert_allclose(warm.scores[t, : n_prompt + t], cold.scores[t, : n_prompt + t], atol=1e-6)
@@ -127,7 +137,9 @@ def test_llama_generation(llama_lm):
 def test_word_granularity_sums_token_scores(bert):
     model, tokenizer = bert
     tokens = AttentionRollout(progress=False).attribute(model, tokenizer, "An unbelievably dull film.")
-    words = AttentionRollout(progress=False).attribute(model, tokenizer, "An unbelievably dull film.", granularity="word")
+    words = AttentionRollout(progress=False).attribute(
+        model, tokenizer, "An unbelievably dull film.", granularity="word"
+    )
     assert words.tokens == ["An", "unbelievably", "dull", "film", "."]
     assert words.scores[0, 1] == pytest.approx(tokens.scores[0, tokens.word_ids == 1].sum())
 
@@ -137,7 +149,11 @@ def test_the_model_is_left_untouched_and_its_attention_still_works(bert, gpt2):
         model.train()
         implementation = model.config._attn_implementation
         before = model_fingerprint(model, tokenizer)
-        for method in (RawAttention(progress=False), AttentionRollout(progress=False), GradientWeightedAttention(progress=False)):
+        for method in (
+            RawAttention(progress=False),
+            AttentionRollout(progress=False),
+            GradientWeightedAttention(progress=False),
+        ):
             method.attribute(model, tokenizer, "Not bad.", **kwargs)
         assert model_fingerprint(model, tokenizer) == before
         assert model.config._attn_implementation == implementation == "sdpa"

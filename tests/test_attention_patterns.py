@@ -72,15 +72,21 @@ def _gpt2_reference(model, ids):
         for h in handles:
             h.remove()
     n, d = model.config.n_head, model.config.n_embd
-    return [_softmax_reference(_heads(seen[i][..., :d], n), _heads(seen[i][..., d:2 * d], n), causal=True)
-            for i in range(model.config.n_layer)]
+    return [
+        _softmax_reference(_heads(seen[i][..., :d], n), _heads(seen[i][..., d : 2 * d], n), causal=True)
+        for i in range(model.config.n_layer)
+    ]
 
 
 def _bert_reference(model, ids):
     seen, handles = {}, []
     for i, layer in enumerate(model.bert.encoder.layer):
-        handles.append(layer.attention.self.query.register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(("q", i), o)))
-        handles.append(layer.attention.self.key.register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(("k", i), o)))
+        handles.append(
+            layer.attention.self.query.register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(("q", i), o))
+        )
+        handles.append(
+            layer.attention.self.key.register_forward_hook(lambda m, a, o, i=i: seen.__setitem__(("k", i), o))
+        )
     try:
         with torch.no_grad():
             model(ids)
@@ -88,8 +94,10 @@ def _bert_reference(model, ids):
         for h in handles:
             h.remove()
     n = model.config.num_attention_heads
-    return [_softmax_reference(_heads(seen[("q", i)], n), _heads(seen[("k", i)], n), causal=False)
-            for i in range(model.config.num_hidden_layers)]
+    return [
+        _softmax_reference(_heads(seen[("q", i)], n), _heads(seen[("k", i)], n), causal=False)
+        for i in range(model.config.num_hidden_layers)
+    ]
 
 
 CASES = {
@@ -118,7 +126,10 @@ def test_patterns_equal_softmax_of_hooked_queries_and_keys(case):
 def test_gqa_grouping_matches_the_config():
     model, tokenizer = tiny_models.llama_lm()
     patterns = attention_patterns(model, tokenizer, TEXT, progress=False)
-    assert (patterns.n_heads, patterns.n_kv_heads) == (model.config.num_attention_heads, model.config.num_key_value_heads)
+    assert (patterns.n_heads, patterns.n_kv_heads) == (
+        model.config.num_attention_heads,
+        model.config.num_key_value_heads,
+    )
     assert patterns.head_groups == [[0, 1], [2, 3]]
     assert [patterns.kv_head_of(h) for h in range(4)] == [0, 0, 1, 1]
 
@@ -153,10 +164,12 @@ def test_aggregations_and_rollout_reuse_the_rollout_method():
     np.testing.assert_allclose(p.aggregate(1, "mean").astype(np.float32), w[1].mean(0), atol=1e-3)
     np.testing.assert_array_equal(p.aggregate(1, "max"), p.weights[1].max(0))
     stacked = torch.from_numpy(np.stack(w))[:, None]  # (layers, rows=1, heads, T, T)
-    np.testing.assert_allclose(p.aggregate(-1, "rollout").astype(np.float32), attention_rollout(stacked)[0].numpy(),
-                               atol=2e-3)
-    np.testing.assert_allclose(p.aggregate(0, "rollout").astype(np.float32),
-                               attention_rollout(stacked[:1])[0].numpy(), atol=2e-3)
+    np.testing.assert_allclose(
+        p.aggregate(-1, "rollout").astype(np.float32), attention_rollout(stacked)[0].numpy(), atol=2e-3
+    )
+    np.testing.assert_allclose(
+        p.aggregate(0, "rollout").astype(np.float32), attention_rollout(stacked[:1])[0].numpy(), atol=2e-3
+    )
 
 
 def test_rollout_is_cached_incrementally_and_equals_attention_rollout(monkeypatch):

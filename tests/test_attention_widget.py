@@ -80,7 +80,9 @@ def test_saved_state_holds_only_pinned_heads_and_thumbnails():
     one_head_raw = 300 * 300 * 2
     assert pinned - bare < 300 * 32 * (2 + 4) * 4 / 3 + 2000  # one top-32 head, base64
     assert pinned - bare < one_head_raw
-    assert bare - len(json.dumps(plain._esm)) - len(json.dumps(plain._css)) < 3 * 6 * 16 * 16 * 4 / 3 + 40_000  # thumbnails + tokens + traits
+    assert (
+        bare - len(json.dumps(plain._esm)) - len(json.dumps(plain._css)) < 3 * 6 * 16 * 16 * 4 / 3 + 40_000
+    )  # thumbnails + tokens + traits
 
 
 def test_static_fallback_is_the_escaped_mean_of_the_chosen_layer():

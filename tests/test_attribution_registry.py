@@ -25,8 +25,20 @@ from interp_widgets.attribution.base import ExplainedInput, RowChunk, evaluate_r
 from interp_widgets.registry import Registry, UnknownNameError
 
 BUILT_IN = {
-    "saliency", "input_x_gradient", "integrated_gradients", "smoothgrad", "vargrad", "squaregrad", "gradient_shap",
-    "occlusion", "lime", "kernel_shap", "sobol", "raw_attention", "attention_rollout", "gradient_weighted_attention",
+    "saliency",
+    "input_x_gradient",
+    "integrated_gradients",
+    "smoothgrad",
+    "vargrad",
+    "squaregrad",
+    "gradient_shap",
+    "occlusion",
+    "lime",
+    "kernel_shap",
+    "sobol",
+    "raw_attention",
+    "attention_rollout",
+    "gradient_weighted_attention",
 }
 
 
@@ -83,7 +95,12 @@ def test_a_method_defined_here_registers_itself_and_runs_through_attribute(bert_
     assert METHODS["doubled_input_x_gradient"] is DoubledInputXGradient
     info = next(m for m in list_methods() if m.name == "doubled_input_x_gradient")
     assert (info.cls, info.family, info.signed, info.needs_gradients, info.unit_level) == (
-        DoubledInputXGradient, "gradient", True, True, False)
+        DoubledInputXGradient,
+        "gradient",
+        True,
+        True,
+        False,
+    )
     assert info.summary == "Twice input × gradient (signed)."
     ours = attribute(model, tokenizer, "not bad at all", method="doubled_input_x_gradient")
     reference = InputXGradient().attribute(model, tokenizer, "not bad at all")
@@ -132,21 +149,28 @@ def test_perturbation_attention_and_plain_methods_extend_the_public_bases(bert_c
             def consume(chunk: RowChunk, scores, grads):
                 counts[chunk.item][chunk.start : chunk.stop] += 1
 
-            evaluate_rows(adapter, problems, [p.n_targets for p in problems], build, consume, score=score,
-                          with_grad=False)
+            evaluate_rows(
+                adapter, problems, [p.n_targets for p in problems], build, consume, score=score, with_grad=False
+            )
             return [self._result(p, c, reduce="rows per target", score=score) for p, c in zip(problems, counts)]
 
     families = {m.name: m.family for m in list_methods()}
     assert (families["leave_one_out"], families["last_layer_attention"], families["row_count"]) == (
-        "perturbation", "attention", "other")
+        "perturbation",
+        "attention",
+        "other",
+    )
     texts = ["not bad at all", "awful"]
     ours = attribute(model, tokenizer, texts, method="leave_one_out", granularity="word")
     reference = Occlusion(window=1).attribute(model, tokenizer, texts, granularity="word")
     assert isinstance(ours, AttributionCollection)
     for a, b in zip(ours, reference):
         np.testing.assert_allclose(a.scores, b.scores, rtol=1e-6, atol=1e-9)
-    np.testing.assert_allclose(attribute(model, tokenizer, "good", method="last_layer_attention").scores,
-                               RawAttention(layer=-1).attribute(model, tokenizer, "good").scores, atol=1e-7)
+    np.testing.assert_allclose(
+        attribute(model, tokenizer, "good", method="last_layer_attention").scores,
+        RawAttention(layer=-1).attribute(model, tokenizer, "good").scores,
+        atol=1e-7,
+    )
     counts = attribute(model, tokenizer, "good", method="row_count", target=[0, 1])
     assert counts.scores.tolist() == np.ones((2, len(counts.tokens))).tolist()
 
@@ -167,17 +191,22 @@ def test_redefining_a_class_replaces_it_and_a_clash_is_an_error(registered):
 
 def test_registry_is_a_live_read_only_mapping():
     registry = Registry("thing")
-    assert len(registry) == 0 and "(none registered)" in str(pytest.raises(UnknownNameError, registry.__getitem__, "x").value)
+    assert len(registry) == 0 and "(none registered)" in str(
+        pytest.raises(UnknownNameError, registry.__getitem__, "x").value
+    )
     cls = registry.add_subclass(type("Thing", (), {"name": "thing"}))
     assert dict(registry) == {"thing": cls} and registry.remove("thing") is cls and not registry
 
 
-@pytest.mark.parametrize("bad, message", [
-    (None, "inputs must be a text or a list of texts, got None"),
-    (42, "inputs must be a text or a list of texts, got a int"),
-    (b"bytes", "got a bytes"),
-    (["good", 3], r"inputs\[1\] is a int, not a text"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (None, "inputs must be a text or a list of texts, got None"),
+        (42, "inputs must be a text or a list of texts, got a int"),
+        (b"bytes", "got a bytes"),
+        (["good", 3], r"inputs\[1\] is a int, not a text"),
+    ],
+)
 def test_inputs_that_are_not_texts_name_the_fix(bert_classifier, bad, message):
     with pytest.raises(TypeError, match=message) as err:
         attribute(*bert_classifier, bad, method="saliency")

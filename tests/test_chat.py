@@ -96,7 +96,12 @@ def test_special_tokens_written_in_a_string_are_special(chat_llama_lm, bert_clas
     wordpiece = bert_classifier[1]
     enc = encode(wordpiece, "The \u2603 [MASK] [SEP] ok")
     assert [(t, bool(s)) for t, s in zip(enc.tokens, enc.special_mask)][1:-1] == [
-        ("The", False), ("\u2603", False), ("[MASK]", False), ("[SEP]", True), ("ok", False)]
+        ("The", False),
+        ("\u2603", False),
+        ("[MASK]", False),
+        ("[SEP]", True),
+        ("ok", False),
+    ]
     assert wordpiece.convert_ids_to_tokens(int(enc.input_ids[2])) == "[UNK]"
 
 
@@ -106,7 +111,7 @@ def test_forced_reply_targets_the_last_assistant_message(chat_llama_lm):
     result = Saliency(progress=False).attribute(model, tokenizer, ANSWERED)
     ids = tokenizer.apply_chat_template(ANSWERED, continue_final_message=True)["input_ids"]
     reply = tokenizer("Yes, it was.", add_special_tokens=False)["input_ids"]
-    assert result.target_ids.tolist() == ids[-len(reply):] == reply
+    assert result.target_ids.tolist() == ids[-len(reply) :] == reply
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0].float()
     positions = np.arange(len(ids) - len(reply), len(ids))
@@ -120,7 +125,7 @@ def test_forced_reply_targets_the_last_assistant_message(chat_llama_lm):
     # why this reply rather than another: the foil is aligned with the reply's tokens, the turns stay
     foiled = Saliency(progress=False).attribute(model, tokenizer, ANSWERED, contrast="No, it was.")
     foil = tokenizer("No, it was.", add_special_tokens=False)["input_ids"]
-    assert foiled.foil_ids.tolist() == foil[-len(reply):] and foiled.turn_roles == result.turn_roles
+    assert foiled.foil_ids.tolist() == foil[-len(reply) :] and foiled.turn_roles == result.turn_roles
 
 
 def test_generated_reply_follows_the_generation_prompt(chat_llama_lm):
@@ -131,7 +136,7 @@ def test_generated_reply_follows_the_generation_prompt(chat_llama_lm):
     with torch.no_grad():
         reference = model.generate(torch.tensor([prompt]), max_new_tokens=4, do_sample=False,
                                    attention_mask=torch.ones(1, len(prompt), dtype=torch.long))  # fmt: skip
-    assert result.target_ids.tolist() == reference[0, len(prompt):].tolist()
+    assert result.target_ids.tolist() == reference[0, len(prompt) :].tolist()
     assert result.turn_roles == ["system", "user", "assistant"]
     generated = np.flatnonzero(result.generated_mask)
     assert generated[0] == len(prompt) and set(result.turn_ids[generated][~result.special_mask[generated]]) == {2}
@@ -231,8 +236,11 @@ def test_activation_collection_and_a_chat_classifier(chat_llama_lm):
 def test_errors_name_the_fix(chat_llama_lm, bert_classifier):
     model, tokenizer = chat_llama_lm
     adapter = ModelAdapter(model, tokenizer)
-    with pytest.raises(ValueError, match=r"text 0: the conversation ends with a 'user' message, so there is no "
-                                         r"assistant reply to explain, and generation is off \(max_new_tokens=0\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"text 0: the conversation ends with a 'user' message, so there is no "
+        r"assistant reply to explain, and generation is off \(max_new_tokens=0\)",
+    ):
         Saliency(progress=False).attribute(model, tokenizer, QUESTION, max_new_tokens=0)
     with pytest.raises(ValueError, match="already ends with the assistant reply"):
         Saliency(progress=False).attribute(model, tokenizer, ANSWERED, continuation=" No.")
@@ -251,22 +259,33 @@ def test_errors_name_the_fix(chat_llama_lm, bert_classifier):
     as_user = _with_template(tokenizer, "{% for m in messages %}{% if m['role'] == 'assistant' %}A: {% else %}U: "
                                         "{% endif %}{{ m['content'] }}\n{% endfor %}")  # fmt: skip
     encode_chat(as_user, ANSWERED)  # known roles are fine
-    with pytest.raises(ValueError, match="role 'narrator', which this tokenizer's chat template does not know: it "
-                                         "renders the message exactly as a 'system' or 'user' message"):
+    with pytest.raises(
+        ValueError,
+        match="role 'narrator', which this tokenizer's chat template does not know: it "
+        "renders the message exactly as a 'system' or 'user' message",
+    ):
         encode_chat(as_user, [{"role": "narrator", "content": "Once."}, *QUESTION])
     drops = _with_template(tokenizer, "{% for m in messages %}{% if m['role'] in ['user', 'assistant'] %}"
                                       "{{ m['role'] }}: {{ m['content'] }}\n{% endif %}{% endfor %}")  # fmt: skip
-    with pytest.raises(ValueError, match="message 0 \\(role 'system'\\) is not in the text .* drops messages of role "
-                                         "'system'"):
+    with pytest.raises(
+        ValueError, match="message 0 \\(role 'system'\\) is not in the text .* drops messages of role 'system'"
+    ):
         encode_chat(drops, [{"role": "system", "content": "Be brief."}, *QUESTION])
     refuses = _with_template(tokenizer, "{% for m in messages %}{% if m['role'] not in ['user', 'assistant'] %}"
                                         "{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}"
                                         "{{ m['content'] }}{% endfor %}")  # fmt: skip
-    with pytest.raises(ValueError, match="chat template rejected this conversation .*Only user and assistant roles are "
-                                         "supported!\\); its roles are \\['tool', 'user'\\]"):
+    with pytest.raises(
+        ValueError,
+        match="chat template rejected this conversation .*Only user and assistant roles are "
+        "supported!\\); its roles are \\['tool', 'user'\\]",
+    ):
         encode_chat(refuses, [{"role": "tool", "content": "42"}, *QUESTION])
     # ChatML writes any role out, so it knows it: a tool turn is a turn like any other
-    assert encode_chat(tokenizer, [*QUESTION, {"role": "tool", "content": "42"}]).turn_roles == ["system", "user", "tool"]
+    assert encode_chat(tokenizer, [*QUESTION, {"role": "tool", "content": "42"}]).turn_roles == [
+        "system",
+        "user",
+        "tool",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------- views

@@ -26,12 +26,15 @@ def test_smollm2_template_once_default_system_turn_and_special_markers(smollm2):
     assert enc.input_ids.tolist().count(start) == 3 and enc.input_ids[0] == start != enc.input_ids[1]  # no 2nd BOS
     assert enc.turn_roles == ["system", "user"] and enc.sentences == [SMOLLM_SYSTEM, QUESTION[0]["content"]]
     assert "".join(t for t, s in zip(enc.tokens, enc.special_mask) if s) == (
-        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n")
+        "<|im_start|>system\n<|im_end|>\n<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n"
+    )
     # the same template text passed as a string: its markers are special tokens, not words
     text = tokenizer.apply_chat_template(QUESTION, tokenize=False, add_generation_prompt=True)
     plain = encode(tokenizer, text)
     assert plain.input_ids.tolist() == enc.input_ids.tolist()
-    assert [t for t, s in zip(plain.tokens, plain.special_mask) if s] == ["<|im_start|>", "<|im_end|>"] * 2 + ["<|im_start|>"]
+    assert [t for t, s in zip(plain.tokens, plain.special_mask) if s] == ["<|im_start|>", "<|im_end|>"] * 2 + [
+        "<|im_start|>"
+    ]
 
 
 def test_smollm2_forced_reply_turns_and_untouched_template(smollm2, monkeypatch):
@@ -65,7 +68,7 @@ def test_smollm2_generated_reply_is_the_assistant_turn(smollm2):
     with torch.no_grad():
         reference = model.generate(torch.tensor([prompt]), attention_mask=torch.ones(1, len(prompt), dtype=torch.long),
                                    max_new_tokens=2, do_sample=False)  # fmt: skip
-    assert result.target_ids.tolist() == reference[0, len(prompt):].tolist()
+    assert result.target_ids.tolist() == reference[0, len(prompt) :].tolist()
     assert result.turn_roles == ["system", "user", "assistant"]
     assert set(result.turn_ids[result.generated_mask].tolist()) == {2}
     drawn = result.widget().static_svg()

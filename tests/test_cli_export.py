@@ -120,14 +120,17 @@ def test_a_notebook_of_our_views_exports_small_from_the_payloads(one_view, tmp_p
     assert "application/vnd.jupyter.widget-state+json" not in tags.script_types  # no state, no manager, no require.js
     assert "application/vnd.jupyter.widget-view+json" not in tags.script_types
     assert "requirejs" not in page and "html-manager" not in page
-    blocks = re.findall(r'<script (?=[^>]*type="application/json")[^>]*id="(iw-[a-z]+-\d+)"[^>]*>(.*?)</script>', page,
-                        flags=re.S)  # nbconvert re-serialises the page (BeautifulSoup): attribute order may change
+    blocks = re.findall(
+        r'<script (?=[^>]*type="application/json")[^>]*id="(iw-[a-z]+-\d+)"[^>]*>(.*?)</script>', page, flags=re.S
+    )  # nbconvert re-serialises the page (BeautifulSoup): attribute order may change
     payloads = [json.loads(text) for name, text in blocks if name.startswith("iw-payload-")]
     modules = [json.loads(text) for name, text in blocks if name.startswith("iw-esm-")]
     assert len(payloads) == 1 and len(modules) == 1 and 'data-iw-payload="iw-payload-0"' in page
     assert payloads[0] == notebook.cells[1].outputs[0]["data"][MIME_TYPE]  # the saved payload, unchanged
     assert payloads[0]["data"]["tokens"] == TOKENS and "<b>awful</b>" not in page  # the JSON escapes "<"
-    assert re.search(r'<noscript><img alt="" src="data:image/svg\+xml;base64,[^"]+"/?></noscript>', page)  # no-JS picture
+    assert re.search(
+        r'<noscript><img alt="" src="data:image/svg\+xml;base64,[^"]+"/?></noscript>', page
+    )  # no-JS picture
     assert "$e^{i\\pi} + 1 = 0$" in page
 
 

@@ -19,7 +19,9 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
-MANAGER_URL = "https://ssl.gstatic.com/colaboratory-static/widgets/colab-cdn-widget-manager/2b70e893a8ba7c0f/manager.min.js"
+MANAGER_URL = (
+    "https://ssl.gstatic.com/colaboratory-static/widgets/colab-cdn-widget-manager/2b70e893a8ba7c0f/manager.min.js"
+)
 
 # What anywidget reads of Colab: output.enable_custom_widget_manager() and output._widgets._installed_url.
 FAKE_OUTPUT = f"""

@@ -36,26 +36,58 @@ def _interpretation(n: int = 6, k: int = 3, bins: int = 5) -> ConceptInterpretat
     examples = []
     for c in range(n):
         token = EVIL if c == 1 else f"tok{c}"
-        examples.append([{"row": c * k + r, "activation": float(k - r), "text_id": 0, "position": 1, "token": token,
-                          "context": ["a ", token, " b"], "context_activations": [0.0, float(k - r), 0.5], "center": 1}
-                         for r in range(k)] if density[c] > 0 else [])
+        examples.append(
+            [
+                {
+                    "row": c * k + r,
+                    "activation": float(k - r),
+                    "text_id": 0,
+                    "position": 1,
+                    "token": token,
+                    "context": ["a ", token, " b"],
+                    "context_activations": [0.0, float(k - r), 0.5],
+                    "center": 1,
+                }
+                for r in range(k)
+            ]
+            if density[c] > 0
+            else []
+        )
     long_text = "x" * (MAX_TEXT_CHARS + 50)
     return ConceptInterpretation(
-        method="NMFConcepts", layer="layer.1", labels=[f"label {c}" if c != 1 else EVIL for c in range(n)],
-        density=density, mean=density / 2, maximum=np.arange(n, dtype=float) + 1, minimum=np.zeros(n),
-        top_rows=np.zeros((n, k), int), top_values=np.ones((n, k)), examples=examples,
-        top_texts=np.array([[0, 1, -1]] * n), top_text_values=np.array([[2.0, 1.0, np.nan]] * n),
-        texts={"0": f"first {EVIL}", "1": long_text}, hist_counts=rng.integers(0, 9, (n, bins)),
-        hist_edges=np.tile(np.linspace(0, 1, bins + 1), (n, 1)), vocab_tokens=[["</script>", "b"]] * n,
-        vocab_logits=np.tile([2.0, 1.0], (n, 1)), params={"rows": 99},
+        method="NMFConcepts",
+        layer="layer.1",
+        labels=[f"label {c}" if c != 1 else EVIL for c in range(n)],
+        density=density,
+        mean=density / 2,
+        maximum=np.arange(n, dtype=float) + 1,
+        minimum=np.zeros(n),
+        top_rows=np.zeros((n, k), int),
+        top_values=np.ones((n, k)),
+        examples=examples,
+        top_texts=np.array([[0, 1, -1]] * n),
+        top_text_values=np.array([[2.0, 1.0, np.nan]] * n),
+        texts={"0": f"first {EVIL}", "1": long_text},
+        hist_counts=rng.integers(0, 9, (n, bins)),
+        hist_edges=np.tile(np.linspace(0, 1, bins + 1), (n, 1)),
+        vocab_tokens=[["</script>", "b"]] * n,
+        vocab_logits=np.tile([2.0, 1.0], (n, 1)),
+        params={"rows": 99},
     )
 
 
 def _text(n: int = 6) -> TextConcepts:
     coefficients = np.zeros((4, n))
     coefficients[1, 2], coefficients[1, 0], coefficients[2, 1] = 3.0, 1.0, 2.0
-    return TextConcepts(text=f"Hi {EVIL}!", tokens=["[CLS]", "Hi", EVIL, "[SEP]"], offsets=[(0, 0), (0, 2), (3, 31), (0, 0)],
-                        special_mask=[True, False, False, True], coefficients=coefficients, layer="layer.1", method="NMF")
+    return TextConcepts(
+        text=f"Hi {EVIL}!",
+        tokens=["[CLS]", "Hi", EVIL, "[SEP]"],
+        offsets=[(0, 0), (0, 2), (3, 31), (0, 0)],
+        special_mask=[True, False, False, True],
+        coefficients=coefficients,
+        layer="layer.1",
+        method="NMF",
+    )
 
 
 def _state_bytes(widget) -> int:
@@ -173,8 +205,13 @@ def test_export_page_is_offline_and_escaped(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_bert_concepts(bert_classifier):
     model, tokenizer = bert_classifier
-    texts = ["The soup was cold and bland.", "Great service, friendly staff!", "Not bad at all.",
-             f"The movie was awful {EVIL}.", "I loved the music and the food."]
+    texts = [
+        "The soup was cold and bland.",
+        "Great service, friendly staff!",
+        "Not bad at all.",
+        f"The movie was awful {EVIL}.",
+        "I loved the music and the food.",
+    ]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         store = collect_activations(model, tokenizer, texts, layer=1, progress=False)
@@ -191,16 +228,26 @@ def test_tiny_bert_end_to_end(tiny_bert_concepts):
     with pytest.raises(TypeError, match=r"prepared data.*\.widget\(texts="):
         ConceptBrowser(concepts)
     interpretation = interpret_concepts(concepts, store, k=3, model=model, tokenizer=tokenizer, progress=False)
-    browser = interpretation.widget(texts=[importance, "Cold soup."], concept_model=concepts, model=model,
-                                    tokenizer=tokenizer, page_size=2)
+    browser = interpretation.widget(
+        texts=[importance, "Cold soup."], concept_model=concepts, model=model, tokenizer=tokenizer, page_size=2
+    )
     assert model_fingerprint(model, tokenizer) == before
-    assert browser.n_rows == len(store) and len(browser.labels) == 4 and browser.importance_label == "contribution to positive"
-    np.testing.assert_allclose(buffer_to_array(browser.importance), importance.per_concept("positive"), rtol=1e-5, atol=1e-6)
+    assert (
+        browser.n_rows == len(store)
+        and len(browser.labels) == 4
+        and browser.importance_label == "contribution to positive"
+    )
+    np.testing.assert_allclose(
+        buffer_to_array(browser.importance), importance.per_concept("positive"), rtol=1e-5, atol=1e-6
+    )
     browser.selected_text, browser.selected_concept = 1, 3
     expected = text_concepts(concepts, model, tokenizer, "Cold soup.")
     got = buffer_to_array(browser.details["3"]["text_activations"])
     np.testing.assert_allclose(got, expected.coefficients[~expected.special_mask][:, 3], rtol=1e-5, atol=1e-6)
-    assert browser.text_tokens == [["Not", "bad", "at", "all", "."], ["Cold", "soup", "."]]  # original case from offsets
+    assert browser.text_tokens == [
+        ["Not", "bad", "at", "all", "."],
+        ["Cold", "soup", "."],
+    ]  # original case from offsets
     assert browser.text_gaps[1] == ["", " ", ""]
     detail = browser.details["3"]
     assert len(detail["examples"]) == 3 and sum(buffer_to_array(detail["hist_counts"])) > 0
@@ -241,10 +288,16 @@ class _FakeAttributions:
 
             values = np.array([[0.0, -1.5 * (concept + 1), 2.0, 0.0]])  # [CLS] Hi EVIL [SEP]
             self.cache[(text, concept)] = SimpleNamespace(
-                text=text, tokens=["[CLS]", "Hi", EVIL, "[SEP]"], offsets=[(0, 0)] * 4, scores=values,
-                special_mask=np.array([True, False, False, True]), method="occlusion", signed=True,
-                completeness_error=None, params={"concept_score": f"activation of concept {concept}",
-                                                 "concept_activation": [1.25]})
+                text=text,
+                tokens=["[CLS]", "Hi", EVIL, "[SEP]"],
+                offsets=[(0, 0)] * 4,
+                scores=values,
+                special_mask=np.array([True, False, False, True]),
+                method="occlusion",
+                signed=True,
+                completeness_error=None,
+                params={"concept_score": f"activation of concept {concept}", "concept_activation": [1.25]},
+            )
         return self.cache.get((text, concept))
 
 
@@ -286,8 +339,13 @@ def test_tiny_bert_input_attribution_in_the_browser(tiny_bert_concepts):
     model, tokenizer, store, concepts = tiny_bert_concepts
     before = model_fingerprint(model, tokenizer)
     interpretation = interpret_concepts(concepts, store, k=3, progress=False)
-    browser = interpretation.widget(texts=["Cold soup.", "Not bad at all."], concept_model=concepts, model=model,
-                                    tokenizer=tokenizer, input_attribution="occlusion")
+    browser = interpretation.widget(
+        texts=["Cold soup.", "Not bad at all."],
+        concept_model=concepts,
+        model=model,
+        tokenizer=tokenizer,
+        input_attribution="occlusion",
+    )
     browser.text_mode, browser.selected_text, browser.selected_concept = "attribution", 1, 2
     expected = concept_attribution(concepts, model, tokenizer, "Not bad at all.", concept=2, method="occlusion")
     got = buffer_to_array(browser.details["2"]["text_attribution"]["values"])

@@ -37,8 +37,9 @@ def test_token_rows_match_single_text_forward(fixture, request):
     assert np.all(np.diff(store.text_ids) >= 0)
     for text_id in (0, 7, 39):
         hidden, enc = hidden_states(model, tokenizer, TEXTS[text_id], 0)
-        special = np.asarray(tokenizer.get_special_tokens_mask(enc["input_ids"][0].tolist(),
-                                                                already_has_special_tokens=True), bool)
+        special = np.asarray(
+            tokenizer.get_special_tokens_mask(enc["input_ids"][0].tolist(), already_has_special_tokens=True), bool
+        )
         rows = store.text_rows(text_id)
         np.testing.assert_allclose(store[rows], hidden[~special], atol=2e-5)
         np.testing.assert_array_equal(store.positions[rows], np.flatnonzero(~special))
@@ -56,7 +57,7 @@ def test_length_sorted_batches_equal_one_text_at_a_time(fixture, request, monkey
     from interp_widgets.concepts import activations
 
     model, tokenizer = request.getfixturevalue(fixture)
-    texts = [" ".join(" ".join([TEXTS[i]] * 3).split()[:1 + (i * 7) % 50]) for i in range(len(TEXTS))]  # 1-50 words
+    texts = [" ".join(" ".join([TEXTS[i]] * 3).split()[: 1 + (i * 7) % 50]) for i in range(len(TEXTS))]  # 1-50 words
     batches = []
     original = ModelAdapter.length_buckets
 
@@ -82,10 +83,12 @@ def test_length_sorted_batches_equal_one_text_at_a_time(fixture, request, monkey
         np.testing.assert_array_equal(getattr(batched, name), getattr(alone, name))
     assert np.all(np.diff(batched.text_ids) >= 0) and set(batched.text_ids) == set(range(len(texts)))
     np.testing.assert_allclose(batched[:], alone[:], rtol=1e-5, atol=1e-5)
-    pooled = collect_activations(model, tokenizer, texts, layer="layer:1", unit="sentence", pooling="mean",
-                                 progress=False)
-    pooled_alone = collect_activations(model, tokenizer, texts, layer="layer:1", unit="sentence", pooling="mean",
-                                       progress=False, max_batch_tokens=1)
+    pooled = collect_activations(
+        model, tokenizer, texts, layer="layer:1", unit="sentence", pooling="mean", progress=False
+    )
+    pooled_alone = collect_activations(
+        model, tokenizer, texts, layer="layer:1", unit="sentence", pooling="mean", progress=False, max_batch_tokens=1
+    )
     np.testing.assert_allclose(pooled[:], pooled_alone[:], rtol=1e-5, atol=1e-5)
 
 
@@ -178,8 +181,15 @@ def _distributed_worker(rank, world, directory, init_file):
     try:
         model = BertForMaskedLM.from_pretrained(os.path.join(directory, "model")).eval()
         tokenizer = AutoTokenizer.from_pretrained(os.path.join(directory, "model"))
-        store = collect_activations(model, tokenizer, TEXTS[:9], layer=1, path=os.path.join(directory, "acts"),
-                                    process_group=dist.group.WORLD, progress=False)
+        store = collect_activations(
+            model,
+            tokenizer,
+            TEXTS[:9],
+            layer=1,
+            path=os.path.join(directory, "acts"),
+            process_group=dist.group.WORLD,
+            progress=False,
+        )
         np.save(os.path.join(directory, f"rank{rank}.npy"), store[:])
         np.save(os.path.join(directory, f"rank{rank}-ids.npy"), store.text_ids)
     finally:
@@ -193,8 +203,9 @@ def test_distributed_shards_read_as_one(bert_masked_lm, tmp_path):
     model.save_pretrained(tmp_path / "model")
     tokenizer.save_pretrained(tmp_path / "model")
     # fork keeps the test fast (no re-import of torch and transformers); workers run single-threaded
-    mp.start_processes(_distributed_worker, args=(2, str(tmp_path), str(tmp_path / "init")), nprocs=2, join=True,
-                       start_method="fork")
+    mp.start_processes(
+        _distributed_worker, args=(2, str(tmp_path), str(tmp_path / "init")), nprocs=2, join=True, start_method="fork"
+    )
     single = collect_activations(model, tokenizer, TEXTS[:9], layer=1, progress=False)
     shards = sorted(p.name for p in (tmp_path / "acts").iterdir())
     assert shards == ["shard-00000", "shard-00001"]

@@ -63,8 +63,13 @@ def planted(n, m, d, active, *, nonnegative_dictionary=False, seed=0):
 def store_of(X, layer="encoder.layer.1"):
     """An in-memory ActivationStore over a plain matrix (one text per row)."""
     n = len(X)
-    meta = {"text_id": np.arange(n), "position": np.zeros(n), "start": np.zeros(n), "end": np.ones(n),
-            "token_id": np.zeros(n)}
+    meta = {
+        "text_id": np.arange(n),
+        "position": np.zeros(n),
+        "start": np.zeros(n),
+        "end": np.ones(n),
+        "token_id": np.zeros(n),
+    }
     return ActivationStore([np.asarray(X, np.float32)], meta, ["x"] * n, {"layer": layer})
 
 
@@ -79,10 +84,18 @@ CASES = [
     (ICAConcepts, decomposition.FastICA, {"random_state": 0}, SIGNED),
     (NMFConcepts, decomposition.NMF, {"random_state": 0, "max_iter": 300}, POSITIVE),
     (MiniBatchNMFConcepts, decomposition.MiniBatchNMF, {"random_state": 0}, POSITIVE),
-    (DictionaryLearningConcepts, decomposition.DictionaryLearning,
-     {"random_state": 0, "max_iter": 5, "fit_algorithm": "cd", "transform_algorithm": "lasso_cd"}, SIGNED[:120]),
-    (MiniBatchDictionaryLearningConcepts, decomposition.MiniBatchDictionaryLearning,
-     {"random_state": 0, "max_iter": 3, "batch_size": 64}, SIGNED[:120]),
+    (
+        DictionaryLearningConcepts,
+        decomposition.DictionaryLearning,
+        {"random_state": 0, "max_iter": 5, "fit_algorithm": "cd", "transform_algorithm": "lasso_cd"},
+        SIGNED[:120],
+    ),
+    (
+        MiniBatchDictionaryLearningConcepts,
+        decomposition.MiniBatchDictionaryLearning,
+        {"random_state": 0, "max_iter": 3, "batch_size": 64},
+        SIGNED[:120],
+    ),
 ]
 
 
@@ -100,15 +113,18 @@ def test_wrapped_estimator_equals_sklearn(ours, theirs, params, X, tmp_path):
     np.testing.assert_allclose(loaded.inverse_transform(C), model.inverse_transform(C), atol=1e-6)
 
 
-@pytest.mark.parametrize("ours, theirs", [(KMeansConcepts, cluster.KMeans), (MiniBatchKMeansConcepts, cluster.MiniBatchKMeans)])
+@pytest.mark.parametrize(
+    "ours, theirs", [(KMeansConcepts, cluster.KMeans), (MiniBatchKMeansConcepts, cluster.MiniBatchKMeans)]
+)
 def test_kmeans_concepts_are_one_hot_assignments(ours, theirs, tmp_path):
     model = ours(4, estimator_params={"random_state": 0, "n_init": 2}).fit(SIGNED)
     reference = theirs(n_clusters=4, random_state=0, n_init=2).fit(SIGNED)
     labels = reference.predict(SIGNED)
     np.testing.assert_array_equal(model.transform(SIGNED), np.eye(4)[labels])
     np.testing.assert_allclose(model.components_, reference.cluster_centers_, atol=1e-5)
-    np.testing.assert_allclose(model.inverse_transform(model.transform(SIGNED)), reference.cluster_centers_[labels],
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        model.inverse_transform(model.transform(SIGNED)), reference.cluster_centers_[labels], atol=1e-5
+    )
     np.testing.assert_allclose(model.distances(SIGNED[:5]), reference.transform(SIGNED[:5]), atol=1e-4)
     loaded = ConceptModel.load(model.save(tmp_path / "k.safetensors"))
     np.testing.assert_array_equal(loaded.transform(SIGNED), model.transform(SIGNED))
@@ -128,9 +144,13 @@ def test_nmf_sign_policies():
     reference = decomposition.NMF(12, random_state=0, max_iter=1000).fit(SIGNED - shift.shift_)
     np.testing.assert_allclose(shift.transform(SIGNED), reference.transform(SIGNED - shift.shift_), atol=1e-4)
     relu = NMFConcepts(12, nonnegative="relu", estimator_params={"random_state": 0, "max_iter": 1000}).fit(SIGNED)
-    np.testing.assert_allclose(relu.transform(SIGNED),
-                               decomposition.NMF(12, random_state=0, max_iter=1000).fit(np.maximum(SIGNED, 0))
-                               .transform(np.maximum(SIGNED, 0)), atol=1e-4)
+    np.testing.assert_allclose(
+        relu.transform(SIGNED),
+        decomposition.NMF(12, random_state=0, max_iter=1000)
+        .fit(np.maximum(SIGNED, 0))
+        .transform(np.maximum(SIGNED, 0)),
+        atol=1e-4,
+    )
     assert relu.offset_.tolist() == [0.0] * 12  # the negative part is gone for good
     assert relative_reconstruction_error(SIGNED, relu.inverse_transform(relu.transform(SIGNED))) > 5 * shift_error
     plain = NMFConcepts(3, estimator_params={"random_state": 0}).fit(POSITIVE)
@@ -146,7 +166,9 @@ def test_planted_dictionary_recovered_by_nmf_ica_semi_nmf_and_sae():
     rng = np.random.default_rng(2)
     sources = rng.laplace(size=(2000, 6))
     mixing = rng.normal(size=(6, 16))
-    ica = ICAConcepts(6, estimator_params={"random_state": 0, "max_iter": 1000}).fit((sources @ mixing).astype(np.float32))
+    ica = ICAConcepts(6, estimator_params={"random_state": 0, "max_iter": 1000}).fit(
+        (sources @ mixing).astype(np.float32)
+    )
     assert matched_cosine(ica.components_, mixing, absolute=True)[0] > 0.9
 
     X_signed, D_signed = planted(1500, 6, 16, 2, seed=3)
@@ -163,8 +185,9 @@ def test_planted_dictionary_recovered_by_nmf_ica_semi_nmf_and_sae():
 
 def test_sae_early_stopping_keeps_best_and_resamples_dead(tmp_path):
     X, _ = planted(3000, 8, 16, 2, seed=5)
-    sae = SparseAutoencoder(8, k=2, batch_size=128, lr=3e-3, max_epochs=40, patience=1, min_delta=0.05,
-                            progress=False).fit(X)
+    sae = SparseAutoencoder(
+        8, k=2, batch_size=128, lr=3e-3, max_epochs=40, patience=1, min_delta=0.05, progress=False
+    ).fit(X)
     history = sae.fit_info_["history"]
     assert sae.fit_info_["stopped_early"] and len(history) < 40
     assert sae.fit_info_["best_monitor_loss"] == min(h["monitor_loss"] for h in history)
@@ -172,8 +195,9 @@ def test_sae_early_stopping_keeps_best_and_resamples_dead(tmp_path):
     assert report["l0"] <= 2 and report["explained_variance"] > 0.5
 
     # a strong L1 weight silences units; resampling resets them, and fewer are dead at the end than without it
-    settings = dict(activation="relu", l1_coefficient=0.3, lr=1e-2, batch_size=256, max_epochs=6, patience=6,
-                    progress=False)
+    settings = dict(
+        activation="relu", l1_coefficient=0.3, lr=1e-2, batch_size=256, max_epochs=6, patience=6, progress=False
+    )
     relu = SparseAutoencoder(64, **settings).fit(X)
     without = SparseAutoencoder(64, resample_dead=False, **settings).fit(X)
     assert sum(h["resampled"] for h in relu.fit_info_["history"]) > 0
@@ -186,8 +210,9 @@ def test_sae_early_stopping_keeps_best_and_resamples_dead(tmp_path):
     assert resampled[-1]["dead"] < kept_dead[-1]["dead"] and resampled[-1]["monitor_fvu"] < kept_dead[-1]["monitor_fvu"]
     loaded = ConceptModel.load(relu.save(tmp_path / "sae.safetensors"))
     np.testing.assert_array_equal(loaded.transform(X[:20]), relu.transform(X[:20]))
-    np.testing.assert_allclose(loaded.inverse_transform(loaded.transform(X[:20])),
-                               relu.inverse_transform(relu.transform(X[:20])))
+    np.testing.assert_allclose(
+        loaded.inverse_transform(loaded.transform(X[:20])), relu.inverse_transform(relu.transform(X[:20]))
+    )
     codes = relu.encode_torch(torch.from_numpy(X[:20]))
     np.testing.assert_allclose(codes.numpy(), relu.transform(X[:20]), atol=1e-6)
 
@@ -211,7 +236,9 @@ def test_large_stores_are_streamed_or_sampled():
     assert matched_cosine(streamed.components_, full.components_, absolute=True)[0] > 0.99
     sampled = PCAConcepts(3, max_fit_rows=1000).fit(store)
     assert sampled.fit_info_ == {"rows": 3000, "mode": "sample", "sampled_rows": 1000}
-    nmf = MiniBatchNMFConcepts(3, nonnegative="shift", max_fit_rows=1000, estimator_params={"random_state": 0}).fit(store)
+    nmf = MiniBatchNMFConcepts(3, nonnegative="shift", max_fit_rows=1000, estimator_params={"random_state": 0}).fit(
+        store
+    )
     assert nmf.fit_info_["mode"] == "streamed"
     np.testing.assert_allclose(nmf.shift_, X.min(0))  # the shift comes from a full pass over the store
 
@@ -298,11 +325,17 @@ def test_evaluate_streams_like_direct_computation():
 
 def test_stability_across_seeds():
     X, _ = planted(1200, 5, 12, 2, nonnegative_dictionary=True, seed=9)
-    result = stability(lambda seed: NMFConcepts(5, estimator_params={"init": "random", "random_state": seed, "max_iter": 1000}), X, seeds=[0, 1, 2])
+    result = stability(
+        lambda seed: NMFConcepts(5, estimator_params={"init": "random", "random_state": seed, "max_iter": 1000}),
+        X,
+        seeds=[0, 1, 2],
+    )
     assert set(result["pairs"]) == {(0, 1), (0, 2), (1, 2)}
     assert result["mean"] > 0.95 and result["per_concept"].shape == (5,)
     noise = RNG.normal(size=(400, 12)).astype(np.float32)
-    unstable = stability(lambda seed: KMeansConcepts(8, estimator_params={"random_state": seed, "n_init": 1}), noise, seeds=[0, 1])
+    unstable = stability(
+        lambda seed: KMeansConcepts(8, estimator_params={"random_state": seed, "n_init": 1}), noise, seeds=[0, 1]
+    )
     assert unstable["mean"] < result["mean"]
     with pytest.raises(ValueError, match="two seeds"):
         stability(lambda seed: PCAConcepts(2), X, seeds=[0])

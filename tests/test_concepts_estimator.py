@@ -9,7 +9,11 @@ from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import FunctionTransformer, StandardScaler
-from sklearn.utils.estimator_checks import check_get_params_invariance, check_no_attributes_set_in_init, check_set_params
+from sklearn.utils.estimator_checks import (
+    check_get_params_invariance,
+    check_no_attributes_set_in_init,
+    check_set_params,
+)
 from sklearn.utils.validation import check_is_fitted
 
 from interp_widgets.concepts import CONCEPT_MODELS, ConceptModel, NMFConcepts, PCAConcepts, SemiNMFConcepts
@@ -25,8 +29,9 @@ FAST = {
     "ica": {"estimator_params": {"random_state": 0, "max_iter": 50}},
     "kmeans": {"estimator_params": {"random_state": 0, "n_init": 1}},
     "minibatch_kmeans": {"estimator_params": {"random_state": 0, "n_init": 1}},
-    "dictionary_learning": {"estimator_params": {"random_state": 0, "max_iter": 3, "fit_algorithm": "cd",
-                                                 "transform_algorithm": "lasso_cd"}},
+    "dictionary_learning": {
+        "estimator_params": {"random_state": 0, "max_iter": 3, "fit_algorithm": "cd", "transform_algorithm": "lasso_cd"}
+    },
     "minibatch_dictionary_learning": {"estimator_params": {"random_state": 0, "max_iter": 2, "batch_size": 64}},
     "nmf": {"nonnegative": "shift", "estimator_params": {"random_state": 0, "max_iter": 50}},
     "minibatch_nmf": {"nonnegative": "shift", "estimator_params": {"random_state": 0}},
@@ -43,7 +48,8 @@ def same_params(a: dict, b: dict) -> bool:
     """Equal parameter dicts, comparing array-valued parameters (e.g. fixed directions) by value."""
     return a.keys() == b.keys() and all(
         np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) or isinstance(b[k], np.ndarray) else a[k] == b[k]
-        for k in a)
+        for k in a
+    )
 
 
 def make(name: str) -> ConceptModel:
@@ -64,8 +70,11 @@ def test_parameters_are_stored_unchanged_and_round_trip(name):
 @pytest.mark.parametrize("name", NAMES)
 def test_clone_pipeline_and_persistence(name, tmp_path):
     model = make(name)
-    for method, args in (("transform", (X,)), ("inverse_transform", (np.zeros((2, 3)),)),
-                         ("save", (tmp_path / "unfitted.safetensors",))):
+    for method, args in (
+        ("transform", (X,)),
+        ("inverse_transform", (np.zeros((2, 3)),)),
+        ("save", (tmp_path / "unfitted.safetensors",)),
+    ):
         with pytest.raises(NotFittedError, match=r"not fitted yet; call fit\(activations\) first"):
             getattr(model, method)(*args)
     with pytest.raises(NotFittedError):
@@ -78,8 +87,12 @@ def test_clone_pipeline_and_persistence(name, tmp_path):
     expected = fitted.transform(StandardScaler().fit_transform(X))
     pipeline = make_pipeline(StandardScaler(), clone(model)).fit(X)
     np.testing.assert_allclose(pipeline.transform(X), expected, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(make_pipeline(FunctionTransformer(), clone(model)).fit_transform(X),
-                               clone(model).fit(X).transform(X), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        make_pipeline(FunctionTransformer(), clone(model)).fit_transform(X),
+        clone(model).fit(X).transform(X),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
     loaded = ConceptModel.load(pipeline[-1].save(tmp_path / "model.safetensors"))
     assert type(loaded) is type(model) and same_params(loaded.get_params(), model.get_params())

@@ -50,14 +50,17 @@ def pca(bert_store):
 
 @pytest.fixture(scope="module")
 def relu_sae(bert_store):
-    return SparseAutoencoder(24, activation="relu", l1_coefficient=1e-3, max_epochs=3, batch_size=64,
-                             progress=False).fit(bert_store)
+    return SparseAutoencoder(
+        24, activation="relu", l1_coefficient=1e-3, max_epochs=3, batch_size=64, progress=False
+    ).fit(bert_store)
 
 
 def _hidden_reference(model, tokenizer, layer_module, embeds):
     """Hidden states of ``layer_module`` for ``embeds``, read with a plain torch hook (no interp_widgets code)."""
     seen = {}
-    handle = layer_module.register_forward_hook(lambda m, i, o: seen.__setitem__("h", o[0] if isinstance(o, tuple) else o))
+    handle = layer_module.register_forward_hook(
+        lambda m, i, o: seen.__setitem__("h", o[0] if isinstance(o, tuple) else o)
+    )
     try:
         model(inputs_embeds=embeds)
     finally:
@@ -85,8 +88,14 @@ def test_integrated_gradients_match_captum_on_a_pca_concept(bert_classifier, pca
         return (((h - mean) @ components.T)[..., concept] * (~special).float()).sum(-1)
 
     expected = CaptumIG(score).attribute(x, baselines=baseline, n_steps=32, method="gausslegendre").sum(-1)[0]
-    ours = concept_attribution(pca, model, tokenizer, TEXT, concept=concept,
-                               method_params={"n_steps": 32, "method": "gausslegendre", "progress": False})
+    ours = concept_attribution(
+        pca,
+        model,
+        tokenizer,
+        TEXT,
+        concept=concept,
+        method_params={"n_steps": 32, "method": "gausslegendre", "progress": False},
+    )
     assert len(ours.tokens) == x.shape[1] and ours.tokens[1] == "Not"
     np.testing.assert_allclose(ours.scores[0], expected.detach().numpy(), atol=2e-5, rtol=1e-4)
     with torch.no_grad():
@@ -96,8 +105,9 @@ def test_integrated_gradients_match_captum_on_a_pca_concept(bert_classifier, pca
 
 @pytest.mark.parametrize("family", ["bert", "gpt2"])
 @pytest.mark.parametrize("kind", ["pca", "direction", "relu_sae"])
-def test_integrated_gradients_are_complete_for_continuous_encoders(family, kind, bert_classifier, gpt2_lm,
-                                                                   bert_store, gpt2_store):
+def test_integrated_gradients_are_complete_for_continuous_encoders(
+    family, kind, bert_classifier, gpt2_lm, bert_store, gpt2_store
+):
     model, tokenizer = bert_classifier if family == "bert" else gpt2_lm
     store = bert_store if family == "bert" else gpt2_store
     rng = np.random.default_rng(0)
@@ -108,8 +118,9 @@ def test_integrated_gradients_are_complete_for_continuous_encoders(family, kind,
     else:
         cm = SparseAutoencoder(16, activation="relu", max_epochs=2, batch_size=64, progress=False).fit(store)
     # the adaptive path mesh refines where the integrand bends (the kinks of a ReLU SAE)
-    result = concept_attribution(cm, model, tokenizer, TEXT, concept=[0, 1],
-                                 method_params={"tolerance": 1e-3, "progress": False})
+    result = concept_attribution(
+        cm, model, tokenizer, TEXT, concept=[0, 1], method_params={"tolerance": 1e-3, "progress": False}
+    )
     assert result.scores.shape == (2, len(result.tokens))
     delta = np.abs(result.score_delta)
     assert (delta > 1e-3).all(), delta  # a real change to attribute
@@ -146,8 +157,9 @@ def test_occlusion_matches_brute_force_for_a_non_differentiable_model(bert_class
 def test_one_position_is_scored_alone(bert_classifier, pca):
     model, tokenizer = bert_classifier
     tc = text_concepts(pca, model, tokenizer, TEXT)
-    at = concept_attribution(pca, model, tokenizer, TEXT, concept=1, position=3,
-                             method_params={"n_steps": 64, "progress": False})
+    at = concept_attribution(
+        pca, model, tokenizer, TEXT, concept=1, position=3, method_params={"n_steps": 64, "progress": False}
+    )
     assert at.params["concept_activation"][0] == pytest.approx(float(tc.coefficients[3, 1]), abs=1e-4)
     assert at.params["concept_score"] == f"activation of concept 1 at position 3 ({tc.tokens[3]!r})"
     assert abs(at.completeness_error[0]) < 1e-3 * max(1.0, abs(at.score_delta[0]))
@@ -176,9 +188,16 @@ def test_default_concept_is_the_most_active(bert_classifier, pca):
 
 def test_every_gradient_and_perturbation_method_runs_on_sae_concepts(bert_classifier, relu_sae):
     model, tokenizer = bert_classifier
-    small = {"integrated_gradients": {"n_steps": 8}, "smooth_grad": {"n_samples": 4}, "var_grad": {"n_samples": 4},
-             "square_grad": {"n_samples": 4}, "gradient_shap": {"n_samples": 4}, "lime": {"n_samples": 16},
-             "kernel_shap": {"n_samples": 16}, "sobol": {"n_samples": 4}}
+    small = {
+        "integrated_gradients": {"n_steps": 8},
+        "smooth_grad": {"n_samples": 4},
+        "var_grad": {"n_samples": 4},
+        "square_grad": {"n_samples": 4},
+        "gradient_shap": {"n_samples": 4},
+        "lime": {"n_samples": 16},
+        "kernel_shap": {"n_samples": 16},
+        "sobol": {"n_samples": 4},
+    }
     names = [m.name for m in list_methods() if m.family in ("gradient", "perturbation")]
     assert {"integrated_gradients", "saliency", "occlusion", "kernel_shap"} <= set(names)
     for name in names:
@@ -194,7 +213,9 @@ def test_model_is_untouched(bert_classifier, relu_sae):
     model.train()
     try:
         before = model_fingerprint(model, tokenizer)
-        concept_attribution(relu_sae, model, tokenizer, TEXT, concept=[0, 3], method_params={"n_steps": 8, "progress": False})
+        concept_attribution(
+            relu_sae, model, tokenizer, TEXT, concept=[0, 3], method_params={"n_steps": 8, "progress": False}
+        )
         concept_attribution(relu_sae, model, tokenizer, TEXT, concept=1, method="occlusion")
         with pytest.raises(ValueError):  # hooks are removed on errors too
             concept_attribution(relu_sae, model, tokenizer, TEXT, concept=1, position=99, method="occlusion")
@@ -252,11 +273,13 @@ def test_affine_torch_encoders_agree_with_transform(kind, bert_store):
     from interp_widgets.concepts import ICAConcepts, IncrementalPCAConcepts, SVDConcepts
 
     rng = np.random.default_rng(1)
-    make = {"pca": lambda: PCAConcepts(5, estimator_params={"whiten": True}),
-            "ica": lambda: ICAConcepts(4, estimator_params={"random_state": 0, "max_iter": 400}),
-            "svd": lambda: SVDConcepts(4, estimator_params={"random_state": 0}),
-            "incremental_pca": lambda: IncrementalPCAConcepts(4),
-            "direction": lambda: DirectionConcepts(3, directions=rng.normal(size=(3, 32)).astype(np.float32))}[kind]
+    make = {
+        "pca": lambda: PCAConcepts(5, estimator_params={"whiten": True}),
+        "ica": lambda: ICAConcepts(4, estimator_params={"random_state": 0, "max_iter": 400}),
+        "svd": lambda: SVDConcepts(4, estimator_params={"random_state": 0}),
+        "incremental_pca": lambda: IncrementalPCAConcepts(4),
+        "direction": lambda: DirectionConcepts(3, directions=rng.normal(size=(3, 32)).astype(np.float32)),
+    }[kind]
     cm = make().fit(bert_store)
     X = bert_store[:40]
     assert cm.differentiable_encoder and cm.affine_encoder
@@ -267,11 +290,24 @@ def test_affine_torch_encoders_agree_with_transform(kind, bert_store):
 def test_which_models_have_a_differentiable_encoder():
     from interp_widgets.concepts import CONCEPT_MODELS, ConceptModel
 
-    differentiable = {name for name, cls in CONCEPT_MODELS.items()
-                      if cls.affine_encoder or cls.encode_torch is not ConceptModel.encode_torch}
+    differentiable = {
+        name
+        for name, cls in CONCEPT_MODELS.items()
+        if cls.affine_encoder or cls.encode_torch is not ConceptModel.encode_torch
+    }
     assert {"pca", "incremental_pca", "ica", "svd", "direction", "sae"} <= differentiable
-    assert not {"nmf", "minibatch_nmf", "semi_nmf", "kmeans", "minibatch_kmeans", "dictionary_learning",
-                "minibatch_dictionary_learning"} & differentiable
+    assert (
+        not {
+            "nmf",
+            "minibatch_nmf",
+            "semi_nmf",
+            "kmeans",
+            "minibatch_kmeans",
+            "dictionary_learning",
+            "minibatch_dictionary_learning",
+        }
+        & differentiable
+    )
 
 
 def test_cached_attributions_for_the_browser(bert_classifier, pca):
@@ -281,5 +317,7 @@ def test_cached_attributions_for_the_browser(bert_classifier, pca):
     first = attributions.scores(TEXT, 2)
     assert attributions.scores(TEXT, 2) is first and attributions.cached == [(TEXT, 2)]
     assert attributions.scores(TEXT, 3, compute=False) is None
-    direct = concept_attribution(pca, model, tokenizer, TEXT, concept=2, method_params={"n_steps": 8, "progress": False})
+    direct = concept_attribution(
+        pca, model, tokenizer, TEXT, concept=2, method_params={"n_steps": 8, "progress": False}
+    )
     np.testing.assert_allclose(first.scores, direct.scores)

@@ -55,8 +55,9 @@ def test_interpretation_matches_brute_force(gpt2_lm, lm_concepts, tmp_path):
     model, tokenizer = gpt2_lm
     store, concepts = lm_concepts
     before = model_fingerprint(model, tokenizer)
-    interp = interpret_concepts(concepts, store, k=4, window=3, bins=12, model=model, tokenizer=tokenizer,
-                                rows_per_chunk=500, progress=False)
+    interp = interpret_concepts(
+        concepts, store, k=4, window=3, bins=12, model=model, tokenizer=tokenizer, rows_per_chunk=500, progress=False
+    )
     assert model_fingerprint(model, tokenizer) == before
     C = concepts.transform(store[:]).astype(np.float64)
     for c in range(concepts.n_concepts):
@@ -65,7 +66,9 @@ def test_interpretation_matches_brute_force(gpt2_lm, lm_concepts, tmp_path):
         np.testing.assert_allclose(C[interp.top_rows[c], c], best, rtol=1e-6)
         assert len(set(interp.top_rows[c].tolist())) == 4
         assert interp.hist_counts[c].sum() == (C[:, c] != 0).sum()
-        assert interp.hist_edges[c][0] == pytest.approx(C[:, c].min()) and interp.hist_edges[c][-1] == pytest.approx(C[:, c].max())
+        assert interp.hist_edges[c][0] == pytest.approx(C[:, c].min()) and interp.hist_edges[c][-1] == pytest.approx(
+            C[:, c].max()
+        )
         per_text = pd.Series(C[:, c]).groupby(store.text_ids).max().sort_values(ascending=False, kind="stable")
         np.testing.assert_allclose(interp.top_text_values[c], per_text.values[:4], rtol=1e-6)
         np.testing.assert_allclose(per_text.loc[interp.top_texts[c]].values, per_text.values[:4], rtol=1e-6)
@@ -86,7 +89,17 @@ def test_interpretation_matches_brute_force(gpt2_lm, lm_concepts, tmp_path):
     np.testing.assert_allclose(interp.vocab_logits, np.take_along_axis(logits, top, 1), rtol=1e-5)
 
     frame = interp.to_dataframe()
-    assert list(frame.columns) == ["concept", "label", "density", "dead", "mean", "max", "min", "top_tokens", "vocabulary"]
+    assert list(frame.columns) == [
+        "concept",
+        "label",
+        "density",
+        "dead",
+        "mean",
+        "max",
+        "min",
+        "top_tokens",
+        "vocabulary",
+    ]
     examples = interp.examples_dataframe(2)
     assert len(examples) == 4 and (examples["concept"] == 2).all()
     assert interp.top_texts_dataframe(1)["text"].tolist() == [TEXTS[i] for i in interp.top_texts[1]]
@@ -141,7 +154,9 @@ def test_text_concepts_match_store_rows(gpt2_lm, lm_concepts, tmp_path):
     np.testing.assert_allclose(result.coefficients, concepts.transform(store[rows]), rtol=1e-4, atol=1e-5)
     assert result.tokens == store.tokens(rows)
     top = result.active_concepts(2, top=3)
-    assert [c for c, _ in top] == [int(i) for i in np.argsort(-result.coefficients[2])[:3] if result.coefficients[2, i] != 0]
+    assert [c for c, _ in top] == [
+        int(i) for i in np.argsort(-result.coefficients[2])[:3] if result.coefficients[2, i] != 0
+    ]
     assert len(result.to_dataframe()) == len(rows) * concepts.n_concepts
     assert result.chart([0, 1]).to_dict()["mark"]["type"] == "rect"
     loaded = TextConcepts.load(result.save(tmp_path / "tc.safetensors"))
@@ -150,6 +165,7 @@ def test_text_concepts_match_store_rows(gpt2_lm, lm_concepts, tmp_path):
 
 def patched_scores(model, adapter, layer, ids, decode, coefficients, residual):
     """Logits with the layer output replaced by decode(coefficients) + residual."""
+
     def hook(module, inputs, output):
         hidden = decode(coefficients)[None] + residual
         return (hidden,) + tuple(output[1:]) if isinstance(output, tuple) else hidden
@@ -181,8 +197,11 @@ def test_importance_matches_finite_differences(case, bert_classifier, gpt2_lm):
     C = torch.as_tensor(concepts.transform(hidden.float().numpy()), dtype=torch.float64)
     residual = (hidden - concepts.decode_torch(C))[None]
     np.testing.assert_allclose(result.coefficients, C.numpy(), rtol=1e-6)
-    score = (lambda out: out[0, result.target_ids[0]]) if case.endswith("classifier") else \
-        (lambda out: out[0, -1, result.target_ids[0]])
+    score = (
+        (lambda out: out[0, result.target_ids[0]])
+        if case.endswith("classifier")
+        else (lambda out: out[0, -1, result.target_ids[0]])
+    )
     assert result.target_scores[0] == pytest.approx(float(score(logits)), rel=1e-9)  # residual kept: same output
     gradients = result.gradients[0]
     picks = np.dstack(np.unravel_index(np.argsort(-np.abs(gradients), axis=None)[:6], gradients.shape))[0]
@@ -197,8 +216,9 @@ def test_importance_matches_finite_differences(case, bert_classifier, gpt2_lm):
         assert abs(numeric - gradients[t, j]) <= 1e-3 * abs(gradients[t, j]), (t, j, numeric, gradients[t, j])
     per_concept = result.per_concept()
     np.testing.assert_allclose(per_concept, (gradients * result.coefficients).sum(0))
-    np.testing.assert_allclose(result.per_concept(include_special=False),
-                               (gradients * result.coefficients)[~result.special_mask].sum(0))
+    np.testing.assert_allclose(
+        result.per_concept(include_special=False), (gradients * result.coefficients)[~result.special_mask].sum(0)
+    )
     ranking = result.ranking()
     assert np.all(np.diff(np.abs(ranking["contribution"].to_numpy())) <= 1e-12)
     assert result.chart().to_dict()["mark"]["type"] == "bar"
@@ -218,8 +238,9 @@ def test_importance_several_targets_persistence_and_errors(bert_classifier, bert
     assert loaded.target_labels == result.target_labels
     texts = ["Not bad at all.", "Awful food.", "Lovely staff and a quiet room."]
     mean = mean_concept_importance(concepts, model, tokenizer, texts, target="positive", progress=False)
-    expected = np.mean([concept_importance(concepts, model, tokenizer, t, target="positive").per_concept()
-                        for t in texts], axis=0)
+    expected = np.mean(
+        [concept_importance(concepts, model, tokenizer, t, target="positive").per_concept() for t in texts], axis=0
+    )
     np.testing.assert_allclose(mean.set_index("concept").loc[np.arange(5), "mean_contribution"], expected)
     assert np.all(np.diff(mean["mean_abs_contribution"].to_numpy()) <= 0)
     with pytest.raises(ValueError, match="one target"):
@@ -249,8 +270,9 @@ def test_dead_concepts_have_no_contexts_no_label_and_are_hidden(bert_classifier)
     from interp_widgets.widgets import ConceptBrowser
 
     model, tokenizer = bert_classifier
-    store = collect_activations(model, tokenizer, ["tomorrow in london", "a good film", "rain again"], layer=1,
-                                progress=False)
+    store = collect_activations(
+        model, tokenizer, ["tomorrow in london", "a good film", "rain again"], layer=1, progress=False
+    )
 
     class HalfDead(DirectionConcepts):  # concept 1 is ReLU-clipped to zero everywhere
         name = "test_half_dead"

@@ -20,9 +20,14 @@ from interp_widgets.concepts import (
 from interp_widgets.concepts.labels import clean_label, marked_context
 from interp_widgets.widgets import ConceptBrowser
 
-TEXTS = ["The soup was delicious and the bread was fresh.", "Heavy rain is expected in London tomorrow.",
-         "The pasta tasted wonderful.", "Snow and wind will hit the north tonight.",
-         "Dessert was sweet and creamy.", "Storms are coming this weekend."]
+TEXTS = [
+    "The soup was delicious and the bread was fresh.",
+    "Heavy rain is expected in London tomorrow.",
+    "The pasta tasted wonderful.",
+    "Snow and wind will hit the north tonight.",
+    "Dessert was sweet and creamy.",
+    "Storms are coming this weekend.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +94,14 @@ def test_label_auroc_matches_sklearn_on_real_embeddings(interp_and_store):
         label_auroc(["a", "b", "c"], coefficients, held_out, embed)
 
 
-HELD_OUT = ["Fresh bread and a hot bowl of soup for lunch.", "Thunder and heavy rain are forecast for Friday.",
-            "The cake was rich, sweet and very good.", "Cold wind and snow over the hills tonight.",
-            "We ordered noodles, rice and green tea.", "Fog will clear by noon, then sunshine."]
+HELD_OUT = [
+    "Fresh bread and a hot bowl of soup for lunch.",
+    "Thunder and heavy rain are forecast for Friday.",
+    "The cake was rich, sweet and very good.",
+    "Cold wind and snow over the hills tonight.",
+    "We ordered noodles, rice and green tea.",
+    "Fog will clear by noon, then sunshine.",
+]
 
 
 def test_lm_against_token_labels_on_held_out_contexts(interp_and_store, smollm2):

@@ -30,8 +30,9 @@ def store(bert_classifier):
 def test_logistic_probe_matches_sklearn_grouped_cross_validation(store):
     probe = LinearProbe("logistic", cv=5).fit(store, LABELS)
     y = np.asarray(LABELS)[store.text_ids]
-    expected = cross_val_score(LogisticRegression(max_iter=2000), store.to_numpy(), y, groups=store.text_ids,
-                               cv=GroupKFold(5))
+    expected = cross_val_score(
+        LogisticRegression(max_iter=2000), store.to_numpy(), y, groups=store.text_ids, cv=GroupKFold(5)
+    )
     assert probe.report_["cv_accuracy"] == pytest.approx(expected.mean(), abs=1e-12)
     assert probe.report_["groups"] == 30 and probe.report_["rows"] == len(store) == len(y)
     assert probe.report_["majority_baseline"] == pytest.approx(max(np.bincount(y)) / len(y))
@@ -83,11 +84,14 @@ def test_layer_sweep_table_and_chart(bert_classifier):
     assert "<table" in sweep._repr_html_()
 
 
-@pytest.mark.parametrize("labels, message", [
-    ([0, 1, 0], r"3 labels for \d+ rows from 30 texts; give one label per row or one per text"),
-    ([1] * 30, r"one class only"),
-    ([i % 3 for i in range(30)], None),
-])
+@pytest.mark.parametrize(
+    "labels, message",
+    [
+        ([0, 1, 0], r"3 labels for \d+ rows from 30 texts; give one label per row or one per text"),
+        ([1] * 30, r"one class only"),
+        ([i % 3 for i in range(30)], None),
+    ],
+)
 def test_bad_labels(store, labels, message):
     if message is None:  # three classes: mean_difference refuses and says what to use
         with pytest.raises(ValueError, match="kind='mean_difference' needs two classes.*kind='logistic'"):

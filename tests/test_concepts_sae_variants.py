@@ -47,8 +47,10 @@ def test_straight_through_estimator_gradients():
 
 def test_jumprelu_threshold_learns_sparsity():
     X, D = planted(2500, 12, 24, 2, seed=7)
-    fits = {c: JumpReLUSAE(12, l0_coefficient=c, lr=1e-2, max_epochs=15, batch_size=128, progress=False).fit(X)
-            for c in (0.0, 0.1)}
+    fits = {
+        c: JumpReLUSAE(12, l0_coefficient=c, lr=1e-2, max_epochs=15, batch_size=128, progress=False).fit(X)
+        for c in (0.0, 0.1)
+    }
     l0 = {c: evaluate(sae, X)["l0"] for c, sae in fits.items()}
     assert l0[0.1] < 0.6 * l0[0.0]  # the L0 penalty reaches the thresholds through the estimator
     thresholds = fits[0.1].weights_["threshold"]
@@ -86,8 +88,11 @@ def test_jumprelu_and_batchtopk_errors():
 def test_in_importance_interpretation_and_browser(kind, gpt2_lm, tmp_path):
     model, tokenizer = gpt2_lm
     store = collect_activations(model, tokenizer, corpus()[:30], layer=1, progress=False)
-    sae = (JumpReLUSAE(48, l0_coefficient=3e-2, lr=1e-2, max_epochs=4, batch_size=128, progress=False)
-           if kind == "jumprelu" else BatchTopKSAE(48, k=6, max_epochs=4, batch_size=128, progress=False)).fit(store)
+    sae = (
+        JumpReLUSAE(48, l0_coefficient=3e-2, lr=1e-2, max_epochs=4, batch_size=128, progress=False)
+        if kind == "jumprelu"
+        else BatchTopKSAE(48, k=6, max_epochs=4, batch_size=128, progress=False)
+    ).fit(store)
     before = model_fingerprint(model, tokenizer)
     text = "The service was slow, but the soup was wonderful."
     imp = concept_importance(sae, model, tokenizer, text)

@@ -17,8 +17,11 @@ from interp_widgets.concepts import (
 )
 from interp_widgets.concepts import decompositions, interpret
 
-TEXTS = [f"{'a good' if i % 2 else 'a bad'} film number {i} for the {'night' if i % 3 else 'day'} and then some more "
-         f"words about the {'food' if i % 4 else 'music'}" for i in range(40)]
+TEXTS = [
+    f"{'a good' if i % 2 else 'a bad'} film number {i} for the {'night' if i % 3 else 'day'} and then some more "
+    f"words about the {'food' if i % 4 else 'music'}"
+    for i in range(40)
+]
 
 
 @pytest.fixture(scope="module")
@@ -41,8 +44,9 @@ def test_top_columns_breaks_ties_like_a_stable_sort():
     for _ in range(50):
         values = rng.integers(0, 4, size=(7, 30)).astype(np.float32)  # many ties, at the cut too
         top = int(rng.integers(1, 31))
-        np.testing.assert_array_equal(interpret._top_columns(values, top),
-                                      np.argsort(-values, axis=1, kind="stable")[:, :top])
+        np.testing.assert_array_equal(
+            interpret._top_columns(values, top), np.argsort(-values, axis=1, kind="stable")[:, :top]
+        )
 
 
 def test_interpretation_in_small_blocks_matches_a_dense_reference(disk_store, sae, monkeypatch):
@@ -59,7 +63,7 @@ def test_interpretation_in_small_blocks_matches_a_dense_reference(disk_store, sa
     for c in range(n):
         order = [r for r in _stable_top(C[:, c], k) if C[r, c] != 0]
         assert interp.top_rows[c][: len(order)].tolist() == order, c
-        assert (interp.top_rows[c][len(order):] == -1).all()
+        assert (interp.top_rows[c][len(order) :] == -1).all()
         maxima = np.array([C[text_ids == t, c].max() for t in range(len(TEXTS))])
         texts = [t for t in _stable_top(maxima, k) if maxima[t] != 0]
         assert interp.top_texts[c][: len(texts)].tolist() == texts, c
@@ -115,7 +119,7 @@ def test_evaluate_in_blocks_matches_the_dense_metrics(disk_store, sae, monkeypat
         dense = disk_store.to_numpy().astype(np.float64)
         C = original(sae, dense)
         residual = dense - sae.inverse_transform(C)
-        fvu = (residual ** 2).sum() / ((dense - dense.mean(0)) ** 2).sum()
+        fvu = (residual**2).sum() / ((dense - dense.mean(0)) ** 2).sum()
         assert report["explained_variance"] == pytest.approx(1 - fvu, rel=1e-6)
         assert report["l0"] == pytest.approx((C != 0).sum(1).mean())
         assert report["dead"].tolist() == np.flatnonzero((C != 0).sum(0) == 0).tolist()
@@ -129,7 +133,11 @@ def test_select_copies_rows_and_metadata_in_bounded_chunks(disk_store, tmp_path)
     keep = disk_store.positions > 0
     keep[::7] = False
     chosen = disk_store.select(keep, path=tmp_path / "kept", memory_budget="8kB")
-    assert not chosen.in_memory and len(chosen._chunks) > 1 and chosen.info["selected"] == f"{keep.sum()} of {len(keep)} rows"
+    assert (
+        not chosen.in_memory
+        and len(chosen._chunks) > 1
+        and chosen.info["selected"] == f"{keep.sum()} of {len(keep)} rows"
+    )
     np.testing.assert_array_equal(chosen.to_numpy(), disk_store.to_numpy()[keep])
     for field in ("text_ids", "positions", "token_ids", "offsets"):
         np.testing.assert_array_equal(getattr(chosen, field), getattr(disk_store, field)[keep])

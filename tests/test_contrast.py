@@ -125,11 +125,13 @@ def test_inseq_alignment_rule_of_longer_and_shorter_foils(gpt2_lm):
     shorter = Saliency(progress=False).attribute(model, tokenizer, PROMPT, continuation=" clean", contrast=" the")
     assert shorter.foil_alignment.tolist() == [-1, 0]  # step 0 meets the prompt's last token, as in inseq
     assert shorter.foil_ids.tolist() == [_ids(tokenizer, PROMPT)[-1], _ids(tokenizer, " the")[0]]
-    pinned = Saliency(progress=False).attribute(model, tokenizer, PROMPT, continuation=" clean", contrast=" dirty",
-                                                contrast_alignment=[(0, 0)])
+    pinned = Saliency(progress=False).attribute(
+        model, tokenizer, PROMPT, continuation=" clean", contrast=" dirty", contrast_alignment=[(0, 0)]
+    )
     assert pinned.foil_alignment.tolist() == [0, 3]
-    per_target = Saliency(progress=False).attribute(model, tokenizer, PROMPT, continuation=" clean",
-                                                    contrast=[" the", "y"])
+    per_target = Saliency(progress=False).attribute(
+        model, tokenizer, PROMPT, continuation=" clean", contrast=[" the", "y"]
+    )
     assert per_target.foil_ids.tolist() == [_ids(tokenizer, " the")[0], _ids(tokenizer, "y")[0]]
 
 
@@ -138,10 +140,15 @@ def test_smollm2_matches_inseq_and_the_direct_log_probability_difference(smollm2
     before = model_fingerprint(model, tokenizer)
     prompt = "The capital of France is"
     # both methods on both foil lengths run on the tiny models above; here one of each keeps the test short
-    for method_cls, foil, labels in ((Saliency, " Lyon!", [" Lyon", "!"]), (InputXGradient, " the city of Lyon", [" of", " Lyon"])):
+    for method_cls, foil, labels in (
+        (Saliency, " Lyon!", [" Lyon", "!"]),
+        (InputXGradient, " the city of Lyon", [" of", " Lyon"]),
+    ):
         ours = method_cls(progress=False).attribute(model, tokenizer, prompt, continuation=" Paris.", contrast=foil)
         assert ours.foil_labels == labels  # equal length: 1:1; four tokens: right-aligned, " the city" unused
-        _assert_matches_inseq(ours, _inseq_scores(model, tokenizer, method_cls.name, prompt, " Paris.", foil), rtol=1e-3)
+        _assert_matches_inseq(
+            ours, _inseq_scores(model, tokenizer, method_cls.name, prompt, " Paris.", foil), rtol=1e-3
+        )
         direct = _direct_contrast(model, tokenizer, prompt, " Paris.", ours.foil_ids)
         np.testing.assert_allclose(np.log(ours.target_probs) - np.log(ours.foil_probs), direct, rtol=1e-4, atol=1e-4)
         assert direct[0] > 0  # the model prefers " Paris" to " Lyon" / " of"
@@ -166,15 +173,18 @@ def test_the_row_score_is_the_log_probability_difference_from_the_logits(gpt2_lm
         evaluate_rows(adapter, [problem], [problem.n_targets], build, consume, score=score, with_grad=True)
         with torch.no_grad():
             values = pick(model(torch.as_tensor(problem.encoding.input_ids)[None]).logits[0].double())
-        expected = [float(values[p, t] - values[p, f])
-                    for p, t, f in zip(problem.target_positions, problem.target_ids, problem.foil_ids)]
+        expected = [
+            float(values[p, t] - values[p, f])
+            for p, t, f in zip(problem.target_positions, problem.target_ids, problem.foil_ids)
+        ]
         np.testing.assert_allclose(seen["scores"], expected, rtol=1e-5, atol=1e-6)
 
 
 def test_ig_completeness_holds_on_the_contrastive_score(gpt2_lm):
     model, tokenizer = gpt2_lm
-    result = IntegratedGradients(progress=False).attribute(model, tokenizer, PROMPT, continuation=" clean",
-                                                           contrast=" dirty")
+    result = IntegratedGradients(progress=False).attribute(
+        model, tokenizer, PROMPT, continuation=" clean", contrast=" dirty"
+    )
     assert (result.relative_completeness_error < 0.01).all()
     # Δf is the contrastive score at the input minus at the baseline, both computed directly
     adapter = ModelAdapter(model, tokenizer)
@@ -183,8 +193,10 @@ def test_ig_completeness_holds_on_the_contrastive_score(gpt2_lm):
     with torch.no_grad():
         at_input = torch.log_softmax(model(torch.as_tensor(enc.input_ids)[None]).logits[0].double(), -1)
         at_base = torch.log_softmax(model(inputs_embeds=base[None]).logits[0].double(), -1)
-    delta = [float((at_input[p, t] - at_input[p, f]) - (at_base[p, t] - at_base[p, f]))
-             for p, t, f in zip(result.target_positions, result.target_ids, result.foil_ids)]
+    delta = [
+        float((at_input[p, t] - at_input[p, f]) - (at_base[p, t] - at_base[p, f]))
+        for p, t, f in zip(result.target_positions, result.target_ids, result.foil_ids)
+    ]
     np.testing.assert_allclose(result.score_delta, delta, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(np.nansum(result.scores, axis=1), delta, rtol=0.01, atol=1e-4)
 
@@ -201,8 +213,12 @@ def test_occlusion_and_kernel_shap_explain_the_difference(gpt2_lm):
     def contrast(embeds):
         with torch.no_grad():
             logp = torch.log_softmax(model(inputs_embeds=embeds[None]).logits[0].double(), -1)
-        return np.array([float(logp[p, t] - logp[p, f]) for p, t, f in zip(occlusion.target_positions,
-                                                                         occlusion.target_ids, foil_ids)])
+        return np.array(
+            [
+                float(logp[p, t] - logp[p, f])
+                for p, t, f in zip(occlusion.target_positions, occlusion.target_ids, foil_ids)
+            ]
+        )
 
     x = adapter.embed(ids[None])[0].detach()
     for token in range(len(ids) - 1):
@@ -231,8 +247,9 @@ def test_every_gradient_and_perturbation_method_takes_a_foil(gpt2_lm, llama_lm):
         for name in names + ["gradient_weighted_attention"]:
             params = {"progress": False, **FAST.get(name, {})}
             plain = attribute(model, tokenizer, PROMPT, method=name, method_params=params, continuation=" clean")
-            foiled = attribute(model, tokenizer, PROMPT, method=name, method_params=params, continuation=" clean",
-                               contrast=" cold")
+            foiled = attribute(
+                model, tokenizer, PROMPT, method=name, method_params=params, continuation=" clean", contrast=" cold"
+            )
             assert foiled.is_contrastive and foiled.foil_labels == [" co", "ld"], name
             seen = ~np.isnan(foiled.scores)
             assert np.isfinite(foiled.scores[seen]).all(), name
@@ -255,7 +272,9 @@ def test_masked_lm_foil_is_the_logit_difference_at_the_mask(bert_masked_lm):
     np.testing.assert_allclose(result.foil_probs, [float(probs[bad])], rtol=1e-5)
     by_id = InputXGradient(progress=False).attribute(model, tokenizer, text, target="good", contrast=[bad])
     np.testing.assert_array_equal(by_id.scores, result.scores)
-    assert InputXGradient(progress=False).attribute(model, tokenizer, text, target="good", contrast=["bad"]).foil_labels == ["bad"]
+    assert InputXGradient(progress=False).attribute(
+        model, tokenizer, text, target="good", contrast=["bad"]
+    ).foil_labels == ["bad"]
     with pytest.raises(ValueError, match="contrast lists 2 foil tokens for 1 target; a masked LM explains one token"):
         InputXGradient().attribute(model, tokenizer, text, target="good", contrast=["bad", "nice"])
     with pytest.raises(ValueError, match="contrast 'awfulness' is 2 tokens; a masked-LM foil must be a single token"):
@@ -267,8 +286,9 @@ def test_a_generated_continuation_and_a_batch_with_one_foil_per_input(gpt2_lm):
     generated = Saliency(progress=False).attribute(model, tokenizer, PROMPT, max_new_tokens=3, contrast=" dirty")
     assert len(generated.target_ids) == 3
     assert generated.foil_alignment.tolist() == [1, 2, 3]
-    batch = Saliency(progress=False).attribute(model, tokenizer, [PROMPT, "The bed is"], continuation=" clean",
-                                               contrast=[" cold", [5, 6]])
+    batch = Saliency(progress=False).attribute(
+        model, tokenizer, [PROMPT, "The bed is"], continuation=" clean", contrast=[" cold", [5, 6]]
+    )
     assert batch[0].foil_labels == [" co", "ld"] and batch[1].foil_ids.tolist() == [5, 6]
     single = Saliency(progress=False).attribute(model, tokenizer, "The bed is", continuation=" clean", contrast=[5, 6])
     np.testing.assert_allclose(batch[1].scores, single.scores, rtol=1e-5, atol=1e-7)
@@ -318,13 +338,16 @@ def test_bad_foils_get_clear_errors(gpt2_lm, bert_classifier):
 def test_the_classifier_advice_is_exact(bert_classifier):
     """What the classifier error recommends: the row difference of a signed method is the contrastive attribution."""
     model, tokenizer = bert_classifier
-    both = InputXGradient(score="logit", progress=False).attribute(model, tokenizer, "Not bad.", target=["positive", "negative"])
+    both = InputXGradient(score="logit", progress=False).attribute(
+        model, tokenizer, "Not bad.", target=["positive", "negative"]
+    )
     enc = tokenizer("Not bad.", return_tensors="pt")
     embeds = model.get_input_embeddings()(enc.input_ids).detach().requires_grad_(True)
     logits = model(inputs_embeds=embeds, attention_mask=enc.attention_mask).logits[0]
     (grad,) = torch.autograd.grad(logits[2] - logits[0], embeds)
-    np.testing.assert_allclose(both.scores[0] - both.scores[1], (grad * embeds).sum(-1)[0].detach().numpy(), rtol=1e-4,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        both.scores[0] - both.scores[1], (grad * embeds).sum(-1)[0].detach().numpy(), rtol=1e-4, atol=1e-6
+    )
 
 
 EVIL = "<img src=x onerror=alert(1)>"
@@ -362,8 +385,20 @@ def test_the_generation_view_shows_target_foil_pairs_and_escapes_them(gpt2_lm):
 def _one_foil(result):
     from types import SimpleNamespace
 
-    fields = {name: getattr(result, name) for name in ("text", "tokens", "offsets", "scores", "special_mask", "target_labels",
-                                                       "target_probs", "generated_mask", "target_positions")}
+    fields = {
+        name: getattr(result, name)
+        for name in (
+            "text",
+            "tokens",
+            "offsets",
+            "scores",
+            "special_mask",
+            "target_labels",
+            "target_probs",
+            "generated_mask",
+            "target_positions",
+        )
+    }
     return SimpleNamespace(**fields, foil_labels=["x"])
 
 
@@ -376,18 +411,32 @@ def test_a_masked_lm_foil_labels_the_token_view(bert_masked_lm):
 def test_generation_payloads_of_version_1_still_load():
     from interp_widgets.view_data import GenerationData
 
-    data = GenerationData(tokens=["a", "b"], spaces_before=["", " "], special_mask=[False, False],
-                          generated_mask=[False, True], scores=[[1.0, np.nan]], step_tokens=[1],
-                          foil_tokens=["c"], foil_probs=[0.25], contrast="c")
+    data = GenerationData(
+        tokens=["a", "b"],
+        spaces_before=["", " "],
+        special_mask=[False, False],
+        generated_mask=[False, True],
+        scores=[[1.0, np.nan]],
+        step_tokens=[1],
+        foil_tokens=["c"],
+        foil_probs=[0.25],
+        contrast="c",
+    )
     payload = data.to_json()
     assert payload["version"] == 4  # 3 added chat turns (turn_ids, turn_roles); 4 word/sentence ids, source_mask
     again = GenerationData.from_json(payload)
     assert (again.foil_tokens, again.foil_probs, again.contrast) == (["c"], [0.25], "c")
-    old = {**payload, "version": 1, "data": {k: v for k, v in payload["data"].items()
-                                             if k not in ("foil_tokens", "foil_probs", "contrast")}}
+    old = {
+        **payload,
+        "version": 1,
+        "data": {k: v for k, v in payload["data"].items() if k not in ("foil_tokens", "foil_probs", "contrast")},
+    }
     assert GenerationData.from_json(old).foil_tokens == []
     two = {**payload, "version": 2, "data": {k: v for k, v in payload["data"].items() if not k.startswith("turn_")}}
     assert GenerationData.from_json(two).turn_roles == [] and GenerationData.from_json(two).foil_tokens == ["c"]
-    three = {**payload, "version": 3, "data": {k: v for k, v in payload["data"].items()
-                                               if k not in ("word_ids", "sentence_ids", "source_mask")}}
+    three = {
+        **payload,
+        "version": 3,
+        "data": {k: v for k, v in payload["data"].items() if k not in ("word_ids", "sentence_ids", "source_mask")},
+    }
     assert GenerationData.from_json(three).source_mask is None and GenerationData.from_json(three).turn_roles == []

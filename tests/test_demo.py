@@ -37,6 +37,7 @@ def test_classifier_reaches_the_accuracy_bar_and_loads_from_cache(classifier, mo
     report = demo.training_report()
     assert report["test_accuracy"] >= 0.85, report
     assert report["n_test"] == (demo.load_dataset()["split"] == "test").sum()
+
     def no_training(*args, **kwargs):
         raise AssertionError("the cached classifier was retrained")
 
@@ -71,9 +72,25 @@ def test_cli_writes_an_offline_report_and_escapes_text(tmp_path, classifier):
     evil = "<img src=x onerror=alert(1)> was awful"
     evil_prompt = "<script>alert(2)</script> The capital of France is"
     done = subprocess.run(
-        [sys.executable, "-m", "interp_widgets.cli", "demo", "--quiet", "--no-builtin", "--text", evil, "--steps", "4",
-         "--prompt", evil_prompt, "--out", str(out)],
-        capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            "-m",
+            "interp_widgets.cli",
+            "demo",
+            "--quiet",
+            "--no-builtin",
+            "--text",
+            evil,
+            "--steps",
+            "4",
+            "--prompt",
+            evil_prompt,
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == str(out.resolve())
@@ -112,9 +129,21 @@ def test_report_rejects_too_few_training_steps():
 
 def test_cli_reports_bad_input_clearly(tmp_path, classifier):
     done = subprocess.run(
-        [sys.executable, "-m", "interp_widgets.cli", "demo", "--quiet", "--no-builtin", "--text", "   ",
-         "--out", str(tmp_path / "x.html")],
-        capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "interp_widgets.cli",
+            "demo",
+            "--quiet",
+            "--no-builtin",
+            "--text",
+            "   ",
+            "--out",
+            str(tmp_path / "x.html"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert done.returncode == 2
     assert "empty or only whitespace" in done.stderr

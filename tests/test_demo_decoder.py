@@ -74,12 +74,13 @@ def test_perplexity_matches_a_manual_per_sentence_computation(trained):
 def test_greedy_generation_is_deterministic_and_review_like(trained):
     model, tokenizer = trained
     ids = tokenizer("The hotel was", return_tensors="pt").input_ids
-    runs = [model.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=tokenizer.pad_token_id)
-            for _ in range(2)]
+    runs = [
+        model.generate(ids, max_new_tokens=20, do_sample=False, pad_token_id=tokenizer.pad_token_id) for _ in range(2)
+    ]
     assert torch.equal(runs[0], runs[1])
     text = tokenizer.decode(runs[0][0], skip_special_tokens=True)
     assert text.startswith("The hotel was ")
-    words = re.findall(r"[A-Za-z']+", text[len("The hotel was"):])
+    words = re.findall(r"[A-Za-z']+", text[len("The hotel was") :])
     assert len(words) >= 3, text
     known = {w.lower() for t in demo.load_dataset("train")["text"] for w in re.findall(r"[A-Za-z']+", t)}
     assert sum(w.lower() in known for w in words) >= 0.8 * len(words), text

@@ -15,7 +15,7 @@ def test_smollm2_answers_paris(smollm2):
     assert model.config.num_key_value_heads < model.config.num_attention_heads  # grouped-query attention
     prompt = tokenizer("The capital of France is", return_tensors="pt")
     out = model.generate(**prompt, max_new_tokens=2, do_sample=False)
-    assert tokenizer.decode(out[0, prompt.input_ids.shape[1]:]) == " Paris."
+    assert tokenizer.decode(out[0, prompt.input_ids.shape[1] :]) == " Paris."
 
 
 def test_cached_copy_is_float_safetensors_without_gguf_record(smollm2):
@@ -29,8 +29,9 @@ def test_cached_copy_is_float_safetensors_without_gguf_record(smollm2):
 
 def test_chat_template_inserts_default_system_prompt(smollm2):
     _, tokenizer = smollm2
-    text = tokenizer.apply_chat_template([{"role": "user", "content": "Hi"}], tokenize=False,
-                                         add_generation_prompt=True)
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert text.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
     assert text.endswith("<|im_start|>assistant\n")
 

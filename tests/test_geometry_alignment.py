@@ -240,8 +240,9 @@ def test_energies_match_direct_projection():
         assert result.p_value == pytest.approx(expected_p)
         assert result.ratio == pytest.approx(result.energy_proxy / np.mean(expected), rel=1e-12)
         mean_direction = proxy.mean / proxy.mean.norm()
-        assert result.energy_mean_direction == pytest.approx(projection_energy(cloud, mean_direction[:, None]),
-                                                             rel=1e-12)
+        assert result.energy_mean_direction == pytest.approx(
+            projection_energy(cloud, mean_direction[:, None]), rel=1e-12
+        )
 
 
 def test_weight_gradient_rows_are_input_side_vectors():
@@ -311,8 +312,9 @@ def test_removal_identities_match_direct_projection():
         assert float(frob2[b]) == pytest.approx(float((removed * removed).sum()), rel=1e-10)
 
 
-@pytest.mark.parametrize("zeta, C0", [(0.0, "scaled_identity"), (0.3, "scaled_identity"), (0.3, "identity"),
-                                      (0.3, "matrix")])
+@pytest.mark.parametrize(
+    "zeta, C0", [(0.0, "scaled_identity"), (0.3, "scaled_identity"), (0.3, "identity"), (0.3, "matrix")]
+)
 def test_removed_isoscore_star_equals_metric_on_projected_cloud(zeta, C0):
     d, k = 30, 4
     G = gaussian(25, d, seed=24, scale=torch.linspace(0.1, 3.0, d))  # N < d: where shrinkage matters
@@ -500,8 +502,10 @@ def test_schedule_bad_input():
 
 # a matrix C0 is defined in full coordinates only (a ValueError, tested elsewhere)
 @pytest.mark.parametrize("center", [False, True])
-@pytest.mark.parametrize(("coordinates", "target"), [("full", "scaled_identity"), ("complement", "scaled_identity"),
-                                                     ("full", "identity"), ("full", "matrix")])
+@pytest.mark.parametrize(
+    ("coordinates", "target"),
+    [("full", "scaled_identity"), ("complement", "scaled_identity"), ("full", "identity"), ("full", "matrix")],
+)
 def test_batched_alignments_equal_one_call_per_cloud(center, coordinates, target):
     from interp_widgets.geometry.alignment import (
         SubspaceBatch,
@@ -517,7 +521,9 @@ def test_batched_alignments_equal_one_call_per_cloud(center, coordinates, target
         target = a @ a.T / d
     clouds, stacks, means = [], [], []
     for layer in range(4):  # different data, proxies, controls and row counts per cloud
-        G = torch.randn(200 + 50 * layer, d, generator=g, dtype=torch.float64) * torch.logspace(0, -1, d, dtype=torch.float64)
+        G = torch.randn(200 + 50 * layer, d, generator=g, dtype=torch.float64) * torch.logspace(
+            0, -1, d, dtype=torch.float64
+        )
         G[:, :k] *= 3 + layer
         basis = torch.linalg.qr(torch.randn(d, k, generator=g, dtype=torch.float64))[0]
         proxy = TangentProxy.from_basis(basis)
@@ -526,8 +532,9 @@ def test_batched_alignments_equal_one_call_per_cloud(center, coordinates, target
         means.append(None if layer % 2 else torch.randn(d, generator=g, dtype=torch.float64))
     settings = dict(center=center, zeta=0.3, target=target, coordinates=coordinates)
     for fast, rel in ((False, 1e-12), (True, 1e-5)):
-        batch = alignments_from_moments(clouds, SubspaceBatch.from_stacked(torch.stack(stacks), k), k, means,
-                                        fast=fast, **settings)
+        batch = alignments_from_moments(
+            clouds, SubspaceBatch.from_stacked(torch.stack(stacks), k), k, means, fast=fast, **settings
+        )
         for cloud, stacked, mean, got in zip(clouds, stacks, means, batch):
             want = alignment_from_moments(cloud, stacked, k, mean, fast=fast, **settings)
             for key, value in want.to_dict().items():
@@ -550,5 +557,13 @@ def test_batched_alignment_names_the_degenerate_cloud():
     stacked = stacked_bases(proxy.basis, normal_controls(proxy, 4, seed=0))
     clouds = [Moments.from_rows(torch.randn(30, 8), "G"), Moments.from_rows(torch.zeros(30, 8), "G")]
     with pytest.raises(ValueError, match=r"all zeros .*\(cloud 1 of 2\)"):
-        alignments_from_moments(clouds, SubspaceBatch.from_stacked(torch.stack([stacked] * 2), 2), 2, [None, None],
-                                center=False, zeta=0.0, target="scaled_identity", coordinates="full")
+        alignments_from_moments(
+            clouds,
+            SubspaceBatch.from_stacked(torch.stack([stacked] * 2), 2),
+            2,
+            [None, None],
+            center=False,
+            zeta=0.0,
+            target="scaled_identity",
+            coordinates="full",
+        )

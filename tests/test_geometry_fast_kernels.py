@@ -55,7 +55,7 @@ def test_blocked_gram32_in_several_batches_equals_one_batch(monkeypatch):
     one_batch = blocked_gram32(x)
     monkeypatch.setattr(kernels, "GRAM_BATCH_BYTES", 2 * 4 * 40 * 40)  # two blocks per batch: three batches
     several = blocked_gram32(x)
-    exact = (x.T @ x)
+    exact = x.T @ x
     for fast in (one_batch, several):  # the float32 sums group the blocks differently: both within the bound
         assert float((fast - exact).norm() / exact.trace()) <= GRAM_BOUND
         assert bool(((fast - exact).abs() <= GRAM_BOUND * (x.abs().T @ x.abs())).all())
@@ -282,13 +282,15 @@ def test_monitor_losses_unchanged_by_fast_kernels():
     def run(monitored):
         net.load_state_dict(state)
         opt = torch.optim.SGD(net.parameters(), lr=0.05)
-        monitor = AnisotropyMonitor(net, ["0"], rank=2, n_controls=5, total_steps=6, optimizer=opt,
-                                    spectrum_every=1)
+        monitor = AnisotropyMonitor(net, ["0"], rank=2, n_controls=5, total_steps=6, optimizer=opt, spectrum_every=1)
         losses = []
         with monitor if monitored else torch.enable_grad():
             for _ in range(6):
                 loss = net(x).pow(2).mean()
-                loss.backward(); opt.step(); opt.zero_grad(); losses.append(loss.item())
+                loss.backward()
+                opt.step()
+                opt.zero_grad()
+                losses.append(loss.item())
         return losses, monitor
 
     plain, _ = run(False)
@@ -319,7 +321,9 @@ def test_measured_step_threads_follow_the_machine_and_restore_the_callers(monkey
             monitor = AnisotropyMonitor(net, ["0", "2"], rank=2, n_controls=3, fit="refit", refit_every=2)
             with monitor:
                 for _ in range(3):
-                    net(torch.randn(64, 16)).pow(2).mean().backward(); monitor.step(); net.zero_grad()
+                    net(torch.randn(64, 16)).pow(2).mean().backward()
+                    monitor.step()
+                    net.zero_grad()
             assert torch.get_num_threads() == 2
         monkeypatch.setattr(_kernels.os, "getloadavg", lambda: (_ for _ in ()).throw(OSError("no load average")))
         assert _kernels.machine_oversubscribed() is False

@@ -126,8 +126,9 @@ def test_isotropic_gaussian_reference_values():
     assert result["stable_rank"] == pytest.approx(d / (1 + a) ** 2, rel=0.03)
     assert result["top1_explained_variance"] == pytest.approx((1 + a) ** 2 / d, rel=0.03)
     # Rényi chain: srank <= PR <= erank_eigen <= erank_singular <= rank
-    chain = [result[key] for key in ("stable_rank", "participation_ratio", "effective_rank_eigen",
-                                     "effective_rank_singular")]
+    chain = [
+        result[key] for key in ("stable_rank", "participation_ratio", "effective_rank_eigen", "effective_rank_singular")
+    ]
     assert chain == sorted(chain) and chain[-1] <= d
 
 
@@ -180,7 +181,8 @@ def test_cross_sequence_cosine_matches_brute_force():  # fixture 6
     assert average_cosine_cross_sequence(H, ids) == pytest.approx(float(cos[cross].mean()), abs=1e-14)
     centred_cos = brute_force_cosines(H - H.mean(0))
     assert average_cosine_cross_sequence(H, ids.numpy(), center=True) == pytest.approx(
-        float(centred_cos[cross].mean()), abs=1e-14)
+        float(centred_cos[cross].mean()), abs=1e-14
+    )
 
 
 def test_self_similarity_matches_brute_force():  # fixture 7
@@ -272,8 +274,9 @@ def test_mean_300_std_1_keeps_precision():  # fixture 14
     assert isoscore(H32) == pytest.approx((pr - 1) / 63, rel=1e-10)
     eigenvalues = np.linalg.eigvalsh(cov)[::-1]
     assert stable_rank(H32) == pytest.approx(eigenvalues.sum() / eigenvalues[0], rel=1e-10)
-    np.testing.assert_allclose(explained_variance_ratio(H32, 5).numpy(), (eigenvalues / eigenvalues.sum())[:5],
-                               rtol=1e-10)
+    np.testing.assert_allclose(
+        explained_variance_ratio(H32, 5).numpy(), (eigenvalues / eigenvalues.sum())[:5], rtol=1e-10
+    )
     units = centred / np.linalg.norm(centred, axis=1, keepdims=True)
     total = units.sum(0)
     n = exact.shape[0]
@@ -315,8 +318,9 @@ def test_partition_isotropy_reference_values():
 
 def test_principal_angles_fixtures_and_scipy():  # fixture 9
     hadamard = torch.tensor(scipy.linalg.hadamard(4), dtype=torch.float64)
-    np.testing.assert_allclose(principal_angles(hadamard[:, :2], hadamard[:, 2:]).numpy(), [math.pi / 2] * 2,
-                               atol=1e-12)
+    np.testing.assert_allclose(
+        principal_angles(hadamard[:, :2], hadamard[:, 2:]).numpy(), [math.pi / 2] * 2, atol=1e-12
+    )
     A = gaussian(30, 4, seed=15)
     np.testing.assert_allclose(principal_angles(A, A @ gaussian(4, 4, seed=16)).numpy(), 0.0, atol=1e-12)
     for p, q in [(3, 5), (5, 3), (4, 4)]:
@@ -379,8 +383,11 @@ def test_orthonormalize_keeps_span_and_order():
 
 def clouds(min_rows=4, max_rows=14, max_dim=6):
     shapes = st.tuples(st.integers(min_rows, max_rows), st.integers(2, max_dim))
-    return shapes.flatmap(lambda shape: arrays(np.float64, shape, elements=st.floats(
-        -100, 100, allow_nan=False, allow_subnormal=False, width=64)))
+    return shapes.flatmap(
+        lambda shape: arrays(
+            np.float64, shape, elements=st.floats(-100, 100, allow_nan=False, allow_subnormal=False, width=64)
+        )
+    )
 
 
 def random_rotation(d, seed):
@@ -390,8 +397,12 @@ def random_rotation(d, seed):
 def well_conditioned(X):
     centred = X - X.mean(0)
     singular = np.linalg.svd(centred, compute_uv=False)
-    return singular[0] > 1e-3 and singular[-1] > 1e-6 * singular[0] and np.linalg.norm(X, axis=1).min() > 1e-3 and (
-        np.linalg.norm(centred, axis=1).min() > 1e-3)
+    return (
+        singular[0] > 1e-3
+        and singular[-1] > 1e-6 * singular[0]
+        and np.linalg.norm(X, axis=1).min() > 1e-3
+        and (np.linalg.norm(centred, axis=1).min() > 1e-3)
+    )
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
@@ -400,11 +411,20 @@ def test_metrics_invariant_to_rotation_and_scale(X, seed, scale):
     assume(X.shape[0] > X.shape[1] and well_conditioned(X))
     H = torch.from_numpy(X)
     moved = scale * H @ random_rotation(H.shape[1], seed)
-    for metric in (average_cosine, isoscore, participation_ratio, effective_rank_singular, effective_rank_eigen,
-                   stable_rank, drift_share, lambda x: average_cosine(x, center=True)):
+    for metric in (
+        average_cosine,
+        isoscore,
+        participation_ratio,
+        effective_rank_singular,
+        effective_rank_eigen,
+        stable_rank,
+        drift_share,
+        lambda x: average_cosine(x, center=True),
+    ):
         assert metric(moved) == pytest.approx(metric(H), rel=1e-7, abs=1e-9)
-    np.testing.assert_allclose(explained_variance_ratio(moved).numpy(), explained_variance_ratio(H).numpy(),
-                               rtol=1e-6, atol=1e-9)
+    np.testing.assert_allclose(
+        explained_variance_ratio(moved).numpy(), explained_variance_ratio(H).numpy(), rtol=1e-6, atol=1e-9
+    )
     assert linear_cka(H, moved) == pytest.approx(1.0, abs=1e-9)
 
 
@@ -431,13 +451,16 @@ def test_principal_angles_rotation_invariant_and_match_scipy(p, q, seed):
 # ---------------------------------------------------------------- bad input
 
 
-@pytest.mark.parametrize("bad, message", [
-    (torch.randn(2, 3, 4), "must be 2-D"),
-    (torch.randn(1, 4), "at least 2 points"),
-    (torch.tensor([[1.0, float("nan")], [0.0, 1.0]]), "NaN/inf"),
-    (torch.tensor([[1.0, float("inf")], [0.0, 1.0]]), "NaN/inf"),
-    (torch.ones(5, 3), "zero variance"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (torch.randn(2, 3, 4), "must be 2-D"),
+        (torch.randn(1, 4), "at least 2 points"),
+        (torch.tensor([[1.0, float("nan")], [0.0, 1.0]]), "NaN/inf"),
+        (torch.tensor([[1.0, float("inf")], [0.0, 1.0]]), "NaN/inf"),
+        (torch.ones(5, 3), "zero variance"),
+    ],
+)
 def test_bad_points_raise_clear_errors(bad, message):
     with pytest.raises(ValueError, match=message):
         representation_metrics(bad)

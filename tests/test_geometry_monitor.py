@@ -25,10 +25,25 @@ from interp_widgets.geometry._kernels import LINEAR_FAST_TOL
 from tests.conftest import model_fingerprint
 
 CONTRACT_METRICS = [
-    "proxy_energy", "control_energy_mean", "control_energy_q05", "control_energy_q95", "energy_ratio",
-    "control_ratio_q05", "control_ratio_q95", "enrichment", "z_score", "p_value", "isoscore_star_G",
-    "delta_isoscore_proxy", "delta_isoscore_control_mean", "delta_isoscore_control_q05",
-    "delta_isoscore_control_q95", "anisotropy_share", "avg_cosine", "isoscore", "effective_rank",
+    "proxy_energy",
+    "control_energy_mean",
+    "control_energy_q05",
+    "control_energy_q95",
+    "energy_ratio",
+    "control_ratio_q05",
+    "control_ratio_q95",
+    "enrichment",
+    "z_score",
+    "p_value",
+    "isoscore_star_G",
+    "delta_isoscore_proxy",
+    "delta_isoscore_control_mean",
+    "delta_isoscore_control_q05",
+    "delta_isoscore_control_q95",
+    "anisotropy_share",
+    "avg_cosine",
+    "isoscore",
+    "effective_rank",
 ]
 
 
@@ -103,13 +118,18 @@ def test_gpt2_losses_and_parameters_bit_identical_with_monitor(gpt2_lm):
 
 def test_bert_classifier_losses_bit_identical_with_monitor(bert_classifier):
     model, tokenizer = bert_classifier
-    enc = tokenizer(["a good film", "dull and far too long to watch", "fine", "bad"], padding=True,
-                    return_tensors="pt")
+    enc = tokenizer(["a good film", "dull and far too long to watch", "fine", "bad"], padding=True, return_tensors="pt")
     batches = [dict(enc, labels=torch.tensor([2, 0, 1, 0]))] * 4
     plain_losses, plain_params, _ = _train(model, batches)
     # layer:0 only: without [CLS], the last layer of a classifier gets exactly zero gradient (the pooler reads [CLS])
-    kwargs = dict(layers=["layer:0"], rank=4, fit="refit", refit_every=2, n_controls=5,
-                  special_token_ids=tokenizer.all_special_ids)
+    kwargs = dict(
+        layers=["layer:0"],
+        rank=4,
+        fit="refit",
+        refit_every=2,
+        n_controls=5,
+        special_token_ids=tokenizer.all_special_ids,
+    )
     losses, params, monitor = _train(model, batches, kwargs)
     assert losses == plain_losses
     assert all(torch.equal(a, b) for a, b in zip(params, plain_params))
@@ -137,8 +157,7 @@ def test_no_hooks_left_and_modes_kept_after_exit_error_and_ctrl_c(gpt2_lm, error
     modes = [m.training for m in model.modules()]
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
     hooks_before = _hooks(model, optimizer)
-    monitor = AnisotropyMonitor(model, ["layer:0", "layer:1"], rank=4, total_steps=4, optimizer=optimizer,
-                                n_controls=3)
+    monitor = AnisotropyMonitor(model, ["layer:0", "layer:1"], rank=4, total_steps=4, optimizer=optimizer, n_controls=3)
     flushed = []
     monitor.on_flush(lambda: flushed.append(True))
     batch = _lm_batches(len(tokenizer), 1)[0]
@@ -198,12 +217,15 @@ def test_recorded_energy_equals_direct_computation_on_true_gradients(gpt2_lm):
     assert row["isoscore_star_G"] == pytest.approx(expected.iso_G, rel=1e-6)
     assert row["delta_isoscore_control_mean"] == pytest.approx(float(expected.delta_iso_controls.mean()), rel=1e-6)
     assert row["control_ratio_q95"] == pytest.approx(
-        float(np.quantile(expected.energy_controls.numpy(), 0.95) / expected.energy_controls.mean()), rel=1e-6)
+        float(np.quantile(expected.energy_controls.numpy(), 0.95) / expected.energy_controls.mean()), rel=1e-6
+    )
     reference = representation_metrics(H)
     assert row["avg_cosine"] == pytest.approx(reference["avg_cosine"], rel=1e-9)
     assert row["effective_rank"] == pytest.approx(reference["effective_rank_singular"], rel=2e-4)
     assert monitor.series("loss")[1][0] == pytest.approx(out.loss.item())
-    np.testing.assert_allclose(monitor.raw("control_energy|layer:0")[0], expected.energy_controls.numpy(), rtol=1e-6)  # fast kernels: within their bounds
+    np.testing.assert_allclose(
+        monitor.raw("control_energy|layer:0")[0], expected.energy_controls.numpy(), rtol=1e-6
+    )  # fast kernels: within their bounds
 
 
 def test_weight_mode_uses_linear_weight_gradient_rows_and_input_activations(gpt2_lm):
@@ -231,8 +253,9 @@ def test_gradient_accumulation_equals_one_large_batch():
 
     def run(chunks):
         model = Planted(d, S, eps=0.3)
-        monitor = AnisotropyMonitor(model, ["lin"], rank=2, fit="refit", refit_every=1, n_controls=5,
-                                    representation=False)
+        monitor = AnisotropyMonitor(
+            model, ["lin"], rank=2, fit="refit", refit_every=1, n_controls=5, representation=False
+        )
         with monitor:
             for _ in range(2):
                 for xs, ns in zip(x.chunk(chunks), noise.chunk(chunks)):
@@ -262,8 +285,9 @@ def test_planted_subspace_gives_large_ratio_and_minimum_p_value():
     p = monitor.series("p_value|lin")[1]
     assert np.isnan(ratio[:3]).all()  # fit window: first 30 % of 10 steps, no proxy yet
     assert (ratio[3:] > 10).all() and (p[3:] == 1 / 21).all()
-    assert (monitor.series("delta_isoscore_proxy|lin")[1][3:] >
-            monitor.series("delta_isoscore_control_q95|lin")[1][3:]).all()
+    assert (
+        monitor.series("delta_isoscore_proxy|lin")[1][3:] > monitor.series("delta_isoscore_control_q95|lin")[1][3:]
+    ).all()
     # the fitted proxy is the planted subspace
     cosines = torch.linalg.svdvals(monitor.proxies["lin"].T @ S.double())
     assert float(cosines.min()) > 0.99
@@ -276,7 +300,9 @@ def test_isotropic_gradients_give_ratio_near_one():
     monitor = AnisotropyMonitor(model, ["lin"], rank=4, total_steps=20, n_controls=20, representation=False)
     with monitor:
         for _ in range(20):
-            model(torch.randn(512, d, generator=g) * torch.linspace(1, 3, d), torch.randn(512, d, generator=g)).backward()
+            model(
+                torch.randn(512, d, generator=g) * torch.linspace(1, 3, d), torch.randn(512, d, generator=g)
+            ).backward()
             monitor.step()
     ratio = monitor.series("energy_ratio|lin")[1][6:]
     assert 0.8 < float(np.mean(ratio)) < 1.2
@@ -304,8 +330,9 @@ def test_early_window_fitting_series_and_frozen_proxy():
 def test_representation_metrics_in_and_after_the_fit_window_equal_the_direct_computation(spectrum_every):
     d = 8
     model = Planted(d, torch.eye(d)[:, :2], eps=0.1)  # never stepped: the layer output is its input
-    monitor = AnisotropyMonitor(model, ["lin"], rank=2, total_steps=5, fit_fraction=0.4, n_controls=3,
-                                spectrum_every=spectrum_every)
+    monitor = AnisotropyMonitor(
+        model, ["lin"], rank=2, total_steps=5, fit_fraction=0.4, n_controls=3, spectrum_every=spectrum_every
+    )
     g = torch.Generator().manual_seed(3)
     inputs = [torch.randn(40, d, generator=g) * torch.linspace(0.5, 2.0, d) + 1.0 for _ in range(5)]
     with monitor:
@@ -318,10 +345,16 @@ def test_representation_metrics_in_and_after_the_fit_window_equal_the_direct_com
         for metric in ("avg_cosine", "avg_cosine_centered", "drift_share"):  # O(nd): every measurement
             # float64 on spectrum steps; else float32 passes whose proven bound is at most LINEAR_FAST_TOL
             tolerance = 1e-12 if step % spectrum_every == 0 else LINEAR_FAST_TOL
-            assert monitor.series(f"{metric}|lin")[1][step] == pytest.approx(reference[metric], rel=1e-12,
-                                                                             abs=tolerance), metric
-        for metric in ("isoscore", "effective_rank_eigen", "stable_rank", "participation_ratio",
-                       "top1_explained_variance"):  # Gram + eigensolve: every spectrum_every-th measurement
+            assert monitor.series(f"{metric}|lin")[1][step] == pytest.approx(
+                reference[metric], rel=1e-12, abs=tolerance
+            ), metric
+        for metric in (
+            "isoscore",
+            "effective_rank_eigen",
+            "stable_rank",
+            "participation_ratio",
+            "top1_explained_variance",
+        ):  # Gram + eigensolve: every spectrum_every-th measurement
             recorded = monitor.series(f"{metric}|lin")[1][step]
             if step % spectrum_every == 0:
                 # after the window the Gram and eigensolve are the fast (float32, bounded-error) kernels
@@ -372,8 +405,9 @@ def test_custom_concept_estimator_proxy_is_orthonormalised():
     d = 8
     model = Planted(d, torch.eye(d)[:, :2], eps=0.1)
     estimator = FastICA(n_components=2, random_state=0, max_iter=400)
-    monitor = AnisotropyMonitor(model, ["lin"], rank=2, total_steps=4, proxy_method=estimator, n_controls=3,
-                                representation=False)
+    monitor = AnisotropyMonitor(
+        model, ["lin"], rank=2, total_steps=4, proxy_method=estimator, n_controls=3, representation=False
+    )
     g = torch.Generator().manual_seed(0)
     with monitor, warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -425,8 +459,11 @@ def test_bad_input_errors(gpt2_lm):
         model(**batch).loss.backward()
         with pytest.raises(ValueError, match="needs total_steps="):
             monitor.step()
-    for p in list(model.transformer.wte.parameters()) + list(model.transformer.wpe.parameters()) + list(
-            model.transformer.h[0].parameters()):
+    for p in (
+        list(model.transformer.wte.parameters())
+        + list(model.transformer.wpe.parameters())
+        + list(model.transformer.h[0].parameters())
+    ):
         p.requires_grad_(False)
     monitor = AnisotropyMonitor(model, ["layer:0"], rank=4, total_steps=5)
     with monitor:
@@ -484,8 +521,9 @@ def test_subscribers_get_flat_contract_names_once_per_step(tmp_path):
 def test_memory_stays_flat_over_1000_monitored_steps():
     d = 8
     model = Planted(d, torch.eye(d)[:, :2], eps=0.1)
-    monitor = AnisotropyMonitor(model, ["lin"], rank=2, fit="fixed", basis=torch.eye(d)[:, :2], n_controls=3,
-                                representation=False, max_rows=256)
+    monitor = AnisotropyMonitor(
+        model, ["lin"], rank=2, fit="fixed", basis=torch.eye(d)[:, :2], n_controls=3, representation=False, max_rows=256
+    )
     g = torch.Generator().manual_seed(0)
 
     def live_tensors():
@@ -520,8 +558,9 @@ def test_geometry_log_rows_merge_and_order():
 def test_max_tokens_subsamples_the_same_rows_for_every_layer_within_budget(gpt2_lm):
     model, tokenizer = gpt2_lm
     model = copy.deepcopy(model)
-    monitor = AnisotropyMonitor(model, ["layer:0", "layer:1"], rank=2, fit="refit", refit_every=5, n_controls=3,
-                                max_tokens=7, seed=4)
+    monitor = AnisotropyMonitor(
+        model, ["layer:0", "layer:1"], rank=2, fit="refit", refit_every=5, n_controls=3, max_tokens=7, seed=4
+    )
     batches = _lm_batches(len(tokenizer), 2)
     with monitor:
         for batch in batches:  # two micro-batches in one step: the budget spans them
@@ -599,6 +638,7 @@ def test_geometry_monitor_alias_is_deprecated_but_works():
 def test_a_degenerate_layer_in_a_batched_step_is_recorded_alone():
     """The layers' alignments are computed as one batch; an all-zero gradient at one layer makes that layer NaN
     with a warning naming it, and the other layer is measured as usual."""
+
     class TwoBranches(nn.Module):
         def __init__(self):
             super().__init__()

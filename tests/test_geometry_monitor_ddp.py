@@ -36,8 +36,7 @@ class PlantedWithLoss(Planted):
 def _data():
     g = torch.Generator().manual_seed(0)
     S = torch.linalg.qr(torch.randn(D, K, generator=g)).Q
-    xs = [torch.randn(2 * ROWS, D, generator=g) + 4 * torch.randn(2 * ROWS, K, generator=g) @ S.T
-          for _ in range(STEPS)]
+    xs = [torch.randn(2 * ROWS, D, generator=g) + 4 * torch.randn(2 * ROWS, K, generator=g) @ S.T for _ in range(STEPS)]
     noises = [torch.randn(2 * ROWS, D, generator=g) for _ in range(STEPS)]
     return S, xs, noises
 
@@ -51,8 +50,16 @@ def _run(rank: int, world: int, out_dir: str):
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.0)  # no drift from float32 gradient averaging
-    monitor = AnisotropyMonitor(model, ["lin"], rank=K, total_steps=STEPS, fit_fraction=0.5, n_controls=6,
-                                max_tokens=10_000, optimizer=optimizer)
+    monitor = AnisotropyMonitor(
+        model,
+        ["lin"],
+        rank=K,
+        total_steps=STEPS,
+        fit_fraction=0.5,
+        n_controls=6,
+        max_tokens=10_000,
+        optimizer=optimizer,
+    )
     with monitor:
         for x, noise in zip(xs, noises):
             rows = slice(rank * ROWS, (rank + 1) * ROWS) if world > 1 else slice(None)
@@ -89,8 +96,7 @@ def test_two_gloo_ranks_equal_single_process_on_the_union(tmp_path):
     for name in names:
         # float32 Gram blocks (the monitor's fast kernel) round differently when the union's rows arrive in
         # another order: equal within that kernel's bound, not bit for bit
-        np.testing.assert_allclose(ddp.series(name)[1], single.series(name)[1], rtol=1e-6, atol=1e-9,
-                                   err_msg=name)
+        np.testing.assert_allclose(ddp.series(name)[1], single.series(name)[1], rtol=1e-6, atol=1e-9, err_msg=name)
     assert ddp.series("n_tokens|lin")[1].tolist() == [2 * ROWS] * STEPS
     assert np.isfinite(ddp.series("energy_ratio|lin")[1][2:]).all()
     # recorded loss = mean of the ranks' losses = the reference's loss (the union's sum, halved)

@@ -35,7 +35,7 @@ def test_planted_pinning_gives_negative_correlation_and_chart():
     g = torch.Generator().manual_seed(1)
     counts = [400, 200, 100, 50, 25, 12, 6]
     ids = torch.cat([torch.full((c,), i) for i, c in enumerate(counts)])
-    spread = torch.tensor([0.05 * 2 ** i for i in range(len(counts))])[ids]
+    spread = torch.tensor([0.05 * 2**i for i in range(len(counts))])[ids]
     result = frequency_analysis(torch.randn(ids.shape[0], 16, generator=g) * spread[:, None], ids)
     assert result.spearman == -1.0 and result.pearson < -0.8
     title = result.chart().to_dict()["title"]

@@ -29,7 +29,9 @@ def _checkpoints(model, tmp_path):
         model(input_ids=ids, labels=ids).loss.backward()
         optimizer.step()
         optimizer.zero_grad()
-    save_file({k: v.contiguous() for k, v in states[1].items() if k != "lm_head.weight"}, str(tmp_path / "c1.safetensors"))
+    save_file(
+        {k: v.contiguous() for k, v in states[1].items() if k != "lm_head.weight"}, str(tmp_path / "c1.safetensors")
+    )
     directory = tmp_path / "c2"
     template = copy.deepcopy(model)
     template.load_state_dict(states[2])
@@ -41,8 +43,9 @@ def test_replay_equals_direct_measurement_per_checkpoint(gpt2_lm, tmp_path):
     model, tokenizer = gpt2_lm
     before = model_fingerprint(model, tokenizer)
     checkpoints, states = _checkpoints(model, tmp_path)
-    record = replay(checkpoints, PROBE, ["layer:0"], model=model, tokenizer=tokenizer, rank=3, n_controls=8,
-                    seed=2, progress=False)
+    record = replay(
+        checkpoints, PROBE, ["layer:0"], model=model, tokenizer=tokenizer, rank=3, n_controls=8, seed=2, progress=False
+    )
     assert model_fingerprint(model, tokenizer) == before
     assert record.x_label == "checkpoint" and record.steps.tolist() == [0, 1, 2]
     assert record.series("fitting")[1].tolist() == [1.0, 0.0, 0.0]  # window: ceil(0.3 · 3) = 1 checkpoint
@@ -67,7 +70,8 @@ def test_replay_equals_direct_measurement_per_checkpoint(gpt2_lm, tmp_path):
         assert record.series("proxy_energy|layer:0")[1][index] == pytest.approx(expected.energy_proxy, rel=1e-6)
         assert record.series("p_value|layer:0")[1][index] == expected.p_value
         assert record.series("isoscore|layer:0")[1][index] == pytest.approx(
-            representation_metrics(H)["isoscore"], rel=1e-6)
+            representation_metrics(H)["isoscore"], rel=1e-6
+        )
         assert record.series("loss")[1][index] == pytest.approx(loss, rel=1e-6)
     assert len(set(record.series("proxy_energy|layer:0")[1].round(12))) == 3  # the checkpoints differ
 
@@ -82,8 +86,9 @@ def test_replay_refit_and_probe_errors(bert_masked_lm, bert_classifier, tmp_path
         assert (batch["input_ids"][masked] == tokenizer.mask_token_id).all()
     again = probe_batches(PROBE, tokenizer, "masked-lm", batch_size=2, seed=1)
     assert all(torch.equal(a["labels"], b["labels"]) for a, b in zip(batches, again))
-    record = replay([model, model], None, [1], batches=batches, rank=3, fit="refit", refit_every=1,
-                    n_controls=4, progress=False)
+    record = replay(
+        [model, model], None, [1], batches=batches, rank=3, fit="refit", refit_every=1, n_controls=4, progress=False
+    )
     ratio = record.series("energy_ratio|layer:1")[1]
     assert np.isnan(ratio[0]) and np.isfinite(ratio[1])
     classifier, _ = bert_classifier

@@ -15,8 +15,16 @@ from tests.conftest import model_fingerprint
 
 class _Texts(torch.utils.data.Dataset):
     def __init__(self, tokenizer):
-        texts = ["a good film", "dull and far too long", "fine", "bad acting", "great cast", "so slow",
-                 "it was fine i guess", "loved it"]
+        texts = [
+            "a good film",
+            "dull and far too long",
+            "fine",
+            "bad acting",
+            "great cast",
+            "so slow",
+            "it was fine i guess",
+            "loved it",
+        ]
         self.items = [dict(tokenizer(t), labels=i % 3) for i, t in enumerate(texts)]
 
     def __len__(self):
@@ -29,11 +37,27 @@ class _Texts(torch.utils.data.Dataset):
 def _train(model, tokenizer, tmp_path, callbacks=(), wrap=None):
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
-    args = TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=2,
-                             max_steps=4, learning_rate=1e-2, logging_steps=1, report_to=[], save_strategy="no",
-                             use_cpu=True, seed=7, dataloader_num_workers=0, disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=_Texts(tokenizer),
-                      data_collator=DataCollatorWithPadding(tokenizer), callbacks=list(callbacks))
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=2,
+        gradient_accumulation_steps=2,
+        max_steps=4,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        seed=7,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=_Texts(tokenizer),
+        data_collator=DataCollatorWithPadding(tokenizer),
+        callbacks=list(callbacks),
+    )
     if wrap is None:
         trainer.train()
     else:

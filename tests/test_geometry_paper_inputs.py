@@ -34,8 +34,16 @@ def test_replay_refuses_a_directory_of_another_architecture(gpt2_lm, tmp_path):
     bigger = transformers.GPT2LMHeadModel(config)
     bigger.save_pretrained(tmp_path / "big")
     with pytest.raises(ValueError, match=r"has n_embd = .* different architectures"):
-        replay([gpt2_lm, tmp_path / "big"], PROBE, ["layer:0"], model=gpt2_lm, tokenizer=bpe_tokenizer, rank=2,
-               n_controls=3, progress=False)
+        replay(
+            [gpt2_lm, tmp_path / "big"],
+            PROBE,
+            ["layer:0"],
+            model=gpt2_lm,
+            tokenizer=bpe_tokenizer,
+            rank=2,
+            n_controls=3,
+            progress=False,
+        )
 
 
 def test_replay_refuses_a_state_dict_of_another_shape(gpt2_lm):
@@ -46,13 +54,15 @@ def test_replay_refuses_a_state_dict_of_another_shape(gpt2_lm):
     config.n_layer += 1
     deeper = transformers.GPT2LMHeadModel(config)
     with pytest.raises(ValueError, match=r"checkpoint 1 has a different architecture .* extra parameter"):
-        replay([gpt2_lm, deeper], PROBE, ["layer:0"], tokenizer=bpe_tokenizer, rank=2, n_controls=3,
-               progress=False)
+        replay([gpt2_lm, deeper], PROBE, ["layer:0"], tokenizer=bpe_tokenizer, rank=2, n_controls=3, progress=False)
 
 
 def test_frequency_analysis_refuses_too_few_tokens():
-    with pytest.raises(ValueError, match=r"over 12 token\(s\) cannot work: it needs at least 4 token types seen 5 "
-                                         r"times each, so at least 20 tokens; pass more text"):
+    with pytest.raises(
+        ValueError,
+        match=r"over 12 token\(s\) cannot work: it needs at least 4 token types seen 5 "
+        r"times each, so at least 20 tokens; pass more text",
+    ):
         frequency_analysis(torch.randn(12, 3), torch.arange(12) % 3)
     with pytest.raises(ValueError, match=r"only 3 token type\(s\) occur at least 5 times in 40 tokens"):
         frequency_analysis(torch.randn(40, 3), torch.cat([torch.arange(30) % 3, torch.arange(10) + 100]))
@@ -71,8 +81,9 @@ def test_frequency_intervals_match_scipy():
     assert result.pearson_ci == pytest.approx((low, high), rel=1e-9)
     rho = stats.spearmanr(logs, dist).statistic
     se = math.sqrt((1 + rho**2 / 2) / (result.n_types - 3))
-    assert result.spearman_ci == pytest.approx((math.tanh(math.atanh(rho) - 1.959963984540054 * se),
-                                                math.tanh(math.atanh(rho) + 1.959963984540054 * se)))
+    assert result.spearman_ci == pytest.approx(
+        (math.tanh(math.atanh(rho) - 1.959963984540054 * se), math.tanh(math.atanh(rho) + 1.959963984540054 * se))
+    )
     assert result.spearman < 0 and result.spearman_ci[1] < 0  # frequent types pinned: a clear negative relation
 
 

@@ -29,8 +29,16 @@ from interp_widgets.geometry.trackers import (
     trainer_trackers,
 )
 
-TEXTS = ["a good film", "dull and far too long", "fine", "bad acting", "great cast", "so slow",
-         "it was fine i guess", "loved it"]
+TEXTS = [
+    "a good film",
+    "dull and far too long",
+    "fine",
+    "bad acting",
+    "great cast",
+    "so slow",
+    "it was fine i guess",
+    "loved it",
+]
 LAYERS = ["layer:0", "layer:1"]
 STEPS = 4
 
@@ -57,8 +65,8 @@ def wandb_records(run_dir) -> tuple[list[dict], dict]:
         if block - position % block < 7:  # a block's tail too short for a chunk header is padding
             position += block - position % block
             continue
-        _, length, kind = struct.unpack("<IHB", data[position:position + 7])
-        chunk = data[position + 7:position + 7 + length]
+        _, length, kind = struct.unpack("<IHB", data[position : position + 7])
+        chunk = data[position + 7 : position + 7 + length]
         position += 7 + length
         if kind == 1:
             records.append(chunk)
@@ -74,11 +82,13 @@ def wandb_records(run_dir) -> tuple[list[dict], dict]:
         record.ParseFromString(raw)
         kind = record.WhichOneof("record_type")
         if kind == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                         for item in record.history.item})
+            rows.append(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+            )
         elif kind == "config":
-            config.update({item.key or "/".join(item.nested_key): json.loads(item.value_json)
-                           for item in record.config.update})
+            config.update(
+                {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.config.update}
+            )
     return rows, config
 
 
@@ -124,8 +134,10 @@ def mlflow_experiment(mlflow_uri, tmp_path, request):
 
 
 def _batches(tokenizer):
-    return [(tokenizer(TEXTS[2 * i % 8:2 * i % 8 + 2], padding=True, return_tensors="pt"), torch.tensor([i % 3, 1]))
-            for i in range(STEPS)]
+    return [
+        (tokenizer(TEXTS[2 * i % 8 : 2 * i % 8 + 2], padding=True, return_tensors="pt"), torch.tensor([i % 3, 1]))
+        for i in range(STEPS)
+    ]
 
 
 def _plain_loop(model, tokenizer, monitor=None):
@@ -159,10 +171,14 @@ def test_plain_loop_sends_the_same_values_to_all_three_trackers(bert_classifier,
     wandb_run = wandb.init(dir=str(tmp_path), mode="offline", project="trackers", settings=wandb.Settings(silent=True))
     writer = SummaryWriter(str(tmp_path / "tb"))
     watched = copy.deepcopy(model)
-    monitor = AnisotropyMonitor(watched, LAYERS, rank=4, n_controls=5, total_steps=STEPS, fit_fraction=0.5,
-                                spectrum_every=2)
-    trackers = [TensorBoardTracker(writer).attach(monitor), WandbTracker(wandb_run).attach(monitor),
-                MLflowTracker(mlflow_run.info.run_id).attach(monitor)]
+    monitor = AnisotropyMonitor(
+        watched, LAYERS, rank=4, n_controls=5, total_steps=STEPS, fit_fraction=0.5, spectrum_every=2
+    )
+    trackers = [
+        TensorBoardTracker(writer).attach(monitor),
+        WandbTracker(wandb_run).attach(monitor),
+        MLflowTracker(mlflow_run.info.run_id).attach(monitor),
+    ]
     try:
         with monitor:
             losses = _plain_loop(watched, tokenizer, monitor)
@@ -175,8 +191,16 @@ def test_plain_loop_sends_the_same_values_to_all_three_trackers(bert_classifier,
     tb = tensorboard_scalars(tmp_path / "tb")
     rows, config = wandb_records(Path(wandb_dir).parent)
     run_id = mlflow_run.info.run_id
-    for name in ["loss", "fitting", "lr", "energy_ratio|layer:0", "p_value|layer:1", "anisotropy_share|layer:0",
-                 "isoscore|layer:1", "avg_cosine|layer:0"]:
+    for name in [
+        "loss",
+        "fitting",
+        "lr",
+        "energy_ratio|layer:0",
+        "p_value|layer:1",
+        "anisotropy_share|layer:0",
+        "isoscore|layer:1",
+        "avg_cosine|layer:0",
+    ]:
         expected = monitor_series(monitor, name)
         assert expected, name
         key = trackers[0].key(name)
@@ -222,17 +246,33 @@ class _Texts(torch.utils.data.Dataset):
 def _hf_train(model, tokenizer, output_dir, report_to, callbacks=()):
     from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
-    args = TrainingArguments(output_dir=str(output_dir), per_device_train_batch_size=2, max_steps=STEPS,
-                             learning_rate=1e-2, logging_steps=1, report_to=report_to, save_strategy="no",
-                             use_cpu=True, seed=7, dataloader_num_workers=0, disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, train_dataset=_Texts(tokenizer),
-                      data_collator=DataCollatorWithPadding(tokenizer), callbacks=list(callbacks))
+    args = TrainingArguments(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=2,
+        max_steps=STEPS,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to=report_to,
+        save_strategy="no",
+        use_cpu=True,
+        seed=7,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        train_dataset=_Texts(tokenizer),
+        data_collator=DataCollatorWithPadding(tokenizer),
+        callbacks=list(callbacks),
+    )
     trainer.train()
     return [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
 
 
-def test_trainer_callback_reports_beside_the_trainers_own_loggers(bert_classifier, tmp_path, mlflow_experiment,
-                                                                 monkeypatch):
+def test_trainer_callback_reports_beside_the_trainers_own_loggers(
+    bert_classifier, tmp_path, mlflow_experiment, monkeypatch
+):
     import mlflow
     import wandb
 
@@ -321,17 +361,27 @@ def _lightning_fit(module, tokenizer, root, loggers, callbacks=()):
 
     pl.seed_everything(3, verbose=False)
     loader = torch.utils.data.DataLoader(_Texts(tokenizer), batch_size=2, collate_fn=DataCollatorWithPadding(tokenizer))
-    trainer = pl.Trainer(max_steps=STEPS, accelerator="cpu", logger=loggers, log_every_n_steps=1,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
-                         default_root_dir=str(root), callbacks=list(callbacks), deterministic=True)
+    trainer = pl.Trainer(
+        max_steps=STEPS,
+        accelerator="cpu",
+        logger=loggers,
+        log_every_n_steps=1,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=str(root),
+        callbacks=list(callbacks),
+        deterministic=True,
+    )
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*(num_workers|does not have many workers|LeafSpec).*")
         trainer.fit(module, loader)
     return trainer
 
 
-def test_lightning_callback_writes_through_the_trainers_loggers(bert_classifier, tmp_path, mlflow_uri,
-                                                              mlflow_experiment):
+def test_lightning_callback_writes_through_the_trainers_loggers(
+    bert_classifier, tmp_path, mlflow_uri, mlflow_experiment
+):
     import mlflow
     from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
 
@@ -340,10 +390,15 @@ def test_lightning_callback_writes_through_the_trainers_loggers(bert_classifier,
     model, tokenizer = bert_classifier
 
     def loggers(name):
-        return [TensorBoardLogger(str(tmp_path), name=name),
-                MLFlowLogger(experiment_name=f"lightning-{name}", tracking_uri=mlflow_uri,
-                             artifact_location=str(tmp_path / "mlflow-artifacts")),
-                WandbLogger(name=name, save_dir=str(tmp_path / name), offline=True, project="trackers")]
+        return [
+            TensorBoardLogger(str(tmp_path), name=name),
+            MLFlowLogger(
+                experiment_name=f"lightning-{name}",
+                tracking_uri=mlflow_uri,
+                artifact_location=str(tmp_path / "mlflow-artifacts"),
+            ),
+            WandbLogger(name=name, save_dir=str(tmp_path / name), offline=True, project="trackers"),
+        ]
 
     plain_loggers = loggers("plain")
     plain = _lightning_fit(_lightning_module(copy.deepcopy(model)), tokenizer, tmp_path / "plain", plain_loggers)
@@ -352,13 +407,19 @@ def test_lightning_callback_writes_through_the_trainers_loggers(bert_classifier,
     monitor = AnisotropyMonitor(watched, LAYERS, rank=4, n_controls=5, fit_fraction=0.5)
     watched_loggers = loggers("watched")
     try:
-        trainer = _lightning_fit(_lightning_module(watched), tokenizer, tmp_path / "watched", watched_loggers,
-                                 [LightningMonitorCallback(monitor)])
+        trainer = _lightning_fit(
+            _lightning_module(watched),
+            tokenizer,
+            tmp_path / "watched",
+            watched_loggers,
+            [LightningMonitorCallback(monitor)],
+        )
         wandb_dir = watched_loggers[2].experiment.dir
     finally:
         watched_loggers[2].experiment.finish()
-    assert all(torch.equal(a, b) for a, b in zip(plain.lightning_module.parameters(),
-                                                  trainer.lightning_module.parameters()))
+    assert all(
+        torch.equal(a, b) for a, b in zip(plain.lightning_module.parameters(), trainer.lightning_module.parameters())
+    )
     assert monitor.total_steps == STEPS and monitor.steps.tolist() == [0, 1, 2, 3]
     expected = monitor_series(monitor, "energy_ratio|layer:0")
     assert [s for s, _ in expected] == [2, 3]
@@ -380,8 +441,13 @@ def test_lightning_module_without_optimizer_is_refused(bert_classifier, tmp_path
     watched = copy.deepcopy(model)
     monitor = AnisotropyMonitor(watched, ["layer:0"], rank=4, n_controls=3, total_steps=STEPS)
     with pytest.raises(ValueError, match="has no optimizer over the monitored model's parameters"):
-        _lightning_fit(_lightning_module(watched, with_optimizer=False), tokenizer, tmp_path, False,
-                       [LightningMonitorCallback(monitor)])
+        _lightning_fit(
+            _lightning_module(watched, with_optimizer=False),
+            tokenizer,
+            tmp_path,
+            False,
+            [LightningMonitorCallback(monitor)],
+        )
     hooks = sum(len(m._forward_hooks) for m in watched.modules())
     assert hooks == 0 and len(monitor) == 0
 
@@ -392,18 +458,23 @@ def test_lightning_callback_refuses_a_model_outside_the_module(bert_classifier, 
     model, tokenizer = bert_classifier
     monitor = AnisotropyMonitor(copy.deepcopy(model), ["layer:0"], rank=4, n_controls=3, total_steps=STEPS)
     with pytest.raises(ValueError, match="not part of the LightningModule"):
-        _lightning_fit(_lightning_module(copy.deepcopy(model)), tokenizer, tmp_path, False,
-                       [LightningMonitorCallback(monitor)])
+        _lightning_fit(
+            _lightning_module(copy.deepcopy(model)), tokenizer, tmp_path, False, [LightningMonitorCallback(monitor)]
+        )
     with pytest.raises(TypeError, match="list of Tracker objects"):
         LightningMonitorCallback(monitor, report_to=["tensorboard"])
 
 
 # ---------------------------------------------------------------------------------------------------------- bad input
-@pytest.mark.parametrize("modules, build, extra", [
-    (["tensorboard", "torch.utils.tensorboard"], lambda tmp: TensorBoardTracker(log_dir=str(tmp)), "tensorboard"),
-    (["wandb"], lambda tmp: WandbTracker(), "wandb"),
-    (["mlflow"], lambda tmp: MLflowTracker(), "mlflow"),
-], ids=["tensorboard", "wandb", "mlflow"])
+@pytest.mark.parametrize(
+    "modules, build, extra",
+    [
+        (["tensorboard", "torch.utils.tensorboard"], lambda tmp: TensorBoardTracker(log_dir=str(tmp)), "tensorboard"),
+        (["wandb"], lambda tmp: WandbTracker(), "wandb"),
+        (["mlflow"], lambda tmp: MLflowTracker(), "mlflow"),
+    ],
+    ids=["tensorboard", "wandb", "mlflow"],
+)
 def test_a_tracker_that_is_not_installed_names_its_extra(modules, build, extra, tmp_path, monkeypatch):
     for module in modules:  # a None entry makes `import module` fail as if it were not installed
         monkeypatch.setitem(sys.modules, module, None)
@@ -497,4 +568,7 @@ def test_readme_tracker_example_runs(bert_classifier, tmp_path, mlflow_uri, monk
     assert_same(tensorboard_scalars(tmp_path / "runs" / "minilm")["geometry/energy_ratio/layer:1"], expected, 1e-6)
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     assert_same(mlflow_series(client, run_id, "geometry/energy_ratio/layer_1"), expected)
-    assert_same(wandb_series(wandb_records(Path(wandb_dir).parent)[0], "geometry/energy_ratio/layer:1", "geometry/step"), expected)
+    assert_same(
+        wandb_series(wandb_records(Path(wandb_dir).parent)[0], "geometry/energy_ratio/layer:1", "geometry/step"),
+        expected,
+    )

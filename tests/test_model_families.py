@@ -65,8 +65,9 @@ by_family = pytest.mark.parametrize("family", FAMILIES, ids=[f.name for f in FAM
 def untouched_state(model, tokenizer) -> dict:
     """The model fingerprint plus the attention implementation of every configuration (eager switches restore it)."""
     state = model_fingerprint(model, tokenizer)
-    state["attn_implementation"] = [getattr(m.config, "_attn_implementation", None)
-                                    for m in model.modules() if hasattr(m, "config")]
+    state["attn_implementation"] = [
+        getattr(m.config, "_attn_implementation", None) for m in model.modules() if hasattr(m, "config")
+    ]
     return state
 
 
@@ -153,7 +154,9 @@ def eager_twin(model):
 def ids_of(family: Family, tokenizer) -> np.ndarray:
     """The token ids the package explains: the prompt plus the forced continuation for causal LMs."""
     if family.task == CAUSAL:
-        return np.asarray(tokenizer(PROMPT)["input_ids"] + tokenizer(CONTINUATION, add_special_tokens=False)["input_ids"])
+        return np.asarray(
+            tokenizer(PROMPT)["input_ids"] + tokenizer(CONTINUATION, add_special_tokens=False)["input_ids"]
+        )
     return np.asarray(tokenizer(CLASS_TEXT if family.task == CLASSIFIER else MASKED_TEXT)["input_ids"])
 
 
@@ -193,14 +196,18 @@ def test_gradient_perturbation_and_attention_methods_match_references(family, mo
         f = score_function(family, model, target_id, position)
         visible = slice(0, position + 1 if family.task == CAUSAL else len(ids))  # a causal LM target sees its prefix
         gradient = CaptumSaliency(f).attribute(embeds.clone().requires_grad_(), abs=False)[0]
-        np.testing.assert_allclose(saliency.scores[t, visible], gradient.norm(dim=-1).double().numpy()[visible],
-                                   rtol=1e-4, atol=1e-6)
-        assert np.isnan(saliency.scores[t, visible.stop:]).all()
+        np.testing.assert_allclose(
+            saliency.scores[t, visible], gradient.norm(dim=-1).double().numpy()[visible], rtol=1e-4, atol=1e-6
+        )
+        assert np.isnan(saliency.scores[t, visible.stop :]).all()
 
-        drops = CaptumOcclusion(f).attribute(embeds.clone(), sliding_window_shapes=(1, embeds.shape[-1]),
-                                             baselines=pad_baseline(model, tokenizer, ids, special))[0, :, 0]
+        drops = CaptumOcclusion(f).attribute(
+            embeds.clone(),
+            sliding_window_shapes=(1, embeds.shape[-1]),
+            baselines=pad_baseline(model, tokenizer, ids, special),
+        )[0, :, 0]
         kept = ~special
-        kept[visible.stop:] = False  # a later token cannot move this target: NaN
+        kept[visible.stop :] = False  # a later token cannot move this target: NaN
         expected = np.where(kept[~special], drops.double().numpy()[~special], np.nan)  # one unit per word piece
         np.testing.assert_allclose(occlusion.scores[t], expected, rtol=1e-4, atol=1e-5)
 
@@ -258,8 +265,9 @@ def test_activations_by_canonical_layer_name(family, models):
     for text_id, text in enumerate(TEXTS):
         enc = tokenizer(text, return_tensors="pt")
         with torch.no_grad():
-            hidden = eager_twin(model)(**{k: v for k, v in enc.items() if k != "token_type_ids"},
-                           output_hidden_states=True).hidden_states[1][0]
+            hidden = eager_twin(model)(
+                **{k: v for k, v in enc.items() if k != "token_type_ids"}, output_hidden_states=True
+            ).hidden_states[1][0]
         rows = store.text_rows(text_id)
         np.testing.assert_allclose(store[rows], hidden[store.positions[rows]].numpy(), atol=1e-5)
     special = set(tokenizer.all_special_ids)
@@ -268,8 +276,9 @@ def test_activations_by_canonical_layer_name(family, models):
     points = [".resid_pre", ".attn_out", ".mlp_out", ""] + ([] if family.residual == PARALLEL else [".resid_mid"])
     got = {}
     for point in points:
-        one = collect_activations(model, tokenizer, TEXTS[1], layer=f"layer:0{point}", include_special=True,
-                                  progress=False)
+        one = collect_activations(
+            model, tokenizer, TEXTS[1], layer=f"layer:0{point}", include_special=True, progress=False
+        )
         assert one.layer == f"layer:0{point}"
         got[f"layer:0{point}"] = torch.as_tensor(one.to_numpy())
     _block_arithmetic(family, model, got)
@@ -304,8 +313,17 @@ def _one_step(model, batch, monitored: bool, special_ids):
     if monitored:
         # a fixed proxy basis, so that the one step is measured (the default first fits the proxy on early steps)
         basis = torch.linalg.qr(torch.randn(32, 4, generator=torch.Generator().manual_seed(0)))[0]
-        monitor = AnisotropyMonitor(model, ["layer:0"], rank=4, n_controls=5, fit="fixed", basis=basis,
-                                    max_tokens=64, optimizer=optimizer, special_token_ids=special_ids)
+        monitor = AnisotropyMonitor(
+            model,
+            ["layer:0"],
+            rank=4,
+            n_controls=5,
+            fit="fixed",
+            basis=basis,
+            max_tokens=64,
+            optimizer=optimizer,
+            special_token_ids=special_ids,
+        )
     torch.manual_seed(7)
     if monitor is not None:
         with monitor:
@@ -349,7 +367,10 @@ def test_attention_methods_name_the_fix_when_eager_attention_is_unavailable(fami
     if stuck.config._attn_implementation == "eager":  # Gemma 2 and DeBERTa-v2 default to eager: nothing to switch
         assert call(family, RawAttention(progress=False), stuck, tokenizer).scores.size
     else:
-        with pytest.raises(UnsupportedModelError, match="cannot switch to eager at run time. Reload it with "
-                                                        r"from_pretrained\(\.\.\., attn_implementation='eager'\)"):
+        with pytest.raises(
+            UnsupportedModelError,
+            match="cannot switch to eager at run time. Reload it with "
+            r"from_pretrained\(\.\.\., attn_implementation='eager'\)",
+        ):
             call(family, RawAttention(progress=False), stuck, tokenizer)
     assert untouched_state(stuck, tokenizer) == before

@@ -290,7 +290,13 @@ def test_add_series_and_panels_config():
     widget.add_series("Loss", "accuracy")  # by title; no duplicate
     assert next(p for p in widget.panels if p["id"] == "loss")["series"] == ["loss", "accuracy"]
     widget.add_panel("lr", "Learning rate", ["lr"], scale="log")
-    assert widget.panels[-1] == {"id": "lr", "title": "Learning rate", "kind": "lines", "series": ["lr"], "scale": "log"}
+    assert widget.panels[-1] == {
+        "id": "lr",
+        "title": "Learning rate",
+        "kind": "lines",
+        "series": ["lr"],
+        "scale": "log",
+    }
     assert [p["id"] for p in widget.panels][: len(DEFAULT_PANELS)] == [p["id"] for p in DEFAULT_PANELS]
 
 

@@ -170,8 +170,12 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_cli_check_exit_codes_and_messages(executed, tmp_path):
-    dirty = _copy(executed, tmp_path, "dirty.ipynb",
-                  lambda nb: nb.metadata["widgets"].__setitem__(WIDGET_STATE_MIME, {"version_major": 2}))
+    dirty = _copy(
+        executed,
+        tmp_path,
+        "dirty.ipynb",
+        lambda nb: nb.metadata["widgets"].__setitem__(WIDGET_STATE_MIME, {"version_major": 2}),
+    )
     clean = _copy(executed, tmp_path, "clean.ipynb", lambda nb: nb.metadata.pop("widgets"))
     before = dirty.read_bytes()
     done = _cli("--check", str(dirty), str(clean))

@@ -95,8 +95,13 @@ def test_notebook_runs_top_to_bottom_within_budget(path, trained_demo_models):
             cell.outputs, cell.execution_count = [], None
     # kernel "python3" is started with sys.executable (jupyter_client swaps a bare "python" for the running
     # interpreter), so the notebook sees this venv and its editable interp_widgets
-    client = NotebookClient(nb, timeout=budget, kernel_name="python3", allow_errors=False,
-                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+    client = NotebookClient(
+        nb,
+        timeout=budget,
+        kernel_name="python3",
+        allow_errors=False,
+        resources={"metadata": {"path": str(NOTEBOOK_DIR)}},
+    )
     start = time.perf_counter()
     client.execute()
     elapsed = time.perf_counter() - start
@@ -124,9 +129,20 @@ def test_sanitized_html_export_shows_coloured_tokens(path, tmp_path):
     _, minimum = NOTEBOOKS.get(path.name, (None, None))
     assert minimum is not None, f"{path.name} has no row in NOTEBOOKS"
     subprocess.run(
-        [sys.executable, "-m", "jupyter", "nbconvert", "--to", "html", "--sanitize-html", "--output-dir", str(tmp_path),
-         str(path)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "nbconvert",
+            "--to",
+            "html",
+            "--sanitize-html",
+            "--output-dir",
+            str(tmp_path),
+            str(path),
+        ],
+        check=True,
+        capture_output=True,
     )
     page = (tmp_path / path.with_suffix(".html").name).read_text(encoding="utf-8")
     svgs = [base64.b64decode(data).decode("utf-8") for data in SVG_DATA_URI.findall(page)]

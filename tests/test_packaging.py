@@ -51,7 +51,9 @@ def test_jupyter_labextension_list_finds_the_installed_extension(wheel, tmp_path
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--ignore-installed",
                               "--prefix", str(prefix), str(wheel)], capture_output=True, text=True, timeout=300)  # fmt: skip
     assert install.returncode == 0, install.stderr[-3000:]
-    still = subprocess.run([sys.executable, "-c", "import interp_widgets"], capture_output=True, text=True, cwd=tmp_path)
+    still = subprocess.run(
+        [sys.executable, "-c", "import interp_widgets"], capture_output=True, text=True, cwd=tmp_path
+    )
     assert still.returncode == 0, f"installing the wheel elsewhere broke this environment's own:\n{still.stderr}"
     data = prefix / "share" / "jupyter"
     assert (data / "labextensions" / "interp-widgets" / "package.json").is_file()

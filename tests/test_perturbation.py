@@ -21,10 +21,18 @@ def bert(wordpiece_tokenizer):
     """A tiny BERT classifier with a wide initialisation, so that every word moves the logits visibly."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    config = BertConfig(vocab_size=wordpiece_tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128, num_labels=3,
-                        initializer_range=0.2, id2label={0: "negative", 1: "neutral", 2: "positive"},
-                        label2id={"negative": 0, "neutral": 1, "positive": 2})
+    config = BertConfig(
+        vocab_size=wordpiece_tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=3,
+        initializer_range=0.2,
+        id2label={0: "negative", 1: "neutral", 2: "positive"},
+        label2id={"negative": 0, "neutral": 1, "positive": 2},
+    )
     torch.manual_seed(0)
     return BertForSequenceClassification(config).eval(), wordpiece_tokenizer
 
@@ -33,9 +41,16 @@ def bert(wordpiece_tokenizer):
 def gpt2(bpe_tokenizer):
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    config = GPT2Config(vocab_size=len(bpe_tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=128,
-                        initializer_range=0.2, bos_token_id=bpe_tokenizer.bos_token_id,
-                        eos_token_id=bpe_tokenizer.eos_token_id)
+    config = GPT2Config(
+        vocab_size=len(bpe_tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=128,
+        initializer_range=0.2,
+        bos_token_id=bpe_tokenizer.bos_token_id,
+        eos_token_id=bpe_tokenizer.eos_token_id,
+    )
     torch.manual_seed(0)
     return GPT2LMHeadModel(config).eval(), bpe_tokenizer
 
@@ -62,8 +77,13 @@ def word_units(tokenizer, text):
     spans = [(m.start(), m.end()) for m in __import__("re").finditer(r"\w+|[^\w\s]", text)]
     units = []
     for start, end in spans:
-        units.append([i for i, (a, b) in enumerate(enc["offset_mapping"])
-                      if not enc["special_tokens_mask"][i] and start <= a < end])
+        units.append(
+            [
+                i
+                for i, (a, b) in enumerate(enc["offset_mapping"])
+                if not enc["special_tokens_mask"][i] and start <= a < end
+            ]
+        )
     return units
 
 
@@ -109,7 +129,8 @@ def test_sampled_kernel_shap_converges_and_keeps_efficiency(bert, exact_shapley)
     errors = []
     for n_samples in (8, 32, 120):
         result = KernelShap(n_samples=n_samples, exact_max_units=0, progress=False).attribute(
-            model, tokenizer, TEXT, target=[0, 2], granularity="word")
+            model, tokenizer, TEXT, target=[0, 2], granularity="word"
+        )
         assert np.abs(result.completeness_error).max() < 1e-9 and result.params["exact"] is False
         errors.append(np.abs(result.scores - expected).mean())
     assert errors[2] < errors[1] < errors[0]
@@ -125,7 +146,9 @@ def test_occlusion_equals_manual_masking(bert):
     windows = [set(range(s, s + 2)) for s in range(n - 1)]
     keeps = [set(range(n))] + [set(range(n)) - w for w in windows]
     logits = masked_logits(model, tokenizer, TEXT, keeps, tokens, tokenizer.mask_token_id)[:, 2]
-    expected = np.array([np.mean([logits[0] - logits[1 + k] for k, w in enumerate(windows) if u in w]) for u in range(n)])
+    expected = np.array(
+        [np.mean([logits[0] - logits[1 + k] for k, w in enumerate(windows) if u in w]) for u in range(n)]
+    )
     assert len(result.tokens) == n
     np.testing.assert_allclose(result.scores[0], expected, atol=1e-5)
 
@@ -139,7 +162,9 @@ def test_lime_equals_a_direct_weighted_sklearn_fit(bert):
     result = lime.attribute(model, tokenizer, TEXT, target=0, granularity="word")
     masks = lime.masks(len(units))
     assert masks[0].all() and (~masks[1:]).any(axis=1).all()
-    f = masked_logits(model, tokenizer, TEXT, [set(np.flatnonzero(m)) for m in masks], units, tokenizer.pad_token_id)[:, 0]
+    f = masked_logits(model, tokenizer, TEXT, [set(np.flatnonzero(m)) for m in masks], units, tokenizer.pad_token_id)[
+        :, 0
+    ]
     kept = masks.sum(1)
     cosine = np.where(kept > 0, kept / (np.sqrt(np.maximum(kept, 1)) * np.sqrt(len(units))), 0.0)
     weights = np.sqrt(np.exp(-((1 - cosine) ** 2) / 0.5**2))
@@ -158,11 +183,13 @@ def test_sobol_total_indices_match_brute_force_variance(bert):
     units = word_units(tokenizer, text)
     n = len(units)
     masks = np.array(list(itertools.product([False, True], repeat=n)))
-    f = masked_logits(model, tokenizer, text, [set(np.flatnonzero(m)) for m in masks], units, tokenizer.pad_token_id)[:, 1]
+    f = masked_logits(model, tokenizer, text, [set(np.flatnonzero(m)) for m in masks], units, tokenizer.pad_token_id)[
+        :, 1
+    ]
     value = {tuple(m): v for m, v in zip(masks, f)}
     expected = []
     for i in range(n):  # E[Var(f | x_~i)] / Var(f) with independent fair coins: mean of (f(x_i=1) − f(x_i=0))² / 4
-        diffs = [value[m[:i] + (True,) + m[i + 1:]] - value[m[:i] + (False,) + m[i + 1:]] for m in value if not m[i]]
+        diffs = [value[m[:i] + (True,) + m[i + 1 :]] - value[m[:i] + (False,) + m[i + 1 :]] for m in value if not m[i]]
         expected.append(np.mean(np.square(diffs)) / 4 / np.var(f))
     result = Sobol(n_samples=2048, progress=False).attribute(model, tokenizer, text, target=1, granularity="word")
     assert (result.scores >= 0).all()
@@ -174,7 +201,8 @@ def test_sobol_total_indices_match_brute_force_variance(bert):
 def test_sobol_gives_zero_to_a_unit_equal_to_its_baseline(bert):
     model, tokenizer = bert
     result = Sobol(n_samples=32, baseline="mask", progress=False).attribute(
-        model, tokenizer, "Great [MASK] here, slow service.", target=0)
+        model, tokenizer, "Great [MASK] here, slow service.", target=0
+    )
     assert result.tokens[1] == "[MASK]"
     assert abs(result.scores[0, 1]) < 1e-6
     assert result.scores[0].max() > 0.01
@@ -186,7 +214,8 @@ def test_word_level_perturbation_masks_whole_words(bert, monkeypatch):
     adapter = ModelAdapter(model, tokenizer)
     enc = adapter.encode(TEXT)
     KernelShap(n_samples=40, exact_max_units=0, baseline="zero", progress=False).attribute(
-        adapter, inputs=TEXT, granularity="word")
+        adapter, inputs=TEXT, granularity="word"
+    )
     rows = torch.cat(captured)
     x = adapter.embed(torch.as_tensor(enc.input_ids)[None])[0].detach()
     replaced = (rows == 0).all(-1)
@@ -200,15 +229,22 @@ def test_word_level_perturbation_masks_whole_words(bert, monkeypatch):
     assert replaced.any() and (~replaced[:, 1:-1]).any()
 
 
-@pytest.mark.parametrize("method", [
-    Occlusion(window=2, progress=False), Lime(n_samples=40, progress=False),
-    KernelShap(n_samples=40, progress=False), Sobol(n_samples=8, progress=False),
-])
+@pytest.mark.parametrize(
+    "method",
+    [
+        Occlusion(window=2, progress=False),
+        Lime(n_samples=40, progress=False),
+        KernelShap(n_samples=40, progress=False),
+        Sobol(n_samples=8, progress=False),
+    ],
+)
 def test_generation_target_never_depends_on_later_sources(gpt2, method):
     model, tokenizer = gpt2
     prompt = "The room was"
-    first, second = [tokenizer(" quiet and warm", add_special_tokens=False)["input_ids"],
-                     tokenizer(" quiet and cold", add_special_tokens=False)["input_ids"]]
+    first, second = [
+        tokenizer(" quiet and warm", add_special_tokens=False)["input_ids"],
+        tokenizer(" quiet and cold", add_special_tokens=False)["input_ids"],
+    ]
     same = next(i for i, (a, b) in enumerate(zip(first, second)) if a != b)
     results = [method.attribute(model, tokenizer, prompt, continuation=ids) for ids in (first, second)]
     n_prompt = len(tokenizer(prompt)["input_ids"])
@@ -225,8 +261,9 @@ def test_generation_target_never_depends_on_later_sources(gpt2, method):
 
 def test_generation_kernel_shap_is_exact_per_target(gpt2):
     model, tokenizer = gpt2
-    result = KernelShap(progress=False).attribute(model, tokenizer, "The room was", continuation=" quiet and warm",
-                                                  granularity="word")
+    result = KernelShap(progress=False).attribute(
+        model, tokenizer, "The room was", continuation=" quiet and warm", granularity="word"
+    )
     assert np.abs(result.completeness_error).max() < 1e-9
     np.testing.assert_allclose(np.nansum(result.scores, axis=1), result.score_delta, atol=1e-9)
     assert np.isnan(result.scores[0, -3:]).all()
@@ -255,11 +292,17 @@ def test_results_do_not_depend_on_batching_or_companions(bert):
 def test_other_tasks_and_the_functional_entry_point(llama_lm, bert_masked_lm, gpt2_classifier):
     result = attribute(*llama_lm, "The room was", method="occlusion", continuation=" warm")
     assert result.scores.shape[0] == len(result.target_labels) and np.isnan(result.scores[0, -1])
-    masked = attribute(*bert_masked_lm, "The room was [MASK].", method="kernel_shap", granularity="word",
-                       method_params={"progress": False})
+    masked = attribute(
+        *bert_masked_lm,
+        "The room was [MASK].",
+        method="kernel_shap",
+        granularity="word",
+        method_params={"progress": False},
+    )
     assert np.abs(masked.completeness_error).max() < 1e-9
-    decoder = attribute(*gpt2_classifier, ["Good film.", "Bad."], method="sobol", target=[0, 1],
-                        method_params={"n_samples": 8})
+    decoder = attribute(
+        *gpt2_classifier, ["Good film.", "Bad."], method="sobol", target=[0, 1], method_params={"n_samples": 8}
+    )
     assert all(r.scores.shape[0] == 2 and (r.scores >= 0).all() for r in decoder)
 
 
@@ -274,17 +317,20 @@ def test_models_are_left_untouched(bert, gpt2):
         model.eval()
 
 
-@pytest.mark.parametrize("make, message", [
-    (lambda: Occlusion(window=0), "window must be an integer >= 1"),
-    (lambda: Occlusion(window=1.5), "window must be an integer >= 1"),
-    (lambda: KernelShap(n_samples=0), "n_samples must be an integer >= 1"),
-    (lambda: KernelShap(exact_max_units=30), "exact_max_units"),
-    (lambda: Lime(n_samples=-3), "n_samples must be an integer >= 1"),
-    (lambda: Lime(kernel_width=0), "kernel_width must be a number > 0"),
-    (lambda: Sobol(n_samples=0), "n_samples must be an integer >= 1"),
-    (lambda: Sobol(seed=-1), "seed must be an integer >= 0"),
-    (lambda: Occlusion(baseline="blank"), "unknown baseline 'blank'"),
-])
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: Occlusion(window=0), "window must be an integer >= 1"),
+        (lambda: Occlusion(window=1.5), "window must be an integer >= 1"),
+        (lambda: KernelShap(n_samples=0), "n_samples must be an integer >= 1"),
+        (lambda: KernelShap(exact_max_units=30), "exact_max_units"),
+        (lambda: Lime(n_samples=-3), "n_samples must be an integer >= 1"),
+        (lambda: Lime(kernel_width=0), "kernel_width must be a number > 0"),
+        (lambda: Sobol(n_samples=0), "n_samples must be an integer >= 1"),
+        (lambda: Sobol(seed=-1), "seed must be an integer >= 0"),
+        (lambda: Occlusion(baseline="blank"), "unknown baseline 'blank'"),
+    ],
+)
 def test_bad_parameters_raise_clear_value_errors(make, message):
     with pytest.raises(ValueError, match=message):
         make()

@@ -13,8 +13,10 @@ BLOCKS = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), 
 
 def test_readme_has_one_example_per_family():
     assert len(BLOCKS) == 3
-    code_lines = [[line for line in block.splitlines() if line.strip() and not line.startswith(('import', 'from'))]
-                  for block in BLOCKS]
+    code_lines = [
+        [line for line in block.splitlines() if line.strip() and not line.startswith(("import", "from"))]
+        for block in BLOCKS
+    ]
     assert all(len(lines) <= 12 for lines in code_lines), [len(lines) for lines in code_lines]
 
 

@@ -56,17 +56,33 @@ def write_folder(folder, cfg: dict, weights: dict | None = None, d_in: int = 32,
     (folder / "cfg.json").write_text(json.dumps(cfg))
     if weights is None:
         g = torch.Generator().manual_seed(0)
-        weights = {"W_enc": torch.randn(d_in, d_sae, generator=g), "W_dec": torch.randn(d_sae, d_in, generator=g),
-                   "b_enc": torch.zeros(d_sae), "b_dec": torch.zeros(d_in)}
+        weights = {
+            "W_enc": torch.randn(d_in, d_sae, generator=g),
+            "W_dec": torch.randn(d_sae, d_in, generator=g),
+            "b_enc": torch.zeros(d_sae),
+            "b_dec": torch.zeros(d_in),
+        }
     save_file(weights, str(folder / "sae_weights.safetensors"))
     return folder
 
 
 def v6_cfg(**changes) -> dict:
-    cfg = {"d_in": 32, "d_sae": 48, "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": True,
-           "normalize_activations": "none", "reshape_activations": "none", "architecture": "standard",
-           "metadata": {"sae_lens_version": "6.12.0", "model_name": "gpt2", "hook_name": "blocks.1.hook_resid_post",
-                        "model_from_pretrained_kwargs": {}}}
+    cfg = {
+        "d_in": 32,
+        "d_sae": 48,
+        "dtype": "float32",
+        "device": "cpu",
+        "apply_b_dec_to_input": True,
+        "normalize_activations": "none",
+        "reshape_activations": "none",
+        "architecture": "standard",
+        "metadata": {
+            "sae_lens_version": "6.12.0",
+            "model_name": "gpt2",
+            "hook_name": "blocks.1.hook_resid_post",
+            "model_from_pretrained_kwargs": {},
+        },
+    }
     metadata = {key: changes.pop(key) for key in list(changes) if key in cfg["metadata"] or key == "hook_head_index"}
     cfg.update(changes)
     cfg["metadata"].update(metadata)
@@ -75,10 +91,16 @@ def v6_cfg(**changes) -> dict:
 
 @pytest.mark.parametrize("kind", ["relu", "topk", "jumprelu", "batchtopk"])
 def test_round_trip_keeps_encodings_layer_and_model(kind, lm_store, tmp_path):
-    sae = {"relu": lambda: SparseAutoencoder(32, activation="relu", l1_coefficient=3e-2, max_epochs=2),
-           "topk": lambda: SparseAutoencoder(32, k=4, max_epochs=2),
-           "jumprelu": lambda: JumpReLUSAE(32, lr=1e-2, max_epochs=2),
-           "batchtopk": lambda: BatchTopKSAE(32, k=4, max_epochs=2)}[kind]().set_params(progress=False).fit(lm_store)
+    sae = (
+        {
+            "relu": lambda: SparseAutoencoder(32, activation="relu", l1_coefficient=3e-2, max_epochs=2),
+            "topk": lambda: SparseAutoencoder(32, k=4, max_epochs=2),
+            "jumprelu": lambda: JumpReLUSAE(32, lr=1e-2, max_epochs=2),
+            "batchtopk": lambda: BatchTopKSAE(32, k=4, max_epochs=2),
+        }[kind]()
+        .set_params(progress=False)
+        .fit(lm_store)
+    )
     folder = save_sae(sae, tmp_path / kind, model_name="openai-community/gpt2")
     cfg = read_config(folder)
     assert cfg["architecture"] == {"relu": "standard", "topk": "topk"}.get(kind, "jumprelu")
@@ -86,8 +108,9 @@ def test_round_trip_keeps_encodings_layer_and_model(kind, lm_store, tmp_path):
     loaded = load_sae(folder)
     X = lm_store.to_numpy()
     np.testing.assert_allclose(loaded.transform(X), sae.transform(X), atol=1e-5)
-    np.testing.assert_allclose(loaded.inverse_transform(loaded.transform(X)), sae.inverse_transform(sae.transform(X)),
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        loaded.inverse_transform(loaded.transform(X)), sae.inverse_transform(sae.transform(X)), atol=1e-5
+    )
     assert loaded.layer_ == "layer:1" and loaded.model_name_ == "openai-community/gpt2"
     assert loaded.fit_info_["saelens"]["architecture"] == cfg["architecture"]
 
@@ -110,7 +133,8 @@ def test_quality_on_load_passes_the_right_model_and_warns_on_the_wrong_one(decod
     model, untrained, tokenizer = decoder
     texts, probe = corpus()[:30], corpus()[40:50]
     fit = lambda m: SparseAutoencoder(256, k=16, lr=3e-3, max_epochs=20, batch_size=128, progress=False).fit(  # noqa: E731
-        collect_activations(m, tokenizer, texts, layer=1, progress=False))
+        collect_activations(m, tokenizer, texts, layer=1, progress=False)
+    )
     folder = save_sae(fit(model), tmp_path / "trained")
     assert read_config(folder)["model_name"] == model.config._name_or_path
     before = model_fingerprint(model, tokenizer)
@@ -122,8 +146,11 @@ def test_quality_on_load_passes_the_right_model_and_warns_on_the_wrong_one(decod
     assert matched["fvu"] < 0.3 and matched["loss_recovered"] > 0.9 and matched["l0"] == 16
 
     # the same name, another model: the untrained checkpoint's activations are nothing like the trained one's
-    with pytest.warns(SAEQualityWarning, match=r"the SAE reconstructs layer:1 badly: .* of its variance is "
-                                                r"unexplained .* more likely, it was trained on another model"):
+    with pytest.warns(
+        SAEQualityWarning,
+        match=r"the SAE reconstructs layer:1 badly: .* of its variance is "
+        r"unexplained .* more likely, it was trained on another model",
+    ):
         load_sae(folder, model=untrained, tokenizer=tokenizer, texts=probe, progress=False)
     # and the other way round: an SAE of the untrained model spliced into the trained one costs far more loss
     other = save_sae(fit(untrained), tmp_path / "untrained")
@@ -187,12 +214,17 @@ def test_model_name_is_checked_at_load_and_use(gpt2_lm, trained, tmp_path):
     sae = load_sae(folder, model=gpt2)  # the TransformerLens alias of the same model: fine
     assert sae.model_name_ == "gpt2-small"
     distilled = named(model, "/data/models--distilbert--distilgpt2/snapshots/abc123/")
-    with pytest.raises(ValueError, match=r"fitted on activations of 'gpt2-small' \(model_name in .*cfg.json\), not "
-                                         r"of 'distilbert/distilgpt2'; use it with gpt2-small"):
+    with pytest.raises(
+        ValueError,
+        match=r"fitted on activations of 'gpt2-small' \(model_name in .*cfg.json\), not "
+        r"of 'distilbert/distilgpt2'; use it with gpt2-small",
+    ):
         load_sae(folder, model=distilled)
-    for use in (lambda: text_concepts(sae, distilled, tokenizer, "A text."),
-                lambda: concept_importance(sae, distilled, tokenizer, "A text."),
-                lambda: splice_quality(sae, distilled, tokenizer, ["A text."], progress=False)):
+    for use in (
+        lambda: text_concepts(sae, distilled, tokenizer, "A text."),
+        lambda: concept_importance(sae, distilled, tokenizer, "A text."),
+        lambda: splice_quality(sae, distilled, tokenizer, ["A text."], progress=False),
+    ):
         with pytest.raises(ValueError, match="fitted on activations of 'gpt2-small'"):
             use()
     other_store = collect_activations(distilled, tokenizer, TEXTS[:3], layer=1, progress=False)
@@ -210,12 +242,18 @@ def test_model_name_is_checked_at_load_and_use(gpt2_lm, trained, tmp_path):
 def test_hook_point_and_width_are_checked(gpt2_lm, tmp_path):
     model, tokenizer = gpt2_lm
     folder = write_folder(tmp_path / "deep", v6_cfg(hook_name="blocks.7.hook_resid_post"))
-    with pytest.raises(ValueError, match=r"the SAE's hook point 'layer:7' \(hook blocks.7.hook_resid_post\) is not "
-                                         r"in this GPT2LMHeadModel: layer index 7 is out of range; this model has 2"):
+    with pytest.raises(
+        ValueError,
+        match=r"the SAE's hook point 'layer:7' \(hook blocks.7.hook_resid_post\) is not "
+        r"in this GPT2LMHeadModel: layer index 7 is out of range; this model has 2",
+    ):
         load_sae(folder, model=model)
     wide = write_folder(tmp_path / "wide", v6_cfg(d_in=64), d_in=64)
-    with pytest.raises(ValueError, match=r"the SAE reads 64-wide activations \(d_in=64\) but layer:1 of this "
-                                         r"GPT2LMHeadModel is 32 wide"):
+    with pytest.raises(
+        ValueError,
+        match=r"the SAE reads 64-wide activations \(d_in=64\) but layer:1 of this "
+        r"GPT2LMHeadModel is 32 wide",
+    ):
         load_sae(wide, model=model)
     with pytest.raises(ValueError, match="fitted on 32 features .* but got 64"):
         load_sae(tmp_path / "deep").transform(np.zeros((2, 64), np.float32))
@@ -235,16 +273,21 @@ def test_transformer_lens_processing_is_applied_or_refused(gpt2_lm, llama_lm, be
     assert gpt2.preprocessing_["center"] and not llama.preprocessing_["center"]  # RMSNorm: TransformerLens skips it
     X = np.random.default_rng(0).normal(size=(10, 32)).astype(np.float32) + 3.0
     np.testing.assert_allclose(gpt2.transform(X), llama.transform(X - X.mean(1, keepdims=True)), atol=1e-5)
-    np.testing.assert_allclose(gpt2.inverse_transform(gpt2.transform(X), X=X) - X.mean(1, keepdims=True),
-                               llama.inverse_transform(llama.transform(X - X.mean(1, keepdims=True))), atol=1e-4)
+    np.testing.assert_allclose(
+        gpt2.inverse_transform(gpt2.transform(X), X=X) - X.mean(1, keepdims=True),
+        llama.inverse_transform(llama.transform(X - X.mean(1, keepdims=True))),
+        atol=1e-4,
+    )
     again = read_config(save_sae(gpt2, tmp_path / "again"))  # the processing is written back
     assert again["model_from_pretrained_kwargs"] == {"center_writing_weights": True, "fold_ln": True}
-    with pytest.raises(ValueError, match="reproduces for pre-norm LayerNorm models .* BertForSequenceClassification "
-                                         "is post-norm"):
+    with pytest.raises(
+        ValueError, match="reproduces for pre-norm LayerNorm models .* BertForSequenceClassification is post-norm"
+    ):
         load_sae(folder, model=bert_classifier[0])
     odd = write_folder(tmp_path / "odd", v6_cfg(model_from_pretrained_kwargs={"first_n_layers": 1}))
-    with pytest.raises(ValueError, match="loaded with first_n_layers=1, whose effect on activations interp_widgets "
-                                         "cannot reproduce"):
+    with pytest.raises(
+        ValueError, match="loaded with first_n_layers=1, whose effect on activations interp_widgets cannot reproduce"
+    ):
         load_sae(odd, model=gpt2_lm[0])
     assert not load_sae(odd, cfg_overrides={"model_from_pretrained_kwargs": {}}).preprocessing_["center"]
 
@@ -268,8 +311,9 @@ def test_bad_folders_get_clear_errors(gpt2_lm, tmp_path):
     (broken / "cfg.json").write_text("{not json")
     with pytest.raises(ValueError, match="cfg.json is not valid JSON"):
         load_sae(broken)
-    with pytest.raises(ValueError, match="unknown or unsupported SAE architecture 'gated'; load_sae reads standard, "
-                                         "topk, jumprelu"):
+    with pytest.raises(
+        ValueError, match="unknown or unsupported SAE architecture 'gated'; load_sae reads standard, topk, jumprelu"
+    ):
         load_sae(write_folder(tmp_path / "gated", v6_cfg(architecture="gated")))
     with pytest.raises(ValueError, match="attention-head SAEs .* read per-head outputs"):
         load_sae(write_folder(tmp_path / "z", v6_cfg(hook_name="blocks.1.attn.hook_z")))
@@ -284,18 +328,28 @@ def test_bad_folders_get_clear_errors(gpt2_lm, tmp_path):
     with pytest.raises(ValueError, match="has no 'threshold' tensor"):
         load_sae(write_folder(tmp_path / "jump", v6_cfg(architecture="jumprelu")))
     g = torch.Generator().manual_seed(0)
-    bad_shape = {"W_enc": torch.randn(48, 32, generator=g), "W_dec": torch.randn(48, 32, generator=g),
-                 "b_enc": torch.zeros(48), "b_dec": torch.zeros(32)}
-    with pytest.raises(ValueError, match=r"W_enc has shape \(48, 32\) but cfg.json \(d_in=32, d_sae=48\) implies "
-                                         r"\(32, 48\)"):
+    bad_shape = {
+        "W_enc": torch.randn(48, 32, generator=g),
+        "W_dec": torch.randn(48, 32, generator=g),
+        "b_enc": torch.zeros(48),
+        "b_dec": torch.zeros(32),
+    }
+    with pytest.raises(
+        ValueError,
+        match=r"W_enc has shape \(48, 32\) but cfg.json \(d_in=32, d_sae=48\) implies "
+        r"\(32, 48\)",
+    ):
         load_sae(write_folder(tmp_path / "shape", v6_cfg(), bad_shape))
     with pytest.raises(ValueError, match="names no hook point"):
         load_sae(write_folder(tmp_path / "nohook", v6_cfg(hook_name=None)))
 
 
 def test_save_sae_errors_and_old_layout(lm_store, tmp_path):
-    with pytest.raises(TypeError, match="save_sae writes sparse autoencoders .* not a PCAConcepts; save other "
-                                        r"concept models with .save\(path\)"):
+    with pytest.raises(
+        TypeError,
+        match="save_sae writes sparse autoencoders .* not a PCAConcepts; save other "
+        r"concept models with .save\(path\)",
+    ):
         save_sae(PCAConcepts(4).fit(lm_store), tmp_path / "pca")
     on_array = SparseAutoencoder(8, k=2, max_epochs=1, progress=False).fit(lm_store.to_numpy())
     with pytest.raises(ValueError, match="its layer is unknown; pass hook_name="):
@@ -306,8 +360,12 @@ def test_save_sae_errors_and_old_layout(lm_store, tmp_path):
         save_sae(on_array, tmp_path / "x", hook_name="ln_final.hook_normalized")
     # a pre-6 config with the old key names, read by the same loader
     old = v6_cfg()
-    old.update(hook_point=old["metadata"]["hook_name"], model_name="gpt2-small", normalize_activations=False,
-               activation_fn_str="relu")
+    old.update(
+        hook_point=old["metadata"]["hook_name"],
+        model_name="gpt2-small",
+        normalize_activations=False,
+        activation_fn_str="relu",
+    )
     del old["metadata"], old["architecture"]
     sae = load_sae(write_folder(tmp_path / "old", old))
     assert sae.fit_info_["saelens"]["format"] == "pre-v6" and sae.layer_ == "layer:1" and sae.activation == "relu"
@@ -316,8 +374,12 @@ def test_save_sae_errors_and_old_layout(lm_store, tmp_path):
 def test_rowwise_sae_in_concept_importance(gpt2_lm, tmp_path):
     model, tokenizer = gpt2_lm
     g = torch.Generator().manual_seed(2)
-    weights = {"W_enc": torch.randn(32, 48, generator=g) * 0.3, "W_dec": torch.randn(48, 32, generator=g) * 0.3,
-               "b_enc": torch.randn(48, generator=g) * 0.1, "b_dec": torch.randn(32, generator=g) * 0.1}
+    weights = {
+        "W_enc": torch.randn(32, 48, generator=g) * 0.3,
+        "W_dec": torch.randn(48, 32, generator=g) * 0.3,
+        "b_enc": torch.randn(48, generator=g) * 0.1,
+        "b_dec": torch.randn(32, generator=g) * 0.1,
+    }
     sae = load_sae(write_folder(tmp_path / "ln", v6_cfg(normalize_activations="layer_norm"), weights), model=model)
     text = "The staff were friendly."
     before = model_fingerprint(model, tokenizer)
@@ -333,5 +395,4 @@ def test_rowwise_sae_in_concept_importance(gpt2_lm, tmp_path):
     with torch.no_grad(), capture(model, ["layer:1"]) as captured:
         model(input_ids=ids)
     h = captured["layer:1"][0][0]
-    np.testing.assert_allclose(sae.decode_torch(C, h).numpy(), sae.inverse_transform(C.numpy(), X=h.numpy()),
-                               atol=1e-5)
+    np.testing.assert_allclose(sae.decode_torch(C, h).numpy(), sae.inverse_transform(C.numpy(), X=h.numpy()), atol=1e-5)

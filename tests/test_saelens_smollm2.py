@@ -44,8 +44,11 @@ def test_saved_folder_names_the_hub_model_and_the_model_is_untouched(smollm2, tr
     # a folder for another SmolLM2 is refused, naming both
     cfg["metadata"]["model_name"] = "HuggingFaceTB/SmolLM2-360M-Instruct"
     (folder / "cfg.json").write_text(json.dumps(cfg))
-    with pytest.raises(ValueError, match=r"'HuggingFaceTB/SmolLM2-360M-Instruct'.*not of "
-                                         r"'HuggingFaceTB/SmolLM2-135M-Instruct'"):
+    with pytest.raises(
+        ValueError,
+        match=r"'HuggingFaceTB/SmolLM2-360M-Instruct'.*not of "
+        r"'HuggingFaceTB/SmolLM2-135M-Instruct'",
+    ):
         load_sae(folder, model=model)
     # an explicit name still wins
     assert read_config(save_sae(sae, tmp_path / "named", model_name="my-smollm"))["model_name"] == "my-smollm"
@@ -63,12 +66,28 @@ def sink_blind_folder(folder, store, channels):
     D = torch.diag(mask)
     b_dec = torch.zeros(d)
     b_dec[channels] = torch.as_tensor(ordinary[:, channels].mean(0))
-    weights = {"W_enc": torch.cat([D, -D], 1), "W_dec": torch.cat([D, -D], 0), "b_enc": torch.zeros(2 * d),
-               "b_dec": b_dec}
-    cfg = {"d_in": d, "d_sae": 2 * d, "dtype": "float32", "device": "cpu", "apply_b_dec_to_input": False,
-           "normalize_activations": "none", "reshape_activations": "none", "architecture": "standard",
-           "metadata": {"sae_lens_version": "6.12.0", "model_name": HUB_NAME, "hook_name": "blocks.15.hook_resid_post",
-                        "model_from_pretrained_kwargs": {}}}
+    weights = {
+        "W_enc": torch.cat([D, -D], 1),
+        "W_dec": torch.cat([D, -D], 0),
+        "b_enc": torch.zeros(2 * d),
+        "b_dec": b_dec,
+    }
+    cfg = {
+        "d_in": d,
+        "d_sae": 2 * d,
+        "dtype": "float32",
+        "device": "cpu",
+        "apply_b_dec_to_input": False,
+        "normalize_activations": "none",
+        "reshape_activations": "none",
+        "architecture": "standard",
+        "metadata": {
+            "sae_lens_version": "6.12.0",
+            "model_name": HUB_NAME,
+            "hook_name": "blocks.15.hook_resid_post",
+            "model_from_pretrained_kwargs": {},
+        },
+    }
     folder.mkdir(parents=True)
     (folder / "cfg.json").write_text(json.dumps(cfg))
     save_file(weights, str(folder / "sae_weights.safetensors"))
@@ -93,7 +112,8 @@ def test_quality_on_load_leaves_attention_sinks_alone(smollm2, train_store, tmp_
     # "auto" found exactly the first tokens: the same figures as skipping one position
     by_position = splice_quality(sae, model, tokenizer, probe, skip_positions=1, progress=False).to_dict()
     assert {k: v for k, v in quality.items() if k != "n_skipped"} == {
-        k: v for k, v in by_position.items() if k != "n_skipped"}
+        k: v for k, v in by_position.items() if k != "n_skipped"
+    }
 
     # without skipping, the sinks are spliced and the same SAE looks broken: the warning the default avoids
     with pytest.warns(SAEQualityWarning, match="the SAE reconstructs layer:15 badly"):

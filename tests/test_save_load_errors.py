@@ -22,13 +22,18 @@ def result(bert_classifier):
 def test_attribution_result_save_creates_directories_and_load_explains_bad_files(result, tmp_path):
     path = result.save(tmp_path / "new" / "nested" / "r.safetensors")
     assert path.is_file() and AttributionResult.load(path).tokens == result.tokens
-    with pytest.raises(IsADirectoryError, match=r"is a directory; save to a file inside it, such as .*result\.safetensors"):
+    with pytest.raises(
+        IsADirectoryError, match=r"is a directory; save to a file inside it, such as .*result\.safetensors"
+    ):
         result.save(tmp_path)
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(NOT_SAFETENSORS)
-    with pytest.raises(ValueError, match=r"is not a saved AttributionResult: it is not a safetensors file, or it is "
-                                         r"truncated or damaged \(header too large\); pass the path of a file "
-                                         r"written by AttributionResult\.save\(path\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"is not a saved AttributionResult: it is not a safetensors file, or it is "
+        r"truncated or damaged \(header too large\); pass the path of a file "
+        r"written by AttributionResult\.save\(path\)",
+    ):
         AttributionResult.load(junk)
     truncated = tmp_path / "truncated.safetensors"
     truncated.write_bytes(path.read_bytes()[:20])
@@ -46,12 +51,20 @@ def test_concept_files_name_the_problem(result, tmp_path):
     assert ConceptModel.load(path).n_concepts == 2
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(NOT_SAFETENSORS)
-    with pytest.raises(ValueError, match=r"not a saved ConceptModel: it is not a safetensors file.*"
-                                         r"written by ConceptModel\.save\(path\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"not a saved ConceptModel: it is not a safetensors file.*"
+        r"written by ConceptModel\.save\(path\)",
+    ):
         ConceptModel.load(junk)
-    with pytest.raises(ValueError, match=r"holds a different interp_widgets object \(interp_widgets.ConceptModel\), not an AttributionResult; load it with its own class"):
+    with pytest.raises(
+        ValueError,
+        match=r"holds a different interp_widgets object \(interp_widgets.ConceptModel\), not an AttributionResult; load it with its own class",
+    ):
         AttributionResult.load(path)
-    with pytest.raises(ValueError, match=r"holds a interp_widgets.AttributionResult, not a interp_widgets.ConceptModel"):
+    with pytest.raises(
+        ValueError, match=r"holds a interp_widgets.AttributionResult, not a interp_widgets.ConceptModel"
+    ):
         ConceptModel.load(result.save(tmp_path / "r.safetensors"))
 
 
@@ -60,7 +73,9 @@ def test_geometry_log_and_checkpoint_errors(tmp_path):
     log.log(0, loss=1.5)
     saved = log.save(tmp_path / "a" / "run")
     (saved / "history.safetensors").write_bytes(NOT_SAFETENSORS)
-    with pytest.raises(ValueError, match=r"is not a GeometryLog's history: .*; save the log again with GeometryLog\.save"):
+    with pytest.raises(
+        ValueError, match=r"is not a GeometryLog's history: .*; save the log again with GeometryLog\.save"
+    ):
         GeometryLog.load(saved)
     (saved / "meta.json").write_text("{not json")
     with pytest.raises(ValueError, match=r"meta\.json is damaged"):
@@ -75,8 +90,13 @@ def test_geometry_log_and_checkpoint_errors(tmp_path):
 
 def test_activation_store_errors(tmp_path):
     n = 3
-    meta = {"text_id": np.arange(n), "position": np.zeros(n), "start": np.zeros(n), "end": np.ones(n),
-            "token_id": np.zeros(n)}
+    meta = {
+        "text_id": np.arange(n),
+        "position": np.zeros(n),
+        "start": np.zeros(n),
+        "end": np.ones(n),
+        "token_id": np.zeros(n),
+    }
     store = ActivationStore([np.ones((n, 2), np.float32)], meta, ["x"] * n, {"layer": "layer:0"})
     saved = store.save(tmp_path / "deep" / "store")
     assert ActivationStore.open(saved).shape == (3, 2)

@@ -47,7 +47,9 @@ def test_causal_lm_head_runs_only_at_scored_positions(family, request):
     # preparation scores the continuation at its n predicting positions; the attribution pass at the same n
     assert seen.shapes == [(1, n, 32), (1, n, 32)]
     with HeadInputs(model) as seen:
-        ig = IntegratedGradients(n_steps=6, progress=False).attribute(model, tokenizer, prompt, continuation=continuation)
+        ig = IntegratedGradients(n_steps=6, progress=False).attribute(
+            model, tokenizer, prompt, continuation=continuation
+        )
         Occlusion(progress=False).attribute(model, tokenizer, prompt, continuation=continuation)
         generated = Saliency(progress=False).attribute(model, tokenizer, prompt, max_new_tokens=4)
     assert all(shape[1] <= n and shape[1] < length - 1 for shape in seen.shapes)
@@ -62,8 +64,9 @@ def test_causal_lm_head_runs_only_at_scored_positions(family, request):
         score = torch.log_softmax(model(inputs_embeds=x_t).logits[0, position], dim=-1)[token]
         (grad,) = torch.autograd.grad(score, x_t)
         visible = int(position) + 1
-        np.testing.assert_allclose(saliency.scores[t, :visible], grad[0, :visible].norm(dim=-1).numpy(), rtol=1e-4,
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            saliency.scores[t, :visible], grad[0, :visible].norm(dim=-1).numpy(), rtol=1e-4, atol=1e-6
+        )
         assert np.isnan(saliency.scores[t, visible:]).all()
     # IG's endpoint scores, read at the gathered positions, equal the full logits' f(x) - f(baseline)
     pad = model.get_input_embeddings()(torch.tensor([tokenizer.pad_token_id]))[0].detach()
@@ -99,8 +102,14 @@ def test_generated_tokens_share_forward_and_backward_passes(llama_lm, monkeypatc
     longer = Saliency(progress=False).attribute(model, tokenizer, prompt, continuation=" the staff were very kind")
     assert longer.scores.shape[0] == 9 and longer.params["passes"]["forward_rows"] == 2  # rows of 5 + 4 targets
     assert longer.params["passes"]["backward_rows"] == 9
-    assert saliency.params["passes"] == {"forward": 1, "forward_rows": 1, "backward": 1, "backward_rows": n,
-                                         "targets": n, "preparation_forward": 1}
+    assert saliency.params["passes"] == {
+        "forward": 1,
+        "forward_rows": 1,
+        "backward": 1,
+        "backward_rows": n,
+        "targets": n,
+        "preparation_forward": 1,
+    }
     ig = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, prompt, continuation=continuation)
     # 16 path rows with gradients in one forward and one backward pass, and f(x), f(baseline) per target from one
     # forward-only pass (2 rows per target: no gradient is taken at the weight-0 endpoints)
@@ -108,15 +117,16 @@ def test_generated_tokens_share_forward_and_backward_passes(llama_lm, monkeypatc
     assert ig.params["passes"]["forward"] == 2 and ig.params["passes"]["backward"] == 1
     # a budget of one row per pass: 16 gradient passes and 2n endpoint passes, each path row serving every target
     length = len(saliency.tokens)
-    small = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, prompt,
-                                                                      continuation=continuation,
-                                                                      max_batch_tokens=length)
+    small = IntegratedGradients(n_steps=16, progress=False).attribute(
+        model, tokenizer, prompt, continuation=continuation, max_batch_tokens=length
+    )
     assert small.params["passes"]["forward"] == small.params["passes"]["forward_rows"] == 16 + 2 * n
     assert small.params["passes"]["backward"] == 16
     # one target per row (the rows stacked per target) gives the same scores with n times the rows
     monkeypatch.setattr(gradient_module, "MAX_TARGETS_PER_ROW", 1)
-    stacked = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, prompt,
-                                                                        continuation=continuation)
+    stacked = IntegratedGradients(n_steps=16, progress=False).attribute(
+        model, tokenizer, prompt, continuation=continuation
+    )
     assert stacked.params["passes"]["forward_rows"] == 16 * n + 2 * n
     np.testing.assert_allclose(ig.scores, stacked.scores, rtol=1e-5, atol=1e-6, equal_nan=True)
     np.testing.assert_allclose(small.scores, stacked.scores, rtol=1e-5, atol=1e-6, equal_nan=True)
@@ -130,8 +140,10 @@ def test_generated_tokens_share_forward_and_backward_passes(llama_lm, monkeypatc
 def test_classes_share_passes(bert_classifier):
     model, tokenizer = bert_classifier
     both = Saliency(progress=False).attribute(model, tokenizer, "Not bad at all.", target=["negative", "positive"])
-    alone = [Saliency(progress=False).attribute(model, tokenizer, "Not bad at all.", target=t)
-             for t in ("negative", "positive")]
+    alone = [
+        Saliency(progress=False).attribute(model, tokenizer, "Not bad at all.", target=t)
+        for t in ("negative", "positive")
+    ]
     np.testing.assert_allclose(both.scores, np.vstack([r.scores for r in alone]), rtol=1e-5, atol=1e-6)
     assert both.params["passes"]["forward_rows"] == 1 and both.params["passes"]["backward_rows"] == 2
 
@@ -142,10 +154,17 @@ def _dispatched_llama(llama_lm, tmp_path):
 
     model, _ = llama_lm
     model.save_pretrained(tmp_path / "model")
-    device_map = {"model.embed_tokens": "cpu", "model.rotary_emb": "cpu", "model.layers.0": "cpu",
-                  "model.layers.1": "disk", "model.norm": "cpu", "lm_head": "cpu"}
-    dispatched = AutoModelForCausalLM.from_pretrained(tmp_path / "model", device_map=device_map,
-                                                      offload_folder=tmp_path / "offload")
+    device_map = {
+        "model.embed_tokens": "cpu",
+        "model.rotary_emb": "cpu",
+        "model.layers.0": "cpu",
+        "model.layers.1": "disk",
+        "model.norm": "cpu",
+        "lm_head": "cpu",
+    }
+    dispatched = AutoModelForCausalLM.from_pretrained(
+        tmp_path / "model", device_map=device_map, offload_folder=tmp_path / "offload"
+    )
     dispatched.eval()
     return dispatched
 
@@ -153,16 +172,24 @@ def _dispatched_llama(llama_lm, tmp_path):
 def _state(model) -> dict:
     """Accelerate's hooks (the hook objects and the forward methods they installed) and every torch hook."""
     return {
-        name: (id(getattr(module, "_hf_hook", None)), module.__dict__.get("forward"),
-               {key: list(getattr(module, key, {})) for key in ("_forward_hooks", "_forward_pre_hooks",
-                                                                "_backward_hooks", "_backward_pre_hooks")})
+        name: (
+            id(getattr(module, "_hf_hook", None)),
+            module.__dict__.get("forward"),
+            {
+                key: list(getattr(module, key, {}))
+                for key in ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks")
+            },
+        )
         for name, module in model.named_modules()
     }
 
 
 def _folder_digest(folder) -> dict:
-    return {str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(folder.rglob("*"))
-            if path.is_file()}
+    return {
+        str(path.relative_to(folder)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
 
 
 def test_dispatched_model_with_a_block_on_disk(llama_lm, tmp_path, monkeypatch):
@@ -201,8 +228,9 @@ def test_dispatched_model_with_a_block_on_disk(llama_lm, tmp_path, monkeypatch):
         expected = method.attribute(model, tokenizer, prompt, **kwargs)
         got = method.attribute(dispatched, tokenizer, prompt, **kwargs)
         assert got.target_labels == expected.target_labels, method.name
-        np.testing.assert_allclose(got.scores, expected.scores, rtol=1e-5, atol=1e-6, equal_nan=True,
-                                   err_msg=method.name)
+        np.testing.assert_allclose(
+            got.scores, expected.scores, rtol=1e-5, atol=1e-6, equal_nan=True, err_msg=method.name
+        )
     texts = ["The room was clean.", "Slow service, cold food."]
     for layer in ("layer:0", "layer:1"):
         expected = collect_activations(model, tokenizer, texts, layer=layer, progress=False)
@@ -222,25 +250,38 @@ def test_prompt_longer_than_the_context_names_the_limit_and_the_fix(smollm2):
     limit = model.config.max_position_embeddings
     assert limit == 8192
     too_long = "word " * (limit + 10)
-    with pytest.raises(ValueError, match=r"the text is \d+ tokens, longer than the model's context of 8192 tokens "
-                                         r"\(config.max_position_embeddings = 8192\)\. Shorten it or split it into "
-                                         r"several texts of at most 8192 tokens"):
+    with pytest.raises(
+        ValueError,
+        match=r"the text is \d+ tokens, longer than the model's context of 8192 tokens "
+        r"\(config.max_position_embeddings = 8192\)\. Shorten it or split it into "
+        r"several texts of at most 8192 tokens",
+    ):
         Saliency(progress=False).attribute(model, tokenizer, too_long, continuation=" word")
     near = "word " * (limit - 5)
     n = len(tokenizer(near)["input_ids"])
-    with pytest.raises(ValueError, match=rf"the prompt \({n} tokens\) plus max_new_tokens \(20\) is longer than the "
-                                         rf"model's context of 8192 tokens \(config.max_position_embeddings = 8192\); "
-                                         rf"shorten the prompt or ask for at most {limit - n} new tokens"):
+    with pytest.raises(
+        ValueError,
+        match=rf"the prompt \({n} tokens\) plus max_new_tokens \(20\) is longer than the "
+        rf"model's context of 8192 tokens \(config.max_position_embeddings = 8192\); "
+        rf"shorten the prompt or ask for at most {limit - n} new tokens",
+    ):
         Saliency(progress=False).attribute(model, tokenizer, near, max_new_tokens=20)
-    with pytest.raises(ValueError, match=r"the prompt plus its continuation is \d+ tokens, longer than the model's "
-                                         r"context of 8192 tokens"):
+    with pytest.raises(
+        ValueError,
+        match=r"the prompt plus its continuation is \d+ tokens, longer than the model's "
+        r"context of 8192 tokens",
+    ):
         Saliency(progress=False).attribute(model, tokenizer, near, continuation=" word" * 20)
 
 
 # ---------------------------------------------------------------------------------------------- memory
 def _probe(kind: str) -> dict:
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "llm_scale.py"), "--probe", kind, "2048"],
-                         capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "llm_scale.py"), "--probe", kind, "2048"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

@@ -49,28 +49,55 @@ def one_thread():
 
 def _ids_logits(model, tokenizer, source, decoder_ids):
     with torch.no_grad():
-        return model(input_ids=torch.tensor([tokenizer(source)["input_ids"]]),
-                     decoder_input_ids=torch.tensor([decoder_ids])).logits[0].double()
+        return (
+            model(
+                input_ids=torch.tensor([tokenizer(source)["input_ids"]]), decoder_input_ids=torch.tensor([decoder_ids])
+            )
+            .logits[0]
+            .double()
+        )
 
 
 # ---------------------------------------------------------------------------------------------- detection
 def test_detection_of_every_encoder_decoder_family():
     """T5, BART, mBART, Marian and M2M100 are seq2seq-lm; BART and mBART, listed in transformers' masked-LM
     mapping, are no longer taken for masked LMs."""
-    from transformers import (BartConfig, BartForConditionalGeneration, M2M100Config, M2M100ForConditionalGeneration,
-                              MarianConfig, MarianMTModel, MBartConfig, MBartForConditionalGeneration, T5Config,
-                              T5ForConditionalGeneration)
+    from transformers import (
+        BartConfig,
+        BartForConditionalGeneration,
+        M2M100Config,
+        M2M100ForConditionalGeneration,
+        MarianConfig,
+        MarianMTModel,
+        MBartConfig,
+        MBartForConditionalGeneration,
+        T5Config,
+        T5ForConditionalGeneration,
+    )
     from transformers.models.auto import modeling_auto as auto
 
     masked = set(auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES.values())
     assert {"BartForConditionalGeneration", "MBartForConditionalGeneration"} <= masked  # the trap being fixed
-    small = dict(vocab_size=64, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                 decoder_attention_heads=2, encoder_ffn_dim=16, decoder_ffn_dim=16, max_position_embeddings=32,
-                 pad_token_id=1, decoder_start_token_id=1)
-    models = [T5ForConditionalGeneration(T5Config(vocab_size=64, d_model=16, d_kv=8, d_ff=16, num_layers=1,
-                                                   num_heads=2)),
-              BartForConditionalGeneration(BartConfig(**small)), MBartForConditionalGeneration(MBartConfig(**small)),
-              MarianMTModel(MarianConfig(**small)), M2M100ForConditionalGeneration(M2M100Config(**small))]
+    small = dict(
+        vocab_size=64,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=16,
+        decoder_ffn_dim=16,
+        max_position_embeddings=32,
+        pad_token_id=1,
+        decoder_start_token_id=1,
+    )
+    models = [
+        T5ForConditionalGeneration(T5Config(vocab_size=64, d_model=16, d_kv=8, d_ff=16, num_layers=1, num_heads=2)),
+        BartForConditionalGeneration(BartConfig(**small)),
+        MBartForConditionalGeneration(MBartConfig(**small)),
+        MarianMTModel(MarianConfig(**small)),
+        M2M100ForConditionalGeneration(M2M100Config(**small)),
+    ]
     assert [detect_task(m) for m in models] == [TASK_SEQ2SEQ_LM] * 5
 
 
@@ -92,8 +119,14 @@ def test_embeds_path_equals_ids_path(request, family):
         scale = model.get_encoder().embed_scale
         assert scale != 1.0
         with torch.no_grad():
-            unscaled = model(inputs_embeds=adapter.embed(ids)[:, : len(source)],
-                             decoder_inputs_embeds=adapter.embed(ids)[:, len(source):]).logits[0].double()
+            unscaled = (
+                model(
+                    inputs_embeds=adapter.embed(ids)[:, : len(source)],
+                    decoder_inputs_embeds=adapter.embed(ids)[:, len(source) :],
+                )
+                .logits[0]
+                .double()
+            )
         assert (unscaled - reference).abs().max() > 1e-2
 
 
@@ -110,8 +143,9 @@ def test_forced_target_on_one_axis(t5_seq2seq):
     assert r.target_scores.shape == (len(target_ids), len(target_ids) + 1)
     # target t sees the whole source and the decoder tokens before it (start token, targets < t)
     assert not np.isnan(r.source_scores).any()
-    assert np.isnan(r.target_scores).tolist() == [[j > t for j in range(len(target_ids) + 1)]
-                                                  for t in range(len(target_ids))]
+    assert np.isnan(r.target_scores).tolist() == [
+        [j > t for j in range(len(target_ids) + 1)] for t in range(len(target_ids))
+    ]
     # the recorded probabilities are the model's
     decoder = [0] + target_ids
     probs = torch.softmax(_ids_logits(model, tokenizer, SOURCE, decoder), -1)
@@ -175,7 +209,8 @@ def test_integrated_gradients_equals_captum_on_the_joint_path(request, family):
     model, tokenizer = request.getfixturevalue(family)
     n_steps = 16
     ours = IntegratedGradients(n_steps=n_steps, method="gausslegendre", progress=False).attribute(
-        model, tokenizer, SOURCE, continuation=TARGET)
+        model, tokenizer, SOURCE, continuation=TARGET
+    )
     adapter = ModelAdapter(model, tokenizer)
     problem = prepare_inputs(adapter, SOURCE, continuation=TARGET)[0]
     split = problem.source_length
@@ -191,8 +226,12 @@ def test_integrated_gradients_equals_captum_on_the_joint_path(request, family):
     theirs = np.full_like(ours.scores, np.nan)
     for step in range(problem.n_targets):
         source_attr, decoder_attr = CaptumIG(forward).attribute(
-            (x[:, :split] * scale, x[:, split:]), baselines=(base[:, :split] * scale, base[:, split:]),
-            additional_forward_args=(step,), n_steps=n_steps, method="gausslegendre")
+            (x[:, :split] * scale, x[:, split:]),
+            baselines=(base[:, :split] * scale, base[:, split:]),
+            additional_forward_args=(step,),
+            n_steps=n_steps,
+            method="gausslegendre",
+        )
         row = torch.cat([source_attr, decoder_attr], dim=1)[0].sum(-1).double().numpy()
         theirs[step, : problem.visible[step]] = row[: problem.visible[step]]
     np.testing.assert_allclose(ours.scores, theirs, rtol=1e-4, atol=1e-4 * np.nanmax(np.abs(theirs)))
@@ -227,8 +266,9 @@ def test_agrees_with_inseq(request, family, method):
         theirs = _inseq(model, tokenizer, method)
     else:
         # inseq's baseline: the unk token for every token but the special ones (end of sequence, decoder start)
-        ours = IntegratedGradients(n_steps=16, method="gausslegendre", baseline="unk", score="probability",
-                                   progress=False)
+        ours = IntegratedGradients(
+            n_steps=16, method="gausslegendre", baseline="unk", score="probability", progress=False
+        )
         theirs = _inseq(model, tokenizer, method, n_steps=16, internal_batch_size=64)
     r = ours.attribute(model, tokenizer, SOURCE, continuation=TARGET)
     assert r.scores.shape == theirs.shape
@@ -266,8 +306,11 @@ def test_raw_attention_equals_output_attentions(request, family):
     from interp_widgets.attribution.attention import eager_attention
 
     with eager_attention(model), torch.no_grad():
-        out = model(input_ids=torch.tensor([tokenizer(SOURCE)["input_ids"]]), decoder_input_ids=torch.tensor([decoder]),
-                    output_attentions=True)
+        out = model(
+            input_ids=torch.tensor([tokenizer(SOURCE)["input_ids"]]),
+            decoder_input_ids=torch.tensor([decoder]),
+            output_attentions=True,
+        )
     n = r.n_targets if hasattr(r, "n_targets") else len(r.target_ids)
     cross = out.cross_attentions[-1][0].mean(0)[:n].double().numpy()  # (targets, source)
     self_attn = out.decoder_attentions[-1][0].mean(0)[:n].double().numpy()
@@ -328,8 +371,9 @@ def test_contrastive_target(t5_seq2seq):
     np.testing.assert_allclose(np.log(r.target_probs) - np.log(r.foil_probs), direct, rtol=1e-4, atol=1e-6)
     same = r.target_ids == r.foil_ids  # ' ', 'The', '.', '</s>': a zero score explained by zero attributions
     assert same.tolist() == [True, True, False, True, True] and not np.nan_to_num(r.scores[same]).any()
-    ig = IntegratedGradients(n_steps=64, progress=False).attribute(model, tokenizer, SOURCE, continuation=TARGET,
-                                                                   contrast=" The staff.")
+    ig = IntegratedGradients(n_steps=64, progress=False).attribute(
+        model, tokenizer, SOURCE, continuation=TARGET, contrast=" The staff."
+    )
     assert (ig.score_delta[~same] != 0).all() and (ig.relative_completeness_error[~same] <= 0.01).all()
 
 
@@ -380,14 +424,19 @@ def test_activations_of_encoder_and_decoder_layers(request, family):
     for text in texts:  # output_hidden_states: the blocks' outputs (the last one is after the final norm)
         ids = tokenizer(text)["input_ids"]
         with torch.no_grad():
-            out = model(input_ids=torch.tensor([ids]), decoder_input_ids=torch.tensor([[start] + ids]),
-                        output_hidden_states=True)
+            out = model(
+                input_ids=torch.tensor([ids]),
+                decoder_input_ids=torch.tensor([[start] + ids]),
+                output_hidden_states=True,
+            )
         expected.append((out.encoder_hidden_states[1][0].numpy(), out.decoder_hidden_states[1][0, 1:].numpy()))
     before = model_fingerprint(model, tokenizer)  # after the reference call (transformers adds capture hooks once)
-    encoder = collect_activations(model, tokenizer, texts, layer="encoder.layer:0", include_special=True,
-                                  progress=False)
-    decoder = collect_activations(model, tokenizer, texts, layer="decoder.layer:0", include_special=True,
-                                  progress=False)
+    encoder = collect_activations(
+        model, tokenizer, texts, layer="encoder.layer:0", include_special=True, progress=False
+    )
+    decoder = collect_activations(
+        model, tokenizer, texts, layer="decoder.layer:0", include_special=True, progress=False
+    )
     assert model_fingerprint(model, tokenizer) == before
     assert encoder.layer == "encoder.layer:0" and decoder.layer == "decoder.layer:0"
     for t, (enc_rows, dec_rows) in enumerate(expected):
@@ -409,8 +458,17 @@ def test_monitor_watches_encoder_and_decoder_layers(t5_seq2seq):
     layers = ["encoder.layer:1", "decoder.layer:0"]
     hooks = lambda: sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in model.modules())  # noqa: E731
     before = hooks()  # transformers' own output-capturing hooks, if an earlier call asked for hidden states
-    monitor = AnisotropyMonitor(model, layers, rank=4, n_controls=5, fit="fixed", basis=basis, max_tokens=64,
-                                optimizer=optimizer, special_token_ids=tokenizer.all_special_ids)
+    monitor = AnisotropyMonitor(
+        model,
+        layers,
+        rank=4,
+        n_controls=5,
+        fit="fixed",
+        basis=basis,
+        max_tokens=64,
+        optimizer=optimizer,
+        special_token_ids=tokenizer.all_special_ids,
+    )
     with monitor:
         monitor.track(0)
         model(**enc, labels=labels).loss.backward()

@@ -56,7 +56,9 @@ def _without_state(path: Path, out: Path) -> Path:
 
 
 def _svgs(page: str) -> list[str]:
-    return [base64.b64decode(data).decode("utf-8") for data in re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', page)]
+    return [
+        base64.b64decode(data).decode("utf-8") for data in re.findall(r'src="data:image/svg\+xml;base64,([^"]+)"', page)
+    ]
 
 
 def _assert_coloured_tokens_and_legend(svg: str) -> None:
@@ -65,7 +67,10 @@ def _assert_coloured_tokens_and_legend(svg: str) -> None:
     fills = set(re.findall(r'<rect x="[^"]+" y="[^"]+" width="[^"]+" height="[^"]+" rx="3" fill="(#[0-9a-f]{6})"', svg))
     assert len(fills) >= 4  # tokens really have different colours
     legend_swatches = re.findall(r'height="10" fill="(#[0-9a-f]{6})"', svg)
-    assert legend_swatches[0] == score_colours(-1 + 1 / 24, 1.0)[0] and legend_swatches[-1] == score_colours(1 - 1 / 24, 1.0)[0]
+    assert (
+        legend_swatches[0] == score_colours(-1 + 1 / 24, 1.0)[0]
+        and legend_swatches[-1] == score_colours(1 - 1 / 24, 1.0)[0]
+    )
     assert "blue = negative, orange = positive" in svg
     # draw it (resvg, offline) and check that strong blue and strong orange pixels are on the picture
     png = vl_convert.svg_to_png(svg)
@@ -80,8 +85,12 @@ def _assert_coloured_tokens_and_legend(svg: str) -> None:
 def test_the_saved_output_carries_the_widget_view_and_an_svg_but_no_text_html(executed):
     nb = nbformat.read(executed, as_version=4)
     output = nb.cells[1].outputs[0]
-    assert set(output["data"]) == {"application/vnd.jupyter.widget-view+json", "image/svg+xml",
-                                   "application/vnd.interp-widgets.v1+json", "text/plain"}  # nbformat sorts keys
+    assert set(output["data"]) == {
+        "application/vnd.jupyter.widget-view+json",
+        "image/svg+xml",
+        "application/vnd.interp-widgets.v1+json",
+        "text/plain",
+    }  # nbformat sorts keys
     assert "widgets" in nb.metadata  # nbclient saved the widget state
     _assert_coloured_tokens_and_legend(output["data"]["image/svg+xml"])
 

@@ -140,14 +140,16 @@ def test_build_script_keeps_prose_and_strips_code_tables_navigation(tmp_path):
     (root / "_sources" / "frob.html").write_text(PAGE, encoding="utf-8")
     (root / "library" / "frob2.html").write_text(PAGE, encoding="utf-8")  # every paragraph a duplicate: dropped
     documents = build.read_documents(root)
-    assert documents == [{
-        "id": "library/frob",
-        "title": "frob — Frobnicate things",
-        "split": build.split_of("library/frob"),
-        "paragraphs": [
-            "The frob module turns ordinary objects into frobnicated objects, which behave almost like the originals.",
-            "Return a frobnicated copy of the object, leaving the original object untouched.",
-            "Frobnication is idempotent: frobnicating a frobnicated object again changes nothing.",
-        ],
-    }]
+    assert documents == [
+        {
+            "id": "library/frob",
+            "title": "frob — Frobnicate things",
+            "split": build.split_of("library/frob"),
+            "paragraphs": [
+                "The frob module turns ordinary objects into frobnicated objects, which behave almost like the originals.",
+                "Return a frobnicated copy of the object, leaving the original object untouched.",
+                "Frobnication is idempotent: frobnicating a frobnicated object again changes nothing.",
+            ],
+        }
+    ]
     json.dumps(documents)  # what the script writes

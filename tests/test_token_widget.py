@@ -80,7 +80,10 @@ def test_traits_come_from_the_result():
     assert widget.score_meaning == "sum over embedding dimension (signed)"
     assert widget.completeness_error == []
     assert (widget.granularity, widget.show_special_tokens, widget.selected_token, widget.hovered_token) == (
-        "token", False, -1, -1,
+        "token",
+        False,
+        -1,
+        -1,
     )
     assert widget._esm == (STATIC_DIR / "token_highlight.js").read_text(encoding="utf-8")
     assert ".iw-token" in widget._css
@@ -90,8 +93,9 @@ def test_a_plain_text_sends_no_turn_ids_and_a_chat_sends_them():
     plain = TokenHighlightWidget(_result())
     assert plain.turn_ids is None and plain.turn_roles == []
     assert plain.get_state()["turn_ids"] == {}  # travels as an absent array: the views treat it as one turn
-    chat = TokenHighlightWidget.from_arrays("Hi. Yo.", ["Hi.", "Yo."], [(0, 3), (4, 7)], [1.0, 2.0],
-                                            turn_ids=[0, 1], turn_roles=["user", "assistant"])
+    chat = TokenHighlightWidget.from_arrays(
+        "Hi. Yo.", ["Hi.", "Yo."], [(0, 3), (4, 7)], [1.0, 2.0], turn_ids=[0, 1], turn_roles=["user", "assistant"]
+    )
     assert chat.turn_ids.tolist() == [0, 1] and chat.role_starts(chat.units()) == {0: "user", 1: "assistant"}
     plain.granularity = "turn"
     assert plain.role_starts(plain.units()) == {} and len(plain.units()) == 1  # one turn: every visible token
@@ -117,7 +121,9 @@ def test_scores_and_ids_travel_as_little_endian_binary_buffers():
     assert bytes(wire["scores"]["data"]) == result.scores.astype("<f4").tobytes()
     assert wire["word_ids"]["dtype"] == "int8"  # ids travel in the narrowest integer type that holds them
     assert bytes(wire["word_ids"]["data"]) == result.word_ids.astype("i1").tobytes()
-    many = TokenHighlightWidget.from_arrays(" ".join(["w"] * 300), ["w"] * 300, [(2 * i, 2 * i + 1) for i in range(300)], np.zeros(300))
+    many = TokenHighlightWidget.from_arrays(
+        " ".join(["w"] * 300), ["w"] * 300, [(2 * i, 2 * i + 1) for i in range(300)], np.zeros(300)
+    )
     many_wire = many.get_state()
     assert many_wire["word_ids"]["dtype"] == "int16" and many_wire["sentence_ids"]["dtype"] == "int8"
     assert buffer_to_array(many_wire["word_ids"]).tolist() == many.word_ids.tolist() == list(range(300))
@@ -162,7 +168,12 @@ def test_array_to_buffer_rejects_what_cannot_be_sent():
 def test_front_end_changes_come_back_to_python():
     widget = TokenHighlightWidget(_result())
     widget.set_state({"selected_target": 0, "granularity": "word", "selected_token": 5, "hovered_token": 2})
-    assert (widget.selected_target, widget.granularity, widget.selected_token, widget.hovered_token) == (0, "word", 5, 2)
+    assert (widget.selected_target, widget.granularity, widget.selected_token, widget.hovered_token) == (
+        0,
+        "word",
+        5,
+        2,
+    )
 
 
 def test_target_can_be_chosen_by_label():
@@ -172,8 +183,12 @@ def test_target_can_be_chosen_by_label():
 def test_set_result_swaps_the_data_in_place():
     widget = TokenHighlightWidget(_result(), selected_target=0)
     widget.selected_token = 3
-    other = TokenHighlightWidget.from_arrays("Hi there", ["Hi", "there"], [(0, 2), (3, 8)], [[1.0, -1.0]], target_labels=["x"])
-    widget.set_result(SimpleNamespace(text="Hi there", tokens=["Hi", "there"], offsets=[(0, 2), (3, 8)], scores=[[1.0, -1.0]]))
+    other = TokenHighlightWidget.from_arrays(
+        "Hi there", ["Hi", "there"], [(0, 2), (3, 8)], [[1.0, -1.0]], target_labels=["x"]
+    )
+    widget.set_result(
+        SimpleNamespace(text="Hi there", tokens=["Hi", "there"], offsets=[(0, 2), (3, 8)], scores=[[1.0, -1.0]])
+    )
     assert widget.tokens == other.tokens == ["Hi", "there"]
     assert widget.target_labels == ["target 0"]
     assert (widget.selected_target, widget.selected_token) == (0, -1)
@@ -182,7 +197,10 @@ def test_set_result_swaps_the_data_in_place():
 
 def test_from_arrays_defaults_words_to_whitespace_runs():
     widget = TokenHighlightWidget.from_arrays(
-        "un believable film", ["un", "believ", "able", "film"], [(0, 2), (3, 9), (9, 13), (14, 18)], [1.0, 2.0, 3.0, 4.0]
+        "un believable film",
+        ["un", "believ", "able", "film"],
+        [(0, 2), (3, 9), (9, 13), (14, 18)],
+        [1.0, 2.0, 3.0, 4.0],
     )
     assert buffer_to_array(widget.word_ids).tolist() == [0, 1, 1, 2]
     widget.granularity = "word"
@@ -207,7 +225,9 @@ def test_units_and_sums_match_the_browser_grouping():
 
 def test_nan_scores_are_skipped_and_shown_as_unseen():
     scores = np.array([[np.nan, 1.0, np.nan, np.nan, -0.5]])
-    widget = TokenHighlightWidget.from_arrays("a bc d e", ["a", "b", "c", "d", "e"], [(0, 1), (2, 3), (3, 4), (5, 6), (7, 8)], scores)
+    widget = TokenHighlightWidget.from_arrays(
+        "a bc d e", ["a", "b", "c", "d", "e"], [(0, 1), (2, 3), (3, 4), (5, 6), (7, 8)], scores
+    )
     widget.granularity = "word"
     sums = widget.unit_scores()
     assert np.isnan(sums[0]) and sums[1] == 1.0 and np.isnan(sums[2]) and sums[3] == -0.5
@@ -292,7 +312,9 @@ def test_export_html_writes_one_offline_page_whose_state_round_trips(tmp_path):
     assert not [(tag, attrs) for tag, attrs in parsed.tags if "src" in attrs or "href" in attrs]
     assert not [tag for tag, _ in parsed.tags if tag in {"link", "iframe", "img"}]
     assert [attrs.get("type") for tag, attrs in parsed.tags if tag == "script"] == [
-        "application/json", "application/json", "module",
+        "application/json",
+        "application/json",
+        "module",
     ]
     # token text such as </script> cannot close a script element early: exactly three closing tags
     assert page.lower().count("</script") == 3
@@ -367,7 +389,9 @@ def test_a_missing_bundle_gives_build_instructions():
     class Unbuilt(InterpWidget):
         _bundle = "no_such_bundle"
 
-    with pytest.raises(FileNotFoundError, match=r"JS bundle not built; run `npm --prefix js ci && npm --prefix js run build`"):
+    with pytest.raises(
+        FileNotFoundError, match=r"JS bundle not built; run `npm --prefix js ci && npm --prefix js run build`"
+    ):
         Unbuilt()
 
 

@@ -38,8 +38,10 @@ for await (const line of createInterface({{ input: process.stdin }})) {{
 @pytest.fixture(scope="module")
 def js_units():
     if shutil.which("node") is None:
-        pytest.fail("node is not on PATH: the JS side of unit grouping runs under Node 20+ (the README's test "
-                    "command needs it for `npm --prefix js test` too); install Node.js")
+        pytest.fail(
+            "node is not on PATH: the JS side of unit grouping runs under Node 20+ (the README's test "
+            "command needs it for `npm --prefix js test` too); install Node.js"
+        )
     process = subprocess.Popen(["node", "--input-type=module", "-e", NODE_LOOP], stdin=subprocess.PIPE,
                                stdout=subprocess.PIPE, text=True, bufsize=1)  # fmt: skip
 

@@ -45,8 +45,15 @@ def _result(scores, *, tokens=("The", "film", "was", EVIL, "."), labels=("negati
 def _gen_result():
     tokens = ["The", EVIL, "was", "great", "!"]
     scores = [[0.1, -0.4, 0.2, NAN, NAN], [0.05, 0.3, -0.1, 0.6, NAN]]
-    return _result(scores, tokens=tokens, labels=["'great'@3", "'!'@4"], probs=[0.42, 0.9],
-                   generated=np.array([0, 0, 0, 1, 1], bool), positions=np.array([2, 3]), method="integrated_gradients")
+    return _result(
+        scores,
+        tokens=tokens,
+        labels=["'great'@3", "'!'@4"],
+        probs=[0.42, 0.9],
+        generated=np.array([0, 0, 0, 1, 1], bool),
+        positions=np.array([2, 3]),
+        method="integrated_gradients",
+    )
 
 
 def _text_elements(svg: str) -> list[str]:
@@ -185,8 +192,12 @@ def test_comparison_svg_lists_methods_tokens_and_agreement():
 
 def test_comparison_granularity_sums_words_and_sentences_like_the_browser():
     words, sentences = np.array([0, 0, 1, 2, 2]), np.array([0, 0, 0, 1, 1])
-    a = dataclasses.replace(_result([[0.0] * 5, [0.5, -1.0, 0.25, 2.0, NAN]], method="ig"), word_ids=words, sentence_ids=sentences)
-    b = dataclasses.replace(_result([[0.0] * 5, [1.0, 1.0, 0.0, 0.5, 0.5]], method="sal"), word_ids=words, sentence_ids=sentences)
+    a = dataclasses.replace(
+        _result([[0.0] * 5, [0.5, -1.0, 0.25, 2.0, NAN]], method="ig"), word_ids=words, sentence_ids=sentences
+    )
+    b = dataclasses.replace(
+        _result([[0.0] * 5, [1.0, 1.0, 0.0, 0.5, 0.5]], method="sal"), word_ids=words, sentence_ids=sentences
+    )
     widget = compare([a, b], granularity="word")
     assert buffer_to_array(widget.word_ids).tolist() == words.tolist()
     assert widget.units() == [[0, 1], [2], [3, 4]]
@@ -335,8 +346,9 @@ def test_a_many_method_comparison_keeps_its_static_picture_an_svg_under_60_kb(be
 
     model, tokenizer = bert_classifier
     text = "The food was great, but the service was painfully slow and our waiter seemed bored. We will not be back."
-    widget = compare([METHODS[name](progress=False).attribute(model, tokenizer, text, granularity="word")
-                      for name in METHODS])
+    widget = compare(
+        [METHODS[name](progress=False).attribute(model, tokenizer, text, granularity="word") for name in METHODS]
+    )
     svg = widget.static_svg()
     assert len(svg.encode()) < 60 * 1024
     assert f"… {len(METHODS) - MAX_STATIC_METHODS} more methods in the live widget" in svg

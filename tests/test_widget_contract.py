@@ -174,7 +174,7 @@ def _balanced(code: str, start: int) -> str:
             if not stack:
                 return code[start + 1 : i]
         i += 1
-    raise ValueError(f"unbalanced bracket at {code[start:start + 60]!r}")
+    raise ValueError(f"unbalanced bracket at {code[start : start + 60]!r}")
 
 
 def _top_level_items(text: str) -> list[str]:
@@ -279,7 +279,9 @@ def test_js_typedef_and_trait_use_match_the_python_synced_traits(view):
     model = _model_name(view)
     fields = typedef_fields(entry.read_text(encoding="utf-8"), model)
     assert fields is not None, f"{entry.name} has no `@typedef {{object}} {model}` of {view.__name__}'s synced traits"
-    assert len(fields) == len(set(fields)), f"{model} lists a trait twice: {sorted(f for f in fields if fields.count(f) > 1)}"
+    assert len(fields) == len(set(fields)), (
+        f"{model} lists a trait twice: {sorted(f for f in fields if fields.count(f) > 1)}"
+    )
 
     modules = js_modules(entry)
     used: dict[str, list[str]] = {}
@@ -297,7 +299,9 @@ def test_js_typedef_and_trait_use_match_the_python_synced_traits(view):
     def compare(left_name, left, right_name, right):
         for missing_from, names in ((right_name, left - right), (left_name, right - left)):
             if names:
-                shown = [f"{name} (used in {', '.join(used[name])})" if name in used else name for name in sorted(names)]
+                shown = [
+                    f"{name} (used in {', '.join(used[name])})" if name in used else name for name in sorted(names)
+                ]
                 source = left_name if missing_from == right_name else right_name
                 problems.append(f"in {source}, not in {missing_from}: {', '.join(shown)}")
 

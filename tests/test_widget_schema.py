@@ -23,6 +23,7 @@ from interp_widgets.widgets import (
 from tests.test_concept_widget import _interpretation, _text
 from tests.test_views_widget import _collection, _gen_result, _result
 
+
 def _attention_patterns():
     from interp_widgets.attribution.patterns import AttentionPatterns
 
@@ -92,7 +93,10 @@ def test_no_synced_trait_shadows_one_that_ipywidgets_views_read(view):
     # under the html-manager (VS Code) and JupyterLab on every render.
     import ipywidgets
 
-    reserved = {name for name in ipywidgets.DOMWidget.class_trait_names() if not name.startswith("_")} | {"style", "description"}
+    reserved = {name for name in ipywidgets.DOMWidget.class_trait_names() if not name.startswith("_")} | {
+        "style",
+        "description",
+    }
     base = ipywidgets.DOMWidget.class_traits()
     own = {name for name, trait in view.class_traits(sync=True).items() if name not in base or trait is not base[name]}
     assert own & reserved == set(), sorted(own & reserved)
@@ -100,7 +104,12 @@ def test_no_synced_trait_shadows_one_that_ipywidgets_views_read(view):
 
 def _same(a, b) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
-        return isinstance(a, np.ndarray) and isinstance(b, np.ndarray) and a.dtype == b.dtype and np.array_equal(a, b, equal_nan=True)
+        return (
+            isinstance(a, np.ndarray)
+            and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype
+            and np.array_equal(a, b, equal_nan=True)
+        )
     return a == b
 
 
@@ -118,7 +127,11 @@ def test_the_schema_fields_are_the_synced_data_traits_with_the_same_array_specs(
     schema = VIEW_DATA[view._bundle]
     assert issubclass(schema, ViewData) and schema.VIEW == view._bundle and schema.VERSION >= 1
     assert set(schema.field_names()) == set(view.class_trait_names(sync=True, data=True))
-    arrays = {name: trait.spec for name, trait in view.class_traits(sync=True, data=True).items() if isinstance(trait, BinaryArray)}
+    arrays = {
+        name: trait.spec
+        for name, trait in view.class_traits(sync=True, data=True).items()
+        if isinstance(trait, BinaryArray)
+    }
     assert arrays == schema.ARRAYS
 
 

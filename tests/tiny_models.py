@@ -34,11 +34,17 @@ def bpe_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=True)
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(corpus(), trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|endoftext|>", bos_token="<|endoftext|>",
-                                   unk_token="<|endoftext|>", pad_token="<|endoftext|>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|endoftext|>",
+        bos_token="<|endoftext|>",
+        unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+    )
 
 
 def seeded(build):
@@ -53,10 +59,18 @@ def bert_classifier():
     from transformers import BertConfig, BertForSequenceClassification
 
     tokenizer = wordpiece_tokenizer()
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128, num_labels=3,
-                        initializer_range=0.2, id2label={0: "negative", 1: "neutral", 2: "positive"},
-                        label2id={"negative": 0, "neutral": 1, "positive": 2})
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=3,
+        initializer_range=0.2,
+        id2label={0: "negative", 1: "neutral", 2: "positive"},
+        label2id={"negative": 0, "neutral": 1, "positive": 2},
+    )
     return seeded(lambda: BertForSequenceClassification(config)), tokenizer
 
 
@@ -65,9 +79,15 @@ def bert_masked_lm():
     from transformers import BertConfig, BertForMaskedLM
 
     tokenizer = wordpiece_tokenizer()
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=128,
-                        initializer_range=0.2)
+    config = BertConfig(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+    )
     return seeded(lambda: BertForMaskedLM(config)), tokenizer
 
 
@@ -76,8 +96,16 @@ def gpt2_lm():
     from transformers import GPT2Config, GPT2LMHeadModel
 
     tokenizer = bpe_tokenizer()
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=128,
-                        initializer_range=0.2, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=128,
+        initializer_range=0.2,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return seeded(lambda: GPT2LMHeadModel(config)), tokenizer
 
 
@@ -86,9 +114,18 @@ def llama_lm():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = bpe_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-                         initializer_range=0.2, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return seeded(lambda: LlamaForCausalLM(config)), tokenizer
 
 
@@ -108,9 +145,14 @@ def chat_tokenizer():
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer.from_str(bpe_tokenizer().backend_tokenizer.to_str())
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", bos_token="<|im_start|>",
-                                        unk_token="<|endoftext|>", pad_token="<|endoftext|>",
-                                        additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        bos_token="<|im_start|>",
+        unk_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
@@ -121,9 +163,18 @@ def chat_llama_lm():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     tokenizer = chat_tokenizer()
-    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                         initializer_range=0.2, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.2,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return seeded(lambda: LlamaForCausalLM(config)), tokenizer
 
 
@@ -132,8 +183,16 @@ def gpt2_classifier():
     from transformers import GPT2Config, GPT2ForSequenceClassification
 
     tokenizer = bpe_tokenizer()
-    config = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=128,
-                        num_labels=2, pad_token_id=tokenizer.pad_token_id, initializer_range=0.2)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_embd=32,
+        n_layer=2,
+        n_head=2,
+        n_positions=128,
+        num_labels=2,
+        pad_token_id=tokenizer.pad_token_id,
+        initializer_range=0.2,
+    )
     return seeded(lambda: GPT2ForSequenceClassification(config)), tokenizer
 
 
@@ -144,19 +203,38 @@ def gpt2_classifier():
 # EOS embedding is never exactly zero either.
 def _decoder(config_class, model_class, **overrides):
     tokenizer = bpe_tokenizer()
-    settings = dict(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128, initializer_range=0.2,
-                    bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id, pad_token_id=None)
+    settings = dict(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=None,
+    )
     settings.update(overrides)
     return seeded(lambda: model_class(config_class(**settings))), tokenizer
 
 
 def _encoder_classifier(config_class, model_class, **overrides):
     tokenizer = wordpiece_tokenizer()
-    settings = dict(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                    intermediate_size=64, max_position_embeddings=128, initializer_range=0.2, num_labels=3,
-                    pad_token_id=tokenizer.pad_token_id, id2label={0: "negative", 1: "neutral", 2: "positive"},
-                    label2id={"negative": 0, "neutral": 1, "positive": 2})
+    settings = dict(
+        vocab_size=tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        num_labels=3,
+        pad_token_id=tokenizer.pad_token_id,
+        id2label={0: "negative", 1: "neutral", 2: "positive"},
+        label2id={"negative": 0, "neutral": 1, "positive": 2},
+    )
     settings.update(overrides)
     return seeded(lambda: model_class(config_class(**settings))), tokenizer
 
@@ -203,10 +281,19 @@ def gpt_neox_lm():
 
     tokenizer = bpe_tokenizer()
     # Pythia's layout: parallel residual (x + attn(ln1 x) + mlp(ln2 x)), partial rotary embeddings
-    config = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                           num_attention_heads=4, max_position_embeddings=128, initializer_range=0.2,
-                           use_parallel_residual=True, rotary_pct=0.5, bos_token_id=tokenizer.bos_token_id,
-                           eos_token_id=tokenizer.eos_token_id)
+    config = GPTNeoXConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=128,
+        initializer_range=0.2,
+        use_parallel_residual=True,
+        rotary_pct=0.5,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
     return seeded(lambda: GPTNeoXForCausalLM(config)), tokenizer
 
 
@@ -214,9 +301,13 @@ def gpt_neox_lm():
 def llama_classifier():
     from transformers import LlamaConfig, LlamaForSequenceClassification
 
-    model, tokenizer = _decoder(LlamaConfig, LlamaForSequenceClassification, num_labels=3,
-                                id2label={0: "negative", 1: "neutral", 2: "positive"},
-                                label2id={"negative": 0, "neutral": 1, "positive": 2})
+    model, tokenizer = _decoder(
+        LlamaConfig,
+        LlamaForSequenceClassification,
+        num_labels=3,
+        id2label={0: "negative", 1: "neutral", 2: "positive"},
+        label2id={"negative": 0, "neutral": 1, "positive": 2},
+    )
     model.config.pad_token_id = tokenizer.pad_token_id  # what users do after loading a decoder as a classifier
     return model, tokenizer
 
@@ -226,8 +317,9 @@ def roberta_classifier():
     from transformers import RobertaConfig, RobertaForSequenceClassification
 
     # RoBERTa's positions start after padding_idx, so it needs two more position embeddings
-    return _encoder_classifier(RobertaConfig, RobertaForSequenceClassification, max_position_embeddings=130,
-                               type_vocab_size=1)
+    return _encoder_classifier(
+        RobertaConfig, RobertaForSequenceClassification, max_position_embeddings=130, type_vocab_size=1
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -235,9 +327,17 @@ def deberta_v2_classifier():
     from transformers import DebertaV2Config, DebertaV2ForSequenceClassification
 
     # the DeBERTa-v3 layout: disentangled relative attention (c2p + p2c), log buckets, no absolute positions
-    return _encoder_classifier(DebertaV2Config, DebertaV2ForSequenceClassification, relative_attention=True,
-                               pos_att_type=["p2c", "c2p"], position_buckets=16, max_relative_positions=-1,
-                               norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)
+    return _encoder_classifier(
+        DebertaV2Config,
+        DebertaV2ForSequenceClassification,
+        relative_attention=True,
+        pos_att_type=["p2c", "c2p"],
+        position_buckets=16,
+        max_relative_positions=-1,
+        norm_rel_ebd="layer_norm",
+        share_att_key=True,
+        position_biased_input=False,
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -246,10 +346,16 @@ def modernbert_classifier():
 
     tokenizer = wordpiece_tokenizer()
     # pre-norm encoder, RoPE, GeGLU; layer 0 global, layer 1 local attention over a 4-token window
-    return _encoder_classifier(ModernBertConfig, ModernBertForSequenceClassification, local_attention=4,
-                               global_attn_every_n_layers=2, bos_token_id=tokenizer.cls_token_id,
-                               eos_token_id=tokenizer.sep_token_id, cls_token_id=tokenizer.cls_token_id,
-                               sep_token_id=tokenizer.sep_token_id)
+    return _encoder_classifier(
+        ModernBertConfig,
+        ModernBertForSequenceClassification,
+        local_attention=4,
+        global_attn_every_n_layers=2,
+        bos_token_id=tokenizer.cls_token_id,
+        eos_token_id=tokenizer.sep_token_id,
+        cls_token_id=tokenizer.cls_token_id,
+        sep_token_id=tokenizer.sep_token_id,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ encoder–decoders
@@ -267,21 +373,26 @@ def seq2seq_tokenizer():
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tok.train_from_iterator(corpus(), trainer)
-    tok.post_processor = processors.Sequence([
-        processors.ByteLevel(trim_offsets=True),
-        processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)]),
-    ])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>",
-                                   bos_token="<s>")
+    tok.post_processor = processors.Sequence(
+        [
+            processors.ByteLevel(trim_offsets=True),
+            processors.TemplateProcessing(single="$A </s>", pair="$A </s> $B </s>", special_tokens=[("</s>", 1)]),
+        ]
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="</s>", unk_token="<unk>", bos_token="<s>"
+    )
 
 
 def _seq2seq(config_class, model_class, **settings):
     tokenizer = seq2seq_tokenizer()
-    config = config_class(vocab_size=len(tokenizer), pad_token_id=0, eos_token_id=1, decoder_start_token_id=0,
-                          **settings)
+    config = config_class(
+        vocab_size=len(tokenizer), pad_token_id=0, eos_token_id=1, decoder_start_token_id=0, **settings
+    )
     return seeded(lambda: model_class(config)), tokenizer
 
 
@@ -290,9 +401,19 @@ def t5_seq2seq():
     from transformers import T5Config, T5ForConditionalGeneration
 
     # relative position buckets, RMSNorm, a tied head with T5's d_model**-0.5 rescaling; gated-GELU feed-forward
-    return _seq2seq(T5Config, T5ForConditionalGeneration, d_model=32, d_kv=8, d_ff=64, num_layers=2,
-                    num_decoder_layers=2, num_heads=4, feed_forward_proj="gated-gelu", initializer_factor=1.0,
-                    n_positions=128)
+    return _seq2seq(
+        T5Config,
+        T5ForConditionalGeneration,
+        d_model=32,
+        d_kv=8,
+        d_ff=64,
+        num_layers=2,
+        num_decoder_layers=2,
+        num_heads=4,
+        feed_forward_proj="gated-gelu",
+        initializer_factor=1.0,
+        n_positions=128,
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -300,10 +421,22 @@ def bart_seq2seq():
     from transformers import BartConfig, BartForConditionalGeneration
 
     # learned positions (offset 2), scaled embeddings inside the shared module, final_logits_bias
-    return _seq2seq(BartConfig, BartForConditionalGeneration, d_model=32, encoder_layers=2, decoder_layers=2,
-                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                    max_position_embeddings=128, init_std=0.2, scale_embedding=True, bos_token_id=3,
-                    forced_eos_token_id=None)
+    return _seq2seq(
+        BartConfig,
+        BartForConditionalGeneration,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        init_std=0.2,
+        scale_embedding=True,
+        bos_token_id=3,
+        forced_eos_token_id=None,
+    )
 
 
 @functools.lru_cache(maxsize=None)
@@ -311,6 +444,17 @@ def marian_seq2seq():
     from transformers import MarianConfig, MarianMTModel
 
     # sinusoidal positions; the encoder scales by sqrt(d) only the ids it embeds itself, the decoder always
-    return _seq2seq(MarianConfig, MarianMTModel, d_model=32, encoder_layers=2, decoder_layers=2,
-                    encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64,
-                    max_position_embeddings=128, init_std=0.2, scale_embedding=True)
+    return _seq2seq(
+        MarianConfig,
+        MarianMTModel,
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        encoder_attention_heads=4,
+        decoder_attention_heads=4,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        max_position_embeddings=128,
+        init_std=0.2,
+        scale_embedding=True,
+    )

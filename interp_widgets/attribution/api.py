@@ -49,9 +49,15 @@ def _method_info(name: str, cls: type[Attributor]) -> MethodInfo:
     except TypeError:  # a method whose constructor needs arguments: fall back to the class attribute
         signed = cls.signed
     first_paragraph = " ".join((inspect.getdoc(cls) or "").split("\n\n")[0].split())
-    return MethodInfo(name=name, cls=cls, family=cls.family, signed=bool(signed),
-                      needs_gradients=bool(cls.needs_gradients), unit_level=bool(cls.unit_level),
-                      summary=first_paragraph)
+    return MethodInfo(
+        name=name,
+        cls=cls,
+        family=cls.family,
+        signed=bool(signed),
+        needs_gradients=bool(cls.needs_gradients),
+        unit_level=bool(cls.unit_level),
+        summary=first_paragraph,
+    )
 
 
 def list_methods(*, as_frame: bool = False):
@@ -73,8 +79,18 @@ def list_methods(*, as_frame: bool = False):
         return infos
     import pandas as pd
 
-    rows = [{"name": m.name, "class": m.cls.__name__, "family": m.family, "signed": m.signed,
-             "needs_gradients": m.needs_gradients, "unit_level": m.unit_level, "summary": m.summary} for m in infos]
+    rows = [
+        {
+            "name": m.name,
+            "class": m.cls.__name__,
+            "family": m.family,
+            "signed": m.signed,
+            "needs_gradients": m.needs_gradients,
+            "unit_level": m.unit_level,
+            "summary": m.summary,
+        }
+        for m in infos
+    ]
     return pd.DataFrame(rows).set_index("name")
 
 

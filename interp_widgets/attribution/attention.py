@@ -116,8 +116,9 @@ class _AttentionRecorder:
         cross = getattr(out, "cross_attentions", None)
         self.cross = None
         if self.adapter.is_seq2seq:  # an encoder–decoder: join encoder, cross and decoder self-attention on one axis
-            attentions = self._joined(list(getattr(out, "encoder_attentions", None) or []), attentions,
-                                      list(cross or []))
+            attentions = self._joined(
+                list(getattr(out, "encoder_attentions", None) or []), attentions, list(cross or [])
+            )
         self.attentions, self.gradients, self._cursor = attentions, [None] * len(attentions), 0
         for layer, attention in enumerate(attentions):
             if attention.requires_grad:
@@ -128,8 +129,10 @@ class _AttentionRecorder:
         its cross-attention over the source, then its self-attention over the decoder tokens (each part sums to 1);
         a source row holds the same-numbered encoder layer's self-attention (zero when the encoder is shallower)."""
         if not cross or any(c is None for c in cross) or any(d is None for d in decoder):
-            raise UnsupportedModelError(f"{type(self.adapter.model).__name__} returned no cross-attention weights even "
-                                        "with eager attention; load it with attn_implementation='eager'.")
+            raise UnsupportedModelError(
+                f"{type(self.adapter.model).__name__} returned no cross-attention weights even "
+                "with eager attention; load it with attn_implementation='eager'."
+            )
         self.cross = [c.detach() for c in cross]  # (rows, heads, D, S) per decoder layer
         joined = []
         for layer, (self_attn, cross_attn) in enumerate(zip(decoder, cross)):
@@ -307,14 +310,16 @@ class AttentionMethod(Attributor):
         bar = progress_bar(self.progress, sum(n_rows), self.name)
         try:
             with eager_attention(adapter.model), recorder.recording():
-                evaluate_rows(adapter, problems, n_rows, build, consume, score=score, with_grad=self.needs_gradients,
-                              progress=bar)
+                evaluate_rows(
+                    adapter, problems, n_rows, build, consume, score=score, with_grad=self.needs_gradients, progress=bar
+                )
         finally:
             if bar is not None:
                 bar.close()
-        return [self._result(p, s, reduce=self.description, score=score,
-                             **({} if c is None else {"cross_attentions": c}))
-                for p, s, c in zip(problems, scores, cross)]
+        return [
+            self._result(p, s, reduce=self.description, score=score, **({} if c is None else {"cross_attentions": c}))
+            for p, s, c in zip(problems, scores, cross)
+        ]
 
 
 class RawAttention(AttentionMethod):
@@ -362,8 +367,10 @@ class RawAttention(AttentionMethod):
 
     def _relevance(self, attentions, gradients):
         if not -len(attentions) <= self.layer < len(attentions):
-            raise ValueError(f"layer {self.layer} is out of range; the model has {len(attentions)} attention layers "
-                             f"(use 0..{len(attentions) - 1} or negative indices).")
+            raise ValueError(
+                f"layer {self.layer} is out of range; the model has {len(attentions)} attention layers "
+                f"(use 0..{len(attentions) - 1} or negative indices)."
+            )
         return attentions[self.layer].mean(dim=1)
 
 

@@ -78,7 +78,9 @@ def as_adapter(model, tokenizer, max_batch_tokens: int | None) -> ModelAdapter:
         return model
     if tokenizer is None:
         raise TypeError("pass the model's tokenizer: attribute(model, tokenizer, inputs)")
-    return ModelAdapter(model, tokenizer, **({} if max_batch_tokens is None else {"max_batch_tokens": max_batch_tokens}))
+    return ModelAdapter(
+        model, tokenizer, **({} if max_batch_tokens is None else {"max_batch_tokens": max_batch_tokens})
+    )
 
 
 class Attributor:
@@ -215,8 +217,10 @@ class Attributor:
         """
         check_choice("granularity", granularity, GRANULARITIES)
         if contrast is not None and not self.uses_score:
-            raise ValueError(f"{self.name} does not depend on the explained score, so a foil cannot change it; use a "
-                             "gradient or perturbation method (or gradient_weighted_attention) with contrast=")
+            raise ValueError(
+                f"{self.name} does not depend on the explained score, so a foil cannot change it; use a "
+                "gradient or perturbation method (or gradient_weighted_attention) with contrast="
+            )
         if messages is not None:
             if not (isinstance(inputs, str) and inputs == ""):
                 raise TypeError("pass the conversation once: as inputs or as messages=, not both")
@@ -242,8 +246,11 @@ class Attributor:
             score = self.score or ("log_probability" if adapter.task in ("causal-lm", "seq2seq-lm") else "logit")
             with adapter.counting() as count:
                 results = self._attribute_inputs(adapter, problems, score=score, granularity=granularity)
-        passes = {**count.as_dict(), "targets": sum(p.n_targets for p in problems),
-                  "preparation_forward": preparation.forward}
+        passes = {
+            **count.as_dict(),
+            "targets": sum(p.n_targets for p in problems),
+            "preparation_forward": preparation.forward,
+        }
         for result in results:
             result.params["passes"] = dict(passes)
         if not self.unit_level and granularity != "token":
@@ -278,13 +285,14 @@ class Attributor:
         """Explain every input of ``problems``; see "Subclass API" in the class docstring."""
         raise NotImplementedError(f"{type(self).__name__} must implement _attribute_inputs or extend an engine base")
 
-    def _result(self, problem: ExplainedInput, scores: np.ndarray, *, reduce: str, score: str,
-                **extra) -> AttributionResult:
+    def _result(
+        self, problem: ExplainedInput, scores: np.ndarray, *, reduce: str, score: str, **extra
+    ) -> AttributionResult:
         """Build a token-level result from ``scores`` ``(targets, tokens)``, setting NaN for sources a target cannot
         see; ``reduce`` says what the scores mean, ``extra`` adds result fields (such as ``completeness_error``)."""
         scores = np.asarray(scores, dtype=np.float64).copy()
         for row, visible in enumerate(problem.visible):
-            scores[row, int(visible):] = np.nan
+            scores[row, int(visible) :] = np.nan
         enc = problem.encoding
         return AttributionResult(
             text=enc.text,

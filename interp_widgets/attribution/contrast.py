@@ -67,8 +67,14 @@ import numpy as np
 
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, TASK_SEQ2SEQ_LM
 
-__all__ = ["Foils", "check_contrast_task", "foil_alignment", "foils_per_input", "resolve_lm_foils",
-           "resolve_masked_foil"]
+__all__ = [
+    "Foils",
+    "check_contrast_task",
+    "foil_alignment",
+    "foils_per_input",
+    "resolve_lm_foils",
+    "resolve_masked_foil",
+]
 
 
 @dataclass
@@ -147,13 +153,16 @@ def foils_per_input(contrast, n_inputs: int, single: bool) -> list:
         return [contrast] * n_inputs
     items = _as_list(contrast)
     if len(items) != n_inputs:
-        raise ValueError(f"contrast has {len(items)} foils for {n_inputs} inputs; pass one foil per input, or one "
-                         "foil (text or token ids) for all")
+        raise ValueError(
+            f"contrast has {len(items)} foils for {n_inputs} inputs; pass one foil per input, or one "
+            "foil (text or token ids) for all"
+        )
     return items
 
 
-def foil_alignment(n_targets: int, n_foil: int, *, n_prompt: int | None = None,
-                   alignment: Sequence[tuple[int, int]] | None = None) -> list[int]:
+def foil_alignment(
+    n_targets: int, n_foil: int, *, n_prompt: int | None = None, alignment: Sequence[tuple[int, int]] | None = None
+) -> list[int]:
     """Foil index of each target step: inseq's right-aligned rule, with ``alignment`` pairs overriding it.
 
     Indices count into the foil continuation; a negative index ``j`` is prompt token ``n_prompt + j``. See the module
@@ -177,19 +186,27 @@ def foil_alignment(n_targets: int, n_foil: int, *, n_prompt: int | None = None,
     if alignment is None:
         return out
     if isinstance(alignment, (str, bytes)):
-        raise TypeError("contrast_alignment must be a list of (target step, foil index) pairs, such as [(0, 0), (1, 2)]")
+        raise TypeError(
+            "contrast_alignment must be a list of (target step, foil index) pairs, such as [(0, 0), (1, 2)]"
+        )
     seen = set()
     for pair in alignment:
         try:
             step, index = (int(v) for v in pair)
         except (TypeError, ValueError):
-            raise TypeError(f"contrast_alignment entry {pair!r} is not a (target step, foil index) pair of ints") from None
+            raise TypeError(
+                f"contrast_alignment entry {pair!r} is not a (target step, foil index) pair of ints"
+            ) from None
         if not 0 <= step < n_targets:
-            raise ValueError(f"contrast_alignment pair {(step, index)}: target step {step} is outside the "
-                             f"{n_targets} targets (0..{n_targets - 1})")
+            raise ValueError(
+                f"contrast_alignment pair {(step, index)}: target step {step} is outside the "
+                f"{n_targets} targets (0..{n_targets - 1})"
+            )
         if not 0 <= index < n_foil:
-            raise ValueError(f"contrast_alignment pair {(step, index)}: foil index {index} is outside the foil's "
-                             f"{n_foil} tokens (0..{n_foil - 1})")
+            raise ValueError(
+                f"contrast_alignment pair {(step, index)}: foil index {index} is outside the foil's "
+                f"{n_foil} tokens (0..{n_foil - 1})"
+            )
         if step in seen:
             raise ValueError(f"contrast_alignment names target step {step} twice; give one foil index per step")
         seen.add(step)
@@ -214,8 +231,14 @@ def _token_text(tokenizer, token_id: int) -> str:
     return tokenizer.decode([int(token_id)])
 
 
-def resolve_lm_foils(tokenizer, vocab: int, foil, prompt_ids: np.ndarray, n_targets: int,
-                     alignment: Sequence[tuple[int, int]] | None = None) -> Foils:
+def resolve_lm_foils(
+    tokenizer,
+    vocab: int,
+    foil,
+    prompt_ids: np.ndarray,
+    n_targets: int,
+    alignment: Sequence[tuple[int, int]] | None = None,
+) -> Foils:
     """The foil of every target of one causal-LM input (see the module docstring).
 
     Example:
@@ -237,33 +260,44 @@ def resolve_lm_foils(tokenizer, vocab: int, foil, prompt_ids: np.ndarray, n_targ
         per_target = False
     elif isinstance(foil, (list, tuple)) and foil and all(isinstance(v, str) for v in foil):
         if len(foil) != n_targets:
-            raise ValueError(f"contrast lists {len(foil)} foil tokens for {n_targets} targets; pass one foil token per "
-                             "target, or the foil as one continuation text (aligned to the targets)")
+            raise ValueError(
+                f"contrast lists {len(foil)} foil tokens for {n_targets} targets; pass one foil token per "
+                "target, or the foil as one continuation text (aligned to the targets)"
+            )
         pieces = []
         for k, text in enumerate(foil):
             found = _tokenize(tokenizer, text) if text else []
             if len(found) != 1:
-                raise ValueError(f"foil {k} ({text!r}) is {len(found)} tokens; a per-target foil must be exactly one "
-                                 "token (pass token ids, or the foil as one continuation text)")
+                raise ValueError(
+                    f"foil {k} ({text!r}) is {len(found)} tokens; a per-target foil must be exactly one "
+                    "token (pass token ids, or the foil as one continuation text)"
+                )
             pieces.append(found[0])
         ids = _check_ids(pieces, vocab, "contrast")
         per_target = True
     elif isinstance(foil, (list, tuple)) and not foil:
         raise ValueError("contrast is an empty list; pass the foil continuation as text or token ids")
     else:
-        raise TypeError("contrast must be a foil continuation (text or token ids) or a list of one-token foil texts "
-                        f"(one per target); got {type(foil).__name__}")
+        raise TypeError(
+            "contrast must be a foil continuation (text or token ids) or a list of one-token foil texts "
+            f"(one per target); got {type(foil).__name__}"
+        )
     if per_target:
         if alignment is not None:
-            raise ValueError("contrast_alignment applies to a foil continuation; a list of one foil per target is "
-                             "already aligned")
+            raise ValueError(
+                "contrast_alignment applies to a foil continuation; a list of one foil per target is already aligned"
+            )
         index = list(range(n_targets))
     else:
         index = foil_alignment(n_targets, len(ids), n_prompt=len(prompt_ids), alignment=alignment)
     sequence = np.concatenate([np.asarray(prompt_ids, dtype=np.int64), ids])
     chosen = sequence[np.asarray(index, dtype=np.int64) + len(prompt_ids)]
-    return Foils(ids=chosen, labels=[_token_text(tokenizer, i) for i in chosen],
-                 alignment=np.asarray(index, dtype=np.int64), text=tokenizer.decode(ids.tolist()))
+    return Foils(
+        ids=chosen,
+        labels=[_token_text(tokenizer, i) for i in chosen],
+        alignment=np.asarray(index, dtype=np.int64),
+        text=tokenizer.decode(ids.tolist()),
+    )
 
 
 def resolve_masked_foil(tokenizer, vocab: int, foil) -> Foils:
@@ -280,14 +314,18 @@ def resolve_masked_foil(tokenizer, vocab: int, foil) -> Foils:
     if isinstance(foil, (list, tuple)) and len(foil) == 1 and isinstance(foil[0], str):
         foil = foil[0]  # one foil per target: a masked LM has one target
     elif isinstance(foil, (list, tuple)) and all(isinstance(v, str) for v in foil):
-        raise ValueError(f"contrast lists {len(foil)} foil tokens for 1 target; a masked LM explains one token, so pass "
-                         "one foil token (its text or id)")
+        raise ValueError(
+            f"contrast lists {len(foil)} foil tokens for 1 target; a masked LM explains one token, so pass "
+            "one foil token (its text or id)"
+        )
     if isinstance(foil, str):
         if foil == "":
             raise ValueError("contrast is an empty string; pass the foil token (such as 'bad') or its id")
         ids = _tokenize(tokenizer, foil)
         if len(ids) != 1:
-            raise ValueError(f"contrast {foil!r} is {len(ids)} tokens; a masked-LM foil must be a single token (or its id)")
+            raise ValueError(
+                f"contrast {foil!r} is {len(ids)} tokens; a masked-LM foil must be a single token (or its id)"
+            )
     elif isinstance(foil, (int, np.integer)) and not isinstance(foil, bool):
         ids = [int(foil)]
     elif _is_ids(foil) and len(_as_list(foil)) == 1:
@@ -295,5 +333,9 @@ def resolve_masked_foil(tokenizer, vocab: int, foil) -> Foils:
     else:
         raise TypeError(f"a masked-LM contrast is one foil token (its text or id); got {foil!r}")
     chosen = _check_ids(ids, vocab, "contrast")
-    return Foils(ids=chosen, labels=[tokenizer.convert_ids_to_tokens(int(chosen[0]))],
-                 alignment=np.zeros(1, dtype=np.int64), text=tokenizer.decode(chosen.tolist()))
+    return Foils(
+        ids=chosen,
+        labels=[tokenizer.convert_ids_to_tokens(int(chosen[0]))],
+        alignment=np.zeros(1, dtype=np.int64),
+        text=tokenizer.decode(chosen.tolist()),
+    )

@@ -137,11 +137,16 @@ class FaithfulnessResult:
         return (
             alt.Chart(pd.concat(frames))
             .mark_line(point=True)
-            .encode(x=alt.X("fraction:Q", title=f"fraction of {self.granularity}s changed"),
-                    y=alt.Y("probability:Q", title="target probability", scale=alt.Scale(domain=[0, 1])),
-                    color="curve:N", tooltip=["curve", "fraction", alt.Tooltip("probability:Q", format=".3f")])
-            .properties(title=f"Faithfulness of {self.method}: deletion AOPC {self.deletion_aopc.mean():.3f}, "
-                              f"insertion AUC {self.insertion_auc.mean():.3f}")
+            .encode(
+                x=alt.X("fraction:Q", title=f"fraction of {self.granularity}s changed"),
+                y=alt.Y("probability:Q", title="target probability", scale=alt.Scale(domain=[0, 1])),
+                color="curve:N",
+                tooltip=["curve", "fraction", alt.Tooltip("probability:Q", format=".3f")],
+            )
+            .properties(
+                title=f"Faithfulness of {self.method}: deletion AOPC {self.deletion_aopc.mean():.3f}, "
+                f"insertion AUC {self.insertion_auc.mean():.3f}"
+            )
         )
 
 
@@ -170,7 +175,9 @@ def faithfulness(
     """
     adapter = as_adapter(model, tokenizer, max_batch_tokens)
     if adapter.task != TASK_CLASSIFICATION:
-        raise ValueError(f"faithfulness curves are defined here for sequence classifiers; this model is a {adapter.task}")
+        raise ValueError(
+            f"faithfulness curves are defined here for sequence classifiers; this model is a {adapter.task}"
+        )
     max_steps = check_int("max_steps", max_steps, minimum=1)
     items = [results] if isinstance(results, AttributionResult) else list(results)
     if not items:
@@ -185,8 +192,12 @@ def faithfulness(
             problem.visible = np.array([problem.length])
             enc = problem.encoding
             units = unit_members(enc.special_mask, enc.word_ids, enc.sentence_ids, result.granularity, enc.turn_ids)
-            if len(units) != result.scores.shape[1] - (int(result.special_mask.sum()) if result.granularity == "token" else 0):
-                raise ValueError("the result does not match this model's tokenization of its text; explain it with this model")
+            if len(units) != result.scores.shape[1] - (
+                int(result.special_mask.sum()) if result.granularity == "token" else 0
+            ):
+                raise ValueError(
+                    "the result does not match this model's tokenization of its text; explain it with this model"
+                )
             scores = result.scores[row][~result.special_mask] if result.granularity == "token" else result.scores[row]
             order = np.argsort(-np.nan_to_num(scores, nan=-np.inf), kind="stable")
             cuts = np.unique(np.linspace(0, len(units), min(max_steps, len(units)) + 1).round().astype(int))
@@ -212,13 +223,14 @@ def faithfulness(
         def consume(chunk, scores, grads):
             curves[chunk.item][chunk.start : chunk.stop] = scores.double().cpu().numpy()
 
-        evaluate_rows(adapter, problems, [2 * len(c) for _, _, c in plans], build, consume, score="probability",
-                      with_grad=False)
+        evaluate_rows(
+            adapter, problems, [2 * len(c) for _, _, c in plans], build, consume, score="probability", with_grad=False
+        )
     fractions = [cuts / max(len(units), 1) for units, _, cuts in plans]
     return FaithfulnessResult(
         method=items[0].method,
         granularity=items[0].granularity,
         fractions=fractions,
         deletion=[c[: len(f)] for c, f in zip(curves, fractions)],
-        insertion=[c[len(f):] for c, f in zip(curves, fractions)],
+        insertion=[c[len(f) :] for c, f in zip(curves, fractions)],
     )

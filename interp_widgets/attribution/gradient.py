@@ -58,7 +58,9 @@ def quadrature(method: str, n_steps: int) -> tuple[np.ndarray, np.ndarray]:
         return np.linspace(0.0, 1.0, n), weights
     if method == "simpson":
         if n < 3 or n % 2 == 0:
-            raise ValueError(f"simpson needs an odd n_steps >= 3 (got {n}); for example n_steps={max(3, n + 1 - n % 2)}")
+            raise ValueError(
+                f"simpson needs an odd n_steps >= 3 (got {n}); for example n_steps={max(3, n + 1 - n % 2)}"
+            )
         weights = np.where(np.arange(n) % 2 == 1, 4.0, 2.0)
         weights[[0, -1]] = 1.0
         return np.linspace(0.0, 1.0, n), weights / (3.0 * (n - 1))
@@ -89,7 +91,9 @@ def path_points(x: torch.Tensor, base: torch.Tensor, alphas) -> torch.Tensor:
     return torch.addcmul(b32, alphas, x32 - b32).to(x.dtype)
 
 
-def baseline_embeddings(adapter: ModelAdapter, encoding: Encoding, baseline, *, keep_first: bool = False) -> torch.Tensor:
+def baseline_embeddings(
+    adapter: ModelAdapter, encoding: Encoding, baseline, *, keep_first: bool = False
+) -> torch.Tensor:
     """Reference embeddings ``(T, D)``: special tokens keep their embedding, every other token is replaced.
 
     ``baseline`` is ``"pad"``, ``"mask"``, ``"unk"`` (that token's embedding), ``"zero"``, a ``(D,)`` vector, a
@@ -141,7 +145,9 @@ def baseline_embeddings(adapter: ModelAdapter, encoding: Encoding, baseline, *, 
         if vector.shape == x.shape:
             return vector.clone()
         if vector.shape != x.shape[-1:]:
-            raise ValueError(f"baseline tensor has shape {tuple(vector.shape)}; expected ({x.shape[-1]},) or {tuple(x.shape)}")
+            raise ValueError(
+                f"baseline tensor has shape {tuple(vector.shape)}; expected ({x.shape[-1]},) or {tuple(x.shape)}"
+            )
     special = torch.as_tensor(encoding.special_mask, device=x.device).clone()
     if keep_first and len(special):
         special[0] = True
@@ -279,7 +285,9 @@ class GradientMethod(Attributor):
             inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach() for p in problems]
         bases = [self._baseline(adapter, p) if self._needs_baseline() else None for p in problems]
         # weighted gradient sums (and squared-gradient sums) per input and target, accumulated on the device
-        sums = [torch.zeros((p.n_targets, *x.shape), dtype=torch.float32, device=device) for p, x in zip(problems, inputs)]
+        sums = [
+            torch.zeros((p.n_targets, *x.shape), dtype=torch.float32, device=device) for p, x in zip(problems, inputs)
+        ]
         squares = [torch.zeros_like(s) if self.needs_squares else None for s in sums]
         row_scores = [np.zeros((p.n_targets, per_target)) for p in problems]
         # Rows do not depend on the target (_make_rows sees no target), so each row serves a group of targets:
@@ -292,7 +300,9 @@ class GradientMethod(Attributor):
             rows = np.arange(start, stop)
             k, n = group[item], problems[item].n_targets
             targets = (rows // per_target)[:, None] * k + np.arange(k)
-            return self._make_rows(inputs[item], bases[item], item, rows % per_target), np.where(targets < n, targets, -1)
+            return self._make_rows(inputs[item], bases[item], item, rows % per_target), np.where(
+                targets < n, targets, -1
+            )
 
         def consume(chunk: RowChunk, scores, grads):
             k, n_targets = group[chunk.item], problems[chunk.item].n_targets
@@ -306,8 +316,9 @@ class GradientMethod(Attributor):
             first, last = int(targets[used].min()), int(targets[used].max())
             pairs = np.flatnonzero(used)
             spread = torch.zeros((last + 1 - first, len(targets)), device=device)
-            spread[torch.as_tensor(targets[pairs] - first, device=device), torch.as_tensor(pairs, device=device)] = \
+            spread[torch.as_tensor(targets[pairs] - first, device=device), torch.as_tensor(pairs, device=device)] = (
                 weights[torch.as_tensor(steps[pairs], device=device)]
+            )
             flat = grads.float().reshape(len(targets), -1)
             sums[chunk.item].view(n_targets, -1)[first : last + 1].addmm_(spread, flat)
             if self.needs_squares:
@@ -324,8 +335,9 @@ class GradientMethod(Attributor):
     def _finish(self, problems, inputs, bases, sums, squares, score, endpoints=None) -> list[AttributionResult]:
         """Per-dimension attributions from accumulated gradients, checked for NaN/inf, reduced to token scores."""
         per_dim = [
-            self._per_dimension(x.float().cpu(), None if b is None else b.float().cpu(), s.cpu(),
-                                None if q is None else q.cpu())
+            self._per_dimension(
+                x.float().cpu(), None if b is None else b.float().cpu(), s.cpu(), None if q is None else q.cpu()
+            )
             for x, b, s, q in zip(inputs, bases, sums, squares)
         ]
         for item, values in enumerate(per_dim):
@@ -336,7 +348,9 @@ class GradientMethod(Attributor):
                 )
         extras = self._extra_outputs(problems, per_dim, endpoints)
         return [
-            self._result(p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=self._reduce_description(), score=score, **e)
+            self._result(
+                p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=self._reduce_description(), score=score, **e
+            )
             for p, v, e in zip(problems, per_dim, extras)
         ]
 
@@ -487,8 +501,12 @@ class IntegratedGradients(GradientMethod):
     def _path_endpoints(self, adapter, problems, score) -> list[tuple[np.ndarray, np.ndarray]]:
         """``(f(x), f(baseline))`` per input and target, from forward passes only (two rows per target)."""
         with torch.no_grad():
-            ends = [torch.stack([adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach(),
-                                 self._baseline(adapter, p)]) for p in problems]
+            ends = [
+                torch.stack(
+                    [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach(), self._baseline(adapter, p)]
+                )
+                for p in problems
+            ]
         values = [np.zeros((p.n_targets, 2)) for p in problems]
 
         def build(item, start, stop):
@@ -499,8 +517,9 @@ class IntegratedGradients(GradientMethod):
             rows = np.arange(chunk.start, chunk.stop)
             values[chunk.item][rows // 2, rows % 2] = scores.double().cpu().numpy()
 
-        evaluate_rows(adapter, problems, [2 * p.n_targets for p in problems], build, consume, score=score,
-                      with_grad=False)
+        evaluate_rows(
+            adapter, problems, [2 * p.n_targets for p in problems], build, consume, score=score, with_grad=False
+        )
         return [(v[:, 0], v[:, 1]) for v in values]
 
     def _adaptive(self, adapter, problems, score) -> list[AttributionResult]:
@@ -529,8 +548,16 @@ class IntegratedGradients(GradientMethod):
 
         try:
             while any(pending):
-                evaluate_rows(adapter, problems, [len(q) for q in pending], build, consume, score=score,
-                              with_grad=True, progress=bar)
+                evaluate_rows(
+                    adapter,
+                    problems,
+                    [len(q) for q in pending],
+                    build,
+                    consume,
+                    score=score,
+                    with_grad=True,
+                    progress=bar,
+                )
                 for mesh in (m for targets in meshes for m in targets):
                     mesh.refine()
                 pending = [[(t, a) for t, mesh in enumerate(targets) for a in mesh.wanted()] for targets in meshes]
@@ -546,8 +573,12 @@ class IntegratedGradients(GradientMethod):
         results = self._finish(problems, inputs, bases, sums, [None] * len(sums), score, endpoints)
         for result, targets in zip(results, meshes):
             counts = [len(m.nodes) for m in targets]
-            result.params.update(method="adaptive_simpson", n_steps=max(counts), mesh_nodes=counts,
-                                 mesh_panel_error=[m.panel_error() for m in targets])
+            result.params.update(
+                method="adaptive_simpson",
+                n_steps=max(counts),
+                mesh_nodes=counts,
+                mesh_panel_error=[m.panel_error() for m in targets],
+            )
         return results
 
     def params(self):
@@ -625,8 +656,12 @@ class _SimpsonMesh:
 
     def errors(self) -> np.ndarray:
         """Exact error of every panel on the scalar integrand: rule estimate − (f(b) − f(a))."""
-        return np.array([sum(w * self.nodes[a][1] for a, w in self._rule(lo, hi)) - (self.score(hi) - self.score(lo))
-                         for lo, hi in self.panels])
+        return np.array(
+            [
+                sum(w * self.nodes[a][1] for a, w in self._rule(lo, hi)) - (self.score(hi) - self.score(lo))
+                for lo, hi in self.panels
+            ]
+        )
 
     def _scale(self) -> float:
         return max(abs(self.score(1.0) - self.score(0.0)), 1e-3)
@@ -664,8 +699,17 @@ class _SimpsonMesh:
 class _NoisyGradients(GradientMethod):
     """Gradients at noisy copies of the input: ``x + ε``, ε ~ N(0, (noise_level · std(x))²), seeded per row."""
 
-    def __init__(self, n_samples: int = 32, noise_level: float = 0.1, *, seed: int = 0, reduce: str = "sum",
-                 multiply_by_inputs: bool = True, score: str | None = None, progress: bool = True):
+    def __init__(
+        self,
+        n_samples: int = 32,
+        noise_level: float = 0.1,
+        *,
+        seed: int = 0,
+        reduce: str = "sum",
+        multiply_by_inputs: bool = True,
+        score: str | None = None,
+        progress: bool = True,
+    ):
         super().__init__(reduce=reduce, score=score, progress=progress)
         self.n_samples = check_int("n_samples", n_samples, minimum=1)
         self.noise_level = check_number("noise_level", noise_level, minimum=0)
@@ -755,8 +799,17 @@ class GradientShap(GradientMethod):
 
     name = "gradient_shap"
 
-    def __init__(self, n_samples: int = 64, noise_level: float = 0.1, baseline="pad", *, seed: int = 0,
-                 reduce: str = "sum", score: str | None = None, progress: bool = True):
+    def __init__(
+        self,
+        n_samples: int = 64,
+        noise_level: float = 0.1,
+        baseline="pad",
+        *,
+        seed: int = 0,
+        reduce: str = "sum",
+        score: str | None = None,
+        progress: bool = True,
+    ):
         super().__init__(reduce=reduce, score=score, progress=progress)
         self.n_samples = check_int("n_samples", n_samples, minimum=1)
         self.noise_level = check_number("noise_level", noise_level, minimum=0)

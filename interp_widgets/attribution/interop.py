@@ -29,10 +29,21 @@ def _to_numpy(values: Any) -> np.ndarray:
     return np.asarray(values, dtype=np.float64)
 
 
-def _plain_result(tokens: Sequence[str], scores: np.ndarray, *, method: str, labels: list[str], ids: np.ndarray,
-                  probs: np.ndarray, reduce: str, signed: bool, generated: np.ndarray | None = None,
-                  positions: np.ndarray | None = None, granularity: str = "token",
-                  source_text: str | None = None) -> AttributionResult:
+def _plain_result(
+    tokens: Sequence[str],
+    scores: np.ndarray,
+    *,
+    method: str,
+    labels: list[str],
+    ids: np.ndarray,
+    probs: np.ndarray,
+    reduce: str,
+    signed: bool,
+    generated: np.ndarray | None = None,
+    positions: np.ndarray | None = None,
+    granularity: str = "token",
+    source_text: str | None = None,
+) -> AttributionResult:
     """A result over units given only as strings: found in ``source_text`` when given, else rebuilt into a text.
 
     Byte-level (``Ġ``) and SentencePiece (``▁``) markers become spaces, WordPiece ``##`` pieces join the previous
@@ -45,11 +56,23 @@ def _plain_result(tokens: Sequence[str], scores: np.ndarray, *, method: str, lab
         pieces = [text[a:b] for a, b in offsets]
     n = len(tokens)
     return AttributionResult(
-        text=text, tokens=pieces, offsets=np.asarray(offsets, dtype=np.int64).reshape(-1, 2),
-        special_mask=np.zeros(n, bool), word_ids=np.arange(n), sentence_ids=np.zeros(n, dtype=np.int64),
-        scores=scores, target_labels=labels, target_probs=probs, target_ids=ids, method=method,
-        params={"source": method.split(":")[0]}, reduce=reduce, signed=signed, granularity=granularity,
-        generated_mask=generated, target_positions=positions,
+        text=text,
+        tokens=pieces,
+        offsets=np.asarray(offsets, dtype=np.int64).reshape(-1, 2),
+        special_mask=np.zeros(n, bool),
+        word_ids=np.arange(n),
+        sentence_ids=np.zeros(n, dtype=np.int64),
+        scores=scores,
+        target_labels=labels,
+        target_probs=probs,
+        target_ids=ids,
+        method=method,
+        params={"source": method.split(":")[0]},
+        reduce=reduce,
+        signed=signed,
+        granularity=granularity,
+        generated_mask=generated,
+        target_positions=positions,
     )
 
 
@@ -78,8 +101,10 @@ def _locate(units: Sequence[str], text: str) -> list[tuple[int, int]]:
         needle = unit.strip().lower()
         found = lowered.find(needle, position) if needle else -1
         if found < 0 or lowered[position:found].strip():
-            raise ValueError(f"unit {unit!r} is not the next part of text after position {position}; pass the exact "
-                             "text that was explained (or no text to show the units as they are)")
+            raise ValueError(
+                f"unit {unit!r} is not the next part of text after position {position}; pass the exact "
+                "text that was explained (or no text to show the units as they are)"
+            )
         spans.append((found, found + len(needle)))
         position = found + len(needle)
     return spans
@@ -139,10 +164,18 @@ def from_captum(
             "pass the same text (and special tokens) that Captum explained"
         )
     return AttributionResult(
-        text=text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
-        word_ids=enc.word_ids, sentence_ids=enc.sentence_ids,
-        scores=values[None, :], target_labels=[target_label], target_probs=[target_prob], target_ids=[target_id],
-        method=method, params={"source": "captum"},
+        text=text,
+        tokens=enc.tokens,
+        offsets=enc.offsets,
+        special_mask=enc.special_mask,
+        word_ids=enc.word_ids,
+        sentence_ids=enc.sentence_ids,
+        scores=values[None, :],
+        target_labels=[target_label],
+        target_probs=[target_prob],
+        target_ids=[target_id],
+        method=method,
+        params={"source": "captum"},
         reduce="L2 norm (unsigned)" if normed else "sum over embedding dimension (signed)",
         signed=not normed,
     )
@@ -182,13 +215,23 @@ def _from_captum_llm(llm_result, *, method: str, continuation: str | None) -> At
         scores[0, :n_in] = _to_numpy(llm_result.seq_attr)
         labels, positions, ids, probs = ["whole continuation"], np.array([n_in - 1]), np.array([-1]), np.array([np.nan])
     generated = np.concatenate([np.zeros(n_in, bool), np.ones(n_out, bool)])
-    return _plain_result(inputs + outputs, scores, method=f"{method}:llm", labels=labels, ids=ids, probs=probs,
-                         reduce="Captum LLM attribution (signed)", signed=True, generated=generated,
-                         positions=positions)
+    return _plain_result(
+        inputs + outputs,
+        scores,
+        method=f"{method}:llm",
+        labels=labels,
+        ids=ids,
+        probs=probs,
+        reduce="Captum LLM attribution (signed)",
+        signed=True,
+        generated=generated,
+        positions=positions,
+    )
 
 
-def from_interpreto(output, *, labels: Sequence[str] | None = None, text: str | None = None,
-                    method: str | None = None) -> AttributionResult:
+def from_interpreto(
+    output, *, labels: Sequence[str] | None = None, text: str | None = None, method: str | None = None
+) -> AttributionResult:
     """Build a result from an Interpreto ``AttributionOutput`` (classification or generation).
 
     Interpreto gradient scores are unsigned magnitudes (``abs`` then mean over the hidden dimension), so results from
@@ -218,8 +261,10 @@ def from_interpreto(output, *, labels: Sequence[str] | None = None, text: str | 
     if scores.shape[1] != len(elements):
         raise ValueError(f"attributions have {scores.shape[1]} columns for {len(elements)} elements")
     task = str(getattr(getattr(output, "model_task", None), "name", getattr(output, "model_task", "")) or "").upper()
-    targets = np.asarray(_to_numpy(output.targets) if getattr(output, "targets", None) is not None
-                         else np.arange(len(scores)), dtype=np.int64).reshape(-1)
+    targets = np.asarray(
+        _to_numpy(output.targets) if getattr(output, "targets", None) is not None else np.arange(len(scores)),
+        dtype=np.int64,
+    ).reshape(-1)
     if len(targets) != len(scores):  # e.g. generation at word granularity: target token ids, one row per word
         targets = np.full(len(scores), -1, dtype=np.int64)
     method = f"interpreto:{method or 'attribution'}"
@@ -233,11 +278,33 @@ def from_interpreto(output, *, labels: Sequence[str] | None = None, text: str | 
         n_in = len(elements) - n_out
         generated = np.concatenate([np.zeros(n_in, bool), np.ones(n_out, bool)])
         names = [f"{elements[n_in + j]!r}@{n_in + j}" for j in range(n_out)]
-        return _plain_result(elements, scores, method=method, labels=names, ids=targets, probs=np.full(n_out, np.nan),
-                             reduce=reduce, signed=signed, generated=generated,
-                             positions=np.arange(n_in - 1, n_in + n_out - 1), granularity=granularity,
-                             source_text=text)
-    names = [f"target {i}" if t < 0 else labels[int(t)] if labels is not None else f"class {int(t)}"
-             for i, t in enumerate(targets)]
-    return _plain_result(elements, scores, method=method, labels=names, ids=targets, probs=np.full(len(scores), np.nan),
-                         reduce=reduce, signed=signed, granularity=granularity, source_text=text)
+        return _plain_result(
+            elements,
+            scores,
+            method=method,
+            labels=names,
+            ids=targets,
+            probs=np.full(n_out, np.nan),
+            reduce=reduce,
+            signed=signed,
+            generated=generated,
+            positions=np.arange(n_in - 1, n_in + n_out - 1),
+            granularity=granularity,
+            source_text=text,
+        )
+    names = [
+        f"target {i}" if t < 0 else labels[int(t)] if labels is not None else f"class {int(t)}"
+        for i, t in enumerate(targets)
+    ]
+    return _plain_result(
+        elements,
+        scores,
+        method=method,
+        labels=names,
+        ids=targets,
+        probs=np.full(len(scores), np.nan),
+        reduce=reduce,
+        signed=signed,
+        granularity=granularity,
+        source_text=text,
+    )

@@ -77,17 +77,21 @@ def attention_modules(model: nn.Module, kind: str = "self") -> list[tuple[str, n
     seq2seq = is_encoder_decoder(model)
     name = type(model).__name__
     if seq2seq and kind == "self":
-        raise ValueError(f"{name} is an encoder-decoder model, so kind='self' is ambiguous; use kind='encoder', "
-                         "'decoder' or 'cross'.")
+        raise ValueError(
+            f"{name} is an encoder-decoder model, so kind='self' is ambiguous; use kind='encoder', "
+            "'decoder' or 'cross'."
+        )
     if not seq2seq and kind != "self":
-        raise ValueError(f"{name} has no {kind!r} attention: kind={kind!r} needs an encoder-decoder model; use "
-                         "kind='self'.")
+        raise ValueError(
+            f"{name} has no {kind!r} attention: kind={kind!r} needs an encoder-decoder model; use kind='self'."
+        )
     specs = _recorder_specs(model, _RECORD_KEYS[kind])
     if not specs:
         raise UnsupportedModelError(
             f"{name} does not declare which modules return attention weights (no '{_RECORD_KEYS[kind]}' entry in "
             "_can_record_outputs), so its attention patterns cannot be recorded; use a Hugging Face transformers "
-            "model that supports output_attentions=True.")
+            "model that supports output_attentions=True."
+        )
     # a decoder layer's cross-attention module can be of the self-attention class: never count it as self-attention
     cross = {id(m) for _, m, _ in attention_modules(model, "cross")} if kind in ("encoder", "decoder") else set()
     found = []
@@ -95,8 +99,10 @@ def attention_modules(model: nn.Module, kind: str = "self") -> list[tuple[str, n
         if id(module) in cross:
             continue
         for target, class_name, layer_name, index in specs:
-            if not ((target is not None and isinstance(module, target))
-                    or (class_name is not None and path.endswith(class_name))):
+            if not (
+                (target is not None and isinstance(module, target))
+                or (class_name is not None and path.endswith(class_name))
+            ):
                 continue
             if layer_name is not None and f".{layer_name.strip('.')}." not in f".{path}.":
                 continue
@@ -105,8 +111,10 @@ def attention_modules(model: nn.Module, kind: str = "self") -> list[tuple[str, n
             found.append((path, module, index))
             break
     if not found:
-        raise UnsupportedModelError(f"{name}: no module of the '{_RECORD_KEYS[kind]}' recorder matched; its "
-                                    f"{kind!r} attention patterns cannot be recorded.")
+        raise UnsupportedModelError(
+            f"{name}: no module of the '{_RECORD_KEYS[kind]}' recorder matched; its "
+            f"{kind!r} attention patterns cannot be recorded."
+        )
     return found
 
 
@@ -138,10 +146,12 @@ def record_attention(model: nn.Module, kind: str = "self") -> Iterator[list]:
             if not isinstance(weights, torch.Tensor) or weights.dim() != 4:
                 raise UnsupportedModelError(
                     f"{type(module).__name__} returned no attention weights under eager attention; reload the model "
-                    "with attn_implementation='eager'.")
+                    "with attn_implementation='eager'."
+                )
             if layer == 0 or not calls or len(calls[-1]) != layer:
                 calls.append([])
             calls[-1].append(weights.detach().to(device="cpu", dtype=torch.float16))
+
         return hook
 
     try:
@@ -183,7 +193,9 @@ class AttentionPatterns:
     generated_mask: np.ndarray | None = None
     model_name: str = ""
     _rollout: dict = field(default_factory=dict, repr=False)  # layer -> float16 rollout through that layer
-    _rollout_at: tuple = field(default=(), repr=False)  # (layer, float32 rollout through it): where the next step starts
+    _rollout_at: tuple = field(
+        default=(), repr=False
+    )  # (layer, float32 rollout through it): where the next step starts
 
     def __post_init__(self):
         if self.key_tokens is None:
@@ -228,15 +240,18 @@ class AttentionPatterns:
     def _check_layer(self, layer: int) -> int:
         layer = check_int("layer", layer, hint="pass a layer index such as 0 or -1 (the last layer)")
         if not -self.n_layers <= layer < self.n_layers:
-            raise IndexError(f"layer {layer} does not exist: the model has {self.n_layers} attention layers (use "
-                             f"0..{self.n_layers - 1}, or negative indices from the end).")
+            raise IndexError(
+                f"layer {layer} does not exist: the model has {self.n_layers} attention layers (use "
+                f"0..{self.n_layers - 1}, or negative indices from the end)."
+            )
         return layer % self.n_layers
 
     def _check_head(self, head: int) -> int:
         head = check_int("head", head, hint="pass a head index such as 0")
         if not 0 <= head < self.n_heads:
-            raise IndexError(f"head {head} does not exist: each layer has {self.n_heads} query heads (use "
-                             f"0..{self.n_heads - 1}).")
+            raise IndexError(
+                f"head {head} does not exist: each layer has {self.n_heads} query heads (use 0..{self.n_heads - 1})."
+            )
         return head
 
     def head(self, layer: int, head: int) -> np.ndarray:
@@ -270,8 +285,10 @@ class AttentionPatterns:
         if how == "max":
             return self.weights[layer].max(axis=0)
         if self.kind == "cross":
-            raise ValueError("attention rollout composes self-attention through the layers; cross-attention has no "
-                             "rollout. Use how='mean' or 'max'.")
+            raise ValueError(
+                "attention rollout composes self-attention through the layers; cross-attention has no "
+                "rollout. Use how='mean' or 'max'."
+            )
         if layer not in self._rollout:
             # Incremental: the float32 product through the deepest layer reached so far is kept, so asking layer L
             # after L-1 costs one step (one T × T matmul), and every layer passed on the way is kept in float16.
@@ -281,7 +298,9 @@ class AttentionPatterns:
                 product = torch.eye(len(self.key_tokens), dtype=torch.float32)
             eye = torch.eye(product.shape[-1], dtype=torch.float32)
             for step in range(start + 1, layer + 1):
-                product = rollout_step(product, torch.from_numpy(self.weights[step].astype(np.float32).mean(axis=0)), eye)
+                product = rollout_step(
+                    product, torch.from_numpy(self.weights[step].astype(np.float32).mean(axis=0)), eye
+                )
                 self._rollout[step] = product.numpy().astype(np.float16)
             self._rollout_at = (layer, product)
         return self._rollout[layer]
@@ -297,9 +316,20 @@ class AttentionPatterns:
         import pandas as pd
 
         matrix = self.aggregate(layer, head) if isinstance(head, str) else self.head(layer, head)
-        q, k = np.nonzero(matrix.astype(np.float32) > min_weight) if min_weight > 0 else np.indices(matrix.shape).reshape(2, -1)
-        return pd.DataFrame({"query": q, "query_token": [self.tokens[i] for i in q], "key": k,
-                             "key_token": [self.key_tokens[j] for j in k], "weight": matrix[q, k].astype(np.float32)})
+        q, k = (
+            np.nonzero(matrix.astype(np.float32) > min_weight)
+            if min_weight > 0
+            else np.indices(matrix.shape).reshape(2, -1)
+        )
+        return pd.DataFrame(
+            {
+                "query": q,
+                "query_token": [self.tokens[i] for i in q],
+                "key": k,
+                "key_token": [self.key_tokens[j] for j in k],
+                "weight": matrix[q, k].astype(np.float32),
+            }
+        )
 
     def widget(self, **options):
         """The interactive head and model views (:class:`~interp_widgets.widgets.AttentionWidget`).
@@ -313,9 +343,11 @@ class AttentionPatterns:
         return AttentionWidget(self, **options)
 
     def __repr__(self) -> str:
-        return (f"AttentionPatterns({self.kind} attention of {self.model_name or 'a model'}: {self.n_layers} layers × "
-                f"{self.n_heads} heads ({self.n_kv_heads} KV heads), {len(self.tokens)} × {len(self.key_tokens)} "
-                "tokens, float16)")
+        return (
+            f"AttentionPatterns({self.kind} attention of {self.model_name or 'a model'}: {self.n_layers} layers × "
+            f"{self.n_heads} heads ({self.n_kv_heads} KV heads), {len(self.tokens)} × {len(self.key_tokens)} "
+            "tokens, float16)"
+        )
 
 
 def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens: int = 0, continuation=None,
@@ -355,11 +387,15 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
         return _seq2seq_patterns(adapter, text, kind=kind, continuation=continuation, max_new_tokens=max_new_tokens,
                                  do_sample=do_sample, seed=seed, progress=progress)  # fmt: skip
     if kind not in (None, "self"):
-        raise ValueError(f"kind={kind!r} needs an encoder–decoder model; this model is a {adapter.task}, whose "
-                         "attention is kind='self'.")
+        raise ValueError(
+            f"kind={kind!r} needs an encoder–decoder model; this model is a {adapter.task}, whose "
+            "attention is kind='self'."
+        )
     if continuation is not None:
-        raise ValueError("continuation= is for encoder–decoder models (the target side); for this model append the "
-                         "text to the input, or pass max_new_tokens to generate it.")
+        raise ValueError(
+            "continuation= is for encoder–decoder models (the target side); for this model append the "
+            "text to the input, or pass max_new_tokens to generate it."
+        )
     encoding = adapter.encode(text)
     ids = list(encoding.input_ids)
     adapter.check_length(len(ids), "the text")
@@ -368,8 +404,10 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
     try:
         if max_new_tokens:
             if adapter.task != TASK_CAUSAL_LM:
-                raise ValueError(f"max_new_tokens needs a causal LM; this model is a {adapter.task}. Pass "
-                                 "max_new_tokens=0 to read the attention over the text.")
+                raise ValueError(
+                    f"max_new_tokens needs a causal LM; this model is a {adapter.task}. Pass "
+                    "max_new_tokens=0 to read the attention over the text."
+                )
             new_ids, _ = adapter.generate(ids, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
             ids += [int(t) for t in new_ids]
             if bar is not None:
@@ -395,9 +433,15 @@ def _patterns(model, calls, kind: str, tokens, key_tokens, generated_mask) -> At
     if n_heads % n_kv:
         n_kv = n_heads
     return AttentionPatterns(
-        tokens=tokens, weights=weights, n_kv_heads=n_kv, kind=kind, key_tokens=key_tokens,
-        layer_names=[path for path, _, _ in attention_modules(model, kind)], generated_mask=generated_mask,
-        model_name=getattr(config, "name_or_path", "") or type(model).__name__)
+        tokens=tokens,
+        weights=weights,
+        n_kv_heads=n_kv,
+        kind=kind,
+        key_tokens=key_tokens,
+        layer_names=[path for path, _, _ in attention_modules(model, kind)],
+        generated_mask=generated_mask,
+        model_name=getattr(config, "name_or_path", "") or type(model).__name__,
+    )
 
 
 def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_sample, seed, progress):
@@ -407,8 +451,10 @@ def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_s
     if continuation is not None and max_new_tokens:
         raise ValueError("pass either continuation= (a forced target) or max_new_tokens= (a generated one), not both")
     if continuation is None and not max_new_tokens:
-        raise ValueError("an encoder–decoder model needs a target: pass continuation='target text' (or its token "
-                         "ids), or max_new_tokens=N to generate one.")
+        raise ValueError(
+            "an encoder–decoder model needs a target: pass continuation='target text' (or its token "
+            "ids), or max_new_tokens=N to generate one."
+        )
     bar = progress_bar(progress, 1 + (max_new_tokens > 0), "attention patterns")
     try:
         if continuation is not None:
@@ -420,7 +466,9 @@ def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_s
                 targets = [check_int("continuation id", t, minimum=0) for t in continuation]
                 vocab = model.get_input_embeddings().num_embeddings
                 if not targets or max(targets) >= vocab:
-                    raise ValueError(f"continuation ids must be a non-empty list of ids below the vocabulary size {vocab}")
+                    raise ValueError(
+                        f"continuation ids must be a non-empty list of ids below the vocabulary size {vocab}"
+                    )
             generated = False
         else:
             new_ids, _ = adapter.generate(source, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
@@ -431,7 +479,11 @@ def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_s
         device = adapter.device
         with evaluation(model), torch.inference_mode(), record_attention(model, kind) as calls:
             src = torch.tensor([source], device=device)
-            model(input_ids=src, attention_mask=torch.ones_like(src), decoder_input_ids=torch.tensor([decoder], device=device))
+            model(
+                input_ids=src,
+                attention_mask=torch.ones_like(src),
+                decoder_input_ids=torch.tensor([decoder], device=device),
+            )
         if bar is not None:
             bar.update(1)
     finally:

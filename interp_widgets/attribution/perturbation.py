@@ -139,14 +139,17 @@ class PerturbationMethod(Attributor):
         return {}
 
     # ---------------------------------------------------------------------------------------------- engine
-    def _attribute_inputs(self, adapter: ModelAdapter, problems: list[ExplainedInput], *, score: str,
-                          granularity: str) -> list[AttributionResult]:
+    def _attribute_inputs(
+        self, adapter: ModelAdapter, problems: list[ExplainedInput], *, score: str, granularity: str
+    ) -> list[AttributionResult]:
         with torch.no_grad():
             inputs = [adapter.embed(torch.as_tensor(p.encoding.input_ids)[None])[0].detach() for p in problems]
             bases = [baseline_embeddings(adapter, p.encoding, self.baseline).detach() for p in problems]
         units = [unit_tokens(p.encoding, granularity) for p in problems]
-        plans = [[self._plan(problem, item_units, t) for t in range(problem.n_targets)]
-                 for problem, item_units in zip(problems, units)]
+        plans = [
+            [self._plan(problem, item_units, t) for t in range(problem.n_targets)]
+            for problem, item_units in zip(problems, units)
+        ]
         starts = [np.cumsum([0] + [len(plan["distinct"]) for plan in item_plans]) for item_plans in plans]
         values = [[np.empty(len(plan["distinct"])) for plan in item_plans] for item_plans in plans]
 
@@ -212,8 +215,9 @@ class PerturbationMethod(Attributor):
             scores[t, plan["visible"]] = unit_scores
             for name, value in extra.items():
                 extras[name][t] = value
-        token_level = self._result(problem, np.zeros((n_targets, problem.length)), reduce=self.description,
-                                   score=score, **extras)
+        token_level = self._result(
+            problem, np.zeros((n_targets, problem.length)), reduce=self.description, score=score, **extras
+        )
         structure = token_level.aggregate(granularity)
         if structure.scores.shape != scores.shape:  # pragma: no cover - unit_tokens mirrors aggregate
             raise RuntimeError(f"unit mismatch: {structure.scores.shape[1]} aggregated units, {len(units)} perturbed")
@@ -292,8 +296,17 @@ class Lime(PerturbationMethod):
     name = "lime"
     description = "coefficient of the unit in a weighted linear surrogate of the score (signed)"
 
-    def __init__(self, n_samples: int = 256, kernel_width: float = 0.25, model=None, baseline="pad", *,
-                 seed: int = 0, score: str | None = None, progress: bool = True):
+    def __init__(
+        self,
+        n_samples: int = 256,
+        kernel_width: float = 0.25,
+        model=None,
+        baseline="pad",
+        *,
+        seed: int = 0,
+        score: str | None = None,
+        progress: bool = True,
+    ):
         super().__init__(baseline, score=score, progress=progress)
         self.seed = check_int("seed", seed, minimum=0)
         self.n_samples = check_int("n_samples", n_samples, minimum=1)
@@ -313,8 +326,10 @@ class Lime(PerturbationMethod):
         if not (is_regressor(model) and hasattr(model, "get_params")):
             raise TypeError(f"model must be a scikit-learn linear regressor such as Ridge() or Lasso(), got {model!r}")
         if not has_fit_parameter(model, "sample_weight"):
-            raise TypeError(f"{type(model).__name__}.fit does not accept sample_weight; LIME needs a weighted fit "
-                            "(use Ridge, Lasso, ElasticNet or LinearRegression).")
+            raise TypeError(
+                f"{type(model).__name__}.fit does not accept sample_weight; LIME needs a weighted fit "
+                "(use Ridge, Lasso, ElasticNet or LinearRegression)."
+            )
         return model
 
     def params(self):
@@ -410,15 +425,25 @@ class KernelShap(PerturbationMethod):
     description = "Shapley value of the unit (signed; sums to f(x) − f(baseline))"
     extra_fields = ("completeness_error", "score_delta")
 
-    def __init__(self, n_samples: int = 512, baseline="pad", *, exact_max_units: int = 12, seed: int = 0,
-                 score: str | None = None, progress: bool = True):
+    def __init__(
+        self,
+        n_samples: int = 512,
+        baseline="pad",
+        *,
+        exact_max_units: int = 12,
+        seed: int = 0,
+        score: str | None = None,
+        progress: bool = True,
+    ):
         super().__init__(baseline, score=score, progress=progress)
         self.seed = check_int("seed", seed, minimum=0)
         self.n_samples = check_int("n_samples", n_samples, minimum=1)
         self.exact_max_units = check_int("exact_max_units", exact_max_units, minimum=0)
         if self.exact_max_units > 20:
-            raise ValueError(f"exact_max_units={exact_max_units} would enumerate over 2 million coalitions per target; "
-                             "use at most 20 (the default 12 costs 4096 evaluations).")
+            raise ValueError(
+                f"exact_max_units={exact_max_units} would enumerate over 2 million coalitions per target; "
+                "use at most 20 (the default 12 costs 4096 evaluations)."
+            )
 
     def is_exact(self, n_units: int) -> bool:
         """Whether ``n_units`` units are explained by exact enumeration of all coalitions.
@@ -520,8 +545,9 @@ class Sobol(PerturbationMethod):
     signed = False
     description = "Sobol total-order index of the unit (unsigned share of the score variance)"
 
-    def __init__(self, n_samples: int = 64, baseline="pad", *, seed: int = 0, score: str | None = None,
-                 progress: bool = True):
+    def __init__(
+        self, n_samples: int = 64, baseline="pad", *, seed: int = 0, score: str | None = None, progress: bool = True
+    ):
         super().__init__(baseline, score=score, progress=progress)
         self.seed = check_int("seed", seed, minimum=0)
         self.n_samples = 2 ** math.ceil(math.log2(check_int("n_samples", n_samples, minimum=1)))

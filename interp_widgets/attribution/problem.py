@@ -73,8 +73,9 @@ class ExplainedInput:
         return len(self.target_ids)
 
 
-def _scores_from_logits(logits: torch.Tensor, target_ids: torch.Tensor, kind: str,
-                        foil_ids: torch.Tensor | None = None) -> torch.Tensor:
+def _scores_from_logits(
+    logits: torch.Tensor, target_ids: torch.Tensor, kind: str, foil_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """Float32 scores ``(rows, K)`` of targets ``target_ids`` ``(rows, K)``: the logit, probability or log-probability.
 
     ``logits`` are ``(rows, K, vocab)`` (a language model's logits at each target's position, see
@@ -172,7 +173,9 @@ def prepare_inputs(
     items, single = input_items(inputs)
     chat = [is_conversation(item) for item in items]
     if adapter.task == TASK_CAUSAL_LM and any(chat):
-        encodings = [None if is_chat else _encode_at(adapter, item, i) for i, (item, is_chat) in enumerate(zip(items, chat))]
+        encodings = [
+            None if is_chat else _encode_at(adapter, item, i) for i, (item, is_chat) in enumerate(zip(items, chat))
+        ]
     else:
         encodings = adapter.encode_many(items)
     foils = foils_per_input(contrast, len(encodings), single=single)
@@ -189,7 +192,8 @@ def prepare_inputs(
                 "not target."
             )
         problems = [
-            _chat_reply_input(adapter, item, i, continuation, max_new_tokens, do_sample, seed) if enc is None
+            _chat_reply_input(adapter, item, i, continuation, max_new_tokens, do_sample, seed)
+            if enc is None
             else _generation_input(adapter, enc, continuation, max_new_tokens, do_sample, seed)
             for i, (item, enc) in enumerate(zip(items, encodings))
         ]
@@ -216,9 +220,12 @@ def prepare_inputs(
 def _add_foils(adapter: ModelAdapter, problems: list[ExplainedInput], foils: list, alignment, *, single: bool) -> None:
     """Resolve the foil of every target (one forward pass per input gives the foils' probabilities)."""
     seq2seq = adapter.task == TASK_SEQ2SEQ_LM
-    logits = _forward_ids(adapter, [p.encoding.input_ids for p in problems],
-                          [p.target_positions for p in problems] if seq2seq else None,
-                          splits=[p.source_length for p in problems] if seq2seq else None)
+    logits = _forward_ids(
+        adapter,
+        [p.encoding.input_ids for p in problems],
+        [p.target_positions for p in problems] if seq2seq else None,
+        splits=[p.source_length for p in problems] if seq2seq else None,
+    )
     for item, (problem, foil, lg) in enumerate(zip(problems, foils, logits)):
         try:
             if adapter.task == TASK_MASKED_LM:
@@ -245,9 +252,13 @@ def _add_foils(adapter: ModelAdapter, problems: list[ExplainedInput], foils: lis
 
 
 @torch.inference_mode()
-def _forward_ids(adapter: ModelAdapter, ids: Sequence[np.ndarray],
-                 positions: Sequence[np.ndarray] | None = None, *,
-                 splits: Sequence[int] | None = None) -> list[torch.Tensor]:
+def _forward_ids(
+    adapter: ModelAdapter,
+    ids: Sequence[np.ndarray],
+    positions: Sequence[np.ndarray] | None = None,
+    *,
+    splits: Sequence[int] | None = None,
+) -> list[torch.Tensor]:
     """Logits of each id sequence (batched, no gradient): ``(classes,)`` for classifiers; for language models
     ``(len(positions[i]), vocab)`` at the given positions only (every position when ``positions`` is None).
     Encoder–decoder sequences are source + decoder ids split at ``splits[i]``; they need ``positions``."""
@@ -348,8 +359,10 @@ def _chat_reply_input(adapter, messages, index: int, continuation, max_new_token
         last = messages[-1].get("role")
         if last == "assistant":
             if continuation is not None:
-                raise ValueError("the conversation already ends with the assistant reply to explain (forced); drop "
-                                 "continuation=, or drop the last message to explain the continuation instead")
+                raise ValueError(
+                    "the conversation already ends with the assistant reply to explain (forced); drop "
+                    "continuation=, or drop the last message to explain the continuation instead"
+                )
             return _forced_reply(adapter, adapter.encode(messages, continue_final_message=True))
         if isinstance(continuation, str):
             if not continuation.strip():
@@ -402,7 +415,7 @@ def _extend_encoding(adapter, enc: Encoding, new_ids: np.ndarray, probs: np.ndar
     previous = ""
     for piece in decoded:
         start, end = base + len(previous), base + len(piece)
-        tokens.append(piece[len(previous):])
+        tokens.append(piece[len(previous) :])
         offsets.append((start, max(start, end)))
         previous = piece
     full_text = text + (decoded[-1] if decoded else "")
@@ -445,23 +458,31 @@ def _target_ids(adapter, continuation, vocab: int, *, what: str = "continuation"
     tokenizer = adapter.tokenizer
     if isinstance(continuation, str):
         if not continuation.strip():
-            raise ValueError(f"{what} is empty; pass the target text the model should be explained for (such as "
-                             "'Das Zimmer war sauber.') or its token ids.")
+            raise ValueError(
+                f"{what} is empty; pass the target text the model should be explained for (such as "
+                "'Das Zimmer war sauber.') or its token ids."
+            )
         try:
             ids = tokenizer(text_target=continuation)["input_ids"]
         except (TypeError, ValueError) as err:
-            raise ValueError(f"the tokenizer cannot build {what} {continuation!r} as a target ({err}); pass the "
-                             "target's token ids instead.") from None
+            raise ValueError(
+                f"the tokenizer cannot build {what} {continuation!r} as a target ({err}); pass the "
+                "target's token ids instead."
+            ) from None
         if all(i in tokenizer.all_special_ids for i in ids):
-            raise ValueError(f"{what} {continuation!r} tokenizes as a target to special tokens only ({ids}); pass a "
-                             "target text with content, or its token ids.")
+            raise ValueError(
+                f"{what} {continuation!r} tokenizes as a target to special tokens only ({ids}); pass a "
+                "target text with content, or its token ids."
+            )
         return np.asarray(ids, dtype=np.int64)
     if isinstance(continuation, (bytes, dict)) or not hasattr(continuation, "__iter__"):
         raise TypeError(f"{what} must be a target text or a sequence of token ids; got {type(continuation).__name__}")
     items = continuation.tolist() if hasattr(continuation, "tolist") else list(continuation)
     if items and isinstance(items[0], list):
-        raise ValueError(f"{what} is nested ({len(items)} sequences); an encoder–decoder target is one sequence of "
-                         "token ids (for several sources, call once per target).")
+        raise ValueError(
+            f"{what} is nested ({len(items)} sequences); an encoder–decoder target is one sequence of "
+            "token ids (for several sources, call once per target)."
+        )
     bad = [v for v in items if not isinstance(v, (int, np.integer)) or isinstance(v, bool)]
     if bad:
         raise TypeError(f"{what} has {bad[0]!r}, not a token id; pass the target as text or a list of ints.")
@@ -477,8 +498,11 @@ def _seq2seq_input(adapter, enc: Encoding, continuation, max_new_tokens, do_samp
     """Source ``enc`` and its generated or forced target on one axis: source tokens, decoder start, target."""
     tokenizer = adapter.tokenizer
     source_ids = enc.input_ids
-    vocab = int(adapter.model.get_output_embeddings().weight.shape[0]) if adapter.model.get_output_embeddings() is not None \
+    vocab = (
+        int(adapter.model.get_output_embeddings().weight.shape[0])
+        if adapter.model.get_output_embeddings() is not None
         else int(adapter.embedding.weight.shape[0])
+    )
     start = adapter.decoder_start_token_id
     if continuation is None:
         new_ids, probs = adapter.generate(source_ids, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
@@ -520,7 +544,7 @@ def _seq2seq_input(adapter, enc: Encoding, continuation, max_new_tokens, do_samp
             continue
         kept.append(token_id)
         piece = tokenizer.decode(kept)
-        chunk = piece[len(previous):]
+        chunk = piece[len(previous) :]
         tokens.append(chunk)
         offsets.append((base + len(previous), base + max(len(previous), len(piece))))
         first = len(previous) + (len(chunk) - len(chunk.lstrip()))
@@ -603,8 +627,9 @@ class RowChunk:
     stop: int
 
 
-def plan_chunks(adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[int],
-                splits: Sequence[int | None] | None = None) -> Iterator[list[RowChunk]]:
+def plan_chunks(
+    adapter: ModelAdapter, lengths: Sequence[int], n_rows: Sequence[int], splits: Sequence[int | None] | None = None
+) -> Iterator[list[RowChunk]]:
     """Pack the rows of every input into forward passes that hold one sequence length each.
 
     Rows of inputs with equal length (and, for encoder–decoder inputs, equal source length ``splits``) share passes
@@ -768,12 +793,12 @@ def _gradients(adapter: ModelAdapter, scores: torch.Tensor, x: torch.Tensor, val
     eye = torch.eye(width, dtype=scores.dtype, device=scores.device)[columns]  # (used columns, K)
     grad_outputs = eye[:, None, :] * valid[None].to(scores.dtype)  # (used columns, rows, K)
     try:
-        (batched,) = torch.autograd.grad(scores, x, grad_outputs=grad_outputs, is_grads_batched=True,
-                                         retain_graph=True)
+        (batched,) = torch.autograd.grad(scores, x, grad_outputs=grad_outputs, is_grads_batched=True, retain_graph=True)
         passes = 1
     except RuntimeError:  # an operation without a vmap rule: one backward pass per target column
-        batched = torch.stack([torch.autograd.grad(scores, x, grad_outputs=g, retain_graph=True)[0]
-                               for g in grad_outputs])
+        batched = torch.stack(
+            [torch.autograd.grad(scores, x, grad_outputs=g, retain_graph=True)[0] for g in grad_outputs]
+        )
         passes = len(columns)
     adapter.count_backward(passes, int(valid.sum()))
     if len(columns) == width:

@@ -101,8 +101,9 @@ class AttributionResult:
         self.special_mask = np.asarray(self.special_mask, dtype=bool)
         self.word_ids = np.asarray(self.word_ids, dtype=np.int64)
         self.sentence_ids = np.asarray(self.sentence_ids, dtype=np.int64)
-        self.turn_ids = (np.where(self.special_mask, -1, 0) if self.turn_ids is None else
-                         np.asarray(self.turn_ids)).astype(np.int64)
+        self.turn_ids = (
+            np.where(self.special_mask, -1, 0) if self.turn_ids is None else np.asarray(self.turn_ids)
+        ).astype(np.int64)
         self.turn_roles = [str(role) for role in self.turn_roles]
         self.target_probs = np.asarray(self.target_probs, dtype=np.float64).reshape(-1)
         self.target_ids = np.asarray(self.target_ids, dtype=np.int64).reshape(-1)
@@ -139,6 +140,7 @@ class AttributionResult:
             False
         """
         return self.foil_ids is not None
+
     # ------------------------------------------------------------------ encoder–decoder sides
     @property
     def is_seq2seq(self) -> bool:
@@ -153,8 +155,10 @@ class AttributionResult:
 
     def _side(self, source: bool) -> np.ndarray:
         if self.source_mask is None:
-            raise ValueError("this result explains a single sequence; source_scores and target_scores apply to "
-                             "encoder–decoder results (a T5, BART, Marian… model)")
+            raise ValueError(
+                "this result explains a single sequence; source_scores and target_scores apply to "
+                "encoder–decoder results (a T5, BART, Marian… model)"
+            )
         return self.scores[:, self.source_mask == source]
 
     @property
@@ -235,7 +239,9 @@ class AttributionResult:
             raise ValueError(f"target row {target} out of range for {len(self.target_labels)} targets")
         return int(target) % len(self.target_labels)
 
-    def aggregate(self, granularity: str = "word", how: str = "sum", *, include_special: bool = False) -> "AttributionResult":
+    def aggregate(
+        self, granularity: str = "word", how: str = "sum", *, include_special: bool = False
+    ) -> "AttributionResult":
         """Scores per word, sentence or turn (one per chat message), aggregated from token scores by ``sum``,
         ``mean`` or ``maxabs``.
 
@@ -251,7 +257,9 @@ class AttributionResult:
             ['Not bad at all, honestly.']
         """
         if self.granularity != "token":
-            raise ValueError(f"this result is already at {self.granularity} granularity; aggregate the token-level result")
+            raise ValueError(
+                f"this result is already at {self.granularity} granularity; aggregate the token-level result"
+            )
         check_choice("granularity", granularity, GRANULARITIES)
         check_choice("aggregation", how, AGGREGATIONS)
         if granularity == "token":
@@ -314,7 +322,8 @@ class AttributionResult:
             scores=self.scores[:, keep],
             generated_mask=None if self.generated_mask is None else self.generated_mask[keep],
             source_mask=None if self.source_mask is None else self.source_mask[keep],
-            cross_attentions=None if self.cross_attentions is None or self.source_mask is None
+            cross_attentions=None
+            if self.cross_attentions is None or self.source_mask is None
             else self.cross_attentions[..., keep[self.source_mask]],
         )
 
@@ -348,15 +357,21 @@ class AttributionResult:
         if self.is_contrastive:
             labels = self.foil_labels or [str(i) for i in self.foil_ids]
             probs = self.foil_probs if self.foil_probs is not None else np.full(n_targets, np.nan)
-            foil = {"foil": np.repeat(np.asarray(labels, dtype=object), n_units), "foil_prob": np.repeat(probs, n_units)}
+            foil = {
+                "foil": np.repeat(np.asarray(labels, dtype=object), n_units),
+                "foil_prob": np.repeat(probs, n_units),
+            }
         return pd.DataFrame(
             {
                 "target": np.repeat(self.target_labels, n_units),
                 "target_prob": np.repeat(self.target_probs, n_units),
                 **foil,
                 "position": np.tile(np.arange(n_units), n_targets),
-                **({} if self.source_mask is None else
-                   {"side": np.tile(np.where(self.source_mask, "source", "target").astype(object), n_targets)}),
+                **(
+                    {}
+                    if self.source_mask is None
+                    else {"side": np.tile(np.where(self.source_mask, "source", "target").astype(object), n_targets)}
+                ),
                 "unit": np.tile(np.asarray(self.tokens, dtype=object), n_targets),
                 "start": np.tile(self.offsets[:, 0], n_targets),
                 "end": np.tile(self.offsets[:, 1], n_targets),
@@ -396,9 +411,11 @@ class AttributionResult:
                 ),
                 tooltip=["unit:N", alt.Tooltip("score:Q", format=".4g"), "position:Q"],
             )
-            .properties(title=f"{self.method}: {self.target_labels[row]}"
-                        + (f" (p={self.target_probs[row]:.3f})" if np.isfinite(self.target_probs[row]) else "")
-                        + (f" rather than {self.foil_labels[row]!r}" if self.is_contrastive and self.foil_labels else ""))
+            .properties(
+                title=f"{self.method}: {self.target_labels[row]}"
+                + (f" (p={self.target_probs[row]:.3f})" if np.isfinite(self.target_probs[row]) else "")
+                + (f" rather than {self.foil_labels[row]!r}" if self.is_contrastive and self.foil_labels else "")
+            )
         )
 
     def to_html(self) -> str:
@@ -436,17 +453,37 @@ class AttributionResult:
         return self.widget()
 
     def __repr__(self) -> str:
-        targets = ", ".join(f"{label} (p={p:.3f})" if np.isfinite(p) else str(label)  # NaN: no probability
-                            for label, p in zip(self.target_labels, self.target_probs))
+        targets = ", ".join(
+            f"{label} (p={p:.3f})" if np.isfinite(p) else str(label)  # NaN: no probability
+            for label, p in zip(self.target_labels, self.target_probs)
+        )
         turns = f", turns=[{', '.join(self.turn_roles)}]" if self.turn_roles else ""
         foil = f", contrast={self.contrast!r}" if self.is_contrastive else ""
-        return (f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s{turns}, "
-                f"targets=[{targets}]{foil})")
+        return (
+            f"AttributionResult(method={self.method!r}, {len(self.tokens)} {self.granularity}s{turns}, "
+            f"targets=[{targets}]{foil})"
+        )
 
     # ------------------------------------------------------------------ persistence
-    _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "turn_ids", "scores", "target_probs", "target_ids",
-               "completeness_error", "score_delta", "target_positions", "generated_mask", "foil_ids", "foil_probs",
-               "foil_alignment", "source_mask", "cross_attentions")
+    _ARRAYS = (
+        "offsets",
+        "special_mask",
+        "word_ids",
+        "sentence_ids",
+        "turn_ids",
+        "scores",
+        "target_probs",
+        "target_ids",
+        "completeness_error",
+        "score_delta",
+        "target_positions",
+        "generated_mask",
+        "foil_ids",
+        "foil_probs",
+        "foil_alignment",
+        "source_mask",
+        "cross_attentions",
+    )
 
     def _metadata(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}
@@ -493,8 +530,10 @@ class AttributionResult:
         meta = json.loads(header)
         found = meta.pop("format", None)
         if found != "interp_widgets.AttributionResult":
-            raise ValueError(f"{path} holds a different interp_widgets object ({found}), not an AttributionResult; "
-                             f"load it with its own class's load()")
+            raise ValueError(
+                f"{path} holds a different interp_widgets object ({found}), not an AttributionResult; "
+                f"load it with its own class's load()"
+            )
         meta.pop("version", None)
         for name in ("special_mask", "generated_mask", "source_mask"):
             if name in arrays:

@@ -116,8 +116,14 @@ class ActivationStore:
         ((32,), (3, 32), (2, 32))
     """
 
-    def __init__(self, chunks: Sequence[np.ndarray], meta: dict[str, np.ndarray], texts: Sequence[str],
-                 info: dict, directory: Path | None = None):
+    def __init__(
+        self,
+        chunks: Sequence[np.ndarray],
+        meta: dict[str, np.ndarray],
+        texts: Sequence[str],
+        info: dict,
+        directory: Path | None = None,
+    ):
         self._chunks = list(chunks)
         dims = {c.shape[1] for c in self._chunks if c.ndim == 2}
         if len(dims) > 1:
@@ -223,7 +229,7 @@ class ActivationStore:
         if self.in_memory:
             order = rng.permutation(len(self)) if shuffle else np.arange(len(self))
             for start in range(0, len(self), batch_size):
-                yield self._rows(order[start:start + batch_size])
+                yield self._rows(order[start : start + batch_size])
             return
         chunk_order = rng.permutation(len(self._chunks)) if shuffle else np.arange(len(self._chunks))
         pending: list[np.ndarray] = []
@@ -279,7 +285,7 @@ class ActivationStore:
         """
         out = np.empty(len(self), dtype=np.float64)
         for start, block in self.iter_chunks(check_int("rows_per_chunk", rows_per_chunk, minimum=1)):
-            out[start:start + len(block)] = np.linalg.norm(block.astype(np.float64), axis=1)
+            out[start : start + len(block)] = np.linalg.norm(block.astype(np.float64), axis=1)
         return out
 
     def select(self, rows, *, path: str | Path | None = None, memory_budget: int | str = "1GB") -> "ActivationStore":
@@ -317,7 +323,7 @@ class ActivationStore:
         collector = _Collector(parse_bytes(memory_budget), None if path is None else Path(path))
         collector.dim = self.dim
         for start, block in self.iter_chunks():
-            local = np.flatnonzero(keep[start:start + len(block)])
+            local = np.flatnonzero(keep[start : start + len(block)])
             if len(local):
                 collector.add(block[local], {name: values[start + local] for name, values in self._meta.items()})
         info = {**self.info, "selected": f"{int(keep.sum())} of {len(self)} rows"}
@@ -393,15 +399,17 @@ class ActivationStore:
         import pandas as pd
 
         rows = np.arange(len(self)) if rows is None else np.asarray(rows, dtype=np.int64).reshape(-1)
-        return pd.DataFrame({
-            "row": rows,
-            "text_id": self._meta["text_id"][rows],
-            "position": self._meta["position"][rows],
-            "token": self.tokens(rows),
-            "start": self._meta["start"][rows],
-            "end": self._meta["end"][rows],
-            "token_id": self._meta["token_id"][rows],
-        })
+        return pd.DataFrame(
+            {
+                "row": rows,
+                "text_id": self._meta["text_id"][rows],
+                "position": self._meta["position"][rows],
+                "token": self.tokens(rows),
+                "start": self._meta["start"][rows],
+                "end": self._meta["end"][rows],
+                "token_id": self._meta["token_id"][rows],
+            }
+        )
 
     # ------------------------------------------------------------------ persistence and combination
     def save(self, path: str | Path) -> Path:
@@ -418,8 +426,10 @@ class ActivationStore:
         """
         path = Path(path)
         if path.is_file():
-            raise FileExistsError(f"{path} is a file; ActivationStore.save writes a directory, so choose a new "
-                                  "directory path for the store")
+            raise FileExistsError(
+                f"{path} is a file; ActivationStore.save writes a directory, so choose a new "
+                "directory path for the store"
+            )
         if path.exists() and any(path.iterdir()):
             raise FileExistsError(f"{path} is not empty; choose a new directory for the store")
         writer = _ChunkWriter(path, self.dim)
@@ -448,8 +458,10 @@ class ActivationStore:
         stores = [cls._open_one(p) for p in shards]
         world = {s.info.get("world_size") for s in stores}
         if len(world) != 1 or len(stores) != next(iter(world)):
-            raise ValueError(f"{path} holds {len(stores)} shards but they were written by world sizes {sorted(world)}; "
-                             "a rank did not finish collecting")
+            raise ValueError(
+                f"{path} holds {len(stores)} shards but they were written by world sizes {sorted(world)}; "
+                "a rank did not finish collecting"
+            )
         return cls.concat(stores)
 
     @classmethod
@@ -482,7 +494,9 @@ class ActivationStore:
         dims = {s.dim for s in stores if len(s)}
         layers = {s.layer for s in stores}
         if len(dims) > 1 or len(layers) > 1:
-            raise ValueError(f"stores differ in width {sorted(dims)} or layer {sorted(layers)}; concatenate like with like")
+            raise ValueError(
+                f"stores differ in width {sorted(dims)} or layer {sorted(layers)}; concatenate like with like"
+            )
         chunks, meta, texts = [], {name: [] for name in META_FIELDS}, []
         for store in stores:
             chunks.extend(store._chunks)
@@ -504,8 +518,10 @@ class ActivationStore:
         else:  # concatenated stores (rank shards, collected parts): several directories
             n_dirs = len({c.path.parent for c in self._chunks if isinstance(c, _DiskChunk)})
             where = f"on disk in {n_dirs} director{'y' if n_dirs == 1 else 'ies'}"
-        return (f"ActivationStore({len(self)} {self.unit} rows × {self.dim}, layer={self.layer!r}, "
-                f"{len(self.texts)} texts, {where})")
+        return (
+            f"ActivationStore({len(self)} {self.unit} rows × {self.dim}, layer={self.layer!r}, "
+            f"{len(self.texts)} texts, {where})"
+        )
 
 
 class _ChunkWriter:
@@ -700,7 +716,7 @@ def collect_activations(
         rank, world = dist.get_rank(process_group), dist.get_world_size(process_group)
         bounds = np.linspace(0, len(texts), world + 1).round().astype(int)
         offset = int(bounds[rank])
-        texts = texts[bounds[rank]:bounds[rank + 1]]
+        texts = texts[bounds[rank] : bounds[rank + 1]]
         shard_path = Path(path) / f"shard-{rank:05d}"
     else:
         shard_path = None if path is None else Path(path)
@@ -750,13 +766,14 @@ def collect_activations(
                     ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
                     mask = torch.zeros((len(batch), longest), dtype=torch.long)
                     for row, i in enumerate(batch):
-                        ids[row, :len(encodings[i])] = torch.from_numpy(encodings[i].input_ids)
-                        mask[row, :len(encodings[i])] = 1
+                        ids[row, : len(encodings[i])] = torch.from_numpy(encodings[i].input_ids)
+                        mask[row, : len(encodings[i])] = 1
                     captured.clear()
                     try:
                         if run is None:
-                            model(input_ids=ids.to(adapter.device), attention_mask=mask.to(adapter.device),
-                                  **call_options)
+                            model(
+                                input_ids=ids.to(adapter.device), attention_mask=mask.to(adapter.device), **call_options
+                            )
                         else:
                             run(ids.to(adapter.device), mask.to(adapter.device))
                     except _StopForward:
@@ -767,8 +784,15 @@ def collect_activations(
                     if run is not None and run.decoder:  # decoder position j + 1 has read token j
                         hidden = hidden[:, 1:]
                     for row, i in enumerate(batch):
-                        per_text[i] = _rows_of(encodings[i], hidden[row, :len(encodings[i])], unit, pooling,
-                                               include_special, window + i, spanless)
+                        per_text[i] = _rows_of(
+                            encodings[i],
+                            hidden[row, : len(encodings[i])],
+                            unit,
+                            pooling,
+                            include_special,
+                            window + i,
+                            spanless,
+                        )
                     bar.update(len(batch))
                 for i in range(len(encodings)):
                     rows, meta = per_text.pop(i)
@@ -777,9 +801,16 @@ def collect_activations(
     finally:
         bar.close()
     info = {
-        "layer": layer_name, "unit": unit, "pooling": pooling, "include_special": include_special,
-        "model": type(model).__name__, "name_or_path": str(getattr(model.config, "_name_or_path", "")),
-        "spanless_tokens": spanless, "rank": rank, "world_size": world, "text_offset": offset,
+        "layer": layer_name,
+        "unit": unit,
+        "pooling": pooling,
+        "include_special": include_special,
+        "model": type(model).__name__,
+        "name_or_path": str(getattr(model.config, "_name_or_path", "")),
+        "spanless_tokens": spanless,
+        "rank": rank,
+        "world_size": world,
+        "text_offset": offset,
     }
     if collector.dim is None:  # an empty shard still records the width, read from the layer's config
         info["dim"] = int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0) or 0)
@@ -805,22 +836,39 @@ def _seq2seq_runner(adapter: ModelAdapter, module: torch.nn.Module):
             model.get_encoder()(input_ids=ids, attention_mask=mask)
             return
         first = torch.full((len(ids), 1), start, dtype=ids.dtype, device=ids.device)
-        model(input_ids=ids, attention_mask=mask, decoder_input_ids=torch.cat([first, ids], dim=1),
-              decoder_attention_mask=torch.cat([torch.ones_like(first), mask], dim=1), use_cache=False)
+        model(
+            input_ids=ids,
+            attention_mask=mask,
+            decoder_input_ids=torch.cat([first, ids], dim=1),
+            decoder_attention_mask=torch.cat([torch.ones_like(first), mask], dim=1),
+            use_cache=False,
+        )
 
     run.decoder = decoder
     return run
 
 
-def _rows_of(enc, hidden: np.ndarray, unit: str, pooling: str | None, include_special: bool, text_id: int,
-             spanless: dict[str, str]) -> tuple[np.ndarray, dict]:
+def _rows_of(
+    enc,
+    hidden: np.ndarray,
+    unit: str,
+    pooling: str | None,
+    include_special: bool,
+    text_id: int,
+    spanless: dict[str, str],
+) -> tuple[np.ndarray, dict]:
     keep = np.ones(len(enc), bool) if include_special else ~enc.special_mask
     for i in np.flatnonzero((enc.offsets[:, 1] <= enc.offsets[:, 0]) & keep):
         spanless.setdefault(str(int(enc.input_ids[i])), enc.tokens[i])
     if unit == "token":
         index = np.flatnonzero(keep)
-        meta = {"text_id": np.full(len(index), text_id), "position": index, "start": enc.offsets[index, 0],
-                "end": enc.offsets[index, 1], "token_id": enc.input_ids[index]}
+        meta = {
+            "text_id": np.full(len(index), text_id),
+            "position": index,
+            "start": enc.offsets[index, 0],
+            "end": enc.offsets[index, 1],
+            "token_id": enc.input_ids[index],
+        }
         return np.ascontiguousarray(hidden[index], dtype=np.float32), meta
     kept = np.flatnonzero(keep)
     if not len(kept):

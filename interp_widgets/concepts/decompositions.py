@@ -155,8 +155,10 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         if n_rows == 0:
             raise ValueError("cannot fit on zero rows of activations; collect activations from at least one text")
         if self.n_concepts > n_rows:
-            raise ValueError(f"n_concepts={self.n_concepts} is more than the {n_rows} samples; "
-                             "use fewer concepts or collect more activations")
+            raise ValueError(
+                f"n_concepts={self.n_concepts} is more than the {n_rows} samples; "
+                "use fewer concepts or collect more activations"
+            )
         self._check_size(n_rows, n_features)
         self.layer_ = X.layer if isinstance(X, ActivationStore) else None
         self.model_name_ = display_name(str(X.info.get("name_or_path", ""))) if isinstance(X, ActivationStore) else None
@@ -189,9 +191,11 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         expected, actual = display_name(getattr(self, "model_name_", None)), model_name_of(model)
         if expected and actual and not same_model_name(expected, actual):
             source = self.fit_info_.get("source_note", "") if isinstance(self.fit_info_, dict) else ""
-            raise ValueError(f"this {type(self).__name__} was fitted on activations of {expected!r}{source}, not of "
-                             f"{actual!r}; use it with {expected}, or set model_name_ = None if this is the same "
-                             "model under another name")
+            raise ValueError(
+                f"this {type(self).__name__} was fitted on activations of {expected!r}{source}, not of "
+                f"{actual!r}; use it with {expected}, or set model_name_ = None if this is the same "
+                "model under another name"
+            )
 
     def _check_size(self, n_rows: int, n_features: int) -> None:
         """Subclasses that cannot be overcomplete raise here."""
@@ -291,10 +295,12 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         """
         self._check_fitted()
         if not self.affine_encoder:
-            raise TypeError(f"{type(self).__name__} has no differentiable encoder (its transform solves an "
-                            "optimisation problem or picks a cluster, so no gradient reaches the activations); use a "
-                            "perturbation method (occlusion, lime, kernel_shap, sobol) or a concept model with one: "
-                            "SparseAutoencoder, PCAConcepts, ICAConcepts, SVDConcepts, DirectionConcepts")
+            raise TypeError(
+                f"{type(self).__name__} has no differentiable encoder (its transform solves an "
+                "optimisation problem or picks a cluster, so no gradient reaches the activations); use a "
+                "perturbation method (occlusion, lime, kernel_shap, sobol) or a concept model with one: "
+                "SparseAutoencoder, PCAConcepts, ICAConcepts, SVDConcepts, DirectionConcepts"
+            )
         if X.shape[-1] != self.n_features_in_:
             raise ValueError(f"this concept model was fitted on {self.n_features_in_} features but got {X.shape[-1]}")
         weight, bias = self._affine_encoder()
@@ -328,16 +334,20 @@ class ConceptModel(TransformerMixin, BaseEstimator):
 
     def _check_fitted(self) -> None:
         if not self.is_fitted:
-            raise NotFittedError(f"this {type(self).__name__} is not fitted yet; call fit(activations) first, or "
-                                 "load a saved model with ConceptModel.load(path)")
+            raise NotFittedError(
+                f"this {type(self).__name__} is not fitted yet; call fit(activations) first, or "
+                "load a saved model with ConceptModel.load(path)"
+            )
 
     def _check_input(self, X) -> np.ndarray:
         self._check_fitted()
         X = _as_matrix(X)
         if X.shape[1] != self.n_features_in_:
             where = f" (layer {self.layer_})" if self.layer_ else ""
-            raise ValueError(f"this concept model was fitted on {self.n_features_in_} features{where} but got "
-                             f"{X.shape[1]}; transform activations from the same layer and model")
+            raise ValueError(
+                f"this concept model was fitted on {self.n_features_in_} features{where} but got "
+                f"{X.shape[1]}; transform activations from the same layer and model"
+            )
         return X
 
     # ------------------------------------------------------------------ subclass hooks
@@ -368,9 +378,16 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         """
         self._check_fitted()
         arrays, extra = self._state()
-        meta = {"class": self.name, "n_concepts": self.n_concepts, "params": self._saved_params(),
-                "layer": self.layer_, "model_name": self.model_name_, "n_features_in": self.n_features_in_,
-                "fit_info": self.fit_info_, "extra": extra}
+        meta = {
+            "class": self.name,
+            "n_concepts": self.n_concepts,
+            "params": self._saved_params(),
+            "layer": self.layer_,
+            "model_name": self.model_name_,
+            "n_features_in": self.n_features_in_,
+            "fit_info": self.fit_info_,
+            "extra": extra,
+        }
         return save_bundle(path, _FORMAT, arrays, meta)
 
     def _saved_params(self) -> dict[str, Any]:
@@ -397,8 +414,10 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         arrays, meta = load_bundle(path, _FORMAT)
         klass = CONCEPT_MODELS.get(meta["class"])
         if klass is None:
-            raise ValueError(f"{path} holds an unknown concept model {meta['class']!r}; known: "
-                             f"{', '.join(sorted(CONCEPT_MODELS))} (import the module that defines it first)")
+            raise ValueError(
+                f"{path} holds an unknown concept model {meta['class']!r}; known: "
+                f"{', '.join(sorted(CONCEPT_MODELS))} (import the module that defines it first)"
+            )
         if cls is not ConceptModel and not issubclass(klass, cls):
             raise ValueError(f"{path} holds a {klass.__name__}, not a {cls.__name__}")
         model = klass(meta["n_concepts"], **klass._init_params(meta["params"]))
@@ -442,16 +461,27 @@ class SklearnConcepts(ConceptModel):
     size_param: ClassVar[str] = "n_components"
     undercomplete: ClassVar[bool] = False
 
-    def __init__(self, n_concepts: int, *, estimator_params: dict[str, Any] | None = None,
-                 max_fit_rows: int = 200_000, stream_epochs: int = 1, **legacy_estimator_params):
+    def __init__(
+        self,
+        n_concepts: int,
+        *,
+        estimator_params: dict[str, Any] | None = None,
+        max_fit_rows: int = 200_000,
+        stream_epochs: int = 1,
+        **legacy_estimator_params,
+    ):
         super().__init__(n_concepts)
         if legacy_estimator_params:
             names = ", ".join(f"{key}={value!r}" for key, value in legacy_estimator_params.items())
             level, frame = 2, sys._getframe(1)
             while frame.f_back is not None and frame.f_code.co_filename == __file__:  # warn at the user's call
                 frame, level = frame.f_back, level + 1
-            warnings.warn(f"passing estimator arguments to {type(self).__name__} directly ({names}) is deprecated; "
-                          f"pass estimator_params={legacy_estimator_params!r}", DeprecationWarning, stacklevel=level)
+            warnings.warn(
+                f"passing estimator arguments to {type(self).__name__} directly ({names}) is deprecated; "
+                f"pass estimator_params={legacy_estimator_params!r}",
+                DeprecationWarning,
+                stacklevel=level,
+            )
             estimator_params = {**(estimator_params or {}), **legacy_estimator_params}
         self.estimator_params = estimator_params
         self.max_fit_rows = max_fit_rows
@@ -484,9 +514,11 @@ class SklearnConcepts(ConceptModel):
 
     def _check_size(self, n_rows: int, n_features: int) -> None:
         if self.undercomplete and self.n_concepts > n_features:
-            raise ValueError(f"{type(self).__name__} finds at most as many concepts as features: n_concepts="
-                             f"{self.n_concepts} > {n_features} features. Use fewer concepts, or an overcomplete "
-                             "method (NMF, dictionary learning, sparse autoencoder)")
+            raise ValueError(
+                f"{type(self).__name__} finds at most as many concepts as features: n_concepts="
+                f"{self.n_concepts} > {n_features} features. Use fewer concepts, or an overcomplete "
+                "method (NMF, dictionary learning, sparse autoencoder)"
+            )
 
     def _prepare(self, X: np.ndarray) -> np.ndarray:
         """Map raw activations to the estimator's input space (identity except for NMF)."""
@@ -543,7 +575,7 @@ class SklearnConcepts(ConceptModel):
             setattr(self.estimator_, key, value)
         for key, value in arrays.items():
             if key.startswith("estimator."):
-                setattr(self.estimator_, key[len("estimator."):], value)
+                setattr(self.estimator_, key[len("estimator.") :], value)
 
 
 class PCAConcepts(SklearnConcepts):
@@ -602,8 +634,10 @@ class SVDConcepts(SklearnConcepts):
 
     def _check_size(self, n_rows, n_features):
         if self.n_concepts >= n_features:
-            raise ValueError(f"TruncatedSVD needs n_concepts < features; got n_concepts={self.n_concepts} for "
-                             f"{n_features} features. Use fewer concepts or PCAConcepts")
+            raise ValueError(
+                f"TruncatedSVD needs n_concepts < features; got n_concepts={self.n_concepts} for "
+                f"{n_features} features. Use fewer concepts or PCAConcepts"
+            )
 
 
 class ICAConcepts(SklearnConcepts):
@@ -759,18 +793,32 @@ class NMFConcepts(SklearnConcepts):
 
     name = "nmf"
 
-    def __init__(self, n_concepts: int, *, nonnegative: str | None = None,
-                 estimator_params: dict[str, Any] | None = None, max_fit_rows: int = 200_000, stream_epochs: int = 1,
-                 **legacy_estimator_params):
-        super().__init__(n_concepts, estimator_params=estimator_params, max_fit_rows=max_fit_rows,
-                         stream_epochs=stream_epochs, **legacy_estimator_params)
+    def __init__(
+        self,
+        n_concepts: int,
+        *,
+        nonnegative: str | None = None,
+        estimator_params: dict[str, Any] | None = None,
+        max_fit_rows: int = 200_000,
+        stream_epochs: int = 1,
+        **legacy_estimator_params,
+    ):
+        super().__init__(
+            n_concepts,
+            estimator_params=estimator_params,
+            max_fit_rows=max_fit_rows,
+            stream_epochs=stream_epochs,
+            **legacy_estimator_params,
+        )
         self.nonnegative = nonnegative
 
     def _check_params(self) -> None:
         super()._check_params()
         if self.nonnegative is not None and self.nonnegative not in NONNEGATIVE_CHOICES:
-            raise ValueError(f"unknown nonnegative={self.nonnegative!r}; use one of {NONNEGATIVE_CHOICES}, or None "
-                             "for data that is already non-negative")
+            raise ValueError(
+                f"unknown nonnegative={self.nonnegative!r}; use one of {NONNEGATIVE_CHOICES}, or None "
+                "for data that is already non-negative"
+            )
 
     @property
     def estimator_class(self):
@@ -810,8 +858,10 @@ class NMFConcepts(SklearnConcepts):
     def _check_input(self, X):
         X = super()._check_input(X)
         if self.nonnegative is None and (X < 0).any():
-            raise ValueError("this NMF model was fitted without a sign policy and X has negative values; refit with "
-                             "nonnegative='shift' or 'relu'")
+            raise ValueError(
+                "this NMF model was fitted without a sign policy and X has negative values; refit with "
+                "nonnegative='shift' or 'relu'"
+            )
         return X
 
     def _state(self):
@@ -877,8 +927,16 @@ class SemiNMFConcepts(ConceptModel):
 
     name = "semi_nmf"
 
-    def __init__(self, n_concepts: int, *, max_iter: int = 200, transform_iter: int = 100, tol: float = 1e-5,
-                 random_state: int = 0, max_fit_rows: int = 200_000):
+    def __init__(
+        self,
+        n_concepts: int,
+        *,
+        max_iter: int = 200,
+        transform_iter: int = 100,
+        tol: float = 1e-5,
+        random_state: int = 0,
+        max_fit_rows: int = 200_000,
+    ):
         super().__init__(n_concepts)
         self.max_iter = max_iter
         self.transform_iter = transform_iter

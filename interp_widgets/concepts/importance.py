@@ -93,15 +93,17 @@ class TextConcepts:
         import pandas as pd
 
         n_tokens, n_concepts = self.coefficients.shape
-        return pd.DataFrame({
-            "position": np.repeat(np.arange(n_tokens), n_concepts),
-            "token": np.repeat(np.asarray(self.tokens, dtype=object), n_concepts),
-            "start": np.repeat(self.offsets[:, 0], n_concepts),
-            "end": np.repeat(self.offsets[:, 1], n_concepts),
-            "special": np.repeat(self.special_mask, n_concepts),
-            "concept": np.tile(np.arange(n_concepts), n_tokens),
-            "coefficient": self.coefficients.reshape(-1),
-        })
+        return pd.DataFrame(
+            {
+                "position": np.repeat(np.arange(n_tokens), n_concepts),
+                "token": np.repeat(np.asarray(self.tokens, dtype=object), n_concepts),
+                "start": np.repeat(self.offsets[:, 0], n_concepts),
+                "end": np.repeat(self.offsets[:, 1], n_concepts),
+                "special": np.repeat(self.special_mask, n_concepts),
+                "concept": np.tile(np.arange(n_concepts), n_tokens),
+                "coefficient": self.coefficients.reshape(-1),
+            }
+        )
 
     def chart(self, concepts: list[int] | None = None):
         """Altair heatmap of coefficients, tokens × concepts (``concepts`` restricts the columns).
@@ -118,11 +120,17 @@ class TextConcepts:
         if concepts is not None:
             frame = frame[frame["concept"].isin(list(concepts))]
         frame["label"] = [f"{p}: {t}" for p, t in zip(frame["position"], frame["token"])]
-        return (alt.Chart(frame).mark_rect()
-                .encode(x=alt.X("label:N", sort=None, title="token"), y=alt.Y("concept:O"),
-                        color=alt.Color("coefficient:Q", scale=alt.Scale(scheme="purpleorange", domainMid=0)),
-                        tooltip=["token:N", "concept:Q", alt.Tooltip("coefficient:Q", format=".4g")])
-                .properties(title=f"{self.method} concepts at {self.layer}"))
+        return (
+            alt.Chart(frame)
+            .mark_rect()
+            .encode(
+                x=alt.X("label:N", sort=None, title="token"),
+                y=alt.Y("concept:O"),
+                color=alt.Color("coefficient:Q", scale=alt.Scale(scheme="purpleorange", domainMid=0)),
+                tooltip=["token:N", "concept:Q", alt.Tooltip("coefficient:Q", format=".4g")],
+            )
+            .properties(title=f"{self.method} concepts at {self.layer}")
+        )
 
     _ARRAYS = ("offsets", "special_mask", "coefficients", "gradients", "target_ids", "target_scores")
 
@@ -210,8 +218,9 @@ class ConceptImportance(TextConcepts):
         """
         return self.target_labels[self._target(target)]
 
-    def per_concept(self, target: int | str | None = None, *, kind: str = "contribution",
-                    include_special: bool = True) -> np.ndarray:
+    def per_concept(
+        self, target: int | str | None = None, *, kind: str = "contribution", include_special: bool = True
+    ) -> np.ndarray:
         """Importance of each concept for one target, summed over tokens.
 
         ``kind="contribution"`` (coefficient × gradient) or ``"gradient"``. Special tokens count by default: a
@@ -245,12 +254,14 @@ class ConceptImportance(TextConcepts):
 
         contribution = self.per_concept(target)
         order = np.argsort(-np.abs(contribution), kind="stable")
-        return pd.DataFrame({
-            "concept": order,
-            "contribution": contribution[order],
-            "gradient": self.per_concept(target, kind="gradient")[order],
-            "coefficient": self.coefficients.sum(axis=0)[order],
-        })
+        return pd.DataFrame(
+            {
+                "concept": order,
+                "contribution": contribution[order],
+                "gradient": self.per_concept(target, kind="gradient")[order],
+                "coefficient": self.coefficients.sum(axis=0)[order],
+            }
+        )
 
     def to_dataframe(self):
         """Long table: one row per (target, token, concept) with coefficient, gradient and contribution.
@@ -270,9 +281,12 @@ class ConceptImportance(TextConcepts):
         import pandas as pd
 
         base = super().to_dataframe()
-        frames = [base.assign(target=label, gradient=self.gradients[t].reshape(-1),
-                              contribution=self.contributions[t].reshape(-1))
-                  for t, label in enumerate(self.target_labels)]
+        frames = [
+            base.assign(
+                target=label, gradient=self.gradients[t].reshape(-1), contribution=self.contributions[t].reshape(-1)
+            )
+            for t, label in enumerate(self.target_labels)
+        ]
         return pd.concat(frames, ignore_index=True)
 
     def chart(self, target: int | str | None = None, *, top: int = 15):
@@ -289,13 +303,23 @@ class ConceptImportance(TextConcepts):
         row = self._target(target)
         frame = self.ranking(row).head(int(top))
         limit = float(np.abs(frame["contribution"]).max() or 1.0)
-        return (alt.Chart(frame).mark_bar()
-                .encode(x=alt.X("concept:N", sort=None), y=alt.Y("contribution:Q"),
-                        color=alt.Color("contribution:Q", scale=alt.Scale(scheme="purpleorange", domain=[-limit, limit]),
-                                        legend=None),
-                        tooltip=["concept:Q", alt.Tooltip("contribution:Q", format=".4g"),
-                                 alt.Tooltip("gradient:Q", format=".4g")])
-                .properties(title=f"concept importance for {self.target_labels[row]}"))
+        return (
+            alt.Chart(frame)
+            .mark_bar()
+            .encode(
+                x=alt.X("concept:N", sort=None),
+                y=alt.Y("contribution:Q"),
+                color=alt.Color(
+                    "contribution:Q", scale=alt.Scale(scheme="purpleorange", domain=[-limit, limit]), legend=None
+                ),
+                tooltip=[
+                    "concept:Q",
+                    alt.Tooltip("contribution:Q", format=".4g"),
+                    alt.Tooltip("gradient:Q", format=".4g"),
+                ],
+            )
+            .properties(title=f"concept importance for {self.target_labels[row]}")
+        )
 
 
 def _hidden(output):
@@ -322,8 +346,9 @@ def _prepare(concept_model: ConceptModel, model, tokenizer, text: str, layer):
     layer_name = adapter.resolve_layer(layer).name
     fitted_on = concept_model.layer_ and adapter.resolve_layer(concept_model.layer_).name  # older saves hold paths
     if fitted_on is not None and layer_name != fitted_on:
-        raise ValueError(f"the concept model was fitted on layer {fitted_on}, not {layer_name}; pass "
-                         "the layer it was fitted on")
+        raise ValueError(
+            f"the concept model was fitted on layer {fitted_on}, not {layer_name}; pass the layer it was fitted on"
+        )
     if is_conversation(text) and adapter.task == TASK_CAUSAL_LM:  # the next token: of the reply, or starting it
         if text[-1].get("role") == "assistant":
             return adapter, layer_name, adapter.encode(text, continue_final_message=True)
@@ -349,9 +374,15 @@ def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, l
     with adapter.evaluation(), torch.inference_mode(), adapter.capture([layer_name]) as captured:
         model(input_ids=ids)
     hidden = captured[layer_name][0][0].float().cpu().numpy()
-    return TextConcepts(text=enc.text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
-                        coefficients=concept_model.transform(hidden), layer=layer_name,
-                        method=type(concept_model).__name__)
+    return TextConcepts(
+        text=enc.text,
+        tokens=enc.tokens,
+        offsets=enc.offsets,
+        special_mask=enc.special_mask,
+        coefficients=concept_model.transform(hidden),
+        layer=layer_name,
+        method=type(concept_model).__name__,
+    )
 
 
 def _targets(adapter: ModelAdapter, logits: torch.Tensor, target) -> tuple[list[int], list[str], torch.Tensor]:
@@ -372,15 +403,20 @@ def _targets(adapter: ModelAdapter, logits: torch.Tensor, target) -> tuple[list[
                     if len(encoded) != 1:
                         raise ValueError(f"target {item!r} is {len(encoded)} tokens; give a single token or its id")
                     item = encoded[0]
-                if isinstance(item, bool) or not isinstance(item, (int, np.integer)) or not 0 <= int(item) < last.shape[0]:
+                if (
+                    isinstance(item, bool)
+                    or not isinstance(item, (int, np.integer))
+                    or not 0 <= int(item) < last.shape[0]
+                ):
                     raise ValueError(f"target {item!r} is not a token id in 0..{last.shape[0] - 1}")
                 ids.append(int(item))
         return ids, adapter.tokenizer.convert_ids_to_tokens(ids), last
     raise ValueError(f"concept importance explains classifiers and causal LMs; this model is a {adapter.task}")
 
 
-def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str, *, target=None,
-                       layer=None) -> ConceptImportance:
+def concept_importance(
+    concept_model: ConceptModel, model, tokenizer, text: str, *, target=None, layer=None
+) -> ConceptImportance:
     """Gradient of the target score w.r.t. every token's concept coefficients, with the residual kept.
 
     Args:
@@ -428,16 +464,24 @@ def concept_importance(concept_model: ConceptModel, model, tokenizer, text: str,
         gradients = [torch.autograd.grad(scores[t], state["coefficients"], retain_graph=True)[0] for t in target_ids]
     leaf = state["coefficients"]
     return ConceptImportance(
-        text=enc.text, tokens=enc.tokens, offsets=enc.offsets, special_mask=enc.special_mask,
-        coefficients=leaf.detach().double().cpu().numpy(), layer=layer_name, method=type(concept_model).__name__,
-        gradients=torch.stack(gradients).double().cpu().numpy(), target_labels=labels, target_ids=target_ids,
+        text=enc.text,
+        tokens=enc.tokens,
+        offsets=enc.offsets,
+        special_mask=enc.special_mask,
+        coefficients=leaf.detach().double().cpu().numpy(),
+        layer=layer_name,
+        method=type(concept_model).__name__,
+        gradients=torch.stack(gradients).double().cpu().numpy(),
+        target_labels=labels,
+        target_ids=target_ids,
         target_scores=[float(scores[t].detach()) for t in target_ids],
         params={"score": "logit", "residual": "kept"},
     )
 
 
-def mean_concept_importance(concept_model: ConceptModel, model, tokenizer, texts, *, target=None, layer=None,
-                            progress: bool = True):
+def mean_concept_importance(
+    concept_model: ConceptModel, model, tokenizer, texts, *, target=None, layer=None, progress: bool = True
+):
     """Average per-concept importance over texts: mean signed contribution and mean absolute contribution.
 
     ``target`` is resolved per text as in :func:`concept_importance` (``None``: each text's own prediction), and one
@@ -466,6 +510,11 @@ def mean_concept_importance(concept_model: ConceptModel, model, tokenizer, texts
         values = concept_importance(concept_model, model, tokenizer, text, target=target, layer=layer).per_concept()
         signed += values
         absolute += np.abs(values)
-    frame = pd.DataFrame({"concept": np.arange(concept_model.n_concepts), "mean_contribution": signed / len(texts),
-                          "mean_abs_contribution": absolute / len(texts)})
+    frame = pd.DataFrame(
+        {
+            "concept": np.arange(concept_model.n_concepts),
+            "mean_contribution": signed / len(texts),
+            "mean_abs_contribution": absolute / len(texts),
+        }
+    )
     return frame.sort_values("mean_abs_contribution", ascending=False, kind="stable").reset_index(drop=True)

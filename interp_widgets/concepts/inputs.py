@@ -52,8 +52,12 @@ from interp_widgets.adapter import ModelAdapter
 from interp_widgets.concepts.decompositions import ConceptModel
 from interp_widgets.validation import check_int
 
-__all__ = ["InputsToConceptsForSequenceClassification", "ConceptInputAttributions", "concept_attribution",
-           "gradient_support"]
+__all__ = [
+    "InputsToConceptsForSequenceClassification",
+    "ConceptInputAttributions",
+    "concept_attribution",
+    "gradient_support",
+]
 
 #: Tokens × concepts of float32 coefficients per forward pass of the wrapper (about 256 MB): the default token budget
 #: of an attribution pass shrinks with the number of concepts so that a 16k-concept SAE fits in memory.
@@ -128,12 +132,15 @@ class InputsToConceptsForSequenceClassification(nn.Module):
         point = _layers.resolve_layer(model, layer)
         fitted_on = concept_model.layer_ and _layers.resolve_layer(model, concept_model.layer_).name
         if fitted_on and point.name != fitted_on:
-            raise ValueError(f"the concept model was fitted on layer {fitted_on}, not {point.name}; pass the layer "
-                             "it was fitted on")
+            raise ValueError(
+                f"the concept model was fitted on layer {fitted_on}, not {point.name}; pass the layer it was fitted on"
+            )
         width = int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0) or 0)
         if point.name.startswith("layer:") and width and width != concept_model.n_features_in_:
-            raise ValueError(f"the concept model reads {concept_model.n_features_in_} features but {point.name} of "
-                             f"this model has {width}; use the model the concept model was fitted on")
+            raise ValueError(
+                f"the concept model reads {concept_model.n_features_in_} features but {point.name} of "
+                f"this model has {width}; use the model the concept model was fitted on"
+            )
         self.model = model
         self.layer = point.name
         # a plain attribute, not a submodule: the concept model is not a torch module
@@ -215,10 +222,12 @@ class InputsToConceptsForSequenceClassification(nn.Module):
             codes = cm.encode_torch(flat.float())
         else:
             if flat.requires_grad and torch.is_grad_enabled():
-                raise TypeError(f"{type(cm).__name__} has no differentiable encoder, so gradient methods cannot "
-                                "attribute its concepts; use a perturbation method (occlusion, lime, kernel_shap, "
-                                "sobol), or a concept model with a torch encoder (SparseAutoencoder, PCAConcepts, "
-                                "ICAConcepts, SVDConcepts, DirectionConcepts)")
+                raise TypeError(
+                    f"{type(cm).__name__} has no differentiable encoder, so gradient methods cannot "
+                    "attribute its concepts; use a perturbation method (occlusion, lime, kernel_shap, "
+                    "sobol), or a concept model with a torch encoder (SparseAutoencoder, PCAConcepts, "
+                    "ICAConcepts, SVDConcepts, DirectionConcepts)"
+                )
             codes = torch.from_numpy(cm.transform(flat.detach().float().cpu().numpy())).to(flat.device)
         return codes.reshape(*hidden.shape[:-1], cm.n_concepts)
 
@@ -227,9 +236,11 @@ class InputsToConceptsForSequenceClassification(nn.Module):
         from transformers.modeling_outputs import SequenceClassifierOutput
 
         if any(kwargs.get(name) for name in ("output_attentions", "output_hidden_states")):
-            raise ValueError("the inputs-to-concepts model returns concept activations only (no attentions or hidden "
-                             "states); attention methods do not apply to concepts, use a gradient or perturbation "
-                             "method")
+            raise ValueError(
+                "the inputs-to-concepts model returns concept activations only (no attentions or hidden "
+                "states); attention methods do not apply to concepts, use a gradient or perturbation "
+                "method"
+            )
         if (input_ids is None) == (inputs_embeds is None):
             raise ValueError("pass exactly one of input_ids and inputs_embeds")
         hidden = self._hidden(input_ids, inputs_embeds, attention_mask)
@@ -240,15 +251,19 @@ class InputsToConceptsForSequenceClassification(nn.Module):
             weights = weights * attention_mask.to(codes.device, codes.dtype)
         if self.position_weights is not None:
             if self.position_weights.shape != (length,):
-                raise ValueError(f"position weights are set for {self.position_weights.shape[0]} tokens but the input "
-                                 f"has {length}; set them for the text being explained (scoring(weights))")
+                raise ValueError(
+                    f"position weights are set for {self.position_weights.shape[0]} tokens but the input "
+                    f"has {length}; set them for the text being explained (scoring(weights))"
+                )
             weights = weights * self.position_weights.to(codes.device, codes.dtype)
         logits = torch.einsum("btc,bt->bc", codes, weights)
         return SequenceClassifierOutput(logits=logits)
 
     def __repr__(self) -> str:
-        return (f"InputsToConceptsForSequenceClassification({type(self.concept_model).__name__} with "
-                f"{self.n_concepts} concepts at {self.layer} of {type(self.model).__name__})")
+        return (
+            f"InputsToConceptsForSequenceClassification({type(self.concept_model).__name__} with "
+            f"{self.n_concepts} concepts at {self.layer} of {type(self.model).__name__})"
+        )
 
 
 def _concept_ids(concept, n: int) -> list[int] | None:
@@ -327,8 +342,9 @@ def concept_attribution(
     if isinstance(concept_model, InputsToConceptsForSequenceClassification):
         wrapper = concept_model
         if wrapper.model is not model:
-            raise ValueError("this inputs-to-concepts model wraps another model than the one given; pass the model "
-                             "it wraps")
+            raise ValueError(
+                "this inputs-to-concepts model wraps another model than the one given; pass the model it wraps"
+            )
     else:
         wrapper = InputsToConceptsForSequenceClassification(concept_model, model, layer=layer)
     cm = wrapper.concept_model
@@ -336,14 +352,18 @@ def concept_attribution(
         raise TypeError(f"text must be one string, got {type(text).__name__}; call concept_attribution once per text")
     klass = METHODS[method]
     if klass.family == "attention":
-        raise ValueError(f"{method} reads attention weights and scores no target, so it cannot attribute a concept; "
-                         "use a gradient or perturbation method")
+        raise ValueError(
+            f"{method} reads attention weights and scores no target, so it cannot attribute a concept; "
+            "use a gradient or perturbation method"
+        )
     if klass.needs_gradients and not cm.differentiable_encoder:
         support = gradient_support(cm).split(": ", 1)[1]
-        raise TypeError(f"{method} is a gradient method and {type(cm).__name__} has no differentiable encoder "
-                        f"({support}); use a perturbation method such as method='occlusion', 'kernel_shap', 'lime' "
-                        "or 'sobol', or a concept model with a torch encoder (SparseAutoencoder, PCAConcepts, "
-                        "ICAConcepts, SVDConcepts, DirectionConcepts)")
+        raise TypeError(
+            f"{method} is a gradient method and {type(cm).__name__} has no differentiable encoder "
+            f"({support}); use a perturbation method such as method='occlusion', 'kernel_shap', 'lime' "
+            "or 'sobol', or a concept model with a torch encoder (SparseAutoencoder, PCAConcepts, "
+            "ICAConcepts, SVDConcepts, DirectionConcepts)"
+        )
     targets = _concept_ids(concept, cm.n_concepts)
     encoding = ModelAdapter(model, tokenizer).encode(text)
     n_tokens = len(encoding)
@@ -353,8 +373,13 @@ def concept_attribution(
             raise ValueError("the text has no non-special tokens to score; pass a longer text or position=")
         what = "summed over the non-special tokens"
     else:
-        position = check_int("position", position, minimum=-n_tokens, maximum=n_tokens - 1,
-                             hint=f"the text has {n_tokens} tokens (special tokens included)")
+        position = check_int(
+            "position",
+            position,
+            minimum=-n_tokens,
+            maximum=n_tokens - 1,
+            hint=f"the text has {n_tokens} tokens (special tokens included)",
+        )
         position %= n_tokens
         weights = np.zeros(n_tokens, dtype=np.float32)
         weights[position] = 1.0
@@ -365,16 +390,22 @@ def concept_attribution(
             with torch.no_grad(), _layers.evaluation(model):
                 ids = torch.as_tensor(encoding.input_ids, device=ModelAdapter(model, tokenizer).device)[None]
                 targets = [int(wrapper(input_ids=ids).logits[0].argmax())]
-        result = attribute(wrapper, tokenizer, text, method=method, target=targets, method_params=method_params,
-                           **options)
+        result = attribute(
+            wrapper, tokenizer, text, method=method, target=targets, method_params=method_params, **options
+        )
         with torch.no_grad(), _layers.evaluation(model):
             ids = torch.as_tensor(encoding.input_ids, device=ModelAdapter(model, tokenizer).device)[None]
             activation = wrapper(input_ids=ids).logits[0, targets].double().cpu().numpy()
     labels = [f"concept {c}" for c in targets]
     scores_what = [f"activation of concept {c} {what}" for c in targets]
-    params = {**result.params, "concept_score": scores_what[0] if len(targets) == 1 else scores_what,
-              "concept_activation": [float(v) for v in activation], "concept_model": type(cm).__name__,
-              "concept_layer": wrapper.layer, "concept_position": "sum" if position is None else int(position)}
+    params = {
+        **result.params,
+        "concept_score": scores_what[0] if len(targets) == 1 else scores_what,
+        "concept_activation": [float(v) for v in activation],
+        "concept_model": type(cm).__name__,
+        "concept_layer": wrapper.layer,
+        "concept_position": "sum" if position is None else int(position),
+    }
     return replace(result, target_labels=labels, target_probs=np.full(len(targets), np.nan), params=params)
 
 
@@ -403,8 +434,17 @@ class ConceptInputAttributions:
         True
     """
 
-    def __init__(self, concept_model: ConceptModel, model, tokenizer, *, method: str | None = None,
-                 position: int | None = None, method_params: dict[str, Any] | None = None, **options):
+    def __init__(
+        self,
+        concept_model: ConceptModel,
+        model,
+        tokenizer,
+        *,
+        method: str | None = None,
+        position: int | None = None,
+        method_params: dict[str, Any] | None = None,
+        **options,
+    ):
         from interp_widgets.attribution import METHODS
 
         self.wrapper = InputsToConceptsForSequenceClassification(concept_model, model, layer=options.pop("layer", None))
@@ -432,9 +472,17 @@ class ConceptInputAttributions:
         if key not in self._cache:
             if not compute:
                 return None
-            self._cache[key] = concept_attribution(self.wrapper, self.model, self.tokenizer, text, concept=int(concept),
-                                                   method=self.method, position=self.position,
-                                                   method_params=self.method_params, **self.options)
+            self._cache[key] = concept_attribution(
+                self.wrapper,
+                self.model,
+                self.tokenizer,
+                text,
+                concept=int(concept),
+                method=self.method,
+                position=self.position,
+                method_params=self.method_params,
+                **self.options,
+            )
         return self._cache[key]
 
     def add(self, result) -> None:
@@ -452,5 +500,7 @@ class ConceptInputAttributions:
         self._cache[(result.text, concept)] = result
 
     def __repr__(self) -> str:
-        return (f"ConceptInputAttributions({self.method} on {type(self.wrapper.concept_model).__name__} concepts at "
-                f"{self.wrapper.layer}, {len(self._cache)} cached)")
+        return (
+            f"ConceptInputAttributions({self.method} on {type(self.wrapper.concept_model).__name__} concepts at "
+            f"{self.wrapper.layer}, {len(self._cache)} cached)"
+        )

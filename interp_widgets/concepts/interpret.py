@@ -114,7 +114,9 @@ class ConceptInterpretation:
 
     def _index(self, concept: int) -> int:
         if not -self.n_concepts <= int(concept) < self.n_concepts:
-            raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
+            raise ValueError(
+                f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})"
+            )
         return int(concept) % self.n_concepts
 
     def top_tokens(self, concept: int) -> list[str]:
@@ -128,8 +130,16 @@ class ConceptInterpretation:
         return [example["token"] for example in self.examples[self._index(concept)]]
 
     # ------------------------------------------------------------------ tables and charts
-    def widget(self, *, texts: Any = None, concept_model: ConceptModel | None = None, model=None, tokenizer=None,
-               input_attribution: Any = None, **options):
+    def widget(
+        self,
+        *,
+        texts: Any = None,
+        concept_model: ConceptModel | None = None,
+        model=None,
+        tokenizer=None,
+        input_attribution: Any = None,
+        **options,
+    ):
         """The concept browser for these concepts; ``options`` go to :class:`~interp_widgets.widgets.ConceptBrowser`.
 
         ``texts`` are :class:`~interp_widgets.concepts.TextConcepts` / ``ConceptImportance`` objects or plain strings;
@@ -156,11 +166,16 @@ class ConceptInterpretation:
         from interp_widgets.concepts.inputs import ConceptInputAttributions
         from interp_widgets.widgets.concept_browser import ConceptBrowser
 
-        if input_attribution is not None and input_attribution is not False \
-                and not isinstance(input_attribution, ConceptInputAttributions):
+        if (
+            input_attribution is not None
+            and input_attribution is not False
+            and not isinstance(input_attribution, ConceptInputAttributions)
+        ):
             if concept_model is None or model is None or tokenizer is None:
-                raise ValueError("input_attribution= by method name needs concept_model=, model= and tokenizer=; or "
-                                 "pass a ConceptInputAttributions")
+                raise ValueError(
+                    "input_attribution= by method name needs concept_model=, model= and tokenizer=; or "
+                    "pass a ConceptInputAttributions"
+                )
             method = None if input_attribution is True else input_attribution
             input_attribution = ConceptInputAttributions(concept_model, model, tokenizer, method=method)
         if input_attribution is not None and input_attribution is not False:
@@ -170,10 +185,14 @@ class ConceptInterpretation:
             texts = [texts] if isinstance(texts, str) or hasattr(texts, "coefficients") else list(texts)
             if any(isinstance(text, str) for text in texts):
                 if concept_model is None or model is None or tokenizer is None:
-                    raise ValueError("plain-string texts need concept_model=, model= and tokenizer= (to run "
-                                     "text_concepts); otherwise pass text_concepts(...) results")
-                texts = [text_concepts(concept_model, model, tokenizer, text) if isinstance(text, str) else text
-                         for text in texts]
+                    raise ValueError(
+                        "plain-string texts need concept_model=, model= and tokenizer= (to run "
+                        "text_concepts); otherwise pass text_concepts(...) results"
+                    )
+                texts = [
+                    text_concepts(concept_model, model, tokenizer, text) if isinstance(text, str) else text
+                    for text in texts
+                ]
         return ConceptBrowser(self, texts=texts, **options)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
@@ -198,17 +217,21 @@ class ConceptInterpretation:
         """
         import pandas as pd
 
-        return pd.DataFrame({
-            "concept": np.arange(self.n_concepts),
-            "label": self.labels,
-            "density": self.density,
-            "dead": self.dead,
-            "mean": self.mean,
-            "max": self.maximum,
-            "min": self.minimum,
-            "top_tokens": [" | ".join(self.top_tokens(c)) for c in range(self.n_concepts)],
-            "vocabulary": [" | ".join(v) for v in self.vocab_tokens] if self.vocab_tokens else [""] * self.n_concepts,
-        })
+        return pd.DataFrame(
+            {
+                "concept": np.arange(self.n_concepts),
+                "label": self.labels,
+                "density": self.density,
+                "dead": self.dead,
+                "mean": self.mean,
+                "max": self.maximum,
+                "min": self.minimum,
+                "top_tokens": [" | ".join(self.top_tokens(c)) for c in range(self.n_concepts)],
+                "vocabulary": [" | ".join(v) for v in self.vocab_tokens]
+                if self.vocab_tokens
+                else [""] * self.n_concepts,
+            }
+        )
 
     def examples_dataframe(self, concept: int | None = None):
         """Top examples in long form: concept, rank, activation, text id, position, token, left/right context.
@@ -230,13 +253,22 @@ class ConceptInterpretation:
         for c in concepts:
             for rank, example in enumerate(self.examples[c]):
                 center = example["center"]
-                rows.append({
-                    "concept": c, "rank": rank, "activation": example["activation"], "row": example["row"],
-                    "text_id": example["text_id"], "position": example["position"], "token": example["token"],
-                    "left": "".join(example["context"][:center]), "right": "".join(example["context"][center + 1:]),
-                })
-        return pd.DataFrame(rows, columns=["concept", "rank", "activation", "row", "text_id", "position", "token",
-                                           "left", "right"])
+                rows.append(
+                    {
+                        "concept": c,
+                        "rank": rank,
+                        "activation": example["activation"],
+                        "row": example["row"],
+                        "text_id": example["text_id"],
+                        "position": example["position"],
+                        "token": example["token"],
+                        "left": "".join(example["context"][:center]),
+                        "right": "".join(example["context"][center + 1 :]),
+                    }
+                )
+        return pd.DataFrame(
+            rows, columns=["concept", "rank", "activation", "row", "text_id", "position", "token", "left", "right"]
+        )
 
     def top_texts_dataframe(self, concept: int):
         """The texts where one concept is strongest: rank, text id, max activation, text.
@@ -254,8 +286,14 @@ class ConceptInterpretation:
         c = self._index(concept)
         keep = self.top_texts[c] >= 0
         ids = self.top_texts[c][keep]
-        return pd.DataFrame({"rank": np.arange(len(ids)), "text_id": ids, "max_activation": self.top_text_values[c][keep],
-                             "text": [self.texts[str(i)] for i in ids]})
+        return pd.DataFrame(
+            {
+                "rank": np.arange(len(ids)),
+                "text_id": ids,
+                "max_activation": self.top_text_values[c][keep],
+                "text": [self.texts[str(i)] for i in ids],
+            }
+        )
 
     def histogram(self, concept: int):
         """Histogram of the active coefficients of one concept as a DataFrame (``start, end, count``).
@@ -291,15 +329,28 @@ class ConceptInterpretation:
 
         if concept is None:
             frame = self.to_dataframe()
-            return (alt.Chart(frame).mark_bar()
-                    .encode(x=alt.X("concept:O"), y=alt.Y("density:Q", title="fraction of rows active"),
-                            tooltip=["concept:Q", "label:N", alt.Tooltip("density:Q", format=".3g"), "top_tokens:N"])
-                    .properties(title=f"{self.method} concepts at {self.layer}"))
+            return (
+                alt.Chart(frame)
+                .mark_bar()
+                .encode(
+                    x=alt.X("concept:O"),
+                    y=alt.Y("density:Q", title="fraction of rows active"),
+                    tooltip=["concept:Q", "label:N", alt.Tooltip("density:Q", format=".3g"), "top_tokens:N"],
+                )
+                .properties(title=f"{self.method} concepts at {self.layer}")
+            )
         c = self._index(concept)
-        return (alt.Chart(self.histogram(c)).mark_bar()
-                .encode(x=alt.X("start:Q", bin="binned", title="coefficient"), x2="end:Q",
-                        y=alt.Y("count:Q", title="active rows"), tooltip=["start:Q", "end:Q", "count:Q"])
-                .properties(title=f"concept {c}: {self.labels[c]} (density {self.density[c]:.3g})"))
+        return (
+            alt.Chart(self.histogram(c))
+            .mark_bar()
+            .encode(
+                x=alt.X("start:Q", bin="binned", title="coefficient"),
+                x2="end:Q",
+                y=alt.Y("count:Q", title="active rows"),
+                tooltip=["start:Q", "end:Q", "count:Q"],
+            )
+            .properties(title=f"concept {c}: {self.labels[c]} (density {self.density[c]:.3g})")
+        )
 
     def detail(self, concept: int) -> dict[str, Any]:
         """Everything known about one concept as a JSON-ready dict (for a browser that loads concepts on request).
@@ -320,13 +371,21 @@ class ConceptInterpretation:
         c = self._index(concept)
         texts = self.top_texts_dataframe(c)
         return {
-            "concept": c, "label": self.labels[c], "density": float(self.density[c]), "mean": float(self.mean[c]),
-            "max": float(self.maximum[c]), "min": float(self.minimum[c]), "examples": self.examples[c],
-            "top_texts": [{"text_id": int(i), "max_activation": float(v), "text": t}
-                          for i, v, t in zip(texts["text_id"], texts["max_activation"], texts["text"])],
+            "concept": c,
+            "label": self.labels[c],
+            "density": float(self.density[c]),
+            "mean": float(self.mean[c]),
+            "max": float(self.maximum[c]),
+            "min": float(self.minimum[c]),
+            "examples": self.examples[c],
+            "top_texts": [
+                {"text_id": int(i), "max_activation": float(v), "text": t}
+                for i, v, t in zip(texts["text_id"], texts["max_activation"], texts["text"])
+            ],
             "histogram": {"edges": self.hist_edges[c].tolist(), "counts": self.hist_counts[c].tolist()},
-            "vocabulary": None if self.vocab_tokens is None else
-            [{"token": t, "logit": float(v)} for t, v in zip(self.vocab_tokens[c], self.vocab_logits[c])],
+            "vocabulary": None
+            if self.vocab_tokens is None
+            else [{"token": t, "logit": float(v)} for t, v in zip(self.vocab_tokens[c], self.vocab_logits[c])],
         }
 
     # ------------------------------------------------------------------ labels
@@ -352,8 +411,9 @@ class ConceptInterpretation:
         if not callable(labeler):
             raise TypeError("labeler must be a callable (concept index, examples) -> str")
         live = {c for c in range(self.n_concepts) if not self.dead[c]}
-        labels = [""] * self.n_concepts if not lazy else [label if c in live else "" for c, label in
-                                                          enumerate(self.labels)]
+        labels = (
+            [""] * self.n_concepts if not lazy else [label if c in live else "" for c, label in enumerate(self.labels)]
+        )
         if not lazy:  # all or nothing: a failing labeller leaves the previous labels in place
             for c in sorted(live):
                 labels[c] = _checked_label(labeler(c, self.examples[c]), c, self.density[c])
@@ -389,8 +449,19 @@ class ConceptInterpretation:
         return sorted(pending["concepts"]) if pending else []
 
     # ------------------------------------------------------------------ persistence
-    _ARRAYS = ("density", "mean", "maximum", "minimum", "top_rows", "top_values", "top_texts", "top_text_values",
-               "hist_counts", "hist_edges", "vocab_logits")
+    _ARRAYS = (
+        "density",
+        "mean",
+        "maximum",
+        "minimum",
+        "top_rows",
+        "top_values",
+        "top_texts",
+        "top_text_values",
+        "hist_counts",
+        "hist_edges",
+        "vocab_logits",
+    )
 
     def save(self, path: str | Path) -> Path:
         """Write to one safetensors file with a JSON header (never pickle).
@@ -430,8 +501,10 @@ def _checked_label(label, concept: int, density: float) -> str:
     if not isinstance(label, str):
         raise TypeError(f"labeler returned {type(label).__name__} for concept {concept}; it must return a str")
     if not label.strip():
-        raise ValueError(f"labeler returned no text for concept {concept}, which fired on {density:.2%} of rows; "
-                         "return a short label (or '?' when unsure)")
+        raise ValueError(
+            f"labeler returned no text for concept {concept}, which fired on {density:.2%} of rows; "
+            "return a short label (or '?' when unsure)"
+        )
     return label
 
 
@@ -561,9 +634,15 @@ def interpret_concepts(
     concept_model._check_fitted()
     concept_model.check_model(str(store.info.get("name_or_path", "")))
     if store.dim != concept_model.n_features_in_:
-        raise ValueError(f"the concept model was fitted on {concept_model.n_features_in_} features but the store has "
-                         f"{store.dim} (layer {store.layer}); use a store from the layer the model was fitted on")
-    k, window, bins = check_int("k", k, minimum=1), check_int("window", window, minimum=0), check_int("bins", bins, minimum=1)
+        raise ValueError(
+            f"the concept model was fitted on {concept_model.n_features_in_} features but the store has "
+            f"{store.dim} (layer {store.layer}); use a store from the layer the model was fitted on"
+        )
+    k, window, bins = (
+        check_int("k", k, minimum=1),
+        check_int("window", window, minimum=0),
+        check_int("bins", bins, minimum=1),
+    )
     n = concept_model.n_concepts
     top_values = np.full((n, 0), -np.inf)
     top_rows = np.full((n, 0), -1, dtype=np.int64)
@@ -609,18 +688,31 @@ def interpret_concepts(
     order, top_text_values = text_top.finish()
     top_texts = np.where(np.isfinite(top_text_values) & (top_text_values != 0) & (order >= 0), order, -1)
     used = sorted({int(t) for t in top_texts.ravel() if t >= 0} | {e["text_id"] for ex in examples for e in ex})
-    labels = [label_from_tokens([e["token"] for e in examples[c]], n_label_tokens) if active[c] else ""
-              for c in range(n)]
+    labels = [
+        label_from_tokens([e["token"] for e in examples[c]], n_label_tokens) if active[c] else "" for c in range(n)
+    ]
     vocab_tokens = vocab_logits = None
     has_unembedding = model is not None and getattr(model, "get_output_embeddings", lambda: None)() is not None
     if has_unembedding and tokenizer is not None:
         vocab_tokens, vocab_logits = vocabulary_projection(concept_model, model, tokenizer, top=vocab_top)
     result = ConceptInterpretation(
-        method=type(concept_model).__name__, layer=store.layer, labels=labels, density=active / len(store),
-        mean=total / len(store), maximum=high, minimum=low, top_rows=top_rows, top_values=top_values,
-        examples=examples, top_texts=top_texts, top_text_values=np.where(top_texts >= 0, top_text_values, np.nan),
-        texts={str(i): store.texts[i] for i in used}, hist_counts=counts, hist_edges=edges,
-        vocab_tokens=vocab_tokens, vocab_logits=vocab_logits,
+        method=type(concept_model).__name__,
+        layer=store.layer,
+        labels=labels,
+        density=active / len(store),
+        mean=total / len(store),
+        maximum=high,
+        minimum=low,
+        top_rows=top_rows,
+        top_values=top_values,
+        examples=examples,
+        top_texts=top_texts,
+        top_text_values=np.where(top_texts >= 0, top_text_values, np.nan),
+        texts={str(i): store.texts[i] for i in used},
+        hist_counts=counts,
+        hist_edges=edges,
+        vocab_tokens=vocab_tokens,
+        vocab_logits=vocab_logits,
         params={"k": int(k), "window": int(window), "bins": int(bins), "rows": len(store), "unit": store.unit},
     )
     if labeler is not None:
@@ -628,8 +720,9 @@ def interpret_concepts(
     return result
 
 
-def _contexts(concept_model: ConceptModel, store, top_rows: np.ndarray, top_values: np.ndarray,
-              window: int) -> list[list[dict]]:
+def _contexts(
+    concept_model: ConceptModel, store, top_rows: np.ndarray, top_values: np.ndarray, window: int
+) -> list[list[dict]]:
     """Context windows (same text, ±window rows) around each top row, with the concept's coefficient per token.
 
     Only the (row, concept) coefficients the windows show are kept: the rows are encoded in blocks of about 64 MB
@@ -653,7 +746,7 @@ def _contexts(concept_model: ConceptModel, store, top_rows: np.ndarray, top_valu
         sorted_position = position[order]
         block = max(256, _BLOCK_VALUES // n)
         for start in range(0, len(needed), block):
-            C = concept_model.transform(store[needed[start:start + block]])
+            C = concept_model.transform(store[needed[start : start + block]])
             a, b = np.searchsorted(sorted_position, [start, start + block])
             chosen = order[a:b]
             values[chosen] = C[position[chosen] - start, pair_concepts[chosen]]
@@ -666,13 +759,18 @@ def _contexts(concept_model: ConceptModel, store, top_rows: np.ndarray, top_valu
             if r < 0:
                 continue
             span = spans[int(r)]
-            items.append({
-                "row": int(r), "activation": float(value), "text_id": int(text_ids[r]),
-                "position": int(store.positions[r]), "token": tokens[int(r)],
-                "context": _pieces(store.texts[int(text_ids[r])], offsets[span], [tokens[int(s)] for s in span]),
-                "context_activations": values[cursor:cursor + len(span)].astype(np.float64).tolist(),
-                "center": int(np.flatnonzero(span == r)[0]),
-            })
+            items.append(
+                {
+                    "row": int(r),
+                    "activation": float(value),
+                    "text_id": int(text_ids[r]),
+                    "position": int(store.positions[r]),
+                    "token": tokens[int(r)],
+                    "context": _pieces(store.texts[int(text_ids[r])], offsets[span], [tokens[int(s)] for s in span]),
+                    "context_activations": values[cursor : cursor + len(span)].astype(np.float64).tolist(),
+                    "center": int(np.flatnonzero(span == r)[0]),
+                }
+            )
             cursor += len(span)
         examples.append(items)
     return examples
@@ -708,12 +806,16 @@ def vocabulary_projection(concept_model: ConceptModel, model, tokenizer, *, top:
     concept_model._check_fitted()
     output = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
     if output is None or not hasattr(output, "weight"):
-        raise ValueError(f"{type(model).__name__} has no output embedding (it is not a language model); "
-                         "vocabulary projection needs a causal or masked LM")
+        raise ValueError(
+            f"{type(model).__name__} has no output embedding (it is not a language model); "
+            "vocabulary projection needs a causal or masked LM"
+        )
     weight = output.weight.detach().float().cpu().numpy()
     if weight.shape[1] != concept_model.n_features_in_:
-        raise ValueError(f"the output embedding has width {weight.shape[1]} but the concepts have "
-                         f"{concept_model.n_features_in_} features; project concepts of a residual-stream layer")
+        raise ValueError(
+            f"the output embedding has width {weight.shape[1]} but the concepts have "
+            f"{concept_model.n_features_in_} features; project concepts of a residual-stream layer"
+        )
     components = concept_model.components_.astype(np.float32)
     vocab = weight.shape[0]
     top = min(int(top), vocab)
@@ -721,7 +823,7 @@ def vocabulary_projection(concept_model: ConceptModel, model, tokenizer, *, top:
     block = max(1, _BLOCK_VALUES // vocab)
     orders, values = [], []
     for start in range(0, len(components), block):
-        logits = components[start:start + block] @ weight.T
+        logits = components[start : start + block] @ weight.T
         order = _top_columns(logits, top)
         orders.append(order)
         values.append(np.take_along_axis(logits, order, 1))

@@ -68,7 +68,7 @@ def marked_context(example: dict, max_chars: int = 160) -> str:
     left = "".join(pieces[:center])
     token = pieces[center]
     stripped = token.rstrip()
-    right = token[len(stripped):] + "".join(pieces[center + 1:])
+    right = token[len(stripped) :] + "".join(pieces[center + 1 :])
     half = max_chars // 2
     if len(left) > half:
         left = "\u2026" + left[-half:]
@@ -99,8 +99,10 @@ class LMLabeler:
 
     def __init__(self, model, tokenizer, *, n_examples: int = 8, max_new_tokens: int = 12, max_words: int = 6):
         if not hasattr(model, "generate"):
-            raise TypeError(f"LMLabeler needs a causal LM with generate(), got {type(model).__name__}; "
-                            "e.g. LMLabeler(*interp_widgets.demo.load_lm())")
+            raise TypeError(
+                f"LMLabeler needs a causal LM with generate(), got {type(model).__name__}; "
+                "e.g. LMLabeler(*interp_widgets.demo.load_lm())"
+            )
         self.model, self.tokenizer = model, tokenizer
         self.n_examples = check_int("n_examples", n_examples, minimum=1)
         self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
@@ -118,12 +120,15 @@ class LMLabeler:
             True
         """
         lines = "\n".join(f"- {marked_context(e)}" for e in examples[: self.n_examples])
-        request = ("These snippets come from texts where one feature of a language model is active; the token where "
-                   f"it is most active is marked with {MARK_OPEN} {MARK_CLOSE}.\n{lines}\n"
-                   f"In at most {self.max_words} words, what does the feature detect? Answer with the label only.")
+        request = (
+            "These snippets come from texts where one feature of a language model is active; the token where "
+            f"it is most active is marked with {MARK_OPEN} {MARK_CLOSE}.\n{lines}\n"
+            f"In at most {self.max_words} words, what does the feature detect? Answer with the label only."
+        )
         if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template([{"role": "user", "content": request}], tokenize=False,
-                                                      add_generation_prompt=True)
+            return self.tokenizer.apply_chat_template(
+                [{"role": "user", "content": request}], tokenize=False, add_generation_prompt=True
+            )
         return request + "\nLabel:"
 
     def __call__(self, concept: int, examples: list[dict]) -> str:
@@ -132,15 +137,15 @@ class LMLabeler:
         if not examples:
             return ""
         text = self.prompt(examples)
-        batch = self.tokenizer(text, return_tensors="pt", add_special_tokens=not getattr(self.tokenizer,
-                                                                                       "chat_template", None))
+        batch = self.tokenizer(
+            text, return_tensors="pt", add_special_tokens=not getattr(self.tokenizer, "chat_template", None)
+        )
         device = self.model.get_input_embeddings().weight.device
         batch = {k: v.to(device) for k, v in batch.items()}
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         with torch.no_grad():
-            out = self.model.generate(**batch, max_new_tokens=self.max_new_tokens, do_sample=False,
-                                      pad_token_id=pad)
-        answer = self.tokenizer.decode(out[0, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+            out = self.model.generate(**batch, max_new_tokens=self.max_new_tokens, do_sample=False, pad_token_id=pad)
+        answer = self.tokenizer.decode(out[0, batch["input_ids"].shape[1] :], skip_special_tokens=True)
         return clean_label(answer, self.max_words) or TokenLabeler()(concept, examples) + " (token fallback)"
 
 
@@ -159,8 +164,14 @@ def clean_label(answer: str, max_words: int = 6) -> str:
     return " ".join(line.split()[:max_words])
 
 
-def label_auroc(labels: Sequence[str], coefficients: np.ndarray, contexts: Sequence[str],
-                embed: Callable[[list[str]], np.ndarray], *, threshold: float = 0.0) -> np.ndarray:
+def label_auroc(
+    labels: Sequence[str],
+    coefficients: np.ndarray,
+    contexts: Sequence[str],
+    embed: Callable[[list[str]], np.ndarray],
+    *,
+    threshold: float = 0.0,
+) -> np.ndarray:
     """AUROC of ``cos(embed(label), embed(context))`` separating contexts where each concept fires from the rest.
 
     Args:
@@ -182,8 +193,9 @@ def label_auroc(labels: Sequence[str], coefficients: np.ndarray, contexts: Seque
 
     coefficients = np.asarray(coefficients, dtype=np.float64)
     if coefficients.shape != (len(contexts), len(labels)):
-        raise ValueError(f"coefficients must be (contexts, concepts) = ({len(contexts)}, {len(labels)}), "
-                         f"got {coefficients.shape}")
+        raise ValueError(
+            f"coefficients must be (contexts, concepts) = ({len(contexts)}, {len(labels)}), got {coefficients.shape}"
+        )
     context_vectors = _unit(np.asarray(embed(list(contexts)), dtype=np.float64))
     scores = np.full(len(labels), np.nan)
     live = [c for c, label in enumerate(labels) if label.strip()]
@@ -214,7 +226,7 @@ def context_windows(store, window: int = 24) -> tuple[list[str], list[tuple[int,
     for t in range(len(store.texts)):
         rows = store.text_rows(t)
         for a in range(0, len(rows), window):
-            chunk = rows[a:a + window]
+            chunk = rows[a : a + window]
             if len(chunk) < max(1, window // 2):
                 continue
             start, end = int(store.offsets[chunk[0], 0]), int(store.offsets[chunk[-1], 1])
@@ -223,9 +235,21 @@ def context_windows(store, window: int = 24) -> tuple[list[str], list[tuple[int,
     return contexts, bounds
 
 
-def compare_labelers(labelers: Sequence, concept_model, interpretation, store, embed: Callable[[list[str]], np.ndarray],
-                     *, n_concepts: int = 36, window: int = 24, min_contexts: int = 5, max_fraction: float = 0.5,
-                     massive_factor: float | None = 10.0, n_boot: int = 2000, seed: int = 0) -> dict:
+def compare_labelers(
+    labelers: Sequence,
+    concept_model,
+    interpretation,
+    store,
+    embed: Callable[[list[str]], np.ndarray],
+    *,
+    n_concepts: int = 36,
+    window: int = 24,
+    min_contexts: int = 5,
+    max_fraction: float = 0.5,
+    massive_factor: float | None = 10.0,
+    n_boot: int = 2000,
+    seed: int = 0,
+) -> dict:
     """Score labellers against each other with :func:`label_auroc` on held-out contexts that neither labeller saw.
 
     ``store`` holds the held-out texts' activations at the concept model's layer; it is cut into
@@ -261,18 +285,24 @@ def compare_labelers(labelers: Sequence, concept_model, interpretation, store, e
     labelers = list(labelers)
     if not labelers:
         raise ValueError("pass at least one labeller, e.g. [TokenLabeler(), LMLabeler(*demo.load_lm())]")
-    names = [getattr(labeler, "name", None) or getattr(labeler, "__name__", None) or type(labeler).__name__
-             for labeler in labelers]
+    names = [
+        getattr(labeler, "name", None) or getattr(labeler, "__name__", None) or type(labeler).__name__
+        for labeler in labelers
+    ]
     if len(set(names)) != len(names):
         raise ValueError(f"the labellers need distinct names to be told apart, got {names}; set a .name on each")
     if interpretation.n_concepts != concept_model.n_concepts:
-        raise ValueError(f"the interpretation has {interpretation.n_concepts} concepts but the concept model "
-                         f"{concept_model.n_concepts}; pass the interpretation of this concept model")
+        raise ValueError(
+            f"the interpretation has {interpretation.n_concepts} concepts but the concept model "
+            f"{concept_model.n_concepts}; pass the interpretation of this concept model"
+        )
     n_concepts = check_int("n_concepts", n_concepts, minimum=1)
     contexts, bounds = context_windows(store, window)
     if not contexts:
-        raise ValueError(f"the held-out store has no context of at least {max(1, window // 2)} tokens; pass more or "
-                         "longer texts, or a smaller window")
+        raise ValueError(
+            f"the held-out store has no context of at least {max(1, window // 2)} tokens; pass more or "
+            "longer texts, or a smaller window"
+        )
     ordinary = np.ones(len(store), dtype=bool)
     if massive_factor:
         norms = store.row_norms()
@@ -283,11 +313,14 @@ def compare_labelers(labelers: Sequence, concept_model, interpretation, store, e
         if len(block):
             coefficients[i] = np.asarray(concept_model.transform(block)).max(0)
     fires = (coefficients > 0).sum(0)
-    eligible = np.flatnonzero(~np.asarray(interpretation.dead) & (fires >= min_contexts)
-                              & (fires <= max_fraction * len(contexts)))
+    eligible = np.flatnonzero(
+        ~np.asarray(interpretation.dead) & (fires >= min_contexts) & (fires <= max_fraction * len(contexts))
+    )
     if not len(eligible):
-        raise ValueError(f"no live concept fires in {min_contexts} to {int(max_fraction * len(contexts))} of the "
-                         f"{len(contexts)} held-out contexts; pass more held-out texts or lower min_contexts")
+        raise ValueError(
+            f"no live concept fires in {min_contexts} to {int(max_fraction * len(contexts))} of the "
+            f"{len(contexts)} held-out contexts; pass more held-out texts or lower min_contexts"
+        )
     rng = np.random.default_rng(seed)
     chosen = np.sort(rng.choice(eligible, size=min(n_concepts, len(eligible)), replace=False))
     result: dict = {"concepts": [int(c) for c in chosen], "eligible": int(len(eligible)), "contexts": len(contexts)}
@@ -300,9 +333,13 @@ def compare_labelers(labelers: Sequence, concept_model, interpretation, store, e
             raise TypeError(f"the labeller {name!r} returned a {type(wrong[0]).__name__}; a labeller returns a str")
         auroc = label_auroc(labels, coefficients[:, chosen], contexts, embed)
         finite = auroc[np.isfinite(auroc)]
-        result[name] = {"labels": labels, "auroc": auroc, "seconds": seconds,
-                        "mean": float(finite.mean()) if len(finite) else float("nan"),
-                        "median": float(np.median(finite)) if len(finite) else float("nan")}
+        result[name] = {
+            "labels": labels,
+            "auroc": auroc,
+            "seconds": seconds,
+            "mean": float(finite.mean()) if len(finite) else float("nan"),
+            "median": float(np.median(finite)) if len(finite) else float("nan"),
+        }
     if len(labelers) == 2:
         a, b = (result[name]["auroc"] for name in names)
         both = np.isfinite(a) & np.isfinite(b)

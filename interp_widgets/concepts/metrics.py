@@ -99,8 +99,9 @@ def matched_cosine(A, B, *, absolute: bool = False) -> tuple[float, np.ndarray, 
     return float(per_row.mean()), per_row, index
 
 
-def stability(make_model: Callable[[int], ConceptModel], X, seeds: Sequence[int] = (0, 1, 2), *,
-              absolute: bool = False) -> dict:
+def stability(
+    make_model: Callable[[int], ConceptModel], X, seeds: Sequence[int] = (0, 1, 2), *, absolute: bool = False
+) -> dict:
     """Fit one model per seed and compare every pair of fits by Hungarian-matched cosine of their directions.
 
     Args:
@@ -155,7 +156,7 @@ def evaluate(model: ConceptModel, X, *, eps: float = 0.0, rows_per_chunk: int = 
         blocks = X.iter_chunks(rows_per_chunk)
     else:
         X = _as_matrix(X)
-        blocks = ((start, X[start:start + rows_per_chunk]) for start in range(0, len(X), rows_per_chunk))
+        blocks = ((start, X[start : start + rows_per_chunk]) for start in range(0, len(X), rows_per_chunk))
     n, sq_err, sq_norm, total, total_sq, active, nnz = 0, 0.0, 0.0, None, None, None, 0
     for _, block in blocks:
         block = block.astype(np.float64)

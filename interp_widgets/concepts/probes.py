@@ -70,8 +70,10 @@ class DirectionConcepts(ConceptModel):
     def _check_size(self, n_rows: int, n_features: int) -> None:
         width = _as_matrix(self.directions, name="directions").shape[1]
         if width != n_features:
-            raise ValueError(f"the directions have {width} features but the activations have {n_features}; "
-                             "use directions from the same layer")
+            raise ValueError(
+                f"the directions have {width} features but the activations have {n_features}; "
+                "use directions from the same layer"
+            )
 
     def _fit(self, X) -> None:
         from interp_widgets.concepts.activations import ActivationStore
@@ -116,8 +118,9 @@ def _row_labels(labels, text_ids: np.ndarray, n_rows: int) -> np.ndarray:
         return labels
     if len(labels) == n_texts:
         return labels[text_ids]
-    raise ValueError(f"{len(labels)} labels for {n_rows} rows from {n_texts} texts; give one label per row "
-                     "or one per text")
+    raise ValueError(
+        f"{len(labels)} labels for {n_rows} rows from {n_texts} texts; give one label per row or one per text"
+    )
 
 
 class LinearProbe(ClassifierMixin, BaseEstimator):
@@ -207,10 +210,15 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
         self.direction_ = self.coef_ / np.linalg.norm(self.coef_, axis=1, keepdims=True).clip(1e-12)
         self.layer_ = store.layer if store is not None else None
         self.n_features_in_ = X.shape[1]
-        self.report_ = {"cv_accuracy": float(scores.mean()), "cv_accuracy_std": float(scores.std()),
-                        "majority_baseline": float(counts.max() / counts.sum()),
-                        "random_label_accuracy": float(control.mean()), "folds": int(folds),
-                        "groups": int(n_groups), "rows": int(len(X))}
+        self.report_ = {
+            "cv_accuracy": float(scores.mean()),
+            "cv_accuracy_std": float(scores.std()),
+            "majority_baseline": float(counts.max() / counts.sum()),
+            "random_label_accuracy": float(control.mean()),
+            "folds": int(folds),
+            "groups": int(n_groups),
+            "rows": int(len(X)),
+        }
         return self
 
     def predict(self, X) -> np.ndarray:
@@ -260,7 +268,6 @@ class _MeanDifference(ClassifierMixin, BaseEstimator):
         return self.classes_[(X @ self.coef_[0] + self.intercept_[0] > 0).astype(int)]
 
 
-
 def _shuffle_by_group(y: np.ndarray, groups: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     """Labels permuted across groups: each group takes the labels of another group, so a per-text label stays
     constant within a text (rows of one text keep their shared structure)."""
@@ -295,8 +302,9 @@ class ProbeSweep:
         import pandas as pd
 
         keys = ("cv_accuracy", "cv_accuracy_std", "majority_baseline", "random_label_accuracy", "rows")
-        return pd.DataFrame([{"layer": name, **{k: probe.report_[k] for k in keys}}
-                             for name, probe in self.probes.items()])
+        return pd.DataFrame(
+            [{"layer": name, **{k: probe.report_[k] for k in keys}} for name, probe in self.probes.items()]
+        )
 
     def chart(self):
         """An altair line chart of accuracy per layer beside the majority and shuffled-label controls.
@@ -308,21 +316,41 @@ class ProbeSweep:
         """
         import altair as alt
 
-        frame = self.to_dataframe().melt(id_vars="layer", value_vars=["cv_accuracy", "majority_baseline",
-                                                                      "random_label_accuracy"],
-                                         var_name="series", value_name="accuracy")
+        frame = self.to_dataframe().melt(
+            id_vars="layer",
+            value_vars=["cv_accuracy", "majority_baseline", "random_label_accuracy"],
+            var_name="series",
+            value_name="accuracy",
+        )
         order = list(self.probes)
-        return alt.Chart(frame).mark_line(point=True).encode(
-            x=alt.X("layer:N", sort=order), y=alt.Y("accuracy:Q", scale=alt.Scale(domain=[0, 1])),
-            color="series:N", tooltip=["layer", "series", alt.Tooltip("accuracy:Q", format=".3f")],
-        ).properties(title=f"{self.kind} probe accuracy per layer (grouped {self.meta.get('folds', '')}-fold CV)")
+        return (
+            alt.Chart(frame)
+            .mark_line(point=True)
+            .encode(
+                x=alt.X("layer:N", sort=order),
+                y=alt.Y("accuracy:Q", scale=alt.Scale(domain=[0, 1])),
+                color="series:N",
+                tooltip=["layer", "series", alt.Tooltip("accuracy:Q", format=".3f")],
+            )
+            .properties(title=f"{self.kind} probe accuracy per layer (grouped {self.meta.get('folds', '')}-fold CV)")
+        )
 
     def _repr_html_(self) -> str:
         return self.to_dataframe().to_html(index=False, float_format="{:.3f}".format)
 
 
-def probe_layers(model, tokenizer, texts: Sequence[str], labels, *, layers: Sequence, kind: str = "logistic",
-                 cv: int = 5, progress: bool = False, **collect_options) -> ProbeSweep:
+def probe_layers(
+    model,
+    tokenizer,
+    texts: Sequence[str],
+    labels,
+    *,
+    layers: Sequence,
+    kind: str = "logistic",
+    cv: int = 5,
+    progress: bool = False,
+    **collect_options,
+) -> ProbeSweep:
     """Fit one :class:`LinearProbe` per layer on the same texts and labels (per text, or per token row).
 
     ``collect_options`` go to :func:`~interp_widgets.concepts.collect_activations` (``unit``, ``pooling``,

@@ -105,12 +105,16 @@ class SpliceQuality:
             return None
         parts = []
         if bad_fvu:
-            parts.append(f"{self.fvu:.0%} of its variance is unexplained (FVU {self.fvu:.3g}; a matching SAE is "
-                         f"usually below {MAX_FVU})")
+            parts.append(
+                f"{self.fvu:.0%} of its variance is unexplained (FVU {self.fvu:.3g}; a matching SAE is "
+                f"usually below {MAX_FVU})"
+            )
         if recovered is not None:
-            parts.append(f"splicing it in raises the next-token loss by {self.delta_loss:.3g} nats, recovering "
-                         f"{recovered:.0%} of the loss that zero-ablating the layer costs (a matching SAE usually "
-                         "recovers over 90%)")
+            parts.append(
+                f"splicing it in raises the next-token loss by {self.delta_loss:.3g} nats, recovering "
+                f"{recovered:.0%} of the loss that zero-ablating the layer costs (a matching SAE usually "
+                "recovers over 90%)"
+            )
         return f"the SAE reconstructs {self.layer} badly: " + ", and ".join(parts)
 
     def to_dict(self) -> dict:
@@ -129,8 +133,10 @@ class SpliceQuality:
             return head + f", {tokens})"
         recovered = self.loss_recovered
         rec = "" if recovered is None else f", {recovered:.0%} recovered"
-        return (head + f", loss {self.loss_clean:.3f} -> {self.loss_spliced:.3f} ({self.delta_loss:+.3f} nats; "
-                f"zero-ablated {self.loss_ablated:.3f}{rec}), {tokens})")
+        return (
+            head + f", loss {self.loss_clean:.3f} -> {self.loss_spliced:.3f} ({self.delta_loss:+.3f} nats; "
+            f"zero-ablated {self.loss_ablated:.3f}{rec}), {tokens})"
+        )
 
 
 def _replace(value, hidden):
@@ -179,17 +185,28 @@ def check_base_model(concept_model: ConceptModel, model, *, layer=None) -> str:
     if fitted is not None and layer is not None:
         fitted_name = _layer_width(model, fitted)[0]
         if fitted_name != name:
-            raise ValueError(f"the concept model was fitted on {fitted_name}, not {name}; pass the layer it was "
-                             "fitted on")
+            raise ValueError(
+                f"the concept model was fitted on {fitted_name}, not {name}; pass the layer it was fitted on"
+            )
     if width != concept_model.n_features_in_:
         expected = concept_model.n_features_in_
-        raise ValueError(f"the SAE reads {expected}-wide activations (d_in={expected}) but {name} of this "
-                         f"{type(model).__name__} is {width} wide; use the model and layer the SAE was trained on")
+        raise ValueError(
+            f"the SAE reads {expected}-wide activations (d_in={expected}) but {name} of this "
+            f"{type(model).__name__} is {width} wide; use the model and layer the SAE was trained on"
+        )
     return name
 
 
-def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, layer=None, skip_positions: int | str = 0,
-                   progress: bool = True) -> SpliceQuality:
+def splice_quality(
+    concept_model: ConceptModel,
+    model,
+    tokenizer,
+    texts,
+    *,
+    layer=None,
+    skip_positions: int | str = 0,
+    progress: bool = True,
+) -> SpliceQuality:
     """L0, FVU and the next-token loss with ``concept_model`` spliced into its layer of ``model``, over ``texts``.
 
     Args:
@@ -268,7 +285,11 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
             active += int((np.abs(C) > 0).sum())
             sq_err += float(((X.astype(np.float64) - X_hat) ** 2).sum())
             total = X.sum(0, dtype=np.float64) if total is None else total + X.sum(0, dtype=np.float64)
-            total_sq = (X.astype(np.float64) ** 2).sum(0) if total_sq is None else total_sq + (X.astype(np.float64) ** 2).sum(0)
+            total_sq = (
+                (X.astype(np.float64) ** 2).sum(0)
+                if total_sq is None
+                else total_sq + (X.astype(np.float64) ** 2).sum(0)
+            )
             n += len(X)
             if not causal or ids.shape[1] < 2:
                 continue
@@ -285,8 +306,16 @@ def splice_quality(concept_model: ConceptModel, model, tokenizer, texts, *, laye
     centred = float((total_sq - total**2 / n).sum())
     fvu = sq_err / max(centred, 1e-30)
     loss = {key: value / predicted for key, value in losses.items()} if predicted else {}
-    return SpliceQuality(layer=name, n_tokens=n, l0=active / n, fvu=float(fvu), loss_clean=loss.get("clean"),
-                         loss_spliced=loss.get("spliced"), loss_ablated=loss.get("ablated"), n_skipped=skipped)
+    return SpliceQuality(
+        layer=name,
+        n_tokens=n,
+        l0=active / n,
+        fvu=float(fvu),
+        loss_clean=loss.get("clean"),
+        loss_spliced=loss.get("spliced"),
+        loss_ablated=loss.get("ablated"),
+        n_skipped=skipped,
+    )
 
 
 def _massive_rows(hidden: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:

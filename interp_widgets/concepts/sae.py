@@ -115,20 +115,25 @@ class _TopKSelect(torch.autograd.Function):
         flat, grad_flat = indices.reshape(-1), grad_values.reshape(-1)
         grad_xn = grad_W_enc = grad_b_enc = None
         if ctx.needs_input_grad[0]:  # row i gets the sum of g_ij times encoder column idx_ij
-            grad_xn = torch.nn.functional.embedding_bag(indices, W_enc.T, mode="sum",
-                                                        per_sample_weights=grad_values.contiguous())
+            grad_xn = torch.nn.functional.embedding_bag(
+                indices, W_enc.T, mode="sum", per_sample_weights=grad_values.contiguous()
+            )
         if ctx.needs_input_grad[1]:  # column idx_ij gets g_ij times row i: a sparse (n_concepts × rows) @ xn
             rows = torch.arange(n_rows, device=flat.device).repeat_interleave(k)
-            sparse = torch.sparse_coo_tensor(torch.stack([flat, rows]), grad_flat, (n_concepts, n_rows),
-                                             check_invariants=False)
+            sparse = torch.sparse_coo_tensor(
+                torch.stack([flat, rows]), grad_flat, (n_concepts, n_rows), check_invariants=False
+            )
             grad_W_enc = torch.sparse.mm(sparse, xn).T
         if ctx.needs_input_grad[2]:
-            grad_b_enc = torch.zeros(n_concepts, dtype=grad_flat.dtype, device=flat.device).index_add_(0, flat, grad_flat)
+            grad_b_enc = torch.zeros(n_concepts, dtype=grad_flat.dtype, device=flat.device).index_add_(
+                0, flat, grad_flat
+            )
         return grad_xn, grad_W_enc, grad_b_enc, None
 
 
-def topk_reconstruct(xn: torch.Tensor, W_enc: torch.Tensor, b_enc: torch.Tensor, W_dec: torch.Tensor,
-                     k: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def topk_reconstruct(
+    xn: torch.Tensor, W_enc: torch.Tensor, b_enc: torch.Tensor, W_dec: torch.Tensor, k: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """TopK SAE reconstruction ``relu(topk(xn @ W_enc + b_enc)) @ W_dec`` without a dense code matrix.
 
     Returns ``(reconstruction, active values, their concept indices)``. Only the encoder product is dense; the
@@ -270,8 +275,12 @@ class _SparseAutoencoderBase(ConceptModel):
             n_monitor = min(self.monitor_rows, len(X) // 10) if len(X) >= 20 else 0
             monitor, train = (X[order[:n_monitor]], X[order[n_monitor:]]) if n_monitor else (X, X)
             batches = lambda epoch: (  # noqa: E731
-                train[idx] for idx in np.array_split(np.random.default_rng(self.seed + epoch).permutation(len(train)),
-                                                      max(1, math.ceil(len(train) / self.batch_size))))
+                train[idx]
+                for idx in np.array_split(
+                    np.random.default_rng(self.seed + epoch).permutation(len(train)),
+                    max(1, math.ceil(len(train) / self.batch_size)),
+                )
+            )
             self.fit_info_["monitor"] = "held-out rows" if n_monitor else "training rows (too few to hold out)"
         device = torch.device(self.device)
         monitor_t = torch.from_numpy(np.asarray(monitor, dtype=np.float32)).to(device)
@@ -280,8 +289,12 @@ class _SparseAutoencoderBase(ConceptModel):
         d = monitor_t.shape[1]
         W_dec = torch.randn(self.n_concepts, d, generator=generator).to(device)
         W_dec /= W_dec.norm(dim=1, keepdim=True)
-        w = {"W_enc": W_dec.T.clone(), "b_enc": torch.zeros(self.n_concepts, device=device), "W_dec": W_dec,
-             "b_dec": mean.clone()}
+        w = {
+            "W_enc": W_dec.T.clone(),
+            "b_enc": torch.zeros(self.n_concepts, device=device),
+            "W_dec": W_dec,
+            "b_dec": mean.clone(),
+        }
         self._init_extra(w, device)
         for tensor in w.values():
             tensor.requires_grad_(True)
@@ -293,8 +306,9 @@ class _SparseAutoencoderBase(ConceptModel):
         optimizer = _adam(w.values(), self.lr)
         history, best, reference, best_weights, stale = [], math.inf, math.inf, None, 0
         label = self.activation or self.name
-        bar = tqdm(total=self.max_epochs, desc=f"SAE {label} {self.n_concepts}", unit="epoch",
-                   disable=not self.progress)
+        bar = tqdm(
+            total=self.max_epochs, desc=f"SAE {label} {self.n_concepts}", unit="epoch", disable=not self.progress
+        )
         for epoch in range(self.max_epochs):
             fired = torch.zeros(self.n_concepts, dtype=torch.long, device=device)
             total, steps = 0.0, 0
@@ -313,8 +327,14 @@ class _SparseAutoencoderBase(ConceptModel):
                 monitor_loss, _, residual = self._loss(monitor_n, w)
                 fvu = float(residual.pow(2).sum() / (monitor_n - monitor_n.mean(0)).pow(2).sum().clamp_min(1e-12))
             dead = torch.nonzero(fired == 0).flatten()
-            record = {"epoch": epoch, "train_loss": total / max(steps, 1), "monitor_loss": float(monitor_loss),
-                      "monitor_fvu": fvu, "dead": int(len(dead)), "resampled": 0}
+            record = {
+                "epoch": epoch,
+                "train_loss": total / max(steps, 1),
+                "monitor_loss": float(monitor_loss),
+                "monitor_fvu": fvu,
+                "dead": int(len(dead)),
+                "resampled": 0,
+            }
             if float(monitor_loss) < best:
                 best = float(monitor_loss)
                 best_weights = {name: t.detach().clone() for name, t in w.items()}
@@ -331,8 +351,10 @@ class _SparseAutoencoderBase(ConceptModel):
             if stale >= self.patience:
                 # finished, not failed: a bar closed short of its total turns red in notebooks
                 bar.total = len(history)
-                bar.set_postfix_str(f"loss={float(monitor_loss):.4g}, stopped early: no {self.min_delta:.0e} "
-                                    f"relative improvement in {self.patience} epochs")
+                bar.set_postfix_str(
+                    f"loss={float(monitor_loss):.4g}, stopped early: no {self.min_delta:.0e} "
+                    f"relative improvement in {self.patience} epochs"
+                )
                 bar.refresh()
                 break
         bar.close()
@@ -340,16 +362,21 @@ class _SparseAutoencoderBase(ConceptModel):
         with torch.no_grad():
             self._finish_fit(final, (monitor_t - final["b_dec"]) / scale)
         self.weights_ = {name: t.detach().cpu() for name, t in final.items()}
-        self.fit_info_.update(history=history, epochs=len(history), best_monitor_loss=best,
-                              stopped_early=len(history) < self.max_epochs)
+        self.fit_info_.update(
+            history=history, epochs=len(history), best_monitor_loss=best, stopped_early=len(history) < self.max_epochs
+        )
 
     @torch.no_grad()
     def _resample(self, w, dead: torch.Tensor, residual: torch.Tensor, generator: torch.Generator) -> int:
         errors = residual.pow(2).sum(1)
         if float(errors.sum()) <= 0:
             return 0
-        picks = torch.multinomial(errors.cpu() ** 2 / (errors.cpu() ** 2).sum(), len(dead),
-                                  replacement=len(dead) > len(errors), generator=generator)
+        picks = torch.multinomial(
+            errors.cpu() ** 2 / (errors.cpu() ** 2).sum(),
+            len(dead),
+            replacement=len(dead) > len(errors),
+            generator=generator,
+        )
         directions = residual[picks.to(residual.device)]
         directions /= directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
         alive = torch.ones(self.n_concepts, dtype=torch.bool, device=dead.device)
@@ -408,9 +435,12 @@ class _SparseAutoencoderBase(ConceptModel):
         if X is None:
             p = self.preprocessing_
             steps = (["row centring (center_writing_weights)"] if p["center"] else []) + (
-                [p["normalize_activations"]] if p["normalize_activations"] != "none" else [])
-            raise ValueError(f"this SAE normalises each input row ({', '.join(steps)}), so decoding needs that row's "
-                             "statistics; pass X= (the activations the coefficients came from)")
+                [p["normalize_activations"]] if p["normalize_activations"] != "none" else []
+            )
+            raise ValueError(
+                f"this SAE normalises each input row ({', '.join(steps)}), so decoding needs that row's "
+                "statistics; pass X= (the activations the coefficients came from)"
+            )
         X = torch.as_tensor(X.detach() if isinstance(X, torch.Tensor) else np.asarray(X, dtype=np.float32))
         X = X.to(like.device, like.dtype).reshape(-1, self.n_features_in_)
         with torch.no_grad():
@@ -481,7 +511,9 @@ class _SparseAutoencoderBase(ConceptModel):
 
     def _restore(self, arrays, extra):
         super()._restore(arrays, extra)
-        self.weights_ = {name[4:]: torch.from_numpy(np.array(v)) for name, v in arrays.items() if name.startswith("sae.")}
+        self.weights_ = {
+            name[4:]: torch.from_numpy(np.array(v)) for name, v in arrays.items() if name.startswith("sae.")
+        }
         self.scale_ = float(extra["scale"])
         self.k_ = extra.get("k", self._resolved_k())  # files written before k_ existed saved the resolved k
         self.preprocessing_ = {**_PLAIN, **extra.get("preprocessing", {})}
@@ -521,10 +553,24 @@ class SparseAutoencoder(_SparseAutoencoderBase):
 
     name = "sae"
 
-    def __init__(self, n_concepts: int, *, activation: str = "topk", k: int | None = None,
-                 l1_coefficient: float = 1e-3, lr: float = 1e-3, batch_size: int = 1024, max_epochs: int = 50,
-                 patience: int = 3, min_delta: float = 1e-3, monitor_rows: int = 8192, resample_dead: bool = True,
-                 seed: int = 0, progress: bool = True, device: str = "cpu"):
+    def __init__(
+        self,
+        n_concepts: int,
+        *,
+        activation: str = "topk",
+        k: int | None = None,
+        l1_coefficient: float = 1e-3,
+        lr: float = 1e-3,
+        batch_size: int = 1024,
+        max_epochs: int = 50,
+        patience: int = 3,
+        min_delta: float = 1e-3,
+        monitor_rows: int = 8192,
+        resample_dead: bool = True,
+        seed: int = 0,
+        progress: bool = True,
+        device: str = "cpu",
+    ):
         super().__init__(n_concepts)
         self.activation = activation
         self.k = k
@@ -608,10 +654,24 @@ class JumpReLUSAE(_SparseAutoencoderBase):
     name = "jumprelu_sae"
     activation = "jumprelu"
 
-    def __init__(self, n_concepts: int, *, l0_coefficient: float = 1e-2, bandwidth: float = 0.05,
-                 threshold_init: float = 0.1, lr: float = 1e-3, batch_size: int = 1024, max_epochs: int = 50,
-                 patience: int = 3, min_delta: float = 1e-3, monitor_rows: int = 8192, resample_dead: bool = True,
-                 seed: int = 0, progress: bool = True, device: str = "cpu"):
+    def __init__(
+        self,
+        n_concepts: int,
+        *,
+        l0_coefficient: float = 1e-2,
+        bandwidth: float = 0.05,
+        threshold_init: float = 0.1,
+        lr: float = 1e-3,
+        batch_size: int = 1024,
+        max_epochs: int = 50,
+        patience: int = 3,
+        min_delta: float = 1e-3,
+        monitor_rows: int = 8192,
+        resample_dead: bool = True,
+        seed: int = 0,
+        progress: bool = True,
+        device: str = "cpu",
+    ):
         super().__init__(n_concepts)
         self.l0_coefficient = l0_coefficient
         self.bandwidth = bandwidth
@@ -684,9 +744,22 @@ class BatchTopKSAE(_SparseAutoencoderBase):
     name = "batchtopk_sae"
     activation = "batchtopk"
 
-    def __init__(self, n_concepts: int, *, k: float | None = None, lr: float = 1e-3, batch_size: int = 1024,
-                 max_epochs: int = 50, patience: int = 3, min_delta: float = 1e-3, monitor_rows: int = 8192,
-                 resample_dead: bool = True, seed: int = 0, progress: bool = True, device: str = "cpu"):
+    def __init__(
+        self,
+        n_concepts: int,
+        *,
+        k: float | None = None,
+        lr: float = 1e-3,
+        batch_size: int = 1024,
+        max_epochs: int = 50,
+        patience: int = 3,
+        min_delta: float = 1e-3,
+        monitor_rows: int = 8192,
+        resample_dead: bool = True,
+        seed: int = 0,
+        progress: bool = True,
+        device: str = "cpu",
+    ):
         super().__init__(n_concepts)
         self.k = k
         self.lr = lr

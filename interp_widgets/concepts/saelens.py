@@ -86,13 +86,43 @@ FORMAT_VERSION = "6.0.0"
 #: TransformerLens ``from_pretrained`` options that leave hook_resid_*, hook_attn_out and hook_mlp_out unchanged.
 TL_UNCHANGED = ("fold_ln", "center_unembed", "fold_value_biases", "refactor_factored_attn_matrices")
 #: Options about where and how the model runs, not what it computes.
-TL_HARMLESS = ("device", "n_devices", "dtype", "torch_dtype", "default_prepend_bos", "default_padding_side",
-               "move_to_device", "trust_remote_code", "n_ctx", "fold_ln_eps", "use_attn_result", "use_split_qkv_input",
-               "use_hook_mlp_in", "use_attn_in", "attn_implementation", "device_map", "low_cpu_mem_usage", "token",
-               "cache_dir", "local_files_only")
-_METADATA_KEYS = ("model_name", "hook_name", "hook_head_index", "model_from_pretrained_kwargs", "model_class_name",
-                  "hf_hook_name", "prepend_bos", "context_size", "dataset_path", "neuronpedia_id",
-                  "sae_lens_version", "sae_lens_training_version", "exclude_special_tokens")
+TL_HARMLESS = (
+    "device",
+    "n_devices",
+    "dtype",
+    "torch_dtype",
+    "default_prepend_bos",
+    "default_padding_side",
+    "move_to_device",
+    "trust_remote_code",
+    "n_ctx",
+    "fold_ln_eps",
+    "use_attn_result",
+    "use_split_qkv_input",
+    "use_hook_mlp_in",
+    "use_attn_in",
+    "attn_implementation",
+    "device_map",
+    "low_cpu_mem_usage",
+    "token",
+    "cache_dir",
+    "local_files_only",
+)
+_METADATA_KEYS = (
+    "model_name",
+    "hook_name",
+    "hook_head_index",
+    "model_from_pretrained_kwargs",
+    "model_class_name",
+    "hf_hook_name",
+    "prepend_bos",
+    "context_size",
+    "dataset_path",
+    "neuronpedia_id",
+    "sae_lens_version",
+    "sae_lens_training_version",
+    "exclude_special_tokens",
+)
 
 
 class SAEQualityWarning(UserWarning):
@@ -101,8 +131,10 @@ class SAEQualityWarning(UserWarning):
 
 # ---------------------------------------------------------------------- reading the config
 def _fix(folder: Path) -> str:
-    return (f"pass the folder of an SAELens SAE (with {CFG_FILENAME} and {WEIGHTS_FILENAME}, as written by "
-            "SAELens's sae.save_model(path) or interp_widgets.concepts.save_sae)")
+    return (
+        f"pass the folder of an SAELens SAE (with {CFG_FILENAME} and {WEIGHTS_FILENAME}, as written by "
+        "SAELens's sae.save_model(path) or interp_widgets.concepts.save_sae)"
+    )
 
 
 def read_config(folder: str | Path, cfg_overrides: dict | None = None) -> dict[str, Any]:
@@ -141,8 +173,11 @@ def read_config(folder: str | Path, cfg_overrides: dict | None = None) -> dict[s
     v6 = _major(version) >= 6
     for key, value in (cfg_overrides or {}).items():
         (metadata if key in _METADATA_KEYS and (v6 or key in metadata) else cfg)[key] = value
-    renames = {"hook_point": "hook_name", "hook_point_head_index": "hook_head_index",
-               "activation_fn_str": "activation_fn"}
+    renames = {
+        "hook_point": "hook_name",
+        "hook_point_head_index": "hook_head_index",
+        "activation_fn_str": "activation_fn",
+    }
     cfg = {renames.get(key, key): value for key, value in cfg.items()}
     out: dict[str, Any] = {key: metadata.get(key, cfg.get(key)) for key in _METADATA_KEYS}
     architecture = cfg.get("architecture") or "standard"
@@ -157,14 +192,19 @@ def read_config(folder: str | Path, cfg_overrides: dict | None = None) -> dict[s
         if not isinstance(cfg.get(key), int) or isinstance(cfg.get(key), bool) or cfg[key] < 1:
             raise ValueError(f"{path}: {key} must be a positive integer, got {cfg.get(key)!r}; {_fix(folder)}")
     out.update(
-        architecture=architecture, d_in=cfg["d_in"], d_sae=cfg["d_sae"], k=cfg.get("k"),
+        architecture=architecture,
+        d_in=cfg["d_in"],
+        d_sae=cfg["d_sae"],
+        k=cfg.get("k"),
         apply_b_dec_to_input=bool(cfg.get("apply_b_dec_to_input", True)),
         normalize_activations=normalize or "none",
         rescale_acts_by_decoder_norm=bool(cfg.get("rescale_acts_by_decoder_norm", False)),
-        activation_fn=cfg.get("activation_fn") or "relu", dtype=str(cfg.get("dtype") or "float32"),
+        activation_fn=cfg.get("activation_fn") or "relu",
+        dtype=str(cfg.get("dtype") or "float32"),
         reshape_activations=cfg.get("reshape_activations") or "none",
         finetuning_scaling_factor=bool(cfg.get("finetuning_scaling_factor", False)),
-        format="v6" if v6 else "pre-v6", raw=raw,
+        format="v6" if v6 else "pre-v6",
+        raw=raw,
     )
     out["model_from_pretrained_kwargs"] = dict(out["model_from_pretrained_kwargs"] or {})
     return out
@@ -180,24 +220,34 @@ def _major(version) -> int:
 def _check_supported(cfg: dict, folder: Path) -> None:
     where = folder / CFG_FILENAME
     if cfg["architecture"] not in ARCHITECTURES:
-        raise ValueError(f"{where}: unknown or unsupported SAE architecture {cfg['architecture']!r}; load_sae reads "
-                         f"{', '.join(ARCHITECTURES)} (a BatchTopK SAE is saved by SAELens as jumprelu)")
+        raise ValueError(
+            f"{where}: unknown or unsupported SAE architecture {cfg['architecture']!r}; load_sae reads "
+            f"{', '.join(ARCHITECTURES)} (a BatchTopK SAE is saved by SAELens as jumprelu)"
+        )
     if cfg["architecture"] == "standard" and cfg["activation_fn"] != "relu":
-        raise ValueError(f"{where}: activation_fn {cfg['activation_fn']!r} is not supported for a standard SAE; "
-                         "load_sae reads ReLU, TopK and JumpReLU SAEs")
+        raise ValueError(
+            f"{where}: activation_fn {cfg['activation_fn']!r} is not supported for a standard SAE; "
+            "load_sae reads ReLU, TopK and JumpReLU SAEs"
+        )
     if cfg["architecture"] == "topk" and (not isinstance(cfg["k"], int) or not 1 <= cfg["k"] <= cfg["d_sae"]):
         raise ValueError(f"{where}: a topk SAE needs an integer k in [1, d_sae={cfg['d_sae']}], got {cfg['k']!r}")
     if cfg["normalize_activations"] not in NORMALIZATIONS:
-        raise ValueError(f"{where}: unknown normalize_activations {cfg['normalize_activations']!r}; SAELens "
-                         f"defines {', '.join(NORMALIZATIONS)}")
+        raise ValueError(
+            f"{where}: unknown normalize_activations {cfg['normalize_activations']!r}; SAELens "
+            f"defines {', '.join(NORMALIZATIONS)}"
+        )
     hook = cfg["hook_name"] or ""
     if cfg["reshape_activations"] == "hook_z" or hook.endswith("hook_z") or cfg["hook_head_index"] is not None:
-        raise ValueError(f"{where}: attention-head SAEs (hook {hook!r}, head index {cfg['hook_head_index']}) read "
-                         "per-head outputs, which interp_widgets does not map; load_sae reads SAEs on "
-                         "hook_resid_pre / hook_resid_mid / hook_resid_post / hook_attn_out / hook_mlp_out")
+        raise ValueError(
+            f"{where}: attention-head SAEs (hook {hook!r}, head index {cfg['hook_head_index']}) read "
+            "per-head outputs, which interp_widgets does not map; load_sae reads SAEs on "
+            "hook_resid_pre / hook_resid_mid / hook_resid_post / hook_attn_out / hook_mlp_out"
+        )
     if cfg["finetuning_scaling_factor"]:
-        raise ValueError(f"{where}: finetuning_scaling_factor (a per-feature decoder scale of SAELens < 6) is not "
-                         "supported; load the SAE with SAELens and save it again with sae.save_model")
+        raise ValueError(
+            f"{where}: finetuning_scaling_factor (a per-feature decoder scale of SAELens < 6) is not "
+            "supported; load the SAE with SAELens and save it again with sae.save_model"
+        )
 
 
 def _layer_of(cfg: dict, folder: Path) -> str:
@@ -205,14 +255,18 @@ def _layer_of(cfg: dict, folder: Path) -> str:
     if hook:
         if _HOOK_NAME.fullmatch(str(hook).strip()):
             return from_hook_name(hook)
-        raise ValueError(f"{folder / CFG_FILENAME}: hook_name {hook!r} is not a hook interp_widgets maps; "
-                         "load_sae reads SAEs on blocks.<i>.hook_resid_pre, hook_resid_mid, hook_resid_post, "
-                         "hook_attn_out and hook_mlp_out (or a config with hf_hook_name, a module path)")
+        raise ValueError(
+            f"{folder / CFG_FILENAME}: hook_name {hook!r} is not a hook interp_widgets maps; "
+            "load_sae reads SAEs on blocks.<i>.hook_resid_pre, hook_resid_mid, hook_resid_post, "
+            "hook_attn_out and hook_mlp_out (or a config with hf_hook_name, a module path)"
+        )
     if cfg["hf_hook_name"]:
         return str(cfg["hf_hook_name"])
-    raise ValueError(f"{folder / CFG_FILENAME} names no hook point (no hook_name, hook_point or hf_hook_name); "
-                     "add the TransformerLens hook name the SAE was trained on with "
-                     "cfg_overrides={'hook_name': 'blocks.<i>.hook_resid_post'}")
+    raise ValueError(
+        f"{folder / CFG_FILENAME} names no hook point (no hook_name, hook_point or hf_hook_name); "
+        "add the TransformerLens hook name the SAE was trained on with "
+        "cfg_overrides={'hook_name': 'blocks.<i>.hook_resid_post'}"
+    )
 
 
 # ---------------------------------------------------------------------- TransformerLens processing
@@ -253,9 +307,11 @@ def transformer_lens_processing(model, model_from_pretrained_kwargs: dict | None
     for key, value in kwargs.items():
         if key in TL_UNCHANGED or key in TL_HARMLESS:
             continue
-        raise ValueError(f"the SAE was trained on a TransformerLens model loaded with {key}={value!r}, whose effect "
-                         "on activations interp_widgets cannot reproduce; if you know it leaves the hook point "
-                         "unchanged, drop it with cfg_overrides={'model_from_pretrained_kwargs': {...}}")
+        raise ValueError(
+            f"the SAE was trained on a TransformerLens model loaded with {key}={value!r}, whose effect "
+            "on activations interp_widgets cannot reproduce; if you know it leaves the hook point "
+            "unchanged, drop it with cfg_overrides={'model_from_pretrained_kwargs': {...}}"
+        )
     if not center:
         return False
     kind = _norm_kind(model)
@@ -263,9 +319,11 @@ def transformer_lens_processing(model, model_from_pretrained_kwargs: dict | None
         return True
     if kind == "rmsnorm":
         return False  # TransformerLens centres writing weights only for LayerNorm models
-    raise ValueError(f"the SAE was trained with center_writing_weights=True, which interp_widgets reproduces for "
-                     f"pre-norm LayerNorm models (as GPT-2) only; {type(model).__name__} is "
-                     f"{'post-norm' if kind == 'postnorm' else 'of an unknown normalisation'}")
+    raise ValueError(
+        f"the SAE was trained with center_writing_weights=True, which interp_widgets reproduces for "
+        f"pre-norm LayerNorm models (as GPT-2) only; {type(model).__name__} is "
+        f"{'post-norm' if kind == 'postnorm' else 'of an unknown normalisation'}"
+    )
 
 
 # ---------------------------------------------------------------------- loading
@@ -279,19 +337,25 @@ def _weights(folder: Path, cfg: dict) -> dict[str, torch.Tensor]:
         tensors["threshold"] = tensors.pop("log_threshold").exp()
     scaling = tensors.pop("scaling_factor", None)
     if scaling is not None and not torch.allclose(scaling, torch.ones_like(scaling)):
-        raise ValueError(f"{path} holds a scaling_factor that is not all ones (finetuning scaling of SAELens < 6), "
-                         "which load_sae does not support; load it with SAELens and save it again")
+        raise ValueError(
+            f"{path} holds a scaling_factor that is not all ones (finetuning scaling of SAELens < 6), "
+            "which load_sae does not support; load it with SAELens and save it again"
+        )
     d_in, d_sae = cfg["d_in"], cfg["d_sae"]
     shapes = {"W_enc": (d_in, d_sae), "W_dec": (d_sae, d_in), "b_enc": (d_sae,), "b_dec": (d_in,)}
     if cfg["architecture"] == "jumprelu":
         shapes["threshold"] = (d_sae,)
     for name, shape in shapes.items():
         if name not in tensors:
-            raise ValueError(f"{path} has no {name!r} tensor (it holds {sorted(tensors)}); a "
-                             f"{cfg['architecture']} SAE needs {sorted(shapes)}")
+            raise ValueError(
+                f"{path} has no {name!r} tensor (it holds {sorted(tensors)}); a "
+                f"{cfg['architecture']} SAE needs {sorted(shapes)}"
+            )
         if tuple(tensors[name].shape) != shape:
-            raise ValueError(f"{path}: {name} has shape {tuple(tensors[name].shape)} but {CFG_FILENAME} "
-                             f"(d_in={d_in}, d_sae={d_sae}) implies {shape}")
+            raise ValueError(
+                f"{path}: {name} has shape {tuple(tensors[name].shape)} but {CFG_FILENAME} "
+                f"(d_in={d_in}, d_sae={d_sae}) implies {shape}"
+            )
     return {name: tensors[name].contiguous() for name in shapes}
 
 
@@ -310,7 +374,8 @@ def _norm_factor(folder: Path, norm_scaling_factor) -> float:
         f"{folder / CFG_FILENAME} says normalize_activations='expected_average_only_in' (inputs multiplied by a "
         f"constant factor), but the folder has no {SCALER_FILENAME} giving it; pass norm_scaling_factor= (the "
         "SAE's norm_scaling_factor in SAELens's pretrained_saes.yaml, or sqrt(d_in) / the mean norm of the "
-        "layer's activations: interp_widgets.concepts.norm_scaling_factor(store))")
+        "layer's activations: interp_widgets.concepts.norm_scaling_factor(store))"
+    )
 
 
 def norm_scaling_factor(store) -> float:
@@ -350,8 +415,10 @@ def _fold(w: dict[str, torch.Tensor], cfg: dict, folder: Path, norm_scaling_fact
     if mode == "covariance_whitening":
         path = folder / WHITENING_FILENAME
         if not path.is_file():
-            raise ValueError(f"{folder / CFG_FILENAME} says normalize_activations='covariance_whitening' but the "
-                             f"folder has no {WHITENING_FILENAME} with the whitening statistics; {_fix(folder)}")
+            raise ValueError(
+                f"{folder / CFG_FILENAME} says normalize_activations='covariance_whitening' but the "
+                f"folder has no {WHITENING_FILENAME} with the whitening statistics; {_fix(folder)}"
+            )
         _, stats = read_safetensors(path, what="SAELens whitening statistics", framework="pt")
         mean, matrix, inverse = (stats[key].double() for key in ("mean", "matrix", "inverse_matrix"))
         W_enc = matrix @ w["W_enc"].double()
@@ -364,9 +431,19 @@ def _fold(w: dict[str, torch.Tensor], cfg: dict, folder: Path, norm_scaling_fact
     return mode
 
 
-def load_sae(folder: str | Path, *, model=None, tokenizer=None, texts=None, cfg_overrides: dict | None = None,
-             norm_scaling_factor: float | None = None, model_name: str | None = None, progress: bool = True,
-             check_quality: bool = True, skip_positions: int | str = "auto"):
+def load_sae(
+    folder: str | Path,
+    *,
+    model=None,
+    tokenizer=None,
+    texts=None,
+    cfg_overrides: dict | None = None,
+    norm_scaling_factor: float | None = None,
+    model_name: str | None = None,
+    progress: bool = True,
+    check_quality: bool = True,
+    skip_positions: int | str = "auto",
+):
     """Read an SAELens SAE folder into a :class:`SparseAutoencoder` (standard, topk) or :class:`JumpReLUSAE`.
 
     Args:
@@ -411,9 +488,11 @@ def load_sae(folder: str | Path, *, model=None, tokenizer=None, texts=None, cfg_
         if model is None:
             kwargs = dict(cfg["model_from_pretrained_kwargs"])
             if kwargs.get("center_writing_weights"):
-                raise ValueError(f"{folder / CFG_FILENAME}: the SAE was trained on a TransformerLens model loaded "
-                                 "with center_writing_weights=True, which changes activations on LayerNorm models "
-                                 "only; pass model= so load_sae can tell and centre the inputs as TransformerLens did")
+                raise ValueError(
+                    f"{folder / CFG_FILENAME}: the SAE was trained on a TransformerLens model loaded "
+                    "with center_writing_weights=True, which changes activations on LayerNorm models "
+                    "only; pass model= so load_sae can tell and centre the inputs as TransformerLens did"
+                )
             transformer_lens_processing(None, {k: v for k, v in kwargs.items() if k != "center_writing_weights"})
         else:
             center = transformer_lens_processing(model, cfg["model_from_pretrained_kwargs"])
@@ -428,13 +507,20 @@ def load_sae(folder: str | Path, *, model=None, tokenizer=None, texts=None, cfg_
     sae.weights_ = w
     sae.scale_ = 1.0
     sae.k_ = cfg["k"] if architecture == "topk" else None
-    sae.preprocessing_ = {"center": center, "normalize_activations": normalize,
-                          "apply_b_dec_to_input": cfg["apply_b_dec_to_input"]}
+    sae.preprocessing_ = {
+        "center": center,
+        "normalize_activations": normalize,
+        "apply_b_dec_to_input": cfg["apply_b_dec_to_input"],
+    }
     sae.layer_ = layer
     sae.model_name_ = display_name(cfg["model_name"])
     public = {key: value for key, value in cfg.items() if key != "raw"}
-    sae.fit_info_ = {"source": "SAELens folder", "folder": str(folder), "saelens": public,
-                     "source_note": f" (model_name in {folder / CFG_FILENAME})"}
+    sae.fit_info_ = {
+        "source": "SAELens folder",
+        "folder": str(folder),
+        "saelens": public,
+        "source_note": f" (model_name in {folder / CFG_FILENAME})",
+    }
     sae._set_affine_decoder()
     sae.n_features_in_ = int(cfg["d_in"])
     if model is not None:
@@ -455,7 +541,10 @@ def _quality_on_load(sae, model, tokenizer, texts, *, progress: bool, skip_posit
             f"activation processing than this "
             f"{type(model).__name__} at {quality.layer} (its cfg.json says model {cfg.get('model_name')!r}, hook "
             f"{cfg.get('hook_name') or cfg.get('hf_hook_name')!r}, model_from_pretrained_kwargs "
-            f"{cfg.get('model_from_pretrained_kwargs')})", SAEQualityWarning, stacklevel=3)
+            f"{cfg.get('model_from_pretrained_kwargs')})",
+            SAEQualityWarning,
+            stacklevel=3,
+        )
 
 
 # ---------------------------------------------------------------------- saving
@@ -479,25 +568,35 @@ def save_sae(concept_model, folder: str | Path, *, model_name: str | None = None
     from safetensors.torch import save_file
 
     if not isinstance(concept_model, _SparseAutoencoderBase):
-        raise TypeError(f"save_sae writes sparse autoencoders (SparseAutoencoder, JumpReLUSAE, BatchTopKSAE), not a "
-                        f"{type(concept_model).__name__}; save other concept models with .save(path)")
+        raise TypeError(
+            f"save_sae writes sparse autoencoders (SparseAutoencoder, JumpReLUSAE, BatchTopKSAE), not a "
+            f"{type(concept_model).__name__}; save other concept models with .save(path)"
+        )
     concept_model._check_fitted()
     if hook_name is None:
         layer = concept_model.layer_
         if layer is None:
-            raise ValueError("the SAE was fitted on an array, so its layer is unknown; pass hook_name= (such as "
-                             "'blocks.8.hook_resid_post')")
+            raise ValueError(
+                "the SAE was fitted on an array, so its layer is unknown; pass hook_name= (such as "
+                "'blocks.8.hook_resid_post')"
+            )
         try:
             hook_name = to_hook_name(str(layer))
         except ValueError:
             raise ValueError(f"the SAE's layer {layer!r} has no TransformerLens hook name; pass hook_name=") from None
     elif not _HOOK_NAME.fullmatch(hook_name.strip()):
-        raise ValueError(f"hook_name {hook_name!r} is not a TransformerLens hook name of a block "
-                         "(blocks.<i>.hook_resid_pre | hook_resid_mid | hook_resid_post | hook_attn_out | hook_mlp_out)")
+        raise ValueError(
+            f"hook_name {hook_name!r} is not a TransformerLens hook name of a block "
+            "(blocks.<i>.hook_resid_pre | hook_resid_mid | hook_resid_post | hook_attn_out | hook_mlp_out)"
+        )
     w = {name: t.detach().float().cpu() for name, t in concept_model.weights_.items()}
     scale = float(concept_model.scale_)
-    tensors = {"W_enc": (w["W_enc"] / scale).contiguous(), "W_dec": (w["W_dec"] * scale).contiguous(),
-               "b_enc": w["b_enc"].contiguous(), "b_dec": w["b_dec"].contiguous()}
+    tensors = {
+        "W_enc": (w["W_enc"] / scale).contiguous(),
+        "W_dec": (w["W_dec"] * scale).contiguous(),
+        "b_enc": w["b_enc"].contiguous(),
+        "b_dec": w["b_dec"].contiguous(),
+    }
     if isinstance(concept_model, (JumpReLUSAE, BatchTopKSAE)):
         architecture = "jumprelu"
         tensors["threshold"] = w["threshold"].contiguous()
@@ -510,19 +609,35 @@ def save_sae(concept_model, folder: str | Path, *, model_name: str | None = None
     kwargs = dict(previous.get("model_from_pretrained_kwargs") or {})
     if p["center"]:
         kwargs["center_writing_weights"] = True
-    metadata = {key: previous[key] for key in ("prepend_bos", "context_size", "dataset_path", "neuronpedia_id")
-                if previous.get(key) is not None}
-    metadata.update({
-        "sae_lens_version": FORMAT_VERSION, "sae_lens_training_version": None,
-        "model_name": model_name or display_name(concept_model.model_name_) or previous.get("model_name"),
-        "hook_name": hook_name.strip(), "hook_head_index": None, "model_class_name": "HookedTransformer",
-        "model_from_pretrained_kwargs": kwargs, "saved_by": "interp_widgets",
-        "interp_widgets_class": type(concept_model).__name__,
-    })
-    cfg = {"d_in": int(concept_model.n_features_in_), "d_sae": int(concept_model.n_concepts), "dtype": "float32",
-           "device": "cpu", "apply_b_dec_to_input": bool(p["apply_b_dec_to_input"]),
-           "normalize_activations": p["normalize_activations"], "reshape_activations": "none",
-           "metadata": metadata, "architecture": architecture}
+    metadata = {
+        key: previous[key]
+        for key in ("prepend_bos", "context_size", "dataset_path", "neuronpedia_id")
+        if previous.get(key) is not None
+    }
+    metadata.update(
+        {
+            "sae_lens_version": FORMAT_VERSION,
+            "sae_lens_training_version": None,
+            "model_name": model_name or display_name(concept_model.model_name_) or previous.get("model_name"),
+            "hook_name": hook_name.strip(),
+            "hook_head_index": None,
+            "model_class_name": "HookedTransformer",
+            "model_from_pretrained_kwargs": kwargs,
+            "saved_by": "interp_widgets",
+            "interp_widgets_class": type(concept_model).__name__,
+        }
+    )
+    cfg = {
+        "d_in": int(concept_model.n_features_in_),
+        "d_sae": int(concept_model.n_concepts),
+        "dtype": "float32",
+        "device": "cpu",
+        "apply_b_dec_to_input": bool(p["apply_b_dec_to_input"]),
+        "normalize_activations": p["normalize_activations"],
+        "reshape_activations": "none",
+        "metadata": metadata,
+        "architecture": architecture,
+    }
     if architecture == "topk":
         cfg.update(k=int(concept_model.k_), rescale_acts_by_decoder_norm=False)
     folder = Path(folder)
@@ -534,5 +649,14 @@ def save_sae(concept_model, folder: str | Path, *, model_name: str | None = None
     return folder
 
 
-__all__ = ["SAEQualityWarning", "check_base_model", "load_sae", "norm_scaling_factor", "read_config", "save_sae",
-           "transformer_lens_processing", "model_name_of", "same_model_name"]
+__all__ = [
+    "SAEQualityWarning",
+    "check_base_model",
+    "load_sae",
+    "norm_scaling_factor",
+    "read_config",
+    "save_sae",
+    "transformer_lens_processing",
+    "model_name_of",
+    "same_model_name",
+]

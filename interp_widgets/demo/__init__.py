@@ -29,8 +29,15 @@ from interp_widgets.demo.text_corpus import load_text_corpus, text_corpus_info  
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 LABELS = ("negative", "positive")
-TRAINING = {"epochs": 6, "batch_size": 16, "learning_rate": 8e-5, "weight_decay": 0.01, "warmup": 0.1, "seed": 13,
-            "max_length": 128}
+TRAINING = {
+    "epochs": 6,
+    "batch_size": 16,
+    "learning_rate": 8e-5,
+    "weight_decay": 0.01,
+    "warmup": 0.1,
+    "seed": 13,
+    "max_length": 128,
+}
 _CACHE_VERSION = "sentiment-v1"
 
 
@@ -125,8 +132,13 @@ def sentence_embedder(*, batch_size: int = 64):
     def embed(texts: list[str]) -> np.ndarray:
         out = []
         for start in range(0, len(texts), batch_size):
-            batch = tokenizer(list(texts[start:start + batch_size]), padding=True, truncation=True, max_length=256,
-                              return_tensors="pt")
+            batch = tokenizer(
+                list(texts[start : start + batch_size]),
+                padding=True,
+                truncation=True,
+                max_length=256,
+                return_tensors="pt",
+            )
             with torch.no_grad():
                 hidden = encoder(**batch).last_hidden_state
             mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
@@ -226,8 +238,13 @@ def _train(target: Path, *, progress: bool) -> None:
             order = torch.randperm(len(train), generator=generator).numpy()
             for b in range(n_batches):
                 idx = order[b * cfg["batch_size"] : (b + 1) * cfg["batch_size"]]
-                batch = tokenizer(train["text"].iloc[idx].tolist(), padding=True, truncation=True,
-                                  max_length=cfg["max_length"], return_tensors="pt")
+                batch = tokenizer(
+                    train["text"].iloc[idx].tolist(),
+                    padding=True,
+                    truncation=True,
+                    max_length=cfg["max_length"],
+                    return_tensors="pt",
+                )
                 out = model(**batch, labels=torch.as_tensor(y_train[idx]))
                 _training_step(out.loss, model, optimizer, scheduler, bar)
     finally:
@@ -265,7 +282,9 @@ def _predict(model, tokenizer, texts: list[str], batch_size: int = 64) -> np.nda
     predictions = []
     with torch.inference_mode():
         for i in range(0, len(texts), batch_size):
-            batch = tokenizer(texts[i : i + batch_size], padding=True, truncation=True, max_length=128, return_tensors="pt")
+            batch = tokenizer(
+                texts[i : i + batch_size], padding=True, truncation=True, max_length=128, return_tensors="pt"
+            )
             predictions.append(model(**batch).logits.argmax(-1).numpy())
     return np.concatenate(predictions)
 

@@ -40,8 +40,14 @@ DECODER = {
     "n_positions": 128,
     "dropout": 0.2,
 }
-DECODER_TRAINING = {"epochs": 30, "batch_size": 32, "learning_rate": 2e-3, "weight_decay": 0.1, "warmup": 0.05,
-                    "seed": 7}
+DECODER_TRAINING = {
+    "epochs": 30,
+    "batch_size": 32,
+    "learning_rate": 2e-3,
+    "weight_decay": 0.1,
+    "warmup": 0.05,
+    "seed": 7,
+}
 
 
 def _fingerprint() -> str:
@@ -73,8 +79,12 @@ def train_tokenizer(texts: list[str], vocab_size: int = DECODER["vocab_size"]):
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[BOUNDARY], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=[BOUNDARY],
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(texts, trainer)
     boundary_id = tok.token_to_id(BOUNDARY)
     tok.post_processor = processors.Sequence([
@@ -82,8 +92,14 @@ def train_tokenizer(texts: list[str], vocab_size: int = DECODER["vocab_size"]):
         processors.TemplateProcessing(single=f"{BOUNDARY} $A", pair=f"{BOUNDARY} $A {BOUNDARY} $B",
                                       special_tokens=[(BOUNDARY, boundary_id)]),
     ])  # fmt: skip
-    return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=BOUNDARY, eos_token=BOUNDARY, unk_token=BOUNDARY,
-                                   pad_token=BOUNDARY, model_max_length=DECODER["n_positions"])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOUNDARY,
+        eos_token=BOUNDARY,
+        unk_token=BOUNDARY,
+        pad_token=BOUNDARY,
+        model_max_length=DECODER["n_positions"],
+    )
 
 
 def load_decoder(retrain: bool = False, progress: bool = True):
@@ -160,8 +176,9 @@ def perplexity(model, tokenizer, texts: list[str], batch_size: int = 64) -> floa
             for i in range(0, len(sequences), batch_size):
                 ids, mask, labels = _batch(sequences[i : i + batch_size], tokenizer.pad_token_id)
                 logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-                nll = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
-                                                        labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum")
+                nll = torch.nn.functional.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100, reduction="sum"
+                )
                 total += float(nll)
                 count += int((labels[:, 1:] != -100).sum())
     finally:
@@ -207,17 +224,27 @@ def _train(target: Path, *, progress: bool) -> None:
     tokenizer = train_tokenizer(train_texts, arch["vocab_size"])
     sequences = encode_texts(tokenizer, train_texts)
     torch.manual_seed(cfg["seed"])
-    config = GPT2Config(vocab_size=len(tokenizer), n_positions=arch["n_positions"], n_embd=arch["n_embd"],
-                        n_layer=arch["n_layer"], n_head=arch["n_head"], resid_pdrop=arch["dropout"],
-                        embd_pdrop=arch["dropout"], attn_pdrop=arch["dropout"], bos_token_id=tokenizer.bos_token_id,
-                        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+    config = GPT2Config(
+        vocab_size=len(tokenizer),
+        n_positions=arch["n_positions"],
+        n_embd=arch["n_embd"],
+        n_layer=arch["n_layer"],
+        n_head=arch["n_head"],
+        resid_pdrop=arch["dropout"],
+        embd_pdrop=arch["dropout"],
+        attn_pdrop=arch["dropout"],
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     model = GPT2LMHeadModel(config)
     generator = torch.Generator().manual_seed(cfg["seed"])
     n_batches = math.ceil(len(sequences) / cfg["batch_size"])
     total = n_batches * cfg["epochs"]
     warmup = max(1, int(cfg["warmup"] * total))
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["learning_rate"], weight_decay=cfg["weight_decay"],
-                                  betas=(0.9, 0.98))
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=cfg["learning_rate"], weight_decay=cfg["weight_decay"], betas=(0.9, 0.98)
+    )
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer,
         lambda step: min((step + 1) / warmup, 0.5 * (1 + math.cos(math.pi * min(1.0, step / total)))),

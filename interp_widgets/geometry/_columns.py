@@ -82,8 +82,9 @@ class ColumnStore:
             >>> ColumnStore(4).nbytes  # the empty step buffer has room for 16 steps
             128
         """
-        return self.step_buffer.nbytes + sum(buffer.nbytes for buffers in (self.columns, self.raw)
-                                             for buffer in buffers.values())
+        return self.step_buffer.nbytes + sum(
+            buffer.nbytes for buffers in (self.columns, self.raw) for buffer in buffers.values()
+        )
 
     def names(self) -> list[str]:
         """Column names in the order they first appeared.
@@ -130,8 +131,10 @@ class ColumnStore:
         if last is not None and step < last:
             row = int(np.searchsorted(self.step_buffer[: self.size], step))
             if self.step_buffer[row] != step:
-                raise ValueError(f"{self.label} {step} comes before the last recorded {self.label} {last} and has "
-                                 f"no row to merge into; record in increasing order")
+                raise ValueError(
+                    f"{self.label} {step} comes before the last recorded {self.label} {last} and has "
+                    f"no row to merge into; record in increasing order"
+                )
             latest = False  # stored, but not pushed: subscribers see steps in increasing order
         elif last is not None and step == last:
             row = self.size - 1
@@ -195,7 +198,12 @@ class ColumnStore:
             (1, 2)
         """
         copy = ColumnStore(self.max_rows, self.label)
-        copy.size, copy.offered, copy.stride, copy.thinned_step = self.size, self.offered, self.stride, self.thinned_step
+        copy.size, copy.offered, copy.stride, copy.thinned_step = (
+            self.size,
+            self.offered,
+            self.stride,
+            self.thinned_step,
+        )
         copy.step_buffer = self.step_buffer.copy()
         copy.columns = {name: buffer.copy() for name, buffer in self.columns.items()}
         copy.raw = {name: buffer.copy() for name, buffer in self.raw.items()}
@@ -219,8 +227,9 @@ class ColumnStore:
         return tensors, layout
 
     @classmethod
-    def from_tensors(cls, tensors: Mapping[str, torch.Tensor], layout: Mapping, max_rows: int,
-                     label: str = "step") -> "ColumnStore":
+    def from_tensors(
+        cls, tensors: Mapping[str, torch.Tensor], layout: Mapping, max_rows: int, label: str = "step"
+    ) -> "ColumnStore":
         """The store that :meth:`tensors` described (``stride`` and ``offered`` default to an unthinned record).
 
         Example:

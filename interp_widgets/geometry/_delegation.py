@@ -15,9 +15,27 @@ from interp_widgets.geometry.history import GeometryLog, as_scalar
 __all__ = ["HISTORY_API", "PendingScalars", "offer_history_api"]
 
 #: What a monitor offers of its :class:`GeometryLog` (``monitor.history``) as its own attributes.
-HISTORY_API = ("__len__", "steps", "series_names", "series", "raw", "to_dataframe", "chart", "widget",
-               "_repr_mimebundle_", "_display_", "save", "snapshot", "subscribe", "on_flush", "layers", "x_label", "max_rows",
-               "meta", "proxies")
+HISTORY_API = (
+    "__len__",
+    "steps",
+    "series_names",
+    "series",
+    "raw",
+    "to_dataframe",
+    "chart",
+    "widget",
+    "_repr_mimebundle_",
+    "_display_",
+    "save",
+    "snapshot",
+    "subscribe",
+    "on_flush",
+    "layers",
+    "x_label",
+    "max_rows",
+    "meta",
+    "proxies",
+)
 
 
 class _FromHistory:
@@ -78,8 +96,14 @@ class PendingScalars:
         """The scalars queued for ``step`` (removed), or an empty dict."""
         return self._by_step.pop(step, {})
 
-    def flush(self, record: Callable[[int, dict], None], *, current_step: int, measured: Callable[[int], bool],
-              final: bool = False) -> None:
+    def flush(
+        self,
+        record: Callable[[int, dict], None],
+        *,
+        current_step: int,
+        measured: Callable[[int], bool],
+        final: bool = False,
+    ) -> None:
         """Send, through ``record``, the scalars of steps that no measurement row will carry any more: earlier
         steps, the current one if it is not measured, and everything when ``final``."""
         for step in sorted(self._by_step):

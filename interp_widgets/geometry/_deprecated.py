@@ -14,7 +14,9 @@ from interp_widgets.geometry.monitor import AnisotropyMonitor
 __all__ = ["GEOMETRY_MONITOR_DEPRECATION", "GeometryMonitor"]
 
 #: The warning given when the deprecated ``GeometryMonitor`` name is imported or used.
-GEOMETRY_MONITOR_DEPRECATION = "GeometryMonitor is deprecated and will be removed; use AnisotropyMonitor (the same class)"
+GEOMETRY_MONITOR_DEPRECATION = (
+    "GeometryMonitor is deprecated and will be removed; use AnisotropyMonitor (the same class)"
+)
 
 
 class GeometryMonitor(AnisotropyMonitor):

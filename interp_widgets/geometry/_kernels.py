@@ -140,8 +140,9 @@ def mean_pairwise_cosine(x: torch.Tensor, inverse_norms: torch.Tensor) -> torch.
     return (total @ total - n) / (n * (n - 1))
 
 
-def cross_sequence_cosine(x: torch.Tensor, inverse_norms: torch.Tensor, inverse: torch.Tensor,
-                           n_groups: int) -> torch.Tensor:
+def cross_sequence_cosine(
+    x: torch.Tensor, inverse_norms: torch.Tensor, inverse: torch.Tensor, n_groups: int
+) -> torch.Tensor:
     n = x.shape[0]
     units = x * inverse_norms[:, None]
     sums = torch.zeros(n_groups, units.shape[1], dtype=units.dtype, device=units.device)
@@ -164,7 +165,7 @@ def gram_matrix(x: torch.Tensor, blocks: int = 4) -> torch.Tensor:
     for start, stop in zip(cuts[:-1], cuts[1:]):
         rows = x[:, start:stop].T @ x[:, start:]
         gram[start:stop, start:] = rows
-        gram[stop:, start:stop] = rows[:, stop - start:].T
+        gram[stop:, start:stop] = rows[:, stop - start :].T
     return gram
 
 
@@ -272,14 +273,14 @@ def blocked_gram32(x: torch.Tensor, block: int = GRAM_BLOCK) -> torch.Tensor:
     gram = None
     for first in range(0, whole, per_batch):  # batches of whole blocks, each summed in float32
         count = min(per_batch, whole - first)
-        blocks = single[first * block:(first + count) * block].reshape(count, block, d)
+        blocks = single[first * block : (first + count) * block].reshape(count, block, d)
         product = blocks[0].T @ blocks[0] if count == 1 else (blocks.transpose(1, 2) @ blocks).sum(0)
         if rest and first + count == whole and count < per_batch:  # the partial block joins the last batch
-            product.addmm_(single[whole * block:].T, single[whole * block:])
+            product.addmm_(single[whole * block :].T, single[whole * block :])
             rest = 0
         gram = product.to(torch.float64) if gram is None else gram.add_(product)
     if rest:
-        part = single[whole * block:]
+        part = single[whole * block :]
         product = part.T @ part
         gram = product.to(torch.float64) if gram is None else gram.add_(product)
     return gram
@@ -363,7 +364,7 @@ def fast_top_eigenvectors(m2: torch.Tensor, rank: int) -> tuple[torch.Tensor, to
         values32, vectors32 = torch.linalg.eigh((m2 / scale).to(torch.float32))  # ascending
     # Weyl: λ_{rank+1}(m2) ≤ scale·(λ̂_{rank+1} + bound·λ̂_max) for the float32 eigenvalues λ̂ of m2/scale
     upper = float(scale * (values32[d - 1 - rank].double() + FAST_EIGENVALUE_BOUND(d) * values32[-1].double()))
-    basis = vectors32[:, d - m:].to(torch.float64)
+    basis = vectors32[:, d - m :].to(torch.float64)
     rounding = 4 * d * EPS64 * float(scale) * math.sqrt(rank)  # float64 error of the residual itself
     for _ in range(RITZ_ITERATIONS):
         with one_thread():
@@ -539,8 +540,9 @@ def linear_time_bundle(x: torch.Tensor) -> dict[str, float]:
     n, d = x.shape
     check_rows(n, "H", 2)
     mean = x.mean(dim=0)
-    inverse = torch.stack([inverse_row_norms(x, "H", ZERO_ROW_HINT),
-                           inverse_row_norms(x - mean, "H", MEAN_ROW_HINT)], dim=1)
+    inverse = torch.stack(
+        [inverse_row_norms(x, "H", ZERO_ROW_HINT), inverse_row_norms(x - mean, "H", MEAN_ROW_HINT)], dim=1
+    )
     sums = x.T @ inverse  # (d, 2): Σ x_i/‖x_i‖ and Σ x_i/c_i
     unit = sums[:, 0]
     centred_unit = sums[:, 1] - mean * inverse[:, 1].sum()
@@ -558,8 +560,7 @@ def linear_time_bundle(x: torch.Tensor) -> dict[str, float]:
 LINEAR_FAST_TOL = 1e-4
 
 
-def blocked_row_sums32(x: torch.Tensor, weights: torch.Tensor | None = None,
-                       block: int = GRAM_BLOCK) -> torch.Tensor:
+def blocked_row_sums32(x: torch.Tensor, weights: torch.Tensor | None = None, block: int = GRAM_BLOCK) -> torch.Tensor:
     """``Σ_i x_i`` (``weights`` None: shape ``(d,)``) or ``Σ_i w_ij x_i`` for each column ``j`` of an ``n × m``
     ``weights`` (shape ``(m, d)``) of float32 rows, as float64: float32 partial sums over blocks of ``block`` rows
     (one batched kernel), summed in float64. Error bound (any summation order inside a block): each coordinate is
@@ -636,21 +637,45 @@ def linear_time_bundle32(x: torch.Tensor) -> dict[str, float]:
     mean_error = (b + 1) * U32 * (square_norm_sum / n).sqrt()  # ‖μ̃ − μ‖
     delta = U32 * mean.norm() + mean_error  # ‖μ̂ − μ‖
     # every scalar the values and bounds need, in one transfer; the bounds are then plain float arithmetic
-    (unit2, centred_unit2, mean2, centred_norm_sum, centred_square_sum, mean_error, delta, inverse_centred_sum,
-     smallest) = torch.stack([
-        unit @ unit, centred_unit @ centred_unit, mean @ mean, centred_norms64.sum(), centred_norms64.pow(2).sum(),
-        mean_error, delta, inverse[:, 1].sum(dtype=torch.float64) * (1 + 2 * U32), centred_norms64.min()]).tolist()
+    (
+        unit2,
+        centred_unit2,
+        mean2,
+        centred_norm_sum,
+        centred_square_sum,
+        mean_error,
+        delta,
+        inverse_centred_sum,
+        smallest,
+    ) = torch.stack(
+        [
+            unit @ unit,
+            centred_unit @ centred_unit,
+            mean @ mean,
+            centred_norms64.sum(),
+            centred_norms64.pow(2).sum(),
+            mean_error,
+            delta,
+            inverse[:, 1].sum(dtype=torch.float64) * (1 + 2 * U32),
+            centred_norms64.min(),
+        ]
+    ).tolist()
     # each centred unit vector's error, from ‖r_i − c_i‖ ≤ ‖δ‖ + u‖r_i‖ and ‖r_i‖ ≥ ĉ_i(1 − ε): at most
     # 2(‖δ‖ + u(1 + ε)ĉ_i)/(γĉ_i − ‖δ‖) with γ = 1 − ε − u(1 + ε) (and never more than 2), plus ε for the norm
     gamma = 1 - eps - U32 * (1 + eps)
     if delta <= gamma * smallest / 2:  # every row far from the mean: summed in closed form over the rows
-        centred_errors = ((2 * delta * inverse_centred_sum + 2 * n * U32 * (1 + eps)) / gamma
-                          / (1 - delta / (gamma * smallest)) + n * eps)
+        centred_errors = (2 * delta * inverse_centred_sum + 2 * n * U32 * (1 + eps)) / gamma / (
+            1 - delta / (gamma * smallest)
+        ) + n * eps
     else:  # some row next to the mean: row by row, each at most 2
         rounded = U32 * (1 + eps) * centred_norms64
         lower = gamma * centred_norms64 - delta
-        per_row = torch.where(lower > 0, (2 * (delta + rounded) / lower.clamp(min=1e-300)).clamp(max=2.0),
-                              torch.full_like(lower, 2.0)) + eps
+        per_row = (
+            torch.where(
+                lower > 0, (2 * (delta + rounded) / lower.clamp(min=1e-300)).clamp(max=2.0), torch.full_like(lower, 2.0)
+            )
+            + eps
+        )
         centred_errors = float(per_row.sum())
     pairs = n * (n - 1)
     mean_norm = math.sqrt(mean2)
@@ -669,9 +694,14 @@ def linear_time_bundle32(x: torch.Tensor) -> dict[str, float]:
     )
     if not bound <= LINEAR_FAST_TOL:
         return _exact_linear_bundle(x)
-    return {"n_tokens": n, "dim": d, "avg_cosine": (unit2 - n) / pairs,
-            "avg_cosine_centered": (centred_unit2 - n) / pairs, "drift_share": a / total,
-            "linear_error_bound": bound}
+    return {
+        "n_tokens": n,
+        "dim": d,
+        "avg_cosine": (unit2 - n) / pairs,
+        "avg_cosine_centered": (centred_unit2 - n) / pairs,
+        "drift_share": a / total,
+        "linear_error_bound": bound,
+    }
 
 
 def _exact_linear_bundle(x: torch.Tensor) -> dict[str, float]:
@@ -685,5 +715,5 @@ def _row_norms32(x: torch.Tensor, block: int) -> torch.Tensor:
     d = x.shape[1]
     if d <= block:
         return torch.linalg.vector_norm(x, dim=1)
-    partial = torch.stack([torch.linalg.vector_norm(x[:, s:s + block], dim=1) for s in range(0, d, block)], dim=1)
+    partial = torch.stack([torch.linalg.vector_norm(x[:, s : s + block], dim=1) for s in range(0, d, block)], dim=1)
     return torch.linalg.vector_norm(partial, dim=1)

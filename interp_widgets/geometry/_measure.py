@@ -49,8 +49,20 @@ __all__ = ["Measurement", "Reservoir", "check_settings", "dictionary_function"]
 ProxyMethod = str | Callable[[torch.Tensor, int], object] | object
 
 
-def check_settings(*, rank, every, n_controls, max_tokens, fit_tokens, spectrum_every, gradient: str, fit: str, basis,
-                   coordinates: str, zeta) -> None:
+def check_settings(
+    *,
+    rank,
+    every,
+    n_controls,
+    max_tokens,
+    fit_tokens,
+    spectrum_every,
+    gradient: str,
+    fit: str,
+    basis,
+    coordinates: str,
+    zeta,
+) -> None:
     """Reject monitor settings that cannot work, with the value that is wrong and what would do.
 
     Example:
@@ -60,9 +72,14 @@ def check_settings(*, rank, every, n_controls, max_tokens, fit_tokens, spectrum_
         ...
         ValueError: n_controls must be an integer >= 1, got 0
     """
-    for name, value, low in (("rank", rank, 1), ("every", every, 1), ("n_controls", n_controls, 1),
-                             ("max_tokens", max_tokens, 2), ("fit_tokens", fit_tokens, 2),
-                             ("spectrum_every", spectrum_every, 1)):
+    for name, value, low in (
+        ("rank", rank, 1),
+        ("every", every, 1),
+        ("n_controls", n_controls, 1),
+        ("max_tokens", max_tokens, 2),
+        ("fit_tokens", fit_tokens, 2),
+        ("spectrum_every", spectrum_every, 1),
+    ):
         check_int(name, value, minimum=low)
     if gradient not in ("hidden", "weight"):
         raise ValueError(f"gradient must be 'hidden' (dL/dh) or 'weight' (linear weight gradient), got {gradient!r}")
@@ -84,8 +101,10 @@ def dictionary_function(method: ProxyMethod) -> Callable[[torch.Tensor, int], ob
     """
     if isinstance(method, str):
         if method != "pca":
-            raise ValueError(f"proxy_method must be 'pca', a function (H, rank) -> d × k dictionary or an estimator "
-                             f"with fit() and components_, got {method!r}")
+            raise ValueError(
+                f"proxy_method must be 'pca', a function (H, rank) -> d × k dictionary or an estimator "
+                f"with fit() and components_, got {method!r}"
+            )
         return None
     if hasattr(method, "fit") and not isinstance(method, type):
         estimator = method
@@ -94,8 +113,10 @@ def dictionary_function(method: ProxyMethod) -> Callable[[torch.Tensor, int], ob
             fitted = copy.deepcopy(estimator).fit(H.cpu().numpy())
             components = np.asarray(fitted.components_)
             if components.shape[0] != rank:
-                raise ValueError(f"the estimator produced {components.shape[0]} components but rank={rank}; "
-                                 f"configure it with {rank} components")
+                raise ValueError(
+                    f"the estimator produced {components.shape[0]} components but rank={rank}; "
+                    f"configure it with {rank} components"
+                )
             return torch.as_tensor(components.T)
 
         from_estimator.__name__ = type(estimator).__name__
@@ -123,7 +144,7 @@ class Reservoir:
         rows = rows.detach().to("cpu", torch.float32)
         if self.rows is None:
             self.rows = rows[: self.capacity].clone()
-            self.seen, rows = self.rows.shape[0], rows[self.capacity:]
+            self.seen, rows = self.rows.shape[0], rows[self.capacity :]
         free = self.capacity - self.rows.shape[0]
         if free > 0 and rows.shape[0]:
             self.rows = torch.cat([self.rows, rows[:free]])
@@ -194,13 +215,21 @@ def quantiles(values: np.ndarray) -> tuple[float, float]:
 
 
 #: The representation metrics the monitor records per layer (``effective_rank`` is the singular-value convention).
-REPRESENTATION_SERIES = ("avg_cosine", "isoscore", "effective_rank", "avg_cosine_centered", "participation_ratio",
-                          "effective_rank_eigen", "stable_rank", "top1_explained_variance", "drift_share")
+REPRESENTATION_SERIES = (
+    "avg_cosine",
+    "isoscore",
+    "effective_rank",
+    "avg_cosine_centered",
+    "participation_ratio",
+    "effective_rank_eigen",
+    "stable_rank",
+    "top1_explained_variance",
+    "drift_share",
+)
 
 
 def nan_values(layer: str) -> dict[str, float]:
     return {series_name(metric, layer): math.nan for metric in LAYER_METRICS}
-
 
 
 def degenerate(step: int, spec: str, error: ValueError) -> None:
@@ -267,8 +296,10 @@ class Measurement:
         if schedule is None:
             if self.monitor.fit == "early":
                 if self.monitor.total_steps is None:
-                    raise ValueError("fit='early' needs total_steps= (the run length in steps) to place the fit "
-                                     "window; or use fit='refit' with refit_every=")
+                    raise ValueError(
+                        "fit='early' needs total_steps= (the run length in steps) to place the fit "
+                        "window; or use fit='refit' with refit_every="
+                    )
                 schedule = self.learned_schedule()
                 self.monitor.meta["fit_window"] = list(schedule.fit_window)
                 self.monitor.meta["total_steps"] = self.monitor.total_steps
@@ -277,13 +308,17 @@ class Measurement:
             else:
                 basis = self.basis[spec] if isinstance(self.basis, Mapping) else self.basis
                 if basis is None:
-                    raise ValueError(f"fit='fixed' has no basis for layer {spec!r}; basis dict keys: "
-                                     f"{list(self.basis)}")
-                schedule = ProxySchedule("fixed", basis=basis if isinstance(basis, TangentProxy) else
-                                         TangentProxy.from_basis(basis))
+                    raise ValueError(
+                        f"fit='fixed' has no basis for layer {spec!r}; basis dict keys: {list(self.basis)}"
+                    )
+                schedule = ProxySchedule(
+                    "fixed", basis=basis if isinstance(basis, TangentProxy) else TangentProxy.from_basis(basis)
+                )
                 if schedule.proxy.dim != self.monitor.dims[spec]:
-                    raise ValueError(f"the fixed basis for layer {spec!r} has d = {schedule.proxy.dim} but the "
-                                     f"layer has d = {self.monitor.dims[spec]}")
+                    raise ValueError(
+                        f"the fixed basis for layer {spec!r} has d = {schedule.proxy.dim} but the "
+                        f"layer has d = {self.monitor.dims[spec]}"
+                    )
             self.schedules[spec] = schedule
             if self.dictionary is not None:
                 self.reservoirs[spec] = Reservoir(self.fit_tokens, self.generator)
@@ -292,8 +327,13 @@ class Measurement:
     def learned_schedule(self) -> ProxySchedule:
         """A fresh ``early`` or ``refit`` schedule from the monitor's settings (validates them)."""
         if self.monitor.fit == "early":
-            return ProxySchedule("early", self.monitor.rank, total_steps=self.monitor.total_steps,
-                                 fit_fraction=self.monitor.fit_fraction, fast=True)
+            return ProxySchedule(
+                "early",
+                self.monitor.rank,
+                total_steps=self.monitor.total_steps,
+                fit_fraction=self.monitor.fit_fraction,
+                fast=True,
+            )
         return ProxySchedule("refit", self.monitor.rank, refit_every=self.monitor.refit_every, fast=True)
 
     def update_proxy(self, step: int, spec: str, H: torch.Tensor, moments: Moments | None) -> None:
@@ -314,8 +354,9 @@ class Measurement:
         else:
             proxy = schedule.proxy
         self.fitted[spec] = proxy
-        self.stacked[spec] = stacked_bases(proxy.basis, normal_controls(proxy, self.monitor.n_controls,
-                                                                     seed=self.monitor.seed))
+        self.stacked[spec] = stacked_bases(
+            proxy.basis, normal_controls(proxy, self.monitor.n_controls, seed=self.monitor.seed)
+        )
         self.monitor.proxies[spec] = proxy.basis.detach().cpu()
 
     def fit_now(self) -> None:
@@ -353,9 +394,12 @@ class Measurement:
         layer.values[layer.name("nonfinite")] = 0.0
         if not (all_finite(G) and all_finite(H)):
             layer.values[layer.name("nonfinite")] = 1.0
-            warnings.warn(f"step {step}, layer {spec!r}: non-finite gradients or activations; recorded as a flagged "
-                          f"row (nonfinite|{spec} = 1) and kept away from the proxy fit", RuntimeWarning,
-                          stacklevel=4)
+            warnings.warn(
+                f"step {step}, layer {spec!r}: non-finite gradients or activations; recorded as a flagged "
+                f"row (nonfinite|{spec} = 1) and kept away from the proxy fit",
+                RuntimeWarning,
+                stacklevel=4,
+            )
             layer.done = True
             return layer
         schedule = self.schedule(spec)
@@ -385,21 +429,36 @@ class Measurement:
             stacked = self.stacked[layer.spec]
             key = (tuple(stacked.shape), self.fitted[layer.spec].rank, layer.moments.m2.device)
             groups.setdefault(key, []).append(layer)
-        settings = dict(center=self.monitor.center, zeta=float(self.monitor.zeta), target="scaled_identity",
-                        coordinates=self.monitor.coordinates, fast=True)
+        settings = dict(
+            center=self.monitor.center,
+            zeta=float(self.monitor.zeta),
+            target="scaled_identity",
+            coordinates=self.monitor.coordinates,
+            fast=True,
+        )
         for (_, rank, device), group in groups.items():
             specs = [layer.spec for layer in group]
             try:
                 results = alignments_from_moments(
-                    [layer.moments for layer in group], self.batched_bases(specs, rank, device), rank,
-                    [self.fitted[spec].mean for spec in specs], **settings)
+                    [layer.moments for layer in group],
+                    self.batched_bases(specs, rank, device),
+                    rank,
+                    [self.fitted[spec].mean for spec in specs],
+                    **settings,
+                )
             except ValueError:  # some layer is degenerate: each on its own, so the warning names it
                 results = []
                 for layer in group:
                     try:
-                        results.append(alignment_from_moments(
-                            layer.moments, self.stacked[layer.spec].to(device), rank, self.fitted[layer.spec].mean,
-                            **settings))
+                        results.append(
+                            alignment_from_moments(
+                                layer.moments,
+                                self.stacked[layer.spec].to(device),
+                                rank,
+                                self.fitted[layer.spec].mean,
+                                **settings,
+                            )
+                        )
                     except ValueError as error:
                         degenerate(step, layer.spec, error)
                         layer.done = True
@@ -470,25 +529,28 @@ def alignment_values(values: dict, name: Callable[[str], str], result: Alignment
     mean_controls = float(controls.mean())
     q05, q95 = quantiles(controls)
     d05, d95 = quantiles(deltas)
-    values.update({
-        name("proxy_energy"): result.energy_proxy,
-        name("control_energy_mean"): mean_controls,
-        name("control_energy_q05"): q05,
-        name("control_energy_q95"): q95,
-        name("energy_ratio"): result.ratio,
-        name("control_ratio_q05"): q05 / mean_controls if mean_controls > 0 else math.nan,
-        name("control_ratio_q95"): q95 / mean_controls if mean_controls > 0 else math.nan,
-        name("enrichment"): result.enrichment,
-        name("z_score"): result.z_analytic,
-        name("p_value"): result.p_value,
-        name("isoscore_star_G"): result.iso_G,
-        name("delta_isoscore_proxy"): result.delta_iso_proxy,
-        name("delta_isoscore_control_mean"): float(np.mean(deltas)),
-        name("delta_isoscore_control_q05"): d05,
-        name("delta_isoscore_control_q95"): d95,
-        name("anisotropy_share"): result.share_proxy,
-        name("anisotropy_share_control_mean"): float(result.share_controls.mean()),
-        name("isoscore_star_G_minus_proxy"): result.iso_minus_proxy,
-        name("energy_mean_direction"): math.nan if result.energy_mean_direction is None
-        else result.energy_mean_direction,
-    })
+    values.update(
+        {
+            name("proxy_energy"): result.energy_proxy,
+            name("control_energy_mean"): mean_controls,
+            name("control_energy_q05"): q05,
+            name("control_energy_q95"): q95,
+            name("energy_ratio"): result.ratio,
+            name("control_ratio_q05"): q05 / mean_controls if mean_controls > 0 else math.nan,
+            name("control_ratio_q95"): q95 / mean_controls if mean_controls > 0 else math.nan,
+            name("enrichment"): result.enrichment,
+            name("z_score"): result.z_analytic,
+            name("p_value"): result.p_value,
+            name("isoscore_star_G"): result.iso_G,
+            name("delta_isoscore_proxy"): result.delta_iso_proxy,
+            name("delta_isoscore_control_mean"): float(np.mean(deltas)),
+            name("delta_isoscore_control_q05"): d05,
+            name("delta_isoscore_control_q95"): d95,
+            name("anisotropy_share"): result.share_proxy,
+            name("anisotropy_share_control_mean"): float(result.share_controls.mean()),
+            name("isoscore_star_G_minus_proxy"): result.iso_minus_proxy,
+            name("energy_mean_direction"): math.nan
+            if result.energy_mean_direction is None
+            else result.energy_mean_direction,
+        }
+    )

@@ -46,8 +46,10 @@ def write_record(path: str | Path, header: Mapping, store: ColumnStore, proxies:
 
     directory = Path(path)
     if directory.is_file():
-        raise FileExistsError(f"{directory} is a file; GeometryLog.save writes a directory, so pass a new or empty "
-                              "directory path such as runs/minilm")
+        raise FileExistsError(
+            f"{directory} is a file; GeometryLog.save writes a directory, so pass a new or empty "
+            "directory path such as runs/minilm"
+        )
     directory.mkdir(parents=True, exist_ok=True)
     tensors, layout = store.tensors()
     keys = {}
@@ -55,8 +57,16 @@ def write_record(path: str | Path, header: Mapping, store: ColumnStore, proxies:
         keys[layer] = f"proxy.{i}"
         tensors[f"proxy.{i}"] = basis.detach().to("cpu", torch.float64).contiguous()
     save_file(tensors, str(directory / "history.safetensors"))
-    meta = {"format": FORMAT, "version": VERSION, "layers": header["layers"], "x_label": header["x_label"],
-            "max_rows": header["max_rows"], **layout, "proxies": keys, "meta": header["meta"]}
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "layers": header["layers"],
+        "x_label": header["x_label"],
+        "max_rows": header["max_rows"],
+        **layout,
+        "proxies": keys,
+        "meta": header["meta"],
+    }
     (directory / "meta.json").write_text(json.dumps(meta, indent=1, allow_nan=True))
     return directory
 
@@ -85,7 +95,8 @@ def read_record(path: str | Path) -> tuple[dict, ColumnStore, dict[str, torch.Te
         raise ValueError(f"{meta_path} is not a GeometryLog record (format {meta.get('format')!r})")
     if meta.get("version", 0) > VERSION:
         raise ValueError(f"{meta_path} has version {meta['version']}; this library reads up to {VERSION}")
-    tensors = read_safetensors(data_path, what="a GeometryLog's history", framework="pt",
-                               fix="save the log again with GeometryLog.save")[1]
+    tensors = read_safetensors(
+        data_path, what="a GeometryLog's history", framework="pt", fix="save the log again with GeometryLog.save"
+    )[1]
     store = ColumnStore.from_tensors(tensors, meta, meta["max_rows"], meta["x_label"])
     return {key: meta[key] for key in _HEADER}, store, {layer: tensors[key] for layer, key in meta["proxies"].items()}

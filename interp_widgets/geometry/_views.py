@@ -38,21 +38,36 @@ def long_frame(log, split: Callable[[str], tuple[str, str | None]]):
         if not keep.any():
             continue
         metric, layer = split(name)
-        frames.append(pd.DataFrame({
-            "step": steps[keep], "layer": layer, "metric": metric, "value": values[keep],
-        }))
+        frames.append(
+            pd.DataFrame(
+                {
+                    "step": steps[keep],
+                    "layer": layer,
+                    "metric": metric,
+                    "value": values[keep],
+                }
+            )
+        )
     if not frames:
-        return pd.DataFrame({"step": pd.Series(dtype="int64"), "layer": pd.Series(dtype="object"),
-                             "metric": pd.Series(dtype="object"), "value": pd.Series(dtype="float64")})
+        return pd.DataFrame(
+            {
+                "step": pd.Series(dtype="int64"),
+                "layer": pd.Series(dtype="object"),
+                "metric": pd.Series(dtype="object"),
+                "value": pd.Series(dtype="float64"),
+            }
+        )
     frame = pd.concat(frames, ignore_index=True)
     frame["layer"] = frame["layer"].astype(object).where(frame["layer"].notna(), None)
-    return frame.sort_values(["step", "metric", "layer"], kind="stable", na_position="first").reset_index(
-        drop=True
-    )
+    return frame.sort_values(["step", "metric", "layer"], kind="stable", na_position="first").reset_index(drop=True)
 
 
-def layer_chart(log, split: Callable[[str], tuple[str, str | None]], metric: str = "energy_ratio",
-                layers: Iterable[str] | None = None):
+def layer_chart(
+    log,
+    split: Callable[[str], tuple[str, str | None]],
+    metric: str = "energy_ratio",
+    layers: Iterable[str] | None = None,
+):
     """The Altair chart of :meth:`GeometryLog.chart`: one per-layer metric against the step, one line per layer.
 
     Example:
@@ -78,19 +93,31 @@ def layer_chart(log, split: Callable[[str], tuple[str, str | None]], metric: str
     log_scale = metric == "energy_ratio" and bool((lines["value"] > 0).all())
     y = alt.Y("value:Q", title=metric, scale=alt.Scale(type="log") if log_scale else alt.Undefined)
     x = alt.X("step:Q", title=log.x_label)
-    layered = [alt.Chart(lines).mark_line(point=True).encode(x=x, y=y, color="layer:N",
-                                                               tooltip=["step", "layer", "value"])]
+    layered = [
+        alt.Chart(lines).mark_line(point=True).encode(x=x, y=y, color="layer:N", tooltip=["step", "layer", "value"])
+    ]
     if metric == "energy_ratio":
-        wide = frame[frame["metric"].isin(["control_ratio_q05", "control_ratio_q95"])].pivot_table(
-            index=["step", "layer"], columns="metric", values="value").reset_index()
+        wide = (
+            frame[frame["metric"].isin(["control_ratio_q05", "control_ratio_q95"])]
+            .pivot_table(index=["step", "layer"], columns="metric", values="value")
+            .reset_index()
+        )
         if {"control_ratio_q05", "control_ratio_q95"} <= set(wide.columns) and len(wide):
-            layered.insert(0, alt.Chart(wide).mark_area(opacity=0.15).encode(
-                x=x, y=alt.Y("control_ratio_q05:Q", title=metric,
-                             scale=alt.Scale(type="log") if log_scale else alt.Undefined),
-                y2="control_ratio_q95:Q", color="layer:N"))
+            layered.insert(
+                0,
+                alt.Chart(wide)
+                .mark_area(opacity=0.15)
+                .encode(
+                    x=x,
+                    y=alt.Y(
+                        "control_ratio_q05:Q", title=metric, scale=alt.Scale(type="log") if log_scale else alt.Undefined
+                    ),
+                    y2="control_ratio_q95:Q",
+                    color="layer:N",
+                ),
+            )
     window = log.meta.get("fit_window")
     if window:
         shade = pd.DataFrame({"start": [window[0]], "stop": [window[1]]})
-        layered.insert(0, alt.Chart(shade).mark_rect(opacity=0.08, color="grey").encode(x="start:Q",
-                                                                                          x2="stop:Q"))
+        layered.insert(0, alt.Chart(shade).mark_rect(opacity=0.08, color="grey").encode(x="start:Q", x2="stop:Q"))
     return alt.layer(*layered).properties(title=f"{metric} per layer", width=480, height=240)

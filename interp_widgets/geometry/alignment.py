@@ -270,8 +270,16 @@ def gradient_alignment(
     if coordinates == "complement" and not isinstance(target, str):
         raise ValueError("a matrix C0 is defined in full coordinates only; use coordinates='full'")
     mean = proxy.mean if isinstance(proxy, TangentProxy) else None
-    return alignment_from_moments(moments, stacked_bases(basis, controls).to(moments.m2.device), k, mean,
-                                  center=center, zeta=float(zeta), target=target, coordinates=coordinates)
+    return alignment_from_moments(
+        moments,
+        stacked_bases(basis, controls).to(moments.m2.device),
+        k,
+        mean,
+        center=center,
+        zeta=float(zeta),
+        target=target,
+        coordinates=coordinates,
+    )
 
 
 def alignment_from_moments(
@@ -297,8 +305,17 @@ def alignment_from_moments(
     ``|qᵀ(M2q)^ − qᵀM2q| ≤ (d + 2)·u·‖M2‖_F ≤ (d + 2)·u·tr M2``, and every energy (proxy and controls) moves by at
     most :func:`fast_energy_bound` ``= k·(d + 2)·u``. Tested against the float64 product.
     """
-    return alignments_from_moments([moments], SubspaceBatch.from_stacked(stacked, k), k, [mean_direction],
-                                   center=center, zeta=zeta, target=target, coordinates=coordinates, fast=fast)[0]
+    return alignments_from_moments(
+        [moments],
+        SubspaceBatch.from_stacked(stacked, k),
+        k,
+        [mean_direction],
+        center=center,
+        zeta=zeta,
+        target=target,
+        coordinates=coordinates,
+        fast=fast,
+    )[0]
 
 
 @dataclass(frozen=True, eq=False)
@@ -395,8 +412,7 @@ def alignments_from_moments(
     for l in range(count):
         where = "" if count == 1 else f" (cloud {l} of {count})"
         if not flags[0][l]:
-            raise ValueError(f"G is all zeros (no gradient reached this layer?){where}; energy fractions are "
-                             f"undefined")
+            raise ValueError(f"G is all zeros (no gradient reached this layer?){where}; energy fractions are undefined")
         if not flags[1][l]:
             raise ValueError(f"G has zero variance (all rows identical){where}; IsoScore* is undefined")
     energies = inside / total[:, None]
@@ -428,8 +444,11 @@ def alignments_from_moments(
         iso_G = shrunk_isoscore(trace_c, frob_c, d, zeta, inner, target.trace(), (target * target).sum())
         t_q = (bases.rows @ target).reshape(count, b, k, d)  # (C0Q)ᵀ: C0 is symmetric
         qtq = t_q @ bases.columns
-        removed_inner = (inner[:, None] - 2 * scale[:, None] * (m2_q * t_q).sum(dim=(-2, -1))
-                         + scale[:, None] * (qm2q * qtq).sum(dim=(-2, -1)))
+        removed_inner = (
+            inner[:, None]
+            - 2 * scale[:, None] * (m2_q * t_q).sum(dim=(-2, -1))
+            + scale[:, None] * (qm2q * qtq).sum(dim=(-2, -1))
+        )
         iso_removed = shrunk_isoscore(
             removed_trace, removed_frob, d, zeta, removed_inner, target.trace(), (target * target).sum()
         )
@@ -439,43 +458,63 @@ def alignments_from_moments(
     shares = deltas / (1 - iso_G[:, None])
     beaten = (energy_controls >= energy_proxy[:, None]).sum(-1).to(energy_proxy)
     # the energy along each cloud's mean direction (e.g. its proxy's mean; a missing one is a zero row, dropped below)
-    directions = torch.stack([torch.zeros(d, dtype=m2.dtype, device=m2.device) if v is None
-                              else v.to(device=m2.device, dtype=m2.dtype) for v in mean_directions])
+    directions = torch.stack(
+        [
+            torch.zeros(d, dtype=m2.dtype, device=m2.device) if v is None else v.to(device=m2.device, dtype=m2.dtype)
+            for v in mean_directions
+        ]
+    )
     direction_norm2 = (directions * directions).sum(-1)
     along = (directions[:, None] @ m2 @ directions[:, :, None]).reshape(count)
     if not center:
         along = along + n * (mu * directions).sum(-1) ** 2
-    scalars = torch.stack([
-        energy_proxy, ratio.to(energy_proxy), energy_proxy * d / k, null_mean, null_sd, z_analytic,
-        iso_G, iso_removed[:, 0], deltas[:, 0], shares[:, 0], beaten, direction_norm2, along / direction_norm2 / total,
-    ], dim=1).tolist()
+    scalars = torch.stack(
+        [
+            energy_proxy,
+            ratio.to(energy_proxy),
+            energy_proxy * d / k,
+            null_mean,
+            null_sd,
+            z_analytic,
+            iso_G,
+            iso_removed[:, 0],
+            deltas[:, 0],
+            shares[:, 0],
+            beaten,
+            direction_norm2,
+            along / direction_norm2 / total,
+        ],
+        dim=1,
+    ).tolist()
     cpu = torch.device("cpu")
     energy_controls, iso_removed, deltas, shares = (t.to(cpu) for t in (energy_controls, iso_removed, deltas, shares))
     results = []
     for l, values in enumerate(scalars):
         energy_mean_direction = values[12] if values[11] > 0 else None
-        results.append(AlignmentResult(
-            rank=k,
-            dim=d,
-            n_rows=moments[l].count,
-            energy_proxy=values[0],
-            energy_controls=energy_controls[l],
-            ratio=values[1],
-            enrichment=values[2],
-            null_mean=values[3],
-            null_sd=values[4],
-            z_analytic=values[5],
-            p_value=(1 + int(values[10])) / (1 + energy_controls.shape[1]),
-            energy_mean_direction=energy_mean_direction,
-            iso_G=values[6],
-            iso_minus_proxy=values[7],
-            iso_minus_controls=iso_removed[l, 1:],
-            delta_iso_proxy=values[8],
-            delta_iso_controls=deltas[l, 1:],
-            share_proxy=values[9],
-            share_controls=shares[l, 1:],
-            centered=center,
-            zeta=zeta,
-            coordinates=coordinates,
-        ))
+        results.append(
+            AlignmentResult(
+                rank=k,
+                dim=d,
+                n_rows=moments[l].count,
+                energy_proxy=values[0],
+                energy_controls=energy_controls[l],
+                ratio=values[1],
+                enrichment=values[2],
+                null_mean=values[3],
+                null_sd=values[4],
+                z_analytic=values[5],
+                p_value=(1 + int(values[10])) / (1 + energy_controls.shape[1]),
+                energy_mean_direction=energy_mean_direction,
+                iso_G=values[6],
+                iso_minus_proxy=values[7],
+                iso_minus_controls=iso_removed[l, 1:],
+                delta_iso_proxy=values[8],
+                delta_iso_controls=deltas[l, 1:],
+                share_proxy=values[9],
+                share_controls=shares[l, 1:],
+                centered=center,
+                zeta=zeta,
+                coordinates=coordinates,
+            )
+        )
     return results

@@ -22,9 +22,7 @@ from interp_widgets.validation import check_int
 __all__ = ["normal_controls"]
 
 
-def normal_controls(
-    proxy: TangentProxy | ArrayLike, n_controls: int = 20, seed: int = 0
-) -> torch.Tensor:
+def normal_controls(proxy: TangentProxy | ArrayLike, n_controls: int = 20, seed: int = 0) -> torch.Tensor:
     """Seeded random k-dim orthonormal subspaces orthogonal to the proxy ("matched-rank normal controls").
 
     Each control is Haar-random inside the (d − k)-dim orthogonal complement of the proxy: a Gaussian

@@ -100,19 +100,26 @@ class FrequencyAnalysis:
         frame = self.to_dataframe(tokenizer)
         frame["log10_count"] = np.log10(frame["count"].to_numpy())
         tooltip = ["token_id", "count", "distance"] + (["token"] if tokenizer is not None else [])
-        points = alt.Chart(frame).mark_circle(opacity=0.6).encode(
-            x=alt.X("log10_count:Q", title="log10 frequency"),
-            y=alt.Y("distance:Q", title=f"{self.distance} distance to centroid"),
-            tooltip=tooltip,
+        points = (
+            alt.Chart(frame)
+            .mark_circle(opacity=0.6)
+            .encode(
+                x=alt.X("log10_count:Q", title="log10 frequency"),
+                y=alt.Y("distance:Q", title=f"{self.distance} distance to centroid"),
+                tooltip=tooltip,
+            )
         )
         line = points.transform_regression("log10_count", "distance").mark_line(color="black")
-        title = (f"frequency vs centroid distance: Pearson {self.pearson:+.2f}, Spearman {self.spearman:+.2f} "
-                 f"({self.n_types} types with ≥ {self.min_count} occurrences)")
+        title = (
+            f"frequency vs centroid distance: Pearson {self.pearson:+.2f}, Spearman {self.spearman:+.2f} "
+            f"({self.n_types} types with ≥ {self.min_count} occurrences)"
+        )
         return alt.layer(points, line).properties(title=title, width=420, height=260)
 
 
-def frequency_analysis(H: ArrayLike, token_ids: ArrayLike, *, min_count: int = 5,
-                       distance: str = "mean") -> FrequencyAnalysis:
+def frequency_analysis(
+    H: ArrayLike, token_ids: ArrayLike, *, min_count: int = 5, distance: str = "mean"
+) -> FrequencyAnalysis:
     """Count, centroid and centroid distance of every token type in ``H`` (n × d rows with one id per row).
 
     Args:
@@ -140,9 +147,11 @@ def frequency_analysis(H: ArrayLike, token_ids: ArrayLike, *, min_count: int = 5
     rows = x.shape[0]
     needed = MIN_TYPES * min_count
     if rows < needed:
-        raise ValueError(f"a frequency analysis over {rows} token(s) cannot work: it needs at least {MIN_TYPES} token "
-                         f"types seen {min_count} times each, so at least {needed} tokens; pass more text (a few "
-                         f"thousand tokens) or lower min_count")
+        raise ValueError(
+            f"a frequency analysis over {rows} token(s) cannot work: it needs at least {MIN_TYPES} token "
+            f"types seen {min_count} times each, so at least {needed} tokens; pass more text (a few "
+            f"thousand tokens) or lower min_count"
+        )
     counts = torch.bincount(inverse, minlength=types.shape[0])
     centroids = torch.zeros(types.shape[0], x.shape[1], dtype=x.dtype, device=x.device).index_add_(0, inverse, x)
     centroids = centroids / counts[:, None]
@@ -154,19 +163,28 @@ def frequency_analysis(H: ArrayLike, token_ids: ArrayLike, *, min_count: int = 5
         distances = distances.sqrt()
     keep = counts >= min_count
     if int(keep.sum()) < MIN_TYPES:
-        raise ValueError(f"only {int(keep.sum())} token type(s) occur at least {min_count} times in {rows} tokens; "
-                         f"a correlation with a confidence interval needs {MIN_TYPES} or more: pass more text or "
-                         f"lower min_count")
+        raise ValueError(
+            f"only {int(keep.sum())} token type(s) occur at least {min_count} times in {rows} tokens; "
+            f"a correlation with a confidence interval needs {MIN_TYPES} or more: pass more text or "
+            f"lower min_count"
+        )
     log_counts = torch.log(counts[keep].to(x.dtype)).cpu().numpy()
     kept = distances[keep].cpu().numpy()
     constant = np.ptp(log_counts) == 0 or np.ptp(kept) == 0
     pearson = math.nan if constant else float(stats.pearsonr(log_counts, kept)[0])
     spearman = math.nan if constant else float(stats.spearmanr(log_counts, kept)[0])
     m = kept.shape[0]
-    return FrequencyAnalysis(token_ids=types[keep].cpu().numpy(), counts=counts[keep].cpu().numpy(),
-                             distances=kept, pearson=pearson, spearman=spearman, min_count=min_count,
-                             distance=distance, pearson_ci=fisher_interval(pearson, 1.0 / math.sqrt(m - 3)),
-                             spearman_ci=fisher_interval(spearman, math.sqrt((1 + spearman**2 / 2) / (m - 3))))
+    return FrequencyAnalysis(
+        token_ids=types[keep].cpu().numpy(),
+        counts=counts[keep].cpu().numpy(),
+        distances=kept,
+        pearson=pearson,
+        spearman=spearman,
+        min_count=min_count,
+        distance=distance,
+        pearson_ci=fisher_interval(pearson, 1.0 / math.sqrt(m - 3)),
+        spearman_ci=fisher_interval(spearman, math.sqrt((1 + spearman**2 / 2) / (m - 3))),
+    )
 
 
 #: Fewest kept token types for a correlation with a Fisher-z interval (m − 3 > 0).
@@ -189,9 +207,19 @@ def fisher_interval(r: float, standard_error: float, level: float = 0.95) -> tup
     return (math.tanh(centre - z * standard_error), math.tanh(centre + z * standard_error))
 
 
-def frequency_by_layer(model, tokenizer, texts, layers, *, max_length: int = 128, batch_size: int = 8,
-                       min_count: int = 5, distance: str = "mean", skip_special: bool = True,
-                       progress: bool = True) -> dict:
+def frequency_by_layer(
+    model,
+    tokenizer,
+    texts,
+    layers,
+    *,
+    max_length: int = 128,
+    batch_size: int = 8,
+    min_count: int = 5,
+    distance: str = "mean",
+    skip_special: bool = True,
+    progress: bool = True,
+) -> dict:
     """:func:`frequency_analysis` of a model's hidden states at several layers over one text set (no gradients;
     the model's mode is restored afterwards).
 
@@ -227,23 +255,32 @@ def frequency_by_layer(model, tokenizer, texts, layers, *, max_length: int = 128
     try:
         with torch.no_grad(), no_new_hooks(model):  # output_hidden_states installs transformers' capturing hooks
             for start in tqdm(range(0, len(texts), batch_size), disable=not progress, desc="frequency"):
-                enc = tokenizer(list(texts[start:start + batch_size]), padding=True, truncation=True,
-                                max_length=max_length, return_tensors="pt")
+                enc = tokenizer(
+                    list(texts[start : start + batch_size]),
+                    padding=True,
+                    truncation=True,
+                    max_length=max_length,
+                    return_tensors="pt",
+                )
                 out = model(**{k: v.to(device) for k, v in enc.items()}, output_hidden_states=True)
                 keep = enc["attention_mask"].bool()
                 if skip_special and special.numel():
                     keep &= ~torch.isin(enc["input_ids"], special)
                 for layer in layers:
                     if not -len(out.hidden_states) <= layer < len(out.hidden_states):
-                        raise ValueError(f"layer {layer} is out of range: the model has {len(out.hidden_states)} "
-                                         f"hidden states (0 = embeddings)")
+                        raise ValueError(
+                            f"layer {layer} is out of range: the model has {len(out.hidden_states)} "
+                            f"hidden states (0 = embeddings)"
+                        )
                     rows[layer].append(out.hidden_states[layer][keep.to(device)].float().cpu())
                 ids.append(enc["input_ids"][keep])
     finally:
         model.train(was_training)
     token_ids = torch.cat(ids)
-    return {layer: frequency_analysis(torch.cat(rows[layer]), token_ids, min_count=min_count, distance=distance)
-            for layer in layers}
+    return {
+        layer: frequency_analysis(torch.cat(rows[layer]), token_ids, min_count=min_count, distance=distance)
+        for layer in layers
+    }
 
 
 def frequency_chart(results: dict, title: str = "frequency vs centroid distance"):
@@ -265,15 +302,29 @@ def frequency_chart(results: dict, title: str = "frequency vs centroid distance"
     records = []
     for name, per_layer in results.items():
         for layer, result in per_layer.items():
-            for kind, value, (low, high) in (("Pearson", result.pearson, result.pearson_ci),
-                                             ("Spearman", result.spearman, result.spearman_ci)):
-                records.append({"model": name, "layer": int(layer), "coefficient": kind, "r": value,
-                                "low": low, "high": high, "types": result.n_types})
+            for kind, value, (low, high) in (
+                ("Pearson", result.pearson, result.pearson_ci),
+                ("Spearman", result.spearman, result.spearman_ci),
+            ):
+                records.append(
+                    {
+                        "model": name,
+                        "layer": int(layer),
+                        "coefficient": kind,
+                        "r": value,
+                        "low": low,
+                        "high": high,
+                        "types": result.n_types,
+                    }
+                )
     frame = pd.DataFrame(records)
-    base = alt.Chart(frame).encode(x=alt.X("layer:O", title="layer (hidden state index)"),
-                                   color=alt.Color("model:N"), xOffset="coefficient:N")
+    base = alt.Chart(frame).encode(
+        x=alt.X("layer:O", title="layer (hidden state index)"), color=alt.Color("model:N"), xOffset="coefficient:N"
+    )
     points = base.mark_point(filled=True).encode(
         y=alt.Y("r:Q", title="correlation (log frequency, distance)", scale=alt.Scale(domain=[-1, 1])),
-        shape="coefficient:N", tooltip=["model", "layer", "coefficient", "r", "low", "high", "types"])
+        shape="coefficient:N",
+        tooltip=["model", "layer", "coefficient", "r", "low", "high", "types"],
+    )
     bars = base.mark_rule().encode(y="low:Q", y2="high:Q")
     return alt.layer(bars, points).properties(title=title, width=460, height=260)

@@ -42,8 +42,15 @@ from interp_widgets.geometry._views import layer_chart, long_frame
 from interp_widgets.series_names import SEPARATOR as _SEPARATOR, series_name, split_series_name
 from interp_widgets.validation import check_int, check_step as validated_step
 
-__all__ = ["GeometryLog", "LAYER_METRICS", "GLOBAL_SERIES", "as_scalar", "check_step", "series_name",
-           "split_series_name"]
+__all__ = [
+    "GeometryLog",
+    "LAYER_METRICS",
+    "GLOBAL_SERIES",
+    "as_scalar",
+    "check_step",
+    "series_name",
+    "split_series_name",
+]
 
 #: Per-layer metric names (the live-widget contract), then extras. Each is logged as ``"<metric>|<layer>"``.
 LAYER_METRICS: tuple[str, ...] = (
@@ -82,7 +89,6 @@ LAYER_METRICS: tuple[str, ...] = (
 
 #: Global series always present: the loss and the fit-window indicator.
 GLOBAL_SERIES: tuple[str, ...] = ("loss", "fitting")
-
 
 
 def _check_scalar_name(name: str) -> None:
@@ -133,8 +139,9 @@ class GeometryLog:
         [{'step': 3, 'layer': None, 'metric': 'accuracy', 'value': 0.5}]
     """
 
-    def __init__(self, layers: Iterable[str] = (), *, x_label: str = "step", max_rows: int = 100_000,
-                 meta: Mapping | None = None) -> None:
+    def __init__(
+        self, layers: Iterable[str] = (), *, x_label: str = "step", max_rows: int = 100_000, meta: Mapping | None = None
+    ) -> None:
         if x_label not in ("step", "checkpoint"):
             raise ValueError(f"x_label must be 'step' or 'checkpoint', got {x_label!r}")
         check_int("max_rows", max_rows, minimum=2)
@@ -371,8 +378,9 @@ class GeometryLog:
             >>> log = GeometryLog(["a"]); log.log(0, x=1.0); copy = log.snapshot(); log.log(1, x=2.0); len(copy)
             1
         """
-        copy = GeometryLog(self.layers, x_label=self.x_label, max_rows=self.max_rows, meta=json.loads(
-            json.dumps(self.meta)))
+        copy = GeometryLog(
+            self.layers, x_label=self.x_label, max_rows=self.max_rows, meta=json.loads(json.dumps(self.meta))
+        )
         copy._store = self._store.copy()
         copy.proxies = {layer: basis.clone() for layer, basis in self.proxies.items()}
         return copy

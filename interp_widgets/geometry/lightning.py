@@ -117,8 +117,10 @@ class LightningMonitorCallback(_pl.Callback):
             report_to = list(report_to)
             bad = [t for t in report_to if not isinstance(t, Tracker)]
             if bad:
-                raise TypeError(f"report_to must be 'trainer' or a list of Tracker objects (e.g. "
-                                f"TensorBoardTracker(writer)), got {bad!r}")
+                raise TypeError(
+                    f"report_to must be 'trainer' or a list of Tracker objects (e.g. "
+                    f"TensorBoardTracker(writer)), got {bad!r}"
+                )
         self.monitor = monitor
         self.report_to = report_to
         self.trackers: list[Tracker] = []
@@ -129,16 +131,23 @@ class LightningMonitorCallback(_pl.Callback):
     def _check(self, trainer, pl_module) -> None:
         model = self.monitor.model
         if not _contains(pl_module, model):
-            raise ValueError("the monitor watches a model that is not part of the LightningModule being fitted; "
-                             "build the AnisotropyMonitor on the module (or the sub-module it calls, e.g. "
-                             "module.model) that trainer.fit trains")
+            raise ValueError(
+                "the monitor watches a model that is not part of the LightningModule being fitted; "
+                "build the AnisotropyMonitor on the module (or the sub-module it calls, e.g. "
+                "module.model) that trainer.fit trains"
+            )
         own = {id(p) for p in model.parameters()}
-        trained = [opt for opt in trainer.optimizers
-                   if any(id(p) in own for group in opt.param_groups for p in group["params"])]
+        trained = [
+            opt
+            for opt in trainer.optimizers
+            if any(id(p) in own for group in opt.param_groups for p in group["params"])
+        ]
         if not trained:
-            raise ValueError(f"{type(pl_module).__name__} has no optimizer over the monitored model's parameters "
-                             f"(configure_optimizers returned None or optimizes other parameters); the monitor "
-                             f"records at each optimizer step, so return an optimizer from configure_optimizers")
+            raise ValueError(
+                f"{type(pl_module).__name__} has no optimizer over the monitored model's parameters "
+                f"(configure_optimizers returned None or optimizes other parameters); the monitor "
+                f"records at each optimizer step, so return an optimizer from configure_optimizers"
+            )
         self._optimizer = trained[0]
 
     def on_fit_start(self, trainer, pl_module) -> None:
@@ -152,8 +161,9 @@ class LightningMonitorCallback(_pl.Callback):
         if self._owns_hooks:
             monitor.__enter__()
         if trainer.is_global_zero:
-            trackers = ([LoggerTracker(logger) for logger in trainer.loggers] if self.report_to == "trainer"
-                        else self.report_to)
+            trackers = (
+                [LoggerTracker(logger) for logger in trainer.loggers] if self.report_to == "trainer" else self.report_to
+            )
             self.trackers = [tracker.attach(monitor) for tracker in trackers]
 
     # ------------------------------------------------------------------ steps

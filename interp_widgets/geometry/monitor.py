@@ -165,9 +165,19 @@ class AnisotropyMonitor:
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if isinstance(layers, (str, int)) or not layers:
             raise ValueError("layers must be a non-empty list, e.g. ['layer:2'] or ['bert.encoder.layer.2']")
-        check_settings(rank=rank, every=every, n_controls=n_controls, max_tokens=max_tokens, fit_tokens=fit_tokens,
-                       spectrum_every=spectrum_every, gradient=gradient, fit=fit, basis=basis,
-                       coordinates=coordinates, zeta=zeta)
+        check_settings(
+            rank=rank,
+            every=every,
+            n_controls=n_controls,
+            max_tokens=max_tokens,
+            fit_tokens=fit_tokens,
+            spectrum_every=spectrum_every,
+            gradient=gradient,
+            fit=fit,
+            basis=basis,
+            coordinates=coordinates,
+            zeta=zeta,
+        )
         self.model, self.modules, self.dims = bind_layers(model, layers, gradient, rank)
         #: The record of every measured step (what ``series()``, ``widget()``, ``save()`` … of the monitor read).
         self.history = GeometryLog(list(self.modules), x_label=_x_label, max_rows=max_rows)
@@ -178,8 +188,9 @@ class AnisotropyMonitor:
         self.spectrum_every = spectrum_every
         self.optimizer = optimizer
         self.special_token_ids = None if special_token_ids is None else torch.as_tensor(sorted(set(special_token_ids)))
-        check_mode_arguments(fit, "fit", total_steps=total_steps, fit_fraction=fit_fraction, refit_every=refit_every,
-                             basis=basis)
+        check_mode_arguments(
+            fit, "fit", total_steps=total_steps, fit_fraction=fit_fraction, refit_every=refit_every, basis=basis
+        )
         self._generator = torch.Generator().manual_seed(seed)
         self._measurement = Measurement(self, basis, proxy_method, fit_tokens, self._generator)
         self._step = 0
@@ -187,11 +198,23 @@ class AnisotropyMonitor:
         self._capture = Capture(self, self._generator, live=lambda: self._active and self._measured(self._step))
         self._pending_scalars = PendingScalars()
         dictionary = self._measurement.dictionary
-        self.meta.update(rank=rank, every=every, fit=fit, n_controls=n_controls, max_tokens=max_tokens,
-                         spectrum_every=spectrum_every, gradient=gradient, seed=seed, center=center, zeta=float(zeta),
-                         coordinates=coordinates,
-                         proxy_method="pca" if dictionary is None else dictionary.__name__,
-                         fit_fraction=fit_fraction, refit_every=refit_every, total_steps=total_steps)
+        self.meta.update(
+            rank=rank,
+            every=every,
+            fit=fit,
+            n_controls=n_controls,
+            max_tokens=max_tokens,
+            spectrum_every=spectrum_every,
+            gradient=gradient,
+            seed=seed,
+            center=center,
+            zeta=float(zeta),
+            coordinates=coordinates,
+            proxy_method="pca" if dictionary is None else dictionary.__name__,
+            fit_fraction=fit_fraction,
+            refit_every=refit_every,
+            total_steps=total_steps,
+        )
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> "AnisotropyMonitor":
@@ -321,8 +344,7 @@ class AnisotropyMonitor:
         self._flush_scalars()
 
     def _flush_scalars(self, final: bool = False) -> None:
-        self._pending_scalars.flush(self.history.record, current_step=self._step, measured=self._measured,
-                                    final=final)
+        self._pending_scalars.flush(self.history.record, current_step=self._step, measured=self._measured, final=final)
 
     def _measured(self, step: int) -> bool:
         return step % self.every == 0
@@ -416,4 +438,3 @@ class AnisotropyMonitor:
     def __repr__(self) -> str:
         state = "active" if self._active else "idle"
         return f"AnisotropyMonitor(layers={self.layers}, rank={self.rank}, fit={self.fit!r}, {state}, rows={len(self)})"
-

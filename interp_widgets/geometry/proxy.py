@@ -116,8 +116,10 @@ class TangentProxy:
         elif callable(method):
             basis = orthonormalize(method(x, rank), "the dictionary returned by method").to(x.device)
             if basis.shape != (d, rank):
-                raise ValueError(f"method must return a {d} × {rank} dictionary (directions as columns), "
-                                 f"got shape {tuple(basis.shape)}")
+                raise ValueError(
+                    f"method must return a {d} × {rank} dictionary (directions as columns), "
+                    f"got shape {tuple(basis.shape)}"
+                )
             name = getattr(method, "__name__", type(method).__name__)
         else:
             raise ValueError(f"method must be 'pca' or a function (H, rank) -> d × k basis, got {method!r}")

@@ -53,9 +53,17 @@ __all__ = ["replay", "probe_batches", "check_same_architecture"]
 Checkpoint = str | Path | Mapping[str, torch.Tensor] | nn.Module
 
 
-def probe_batches(texts: Sequence[str], tokenizer, task: str, *, labels: Sequence[int] | None = None,
-                  batch_size: int = 8, max_length: int | None = None, mlm_probability: float = 0.15,
-                  seed: int = 0) -> list[dict[str, torch.Tensor]]:
+def probe_batches(
+    texts: Sequence[str],
+    tokenizer,
+    task: str,
+    *,
+    labels: Sequence[int] | None = None,
+    batch_size: int = 8,
+    max_length: int | None = None,
+    mlm_probability: float = 0.15,
+    seed: int = 0,
+) -> list[dict[str, torch.Tensor]]:
     """Tokenise a fixed probe set into padded batches with the training loss's labels for ``task``.
 
     * ``"causal-lm"``: ``labels = input_ids`` with padding set to -100;
@@ -81,9 +89,10 @@ def probe_batches(texts: Sequence[str], tokenizer, task: str, *, labels: Sequenc
     generator = torch.Generator().manual_seed(seed)
     batches = []
     for start in range(0, len(texts), batch_size):
-        chunk = list(texts[start:start + batch_size])
-        enc = tokenizer(chunk, padding=True, truncation=max_length is not None, max_length=max_length,
-                        return_tensors="pt")
+        chunk = list(texts[start : start + batch_size])
+        enc = tokenizer(
+            chunk, padding=True, truncation=max_length is not None, max_length=max_length, return_tensors="pt"
+        )
         batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
         if task == TASK_CAUSAL_LM:
             batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
@@ -99,7 +108,7 @@ def probe_batches(texts: Sequence[str], tokenizer, task: str, *, labels: Sequenc
             batch["labels"] = batch["input_ids"].masked_fill(~chosen, -100)
             batch["input_ids"] = batch["input_ids"].masked_fill(chosen, tokenizer.mask_token_id)
         else:
-            batch["labels"] = torch.as_tensor(list(labels[start:start + batch_size]), dtype=torch.long)
+            batch["labels"] = torch.as_tensor(list(labels[start : start + batch_size]), dtype=torch.long)
         batches.append(batch)
     return batches
 
@@ -122,8 +131,12 @@ def _load_checkpoint(checkpoint: Checkpoint, template: nn.Module | None) -> nn.M
         if path.suffix == ".safetensors":
             from interp_widgets._files import read_safetensors
 
-            state = read_safetensors(path, what="a model checkpoint", framework="pt",
-                                     fix="pass a state dict saved with safetensors.torch.save_file")[1]
+            state = read_safetensors(
+                path,
+                what="a model checkpoint",
+                framework="pt",
+                fix="pass a state dict saved with safetensors.torch.save_file",
+            )[1]
         else:
             state = torch.load(path, map_location="cpu", weights_only=True)
     model = copy.deepcopy(template)
@@ -134,8 +147,10 @@ def _load_checkpoint(checkpoint: Checkpoint, template: nn.Module | None) -> nn.M
     loaded = {tensors[key].data_ptr() for key in state if key in tensors}
     missing = [key for key in result.missing_keys if tensors[key].data_ptr() not in loaded]
     if missing or result.unexpected_keys:
-        raise ValueError(f"checkpoint does not match the model: missing {missing[:8]}, unexpected "
-                         f"{list(result.unexpected_keys)[:8]}; pass model= of the checkpoints' architecture")
+        raise ValueError(
+            f"checkpoint does not match the model: missing {missing[:8]}, unexpected "
+            f"{list(result.unexpected_keys)[:8]}; pass model= of the checkpoints' architecture"
+        )
     return model
 
 
@@ -161,12 +176,16 @@ def check_same_architecture(reference: nn.Module, model: nn.Module, index: int) 
     for name in params_a.keys() | params_b.keys():
         if name not in params_b or name not in params_a:
             where = "lacks" if name not in params_b else "has an extra"
-            raise ValueError(f"checkpoint {index} has a different architecture from checkpoint 0: it {where} "
-                             f"parameter {name!r}; {fix}")
+            raise ValueError(
+                f"checkpoint {index} has a different architecture from checkpoint 0: it {where} "
+                f"parameter {name!r}; {fix}"
+            )
     for name, shape in params_a.items():
         if params_b[name] != shape:
-            raise ValueError(f"checkpoint {index} has a different architecture from checkpoint 0: parameter "
-                             f"{name!r} has shape {params_b[name]} instead of {shape}; {fix}")
+            raise ValueError(
+                f"checkpoint {index} has a different architecture from checkpoint 0: parameter "
+                f"{name!r} has shape {params_b[name]} instead of {shape}; {fix}"
+            )
 
 
 def _check_directory_architecture(path: Path, template: nn.Module) -> None:
@@ -181,9 +200,11 @@ def _check_directory_architecture(path: Path, template: nn.Module) -> None:
     saved = json.loads(file.read_text())
     for key in ("model_type", "hidden_size", "n_embd", "num_hidden_layers", "n_layer", "vocab_size"):
         if key in saved and hasattr(config, key) and saved[key] != getattr(config, key):
-            raise ValueError(f"checkpoint {str(path)!r} has {key} = {saved[key]!r} but model= has "
-                             f"{getattr(config, key)!r}: the checkpoints come from different architectures; replay "
-                             f"the checkpoints of one training run, with model= of that architecture")
+            raise ValueError(
+                f"checkpoint {str(path)!r} has {key} = {saved[key]!r} but model= has "
+                f"{getattr(config, key)!r}: the checkpoints come from different architectures; replay "
+                f"the checkpoints of one training run, with model= of that architecture"
+            )
 
 
 def replay(
@@ -252,24 +273,43 @@ def replay(
     if batches is None:
         if probe_texts is None or tokenizer is None:
             raise ValueError("pass probe_texts= with tokenizer=, or ready batches=")
-        batches = probe_batches(probe_texts, tokenizer, detect_task(template), labels=labels,
-                                batch_size=batch_size, max_length=max_length, seed=seed)
+        batches = probe_batches(
+            probe_texts,
+            tokenizer,
+            detect_task(template),
+            labels=labels,
+            batch_size=batch_size,
+            max_length=max_length,
+            seed=seed,
+        )
     elif probe_texts is not None:
         raise ValueError("pass either probe_texts or batches, not both")
     batches = [dict(batch) for batch in batches]
     if not batches or any("labels" not in batch for batch in batches):
         raise ValueError("every probe batch needs labels (the training loss is measured)")
     n = len(checkpoints)
-    settings = dict(rank=rank, proxy_method=proxy_method, n_controls=n_controls, max_tokens=max_tokens,
-                    gradient=gradient, special_token_ids=special_token_ids, seed=seed, center=center, zeta=zeta,
-                    coordinates=coordinates, spectrum_every=1, _x_label="checkpoint")  # few checkpoints: all metrics
+    settings = dict(
+        rank=rank,
+        proxy_method=proxy_method,
+        n_controls=n_controls,
+        max_tokens=max_tokens,
+        gradient=gradient,
+        special_token_ids=special_token_ids,
+        seed=seed,
+        center=center,
+        zeta=zeta,
+        coordinates=coordinates,
+        spectrum_every=1,
+        _x_label="checkpoint",
+    )  # few checkpoints: all metrics
     window = None
     reference = None  # the first checkpoint's architecture: every other one must match it
     if fit == "early":
         fraction = check_fraction("fit_fraction", 0.3 if fit_fraction is None else fit_fraction)
         window = max(1, math.ceil(round(fraction * n, 9)))
-        fitter = AnisotropyMonitor(template, layers, fit="early", total_steps=window, fit_fraction=1.0,
-                                   representation=False, **settings)
+        fitter = AnisotropyMonitor(
+            template, layers, fit="early", total_steps=window, fit_fraction=1.0, representation=False, **settings
+        )
         bar = tqdm(total=window + n, disable=not progress, desc="replay")
         for index in range(window):
             loaded = _load_checkpoint(checkpoints[index], model)
@@ -280,12 +320,14 @@ def replay(
         fitter.fit_now()
         fixed = fitter.tangent_proxies()
         del fitter
-        monitor = AnisotropyMonitor(template, layers, fit="fixed", basis=fixed, representation=representation,
-                                    **settings)
+        monitor = AnisotropyMonitor(
+            template, layers, fit="fixed", basis=fixed, representation=representation, **settings
+        )
         monitor.meta.update(fit="early", fit_fraction=fraction, fit_window=[0, window], total_steps=n)
     else:
-        monitor = AnisotropyMonitor(template, layers, fit=fit, refit_every=refit_every, basis=basis,
-                                    representation=representation, **settings)
+        monitor = AnisotropyMonitor(
+            template, layers, fit=fit, refit_every=refit_every, basis=basis, representation=representation, **settings
+        )
         bar = tqdm(total=n, disable=not progress, desc="replay")
     try:
         for index, checkpoint in enumerate(checkpoints):

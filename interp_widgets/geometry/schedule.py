@@ -84,8 +84,9 @@ class ProxySchedule:
     ) -> None:
         if mode not in ("early", "refit", "fixed"):
             raise ValueError(f"mode must be 'early', 'refit' or 'fixed', got {mode!r}")
-        check_mode_arguments(mode, "mode", total_steps=total_steps, fit_fraction=fit_fraction,
-                             refit_every=refit_every, basis=basis)
+        check_mode_arguments(
+            mode, "mode", total_steps=total_steps, fit_fraction=fit_fraction, refit_every=refit_every, basis=basis
+        )
         self.mode = mode
         self.fast = bool(fast)
         self._proxy: TangentProxy | None = None
@@ -106,14 +107,19 @@ class ProxySchedule:
         self.rank = rank
         if mode == "early":
             fit_fraction = 0.3 if fit_fraction is None else fit_fraction
-            check_int("total_steps", total_steps, minimum=1,
-                      hint="mode='early' needs total_steps=, the run length in steps")
+            check_int(
+                "total_steps", total_steps, minimum=1, hint="mode='early' needs total_steps=, the run length in steps"
+            )
             check_fraction("fit_fraction", fit_fraction)
             # round() guards against 0.3 * 10 = 3.0000000000000004 adding a step
             self._window_length = max(1, math.ceil(round(fit_fraction * total_steps, 9)))
         else:
-            check_int("refit_every", refit_every, minimum=1,
-                      hint="mode='refit' needs refit_every=, the refit window length in steps")
+            check_int(
+                "refit_every",
+                refit_every,
+                minimum=1,
+                hint="mode='refit' needs refit_every=, the refit window length in steps",
+            )
             self._window_length = refit_every
 
     @property

@@ -80,8 +80,10 @@ class MonitorCallback(TrainerCallback):
         if model is not None:
             inner = getattr(model, "module", model)
             if inner is not monitor.model and model is not monitor.model:
-                raise ValueError("the monitor watches a different model object than the one the Trainer trains; "
-                                 "build the AnisotropyMonitor on the model you pass to Trainer")
+                raise ValueError(
+                    "the monitor watches a different model object than the one the Trainer trains; "
+                    "build the AnisotropyMonitor on the model you pass to Trainer"
+                )
         if monitor.fit == "early" and monitor.total_steps is None:
             monitor.total_steps = state.max_steps
             monitor.meta["total_steps"] = state.max_steps
@@ -89,8 +91,9 @@ class MonitorCallback(TrainerCallback):
             monitor.__enter__()
             self._owns_hooks = True
         if state.is_world_process_zero and not self.trackers:
-            self.trackers = [tracker.attach(monitor) for tracker in
-                             trainer_trackers(self.report_to, args.report_to, args.output_dir)]
+            self.trackers = [
+                tracker.attach(monitor) for tracker in trainer_trackers(self.report_to, args.report_to, args.output_dir)
+            ]
         return control
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -103,8 +106,11 @@ class MonitorCallback(TrainerCallback):
         return control
 
     def on_log(self, args, state, control, logs=None, **kwargs):
-        scalars = {("trainer_loss" if key == "loss" else key): value for key, value in (logs or {}).items()
-                   if isinstance(value, numbers.Real) and not isinstance(value, bool) and "|" not in key}
+        scalars = {
+            ("trainer_loss" if key == "loss" else key): value
+            for key, value in (logs or {}).items()
+            if isinstance(value, numbers.Real) and not isinstance(value, bool) and "|" not in key
+        }
         if scalars:  # logs after step s arrive with global_step = s + 1: attach them to step s
             for tracker in self.trackers:  # the Trainer reports these itself
                 tracker.exclude.update(scalars)

@@ -19,5 +19,15 @@ from interp_widgets.lens.logit_lens import decode_stats, logit_lens, residual_po
 from interp_widgets.lens.result import LensResult
 from interp_widgets.lens.tuned import TunedLens, collect_residuals, lens_kl
 
-__all__ = ["LensHead", "LensResult", "TunedLens", "collect_residuals", "decode_stats", "lens_kl", "logit_lens",
-           "model_name", "residual_points", "unembedding_hash"]
+__all__ = [
+    "LensHead",
+    "LensResult",
+    "TunedLens",
+    "collect_residuals",
+    "decode_stats",
+    "lens_kl",
+    "logit_lens",
+    "model_name",
+    "residual_points",
+    "unembedding_hash",
+]

@@ -29,8 +29,11 @@ from interp_widgets.layers import UnsupportedModelError
 
 __all__ = ["LensHead", "model_name", "unembedding_hash"]
 
-_NORM_NAME = re.compile(r"(^|_)(norm|ln_f|ln_final|layer_norm|layernorm|final_layer_norm|final_layernorm|norm_f|"
-                        r"final_norm)$", re.IGNORECASE)
+_NORM_NAME = re.compile(
+    r"(^|_)(norm|ln_f|ln_final|layer_norm|layernorm|final_layer_norm|final_layernorm|norm_f|"
+    r"final_norm)$",
+    re.IGNORECASE,
+)
 
 
 def model_name(model: nn.Module) -> str:
@@ -61,10 +64,12 @@ def unembedding_hash(model: nn.Module) -> str:
 
 
 def _no_unembedding(model: nn.Module) -> str:
-    return (f"{type(model).__name__} has no unembedding (output embedding to the vocabulary), so there is nothing to "
-            "decode its residual stream with: a lens needs a causal LM (AutoModelForCausalLM) or a masked LM "
-            "(AutoModelForMaskedLM), not a classifier or a bare encoder. Load the same checkpoint with one of those "
-            "classes.")
+    return (
+        f"{type(model).__name__} has no unembedding (output embedding to the vocabulary), so there is nothing to "
+        "decode its residual stream with: a lens needs a causal LM (AutoModelForCausalLM) or a masked LM "
+        "(AutoModelForMaskedLM), not a classifier or a bare encoder. Load the same checkpoint with one of those "
+        "classes."
+    )
 
 
 class LensHead(nn.Module):
@@ -87,22 +92,29 @@ class LensHead(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
         if _layers.is_encoder_decoder(model):
-            raise UnsupportedModelError(f"{type(model).__name__} is an encoder–decoder model; the lens supports "
-                                        "decoder-only causal LMs and masked LMs")
+            raise UnsupportedModelError(
+                f"{type(model).__name__} is an encoder–decoder model; the lens supports "
+                "decoder-only causal LMs and masked LMs"
+            )
         out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
         if not isinstance(getattr(out, "weight", None), torch.Tensor):
             raise UnsupportedModelError(_no_unembedding(model))
         base = getattr(model, "base_model", None)
         if base is None or base is model:
-            raise UnsupportedModelError(f"{type(model).__name__} has no separate base model and head; "
-                                        "the lens needs a *ForCausalLM or *ForMaskedLM model")
+            raise UnsupportedModelError(
+                f"{type(model).__name__} has no separate base model and head; "
+                "the lens needs a *ForCausalLM or *ForMaskedLM model"
+            )
         _, block_list = _layers.blocks(model)
         children = list(base.named_children())
         after = False
         norms: list[tuple[str, nn.Module]] = []
         for name, child in children:
-            if child is block_list or any(child is m for m in block_list.modules()) or \
-                    any(m is block_list for m in child.modules()):
+            if (
+                child is block_list
+                or any(child is m for m in block_list.modules())
+                or any(m is block_list for m in child.modules())
+            ):
                 after = True
                 continue
             if after and _NORM_NAME.search(name) and not isinstance(child, (nn.ModuleList, nn.Embedding)):
@@ -112,8 +124,10 @@ class LensHead(nn.Module):
         self.norms = nn.ModuleList([module for _, module in norms])
         heads = [(name, module) for name, module in model.named_children() if module is not base]
         if not any(out is m for _, module in heads for m in module.modules()):
-            raise UnsupportedModelError(f"cannot find the output head of {type(model).__name__} outside its base "
-                                        "model; the lens supports Hugging Face *ForCausalLM and *ForMaskedLM models")
+            raise UnsupportedModelError(
+                f"cannot find the output head of {type(model).__name__} outside its base "
+                "model; the lens supports Hugging Face *ForCausalLM and *ForMaskedLM models"
+            )
         self._paths += [name for name, _ in heads]
         self.heads = nn.ModuleList([module for _, module in heads])
         config = model.config

@@ -65,7 +65,8 @@ def residual_points(model: nn.Module, layers=None, *, mid: bool = False) -> list
         if match is None or match.group(1) or match.group(3) not in _RESIDUAL_POINTS:
             raise ValueError(
                 f"the lens reads the residual stream; {point.name!r} is "
-                + ("a sublayer's output" if match is not None else "not a block point") + ", not a residual-stream "
+                + ("a sublayer's output" if match is not None else "not a block point")
+                + ", not a residual-stream "
                 "state. Use 'layer:i' (a block's output), 'layer:i.resid_mid' (after attention, before the MLP) or "
                 "'layer:i.resid_pre' (a block's input)."
             )
@@ -77,16 +78,19 @@ def residual_points(model: nn.Module, layers=None, *, mid: bool = False) -> list
 def _target_id(tokenizer, target) -> tuple[int, str]:
     if isinstance(target, (int, np.integer)) and not isinstance(target, bool):
         if not 0 <= int(target) < len(tokenizer):
-            raise ValueError(f"target token id {int(target)} is out of range; the vocabulary has {len(tokenizer)} "
-                             "tokens")
+            raise ValueError(
+                f"target token id {int(target)} is out of range; the vocabulary has {len(tokenizer)} tokens"
+            )
         return int(target), tokenizer.decode([int(target)])
     if not isinstance(target, str) or not target:
         raise TypeError(f"a target is a token string (such as ' Paris') or a token id; got {target!r}")
     ids = tokenizer(target, add_special_tokens=False)["input_ids"]
     if len(ids) != 1:
         pieces = [tokenizer.decode([i]) for i in ids]
-        raise ValueError(f"target {target!r} is {len(ids)} tokens ({pieces}); a lens target is one token. Pass one "
-                         f"of them (for example {pieces[0]!r} if it starts the word), or its token id.")
+        raise ValueError(
+            f"target {target!r} is {len(ids)} tokens ({pieces}); a lens target is one token. Pass one "
+            f"of them (for example {pieces[0]!r} if it starts the word), or its token id."
+        )
     return int(ids[0]), target
 
 
@@ -113,15 +117,30 @@ def decode_stats(logits: torch.Tensor, final_logp: torch.Tensor, targets: torch.
     none = targets < 0
     probs = probs.masked_fill(none, float("nan"))
     ranks = ranks.masked_fill(none, 0)
-    return (top_ids.cpu().numpy().astype(np.int32), top_logp.exp().cpu().numpy().astype(np.float32),
-            kl.cpu().numpy().astype(np.float32), probs.cpu().numpy().astype(np.float32),
-            ranks.cpu().numpy().astype(np.int32))
+    return (
+        top_ids.cpu().numpy().astype(np.int32),
+        top_logp.exp().cpu().numpy().astype(np.float32),
+        kl.cpu().numpy().astype(np.float32),
+        probs.cpu().numpy().astype(np.float32),
+        ranks.cpu().numpy().astype(np.int32),
+    )
 
 
-def logit_lens(model: nn.Module, tokenizer, text: str, *, layers=None, mid: bool = False,
-               targets: Sequence | str | int | None = None, continuation: str | None = None,
-               max_new_tokens: int = 0, top_k: int = 5, tuned=None, chunk_tokens: int | None = None,
-               progress: bool = True) -> LensResult:
+def logit_lens(
+    model: nn.Module,
+    tokenizer,
+    text: str,
+    *,
+    layers=None,
+    mid: bool = False,
+    targets: Sequence | str | int | None = None,
+    continuation: str | None = None,
+    max_new_tokens: int = 0,
+    top_k: int = 5,
+    tuned=None,
+    chunk_tokens: int | None = None,
+    progress: bool = True,
+) -> LensResult:
     """Decode the residual stream of ``model`` on ``text`` at every layer with the model's own final norm and head.
 
     Args:
@@ -162,8 +181,10 @@ def logit_lens(model: nn.Module, tokenizer, text: str, *, layers=None, mid: bool
         tuned.check_model(model)
         missing = [n for n in names if n != last and n not in tuned.layers]
         if missing:
-            raise ValueError(f"the tuned lens has no translator for {missing}; it was fitted for {tuned.layers}. "
-                             "Fit one with TunedLens.for_model(model, layers=...).fit(...) or leave those layers out.")
+            raise ValueError(
+                f"the tuned lens has no translator for {missing}; it was fitted for {tuned.layers}. "
+                "Fit one with TunedLens.for_model(model, layers=...).fit(...) or leave those layers out."
+            )
     ids = list(adapter.encode(text).input_ids)
     prompt_length = len(ids)
     if continuation:
@@ -176,8 +197,10 @@ def logit_lens(model: nn.Module, tokenizer, text: str, *, layers=None, mid: bool
         ids += [int(i) for i in new_ids]
     adapter.check_length(len(ids), "the text with its continuation and generated tokens")
     T = len(ids)
-    fixed = [_target_id(tokenizer, t) for t in ([] if targets is None else
-                                                [targets] if isinstance(targets, (str, int, np.integer)) else targets)]
+    fixed = [
+        _target_id(tokenizer, t)
+        for t in ([] if targets is None else [targets] if isinstance(targets, (str, int, np.integer)) else targets)
+    ]
     id_array = np.asarray(ids, dtype=np.int64)
     if adapter.task == TASK_MASKED_LM:
         first = id_array.copy()
@@ -218,8 +241,9 @@ def logit_lens(model: nn.Module, tokenizer, text: str, *, layers=None, mid: bool
                         if lens == "tuned":
                             h = tuned.translate(name, h)
                         out = decode_stats(head(h), final_logp, tgt, top_k)
-                        (top_ids[n, l, sl], top_probs[n, l, sl], kl[n, l, sl], t_probs[n, l, sl],
-                         t_ranks[n, l, sl]) = out
+                        (top_ids[n, l, sl], top_probs[n, l, sl], kl[n, l, sl], t_probs[n, l, sl], t_ranks[n, l, sl]) = (
+                            out
+                        )
                         bar.update(1)
         finally:
             bar.close()
@@ -227,11 +251,30 @@ def logit_lens(model: nn.Module, tokenizer, text: str, *, layers=None, mid: bool
     generated = np.zeros(T, dtype=bool)
     generated[n_given:] = True
     return LensResult(
-        tokens=[tokenizer.decode([i]) for i in ids], token_ids=id_array, layers=names, lenses=lenses,
-        top_ids=top_ids, top_probs=top_probs, kl=kl, target_ids=target_ids,
-        target_labels=[first_label] + [label for _, label in fixed], target_probs=t_probs, target_ranks=t_ranks,
-        vocab_ids=vocab_ids.astype(np.int64), vocab_text=[tokenizer.decode([int(i)]) for i in vocab_ids],
-        generated_mask=generated, prompt_length=prompt_length, model_name=model_name(model), task=adapter.task,
-        params={"top_k": top_k, "head": head.describe(), "vocab_size": head.vocab_size, "chunk_tokens": chunk, "max_new_tokens": max_new_tokens,
-                "continuation": continuation or "", "tuned_lens": None if tuned is None else tuned.describe()},
+        tokens=[tokenizer.decode([i]) for i in ids],
+        token_ids=id_array,
+        layers=names,
+        lenses=lenses,
+        top_ids=top_ids,
+        top_probs=top_probs,
+        kl=kl,
+        target_ids=target_ids,
+        target_labels=[first_label] + [label for _, label in fixed],
+        target_probs=t_probs,
+        target_ranks=t_ranks,
+        vocab_ids=vocab_ids.astype(np.int64),
+        vocab_text=[tokenizer.decode([int(i)]) for i in vocab_ids],
+        generated_mask=generated,
+        prompt_length=prompt_length,
+        model_name=model_name(model),
+        task=adapter.task,
+        params={
+            "top_k": top_k,
+            "head": head.describe(),
+            "vocab_size": head.vocab_size,
+            "chunk_tokens": chunk,
+            "max_new_tokens": max_new_tokens,
+            "continuation": continuation or "",
+            "tuned_lens": None if tuned is None else tuned.describe(),
+        },
     )

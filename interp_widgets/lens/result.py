@@ -71,8 +71,17 @@ class LensResult:
     task: str = ""
     params: dict[str, Any] = field(default_factory=dict)
 
-    _ARRAYS = ("token_ids", "top_ids", "top_probs", "kl", "target_ids", "target_probs", "target_ranks", "vocab_ids",
-               "generated_mask")
+    _ARRAYS = (
+        "token_ids",
+        "top_ids",
+        "top_probs",
+        "kl",
+        "target_ids",
+        "target_probs",
+        "target_ranks",
+        "vocab_ids",
+        "generated_mask",
+    )
 
     # ------------------------------------------------------------------ look-ups
     def token_text(self, token_id: int) -> str:
@@ -97,8 +106,13 @@ class LensResult:
             if layer not in self.layers:
                 raise ValueError(f"unknown layer {layer!r}; this result has {self.layers}")
             return self.layers.index(layer)
-        index = check_int("layer", layer, minimum=-len(self.layers), maximum=len(self.layers) - 1,
-                          hint=f"this result has {len(self.layers)} layers ({self.layers[0]} … {self.layers[-1]})")
+        index = check_int(
+            "layer",
+            layer,
+            minimum=-len(self.layers),
+            maximum=len(self.layers) - 1,
+            hint=f"this result has {len(self.layers)} layers ({self.layers[0]} … {self.layers[-1]})",
+        )
         return index % len(self.layers)
 
     def _target(self, target) -> int:
@@ -137,8 +151,14 @@ class LensResult:
         label = self.target_labels[m]
         if m == 0 and self.target_ids[t, 0] >= 0:
             label = f"{label} ({self.token_text(self.target_ids[t, 0])!r})"
-        return pd.DataFrame({"layer": self.layers, "target": label, "probability": self.target_probs[n, :, t, m],
-                             "rank": self.target_ranks[n, :, t, m]})
+        return pd.DataFrame(
+            {
+                "layer": self.layers,
+                "target": label,
+                "probability": self.target_probs[n, :, t, m],
+                "rank": self.target_ranks[n, :, t, m],
+            }
+        )
 
     # ------------------------------------------------------------------ tables and charts
     def to_dataframe(self):
@@ -159,11 +179,17 @@ class LensResult:
         lens, layer, pos = lens.ravel(), layer.ravel(), pos.ravel()
         top1 = self.top_ids[..., 0].ravel()
         lookup = dict(zip(self.vocab_ids.tolist(), self.vocab_text))
-        frame = pd.DataFrame({
-            "lens": np.asarray(self.lenses)[lens], "layer": np.asarray(self.layers)[layer], "position": pos,
-            "token": np.asarray(self.tokens, dtype=object)[pos], "top1": [lookup[int(i)] for i in top1],
-            "top1_prob": self.top_probs[..., 0].ravel(), "kl": self.kl.ravel(),
-        })
+        frame = pd.DataFrame(
+            {
+                "lens": np.asarray(self.lenses)[lens],
+                "layer": np.asarray(self.layers)[layer],
+                "position": pos,
+                "token": np.asarray(self.tokens, dtype=object)[pos],
+                "top1": [lookup[int(i)] for i in top1],
+                "top1_prob": self.top_probs[..., 0].ravel(),
+                "kl": self.kl.ravel(),
+            }
+        )
         for m, label in enumerate(self.target_labels):
             frame[f"{label}_prob"] = self.target_probs[..., m].ravel()
             frame[f"{label}_rank"] = self.target_ranks[..., m].ravel()
@@ -198,13 +224,22 @@ class LensResult:
         check_choice("value", value, columns)
         frame = frame.assign(label=frame["position"].astype(str) + ": " + frame["token"].astype(str))
         order = list(dict.fromkeys(frame["label"]))
-        base = alt.Chart(frame).encode(x=alt.X("label:N", sort=order, title="position"),
-                                       y=alt.Y("layer:N", sort=list(reversed(self.layers)), title=None))
+        base = alt.Chart(frame).encode(
+            x=alt.X("label:N", sort=order, title="position"),
+            y=alt.Y("layer:N", sort=list(reversed(self.layers)), title=None),
+        )
         scale = alt.Scale(scheme="viridis", reverse=value.endswith("_rank"))
-        rect = base.mark_rect().encode(color=alt.Color(f"{value}:Q", scale=scale),
-                                       tooltip=["layer", "position", "token", "top1",
-                                                alt.Tooltip("top1_prob:Q", format=".3f"),
-                                                alt.Tooltip("kl:Q", format=".3f")])
+        rect = base.mark_rect().encode(
+            color=alt.Color(f"{value}:Q", scale=scale),
+            tooltip=[
+                "layer",
+                "position",
+                "token",
+                "top1",
+                alt.Tooltip("top1_prob:Q", format=".3f"),
+                alt.Tooltip("kl:Q", format=".3f"),
+            ],
+        )
         text = base.mark_text(fontSize=9).encode(text="top1:N")
         return (rect + text).properties(title=f"{lens} lens: {value}")
 
@@ -228,8 +263,10 @@ class LensResult:
         return self.widget()
 
     def __repr__(self) -> str:
-        return (f"LensResult({len(self.tokens)} tokens, {len(self.layers)} layers, lenses={self.lenses}, "
-                f"targets={self.target_labels})")
+        return (
+            f"LensResult({len(self.tokens)} tokens, {len(self.layers)} layers, lenses={self.lenses}, "
+            f"targets={self.target_labels})"
+        )
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
@@ -245,8 +282,11 @@ class LensResult:
         from safetensors.numpy import save_file
 
         path = output_path(path)
-        meta = {"format": _FORMAT, "version": _VERSION,
-                **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}}
+        meta = {
+            "format": _FORMAT,
+            "version": _VERSION,
+            **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS},
+        }
         arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in self._ARRAYS}
         arrays["generated_mask"] = arrays["generated_mask"].astype(np.uint8)
         save_file(arrays, str(path), metadata={"interp_widgets": json.dumps(meta)})

@@ -53,13 +53,24 @@ def _pack(tokenizer, texts: Sequence[str], tokens: int, seq_len: int) -> torch.T
     stream = stream[:tokens]
     n = len(stream) // seq_len
     if n == 0:
-        raise ValueError(f"the texts give {len(stream)} tokens, fewer than one window of seq_len={seq_len}; pass more "
-                         "text or a smaller seq_len")
+        raise ValueError(
+            f"the texts give {len(stream)} tokens, fewer than one window of seq_len={seq_len}; pass more "
+            "text or a smaller seq_len"
+        )
     return torch.tensor(stream[: n * seq_len], dtype=torch.long).view(n, seq_len)
 
 
-def collect_residuals(model: nn.Module, tokenizer, texts: Sequence[str], names: Sequence[str], *, tokens: int,
-                      seq_len: int = 256, dtype=torch.float16, progress: bool = True) -> dict[str, torch.Tensor]:
+def collect_residuals(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    names: Sequence[str],
+    *,
+    tokens: int,
+    seq_len: int = 256,
+    dtype=torch.float16,
+    progress: bool = True,
+) -> dict[str, torch.Tensor]:
     """The residual stream at each of ``names`` over the first ``tokens`` tokens of ``texts`` (packed into windows
     of ``seq_len``), as ``{name: (n_tokens, d)}`` tensors in ``dtype`` (float16 by default, half the memory).
 
@@ -79,7 +90,7 @@ def collect_residuals(model: nn.Module, tokenizer, texts: Sequence[str], names: 
     batch = max(1, 2048 // windows.shape[1])
     with _layers.evaluation(model), torch.no_grad():
         for start in tqdm(range(0, len(windows), batch), desc="residual streams", disable=not progress, leave=False):
-            ids = windows[start:start + batch].to(device)
+            ids = windows[start : start + batch].to(device)
             with _layers.capture(model, list(names)) as acts:
                 model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))
             for name in names:
@@ -100,14 +111,29 @@ class TunedLens:
         (['layer:0'], (1, 32, 32))
     """
 
-    def __init__(self, layers: Sequence[str], weights, biases, *, model_name: str, n_layers: int, d_model: int,
-                 unembed_hash: str = "", history: dict | None = None):
+    def __init__(
+        self,
+        layers: Sequence[str],
+        weights,
+        biases,
+        *,
+        model_name: str,
+        n_layers: int,
+        d_model: int,
+        unembed_hash: str = "",
+        history: dict | None = None,
+    ):
         self.layers = list(layers)
         self.weights = np.asarray(weights, dtype=np.float32)
         self.biases = np.asarray(biases, dtype=np.float32)
-        if self.weights.shape != (len(self.layers), d_model, d_model) or self.biases.shape != (len(self.layers), d_model):
-            raise ValueError(f"weights must be ({len(self.layers)}, {d_model}, {d_model}) and biases "
-                             f"({len(self.layers)}, {d_model}); got {self.weights.shape} and {self.biases.shape}")
+        if self.weights.shape != (len(self.layers), d_model, d_model) or self.biases.shape != (
+            len(self.layers),
+            d_model,
+        ):
+            raise ValueError(
+                f"weights must be ({len(self.layers)}, {d_model}, {d_model}) and biases "
+                f"({len(self.layers)}, {d_model}); got {self.weights.shape} and {self.biases.shape}"
+            )
         self.model_name, self.n_layers, self.d_model = str(model_name), int(n_layers), int(d_model)
         self.unembed_hash = str(unembed_hash)
         self.history = history or {}
@@ -129,8 +155,15 @@ class TunedLens:
         if layers is None:
             names = [n for n in names if n != f"layer:{n_blocks - 1}"]
         d = head.d_model
-        return cls(names, np.zeros((len(names), d, d), np.float32), np.zeros((len(names), d), np.float32),
-                   model_name=model_name(model), n_layers=n_blocks, d_model=d, unembed_hash=unembedding_hash(model))
+        return cls(
+            names,
+            np.zeros((len(names), d, d), np.float32),
+            np.zeros((len(names), d), np.float32),
+            model_name=model_name(model),
+            n_layers=n_blocks,
+            d_model=d,
+            unembed_hash=unembedding_hash(model),
+        )
 
     def describe(self) -> str:
         """One line: the model, the translators and how they were trained.
@@ -139,8 +172,11 @@ class TunedLens:
             >>> TunedLens.for_model(lm).describe()
             'GPT2LMHeadModel, 1 translators over 2 layers, d=32, identity'
         """
-        trained = (f"trained on {self.history.get('tokens')} tokens, {len(self.history['kl'])} steps"
-                   if "kl" in self.history else "identity")
+        trained = (
+            f"trained on {self.history.get('tokens')} tokens, {len(self.history['kl'])} steps"
+            if "kl" in self.history
+            else "identity"
+        )
         return f"{self.model_name}, {len(self.layers)} translators over {self.n_layers} layers, d={self.d_model}, {trained}"
 
     def __repr__(self) -> str:
@@ -158,8 +194,15 @@ class TunedLens:
         head = LensHead(model)
         n_blocks = len(_layers.blocks(model)[1])
         name = model_name(model)
-        problems = [what for what, ok in (("its name", name == self.model_name), ("its layer count", n_blocks == self.n_layers),
-                                          ("its width d", head.d_model == self.d_model)) if not ok]
+        problems = [
+            what
+            for what, ok in (
+                ("its name", name == self.model_name),
+                ("its layer count", n_blocks == self.n_layers),
+                ("its width d", head.d_model == self.d_model),
+            )
+            if not ok
+        ]
         if not problems and self.unembed_hash and unembedding_hash(model) != self.unembed_hash:
             problems.append("its unembedding weights")
         if problems:
@@ -174,8 +217,12 @@ class TunedLens:
     def _params(self, device, dtype):
         key = (str(device), dtype)
         if key not in self._torch:
-            self._torch = {key: (torch.as_tensor(self.weights, device=device, dtype=dtype),
-                                 torch.as_tensor(self.biases, device=device, dtype=dtype))}
+            self._torch = {
+                key: (
+                    torch.as_tensor(self.weights, device=device, dtype=dtype),
+                    torch.as_tensor(self.biases, device=device, dtype=dtype),
+                )
+            }
         return self._torch[key]
 
     def translate(self, layer: str, hidden: torch.Tensor) -> torch.Tensor:
@@ -196,9 +243,21 @@ class TunedLens:
         return hidden + hidden @ W[i].T + b[i]
 
     # ------------------------------------------------------------------ training
-    def fit(self, model: nn.Module, tokenizer, texts: Sequence[str], *, tokens: int = 40_000, seq_len: int = 256,
-            steps: int = 300, batch_size: int = 128, lr: float = 1e-3, weight_decay: float = 0.0, seed: int = 0,
-            progress: bool = True) -> "TunedLens":
+    def fit(
+        self,
+        model: nn.Module,
+        tokenizer,
+        texts: Sequence[str],
+        *,
+        tokens: int = 40_000,
+        seq_len: int = 256,
+        steps: int = 300,
+        batch_size: int = 128,
+        lr: float = 1e-3,
+        weight_decay: float = 0.0,
+        seed: int = 0,
+        progress: bool = True,
+    ) -> "TunedLens":
         """Train the translators on the first ``tokens`` tokens of ``texts`` to minimise KL(final ‖ lens).
 
         The residual streams are cached once in float16 (:func:`collect_residuals`); each of ``steps`` Adam steps
@@ -222,15 +281,23 @@ class TunedLens:
         start_time = time.perf_counter()
         last = f"layer:{self.n_layers - 1}"
         head = LensHead(model)
-        cache = collect_residuals(model, tokenizer, texts, list(dict.fromkeys(self.layers + [last])), tokens=tokens,
-                                  seq_len=seq_len, progress=progress)
+        cache = collect_residuals(
+            model,
+            tokenizer,
+            texts,
+            list(dict.fromkeys(self.layers + [last])),
+            tokens=tokens,
+            seq_len=seq_len,
+            progress=progress,
+        )
         n_tokens = cache[last].shape[0]
         device = next(model.parameters()).device
         W = torch.tensor(self.weights, device=device, requires_grad=True)
         b = torch.tensor(self.biases, device=device, requires_grad=True)
         opt = torch.optim.AdamW([W, b], lr=lr, weight_decay=weight_decay)
-        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, steps // 10))
-                                                  * max(0.0, 1 - s / steps))
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min(1.0, (s + 1) / max(1, steps // 10)) * max(0.0, 1 - s / steps)
+        )
         generator = torch.Generator().manual_seed(int(seed))
         losses = np.zeros(steps)
         with _layers.evaluation(model):
@@ -253,8 +320,14 @@ class TunedLens:
         self.weights = W.detach().cpu().numpy().astype(np.float32)
         self.biases = b.detach().cpu().numpy().astype(np.float32)
         self._torch = {}
-        self.history = {"kl": losses, "tokens": int(n_tokens), "steps": steps, "batch_size": batch_size, "lr": lr,
-                        "seconds": time.perf_counter() - start_time}
+        self.history = {
+            "kl": losses,
+            "tokens": int(n_tokens),
+            "steps": steps,
+            "batch_size": batch_size,
+            "lr": lr,
+            "seconds": time.perf_counter() - start_time,
+        }
         return self
 
     # ------------------------------------------------------------------ persistence
@@ -271,13 +344,26 @@ class TunedLens:
 
         path = output_path(path)
         history = {k: (v.tolist() if isinstance(v, np.ndarray) else v) for k, v in self.history.items()}
-        meta = {"format": _FORMAT, "version": 1, "layers": self.layers, "model_name": self.model_name,
-                "n_layers": self.n_layers, "d_model": self.d_model, "unembed_hash": self.unembed_hash,
-                "history": history}
-        save_file({"weights": np.ascontiguousarray(self.weights), "biases": np.ascontiguousarray(self.biases)},
-                  str(path), metadata={"interp_widgets": json.dumps(meta),
-                                       "model_name": self.model_name, "n_layers": str(self.n_layers),
-                                       "d_model": str(self.d_model)})
+        meta = {
+            "format": _FORMAT,
+            "version": 1,
+            "layers": self.layers,
+            "model_name": self.model_name,
+            "n_layers": self.n_layers,
+            "d_model": self.d_model,
+            "unembed_hash": self.unembed_hash,
+            "history": history,
+        }
+        save_file(
+            {"weights": np.ascontiguousarray(self.weights), "biases": np.ascontiguousarray(self.biases)},
+            str(path),
+            metadata={
+                "interp_widgets": json.dumps(meta),
+                "model_name": self.model_name,
+                "n_layers": str(self.n_layers),
+                "d_model": str(self.d_model),
+            },
+        )
         return path
 
     @classmethod
@@ -297,16 +383,32 @@ class TunedLens:
         if meta.get("format") != _FORMAT:
             raise ValueError(f"{path} holds {meta.get('format') or 'no interp_widgets object'}, not a TunedLens; {fix}")
         history = {k: (np.asarray(v) if k == "kl" else v) for k, v in meta.get("history", {}).items()}
-        lens = cls(meta["layers"], arrays["weights"], arrays["biases"], model_name=meta["model_name"],
-                   n_layers=meta["n_layers"], d_model=meta["d_model"], unembed_hash=meta.get("unembed_hash", ""),
-                   history=history)
+        lens = cls(
+            meta["layers"],
+            arrays["weights"],
+            arrays["biases"],
+            model_name=meta["model_name"],
+            n_layers=meta["n_layers"],
+            d_model=meta["d_model"],
+            unembed_hash=meta.get("unembed_hash", ""),
+            history=history,
+        )
         if model is not None:
             lens.check_model(model)
         return lens
 
 
-def lens_kl(model: nn.Module, tokenizer, texts: Sequence[str], *, tuned: TunedLens | None = None,
-            tokens: int = 20_000, seq_len: int = 256, batch_tokens: int = 256, progress: bool = True) -> dict:
+def lens_kl(
+    model: nn.Module,
+    tokenizer,
+    texts: Sequence[str],
+    *,
+    tuned: TunedLens | None = None,
+    tokens: int = 20_000,
+    seq_len: int = 256,
+    batch_tokens: int = 256,
+    progress: bool = True,
+) -> dict:
     """Mean KL(final ‖ lens) per block output over the first ``tokens`` tokens of ``texts``, for the logit lens and
     (with ``tuned``) the tuned lens: ``{"layers": [...], "logit": array, "tuned": array, "tokens": n}``.
 
@@ -322,8 +424,9 @@ def lens_kl(model: nn.Module, tokenizer, texts: Sequence[str], *, tuned: TunedLe
     names = [f"layer:{i}" for i in range(n_blocks)]
     if tuned is not None:
         tuned.check_model(model)
-    cache = collect_residuals(model, tokenizer, texts, names, tokens=tokens, seq_len=seq_len, dtype=torch.float32,
-                              progress=progress)
+    cache = collect_residuals(
+        model, tokenizer, texts, names, tokens=tokens, seq_len=seq_len, dtype=torch.float32, progress=progress
+    )
     last = names[-1]
     n = cache[last].shape[0]
     lenses = ["logit"] + (["tuned"] if tuned is not None else [])

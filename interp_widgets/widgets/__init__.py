@@ -52,8 +52,11 @@ __all__ = [
 ]
 
 #: Names that moved to the core module interp_widgets.agreement (deprecated here; they still work, with a warning).
-_MOVED = {"agreement_table": "interp_widgets.agreement", "spearman": "interp_widgets.agreement",
-          "top_k_overlap": "interp_widgets.agreement"}
+_MOVED = {
+    "agreement_table": "interp_widgets.agreement",
+    "spearman": "interp_widgets.agreement",
+    "top_k_overlap": "interp_widgets.agreement",
+}
 
 
 def __getattr__(name: str):
@@ -70,7 +73,11 @@ def __getattr__(name: str):
         import importlib
         import warnings
 
-        warnings.warn(f"interp_widgets.widgets.{name} moved to {_MOVED[name]}.{name} (also exported by "
-                      "interp_widgets.attribution); import it from there", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            f"interp_widgets.widgets.{name} moved to {_MOVED[name]}.{name} (also exported by "
+            "interp_widgets.attribution); import it from there",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         return getattr(importlib.import_module(_MOVED[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

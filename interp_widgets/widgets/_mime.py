@@ -189,4 +189,6 @@ def mime_payload(widget: Any, cap: int | None = None) -> dict[str, Any]:
     size = len(compact_json(body).encode("utf-8"))
     if size <= cap:
         return body
-    return {key: body[key] for key in ("format", "view", "version", "widget")} | {"omitted": {"bytes": size, "cap": cap}}
+    return {key: body[key] for key in ("format", "view", "version", "widget")} | {
+        "omitted": {"bytes": size, "cap": cap}
+    }

@@ -96,10 +96,13 @@ def view_schema(cls: type) -> dict[str, Any]:
         return schema
 
     state = state_trait_names(cls)
-    return {"version": schema_class.VERSION, "widget": cls.__name__,
-            "data": {name: data_typed(name) for name in schema_class.field_names()},
-            "state": {name: typed(name) for name in state},
-            "defaults": {"data": data_defaults, "state": {name: json_value(traits[name].default()) for name in state}}}
+    return {
+        "version": schema_class.VERSION,
+        "widget": cls.__name__,
+        "data": {name: data_typed(name) for name in schema_class.field_names()},
+        "state": {name: typed(name) for name in state},
+        "defaults": {"data": data_defaults, "state": {name: json_value(traits[name].default()) for name in state}},
+    }
 
 
 def _view_classes() -> list[type]:

@@ -17,8 +17,14 @@ from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-__all__ = ["ConceptImportanceLike", "ConceptInputAttributionsLike", "ConceptSummary", "ConceptTexts", "ScoredTokens",
-           "SeriesSource"]
+__all__ = [
+    "ConceptImportanceLike",
+    "ConceptInputAttributionsLike",
+    "ConceptSummary",
+    "ConceptTexts",
+    "ScoredTokens",
+    "SeriesSource",
+]
 
 
 @runtime_checkable

@@ -51,7 +51,9 @@ def visible_text(text: str) -> str:
         >>> visible_text("a\\x1eb")
         'a␞b'
     """
-    return "".join(chr(0x2400 + ord(ch)) if ord(ch) < 0x20 and ch != "\n" else ("\u2421" if ch == "\x7f" else ch) for ch in text)
+    return "".join(
+        chr(0x2400 + ord(ch)) if ord(ch) < 0x20 and ch != "\n" else ("\u2421" if ch == "\x7f" else ch) for ch in text
+    )
 
 
 def columns(text: str) -> int:
@@ -177,8 +179,11 @@ class SvgFigure:
                 col += max(width, math.ceil(len(piece.note) * 9 * 0.62 / CHAR_WIDTH) + 1 if piece.note else 0)
         self.y = top + (line + 1) * line_height
         if omitted:
-            self.text(f"… {omitted} more tokens not drawn in this static picture (the live widget shows all)",
-                      size=11, colour="#57606a")
+            self.text(
+                f"… {omitted} more tokens not drawn in this static picture (the live widget shows all)",
+                size=11,
+                colour="#57606a",
+            )
 
     def _token(self, piece: TokenPiece, segment: str, x: float, y: float, width: float) -> str:
         box_y, box_h = y + 1, LINE_HEIGHT - 4
@@ -193,8 +198,7 @@ class SvgFigure:
         ]
         if piece.note:
             out.append(
-                f'<text x="{x:.1f}" y="{y + LINE_HEIGHT + 7}" font-size="9" fill="#57606a">'
-                f"{escape(piece.note)}</text>"
+                f'<text x="{x:.1f}" y="{y + LINE_HEIGHT + 7}" font-size="9" fill="#57606a">{escape(piece.note)}</text>'
             )
         out.append("</g>")
         return "".join(out)
@@ -205,8 +209,11 @@ class SvgFigure:
         Example:
             >>> SvgFigure().legend(0.5, signed=False, title="saliency")
         """
-        self.text(title + (": blue = negative, orange = positive, pale = near 0" if signed else ": pale = 0, orange = large"),
-                  size=11, colour="#57606a")
+        self.text(
+            title + (": blue = negative, orange = positive, pale = near 0" if signed else ": pale = 0, orange = large"),
+            size=11,
+            colour="#57606a",
+        )
         bar_w, bar_h = 240, 10
         x0, y0 = PAD + 60, self.y + 2
         low = -max_abs if signed else 0.0

@@ -211,8 +211,9 @@ def token_data(result: Any) -> TokenHighlightData:
     roles = getattr(result, "turn_roles", None)
     roles = [] if roles is None else [str(role) for role in roles]
     if roles and (turn_ids >= len(roles)).any():
-        raise ValueError(f"turn_ids go up to {int(turn_ids.max())} but turn_roles names {len(roles)} turns; pass one role "
-                         "per turn")
+        raise ValueError(
+            f"turn_ids go up to {int(turn_ids.max())} but turn_roles names {len(roles)} turns; pass one role per turn"
+        )
     if not roles:
         turn_ids = None  # a plain text is one turn without a role: the views need no ids for it
     labels = getattr(result, "target_labels", None)
@@ -243,9 +244,15 @@ class TokenScoresWidget(InterpWidget):
 
     _payload_schema: ClassVar[dict[str, Any]] = {"encoding": {"enum": list(ENCODINGS)}}
 
-    tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(sync=True, data=True)
-    scores = BinaryArray("float32", ndim=2, finite=True, help="(rows, n_tokens) scores; NaN = not seen.").tag(sync=True, data=True)
-    encoding = traitlets.Unicode("colour", help="'colour', or 'underline' (weight = magnitude, +/− marker).").tag(sync=True)
+    tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(
+        sync=True, data=True
+    )
+    scores = BinaryArray("float32", ndim=2, finite=True, help="(rows, n_tokens) scores; NaN = not seen.").tag(
+        sync=True, data=True
+    )
+    encoding = traitlets.Unicode("colour", help="'colour', or 'underline' (weight = magnitude, +/− marker).").tag(
+        sync=True
+    )
     selected_token = traitlets.Int(-1, help="Token index clicked or chosen with Enter (-1: none).").tag(sync=True)
     hovered_token = traitlets.Int(-1, help="Token index under the pointer (-1: none).").tag(sync=True)
 
@@ -288,8 +295,12 @@ class GroupedTokens(traitlets.HasTraits):
     _payload_schema: ClassVar[dict[str, Any]] = {"granularity": {"enum": list(GRANULARITIES)}}
 
     special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
-    word_ids = BinaryArray("int", help="Word id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True, data=True)
-    sentence_ids = BinaryArray("int", help="Sentence id per token (-1: none), int8/int16/int32 (narrowest).").tag(sync=True, data=True)
+    word_ids = BinaryArray("int", help="Word id per token (-1: none), int8/int16/int32 (narrowest).").tag(
+        sync=True, data=True
+    )
+    sentence_ids = BinaryArray("int", help="Sentence id per token (-1: none), int8/int16/int32 (narrowest).").tag(
+        sync=True, data=True
+    )
     granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence'.").tag(sync=True)
 
     @traitlets.validate("granularity")
@@ -297,8 +308,14 @@ class GroupedTokens(traitlets.HasTraits):
         return check_granularity(proposal["value"])
 
     def _group(self, show_special: bool, granularity: str | None = None) -> list[list[int]]:
-        return display_units(self.special_mask, self.word_ids, self.sentence_ids, granularity or self.granularity,
-                             show_special=show_special, turn_ids=getattr(self, "turn_ids", None))
+        return display_units(
+            self.special_mask,
+            self.word_ids,
+            self.sentence_ids,
+            granularity or self.granularity,
+            show_special=show_special,
+            turn_ids=getattr(self, "turn_ids", None),
+        )
 
 
 class ChatTurns(traitlets.HasTraits):

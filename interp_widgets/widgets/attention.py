@@ -117,7 +117,9 @@ class AttentionWidget(InterpWidget):
     }
 
     tokens = traitlets.List(traitlets.Unicode(), help="Query tokens.").tag(sync=True, data=True)
-    key_tokens = traitlets.List(traitlets.Unicode(), help="Key tokens (= tokens for self-attention).").tag(sync=True, data=True)
+    key_tokens = traitlets.List(traitlets.Unicode(), help="Key tokens (= tokens for self-attention).").tag(
+        sync=True, data=True
+    )
     generated_mask = BinaryArray("bool", help="True for generated tokens.").tag(sync=True, data=True)
     n_layers = traitlets.Int(0).tag(sync=True, data=True)
     n_heads = traitlets.Int(0).tag(sync=True, data=True)
@@ -125,17 +127,27 @@ class AttentionWidget(InterpWidget):
     layer_names = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
     kind = traitlets.Unicode("self").tag(sync=True, data=True)
     model_name = traitlets.Unicode("").tag(sync=True, data=True)
-    thumbnails = BinaryArray("int", ndim=4, help="(layers, heads, s, s) max-pooled heads, 0..127.").tag(sync=True, data=True)
-    pinned = traitlets.List(traitlets.Dict(), help="Pinned heads {layer, head} (head: int or an aggregation).").tag(sync=True, data=True)
-    pinned_keys = BinaryArray("int", ndim=3, help="(pinned, queries, k) key index of each kept weight.").tag(sync=True, data=True)
-    pinned_weights = BinaryArray("float32", ndim=3, finite=True, help="(pinned, queries, k) the top-k weights.").tag(sync=True, data=True)
+    thumbnails = BinaryArray("int", ndim=4, help="(layers, heads, s, s) max-pooled heads, 0..127.").tag(
+        sync=True, data=True
+    )
+    pinned = traitlets.List(traitlets.Dict(), help="Pinned heads {layer, head} (head: int or an aggregation).").tag(
+        sync=True, data=True
+    )
+    pinned_keys = BinaryArray("int", ndim=3, help="(pinned, queries, k) key index of each kept weight.").tag(
+        sync=True, data=True
+    )
+    pinned_weights = BinaryArray("float32", ndim=3, finite=True, help="(pinned, queries, k) the top-k weights.").tag(
+        sync=True, data=True
+    )
     pinned_top_k = traitlets.Int(PINNED_TOP_K).tag(sync=True, data=True)
 
     view = traitlets.Unicode("head", help="'head' or 'model' (written by the view).").tag(sync=True)
     layer = traitlets.Int(0, help="Layer shown in the head view (written).").tag(sync=True)
     heads = traitlets.List(traitlets.Int(), [0], help="Heads shown (written).").tag(sync=True)
     aggregate = traitlets.Unicode("", help="'' (the heads), 'mean', 'max' or 'rollout' (written).").tag(sync=True)
-    pattern_style = traitlets.Unicode("heatmap", help="'heatmap' or 'lines' (written; `style` is ipywidgets' StyleModel reference).").tag(sync=True)
+    pattern_style = traitlets.Unicode(
+        "heatmap", help="'heatmap' or 'lines' (written; `style` is ipywidgets' StyleModel reference)."
+    ).tag(sync=True)
     focus = traitlets.Int(-1, help="Focused query token, -1: none (written).").tag(sync=True)
     locked = traitlets.Bool(False, help="The focus is locked by a click (written).").tag(sync=True)
 
@@ -262,11 +274,16 @@ class AttentionWidget(InterpWidget):
         top = float(pooled.max()) or 1.0
         n_q, n_k = matrix.shape
         figure = SvgFigure(label=f"attention of layer {self.layer}, mean over heads")
-        figure.text(f"Attention, layer {self.layer} of {self.n_layers} ({self.kind}), mean over {self.n_heads} heads "
-                    f"({self.n_kv_heads} KV heads): {n_q} queries × {n_k} keys", bold=True)
+        figure.text(
+            f"Attention, layer {self.layer} of {self.n_layers} ({self.kind}), mean over {self.n_heads} heads "
+            f"({self.n_kv_heads} KV heads): {n_q} queries × {n_k} keys",
+            bold=True,
+        )
         if pooled.shape != matrix.shape:
-            figure.text(f"each cell is the maximum of a block of about {n_q / pooled.shape[0]:.0f} × "
-                        f"{n_k / pooled.shape[1]:.0f} weights (rows: queries, columns: keys)")
+            figure.text(
+                f"each cell is the maximum of a block of about {n_q / pooled.shape[0]:.0f} × "
+                f"{n_k / pooled.shape[1]:.0f} weights (rows: queries, columns: keys)"
+            )
             labels = [f"{int(i * n_q / pooled.shape[0])}" for i in range(pooled.shape[0])]
             key_names = [f"{int(j * n_k / pooled.shape[1])}" for j in range(pooled.shape[1])]
         else:
@@ -280,6 +297,8 @@ class AttentionWidget(InterpWidget):
         return figure.render()
 
     def __repr__(self) -> str:
-        return (f"AttentionWidget({self.kind} attention, {self.n_layers} layers × {self.n_heads} heads "
-                f"({self.n_kv_heads} KV heads), {len(self.tokens)} tokens, layer={self.layer}, heads={self.heads}, "
-                f"pinned={len(self.pinned)})")
+        return (
+            f"AttentionWidget({self.kind} attention, {self.n_layers} layers × {self.n_heads} heads "
+            f"({self.n_kv_heads} KV heads), {len(self.tokens)} tokens, layer={self.layer}, heads={self.heads}, "
+            f"pinned={len(self.pinned)})"
+        )

@@ -23,7 +23,14 @@ from interp_widgets.view_data import ComparisonData
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
-    ChatTurns, GroupedTokens, TokenScoresWidget, finite_max, token_pieces, token_data, unit_sums, with_role_labels,
+    ChatTurns,
+    GroupedTokens,
+    TokenScoresWidget,
+    finite_max,
+    token_pieces,
+    token_data,
+    unit_sums,
+    with_role_labels,
 )
 
 #: Agreement rows drawn in the static picture (n methods give n(n-1)/2 pairs; the live view shows them all).
@@ -56,17 +63,35 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
     """
 
     _bundle = "comparison"
-    _payload_schema: ClassVar[dict[str, Any]] = {"agreements": {"map": {"list": {"object": {
-        "a": "str", "b": "str", "spearman": {"nullable": "num"}, "top_k_overlap": {"nullable": "num"}, "k": "int"}}}}}
+    _payload_schema: ClassVar[dict[str, Any]] = {
+        "agreements": {
+            "map": {
+                "list": {
+                    "object": {
+                        "a": "str",
+                        "b": "str",
+                        "spearman": {"nullable": "num"},
+                        "top_k_overlap": {"nullable": "num"},
+                        "k": "int",
+                    }
+                }
+            }
+        }
+    }
 
     spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
     methods = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(sync=True, data=True)
+    signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(
+        sync=True, data=True
+    )
     target_label = traitlets.Unicode("").tag(sync=True, data=True)
-    agreements = traitlets.Dict(help="{granularity: pairwise rows {a, b, spearman, top_k_overlap, k}} for token, word "
-                                     "and sentence units.").tag(sync=True, data=True)
+    agreements = traitlets.Dict(
+        help="{granularity: pairwise rows {a, b, spearman, top_k_overlap, k}} for token, word and sentence units."
+    ).tag(sync=True, data=True)
     agreement_by = traitlets.Unicode("magnitude").tag(sync=True, data=True)
-    shared_scale = traitlets.Bool(False, help="One colour scale for all methods instead of one per method.").tag(sync=True)
+    shared_scale = traitlets.Bool(False, help="One colour scale for all methods instead of one per method.").tag(
+        sync=True
+    )
     high_contrast = traitlets.Bool(False).tag(sync=True)
 
     @property
@@ -126,17 +151,31 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         shared = finite_max(matrix) if self.shared_scale else None
         figure = SvgFigure(label=f"Comparison of {len(self.methods)} attribution methods")
         per = "" if self.granularity == "token" else f" · sum per {self.granularity}"
-        figure.text(f"{len(self.methods)} methods · target {self.target_label}" + (" · shared scale" if shared is not None else "") + per, bold=True)
+        figure.text(
+            f"{len(self.methods)} methods · target {self.target_label}"
+            + (" · shared scale" if shared is not None else "")
+            + per,
+            bold=True,
+        )
         for m, method in enumerate(self.methods[:MAX_STATIC_METHODS]):
             sums = matrix[m]
             max_abs = shared if shared is not None else finite_max(sums)
-            figure.text(f"{method} (scale ±{format_score(max_abs)})" if self.signed[m] else f"{method} (scale 0..{format_score(max_abs)})", size=12, bold=True)
+            figure.text(
+                f"{method} (scale ±{format_score(max_abs)})"
+                if self.signed[m]
+                else f"{method} (scale 0..{format_score(max_abs)})",
+                size=12,
+                bold=True,
+            )
             pieces, omitted = token_pieces(self.tokens, self.spaces_before, units, sums, max_abs, self.signed[m])
             figure.tokens(with_role_labels(pieces, roles), omitted=omitted)
         if len(self.methods) > MAX_STATIC_METHODS:
-            figure.text(f"… {len(self.methods) - MAX_STATIC_METHODS} more methods in the live widget",
-                        size=11, colour="#57606a")
-        figure.legend(1.0, signed=True, title="colours (signed methods; unsigned ones use the pale → orange half), 1 = scale max")
+            figure.text(
+                f"… {len(self.methods) - MAX_STATIC_METHODS} more methods in the live widget", size=11, colour="#57606a"
+            )
+        figure.legend(
+            1.0, signed=True, title="colours (signed methods; unsigned ones use the pale → orange half), 1 = scale max"
+        )
         figure.text(f"agreement over {self.granularity}s ({self.agreement_by} ranks)", size=12, bold=True)
         lines = [f"{'method A':<22}{'method B':<22}{'Spearman ρ':>11}{'top-k overlap':>15}"]
         for row in self.agreement[:MAX_STATIC_PAIRS]:
@@ -145,13 +184,18 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
             lines.append(f"{row['a'][:21]:<22}{row['b'][:21]:<22}{rho:>11}{overlap:>15}")
         figure.mono_lines(lines)
         if len(self.agreement) > MAX_STATIC_PAIRS:
-            figure.text(f"… {len(self.agreement) - MAX_STATIC_PAIRS} more pairs in the live widget "
-                        "(widget.agreement holds them all)", size=11, colour="#57606a")
+            figure.text(
+                f"… {len(self.agreement) - MAX_STATIC_PAIRS} more pairs in the live widget "
+                "(widget.agreement holds them all)",
+                size=11,
+                colour="#57606a",
+            )
         return figure.render()
 
     def __repr__(self) -> str:
         pairs = ", ".join(
-            f"{r['a']}~{r['b']} ρ={'n/a' if r['spearman'] is None else format(r['spearman'], '.2f')}" for r in self.agreement
+            f"{r['a']}~{r['b']} ρ={'n/a' if r['spearman'] is None else format(r['spearman'], '.2f')}"
+            for r in self.agreement
         )
         return f"ComparisonWidget({len(self.methods)} methods {self.methods}, {len(self.tokens)} tokens, target={self.target_label!r}, {pairs})"
 
@@ -191,7 +235,8 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
             plain = [[tok for tok, special in zip(d.tokens, d.special_mask) if not special] for d in (first, t)]
             hint = (
                 "the same tokens once special tokens are dropped, as perturbation methods do; pass "
-                "result.aggregate('token') for the results that keep them" if plain[0] == plain[1] and plain[0]
+                "result.aggregate('token') for the results that keep them"
+                if plain[0] == plain[1] and plain[0]
                 else "attribute the same text with the same tokenizer"
             )
             raise ValueError(
@@ -224,8 +269,9 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
     matrix = np.stack(rows)
     agreements = {}
     for granularity in GRANULARITIES:  # each over its units' sums, special tokens left out as in the browser
-        units = display_units(first.special_mask, first.word_ids, first.sentence_ids, granularity,
-                              turn_ids=first.turn_ids)
+        units = display_units(
+            first.special_mask, first.word_ids, first.sentence_ids, granularity, turn_ids=first.turn_ids
+        )
         table = agreement_table(unit_sums(units, matrix), methods, k=k, by=by)
         for row in table:
             row["spearman"], row["top_k_overlap"] = _json_number(row["spearman"]), _json_number(row["top_k_overlap"])

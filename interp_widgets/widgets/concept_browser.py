@@ -38,8 +38,12 @@ import traitlets
 from interp_widgets.view_data import ConceptBrowserData
 from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._colour import format_score, score_colours
-from interp_widgets.widgets._protocols import (ConceptImportanceLike, ConceptInputAttributionsLike, ConceptSummary,
-                                              ConceptTexts)
+from interp_widgets.widgets._protocols import (
+    ConceptImportanceLike,
+    ConceptInputAttributionsLike,
+    ConceptSummary,
+    ConceptTexts,
+)
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
 from interp_widgets.widgets._mime import ANY_ARRAY_1D, compact_json, json_value
 from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
@@ -142,37 +146,69 @@ class ConceptBrowser(InterpWidget, PagedList):
 
     method = traitlets.Unicode("").tag(sync=True, data=True)
     layer = traitlets.Unicode("").tag(sync=True, data=True)
-    n_rows = traitlets.Int(0, help="Rows (tokens or sentences) the concepts were interpreted on.").tag(sync=True, data=True)
+    n_rows = traitlets.Int(0, help="Rows (tokens or sentences) the concepts were interpreted on.").tag(
+        sync=True, data=True
+    )
     labels = traitlets.List(traitlets.Unicode(), help="Label of each concept.").tag(sync=True, data=True)
-    top_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Distinct top tokens of each concept.").tag(sync=True, data=True)
+    top_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Distinct top tokens of each concept.").tag(
+        sync=True, data=True
+    )
     density = BinaryArray("float32", help="Fraction of rows where each concept is active.").tag(sync=True, data=True)
     max_activation = BinaryArray("float32", help="Largest coefficient of each concept.").tag(sync=True, data=True)
-    importance = BinaryArray("float32", allow_none=True,
-                             help="Importance of each concept (NaN: unknown); None (sent as {}) when absent.").tag(sync=True, data=True)
+    importance = BinaryArray(
+        "float32", allow_none=True, help="Importance of each concept (NaN: unknown); None (sent as {}) when absent."
+    ).tag(sync=True, data=True)
     importance_label = traitlets.Unicode("", help="What the importance numbers are.").tag(sync=True, data=True)
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
-    search = traitlets.Unicode("", help="Keep concepts whose label or top tokens contain this (case-insensitive).").tag(sync=True)
-    hide_dead = traitlets.Bool(True, help="Hide concepts that never fired (on by default; the list says how many "
-                               "are hidden).").tag(sync=True)
+    search = traitlets.Unicode("", help="Keep concepts whose label or top tokens contain this (case-insensitive).").tag(
+        sync=True
+    )
+    hide_dead = traitlets.Bool(
+        True, help="Hide concepts that never fired (on by default; the list says how many are hidden)."
+    ).tag(sync=True)
     max_page_size = MAX_PAGE_SIZE
     selected_concept = traitlets.Int(-1, help="Concept shown in the detail pane (-1: none).").tag(sync=True)
-    requested = traitlets.List(traitlets.Int(), help="Concept ids the browser shows (written by the front end).").tag(sync=True)
+    requested = traitlets.List(traitlets.Int(), help="Concept ids the browser shows (written by the front end).").tag(
+        sync=True
+    )
     details = traitlets.Dict(help="Detail of each requested concept, keyed by str(concept).").tag(sync=True)
-    text_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Shown tokens of each input text.").tag(sync=True, data=True)
-    text_gaps = traitlets.List(traitlets.List(traitlets.Unicode()), help="Original text before each token.").tag(sync=True, data=True)
-    text_top_concepts = BinaryArray("int32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).").tag(sync=True, data=True)
-    text_top_values = BinaryArray("float32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] their coefficients.").tag(sync=True, data=True)
+    text_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Shown tokens of each input text.").tag(
+        sync=True, data=True
+    )
+    text_gaps = traitlets.List(traitlets.List(traitlets.Unicode()), help="Original text before each token.").tag(
+        sync=True, data=True
+    )
+    text_top_concepts = BinaryArray(
+        "int32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad)."
+    ).tag(sync=True, data=True)
+    text_top_values = BinaryArray("float32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] their coefficients.").tag(
+        sync=True, data=True
+    )
     selected_text = traitlets.Int(0, help="Input text shown in the text view.").tag(sync=True)
-    selected_token = traitlets.Int(-1, help="Token of the selected text whose active concepts are listed (-1: none).").tag(sync=True)
-    text_mode = traitlets.Unicode("activation", help="What colours the text view: the concept's 'activation' on each "
-                                  "token, or the 'attribution' of its activation to the input tokens.").tag(sync=True)
-    attribution_method = traitlets.Unicode("", help="Method of the input attributions the text view can show (empty: "
-                                           "none given).").tag(sync=True)
+    selected_token = traitlets.Int(
+        -1, help="Token of the selected text whose active concepts are listed (-1: none)."
+    ).tag(sync=True)
+    text_mode = traitlets.Unicode(
+        "activation",
+        help="What colours the text view: the concept's 'activation' on each "
+        "token, or the 'attribution' of its activation to the input tokens.",
+    ).tag(sync=True)
+    attribution_method = traitlets.Unicode(
+        "", help="Method of the input attributions the text view can show (empty: none given)."
+    ).tag(sync=True)
 
-    def __init__(self, interpretation: ConceptSummary, *, texts: Any = None, importance: Any = None,
-                 target: int | str | None = None, input_attributions: Any = None, page_size: int = 10,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        interpretation: ConceptSummary,
+        *,
+        texts: Any = None,
+        importance: Any = None,
+        target: int | str | None = None,
+        input_attributions: Any = None,
+        page_size: int = 10,
+        **kwargs: Any,
+    ) -> None:
         computing = sorted(set(kwargs) & _COMPUTE_OPTIONS)
         if computing or _looks_like_concept_model(interpretation):
             given = f" (got {', '.join(n + '=' for n in computing)})" if computing else ""
@@ -182,27 +218,35 @@ class ConceptBrowser(InterpWidget, PagedList):
                 ".widget(texts=[...], concept_model=concepts, model=lm, tokenizer=tok), which runs text_concepts on string texts"
             )
         if not isinstance(interpretation, ConceptSummary):
-            raise TypeError(f"ConceptBrowser takes a ConceptInterpretation (from interpret_concepts), got "
-                            f"{type(interpretation).__name__}")
+            raise TypeError(
+                f"ConceptBrowser takes a ConceptInterpretation (from interpret_concepts), got "
+                f"{type(interpretation).__name__}"
+            )
         source = self.interpretation = interpretation
         n = len(source.labels)
         texts = [] if texts is None else [texts] if isinstance(texts, (str, ConceptTexts)) else list(texts)
         converted = []
         for text in texts:
             if isinstance(text, str):
-                raise TypeError("ConceptBrowser takes TextConcepts, not strings; pass text_concepts(concepts, lm, "
-                                "tokenizer, text) results, or call interpretation.widget(texts=[...], "
-                                "concept_model=concepts, model=lm, tokenizer=tok), which computes them")
+                raise TypeError(
+                    "ConceptBrowser takes TextConcepts, not strings; pass text_concepts(concepts, lm, "
+                    "tokenizer, text) results, or call interpretation.widget(texts=[...], "
+                    "concept_model=concepts, model=lm, tokenizer=tok), which computes them"
+                )
             if not isinstance(text, ConceptTexts):
                 raise TypeError(f"texts must be TextConcepts/ConceptImportance objects, got {type(text).__name__}")
             if text.coefficients.shape[1] != n:
-                raise ValueError(f"a text has coefficients for {text.coefficients.shape[1]} concepts but the browser "
-                                 f"shows {n}; compute it with the same concept model")
+                raise ValueError(
+                    f"a text has coefficients for {text.coefficients.shape[1]} concepts but the browser "
+                    f"shows {n}; compute it with the same concept model"
+                )
             converted.append(text)
         self._texts = converted
         if input_attributions is not None and not isinstance(input_attributions, ConceptInputAttributionsLike):
-            raise TypeError("input_attributions must be a ConceptInputAttributions (from interp_widgets.concepts), "
-                            f"got {type(input_attributions).__name__}")
+            raise TypeError(
+                "input_attributions must be a ConceptInputAttributions (from interp_widgets.concepts), "
+                f"got {type(input_attributions).__name__}"
+            )
         self._attributions = input_attributions
         self._text_coefficients = [t.coefficients[~t.special_mask] for t in converted]
         if importance is None:
@@ -250,8 +294,10 @@ class ConceptBrowser(InterpWidget, PagedList):
             return values, "mean contribution"
         values = np.asarray(importance, dtype=np.float64).reshape(-1)
         if values.shape != (n,):
-            raise ValueError(f"importance needs one number per concept ({n}), got {values.size}; or pass a "
-                             "ConceptImportance / mean_concept_importance table")
+            raise ValueError(
+                f"importance needs one number per concept ({n}), got {values.size}; or pass a "
+                "ConceptImportance / mean_concept_importance table"
+            )
         return values, "importance"
 
     # ----------------------------------------------------------------- validation
@@ -260,7 +306,9 @@ class ConceptBrowser(InterpWidget, PagedList):
         value = proposal["value"]
         check_choice("sort_by", value, SORT_KEYS)
         if value in ("importance", "abs_importance") and self.importance is None:
-            raise ValueError("sorting by importance needs importance=; pass a ConceptImportance or one value per concept")
+            raise ValueError(
+                "sorting by importance needs importance=; pass a ConceptImportance or one value per concept"
+            )
         return value
 
     @traitlets.validate("selected_concept")
@@ -273,15 +321,19 @@ class ConceptBrowser(InterpWidget, PagedList):
     @traitlets.validate("selected_text")
     def _check_text(self, proposal):
         if proposal["value"] != 0 and not 0 <= proposal["value"] < len(self.text_tokens):
-            raise ValueError(f"selected_text {proposal['value']} is out of range; there are {len(self.text_tokens)} texts")
+            raise ValueError(
+                f"selected_text {proposal['value']} is out of range; there are {len(self.text_tokens)} texts"
+            )
         return proposal["value"]
 
     @traitlets.validate("text_mode")
     def _check_text_mode(self, proposal):
         value = check_choice("text_mode", proposal["value"], TEXT_MODES)
         if value == "attribution" and getattr(self, "_attributions", None) is None:
-            raise ValueError("text_mode='attribution' needs input attributions; pass input_attributions= "
-                             "(a ConceptInputAttributions) or interpretation.widget(..., input_attribution='occlusion')")
+            raise ValueError(
+                "text_mode='attribution' needs input attributions; pass input_attributions= "
+                "(a ConceptInputAttributions) or interpretation.widget(..., input_attribution='occlusion')"
+            )
         return value
 
     @traitlets.validate("requested")
@@ -314,9 +366,12 @@ class ConceptBrowser(InterpWidget, PagedList):
         """
         density = self._column("density")
         needle = self.search.lower()
-        keep = [c for c in range(self.n_concepts)
-                if (not self.hide_dead or density[c] > 0)
-                and (not needle or needle in self.labels[c].lower() or any(needle in t.lower() for t in self.top_tokens[c]))]
+        keep = [
+            c
+            for c in range(self.n_concepts)
+            if (not self.hide_dead or density[c] > 0)
+            and (not needle or needle in self.labels[c].lower() or any(needle in t.lower() for t in self.top_tokens[c]))
+        ]
         if self.sort_by == "index":
             key = np.arange(self.n_concepts, dtype=np.float64)
         elif self.sort_by == "label":
@@ -350,7 +405,9 @@ class ConceptBrowser(InterpWidget, PagedList):
         """
         interp = self.interpretation
         if not -self.n_concepts <= int(concept) < self.n_concepts:
-            raise ValueError(f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})")
+            raise ValueError(
+                f"concept {concept} out of range; there are {self.n_concepts} concepts (0..{self.n_concepts - 1})"
+            )
         c = int(concept) % self.n_concepts
         ensure_label = getattr(interp, "ensure_label", None)  # a lazy labeller labels a concept when first viewed
         label = ensure_label(c) if ensure_label is not None and lazy_label else interp.labels[c]
@@ -366,7 +423,9 @@ class ConceptBrowser(InterpWidget, PagedList):
             top_texts.append({"text_id": int(text_id), "max_activation": _finite(value), "text": cut})
         vocabulary = None
         if interp.vocab_tokens is not None:
-            vocabulary = [{"token": t, "logit": _finite(v)} for t, v in zip(interp.vocab_tokens[c], interp.vocab_logits[c])]
+            vocabulary = [
+                {"token": t, "logit": _finite(v)} for t, v in zip(interp.vocab_tokens[c], interp.vocab_logits[c])
+            ]
         text_activations = None
         if self._text_coefficients:
             text_activations = array_to_buffer(self._text_coefficients[self.selected_text][:, c])
@@ -399,16 +458,22 @@ class ConceptBrowser(InterpWidget, PagedList):
         shown = scores[~special] if len(special) == len(scores) else scores
         n = len(self.text_tokens[self.selected_text])
         if len(shown) != n:
-            raise ValueError(f"the input attribution of concept {concept} has {len(shown)} tokens but the text view "
-                             f"shows {n}; compute it at token granularity with the tokenizer of the concept model")
+            raise ValueError(
+                f"the input attribution of concept {concept} has {len(shown)} tokens but the text view "
+                f"shows {n}; compute it at token granularity with the tokenizer of the concept model"
+            )
         params = dict(getattr(result, "params", None) or {})
         activation = params.get("concept_activation")
         error = getattr(result, "completeness_error", None)
         return {
-            "values": array_to_buffer(np.nan_to_num(shown)), "method": str(getattr(result, "method", "")),
-            "signed": bool(getattr(result, "signed", True)), "score": str(params.get("concept_score", "")),
+            "values": array_to_buffer(np.nan_to_num(shown)),
+            "method": str(getattr(result, "method", "")),
+            "signed": bool(getattr(result, "signed", True)),
+            "score": str(params.get("concept_score", "")),
             "activation": _finite(activation[0]) if activation else None,
-            "completeness_error": _finite(np.asarray(error, dtype=np.float64).reshape(-1)[0]) if error is not None else None,
+            "completeness_error": _finite(np.asarray(error, dtype=np.float64).reshape(-1)[0])
+            if error is not None
+            else None,
         }
 
     def _refresh_details(self, change=None) -> None:
@@ -426,7 +491,11 @@ class ConceptBrowser(InterpWidget, PagedList):
             (True, True)
         """
         order = self.visible_order()
-        density, maximum, importance = self._column("density"), self._column("max_activation"), self._column("importance")
+        density, maximum, importance = (
+            self._column("density"),
+            self._column("max_activation"),
+            self._column("importance"),
+        )
         figure = SvgFigure(label=f"{self.n_concepts} {self.method} concepts")
         n_dead = int((density == 0).sum())
         where = f" at {self.layer}" if self.layer else ""
@@ -436,7 +505,11 @@ class ConceptBrowser(InterpWidget, PagedList):
                     bold=True)  # fmt: skip
         interp = self.interpretation
         for c in order[:STATIC_CONCEPTS]:
-            parts = [f"#{c} {self.labels[c] or ('(never fired)' if density[c] == 0 else '')}", f"density {format_score(density[c])}", f"max {format_score(maximum[c])}"]
+            parts = [
+                f"#{c} {self.labels[c] or ('(never fired)' if density[c] == 0 else '')}",
+                f"density {format_score(density[c])}",
+                f"max {format_score(maximum[c])}",
+            ]
             if self.importance is not None and not math.isnan(importance[c]):
                 parts.append(f"{self.importance_label} {format_score(importance[c], sign=True)}")
             if density[c] == 0:
@@ -445,8 +518,15 @@ class ConceptBrowser(InterpWidget, PagedList):
             pieces = []
             for example in interp.examples[c][:8]:
                 background, colour = score_colours(example["activation"], maximum[c], signed=False)
-                pieces.append(TokenPiece(" " if pieces else "", example["token"].strip() or example["token"], background,
-                                         colour, f"activation {format_score(example['activation'])}"))
+                pieces.append(
+                    TokenPiece(
+                        " " if pieces else "",
+                        example["token"].strip() or example["token"],
+                        background,
+                        colour,
+                        f"activation {format_score(example['activation'])}",
+                    )
+                )
             if pieces:
                 figure.tokens(pieces)
         if len(order) > STATIC_CONCEPTS:
@@ -494,12 +574,15 @@ class ConceptBrowser(InterpWidget, PagedList):
         """Synced state; while :meth:`to_html` runs, ``details`` also holds the preloaded concepts."""
         state = super().get_state(key=key, drop_defaults=drop_defaults)
         if getattr(self, "_preload", None) and "details" in state:  # preloaded concepts carry cached attributions only
-            preloaded = {str(c): self.concept_detail(c, compute_attribution=False, lazy_label=False)
-                         for c in self._preload}
+            preloaded = {
+                str(c): self.concept_detail(c, compute_attribution=False, lazy_label=False) for c in self._preload
+            }
             state["details"] = {**preloaded, **state["details"]}
         return state
 
     def __repr__(self) -> str:
         dead = int((self._column("density") == 0).sum())
-        return (f"ConceptBrowser({self.n_concepts} {self.method} concepts at {self.layer!r}, {dead} dead, "
-                f"{len(self.text_tokens)} texts, selected_concept={self.selected_concept})")
+        return (
+            f"ConceptBrowser({self.n_concepts} {self.method} concepts at {self.layer!r}, {dead} dead, "
+            f"{len(self.text_tokens)} texts, selected_concept={self.selected_concept})"
+        )

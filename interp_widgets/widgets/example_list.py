@@ -25,7 +25,13 @@ from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.text_units import GRANULARITIES, display_units
 from interp_widgets.view_data import ExampleListData
 from interp_widgets.widgets._tokens import (
-    check_granularity, finite_max, role_starts, token_pieces, token_data, unit_sums, with_role_labels,
+    check_granularity,
+    finite_max,
+    role_starts,
+    token_pieces,
+    token_data,
+    unit_sums,
+    with_role_labels,
 )
 from interp_widgets.validation import check_choice
 
@@ -51,38 +57,66 @@ class ExampleListWidget(InterpWidget, PagedList):
     """
 
     _bundle = "example_list"
-    _payload_schema: ClassVar[dict[str, Any]] = {"granularity": {"enum": list(GRANULARITIES)},
-                                                 "sort_by": {"enum": list(SORT_KEYS)},
-                                                 "filter_outcome": {"enum": list(OUTCOMES)}}
+    _payload_schema: ClassVar[dict[str, Any]] = {
+        "granularity": {"enum": list(GRANULARITIES)},
+        "sort_by": {"enum": list(SORT_KEYS)},
+        "filter_outcome": {"enum": list(OUTCOMES)},
+    }
 
-    tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Tokens of each example.").tag(sync=True, data=True)
+    tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Tokens of each example.").tag(
+        sync=True, data=True
+    )
     spaces_before = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True, data=True)
-    special_mask = BinaryArray("bool", help="True per special token of all examples concatenated.").tag(sync=True, data=True)
-    word_ids = BinaryArray("int", help="Word id per token of all examples concatenated (-1: none).").tag(sync=True, data=True)
-    sentence_ids = BinaryArray("int", help="Sentence id per token of all examples concatenated (-1: none).").tag(sync=True, data=True)
-    turn_ids = BinaryArray("int", help="Chat turn per token of all examples concatenated (-1: none).").tag(sync=True, data=True)
+    special_mask = BinaryArray("bool", help="True per special token of all examples concatenated.").tag(
+        sync=True, data=True
+    )
+    word_ids = BinaryArray("int", help="Word id per token of all examples concatenated (-1: none).").tag(
+        sync=True, data=True
+    )
+    sentence_ids = BinaryArray("int", help="Sentence id per token of all examples concatenated (-1: none).").tag(
+        sync=True, data=True
+    )
+    turn_ids = BinaryArray("int", help="Chat turn per token of all examples concatenated (-1: none).").tag(
+        sync=True, data=True
+    )
     turn_roles = traitlets.List(traitlets.List(traitlets.Unicode()), help="Roles of each example's turns (empty for a "
                                 "plain text).").tag(sync=True, data=True)  # fmt: skip
-    granularity = traitlets.Unicode("token", help="'token', 'word', 'sentence' or 'turn' (sums computed in the browser).").tag(sync=True)
-    scores = BinaryArray("float32", finite=True, help="Scores for each example's shown class, concatenated.").tag(sync=True, data=True)
-    predicted = traitlets.List(traitlets.Unicode(), help="Predicted (most probable) label of each example.").tag(sync=True, data=True)
-    confidence = traitlets.List(traitlets.Float(allow_none=True), help="Probability of the predicted label.").tag(sync=True, data=True)
-    true_labels = traitlets.List(traitlets.Unicode(), help="True label of each example ('' if unknown).").tag(sync=True, data=True)
-    max_attribution = traitlets.List(traitlets.Float(), help="Largest |score| of each example (special tokens excluded).").tag(sync=True, data=True)
+    granularity = traitlets.Unicode(
+        "token", help="'token', 'word', 'sentence' or 'turn' (sums computed in the browser)."
+    ).tag(sync=True)
+    scores = BinaryArray("float32", finite=True, help="Scores for each example's shown class, concatenated.").tag(
+        sync=True, data=True
+    )
+    predicted = traitlets.List(traitlets.Unicode(), help="Predicted (most probable) label of each example.").tag(
+        sync=True, data=True
+    )
+    confidence = traitlets.List(traitlets.Float(allow_none=True), help="Probability of the predicted label.").tag(
+        sync=True, data=True
+    )
+    true_labels = traitlets.List(traitlets.Unicode(), help="True label of each example ('' if unknown).").tag(
+        sync=True, data=True
+    )
+    max_attribution = traitlets.List(
+        traitlets.Float(), help="Largest |score| of each example (special tokens excluded)."
+    ).tag(sync=True, data=True)
     signed = traitlets.Bool(True).tag(sync=True, data=True)
     method = traitlets.Unicode("").tag(sync=True, data=True)
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
     filter_label = traitlets.Unicode("", help="Show only examples predicted as this label ('' = all).").tag(sync=True)
     filter_outcome = traitlets.Unicode("all", help=f"One of {OUTCOMES} (needs true labels).").tag(sync=True)
-    shared_scale = traitlets.Bool(True, help="One colour scale for all examples instead of one per example.").tag(sync=True)
+    shared_scale = traitlets.Bool(True, help="One colour scale for all examples instead of one per example.").tag(
+        sync=True
+    )
     selected_example = traitlets.Int(-1, help="Index of the example clicked (-1: none).").tag(sync=True)
 
     def __init__(self, results: Sequence[Any], **kwargs: Any) -> None:
         results = list(results)
         if not results:
             raise ValueError("there are no results to list; pass a non-empty AttributionCollection or list of results")
-        tokens, spaces, special, words, sentences, rows, predicted, confidence, true_labels, max_attr = ([] for _ in range(10))
+        tokens, spaces, special, words, sentences, rows, predicted, confidence, true_labels, max_attr = (
+            [] for _ in range(10)
+        )
         turns, roles = [], []
         signed = set()
         for r in results:
@@ -214,9 +248,13 @@ class ExampleListWidget(InterpWidget, PagedList):
             >>> widget.granularity = "sentence"; widget.units(0)
             [[1, 2, 3]]
         """
-        return display_units(self._slice(self.special_mask, index), self._slice(self.word_ids, index),
-                             self._slice(self.sentence_ids, index), self.granularity,
-                             turn_ids=self._slice(self.turn_ids, index) if len(self.turn_ids) else None)
+        return display_units(
+            self._slice(self.special_mask, index),
+            self._slice(self.word_ids, index),
+            self._slice(self.sentence_ids, index),
+            self.granularity,
+            turn_ids=self._slice(self.turn_ids, index) if len(self.turn_ids) else None,
+        )
 
     def unit_scores(self, index: int) -> np.ndarray:
         """Score sums of example ``index``'s units for the current granularity (its shown class; NaN skipped).
@@ -254,7 +292,10 @@ class ExampleListWidget(InterpWidget, PagedList):
         shown = order[page * self.page_size : (page + 1) * self.page_size]
         shared = max((finite_max(self.unit_scores(i)) for i in order), default=0.0) if self.shared_scale else None
         figure = SvgFigure(label=f"{len(order)} explained examples")
-        filters = [f"label {self.filter_label}" if self.filter_label else "", f"{self.filter_outcome} only" if self.filter_outcome != "all" else ""]
+        filters = [
+            f"label {self.filter_label}" if self.filter_label else "",
+            f"{self.filter_outcome} only" if self.filter_outcome != "all" else "",
+        ]
         figure.text(
             f"{len(order)} of {len(self.tokens)} examples · page {page + 1} of {pages} · sorted by {self.sort_by}"
             + (" (descending)" if self.descending else "") + "".join(f" · {f}" for f in filters if f)
@@ -272,10 +313,14 @@ class ExampleListWidget(InterpWidget, PagedList):
             pieces, omitted = token_pieces(self.tokens[i], self.spaces_before[i], units, sums, max_abs, self.signed,
                                            limit=MAX_STATIC_EXAMPLE_TOKENS)  # fmt: skip
             turns = self._slice(self.turn_ids, i) if len(self.turn_ids) else None
-            roles = role_starts(units, turns, self._slice(self.special_mask, i), self.turn_roles[i] if self.turn_roles else [])
+            roles = role_starts(
+                units, turns, self._slice(self.special_mask, i), self.turn_roles[i] if self.turn_roles else []
+            )
             figure.tokens(with_role_labels(pieces, roles), omitted=omitted)
         legend_max = shared if shared is not None else 1.0
-        title = "attribution to the predicted class" + ("" if shared is not None else " (each example scaled to its own max = 1)")
+        title = "attribution to the predicted class" + (
+            "" if shared is not None else " (each example scaled to its own max = 1)"
+        )
         figure.legend(legend_max, signed=self.signed, title=title)
         if self.method:
             figure.text(f"method: {self.method}", size=11, colour="#57606a")
@@ -283,5 +328,7 @@ class ExampleListWidget(InterpWidget, PagedList):
 
     def __repr__(self) -> str:
         known = [(p, t) for p, t in zip(self.predicted, self.true_labels) if t]
-        accuracy = f", accuracy {sum(p == t for p, t in known) / len(known):.2f} on {len(known)} labelled" if known else ""
+        accuracy = (
+            f", accuracy {sum(p == t for p, t in known) / len(known):.2f} on {len(known)} labelled" if known else ""
+        )
         return f"ExampleListWidget({len(self.tokens)} examples, method={self.method!r}{accuracy})"

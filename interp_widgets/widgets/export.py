@@ -55,7 +55,13 @@ def script_json(value: Any) -> str:
         '"\\\\u003c/script\\\\u003e"'
     """
     text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-    for char, escape in (("&", "\\u0026"), ("<", "\\u003c"), (">", "\\u003e"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+    for char, escape in (
+        ("&", "\\u0026"),
+        ("<", "\\u003c"),
+        (">", "\\u003e"),
+        ("\u2028", "\\u2028"),
+        ("\u2029", "\\u2029"),
+    ):
         text = text.replace(char, escape)
     return text
 

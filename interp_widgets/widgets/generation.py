@@ -22,15 +22,25 @@ from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
 from interp_widgets.text_units import display_units
 from interp_widgets.widgets._tokens import (
-    ChatTurns, GroupedTokens, TokenScoresWidget, display_token, finite_max, magnitude_ranks, role_piece, role_starts,
+    ChatTurns,
+    GroupedTokens,
+    TokenScoresWidget,
+    display_token,
+    finite_max,
+    magnitude_ranks,
+    role_piece,
+    role_starts,
     token_data,
 )
 from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.validation import check_choice
 
 VIEWS = ("text", "heatmap")
-_DIFFERENCES = {"log_probability": "log p(target) − log p(foil)", "probability": "p(target) − p(foil)",
-                "logit": "logit(target) − logit(foil)"}
+_DIFFERENCES = {
+    "log_probability": "log p(target) − log p(foil)",
+    "probability": "p(target) − p(foil)",
+    "logit": "logit(target) − logit(foil)",
+}
 MAX_STATIC_STEPS = 40  # heatmap rows drawn in the static picture
 MAX_STATIC_SOURCES = 240  # heatmap columns drawn in the static picture
 
@@ -61,9 +71,13 @@ def _foils(result: Any, n_steps: int) -> tuple[list[str], list[float | None], st
         return [], [], ""
     labels = [str(label) for label in labels]
     if len(labels) != n_steps:
-        raise ValueError(f"foil_labels has {len(labels)} entries for {n_steps} generated tokens; pass one foil per step")
+        raise ValueError(
+            f"foil_labels has {len(labels)} entries for {n_steps} generated tokens; pass one foil per step"
+        )
     probs = getattr(result, "foil_probs", None)
-    probs = [] if probs is None else [float(p) if math.isfinite(p) else None for p in np.asarray(probs, float).reshape(-1)]
+    probs = (
+        [] if probs is None else [float(p) if math.isfinite(p) else None for p in np.asarray(probs, float).reshape(-1)]
+    )
     if probs and len(probs) != n_steps:
         raise ValueError(f"foil_probs has {len(probs)} entries for {n_steps} generated tokens; pass one per step")
     return labels, probs, str(getattr(result, "contrast", None) or "")
@@ -120,15 +134,25 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
     spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
     special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
     generated_mask = BinaryArray("bool", help="True for each generated token.").tag(sync=True, data=True)
-    step_tokens = traitlets.List(traitlets.Int(), help="Token index of the token generated at each step.").tag(sync=True, data=True)
-    step_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each generated token.").tag(sync=True, data=True)
+    step_tokens = traitlets.List(traitlets.Int(), help="Token index of the token generated at each step.").tag(
+        sync=True, data=True
+    )
+    step_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each generated token.").tag(
+        sync=True, data=True
+    )
     method = traitlets.Unicode("").tag(sync=True, data=True)
     score_meaning = traitlets.Unicode("").tag(sync=True, data=True)
     signed = traitlets.Bool(True).tag(sync=True, data=True)
-    foil_tokens = traitlets.List(traitlets.Unicode(), help="Foil of each step (contrastive results; else empty).").tag(sync=True, data=True)
-    foil_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each step's foil.").tag(sync=True, data=True)
+    foil_tokens = traitlets.List(traitlets.Unicode(), help="Foil of each step (contrastive results; else empty).").tag(
+        sync=True, data=True
+    )
+    foil_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each step's foil.").tag(
+        sync=True, data=True
+    )
     contrast = traitlets.Unicode("", help="The foil continuation ('' without a contrast).").tag(sync=True, data=True)
-    source_mask = BinaryArray("bool", help="True for each source token of an encoder–decoder (all False for decoders).").tag(sync=True, data=True)
+    source_mask = BinaryArray(
+        "bool", help="True for each source token of an encoder–decoder (all False for decoders)."
+    ).tag(sync=True, data=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all steps instead of one per step.").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
     view = traitlets.Unicode("text", help="'text' (coloured tokens) or 'heatmap' (canvas, all steps).").tag(sync=True)
@@ -163,9 +187,10 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
     def _check_step(self, proposal):
         n = len(self.step_tokens)
         if not 0 <= proposal["value"] < n:
-            raise ValueError(f"selected_step {proposal['value']} is out of range; there are {n} generated tokens (0..{n - 1})")
+            raise ValueError(
+                f"selected_step {proposal['value']} is out of range; there are {n} generated tokens (0..{n - 1})"
+            )
         return proposal["value"]
-
 
     # ----------------------------------------------------------------- state
 
@@ -198,8 +223,14 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         if self.granularity == "token":
             return matrix
         out = matrix.copy()
-        for unit in display_units(self.special_mask, self.word_ids, self.sentence_ids, self.granularity,
-                                  show_special=True, turn_ids=self.turn_ids):
+        for unit in display_units(
+            self.special_mask,
+            self.word_ids,
+            self.sentence_ids,
+            self.granularity,
+            show_special=True,
+            turn_ids=self.turn_ids,
+        ):
             block = matrix[:, unit]
             seen = ~np.isnan(block)
             out[:, unit] = np.where(seen.any(1), np.where(seen, block, 0).sum(1), np.nan)[:, None]
@@ -234,8 +265,12 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         prob = self.step_probs[step] if self.step_probs else None
         foil = self.foil_tokens[step] if self.foil_tokens else None
         foil_prob = self.foil_probs[step] if self.foil_probs else None
-        rather = "" if foil is None else f" rather than {json.dumps(foil, ensure_ascii=False)}" + (
-            f" (p = {100 * foil_prob:.1f}%)" if foil_prob is not None else "")
+        rather = (
+            ""
+            if foil is None
+            else f" rather than {json.dumps(foil, ensure_ascii=False)}"
+            + (f" (p = {100 * foil_prob:.1f}%)" if foil_prob is not None else "")
+        )
         figure.text(
             f"generated token {step + 1} of {len(self.step_tokens)}: {json.dumps(self.tokens[chosen], ensure_ascii=False)}"
             + (f" (p = {100 * prob:.1f}%)" if prob is not None else "") + rather + " · its sources are coloured",
@@ -243,11 +278,19 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         )  # fmt: skip
         if foil is not None:
             shown = self.contrast if len(self.contrast) <= 60 else self.contrast[:59] + "\u2026"
-            figure.text(f"contrast: why each generated token rather than its foil (foil continuation "
-                        f"{json.dumps(shown, ensure_ascii=False)})", size=11, colour="#57606a")
-            figure.text("orange pushes towards the generated token, blue towards the foil" if self.signed else
-                        "scores are magnitudes (unsigned): how strongly a source moves the difference",
-                        size=11, colour="#57606a")
+            figure.text(
+                f"contrast: why each generated token rather than its foil (foil continuation "
+                f"{json.dumps(shown, ensure_ascii=False)})",
+                size=11,
+                colour="#57606a",
+            )
+            figure.text(
+                "orange pushes towards the generated token, blue towards the foil"
+                if self.signed
+                else "scores are magnitudes (unsigned): how strongly a source moves the difference",
+                size=11,
+                colour="#57606a",
+            )
             figure.mono_lines(self._pair_lines()[:MAX_STATIC_STEPS], size=11)
         pieces = []
         shown = [i for i in range(len(self.tokens)) if not special[i]][:MAX_STATIC_TOKENS]
@@ -258,8 +301,9 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
                 if pieces:
                     figure.tokens(pieces)
                     pieces = []
-                figure.text("source (encoder)" if self.source_mask[i] else "target (decoder)", size=11,
-                            colour="#57606a")
+                figure.text(
+                    "source (encoder)" if self.source_mask[i] else "target (decoder)", size=11, colour="#57606a"
+                )
             if k in roles:
                 pieces.append(role_piece(roles[k], first=k == 0))
             score = float(row[i])
@@ -295,10 +339,17 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
             ])  # fmt: skip
         figure.heatmap(cells, [self._step_label(s) for s in range(len(cells))])
         if len(self.step_tokens) > MAX_STATIC_STEPS or len(self.tokens) > MAX_STATIC_SOURCES:
-            figure.text(f"(heatmap shows at most {MAX_STATIC_STEPS} steps × {MAX_STATIC_SOURCES} tokens)", size=11, colour="#57606a")
+            figure.text(
+                f"(heatmap shows at most {MAX_STATIC_STEPS} steps × {MAX_STATIC_SOURCES} tokens)",
+                size=11,
+                colour="#57606a",
+            )
         if self.method:
-            figure.text(f"method: {self.method}" + (f" · score: {self.score_meaning}" if self.score_meaning else ""),
-                        size=11, colour="#57606a")
+            figure.text(
+                f"method: {self.method}" + (f" · score: {self.score_meaning}" if self.score_meaning else ""),
+                size=11,
+                colour="#57606a",
+            )
         return figure.render()
 
     def _step_label(self, step: int) -> str:

@@ -72,11 +72,15 @@ class LensWidget(InterpWidget):
     layers = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
     lenses = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
     vocab = traitlets.List(traitlets.Unicode(), help="Text of every token the cells mention.").tag(sync=True, data=True)
-    top_vocab = BinaryArray("int32", ndim=4, help="(lenses, layers, positions, k) indices into vocab.").tag(sync=True, data=True)
+    top_vocab = BinaryArray("int32", ndim=4, help="(lenses, layers, positions, k) indices into vocab.").tag(
+        sync=True, data=True
+    )
     top_probs = BinaryArray("float32", ndim=4, finite=True).tag(sync=True, data=True)
     kl = BinaryArray("float32", ndim=3, finite=True, help="KL(final || lens), nats.").tag(sync=True, data=True)
     target_labels = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    target_vocab = BinaryArray("int32", ndim=2, help="(positions, targets) indices into vocab, -1: none.").tag(sync=True, data=True)
+    target_vocab = BinaryArray("int32", ndim=2, help="(positions, targets) indices into vocab, -1: none.").tag(
+        sync=True, data=True
+    )
     target_probs = BinaryArray("float32", ndim=4, finite=True).tag(sync=True, data=True)
     target_ranks = BinaryArray("int32", ndim=4).tag(sync=True, data=True)
     generated_mask = BinaryArray("bool", ndim=1).tag(sync=True, data=True)
@@ -84,8 +88,9 @@ class LensWidget(InterpWidget):
     model_name = traitlets.Unicode("").tag(sync=True, data=True)
 
     lens = traitlets.Unicode("logit", help="The lens shown (logit or tuned).").tag(sync=True)
-    colour_by = traitlets.Enum(COLOUR_BY, "top1_prob", help="Cell colour: top-1 probability, target probability or "
-                                                         "target rank.").tag(sync=True)
+    colour_by = traitlets.Enum(
+        COLOUR_BY, "top1_prob", help="Cell colour: top-1 probability, target probability or target rank."
+    ).tag(sync=True)
     target = traitlets.Int(0, help="The target whose probability or rank colours the cells.").tag(sync=True)
     selected_position = traitlets.Int(-1, help="Position whose trajectory is plotted (-1: none).").tag(sync=True)
     plotted_targets = traitlets.List(traitlets.Int(), [0], help="Targets drawn in the trajectory plot.").tag(sync=True)
@@ -93,18 +98,29 @@ class LensWidget(InterpWidget):
     def __init__(self, result: Any = None, **kwargs: Any):
         if result is not None:
             position = {int(i): k for k, i in enumerate(np.asarray(result.vocab_ids).tolist())}
-            top = np.vectorize(position.__getitem__, otypes=[np.int32])(result.top_ids) if result.top_ids.size else \
-                np.zeros(result.top_ids.shape, np.int32)
+            top = (
+                np.vectorize(position.__getitem__, otypes=[np.int32])(result.top_ids)
+                if result.top_ids.size
+                else np.zeros(result.top_ids.shape, np.int32)
+            )
             targets = np.asarray(result.target_ids)
-            target_vocab = np.where(targets >= 0, np.vectorize(lambda i: position.get(int(i), -1), otypes=[np.int32])(
-                targets), -1)
+            target_vocab = np.where(
+                targets >= 0, np.vectorize(lambda i: position.get(int(i), -1), otypes=[np.int32])(targets), -1
+            )
             data = LensData(
-                tokens=list(result.tokens), layers=list(result.layers), lenses=list(result.lenses),
-                vocab=list(result.vocab_text), top_vocab=top, top_probs=result.top_probs, kl=result.kl,
-                target_labels=list(result.target_labels), target_vocab=target_vocab,
-                target_probs=result.target_probs, target_ranks=result.target_ranks,
-                generated_mask=result.generated_mask, vocab_size=int(result.params.get("vocab_size", 0) or
-                                                                     len(result.vocab_text)),
+                tokens=list(result.tokens),
+                layers=list(result.layers),
+                lenses=list(result.lenses),
+                vocab=list(result.vocab_text),
+                top_vocab=top,
+                top_probs=result.top_probs,
+                kl=result.kl,
+                target_labels=list(result.target_labels),
+                target_vocab=target_vocab,
+                target_probs=result.target_probs,
+                target_ranks=result.target_ranks,
+                generated_mask=result.generated_mask,
+                vocab_size=int(result.params.get("vocab_size", 0) or len(result.vocab_text)),
                 model_name=result.model_name,
             )
             kwargs = {**data.to_traits(), **kwargs}
@@ -121,8 +137,9 @@ class LensWidget(InterpWidget):
     def _check_target(self, proposal):
         value = proposal["value"]
         if self.target_labels and not 0 <= value < len(self.target_labels):
-            raise traitlets.TraitError(f"target must be in 0..{len(self.target_labels) - 1} "
-                                       f"({self.target_labels}), got {value}")
+            raise traitlets.TraitError(
+                f"target must be in 0..{len(self.target_labels) - 1} ({self.target_labels}), got {value}"
+            )
         return value
 
     def cell_values(self) -> np.ndarray:
@@ -159,20 +176,24 @@ class LensWidget(InterpWidget):
         cw, ch, left, top = 54, 18, 130, 40
         width = left + shown_t * cw + 12
         height = top + (shown_l + 1) * ch + 40
-        label = {"top1_prob": "top-1 probability", "target_prob": "probability of",
-                 "target_rank": "rank of"}[self.colour_by]
+        label = {"top1_prob": "top-1 probability", "target_prob": "probability of", "target_rank": "rank of"}[
+            self.colour_by
+        ]
         if self.colour_by != "top1_prob" and self.target_labels:
             label += f" {self.target_labels[self.target]}"
         title = f"{self.lens} lens · {self.model_name} · colour: {label}"
-        parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
-                 f'aria-label="{escape(title)}" font-family="system-ui,sans-serif">',
-                 f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
-                 f'<text x="8" y="18" font-size="13" font-weight="bold">{escape(visible_text(title))}</text>']
+        parts = [
+            f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+            f'aria-label="{escape(title)}" font-family="system-ui,sans-serif">',
+            f'<rect width="{width}" height="{height}" fill="#ffffff"/>',
+            f'<text x="8" y="18" font-size="13" font-weight="bold">{escape(visible_text(title))}</text>',
+        ]
         layer_rows = list(range(L))[::-1][:shown_l]  # the last layer on top
         for r, l in enumerate(layer_rows):
             y = top + r * ch
-            parts.append(f'<text x="{left - 6}" y="{y + 13}" font-size="11" text-anchor="end">'
-                         f'{escape(self.layers[l])}</text>')
+            parts.append(
+                f'<text x="{left - 6}" y="{y + 13}" font-size="11" text-anchor="end">{escape(self.layers[l])}</text>'
+            )
             for t in range(shown_t):
                 word = self.vocab[int(self.top_vocab[n, l, t, 0])]
                 value = values[l, t]
@@ -180,27 +201,35 @@ class LensWidget(InterpWidget):
                 ink = "#ffffff" if math.isfinite(value) and value > 0.6 else "#1f2328"
                 x = left + t * cw
                 tip = f"{self.layers[l]} · position {t}: {word!r} p={float(self.top_probs[n, l, t, 0]):.3f}"
-                parts.append(f'<rect x="{x}" y="{y}" width="{cw - 1}" height="{ch - 1}" fill="{fill}">'
-                             f'<title>{escape(tip)}</title></rect>'
-                             f'<text x="{x + 3}" y="{y + 13}" font-size="10" fill="{ink}" font-family="monospace">'
-                             f'{escape(visible_text(word)[:7])}</text>')
+                parts.append(
+                    f'<rect x="{x}" y="{y}" width="{cw - 1}" height="{ch - 1}" fill="{fill}">'
+                    f"<title>{escape(tip)}</title></rect>"
+                    f'<text x="{x + 3}" y="{y + 13}" font-size="10" fill="{ink}" font-family="monospace">'
+                    f"{escape(visible_text(word)[:7])}</text>"
+                )
         y = top + shown_l * ch + 14
         for t in range(shown_t):
             token = visible_text(self.tokens[t])[:7]
             weight = ' font-style="italic"' if bool(self.generated_mask[t]) else ""
-            parts.append(f'<text x="{left + t * cw + 3}" y="{y}" font-size="10" font-family="monospace"{weight}>'
-                         f'{escape(token)}</text>')
+            parts.append(
+                f'<text x="{left + t * cw + 3}" y="{y}" font-size="10" font-family="monospace"{weight}>'
+                f"{escape(token)}</text>"
+            )
         more = []
         if T > shown_t:
             more.append(f"{T - shown_t} more positions")
         if L > shown_l:
             more.append(f"{L - shown_l} more layers")
         if more:
-            parts.append(f'<text x="8" y="{y + 22}" font-size="11" fill="#57606a">… {escape(", ".join(more))} in '
-                         "the live widget</text>")
+            parts.append(
+                f'<text x="8" y="{y + 22}" font-size="11" fill="#57606a">… {escape(", ".join(more))} in '
+                "the live widget</text>"
+            )
         parts.append("</svg>")
         return "".join(parts)
 
     def __repr__(self) -> str:
-        return (f"LensWidget({len(self.tokens)} positions × {len(self.layers)} layers, lenses={self.lenses}, "
-                f"colour_by={self.colour_by!r})")
+        return (
+            f"LensWidget({len(self.tokens)} positions × {len(self.layers)} layers, lenses={self.lenses}, "
+            f"colour_by={self.colour_by!r})"
+        )

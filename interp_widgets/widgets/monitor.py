@@ -75,7 +75,9 @@ DEFAULT_PANELS: tuple[dict[str, Any], ...] = (
 
 def _check_panel(panel: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(panel, Mapping):
-        raise TypeError(f"a panel must be a dict like {{'id': 'lr', 'title': 'Learning rate', 'series': ['lr']}}, got {panel!r}")
+        raise TypeError(
+            f"a panel must be a dict like {{'id': 'lr', 'title': 'Learning rate', 'series': ['lr']}}, got {panel!r}"
+        )
     config = dict(panel)
     if not isinstance(config.get("id"), str) or not config["id"]:
         raise ValueError(f"panel {panel!r} needs a non-empty string 'id'")
@@ -154,20 +156,39 @@ class MonitorWidget(InterpWidget):
 
     _bundle = "monitor"
     _payload_schema: ClassVar[dict[str, Any]] = {
-        "panels": {"list": {"object": {
-            "id": "str", "title": "str", "kind": {"enum": list(PANEL_KINDS)}, "series": {"list": "str"},
-            "scale": {"enum": list(SCALES)}, "metric": "str", "band": {"list": "str"}, "dashed": {"list": "str"},
-            "reference": "num"}, "required": ["id", "kind", "series", "scale"], "open": True}},  # other keys dropped
+        "panels": {
+            "list": {
+                "object": {
+                    "id": "str",
+                    "title": "str",
+                    "kind": {"enum": list(PANEL_KINDS)},
+                    "series": {"list": "str"},
+                    "scale": {"enum": list(SCALES)},
+                    "metric": "str",
+                    "band": {"list": "str"},
+                    "dashed": {"list": "str"},
+                    "reference": "num",
+                },
+                "required": ["id", "kind", "series", "scale"],
+                "open": True,
+            }
+        },  # other keys dropped
         "checkpoint_schema": {"object": {"series": {"list": "str"}, "rows": "int"}, "required": []},  # {}: no history
     }
 
-    stream_id = traitlets.Unicode(help="Identifies the browser-side store shared by this widget's views.").tag(sync=True)
+    stream_id = traitlets.Unicode(help="Identifies the browser-side store shared by this widget's views.").tag(
+        sync=True
+    )
     title = traitlets.Unicode("Training monitor").tag(sync=True)
     x_label = traitlets.Unicode("step", help="Name of the x axis: 'step', or 'checkpoint' for replays.").tag(sync=True)
     layers = traitlets.List(traitlets.Unicode(), help="Layer names in display order.").tag(sync=True)
     panels = traitlets.List(traitlets.Dict(), help="Panel configurations, see DEFAULT_PANELS.").tag(sync=True)
-    checkpoint = traitlets.Bytes(b"", help="Whole history: steps float64, then each column float32 (LE).").tag(sync=True, data=True)
-    checkpoint_schema = traitlets.Dict(help="{'series': column names, 'rows': row count} of `checkpoint`.").tag(sync=True, data=True)
+    checkpoint = traitlets.Bytes(b"", help="Whole history: steps float64, then each column float32 (LE).").tag(
+        sync=True, data=True
+    )
+    checkpoint_schema = traitlets.Dict(help="{'series': column names, 'rows': row count} of `checkpoint`.").tag(
+        sync=True, data=True
+    )
 
     def __init__(
         self,
@@ -206,7 +227,7 @@ class MonitorWidget(InterpWidget):
         self._unsubscribe: Callable[[], None] | None = None
         super().__init__(
             stream_id=uuid.uuid4().hex, title=title, x_label=label, layers=layer_names, panels=configs, **kwargs
-        )  # fmt: skip
+        )
         if monitor is not None:
             self._backfill(monitor)
             self._unsubscribe = monitor.subscribe(self._record)
@@ -557,7 +578,9 @@ class MonitorWidget(InterpWidget):
             ).properties(width=2 * width + 40, height=max(40, 18 * len(layer_order)))  # fmt: skip
         y_scale = alt.Scale(type="log") if log else alt.Scale(zero=False)
         wanted = data["series"].isin(config["series"])
-        line_rows = data[wanted | ((data["metric"] == metric) & data["layer"].isin(layer_order))] if metric else data[wanted]
+        line_rows = (
+            data[wanted | ((data["metric"] == metric) & data["layer"].isin(layer_order))] if metric else data[wanted]
+        )
         if log:
             line_rows = line_rows[line_rows["value"] > 0]
         layers = []

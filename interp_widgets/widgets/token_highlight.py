@@ -22,9 +22,20 @@ import traitlets
 from interp_widgets.widgets._colour import MID, format_score, hex_colour, legend_stops, score_colours
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
-    ROLE_BACKGROUND, ROLE_COLOUR, ChatTurns, GroupedTokens, TokenScoresWidget, display_token, finite_max,
-    magnitude_ranks, role_piece, token_pieces, token_data, unit_sums,
+    ROLE_BACKGROUND,
+    ROLE_COLOUR,
+    ChatTurns,
+    GroupedTokens,
+    TokenScoresWidget,
+    display_token,
+    finite_max,
+    magnitude_ranks,
+    role_piece,
+    token_pieces,
+    token_data,
+    unit_sums,
 )
+
 
 class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
     """Tokens coloured by signed attribution, with a class selector, legend, tooltips and keyboard navigation.
@@ -52,14 +63,26 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
 
     _bundle = "token_highlight"
 
-    spaces_before = traitlets.List(traitlets.Unicode(), help="Original text between a token and the previous one.").tag(sync=True, data=True)
+    spaces_before = traitlets.List(traitlets.Unicode(), help="Original text between a token and the previous one.").tag(
+        sync=True, data=True
+    )
     target_labels = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    target_probs = traitlets.List(traitlets.Float(allow_none=True), help="Predicted probability per target, or empty.").tag(sync=True, data=True)
-    completeness_error = traitlets.List(traitlets.Float(allow_none=True), help="Per target, or empty.").tag(sync=True, data=True)
+    target_probs = traitlets.List(
+        traitlets.Float(allow_none=True), help="Predicted probability per target, or empty."
+    ).tag(sync=True, data=True)
+    completeness_error = traitlets.List(traitlets.Float(allow_none=True), help="Per target, or empty.").tag(
+        sync=True, data=True
+    )
     method = traitlets.Unicode("").tag(sync=True, data=True)
-    score_meaning = traitlets.Unicode("", help="What a score is, e.g. 'sum over embedding dimension (signed)'.").tag(sync=True, data=True)
-    signed = traitlets.Bool(True, help="Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.").tag(sync=True, data=True)
-    shared_scale = traitlets.Bool(False, help="One colour scale for all targets instead of one per target.").tag(sync=True)
+    score_meaning = traitlets.Unicode("", help="What a score is, e.g. 'sum over embedding dimension (signed)'.").tag(
+        sync=True, data=True
+    )
+    signed = traitlets.Bool(
+        True, help="Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one."
+    ).tag(sync=True, data=True)
+    shared_scale = traitlets.Bool(False, help="One colour scale for all targets instead of one per target.").tag(
+        sync=True
+    )
     high_contrast = traitlets.Bool(False, help="Stronger colours, black/white text and framed tokens.").tag(sync=True)
     selected_target = traitlets.Int(0, help="Row of scores on display; the class selector writes it.").tag(sync=True)
     show_special_tokens = traitlets.Bool(False).tag(sync=True)
@@ -76,7 +99,11 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         data = token_data(result)
         target = self._resolve_target(selected_target, data.target_labels, data.target_probs)
         super().__init__(
-            **data.to_traits(), selected_target=target, granularity=granularity, show_special_tokens=show_special_tokens, **kwargs
+            **data.to_traits(),
+            selected_target=target,
+            granularity=granularity,
+            show_special_tokens=show_special_tokens,
+            **kwargs,
         )
 
     @classmethod
@@ -154,7 +181,6 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
             raise ValueError(f"selected_target {proposal['value']} is out of range; there are {n} targets (0..{n - 1})")
         return proposal["value"]
 
-
     # ----------------------------------------------------------------- views of the state
 
     def units(self) -> list[list[int]]:
@@ -220,9 +246,11 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         for u, unit in enumerate(units):
             gap = self.spaces_before[unit[0]]
             if u in roles:
-                pieces.append(("<br>" if pieces else "") + f'<span style="background-color:{ROLE_BACKGROUND};color:'
-                              f'{ROLE_COLOUR};border-radius:3px;padding:1px 4px;font-size:12px;font-weight:bold">'
-                              f"{html.escape(roles[u])}</span> ")
+                pieces.append(
+                    ("<br>" if pieces else "") + f'<span style="background-color:{ROLE_BACKGROUND};color:'
+                    f'{ROLE_COLOUR};border-radius:3px;padding:1px 4px;font-size:12px;font-weight:bold">'
+                    f"{html.escape(roles[u])}</span> "
+                )
                 gap = gap.lstrip("\r\n")
             text = self._unit_text(unit)
             score = float(sums[u])
@@ -244,15 +272,19 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         prob = self.target_probs[target] if self.target_probs else None
         others = [
             f"{html.escape(other)}" + (f" ({100 * p:.1f}%)" if p is not None else "")
-            for i, (other, p) in enumerate(zip(self.target_labels, self.target_probs or [None] * len(self.target_labels)))
+            for i, (other, p) in enumerate(
+                zip(self.target_labels, self.target_probs or [None] * len(self.target_labels))
+            )
             if i != target
         ]
         header = f"class <b>{html.escape(label)}</b>" + (f" ({100 * prob:.1f}%)" if prob is not None else "")
         if others:
             header += " · other classes: " + ", ".join(others)
-        details = [f"method: {html.escape(self.method)}" if self.method else "",
-                   f"score: {html.escape(self.score_meaning)}" if self.score_meaning else "",
-                   f"granularity: {html.escape(self.granularity)}"]
+        details = [
+            f"method: {html.escape(self.method)}" if self.method else "",
+            f"score: {html.escape(self.score_meaning)}" if self.score_meaning else "",
+            f"granularity: {html.escape(self.granularity)}",
+        ]
         if self.completeness_error and self.completeness_error[target] is not None:
             details.append(f"completeness error: {format_score(self.completeness_error[target])}")
         stops = legend_stops() if self.signed else legend_stops()[2:]
@@ -261,9 +293,13 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
             for colour in stops
         )
         per = "" if self.granularity == "token" else f" (sum per {html.escape(self.granularity)})"
-        low, high = (format_score(-max_abs), format_score(max_abs, sign=True)) if self.signed else ("0", format_score(max_abs))
+        low, high = (
+            (format_score(-max_abs), format_score(max_abs, sign=True)) if self.signed else ("0", format_score(max_abs))
+        )
         meaning = "blue = negative, orange = positive, pale = near 0" if self.signed else "pale = 0, orange = large"
-        legend = f'<div style="margin-top:6px;font-size:12px">attribution{per}: {low} {swatches} {high} · {meaning}</div>'
+        legend = (
+            f'<div style="margin-top:6px;font-size:12px">attribution{per}: {low} {swatches} {high} · {meaning}</div>'
+        )
         return (
             '<div class="iw-static iw-token-highlight" style="font-family:system-ui,-apple-system,\'Segoe UI\','
             'sans-serif;font-size:14px;max-width:100%">'
@@ -285,14 +321,17 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         units, sums, max_abs = self.units(), self.unit_scores(), self.scale_max()
         target = self.selected_target
         probs = self.target_probs or [None] * len(self.target_labels)
-        classes = [f"{label}" + (f" ({100 * p:.1f}%)" if p is not None else "") for label, p in zip(self.target_labels, probs)]
+        classes = [
+            f"{label}" + (f" ({100 * p:.1f}%)" if p is not None else "") for label, p in zip(self.target_labels, probs)
+        ]
         figure = SvgFigure(label=f"Token attribution for class {self.target_labels[target]}")
         header = f"class {classes[target]}"
         others = [c for i, c in enumerate(classes) if i != target]
         figure.text(header + (" · other classes: " + ", ".join(others) if others else ""), bold=True)
-        pieces, omitted = token_pieces(self.tokens, self.spaces_before, units, sums, max_abs, self.signed,
-                                       special=self.special_mask)
-        roles = self.role_starts(units[:len(pieces)])
+        pieces, omitted = token_pieces(
+            self.tokens, self.spaces_before, units, sums, max_abs, self.signed, special=self.special_mask
+        )
+        roles = self.role_starts(units[: len(pieces)])
         for u in sorted(roles, reverse=True):  # a role label before each turn's first unit, on a line of its own
             pieces[u].gap = pieces[u].gap.lstrip("\r\n") or " "
             pieces.insert(u, role_piece(roles[u], first=u == 0))
@@ -300,7 +339,10 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         per = "" if self.granularity == "token" else f" (sum per {self.granularity})"
         scale = ", scale shared by all classes" if self.shared_scale else ""
         figure.legend(max_abs, signed=self.signed, title=f"attribution{per}{scale}")
-        details = [f"method: {self.method}" if self.method else "", f"score: {self.score_meaning}" if self.score_meaning else ""]
+        details = [
+            f"method: {self.method}" if self.method else "",
+            f"score: {self.score_meaning}" if self.score_meaning else "",
+        ]
         if self.completeness_error and self.completeness_error[target] is not None:
             details.append(f"completeness error: {format_score(self.completeness_error[target])}")
         if any(details):

@@ -46,7 +46,18 @@
  */
 
 import "./attention.css";
-import { combineHeads, decodeFloat16, denseFromTopK, gridCellAt, gridLayout, heatmapCellAt, lineSegments, nextFocus, paintWeights, weightRamp } from "./lib/attention_math.js";
+import {
+  combineHeads,
+  decodeFloat16,
+  denseFromTopK,
+  gridCellAt,
+  gridLayout,
+  heatmapCellAt,
+  lineSegments,
+  nextFocus,
+  paintWeights,
+  weightRamp,
+} from "./lib/attention_math.js";
 import { decodeArray } from "./lib/codec.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
@@ -57,12 +68,40 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change re-reads the data. @type {(keyof AttentionModel)[]} */
-const DATA_TRAITS = ["tokens", "key_tokens", "generated_mask", "n_layers", "n_heads", "n_kv_heads", "layer_names", "kind", "model_name", "thumbnails", "pinned", "pinned_keys", "pinned_weights", "pinned_top_k"];
+const DATA_TRAITS = [
+  "tokens",
+  "key_tokens",
+  "generated_mask",
+  "n_layers",
+  "n_heads",
+  "n_kv_heads",
+  "layer_names",
+  "kind",
+  "model_name",
+  "thumbnails",
+  "pinned",
+  "pinned_keys",
+  "pinned_weights",
+  "pinned_top_k",
+];
 /** Traits whose change only redraws. @type {(keyof AttentionModel)[]} */
 const VIEW_TRAITS = ["view", "layer", "heads", "aggregate", "pattern_style", "focus", "locked"];
 const CACHE = 24;
 const NO_KERNEL_MS = 2500;
-const HEAD_COLOURS = ["#e66101", "#5e3c99", "#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#1f78b4", "#b2df8a", "#fb9a99"];
+const HEAD_COLOURS = [
+  "#e66101",
+  "#5e3c99",
+  "#1b9e77",
+  "#d95f02",
+  "#7570b3",
+  "#e7298a",
+  "#66a61e",
+  "#e6ab02",
+  "#a6761d",
+  "#1f78b4",
+  "#b2df8a",
+  "#fb9a99",
+];
 const ROW = 16;
 /** Heatmap rows / columns at least this many CSS px get a tick label per token. */
 const TICK_ROW = 12;
@@ -79,11 +118,13 @@ export function readAttention(model) {
   const heads = model.get("n_heads");
   if (!(layers > 0 && heads > 0)) throw new RangeError(`the model has ${layers} layers and ${heads} heads`);
   const thumbs = decodeArray(model.get("thumbnails"));
-  if (thumbs.shape[0] !== layers || thumbs.shape[1] !== heads) throw new RangeError(`thumbnails have shape [${thumbs.shape}], expected [${layers}, ${heads}, s, s]`);
+  if (thumbs.shape[0] !== layers || thumbs.shape[1] !== heads)
+    throw new RangeError(`thumbnails have shape [${thumbs.shape}], expected [${layers}, ${heads}, s, s]`);
   const pinned = model.get("pinned") ?? [];
   const keys = decodeArray(model.get("pinned_keys"));
   const weights = decodeArray(model.get("pinned_weights"));
-  if (keys.shape[0] !== pinned.length || weights.shape[0] !== pinned.length) throw new RangeError(`pinned_keys/pinned_weights hold ${keys.shape[0]} heads, pinned lists ${pinned.length}`);
+  if (keys.shape[0] !== pinned.length || weights.shape[0] !== pinned.length)
+    throw new RangeError(`pinned_keys/pinned_weights hold ${keys.shape[0]} heads, pinned lists ${pinned.length}`);
   return {
     tokens, keyTokens, layers, heads, kvHeads: Math.max(1, model.get("n_kv_heads") || 1),
     layerNames: model.get("layer_names") ?? [], kind: model.get("kind") || "self", modelName: model.get("model_name") || "",
@@ -103,12 +144,44 @@ function renderAttention({ model, el, reportError }) {
   let lut = weightRamp(theme);
   let data = readAttention(model);
 
-  const viewButtons = ["head", "model"].map((v) => h("button", { type: "button", class: "iw-button", "data-view": v, "aria-pressed": "false" }, v === "head" ? "Head view" : "Model view"));
+  const viewButtons = ["head", "model"].map((v) =>
+    h(
+      "button",
+      { type: "button", class: "iw-button", "data-view": v, "aria-pressed": "false" },
+      v === "head" ? "Head view" : "Model view",
+    ),
+  );
   const layerSelect = h("select", { class: "iw-layer-select", "aria-label": "Layer" });
   const headBox = h("span", { class: "iw-heads", role: "group", "aria-label": "Heads, grouped by KV head" });
-  const aggButtons = ["mean", "max", "rollout"].map((a) => h("button", { type: "button", class: "iw-button", "data-aggregate": a, "aria-pressed": "false", title: a === "rollout" ? "attention rollout through layers 0..this one" : `${a} over the layer's heads` }, a));
-  const styleButtons = ["heatmap", "lines"].map((s) => h("button", { type: "button", class: "iw-button", "data-style": s, "aria-pressed": "false" }, s === "heatmap" ? "Heatmap" : "Lines"));
-  const pinButton = h("button", { type: "button", class: "iw-button iw-pin", title: "Keep this head in the saved notebook and exported page (top keys per query)" }, "Pin");
+  const aggButtons = ["mean", "max", "rollout"].map((a) =>
+    h(
+      "button",
+      {
+        type: "button",
+        class: "iw-button",
+        "data-aggregate": a,
+        "aria-pressed": "false",
+        title: a === "rollout" ? "attention rollout through layers 0..this one" : `${a} over the layer's heads`,
+      },
+      a,
+    ),
+  );
+  const styleButtons = ["heatmap", "lines"].map((s) =>
+    h(
+      "button",
+      { type: "button", class: "iw-button", "data-style": s, "aria-pressed": "false" },
+      s === "heatmap" ? "Heatmap" : "Lines",
+    ),
+  );
+  const pinButton = h(
+    "button",
+    {
+      type: "button",
+      class: "iw-button iw-pin",
+      title: "Keep this head in the saved notebook and exported page (top keys per query)",
+    },
+    "Pin",
+  );
   const toolbar = h("div", { class: "iw-toolbar" }, [
     h("span", { role: "group", "aria-label": "View" }, viewButtons),
     h("label", {}, ["layer ", layerSelect]),
@@ -119,13 +192,26 @@ function renderAttention({ model, el, reportError }) {
   ]);
   const status = h("div", { class: "iw-attn-status", "aria-live": "polite" });
   const note = h("div", { class: "iw-attn-note" });
-  const strip = h("div", { class: "iw-attn-tokens", role: "listbox", "aria-label": "Tokens: hover to focus, click to lock, click again or Esc to unlock", tabindex: 0 });
+  const strip = h("div", {
+    class: "iw-attn-tokens",
+    role: "listbox",
+    "aria-label": "Tokens: hover to focus, click to lock, click again or Esc to unlock",
+    tabindex: 0,
+  });
   const keyStrip = h("div", { class: "iw-attn-tokens iw-attn-keys", "aria-label": "Key tokens" });
   const panels = h("div", { class: "iw-attn-panels" });
   const modelCanvas = h("canvas", { class: "iw-attn-model", role: "img" });
   const modelAxes = h("div", { class: "iw-attn-model-axes" });
   const modelBox = h("div", { class: "iw-attn-model-box" }, [modelAxes, modelCanvas]);
-  const root = h("div", { class: "iw-root iw-attention", tabindex: -1 }, [toolbar, status, strip, keyStrip, panels, modelBox, note]);
+  const root = h("div", { class: "iw-root iw-attention", tabindex: -1 }, [
+    toolbar,
+    status,
+    strip,
+    keyStrip,
+    panels,
+    modelBox,
+    note,
+  ]);
   el.append(root);
   const tooltip = createTooltip(root);
 
@@ -159,7 +245,8 @@ function renderAttention({ model, el, reportError }) {
       // no kernel: the pinned heads and the no-kernel note take over
     }
   };
-  const pinnedIndex = (layer, head) => data.pinned.findIndex((p) => p.layer === layer && String(p.head) === String(head));
+  const pinnedIndex = (layer, head) =>
+    data.pinned.findIndex((p) => p.layer === layer && String(p.head) === String(head));
   /** The weights of (layer, head): exact from the kernel, else the pinned top-k, else null (requested). */
   function pattern(layer, head) {
     const key = patternKey(layer, head);
@@ -173,7 +260,20 @@ function renderAttention({ model, el, reportError }) {
     }
     const p = pinnedIndex(layer, head);
     if (p < 0) return null;
-    if (!pinnedDense.has(key)) pinnedDense.set(key, { values: denseFromTopK(data.keys.values, data.weights.values, p, data.tokens.length, data.keys.shape[2], data.keyTokens.length), tq: data.tokens.length, tk: data.keyTokens.length, exact: false });
+    if (!pinnedDense.has(key))
+      pinnedDense.set(key, {
+        values: denseFromTopK(
+          data.keys.values,
+          data.weights.values,
+          p,
+          data.tokens.length,
+          data.keys.shape[2],
+          data.keyTokens.length,
+        ),
+        tq: data.tokens.length,
+        tk: data.keyTokens.length,
+        exact: false,
+      });
     return pinnedDense.get(key);
   }
 
@@ -198,7 +298,10 @@ function renderAttention({ model, el, reportError }) {
   });
   model.on("msg:custom", onMessage);
 
-  const headLabel = (head) => (typeof head === "string" ? `${head} of layer` : `head ${head} (KV ${Math.floor(head / Math.max(1, Math.floor(data.heads / data.kvHeads)))})`);
+  const headLabel = (head) =>
+    typeof head === "string"
+      ? `${head} of layer`
+      : `head ${head} (KV ${Math.floor(head / Math.max(1, Math.floor(data.heads / data.kvHeads)))})`;
   const currentHeads = () => {
     const agg = model.get("aggregate");
     if (agg) return [agg];
@@ -207,21 +310,36 @@ function renderAttention({ model, el, reportError }) {
   };
 
   function buildControls() {
-    layerSelect.replaceChildren(...Array.from({ length: data.layers }, (_, l) => h("option", { value: l }, `${l}${data.layerNames[l] ? ` · ${data.layerNames[l]}` : ""}`)));
+    layerSelect.replaceChildren(
+      ...Array.from({ length: data.layers }, (_, l) =>
+        h("option", { value: l }, `${l}${data.layerNames[l] ? ` · ${data.layerNames[l]}` : ""}`),
+      ),
+    );
     const perGroup = Math.max(1, Math.floor(data.heads / data.kvHeads));
     const groups = [];
     for (let g = 0; g < data.kvHeads; g += 1) {
       const boxes = [];
       for (let hd = g * perGroup; hd < Math.min(data.heads, (g + 1) * perGroup); hd += 1) {
-        boxes.push(h("label", { class: "iw-head-choice", style: `--iw-head:${HEAD_COLOURS[hd % HEAD_COLOURS.length]}` }, [h("input", { type: "checkbox", "data-head": hd, "aria-label": `head ${hd}` }), String(hd)]));
+        boxes.push(
+          h("label", { class: "iw-head-choice", style: `--iw-head:${HEAD_COLOURS[hd % HEAD_COLOURS.length]}` }, [
+            h("input", { type: "checkbox", "data-head": hd, "aria-label": `head ${hd}` }),
+            String(hd),
+          ]),
+        );
       }
-      groups.push(h("span", { class: "iw-kv-group", title: `query heads reading KV head ${g}` }, [h("span", { class: "iw-kv-label" }, data.kvHeads < data.heads ? `KV ${g}:` : ""), ...boxes]));
+      groups.push(
+        h("span", { class: "iw-kv-group", title: `query heads reading KV head ${g}` }, [
+          h("span", { class: "iw-kv-label" }, data.kvHeads < data.heads ? `KV ${g}:` : ""),
+          ...boxes,
+        ]),
+      );
     }
     headBox.replaceChildren(h("span", { class: "iw-kv-label" }, "heads "), ...groups);
   }
 
   function buildTokens() {
-    const make = (tokens, cls) => tokens.map((t, i) => h("span", { class: cls, "data-index": i, role: "option" }, displayToken(t)));
+    const make = (tokens, cls) =>
+      tokens.map((t, i) => h("span", { class: cls, "data-index": i, role: "option" }, displayToken(t)));
     spans = make(data.tokens, "iw-attn-token");
     tokensPainted = false;
     focusedSpan = null;
@@ -230,7 +348,11 @@ function renderAttention({ model, el, reportError }) {
     const cross = data.kind === "cross";
     keyStrip.hidden = !cross;
     keySpans = cross ? make(data.keyTokens, "iw-attn-token iw-attn-key") : spans;
-    if (cross) keyStrip.replaceChildren(h("span", { class: "iw-kv-label" }, "keys: "), ...keySpans.flatMap((s, i) => (i ? [" ", s] : [s])));
+    if (cross)
+      keyStrip.replaceChildren(
+        h("span", { class: "iw-kv-label" }, "keys: "),
+        ...keySpans.flatMap((s, i) => (i ? [" ", s] : [s])),
+      );
   }
 
   /** Colour the key tokens by the focused query's weights (mean over the heads shown). */
@@ -239,7 +361,13 @@ function renderAttention({ model, el, reportError }) {
   function paintTokens() {
     const focus = model.get("focus");
     const ready = shown.filter((s) => s.values);
-    const row = focus >= 0 && ready.length ? combineHeads(ready.map((s) => s.values.subarray(focus * s.tk, (focus + 1) * s.tk)), "mean") : null;
+    const row =
+      focus >= 0 && ready.length
+        ? combineHeads(
+            ready.map((s) => s.values.subarray(focus * s.tk, (focus + 1) * s.tk)),
+            "mean",
+          )
+        : null;
     let max = 0;
     if (row) for (let k = 0; k < row.length; k += 1) max = Math.max(max, row[k]);
     if (focusedSpan !== (spans[focus] ?? null)) {
@@ -276,7 +404,8 @@ function renderAttention({ model, el, reportError }) {
 
   /** One head's heatmap: queries down, keys across, with axis titles (and a label per token when they fit). */
   function drawHeatmap(panel, entry, slot) {
-    const canvas = heatmapCanvases[slot] ?? (heatmapCanvases[slot] = h("canvas", { class: "iw-attn-heatmap", role: "img" }));
+    const canvas =
+      heatmapCanvases[slot] ?? (heatmapCanvases[slot] = h("canvas", { class: "iw-attn-heatmap", role: "img" }));
     if (canvas.width !== entry.tk) canvas.width = entry.tk;
     if (canvas.height !== entry.tq) canvas.height = entry.tq;
     canvas.setAttribute("aria-label", `${panel.label}: queries (rows) by keys (columns)`);
@@ -319,9 +448,20 @@ function renderAttention({ model, el, reportError }) {
     const rows = Math.max(tq, tk);
     const width = 180;
     const canvas = h("canvas", { class: "iw-attn-lines", width, height: rows * ROW });
-    const left = h("div", { class: "iw-attn-col" }, data.tokens.map((t, i) => h("div", { class: "iw-attn-row", "data-index": i }, displayToken(t))));
-    const right = h("div", { class: "iw-attn-col" }, data.keyTokens.map((t) => h("div", { class: "iw-attn-row" }, displayToken(t))));
-    const header = h("div", { class: "iw-attn-linesheader" }, [h("span", { class: "iw-attn-axis" }, "queries"), h("span", { class: "iw-attn-axis" }, "keys")]);
+    const left = h(
+      "div",
+      { class: "iw-attn-col" },
+      data.tokens.map((t, i) => h("div", { class: "iw-attn-row", "data-index": i }, displayToken(t))),
+    );
+    const right = h(
+      "div",
+      { class: "iw-attn-col" },
+      data.keyTokens.map((t) => h("div", { class: "iw-attn-row" }, displayToken(t))),
+    );
+    const header = h("div", { class: "iw-attn-linesheader" }, [
+      h("span", { class: "iw-attn-axis" }, "queries"),
+      h("span", { class: "iw-attn-axis" }, "keys"),
+    ]);
     const ctx = canvas.getContext?.("2d");
     const focus = model.get("focus");
     let drawn = 0;
@@ -342,8 +482,22 @@ function renderAttention({ model, el, reportError }) {
     }
     canvas.dataset.lines = String(drawn);
     const box = h("div", { class: "iw-attn-linesbox" }, [left, canvas, right]);
-    const caption = h("div", { class: "iw-attn-linescaption" }, `layer ${model.get("layer")}${data.layerNames[model.get("layer")] ? ` (${data.layerNames[model.get("layer")]})` : ""}, ${entries.map((e) => headLabel(e.head)).join(", ")}`);
-    if (focus < 0 && tq > 200) return [caption, h("div", { class: "iw-attn-hint" }, `Hover or click a token to draw its lines (${tq} queries are too many to draw at once).`), header, box];
+    const caption = h(
+      "div",
+      { class: "iw-attn-linescaption" },
+      `layer ${model.get("layer")}${data.layerNames[model.get("layer")] ? ` (${data.layerNames[model.get("layer")]})` : ""}, ${entries.map((e) => headLabel(e.head)).join(", ")}`,
+    );
+    if (focus < 0 && tq > 200)
+      return [
+        caption,
+        h(
+          "div",
+          { class: "iw-attn-hint" },
+          `Hover or click a token to draw its lines (${tq} queries are too many to draw at once).`,
+        ),
+        header,
+        box,
+      ];
     return [caption, header, box];
   }
 
@@ -352,7 +506,12 @@ function renderAttention({ model, el, reportError }) {
     const heads = currentHeads();
     shown = heads.map((head) => {
       const entry = pattern(layer, head);
-      return { label: `layer ${layer}${data.layerNames[layer] ? ` (${data.layerNames[layer]})` : ""}, ${headLabel(head)}`, head, entry, ...(entry ?? { values: null, tq: 0, tk: 0, exact: false }) };
+      return {
+        label: `layer ${layer}${data.layerNames[layer] ? ` (${data.layerNames[layer]})` : ""}, ${headLabel(head)}`,
+        head,
+        entry,
+        ...(entry ?? { values: null, tq: 0, tk: 0, exact: false }),
+      };
     });
     const ready = shown.filter((s) => s.values);
     if (model.get("pattern_style") === "lines" && ready.length) {
@@ -365,9 +524,13 @@ function renderAttention({ model, el, reportError }) {
     }
     const missing = shown.length - ready.length;
     const focus = model.get("focus");
-    const focusText = focus >= 0 ? ` Focus: ${quoteToken(data.tokens[focus])} (#${focus})${model.get("locked") ? ", locked (click it again or press Esc to unlock)" : ""}.` : " Hover a token to focus it, click to lock.";
+    const focusText =
+      focus >= 0
+        ? ` Focus: ${quoteToken(data.tokens[focus])} (#${focus})${model.get("locked") ? ", locked (click it again or press Esc to unlock)" : ""}.`
+        : " Hover a token to focus it, click to lock.";
     status.textContent = `${data.kind} attention, layer ${layer} of ${data.layers}, ${heads.map(headLabel).join(", ")}${missing ? ` (${missing} loading)` : ""}.${focusText}`;
-    if (ready.length === shown.length && !el.dataset.firstPaintMs) el.dataset.firstPaintMs = (performance.now() - started).toFixed(1);
+    if (ready.length === shown.length && !el.dataset.firstPaintMs)
+      el.dataset.firstPaintMs = (performance.now() - started).toFixed(1);
     paintTokens();
   }
 
@@ -404,7 +567,8 @@ function renderAttention({ model, el, reportError }) {
     }
     const layer = model.get("layer");
     ctx.strokeStyle = theme === "dark" ? "#fff" : "#000";
-    for (const hd of currentHeads()) if (typeof hd === "number") ctx.strokeRect(grid.x(hd) - 1, grid.y(layer) - 1, cell + 2, cell + 2);
+    for (const hd of currentHeads())
+      if (typeof hd === "number") ctx.strokeRect(grid.x(hd) - 1, grid.y(layer) - 1, cell + 2, cell + 2);
     status.textContent = `Model view: ${data.layers} layers × ${data.heads} heads (${data.kvHeads} KV heads), each head max-pooled to ${s} × ${s}. Click a head to open it.`;
   }
 
@@ -415,13 +579,17 @@ function renderAttention({ model, el, reportError }) {
     layerSelect.value = String(model.get("layer"));
     const agg = model.get("aggregate");
     aggButtons.forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.aggregate === agg)));
-    styleButtons.forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.style === (model.get("pattern_style") || "heatmap"))));
+    styleButtons.forEach((b) =>
+      b.setAttribute("aria-pressed", String(b.dataset.style === (model.get("pattern_style") || "heatmap"))),
+    );
     const heads = new Set(agg ? [] : currentHeads());
     for (const box of headBox.querySelectorAll("input[data-head]")) box.checked = heads.has(Number(box.dataset.head));
     const pinnedNow = pinnedIndex(model.get("layer"), currentHeads()[0]) >= 0 && currentHeads().length === 1;
     pinButton.textContent = pinnedNow ? "Unpin" : "Pin";
     pinButton.disabled = currentHeads().length !== 1;
-    const list = data.pinned.map((p) => `layer ${p.layer} ${typeof p.head === "string" ? p.head : `head ${p.head}`}`).join(", ");
+    const list = data.pinned
+      .map((p) => `layer ${p.layer} ${typeof p.head === "string" ? p.head : `head ${p.head}`}`)
+      .join(", ");
     note.textContent = `Saved notebooks and exported pages keep only the pinned heads, as their top ${data.topK} keys per query (other weights dropped), plus the model-view thumbnails. Pinned: ${list || "none"}.${noKernel ? " No kernel is answering, so only pinned heads can be shown." : ""}`;
     panels.hidden = strip.hidden = view !== "head";
     keyStrip.hidden = view !== "head" || data.kind !== "cross";
@@ -448,7 +616,8 @@ function renderAttention({ model, el, reportError }) {
     if (next.focus !== model.get("focus") || next.locked !== Boolean(model.get("locked"))) save(next);
   };
   const tokenOf = (event) => {
-    const span = event.target instanceof Element ? event.target.closest(".iw-attn-token, .iw-attn-row[data-index]") : null;
+    const span =
+      event.target instanceof Element ? event.target.closest(".iw-attn-token, .iw-attn-row[data-index]") : null;
     return span && !span.classList.contains("iw-attn-key") ? Number(span.dataset.index) : -1;
   };
   const onHover = safely((event) => {
@@ -463,7 +632,10 @@ function renderAttention({ model, el, reportError }) {
     box.addEventListener("mouseover", onHover);
     box.addEventListener("click", onClick);
   }
-  strip.addEventListener("mouseleave", safely(() => setFocus({ type: "leave" })));
+  strip.addEventListener(
+    "mouseleave",
+    safely(() => setFocus({ type: "leave" })),
+  );
   root.addEventListener("keydown", safely((event) => {
     if (event.key !== "Escape") return;
     setFocus({ type: "escape" });
@@ -471,12 +643,19 @@ function renderAttention({ model, el, reportError }) {
     event.preventDefault();
   })); // prettier-ignore
   const heatmapEvent = (event) => {
-    const canvas = event.target instanceof HTMLCanvasElement && event.target.classList.contains("iw-attn-heatmap") ? event.target : null;
+    const canvas =
+      event.target instanceof HTMLCanvasElement && event.target.classList.contains("iw-attn-heatmap")
+        ? event.target
+        : null;
     if (!canvas) return null;
     const box = canvas.getBoundingClientRect();
     const entry = shown.find((s) => String(s.head) === canvas.dataset.head);
     if (!entry?.values || !box.width) return null;
-    const cell = heatmapCellAt(((event.clientX - box.left) / box.width) * entry.tk, ((event.clientY - box.top) / box.height) * entry.tq, { tq: entry.tq, tk: entry.tk, scale: 1 });
+    const cell = heatmapCellAt(
+      ((event.clientX - box.left) / box.width) * entry.tk,
+      ((event.clientY - box.top) / box.height) * entry.tq,
+      { tq: entry.tq, tk: entry.tk, scale: 1 },
+    );
     return cell && { canvas, entry, cell };
   };
   panels.addEventListener("mousemove", safely((event) => {
@@ -501,10 +680,28 @@ function renderAttention({ model, el, reportError }) {
     if (!cell) return tooltip.hide();
     tooltip.show(modelCanvas, [["layer", String(cell.layer)], ["head", headLabel(cell.head)]]);
   })); // prettier-ignore
-  viewButtons.forEach((b) => b.addEventListener("click", safely(() => save({ view: b.dataset.view }))));
-  styleButtons.forEach((b) => b.addEventListener("click", safely(() => save({ pattern_style: b.dataset.style }))));
-  aggButtons.forEach((b) => b.addEventListener("click", safely(() => save({ aggregate: model.get("aggregate") === b.dataset.aggregate ? "" : b.dataset.aggregate }))));
-  layerSelect.addEventListener("change", safely(() => save({ layer: Number(layerSelect.value) })));
+  viewButtons.forEach((b) =>
+    b.addEventListener(
+      "click",
+      safely(() => save({ view: b.dataset.view })),
+    ),
+  );
+  styleButtons.forEach((b) =>
+    b.addEventListener(
+      "click",
+      safely(() => save({ pattern_style: b.dataset.style })),
+    ),
+  );
+  aggButtons.forEach((b) =>
+    b.addEventListener(
+      "click",
+      safely(() => save({ aggregate: model.get("aggregate") === b.dataset.aggregate ? "" : b.dataset.aggregate })),
+    ),
+  );
+  layerSelect.addEventListener(
+    "change",
+    safely(() => save({ layer: Number(layerSelect.value) })),
+  );
   headBox.addEventListener("change", safely((event) => {
     const box = event.target;
     if (!(box instanceof HTMLInputElement) || box.dataset.head === undefined) return;
@@ -523,11 +720,22 @@ function renderAttention({ model, el, reportError }) {
   // an HTML page (the picture, and each query's top keys as a table); token text goes in as text, never markup
   const exportHeads = () => shown.filter((s) => s.values);
   const exportHeader = ["layer", "layer_name", "head", "source", "query", "query_token", "key", "key_token", "weight"];
-  const exportRow = (s, q, k) => [model.get("layer"), data.layerNames[model.get("layer")] ?? "", String(s.head), s.exact ? "kernel" : `pinned top-${data.topK}`, q, data.tokens[q], k, data.keyTokens[k], s.values[q * s.tk + k]];
+  const exportRow = (s, q, k) => [
+    model.get("layer"),
+    data.layerNames[model.get("layer")] ?? "",
+    String(s.head),
+    s.exact ? "kernel" : `pinned top-${data.topK}`,
+    q,
+    data.tokens[q],
+    k,
+    data.keyTokens[k],
+    s.values[q * s.tk + k],
+  ];
   const csvRows = () => {
     const rows = [exportHeader];
     for (const s of exportHeads()) {
-      for (let q = 0; q < s.tq; q += 1) for (let k = 0; k < s.tk; k += 1) if (s.values[q * s.tk + k] > 0) rows.push(exportRow(s, q, k));
+      for (let q = 0; q < s.tq; q += 1)
+        for (let k = 0; k < s.tk; k += 1) if (s.values[q * s.tk + k] > 0) rows.push(exportRow(s, q, k));
     }
     return rows;
   };
@@ -545,8 +753,11 @@ function renderAttention({ model, el, reportError }) {
     }
     return rows;
   };
-  const exportTitle = () => `${data.kind} attention${data.modelName ? ` of ${data.modelName}` : ""}: layer ${model.get("layer")}, ${currentHeads().map(headLabel).join(", ")}${model.get("view") === "model" ? " (model view)" : ""}`;
-  toolbar.append(createExportMenu({ name: "attention", root, rows: csvRows, tableRows, title: exportTitle, reportError }));
+  const exportTitle = () =>
+    `${data.kind} attention${data.modelName ? ` of ${data.modelName}` : ""}: layer ${model.get("layer")}, ${currentHeads().map(headLabel).join(", ")}${model.get("view") === "model" ? " (model view)" : ""}`;
+  toolbar.append(
+    createExportMenu({ name: "attention", root, rows: csvRows, tableRows, title: exportTitle, reportError }),
+  );
 
   const onData = () => request(2);
   const onView = () => request(1);

@@ -68,7 +68,25 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change redraws. @type {(keyof ComparisonModel)[]} */
-const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "scores", "methods", "signed", "target_label", "agreements", "agreement_by", "granularity", "shared_scale", "encoding", "high_contrast"];
+const TRAITS = [
+  "tokens",
+  "spaces_before",
+  "special_mask",
+  "word_ids",
+  "sentence_ids",
+  "turn_ids",
+  "turn_roles",
+  "scores",
+  "methods",
+  "signed",
+  "target_label",
+  "agreements",
+  "agreement_by",
+  "granularity",
+  "shared_scale",
+  "encoding",
+  "high_contrast",
+];
 
 /** @param {AnyModel<ComparisonModel>} model */
 function readComparison(model) {
@@ -78,7 +96,9 @@ function readComparison(model) {
   if (n === 0) throw new RangeError("there are no tokens to display");
   const scores = decodeArray(model.get("scores"));
   if (scores.shape[0] !== methods.length || scores.shape[1] !== n) {
-    throw new RangeError(`scores have shape [${scores.shape.join(", ")}], expected [${methods.length} methods, ${n} tokens]`);
+    throw new RangeError(
+      `scores have shape [${scores.shape.join(", ")}], expected [${methods.length} methods, ${n} tokens]`,
+    );
   }
   const perToken = (name) => {
     const { values } = decodeArray(model.get(name));
@@ -115,7 +135,8 @@ function renderComparison({ model, el, reportError }) {
   let data = null;
   let view = null; // {units, sums (per method), runs (token run per method), granularity, linked (unit)}
 
-  const scoreText = (m, value) => (Number.isNaN(value) ? "not seen" : formatScore(value, { digits: 4, sign: data.signed[m] }));
+  const scoreText = (m, value) =>
+    Number.isNaN(value) ? "not seen" : formatScore(value, { digits: 4, sign: data.signed[m] });
   const textOf = (unit) => unitText(unit, data.tokens, data.spaces);
 
   function draw() {
@@ -134,7 +155,8 @@ function renderComparison({ model, el, reportError }) {
     root.classList.toggle("iw-high-contrast", boost);
     sharedToggle.checked = shared;
     const choices = data.roles.length || chosen === "turn" ? [...GRANULARITIES, "turn"] : GRANULARITIES;
-    if (granularity.options.length !== choices.length) granularity.replaceChildren(...choices.map((g) => h("option", { value: g }, g)));
+    if (granularity.options.length !== choices.length)
+      granularity.replaceChildren(...choices.map((g) => h("option", { value: g }, g)));
     granularity.value = chosen;
     const per = chosen === "token" ? "" : ` \u00b7 sum per ${chosen}`;
     heading.textContent = `${data.methods.length} methods explaining ${quoteToken(model.get("target_label") ?? "")}${shared ? " \u00b7 shared scale" : " \u00b7 scale per method"}${per}`;
@@ -196,7 +218,10 @@ function renderComparison({ model, el, reportError }) {
     const u = Number(span.dataset.unit);
     const unit = view.units[u];
     linkHover(unit[0]);
-    const rows = [[view.granularity, quoteToken(textOf(unit))], ...data.methods.map((method, m) => [method, scoreText(m, view.sums[m][u])])];
+    const rows = [
+      [view.granularity, quoteToken(textOf(unit))],
+      ...data.methods.map((method, m) => [method, scoreText(m, view.sums[m][u])]),
+    ];
     if (unit.length > 1) rows.push(["sum of", `${unit.length} tokens`]);
     tooltip.show(span, rows);
     return unit[0];
@@ -245,13 +270,28 @@ function renderComparison({ model, el, reportError }) {
     next.tabIndex = 0;
     next.focus();
   })); // prettier-ignore
-  sharedToggle.addEventListener("change", safely(() => save({ shared_scale: sharedToggle.checked })));
-  granularity.addEventListener("change", safely(() => save({ granularity: granularity.value })));
+  sharedToggle.addEventListener(
+    "change",
+    safely(() => save({ shared_scale: sharedToggle.checked })),
+  );
+  granularity.addEventListener(
+    "change",
+    safely(() => save({ granularity: granularity.value })),
+  );
   const csvRows = () => [
     ["position", view.granularity, "start_token", ...data.methods],
     ...view.units.map((unit, u) => [u, textOf(unit), unit[0], ...view.sums.map((row) => row[u])]),
   ];
-  toolbar.append(createExportMenu({ name: "method-comparison", root, rows: csvRows, prepare: () => view.runs.forEach((run) => run.finish()), title: () => `Method comparison: ${model.get("target_label")}`, reportError }));
+  toolbar.append(
+    createExportMenu({
+      name: "method-comparison",
+      root,
+      rows: csvRows,
+      prepare: () => view.runs.forEach((run) => run.finish()),
+      title: () => `Method comparison: ${model.get("target_label")}`,
+      reportError,
+    }),
+  );
 
   const request = coalesce(draw);
   const onHover = safely(() => linkHover(model.get("hovered_token")));

@@ -97,10 +97,53 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change redraws. @type {(keyof ConceptBrowserModel)[]} */
-const TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "sort_by", "descending", "search", "hide_dead", "page", "page_size", "selected_concept", "details", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "selected_text", "selected_token", "text_mode", "attribution_method"];
+const TRAITS = [
+  "method",
+  "layer",
+  "n_rows",
+  "labels",
+  "top_tokens",
+  "density",
+  "max_activation",
+  "importance",
+  "importance_label",
+  "sort_by",
+  "descending",
+  "search",
+  "hide_dead",
+  "page",
+  "page_size",
+  "selected_concept",
+  "details",
+  "text_tokens",
+  "text_gaps",
+  "text_top_concepts",
+  "text_top_values",
+  "selected_text",
+  "selected_token",
+  "text_mode",
+  "attribution_method",
+];
 /** Traits readConcepts decodes: a change of any of them decodes again. */
-const DATA_TRAITS = ["labels", "top_tokens", "density", "max_activation", "importance", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values"];
-const SORT_KEYS = { index: "concept id", label: "label", density: "density", max: "max activation", importance: "importance", abs_importance: "|importance|" };
+const DATA_TRAITS = [
+  "labels",
+  "top_tokens",
+  "density",
+  "max_activation",
+  "importance",
+  "text_tokens",
+  "text_gaps",
+  "text_top_concepts",
+  "text_top_values",
+];
+const SORT_KEYS = {
+  index: "concept id",
+  label: "label",
+  density: "density",
+  max: "max activation",
+  importance: "importance",
+  abs_importance: "|importance|",
+};
 /** Milliseconds to wait for requested details before saying the kernel is busy or gone. */
 export const BUSY_AFTER = 3000;
 const svg = (tag, attrs = {}) => {
@@ -114,7 +157,10 @@ const svg = (tag, attrs = {}) => {
  * ConceptBrowser.visible_order() in Python. `haystack` (optional, from searchText) holds each concept's lower-cased
  * label and top tokens, so that a keystroke over 16k concepts does not lower-case them again.
  */
-export function visibleConcepts({ labels, topTokens, density, maxActivation, importance, haystack }, { sortBy, descending, search, hideDead }) {
+export function visibleConcepts(
+  { labels, topTokens, density, maxActivation, importance, haystack },
+  { sortBy, descending, search, hideDead },
+) {
   const needle = (search ?? "").toLowerCase();
   const ranked = {
     index: null,
@@ -127,7 +173,8 @@ export function visibleConcepts({ labels, topTokens, density, maxActivation, imp
     importance: () => (c) => (importance ? importance[c] : NaN),
     abs_importance: () => (c) => (importance ? Math.abs(importance[c]) : NaN),
   };
-  if (!(sortBy in ranked)) throw new RangeError(`unknown sort key "${sortBy}"; use ${Object.keys(SORT_KEYS).join(", ")}`);
+  if (!(sortBy in ranked))
+    throw new RangeError(`unknown sort key "${sortBy}"; use ${Object.keys(SORT_KEYS).join(", ")}`);
   const text = haystack ?? searchText(labels, topTokens);
   const keep = [];
   for (let c = 0; c < labels.length; c += 1) {
@@ -152,7 +199,8 @@ export function searchText(labels, topTokens) {
  */
 export function histogramSvg(edges, counts, { width = 320, height = 110, label = "activation histogram" } = {}) {
   const n = counts.length;
-  if (edges.length !== n + 1) throw new RangeError(`histogram needs ${n + 1} edges for ${n} counts, got ${edges.length}`);
+  if (edges.length !== n + 1)
+    throw new RangeError(`histogram needs ${n + 1} edges for ${n} counts, got ${edges.length}`);
   const top = Math.max(1, ...Array.from(counts));
   const total = Array.from(counts).reduce((a, b) => a + b, 0);
   const [left, bottom, plotH] = [36, 18, height - 26];
@@ -161,7 +209,14 @@ export function histogramSvg(edges, counts, { width = 320, height = 110, label =
     "aria-label": `${label}: ${total} active rows in ${n} bins from ${formatScore(edges[0])} to ${formatScore(edges[n])}, tallest bin ${top}` }); // prettier-ignore
   for (let i = 0; i < n; i += 1) {
     const barH = (counts[i] / top) * plotH;
-    const bar = svg("rect", { class: "iw-hist-bar", x: (left + (i * plotW) / n).toFixed(1), y: (6 + plotH - barH).toFixed(1), width: Math.max(0.5, plotW / n - 1).toFixed(1), height: barH.toFixed(1), "data-count": counts[i] });
+    const bar = svg("rect", {
+      class: "iw-hist-bar",
+      x: (left + (i * plotW) / n).toFixed(1),
+      y: (6 + plotH - barH).toFixed(1),
+      width: Math.max(0.5, plotW / n - 1).toFixed(1),
+      height: barH.toFixed(1),
+      "data-count": counts[i],
+    });
     const title = svg("title");
     title.textContent = `${formatScore(edges[i])} to ${formatScore(edges[i + 1])}: ${counts[i]} rows`;
     bar.append(title);
@@ -194,7 +249,8 @@ function readConcepts(model) {
     const payload = model.get(name);
     if (!payload || !payload.data) return null;
     const { values } = decodeArray(payload);
-    if (values.length !== labels.length) throw new RangeError(`${name} needs ${labels.length} values (one per concept), got ${values.length}`);
+    if (values.length !== labels.length)
+      throw new RangeError(`${name} needs ${labels.length} values (one per concept), got ${values.length}`);
     return values;
   };
   const tokens = model.get("text_tokens") ?? [];
@@ -218,7 +274,12 @@ function readConcepts(model) {
 function renderBrowser({ model, el, reportError }) {
   const doc = el.ownerDocument;
   const root = h("div", { class: "iw-root iw-concepts" });
-  const searchBox = h("input", { type: "search", class: "iw-concept-search", placeholder: "label or token", "aria-label": "Search concepts by label or top token" });
+  const searchBox = h("input", {
+    type: "search",
+    class: "iw-concept-search",
+    placeholder: "label or token",
+    "aria-label": "Search concepts by label or top token",
+  });
   const sortSelect = h("select", { class: "iw-sort-select" });
   const orderToggle = h("input", { type: "checkbox", class: "iw-descending-toggle" });
   const deadToggle = h("input", { type: "checkbox", class: "iw-dead-toggle" });
@@ -255,34 +316,65 @@ function renderBrowser({ model, el, reportError }) {
   function conceptItem(c, selected) {
     const imp = data.importance ? data.importance[c] : NaN;
     const dead = data.density[c] === 0;
-    const chip = h("span", { class: "iw-concept-importance" }, Number.isNaN(imp) ? "" : formatScore(imp, { sign: true }));
+    const chip = h(
+      "span",
+      { class: "iw-concept-importance" },
+      Number.isNaN(imp) ? "" : formatScore(imp, { sign: true }),
+    );
     if (!Number.isNaN(imp)) paintToken(chip, imp, importanceMax(), { theme, signed: true });
-    return h("li", { class: "iw-concept", role: "option", tabindex: selected ? 0 : -1, "data-concept": c, "aria-selected": String(selected),
-      "aria-label": `Concept ${c}: ${data.labels[c]}, density ${formatScore(data.density[c])}${dead ? ", dead" : ""}${Number.isNaN(imp) ? "" : `, importance ${formatScore(imp)}`}` }, [ // prettier-ignore
-      h("span", { class: "iw-concept-id" }, `#${c}`),
-      h("span", { class: "iw-concept-label" }, (model.get("details") ?? {})[String(c)]?.label || data.labels[c] || (dead ? "(never fired)" : "")),
-      chip,
-      h("span", { class: "iw-concept-density", title: "fraction of rows where the concept is active" }, formatScore(data.density[c])),
-      dead ? h("span", { class: "iw-concept-dead" }, "dead") : "",
-      h("span", { class: "iw-concept-tokens" }, data.topTokens[c].map(displayToken).join(" \u00b7 ")),
-    ]);
+    return h(
+      "li",
+      {
+        class: "iw-concept",
+        role: "option",
+        tabindex: selected ? 0 : -1,
+        "data-concept": c,
+        "aria-selected": String(selected),
+        "aria-label": `Concept ${c}: ${data.labels[c]}, density ${formatScore(data.density[c])}${dead ? ", dead" : ""}${Number.isNaN(imp) ? "" : `, importance ${formatScore(imp)}`}`,
+      },
+      [
+        // prettier-ignore
+        h("span", { class: "iw-concept-id" }, `#${c}`),
+        h(
+          "span",
+          { class: "iw-concept-label" },
+          (model.get("details") ?? {})[String(c)]?.label || data.labels[c] || (dead ? "(never fired)" : ""),
+        ),
+        chip,
+        h(
+          "span",
+          { class: "iw-concept-density", title: "fraction of rows where the concept is active" },
+          formatScore(data.density[c]),
+        ),
+        dead ? h("span", { class: "iw-concept-dead" }, "dead") : "",
+        h("span", { class: "iw-concept-tokens" }, data.topTokens[c].map(displayToken).join(" \u00b7 ")),
+      ],
+    );
   }
 
   const deadCount = () => Array.from(data.density).filter((v) => v === 0).length;
   let impMax = null;
   const importanceMax = () => {
-    if (impMax === null) impMax = data.importance ? Math.max(0, ...Array.from(data.importance).filter(Number.isFinite).map(Math.abs)) : 0;
+    if (impMax === null)
+      impMax = data.importance ? Math.max(0, ...Array.from(data.importance).filter(Number.isFinite).map(Math.abs)) : 0;
     return impMax;
   };
 
   function contextLine(example, max) {
     const line = h("div", { class: "iw-tokens iw-context" });
     example.tokens.forEach((text, k) => {
-      const span = h("span", { class: k === example.center ? "iw-token iw-center" : "iw-token", "data-value": example.activations[k] }, displayToken(text));
+      const span = h(
+        "span",
+        { class: k === example.center ? "iw-token iw-center" : "iw-token", "data-value": example.activations[k] },
+        displayToken(text),
+      );
       paintToken(span, Math.max(0, example.activations[k]), max, { theme, signed: false });
       line.append(span);
     });
-    return h("li", { class: "iw-example-context" }, [h("span", { class: "iw-context-value" }, formatScore(example.activation ?? NaN)), line]);
+    return h("li", { class: "iw-example-context" }, [
+      h("span", { class: "iw-context-value" }, formatScore(example.activation ?? NaN)),
+      line,
+    ]);
   }
 
   function textView(c, info) {
@@ -291,9 +383,16 @@ function renderBrowser({ model, el, reportError }) {
     const t = Math.min(model.get("selected_text") ?? 0, tokens.length - 1);
     const section = h("div", { class: "iw-text-view" }, [h("h4", {}, "Input text")]);
     if (tokens.length > 1) {
-      const select = h("select", { class: "iw-text-select", "aria-label": "Input text" }, tokens.map((tk, i) => h("option", { value: i }, `text ${i}: ${textPreview(tk, gaps[i])}`)));
+      const select = h(
+        "select",
+        { class: "iw-text-select", "aria-label": "Input text" },
+        tokens.map((tk, i) => h("option", { value: i }, `text ${i}: ${textPreview(tk, gaps[i])}`)),
+      );
       select.value = String(t);
-      select.addEventListener("change", safely(() => save({ selected_text: Number(select.value), selected_token: -1 })));
+      select.addEventListener(
+        "change",
+        safely(() => save({ selected_text: Number(select.value), selected_token: -1 })),
+      );
       section.append(select);
     }
     const method = model.get("attribution_method") ?? "";
@@ -304,7 +403,10 @@ function renderBrowser({ model, el, reportError }) {
         h("option", { value: "attribution" }, `input attribution (${method}): which tokens make it fire`),
       ]);
       toggle.value = mode;
-      toggle.addEventListener("change", safely(() => save({ text_mode: toggle.value })));
+      toggle.addEventListener(
+        "change",
+        safely(() => save({ text_mode: toggle.value })),
+      );
       section.append(h("label", { class: "iw-text-mode-label" }, ["Colour by ", toggle]));
     }
     const attribution = mode === "attribution" ? (info?.text_attribution ?? null) : null;
@@ -313,28 +415,72 @@ function renderBrowser({ model, el, reportError }) {
     const values = payload?.data ? decodeArray(payload).values : null;
     const signed = mode === "attribution" && attribution ? Boolean(attribution.signed) : false;
     const max = values ? Math.max(0, ...Array.from(values, (v) => (signed ? Math.abs(v) : v))) : 0;
-    const box = h("div", { class: "iw-tokens iw-text-tokens", role: "group", "data-mode": mode, "aria-label": mode === "attribution" ? `Attribution of concept ${c}'s activation to each token` : `Activation of concept ${c} on each token` });
+    const box = h("div", {
+      class: "iw-tokens iw-text-tokens",
+      role: "group",
+      "data-mode": mode,
+      "aria-label":
+        mode === "attribution"
+          ? `Attribution of concept ${c}'s activation to each token`
+          : `Activation of concept ${c} on each token`,
+    });
     const selectedToken = model.get("selected_token") ?? -1;
     tokens[t].forEach((text, k) => {
       if (gaps[t][k]) box.append(gaps[t][k]);
-      const span = h("span", { class: "iw-token iw-text-token", tabindex: 0, "data-token": k, "data-value": values ? values[k] : null, "data-kind": kind, "aria-pressed": String(k === selectedToken) }, displayToken(text));
+      const span = h(
+        "span",
+        {
+          class: "iw-token iw-text-token",
+          tabindex: 0,
+          "data-token": k,
+          "data-value": values ? values[k] : null,
+          "data-kind": kind,
+          "aria-pressed": String(k === selectedToken),
+        },
+        displayToken(text),
+      );
       paintToken(span, values ? (signed ? values[k] : Math.max(0, values[k])) : NaN, max, { theme, signed });
       box.append(span);
     });
     section.append(box);
     if (mode === "attribution" && !attribution) {
-      section.append(h("p", { class: "iw-caption iw-attribution-pending", role: "status" }, `The input attribution of concept ${c} on this text is computed by the kernel when the concept is selected; it has not arrived (a kernel is needed, and a busy one answers when its cell finishes).`));
+      section.append(
+        h(
+          "p",
+          { class: "iw-caption iw-attribution-pending", role: "status" },
+          `The input attribution of concept ${c} on this text is computed by the kernel when the concept is selected; it has not arrived (a kernel is needed, and a busy one answers when its cell finishes).`,
+        ),
+      );
     }
     if (attribution) {
-      const completeness = attribution.completeness_error === null || attribution.completeness_error === undefined ? "" : ` \u00b7 completeness error ${formatScore(attribution.completeness_error)}`;
-      section.append(h("div", { class: "iw-caption iw-attribution-caption" }, `${attribution.method}: contribution of each token to the ${attribution.score || `activation of concept ${c}`}${attribution.activation === null ? "" : ` (${formatScore(attribution.activation)})`}${completeness}`));
+      const completeness =
+        attribution.completeness_error === null || attribution.completeness_error === undefined
+          ? ""
+          : ` \u00b7 completeness error ${formatScore(attribution.completeness_error)}`;
+      section.append(
+        h(
+          "div",
+          { class: "iw-caption iw-attribution-caption" },
+          `${attribution.method}: contribution of each token to the ${attribution.score || `activation of concept ${c}`}${attribution.activation === null ? "" : ` (${formatScore(attribution.activation)})`}${completeness}`,
+        ),
+      );
     }
-    if (values) section.append(createLegend(max, theme, mode === "attribution" ? `input attribution to concept ${c}` : `activation of concept ${c}`, { signed }));
+    if (values)
+      section.append(
+        createLegend(
+          max,
+          theme,
+          mode === "attribution" ? `input attribution to concept ${c}` : `activation of concept ${c}`,
+          { signed },
+        ),
+      );
     if (selectedToken >= 0 && selectedToken < tokens[t].length && data.texts.top) {
       const row = starts[t] + selectedToken;
       const w = data.texts.topWidth;
       const active = [];
-      for (let j = 0; j < w; j += 1) if (data.texts.top[row * w + j] >= 0) active.push([data.texts.top[row * w + j], data.texts.topValues[row * w + j]]);
+      for (let j = 0; j < w; j += 1)
+        if (data.texts.top[row * w + j] >= 0)
+          active.push([data.texts.top[row * w + j], data.texts.topValues[row * w + j]]);
       section.append(h("div", { class: "iw-token-concepts" }, [
         h("span", {}, `Concepts active at ${quoteToken(tokens[t][selectedToken])}: `),
         ...(active.length ? active.map(([cc, v]) => h("button", { type: "button", class: "iw-button iw-goto-concept", "data-concept": cc }, `#${cc} ${data.labels[cc]} (${formatScore(v)})`)) : ["none"]),
@@ -347,7 +493,13 @@ function renderBrowser({ model, el, reportError }) {
     const details = model.get("details") ?? {};
     clearTimeout(busyTimer);
     if (selected < 0) {
-      detail.replaceChildren(h("p", { class: "iw-caption" }, "Select a concept to see its histogram, top contexts, top texts and vocabulary."));
+      detail.replaceChildren(
+        h(
+          "p",
+          { class: "iw-caption" },
+          "Select a concept to see its histogram, top contexts, top texts and vocabulary.",
+        ),
+      );
       return;
     }
     const info = details[String(selected)];
@@ -362,8 +514,15 @@ function renderBrowser({ model, el, reportError }) {
     }
     if (info.density === 0) {
       detail.replaceChildren(
-        h("h3", { class: "iw-detail-title" }, [`#${info.concept} `, h("span", { class: "iw-detail-label" }, "(never fired)")]),
-        h("p", { class: "iw-concept-dead", role: "note" }, `Concept ${info.concept} never fired: it is zero on every one of the ${model.get("n_rows") ?? "scanned"} rows, so it has no top contexts and no label.`),
+        h("h3", { class: "iw-detail-title" }, [
+          `#${info.concept} `,
+          h("span", { class: "iw-detail-label" }, "(never fired)"),
+        ]),
+        h(
+          "p",
+          { class: "iw-concept-dead", role: "note" },
+          `Concept ${info.concept} never fired: it is zero on every one of the ${model.get("n_rows") ?? "scanned"} rows, so it has no top contexts and no label.`,
+        ),
       );
       return;
     }
@@ -374,13 +533,31 @@ function renderBrowser({ model, el, reportError }) {
       info.label_source ? h("div", { class: "iw-caption iw-label-source" }, `label from ${info.label_source}`) : "",
       h("div", { class: "iw-caption" }, stats),
       h("h4", {}, "Activation histogram (active rows)"),
-      histogramSvg(decodeArray(info.hist_edges).values, decodeArray(info.hist_counts).values, { label: `activation histogram of concept ${info.concept}` }),
+      histogramSvg(decodeArray(info.hist_edges).values, decodeArray(info.hist_counts).values, {
+        label: `activation histogram of concept ${info.concept}`,
+      }),
       h("h4", {}, "Top activating contexts"),
-      h("ol", { class: "iw-contexts" }, info.examples.map((example) => contextLine(example, max))),
+      h(
+        "ol",
+        { class: "iw-contexts" },
+        info.examples.map((example) => contextLine(example, max)),
+      ),
       createLegend(max, theme, "activation", { signed: false }),
     ];
     if (info.top_texts.length) {
-      parts.push(h("h4", {}, "Top texts"), h("ol", { class: "iw-top-texts" }, info.top_texts.map((t) => h("li", {}, [h("span", { class: "iw-context-value" }, formatScore(t.max_activation ?? NaN)), h("span", { class: "iw-top-text" }, t.text)]))));
+      parts.push(
+        h("h4", {}, "Top texts"),
+        h(
+          "ol",
+          { class: "iw-top-texts" },
+          info.top_texts.map((t) =>
+            h("li", {}, [
+              h("span", { class: "iw-context-value" }, formatScore(t.max_activation ?? NaN)),
+              h("span", { class: "iw-top-text" }, t.text),
+            ]),
+          ),
+        ),
+      );
     }
     if (info.vocabulary) {
       parts.push(h("h4", {}, "Promoted tokens (vocabulary projection)"), h("table", { class: "iw-table iw-vocabulary" }, [
@@ -399,13 +576,22 @@ function renderBrowser({ model, el, reportError }) {
       dataChanged = false;
       impMax = null;
     }
-    const options = { sortBy: model.get("sort_by") ?? "index", descending: Boolean(model.get("descending")), search: model.get("search") ?? "", hideDead: Boolean(model.get("hide_dead")) };
+    const options = {
+      sortBy: model.get("sort_by") ?? "index",
+      descending: Boolean(model.get("descending")),
+      search: model.get("search") ?? "",
+      hideDead: Boolean(model.get("hide_dead")),
+    };
     const order = visibleConcepts(data, options);
     const { page, pages, items: shown } = pageOf(order, model.get("page"), model.get("page_size"));
     const selected = model.get("selected_concept") ?? -1;
     root.dataset.iwTheme = theme;
     summary.textContent = `${data.labels.length} ${model.get("method") ?? ""} concepts${model.get("layer") ? ` at ${model.get("layer")}` : ""}${model.get("n_rows") ? ` over ${model.get("n_rows")} rows` : ""}${data.importance ? ` \u00b7 importance: ${model.get("importance_label") || "importance"}` : ""}${deadCount() ? ` \u00b7 ${deadCount()} never fired${options.hideDead ? " (hidden)" : ""}` : ""}`;
-    sortSelect.replaceChildren(...Object.entries(SORT_KEYS).filter(([k]) => data.importance || !k.includes("importance")).map(([v, t]) => h("option", { value: v }, t)));
+    sortSelect.replaceChildren(
+      ...Object.entries(SORT_KEYS)
+        .filter(([k]) => data.importance || !k.includes("importance"))
+        .map(([v, t]) => h("option", { value: v }, t)),
+    );
     sortSelect.value = options.sortBy;
     if (searchBox.value !== options.search) searchBox.value = options.search;
     orderToggle.checked = options.descending;
@@ -421,12 +607,30 @@ function renderBrowser({ model, el, reportError }) {
   }
 
   const resetPage = (changes) => save({ ...changes, page: 0 });
-  searchBox.addEventListener("input", safely(() => resetPage({ search: searchBox.value })));
-  sortSelect.addEventListener("change", safely(() => resetPage({ sort_by: sortSelect.value })));
-  orderToggle.addEventListener("change", safely(() => resetPage({ descending: orderToggle.checked })));
-  deadToggle.addEventListener("change", safely(() => resetPage({ hide_dead: deadToggle.checked })));
-  prev.addEventListener("click", safely(() => save({ page: Math.max(0, model.get("page") - 1) })));
-  next.addEventListener("click", safely(() => save({ page: model.get("page") + 1 })));
+  searchBox.addEventListener(
+    "input",
+    safely(() => resetPage({ search: searchBox.value })),
+  );
+  sortSelect.addEventListener(
+    "change",
+    safely(() => resetPage({ sort_by: sortSelect.value })),
+  );
+  orderToggle.addEventListener(
+    "change",
+    safely(() => resetPage({ descending: orderToggle.checked })),
+  );
+  deadToggle.addEventListener(
+    "change",
+    safely(() => resetPage({ hide_dead: deadToggle.checked })),
+  );
+  prev.addEventListener(
+    "click",
+    safely(() => save({ page: Math.max(0, model.get("page") - 1) })),
+  );
+  next.addEventListener(
+    "click",
+    safely(() => save({ page: model.get("page") + 1 })),
+  );
   const closest = (event, selector) => (event.target instanceof Element ? event.target.closest(selector) : null);
   const select = (c) => save({ selected_concept: c, selected_token: -1 });
   list.addEventListener("click", safely((event) => {
@@ -464,7 +668,10 @@ function renderBrowser({ model, el, reportError }) {
     const span = closest(event, ".iw-token");
     if (!span || span === tooltip.target) return;
     const value = span.dataset.value !== undefined ? Number(span.dataset.value) : null;
-    tooltip.show(span, [["token", quoteToken(span.textContent)], ...(value === null ? [] : [[span.dataset.kind ?? "activation", formatScore(value, { digits: 6 })]])]);
+    tooltip.show(span, [
+      ["token", quoteToken(span.textContent)],
+      ...(value === null ? [] : [[span.dataset.kind ?? "activation", formatScore(value, { digits: 6 })]]),
+    ]);
   });
   detail.addEventListener("mouseover", describe);
   detail.addEventListener("focusin", describe);

@@ -63,18 +63,54 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change redraws. @type {(keyof ExampleListModel)[]} */
-const TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method", "page", "page_size", "sort_by", "descending", "filter_label", "filter_outcome", "granularity", "shared_scale", "selected_example"];
-const SORT_KEYS = { index: "input order", confidence: "confidence", max_attribution: "max |attribution|", label: "predicted label" };
+const TRAITS = [
+  "tokens",
+  "spaces_before",
+  "special_mask",
+  "word_ids",
+  "sentence_ids",
+  "turn_ids",
+  "turn_roles",
+  "scores",
+  "predicted",
+  "confidence",
+  "true_labels",
+  "max_attribution",
+  "signed",
+  "method",
+  "page",
+  "page_size",
+  "sort_by",
+  "descending",
+  "filter_label",
+  "filter_outcome",
+  "granularity",
+  "shared_scale",
+  "selected_example",
+];
+const SORT_KEYS = {
+  index: "input order",
+  confidence: "confidence",
+  max_attribution: "max |attribution|",
+  label: "predicted label",
+};
 
 /**
  * Example indices after filtering and sorting (ties keep input order); the same rule as
  * ExampleListWidget.visible_order() in Python.
  */
-export function visibleOrder({ predicted, trueLabels, confidence, maxAttribution }, { sortBy, descending, filterLabel, filterOutcome }) {
+export function visibleOrder(
+  { predicted, trueLabels, confidence, maxAttribution },
+  { sortBy, descending, filterLabel, filterOutcome },
+) {
   const keep = predicted
     .map((_, i) => i)
     .filter((i) => !filterLabel || predicted[i] === filterLabel)
-    .filter((i) => filterOutcome === "all" || (trueLabels[i] !== "" && (predicted[i] === trueLabels[i]) === (filterOutcome === "correct")));
+    .filter(
+      (i) =>
+        filterOutcome === "all" ||
+        (trueLabels[i] !== "" && (predicted[i] === trueLabels[i]) === (filterOutcome === "correct")),
+    );
   const ranks = labelRanks(predicted);
   const key = {
     index: (i) => i,
@@ -93,7 +129,8 @@ function readExamples(model) {
   const total = tokens.reduce((sum, t) => sum + t.length, 0);
   const concatenated = (name) => {
     const { values } = decodeArray(model.get(name));
-    if (values.length !== total) throw new RangeError(`${name} needs ${total} entries (all tokens of all examples), got ${values.length}`);
+    if (values.length !== total)
+      throw new RangeError(`${name} needs ${total} entries (all tokens of all examples), got ${values.length}`);
     return values;
   };
   const starts = [];
@@ -127,7 +164,14 @@ export function exampleUnits(data, i, granularity) {
   const slice = (values) => values.subarray(start, end);
   const turnIds = data.turnIds ? slice(data.turnIds) : null;
   const specialMask = slice(data.special);
-  const units = buildUnits({ granularity, wordIds: slice(data.wordIds), sentenceIds: slice(data.sentenceIds), turnIds, specialMask, showSpecial: false });
+  const units = buildUnits({
+    granularity,
+    wordIds: slice(data.wordIds),
+    sentenceIds: slice(data.sentenceIds),
+    turnIds,
+    specialMask,
+    showSpecial: false,
+  });
   const starts = roleStarts(units, turnIds, specialMask, data.roles?.[i] ?? []);
   return { units, sums: unitScores(units, slice(data.scores), 0, end - start), starts };
 }
@@ -137,10 +181,18 @@ function renderExamples({ model, el, reportError }) {
   const doc = el.ownerDocument;
   const { safely, save, coalesce } = viewKit(model, reportError);
   const root = h("div", { class: "iw-root iw-examples" });
-  const sortSelect = h("select", { class: "iw-sort-select" }, Object.entries(SORT_KEYS).map(([v, t]) => h("option", { value: v }, t)));
+  const sortSelect = h(
+    "select",
+    { class: "iw-sort-select" },
+    Object.entries(SORT_KEYS).map(([v, t]) => h("option", { value: v }, t)),
+  );
   const orderToggle = h("input", { type: "checkbox", class: "iw-descending-toggle" });
   const labelSelect = h("select", { class: "iw-label-filter" });
-  const outcomeSelect = h("select", { class: "iw-outcome-filter" }, ["all", "correct", "wrong"].map((v) => h("option", { value: v }, v)));
+  const outcomeSelect = h(
+    "select",
+    { class: "iw-outcome-filter" },
+    ["all", "correct", "wrong"].map((v) => h("option", { value: v }, v)),
+  );
   const granularity = granularitySelect();
   const sharedToggle = h("input", { type: "checkbox", class: "iw-shared-toggle" });
   const pager = createPager();
@@ -176,7 +228,12 @@ function renderExamples({ model, el, reportError }) {
     if (level === 2 || data === null) data = readExamples(model);
     const chosen = model.get("granularity") || "token";
     if (level === 2 || chosen !== cachedFor) [cache, cachedFor] = [new Map(), chosen];
-    const options = { sortBy: model.get("sort_by"), descending: Boolean(model.get("descending")), filterLabel: model.get("filter_label") ?? "", filterOutcome: model.get("filter_outcome") ?? "all" };
+    const options = {
+      sortBy: model.get("sort_by"),
+      descending: Boolean(model.get("descending")),
+      filterLabel: model.get("filter_label") ?? "",
+      filterOutcome: model.get("filter_outcome") ?? "all",
+    };
     order = visibleOrder(data, options);
     const { page, pages, items } = pageOf(order, model.get("page"), model.get("page_size"));
     const shared = Boolean(model.get("shared_scale"));
@@ -189,7 +246,8 @@ function renderExamples({ model, el, reportError }) {
     outcomeSelect.value = options.filterOutcome;
     const chat = data.roles.some((roles) => roles?.length);
     const choices = chat || chosen === "turn" ? [...GRANULARITIES, "turn"] : GRANULARITIES;
-    if (granularity.options.length !== choices.length) granularity.replaceChildren(...choices.map((g) => h("option", { value: g }, g)));
+    if (granularity.options.length !== choices.length)
+      granularity.replaceChildren(...choices.map((g) => h("option", { value: g }, g)));
     granularity.value = chosen;
     sharedToggle.checked = shared;
     pager.update(page, pages, `${order.length} of ${data.tokens.length} examples`);
@@ -219,7 +277,11 @@ function renderExamples({ model, el, reportError }) {
             gap = gap.replace(/^(\r?\n)+/, "");
           }
           if (gap) parent.append(atBlockStart && u > 0 ? gap.replace(/^\r?\n/, "") : gap);
-          const span = h("span", { class: "iw-token", "data-example": i, "data-unit": u }, displayToken(textOf(i, units[u])));
+          const span = h(
+            "span",
+            { class: "iw-token", "data-example": i, "data-unit": u },
+            displayToken(textOf(i, units[u])),
+          );
           paintToken(span, sums[u], max, { theme, signed: data.signed });
           parent.append(span);
           return span;
@@ -231,20 +293,51 @@ function renderExamples({ model, el, reportError }) {
     );
     const per = chosen === "token" ? "" : ` (sum per ${chosen})`;
     legendSlot.replaceChildren(
-      createLegend(shared ? sharedMax : 1, theme, shared ? `attribution to the predicted class${per}` : `attribution${per} (each example scaled to its own max = 1)`, { signed: data.signed }),
+      createLegend(
+        shared ? sharedMax : 1,
+        theme,
+        shared
+          ? `attribution to the predicted class${per}`
+          : `attribution${per} (each example scaled to its own max = 1)`,
+        { signed: data.signed },
+      ),
     );
     caption.textContent = data.method ? `method: ${data.method}` : ""; // as under the static picture's legend
   }
 
   const resetPage = (changes) => save({ ...changes, page: 0 });
-  sortSelect.addEventListener("change", safely(() => resetPage({ sort_by: sortSelect.value })));
-  orderToggle.addEventListener("change", safely(() => resetPage({ descending: orderToggle.checked })));
-  labelSelect.addEventListener("change", safely(() => resetPage({ filter_label: labelSelect.value })));
-  outcomeSelect.addEventListener("change", safely(() => resetPage({ filter_outcome: outcomeSelect.value })));
-  granularity.addEventListener("change", safely(() => save({ granularity: granularity.value })));
-  sharedToggle.addEventListener("change", safely(() => save({ shared_scale: sharedToggle.checked })));
-  pager.prev.addEventListener("click", safely(() => save({ page: Math.max(0, model.get("page") - 1) })));
-  pager.next.addEventListener("click", safely(() => save({ page: model.get("page") + 1 })));
+  sortSelect.addEventListener(
+    "change",
+    safely(() => resetPage({ sort_by: sortSelect.value })),
+  );
+  orderToggle.addEventListener(
+    "change",
+    safely(() => resetPage({ descending: orderToggle.checked })),
+  );
+  labelSelect.addEventListener(
+    "change",
+    safely(() => resetPage({ filter_label: labelSelect.value })),
+  );
+  outcomeSelect.addEventListener(
+    "change",
+    safely(() => resetPage({ filter_outcome: outcomeSelect.value })),
+  );
+  granularity.addEventListener(
+    "change",
+    safely(() => save({ granularity: granularity.value })),
+  );
+  sharedToggle.addEventListener(
+    "change",
+    safely(() => save({ shared_scale: sharedToggle.checked })),
+  );
+  pager.prev.addEventListener(
+    "click",
+    safely(() => save({ page: Math.max(0, model.get("page") - 1) })),
+  );
+  pager.next.addEventListener(
+    "click",
+    safely(() => save({ page: model.get("page") + 1 })),
+  );
   const itemOf = (event) => (event.target instanceof Element ? event.target.closest(".iw-example") : null);
   list.addEventListener("click", safely((event) => {
     const item = itemOf(event);
@@ -272,17 +365,61 @@ function renderExamples({ model, el, reportError }) {
   })); // prettier-ignore
   list.addEventListener("mouseleave", () => tooltip.hide());
   const csvRows = () => [
-    ["example", "predicted", "confidence", "true_label", "max_attribution", "position", cachedFor, "start_token", "score"],
+    [
+      "example",
+      "predicted",
+      "confidence",
+      "true_label",
+      "max_attribution",
+      "position",
+      cachedFor,
+      "start_token",
+      "score",
+    ],
     ...order.flatMap((i) => {
       const { units, sums } = unitsOf(i);
-      return units.map((unit, u) => [i, data.predicted[i], data.confidence[i] ?? "", data.trueLabels[i], data.maxAttribution[i], u, textOf(i, unit), unit[0], sums[u]]);
+      return units.map((unit, u) => [
+        i,
+        data.predicted[i],
+        data.confidence[i] ?? "",
+        data.trueLabels[i],
+        data.maxAttribution[i],
+        u,
+        textOf(i, unit),
+        unit[0],
+        sums[u],
+      ]);
     }),
   ];
-  toolbar.append(createExportMenu({ name: "examples", root, rows: csvRows, prepare: () => runs.forEach((run) => run.finish()), title: () => "Explained examples", reportError }));
+  toolbar.append(
+    createExportMenu({
+      name: "examples",
+      root,
+      rows: csvRows,
+      prepare: () => runs.forEach((run) => run.finish()),
+      title: () => "Explained examples",
+      reportError,
+    }),
+  );
 
   const request = coalesce(draw);
   /** Traits whose change re-reads the data (the others only redraw). @type {Set<keyof ExampleListModel>} */
-  const DATA_TRAITS = new Set(["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method"]);
+  const DATA_TRAITS = new Set([
+    "tokens",
+    "spaces_before",
+    "special_mask",
+    "word_ids",
+    "sentence_ids",
+    "turn_ids",
+    "turn_roles",
+    "scores",
+    "predicted",
+    "confidence",
+    "true_labels",
+    "max_attribution",
+    "signed",
+    "method",
+  ]);
   const listeners = TRAITS.map((name) => [`change:${name}`, () => request(DATA_TRAITS.has(name) ? 2 : 1)]);
   for (const [event, handler] of listeners) model.on(event, handler);
   const stopWatchingTheme = watchTheme(doc, (nextTheme) => {

@@ -70,7 +70,26 @@ import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
 /** Traits whose change re-reads the data. @type {(keyof GenerationModel)[]} */
-const DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "turn_ids", "turn_roles", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed", "foil_tokens", "foil_probs", "contrast", "word_ids", "sentence_ids", "source_mask"];
+const DATA_TRAITS = [
+  "tokens",
+  "spaces_before",
+  "special_mask",
+  "generated_mask",
+  "turn_ids",
+  "turn_roles",
+  "scores",
+  "step_tokens",
+  "step_probs",
+  "method",
+  "score_meaning",
+  "signed",
+  "foil_tokens",
+  "foil_probs",
+  "contrast",
+  "word_ids",
+  "sentence_ids",
+  "source_mask",
+];
 /** Traits whose change only redraws. @type {(keyof GenerationModel)[]} */
 const VIEW_TRAITS = ["selected_step", "shared_scale", "encoding", "high_contrast", "view", "granularity"];
 const CELL_HEIGHT = 16;
@@ -90,17 +109,21 @@ export function readGeneration(model) {
   const scores = decodeArray(model.get("scores"));
   const steps = model.get("step_tokens") ?? [];
   if (scores.shape.length !== 2 || scores.shape[1] !== n || scores.shape[0] !== steps.length) {
-    throw new RangeError(`scores have shape [${scores.shape.join(", ")}], expected [${steps.length} generated tokens, ${n} tokens]`);
+    throw new RangeError(
+      `scores have shape [${scores.shape.join(", ")}], expected [${steps.length} generated tokens, ${n} tokens]`,
+    );
   }
   const special = decodeArray(model.get("special_mask")).values;
   const generated = decodeArray(model.get("generated_mask")).values;
-  if (special.length !== n || generated.length !== n) throw new RangeError(`special_mask and generated_mask need ${n} entries`);
+  if (special.length !== n || generated.length !== n)
+    throw new RangeError(`special_mask and generated_mask need ${n} entries`);
   // payloads from before turns existed have none: the prompt and reply are then one turn without a role
   const turnIds = hasArray(model.get("turn_ids")) ? decodeArray(model.get("turn_ids")).values : null;
   if (turnIds && turnIds.length !== n) throw new RangeError(`turn_ids has ${turnIds.length} entries for ${n} tokens`);
   const stepAt = new Int32Array(n).fill(-1); // generation step of each token, -1 for the prompt
   steps.forEach((index, step) => {
-    if (!(index >= 0 && index < n) || generated[index] === 0) throw new RangeError(`step token ${index} is not a generated token`);
+    if (!(index >= 0 && index < n) || generated[index] === 0)
+      throw new RangeError(`step token ${index} is not a generated token`);
     stepAt[index] = step;
   });
   // optional per-token arrays (absent in version-2 data): token granularity, one side
@@ -111,11 +134,15 @@ export function readGeneration(model) {
     if (values.length !== n) throw new RangeError(`${name} has ${values.length} entries for ${n} tokens`);
     return values;
   };
-  const wordIds = optional("word_ids", Int32Array.from({ length: n }, (_, i) => i));
+  const wordIds = optional(
+    "word_ids",
+    Int32Array.from({ length: n }, (_, i) => i),
+  );
   const sentenceIds = optional("sentence_ids", new Int32Array(n));
   const source = optional("source_mask", new Uint8Array(n));
   const foils = model.get("foil_tokens") ?? [];
-  if (foils.length !== 0 && foils.length !== steps.length) throw new RangeError(`foil_tokens has ${foils.length} entries for ${steps.length} generated tokens`);
+  if (foils.length !== 0 && foils.length !== steps.length)
+    throw new RangeError(`foil_tokens has ${foils.length} entries for ${steps.length} generated tokens`);
   return {
     n, tokens, spaces, special, generated, steps, stepAt, foils, turnIds, wordIds, sentenceIds, source,
     sides: source.some((v) => v !== 0),
@@ -140,7 +167,14 @@ export function readGeneration(model) {
  */
 export function unitRow(data, values, granularity) {
   if (granularity === "token" || !granularity) return values;
-  const units = buildUnits({ granularity, wordIds: data.wordIds, sentenceIds: data.sentenceIds, turnIds: data.turnIds ?? undefined, specialMask: data.special, showSpecial: true });
+  const units = buildUnits({
+    granularity,
+    wordIds: data.wordIds,
+    sentenceIds: data.sentenceIds,
+    turnIds: data.turnIds ?? undefined,
+    specialMask: data.special,
+    showSpecial: true,
+  });
   const out = new Float64Array(values.length);
   for (const unit of units) {
     let sum = 0;
@@ -181,14 +215,21 @@ function renderGeneration({ model, el, reportError }) {
   const { safely, save, coalesce } = viewKit(model, reportError);
   const root = h("div", { class: "iw-root iw-generation" });
   const viewButtons = ["text", "heatmap"].map((v) =>
-    h("button", { type: "button", class: "iw-button", "data-view": v, "aria-pressed": "false" }, v === "text" ? "Tokens" : "Heatmap"),
+    h(
+      "button",
+      { type: "button", class: "iw-button", "data-view": v, "aria-pressed": "false" },
+      v === "text" ? "Tokens" : "Heatmap",
+    ),
   );
   const sharedToggle = h("input", { type: "checkbox", class: "iw-shared-toggle" });
   const granularityPick = granularitySelect();
   const toolbar = h("div", { class: "iw-toolbar" }, [
     h("span", { role: "group", "aria-label": "View" }, viewButtons),
     h("label", {}, ["Granularity ", granularityPick]),
-    h("label", { title: "One colour scale for all generated tokens instead of one per token" }, [sharedToggle, " shared scale"]),
+    h("label", { title: "One colour scale for all generated tokens instead of one per token" }, [
+      sharedToggle,
+      " shared scale",
+    ]),
   ]);
   const status = h("div", { class: "iw-generation-status", "aria-live": "polite" });
   const pairsBox = h("div", { class: "iw-contrast", role: "group", "aria-label": "Generated tokens and their foils" });
@@ -227,18 +268,26 @@ function renderGeneration({ model, el, reportError }) {
   };
   const tokenRow = (step) => data.scores.subarray(step * data.n, (step + 1) * data.n);
   const row = (step) => unitRow(data, tokenRow(step), model.get("granularity") || "token");
-  const paintOptions = () => ({ theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) });
+  const paintOptions = () => ({
+    theme,
+    signed: data.signed,
+    encoding: model.get("encoding") || "colour",
+    boost: Boolean(model.get("high_contrast")),
+  });
   // the colour scale is set by content tokens only, never by the (hidden) template and role-marker tokens
   const scaleMax = (step) => {
     if (!model.get("shared_scale")) return contentMaxMagnitude(row(step), data.special);
     return Math.max(...data.steps.map((_, s) => contentMaxMagnitude(row(s), data.special)));
   };
-  const scoreText = (value) => (Number.isNaN(value) ? "not visible to this generated token" : formatScore(value, { digits: 6, sign: data.signed }));
+  const scoreText = (value) =>
+    Number.isNaN(value) ? "not visible to this generated token" : formatScore(value, { digits: 6, sign: data.signed });
   const probText = (step) => (Number.isFinite(data.probs[step]) ? formatProbability(data.probs[step]) : "unknown");
-  const foilProbText = (step) => (Number.isFinite(data.foilProbs[step]) ? formatProbability(data.foilProbs[step]) : "unknown");
+  const foilProbText = (step) =>
+    Number.isFinite(data.foilProbs[step]) ? formatProbability(data.foilProbs[step]) : "unknown";
   const contrastive = () => data.foils.length > 0;
   /** " rather than "foil" (p = …)" for a contrastive step, "" otherwise. */
-  const ratherThan = (step) => (contrastive() ? ` rather than ${quoteToken(data.foils[step])} (p = ${foilProbText(step)})` : "");
+  const ratherThan = (step) =>
+    contrastive() ? ` rather than ${quoteToken(data.foils[step])} (p = ${foilProbText(step)})` : "";
   const ratioText = (step) => {
     const r = logRatio(data.probs[step], data.foilProbs[step]);
     return r === null ? "" : `ln(p/p\u2032) = ${formatScore(r, { digits: 3, sign: true })}`;
@@ -257,8 +306,17 @@ function renderGeneration({ model, el, reportError }) {
       ]),
     ); // prettier-ignore
     const shown = data.contrast.length > 60 ? `${data.contrast.slice(0, 59)}\u2026` : data.contrast;
-    const note = data.signed ? "orange pushes towards the generated token, blue towards the foil" : "scores are unsigned magnitudes";
-    pairsBox.replaceChildren(h("div", { class: "iw-contrast-title" }, `Why each generated token rather than its foil (foil continuation ${quoteToken(shown)}): ${note}`), h("div", { class: "iw-pairs" }, chips));
+    const note = data.signed
+      ? "orange pushes towards the generated token, blue towards the foil"
+      : "scores are unsigned magnitudes";
+    pairsBox.replaceChildren(
+      h(
+        "div",
+        { class: "iw-contrast-title" },
+        `Why each generated token rather than its foil (foil continuation ${quoteToken(shown)}): ${note}`,
+      ),
+      h("div", { class: "iw-pairs" }, chips),
+    );
   }
   /** Paint one token span for the step on display (`shown`, set by colour()). */
   function paintSpan(span, i) {
@@ -269,13 +327,21 @@ function renderGeneration({ model, el, reportError }) {
     const genStep = stepOf(i);
     const prob = genStep >= 0 ? `, generated with probability ${probText(genStep)}` : "";
     const rank = ranks[i] > 0 ? `, rank ${ranks[i]} of ${ranked}` : "";
-    span.setAttribute("aria-label", `${quoteToken(data.tokens[i])}${prob}, attribution to ${quoteToken(data.tokens[target])}${ratherThan(shownStep)}: ${scoreText(values[i])}${rank}`);
+    span.setAttribute(
+      "aria-label",
+      `${quoteToken(data.tokens[i])}${prob}, attribution to ${quoteToken(data.tokens[target])}${ratherThan(shownStep)}: ${scoreText(values[i])}${rank}`,
+    );
   }
 
   /** Build the token run (spans are made and painted block by block, see renderTokenRun). */
   function build() {
     visible = data.tokens.map((_, i) => i).filter((i) => !(data.special[i] && !data.generated[i]));
-    const starts = roleStarts(visible.map((i) => [i]), data.turnIds, data.special, data.roles);
+    const starts = roleStarts(
+      visible.map((i) => [i]),
+      data.turnIds,
+      data.special,
+      data.roles,
+    );
     const make = (u, parent, atBlockStart) => {
       const i = visible[u];
       const sideStart = data.sides && (u === 0 || data.source[visible[u - 1]] !== data.source[i]);
@@ -297,7 +363,8 @@ function renderGeneration({ model, el, reportError }) {
       parent.append(span);
       return span;
     }; // prettier-ignore
-    const breakRank = (u) => (starts.has(u) || data.spaces[visible[u]].includes("\n") || data.tokens[visible[u - 1]].endsWith("\n") ? 2 : 0);
+    const breakRank = (u) =>
+      starts.has(u) || data.spaces[visible[u]].includes("\n") || data.tokens[visible[u - 1]].endsWith("\n") ? 2 : 0;
     rendering?.cancel();
     rendering = renderTokenRun(tokensBox, { count: visible.length, build: make, breakRank });
   }
@@ -315,10 +382,15 @@ function renderGeneration({ model, el, reportError }) {
     status.textContent = `Sources of generated token ${step + 1} of ${data.steps.length}: ${quoteToken(data.tokens[target])} (p = ${probText(step)})${ratherThan(step)}`;
     const versus = contrastive() ? ` rather than ${quoteToken(data.foils[step])}` : "";
     legendSlot.replaceChildren(
-      createLegend(max, theme, `attribution to ${quoteToken(data.tokens[target])}${versus}${model.get("shared_scale") ? ", shared scale" : ""}`, {
-        signed: data.signed,
-        encoding: options.encoding,
-      }),
+      createLegend(
+        max,
+        theme,
+        `attribution to ${quoteToken(data.tokens[target])}${versus}${model.get("shared_scale") ? ", shared scale" : ""}`,
+        {
+          signed: data.signed,
+          encoding: options.encoding,
+        },
+      ),
     );
     fillTable(step, values, ranks, ranked);
   }
@@ -340,7 +412,10 @@ function renderGeneration({ model, el, reportError }) {
     layout = { cellWidth, steps: data.steps.length, tokens: data.n };
     canvas.width = LABEL_WIDTH + cellWidth * data.n;
     canvas.height = CELL_HEIGHT * data.steps.length;
-    canvas.setAttribute("aria-label", `Heatmap of ${data.steps.length} generated tokens (rows) by ${data.n} source tokens (columns); selected row ${shownStep + 1}`);
+    canvas.setAttribute(
+      "aria-label",
+      `Heatmap of ${data.steps.length} generated tokens (rows) by ${data.n} source tokens (columns); selected row ${shownStep + 1}`,
+    );
     const ctx = canvas.getContext?.("2d");
     if (!ctx) return; // no canvas support (e.g. a test DOM): the table alternative still lists the values
     const shared = model.get("shared_scale");
@@ -353,11 +428,15 @@ function renderGeneration({ model, el, reportError }) {
       const values = row(s);
       const max = shared ? globalMax : contentMaxMagnitude(values, data.special);
       ctx.fillStyle = fg;
-      const label = contrastive() ? `${displayToken(data.tokens[index]).slice(0, 7)} vs ${displayToken(data.foils[s]).slice(0, 7)}` : displayToken(data.tokens[index]).slice(0, 14);
+      const label = contrastive()
+        ? `${displayToken(data.tokens[index]).slice(0, 7)} vs ${displayToken(data.foils[s]).slice(0, 7)}`
+        : displayToken(data.tokens[index]).slice(0, 14);
       ctx.fillText(label, 2, s * CELL_HEIGHT + CELL_HEIGHT / 2, LABEL_WIDTH - 6);
       for (let i = 0; i < data.n; i += 1) {
         const v = values[i];
-        ctx.fillStyle = Number.isNaN(v) ? "rgba(127,127,127,0.15)" : rgbString(scoreRgb(v, max, theme, { signed: data.signed }));
+        ctx.fillStyle = Number.isNaN(v)
+          ? "rgba(127,127,127,0.15)"
+          : rgbString(scoreRgb(v, max, theme, { signed: data.signed }));
         ctx.fillRect(LABEL_WIDTH + i * cellWidth, s * CELL_HEIGHT, cellWidth, CELL_HEIGHT - 1);
       }
     });
@@ -376,7 +455,8 @@ function renderGeneration({ model, el, reportError }) {
 
   function draw() {
     const step = model.get("selected_step");
-    if (!(step >= 0 && step < data.steps.length)) throw new RangeError(`selected_step ${step} is out of range for ${data.steps.length} generated tokens`);
+    if (!(step >= 0 && step < data.steps.length))
+      throw new RangeError(`selected_step ${step} is out of range for ${data.steps.length} generated tokens`);
     const view = model.get("view") === "heatmap" ? "heatmap" : "text";
     root.dataset.iwTheme = theme;
     root.classList.toggle("iw-high-contrast", Boolean(model.get("high_contrast")));
@@ -386,10 +466,13 @@ function renderGeneration({ model, el, reportError }) {
     tokensBox.hidden = view !== "text";
     heatmapBox.hidden = view !== "heatmap";
     colour(step);
-    for (const chip of pairsBox.querySelectorAll(".iw-pair")) chip.setAttribute("aria-pressed", String(Number(chip.dataset.step) === step));
+    for (const chip of pairsBox.querySelectorAll(".iw-pair"))
+      chip.setAttribute("aria-pressed", String(Number(chip.dataset.step) === step));
     if (!rendering) build();
     if (view === "heatmap") drawHeatmap();
-    caption.textContent = [data.method && `method: ${data.method}`, data.meaning && `score: ${data.meaning}`].filter(Boolean).join(" \u00b7 ");
+    caption.textContent = [data.method && `method: ${data.method}`, data.meaning && `score: ${data.meaning}`]
+      .filter(Boolean)
+      .join(" \u00b7 ");
     const focusSpan = rendering.ensure(Math.max(0, visible.indexOf(focusIndex)));
     if (focusSpan) focusSpan.tabIndex = 0;
   }
@@ -504,22 +587,46 @@ function renderGeneration({ model, el, reportError }) {
     save({ selected_step: step });
     event.preventDefault();
   })); // prettier-ignore
-  viewButtons.forEach((b) => b.addEventListener("click", safely(() => save({ view: b.dataset.view }))));
+  viewButtons.forEach((b) =>
+    b.addEventListener(
+      "click",
+      safely(() => save({ view: b.dataset.view })),
+    ),
+  );
   pairsBox.addEventListener("click", safely((event) => {
     const chip = event.target instanceof Element ? event.target.closest(".iw-pair") : null;
     if (chip) save({ selected_step: Number(chip.dataset.step) });
   })); // prettier-ignore
-  sharedToggle.addEventListener("change", safely(() => save({ shared_scale: sharedToggle.checked })));
-  granularityPick.addEventListener("change", safely(() => save({ granularity: granularityPick.value })));
+  sharedToggle.addEventListener(
+    "change",
+    safely(() => save({ shared_scale: sharedToggle.checked })),
+  );
+  granularityPick.addEventListener(
+    "change",
+    safely(() => save({ granularity: granularityPick.value })),
+  );
   const csvRows = () => {
     const foil = (s) => (contrastive() ? [data.foils[s], data.foilProbs[s] ?? ""] : []);
     return [
-      ["generated_step", "generated_token", "probability", ...(contrastive() ? ["foil", "foil_probability"] : []), ...data.tokens.map((t, i) => `${i}:${t}`)],
+      [
+        "generated_step",
+        "generated_token",
+        "probability",
+        ...(contrastive() ? ["foil", "foil_probability"] : []),
+        ...data.tokens.map((t, i) => `${i}:${t}`),
+      ],
       ...data.steps.map((index, s) => [s, data.tokens[index], data.probs[s] ?? "", ...foil(s), ...row(s)]),
     ];
   };
   toolbar.append(
-    createExportMenu({ name: "generation-attribution", root, rows: csvRows, prepare: () => rendering.finish(), title: () => `${data.method || "attribution"}: generation`, reportError }),
+    createExportMenu({
+      name: "generation-attribution",
+      root,
+      rows: csvRows,
+      prepare: () => rendering.finish(),
+      title: () => `${data.method || "attribution"}: generation`,
+      reportError,
+    }),
   );
 
   const onData = () => request(2);

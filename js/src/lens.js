@@ -47,13 +47,36 @@ import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
 import { createExportMenu, svgNamespace } from "./lib/export.js";
 import { formatProbability } from "./lib/format.js";
-import { cellAt, cellValue, gridLayout, intensityRgb, rowOfLayer, trajectories, visibleColumns } from "./lib/lens_grid.js";
+import {
+  cellAt,
+  cellValue,
+  gridLayout,
+  intensityRgb,
+  rowOfLayer,
+  trajectories,
+  visibleColumns,
+} from "./lib/lens_grid.js";
 import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
 
-const DATA = ["tokens", "layers", "lenses", "vocab", "top_vocab", "top_probs", "kl", "target_labels", "target_vocab", "target_probs", "target_ranks", "generated_mask", "vocab_size", "model_name"];
+const DATA = [
+  "tokens",
+  "layers",
+  "lenses",
+  "vocab",
+  "top_vocab",
+  "top_probs",
+  "kl",
+  "target_labels",
+  "target_vocab",
+  "target_probs",
+  "target_ranks",
+  "generated_mask",
+  "vocab_size",
+  "model_name",
+];
 const UI = ["lens", "colour_by", "target", "selected_position", "plotted_targets"];
 const LINE_COLOURS = ["#0b62d6", "#d1242f", "#1a7f37", "#8250df", "#bf8700", "#57606a"];
 
@@ -65,7 +88,9 @@ export function readLens(model) {
   const top = decodeArray(model.get("top_vocab"));
   const [N, L, T, K] = top.shape;
   if (T !== tokens.length || L !== layers.length || N !== lenses.length) {
-    throw new RangeError(`top_vocab has shape [${top.shape.join(", ")}], expected [${lenses.length} lenses, ${layers.length} layers, ${tokens.length} positions, k]`);
+    throw new RangeError(
+      `top_vocab has shape [${top.shape.join(", ")}], expected [${lenses.length} lenses, ${layers.length} layers, ${tokens.length} positions, k]`,
+    );
   }
   if (T === 0 || L === 0) throw new RangeError("there are no positions or layers to display");
   const targetProbs = decodeArray(model.get("target_probs"));
@@ -81,7 +106,12 @@ export function readLens(model) {
 
 const rgb = ([r, g, b]) => `rgb(${r},${g},${b})`;
 const ink = ([r, g, b]) => (0.299 * r + 0.587 * g + 0.114 * b > 140 ? "#1f2328" : "#ffffff");
-const clip = (text, n = 6) => (Array.from(text).length > n ? `${Array.from(text).slice(0, n - 1).join("")}\u2026` : text);
+const clip = (text, n = 6) =>
+  Array.from(text).length > n
+    ? `${Array.from(text)
+        .slice(0, n - 1)
+        .join("")}\u2026`
+    : text;
 
 /** @param {{model: AnyModel<LensModel>, el: HTMLElement, reportError: (error: unknown) => void}} props */
 function renderLens({ model, el, reportError }) {
@@ -94,7 +124,11 @@ function renderLens({ model, el, reportError }) {
     h("option", { value: "target_rank" }, "target rank"),
   ]);
   const targetSelect = h("select", { class: "iw-target-select", "aria-label": "Target" });
-  const toolbar = h("div", { class: "iw-toolbar" }, [h("label", {}, ["Lens ", lensSelect]), h("label", {}, ["Colour ", colourSelect]), h("label", {}, ["Target ", targetSelect])]);
+  const toolbar = h("div", { class: "iw-toolbar" }, [
+    h("label", {}, ["Lens ", lensSelect]),
+    h("label", {}, ["Colour ", colourSelect]),
+    h("label", {}, ["Target ", targetSelect]),
+  ]);
   const caption = h("div", { class: "iw-caption" });
   const canvas = h("canvas", { class: "iw-lens-canvas", role: "img" });
   const sizer = h("div", { class: "iw-lens-sizer" }, [canvas]);
@@ -148,12 +182,20 @@ function renderLens({ model, el, reportError }) {
         ctx.fillStyle = rgb(colour);
         ctx.fillRect(x, y, layout.width - 1, layout.height - 1);
         ctx.fillStyle = ink(colour);
-        ctx.fillText(clip(displayToken(vocabText(data.topVocab[((lens * L + l) * T + t) * K])).replace(/\n/g, "")), x + 3, y + layout.height / 2);
+        ctx.fillText(
+          clip(displayToken(vocabText(data.topVocab[((lens * L + l) * T + t) * K])).replace(/\n/g, "")),
+          x + 3,
+          y + layout.height / 2,
+        );
       }
       const selected = t === (model.get("selected_position") ?? -1);
       ctx.fillStyle = theme === "dark" ? "#e6edf3" : "#1f2328";
       ctx.font = `${data.generated[t] ? "italic " : ""}${selected ? "bold " : ""}11px ui-monospace, monospace`;
-      ctx.fillText(clip(displayToken(data.tokens[t]).replace(/\n/g, "")), x + 3, layout.top + L * layout.height + layout.bottom / 2);
+      ctx.fillText(
+        clip(displayToken(data.tokens[t]).replace(/\n/g, "")),
+        x + 3,
+        layout.top + L * layout.height + layout.bottom / 2,
+      );
       ctx.font = "11px ui-monospace, SFMono-Regular, Menlo, monospace";
       if (selected) {
         ctx.strokeStyle = theme === "dark" ? "#58a6ff" : "#0b62d6";
@@ -172,7 +214,9 @@ function renderLens({ model, el, reportError }) {
   function paintPlot() {
     const position = model.get("selected_position") ?? -1;
     if (position < 0 || position >= data.dims.T) {
-      plotBox.replaceChildren(h("div", { class: "iw-hint" }, "Click a position to plot the targets' probability and rank across the layers."));
+      plotBox.replaceChildren(
+        h("div", { class: "iw-hint" }, "Click a position to plot the targets' probability and rank across the layers."),
+      );
       return;
     }
     const { lens } = ui();
@@ -226,8 +270,14 @@ function renderLens({ model, el, reportError }) {
       return h("label", {}, [box, ` ${label}`]);
     })); // prettier-ignore
     plotBox.replaceChildren(
-      h("div", { class: "iw-caption" }, `Position ${position} ${quoteToken(data.tokens[position])}: targets across the layers (${data.lenses[lens]} lens)`),
-      boxes, svg, legend,
+      h(
+        "div",
+        { class: "iw-caption" },
+        `Position ${position} ${quoteToken(data.tokens[position])}: targets across the layers (${data.lenses[lens]} lens)`,
+      ),
+      boxes,
+      svg,
+      legend,
     );
   }
 
@@ -235,19 +285,31 @@ function renderLens({ model, el, reportError }) {
     const { lens } = ui();
     const { L, T, K, M } = data.dims;
     const base = (lens * L + cell.layer) * T + cell.position;
-    const rows = [["cell", `${data.layers[cell.layer]} \u00b7 position ${cell.position} ${quoteToken(data.tokens[cell.position])}`]];
-    for (let k = 0; k < K; k += 1) rows.push([`#${k + 1}`, `${quoteToken(vocabText(data.topVocab[base * K + k]))} ${formatProbability(data.topProbs[base * K + k])}`]);
+    const rows = [
+      ["cell", `${data.layers[cell.layer]} \u00b7 position ${cell.position} ${quoteToken(data.tokens[cell.position])}`],
+    ];
+    for (let k = 0; k < K; k += 1)
+      rows.push([
+        `#${k + 1}`,
+        `${quoteToken(vocabText(data.topVocab[base * K + k]))} ${formatProbability(data.topProbs[base * K + k])}`,
+      ]);
     for (let m = 0; m < M; m += 1) {
       const p = data.targetProbs[base * M + m];
       if (Number.isNaN(p)) continue;
       const word = vocabText(data.targetVocab[cell.position * M + m]);
-      rows.push([data.targetLabels[m], `${quoteToken(word)} ${formatProbability(p)}, rank ${data.targetRanks[base * M + m]}`]);
+      rows.push([
+        data.targetLabels[m],
+        `${quoteToken(word)} ${formatProbability(p)}, rank ${data.targetRanks[base * M + m]}`,
+      ]);
     }
     rows.push(["KL(final\u2016lens)", `${data.kl[base].toFixed(3)} nats`]);
     tooltip.show(canvas, rows);
     const rootBox = root.getBoundingClientRect();
     const box = canvas.getBoundingClientRect();
-    const x = layout.left + (cell.position - (Number(canvas.dataset.start) || 0)) * layout.width - (Number(canvas.dataset.shift) || 0);
+    const x =
+      layout.left +
+      (cell.position - (Number(canvas.dataset.start) || 0)) * layout.width -
+      (Number(canvas.dataset.shift) || 0);
     tooltip.node.style.left = `${Math.max(0, box.left - rootBox.left + x)}px`;
     tooltip.node.style.top = `${box.top - rootBox.top + layout.top + (rowOfLayer(layout, cell.layer) + 1) * layout.height + 2}px`;
   }
@@ -272,9 +334,18 @@ function renderLens({ model, el, reportError }) {
     save({ selected_position: now === cell.position ? -1 : cell.position });
   })); // prettier-ignore
   scroller.addEventListener("scroll", () => requestPaint());
-  lensSelect.addEventListener("change", safely(() => save({ lens: lensSelect.value })));
-  colourSelect.addEventListener("change", safely(() => save({ colour_by: colourSelect.value })));
-  targetSelect.addEventListener("change", safely(() => save({ target: Number(targetSelect.value) })));
+  lensSelect.addEventListener(
+    "change",
+    safely(() => save({ lens: lensSelect.value })),
+  );
+  colourSelect.addEventListener(
+    "change",
+    safely(() => save({ colour_by: colourSelect.value })),
+  );
+  targetSelect.addEventListener(
+    "change",
+    safely(() => save({ target: Number(targetSelect.value) })),
+  );
 
   function draw(level) {
     if (level >= 2 || !data) {
@@ -291,7 +362,10 @@ function renderLens({ model, el, reportError }) {
     colourSelect.value = colourBy;
     targetSelect.value = String(target);
     targetSelect.disabled = colourBy === "top1_prob";
-    const what = colourBy === "top1_prob" ? "top-1 probability" : `${colourBy === "target_prob" ? "probability" : "rank"} of ${data.targetLabels[target]}`;
+    const what =
+      colourBy === "top1_prob"
+        ? "top-1 probability"
+        : `${colourBy === "target_prob" ? "probability" : "rank"} of ${data.targetLabels[target]}`;
     caption.textContent = `${data.lenses[lens]} lens \u00b7 ${data.modelName} \u00b7 ${data.dims.L} layers \u00d7 ${data.dims.T} positions \u00b7 cell text: top-1 token \u00b7 colour: ${what}`;
     canvas.setAttribute("aria-label", caption.textContent);
     paintGrid();
@@ -310,19 +384,44 @@ function renderLens({ model, el, reportError }) {
   const csvRows = () => {
     const { lens } = ui();
     const { L, T, K, M } = data.dims;
-    const header = ["lens", "layer", "position", "token", "top1", "top1_prob", "kl", ...data.targetLabels.flatMap((label) => [`${label}_prob`, `${label}_rank`])];
+    const header = [
+      "lens",
+      "layer",
+      "position",
+      "token",
+      "top1",
+      "top1_prob",
+      "kl",
+      ...data.targetLabels.flatMap((label) => [`${label}_prob`, `${label}_rank`]),
+    ];
     const rows = [header];
     for (let l = 0; l < L; l += 1) {
       for (let t = 0; t < T; t += 1) {
         const base = (lens * L + l) * T + t;
-        const row = [data.lenses[lens], data.layers[l], t, data.tokens[t], vocabText(data.topVocab[base * K]), data.topProbs[base * K], data.kl[base]];
+        const row = [
+          data.lenses[lens],
+          data.layers[l],
+          t,
+          data.tokens[t],
+          vocabText(data.topVocab[base * K]),
+          data.topProbs[base * K],
+          data.kl[base],
+        ];
         for (let m = 0; m < M; m += 1) row.push(data.targetProbs[base * M + m], data.targetRanks[base * M + m]);
         rows.push(row);
       }
     }
     return rows;
   };
-  toolbar.append(createExportMenu({ name: "lens", root, rows: csvRows, title: () => `${data.lenses[ui().lens]} lens: ${data.modelName}`, reportError }));
+  toolbar.append(
+    createExportMenu({
+      name: "lens",
+      root,
+      rows: csvRows,
+      title: () => `${data.lenses[ui().lens]} lens: ${data.modelName}`,
+      reportError,
+    }),
+  );
   return () => {
     for (const name of DATA) model.off(`change:${name}`, onData);
     for (const name of UI) model.off(`change:${name}`, onUi);

@@ -56,7 +56,18 @@ import { EmaState, lowerBound, runsOf } from "./lib/plot_math.js";
 import { SeriesStore, decodeAppend, decodeCheckpoint } from "./lib/plot_store.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 
-export const PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22"];
+export const PALETTE = [
+  "#1f77b4",
+  "#d62728",
+  "#2ca02c",
+  "#9467bd",
+  "#ff7f0e",
+  "#17becf",
+  "#8c564b",
+  "#e377c2",
+  "#7f7f7f",
+  "#bcbd22",
+];
 const PANEL_HEIGHT = 170;
 const HEATMAP_ROW = 18;
 
@@ -154,12 +165,19 @@ function warmUp(model, doc) {
   if (warmedUp) return 0;
   warmedUp = true;
   const started = performance.now();
-  const traits = { stream_id: "\u0000iw-warm-up", layers: model.get("layers") ?? [], panels: model.get("panels") ?? [], title: "", x_label: "step" };
+  const traits = {
+    stream_id: "\u0000iw-warm-up",
+    layers: model.get("layers") ?? [],
+    panels: model.get("panels") ?? [],
+    title: "",
+    x_label: "step",
+  };
   const fake = { get: (key) => traits[key] ?? null, on() {}, off() {} };
   const names = new Set(["loss", "fitting"]);
   for (const panel of traits.panels) {
     for (const layer of panel.metric ? traits.layers : []) {
-      for (const metric of [panel.metric, ...(panel.dashed ?? []), ...(panel.band ?? [])]) names.add(`${metric}|${layer}`);
+      for (const metric of [panel.metric, ...(panel.dashed ?? []), ...(panel.band ?? [])])
+        names.add(`${metric}|${layer}`);
     }
     for (const name of panel.series ?? []) names.add(name);
   }
@@ -194,18 +212,49 @@ function renderMonitor({ model, el, reportError, immediate = false }) {
   const titleNode = h("div", { class: "iw-monitor-title" });
   const status = h("span", { class: "iw-monitor-status", "aria-live": "off" });
   const layerBox = h("span", { class: "iw-monitor-layers", role: "group", "aria-label": "Layers" });
-  const smoothing = h("input", { type: "range", min: 0, max: 0.99, step: 0.01, value: 0, class: "iw-monitor-smoothing", "aria-label": "Smoothing" });
+  const smoothing = h("input", {
+    type: "range",
+    min: 0,
+    max: 0.99,
+    step: 0.01,
+    value: 0,
+    class: "iw-monitor-smoothing",
+    "aria-label": "Smoothing",
+  });
   const smoothingText = h("span", { class: "iw-monitor-smoothing-value" }, "0");
-  const resetButton = h("button", { type: "button", class: "iw-button iw-monitor-reset", title: "Show all steps and follow new ones (double-click a plot)" }, "Reset zoom");
+  const resetButton = h(
+    "button",
+    {
+      type: "button",
+      class: "iw-button iw-monitor-reset",
+      title: "Show all steps and follow new ones (double-click a plot)",
+    },
+    "Reset zoom",
+  );
   const panelBox = h("span", { class: "iw-monitor-panel-toggles", role: "group", "aria-label": "Panels" });
   const toolbar = h("div", { class: "iw-toolbar" }, [
     layerBox,
-    h("label", { title: "Exponential moving average weight (0 = raw values)" }, ["smoothing ", smoothing, " ", smoothingText]),
+    h("label", { title: "Exponential moving average weight (0 = raw values)" }, [
+      "smoothing ",
+      smoothing,
+      " ",
+      smoothingText,
+    ]),
     resetButton,
   ]);
   const panelsNode = h("div", { class: "iw-monitor-panels" });
-  const hint = h("div", { class: "iw-caption" }, "Drag across a plot to zoom, Shift+drag to pan, double-click to reset; the shaded x range is the proxy fit window.");
-  root.append(h("div", { class: "iw-monitor-head" }, [titleNode, status]), toolbar, h("details", { class: "iw-monitor-panel-menu" }, [h("summary", {}, "Panels"), panelBox]), panelsNode, hint);
+  const hint = h(
+    "div",
+    { class: "iw-caption" },
+    "Drag across a plot to zoom, Shift+drag to pan, double-click to reset; the shaded x range is the proxy fit window.",
+  );
+  root.append(
+    h("div", { class: "iw-monitor-head" }, [titleNode, status]),
+    toolbar,
+    h("details", { class: "iw-monitor-panel-menu" }, [h("summary", {}, "Panels"), panelBox]),
+    panelsNode,
+    hint,
+  );
   el.append(root);
 
   const state = {
@@ -250,9 +299,15 @@ function renderMonitor({ model, el, reportError, immediate = false }) {
     const column = store.column(name);
     if (!column || state.smoothing === 0) return column;
     let cached = smoothCache.get(name);
-    if (!cached || cached.epoch !== store.epoch || cached.weight !== state.smoothing || cached.values.length < store.n) {
+    if (
+      !cached ||
+      cached.epoch !== store.epoch ||
+      cached.weight !== state.smoothing ||
+      cached.values.length < store.n
+    ) {
       const values = new Float32Array(Math.max(store.n, cached?.values.length ?? 0, 64) * 2);
-      if (cached && cached.epoch === store.epoch && cached.weight === state.smoothing) values.set(cached.values.subarray(0, cached.n));
+      if (cached && cached.epoch === store.epoch && cached.weight === state.smoothing)
+        values.set(cached.values.subarray(0, cached.n));
       else cached = { epoch: store.epoch, weight: state.smoothing, n: 0, ema: new EmaState(state.smoothing) };
       cached = { ...cached, values };
       smoothCache.set(name, cached);
@@ -272,8 +327,10 @@ function renderMonitor({ model, el, reportError, immediate = false }) {
     return item;
   };
   const keepDecimators = (prepared) => {
-    for (const { line, decimator } of prepared.decimatedLines) decimators.set(line.cacheKey, { id: line.cacheId, decimator });
-    for (const { band, decimator } of prepared.decimatedBands) decimators.set(band.cacheKey, { id: band.cacheId, decimator });
+    for (const { line, decimator } of prepared.decimatedLines)
+      decimators.set(line.cacheKey, { id: line.cacheId, decimator });
+    for (const { band, decimator } of prepared.decimatedBands)
+      decimators.set(band.cacheKey, { id: band.cacheId, decimator });
   };
 
   /** Follow mode shows every step on [first x, first x + 2^k]: the span doubles when the steps outgrow it, so the
@@ -296,7 +353,9 @@ function renderMonitor({ model, el, reportError, immediate = false }) {
   const fitWindows = () => {
     if (fitCache.version === store.version) return fitCache.windows;
     const fitting = store.column("fitting");
-    const windows = fitting ? runsOf(fitting, store.n).map(([a, b]) => [store.x[a], store.x[Math.min(b + 1, store.n - 1)]]) : [];
+    const windows = fitting
+      ? runsOf(fitting, store.n).map(([a, b]) => [store.x[a], store.x[Math.min(b + 1, store.n - 1)]])
+      : [];
     fitCache = { version: store.version, windows };
     return windows;
   };
@@ -321,16 +380,31 @@ function renderMonitor({ model, el, reportError, immediate = false }) {
   function buildPanels() {
     panels = (model.get("panels") ?? []).map((config) => {
       const heatmap = config.kind === "heatmap";
-      const canvas = h("canvas", { class: "iw-monitor-canvas", tabindex: 0, role: "img", "aria-label": config.title ?? config.id });
+      const canvas = h("canvas", {
+        class: "iw-monitor-canvas",
+        tabindex: 0,
+        role: "img",
+        "aria-label": config.title ?? config.id,
+      });
       const readout = h("div", { class: "iw-monitor-readout" }, "\u00a0");
-      const scaleSelect = h("select", { class: "iw-monitor-scale", "aria-label": `${config.title} scale` }, [h("option", { value: "linear" }, "linear"), h("option", { value: "log" }, "log")]);
+      const scaleSelect = h("select", { class: "iw-monitor-scale", "aria-label": `${config.title} scale` }, [
+        h("option", { value: "linear" }, "linear"),
+        h("option", { value: "log" }, "log"),
+      ]);
       scaleSelect.value = state.scales.get(config.id) ?? (config.scale === "log" ? "log" : "linear");
       scaleSelect.addEventListener("change", () => {
         state.scales.set(config.id, scaleSelect.value);
         request();
       });
-      const header = h("div", { class: "iw-monitor-panel-head" }, [h("span", { class: "iw-monitor-panel-title" }, config.title ?? config.id), heatmap ? "" : scaleSelect]);
-      const node = h("div", { class: `iw-monitor-panel${heatmap ? " iw-monitor-heatmap" : ""}`, "data-panel": config.id }, [header, canvas, readout]);
+      const header = h("div", { class: "iw-monitor-panel-head" }, [
+        h("span", { class: "iw-monitor-panel-title" }, config.title ?? config.id),
+        heatmap ? "" : scaleSelect,
+      ]);
+      const node = h(
+        "div",
+        { class: `iw-monitor-panel${heatmap ? " iw-monitor-heatmap" : ""}`, "data-panel": config.id },
+        [header, canvas, readout],
+      );
       const panel = { config, node, canvas, readout, frame: null, heatmap };
       attachInteraction(panel);
       return panel;
@@ -359,15 +433,32 @@ function renderMonitor({ model, el, reportError, immediate = false }) {
     for (const layer of layered) {
       const colour = layerColour(layer);
       const y = series(`${config.metric}|${layer}`);
-      if (y) lines.push(withDecimator(`${config.id}:${config.metric}|${layer}`, { x: store.x, y, n: store.n, colour, label: layer }));
+      if (y)
+        lines.push(
+          withDecimator(`${config.id}:${config.metric}|${layer}`, { x: store.x, y, n: store.n, colour, label: layer }),
+        );
       for (const companion of config.dashed ?? []) {
         const c = series(`${companion}|${layer}`);
-        if (c) lines.push(withDecimator(`${config.id}:${companion}|${layer}`, { x: store.x, y: c, n: store.n, colour, dash: [3, 3], width: 1, label: `${layer} ${companion}` }));
+        if (c)
+          lines.push(
+            withDecimator(`${config.id}:${companion}|${layer}`, {
+              x: store.x,
+              y: c,
+              n: store.n,
+              colour,
+              dash: [3, 3],
+              width: 1,
+              label: `${layer} ${companion}`,
+            }),
+          );
       }
       if (config.band?.length === 2) {
         const lo = store.column(`${config.band[0]}|${layer}`);
         const hi = store.column(`${config.band[1]}|${layer}`);
-        if (lo && hi) bands.push(withDecimator(`${config.id}:band|${layer}`, { x: store.x, lo, hi, n: store.n, colour, label: layer }));
+        if (lo && hi)
+          bands.push(
+            withDecimator(`${config.id}:band|${layer}`, { x: store.x, lo, hi, n: store.n, colour, label: layer }),
+          );
       }
     }
     (config.series ?? []).forEach((name, k) => {
@@ -381,7 +472,9 @@ function renderMonitor({ model, el, reportError, immediate = false }) {
   function drawPanel(panel, xDomain, shades, available) {
     const { canvas, config } = panel;
     const width = Math.max(240, Math.floor(available || 600));
-    const height = panel.heatmap ? MARGIN.top + MARGIN.bottom + HEATMAP_ROW * Math.max(1, visibleLayers().length) : PANEL_HEIGHT;
+    const height = panel.heatmap
+      ? MARGIN.top + MARGIN.bottom + HEATMAP_ROW * Math.max(1, visibleLayers().length)
+      : PANEL_HEIGHT;
     const ratio = doc.defaultView?.devicePixelRatio || 1;
     if (canvas.width !== Math.round(width * ratio) || canvas.height !== Math.round(height * ratio)) {
       canvas.width = Math.round(width * ratio);
@@ -403,7 +496,18 @@ function renderMonitor({ model, el, reportError, immediate = false }) {
     const { lines, bands } = panelData(config);
     panel.lines = lines;
     panel.bands = bands;
-    const spec = { width, height, xDomain, yKind: scale, lines, bands, shades, reference: config.reference, cursor: state.cursor, colours };
+    const spec = {
+      width,
+      height,
+      xDomain,
+      yKind: scale,
+      lines,
+      bands,
+      shades,
+      reference: config.reference,
+      cursor: state.cursor,
+      colours,
+    };
     const prepared = prepareLines(spec);
     keepDecimators(prepared);
     panel.frame = paintLines(ctx, spec, prepared);
@@ -454,7 +558,9 @@ function renderMonitor({ model, el, reportError, immediate = false }) {
       if (panel.readout.textContent !== text) panel.readout.textContent = text;
     }
     const last = store.n ? store.x[store.n - 1] : null;
-    status.textContent = store.n ? `${xLabel()} ${fmt(last)} · ${store.n} logged` : "waiting for the first logged step…";
+    status.textContent = store.n
+      ? `${xLabel()} ${fmt(last)} · ${store.n} logged`
+      : "waiting for the first logged step…";
     resetButton.disabled = state.xDomain === null;
     const elapsed = performance.now() - started;
     maxDrawMs = Math.max(maxDrawMs, elapsed);

@@ -44,7 +44,14 @@
  */
 
 import "./token_highlight.css";
-import { buildUnits, contentMaxMagnitude, ranksByMagnitude, roleStarts, unitScores, unitText } from "./lib/aggregate.js";
+import {
+  buildUnits,
+  contentMaxMagnitude,
+  ranksByMagnitude,
+  roleStarts,
+  unitScores,
+  unitText,
+} from "./lib/aggregate.js";
 import { decodeArray, hasArray } from "./lib/codec.js";
 import { h } from "./lib/dom.js";
 import { guardedRender } from "./lib/errors.js";
@@ -76,7 +83,14 @@ const DATA_TRAITS = [
   "signed",
 ];
 /** Traits whose change only redraws. @type {(keyof TokenHighlightModel)[]} */
-const VIEW_TRAITS = ["selected_target", "granularity", "show_special_tokens", "shared_scale", "encoding", "high_contrast"];
+const VIEW_TRAITS = [
+  "selected_target",
+  "granularity",
+  "show_special_tokens",
+  "shared_scale",
+  "encoding",
+  "high_contrast",
+];
 
 /** Index of the unit holding token `i` (-1 if none is shown). */
 function unitOfToken(units, i) {
@@ -223,15 +237,30 @@ function renderTokenHighlight({ model, el, reportError }) {
     // the colour scale is set by content units only: shown special (template) tokens are greyed, not counted
     const unitSpecial = units.map((unit) => (data.specialMask[unit[0]] !== 0 ? 1 : 0));
     const max = shared
-      ? Math.max(...data.labels.map((_, t) => contentMaxMagnitude(unitScores(units, data.scores, t, data.n), unitSpecial)))
+      ? Math.max(
+          ...data.labels.map((_, t) => contentMaxMagnitude(unitScores(units, data.scores, t, data.n), unitSpecial)),
+        )
       : contentMaxMagnitude(sums, unitSpecial);
-    const paint = { theme, signed: data.signed, encoding: model.get("encoding") || "colour", boost: Boolean(model.get("high_contrast")) };
+    const paint = {
+      theme,
+      signed: data.signed,
+      encoding: model.get("encoding") || "colour",
+      boost: Boolean(model.get("high_contrast")),
+    };
     const hadFocus = tokensBox.contains(doc.activeElement);
     tooltip.hide();
     const starts = roleStarts(units, data.turnIds, data.specialMask, data.roles);
     const turnOf = (u) => units[u].map((i) => data.turnIds?.[i] ?? -1).find((t) => t >= 0 && t < data.roles.length);
     const roleOf = (u) => (turnOf(u) === undefined ? "" : data.roles[turnOf(u)]);
-    view = { units, sums, ranks, ranked, target, roleOf, selectedUnit: unitOfToken(units, model.get("selected_token")) };
+    view = {
+      units,
+      sums,
+      ranks,
+      ranked,
+      target,
+      roleOf,
+      selectedUnit: unitOfToken(units, model.get("selected_token")),
+    };
     const label = (u) =>
       `${starts.has(u) ? `${starts.get(u)} turn: ` : ""}${quoteToken(textOf(units[u]))}, score ${scoreText(sums[u])}, rank ${rankText(ranks[u], ranked)}`;
     // Spans are made, painted and labelled block by block (see renderTokenRun), so first paint costs one block.
@@ -289,7 +318,10 @@ function renderTokenHighlight({ model, el, reportError }) {
     root.classList.toggle("iw-high-contrast", paint.boost);
     const per = granularity === "token" ? "" : ` (sum per ${granularity})`;
     const scaleNote = shared ? ", scale shared by all classes" : "";
-    tokensBox.setAttribute("aria-label", `${units.length} ${granularity}s coloured by attribution for class ${data.labels[target]}`);
+    tokensBox.setAttribute(
+      "aria-label",
+      `${units.length} ${granularity}s coloured by attribution for class ${data.labels[target]}`,
+    );
     legendSlot.replaceChildren(
       createLegend(max, theme, `attribution${per}${scaleNote}`, { signed: data.signed, encoding: paint.encoding }),
     );
@@ -340,7 +372,7 @@ function renderTokenHighlight({ model, el, reportError }) {
 
   function focusUnit(u) {
     const next = rendering.ensure(Math.min(Math.max(u, 0), view.units.length - 1));
-    for (const span of tokensBox.querySelectorAll(".iw-token[tabindex=\"0\"]")) span.tabIndex = -1;
+    for (const span of tokensBox.querySelectorAll('.iw-token[tabindex="0"]')) span.tabIndex = -1;
     next.tabIndex = 0;
     focusToken = view.units[Number(next.dataset.unit)][0];
     next.focus();
@@ -393,12 +425,30 @@ function renderTokenHighlight({ model, el, reportError }) {
   tokensBox.addEventListener("focusin", onFocusIn);
   tokensBox.addEventListener("focusout", onFocusOut);
   tokensBox.addEventListener("click", onClick);
-  targetSelect.addEventListener("change", safely(() => save({ selected_target: Number(targetSelect.value) })));
-  granularityPick.addEventListener("change", safely(() => save({ granularity: granularityPick.value })));
-  specialToggle.addEventListener("change", safely(() => save({ show_special_tokens: specialToggle.checked })));
-  sharedToggle.addEventListener("change", safely(() => save({ shared_scale: sharedToggle.checked })));
-  encodingSelect.addEventListener("change", safely(() => save({ encoding: encodingSelect.value })));
-  contrastToggle.addEventListener("change", safely(() => save({ high_contrast: contrastToggle.checked })));
+  targetSelect.addEventListener(
+    "change",
+    safely(() => save({ selected_target: Number(targetSelect.value) })),
+  );
+  granularityPick.addEventListener(
+    "change",
+    safely(() => save({ granularity: granularityPick.value })),
+  );
+  specialToggle.addEventListener(
+    "change",
+    safely(() => save({ show_special_tokens: specialToggle.checked })),
+  );
+  sharedToggle.addEventListener(
+    "change",
+    safely(() => save({ shared_scale: sharedToggle.checked })),
+  );
+  encodingSelect.addEventListener(
+    "change",
+    safely(() => save({ encoding: encodingSelect.value })),
+  );
+  contrastToggle.addEventListener(
+    "change",
+    safely(() => save({ high_contrast: contrastToggle.checked })),
+  );
   toolbar.append(
     createExportMenu({
       name: "token-attribution",

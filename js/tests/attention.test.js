@@ -2,7 +2,19 @@
 // fake model: a head is requested by custom message, painted from the reply, pinned heads shown without a kernel.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import attention from "../src/attention.js";
-import { combineHeads, decodeFloat16, denseFromTopK, float16ToFloat32, gridCellAt, gridLayout, heatmapCellAt, lineSegments, nextFocus, paintWeights, weightRamp } from "../src/lib/attention_math.js";
+import {
+  combineHeads,
+  decodeFloat16,
+  denseFromTopK,
+  float16ToFloat32,
+  gridCellAt,
+  gridLayout,
+  heatmapCellAt,
+  lineSegments,
+  nextFocus,
+  paintWeights,
+  weightRamp,
+} from "../src/lib/attention_math.js";
 import { dataViewAt, fakeModel, payload, settle } from "./fake_model.js";
 
 describe("attention maths", () => {
@@ -49,8 +61,14 @@ describe("attention maths", () => {
   });
   it("keeps only lines above the threshold, only the focus's for long inputs", () => {
     const v = Float32Array.of(1, 0, 0.4, 0.6);
-    expect(lineSegments(v, 2, 2, -1, 0.5)).toEqual([[0, 0, 1], [1, 1, Math.fround(0.6)]]);
-    expect(lineSegments(v, 2, 2, 1, 0.3)).toEqual([[1, 0, Math.fround(0.4)], [1, 1, Math.fround(0.6)]]);
+    expect(lineSegments(v, 2, 2, -1, 0.5)).toEqual([
+      [0, 0, 1],
+      [1, 1, Math.fround(0.6)],
+    ]);
+    expect(lineSegments(v, 2, 2, 1, 0.3)).toEqual([
+      [1, 0, Math.fround(0.4)],
+      [1, 1, Math.fround(0.6)],
+    ]);
     expect(lineSegments(v, 2, 2, -1, 0.5, 1)).toEqual([]);
   });
   it("paints weights through the ramp, the maximum at the ramp's end", () => {
@@ -97,7 +115,10 @@ describe("attention view", () => {
     vi.useRealTimers();
   });
   const reply = (model, msg, values) => {
-    for (const handler of model.handlers.get("msg:custom")) handler({ type: "pattern", id: msg.id, layer: msg.layer, head: msg.head, dtype: "float16", shape: [3, 3] }, [dataViewAt(f16(values), 6)]);
+    for (const handler of model.handlers.get("msg:custom"))
+      handler({ type: "pattern", id: msg.id, layer: msg.layer, head: msg.head, dtype: "float16", shape: [3, 3] }, [
+        dataViewAt(f16(values), 6),
+      ]);
   };
 
   it("asks the kernel for the head it shows and paints the reply; escapes token text", async () => {
@@ -148,7 +169,9 @@ describe("attention view", () => {
     await vi.runAllTimersAsync();
     expect(el.querySelector("canvas.iw-attn-heatmap").dataset.source).toBe("pinned");
     expect(el.querySelector("figcaption").textContent).toMatch(/pinned: top 2 keys per query/);
-    expect(el.querySelector(".iw-attn-note").textContent).toMatch(/keep only the pinned heads.*top 2 keys per query.*layer 1 head 1/);
+    expect(el.querySelector(".iw-attn-note").textContent).toMatch(
+      /keep only the pinned heads.*top 2 keys per query.*layer 1 head 1/,
+    );
     model.set("heads", [0]);
     await vi.runAllTimersAsync();
     expect(el.querySelector(".iw-attn-loading").textContent).toMatch(/only pinned heads are kept/);
@@ -157,17 +180,30 @@ describe("attention view", () => {
   it("names the axes, labels short axes token by token (as text), and exports the shown head as CSV and HTML", async () => {
     const evil = '<img src=x onerror=alert(1)>,"q"';
     const tokens = ["<b>a</b>", evil, "c"];
-    const model = fakeModel(state({ layer: 1, heads: [1], tokens, key_tokens: tokens, layer_names: ["l0", "model.layers.1.self_attn"] }));
+    const model = fakeModel(
+      state({ layer: 1, heads: [1], tokens, key_tokens: tokens, layer_names: ["l0", "model.layers.1.self_attn"] }),
+    );
     cleanup = attention.render({ model, el });
     await settle();
     const panel = el.querySelector(".iw-attn-panel");
-    expect(panel.querySelector("figcaption").textContent).toMatch(/^layer 1 \(model\.layers\.1\.self_attn\), head 1 \(KV 0\)/);
+    expect(panel.querySelector("figcaption").textContent).toMatch(
+      /^layer 1 \(model\.layers\.1\.self_attn\), head 1 \(KV 0\)/,
+    );
     expect(panel.querySelector(".iw-attn-axis-y").textContent).toBe("queries 0–2 ↓");
     expect(panel.querySelector(".iw-attn-axis-x").textContent).toBe("keys 0–2 →");
-    expect(Array.from(panel.querySelectorAll(".iw-attn-ticks-y > div"), (d) => d.textContent)).toEqual(["<b>a</b>", evil, "c"]);
+    expect(Array.from(panel.querySelectorAll(".iw-attn-ticks-y > div"), (d) => d.textContent)).toEqual([
+      "<b>a</b>",
+      evil,
+      "c",
+    ]);
     expect(panel.querySelectorAll(".iw-attn-ticks-x > div")).toHaveLength(3);
     expect(el.querySelector("img, .iw-attn-panel b")).toBeNull();
-    expect(Array.from(el.querySelectorAll("[data-iw-export]"), (b) => b.dataset.iwExport)).toEqual(["png", "svg", "csv", "html"]);
+    expect(Array.from(el.querySelectorAll("[data-iw-export]"), (b) => b.dataset.iwExport)).toEqual([
+      "png",
+      "svg",
+      "csv",
+      "html",
+    ]);
 
     const blobs = [];
     const original = URL.createObjectURL;
@@ -196,8 +232,25 @@ describe("attention view", () => {
     expect(page.querySelector("h1").textContent).toBe("self attention of m: layer 1, head 1 (KV 0)");
     expect(page.querySelector("script, img, td b")).toBeNull();
     const rows = Array.from(page.querySelectorAll("tr"), (tr) => Array.from(tr.children, (c) => c.textContent));
-    expect(rows[0]).toEqual(["layer", "layer_name", "head", "source", "query", "query_token", "rank", "key", "key_token", "weight"]);
-    expect(rows.slice(1).map((r) => [r[4], r[6], r[7], r[9]])).toEqual([["0", "1", "0", "1"], ["1", "1", "1", "0.75"], ["1", "2", "0", "0.25"], ["2", "1", "1", "0.5"], ["2", "2", "2", "0.5"]]);
+    expect(rows[0]).toEqual([
+      "layer",
+      "layer_name",
+      "head",
+      "source",
+      "query",
+      "query_token",
+      "rank",
+      "key",
+      "key_token",
+      "weight",
+    ]);
+    expect(rows.slice(1).map((r) => [r[4], r[6], r[7], r[9]])).toEqual([
+      ["0", "1", "0", "1"],
+      ["1", "1", "1", "0.75"],
+      ["1", "2", "0", "0.25"],
+      ["2", "1", "1", "0.5"],
+      ["2", "2", "2", "0.5"],
+    ]);
     expect(rows[2][5]).toBe(evil);
   });
 
@@ -205,7 +258,9 @@ describe("attention view", () => {
     const model = fakeModel(state({ view: "model", n_heads: 2, n_kv_heads: 1 }));
     cleanup = attention.render({ model, el });
     await settle();
-    expect(el.querySelector(".iw-attn-model-axes").textContent).toMatch(/^Rows: layers 0–1 \(L\)\. Columns: query heads 0–1 \(h\), in 1 KV-head group\. Each thumbnail: queries down, keys across\./);
+    expect(el.querySelector(".iw-attn-model-axes").textContent).toMatch(
+      /^Rows: layers 0–1 \(L\)\. Columns: query heads 0–1 \(h\), in 1 KV-head group\. Each thumbnail: queries down, keys across\./,
+    );
   });
 
   it("opens a head from the model view and sends pin requests", async () => {

@@ -28,7 +28,8 @@ const mount = (widget, state) => {
 };
 const bool = (values, offset = 3) => payload(Uint8Array.from(values), "bool", [values.length], offset);
 const i32 = (values, offset = 4) => payload(Int32Array.from(values), "int32", [values.length], offset);
-const f32 = (rows, offset = 12) => payload(Float32Array.from(rows.flat()), "float32", [rows.length, rows[0].length], offset);
+const f32 = (rows, offset = 12) =>
+  payload(Float32Array.from(rows.flat()), "float32", [rows.length, rows[0].length], offset);
 const roles = () => Array.from(el.querySelectorAll(".iw-role"), (r) => r.textContent);
 const spanText = (text) => Array.from(el.querySelectorAll(".iw-token")).find((s) => s.textContent === text);
 
@@ -103,7 +104,10 @@ describe("role labels in the comparison and example-list views", () => {
     expect(hello.getAttribute("aria-label")).toMatch(/^<img src=x onerror=alert\(1\)> turn: "Hello"/);
     model.set("granularity", "turn");
     await new Promise((resolve) => setTimeout(resolve, 0));
-    const first = Array.from(el.querySelector(".iw-method-row .iw-tokens").querySelectorAll(".iw-token"), (s) => s.textContent);
+    const first = Array.from(
+      el.querySelector(".iw-method-row .iw-tokens").querySelectorAll(".iw-token"),
+      (s) => s.textContent,
+    );
     expect(first).toEqual(["Hi", "Hello!"]);
     expect(roles()).toEqual(["user", EVIL, "user", EVIL]);
   });

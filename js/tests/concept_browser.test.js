@@ -79,7 +79,13 @@ const mount = (overrides) => {
 const items = () => Array.from(el.querySelectorAll(".iw-concept"), (li) => Number(li.dataset.concept));
 
 describe("visibleConcepts", () => {
-  const data = { labels: ["b", "a", "c"], topTokens: [["x"], ["bad"], []], density: [0.2, 0, 0.5], maxActivation: [1, 2, 3], importance: [1, NaN, -3] };
+  const data = {
+    labels: ["b", "a", "c"],
+    topTokens: [["x"], ["bad"], []],
+    density: [0.2, 0, 0.5],
+    maxActivation: [1, 2, 3],
+    importance: [1, NaN, -3],
+  };
   const opts = (o) => ({ sortBy: "index", descending: false, search: "", hideDead: false, ...o });
   it("sorts, filters dead concepts, searches labels and tokens, and puts unknown importance last", () => {
     expect(visibleConcepts(data, opts({ sortBy: "label" }))).toEqual([1, 0, 2]);
@@ -94,7 +100,13 @@ describe("visibleConcepts", () => {
   it("gives the same order with the precomputed search text, which never matches across a label and a token", () => {
     const labels = Array.from({ length: 300 }, (_, c) => `Label ${c % 17} ${c % 5 ? "Foo" : "BAR"}`);
     const topTokens = labels.map((_, c) => [`t${c % 11}`, c % 3 ? "x" : "Def"]);
-    const many = { labels, topTokens, density: labels.map((_, c) => (c % 7 ? 0.1 : 0)), maxActivation: labels.map((_, c) => c % 13), importance: null };
+    const many = {
+      labels,
+      topTokens,
+      density: labels.map((_, c) => (c % 7 ? 0.1 : 0)),
+      maxActivation: labels.map((_, c) => c % 13),
+      importance: null,
+    };
     const haystack = searchText(labels, topTokens);
     for (const search of ["", "bar", "def", "label 1", "t1", "foox", "3 foo"]) {
       for (const sortBy of ["index", "label", "max"]) {
@@ -214,7 +226,14 @@ describe("concept detail", () => {
   });
 
   it("shows which input tokens make the concept fire in the attribution mode, signed, and switches modes", async () => {
-    const attribution = { values: f32([-1, 0.5, 2]), method: "integrated_gradients", signed: true, score: "activation of concept 0 summed over the non-special tokens", activation: 1.5, completeness_error: 0.001 };
+    const attribution = {
+      values: f32([-1, 0.5, 2]),
+      method: "integrated_gradients",
+      signed: true,
+      score: "activation of concept 0 summed over the non-special tokens",
+      activation: 1.5,
+      completeness_error: 0.001,
+    };
     const model = mount({ selected_concept: 0, attribution_method: "integrated_gradients", text_mode: "activation", details: { 0: detail(0, { text_attribution: null }), 1: detail(1) } }); // prettier-ignore
     const toggle = el.querySelector(".iw-text-mode");
     expect(Array.from(toggle.options, (o) => o.value)).toEqual(["activation", "attribution"]);
@@ -232,7 +251,9 @@ describe("concept detail", () => {
     expect(tokens.map((t) => t.dataset.kind)).toEqual(["attribution", "attribution", "attribution"]);
     expect(tokens[0].style.backgroundColor).toBe(scoreColours(-1, 2, "light", { signed: true }).background);
     expect(tokens[2].style.backgroundColor).toBe(scoreColours(2, 2, "light", { signed: true }).background);
-    expect(el.querySelector(".iw-attribution-caption").textContent).toContain("integrated_gradients: contribution of each token to the activation of concept 0 summed");
+    expect(el.querySelector(".iw-attribution-caption").textContent).toContain(
+      "integrated_gradients: contribution of each token to the activation of concept 0 summed",
+    );
     expect(el.querySelector(".iw-text-view .iw-legend-title").textContent).toBe("input attribution to concept 0");
     tokens[0].dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
     expect(el.querySelector(".iw-tooltip")?.textContent ?? "").toContain("attribution");

@@ -20,7 +20,9 @@ const SRC = join(dirname(fileURLToPath(import.meta.url)), "..", "src");
 /** `@property` names of `@typedef {object} <name>` in js/src/<file>. */
 function typedefFields(file, name) {
   const source = readFileSync(join(SRC, file), "utf8");
-  const block = source.split("/**").find((text) => new RegExp(`@typedef\\s+\\{object\\}\\s+${name}\\b`).test(text.split("*/")[0]));
+  const block = source
+    .split("/**")
+    .find((text) => new RegExp(`@typedef\\s+\\{object\\}\\s+${name}\\b`).test(text.split("*/")[0]));
   if (!block) throw new Error(`${file} has no @typedef {object} ${name}`);
   const fields = [];
   const body = block.split("*/")[0];
@@ -129,17 +131,22 @@ describe.each(VIEWS)("$file", ({ file, model: name, widget, state }) => {
     expect(el.querySelector(".iw-error")).toBeNull();
     // Poke every control and token once: hover, focus, click, Enter, and a change event on each input.
     for (const node of el.querySelectorAll(".iw-token, .iw-example, .iw-concept, canvas")) {
-      for (const type of ["mouseover", "focusin", "mouseleave", "click"]) node.dispatchEvent(new Event(type, { bubbles: true }));
+      for (const type of ["mouseover", "focusin", "mouseleave", "click"])
+        node.dispatchEvent(new Event(type, { bubbles: true }));
       node.dispatchEvent(new KeyboardEvent("keydown", { key: "Enter", bubbles: true }));
     }
-    for (const node of el.querySelectorAll("select, input")) node.dispatchEvent(new Event(node.type === "search" ? "input" : "change", { bubbles: true }));
+    for (const node of el.querySelectorAll("select, input"))
+      node.dispatchEvent(new Event(node.type === "search" ? "input" : "change", { bubbles: true }));
     for (const node of el.querySelectorAll(":not(.iw-export) > button:not([disabled])")) node.click(); // export needs a layout engine
     await settle();
     expect(el.querySelector(".iw-error")).toBeNull();
     const touched = new Set([
       ...model.get.mock.calls.map(([trait]) => trait),
       ...model.set.mock.calls.map(([trait]) => trait),
-      ...model.on.mock.calls.map(([event]) => event).filter((event) => event.startsWith("change:")).map((event) => event.slice(7)),
+      ...model.on.mock.calls
+        .map(([event]) => event)
+        .filter((event) => event.startsWith("change:"))
+        .map((event) => event.slice(7)),
     ]);
     expect([...touched].filter((trait) => !fields.includes(trait))).toEqual([]);
     expect(model.get).toHaveBeenCalledWith("error");

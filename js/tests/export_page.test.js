@@ -42,7 +42,9 @@ afterEach(() => {
 
 describe("export page boot", () => {
   it("decodes base64 buffers into DataViews at their state paths", () => {
-    expect(Array.from(new Float32Array(base64ToDataView(base64(Float32Array.from([1.5, -2]))).buffer))).toEqual([1.5, -2]);
+    expect(Array.from(new Float32Array(base64ToDataView(base64(Float32Array.from([1.5, -2]))).buffer))).toEqual([
+      1.5, -2,
+    ]);
     const state = restoreBuffers({ a: { data: null }, b: [0, { x: 1 }] }, [
       { path: ["a", "data"], data: base64(Uint8Array.from([7])) },
       { path: ["b", 1, "x"], data: base64(Uint8Array.from([9])) },

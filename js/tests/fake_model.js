@@ -39,7 +39,9 @@ export function fakeModel(initial) {
 export function dataViewAt(typed, offset) {
   const buffer = new ArrayBuffer(offset + typed.byteLength + 16);
   new Uint8Array(buffer).fill(0xab);
-  new Uint8Array(buffer, offset, typed.byteLength).set(new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength));
+  new Uint8Array(buffer, offset, typed.byteLength).set(
+    new Uint8Array(typed.buffer, typed.byteOffset, typed.byteLength),
+  );
   return new DataView(buffer, offset, typed.byteLength);
 }
 

@@ -10,7 +10,8 @@ import { settle } from "./fake_model.js";
 // jsdom has no DragEvent, which @lumino/widgets (the page's own copy in JupyterLab) refers to when it loads.
 globalThis.DragEvent ??= class DragEvent extends MouseEvent {};
 const { Panel, Widget } = await import("@lumino/widgets");
-const { InterpWidgetsRenderer, RANK, hostOf, panelHost, rendererFactory } = await import("../src/labextension/renderer.js");
+const { InterpWidgetsRenderer, RANK, hostOf, panelHost, rendererFactory } =
+  await import("../src/labextension/renderer.js");
 
 const clone = (value) => JSON.parse(JSON.stringify(value));
 
@@ -74,7 +75,11 @@ function fakeNotebook() {
 
 const output = (trusted = true, modelId = "w1") => ({
   trusted,
-  data: { [WIDGET_VIEW_MIME]: { version_major: 2, version_minor: 1, model_id: modelId }, [MIME_TYPE]: clone(FIXTURES.token_highlight), "image/svg+xml": "<svg/>" },
+  data: {
+    [WIDGET_VIEW_MIME]: { version_major: 2, version_minor: 1, model_id: modelId },
+    [MIME_TYPE]: clone(FIXTURES.token_highlight),
+    "image/svg+xml": "<svg/>",
+  },
 });
 
 let renderer;
@@ -85,7 +90,10 @@ const mount = (host) => {
 };
 const saved = () => renderer.node.querySelectorAll(".iw-mime-saved .iw-root").length;
 const live = () => renderer.node.querySelectorAll(".live-widget").length;
-const visibleLive = () => [...renderer.node.querySelectorAll(".live-widget")].filter((n) => !n.parentElement.classList.contains("lm-mod-hidden")).length;
+const visibleLive = () =>
+  [...renderer.node.querySelectorAll(".live-widget")].filter(
+    (n) => !n.parentElement.classList.contains("lm-mod-hidden"),
+  ).length;
 
 beforeEach(() => {
   renderer = null;

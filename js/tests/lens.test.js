@@ -1,7 +1,17 @@
 // Grid maths of the lens view, and the view on a fake model: hover text is escaped, the switch needs no kernel.
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import lens from "../src/lens.js";
-import { cellAt, cellValue, flatIndex, gridLayout, intensityRgb, rankIntensity, rowOfLayer, trajectories, visibleColumns } from "../src/lib/lens_grid.js";
+import {
+  cellAt,
+  cellValue,
+  flatIndex,
+  gridLayout,
+  intensityRgb,
+  rankIntensity,
+  rowOfLayer,
+  trajectories,
+  visibleColumns,
+} from "../src/lib/lens_grid.js";
 import { fakeModel, payload, settle } from "./fake_model.js";
 
 const f32 = (values, shape) => payload(Float32Array.from(values), "float32", shape);
@@ -14,7 +24,10 @@ describe("lens grid maths", () => {
     expect(layout.fullHeight).toBe(layout.top + 30 * layout.height + layout.bottom);
   });
   it("draws only the columns in view", () => {
-    expect(visibleColumns(layout, 0, 800)).toEqual({ start: 0, end: Math.ceil((800 - layout.left) / layout.width) + 1 });
+    expect(visibleColumns(layout, 0, 800)).toEqual({
+      start: 0,
+      end: Math.ceil((800 - layout.left) / layout.width) + 1,
+    });
     const far = visibleColumns(layout, 500 * layout.width + 3, 800);
     expect(far.start).toBe(500);
     expect(far.end - far.start).toBeLessThan(20);
@@ -22,7 +35,10 @@ describe("lens grid maths", () => {
   });
   it("finds the cell under the pointer, last layer on top", () => {
     expect(cellAt(layout, layout.left + 1, layout.top + 1, 0)).toEqual({ layer: 29, position: 0 });
-    expect(cellAt(layout, layout.left + 2 * layout.width + 1, layout.top + 29 * layout.height + 1, 10)).toEqual({ layer: 0, position: 12 });
+    expect(cellAt(layout, layout.left + 2 * layout.width + 1, layout.top + 29 * layout.height + 1, 10)).toEqual({
+      layer: 0,
+      position: 12,
+    });
     expect(cellAt(layout, 5, 20, 0)).toBeNull(); // the layer labels
     expect(cellAt(layout, layout.left + 1, layout.top + 30 * layout.height + 1, 0)).toBeNull(); // the token row
     expect(rowOfLayer(layout, 29)).toBe(0);
@@ -40,7 +56,8 @@ describe("lens grid maths", () => {
   it("reads cell values and trajectories per lens", () => {
     // N=2 lenses, L=2 layers, T=2 positions, K=1, M=2
     const data = {
-      dims: { N: 2, L: 2, T: 2, K: 1, M: 2 }, vocabSize: 100,
+      dims: { N: 2, L: 2, T: 2, K: 1, M: 2 },
+      vocabSize: 100,
       topProbs: Float32Array.from([0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]),
       targetProbs: Float32Array.from(Array.from({ length: 16 }, (_, i) => i / 16)),
       targetRanks: Int32Array.from(Array.from({ length: 16 }, (_, i) => i + 1)),

@@ -2,7 +2,17 @@
 // layer toggles, hover readouts, zoom, escaping of layer names.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import monitor, { nearestFinite, splitSeries, storeOf } from "../src/monitor.js";
-import { BandDecimator, M4Decimator, decimateBand, decimateM4, emaSmooth, logTicks, lowerBound, niceTicks, runsOf } from "../src/lib/plot_math.js";
+import {
+  BandDecimator,
+  M4Decimator,
+  decimateBand,
+  decimateM4,
+  emaSmooth,
+  logTicks,
+  lowerBound,
+  niceTicks,
+  runsOf,
+} from "../src/lib/plot_math.js";
 import { SeriesStore, decodeAppend, decodeCheckpoint } from "../src/lib/plot_store.js";
 import { dataViewAt, fakeModel } from "./fake_model.js";
 
@@ -15,7 +25,13 @@ function appendMessage(start, xs, columns, offsets = [12, 4]) {
   const names = Object.keys(columns);
   return [
     { type: "iw-monitor-append", series: names, start, rows: xs.length },
-    [f64(xs, offsets[0]), f32(names.flatMap((n) => columns[n]), offsets[1])],
+    [
+      f64(xs, offsets[0]),
+      f32(
+        names.flatMap((n) => columns[n]),
+        offsets[1],
+      ),
+    ],
   ];
 }
 
@@ -40,7 +56,15 @@ function monitorModel(overrides = {}) {
     error: "",
     panels: [
       { id: "loss", title: "Loss", kind: "lines", series: ["loss"], scale: "linear" },
-      { id: "ratio", title: "Ratio", kind: "lines", metric: "energy_ratio", band: ["lo", "hi"], scale: "log", reference: 1 },
+      {
+        id: "ratio",
+        title: "Ratio",
+        kind: "lines",
+        metric: "energy_ratio",
+        band: ["lo", "hi"],
+        scale: "log",
+        reference: 1,
+      },
       { id: "heat", title: "Heat", kind: "heatmap", metric: "energy_ratio", scale: "log" },
     ],
     ...overrides,
@@ -54,7 +78,12 @@ function monitorModel(overrides = {}) {
 describe("store and buffer decoding", () => {
   it("appends float64/float32 buffers that start at non-zero, unaligned byteOffsets", () => {
     const store = new SeriesStore();
-    const [content, buffers] = appendMessage(0, [0, 5, 10], { loss: [3, 2, 1], "energy_ratio|L0": [NaN, 4, NaN] }, [5, 3]);
+    const [content, buffers] = appendMessage(
+      0,
+      [0, 5, 10],
+      { loss: [3, 2, 1], "energy_ratio|L0": [NaN, 4, NaN] },
+      [5, 3],
+    );
     expect(buffers[0].byteOffset).toBe(5);
     expect(store.append(decodeAppend(content, buffers))).toBe(3);
     expect(Array.from(store.x.subarray(0, 3))).toEqual([0, 5, 10]);
@@ -88,7 +117,11 @@ describe("store and buffer decoding", () => {
   it("replaces everything with a checkpoint and skips rows it already holds afterwards", () => {
     const store = new SeriesStore();
     store.append(decodeAppend(...appendMessage(0, [0, 1], { loss: [9, 9] })));
-    const { data, schema } = checkpointBytes([0, 1, 2, 3], { loss: [4, 3, 2, 1], "isoscore|L1": [NaN, 0.5, NaN, 0.25] }, 13);
+    const { data, schema } = checkpointBytes(
+      [0, 1, 2, 3],
+      { loss: [4, 3, 2, 1], "isoscore|L1": [NaN, 0.5, NaN, 0.25] },
+      13,
+    );
     const listener = vi.fn();
     store.subscribe(listener);
     store.replace(decodeCheckpoint(data, schema));
@@ -148,7 +181,9 @@ describe("decimation and plot maths", () => {
   it("resumed and widened decimators give exactly the points of a fresh pass", () => {
     const n = 5000;
     const x = Float64Array.from({ length: n }, (_, i) => i * 0.75);
-    const y = Float32Array.from({ length: n }, (_, i) => (i % 17 === 0 ? NaN : Math.cos(i / 50) * (1 + ((i * 31) % 7))));
+    const y = Float32Array.from({ length: n }, (_, i) =>
+      i % 17 === 0 ? NaN : Math.cos(i / 50) * (1 + ((i * 31) % 7)),
+    );
     const lo = Float32Array.from(y, (v) => v - 1);
     const hi = Float32Array.from(y, (v) => v + 2);
     const same = (a, b) => {
@@ -194,7 +229,10 @@ describe("decimation and plot maths", () => {
     expect(niceTicks(0, 1, 5)).toEqual([0, 0.2, 0.4, 0.6, 0.8, 1]);
     expect(logTicks(0.5, 200)).toEqual([1, 10, 100]);
     expect(logTicks(1.5, 4)).toEqual([2]);
-    expect(runsOf(Float32Array.of(0, 1, 1, 0, 1), 5)).toEqual([[1, 2], [4, 4]]);
+    expect(runsOf(Float32Array.of(0, 1, 1, 0, 1), 5)).toEqual([
+      [1, 2],
+      [4, 4],
+    ]);
     expect(lowerBound(Float64Array.of(1, 2, 4), 3, 3)).toBe(2);
     expect(nearestFinite(Float64Array.of(0, 1, 2, 3), Float32Array.of(NaN, NaN, 5, NaN), 4, 0, 0, 10)).toBe(2);
     expect(nearestFinite(Float64Array.of(0, 1, 2, 3), Float32Array.of(NaN, NaN, 5, NaN), 4, 0, 0, 1)).toBe(-1);
@@ -215,7 +253,11 @@ describe("monitor view", () => {
     calls = [];
     // jsdom has no 2D canvas: a context that records method calls, so the painting code runs for real
     vi.spyOn(HTMLCanvasElement.prototype, "getContext").mockImplementation(
-      () => new Proxy({}, { get: (target, key) => (key in target ? target[key] : (...args) => calls.push([key, ...args])) }),
+      () =>
+        new Proxy(
+          {},
+          { get: (target, key) => (key in target ? target[key] : (...args) => calls.push([key, ...args])) },
+        ),
     );
     vi.spyOn(window, "requestAnimationFrame").mockImplementation((fn) => {
       frames.push(fn);
@@ -383,8 +425,14 @@ describe("monitor view", () => {
     canvas.getBoundingClientRect = () => ({ left: 0, top: 0, width: 600, height: 170 });
     canvas.dispatchEvent(new MouseEvent("mousemove", { clientX: 54 + (19 / 32) * 536, clientY: 50 }));
     runFrames();
-    const shown = Number(/loss: ([\d.]+)/.exec(root.querySelector('[data-panel="loss"] .iw-monitor-readout').textContent)[1]);
-    const expected = emaSmooth(Float32Array.from({ length: 20 }, (_, s) => 1 / (s + 1)), 20, 0.9)[19];
+    const shown = Number(
+      /loss: ([\d.]+)/.exec(root.querySelector('[data-panel="loss"] .iw-monitor-readout').textContent)[1],
+    );
+    const expected = emaSmooth(
+      Float32Array.from({ length: 20 }, (_, s) => 1 / (s + 1)),
+      20,
+      0.9,
+    )[19];
     expect(shown).toBeCloseTo(expected, 3);
     expect(shown).toBeGreaterThan(0.06); // raw value at step 19 is 0.05
   });

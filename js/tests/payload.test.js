@@ -12,7 +12,12 @@ import FIXTURES from "./fixtures/payloads.json";
 import { settle } from "./fake_model.js";
 
 const clone = (value) => JSON.parse(JSON.stringify(value));
-const bundle = (payload, extra = {}) => ({ [MIME_TYPE]: payload, "image/svg+xml": '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><script>window.__xss = 1</script></svg>', ...extra });
+const bundle = (payload, extra = {}) => ({
+  [MIME_TYPE]: payload,
+  "image/svg+xml":
+    '<svg xmlns="http://www.w3.org/2000/svg" width="4" height="4"><script>window.__xss = 1</script></svg>',
+  ...extra,
+});
 
 let el;
 let cleanups;
@@ -41,7 +46,10 @@ describe("payload schema and loaders", () => {
   it("knows every view the Python side writes, and the extension has a front end for each", () => {
     expect(Object.keys(FIXTURES).sort()).toEqual(Object.keys(SCHEMA.views).sort());
     expect(Object.keys(VIEWS).sort()).toEqual(Object.keys(SCHEMA.views).sort());
-    expect(knownViews().token_highlight).toEqual({ widget: "TokenHighlightWidget", version: SCHEMA.views.token_highlight.version });
+    expect(knownViews().token_highlight).toEqual({
+      widget: "TokenHighlightWidget",
+      version: SCHEMA.views.token_highlight.version,
+    });
     expect(MIME_TYPE).toBe("application/vnd.interp-widgets.v1+json");
   });
 });
@@ -51,7 +59,9 @@ describe.each(Object.keys(FIXTURES))("%s payload", (view) => {
     const read = readPayload(clone(FIXTURES[view]));
     expect(read.kind).toBe("view");
     expect(read.widget).toBe(SCHEMA.views[view].widget);
-    expect(Object.keys(read.traits).sort()).toEqual([...Object.keys(SCHEMA.views[view].data), ...Object.keys(SCHEMA.views[view].state)].sort());
+    expect(Object.keys(read.traits).sort()).toEqual(
+      [...Object.keys(SCHEMA.views[view].data), ...Object.keys(SCHEMA.views[view].state)].sort(),
+    );
     for (const [name, type] of Object.entries(SCHEMA.views[view].data)) {
       if (type.array && Object.keys(read.traits[name]).length) expect(read.traits[name].data).toBeInstanceOf(DataView);
       if (type === "bytes") expect(read.traits[name]).toBeInstanceOf(DataView);
@@ -66,7 +76,8 @@ describe.each(Object.keys(FIXTURES))("%s payload", (view) => {
     for (const node of el.querySelectorAll(".iw-token, .iw-example, .iw-concept")) {
       for (const type of ["mouseover", "focusin", "click"]) node.dispatchEvent(new Event(type, { bubbles: true }));
     }
-    for (const node of el.querySelectorAll("select, input")) node.dispatchEvent(new Event(node.type === "search" ? "input" : "change", { bubbles: true }));
+    for (const node of el.querySelectorAll("select, input"))
+      node.dispatchEvent(new Event(node.type === "search" ? "input" : "change", { bubbles: true }));
     await settle();
     expect(el.querySelector(".iw-error")).toBeNull();
   });
@@ -116,7 +127,15 @@ describe("outputs that cannot be rebuilt show a note and the saved picture", () 
   });
 
   it("an over-cap output gives its size, the cap and how to export instead", async () => {
-    await render(bundle({ format: 1, view: "concept_browser", version: 1, widget: "ConceptBrowser", omitted: { bytes: 3_500_000, cap: 1_048_576 } }));
+    await render(
+      bundle({
+        format: 1,
+        view: "concept_browser",
+        version: 1,
+        widget: "ConceptBrowser",
+        omitted: { bytes: 3_500_000, cap: 1_048_576 },
+      }),
+    );
     expect(note()).toContain("ConceptBrowser holds 3.3 MB of data, over the 1.0 MB cap");
     expect(note()).toContain('widget.export_html("view.html")');
     expect(note()).toContain("set_output_cap");
@@ -124,7 +143,10 @@ describe("outputs that cannot be rebuilt show a note and the saved picture", () 
   });
 
   it("a PNG picture is shown when there is no SVG", async () => {
-    await render({ [MIME_TYPE]: { format: 1, view: "monitor", version: 1, widget: "MonitorWidget", omitted: { bytes: 2, cap: 1 } }, "image/png": "iVBORw0KGgo=" });
+    await render({
+      [MIME_TYPE]: { format: 1, view: "monitor", version: 1, widget: "MonitorWidget", omitted: { bytes: 2, cap: 1 } },
+      "image/png": "iVBORw0KGgo=",
+    });
     expect(picture().getAttribute("src")).toBe("data:image/png;base64,iVBORw0KGgo=");
     expect(staticPicture({ "image/png": '"><script>' })).toBeNull();
   });
@@ -153,26 +175,131 @@ describe("readPayload refuses what the schema does not allow", () => {
     ["not an object", () => "<b>", "the output must be an object, got a string"],
     ["a list", () => [], "the output must be an object, got a list"],
     ["no format", () => ({ ...base(), format: "1" }), "its format must be a positive integer"],
-    ["an unknown data field", () => ({ ...base(), data: { ...base().data, colour: "red" } }), 'data has an unknown field "colour"'],
-    ["a missing data field without a default", () => { const p = base(); delete p.data.scores; return p; }, 'data lacks "scores"'],
-    ["a wrong dtype", () => { const p = base(); p.data.scores.dtype = "float64"; return p; }, 'data.scores has dtype "float64"'],
-    ["a shape that does not fit the bytes", () => { const p = base(); p.data.scores.shape = [100, 100]; return p; }, "data.scores holds"],
-    ["a negative or fractional shape", () => { const p = base(); p.data.scores.shape = [-1, 2.5]; return p; }, "data.scores must have a shape of 2"],
-    ["text that is not base64", () => { const p = base(); p.data.scores.data = "<script>"; return p; }, "data.scores.data must be base64 text"],
-    ["extra array keys", () => { const p = base(); p.data.scores.onload = "x"; return p; }, 'data.scores has an unknown key "onload"'],
-    ["a value outside an enum", () => { const p = base(); p.state.granularity = "<b>word</b>"; return p; }, 'state.granularity must be one of "token", "word", "sentence"'],
-    ["a float id", () => { const p = base(); p.state.selected_target = 0.5; return p; }, "state.selected_target must be an integer"],
-    ["Infinity-like strings for numbers", () => { const p = base(); p.data.target_probs = ["1e999"]; return p; }, "data.target_probs[0] must be a number"],
-    ["an object where a list belongs", () => { const p = base(); p.data.tokens = { length: 3 }; return p; }, "data.tokens must be a list"],
-    ["no state", () => { const p = base(); delete p.state; return p; }, "state must be an object"],
-    ["deep nesting", () => { const p = clone(FIXTURES.comparison); let deep = []; for (let i = 0; i < 50; i += 1) deep = [deep]; p.data.agreements = { token: deep }; return p; }, "data.agreements"],
+    [
+      "an unknown data field",
+      () => ({ ...base(), data: { ...base().data, colour: "red" } }),
+      'data has an unknown field "colour"',
+    ],
+    [
+      "a missing data field without a default",
+      () => {
+        const p = base();
+        delete p.data.scores;
+        return p;
+      },
+      'data lacks "scores"',
+    ],
+    [
+      "a wrong dtype",
+      () => {
+        const p = base();
+        p.data.scores.dtype = "float64";
+        return p;
+      },
+      'data.scores has dtype "float64"',
+    ],
+    [
+      "a shape that does not fit the bytes",
+      () => {
+        const p = base();
+        p.data.scores.shape = [100, 100];
+        return p;
+      },
+      "data.scores holds",
+    ],
+    [
+      "a negative or fractional shape",
+      () => {
+        const p = base();
+        p.data.scores.shape = [-1, 2.5];
+        return p;
+      },
+      "data.scores must have a shape of 2",
+    ],
+    [
+      "text that is not base64",
+      () => {
+        const p = base();
+        p.data.scores.data = "<script>";
+        return p;
+      },
+      "data.scores.data must be base64 text",
+    ],
+    [
+      "extra array keys",
+      () => {
+        const p = base();
+        p.data.scores.onload = "x";
+        return p;
+      },
+      'data.scores has an unknown key "onload"',
+    ],
+    [
+      "a value outside an enum",
+      () => {
+        const p = base();
+        p.state.granularity = "<b>word</b>";
+        return p;
+      },
+      'state.granularity must be one of "token", "word", "sentence"',
+    ],
+    [
+      "a float id",
+      () => {
+        const p = base();
+        p.state.selected_target = 0.5;
+        return p;
+      },
+      "state.selected_target must be an integer",
+    ],
+    [
+      "Infinity-like strings for numbers",
+      () => {
+        const p = base();
+        p.data.target_probs = ["1e999"];
+        return p;
+      },
+      "data.target_probs[0] must be a number",
+    ],
+    [
+      "an object where a list belongs",
+      () => {
+        const p = base();
+        p.data.tokens = { length: 3 };
+        return p;
+      },
+      "data.tokens must be a list",
+    ],
+    [
+      "no state",
+      () => {
+        const p = base();
+        delete p.state;
+        return p;
+      },
+      "state must be an object",
+    ],
+    [
+      "deep nesting",
+      () => {
+        const p = clone(FIXTURES.comparison);
+        let deep = [];
+        for (let i = 0; i < 50; i += 1) deep = [deep];
+        p.data.agreements = { token: deep };
+        return p;
+      },
+      "data.agreements",
+    ],
   ])("%s", (_, make, message) => {
     expect(refused(make())).toContain(message);
   });
 
   it("keeps a __proto__ key an ordinary property and pollutes no prototype", () => {
     const payload = clone(FIXTURES.concept_browser);
-    const text = JSON.stringify(payload).replace('"details":{', '"details":{"__proto__":' + JSON.stringify(payload.state.details["0"]) + ",");
+    const text = JSON.stringify(payload).replace(
+      '"details":{',
+      '"details":{"__proto__":' + JSON.stringify(payload.state.details["0"]) + ",",
+    );
     const read = readPayload(JSON.parse(text));
     expect(Object.prototype.hasOwnProperty.call(read.traits.details, "__proto__")).toBe(true);
     expect(Object.getPrototypeOf(read.traits.details)).toBe(Object.prototype);
@@ -185,7 +312,12 @@ describe("readPayload refuses what the schema does not allow", () => {
     delete payload.state.view; // a state trait of a later interp-widgets
     const read = readPayload({ ...payload, version: 1 });
     expect(read.kind).toBe("view");
-    expect([read.traits.foil_tokens, read.traits.foil_probs, read.traits.contrast, read.traits.view]).toEqual([[], [], "", "text"]);
+    expect([read.traits.foil_tokens, read.traits.foil_probs, read.traits.contrast, read.traits.view]).toEqual([
+      [],
+      [],
+      "",
+      "text",
+    ]);
   });
 
   it("reads payloads written before chat turns and concept text attributions, and renders them", async () => {
@@ -218,10 +350,10 @@ describe("readPayload refuses what the schema does not allow", () => {
 
 // ------------------------------------------------------------------------------------------------- XSS fuzz
 const HOSTILE = [
-  "<img src=x onerror=\"window.__xss=1\">",
+  '<img src=x onerror="window.__xss=1">',
   "</script><script>window.__xss=1</script>",
   "<svg onload=window.__xss=1>",
-  "\"><iframe srcdoc=\"<script>parent.__xss=1</script>\">",
+  '"><iframe srcdoc="<script>parent.__xss=1</script>">',
   "javascript:window.__xss=1",
   "' onmouseover='window.__xss=1' x='",
   "<style>*{display:none}</style>",
@@ -234,7 +366,8 @@ const HOSTILE = [
 function stringPaths(value, path = [], out = []) {
   if (typeof value === "string") out.push(path);
   else if (Array.isArray(value)) value.forEach((item, i) => stringPaths(item, [...path, i], out));
-  else if (value && typeof value === "object") for (const [k, v] of Object.entries(value)) stringPaths(v, [...path, k], out);
+  else if (value && typeof value === "object")
+    for (const [k, v] of Object.entries(value)) stringPaths(v, [...path, k], out);
   return out;
 }
 
@@ -250,7 +383,8 @@ function assertInert(container) {
   for (const node of container.querySelectorAll("*")) {
     for (const { name, value } of node.attributes) {
       expect(name.startsWith("on"), `${node.tagName} has the event attribute ${name}`).toBe(false);
-      if (["href", "src", "xlink:href", "action", "formaction"].includes(name)) expect(value).not.toMatch(/^\s*javascript:/i);
+      if (["href", "src", "xlink:href", "action", "formaction"].includes(name))
+        expect(value).not.toMatch(/^\s*javascript:/i);
     }
     if (node.tagName === "IMG") expect(node.getAttribute("src")).toMatch(/^data:image\/(svg\+xml|png)/);
   }
@@ -266,52 +400,74 @@ describe.each(Object.keys(FIXTURES))("XSS fuzz of the %s payload", (view) => {
     const key = path.map((k) => (typeof k === "number" ? "*" : k)).join(".");
     if (!patterns.has(key)) patterns.set(key, path);
   }
-  const paths = [...patterns.values(), ...all.filter((p) => !new Set(patterns.values()).has(p))].slice(0, Math.max(40, patterns.size));
-  it(`substitutes hostile text for ${paths.length} of its ${all.length} strings (every field) and stays inert`, { timeout: 60_000 }, async () => {
-    let rendered = 0;
-    let shownAsText = 0;
-    for (const [i, path] of paths.entries()) {
-      const payload = clone(FIXTURES[view]);
-      const hostile = HOSTILE[i % HOSTILE.length];
-      setAt(payload, path, hostile);
-      const container = document.createElement("div");
-      document.body.append(container);
-      const cleanup = await mountOutput(container, bundle(payload), { loadView: (name) => VIEWS[name]() });
-      for (const node of container.querySelectorAll(".iw-token, .iw-example, .iw-concept")) {
-        for (const type of ["mouseover", "focusin", "click"]) node.dispatchEvent(new Event(type, { bubbles: true }));
+  const paths = [...patterns.values(), ...all.filter((p) => !new Set(patterns.values()).has(p))].slice(
+    0,
+    Math.max(40, patterns.size),
+  );
+  it(
+    `substitutes hostile text for ${paths.length} of its ${all.length} strings (every field) and stays inert`,
+    { timeout: 60_000 },
+    async () => {
+      let rendered = 0;
+      let shownAsText = 0;
+      for (const [i, path] of paths.entries()) {
+        const payload = clone(FIXTURES[view]);
+        const hostile = HOSTILE[i % HOSTILE.length];
+        setAt(payload, path, hostile);
+        const container = document.createElement("div");
+        document.body.append(container);
+        const cleanup = await mountOutput(container, bundle(payload), { loadView: (name) => VIEWS[name]() });
+        for (const node of container.querySelectorAll(".iw-token, .iw-example, .iw-concept")) {
+          for (const type of ["mouseover", "focusin", "click"]) node.dispatchEvent(new Event(type, { bubbles: true }));
+        }
+        await settle();
+        assertInert(container);
+        if (container.querySelector(".iw-mime-view .iw-root")) rendered += 1;
+        if (container.textContent.includes(hostile)) shownAsText += 1;
+        cleanup();
+        container.remove();
       }
-      await settle();
-      assertInert(container);
-      if (container.querySelector(".iw-mime-view .iw-root")) rendered += 1;
-      if (container.textContent.includes(hostile)) shownAsText += 1;
-      cleanup();
-      container.remove();
-    }
-    expect(rendered).toBeGreaterThan(paths.length / 3); // most substitutions still render the view
-    expect(shownAsText).toBeGreaterThan(0); // and the hostile strings it shows are text on the page
-  });
+      expect(rendered).toBeGreaterThan(paths.length / 3); // most substitutions still render the view
+      expect(shownAsText).toBeGreaterThan(0); // and the hostile strings it shows are text on the page
+    },
+  );
 
-  it("survives random structural mutations (wrong types, huge numbers, nulls) without markup", { timeout: 60_000 }, async () => {
-    let seed = 7 + view.length;
-    const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
-    const junk = [null, -1, 2 ** 53, 1e308, true, [], {}, [HOSTILE[0]], { dtype: "float32", shape: [1], data: "AAAAAA==" }, HOSTILE[2]];
-    const all = [];
-    const walk = (value, path = []) => {
-      if (path.length) all.push(path);
-      if (value && typeof value === "object") for (const [k, v] of Object.entries(value)) walk(v, [...path, k]);
-    };
-    walk(FIXTURES[view]);
-    for (let round = 0; round < 40; round += 1) {
-      const payload = clone(FIXTURES[view]);
-      setAt(payload, all[Math.floor(random() * all.length)], junk[Math.floor(random() * junk.length)]);
-      const container = document.createElement("div");
-      document.body.append(container);
-      const cleanup = await mountOutput(container, bundle(payload), { loadView: (name) => VIEWS[name]() });
-      await settle();
-      assertInert(container);
-      expect(container.childElementCount).toBeGreaterThan(0); // a view, a note or an error box: never blank
-      cleanup();
-      container.remove();
-    }
-  });
+  it(
+    "survives random structural mutations (wrong types, huge numbers, nulls) without markup",
+    { timeout: 60_000 },
+    async () => {
+      let seed = 7 + view.length;
+      const random = () => (seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31;
+      const junk = [
+        null,
+        -1,
+        2 ** 53,
+        1e308,
+        true,
+        [],
+        {},
+        [HOSTILE[0]],
+        { dtype: "float32", shape: [1], data: "AAAAAA==" },
+        HOSTILE[2],
+      ];
+      const all = [];
+      const walk = (value, path = []) => {
+        if (path.length) all.push(path);
+        if (value && typeof value === "object") for (const [k, v] of Object.entries(value)) walk(v, [...path, k]);
+      };
+      walk(FIXTURES[view]);
+      for (let round = 0; round < 40; round += 1) {
+        const payload = clone(FIXTURES[view]);
+        setAt(payload, all[Math.floor(random() * all.length)], junk[Math.floor(random() * junk.length)]);
+        const container = document.createElement("div");
+        document.body.append(container);
+        const cleanup = await mountOutput(container, bundle(payload), { loadView: (name) => VIEWS[name]() });
+        await settle();
+        assertInert(container);
+        expect(container.childElementCount).toBeGreaterThan(0); // a view, a note or an error box: never blank
+        cleanup();
+        container.remove();
+      }
+    },
+  );
 });

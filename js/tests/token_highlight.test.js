@@ -123,7 +123,22 @@ describe("token highlight view", () => {
 
   it("labels chat turns by role, folds or greys the template's tokens, and sums whole turns", async () => {
     // "<|im_start|>system\nBe nice.<|im_end|>\n<|im_start|>user\nHi <b>!<|im_end|>"; the template's tokens are special
-    const tokens = ["<|im_start|>", "system", "\n", "Be", "nice", ".", "<|im_end|>", "\n", "<|im_start|>", "user", "\n", "Hi", "<b>!", "<|im_end|>"];
+    const tokens = [
+      "<|im_start|>",
+      "system",
+      "\n",
+      "Be",
+      "nice",
+      ".",
+      "<|im_end|>",
+      "\n",
+      "<|im_start|>",
+      "user",
+      "\n",
+      "Hi",
+      "<b>!",
+      "<|im_end|>",
+    ];
     const special = [1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 1];
     const turns = [-1, -1, -1, 0, 0, 0, -1, -1, -1, -1, -1, 1, 1, -1];
     const n = tokens.length;
@@ -145,7 +160,9 @@ describe("token highlight view", () => {
     model.set("show_special_tokens", true);
     await settle();
     expect(spans()).toHaveLength(n);
-    const greyed = spans().filter((s) => s.classList.contains("iw-special")).map((s) => s.textContent);
+    const greyed = spans()
+      .filter((s) => s.classList.contains("iw-special"))
+      .map((s) => s.textContent);
     expect(greyed).toEqual(tokens.filter((_, i) => special[i]).map((t) => (t === "\n" ? "\u21b5\n" : t)));
     expect(roles()).toEqual(["system", "<i>user</i>"]);
     model.set("show_special_tokens", false);
@@ -153,12 +170,18 @@ describe("token highlight view", () => {
     await settle();
     expect(spans().map((s) => s.textContent)).toEqual(["Be nice.", "Hi <b>!"]);
     const row = Array.from({ length: n }, (_, i) => f32(((n + i) % n) / n));
-    expect(spans()[1].getAttribute("aria-label")).toContain(`score +${(row[11] + row[12]).toPrecision(6).replace(/0+$/, "")}`);
+    expect(spans()[1].getAttribute("aria-label")).toContain(
+      `score +${(row[11] + row[12]).toPrecision(6).replace(/0+$/, "")}`,
+    );
   });
 
   it("offers the turn granularity only for chat conversations", () => {
     mount(fakeModel(state()));
-    expect(Array.from(el.querySelectorAll(".iw-granularity-select option"), (o) => o.value)).toEqual(["token", "word", "sentence"]);
+    expect(Array.from(el.querySelectorAll(".iw-granularity-select option"), (o) => o.value)).toEqual([
+      "token",
+      "word",
+      "sentence",
+    ]);
     expect(el.querySelector(".iw-role")).toBeNull();
   });
 
@@ -225,14 +248,25 @@ describe("token highlight view", () => {
   it("follows selected_token set from Python", () => {
     const model = mount(fakeModel(state()));
     model.set("selected_token", 5);
-    expect(spans().map((s) => s.getAttribute("aria-selected"))).toEqual(
-      ["false", "false", "false", "false", "true", "false", "false", "false"],
-    );
+    expect(spans().map((s) => s.getAttribute("aria-selected"))).toEqual([
+      "false",
+      "false",
+      "false",
+      "false",
+      "true",
+      "false",
+      "false",
+      "false",
+    ]);
   });
 
   it("marks tokens a class cannot see (NaN scores) and leaves them out of the scale and ranks", () => {
     const row = [0, 0.5, -0.25, Number.NaN, Number.NaN, 0, 0, 0, 0, 0];
-    mount(fakeModel(state({ selected_target: 0, scores: payload(Float32Array.from([...row, ...row]), "float32", [2, 10], 8) })));
+    mount(
+      fakeModel(
+        state({ selected_target: 0, scores: payload(Float32Array.from([...row, ...row]), "float32", [2, 10], 8) }),
+      ),
+    );
     const s = spans();
     expect(s[2].classList.contains("iw-unseen")).toBe(true);
     expect(s[2].getAttribute("aria-label")).toBe('"was", score none (this class does not see it), rank unranked');

@@ -32,7 +32,8 @@ const mount = (widget, model) => {
 const spans = () => Array.from(el.querySelectorAll(".iw-token"));
 const bool = (values, offset = 3) => payload(Uint8Array.from(values), "bool", [values.length], offset);
 const i32 = (values, offset = 4) => payload(Int32Array.from(values), "int32", [values.length], offset);
-const f32 = (rows, offset = 12) => payload(Float32Array.from(rows.flat()), "float32", [rows.length, rows[0].length], offset);
+const f32 = (rows, offset = 12) =>
+  payload(Float32Array.from(rows.flat()), "float32", [rows.length, rows[0].length], offset);
 
 function tokenState(overrides = {}) {
   return {
@@ -41,7 +42,10 @@ function tokenState(overrides = {}) {
     special_mask: bool([0, 0, 0, 0]),
     word_ids: payload(Int32Array.from([0, 1, 2, 3]), "int32", [4], 8),
     sentence_ids: payload(Int32Array.from([0, 0, 0, 0]), "int32", [4], 4),
-    scores: f32([[0.0, 0.5, 1.0, 0.25], [4.0, 0, 0, 0]]),
+    scores: f32([
+      [0.0, 0.5, 1.0, 0.25],
+      [4.0, 0, 0, 0],
+    ]),
     target_labels: ["x", "y"],
     target_probs: [0.9, 0.1],
     selected_target: 0,
@@ -80,7 +84,19 @@ describe("token highlighter options", () => {
   });
 
   it("encodes magnitude by underline weight and sign by a marker without colour", async () => {
-    mount(tokens, fakeModel(tokenState({ signed: true, scores: f32([[-1, 0.5, 0, 0.25], [1, 1, 1, 1]]), encoding: "underline" })));
+    mount(
+      tokens,
+      fakeModel(
+        tokenState({
+          signed: true,
+          scores: f32([
+            [-1, 0.5, 0, 0.25],
+            [1, 1, 1, 1],
+          ]),
+          encoding: "underline",
+        }),
+      ),
+    );
     const [a, b, c] = spans();
     expect(a.style.backgroundColor).toBe("");
     expect(a.style.borderBottom).toContain("6px solid");
@@ -118,7 +134,8 @@ describe("token highlighter options", () => {
     const all = Array.from(box.querySelectorAll(".iw-token"));
     expect(all[0].style.backgroundColor).not.toBe(""); // the first block is painted at once
     expect(box.querySelectorAll(".iw-token[aria-label]").length).toBe(box.querySelectorAll(".iw-token").length);
-    for (let k = 0; k < 400 && box.querySelectorAll(".iw-token").length < n; k += 1) await new Promise((r) => setTimeout(r, 20));
+    for (let k = 0; k < 400 && box.querySelectorAll(".iw-token").length < n; k += 1)
+      await new Promise((r) => setTimeout(r, 20));
     expect(box.querySelectorAll(".iw-token")).toHaveLength(n);
     expect(box.textContent.trim().startsWith("t0 t1 t2")).toBe(true);
   }, 60000);
@@ -151,12 +168,20 @@ describe("long inputs", () => {
     expect(el.querySelector(".iw-tooltip").textContent).toContain(`"t${n - 1}"`);
     document.activeElement.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowLeft", bubbles: true }));
     expect(document.activeElement.textContent).toBe(`t${n - 2}`);
-    await waitFor(() => box.querySelectorAll(".iw-token").length === n && el.querySelectorAll(".iw-sr-table tbody tr").length === n);
+    await waitFor(
+      () => box.querySelectorAll(".iw-token").length === n && el.querySelectorAll(".iw-sr-table tbody tr").length === n,
+    );
     expect(box.querySelectorAll(".iw-token")).toHaveLength(n);
-    expect(Array.from(box.querySelectorAll('.iw-token[aria-selected="true"]'), (s) => s.textContent)).toEqual(["t2900"]);
+    expect(Array.from(box.querySelectorAll('.iw-token[aria-selected="true"]'), (s) => s.textContent)).toEqual([
+      "t2900",
+    ]);
     const rows = el.querySelectorAll(".iw-sr-table tbody tr");
     expect(rows).toHaveLength(n); // every unit, not only the first few hundred
-    expect(Array.from(rows[n - 1].children, (c) => c.textContent)).toEqual([`t${n - 1}`, "+2999", `1 of ${n} by |score|`]);
+    expect(Array.from(rows[n - 1].children, (c) => c.textContent)).toEqual([
+      `t${n - 1}`,
+      "+2999",
+      `1 of ${n} by |score|`,
+    ]);
     expect(box.textContent.split(" ").slice(-2)).toEqual([`t${n - 2}`, `t${n - 1}`]); // no text lost between blocks
   });
 
@@ -186,7 +211,10 @@ describe("shared list helpers", () => {
     const keys = [2, NaN, 1, 2, -Infinity];
     expect(sortIndices([0, 1, 2, 3, 4], (i) => keys[i], false)).toEqual([4, 2, 0, 3, 1]);
     expect(sortIndices([0, 1, 2, 3, 4], (i) => keys[i], true)).toEqual([0, 3, 2, 4, 1]);
-    expect([...labelRanks(["b", "a", "b"])]).toEqual([["a", 0], ["b", 1]]);
+    expect([...labelRanks(["b", "a", "b"])]).toEqual([
+      ["a", 0],
+      ["b", 1],
+    ]);
     expect(unitText([1, 2], ["a", "un", "able"], ["", " ", ""])).toBe("unable");
     expect(unitText([0, 1], ["x", "y"], ["  ", "\n"])).toBe("x\ny");
     const table = textTable(["token"], [[EVIL]], { caption: "c" });
@@ -198,10 +226,22 @@ describe("shared list helpers", () => {
 describe("renderTokenRun", () => {
   it("splits long runs into blocks at newlines, else sentence starts, else after `size` units", () => {
     expect(blockBounds(5, { size: 4 })).toEqual([[0, 5]]); // a short tail joins the block
-    expect(blockBounds(10, { size: 4 })).toEqual([[0, 4], [4, 10]]);
-    expect(blockBounds(13, { size: 4 })).toEqual([[0, 4], [4, 8], [8, 13]]);
+    expect(blockBounds(10, { size: 4 })).toEqual([
+      [0, 4],
+      [4, 10],
+    ]);
+    expect(blockBounds(13, { size: 4 })).toEqual([
+      [0, 4],
+      [4, 8],
+      [8, 13],
+    ]);
     const rank = { 5: 1, 6: 2, 13: 1 };
-    expect(blockBounds(20, { size: 4, breakRank: (u) => rank[u] ?? 0 })).toEqual([[0, 6], [6, 13], [13, 17], [17, 20]]);
+    expect(blockBounds(20, { size: 4, breakRank: (u) => rank[u] ?? 0 })).toEqual([
+      [0, 6],
+      [6, 13],
+      [13, 17],
+      [17, 20],
+    ]);
   });
 
   it("builds one block at once, the rest in idle time, and any unit on demand", async () => {
@@ -215,7 +255,11 @@ describe("renderTokenRun", () => {
       return span;
     };
     const run = renderTokenRun(box, { count: 10, build, size: 3, single: 4 });
-    expect(Array.from(box.children, (b) => b.className)).toEqual(["iw-token-block", "iw-token-block", "iw-token-block"]);
+    expect(Array.from(box.children, (b) => b.className)).toEqual([
+      "iw-token-block",
+      "iw-token-block",
+      "iw-token-block",
+    ]);
     expect(box.textContent).toBe("|012");
     expect(run.span(8)).toBeUndefined();
     expect(run.ensure(8).textContent).toBe("8"); // the last block (3 + 3 + 4 units), before the middle one
@@ -240,7 +284,10 @@ function generationState(overrides = {}) {
     spaces_before: ["", " ", " ", " ", ""],
     special_mask: bool([0, 0, 0, 0, 0]),
     generated_mask: bool([0, 0, 0, 1, 1], 7),
-    scores: f32([[0.1, -0.4, 0.2, NaN, NaN], [0.05, 0.3, -0.1, 0.6, NaN]]),
+    scores: f32([
+      [0.1, -0.4, 0.2, NaN, NaN],
+      [0.05, 0.3, -0.1, 0.6, NaN],
+    ]),
     step_tokens: [3, 4],
     step_probs: [0.42, 0.9],
     method: "integrated_gradients",
@@ -283,7 +330,10 @@ describe("generation view", () => {
       generated_mask: bool([0, 0, 0, 0, 0, 0, 1, 1], 7),
       turn_ids: payload(Int32Array.from([-1, -1, -1, 0, -1, -1, 1, 1]), "int32", [8], 4),
       turn_roles: ["user", EVIL],
-      scores: f32([[0, 0, 0, 0.5, 0, 0, NaN, NaN], [0, 0, 0, 0.2, 0, 0, 0.4, NaN]]),
+      scores: f32([
+        [0, 0, 0, 0.5, 0, 0, NaN, NaN],
+        [0, 0, 0, 0.2, 0, 0, 0.4, NaN],
+      ]),
       step_tokens: [6, 7],
     });
     mount(generation, fakeModel(chat));
@@ -314,7 +364,9 @@ describe("generation view", () => {
     await settle();
     expect(el.querySelector(".iw-tokens").hidden).toBe(true);
     expect(el.querySelector(".iw-heatmap-box").hidden).toBe(false);
-    expect(el.querySelector(".iw-heatmap").getAttribute("aria-label")).toContain("2 generated tokens (rows) by 5 source tokens");
+    expect(el.querySelector(".iw-heatmap").getAttribute("aria-label")).toContain(
+      "2 generated tokens (rows) by 5 source tokens",
+    );
     const layout = { cellWidth: 10, steps: 2, tokens: 5 };
     expect(heatmapCell(125, 20, layout)).toEqual({ step: 1, token: 0 });
     expect(heatmapCell(165, 3, layout)).toEqual({ step: 0, token: 4 });
@@ -328,7 +380,9 @@ describe("generation view", () => {
     const chips = Array.from(el.querySelectorAll(".iw-pair"));
     expect(chips.map((c) => c.querySelector(".iw-pair-foil").textContent)).toEqual([EVIL, "!"]);
     expect(chips[0].querySelector(".iw-pair-target").textContent).toBe("great");
-    expect(chips[0].querySelector(".iw-pair-ratio").textContent).toBe(`ln(p/p\u2032) = +${Number(Math.log(0.42 / 0.05).toPrecision(3))}`);
+    expect(chips[0].querySelector(".iw-pair-ratio").textContent).toBe(
+      `ln(p/p\u2032) = +${Number(Math.log(0.42 / 0.05).toPrecision(3))}`,
+    );
     expect(chips[1].querySelector(".iw-pair-ratio").textContent).toBe("ln(p/p\u2032) = 0");
     expect(chips.map((c) => c.getAttribute("aria-pressed"))).toEqual(["true", "false"]);
     expect(el.querySelector("img")).toBeNull();
@@ -351,7 +405,9 @@ describe("generation view", () => {
     cleanup = undefined;
     el.replaceChildren();
     mount(generation, fakeModel(generationState({ foil_tokens: ["x"] })));
-    expect(el.querySelector('[role="alert"]').textContent).toContain("foil_tokens has 1 entries for 2 generated tokens");
+    expect(el.querySelector('[role="alert"]').textContent).toContain(
+      "foil_tokens has 1 entries for 2 generated tokens",
+    );
   });
 
   it("shows an encoder–decoder's source and target sides, with units on each side", async () => {
@@ -360,7 +416,10 @@ describe("generation view", () => {
       spaces_before: ["", " ", "", "", "", ""],
       special_mask: bool([0, 0, 0, 1, 0, 0]),
       generated_mask: bool([0, 0, 0, 0, 1, 1]),
-      scores: f32([[0.1, -0.4, 0.2, 0.5, NaN, NaN], [0.05, 0.3, 0.1, 0.2, 0.6, NaN]]),
+      scores: f32([
+        [0.1, -0.4, 0.2, 0.5, NaN, NaN],
+        [0.05, 0.3, 0.1, 0.2, 0.6, NaN],
+      ]),
       step_tokens: [4, 5],
       word_ids: i32([0, 1, 1, -1, 2, 3]),
       sentence_ids: i32([0, 0, 0, -1, 1, 1]),
@@ -379,7 +438,9 @@ describe("generation view", () => {
     // scale: the row's largest content unit (0.2); the hidden special <pad> (0.5) does not count
     expect(zim.style.backgroundColor).toBe(scoreColours(-0.2, 0.2).background);
     const data = { wordIds: [0, 1, 1, -1, 2, 3], sentenceIds: [0, 0, 0, -1, 1, 1], special: [0, 0, 0, 1, 0, 0] };
-    expect(Array.from(unitRow(data, [0.25, 0.5, 0.125, 0.2, 0.75, NaN], "sentence"))).toEqual([0.875, 0.875, 0.875, 0.2, 0.75, 0.75]);
+    expect(Array.from(unitRow(data, [0.25, 0.5, 0.125, 0.2, 0.75, NaN], "sentence"))).toEqual([
+      0.875, 0.875, 0.875, 0.2, 0.75, 0.75,
+    ]);
   });
 
   it("shows an error instead of a blank cell for inconsistent data", () => {
@@ -395,7 +456,10 @@ describe("comparison view", () => {
     special_mask: bool([0, 0, 0]),
     word_ids: payload(Int8Array.from([0, 0, 1]), "int8", [3], 5), // "a" and EVIL are pieces of one word
     sentence_ids: payload(Int16Array.from([0, 0, 0]), "int16", [3], 6),
-    scores: f32([[0.5, -1, 0.25], [2, 1, 0]]),
+    scores: f32([
+      [0.5, -1, 0.25],
+      [2, 1, 0],
+    ]),
     granularity: "token",
     methods: ["ig", "saliency"],
     signed: [true, false],
@@ -456,7 +520,12 @@ describe("comparison view", () => {
     // ig: word sums 0.5 - 1 = -0.5 and 0.25 on its own scale (max 0.5); saliency: 3 and 0 (max 3).
     expect(row(0)[0].style.backgroundColor).toBe(scoreColours(-0.5, 0.5).background);
     expect(row(0)[1].style.backgroundColor).toBe(scoreColours(0.25, 0.5).background);
-    expect(Array.from(el.querySelectorAll(".iw-agreement td"), (c) => c.textContent)).toEqual(["ig", "saliency", "-1.000", "0.50"]);
+    expect(Array.from(el.querySelectorAll(".iw-agreement td"), (c) => c.textContent)).toEqual([
+      "ig",
+      "saliency",
+      "-1.000",
+      "0.50",
+    ]);
     expect(row(1)[0].style.backgroundColor).toBe(scoreColours(3, 3, "light", { signed: false }).background);
     row(1)[0].dispatchEvent(new MouseEvent("mouseover", { bubbles: true }));
     expect(model.state.hovered_token).toBe(0);
@@ -466,7 +535,12 @@ describe("comparison view", () => {
     await settle();
     expect(row(0).map((s) => s.textContent)).toEqual([`a ${EVIL} c`]);
     expect(el.querySelector(".iw-caption").textContent).toContain("sum per sentence");
-    expect(Array.from(el.querySelectorAll(".iw-agreement td"), (c) => c.textContent)).toEqual(["ig", "saliency", "n/a", "1.00"]);
+    expect(Array.from(el.querySelectorAll(".iw-agreement td"), (c) => c.textContent)).toEqual([
+      "ig",
+      "saliency",
+      "n/a",
+      "1.00",
+    ]);
     expect(el.querySelector(".iw-agreement caption").textContent).toContain("over sentences");
     expect(el.querySelector("img")).toBeNull();
   });
@@ -476,7 +550,12 @@ describe("comparison and example views on long inputs", () => {
   it("draw rows block by block, link hover and move focus to units not built yet", async () => {
     const n = 1200;
     const toks = Array.from({ length: n }, (_, i) => `t${i}`);
-    const ids = payload(Int32Array.from(toks, (_, i) => i), "int32", [n], 0);
+    const ids = payload(
+      Int32Array.from(toks, (_, i) => i),
+      "int32",
+      [n],
+      0,
+    );
     const model = mount(comparison, fakeModel({
       tokens: toks, spaces_before: toks.map((_, i) => (i ? " " : "")), special_mask: bool(new Array(n).fill(0)),
       word_ids: ids, sentence_ids: ids, scores: payload(Float32Array.from({ length: 2 * n }, (_, i) => i % n), "float32", [2, n], 0),
@@ -492,7 +571,8 @@ describe("comparison and example views on long inputs", () => {
     lastBuilt.dispatchEvent(new KeyboardEvent("keydown", { key: "ArrowRight", bubbles: true }));
     expect(document.activeElement.textContent).toBe(`t${Number(lastBuilt.dataset.unit) + 1}`); // built on demand
     model.set("hovered_token", 1100); // in a block not built yet: marked when it is built
-    for (let k = 0; k < 200 && rows()[1].querySelectorAll(".iw-token").length < n; k += 1) await new Promise((r) => setTimeout(r, 10));
+    for (let k = 0; k < 200 && rows()[1].querySelectorAll(".iw-token").length < n; k += 1)
+      await new Promise((r) => setTimeout(r, 10));
     expect(rows().map((r) => r.querySelectorAll(".iw-token").length)).toEqual([n, n]);
     expect(Array.from(el.querySelectorAll(".iw-linked"), (s) => s.textContent)).toEqual(["t1100", "t1100"]);
     const far = rows()[0].querySelectorAll(".iw-token")[1150];
@@ -513,7 +593,8 @@ describe("example list view", () => {
     maxAttribution: [0.5, 2, 0.3, 0.7],
   };
   it("sorts and filters like the Python side", () => {
-    const o = (options) => visibleOrder(data, { sortBy: "index", descending: false, filterLabel: "", filterOutcome: "all", ...options });
+    const o = (options) =>
+      visibleOrder(data, { sortBy: "index", descending: false, filterLabel: "", filterOutcome: "all", ...options });
     expect(o({})).toEqual([0, 1, 2, 3]);
     expect(o({ sortBy: "confidence", descending: true })).toEqual([3, 1, 0, 2]);
     expect(o({ sortBy: "max_attribution" })).toEqual([2, 0, 3, 1]);
@@ -603,13 +684,24 @@ describe("example list view", () => {
 describe("browser export helpers", () => {
   it("reads the SVG namespace from the parser and serialises escaped text", () => {
     expect(svgNamespace(document)).toMatch(/w3\.org\/2000\/svg$/);
-    const text = sceneToSvgText({ width: 10, height: 10, background: "#fff", items: [{ type: "text", text: EVIL, x: 0, y: 0, w: 5, h: 5, font: "mono", size: 12, weight: 400, fill: "#000" }] });
+    const text = sceneToSvgText({
+      width: 10,
+      height: 10,
+      background: "#fff",
+      items: [{ type: "text", text: EVIL, x: 0, y: 0, w: 5, h: 5, font: "mono", size: 12, weight: 400, fill: "#000" }],
+    });
     expect(text).toContain("&lt;img src=x onerror=alert(1)&gt;");
     expect(text).not.toContain("<img");
   });
 
   it("quotes CSV cells and builds a static page without scripts", () => {
-    expect(toCsv([["token", "score"], ['a,"b"', 0.5], ["c", NaN]])).toBe('token,score\r\n"a,""b""",0.5\r\nc,\r\n');
+    expect(
+      toCsv([
+        ["token", "score"],
+        ['a,"b"', 0.5],
+        ["c", NaN],
+      ]),
+    ).toBe('token,score\r\n"a,""b""",0.5\r\nc,\r\n');
     const svg = document.createElementNS(svgNamespace(document), "svg");
     const page = staticPage(document, { title: `Why ${EVIL}`, svg, rows: [["token"], [EVIL]] });
     expect(page.startsWith("<!DOCTYPE html>")).toBe(true);
@@ -620,6 +712,11 @@ describe("browser export helpers", () => {
 
   it("every view has PNG, SVG, CSV and HTML buttons", () => {
     mount(tokens, fakeModel(tokenState()));
-    expect(Array.from(el.querySelectorAll("[data-iw-export]"), (b) => b.dataset.iwExport)).toEqual(["png", "svg", "csv", "html"]);
+    expect(Array.from(el.querySelectorAll("[data-iw-export]"), (b) => b.dataset.iwExport)).toEqual([
+      "png",
+      "svg",
+      "csv",
+      "html",
+    ]);
   });
 });

@@ -268,8 +268,12 @@ def _server_env(state: Path) -> dict[str, str]:
         TOKENIZERS_PARALLELISM="false",
         # Any HTTP client in the server or a kernel that honours proxy variables gets a dead loopback port
         # instead of the internet; loopback itself is exempt.
-        HTTP_PROXY=_DEAD_PROXY, HTTPS_PROXY=_DEAD_PROXY, http_proxy=_DEAD_PROXY, https_proxy=_DEAD_PROXY,
-        NO_PROXY=_LOOPBACK_NAMES, no_proxy=_LOOPBACK_NAMES,
+        HTTP_PROXY=_DEAD_PROXY,
+        HTTPS_PROXY=_DEAD_PROXY,
+        http_proxy=_DEAD_PROXY,
+        https_proxy=_DEAD_PROXY,
+        NO_PROXY=_LOOPBACK_NAMES,
+        no_proxy=_LOOPBACK_NAMES,
         PYTHONPATH=os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p),
     )
     return env

@@ -40,7 +40,7 @@ def write_marimo_notebook(path: str | Path, cells: Mapping[str, str]) -> Path:
     marimo works out each cell's inputs and outputs from its code, so cell functions take no parameters here;
     names meant for other cells must not start with ``_`` (those are local to their cell).
     """
-    parts = ["import marimo\n\n__generated_with = \"0.25.2\"\napp = marimo.App()\n"]
+    parts = ['import marimo\n\n__generated_with = "0.25.2"\napp = marimo.App()\n']
     for name, code in cells.items():
         if not name.isidentifier() or name.startswith("_"):
             raise ValueError(f"cell name must be a public identifier, got {name!r}")
@@ -121,4 +121,3 @@ def _wait_until_ready(app: MarimoApp, timeout: float) -> None:
 def cell_output(page, name: str):
     """Locator of the output area of the cell named ``name`` (its function name in the notebook file)."""
     return page.locator(f'.marimo-cell[data-cell-name="{name}"] .output-area')
-

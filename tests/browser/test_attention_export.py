@@ -47,7 +47,14 @@ def test_attention_export_buttons(tmp_path, recorded_page):
     expect(view.locator('canvas.iw-attn-heatmap[data-source="pinned"]')).to_be_visible()
     expect(view.locator(".iw-attn-axis-y")).to_have_text("queries 0–5 ↓")
     expect(view.locator(".iw-attn-axis-x")).to_have_text("keys 0–5 →")
-    assert view.locator(".iw-attn-ticks-y > div").all_text_contents() == ["<b>x</b>", EVIL, 'a,"b"', "↵\n", "cat", "sat"]
+    assert view.locator(".iw-attn-ticks-y > div").all_text_contents() == [
+        "<b>x</b>",
+        EVIL,
+        'a,"b"',
+        "↵\n",
+        "cat",
+        "sat",
+    ]
     assert view.locator("b, img").count() == 0, "token text was parsed as markup"
 
     buttons = view.locator(".iw-export [data-iw-export]")

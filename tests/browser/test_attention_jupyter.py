@@ -68,7 +68,12 @@ def test_hover_lock_unlock_and_switch_heads_with_a_live_kernel(jupyter_server, a
     tokens.nth(5).hover()
     expect(tokens.nth(3)).to_have_class(re.compile(r"\biw-focus\b"))
     expect(tokens.nth(5)).not_to_have_class(re.compile(r"\biw-focus\b"))
-    assert printed_state(page) | {"heads": None, "pinned": None} == {"focus": 3, "locked": True, "heads": None, "pinned": None}
+    assert printed_state(page) | {"heads": None, "pinned": None} == {
+        "focus": 3,
+        "locked": True,
+        "heads": None,
+        "pinned": None,
+    }
 
     # switch to head 1 only: the view asks the kernel for it; the locked row's strongest key is head 1's argmax
     view.locator('input[data-head="1"]').check()

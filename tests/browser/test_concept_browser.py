@@ -30,7 +30,9 @@ EVIL = "<img src=x onerror=alert(1)>"
 ROOT = ".iw-root.iw-concepts"
 PAGE_SIZE = 4
 
-SETUP = TINY_BERT_CLASSIFIER + f"""
+SETUP = (
+    TINY_BERT_CLASSIFIER
+    + f"""
 import json
 
 from interp_widgets.concepts import NMFConcepts, collect_activations, concept_importance, interpret_concepts, text_concepts
@@ -49,6 +51,7 @@ browser = ConceptBrowser(interpretation, page_size={PAGE_SIZE},
                                 text_concepts(concepts, model, tokenizer, "Fast delivery, great price.")])
 state_calls = 0
 """
+)
 
 SHOW = """\
 facts = {"labels": browser.labels, "top_tokens": browser.top_tokens,
@@ -67,6 +70,7 @@ print(f"IW_STATE {state_calls} " + json.dumps({
     "selected_concept": browser.selected_concept, "selected_token": browser.selected_token,
     "requested": browser.requested, "details": sorted(map(int, browser.details)), "order": browser.visible_order()}))
 """
+
 
 @pytest.fixture()
 def concept_notebook(jupyter_server) -> Iterator[str]:
@@ -102,12 +106,21 @@ def _expect_listed(view, ids: list[int]) -> None:
     try:
         view.page.wait_for_function(
             "([root, ids]) => JSON.stringify(Array.from(document.querySelectorAll(root + ' .iw-concept-list "
-            ".iw-concept'), li => Number(li.dataset.concept))) === JSON.stringify(ids)", arg=[ROOT, ids], timeout=60_000)
+            ".iw-concept'), li => Number(li.dataset.concept))) === JSON.stringify(ids)",
+            arg=[ROOT, ids],
+            timeout=60_000,
+        )
     except PlaywrightTimeoutError:
-        shown = [int(c) for c in view.locator(".iw-concept-list .iw-concept").evaluate_all(
-            "items => items.map((li) => li.dataset.concept)")]
-        controls = {"sort": view.locator(".iw-sort-select").input_value(),
-                    "descending": view.locator(".iw-descending-toggle").is_checked()}
+        shown = [
+            int(c)
+            for c in view.locator(".iw-concept-list .iw-concept").evaluate_all(
+                "items => items.map((li) => li.dataset.concept)"
+            )
+        ]
+        controls = {
+            "sort": view.locator(".iw-sort-select").input_value(),
+            "descending": view.locator(".iw-descending-toggle").is_checked(),
+        }
         raise AssertionError(f"the list shows {shown}, expected {ids}; controls {controls}") from None
 
 
@@ -163,10 +176,18 @@ def test_concept_browser_in_jupyterlab(jupyter_server, concept_notebook, recorde
     assert (state["sort_by"], state["descending"], state["order"]) == ("density", True, by_density)
 
     # Search: a top token of one concept keeps exactly the concepts whose label or top tokens contain it.
-    needle = next(t for c in range(n) for t in facts["top_tokens"][c]
-                  if t.isalpha() and 0 < sum(any(t.lower() in x.lower() for x in [facts["labels"][d], *facts["top_tokens"][d]])
-                                             for d in range(n)) < n)
-    matching = [c for c in by_density if any(needle.lower() in x.lower() for x in [facts["labels"][c], *facts["top_tokens"][c]])]
+    needle = next(
+        t
+        for c in range(n)
+        for t in facts["top_tokens"][c]
+        if t.isalpha()
+        and 0
+        < sum(any(t.lower() in x.lower() for x in [facts["labels"][d], *facts["top_tokens"][d]]) for d in range(n))
+        < n
+    )
+    matching = [
+        c for c in by_density if any(needle.lower() in x.lower() for x in [facts["labels"][c], *facts["top_tokens"][c]])
+    ]
     view.locator(".iw-concept-search").fill(needle)
     _expect_listed(view, matching[:PAGE_SIZE])
     assert kernel.state()["search"] == needle
@@ -207,7 +228,10 @@ def test_concept_browser_in_jupyterlab(jupyter_server, concept_notebook, recorde
     expected_first = [c for c in facts["text_top"][0] if c >= 0]
     page.wait_for_function(
         "([root, ids]) => JSON.stringify(Array.from(document.querySelectorAll(root + ' .iw-goto-concept'),"
-        " b => Number(b.dataset.concept))) === JSON.stringify(ids)", arg=[ROOT, expected_first], timeout=30_000)
+        " b => Number(b.dataset.concept))) === JSON.stringify(ids)",
+        arg=[ROOT, expected_first],
+        timeout=30_000,
+    )
     # A listed concept button jumps to that concept.
     target = expected_first[0]
     view.locator(f'.iw-goto-concept[data-concept="{target}"]').click()
@@ -234,8 +258,9 @@ def test_concept_browser_in_jupyterlab(jupyter_server, concept_notebook, recorde
     pending = by_density[2]
     assert pending not in held
     items.nth(2).click()
-    expect(view.locator(".iw-concept-busy")).to_contain_text("kernel is busy (a cell is running) or not connected",
-                                                              timeout=15_000)
+    expect(view.locator(".iw-concept-busy")).to_contain_text(
+        "kernel is busy (a cell is running) or not connected", timeout=15_000
+    )
     expect(view.locator(".iw-detail-title")).to_have_count(0)
     expect(view.locator(".iw-error")).to_have_count(0)
 

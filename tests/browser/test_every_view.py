@@ -72,8 +72,9 @@ def rendered(request, browser, tmp_path_factory) -> Iterator[RenderedNotebook]:
             run_cells(page, 0, 1 + len(COVERED))
             cells = notebook_cells(page)
             try:
-                yield RenderedNotebook(page, requests,
-                                       lambda cls: cells.nth(1 + COVERED.index(cls)).locator(".jp-OutputArea-output"))
+                yield RenderedNotebook(
+                    page, requests, lambda cls: cells.nth(1 + COVERED.index(cls)).locator(".jp-OutputArea-output")
+                )
             finally:
                 page.close()
                 server.reset()

@@ -41,8 +41,16 @@ def word_result(words, rows, method, **extra):
     for w in words:
         offsets.append((start, start + len(w)))
         start += len(w) + 1
-    return SimpleNamespace(text=" ".join(words), tokens=words, offsets=offsets, scores=rows, method=method,
-                           target_labels=["negative", "positive"], target_probs=[0.3, 0.7], **extra)
+    return SimpleNamespace(
+        text=" ".join(words),
+        tokens=words,
+        offsets=offsets,
+        scores=rows,
+        method=method,
+        target_labels=["negative", "positive"],
+        target_probs=[0.3, 0.7],
+        **extra,
+    )
 
 
 SETUP = f"""\
@@ -210,8 +218,10 @@ def test_export_buttons_and_granularity(jupyter_server, export_notebook, recorde
 
 def _results():
     rows = np.random.default_rng(1).normal(size=(2, len(WORDS)))
-    return [word_result(WORDS, sign * rows, method, true_label=truth)
-            for sign, method, truth in ((1.0, "ig", "positive"), (-1.0, "occlusion", "negative"))]
+    return [
+        word_result(WORDS, sign * rows, method, true_label=truth)
+        for sign, method, truth in ((1.0, "ig", "positive"), (-1.0, "occlusion", "negative"))
+    ]
 
 
 @pytest.mark.parametrize(

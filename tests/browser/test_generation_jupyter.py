@@ -119,7 +119,9 @@ def test_jupyterlab_dark_theme_restyles_the_live_view(jupyter_server, generation
         dark = token_colours(view)
         assert dark != light, "the token colours did not follow the dark theme"
         foreground = view.evaluate("e => getComputedStyle(e).color")
-        assert foreground not in ("rgb(0, 0, 0)", "rgb(31, 35, 40)"), f"text stayed dark on the dark theme: {foreground}"
+        assert foreground not in ("rgb(0, 0, 0)", "rgb(31, 35, 40)"), (
+            f"text stayed dark on the dark theme: {foreground}"
+        )
         page.screenshot(path=str(ARTIFACTS / "generation_jupyterlab_dark.png"))
     finally:  # the theme is a user setting of the shared server: put it back for the other tests
         _choose_theme(page, "JupyterLab Light")

@@ -25,13 +25,16 @@ pytestmark = pytest.mark.browser
 NOTEBOOK = "token_highlight.ipynb"
 TEXT = "<b>bold</b> claim"  # token text is untrusted: it must show as literal text, never as markup
 
-SETUP = TINY_BERT_CLASSIFIER + f"""
+SETUP = (
+    TINY_BERT_CLASSIFIER
+    + f"""
 import json
 
 from interp_widgets.attribution import IntegratedGradients
 
 result = IntegratedGradients(n_steps=16, progress=False).attribute(model, tokenizer, {TEXT!r}, target=[0, 1, 2])
 """
+)
 
 SHOW_WIDGET = """\
 widget = result.widget()

@@ -27,8 +27,9 @@ def test_lens_hover_trajectory_and_switch(tmp_path, recorded_page):
     model, tokenizer = tiny_models.llama_lm()
     tuned = TunedLens.for_model(model)
     tuned.biases[:] = np.random.default_rng(0).normal(0, 0.5, tuned.biases.shape)
-    result = logit_lens(model, tokenizer, "The <b>cat</b> sat & purred", targets=[" the"], tuned=tuned, top_k=3,
-                        progress=False)
+    result = logit_lens(
+        model, tokenizer, "The <b>cat</b> sat & purred", targets=[" the"], tuned=tuned, top_k=3, progress=False
+    )
     (tmp_path / "lens.html").write_text(result.widget().to_html(), encoding="utf-8")
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(tmp_path)))
     threading.Thread(target=server.serve_forever, daemon=True).start()

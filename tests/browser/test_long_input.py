@@ -57,7 +57,9 @@ def test_ten_thousand_tokens_stay_complete_and_navigable(long_page, recorded_pag
     expect(view.locator(".iw-sr-table tbody tr")).to_have_count(N, timeout=60_000)
     shown = view.locator(".iw-tokens").evaluate("box => box.textContent")
     assert shown == text  # blocks break after the newlines the text has, so nothing is added or lost
-    last_row = view.locator(".iw-sr-table tbody tr").nth(N - 1).locator("td").all_text_contents()  # not rendered: read the text, not innerText
+    last_row = (
+        view.locator(".iw-sr-table tbody tr").nth(N - 1).locator("td").all_text_contents()
+    )  # not rendered: read the text, not innerText
     assert last_row[0] == f"w{N - 1}"
 
     # The CSV export lists every token with its float32 score.

@@ -45,7 +45,7 @@ DISPLAYS = {
         picker = mo.ui.anywidget(result.widget())
         picker
         """,
-    "picked": 'mo.md(f"IW_PICKED {picker.value[\'selected_target\']} {picker.widget.selected_target}")',
+    "picked": "mo.md(f\"IW_PICKED {picker.value['selected_target']} {picker.widget.selected_target}\")",
 }
 
 #: cell -> root element of the view it shows

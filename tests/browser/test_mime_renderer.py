@@ -181,11 +181,15 @@ def test_with_widget_state_the_restored_widgets_win_and_nothing_renders_twice(sa
 def test_an_untrusted_notebook_is_rebuilt_from_its_payloads(saved_notebooks, jupyter_server, recorded_page):
     ui, files = saved_notebooks
     contents = jupyter_server.api("GET", f"contents/{files['untrusted']}?content=1")
-    assert not any(cell["metadata"].get("trusted") for cell in contents["content"]["cells"] if cell["cell_type"] == "code")
+    assert not any(
+        cell["metadata"].get("trusted") for cell in contents["content"]["cells"] if cell["cell_type"] == "code"
+    )
     page, outputs, dialogs = _reopen(recorded_page, jupyter_server, ui, files["untrusted"], first_cell=2)
     _assert_interactive(page, outputs)
     concepts = outputs[DISCOVERED.index(iw_class("ConceptBrowser"))]
     assert "<img src=x onerror=alert(1)>" in concepts.inner_text()  # the fixture's hostile label, as text
-    assert page.locator(f"{VISIBLE_NOTEBOOK} img[onerror], {VISIBLE_NOTEBOOK} .jp-OutputArea-output script").count() == 0
+    assert (
+        page.locator(f"{VISIBLE_NOTEBOOK} img[onerror], {VISIBLE_NOTEBOOK} .jp-OutputArea-output script").count() == 0
+    )
     assert dialogs == []
     recorded_page.requests.assert_loopback_only()

@@ -109,7 +109,9 @@ def test_monitor_updates_while_the_cell_runs(jupyter_server, monitor_notebook, r
 
     cells.nth(1).locator(".jp-InputPrompt").filter(has_text=re.compile(r"^\s*\[\d+\]:\s*$")).wait_for(timeout=60_000)
     expect(cells.nth(1).locator(".jp-OutputArea-output", has_text="IW_LOGGED")).to_have_text(f"IW_LOGGED {STEPS}")
-    expect(view).to_have_attribute("data-iw-rows", str(STEPS))  # the throttled tail arrived, at the latest after the cell
+    expect(view).to_have_attribute(
+        "data-iw-rows", str(STEPS)
+    )  # the throttled tail arrived, at the latest after the cell
     assert view.locator(".iw-monitor-status").inner_text() == f"step {STEPS - 1} · {STEPS} logged"
     recorded_page.requests.assert_loopback_only()
 

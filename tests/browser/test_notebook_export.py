@@ -70,7 +70,9 @@ def test_one_view_notebook_exports_under_500_kb_and_renders_from_file_with_no_ne
     assert errors == []
 
 
-def test_exported_notebook_without_state_renders_our_views_from_payloads_and_falls_back_for_others(executed, tmp_path, recorded_page):
+def test_exported_notebook_without_state_renders_our_views_from_payloads_and_falls_back_for_others(
+    executed, tmp_path, recorded_page
+):
     notebook = nbformat.read(executed, as_version=4)
     del notebook.metadata["widgets"]
     source = tmp_path / "unsaved.ipynb"

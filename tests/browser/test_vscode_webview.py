@@ -24,7 +24,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from interp_widgets.widgets import AttentionWidget, GenerationWidget, LensWidget, MonitorWidget, TokenHighlightWidget, compare
+from interp_widgets.widgets import (
+    AttentionWidget,
+    GenerationWidget,
+    LensWidget,
+    MonitorWidget,
+    TokenHighlightWidget,
+    compare,
+)
 from interp_widgets.widgets.concept_browser import ConceptBrowser
 from tests.test_concept_widget import _interpretation
 from tests.test_views_widget import EVIL, _collection, _gen_result, _result
@@ -59,7 +66,9 @@ VSCODE_WEBVIEW = """
 def _monitor() -> MonitorWidget:
     widget = MonitorWidget(layers=["encoder.0", EVIL], flush_interval=1e9)
     for step in range(30):
-        widget.log(step, {"energy_ratio|encoder.0": 1.0 + step / 10, f"energy_ratio|{EVIL}": 2.0}, loss=1.0 / (step + 1))
+        widget.log(
+            step, {"energy_ratio|encoder.0": 1.0 + step / 10, f"energy_ratio|{EVIL}": 2.0}, loss=1.0 / (step + 1)
+        )
     return widget
 
 
@@ -166,7 +175,9 @@ window.iwSet = async (modelId, changes) => {
 def _rerun_page(path) -> None:
     from interp_widgets.notebook_export import _vendor_script
 
-    anywidget_amd = "(function (define) {\n%s\n})(function (deps, factory) { return window.define('anywidget', deps, factory); });"
+    anywidget_amd = (
+        "(function (define) {\n%s\n})(function (deps, factory) { return window.define('anywidget', deps, factory); });"
+    )
     path.write_text(
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>VS Code re-run simulation</title>"
         f"<script>{_vendor_script('require.js')}</script><script>{_vendor_script('embed-amd.js')}</script>"
@@ -215,8 +226,6 @@ def _assert_rendered(page, output_id: str) -> dict:
     return shown
 
 
-
-
 @pytest.mark.parametrize("name", sorted(WIDGETS))
 def test_reruns_in_vscode_webview_conditions(name, tmp_path, recorded_page):
     page = recorded_page.page
@@ -241,7 +250,9 @@ def test_reruns_in_vscode_webview_conditions(name, tmp_path, recorded_page):
     # A re-run whose new output re-uses the old output element (the webview keeps the element of an output it
     # replaces in place): the old view is disposed, the new one renders into the same element, once.
     model = _execute(page, WIDGETS[name]())
-    page.evaluate("id => { window.iwDispose('out-3', { keepElement: true }); return window.iwRender('out-3', id); }", model)
+    page.evaluate(
+        "id => { window.iwDispose('out-3', { keepElement: true }); return window.iwRender('out-3', id); }", model
+    )
     _assert_rendered(page, "out-3")
 
     # The output is rendered while hidden (an output scrolled away or collapsed), then shown: it must draw at its real

@@ -5,4 +5,3 @@ main test venv: ``tests/conftest.py`` leaves this directory out unless it is nam
 ``.ci/run`` runs ``python -m pytest tests/saelens`` in a second venv with ``pip install -e . sae-lens pytest``.
 Every test module here sets ``pytestmark = pytest.mark.saelens``.
 """
-

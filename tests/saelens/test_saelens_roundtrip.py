@@ -27,8 +27,11 @@ from interp_widgets.demo import corpus
 from sae_lens import SAE
 from sae_lens.saes.sae import SAEMetadata
 
-pytestmark = [pytest.mark.saelens, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore:.*model_from_pretrained_kwargs.*:UserWarning")]
+pytestmark = [
+    pytest.mark.saelens,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore:.*model_from_pretrained_kwargs.*:UserWarning"),
+]
 ATOL = 1e-5
 
 
@@ -52,8 +55,9 @@ def reconstruct_theirs(sae, X: np.ndarray) -> np.ndarray:
 
 
 OURS = {
-    "relu": lambda: SparseAutoencoder(48, activation="relu", l1_coefficient=3e-2, max_epochs=3, batch_size=128,
-                                      progress=False),
+    "relu": lambda: SparseAutoencoder(
+        48, activation="relu", l1_coefficient=3e-2, max_epochs=3, batch_size=128, progress=False
+    ),
     "topk": lambda: SparseAutoencoder(48, k=6, max_epochs=3, batch_size=128, progress=False),
     "jumprelu": lambda: JumpReLUSAE(48, l0_coefficient=3e-2, lr=1e-2, max_epochs=3, batch_size=128, progress=False),
     "batchtopk": lambda: BatchTopKSAE(48, k=6, max_epochs=3, batch_size=128, progress=False),
@@ -89,8 +93,11 @@ def saelens_sae(architecture: str, d_in: int, d_sae: int, *, seed: int, **cfg):
     from sae_lens import JumpReLUSAE as TheirJumpReLU
     from sae_lens import JumpReLUSAEConfig, StandardSAE, StandardSAEConfig, TopKSAE, TopKSAEConfig
 
-    classes = {"standard": (StandardSAE, StandardSAEConfig), "topk": (TopKSAE, TopKSAEConfig),
-               "jumprelu": (TheirJumpReLU, JumpReLUSAEConfig)}
+    classes = {
+        "standard": (StandardSAE, StandardSAEConfig),
+        "topk": (TopKSAE, TopKSAEConfig),
+        "jumprelu": (TheirJumpReLU, JumpReLUSAEConfig),
+    }
     sae_class, cfg_class = classes[architecture]
     metadata = SAEMetadata(model_name="gpt2-small", hook_name="blocks.1.hook_resid_post")
     sae = sae_class(cfg_class(d_in=d_in, d_sae=d_sae, metadata=metadata, **cfg))
@@ -103,17 +110,26 @@ def saelens_sae(architecture: str, d_in: int, d_sae: int, *, seed: int, **cfg):
     return sae
 
 
-CASES = [(architecture, normalize, apply_b_dec)
-         for architecture in ("standard", "topk", "jumprelu")
-         for normalize in ("none", "constant_norm_rescale", "layer_norm")
-         for apply_b_dec in (True, False)]
+CASES = [
+    (architecture, normalize, apply_b_dec)
+    for architecture in ("standard", "topk", "jumprelu")
+    for normalize in ("none", "constant_norm_rescale", "layer_norm")
+    for apply_b_dec in (True, False)
+]
 
 
 @pytest.mark.parametrize(("architecture", "normalize", "apply_b_dec"), CASES)
 def test_saelens_folders_load_with_the_same_encodings(architecture, normalize, apply_b_dec, store, tmp_path):
     extra = {"k": 5} if architecture == "topk" else {}
-    theirs = saelens_sae(architecture, store.dim, 40, seed=len(tmp_path.name), normalize_activations=normalize,
-                         apply_b_dec_to_input=apply_b_dec, **extra)
+    theirs = saelens_sae(
+        architecture,
+        store.dim,
+        40,
+        seed=len(tmp_path.name),
+        normalize_activations=normalize,
+        apply_b_dec_to_input=apply_b_dec,
+        **extra,
+    )
     theirs.save_model(tmp_path / "sae")
     theirs = SAE.load_from_disk(tmp_path / "sae")  # what a user of SAELens gets from the same folder
     ours = load_sae(tmp_path / "sae")
@@ -121,8 +137,7 @@ def test_saelens_folders_load_with_the_same_encodings(architecture, normalize, a
     codes = encode_theirs(theirs, X)[0]
     assert 0 < (codes > 0).mean() < 1
     np.testing.assert_allclose(ours.transform(X), codes, atol=ATOL)
-    np.testing.assert_allclose(ours.inverse_transform(ours.transform(X), X=X), reconstruct_theirs(theirs, X),
-                               atol=1e-4)
+    np.testing.assert_allclose(ours.inverse_transform(ours.transform(X), X=X), reconstruct_theirs(theirs, X), atol=1e-4)
     assert ours.rowwise == (normalize != "none")
     if ours.rowwise:
         with pytest.raises(ValueError, match=r"pass X= \(the activations the coefficients came from\)"):
@@ -154,8 +169,7 @@ def test_expected_average_only_in_is_folded_like_saelens(store, tmp_path):
     reference = SAE.load_from_disk(tmp_path / "sae")
     reference.fold_activation_norm_scaling_factor(factor)  # what SAE.from_pretrained does with the registry's factor
     expected = encode_theirs(reference, X)[0]
-    np.testing.assert_allclose(load_sae(tmp_path / "sae", norm_scaling_factor=factor).transform(X), expected,
-                               atol=ATOL)
+    np.testing.assert_allclose(load_sae(tmp_path / "sae", norm_scaling_factor=factor).transform(X), expected, atol=ATOL)
     ActivationScaler(scaling_factor=factor).save(str(tmp_path / "sae" / "activation_scaler.json"))  # a training run's
     np.testing.assert_allclose(load_sae(tmp_path / "sae").transform(X), expected, atol=ATOL)
 
@@ -163,16 +177,16 @@ def test_expected_average_only_in_is_folded_like_saelens(store, tmp_path):
 def test_covariance_whitening_is_folded_like_saelens(store, tmp_path):
     from sae_lens.training.activation_scaler import ActivationScaler
 
-    theirs = saelens_sae("topk", store.dim, 40, seed=5, k=5, normalize_activations="covariance_whitening",
-                         apply_b_dec_to_input=False)
+    theirs = saelens_sae(
+        "topk", store.dim, 40, seed=5, k=5, normalize_activations="covariance_whitening", apply_b_dec_to_input=False
+    )
     theirs.save_model(tmp_path / "sae")
     X = store.to_numpy()
     scaler = ActivationScaler()
     scaler.estimate_whitening(store.dim, iter([torch.from_numpy(X)]), n_batches_for_norm_estimate=1)
     scaler.save(str(tmp_path / "sae" / "activation_scaler.json"))
     reference = SAE.load_from_disk(tmp_path / "sae")
-    reference.fold_activation_whitening(scaler.whitening.mean, scaler.whitening.matrix,
-                                        scaler.whitening.inverse_matrix)
+    reference.fold_activation_whitening(scaler.whitening.mean, scaler.whitening.matrix, scaler.whitening.inverse_matrix)
     ours = load_sae(tmp_path / "sae")
     np.testing.assert_allclose(ours.transform(X), encode_theirs(reference, X)[0], atol=1e-4)
 
@@ -189,14 +203,29 @@ def write_pre_v6(folder, cfg: dict, weights: dict):
 def test_pre_v6_configs_read_like_saelens(layout, store, tmp_path):
     generator = torch.Generator().manual_seed(6)
     d_in, d_sae = store.dim, 40
-    weights = {"W_enc": torch.randn(d_in, d_sae, generator=generator) * 0.3,
-               "W_dec": torch.randn(d_sae, d_in, generator=generator) * 0.3,
-               "b_enc": torch.randn(d_sae, generator=generator) * 0.1,
-               "b_dec": torch.randn(d_in, generator=generator) * 0.1}
-    cfg = {"model_name": "gpt2-small", "hook_point": "blocks.1.hook_resid_pre", "hook_point_layer": 1,
-           "hook_point_head_index": None, "d_in": d_in, "d_sae": d_sae, "dtype": "torch.float32", "device": "cpu",
-           "activation_fn_str": "relu", "apply_b_dec_to_input": True, "normalize_activations": False,
-           "context_size": 128, "l1_coefficient": 8e-05, "lr": 0.0004, "prepend_bos": True}
+    weights = {
+        "W_enc": torch.randn(d_in, d_sae, generator=generator) * 0.3,
+        "W_dec": torch.randn(d_sae, d_in, generator=generator) * 0.3,
+        "b_enc": torch.randn(d_sae, generator=generator) * 0.1,
+        "b_dec": torch.randn(d_in, generator=generator) * 0.1,
+    }
+    cfg = {
+        "model_name": "gpt2-small",
+        "hook_point": "blocks.1.hook_resid_pre",
+        "hook_point_layer": 1,
+        "hook_point_head_index": None,
+        "d_in": d_in,
+        "d_sae": d_sae,
+        "dtype": "torch.float32",
+        "device": "cpu",
+        "activation_fn_str": "relu",
+        "apply_b_dec_to_input": True,
+        "normalize_activations": False,
+        "context_size": 128,
+        "l1_coefficient": 8e-05,
+        "lr": 0.0004,
+        "prepend_bos": True,
+    }
     if layout == "topk":  # SAELens 4/5 wrote TopK SAEs as activation_fn topk with its k in activation_fn_kwargs
         cfg.update(activation_fn_str="topk", activation_fn_kwargs={"k": 7}, sae_lens_training_version="4.1.0")
     write_pre_v6(tmp_path / "old", cfg, weights)
@@ -213,8 +242,9 @@ def test_saelens_batchtopk_saved_as_jumprelu_loads(store, tmp_path):
     """SAELens's own BatchTopK training SAE, saved for inference (as jumprelu with its threshold), reads the same."""
     from sae_lens import BatchTopKTrainingSAE, BatchTopKTrainingSAEConfig
 
-    cfg = BatchTopKTrainingSAEConfig(d_in=store.dim, d_sae=40, k=5.0,
-                                     metadata=SAEMetadata(model_name="gpt2", hook_name="blocks.1.hook_mlp_out"))
+    cfg = BatchTopKTrainingSAEConfig(
+        d_in=store.dim, d_sae=40, k=5.0, metadata=SAEMetadata(model_name="gpt2", hook_name="blocks.1.hook_mlp_out")
+    )
     training = BatchTopKTrainingSAE(cfg)
     with torch.no_grad():
         training.topk_threshold.fill_(0.35)

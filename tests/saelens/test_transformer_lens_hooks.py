@@ -21,8 +21,11 @@ from interp_widgets.concepts import transformer_lens_processing
 from interp_widgets.concepts._model_names import same_model_name
 from interp_widgets.layers import capture, from_hook_name, resolve_layer, to_hook_name
 
-pytestmark = [pytest.mark.saelens, pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-              pytest.mark.filterwarnings("ignore::UserWarning")]
+pytestmark = [
+    pytest.mark.saelens,
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+]
 POINTS = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post")
 TEXT = "The soup was cold, but the staff were friendly and quick."
 
@@ -39,8 +42,14 @@ def hooked(hf_model, tokenizer, tmp_path, **processing):
         config = json.loads((folder / "config.json").read_text())
         config.setdefault("n_ctx", config.get("n_positions", config.get("max_position_embeddings")))
         (folder / "config.json").write_text(json.dumps(config))  # the copy only: the user's model is untouched
-    options = {"fold_ln": False, "center_writing_weights": False, "center_unembed": False,
-               "fold_value_biases": False, "refactor_factored_attn_matrices": False, **processing}
+    options = {
+        "fold_ln": False,
+        "center_writing_weights": False,
+        "center_unembed": False,
+        "fold_value_biases": False,
+        "refactor_factored_attn_matrices": False,
+        **processing,
+    }
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         cfg = loading.get_pretrained_model_config(str(folder), device="cpu", fold_ln=options["fold_ln"])
@@ -51,12 +60,16 @@ def hooked(hf_model, tokenizer, tmp_path, **processing):
 
 
 def ours(hf_model, ids) -> dict[str, np.ndarray]:
-    names = {f"blocks.{i}.hook_{point}": resolve_layer(hf_model, f"blocks.{i}.hook_{point}").name
-             for i in range(hf_model.config.num_hidden_layers) for point in POINTS}
+    names = {
+        f"blocks.{i}.hook_{point}": resolve_layer(hf_model, f"blocks.{i}.hook_{point}").name
+        for i in range(hf_model.config.num_hidden_layers)
+        for point in POINTS
+    }
     with torch.no_grad(), capture(hf_model, list(names.values())) as captured:
         out = hf_model(input_ids=ids, output_hidden_states=True)
     return {hook: captured[name][0][0].numpy() for hook, name in names.items()} | {
-        "hf_last_hidden": out.hidden_states[-1][0].numpy()}
+        "hf_last_hidden": out.hidden_states[-1][0].numpy()
+    }
 
 
 @pytest.fixture(params=["gpt2", "llama"])
@@ -98,8 +111,12 @@ PROCESSING = [
 
 
 # TransformerLens refuses to refactor the QK circuit of a rotary model (Llama), so no SAE was trained on one
-CASES = [(name, processing) for name in ("gpt2", "llama") for processing in PROCESSING
-         if not (name == "llama" and "refactor_factored_attn_matrices" in processing)]
+CASES = [
+    (name, processing)
+    for name in ("gpt2", "llama")
+    for processing in PROCESSING
+    if not (name == "llama" and "refactor_factored_attn_matrices" in processing)
+]
 
 
 @pytest.mark.parametrize(("name", "processing"), CASES, ids=lambda p: p if isinstance(p, str) else "+".join(p))
@@ -127,8 +144,11 @@ def test_centred_sae_reads_transformer_lens_activations(gpt2_lm, tmp_path):
     from interp_widgets.concepts import load_sae, text_concepts
 
     hf_model, tokenizer = gpt2_lm
-    metadata = SAEMetadata(model_name="gpt2", hook_name="blocks.1.hook_resid_mid",
-                           model_from_pretrained_kwargs={"center_writing_weights": True})
+    metadata = SAEMetadata(
+        model_name="gpt2",
+        hook_name="blocks.1.hook_resid_mid",
+        model_from_pretrained_kwargs={"center_writing_weights": True},
+    )
     theirs = StandardSAE(StandardSAEConfig(d_in=32, d_sae=48, metadata=metadata))
     generator = torch.Generator().manual_seed(0)
     with torch.no_grad():

@@ -60,8 +60,15 @@ class TensorBoardTracker(Tracker):
 
     extra = "tensorboard"
 
-    def __init__(self, writer=None, *, log_dir: str | None = None, prefix: str = "geometry",
-                 metrics: Iterable[str] | str | None = None, step_offset: int = 0) -> None:
+    def __init__(
+        self,
+        writer=None,
+        *,
+        log_dir: str | None = None,
+        prefix: str = "geometry",
+        metrics: Iterable[str] | str | None = None,
+        step_offset: int = 0,
+    ) -> None:
         super().__init__(prefix=prefix, metrics=metrics, step_offset=step_offset)
         if (writer is None) == (log_dir is None):
             raise ValueError("pass either a SummaryWriter (writer=) or a directory for a new one (log_dir=)")
@@ -78,8 +85,10 @@ class TensorBoardTracker(Tracker):
     @staticmethod
     def _check_open(writer) -> None:
         if _writer_closed(writer):
-            raise ValueError(f"the SummaryWriter of {writer.log_dir!r} is already closed; give the tracker an open "
-                             f"writer (a new SummaryWriter(log_dir)) or pass log_dir= and let the tracker open one")
+            raise ValueError(
+                f"the SummaryWriter of {writer.log_dir!r} is already closed; give the tracker an open "
+                f"writer (a new SummaryWriter(log_dir)) or pass log_dir= and let the tracker open one"
+            )
 
     def _settings(self, settings: dict[str, object]) -> None:
         if settings:
@@ -145,15 +154,23 @@ class WandbTracker(Tracker):
 
     extra = "wandb"
 
-    def __init__(self, run=None, *, step_metric: str = "geometry/step", prefix: str = "geometry",
-                 metrics: Iterable[str] | str | None = None, step_offset: int = 0) -> None:
+    def __init__(
+        self,
+        run=None,
+        *,
+        step_metric: str = "geometry/step",
+        prefix: str = "geometry",
+        metrics: Iterable[str] | str | None = None,
+        step_offset: int = 0,
+    ) -> None:
         super().__init__(prefix=prefix, metrics=metrics, step_offset=step_offset)
         wandb = require("wandb", "wandb", "WandbTracker")
         if run is None:
             run = wandb.run
             if run is None:
-                raise ValueError("no active W&B run: call wandb.init(...) first (mode='offline' keeps it local) "
-                                 "or pass run=")
+                raise ValueError(
+                    "no active W&B run: call wandb.init(...) first (mode='offline' keeps it local) or pass run="
+                )
         if not callable(getattr(run, "log", None)) or not callable(getattr(run, "define_metric", None)):
             raise TypeError(f"run must be a wandb run (from wandb.init), got {type(run).__name__}")
         if not isinstance(step_metric, str) or not step_metric:
@@ -223,15 +240,23 @@ class MLflowTracker(Tracker):
 
     extra = "mlflow"
 
-    def __init__(self, run=None, *, tracking_uri: str | None = None, prefix: str = "geometry",
-                 metrics: Iterable[str] | str | None = None, step_offset: int = 0) -> None:
+    def __init__(
+        self,
+        run=None,
+        *,
+        tracking_uri: str | None = None,
+        prefix: str = "geometry",
+        metrics: Iterable[str] | str | None = None,
+        step_offset: int = 0,
+    ) -> None:
         super().__init__(prefix=prefix, metrics=metrics, step_offset=step_offset)
         mlflow = require("mlflow", "mlflow", "MLflowTracker")
         if run is None:
             run = mlflow.active_run()
             if run is None:
-                raise ValueError("no active MLflow run: train inside `with mlflow.start_run():` or pass run= "
-                                 "(a run or a run id)")
+                raise ValueError(
+                    "no active MLflow run: train inside `with mlflow.start_run():` or pass run= (a run or a run id)"
+                )
         run_id = run if isinstance(run, str) else getattr(getattr(run, "info", None), "run_id", None)
         if not isinstance(run_id, str):
             raise TypeError(f"run must be an MLflow run, a run id or None, got {type(run).__name__}")
@@ -250,8 +275,10 @@ class MLflowTracker(Tracker):
         if not settings:
             return
         logged = self.client.get_run(self.run_id).data.params
-        params = [self._entities.Param(mlflow_key(tracker_key(name, self.prefix or "geometry")), str(value))
-                  for name, value in settings.items()]
+        params = [
+            self._entities.Param(mlflow_key(tracker_key(name, self.prefix or "geometry")), str(value))
+            for name, value in settings.items()
+        ]
         params = [p for p in params if p.key not in logged]  # MLflow parameters are write-once
         if params:
             self.client.log_batch(self.run_id, params=params)
@@ -260,4 +287,4 @@ class MLflowTracker(Tracker):
         timestamp = int(time.time() * 1000)
         metrics = [self._entities.Metric(key, value, timestamp, step) for key, value in scalars.items()]
         for start in range(0, len(metrics), _MLFLOW_BATCH):
-            self.client.log_batch(self.run_id, metrics=metrics[start:start + _MLFLOW_BATCH])
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + _MLFLOW_BATCH])

@@ -54,7 +54,9 @@ def require(module: str, extra: str, feature: str):
     except ImportError as error:
         raise ModuleNotFoundError(
             f"{feature} needs the optional package {module!r}, which is not installed; install it with: "
-            f'pip install "interp-widgets[{extra}]"', name=module) from error
+            f'pip install "interp-widgets[{extra}]"',
+            name=module,
+        ) from error
 
 
 def tracker_key(name: str, prefix: str = "geometry") -> str:
@@ -91,8 +93,7 @@ def _check_metrics(metrics) -> frozenset[str]:
 
 def _settings(meta: Mapping | None) -> dict[str, object]:
     """The monitor's scalar settings (rank, fit mode, controls, …), None values dropped."""
-    return {key: value for key, value in (meta or {}).items()
-            if isinstance(value, (str, int, float, bool))}
+    return {key: value for key, value in (meta or {}).items() if isinstance(value, (str, int, float, bool))}
 
 
 class Tracker:
@@ -120,8 +121,9 @@ class Tracker:
     #: the name of the pip extra that installs this tracker's package (also its ``report_to`` name)
     extra = ""
 
-    def __init__(self, *, prefix: str = "geometry", metrics: Iterable[str] | str | None = None,
-                 step_offset: int = 0) -> None:
+    def __init__(
+        self, *, prefix: str = "geometry", metrics: Iterable[str] | str | None = None, step_offset: int = 0
+    ) -> None:
         self.prefix = _check_prefix(prefix)
         self.metrics = _check_metrics(metrics)
         self.step_offset = check_int("step_offset", step_offset, minimum=0)

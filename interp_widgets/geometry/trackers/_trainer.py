@@ -8,7 +8,6 @@ Example:
 from __future__ import annotations
 
 
-
 from interp_widgets.geometry.trackers._backends import MLflowTracker, TensorBoardTracker, WandbTracker
 from interp_widgets.geometry.trackers._base import Tracker
 
@@ -82,6 +81,8 @@ def check_report_to(report_to):
         names = [report_to]
     for name in names:
         if name not in TRAINER_INTEGRATIONS:
-            raise ValueError(f"unknown report_to entry {name!r}; use 'trainer' (follow TrainingArguments.report_to) "
-                             f"or a list of {TRAINER_INTEGRATIONS}")
+            raise ValueError(
+                f"unknown report_to entry {name!r}; use 'trainer' (follow TrainingArguments.report_to) "
+                f"or a list of {TRAINER_INTEGRATIONS}"
+            )
     return names

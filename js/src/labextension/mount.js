@@ -26,7 +26,8 @@ export function staticPicture(data, doc = document) {
   const png = data["image/png"];
   let src = null;
   if (typeof svg === "string" && svg) src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(svg)}`;
-  else if (typeof png === "string" && /^[A-Za-z0-9+/=\s]+$/.test(png)) src = `data:image/png;base64,${png.replace(/\s/g, "")}`;
+  else if (typeof png === "string" && /^[A-Za-z0-9+/=\s]+$/.test(png))
+    src = `data:image/png;base64,${png.replace(/\s/g, "")}`;
   if (src === null) return null;
   const img = doc.createElement("img");
   img.className = "iw-mime-picture";
@@ -62,11 +63,20 @@ export async function mountOutput(el, data, { loadView, onModel }) {
     read = readPayload(data[MIME_TYPE]);
   } catch (error) {
     const reason = error instanceof PayloadError ? error.message : String(error);
-    showNote(el, data, `This interp-widgets output could not be rebuilt: its saved data is not valid (${reason}). Showing the saved picture instead.`, "error");
+    showNote(
+      el,
+      data,
+      `This interp-widgets output could not be rebuilt: its saved data is not valid (${reason}). Showing the saved picture instead.`,
+      "error",
+    );
     return () => {};
   }
   if (read.kind === "newer") {
-    showNote(el, data, `${read.message} Upgrade interp-widgets (pip install -U interp-widgets) and reload to see it interactive; showing the saved picture.`);
+    showNote(
+      el,
+      data,
+      `${read.message} Upgrade interp-widgets (pip install -U interp-widgets) and reload to see it interactive; showing the saved picture.`,
+    );
     return () => {};
   }
   if (read.kind === "omitted") {
@@ -74,7 +84,12 @@ export async function mountOutput(el, data, { loadView, onModel }) {
     return () => {};
   }
   if (read.kind === "failed") {
-    showNote(el, data, `This ${read.widget} output saved no data (${read.message}); showing the saved picture. Re-run the cell to see it interactive.`, "error");
+    showNote(
+      el,
+      data,
+      `This ${read.widget} output saved no data (${read.message}); showing the saved picture. Re-run the cell to see it interactive.`,
+      "error",
+    );
     return () => {};
   }
   const model = createModelShim(snapshotTraits(read.traits));
@@ -86,7 +101,12 @@ export async function mountOutput(el, data, { loadView, onModel }) {
     onModel?.(model);
     return cleanup;
   } catch (error) {
-    showNote(el, data, `This ${read.widget} output could not be rebuilt (${error instanceof Error ? error.message : error}); showing the saved picture.`, "error");
+    showNote(
+      el,
+      data,
+      `This ${read.widget} output could not be rebuilt (${error instanceof Error ? error.message : error}); showing the saved picture.`,
+      "error",
+    );
     return () => {};
   }
 }

@@ -135,7 +135,8 @@ export class InterpWidgetsRenderer extends Panel {
   async renderModel(model) {
     const data = model.data;
     const spec = data[WIDGET_VIEW_MIME];
-    const modelId = model.trusted && spec && typeof spec === "object" && typeof spec.model_id === "string" ? spec.model_id : "";
+    const modelId =
+      model.trusted && spec && typeof spec === "object" && typeof spec.model_id === "string" ? spec.model_id : "";
     // An updated display of the same widget (the monitor refreshes its output with `handle.update`) keeps the live
     // view, which already shows the model's current state, instead of building it again.
     if (modelId && this._live?.modelId === modelId && showsWidget(this._live.renderer)) return;

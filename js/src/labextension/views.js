@@ -18,6 +18,7 @@ export const VIEWS = {
 
 /** Import the ES module of `view` (a name the payload schema knows). */
 export function loadView(view) {
-  if (!Object.prototype.hasOwnProperty.call(VIEWS, view)) throw new Error(`no front end for view ${JSON.stringify(view)}`);
+  if (!Object.prototype.hasOwnProperty.call(VIEWS, view))
+    throw new Error(`no front end for view ${JSON.stringify(view)}`);
   return VIEWS[view]();
 }

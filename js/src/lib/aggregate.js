@@ -21,7 +21,8 @@
 export function buildUnits({ granularity, wordIds, sentenceIds, turnIds, specialMask, showSpecial }) {
   const turns = turnIds ?? new Int8Array(specialMask.length);
   const ids = { token: null, word: wordIds, sentence: sentenceIds, turn: turns }[granularity];
-  if (ids === undefined) throw new RangeError(`unknown granularity "${granularity}"; use token, word, sentence or turn`);
+  if (ids === undefined)
+    throw new RangeError(`unknown granularity "${granularity}"; use token, word, sentence or turn`);
   const units = [];
   const unitOfId = new Map();
   for (let i = 0; i < specialMask.length; i += 1) {

@@ -34,7 +34,8 @@ function halfTable() {
  * @example float16ToFloat32(Uint16Array.of(0x3c00, 0x3800)) // Float32Array [1, 0.5]
  */
 export function float16ToFloat32(bits) {
-  if (typeof Float16Array === "function") return new Float32Array(new Float16Array(bits.buffer, bits.byteOffset, bits.length));
+  if (typeof Float16Array === "function")
+    return new Float32Array(new Float16Array(bits.buffer, bits.byteOffset, bits.length));
   return float16ToFloat32ByTable(bits);
 }
 
@@ -56,7 +57,9 @@ function float16ToFloat32ByTable(bits) {
  * @param {ArrayBuffer | ArrayBufferView} data
  */
 export function decodeFloat16(data) {
-  const bytes = ArrayBuffer.isView(data) ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength) : new Uint8Array(data);
+  const bytes = ArrayBuffer.isView(data)
+    ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength)
+    : new Uint8Array(data);
   const aligned = bytes.byteOffset % 2 === 0 ? bytes : bytes.slice();
   return float16ToFloat32(new Uint16Array(aligned.buffer, aligned.byteOffset, aligned.byteLength >> 1));
 }
@@ -88,7 +91,8 @@ export function combineHeads(matrices, how = "mean") {
   if (matrices.length === 1) return matrices[0];
   const out = new Float32Array(matrices[0].length);
   for (const m of matrices) {
-    for (let i = 0; i < out.length; i += 1) out[i] = how === "max" ? Math.max(out[i], m[i]) : out[i] + m[i] / matrices.length;
+    for (let i = 0; i < out.length; i += 1)
+      out[i] = how === "max" ? Math.max(out[i], m[i]) : out[i] + m[i] / matrices.length;
   }
   return out;
 }

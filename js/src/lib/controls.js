@@ -15,7 +15,11 @@ export const GRANULARITIES = ["token", "word", "sentence"];
 
 /** `<select>` of token / word / sentence (class iw-granularity-select). */
 export function granularitySelect() {
-  return h("select", { class: "iw-granularity-select" }, GRANULARITIES.map((g) => h("option", { value: g }, g)));
+  return h(
+    "select",
+    { class: "iw-granularity-select" },
+    GRANULARITIES.map((g) => h("option", { value: g }, g)),
+  );
 }
 
 /**
@@ -82,8 +86,26 @@ export function sortIndices(indices, key, descending) {
 export function textTable(header, rows, { caption, class: className = "iw-table" } = {}) {
   return h("table", { class: className }, [
     ...(caption ? [h("caption", {}, caption)] : []),
-    h("thead", {}, h("tr", {}, header.map((text) => h("th", { scope: "col" }, String(text))))),
-    h("tbody", {}, rows.map((row) => h("tr", {}, row.map((text) => h("td", {}, String(text)))))),
+    h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        header.map((text) => h("th", { scope: "col" }, String(text))),
+      ),
+    ),
+    h(
+      "tbody",
+      {},
+      rows.map((row) =>
+        h(
+          "tr",
+          {},
+          row.map((text) => h("td", {}, String(text))),
+        ),
+      ),
+    ),
   ]);
 }
 
@@ -99,14 +121,28 @@ export function fillTableIdle(table, { caption, header, count, row }) {
   const body = h("tbody");
   table.replaceChildren(
     h("caption", {}, caption),
-    h("thead", {}, h("tr", {}, header.map((text) => h("th", { scope: "col" }, text)))),
+    h(
+      "thead",
+      {},
+      h(
+        "tr",
+        {},
+        header.map((text) => h("th", { scope: "col" }, text)),
+      ),
+    ),
     body,
   );
   let k = 0;
   return idleLoop(doc.defaultView, (budget) => {
     const fragment = doc.createDocumentFragment();
     for (const end = Math.min(count, k + 250); k < end || (k < count && budget() > 4); k += 1) {
-      fragment.append(h("tr", {}, row(k).map((text) => h("td", {}, String(text)))));
+      fragment.append(
+        h(
+          "tr",
+          {},
+          row(k).map((text) => h("td", {}, String(text))),
+        ),
+      );
     }
     body.append(fragment);
     return k < count;

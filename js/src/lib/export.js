@@ -56,11 +56,24 @@ export function captureScene(root) {
     const stops = gradientStops(el.style.backgroundImage);
     if (stops) items.push({ type: "gradient", ...box, stops });
     else if (!TRANSPARENT.has(style.backgroundColor) && box.w > 0) {
-      items.push({ type: "rect", ...box, fill: style.backgroundColor, radius: parseFloat(style.borderTopLeftRadius) || 0 });
+      items.push({
+        type: "rect",
+        ...box,
+        fill: style.backgroundColor,
+        radius: parseFloat(style.borderTopLeftRadius) || 0,
+      });
     }
     const underline = parseFloat(style.borderBottomWidth) || 0;
     if (underline > 0 && style.borderBottomStyle !== "none" && el.classList.contains("iw-token")) {
-      items.push({ type: "rect", x: box.x, y: box.y + box.h - underline, w: box.w, h: underline, fill: style.borderBottomColor, radius: 0 });
+      items.push({
+        type: "rect",
+        x: box.x,
+        y: box.y + box.h - underline,
+        w: box.w,
+        h: underline,
+        fill: style.borderBottomColor,
+        radius: 0,
+      });
     }
     for (const child of el.childNodes) {
       if (child.nodeType === 1) visit(child);
@@ -69,7 +82,12 @@ export function captureScene(root) {
         range.selectNodeContents(child);
         const rects = Array.from(range.getClientRects()).filter((r) => r.width > 0);
         const text = child.textContent.replace(/\n/g, "");
-        const font = { font: style.fontFamily, size: parseFloat(style.fontSize) || 14, weight: style.fontWeight, fill: style.color };
+        const font = {
+          font: style.fontFamily,
+          size: parseFloat(style.fontSize) || 14,
+          weight: style.fontWeight,
+          fill: style.color,
+        };
         if (rects.length <= 1) {
           const r = rel(rects[0] ?? el.getBoundingClientRect());
           items.push({ type: "text", text, ...r, ...font });
@@ -84,7 +102,14 @@ export function captureScene(root) {
           });
         }
         if (el.dataset.iwSign) {
-          items.push({ type: "text", text: el.dataset.iwSign, ...rel(el.getBoundingClientRect()), y: box.y - 8, ...font, size: font.size * 0.7 });
+          items.push({
+            type: "text",
+            text: el.dataset.iwSign,
+            ...rel(el.getBoundingClientRect()),
+            y: box.y - 8,
+            ...font,
+            size: font.size * 0.7,
+          });
         }
       }
     }
@@ -111,11 +136,15 @@ export function sceneToSvg(scene, doc = document) {
   svg.append(defs);
   scene.items.forEach((item, index) => {
     if (item.type === "rect") {
-      svg.append(make("rect", { x: item.x, y: item.y, width: item.w, height: item.h, rx: item.radius, fill: item.fill }));
+      svg.append(
+        make("rect", { x: item.x, y: item.y, width: item.w, height: item.h, rx: item.radius, fill: item.fill }),
+      );
     } else if (item.type === "gradient") {
       const id = `iw-gradient-${index}`;
       const gradient = make("linearGradient", { id });
-      item.stops.forEach((colour, k) => gradient.append(make("stop", { offset: k / (item.stops.length - 1), "stop-color": colour })));
+      item.stops.forEach((colour, k) =>
+        gradient.append(make("stop", { offset: k / (item.stops.length - 1), "stop-color": colour })),
+      );
       defs.append(gradient);
       svg.append(make("rect", { x: item.x, y: item.y, width: item.w, height: item.h, fill: `url(#${id})` }));
     } else if (item.type === "image") {
@@ -124,7 +153,15 @@ export function sceneToSvg(scene, doc = document) {
       svg.append(
         make(
           "text",
-          { x: item.x, y: item.y + item.h * 0.78, "font-family": item.font, "font-size": item.size, "font-weight": item.weight, fill: item.fill, "xml:space": "preserve" },
+          {
+            x: item.x,
+            y: item.y + item.h * 0.78,
+            "font-family": item.font,
+            "font-size": item.size,
+            "font-weight": item.weight,
+            fill: item.fill,
+            "xml:space": "preserve",
+          },
           item.text,
         ),
       );
@@ -172,7 +209,10 @@ export async function sceneToPng(scene, doc = document, scale = 2) {
     }
   }
   return new Promise((resolve, reject) =>
-    canvas.toBlob((blob) => (blob ? resolve(blob) : reject(new Error("the canvas could not be encoded as PNG"))), "image/png"),
+    canvas.toBlob(
+      (blob) => (blob ? resolve(blob) : reject(new Error("the canvas could not be encoded as PNG"))),
+      "image/png",
+    ),
   );
 }
 
@@ -242,12 +282,30 @@ export function createExportMenu({ name, root, rows, title, reportError, prepare
       .then(fn)
       .catch(reportError);
   const actions = {
-    PNG: ["Download the current view as a PNG image", async () => download(doc, `${name}.png`, await sceneToPng(captureScene(root), doc))],
-    SVG: ["Download the current view as an SVG image", () =>
-      download(doc, `${name}.svg`, new Blob([sceneToSvgText(captureScene(root), doc)], { type: "image/svg+xml" }))],
-    CSV: ["Download the scores as CSV", () => download(doc, `${name}.csv`, new Blob([toCsv(rows())], { type: "text/csv" }))],
-    HTML: ["Download a self-contained HTML page of this view", () =>
-      download(doc, `${name}.html`, new Blob([staticPage(doc, { title: title(), svg: sceneToSvg(captureScene(root), doc), rows: tableRows() })], { type: "text/html" }))],
+    PNG: [
+      "Download the current view as a PNG image",
+      async () => download(doc, `${name}.png`, await sceneToPng(captureScene(root), doc)),
+    ],
+    SVG: [
+      "Download the current view as an SVG image",
+      () =>
+        download(doc, `${name}.svg`, new Blob([sceneToSvgText(captureScene(root), doc)], { type: "image/svg+xml" })),
+    ],
+    CSV: [
+      "Download the scores as CSV",
+      () => download(doc, `${name}.csv`, new Blob([toCsv(rows())], { type: "text/csv" })),
+    ],
+    HTML: [
+      "Download a self-contained HTML page of this view",
+      () =>
+        download(
+          doc,
+          `${name}.html`,
+          new Blob([staticPage(doc, { title: title(), svg: sceneToSvg(captureScene(root), doc), rows: tableRows() })], {
+            type: "text/html",
+          }),
+        ),
+    ],
   };
   const menu = h("div", { class: "iw-export", role: "group", "aria-label": "Export" });
   for (const [label, [description, fn]] of Object.entries(actions)) {

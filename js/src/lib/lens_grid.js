@@ -16,7 +16,13 @@ export const CELL = { width: 56, height: 18, left: 120, top: 4, bottom: 22 };
  * @returns {{layers: number, positions: number, fullWidth: number, fullHeight: number} & typeof CELL}
  */
 export function gridLayout({ layers, positions }, cell = CELL) {
-  return { ...cell, layers, positions, fullWidth: cell.left + positions * cell.width, fullHeight: cell.top + layers * cell.height + cell.bottom };
+  return {
+    ...cell,
+    layers,
+    positions,
+    fullWidth: cell.left + positions * cell.width,
+    fullHeight: cell.top + layers * cell.height + cell.bottom,
+  };
 }
 
 /** Flat index into a C-order array of `shape` (trailing dims omitted count as 0). */

@@ -20,7 +20,12 @@ const MINUS = "\u2212";
  * @param {number} max
  * @param {{theme?: "light" | "dark", signed?: boolean, encoding?: "colour" | "underline", boost?: boolean}} options
  */
-export function paintToken(el, score, max, { theme = "light", signed = true, encoding = "colour", boost = false } = {}) {
+export function paintToken(
+  el,
+  score,
+  max,
+  { theme = "light", signed = true, encoding = "colour", boost = false } = {},
+) {
   const unseen = Number.isNaN(score);
   const value = unseen ? 0 : score;
   if (encoding === "underline") {
@@ -85,7 +90,9 @@ export function blockBounds(count, { size = BLOCK, breakRank = () => 0 } = {}) {
  * @returns {{cancel: () => void}}
  */
 export function idleLoop(win, step) {
-  const idle = win?.requestIdleCallback ? (fn) => win.requestIdleCallback(fn, { timeout: 200 }) : (fn) => setTimeout(() => fn(null), 0);
+  const idle = win?.requestIdleCallback
+    ? (fn) => win.requestIdleCallback(fn, { timeout: 200 })
+    : (fn) => setTimeout(() => fn(null), 0);
   const unidle = win?.cancelIdleCallback ? (id) => win.cancelIdleCallback(id) : clearTimeout;
   let handle = null;
   const run = (deadline) => {

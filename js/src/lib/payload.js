@@ -33,7 +33,17 @@ export class PayloadError extends Error {
   }
 }
 
-const BYTES_PER_ELEMENT = { float32: 4, float64: 8, int8: 1, uint8: 1, int16: 2, uint16: 2, int32: 4, uint32: 4, bool: 1 };
+const BYTES_PER_ELEMENT = {
+  float32: 4,
+  float64: 8,
+  int8: 1,
+  uint8: 1,
+  int16: 2,
+  uint16: 2,
+  int32: 4,
+  uint32: 4,
+  bool: 1,
+};
 const BASE64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 
 function kindOf(value) {
@@ -72,8 +82,10 @@ function readArray(value, type, path) {
   expectObject(value, path);
   const keys = Object.keys(value);
   if (keys.length === 0 && type.absent) return {};
-  for (const key of keys) if (!["dtype", "shape", "data"].includes(key)) fail(path, `has an unknown key ${JSON.stringify(key)}`);
-  if (!type.array.includes(value.dtype)) fail(path, `has dtype ${JSON.stringify(value.dtype)}; expected one of ${type.array.join(", ")}`);
+  for (const key of keys)
+    if (!["dtype", "shape", "data"].includes(key)) fail(path, `has an unknown key ${JSON.stringify(key)}`);
+  if (!type.array.includes(value.dtype))
+    fail(path, `has dtype ${JSON.stringify(value.dtype)}; expected one of ${type.array.join(", ")}`);
   const { shape } = value;
   if (!Array.isArray(shape) || shape.length !== type.ndim || !shape.every((n) => Number.isSafeInteger(n) && n >= 0)) {
     fail(path, `must have a shape of ${type.ndim} non-negative integers, got ${JSON.stringify(shape)?.slice(0, 60)}`);
@@ -81,7 +93,10 @@ function readArray(value, type, path) {
   const data = base64ToDataView(value.data, `${path}.data`);
   const size = shape.reduce((a, b) => a * b, 1);
   if (data.byteLength !== size * BYTES_PER_ELEMENT[value.dtype]) {
-    fail(path, `holds ${data.byteLength} bytes but shape [${shape.join(", ")}] of ${value.dtype} needs ${size * BYTES_PER_ELEMENT[value.dtype]}`);
+    fail(
+      path,
+      `holds ${data.byteLength} bytes but shape [${shape.join(", ")}] of ${value.dtype} needs ${size * BYTES_PER_ELEMENT[value.dtype]}`,
+    );
   }
   return { dtype: value.dtype, shape: [...shape], data };
 }
@@ -139,7 +154,9 @@ export function checkValue(value, type, path = "payload", depth = 0) {
   }
   if (own(type, "map")) {
     expectObject(value, path);
-    return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, checkValue(v, type.map, `${path}[${JSON.stringify(k)}]`, depth + 1)]));
+    return Object.fromEntries(
+      Object.entries(value).map(([k, v]) => [k, checkValue(v, type.map, `${path}[${JSON.stringify(k)}]`, depth + 1)]),
+    );
   }
   if (own(type, "object")) return checkObject(value, type.object, path, depth, type);
   if (own(type, "array")) return readArray(value, type, path);
@@ -154,7 +171,8 @@ function checkObject(value, fields, path, depth, { required, open, defaults } = 
     if (own(value, key)) continue;
     // A field added since the payload was written (an older data version, or an older interp-widgets) reads as its
     // default, as Python's ViewData.from_json reads it.
-    if (defaults && own(defaults, key)) out.push([key, checkValue(JSON.parse(JSON.stringify(defaults[key])), fields[key], `${path}.${key}`, depth + 1)]);
+    if (defaults && own(defaults, key))
+      out.push([key, checkValue(JSON.parse(JSON.stringify(defaults[key])), fields[key], `${path}.${key}`, depth + 1)]);
     else fail(path, `lacks ${JSON.stringify(key)}`);
   }
   for (const [key, item] of Object.entries(value)) {
@@ -179,25 +197,43 @@ function checkObject(value, fields, path, depth, { required, open, defaults } = 
 export function readPayload(payload) {
   expectObject(payload, "the output");
   const { format, view, version } = payload;
-  if (!Number.isSafeInteger(format) || format < 1) fail("its format", `must be a positive integer, got ${kindOf(format)}`);
+  if (!Number.isSafeInteger(format) || format < 1)
+    fail("its format", `must be a positive integer, got ${kindOf(format)}`);
   if (format > FORMAT) {
-    return { kind: "newer", view: String(view ?? ""), widget: "", message: `This output was written by a newer interp-widgets (payload format ${format}; this extension reads format ${FORMAT}).` };
+    return {
+      kind: "newer",
+      view: String(view ?? ""),
+      widget: "",
+      message: `This output was written by a newer interp-widgets (payload format ${format}; this extension reads format ${FORMAT}).`,
+    };
   }
   if (typeof view !== "string") fail("its view", `must be a string, got ${kindOf(view)}`);
-  if (!Number.isSafeInteger(version) || version < 1) fail("its version", `must be a positive integer, got ${kindOf(version)}`);
+  if (!Number.isSafeInteger(version) || version < 1)
+    fail("its version", `must be a positive integer, got ${kindOf(version)}`);
   const spec = own(SCHEMA.views, view) ? SCHEMA.views[view] : null;
   if (spec === null) {
-    return { kind: "newer", view, widget: "", message: `This output holds a view this extension does not know (${JSON.stringify(view)}): it was probably written by a newer interp-widgets.` };
+    return {
+      kind: "newer",
+      view,
+      widget: "",
+      message: `This output holds a view this extension does not know (${JSON.stringify(view)}): it was probably written by a newer interp-widgets.`,
+    };
   }
   const widget = spec.widget;
   if (version > spec.version) {
-    return { kind: "newer", view, widget, message: `This ${widget} output has data format version ${version}; this extension reads up to version ${spec.version}.` };
+    return {
+      kind: "newer",
+      view,
+      widget,
+      message: `This ${widget} output has data format version ${version}; this extension reads up to version ${spec.version}.`,
+    };
   }
   if (own(payload, "omitted")) {
     const omitted = checkObject(payload.omitted, { bytes: "int", cap: "int" }, "its omitted record", 0);
     return { kind: "omitted", view, widget, ...omitted };
   }
-  if (own(payload, "failed")) return { kind: "failed", view, widget, message: checkValue(payload.failed, "str", "its failure") };
+  if (own(payload, "failed"))
+    return { kind: "failed", view, widget, message: checkValue(payload.failed, "str", "its failure") };
   const data = checkObject(payload.data, spec.data, "data", 0, { defaults: spec.defaults.data });
   expectObject(payload.state, "state");
   const state = checkObject(payload.state, spec.state, "state", 0, { open: true, defaults: spec.defaults.state });
@@ -213,13 +249,16 @@ let snapshots = 0;
  * @param {Record<string, unknown>} traits  from readPayload
  */
 export function snapshotTraits(traits) {
-  if (typeof traits.stream_id === "string") return { ...traits, stream_id: `${traits.stream_id}\u0000saved-output-${(snapshots += 1)}` };
+  if (typeof traits.stream_id === "string")
+    return { ...traits, stream_id: `${traits.stream_id}\u0000saved-output-${(snapshots += 1)}` };
   return traits;
 }
 
 /** Every view the schema knows, by view (bundle) name: its widget class and data version. */
 export function knownViews() {
-  return Object.fromEntries(Object.entries(SCHEMA.views).map(([view, spec]) => [view, { widget: spec.widget, version: spec.version }]));
+  return Object.fromEntries(
+    Object.entries(SCHEMA.views).map(([view, spec]) => [view, { widget: spec.widget, version: spec.version }]),
+  );
 }
 
 /**
@@ -230,7 +269,7 @@ export function omittedMessage({ widget, bytes, cap }) {
   const mb = (n) => `${(n / (1024 * 1024)).toFixed(n < 1024 * 1024 ? 2 : 1)} MB`;
   return (
     `This ${widget || "view"} holds ${mb(bytes)} of data, over the ${mb(cap)} cap on saved outputs, so only its picture was saved. ` +
-    "To keep it interactive, export it to its own page with widget.export_html(\"view.html\") (or interp-widgets export for the notebook), " +
+    'To keep it interactive, export it to its own page with widget.export_html("view.html") (or interp-widgets export for the notebook), ' +
     "or raise the cap before displaying it: interp_widgets.widgets.set_output_cap(4_000_000)."
   );
 }

@@ -79,7 +79,10 @@ export function prepareLines({ width, xDomain, yKind, lines = [], bands = [] }) 
   });
   const parts = [
     ...decimatedLines.map(({ points }) => ({ values: points.ys, count: points.count })),
-    ...decimatedBands.flatMap(({ area }) => [{ values: area.lo, count: area.count }, { values: area.hi, count: area.count }]),
+    ...decimatedBands.flatMap(({ area }) => [
+      { values: area.lo, count: area.count },
+      { values: area.hi, count: area.count },
+    ]),
   ];
   const drawn = decimatedLines.reduce((sum, { points }) => sum + points.count, 0);
   return { decimatedLines, decimatedBands, yDomain: yExtent(parts, log), drawn };
@@ -269,7 +272,12 @@ export function paintHeatmap(ctx, { width, height, xDomain, rows, colours, neutr
       if (next === runLevel && c < pixels) continue;
       if (runLevel !== null && c > runStart) {
         ctx.fillStyle = colourOf(runLevel);
-        ctx.fillRect(MARGIN.left + (runStart * plotWidth) / pixels, top, ((c - runStart) * plotWidth) / pixels, Math.max(1, rowHeight - 1));
+        ctx.fillRect(
+          MARGIN.left + (runStart * plotWidth) / pixels,
+          top,
+          ((c - runStart) * plotWidth) / pixels,
+          Math.max(1, rowHeight - 1),
+        );
       }
       runStart = c;
       runLevel = next ?? null;
@@ -287,7 +295,8 @@ export function paintHeatmap(ctx, { width, height, xDomain, rows, colours, neutr
   ctx.textBaseline = "top";
   for (const v of niceTicks(...xDomain, Math.max(2, Math.floor((width - MARGIN.left) / 90)))) {
     const px = x.px(v);
-    if (px >= MARGIN.left - 1 && px <= width - MARGIN.right + 1) ctx.fillText(tickLabel(v), px, height - MARGIN.bottom + 4);
+    if (px >= MARGIN.left - 1 && px <= width - MARGIN.right + 1)
+      ctx.fillText(tickLabel(v), px, height - MARGIN.bottom + 4);
   }
   return frame;
 }

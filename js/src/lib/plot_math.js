@@ -47,7 +47,9 @@ export class M4Decimator {
   #emitOpen(into) {
     const o = this.o;
     const lowFirst = o.li < o.hi;
-    const [ai, ax, ay, bi, bx, by] = lowFirst ? [o.li, o.lx, o.ly, o.hi, o.hx, o.hy] : [o.hi, o.hx, o.hy, o.li, o.lx, o.ly];
+    const [ai, ax, ay, bi, bx, by] = lowFirst
+      ? [o.li, o.lx, o.ly, o.hi, o.hx, o.hy]
+      : [o.hi, o.hx, o.hy, o.li, o.lx, o.ly];
     this.#push(into, o.fx, o.fy);
     if (ai !== o.fi && ai !== o.zi) this.#push(into, ax, ay);
     if (bi !== o.fi && bi !== o.zi && bi !== ai) this.#push(into, bx, by);
@@ -239,7 +241,8 @@ export function niceTicks(lo, hi, count = 5) {
   const power = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((m) => m * power).find((s) => s >= raw) ?? 10 * power;
   const ticks = [];
-  for (let k = Math.ceil(lo / step); k * step <= hi + step * 1e-9; k += 1) ticks.push(Number((k * step).toPrecision(12)));
+  for (let k = Math.ceil(lo / step); k * step <= hi + step * 1e-9; k += 1)
+    ticks.push(Number((k * step).toPrecision(12)));
   return ticks;
 }
 
@@ -250,7 +253,8 @@ export function niceTicks(lo, hi, count = 5) {
 export function logTicks(lo, hi) {
   if (!(lo > 0) || !(hi >= lo)) return [];
   const powers = [];
-  for (let k = Math.ceil(Math.log10(lo) - 1e-9); 10 ** k <= hi * (1 + 1e-9); k += 1) powers.push(Number((10 ** k).toPrecision(12)));
+  for (let k = Math.ceil(Math.log10(lo) - 1e-9); 10 ** k <= hi * (1 + 1e-9); k += 1)
+    powers.push(Number((10 ** k).toPrecision(12)));
   if (powers.length >= 2) return powers;
   const ticks = [];
   for (let k = Math.floor(Math.log10(lo)); 10 ** k <= hi; k += 1) {

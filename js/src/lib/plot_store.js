@@ -38,14 +38,17 @@ export function typedAt(Type, bytes, at, count) {
 
 function decodeBlock(names, rows, xData, valuesData, valuesAt = 0) {
   if (!Array.isArray(names)) throw new TypeError("series names must be a list");
-  if (!Number.isInteger(rows) || rows < 0) throw new RangeError(`row count must be a non-negative integer, got ${rows}`);
+  if (!Number.isInteger(rows) || rows < 0)
+    throw new RangeError(`row count must be a non-negative integer, got ${rows}`);
   const xBytes = bytesOf(xData);
   const x = typedAt(Float64Array, xBytes, 0, rows);
   const valueBytes = valuesData === xData ? xBytes : bytesOf(valuesData);
   const values = typedAt(Float32Array, valueBytes, valuesAt, names.length * rows);
   const expected = valuesAt + names.length * rows * 4;
   if (valueBytes.byteLength !== expected) {
-    throw new RangeError(`binary payload has ${valueBytes.byteLength} bytes, expected ${expected} for ${names.length} series × ${rows} rows`);
+    throw new RangeError(
+      `binary payload has ${valueBytes.byteLength} bytes, expected ${expected} for ${names.length} series × ${rows} rows`,
+    );
   }
   return { names, rows, x, values };
 }
@@ -56,9 +59,11 @@ function decodeBlock(names, rows, xData, valuesData, valuesAt = 0) {
  * @param {ArrayBufferView[]} buffers  [x float64, values float32 series-major]
  */
 export function decodeAppend(content, buffers) {
-  if (!buffers || buffers.length !== 2) throw new RangeError(`an append message needs 2 buffers, got ${buffers?.length ?? 0}`);
+  if (!buffers || buffers.length !== 2)
+    throw new RangeError(`an append message needs 2 buffers, got ${buffers?.length ?? 0}`);
   const block = decodeBlock(content.series, content.rows, buffers[0], buffers[1]);
-  if (bytesOf(buffers[0]).byteLength !== content.rows * 8) throw new RangeError(`x buffer must hold ${content.rows} float64 values`);
+  if (bytesOf(buffers[0]).byteLength !== content.rows * 8)
+    throw new RangeError(`x buffer must hold ${content.rows} float64 values`);
   return { ...block, start: content.start };
 }
 
@@ -69,7 +74,8 @@ export function decodeAppend(content, buffers) {
  */
 export function decodeCheckpoint(data, schema) {
   const rows = schema?.rows ?? 0;
-  if (!data || rows === 0) return { names: schema?.series ?? [], start: 0, rows: 0, x: new Float64Array(0), values: new Float32Array(0) };
+  if (!data || rows === 0)
+    return { names: schema?.series ?? [], start: 0, rows: 0, x: new Float64Array(0), values: new Float32Array(0) };
   return { ...decodeBlock(schema.series, rows, data, data, rows * 8), start: 0 };
 }
 
