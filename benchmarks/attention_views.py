@@ -20,6 +20,8 @@ Usage: PYTHONPATH=. nice -n 10 python -u benchmarks/attention_views.py
 
 from __future__ import annotations
 
+import _repo  # noqa: F401  (the repository root on sys.path: these import tests.browser.harness)
+
 import base64
 import json
 import os

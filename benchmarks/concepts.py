@@ -86,7 +86,6 @@ import math
 import os
 import resource
 import statistics
-import sys
 import tempfile
 import time
 import warnings
@@ -95,7 +94,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _repo  # noqa: F401, E402  (the repository root on sys.path)
 
 from interp_widgets import demo  # noqa: E402
 from interp_widgets.concepts import (  # noqa: E402

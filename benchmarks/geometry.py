@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _repo  # noqa: F401, E402  (the repository root on sys.path)
 
 from interp_widgets.geometry import (  # noqa: E402
     Moments,

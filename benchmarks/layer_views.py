@@ -22,6 +22,8 @@ Usage: PYTHONPATH=. nice -n 10 python -u benchmarks/layer_views.py [widget|tuned
 
 from __future__ import annotations
 
+import _repo  # noqa: F401  (the repository root on sys.path: these import tests.browser.harness)
+
 import json
 import os
 import statistics

@@ -14,12 +14,10 @@ Usage: python benchmarks/mime.py   (needs the built JS: npm --prefix js run buil
 
 from __future__ import annotations
 
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from _repo import ROOT  # noqa: E402  (the repository root, on sys.path)
 
 import numpy as np  # noqa: E402
 

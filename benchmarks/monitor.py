@@ -45,11 +45,10 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _repo  # noqa: F401, E402  (the repository root on sys.path)
 
 from interp_widgets.geometry import AnisotropyMonitor  # noqa: E402
 

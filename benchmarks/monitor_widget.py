@@ -14,6 +14,8 @@ Usage: PYTHONPATH=. python benchmarks/monitor_widget.py
 
 from __future__ import annotations
 
+import _repo  # noqa: F401  (the repository root on sys.path: these import tests.browser.harness)
+
 import base64
 import json
 import os

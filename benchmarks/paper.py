@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import _repo  # noqa: F401, E402  (the repository root on sys.path)
 
 from interp_widgets.demo import load_lm, load_text_corpus  # noqa: E402
 from interp_widgets.demo.paper import continue_training, phase_summary  # noqa: E402

@@ -19,6 +19,8 @@ Usage: PYTHONPATH=. python -u benchmarks/widgets.py
 
 from __future__ import annotations
 
+import _repo  # noqa: F401  (the repository root on sys.path: these import tests.browser.harness)
+
 import json
 import os
 import statistics

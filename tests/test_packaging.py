@@ -117,3 +117,23 @@ def assert_vendor_files_are_the_npm_copies(vendored: dict[str, str]) -> None:
             original = original.replace(*patch)
         assert text == original, f"{name} differs from {package}/{path} beyond the documented patch"
         assert not [host for host in CDN_HOSTS if host in text], f"{name} still names a CDN"
+
+
+def test_every_benchmark_puts_the_repository_root_on_its_path():
+    """`python benchmarks/run.py <name>` runs each script as a file: `benchmarks/` is on sys.path, the root is not.
+
+    `benchmarks/_repo.py` adds it; every script that imports the repository's `tests` package imports `_repo`.
+    """
+    import ast
+
+    for script in sorted(Path(__file__).resolve().parents[1].joinpath("benchmarks").glob("*.py")):
+        if script.name.startswith("_") or script.name == "run.py":
+            continue
+        modules = []
+        for node in ast.walk(ast.parse(script.read_text())):
+            if isinstance(node, ast.Import):
+                modules += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                modules.append(node.module)
+        roots = [m.split(".")[0] for m in modules]
+        assert "tests" not in roots or "_repo" in roots, f"{script.name} imports tests without `import _repo`"

@@ -1,0 +1,12 @@
+"""The repository root on ``sys.path``, so every benchmark imports ``interp_widgets`` and ``tests`` from this checkout.
+
+Each script in ``benchmarks/`` runs as ``python benchmarks/<name>.py`` (directly or through ``run.py``), which puts
+``benchmarks/`` first on ``sys.path``; ``import _repo`` then adds the root. It is the one place that does.
+"""
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
