@@ -8,9 +8,9 @@ from typing import Any, Sequence
 
 # Importing the method modules registers their methods in METHODS, in this order (gradient, perturbation, attention;
 # within a module, in the order the classes are defined), which is the order of METHODS.
-from interp_widgets.attribution import gradient  # noqa: F401  # isort: skip
-from interp_widgets.attribution import perturbation  # noqa: F401  # isort: skip
-from interp_widgets.attribution import attention  # noqa: F401  # isort: skip
+import interp_widgets.attribution.gradient  # noqa: F401  # isort: skip
+import interp_widgets.attribution.perturbation  # noqa: F401  # isort: skip
+import interp_widgets.attribution.attention  # noqa: F401  # isort: skip
 from interp_widgets.attribution.base import METHODS, Attributor
 
 
