@@ -28,7 +28,7 @@ Grams, the stacked proxy + controls product, one norm and one sum pass per layer
 prepare, align, finish, and the kernels inside them) beside the floor's arithmetic on that data.
 
 Cost cuts with bounded error (``interp_widgets/geometry/_kernels.py``, tested in
-``tests/test_geometry_fast_kernels.py``): the per-step gradient Gram is formed in float32 over 256-row blocks and
+``tests/geometry/test_fast_kernels.py``): the per-step gradient Gram is formed in float32 over 256-row blocks and
 summed in float32 sixteen blocks at a time and in float64 beyond (``‖ΔM2‖_F ≤ 273·2⁻²⁴·tr M2``), the spectrum step's eigensolver runs in float32 on the
 trace-scaled Gram (eigenvalue error ≤ 4(d + 2)·2⁻²⁴·λ_max), and the fit's eigensolve is float32 refined by float64
 subspace iteration + Rayleigh–Ritz, with a Davis–Kahan residual bound ‖sin Θ‖_F ≤ 1e-4 to the exact float64

@@ -17,8 +17,8 @@ from interp_widgets.widgets import (
     MonitorWidget,
     TokenHighlightWidget,
 )
-from tests.test_concept_widget import _interpretation
-from tests.test_views_widget import _collection, _gen_result, _result
+from tests.widgets.test_concept_widget import _interpretation
+from tests.widgets.test_views_widget import _collection, _gen_result, _result
 
 RESULTS = {
     "attribution": (lambda: _result([[0.1] * 5, [0.2] * 5]), TokenHighlightWidget),

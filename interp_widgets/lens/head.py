@@ -7,7 +7,7 @@ in order (``lm_head`` for causal LMs; the whole MLM head ``cls`` / ``lm_head`` /
 LMs), then the model's logit post-processing: Gemma 2's final soft-capping ``cap * tanh(logits / cap)``, Cohere's
 ``logit_scale`` and Granite's ``logits_scaling``.
 
-``tests/test_lens.py`` checks on a tiny model of every family that decoding the last block's output this way gives
+``tests/lens/test_lens.py`` checks on a tiny model of every family that decoding the last block's output this way gives
 the model's own logits to 1e-5.
 
 Example:

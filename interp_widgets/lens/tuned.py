@@ -3,7 +3,7 @@
 One affine translator per layer, ``h -> h + A h + b``, initialised at the identity (``A = 0``, ``b = 0``), trained so
 that decoding the translated state with the model's own final norm and head (:class:`~interp_widgets.lens.LensHead`)
 minimises KL(final ‖ lens) to the model's output distribution. The parametrisation is the one of the ``tuned-lens``
-package (``TunedLens.transform_hidden``: ``h + translator(h)``); ``tests/test_lens.py`` checks that the same weights
+package (``TunedLens.transform_hidden``: ``h + translator(h)``); ``tests/lens/test_lens.py`` checks that the same weights
 give the same KL as that package on the same hidden states. The last block's output needs no translator (its lens is
 the model's output) and keeps the identity.
 

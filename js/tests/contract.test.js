@@ -1,6 +1,6 @@
 // The model typedefs at runtime: each view, rendered on the fake model and poked through every control, touches
 // (get, set, change:… subscriptions) only traits its `@typedef {object} <Stem>Model` declares. This sees reads
-// through variables (`model.get(name)` in a helper) that the static check in tests/test_widget_contract.py cannot.
+// through variables (`model.get(name)` in a helper) that the static check in tests/widgets/test_widget_contract.py cannot.
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";

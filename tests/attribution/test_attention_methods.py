@@ -10,7 +10,7 @@ import torch
 
 from interp_widgets.attribution import AttentionRollout, GradientWeightedAttention, RawAttention, attribute
 from tests.conftest import model_fingerprint
-from tests.test_perturbation import bert, gpt2  # noqa: F401  (wide-initialised fixtures: sharp attention patterns)
+from tests.attribution.test_perturbation import bert, gpt2  # noqa: F401  (wide-initialised fixtures: sharp attention patterns)
 
 TEXTS = ["Not bad at all, honestly.", "Dull."]
 

@@ -14,7 +14,7 @@ from PIL import Image
 from playwright.sync_api import expect
 
 from interp_widgets.attribution.patterns import AttentionPatterns
-from tests.test_views_widget import EVIL
+from tests.widgets.test_views_widget import EVIL
 
 pytestmark = pytest.mark.browser
 

@@ -1,7 +1,7 @@
 """Every view renders in every notebook front end we test: JupyterLab 4, Notebook 7 and marimo.
 
 The views are discovered from ``interp_widgets.widgets`` (every ``InterpWidget`` subclass with a bundle, as
-``tests/test_widget_schema.py`` finds them) and built by that module's ``VIEWS`` factories, so a new view without a
+``tests/widgets/test_widget_schema.py`` finds them) and built by that module's ``VIEWS`` factories, so a new view without a
 factory fails here too. Per front end one notebook shows every view, one cell each; per (front end, view) the test
 checks that the cell shows the view's root element, visible and non-empty, no error box anywhere on the page, and
 that no request of the page left the loopback interface.
@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 
 from tests.browser.harness import RequestLog, notebook_cells, run_cells, wait_for_kernel_idle
 from tests.browser.marimo_app import cell_output, marimo_app, write_marimo_notebook
-from tests.test_widget_schema import VIEWS, _views
+from tests.widgets.test_widget_schema import VIEWS, _views
 
 pytestmark = pytest.mark.browser
 
@@ -28,7 +28,7 @@ FRONT_ENDS = ("lab", "notebook", "marimo")
 
 SETUP = """\
 import interp_widgets.widgets as iw
-from tests.test_widget_schema import VIEWS
+from tests.widgets.test_widget_schema import VIEWS
 """
 
 
@@ -85,12 +85,12 @@ def rendered(request, browser, tmp_path_factory) -> Iterator[RenderedNotebook]:
 def test_every_view_has_a_factory():
     assert DISCOVERED, "no InterpWidget subclass was discovered"
     missing = [cls.__name__ for cls in DISCOVERED if cls not in VIEWS]
-    assert not missing, f"add a factory to VIEWS in tests/test_widget_schema.py for {missing}"
+    assert not missing, f"add a factory to VIEWS in tests/widgets/test_widget_schema.py for {missing}"
 
 
 @pytest.mark.parametrize("view", DISCOVERED, ids=lambda cls: cls.__name__)
 def test_view_renders(rendered, view):
-    assert view in VIEWS, f"{view.__name__} has no factory in tests/test_widget_schema.py VIEWS"
+    assert view in VIEWS, f"{view.__name__} has no factory in tests/widgets/test_widget_schema.py VIEWS"
     output = rendered.output_of(view)
     root = output.locator(".iw-root").first
     expect(root).to_be_visible(timeout=60_000)

@@ -16,7 +16,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.browser.marimo_app import MarimoApp, cell_output, marimo_app, write_marimo_notebook
-from tests.test_views_widget import EVIL
+from tests.widgets.test_views_widget import EVIL
 
 pytestmark = pytest.mark.browser
 
@@ -24,9 +24,9 @@ DISPLAYS = {
     "setup": """\
         import marimo as mo
         from interp_widgets.geometry.history import GeometryLog
-        from tests.test_concept_widget import _interpretation as make_interpretation
-        from tests.test_views_widget import _collection as make_collection, _gen_result as make_generation
-        from tests.test_views_widget import _result as make_result
+        from tests.widgets.test_concept_widget import _interpretation as make_interpretation
+        from tests.widgets.test_views_widget import _collection as make_collection, _gen_result as make_generation
+        from tests.widgets.test_views_widget import _result as make_result
         """,
     "result_display": """\
         result = make_result([[0.1, -0.2, 0.3, 0.4, -0.5], [0.2, 0.1, -0.3, 0.4, 0.5]])

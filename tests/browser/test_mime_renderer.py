@@ -1,7 +1,7 @@
 """The interp-widgets JupyterLab / Notebook 7 extension renders every view from its saved output.
 
 Per front end (JupyterLab 4 and Notebook 7) one notebook shows every view (the ``VIEWS`` factories of
-``tests/test_widget_schema.py``, found by walking ``InterpWidget``'s subclasses). It is run, which must show the live
+``tests/widgets/test_widget_schema.py``, found by walking ``InterpWidget``'s subclasses). It is run, which must show the live
 widgets (the renderer hands outputs whose model exists to ipywidgets), then saved twice from the UI: with "Save
 Widget State Automatically" off (JupyterLab's default) and on. The kernel is stopped and each saved file is reopened:
 
@@ -25,12 +25,12 @@ from playwright.sync_api import expect
 
 from tests.browser.harness import VISIBLE_NOTEBOOK, RequestLog, notebook_cells, run_cells, wait_for_kernel_idle
 from tests.browser.test_saved_state import _set_save_state
-from tests.test_widget_schema import VIEWS, _views
+from tests.widgets.test_widget_schema import VIEWS, _views
 
 pytestmark = pytest.mark.browser
 
 DISCOVERED = sorted(_views(), key=lambda cls: cls.__name__)
-SETUP = "import interp_widgets.widgets as iw\nfrom tests.test_widget_schema import VIEWS\n"
+SETUP = "import interp_widgets.widgets as iw\nfrom tests.widgets.test_widget_schema import VIEWS\n"
 SAVED = ".iw-mime-saved .iw-root"  # a view the extension rebuilt from the payload
 NOT_FOUND = "model not found"
 

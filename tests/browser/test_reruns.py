@@ -30,7 +30,7 @@ NOTEBOOK = "reruns.ipynb"
 
 SETUP = """\
 from interp_widgets.widgets import TokenHighlightWidget
-from tests.test_views_widget import _result
+from tests.widgets.test_views_widget import _result
 
 runs = 0
 

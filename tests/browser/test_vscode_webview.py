@@ -33,9 +33,9 @@ from interp_widgets.widgets import (
     compare,
 )
 from interp_widgets.widgets.concept_browser import ConceptBrowser
-from tests.test_concept_widget import _interpretation
-from tests.test_views_widget import EVIL, _collection, _gen_result, _result
-from tests.test_widget_schema import _attention_patterns, _lens_result
+from tests.widgets.test_concept_widget import _interpretation
+from tests.widgets.test_views_widget import EVIL, _collection, _gen_result, _result
+from tests.widgets.test_widget_schema import _attention_patterns, _lens_result
 
 pytestmark = pytest.mark.browser
 

@@ -22,7 +22,7 @@ from interp_widgets.concepts import (
 from interp_widgets.concepts.sae import jumprelu, step
 from interp_widgets.demo import corpus
 from tests.conftest import model_fingerprint
-from tests.test_concepts_decompositions import planted
+from tests.concepts.test_decompositions import planted
 
 
 def test_straight_through_estimator_gradients():

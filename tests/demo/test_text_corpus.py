@@ -15,7 +15,7 @@ import pytest
 from interp_widgets import demo
 from interp_widgets.demo import text_corpus
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _build_script():

@@ -209,7 +209,7 @@ def test_recorded_energy_equals_direct_computation_on_true_gradients(gpt2_lm):
     row = {metric: monitor.series(f"{metric}|layer:0")[1][0] for metric in LAYER_METRICS}
     assert row["n_tokens"] == keep.sum()
     # the monitor's fast kernels (float32 Gram over 256-row blocks, float32 eigensolver) are within their tested
-    # bounds (tests/test_geometry_fast_kernels.py), not bit-equal to the float64 reference
+    # bounds (tests/geometry/test_fast_kernels.py), not bit-equal to the float64 reference
     assert row["proxy_energy"] == pytest.approx(expected.energy_proxy, rel=1e-6)
     assert row["energy_ratio"] == pytest.approx(expected.ratio, rel=1e-6)
     assert row["p_value"] == expected.p_value

@@ -12,7 +12,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from interp_widgets.geometry import AnisotropyMonitor, GeometryLog
-from tests.test_geometry_monitor import Planted
+from tests.geometry.test_monitor import Planted
 
 D, K, STEPS, ROWS = 12, 2, 4, 24
 

@@ -547,7 +547,7 @@ def test_readme_tracker_example_runs(bert_classifier, tmp_path, mlflow_uri, monk
 
     import mlflow
 
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     (block,) = [b for b in re.findall(r"```py\n(.*?)```", readme, flags=re.S) if "Tracker" in b]
     monkeypatch.chdir(tmp_path)
     model, tokenizer = bert_classifier

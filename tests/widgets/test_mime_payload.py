@@ -22,9 +22,9 @@ from interp_widgets.widgets._mime import (
 )  # fmt: skip
 from interp_widgets.widgets._payload_schema import schema_json
 from interp_widgets.widgets.concept_browser import PAYLOAD_DETAIL_BYTES
-from tests.test_widget_schema import VIEWS, _filled
+from tests.widgets.test_widget_schema import VIEWS, _filled
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_FILE = ROOT / "js" / "src" / "lib" / "view_schema.json"
 FIXTURES = ROOT / "js" / "tests" / "fixtures" / "payloads.json"
 ids = lambda cls: cls.__name__  # noqa: E731
@@ -263,7 +263,7 @@ def test_the_js_payload_fixtures_are_current():
         _same_payload(json.loads(FIXTURES.read_text(encoding="utf-8")), json.loads(text))
     except AssertionError as error:
         raise AssertionError(
-            f"{error}\nregenerate with IW_UPDATE_FIXTURES=1 python -m pytest tests/test_mime_payload.py -k fixtures"
+            f"{error}\nregenerate with IW_UPDATE_FIXTURES=1 python -m pytest tests/widgets/test_mime_payload.py -k fixtures"
         ) from None
 
 

@@ -14,7 +14,7 @@ import pytest
 from nbclient import NotebookClient
 from nbconvert import HTMLExporter
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 STEPS = 50
 
 SHOW = f"""

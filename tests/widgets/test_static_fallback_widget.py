@@ -18,7 +18,7 @@ from nbconvert import HTMLExporter
 
 from interp_widgets.widgets._colour import score_colours
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EVIL = "<img src=x onerror=alert(1)>"
 
 SETUP = f"""

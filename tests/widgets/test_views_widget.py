@@ -326,7 +326,7 @@ def test_every_widget_has_an_escaped_script_free_fallback_and_an_offline_export(
 
 def test_paged_lists_reject_bad_pages_with_the_allowed_range():
     from interp_widgets.widgets import ConceptBrowser
-    from tests.test_concept_widget import _interpretation
+    from tests.widgets.test_concept_widget import _interpretation
 
     examples, concepts = _collection().widget(), ConceptBrowser(_interpretation())
     with pytest.raises(ValueError, match=r"page_size must be at least 1, got 0"):

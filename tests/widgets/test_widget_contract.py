@@ -30,7 +30,7 @@ import pytest
 import interp_widgets.widgets as widgets_package
 from interp_widgets.widgets import InterpWidget
 
-JS_SRC = Path(__file__).resolve().parent.parent / "js" / "src"
+JS_SRC = Path(__file__).resolve().parents[2] / "js" / "src"
 
 # Traits that one side has and the other deliberately lacks, per view class name: {class: {trait: reason}}.
 # A trait listed here is left out of the comparison; keep each reason to one line. Currently none: every synced

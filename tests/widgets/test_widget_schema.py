@@ -20,8 +20,8 @@ from interp_widgets.widgets import (
     MonitorWidget,
     TokenHighlightWidget, compare,
 )  # fmt: skip
-from tests.test_concept_widget import _interpretation, _text
-from tests.test_views_widget import _collection, _gen_result, _result
+from tests.widgets.test_concept_widget import _interpretation, _text
+from tests.widgets.test_views_widget import _collection, _gen_result, _result
 
 
 def _attention_patterns():

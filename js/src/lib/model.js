@@ -4,7 +4,7 @@
  * Each view declares the synced traits of its Python class as a `@typedef {object} <Stem>Model` at the top of
  * `js/src/<bundle>.js` (`TokenHighlightWidget` → `TokenHighlightModel`, `ConceptBrowser` → `ConceptBrowserModel`),
  * one `@property` per trait, and types its render with `AnyModel<<Stem>Model>`, as anywidget's own types
- * (`AnyModel<T>`, `RenderProps<T>`) do in TypeScript. `tests/test_widget_contract.py` checks that the typedef, the
+ * (`AnyModel<T>`, `RenderProps<T>`) do in TypeScript. `tests/widgets/test_widget_contract.py` checks that the typedef, the
  * traits the view's code reads and writes, and the Python class's `sync=True` traits are the same names.
  *
  * @example
