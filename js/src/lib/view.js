@@ -72,6 +72,8 @@ export const REREAD = 2;
  * @property {<F extends Function>(fn: F) => F} safely  `fn`, with its exceptions shown in place of the view.
  * @property {(changes: Record<string, unknown>) => void} save  Set traits and send them in one message.
  * @property {(level?: number) => void} request  Ask for a redraw (1) or a re-read and redraw (2), coalesced.
+ * @property {(fn: (level: number) => void) => (level?: number) => void} coalesce  Another coalesced request, for
+ *   partial repaints (e.g. on scroll); see viewKit.
  * @property {(event: string, handler: Function) => void} listen  A model listener (guarded, removed on teardown).
  * @property {(cleanup: () => void) => void} onCleanup  Run `cleanup` on teardown (last registered runs first).
  */
@@ -128,6 +130,7 @@ export function startView(view, { model, el, reportError, immediate = false }) {
     safely,
     save,
     request,
+    coalesce,
     listen(event, handler) {
       const guarded = safely(handler);
       model.on(event, guarded);
