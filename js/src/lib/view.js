@@ -68,6 +68,7 @@ export const REREAD = 2;
  * @property {any} parts  What `build(ctx)` returned.
  * @property {Record<string, any>} state  The view's own mutable state, `{}` at first.
  * @property {boolean} disposed  True once the view is torn down.
+ * @property {boolean} immediate  True for a hidden warm-up copy, which draws on every request.
  * @property {(error: unknown) => void} reportError  Show an error in place of the view.
  * @property {<F extends Function>(fn: F) => F} safely  `fn`, with its exceptions shown in place of the view.
  * @property {(changes: Record<string, unknown>) => void} save  Set traits and send them in one message.
@@ -126,6 +127,7 @@ export function startView(view, { model, el, reportError, immediate = false }) {
     parts: null,
     state: {},
     disposed: false,
+    immediate,
     reportError,
     safely,
     save,
