@@ -90,13 +90,17 @@ export { BUSY_AFTER, histogramSvg, searchText, textPreview, visibleConcepts };
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-/** Traits read() decodes: a change of any of them decodes again. @type {(keyof ConceptBrowserModel)[]} */
+/** Traits whose change re-reads the data (read() decodes the columns again). @type {(keyof ConceptBrowserModel)[]} */
 const DATA_TRAITS = [
+  "method",
+  "layer",
+  "n_rows",
   "labels",
   "top_tokens",
   "density",
   "max_activation",
   "importance",
+  "importance_label",
   "text_tokens",
   "text_gaps",
   "text_top_concepts",
@@ -104,10 +108,6 @@ const DATA_TRAITS = [
 ];
 /** Traits whose change only redraws. @type {(keyof ConceptBrowserModel)[]} */
 const VIEW_TRAITS = [
-  "method",
-  "layer",
-  "n_rows",
-  "importance_label",
   "sort_by",
   "descending",
   "search",

@@ -56,10 +56,16 @@ export { splitSeries, storeOf } from "./views/monitor/read.js";
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-/** Traits whose change only redraws (the rows come through the store: views/monitor/read.js). @type {(keyof MonitorModel)[]} */
+/**
+ * Traits whose change re-reads the data: the rows, which initialize() puts into the model's store
+ * (views/monitor/read.js), whose update redraws in the same frame. @type {(keyof MonitorModel)[]}
+ */
+const DATA_TRAITS = ["checkpoint", "checkpoint_schema"];
+/** Traits whose change only redraws. @type {(keyof MonitorModel)[]} */
 const VIEW_TRAITS = ["title", "x_label"];
 
 export default mountView("MonitorWidget", {
+  dataTraits: DATA_TRAITS,
   uiTraits: VIEW_TRAITS,
   build,
   draw,
