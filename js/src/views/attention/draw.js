@@ -159,7 +159,7 @@ function drawHeatmap(ctx, panel, entry, slot) {
   canvas.style.height = `${cssHeight}px`;
   const g2 = canvas.getContext?.("2d");
   if (g2) {
-    g2.putImageData(imageOf(ctx, entry, ctx), 0, 0);
+    g2.putImageData(imageOf(ctx, entry, g2), 0, 0);
     const focus = ctx.model.get("focus");
     if (focus >= 0 && focus < entry.tq) {
       g2.fillStyle = ctx.theme === "dark" ? "rgba(255,255,255,0.35)" : "rgba(0,0,0,0.25)";
