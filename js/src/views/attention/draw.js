@@ -47,7 +47,7 @@ export const currentHeads = (ctx) => {
 };
 
 function buildControls(ctx) {
-  const { state, parts } = ctx;
+  const { parts } = ctx;
   parts.layerSelect.replaceChildren(
     ...Array.from({ length: ctx.data.layers }, (_, l) =>
       h("option", { value: l }, `${l}${ctx.data.layerNames[l] ? ` · ${ctx.data.layerNames[l]}` : ""}`),
@@ -133,7 +133,7 @@ function paintTokens(ctx) {
 
 /** The entry's RGBA pixels for the current theme, painted once (a redraw or a focus change only copies them). */
 function imageOf(ctx, entry, g2) {
-  const { state, parts } = ctx;
+  const { state } = ctx;
   const hit = state.painted.get(entry);
   if (hit && hit.theme === ctx.theme) return hit.image;
   const image = g2.createImageData(entry.tk, entry.tq);
@@ -146,7 +146,7 @@ function imageOf(ctx, entry, g2) {
 
 /** One head's heatmap: queries down, keys across, with axis titles (and a label per token when they fit). */
 function drawHeatmap(ctx, panel, entry, slot) {
-  const { state, parts } = ctx;
+  const { state } = ctx;
   const canvas =
     state.heatmapCanvases[slot] ??
     (state.heatmapCanvases[slot] = h("canvas", { class: "iw-attn-heatmap", role: "img" }));
@@ -187,7 +187,6 @@ function drawHeatmap(ctx, panel, entry, slot) {
 }
 
 function drawLines(ctx, entries) {
-  const { state, parts } = ctx;
   const tq = ctx.data.tokens.length;
   const tk = ctx.data.keyTokens.length;
   const rows = Math.max(tq, tk);

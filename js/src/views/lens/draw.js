@@ -205,7 +205,7 @@ export function showTip(ctx, cell) {
 }
 
 export function draw(ctx, level) {
-  const { model, data, parts, state, theme } = ctx;
+  const { data, parts, state, theme } = ctx;
   const { root, sizer, lensSelect, colourSelect, targetSelect, caption, canvas } = parts;
   if (level >= REREAD) {
     state.layout = gridLayout({ layers: data.dims.L, positions: data.dims.T });
