@@ -2,8 +2,10 @@
  * Visible failure instead of a blank cell: a widget's render is wrapped so that an exception, or a
  * message in the Python `error` trait, replaces the view with a readable message.
  *
+ * Every view gets it through lib/view.js mountView.
+ *
  * @example
- *   export default { render: guardedRender("TokenHighlightWidget", renderTokens) };
+ *   const render = guardedRender("TokenHighlightWidget", ({ model, el, reportError }) => startView(view, { model, el, reportError }));
  */
 import { h } from "./dom.js";
 import { detectTheme } from "./theme.js";

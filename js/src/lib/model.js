@@ -3,16 +3,16 @@
  *
  * Each view declares the synced traits of its Python class as a `@typedef {object} <Stem>Model` at the top of
  * `js/src/<bundle>.js` (`TokenHighlightWidget` → `TokenHighlightModel`, `ConceptBrowser` → `ConceptBrowserModel`),
- * one `@property` per trait, and types its render with `AnyModel<<Stem>Model>`, as anywidget's own types
- * (`AnyModel<T>`, `RenderProps<T>`) do in TypeScript. `tests/widgets/test_widget_contract.py` checks that the typedef, the
+ * one `@property` per trait, and types its `read(model)` (js/src/views/<bundle>/read.js) with `AnyModel<<Stem>Model>`,
+ * as anywidget's own types (`AnyModel<T>`, `RenderProps<T>`) do in TypeScript. `tests/widgets/test_widget_contract.py` checks that the typedef, the
  * traits the view's code reads and writes, and the Python class's `sync=True` traits are the same names.
  *
  * @example
  *   // js/src/my_view.js, over a Python class with one synced trait `title = traitlets.Unicode().tag(sync=True)`:
  *   //   @typedef {object} MyViewModel
  *   //   @property {string} title
- *   //   @param {{model: AnyModel<MyViewModel>, el: HTMLElement}} props
- *   function render({ model, el }) { el.textContent = model.get("title"); }
+ *   //   @param {AnyModel<MyViewModel>} model
+ *   function read(model) { return { title: model.get("title") }; }
  */
 
 /**

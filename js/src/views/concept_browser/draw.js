@@ -1,0 +1,370 @@
+/**
+ * Concept browser, draw: the summary line, the page of concepts (importance chips coloured), and the selected
+ * concept's details (histogram, top contexts, top texts, vocabulary, and the input text coloured by activation or
+ * attribution). Keeps in `ctx.state`: `busyTimer` (the "kernel busy" note's timer), `focusAfterDraw` (concept to
+ * focus once the list is redrawn) and `impMax` (largest |importance|, per data change).
+ *
+ * @example
+ *   draw(ctx, REREAD);
+ */
+import { decodeArray } from "../../lib/codec.js";
+import { pageOf } from "../../lib/controls.js";
+import { h } from "../../lib/dom.js";
+import { svgNamespace } from "../../lib/export.js";
+import { formatScore } from "../../lib/format.js";
+import { createLegend } from "../../lib/legend.js";
+import { paintToken } from "../../lib/paint.js";
+import { displayToken, quoteToken } from "../../lib/text.js";
+import { REREAD } from "../../lib/view.js";
+import { SORT_KEYS, textPreview, visibleConcepts } from "./read.js";
+
+/** Milliseconds to wait for requested details before saying the kernel is busy or gone. */
+export const BUSY_AFTER = 3000;
+const svg = (tag, attrs = {}) => {
+  const node = document.createElementNS(svgNamespace(document), tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  return node;
+};
+
+/**
+ * SVG bar chart of binned counts: one `rect.iw-hist-bar` per bin (height ∝ count), axis labels for the
+ * first and last edge and the largest count; each bar has a <title> with its range and count.
+ * @param {ArrayLike<number>} edges  bins + 1 bin edges
+ * @param {ArrayLike<number>} counts
+ */
+export function histogramSvg(edges, counts, { width = 320, height = 110, label = "activation histogram" } = {}) {
+  const n = counts.length;
+  if (edges.length !== n + 1)
+    throw new RangeError(`histogram needs ${n + 1} edges for ${n} counts, got ${edges.length}`);
+  const top = Math.max(1, ...Array.from(counts));
+  const total = Array.from(counts).reduce((a, b) => a + b, 0);
+  const [left, bottom, plotH] = [36, 18, height - 26];
+  const plotW = width - left - 6;
+  const root = svg("svg", { class: "iw-histogram", width, height, viewBox: `0 0 ${width} ${height}`, role: "img",
+    "aria-label": `${label}: ${total} active rows in ${n} bins from ${formatScore(edges[0])} to ${formatScore(edges[n])}, tallest bin ${top}` }); // prettier-ignore
+  for (let i = 0; i < n; i += 1) {
+    const barH = (counts[i] / top) * plotH;
+    const bar = svg("rect", {
+      class: "iw-hist-bar",
+      x: (left + (i * plotW) / n).toFixed(1),
+      y: (6 + plotH - barH).toFixed(1),
+      width: Math.max(0.5, plotW / n - 1).toFixed(1),
+      height: barH.toFixed(1),
+      "data-count": counts[i],
+    });
+    const title = svg("title");
+    title.textContent = `${formatScore(edges[i])} to ${formatScore(edges[i + 1])}: ${counts[i]} rows`;
+    bar.append(title);
+    root.append(bar);
+  }
+  const text = (x, y, content, anchor = "start") => {
+    const node = svg("text", { class: "iw-hist-axis", x, y, "text-anchor": anchor });
+    node.textContent = content;
+    root.append(node);
+  };
+  root.append(svg("line", { class: "iw-hist-baseline", x1: left, x2: left + plotW, y1: 6 + plotH, y2: 6 + plotH }));
+  text(left - 4, 14, String(top), "end");
+  text(left - 4, 6 + plotH, "0", "end");
+  text(left, height - 4, formatScore(edges[0]));
+  text(left + plotW, height - 4, formatScore(edges[n]), "end");
+  return root;
+}
+
+/** Ask the kernel for the details of `ids` unless it already has that request. */
+function requestDetails(ctx, ids) {
+  const current = ctx.model.get("requested") ?? [];
+  if (current.length === ids.length && current.every((c, i) => c === ids[i])) return;
+  ctx.save({ requested: ids });
+}
+
+function conceptItem(ctx, c, selected) {
+  const imp = ctx.data.importance ? ctx.data.importance[c] : NaN;
+  const dead = ctx.data.density[c] === 0;
+  const chip = h("span", { class: "iw-concept-importance" }, Number.isNaN(imp) ? "" : formatScore(imp, { sign: true }));
+  if (!Number.isNaN(imp)) paintToken(chip, imp, importanceMax(ctx), { theme: ctx.theme, signed: true });
+  return h(
+    "li",
+    {
+      class: "iw-concept",
+      role: "option",
+      tabindex: selected ? 0 : -1,
+      "data-concept": c,
+      "aria-selected": String(selected),
+      "aria-label": `Concept ${c}: ${ctx.data.labels[c]}, density ${formatScore(ctx.data.density[c])}${dead ? ", dead" : ""}${Number.isNaN(imp) ? "" : `, importance ${formatScore(imp)}`}`,
+    },
+    [
+      // prettier-ignore
+      h("span", { class: "iw-concept-id" }, `#${c}`),
+      h(
+        "span",
+        { class: "iw-concept-label" },
+        (ctx.model.get("details") ?? {})[String(c)]?.label || ctx.data.labels[c] || (dead ? "(never fired)" : ""),
+      ),
+      chip,
+      h(
+        "span",
+        { class: "iw-concept-density", title: "fraction of rows where the concept is active" },
+        formatScore(ctx.data.density[c]),
+      ),
+      dead ? h("span", { class: "iw-concept-dead" }, "dead") : "",
+      h("span", { class: "iw-concept-tokens" }, ctx.data.topTokens[c].map(displayToken).join(" \u00b7 ")),
+    ],
+  );
+}
+
+const deadCount = (ctx) => Array.from(ctx.data.density).filter((v) => v === 0).length;
+/** The largest |importance| (for the chips' colour scale), computed once per data change. */
+function importanceMax(ctx) {
+  const { state } = ctx;
+  if (state.impMax === null)
+    state.impMax = ctx.data.importance
+      ? Math.max(0, ...Array.from(ctx.data.importance).filter(Number.isFinite).map(Math.abs))
+      : 0;
+  return state.impMax;
+}
+
+function contextLine(ctx, example, max) {
+  const line = h("div", { class: "iw-tokens iw-context" });
+  example.tokens.forEach((text, k) => {
+    const span = h(
+      "span",
+      { class: k === example.center ? "iw-token iw-center" : "iw-token", "data-value": example.activations[k] },
+      displayToken(text),
+    );
+    paintToken(span, Math.max(0, example.activations[k]), max, { theme: ctx.theme, signed: false });
+    line.append(span);
+  });
+  return h("li", { class: "iw-example-context" }, [
+    h("span", { class: "iw-context-value" }, formatScore(example.activation ?? NaN)),
+    line,
+  ]);
+}
+
+/** The input text coloured by concept `c`'s activation or attribution, with its controls (null: no text). */
+function textView(ctx, c, info) {
+  const { tokens, gaps, starts } = ctx.data.texts;
+  if (tokens.length === 0) return null;
+  const t = Math.min(ctx.model.get("selected_text") ?? 0, tokens.length - 1);
+  const section = h("div", { class: "iw-text-view" }, [h("h4", {}, "Input text")]);
+  if (tokens.length > 1) {
+    const select = h(
+      "select",
+      { class: "iw-text-select", "aria-label": "Input text" },
+      tokens.map((tk, i) => h("option", { value: i }, `text ${i}: ${textPreview(tk, gaps[i])}`)),
+    );
+    select.value = String(t);
+    select.addEventListener(
+      "change",
+      ctx.safely(() => ctx.save({ selected_text: Number(select.value), selected_token: -1 })),
+    );
+    section.append(select);
+  }
+  const method = ctx.model.get("attribution_method") ?? "";
+  const mode = method && ctx.model.get("text_mode") === "attribution" ? "attribution" : "activation";
+  if (method) {
+    const toggle = h("select", { class: "iw-text-mode", "aria-label": "Colour the input text by" }, [
+      h("option", { value: "activation" }, `activation of concept ${c}`),
+      h("option", { value: "attribution" }, `input attribution (${method}): which tokens make it fire`),
+    ]);
+    toggle.value = mode;
+    toggle.addEventListener(
+      "change",
+      ctx.safely(() => ctx.save({ text_mode: toggle.value })),
+    );
+    section.append(h("label", { class: "iw-text-mode-label" }, ["Colour by ", toggle]));
+  }
+  const attribution = mode === "attribution" ? (info?.text_attribution ?? null) : null;
+  const kind = mode === "attribution" ? "attribution" : "activation";
+  const payload = mode === "attribution" ? attribution?.values : info?.text_activations;
+  const values = payload?.data ? decodeArray(payload).values : null;
+  const signed = mode === "attribution" && attribution ? Boolean(attribution.signed) : false;
+  const max = values ? Math.max(0, ...Array.from(values, (v) => (signed ? Math.abs(v) : v))) : 0;
+  const box = h("div", {
+    class: "iw-tokens iw-text-tokens",
+    role: "group",
+    "data-mode": mode,
+    "aria-label":
+      mode === "attribution"
+        ? `Attribution of concept ${c}'s activation to each token`
+        : `Activation of concept ${c} on each token`,
+  });
+  const selectedToken = ctx.model.get("selected_token") ?? -1;
+  tokens[t].forEach((text, k) => {
+    if (gaps[t][k]) box.append(gaps[t][k]);
+    const span = h(
+      "span",
+      {
+        class: "iw-token iw-text-token",
+        tabindex: 0,
+        "data-token": k,
+        "data-value": values ? values[k] : null,
+        "data-kind": kind,
+        "aria-pressed": String(k === selectedToken),
+      },
+      displayToken(text),
+    );
+    paintToken(span, values ? (signed ? values[k] : Math.max(0, values[k])) : NaN, max, { theme: ctx.theme, signed });
+    box.append(span);
+  });
+  section.append(box);
+  if (mode === "attribution" && !attribution) {
+    section.append(
+      h(
+        "p",
+        { class: "iw-caption iw-attribution-pending", role: "status" },
+        `The input attribution of concept ${c} on this text is computed by the kernel when the concept is selected; it has not arrived (a kernel is needed, and a busy one answers when its cell finishes).`,
+      ),
+    );
+  }
+  if (attribution) {
+    const completeness =
+      attribution.completeness_error === null || attribution.completeness_error === undefined
+        ? ""
+        : ` \u00b7 completeness error ${formatScore(attribution.completeness_error)}`;
+    section.append(
+      h(
+        "div",
+        { class: "iw-caption iw-attribution-caption" },
+        `${attribution.method}: contribution of each token to the ${attribution.score || `activation of concept ${c}`}${attribution.activation === null ? "" : ` (${formatScore(attribution.activation)})`}${completeness}`,
+      ),
+    );
+  }
+  if (values)
+    section.append(
+      createLegend(
+        max,
+        ctx.theme,
+        mode === "attribution" ? `input attribution to concept ${c}` : `activation of concept ${c}`,
+        { signed },
+      ),
+    );
+  if (selectedToken >= 0 && selectedToken < tokens[t].length && ctx.data.texts.top) {
+    const row = starts[t] + selectedToken;
+    const w = ctx.data.texts.topWidth;
+    const active = [];
+    for (let j = 0; j < w; j += 1)
+      if (ctx.data.texts.top[row * w + j] >= 0)
+        active.push([ctx.data.texts.top[row * w + j], ctx.data.texts.topValues[row * w + j]]);
+    section.append(h("div", { class: "iw-token-concepts" }, [
+      h("span", {}, `Concepts active at ${quoteToken(tokens[t][selectedToken])}: `),
+      ...(active.length ? active.map(([cc, v]) => h("button", { type: "button", class: "iw-button iw-goto-concept", "data-concept": cc }, `#${cc} ${ctx.data.labels[cc]} (${formatScore(v)})`)) : ["none"]),
+    ])); // prettier-ignore
+  }
+  return section;
+}
+
+function drawDetail(ctx, selected) {
+  const { state, parts } = ctx;
+  const details = ctx.model.get("details") ?? {};
+  clearTimeout(state.busyTimer);
+  if (selected < 0) {
+    parts.detail.replaceChildren(
+      h("p", { class: "iw-caption" }, "Select a concept to see its histogram, top contexts, top texts and vocabulary."),
+    );
+    return;
+  }
+  const info = details[String(selected)];
+  if (!info) {
+    const waiting = h("p", { class: "iw-concept-loading", role: "status" }, `Loading concept ${selected}\u2026`);
+    parts.detail.replaceChildren(waiting);
+    state.busyTimer = setTimeout(() => {
+      waiting.textContent = `Concept ${selected} has not arrived after ${BUSY_AFTER / 1000} s: the kernel is busy (a cell is running) or not connected. Details appear when it is free.`;
+      waiting.classList.add("iw-concept-busy");
+    }, BUSY_AFTER);
+    return;
+  }
+  if (info.density === 0) {
+    parts.detail.replaceChildren(
+      h("h3", { class: "iw-detail-title" }, [
+        `#${info.concept} `,
+        h("span", { class: "iw-detail-label" }, "(never fired)"),
+      ]),
+      h(
+        "p",
+        { class: "iw-concept-dead", role: "note" },
+        `Concept ${info.concept} never fired: it is zero on every one of the ${ctx.model.get("n_rows") ?? "scanned"} rows, so it has no top contexts and no label.`,
+      ),
+    );
+    return;
+  }
+  const max = info.max ?? 0;
+  const stats = `density ${formatScore(info.density ?? NaN)} \u00b7 mean ${formatScore(info.mean ?? NaN)} \u00b7 max ${formatScore(max)} \u00b7 min ${formatScore(info.min ?? NaN)}`;
+  const blocks = [
+    h("h3", { class: "iw-detail-title" }, [`#${info.concept} `, h("span", { class: "iw-detail-label" }, info.label)]),
+    info.label_source ? h("div", { class: "iw-caption iw-label-source" }, `label from ${info.label_source}`) : "",
+    h("div", { class: "iw-caption" }, stats),
+    h("h4", {}, "Activation histogram (active rows)"),
+    histogramSvg(decodeArray(info.hist_edges).values, decodeArray(info.hist_counts).values, {
+      label: `activation histogram of concept ${info.concept}`,
+    }),
+    h("h4", {}, "Top activating contexts"),
+    h(
+      "ol",
+      { class: "iw-contexts" },
+      info.examples.map((example) => contextLine(ctx, example, max)),
+    ),
+    createLegend(max, ctx.theme, "activation", { signed: false }),
+  ];
+  if (info.top_texts.length) {
+    blocks.push(
+      h("h4", {}, "Top texts"),
+      h(
+        "ol",
+        { class: "iw-top-texts" },
+        info.top_texts.map((t) =>
+          h("li", {}, [
+            h("span", { class: "iw-context-value" }, formatScore(t.max_activation ?? NaN)),
+            h("span", { class: "iw-top-text" }, t.text),
+          ]),
+        ),
+      ),
+    );
+  }
+  if (info.vocabulary) {
+    blocks.push(h("h4", {}, "Promoted tokens (vocabulary projection)"), h("table", { class: "iw-table iw-vocabulary" }, [
+      h("thead", {}, h("tr", {}, [h("th", {}, "token"), h("th", {}, "logit")])),
+      h("tbody", {}, info.vocabulary.map((v) => h("tr", {}, [h("td", {}, displayToken(v.token)), h("td", {}, formatScore(v.logit ?? NaN, { sign: true }))]))),
+    ])); // prettier-ignore
+  }
+  const text = textView(ctx, info.concept, info);
+  if (text) blocks.push(text);
+  parts.detail.replaceChildren(...blocks);
+}
+
+/**
+ * Paint the summary, the controls' values, the page of concepts and the selected concept's details, and ask the
+ * kernel for the details of the concepts on the page.
+ * @param {import("../../lib/view.js").ViewContext} ctx
+ */
+export function draw(ctx, level) {
+  const { state, parts } = ctx;
+  if (level >= REREAD) state.impMax = null; // ctx.data was just decoded again
+  const options = {
+    sortBy: ctx.model.get("sort_by") ?? "index",
+    descending: Boolean(ctx.model.get("descending")),
+    search: ctx.model.get("search") ?? "",
+    hideDead: Boolean(ctx.model.get("hide_dead")),
+  };
+  const order = visibleConcepts(ctx.data, options);
+  const { page, pages, items: shown } = pageOf(order, ctx.model.get("page"), ctx.model.get("page_size"));
+  const selected = ctx.model.get("selected_concept") ?? -1;
+  parts.root.dataset.iwTheme = ctx.theme;
+  parts.summary.textContent = `${ctx.data.labels.length} ${ctx.model.get("method") ?? ""} concepts${ctx.model.get("layer") ? ` at ${ctx.model.get("layer")}` : ""}${ctx.model.get("n_rows") ? ` over ${ctx.model.get("n_rows")} rows` : ""}${ctx.data.importance ? ` \u00b7 importance: ${ctx.model.get("importance_label") || "importance"}` : ""}${deadCount(ctx) ? ` \u00b7 ${deadCount(ctx)} never fired${options.hideDead ? " (hidden)" : ""}` : ""}`;
+  parts.sortSelect.replaceChildren(
+    ...Object.entries(SORT_KEYS)
+      .filter(([k]) => ctx.data.importance || !k.includes("importance"))
+      .map(([v, t]) => h("option", { value: v }, t)),
+  );
+  parts.sortSelect.value = options.sortBy;
+  if (parts.searchBox.value !== options.search) parts.searchBox.value = options.search;
+  parts.orderToggle.checked = options.descending;
+  parts.deadToggle.checked = options.hideDead;
+  parts.pager.update(page, pages, `${order.length} of ${ctx.data.labels.length} concepts`);
+  const items = shown.map((c) => conceptItem(ctx, c, c === selected));
+  if (items.length && !items.some((li) => li.tabIndex === 0)) items[0].tabIndex = 0;
+  parts.list.replaceChildren(...(items.length ? items : [h("li", { class: "iw-caption" }, "No concept matches.")]));
+  if (state.focusAfterDraw !== null) parts.list.querySelector(`[data-concept="${state.focusAfterDraw}"]`)?.focus();
+  state.focusAfterDraw = null;
+  drawDetail(ctx, selected);
+  requestDetails(ctx, shown);
+}
