@@ -7,8 +7,8 @@ static SVG where no JavaScript runs and exports to one offline HTML page (:mod:`
 output also saves the view's data as :data:`MIME_TYPE` (at most :func:`output_cap` bytes, 1 MiB by default), from
 which the ``interp-widgets`` JupyterLab / Notebook 7 extension rebuilds the interactive view without a kernel.
 
-The widgets are a leaf of the package: they import only its core (``text_units``, ``view_data``, ``agreement``,
-``series_names``, ``validation``), never ``attribution``, ``concepts`` or ``geometry``; results build their own views
+The widgets are a leaf of the package: they import only its core (``text_units``, ``agreement``, ``series_names``,
+``validation``), never ``attribution``, ``concepts`` or ``geometry``; results build their own views
 (``result.widget()``), and the inputs a view reads are written as protocols in ``widgets/_protocols.py``.
 
 Example:

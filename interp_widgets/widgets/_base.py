@@ -21,7 +21,7 @@ from typing import Any, ClassVar
 import anywidget
 import traitlets
 
-from interp_widgets.view_data import VIEW_DATA, ViewData
+from interp_widgets.widgets.view_data import VIEW_DATA, ViewData
 from interp_widgets.widgets._mime import MIME_TYPE, mime_payload
 from interp_widgets.widgets._static import BUNDLE_MISSING, STATIC_DIR
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
@@ -126,7 +126,7 @@ class InterpWidget(anywidget.AnyWidget):
         return f"{type(self).__name__} got unexpected keyword {noun} {', '.join(hints)}; valid ones are: {', '.join(valid)}"
 
     def view_data(self) -> ViewData:
-        """The data this view draws, in the versioned view-data schema (:mod:`interp_widgets.view_data`): one field
+        """The data this view draws, in the versioned view-data schema (:mod:`interp_widgets.widgets.view_data`): one field
         per synced data trait. The export page embeds it, so it always matches what the live widget shows.
 
         Example:

@@ -15,7 +15,7 @@ from typing import Any
 
 import traitlets
 
-from interp_widgets.view_data import VIEW_DATA
+from interp_widgets.widgets.view_data import VIEW_DATA
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._mime import FORMAT, MIME_TYPE, WIRE_DTYPES, json_value, state_trait_names
 from interp_widgets.widgets._traits import BinaryArray

@@ -18,7 +18,7 @@ import numpy as np
 import traitlets
 
 from interp_widgets.text_units import GRANULARITIES, display_units
-from interp_widgets.view_data import TokenHighlightData
+from interp_widgets.widgets.view_data import TokenHighlightData
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score, score_colours

@@ -1,8 +1,8 @@
 """The :class:`BinaryArray` trait type: a synced numpy array that serialises itself as one binary buffer.
 
 A ``BinaryArray`` trait holds a numpy array (``widget.scores`` *is* an array, read-only) and travels as
-``{"dtype", "shape", "data": <binary buffer>}`` (:func:`~interp_widgets.view_data.array_to_buffer`), which
-``js/src/lib/codec.js`` decodes (``decodeArray``). Validation (:func:`~interp_widgets.view_data.coerce_array`, the
+``{"dtype", "shape", "data": <binary buffer>}`` (:func:`~interp_widgets.widgets.view_data.array_to_buffer`), which
+``js/src/lib/codec.js`` decodes (``decodeArray``). Validation (:func:`~interp_widgets.widgets.view_data.coerce_array`, the
 same as the view-data schema's) coerces the dtype, checks the number of dimensions and, where a view needs finite
 values, rejects infinity; NaN stays allowed (it means "not seen"). Modelled on jupyter-scatter's
 ``Array(...).tag(sync=True, **ndarray_serialization)``.
@@ -20,7 +20,13 @@ from typing import Any
 import numpy as np
 import traitlets
 
-from interp_widgets.view_data import ARRAY_DTYPES, array_to_buffer, buffer_to_array, coerce_array, narrowest_ints
+from interp_widgets.widgets.view_data import (
+    ARRAY_DTYPES,
+    array_to_buffer,
+    buffer_to_array,
+    coerce_array,
+    narrowest_ints,
+)
 
 __all__ = ["ArrayTraitError", "BinaryArray", "array_to_buffer", "buffer_to_array", "narrowest_ints"]
 

@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Protocol, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.view_data import AttentionData
+from interp_widgets.widgets.view_data import AttentionData
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._colour import hex_colour, score_rgb
 from interp_widgets.widgets._svg import SvgFigure

@@ -19,7 +19,7 @@ import traitlets
 
 from interp_widgets.agreement import agreement_table
 from interp_widgets.text_units import GRANULARITIES, display_units
-from interp_widgets.view_data import ComparisonData
+from interp_widgets.widgets.view_data import ComparisonData
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (

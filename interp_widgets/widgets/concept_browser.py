@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.view_data import ConceptBrowserData
+from interp_widgets.widgets.view_data import ConceptBrowserData
 from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._protocols import (

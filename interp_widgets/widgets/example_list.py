@@ -23,7 +23,7 @@ from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.text_units import GRANULARITIES, display_units
-from interp_widgets.view_data import ExampleListData
+from interp_widgets.widgets.view_data import ExampleListData
 from interp_widgets.widgets._tokens import (
     check_granularity,
     finite_max,

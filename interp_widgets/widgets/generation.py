@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 import traitlets
 
-from interp_widgets.view_data import GenerationData
+from interp_widgets.widgets.view_data import GenerationData
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
 from interp_widgets.text_units import display_units

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import traitlets
 
-from interp_widgets.view_data import LensData
+from interp_widgets.widgets.view_data import LensData
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._svg import visible_text
 from interp_widgets.widgets._traits import BinaryArray

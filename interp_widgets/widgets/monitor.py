@@ -48,7 +48,7 @@ import numpy as np
 import traitlets
 
 from interp_widgets.series_names import split_series_name
-from interp_widgets.view_data import MonitorData
+from interp_widgets.widgets.view_data import MonitorData
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
 

@@ -8,7 +8,7 @@ send), and :meth:`ViewData.to_json` / :meth:`ViewData.from_json` give a JSON for
 cannot drift apart. Arrays travel as ``{"dtype", "shape", "data"}`` (:func:`array_to_buffer`), which
 ``js/src/lib/codec.js`` decodes; the dataclasses coerce them to the wire dtypes on construction.
 
-This is a core module: it imports numpy and nothing of the package above it, so views and compute packages both use it.
+It belongs to the views (``widgets``), the only package that uses it; it imports numpy and nothing else of the package.
 
 Example:
     >>> data = TokenHighlightData(tokens=["Hi", "!"], spaces_before=["", ""], special_mask=[False, False],
