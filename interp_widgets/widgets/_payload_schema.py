@@ -15,7 +15,7 @@ from typing import Any
 
 import traitlets
 
-from interp_widgets.widgets.view_data import VIEW_DATA
+from interp_widgets.widgets.view_data import VIEW_DATA, data_fields
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._mime import FORMAT, MIME_TYPE, WIRE_DTYPES, json_value, state_trait_names
 from interp_widgets.widgets._traits import BinaryArray
@@ -80,11 +80,11 @@ def view_schema(cls: type) -> dict[str, Any]:
         return overrides[name] if name in overrides else trait_schema(traits[name], f"{cls.__name__}.{name}")
 
     data_defaults = {}
-    for f in dataclasses.fields(schema_class):
-        if f.default is not dataclasses.MISSING:
-            data_defaults[f.name] = json_value(f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            data_defaults[f.name] = json_value(f.default_factory())
+    for f in data_fields(schema_class):
+        if f.field.default is not dataclasses.MISSING:
+            data_defaults[f.name] = json_value(f.field.default)
+        elif f.field.default_factory is not dataclasses.MISSING:
+            data_defaults[f.name] = json_value(f.field.default_factory())
 
     def data_typed(name: str) -> Any:
         # A field added in a later data version that older payloads lack reads as its default; ``None`` (an array
