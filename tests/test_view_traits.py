@@ -122,3 +122,17 @@ def _widget_classes() -> list[type]:
 
     return [getattr(widgets, name) for name in widgets.__all__ if isinstance(getattr(widgets, name), type)
             and issubclass(getattr(widgets, name), InterpWidget) and getattr(widgets, name)._data_class]  # fmt: skip
+
+
+def test_the_generated_js_trait_lists_are_current():
+    """js/src/lib/view_traits.js (each view's data typedef and DATA_TRAITS, imported by the views) is generated from
+    the view-data classes; a change there without `python scripts/view_schema.py` fails here."""
+    from pathlib import Path
+
+    from interp_widgets.widgets._payload_schema import traits_js
+
+    path = Path(__file__).resolve().parent.parent / "js" / "src" / "lib" / "view_traits.js"
+    assert path.read_text(encoding="utf-8") == traits_js(), "run python scripts/view_schema.py"
+    for view, data_class in VIEW_DATA.items():
+        names = ", ".join(f'"{name}"' for name in data_class.field_names())
+        assert f"export const {view.upper()}_DATA_TRAITS = [{names}];" in traits_js()

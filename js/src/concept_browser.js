@@ -51,17 +51,13 @@
  */
 
 /**
- * Synced traits of ConceptBrowser (and its bases PagedList, InterpWidget).
- * @typedef {object} ConceptBrowserModel
- * @property {string} method
- * @property {string} layer
- * @property {number} n_rows  Rows (tokens or sentences) the concepts were interpreted on.
- * @property {string[]} labels  Label of each concept.
- * @property {string[][]} top_tokens  Distinct top tokens of each concept.
- * @property {BinaryArray} density  float32 [n_concepts], fraction of rows where the concept is active.
- * @property {BinaryArray} max_activation  float32 [n_concepts].
- * @property {BinaryArray | {}} importance  float32 [n_concepts] (NaN: unknown), or {} when absent.
- * @property {string} importance_label  What the importance numbers are.
+ * Synced traits of ConceptBrowser: its data (ConceptBrowserData, generated in lib/view_traits.js) and its view
+ * state (ConceptBrowserState).
+ * @typedef {import("./lib/view_traits.js").ConceptBrowserData & ConceptBrowserState} ConceptBrowserModel
+ */
+/**
+ * View state of ConceptBrowser (and its bases PagedList, InterpWidget).
+ * @typedef {object} ConceptBrowserState
  * @property {"index" | "label" | "density" | "max" | "importance" | "abs_importance"} sort_by  (written)
  * @property {boolean} descending  (written)
  * @property {string} search  Keep concepts whose label or top tokens contain this (written).
@@ -71,10 +67,6 @@
  * @property {number} selected_concept  Concept in the detail pane, -1: none (written).
  * @property {number[]} requested  Concept ids on the page (written; read to skip repeated requests).
  * @property {Object<string, ConceptDetail>} details  Detail of each requested concept, by str(concept).
- * @property {string[][]} text_tokens  Shown tokens of each input text.
- * @property {string[][]} text_gaps  Original text before each token, per input text.
- * @property {BinaryArray | {}} text_top_concepts  int32 [tokens of all texts, k], most active concepts (-1 pad).
- * @property {BinaryArray | {}} text_top_values  float32 [tokens of all texts, k], their coefficients.
  * @property {number} selected_text  Input text shown in the text view (written).
  * @property {number} selected_token  Token of that text whose active concepts are listed, -1: none (written).
  * @property {"activation" | "attribution"} text_mode  What colours the text view (written).
@@ -95,18 +87,11 @@ import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
+import { CONCEPT_BROWSER_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
 
 /** Traits whose change redraws. @type {(keyof ConceptBrowserModel)[]} */
 const TRAITS = [
-  "method",
-  "layer",
-  "n_rows",
-  "labels",
-  "top_tokens",
-  "density",
-  "max_activation",
-  "importance",
-  "importance_label",
+  ...DATA_TRAITS,
   "sort_by",
   "descending",
   "search",
@@ -115,26 +100,10 @@ const TRAITS = [
   "page_size",
   "selected_concept",
   "details",
-  "text_tokens",
-  "text_gaps",
-  "text_top_concepts",
-  "text_top_values",
   "selected_text",
   "selected_token",
   "text_mode",
   "attribution_method",
-];
-/** Traits readConcepts decodes: a change of any of them decodes again. */
-const DATA_TRAITS = [
-  "labels",
-  "top_tokens",
-  "density",
-  "max_activation",
-  "importance",
-  "text_tokens",
-  "text_gaps",
-  "text_top_concepts",
-  "text_top_values",
 ];
 const SORT_KEYS = {
   index: "concept id",

@@ -17,24 +17,14 @@
  */
 
 /**
- * Synced traits of ExampleListWidget (and its bases PagedList, InterpWidget). Per-token arrays hold the tokens of
+ * Synced traits of ExampleListWidget: its data (ExampleListData, generated in lib/view_traits.js) and its view
+ * state (ExampleListState).
+ * @typedef {import("./lib/view_traits.js").ExampleListData & ExampleListState} ExampleListModel
+ */
+/**
+ * View state of ExampleListWidget (and its bases PagedList, InterpWidget). Per-token arrays hold the tokens of
  * all examples concatenated, in example order.
- * @typedef {object} ExampleListModel
- * @property {string[][]} tokens  Tokens of each example.
- * @property {string[][]} spaces_before  Original text before each token, per example.
- * @property {BinaryArray} special_mask  bool [all tokens].
- * @property {BinaryArray} word_ids  int [all tokens] (-1: none).
- * @property {BinaryArray} sentence_ids  int [all tokens] (-1: none).
- * @property {BinaryArray} turn_ids  int [all tokens], chat turn of each token within its example (-1: none, e.g.
- *   template tokens).
- * @property {string[][]} turn_roles  Role of each turn, per example ("system", "user", ...); empty for a plain text.
- * @property {BinaryArray} scores  float32 [all tokens], scores for each example's shown class.
- * @property {string[]} predicted  Predicted (most probable) label of each example.
- * @property {(number | null)[]} confidence  Probability of the predicted label.
- * @property {string[]} true_labels  True label of each example ("" if unknown).
- * @property {number[]} max_attribution  Largest |score| of each example (special tokens excluded).
- * @property {boolean} signed
- * @property {string} method  Shown under the legend.
+ * @typedef {object} ExampleListState
  * @property {"index" | "confidence" | "max_attribution" | "label"} sort_by  (written)
  * @property {boolean} descending  (written)
  * @property {string} filter_label  Show only examples predicted as this label, "" = all (written).
@@ -61,23 +51,11 @@ import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
+import { EXAMPLE_LIST_DATA_TRAITS } from "./lib/view_traits.js";
 
 /** Traits whose change redraws. @type {(keyof ExampleListModel)[]} */
 const TRAITS = [
-  "tokens",
-  "spaces_before",
-  "special_mask",
-  "word_ids",
-  "sentence_ids",
-  "turn_ids",
-  "turn_roles",
-  "scores",
-  "predicted",
-  "confidence",
-  "true_labels",
-  "max_attribution",
-  "signed",
-  "method",
+  ...EXAMPLE_LIST_DATA_TRAITS,
   "page",
   "page_size",
   "sort_by",
@@ -404,22 +382,7 @@ function renderExamples({ model, el, reportError }) {
 
   const request = coalesce(draw);
   /** Traits whose change re-reads the data (the others only redraw). @type {Set<keyof ExampleListModel>} */
-  const DATA_TRAITS = new Set([
-    "tokens",
-    "spaces_before",
-    "special_mask",
-    "word_ids",
-    "sentence_ids",
-    "turn_ids",
-    "turn_roles",
-    "scores",
-    "predicted",
-    "confidence",
-    "true_labels",
-    "max_attribution",
-    "signed",
-    "method",
-  ]);
+  const DATA_TRAITS = new Set(EXAMPLE_LIST_DATA_TRAITS);
   const listeners = TRAITS.map((name) => [`change:${name}`, () => request(DATA_TRAITS.has(name) ? 2 : 1)]);
   for (const [event, handler] of listeners) model.on(event, handler);
   const stopWatchingTheme = watchTheme(doc, (nextTheme) => {

@@ -17,22 +17,13 @@
  */
 
 /**
- * Synced traits of LensWidget (N lenses, L layers, T positions, k top tokens, M targets).
- * @typedef {object} LensModel
- * @property {string[]} tokens  The T tokens.
- * @property {string[]} layers  The L layer names.
- * @property {string[]} lenses  "logit" and maybe "tuned".
- * @property {string[]} vocab  Text of every token the cells mention.
- * @property {BinaryArray} top_vocab  int32 [N, L, T, k] indices into vocab.
- * @property {BinaryArray} top_probs  float32 [N, L, T, k].
- * @property {BinaryArray} kl  float32 [N, L, T] KL(final || lens).
- * @property {string[]} target_labels  The M targets.
- * @property {BinaryArray} target_vocab  int32 [T, M] indices into vocab, -1: none.
- * @property {BinaryArray} target_probs  float32 [N, L, T, M] (NaN: none).
- * @property {BinaryArray} target_ranks  int32 [N, L, T, M] (1 = top, 0: none).
- * @property {BinaryArray} generated_mask  bool [T].
- * @property {number} vocab_size
- * @property {string} model_name
+ * Synced traits of LensWidget: its data (LensData, generated in lib/view_traits.js) and its view
+ * state (LensState).
+ * @typedef {import("./lib/view_traits.js").LensData & LensState} LensModel
+ */
+/**
+ * View state of LensWidget (N lenses, L layers, T positions, k top tokens, M targets).
+ * @typedef {object} LensState
  * @property {string} lens  The lens shown (written).
  * @property {"top1_prob" | "target_prob" | "target_rank"} colour_by  (written)
  * @property {number} target  Target colouring the cells (written).
@@ -60,23 +51,8 @@ import { displayToken, quoteToken } from "./lib/text.js";
 import { detectTheme, watchTheme } from "./lib/theme.js";
 import { createTooltip } from "./lib/tooltip.js";
 import { viewKit } from "./lib/view.js";
+import { LENS_DATA_TRAITS as DATA } from "./lib/view_traits.js";
 
-const DATA = [
-  "tokens",
-  "layers",
-  "lenses",
-  "vocab",
-  "top_vocab",
-  "top_probs",
-  "kl",
-  "target_labels",
-  "target_vocab",
-  "target_probs",
-  "target_ranks",
-  "generated_mask",
-  "vocab_size",
-  "model_name",
-];
 const UI = ["lens", "colour_by", "target", "selected_position", "plotted_targets"];
 const LINE_COLOURS = ["#0b62d6", "#d1242f", "#1a7f37", "#8250df", "#bf8700", "#57606a"];
 

@@ -35,15 +35,18 @@
  */
 
 /**
- * Synced traits of MonitorWidget (and its base InterpWidget).
- * @typedef {object} MonitorModel
+ * Synced traits of MonitorWidget: its data (MonitorData, generated in lib/view_traits.js) and its view
+ * state (MonitorState).
+ * @typedef {import("./lib/view_traits.js").MonitorData & MonitorState} MonitorModel
+ */
+/**
+ * View state of MonitorWidget (and its base InterpWidget).
+ * @typedef {object} MonitorState
  * @property {string} stream_id  Identifies the browser-side store shared by this model's views.
  * @property {string} title
  * @property {string} x_label  Name of the x axis: "step", or "checkpoint" for replays.
  * @property {string[]} layers  Layer names in display order.
  * @property {MonitorPanel[]} panels
- * @property {DataView | ArrayBuffer | null} checkpoint  Whole history: steps float64, then each column float32 (LE).
- * @property {{series?: string[], rows?: number}} checkpoint_schema  Column names and row count of `checkpoint`.
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
