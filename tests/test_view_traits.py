@@ -4,6 +4,7 @@ such as a token layout) is flattened into traits of its own fields' names, so th
 
 from __future__ import annotations
 
+import gc
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -38,15 +39,14 @@ class PartData(ViewData):
     probs: list[float | None] = data_field(default_factory=list)
 
 
-class PartWidget(InterpWidget, data=PartData):
-    selected = traitlets.Int(-1).tag(sync=True)
-
-
 def _data() -> PartData:
     return PartData(layout=Layout(tokens=["a", "b"], word_ids=[0, 300]), scores=[1, 2], kind="k", probs=[0.5, None])
 
 
-def test_a_dataclass_field_is_flattened_into_traits_of_its_fields_names():
+def _check_part_widget() -> None:
+    class PartWidget(InterpWidget, data=PartData):
+        selected = traitlets.Int(-1).tag(sync=True)
+
     assert [f.name for f in data_fields(PartData)] == ["tokens", "word_ids", "scores", "kind", "title", "probs"]
     assert [f.path for f in data_fields(PartData)][:2] == [("layout", "tokens"), ("layout", "word_ids")]
     traits = PartWidget.class_traits(data=True)
@@ -60,6 +60,12 @@ def test_a_dataclass_field_is_flattened_into_traits_of_its_fields_names():
     assert isinstance(inner, traitlets.Float) and inner.allow_none
     assert all(trait.metadata["sync"] and trait.metadata["data"] for trait in traits.values())
     assert "selected" not in traits and PartWidget._bundle == "part_test"
+
+
+def test_a_dataclass_field_is_flattened_into_traits_of_its_fields_names():
+    _check_part_widget()  # the widget class lives in that call only, and is then collected
+    gc.collect()  # so it joins no list of the package's views (tests/test_widget_schema.py finds them all)
+    assert not [cls for cls in InterpWidget.__subclasses__() if cls.__name__ == "PartWidget"]
 
 
 def test_the_flat_wire_format_round_trips_into_the_part():
@@ -82,6 +88,9 @@ def test_a_data_field_declared_on_the_widget_too_is_refused():
 
         class Twice(InterpWidget, data=PartData):
             title = traitlets.Unicode("").tag(sync=True, data=True)
+
+    gc.collect()  # the half-made class must not stay among the views
+    assert not [cls for cls in InterpWidget.__subclasses__() if cls.__name__ == "Twice"]
 
 
 def test_a_part_that_repeats_a_field_name_is_refused():
