@@ -67,8 +67,11 @@ def static_picture(svg: str) -> tuple[str, str]:
 class InterpWidget(anywidget.AnyWidget):
     """Base of every interp_widgets widget.
 
-    Subclasses set ``_bundle`` to the name of their esbuild entry (``js/src/<name>.js``); the built
-    ``static/<name>.js`` and ``static/<name>.css`` become ``_esm`` and ``_css``. Subclasses implement
+    A view declares its data once, as a view-data class (:mod:`interp_widgets.widgets.view_data`), and names it in
+    its class statement: ``class MyWidget(InterpWidget, data=MyData)`` makes one synced data trait per field and sets
+    ``_bundle`` to ``MyData.VIEW``, the name of its esbuild entry (``js/src/<name>.js``); the class declares only its
+    view state. A class without data sets ``_bundle`` itself. The built ``static/<name>.js`` and
+    ``static/<name>.css`` become ``_esm`` and ``_css``. Subclasses implement
     :meth:`static_html` (inline styles, escaped text, no script) and ``__repr__``. Setting :attr:`error`
     replaces the view with that message, in the live widget and in the fallback.
 
@@ -157,7 +160,10 @@ class InterpWidget(anywidget.AnyWidget):
             >>> data.VIEW, data.VERSION, data.tokens[:3]
             ('token_highlight', 2, ['[CLS]', 'Not', 'bad'])
         """
-        schema = self._data_class or VIEW_DATA[self._bundle]
+        schema = self._data_class
+        if schema is None:
+            raise TypeError(f"{type(self).__name__} has no view data; declare it with `class {type(self).__name__}"
+                            "(InterpWidget, data=MyData)`")  # fmt: skip
         return schema.from_traits({name: getattr(self, name) for name in schema.field_names()})
 
     def static_svg(self) -> str:
