@@ -301,19 +301,18 @@ class ViewData:
             'monitor'
         """
 
+        parts = {f.path[:i] for f in data_fields(cls) for i in range(1, len(f.path))}  # paths of the part fields
+
         def build(klass: type, prefix: tuple[str, ...]) -> Any:
             kwargs = {}
             for f in dataclasses.fields(klass):
-                nested = [
-                    d for d in flat if d.path[: len(prefix) + 1] == (*prefix, f.name) and len(d.path) > len(prefix) + 1
-                ]
-                if nested:
-                    kwargs[f.name] = build(typing.get_type_hints(klass)[f.name], (*prefix, f.name))
+                path = (*prefix, f.name)
+                if path in parts:
+                    kwargs[f.name] = build(typing.get_type_hints(klass)[f.name], path)
                 elif f.name in values:
                     kwargs[f.name] = values[f.name]
             return klass(**kwargs)
 
-        flat = data_fields(cls)
         return build(cls, ())
 
     def to_traits(self) -> dict[str, Any]:
