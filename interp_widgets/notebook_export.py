@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from interp_widgets.notebook_clean import clean_widget_metadata
-from interp_widgets.view_data import VIEW_DATA
+from interp_widgets.widgets.view_data import VIEW_DATA
 from interp_widgets.widgets import MIME_TYPE
 from interp_widgets.widgets.export import BUNDLE_MISSING, STATIC_DIR, script_json
 

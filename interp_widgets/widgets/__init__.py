@@ -7,8 +7,8 @@ static SVG where no JavaScript runs and exports to one offline HTML page (:mod:`
 output also saves the view's data as :data:`MIME_TYPE` (at most :func:`output_cap` bytes, 1 MiB by default), from
 which the ``interp-widgets`` JupyterLab / Notebook 7 extension rebuilds the interactive view without a kernel.
 
-The widgets are a leaf of the package: they import only its core (``text_units``, ``view_data``, ``agreement``,
-``series_names``, ``validation``), never ``attribution``, ``concepts`` or ``geometry``; results build their own views
+The widgets are a leaf of the package: they import only its core (``text_units``, ``agreement``, ``series_names``,
+``validation``), never ``attribution``, ``concepts`` or ``geometry``; results build their own views
 (``result.widget()``), and the inputs a view reads are written as protocols in ``widgets/_protocols.py``.
 
 Example:
@@ -50,34 +50,3 @@ __all__ = [
     "output_cap",
     "set_output_cap",
 ]
-
-#: Names that moved to the core module interp_widgets.agreement (deprecated here; they still work, with a warning).
-_MOVED = {
-    "agreement_table": "interp_widgets.agreement",
-    "spearman": "interp_widgets.agreement",
-    "top_k_overlap": "interp_widgets.agreement",
-}
-
-
-def __getattr__(name: str):
-    """Deprecated aliases of the agreement statistics, which now live in :mod:`interp_widgets.agreement`.
-
-    Example:
-        >>> import warnings, interp_widgets.widgets as widgets
-        >>> with warnings.catch_warnings(record=True) as caught:
-        ...     warnings.simplefilter("always")
-        ...     round(widgets.spearman([1, 2, 3], [1, 3, 2]), 2), caught[0].category.__name__
-        (0.5, 'DeprecationWarning')
-    """
-    if name in _MOVED:
-        import importlib
-        import warnings
-
-        warnings.warn(
-            f"interp_widgets.widgets.{name} moved to {_MOVED[name]}.{name} (also exported by "
-            "interp_widgets.attribution); import it from there",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(importlib.import_module(_MOVED[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

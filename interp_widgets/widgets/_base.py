@@ -21,10 +21,11 @@ from typing import Any, ClassVar
 import anywidget
 import traitlets
 
-from interp_widgets.view_data import VIEW_DATA, ViewData
+from interp_widgets.widgets.view_data import VIEW_DATA, ViewData
 from interp_widgets.widgets._mime import MIME_TYPE, mime_payload
 from interp_widgets.widgets._static import BUNDLE_MISSING, STATIC_DIR
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
+from interp_widgets.widgets._traits import data_traits
 from interp_widgets.validation import check_int
 
 WIDGET_VIEW_MIME = "application/vnd.jupyter.widget-view+json"
@@ -66,8 +67,11 @@ def static_picture(svg: str) -> tuple[str, str]:
 class InterpWidget(anywidget.AnyWidget):
     """Base of every interp_widgets widget.
 
-    Subclasses set ``_bundle`` to the name of their esbuild entry (``js/src/<name>.js``); the built
-    ``static/<name>.js`` and ``static/<name>.css`` become ``_esm`` and ``_css``. Subclasses implement
+    A view declares its data once, as a view-data class (:mod:`interp_widgets.widgets.view_data`), and names it in
+    its class statement: ``class MyWidget(InterpWidget, data=MyData)`` makes one synced data trait per field and sets
+    ``_bundle`` to ``MyData.VIEW``, the name of its esbuild entry (``js/src/<name>.js``); the class declares only its
+    view state. A class without data sets ``_bundle`` itself. The built ``static/<name>.js`` and
+    ``static/<name>.css`` become ``_esm`` and ``_css``. Subclasses implement
     :meth:`static_html` (inline styles, escaped text, no script) and ``__repr__``. Setting :attr:`error`
     replaces the view with that message, in the live widget and in the fallback.
 
@@ -81,9 +85,13 @@ class InterpWidget(anywidget.AnyWidget):
     """
 
     _bundle: ClassVar[str] = ""
+    #: The view-data class whose fields are this view's synced data traits (set by ``data=`` in the class statement).
+    _data_class: ClassVar[type[ViewData] | None] = None
     error = traitlets.Unicode("", help="When non-empty, shown instead of the widget.").tag(sync=True)
 
-    def __init_subclass__(cls, **kwargs: Any) -> None:
+    def __init_subclass__(cls, data: type[ViewData] | None = None, **kwargs: Any) -> None:
+        if data is not None:
+            cls._install_data_traits(data)
         bundle = cls.__dict__.get("_bundle")
         if bundle:
             for key, suffix in (("_esm", ".js"), ("_css", ".css")):
@@ -91,6 +99,24 @@ class InterpWidget(anywidget.AnyWidget):
                 if path.is_file():
                     setattr(cls, key, path)  # anywidget turns the Path into watched file contents
         super().__init_subclass__(**kwargs)
+
+    @classmethod
+    def _install_data_traits(cls, data: type[ViewData]) -> None:
+        """Declare the view's data once, in its view-data class: ``class MyWidget(InterpWidget, data=MyData)`` sets
+        ``_bundle`` to ``MyData.VIEW`` and adds one synced data trait per field (:func:`~interp_widgets.widgets.
+        _traits.data_traits`). Runs before traitlets sets the class up, which then sees them as declared traits."""
+        bundle = cls.__dict__.get("_bundle", data.VIEW)
+        if bundle != data.VIEW:
+            raise TypeError(
+                f"{cls.__name__}._bundle is {bundle!r} but its data {data.__name__} is the {data.VIEW!r} view"
+            )
+        cls._bundle, cls._data_class = data.VIEW, data
+        for name, trait in data_traits(data).items():
+            if name in cls.__dict__:
+                raise TypeError(f"{cls.__name__} declares {name!r}, a field of its data {data.__name__}; its trait is "
+                                "made from that field, so remove the declaration from the class")  # fmt: skip
+            setattr(cls, name, trait)
+            trait.class_init(cls, name)
 
     def __init__(self, **kwargs: Any) -> None:
         if getattr(type(self), "_esm", None) is None:
@@ -126,7 +152,7 @@ class InterpWidget(anywidget.AnyWidget):
         return f"{type(self).__name__} got unexpected keyword {noun} {', '.join(hints)}; valid ones are: {', '.join(valid)}"
 
     def view_data(self) -> ViewData:
-        """The data this view draws, in the versioned view-data schema (:mod:`interp_widgets.view_data`): one field
+        """The data this view draws, in the versioned view-data schema (:mod:`interp_widgets.widgets.view_data`): one field
         per synced data trait. The export page embeds it, so it always matches what the live widget shows.
 
         Example:
@@ -134,8 +160,11 @@ class InterpWidget(anywidget.AnyWidget):
             >>> data.VIEW, data.VERSION, data.tokens[:3]
             ('token_highlight', 2, ['[CLS]', 'Not', 'bad'])
         """
-        schema = VIEW_DATA[self._bundle]
-        return schema(**{name: getattr(self, name) for name in schema.field_names()})
+        schema = self._data_class
+        if schema is None:
+            raise TypeError(f"{type(self).__name__} has no view data; declare it with `class {type(self).__name__}"
+                            "(InterpWidget, data=MyData)`")  # fmt: skip
+        return schema.from_traits({name: getattr(self, name) for name in schema.field_names()})
 
     def static_svg(self) -> str:
         """A standalone SVG picture of the current view (the ``image/svg+xml`` fallback): colours, legend, labels.

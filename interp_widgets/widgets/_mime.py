@@ -5,13 +5,13 @@ saved widget state, JupyterLab's and Notebook 7's default, or untrusted) shows t
 ``interp-widgets`` JupyterLab / Notebook 7 extension renders it with the widgets' own ES modules, and
 ``interp-widgets export`` renders it with a small loader instead of the whole widget manager.
 
-Layout (JSON; arrays and bytes base64-packed as in :meth:`~interp_widgets.view_data.ViewData.to_json`)::
+Layout (JSON; arrays and bytes base64-packed as in :meth:`~interp_widgets.widgets.view_data.ViewData.to_json`)::
 
     {"format": 1,                     # the envelope, "v1" of the MIME type
      "view": "token_highlight",       # the view (bundle) name
      "version": 1,                    # the view's data format: ViewData.VERSION
      "widget": "TokenHighlightWidget",
-     "data": {...},                   # the versioned view data (interp_widgets.view_data), one entry per field
+     "data": {...},                   # the versioned view data (interp_widgets.widgets.view_data), one entry per field
      "state": {...}}                  # the other synced traits: selection, granularity, sort, page, ...
 
 A payload larger than :func:`output_cap` (1 MiB by default; ``INTERP_WIDGETS_OUTPUT_CAP`` or
@@ -43,7 +43,7 @@ from typing import Any
 import anywidget
 import numpy as np
 
-from interp_widgets.view_data import VIEW_DATA
+from interp_widgets.widgets.view_data import VIEW_DATA
 
 __all__ = ["MIME_TYPE", "FORMAT", "DEFAULT_OUTPUT_CAP", "mime_payload", "output_cap", "set_output_cap"]
 
@@ -125,7 +125,7 @@ def json_value(value: Any) -> Any:
     if isinstance(value, (bytes, bytearray, memoryview)):
         return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
     if isinstance(value, np.ndarray):
-        from interp_widgets.view_data import array_to_buffer
+        from interp_widgets.widgets.view_data import array_to_buffer
 
         return json_value(array_to_buffer(value))
     if isinstance(value, (bool, np.bool_)):

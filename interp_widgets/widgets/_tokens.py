@@ -18,9 +18,8 @@ import numpy as np
 import traitlets
 
 from interp_widgets.text_units import GRANULARITIES, display_units
-from interp_widgets.view_data import TokenHighlightData
+from interp_widgets.widgets.view_data import TokenHighlightData
 from interp_widgets.widgets._base import InterpWidget
-from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, TokenPiece, unseen_colours
 from interp_widgets.validation import check_choice
@@ -233,8 +232,9 @@ def token_data(result: Any) -> TokenHighlightData:
 
 
 class TokenScoresWidget(InterpWidget):
-    """Shared part of the views that show scored tokens: the token texts, the binary score matrix, the colour or
-    underline encoding and the selected / hovered token, with their validation.
+    """Shared part of the views that show scored tokens: the colour or underline encoding and the selected / hovered
+    token, with their validation. The token texts and the score matrix are data traits, made from the view's data
+    class (``tokens``, ``scores``).
 
     Example:
         >>> from interp_widgets.widgets import TokenHighlightWidget
@@ -244,12 +244,6 @@ class TokenScoresWidget(InterpWidget):
 
     _payload_schema: ClassVar[dict[str, Any]] = {"encoding": {"enum": list(ENCODINGS)}}
 
-    tokens = traitlets.List(traitlets.Unicode(), help="Text of each token (special tokens by name).").tag(
-        sync=True, data=True
-    )
-    scores = BinaryArray("float32", ndim=2, finite=True, help="(rows, n_tokens) scores; NaN = not seen.").tag(
-        sync=True, data=True
-    )
     encoding = traitlets.Unicode("colour", help="'colour', or 'underline' (weight = magnitude, +/− marker).").tag(
         sync=True
     )
@@ -283,8 +277,8 @@ class TokenScoresWidget(InterpWidget):
 
 class GroupedTokens(traitlets.HasTraits):
     """Traits of views whose tokens the browser groups into words or sentences (mixed into a widget class): word
-    and sentence ids travel once and the view sums scores per unit for the chosen ``granularity`` without a round
-    trip to the kernel.
+    and sentence ids travel once (``special_mask``, ``word_ids``, ``sentence_ids``, data traits made from the view's
+    data class) and the view sums scores per unit for the chosen ``granularity`` without a round trip to the kernel.
 
     Example:
         >>> from interp_widgets.widgets import TokenHighlightWidget
@@ -294,13 +288,6 @@ class GroupedTokens(traitlets.HasTraits):
 
     _payload_schema: ClassVar[dict[str, Any]] = {"granularity": {"enum": list(GRANULARITIES)}}
 
-    special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
-    word_ids = BinaryArray("int", help="Word id per token (-1: none), int8/int16/int32 (narrowest).").tag(
-        sync=True, data=True
-    )
-    sentence_ids = BinaryArray("int", help="Sentence id per token (-1: none), int8/int16/int32 (narrowest).").tag(
-        sync=True, data=True
-    )
     granularity = traitlets.Unicode("token", help="'token', 'word' or 'sentence'.").tag(sync=True)
 
     @traitlets.validate("granularity")
@@ -319,20 +306,16 @@ class GroupedTokens(traitlets.HasTraits):
 
 
 class ChatTurns(traitlets.HasTraits):
-    """Traits of views that label the turns of a chat conversation (mixed into a widget class): the turn of every
-    token (-1 for the template's own tokens, which are special: folded away, or greyed when shown) and the role of
-    each turn. A plain text is one turn without a role, and no label shows.
+    """Behaviour of views that label the turns of a chat conversation (mixed into a widget class): the turn of every
+    token (``turn_ids``; -1 for the template's own tokens, which are special: folded away, or greyed when shown) and
+    the role of each turn (``turn_roles``), data traits made from the view's data class. A plain text is one turn
+    without a role, and no label shows.
 
     Example:
         >>> from interp_widgets.widgets import TokenHighlightWidget
         >>> issubclass(TokenHighlightWidget, ChatTurns)
         True
     """
-
-    turn_ids = BinaryArray("int", allow_none=True, help="Turn (chat message) of each token (-1: none), narrowest int; "
-                           "None for a plain text (one turn, no role).").tag(sync=True, data=True)  # fmt: skip
-    turn_roles = traitlets.List(traitlets.Unicode(), help="Role of each turn ('system', 'user', ...); empty for a plain "
-                                "text.").tag(sync=True, data=True)  # fmt: skip
 
     def role_starts(self, units: list[list[int]]) -> dict[int, str]:
         """``{unit index: role}`` for each unit that starts a turn (where a role label goes), in a chat view.

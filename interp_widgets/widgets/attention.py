@@ -30,11 +30,10 @@ from typing import Any, ClassVar, Protocol, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.view_data import AttentionData
+from interp_widgets.widgets.view_data import AttentionData
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._colour import hex_colour, score_rgb
 from interp_widgets.widgets._svg import SvgFigure
-from interp_widgets.widgets._traits import BinaryArray
 
 #: Keys kept per query for a pinned head.
 PINNED_TOP_K = 32
@@ -95,7 +94,7 @@ def top_keys(matrix: np.ndarray, k: int = PINNED_TOP_K) -> tuple[np.ndarray, np.
     return keys, weights
 
 
-class AttentionWidget(InterpWidget):
+class AttentionWidget(InterpWidget, data=AttentionData):
     """Head view and model view of attention patterns (see the module docstring for what travels and what is saved).
 
     Hover a token to focus it (its query row; the token strip shows where it attends), click to lock the focus,
@@ -111,35 +110,9 @@ class AttentionWidget(InterpWidget):
         'layer 7 does not exist: the model has 2 attention layers (use 0..1, or negative indices from the end).'
     """
 
-    _bundle = "attention"
     _payload_schema: ClassVar[dict[str, Any]] = {
         "pinned": {"list": {"object": {"layer": "int", "head": {"oneOf": ["int", {"enum": list(AGGREGATIONS)}]}}}},
     }
-
-    tokens = traitlets.List(traitlets.Unicode(), help="Query tokens.").tag(sync=True, data=True)
-    key_tokens = traitlets.List(traitlets.Unicode(), help="Key tokens (= tokens for self-attention).").tag(
-        sync=True, data=True
-    )
-    generated_mask = BinaryArray("bool", help="True for generated tokens.").tag(sync=True, data=True)
-    n_layers = traitlets.Int(0).tag(sync=True, data=True)
-    n_heads = traitlets.Int(0).tag(sync=True, data=True)
-    n_kv_heads = traitlets.Int(1).tag(sync=True, data=True)
-    layer_names = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    kind = traitlets.Unicode("self").tag(sync=True, data=True)
-    model_name = traitlets.Unicode("").tag(sync=True, data=True)
-    thumbnails = BinaryArray("int", ndim=4, help="(layers, heads, s, s) max-pooled heads, 0..127.").tag(
-        sync=True, data=True
-    )
-    pinned = traitlets.List(traitlets.Dict(), help="Pinned heads {layer, head} (head: int or an aggregation).").tag(
-        sync=True, data=True
-    )
-    pinned_keys = BinaryArray("int", ndim=3, help="(pinned, queries, k) key index of each kept weight.").tag(
-        sync=True, data=True
-    )
-    pinned_weights = BinaryArray("float32", ndim=3, finite=True, help="(pinned, queries, k) the top-k weights.").tag(
-        sync=True, data=True
-    )
-    pinned_top_k = traitlets.Int(PINNED_TOP_K).tag(sync=True, data=True)
 
     view = traitlets.Unicode("head", help="'head' or 'model' (written by the view).").tag(sync=True)
     layer = traitlets.Int(0, help="Layer shown in the head view (written).").tag(sync=True)

@@ -19,7 +19,7 @@ import traitlets
 
 from interp_widgets.agreement import agreement_table
 from interp_widgets.text_units import GRANULARITIES, display_units
-from interp_widgets.view_data import ComparisonData
+from interp_widgets.widgets.view_data import ComparisonData
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
@@ -39,7 +39,7 @@ MAX_STATIC_PAIRS = 15
 MAX_STATIC_METHODS = 8
 
 
-class ComparisonWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
+class ComparisonWidget(TokenScoresWidget, GroupedTokens, ChatTurns, data=ComparisonData):
     """Several methods' scores for one input and one target, one row per method, with synchronised hover.
 
     Hovering (or focusing) a token in any row highlights it in every row and shows all methods' scores. The
@@ -62,7 +62,6 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         0.68
     """
 
-    _bundle = "comparison"
     _payload_schema: ClassVar[dict[str, Any]] = {
         "agreements": {
             "map": {
@@ -79,16 +78,6 @@ class ComparisonWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         }
     }
 
-    spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    methods = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    signed = traitlets.List(traitlets.Bool(), help="Per method: signed (diverging) or unsigned (sequential).").tag(
-        sync=True, data=True
-    )
-    target_label = traitlets.Unicode("").tag(sync=True, data=True)
-    agreements = traitlets.Dict(
-        help="{granularity: pairwise rows {a, b, spearman, top_k_overlap, k}} for token, word and sentence units."
-    ).tag(sync=True, data=True)
-    agreement_by = traitlets.Unicode("magnitude").tag(sync=True, data=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all methods instead of one per method.").tag(
         sync=True
     )

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.view_data import ConceptBrowserData
+from interp_widgets.widgets.view_data import TEXT_TOP, ConceptBrowserData
 from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._protocols import (
@@ -46,13 +46,12 @@ from interp_widgets.widgets._protocols import (
 )
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
 from interp_widgets.widgets._mime import ANY_ARRAY_1D, compact_json, json_value
-from interp_widgets.widgets._traits import BinaryArray, array_to_buffer
+from interp_widgets.widgets._traits import array_to_buffer
 from interp_widgets.validation import check_choice, check_int
 
 SORT_KEYS = ("index", "label", "density", "max", "importance", "abs_importance")
 TEXT_MODES = ("activation", "attribution")
 LIST_TOKENS = 5  # distinct top tokens shown per concept in the list
-TEXT_TOP = 5  # concepts listed per token of an input text
 MAX_TEXT_CHARS = 400  # top texts are cut to this length in the detail pane
 MAX_PAGE_SIZE = 100
 STATIC_CONCEPTS = 12
@@ -95,7 +94,7 @@ def _text_pieces(text: str, tokens: Sequence[str], offsets: np.ndarray) -> tuple
     return shown, gaps
 
 
-class ConceptBrowser(InterpWidget, PagedList):
+class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
     """Browse concepts: list (label, top tokens, density, dead flag, importance), detail pane, per-token text view.
 
     Args:
@@ -127,7 +126,6 @@ class ConceptBrowser(InterpWidget, PagedList):
         [3, 1, 7]
     """
 
-    _bundle = "concept_browser"
     _payload_schema: ClassVar[dict[str, Any]] = {
         "sort_by": {"enum": list(SORT_KEYS)},
         "details": {"map": {"object": {  # concept_detail()
@@ -144,21 +142,6 @@ class ConceptBrowser(InterpWidget, PagedList):
         }, "defaults": {"text_attribution": None}}},  # payloads written before text_attribution existed
     }  # fmt: skip
 
-    method = traitlets.Unicode("").tag(sync=True, data=True)
-    layer = traitlets.Unicode("").tag(sync=True, data=True)
-    n_rows = traitlets.Int(0, help="Rows (tokens or sentences) the concepts were interpreted on.").tag(
-        sync=True, data=True
-    )
-    labels = traitlets.List(traitlets.Unicode(), help="Label of each concept.").tag(sync=True, data=True)
-    top_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Distinct top tokens of each concept.").tag(
-        sync=True, data=True
-    )
-    density = BinaryArray("float32", help="Fraction of rows where each concept is active.").tag(sync=True, data=True)
-    max_activation = BinaryArray("float32", help="Largest coefficient of each concept.").tag(sync=True, data=True)
-    importance = BinaryArray(
-        "float32", allow_none=True, help="Importance of each concept (NaN: unknown); None (sent as {}) when absent."
-    ).tag(sync=True, data=True)
-    importance_label = traitlets.Unicode("", help="What the importance numbers are.").tag(sync=True, data=True)
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
     search = traitlets.Unicode("", help="Keep concepts whose label or top tokens contain this (case-insensitive).").tag(
@@ -173,18 +156,6 @@ class ConceptBrowser(InterpWidget, PagedList):
         sync=True
     )
     details = traitlets.Dict(help="Detail of each requested concept, keyed by str(concept).").tag(sync=True)
-    text_tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Shown tokens of each input text.").tag(
-        sync=True, data=True
-    )
-    text_gaps = traitlets.List(traitlets.List(traitlets.Unicode()), help="Original text before each token.").tag(
-        sync=True, data=True
-    )
-    text_top_concepts = BinaryArray(
-        "int32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad)."
-    ).tag(sync=True, data=True)
-    text_top_values = BinaryArray("float32", ndim=2, help=f"[tokens of all texts, {TEXT_TOP}] their coefficients.").tag(
-        sync=True, data=True
-    )
     selected_text = traitlets.Int(0, help="Input text shown in the text view.").tag(sync=True)
     selected_token = traitlets.Int(
         -1, help="Token of the selected text whose active concepts are listed (-1: none)."

@@ -19,11 +19,10 @@ import numpy as np
 import traitlets
 
 from interp_widgets.widgets._base import InterpWidget, PagedList
-from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.text_units import GRANULARITIES, display_units
-from interp_widgets.view_data import ExampleListData
+from interp_widgets.widgets.view_data import ExampleListData
 from interp_widgets.widgets._tokens import (
     check_granularity,
     finite_max,
@@ -40,7 +39,7 @@ OUTCOMES = ("all", "correct", "wrong")
 MAX_STATIC_EXAMPLE_TOKENS = 400
 
 
-class ExampleListWidget(InterpWidget, PagedList):
+class ExampleListWidget(InterpWidget, PagedList, data=ExampleListData):
     """A paged list of examples: each row shows the predicted label with its confidence, the true label, and the
     tokens coloured for the predicted class. Sorting, filtering, paging and the ``granularity`` switch (token, word
     or sentence sums) run in the browser; the page, sort, filters, granularity and the selected example sync back
@@ -56,51 +55,15 @@ class ExampleListWidget(InterpWidget, PagedList):
         (['positive', 'positive', 'neutral', 'positive'], [3, 1, 0])
     """
 
-    _bundle = "example_list"
     _payload_schema: ClassVar[dict[str, Any]] = {
         "granularity": {"enum": list(GRANULARITIES)},
         "sort_by": {"enum": list(SORT_KEYS)},
         "filter_outcome": {"enum": list(OUTCOMES)},
     }
 
-    tokens = traitlets.List(traitlets.List(traitlets.Unicode()), help="Tokens of each example.").tag(
-        sync=True, data=True
-    )
-    spaces_before = traitlets.List(traitlets.List(traitlets.Unicode())).tag(sync=True, data=True)
-    special_mask = BinaryArray("bool", help="True per special token of all examples concatenated.").tag(
-        sync=True, data=True
-    )
-    word_ids = BinaryArray("int", help="Word id per token of all examples concatenated (-1: none).").tag(
-        sync=True, data=True
-    )
-    sentence_ids = BinaryArray("int", help="Sentence id per token of all examples concatenated (-1: none).").tag(
-        sync=True, data=True
-    )
-    turn_ids = BinaryArray("int", help="Chat turn per token of all examples concatenated (-1: none).").tag(
-        sync=True, data=True
-    )
-    turn_roles = traitlets.List(traitlets.List(traitlets.Unicode()), help="Roles of each example's turns (empty for a "
-                                "plain text).").tag(sync=True, data=True)  # fmt: skip
     granularity = traitlets.Unicode(
         "token", help="'token', 'word', 'sentence' or 'turn' (sums computed in the browser)."
     ).tag(sync=True)
-    scores = BinaryArray("float32", finite=True, help="Scores for each example's shown class, concatenated.").tag(
-        sync=True, data=True
-    )
-    predicted = traitlets.List(traitlets.Unicode(), help="Predicted (most probable) label of each example.").tag(
-        sync=True, data=True
-    )
-    confidence = traitlets.List(traitlets.Float(allow_none=True), help="Probability of the predicted label.").tag(
-        sync=True, data=True
-    )
-    true_labels = traitlets.List(traitlets.Unicode(), help="True label of each example ('' if unknown).").tag(
-        sync=True, data=True
-    )
-    max_attribution = traitlets.List(
-        traitlets.Float(), help="Largest |score| of each example (special tokens excluded)."
-    ).tag(sync=True, data=True)
-    signed = traitlets.Bool(True).tag(sync=True, data=True)
-    method = traitlets.Unicode("").tag(sync=True, data=True)
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
     descending = traitlets.Bool(False).tag(sync=True)
     filter_label = traitlets.Unicode("", help="Show only examples predicted as this label ('' = all).").tag(sync=True)

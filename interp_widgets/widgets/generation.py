@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 import traitlets
 
-from interp_widgets.view_data import GenerationData
+from interp_widgets.widgets.view_data import GenerationData
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
 from interp_widgets.text_units import display_units
@@ -32,7 +32,6 @@ from interp_widgets.widgets._tokens import (
     role_starts,
     token_data,
 )
-from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.validation import check_choice
 
 VIEWS = ("text", "heatmap")
@@ -101,7 +100,7 @@ def _log_ratio(p: float | None, q: float | None) -> float | None:
     return math.log(p) - math.log(q)
 
 
-class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
+class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns, data=GenerationData):
     """Prompt + generated tokens; pick a generated token to colour the sources it was attributed to.
 
     For a chat conversation each turn starts with its role's label (the default system prompt a template inserts
@@ -128,31 +127,8 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         [(1, 'h', 0.47), (2, 'ot', -0.46), (6, 'th', 0.43)]
     """
 
-    _bundle = "generation"
     _payload_schema: ClassVar[dict[str, Any]] = {"view": {"enum": list(VIEWS)}}
 
-    spaces_before = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    special_mask = BinaryArray("bool", help="True for each special token.").tag(sync=True, data=True)
-    generated_mask = BinaryArray("bool", help="True for each generated token.").tag(sync=True, data=True)
-    step_tokens = traitlets.List(traitlets.Int(), help="Token index of the token generated at each step.").tag(
-        sync=True, data=True
-    )
-    step_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each generated token.").tag(
-        sync=True, data=True
-    )
-    method = traitlets.Unicode("").tag(sync=True, data=True)
-    score_meaning = traitlets.Unicode("").tag(sync=True, data=True)
-    signed = traitlets.Bool(True).tag(sync=True, data=True)
-    foil_tokens = traitlets.List(traitlets.Unicode(), help="Foil of each step (contrastive results; else empty).").tag(
-        sync=True, data=True
-    )
-    foil_probs = traitlets.List(traitlets.Float(allow_none=True), help="Probability of each step's foil.").tag(
-        sync=True, data=True
-    )
-    contrast = traitlets.Unicode("", help="The foil continuation ('' without a contrast).").tag(sync=True, data=True)
-    source_mask = BinaryArray(
-        "bool", help="True for each source token of an encoder–decoder (all False for decoders)."
-    ).tag(sync=True, data=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all steps instead of one per step.").tag(sync=True)
     high_contrast = traitlets.Bool(False).tag(sync=True)
     view = traitlets.Unicode("text", help="'text' (coloured tokens) or 'heatmap' (canvas, all steps).").tag(sync=True)

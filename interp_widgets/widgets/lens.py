@@ -22,10 +22,9 @@ from typing import Any
 import numpy as np
 import traitlets
 
-from interp_widgets.view_data import LensData
+from interp_widgets.widgets.view_data import LensData
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._svg import visible_text
-from interp_widgets.widgets._traits import BinaryArray
 
 __all__ = ["LensWidget"]
 
@@ -56,7 +55,7 @@ def rank_intensity(rank: int, vocab_size: int) -> float:
     return max(0.0, 1.0 - math.log(rank) / math.log(max(2, vocab_size)))
 
 
-class LensWidget(InterpWidget):
+class LensWidget(InterpWidget, data=LensData):
     """Layers × positions grid of a lens result (build it with ``LensResult.widget()``).
 
     Example:
@@ -65,27 +64,6 @@ class LensWidget(InterpWidget):
         >>> widget.colour_by, widget.lens, widget.static_svg()[:4]
         ('target_rank', 'logit', '<svg')
     """
-
-    _bundle = "lens"
-
-    tokens = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    layers = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    lenses = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    vocab = traitlets.List(traitlets.Unicode(), help="Text of every token the cells mention.").tag(sync=True, data=True)
-    top_vocab = BinaryArray("int32", ndim=4, help="(lenses, layers, positions, k) indices into vocab.").tag(
-        sync=True, data=True
-    )
-    top_probs = BinaryArray("float32", ndim=4, finite=True).tag(sync=True, data=True)
-    kl = BinaryArray("float32", ndim=3, finite=True, help="KL(final || lens), nats.").tag(sync=True, data=True)
-    target_labels = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    target_vocab = BinaryArray("int32", ndim=2, help="(positions, targets) indices into vocab, -1: none.").tag(
-        sync=True, data=True
-    )
-    target_probs = BinaryArray("float32", ndim=4, finite=True).tag(sync=True, data=True)
-    target_ranks = BinaryArray("int32", ndim=4).tag(sync=True, data=True)
-    generated_mask = BinaryArray("bool", ndim=1).tag(sync=True, data=True)
-    vocab_size = traitlets.Int(0).tag(sync=True, data=True)
-    model_name = traitlets.Unicode("").tag(sync=True, data=True)
 
     lens = traitlets.Unicode("logit", help="The lens shown (logit or tuned).").tag(sync=True)
     colour_by = traitlets.Enum(

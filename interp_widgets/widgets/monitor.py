@@ -48,7 +48,7 @@ import numpy as np
 import traitlets
 
 from interp_widgets.series_names import split_series_name
-from interp_widgets.view_data import MonitorData
+from interp_widgets.widgets.view_data import MonitorData
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._svg import SVG_NS, SvgFigure
 
@@ -122,7 +122,7 @@ def _m4_indices(x: np.ndarray, y: np.ndarray, buckets: int) -> np.ndarray:
     return finite[keep]
 
 
-class MonitorWidget(InterpWidget):
+class MonitorWidget(InterpWidget, data=MonitorData):
     """Live curves of a training run: give it a ``GeometryMonitor``, or use it standalone with :meth:`log`.
 
     Series are flat names: global scalars (``"loss"``, ``"lr"``, ``"fitting"`` = 1.0 while the tangent proxy is
@@ -154,7 +154,6 @@ class MonitorWidget(InterpWidget):
         100
     """
 
-    _bundle = "monitor"
     _payload_schema: ClassVar[dict[str, Any]] = {
         "panels": {
             "list": {
@@ -183,12 +182,6 @@ class MonitorWidget(InterpWidget):
     x_label = traitlets.Unicode("step", help="Name of the x axis: 'step', or 'checkpoint' for replays.").tag(sync=True)
     layers = traitlets.List(traitlets.Unicode(), help="Layer names in display order.").tag(sync=True)
     panels = traitlets.List(traitlets.Dict(), help="Panel configurations, see DEFAULT_PANELS.").tag(sync=True)
-    checkpoint = traitlets.Bytes(b"", help="Whole history: steps float64, then each column float32 (LE).").tag(
-        sync=True, data=True
-    )
-    checkpoint_schema = traitlets.Dict(help="{'series': column names, 'rows': row count} of `checkpoint`.").tag(
-        sync=True, data=True
-    )
 
     def __init__(
         self,

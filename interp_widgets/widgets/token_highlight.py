@@ -21,6 +21,7 @@ import traitlets
 
 from interp_widgets.widgets._colour import MID, format_score, hex_colour, legend_stops, score_colours
 from interp_widgets.widgets._svg import SvgFigure
+from interp_widgets.widgets.view_data import TokenHighlightData
 from interp_widgets.widgets._tokens import (
     ROLE_BACKGROUND,
     ROLE_COLOUR,
@@ -37,7 +38,7 @@ from interp_widgets.widgets._tokens import (
 )
 
 
-class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
+class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns, data=TokenHighlightData):
     """Tokens coloured by signed attribution, with a class selector, legend, tooltips and keyboard navigation.
 
     Takes an attribution result (``interp_widgets.attribution.AttributionResult`` or any object with ``text``,
@@ -61,25 +62,6 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         'explanation.html'
     """
 
-    _bundle = "token_highlight"
-
-    spaces_before = traitlets.List(traitlets.Unicode(), help="Original text between a token and the previous one.").tag(
-        sync=True, data=True
-    )
-    target_labels = traitlets.List(traitlets.Unicode()).tag(sync=True, data=True)
-    target_probs = traitlets.List(
-        traitlets.Float(allow_none=True), help="Predicted probability per target, or empty."
-    ).tag(sync=True, data=True)
-    completeness_error = traitlets.List(traitlets.Float(allow_none=True), help="Per target, or empty.").tag(
-        sync=True, data=True
-    )
-    method = traitlets.Unicode("").tag(sync=True, data=True)
-    score_meaning = traitlets.Unicode("", help="What a score is, e.g. 'sum over embedding dimension (signed)'.").tag(
-        sync=True, data=True
-    )
-    signed = traitlets.Bool(
-        True, help="Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one."
-    ).tag(sync=True, data=True)
     shared_scale = traitlets.Bool(False, help="One colour scale for all targets instead of one per target.").tag(
         sync=True
     )

@@ -28,22 +28,13 @@ export { read as readAttention } from "./views/attention/read.js";
  */
 
 /**
- * Synced traits of AttentionWidget (and its base InterpWidget).
- * @typedef {object} AttentionModel
- * @property {string[]} tokens  Query tokens.
- * @property {string[]} key_tokens  Key tokens (the same for self-attention).
- * @property {BinaryArray} generated_mask  bool [queries].
- * @property {number} n_layers
- * @property {number} n_heads
- * @property {number} n_kv_heads
- * @property {string[]} layer_names
- * @property {string} kind  "self", "encoder", "decoder" or "cross".
- * @property {string} model_name
- * @property {BinaryArray} thumbnails  int8 [layers, heads, s, s], max-pooled weights × 127.
- * @property {{layer: number, head: number | string}[]} pinned  Heads kept in the saved state.
- * @property {BinaryArray} pinned_keys  int [pinned, queries, k].
- * @property {BinaryArray} pinned_weights  float32 [pinned, queries, k].
- * @property {number} pinned_top_k
+ * Synced traits of AttentionWidget: its data (AttentionData, generated in lib/view_traits.js) and its view
+ * state (AttentionState).
+ * @typedef {import("./lib/view_traits.js").AttentionData & AttentionState} AttentionModel
+ */
+/**
+ * View state of AttentionWidget (and its base InterpWidget).
+ * @typedef {object} AttentionState
  * @property {"head" | "model"} view  (written)
  * @property {number} layer  (written)
  * @property {number[]} heads  (written)
@@ -54,23 +45,7 @@ export { read as readAttention } from "./views/attention/read.js";
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-/** Traits whose change re-reads the data. @type {(keyof AttentionModel)[]} */
-const DATA_TRAITS = [
-  "tokens",
-  "key_tokens",
-  "generated_mask",
-  "n_layers",
-  "n_heads",
-  "n_kv_heads",
-  "layer_names",
-  "kind",
-  "model_name",
-  "thumbnails",
-  "pinned",
-  "pinned_keys",
-  "pinned_weights",
-  "pinned_top_k",
-];
+import { ATTENTION_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
 /** Traits whose change only redraws. @type {(keyof AttentionModel)[]} */
 const VIEW_TRAITS = ["view", "layer", "heads", "aggregate", "pattern_style", "focus", "locked"];
 

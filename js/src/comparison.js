@@ -34,21 +34,13 @@ import { read } from "./views/comparison/read.js";
  */
 
 /**
- * Synced traits of ComparisonWidget (and its bases TokenScoresWidget, GroupedTokens, InterpWidget).
- * @typedef {object} ComparisonModel
- * @property {string[]} tokens
- * @property {string[]} spaces_before
- * @property {BinaryArray} special_mask  bool [n_tokens].
- * @property {BinaryArray} word_ids  int [n_tokens] (-1: none).
- * @property {BinaryArray} sentence_ids  int [n_tokens] (-1: none).
- * @property {BinaryArray} scores  float32 [n_methods, n_tokens]; NaN = not seen.
- * @property {BinaryArray} turn_ids  int [n_tokens], chat turn (message) of each token (-1: none, e.g. template tokens).
- * @property {string[]} turn_roles  Role of each turn ("system", "user", ...); empty for a plain text.
- * @property {string[]} methods  Name of each row of scores.
- * @property {boolean[]} signed  Per method: diverging (signed) or sequential scale.
- * @property {string} target_label
- * @property {Object<string, AgreementRow[]>} agreements  Agreement table per granularity (token, word, sentence).
- * @property {string} agreement_by  Which ranks the agreement compares, e.g. "magnitude".
+ * Synced traits of ComparisonWidget: its data (ComparisonData, generated in lib/view_traits.js) and its view
+ * state (ComparisonState).
+ * @typedef {import("./lib/view_traits.js").ComparisonData & ComparisonState} ComparisonModel
+ */
+/**
+ * View state of ComparisonWidget (and its bases TokenScoresWidget, GroupedTokens, InterpWidget).
+ * @typedef {object} ComparisonState
  * @property {"token" | "word" | "sentence" | "turn"} granularity  (written)
  * @property {boolean} shared_scale  One colour scale for all methods (written).
  * @property {"colour" | "underline"} encoding
@@ -58,22 +50,7 @@ import { read } from "./views/comparison/read.js";
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-/** Traits whose change re-reads the data. @type {(keyof ComparisonModel)[]} */
-const DATA_TRAITS = [
-  "tokens",
-  "spaces_before",
-  "special_mask",
-  "word_ids",
-  "sentence_ids",
-  "turn_ids",
-  "turn_roles",
-  "scores",
-  "methods",
-  "signed",
-  "target_label",
-  "agreements",
-  "agreement_by",
-];
+import { COMPARISON_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
 /** Traits whose change only redraws. @type {(keyof ComparisonModel)[]} */
 const VIEW_TRAITS = ["granularity", "shared_scale", "encoding", "high_contrast"];
 

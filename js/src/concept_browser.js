@@ -59,17 +59,13 @@ export { BUSY_AFTER, histogramSvg, searchText, textPreview, visibleConcepts };
  */
 
 /**
- * Synced traits of ConceptBrowser (and its bases PagedList, InterpWidget).
- * @typedef {object} ConceptBrowserModel
- * @property {string} method
- * @property {string} layer
- * @property {number} n_rows  Rows (tokens or sentences) the concepts were interpreted on.
- * @property {string[]} labels  Label of each concept.
- * @property {string[][]} top_tokens  Distinct top tokens of each concept.
- * @property {BinaryArray} density  float32 [n_concepts], fraction of rows where the concept is active.
- * @property {BinaryArray} max_activation  float32 [n_concepts].
- * @property {BinaryArray | {}} importance  float32 [n_concepts] (NaN: unknown), or {} when absent.
- * @property {string} importance_label  What the importance numbers are.
+ * Synced traits of ConceptBrowser: its data (ConceptBrowserData, generated in lib/view_traits.js) and its view
+ * state (ConceptBrowserState).
+ * @typedef {import("./lib/view_traits.js").ConceptBrowserData & ConceptBrowserState} ConceptBrowserModel
+ */
+/**
+ * View state of ConceptBrowser (and its bases PagedList, InterpWidget).
+ * @typedef {object} ConceptBrowserState
  * @property {"index" | "label" | "density" | "max" | "importance" | "abs_importance"} sort_by  (written)
  * @property {boolean} descending  (written)
  * @property {string} search  Keep concepts whose label or top tokens contain this (written).
@@ -79,10 +75,6 @@ export { BUSY_AFTER, histogramSvg, searchText, textPreview, visibleConcepts };
  * @property {number} selected_concept  Concept in the detail pane, -1: none (written).
  * @property {number[]} requested  Concept ids on the page (written; read to skip repeated requests).
  * @property {Object<string, ConceptDetail>} details  Detail of each requested concept, by str(concept).
- * @property {string[][]} text_tokens  Shown tokens of each input text.
- * @property {string[][]} text_gaps  Original text before each token, per input text.
- * @property {BinaryArray | {}} text_top_concepts  int32 [tokens of all texts, k], most active concepts (-1 pad).
- * @property {BinaryArray | {}} text_top_values  float32 [tokens of all texts, k], their coefficients.
  * @property {number} selected_text  Input text shown in the text view (written).
  * @property {number} selected_token  Token of that text whose active concepts are listed, -1: none (written).
  * @property {"activation" | "attribution"} text_mode  What colours the text view (written).
@@ -90,22 +82,7 @@ export { BUSY_AFTER, histogramSvg, searchText, textPreview, visibleConcepts };
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-/** Traits whose change re-reads the data (read() decodes the columns again). @type {(keyof ConceptBrowserModel)[]} */
-const DATA_TRAITS = [
-  "method",
-  "layer",
-  "n_rows",
-  "labels",
-  "top_tokens",
-  "density",
-  "max_activation",
-  "importance",
-  "importance_label",
-  "text_tokens",
-  "text_gaps",
-  "text_top_concepts",
-  "text_top_values",
-];
+import { CONCEPT_BROWSER_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
 /** Traits whose change only redraws. @type {(keyof ConceptBrowserModel)[]} */
 const VIEW_TRAITS = [
   "sort_by",

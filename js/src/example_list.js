@@ -25,24 +25,14 @@ export { exampleUnits, visibleOrder } from "./views/example_list/read.js";
  */
 
 /**
- * Synced traits of ExampleListWidget (and its bases PagedList, InterpWidget). Per-token arrays hold the tokens of
+ * Synced traits of ExampleListWidget: its data (ExampleListData, generated in lib/view_traits.js) and its view
+ * state (ExampleListState).
+ * @typedef {import("./lib/view_traits.js").ExampleListData & ExampleListState} ExampleListModel
+ */
+/**
+ * View state of ExampleListWidget (and its bases PagedList, InterpWidget). Per-token arrays hold the tokens of
  * all examples concatenated, in example order.
- * @typedef {object} ExampleListModel
- * @property {string[][]} tokens  Tokens of each example.
- * @property {string[][]} spaces_before  Original text before each token, per example.
- * @property {BinaryArray} special_mask  bool [all tokens].
- * @property {BinaryArray} word_ids  int [all tokens] (-1: none).
- * @property {BinaryArray} sentence_ids  int [all tokens] (-1: none).
- * @property {BinaryArray} turn_ids  int [all tokens], chat turn of each token within its example (-1: none, e.g.
- *   template tokens).
- * @property {string[][]} turn_roles  Role of each turn, per example ("system", "user", ...); empty for a plain text.
- * @property {BinaryArray} scores  float32 [all tokens], scores for each example's shown class.
- * @property {string[]} predicted  Predicted (most probable) label of each example.
- * @property {(number | null)[]} confidence  Probability of the predicted label.
- * @property {string[]} true_labels  True label of each example ("" if unknown).
- * @property {number[]} max_attribution  Largest |score| of each example (special tokens excluded).
- * @property {boolean} signed
- * @property {string} method  Shown under the legend.
+ * @typedef {object} ExampleListState
  * @property {"index" | "confidence" | "max_attribution" | "label"} sort_by  (written)
  * @property {boolean} descending  (written)
  * @property {string} filter_label  Show only examples predicted as this label, "" = all (written).
@@ -55,23 +45,7 @@ export { exampleUnits, visibleOrder } from "./views/example_list/read.js";
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-/** Traits whose change re-reads the data. @type {(keyof ExampleListModel)[]} */
-const DATA_TRAITS = [
-  "tokens",
-  "spaces_before",
-  "special_mask",
-  "word_ids",
-  "sentence_ids",
-  "turn_ids",
-  "turn_roles",
-  "scores",
-  "predicted",
-  "confidence",
-  "true_labels",
-  "max_attribution",
-  "signed",
-  "method",
-];
+import { EXAMPLE_LIST_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
 /** Traits whose change only redraws. @type {(keyof ExampleListModel)[]} */
 const VIEW_TRAITS = [
   "page",

@@ -31,26 +31,13 @@ export { logRatio, read as readGeneration, unitRow } from "./views/generation/re
  */
 
 /**
- * Synced traits of GenerationWidget (and its bases TokenScoresWidget, InterpWidget).
- * @typedef {object} GenerationModel
- * @property {string[]} tokens  Text of each token, prompt then generated.
- * @property {string[]} spaces_before  Original text before each token.
- * @property {BinaryArray} special_mask  bool [n_tokens].
- * @property {BinaryArray} generated_mask  bool [n_tokens], true: generated.
- * @property {BinaryArray} turn_ids  int [n_tokens], chat turn (message) of each token (-1: none, e.g. template tokens).
- * @property {string[]} turn_roles  Role of each turn ("system", "user", "assistant"); empty for a plain text.
- * @property {BinaryArray} scores  float32 [n_steps, n_tokens]; NaN = not visible to that generated token.
- * @property {number[]} step_tokens  Token index of the token generated at each step.
- * @property {(number | null)[]} step_probs  Probability of each generated token.
- * @property {string} method
- * @property {string} score_meaning
- * @property {boolean} signed
- * @property {string[]} foil_tokens  Foil of each generated token (contrastive results; empty otherwise).
- * @property {(number | null)[]} foil_probs  Probability of each step's foil.
- * @property {string} contrast  The foil continuation ("" without a contrast).
- * @property {BinaryArray} word_ids  int [n_tokens], word id per token (-1: none); absent in version-2 data.
- * @property {BinaryArray} sentence_ids  int [n_tokens], sentence id per token (-1: none).
- * @property {BinaryArray} source_mask  bool [n_tokens], true: a source token of an encoder–decoder.
+ * Synced traits of GenerationWidget: its data (GenerationData, generated in lib/view_traits.js) and its view
+ * state (GenerationState).
+ * @typedef {import("./lib/view_traits.js").GenerationData & GenerationState} GenerationModel
+ */
+/**
+ * View state of GenerationWidget (and its bases TokenScoresWidget, InterpWidget).
+ * @typedef {object} GenerationState
  * @property {"token" | "word" | "sentence"} granularity  Each token shows its unit's summed score (written).
  * @property {boolean} shared_scale  One colour scale for all steps (written).
  * @property {"colour" | "underline"} encoding
@@ -62,27 +49,7 @@ export { logRatio, read as readGeneration, unitRow } from "./views/generation/re
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-/** Traits whose change re-reads the data. @type {(keyof GenerationModel)[]} */
-const DATA_TRAITS = [
-  "tokens",
-  "spaces_before",
-  "special_mask",
-  "generated_mask",
-  "turn_ids",
-  "turn_roles",
-  "scores",
-  "step_tokens",
-  "step_probs",
-  "method",
-  "score_meaning",
-  "signed",
-  "foil_tokens",
-  "foil_probs",
-  "contrast",
-  "word_ids",
-  "sentence_ids",
-  "source_mask",
-];
+import { GENERATION_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
 /** Traits whose change only redraws. @type {(keyof GenerationModel)[]} */
 const VIEW_TRAITS = ["selected_step", "shared_scale", "encoding", "high_contrast", "view", "granularity"];
 

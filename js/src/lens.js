@@ -25,22 +25,13 @@ export { read as readLens } from "./views/lens/read.js";
  */
 
 /**
- * Synced traits of LensWidget (N lenses, L layers, T positions, k top tokens, M targets).
- * @typedef {object} LensModel
- * @property {string[]} tokens  The T tokens.
- * @property {string[]} layers  The L layer names.
- * @property {string[]} lenses  "logit" and maybe "tuned".
- * @property {string[]} vocab  Text of every token the cells mention.
- * @property {BinaryArray} top_vocab  int32 [N, L, T, k] indices into vocab.
- * @property {BinaryArray} top_probs  float32 [N, L, T, k].
- * @property {BinaryArray} kl  float32 [N, L, T] KL(final || lens).
- * @property {string[]} target_labels  The M targets.
- * @property {BinaryArray} target_vocab  int32 [T, M] indices into vocab, -1: none.
- * @property {BinaryArray} target_probs  float32 [N, L, T, M] (NaN: none).
- * @property {BinaryArray} target_ranks  int32 [N, L, T, M] (1 = top, 0: none).
- * @property {BinaryArray} generated_mask  bool [T].
- * @property {number} vocab_size
- * @property {string} model_name
+ * Synced traits of LensWidget: its data (LensData, generated in lib/view_traits.js) and its view
+ * state (LensState).
+ * @typedef {import("./lib/view_traits.js").LensData & LensState} LensModel
+ */
+/**
+ * View state of LensWidget (N lenses, L layers, T positions, k top tokens, M targets).
+ * @typedef {object} LensState
  * @property {string} lens  The lens shown (written).
  * @property {"top1_prob" | "target_prob" | "target_rank"} colour_by  (written)
  * @property {number} target  Target colouring the cells (written).
@@ -49,23 +40,7 @@ export { read as readLens } from "./views/lens/read.js";
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-/** Traits whose change re-reads the data. @type {(keyof LensModel)[]} */
-const DATA_TRAITS = [
-  "tokens",
-  "layers",
-  "lenses",
-  "vocab",
-  "top_vocab",
-  "top_probs",
-  "kl",
-  "target_labels",
-  "target_vocab",
-  "target_probs",
-  "target_ranks",
-  "generated_mask",
-  "vocab_size",
-  "model_name",
-];
+import { LENS_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
 /** Traits whose change only redraws. @type {(keyof LensModel)[]} */
 const VIEW_TRAITS = ["lens", "colour_by", "target", "selected_position", "plotted_targets"];
 

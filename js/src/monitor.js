@@ -44,23 +44,24 @@ export { splitSeries, storeOf } from "./views/monitor/read.js";
  */
 
 /**
- * Synced traits of MonitorWidget (and its base InterpWidget).
- * @typedef {object} MonitorModel
+ * Synced traits of MonitorWidget: its data (MonitorData, generated in lib/view_traits.js) and its view
+ * state (MonitorState).
+ * @typedef {import("./lib/view_traits.js").MonitorData & MonitorState} MonitorModel
+ */
+/**
+ * View state of MonitorWidget (and its base InterpWidget).
+ * @typedef {object} MonitorState
  * @property {string} stream_id  Identifies the browser-side store shared by this model's views.
  * @property {string} title
  * @property {string} x_label  Name of the x axis: "step", or "checkpoint" for replays.
  * @property {string[]} layers  Layer names in display order.
  * @property {MonitorPanel[]} panels
- * @property {DataView | ArrayBuffer | null} checkpoint  Whole history: steps float64, then each column float32 (LE).
- * @property {{series?: string[], rows?: number}} checkpoint_schema  Column names and row count of `checkpoint`.
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-/**
- * Traits whose change re-reads the data: the rows, which initialize() puts into the model's store
- * (views/monitor/read.js), whose update redraws in the same frame. @type {(keyof MonitorModel)[]}
- */
-const DATA_TRAITS = ["checkpoint", "checkpoint_schema"];
+// Traits whose change re-reads the data: the rows, which initialize() puts into the model's store
+// (views/monitor/read.js), whose update redraws in the same frame.
+import { MONITOR_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
 /** Traits whose change only redraws. @type {(keyof MonitorModel)[]} */
 const VIEW_TRAITS = ["title", "x_label"];
 

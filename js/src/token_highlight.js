@@ -23,22 +23,13 @@ import { read } from "./views/token_highlight/read.js";
  */
 
 /**
- * Synced traits of TokenHighlightWidget (and its bases TokenScoresWidget, GroupedTokens, InterpWidget).
- * @typedef {object} TokenHighlightModel
- * @property {string[]} tokens  Text of each token (special tokens by name).
- * @property {string[]} spaces_before  Original text between a token and the previous one.
- * @property {BinaryArray} special_mask  bool [n_tokens].
- * @property {BinaryArray} word_ids  int [n_tokens], word of each token (-1: none).
- * @property {BinaryArray} sentence_ids  int [n_tokens], sentence of each token (-1: none).
- * @property {BinaryArray} turn_ids  int [n_tokens], chat turn (message) of each token (-1: none, e.g. template tokens).
- * @property {string[]} turn_roles  Role of each turn ("system", "user", ...); empty for a plain text.
- * @property {BinaryArray} scores  float32 [n_targets, n_tokens]; NaN = the target does not see the token.
- * @property {string[]} target_labels  Label of each row of scores.
- * @property {(number | null)[]} target_probs  Predicted probability per target, or empty.
- * @property {(number | null)[]} completeness_error  Per target, or empty.
- * @property {string} method
- * @property {string} score_meaning  What a score is, e.g. "sum over embedding dimension (signed)".
- * @property {boolean} signed  Diverging scale (signed scores) or 0..max (e.g. a norm).
+ * Synced traits of TokenHighlightWidget: its data (TokenHighlightData, generated in lib/view_traits.js) and its view
+ * state (TokenHighlightState).
+ * @typedef {import("./lib/view_traits.js").TokenHighlightData & TokenHighlightState} TokenHighlightModel
+ */
+/**
+ * View state of TokenHighlightWidget (and its bases TokenScoresWidget, GroupedTokens, InterpWidget).
+ * @typedef {object} TokenHighlightState
  * @property {number} selected_target  Row of scores on display (written).
  * @property {"token" | "word" | "sentence" | "turn"} granularity  Units coloured; sums are computed here (written).
  * @property {boolean} show_special_tokens  (written)
@@ -50,23 +41,7 @@ import { read } from "./views/token_highlight/read.js";
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
-/** Traits whose change re-reads the data. @type {(keyof TokenHighlightModel)[]} */
-const DATA_TRAITS = [
-  "tokens",
-  "spaces_before",
-  "special_mask",
-  "word_ids",
-  "sentence_ids",
-  "turn_ids",
-  "turn_roles",
-  "scores",
-  "target_labels",
-  "target_probs",
-  "method",
-  "score_meaning",
-  "completeness_error",
-  "signed",
-];
+import { TOKEN_HIGHLIGHT_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
 /** Traits whose change only redraws. @type {(keyof TokenHighlightModel)[]} */
 const VIEW_TRAITS = [
   "selected_target",

@@ -1,5 +1,6 @@
 // The model typedefs at runtime: each view, rendered on the fake model and poked through every control, touches
-// (get, set, change:… subscriptions) only traits its `@typedef {object} <Stem>Model` declares. This sees reads
+// (get, set, change:… subscriptions) only traits its model declares: its generated data traits and its
+// `@typedef {object} <Stem>State`. This sees reads
 // through variables (`model.get(name)` in a helper) that the static check in tests/widgets/test_widget_contract.py cannot.
 import { readFileSync } from "node:fs";
 import { dirname, join } from "node:path";
@@ -13,6 +14,7 @@ import generation from "../src/generation.js";
 import lens from "../src/lens.js";
 import monitor from "../src/monitor.js";
 import tokenHighlight from "../src/token_highlight.js";
+import * as generated from "../src/lib/view_traits.js";
 import { fakeModel, payload, settle } from "./fake_model.js";
 
 const SRC = join(dirname(fileURLToPath(import.meta.url)), "..", "src");
@@ -35,6 +37,16 @@ function typedefFields(file, name) {
     fields.push(/^\s*\[?(\w+)/.exec(body.slice(i + 1))[1]);
   }
   return fields;
+}
+
+/**
+ * The synced traits of a view's model `<Stem>Model`: its data traits (generated in lib/view_traits.js from the
+ * Python view-data class) and the `@property` names of its hand-written `<Stem>State` typedef.
+ */
+function modelFields(file, name) {
+  const data = generated[`${file.replace(/\.js$/, "").toUpperCase()}_DATA_TRAITS`];
+  if (!data) throw new Error(`lib/view_traits.js has no data traits of ${file}`);
+  return [...data, ...typedefFields(file, name.replace(/Model$/, "State"))];
 }
 
 const f32 = (values, shape = [values.length]) => payload(Float32Array.from(values), "float32", shape);
@@ -123,7 +135,7 @@ afterEach(() => {
 
 describe.each(VIEWS)("$file", ({ file, model: name, widget, state }) => {
   it(`touches only the traits of its ${name} typedef, and the fixture declares exactly those`, async () => {
-    const fields = typedefFields(file, name);
+    const fields = modelFields(file, name);
     expect(Object.keys(state).sort()).toEqual([...fields].sort()); // the fixture is a complete model of the typedef
     const model = fakeModel(state);
     cleanups.push(widget.initialize?.({ model }), widget.render({ model, el }));

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from interp_widgets.view_data import VIEW_DATA
+from interp_widgets.widgets.view_data import VIEW_DATA
 from interp_widgets.widgets import ConceptBrowser, MonitorWidget, TokenHighlightWidget, output_cap, set_output_cap
 from interp_widgets.widgets._base import WIDGET_VIEW_MIME
 from interp_widgets.widgets._mime import (

@@ -6,11 +6,14 @@ Views are found from the Python side (every ``InterpWidget`` subclass in ``inter
 statically from ``js/src/<bundle>.js`` and the ``js/src/lib/`` modules it imports (followed transitively):
 
 * the typedef: ``@typedef {object} <Stem>Model`` (``TokenHighlightWidget`` → ``TokenHighlightModel``,
-  ``ConceptBrowser`` → ``ConceptBrowserModel``) and its ``@property`` names;
+  ``ConceptBrowser`` → ``ConceptBrowserModel``) and its ``@property`` names, or, where the model is an intersection
+  ``@typedef {import("./lib/view_traits.js").<Stem>Data & <Stem>State} <Stem>Model``, the ``@property`` names of its
+  parts (the data part is generated from the view-data class: ``python scripts/view_schema.py``);
 * the traits used: ``model.get("…")``, ``model.set("…")``, ``"change:…"`` event names, the string elements of
   ``const …TRAITS = [ … ]`` / ``new Set([ … ])`` lists (subscribed with `` `change:${name}` ``), and the keys of the
   object literals given to ``save({…})`` (lib/view.js) or to a one-line wrapper of it such as
-  ``resetPage = (changes) => save({ ...changes, page: 0 })``.
+  ``resetPage = (changes) => save({ ...changes, page: 0 })``; a list imported from the generated
+  ``lib/view_traits.js`` (``import { TOKEN_HIGHLIGHT_DATA_TRAITS as DATA_TRAITS } …``) counts as the names it holds.
 
 Comments are stripped first (JSDoc examples mention ``model.get("scores")``). Reads through a variable
 (``model.get(name)`` in a helper) are invisible here; such names must also appear in a ``…TRAITS`` list (the view
@@ -213,6 +216,8 @@ def traits_used(code: str) -> set[str]:
         names.add(match.group(1))
     for match in re.finditer(r"\bconst\s+\w*TRAITS\s*=\s*(?:new\s+Set\(\s*)?\[", code):
         for item in _top_level_items(_balanced(code, match.end() - 1)):
+            if re.fullmatch(r"\.\.\.[A-Za-z_]\w*", item):
+                continue  # a spread of a list imported from lib/view_traits.js: imported_lists counts its names
             literal = re.fullmatch(_STRING, item)
             assert literal, f"non-literal entry {item!r} in a TRAITS list"
             names.add(next(g for g in literal.groups() if g is not None))
@@ -224,6 +229,25 @@ def traits_used(code: str) -> set[str]:
                 names.add(key.group(1) or key.group(2))
             else:
                 assert item.startswith("..."), f"cannot read the trait name of {item!r} in a save({{…}})"
+    return names
+
+
+GENERATED = JS_SRC / "lib" / "view_traits.js"
+
+
+def generated_lists() -> dict[str, list[str]]:
+    """The trait lists that the generated ``lib/view_traits.js`` exports, by export name."""
+    code = strip_comments(GENERATED.read_text(encoding="utf-8"))
+    return {name: re.findall(r'"(\w+)"', body) for name, body in re.findall(r"export const (\w+) = \[(.*?)\];", code)}
+
+
+def imported_lists(code: str) -> set[str]:
+    """Trait names of the lists one comment-free JS module imports from the generated ``lib/view_traits.js``."""
+    lists, names = generated_lists(), set()
+    for match in re.finditer(r"""import\s*\{([^}]*)\}\s*from\s*["'](?:\.{1,2}/)+(?:lib/)?view_traits\.js["']""", code):
+        for item in match.group(1).split(","):
+            if item.strip():
+                names.update(lists[item.split(" as ")[0].strip()])
     return names
 
 
@@ -257,6 +281,30 @@ def typedef_fields(source: str, name: str) -> list[str] | None:
     return None
 
 
+def model_fields(entry: Path, name: str) -> list[str] | None:
+    """``@property`` names of the model typedef ``name`` in ``entry``: an ``{object}`` typedef, or an intersection
+    ``A & B`` of typedefs of this file or of ``import("./…").Name``; None if there is none."""
+    source = entry.read_text(encoding="utf-8")
+    fields = typedef_fields(source, name)
+    if fields is not None:
+        return fields
+    match = re.search(r"@typedef\s+\{([^{}]*)\}\s+" + re.escape(name) + r"\b", source)
+    if not match:
+        return None
+    fields = []
+    for part in match.group(1).split("&"):
+        imported = re.fullmatch(r"""\s*import\(["'](.+?)["']\)\.(\w+)\s*""", part)
+        if imported:
+            part_fields = typedef_fields(
+                (entry.parent / imported.group(1)).read_text(encoding="utf-8"), imported.group(2)
+            )
+        else:
+            part_fields = typedef_fields(source, part.strip())
+        assert part_fields is not None, f"{entry.name}: {name} is made of {part.strip()!r}, which has no typedef"
+        fields += part_fields
+    return fields
+
+
 def _model_name(cls: type) -> str:
     return cls.__name__.removesuffix("Widget") + "Model"
 
@@ -277,7 +325,7 @@ def test_js_typedef_and_trait_use_match_the_python_synced_traits(view):
     entry = JS_SRC / f"{view._bundle}.js"
     assert entry.is_file(), f"{view.__name__}._bundle = {view._bundle!r} but {entry} does not exist"
     model = _model_name(view)
-    fields = typedef_fields(entry.read_text(encoding="utf-8"), model)
+    fields = model_fields(entry, model)
     assert fields is not None, f"{entry.name} has no `@typedef {{object}} {model}` of {view.__name__}'s synced traits"
     assert len(fields) == len(set(fields)), (
         f"{model} lists a trait twice: {sorted(f for f in fields if fields.count(f) > 1)}"
@@ -286,7 +334,10 @@ def test_js_typedef_and_trait_use_match_the_python_synced_traits(view):
     modules = js_modules(entry)
     used: dict[str, list[str]] = {}
     for path in modules:
-        for name in traits_used(strip_comments(path.read_text(encoding="utf-8"))):
+        if path == GENERATED:  # it declares every view's data; each view uses the lists it imports
+            continue
+        code = strip_comments(path.read_text(encoding="utf-8"))
+        for name in traits_used(code) | imported_lists(code):
             used.setdefault(name, []).append(path.relative_to(JS_SRC).as_posix())
 
     allowed = ALLOWED_DIFFERENCES.get(view.__name__, {})

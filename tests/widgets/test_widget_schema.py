@@ -1,6 +1,6 @@
 """The Python side of the widget contract, for every view: unknown keyword arguments raise a TypeError naming the
 valid ones (a misspelt option used to be silently ignored), and the data a view draws is one versioned schema
-(``interp_widgets.view_data``) whose fields are the view's synced data traits, serialised alike by the traits, the
+(``interp_widgets.widgets.view_data``) whose fields are the view's synced data traits, serialised alike by the traits, the
 export page and JSON."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from interp_widgets.view_data import VIEW_DATA, TokenHighlightData, ViewData
+from interp_widgets.widgets.view_data import VIEW_DATA, TokenHighlightData, ViewData
 from interp_widgets.widgets._traits import BinaryArray
 
 from interp_widgets.widgets import (

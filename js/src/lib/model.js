@@ -2,10 +2,13 @@
  * Types of the Python↔JS contract, for JSDoc only (this module has no runtime code and no view imports it).
  *
  * Each view declares the synced traits of its Python class as a `@typedef {object} <Stem>Model` at the top of
- * `js/src/<bundle>.js` (`TokenHighlightWidget` → `TokenHighlightModel`, `ConceptBrowser` → `ConceptBrowserModel`),
- * one `@property` per trait, and types its `read(model)` (js/src/views/<bundle>/read.js) with `AnyModel<<Stem>Model>`,
- * as anywidget's own types (`AnyModel<T>`, `RenderProps<T>`) do in TypeScript. `tests/widgets/test_widget_contract.py` checks that the typedef, the
- * traits the view's code reads and writes, and the Python class's `sync=True` traits are the same names.
+ * `js/src/<bundle>.js` (`TokenHighlightWidget` → `TokenHighlightModel`, `ConceptBrowser` → `ConceptBrowserModel`):
+ * the view's data typedef `<Stem>Data`, generated from the Python view-data class in `lib/view_traits.js`, and its
+ * own `@typedef {object} <Stem>State` of the view-state traits, one `@property` per trait
+ * (`@typedef {import("./lib/view_traits.js").<Stem>Data & <Stem>State} <Stem>Model`). It types its render with
+ * `AnyModel<<Stem>Model>`, as anywidget's own types (`AnyModel<T>`, `RenderProps<T>`) do in TypeScript.
+ * `tests/widgets/test_widget_contract.py` checks that the typedef, the traits the view's code reads and writes, and the
+ * Python class's `sync=True` traits are the same names.
  *
  * @example
  *   // js/src/my_view.js, over a Python class with one synced trait `title = traitlets.Unicode().tag(sync=True)`:

@@ -8,7 +8,7 @@ send), and :meth:`ViewData.to_json` / :meth:`ViewData.from_json` give a JSON for
 cannot drift apart. Arrays travel as ``{"dtype", "shape", "data"}`` (:func:`array_to_buffer`), which
 ``js/src/lib/codec.js`` decodes; the dataclasses coerce them to the wire dtypes on construction.
 
-This is a core module: it imports numpy and nothing of the package above it, so views and compute packages both use it.
+It belongs to the views (``widgets``), the only package that uses it; it imports numpy and nothing else of the package.
 
 Example:
     >>> data = TokenHighlightData(tokens=["Hi", "!"], spaces_before=["", ""], special_mask=[False, False],
@@ -23,15 +23,17 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+import typing
+from dataclasses import MISSING, dataclass, field
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 __all__ = [
     "AttentionData", "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "LensData", "MonitorData",
     "TokenHighlightData",
-    "ARRAY_DTYPES", "VIEW_DATA", "ViewData", "array_to_buffer", "buffer_to_array", "coerce_array", "narrowest_ints",
+    "ARRAY_DTYPES", "TEXT_TOP", "VIEW_DATA", "DataField", "ViewData", "array_to_buffer", "buffer_to_array", "coerce_array",
+    "data_field", "data_fields", "narrowest_ints",
 ]  # fmt: skip
 
 # dtype sent to JS for each numpy dtype kind we accept; anything wider is narrowed (float64 -> float32 etc.).
@@ -160,6 +162,88 @@ def coerce_array(value: Any, dtype: str, ndim: int, *, finite: bool = False, nam
     return array
 
 
+def data_field(
+    help: str = "",
+    *,
+    default: Any = MISSING,
+    default_factory: Any = MISSING,
+    trait_default: Any = MISSING,
+    trait_allow_none: bool | None = None,
+) -> Any:
+    """A view-data field that also says what its synced trait needs beyond the annotation (a ``dataclasses.field``).
+
+    Args:
+        help: the trait's help text.
+        default, default_factory: the field's default, as for ``dataclasses.field``.
+        trait_default: the trait's default where the field is required (a widget built with no data shows it);
+            without it a required field's trait defaults to its type's empty value (``""``, ``0``, ``[]``, an
+            empty array).
+        trait_allow_none: whether the trait takes ``None``, where that differs from the annotation (an array
+            field that is ``None`` only in payloads older than its version, while every widget sends an array).
+
+    Example:
+        >>> @dataclass
+        ... class Tiny(ViewData):
+        ...     kind: str = data_field("What is drawn.", trait_default="self")
+        >>> dataclasses.fields(Tiny)[0].metadata["trait_default"]
+        'self'
+    """
+    metadata: dict[str, Any] = {"help": help}
+    if trait_default is not MISSING:
+        metadata["trait_default"] = trait_default
+    if trait_allow_none is not None:
+        metadata["trait_allow_none"] = trait_allow_none
+    return field(default=default, default_factory=default_factory, metadata=metadata)
+
+
+class DataField(NamedTuple):
+    """One synced data field of a view: its (flat) name, resolved annotation, ``dataclasses.Field``, the
+    ``(dtype, ndim, finite)`` spec of an array field (else None) and the path of dataclass fields that holds it
+    (``("name",)`` for a field of the view-data class itself)."""
+
+    name: str
+    annotation: Any
+    field: dataclasses.Field
+    array: tuple[str, int, bool] | None
+    path: tuple[str, ...]
+
+
+def data_fields(cls: type) -> list[DataField]:
+    """The synced data fields of a view-data class, in order. A field whose annotation is itself a dataclass (a part
+    several views share) is flattened into its own fields, under their own names, so the wire format stays flat; an
+    array spec comes from the part's ``ARRAYS`` or else the view's.
+
+    Example:
+        >>> [(f.name, f.array) for f in data_fields(MonitorData)]
+        [('checkpoint', None), ('checkpoint_schema', None)]
+    """
+
+    def walk(klass: type, arrays: dict[str, Any], prefix: tuple[str, ...]) -> list[DataField]:
+        hints = typing.get_type_hints(klass)
+        found = []
+        for f in dataclasses.fields(klass):
+            annotation = hints[f.name]
+            if isinstance(annotation, type) and dataclasses.is_dataclass(annotation):
+                found.extend(walk(annotation, {**arrays, **getattr(annotation, "ARRAYS", {})}, (*prefix, f.name)))
+            else:
+                found.append(DataField(f.name, annotation, f, arrays.get(f.name), (*prefix, f.name)))
+        return found
+
+    if cls not in _DATA_FIELDS:
+        fields = walk(cls, dict(getattr(cls, "ARRAYS", {})), ())
+        names = [f.name for f in fields]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise TypeError(
+                f"{cls.__name__} has the data fields {twice} twice (a flattened part repeats them); rename one"
+            )
+        _DATA_FIELDS[cls] = tuple(fields)
+    return list(_DATA_FIELDS[cls])
+
+
+_DATA_FIELDS: dict[type, tuple[DataField, ...]] = {}
+
+
 def _encode(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         payload = array_to_buffer(value)
@@ -186,10 +270,16 @@ class ViewData:
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {}
 
     def __post_init__(self) -> None:
-        for name, (dtype, ndim, finite) in self.ARRAYS.items():
-            value = getattr(self, name)
+        for f in data_fields(type(self)):
+            if f.array is None:
+                continue
+            owner: Any = self
+            for step in f.path[:-1]:
+                owner = getattr(owner, step)
+            value = getattr(owner, f.name)
             if value is not None:
-                setattr(self, name, coerce_array(value, dtype, ndim, finite=finite, name=name))
+                dtype, ndim, finite = f.array
+                setattr(owner, f.name, coerce_array(value, dtype, ndim, finite=finite, name=f.name))
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -199,7 +289,31 @@ class ViewData:
             >>> GenerationData.field_names()[:3]
             ['tokens', 'spaces_before', 'special_mask']
         """
-        return [f.name for f in dataclasses.fields(cls)]
+        return [f.name for f in data_fields(cls)]
+
+    @classmethod
+    def from_traits(cls, values: dict[str, Any]) -> "ViewData":
+        """The view data from its flat trait values (by trait name), the inverse of :meth:`to_traits`: the fields of
+        a part (a dataclass field) are gathered back into it.
+
+        Example:
+            >>> MonitorData.from_traits({"checkpoint": b"", "checkpoint_schema": {"series": [], "rows": 0}}).VIEW
+            'monitor'
+        """
+
+        parts = {f.path[:i] for f in data_fields(cls) for i in range(1, len(f.path))}  # paths of the part fields
+
+        def build(klass: type, prefix: tuple[str, ...]) -> Any:
+            kwargs = {}
+            for f in dataclasses.fields(klass):
+                path = (*prefix, f.name)
+                if path in parts:
+                    kwargs[f.name] = build(typing.get_type_hints(klass)[f.name], path)
+                elif f.name in values:
+                    kwargs[f.name] = values[f.name]
+            return klass(**kwargs)
+
+        return build(cls, ())
 
     def to_traits(self) -> dict[str, Any]:
         """The trait values, by trait name (arrays as numpy arrays; the traits serialise them).
@@ -211,7 +325,13 @@ class ViewData:
             >>> list(traits)[:4], traits["scores"]
             (['tokens', 'spaces_before', 'special_mask', 'word_ids'], array([[ 0.5, -0.1]], dtype=float32))
         """
-        return {name: getattr(self, name) for name in self.field_names()}
+        values = {}
+        for f in data_fields(type(self)):
+            value: Any = self
+            for step in f.path:
+                value = getattr(value, step)
+            values[f.name] = value
+        return values
 
     def to_state(self) -> dict[str, Any]:
         """The synced state as the traits send it: arrays as ``{"dtype", "shape", "data": memoryview}`` payloads.
@@ -221,7 +341,8 @@ class ViewData:
             ...                    sentence_ids=[0], scores=[[1.0]]).to_state()["scores"]["shape"]
             [1, 1]
         """
-        return {name: array_to_buffer(value) if isinstance(value, np.ndarray) else {} if name in self.ARRAYS else value
+        arrays = {f.name for f in data_fields(type(self)) if f.array is not None}
+        return {name: array_to_buffer(value) if isinstance(value, np.ndarray) else {} if name in arrays else value
                 for name, value in self.to_traits().items()}  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
@@ -260,8 +381,11 @@ class ViewData:
         unknown = sorted(set(data) - set(cls.field_names()))
         if unknown:
             raise ValueError(f"unknown {cls.VIEW} fields {unknown}; expected {cls.field_names()}")
-        return cls(**data)
+        return cls.from_traits(data)
 
+
+#: Concepts listed per token of an input text in the concept browser.
+TEXT_TOP = 5
 
 _TOKEN_ARRAYS = {"special_mask": ("bool", 1, False), "word_ids": ("int", 1, False), "sentence_ids": ("int", 1, False),
                  "scores": ("float32", 2, True)}  # fmt: skip
@@ -284,20 +408,27 @@ class TokenHighlightData(ViewData):
     VERSION: ClassVar[int] = 2
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "turn_ids": ("int", 1, False)}
 
-    tokens: list[str]
-    spaces_before: list[str]
-    special_mask: np.ndarray
-    word_ids: np.ndarray
-    sentence_ids: np.ndarray
-    scores: np.ndarray
+    tokens: list[str] = data_field("Text of each token (special tokens by name).")
+    spaces_before: list[str] = data_field("Original text between a token and the previous one.")
+    special_mask: np.ndarray = data_field("True for each special token.")
+    word_ids: np.ndarray = data_field("Word id per token (-1: none), int8/int16/int32 (narrowest).")
+    sentence_ids: np.ndarray = data_field("Sentence id per token (-1: none), int8/int16/int32 (narrowest).")
+    scores: np.ndarray = data_field("(rows, n_tokens) scores; NaN = not seen.")
     target_labels: list[str] = field(default_factory=list)
-    target_probs: list[float | None] = field(default_factory=list)
-    completeness_error: list[float | None] = field(default_factory=list)
+    target_probs: list[float | None] = data_field("Predicted probability per target, or empty.", default_factory=list)
+    completeness_error: list[float | None] = data_field("Per target, or empty.", default_factory=list)
     method: str = ""
-    score_meaning: str = ""
-    signed: bool = True
-    turn_ids: np.ndarray | None = None
-    turn_roles: list[str] = field(default_factory=list)
+    score_meaning: str = data_field("What a score is, e.g. 'sum over embedding dimension (signed)'.", default="")
+    signed: bool = data_field(
+        "Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.", default=True
+    )
+    turn_ids: np.ndarray | None = data_field(
+        "Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).",
+        default=None,
+    )
+    turn_roles: list[str] = data_field(
+        "Role of each turn ('system', 'user', ...); empty for a plain text.", default_factory=list
+    )
 
 
 @dataclass
@@ -325,24 +456,37 @@ class GenerationData(ViewData):
         "turn_ids": ("int", 1, False), "word_ids": ("int", 1, False), "sentence_ids": ("int", 1, False),
         "source_mask": ("bool", 1, False)}  # fmt: skip
 
-    tokens: list[str]
+    tokens: list[str] = data_field("Text of each token (special tokens by name).")
     spaces_before: list[str]
-    special_mask: np.ndarray
-    generated_mask: np.ndarray
-    scores: np.ndarray
-    step_tokens: list[int]
-    step_probs: list[float | None] = field(default_factory=list)
+    special_mask: np.ndarray = data_field("True for each special token.")
+    generated_mask: np.ndarray = data_field("True for each generated token.")
+    scores: np.ndarray = data_field("(rows, n_tokens) scores; NaN = not seen.")
+    step_tokens: list[int] = data_field("Token index of the token generated at each step.")
+    step_probs: list[float | None] = data_field("Probability of each generated token.", default_factory=list)
     method: str = ""
     score_meaning: str = ""
     signed: bool = True
-    foil_tokens: list[str] = field(default_factory=list)
-    foil_probs: list[float | None] = field(default_factory=list)
-    contrast: str = ""
-    turn_ids: np.ndarray | None = None
-    turn_roles: list[str] = field(default_factory=list)
-    word_ids: np.ndarray | None = None
-    sentence_ids: np.ndarray | None = None
-    source_mask: np.ndarray | None = None
+    foil_tokens: list[str] = data_field("Foil of each step (contrastive results; else empty).", default_factory=list)
+    foil_probs: list[float | None] = data_field("Probability of each step's foil.", default_factory=list)
+    contrast: str = data_field("The foil continuation ('' without a contrast).", default="")
+    turn_ids: np.ndarray | None = data_field(
+        "Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).",
+        default=None,
+    )
+    turn_roles: list[str] = data_field(
+        "Role of each turn ('system', 'user', ...); empty for a plain text.", default_factory=list
+    )
+    word_ids: np.ndarray | None = data_field(
+        "Word id per token (-1: none), int8/int16/int32 (narrowest).", default=None, trait_allow_none=False
+    )
+    sentence_ids: np.ndarray | None = data_field(
+        "Sentence id per token (-1: none), int8/int16/int32 (narrowest).", default=None, trait_allow_none=False
+    )
+    source_mask: np.ndarray | None = data_field(
+        "True for each source token of an encoder–decoder (all False for decoders).",
+        default=None,
+        trait_allow_none=False,
+    )
 
 
 @dataclass
@@ -362,19 +506,27 @@ class ComparisonData(ViewData):
     VERSION: ClassVar[int] = 2
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "turn_ids": ("int", 1, False)}
 
-    tokens: list[str]
+    tokens: list[str] = data_field("Text of each token (special tokens by name).")
     spaces_before: list[str]
-    special_mask: np.ndarray
-    word_ids: np.ndarray
-    sentence_ids: np.ndarray
-    scores: np.ndarray
+    special_mask: np.ndarray = data_field("True for each special token.")
+    word_ids: np.ndarray = data_field("Word id per token (-1: none), int8/int16/int32 (narrowest).")
+    sentence_ids: np.ndarray = data_field("Sentence id per token (-1: none), int8/int16/int32 (narrowest).")
+    scores: np.ndarray = data_field("(rows, n_tokens) scores; NaN = not seen.")
     methods: list[str]
-    signed: list[bool]
+    signed: list[bool] = data_field("Per method: signed (diverging) or unsigned (sequential).")
     target_label: str = ""
-    agreements: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    agreements: dict[str, list[dict[str, Any]]] = data_field(
+        "{granularity: pairwise rows {a, b, spearman, top_k_overlap, k}} for token, word and sentence units.",
+        default_factory=dict,
+    )
     agreement_by: str = "magnitude"
-    turn_ids: np.ndarray | None = None
-    turn_roles: list[str] = field(default_factory=list)
+    turn_ids: np.ndarray | None = data_field(
+        "Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).",
+        default=None,
+    )
+    turn_roles: list[str] = data_field(
+        "Role of each turn ('system', 'user', ...); empty for a plain text.", default_factory=list
+    )
 
 
 @dataclass
@@ -396,20 +548,24 @@ class ExampleListData(ViewData):
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "scores": ("float32", 1, True),
                                                           "turn_ids": ("int", 1, False)}  # fmt: skip
 
-    tokens: list[list[str]]
+    tokens: list[list[str]] = data_field("Tokens of each example.")
     spaces_before: list[list[str]]
-    special_mask: np.ndarray
-    word_ids: np.ndarray
-    sentence_ids: np.ndarray
-    scores: np.ndarray
-    predicted: list[str]
-    confidence: list[float | None]
-    true_labels: list[str]
-    max_attribution: list[float]
+    special_mask: np.ndarray = data_field("True per special token of all examples concatenated.")
+    word_ids: np.ndarray = data_field("Word id per token of all examples concatenated (-1: none).")
+    sentence_ids: np.ndarray = data_field("Sentence id per token of all examples concatenated (-1: none).")
+    scores: np.ndarray = data_field("Scores for each example's shown class, concatenated.")
+    predicted: list[str] = data_field("Predicted (most probable) label of each example.")
+    confidence: list[float | None] = data_field("Probability of the predicted label.")
+    true_labels: list[str] = data_field("True label of each example ('' if unknown).")
+    max_attribution: list[float] = data_field("Largest |score| of each example (special tokens excluded).")
     signed: bool = True
     method: str = ""
-    turn_ids: np.ndarray | None = None
-    turn_roles: list[list[str]] = field(default_factory=list)
+    turn_ids: np.ndarray | None = data_field(
+        "Chat turn per token of all examples concatenated (-1: none).", default=None, trait_allow_none=False
+    )
+    turn_roles: list[list[str]] = data_field(
+        "Roles of each example's turns (empty for a plain text).", default_factory=list
+    )
 
 
 @dataclass
@@ -428,17 +584,19 @@ class ConceptBrowserData(ViewData):
 
     method: str
     layer: str
-    n_rows: int
-    labels: list[str]
-    top_tokens: list[list[str]]
-    density: np.ndarray
-    max_activation: np.ndarray
-    importance: np.ndarray | None
-    importance_label: str
-    text_tokens: list[list[str]]
-    text_gaps: list[list[str]]
-    text_top_concepts: np.ndarray
-    text_top_values: np.ndarray
+    n_rows: int = data_field("Rows (tokens or sentences) the concepts were interpreted on.")
+    labels: list[str] = data_field("Label of each concept.")
+    top_tokens: list[list[str]] = data_field("Distinct top tokens of each concept.")
+    density: np.ndarray = data_field("Fraction of rows where each concept is active.")
+    max_activation: np.ndarray = data_field("Largest coefficient of each concept.")
+    importance: np.ndarray | None = data_field(
+        "Importance of each concept (NaN: unknown); None (sent as {}) when absent."
+    )
+    importance_label: str = data_field("What the importance numbers are.")
+    text_tokens: list[list[str]] = data_field("Shown tokens of each input text.")
+    text_gaps: list[list[str]] = data_field("Original text before each token.")
+    text_top_concepts: np.ndarray = data_field(f"[tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).")
+    text_top_values: np.ndarray = data_field(f"[tokens of all texts, {TEXT_TOP}] their coefficients.")
 
 
 @dataclass
@@ -454,8 +612,11 @@ class MonitorData(ViewData):
 
     VIEW: ClassVar[str] = "monitor"
 
-    checkpoint: bytes = b""
-    checkpoint_schema: dict[str, Any] = field(default_factory=lambda: {"series": [], "rows": 0})
+    checkpoint: bytes = data_field("Whole history: steps float64, then each column float32 (LE).", default=b"")
+    checkpoint_schema: dict[str, Any] = data_field(
+        "{'series': column names, 'rows': row count} of `checkpoint`.",
+        default_factory=lambda: {"series": [], "rows": 0},
+    )
 
 
 @dataclass
@@ -473,19 +634,19 @@ class AttentionData(ViewData):
         "generated_mask": ("bool", 1, False), "thumbnails": ("int", 4, False), "pinned_keys": ("int", 3, False),
         "pinned_weights": ("float32", 3, True)}  # fmt: skip
 
-    tokens: list[str]
-    key_tokens: list[str]
-    generated_mask: np.ndarray
+    tokens: list[str] = data_field("Query tokens.")
+    key_tokens: list[str] = data_field("Key tokens (= tokens for self-attention).")
+    generated_mask: np.ndarray = data_field("True for generated tokens.")
     n_layers: int
     n_heads: int
-    n_kv_heads: int
+    n_kv_heads: int = data_field(trait_default=1)
     layer_names: list[str]
-    kind: str
+    kind: str = data_field(trait_default="self")
     model_name: str
-    thumbnails: np.ndarray
-    pinned: list[dict[str, Any]]
-    pinned_keys: np.ndarray
-    pinned_weights: np.ndarray
+    thumbnails: np.ndarray = data_field("(layers, heads, s, s) max-pooled heads, 0..127.")
+    pinned: list[dict[str, Any]] = data_field("Pinned heads {layer, head} (head: int or an aggregation).")
+    pinned_keys: np.ndarray = data_field("(pinned, queries, k) key index of each kept weight.")
+    pinned_weights: np.ndarray = data_field("(pinned, queries, k) the top-k weights.")
     pinned_top_k: int = 32
 
 
@@ -516,12 +677,12 @@ class LensData(ViewData):
     tokens: list[str]
     layers: list[str]
     lenses: list[str]
-    vocab: list[str]
-    top_vocab: np.ndarray
+    vocab: list[str] = data_field("Text of every token the cells mention.")
+    top_vocab: np.ndarray = data_field("(lenses, layers, positions, k) indices into vocab.")
     top_probs: np.ndarray
-    kl: np.ndarray
+    kl: np.ndarray = data_field("KL(final || lens), nats.")
     target_labels: list[str]
-    target_vocab: np.ndarray
+    target_vocab: np.ndarray = data_field("(positions, targets) indices into vocab, -1: none.")
     target_probs: np.ndarray
     target_ranks: np.ndarray
     generated_mask: np.ndarray
