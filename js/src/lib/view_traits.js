@@ -22,22 +22,7 @@
  * @property {number} pinned_top_k
  */
 /** Data traits of the attention view. @type {(keyof AttentionData)[]} */
-export const ATTENTION_DATA_TRAITS = [
-  "tokens",
-  "key_tokens",
-  "generated_mask",
-  "n_layers",
-  "n_heads",
-  "n_kv_heads",
-  "layer_names",
-  "kind",
-  "model_name",
-  "thumbnails",
-  "pinned",
-  "pinned_keys",
-  "pinned_weights",
-  "pinned_top_k",
-];
+export const ATTENTION_DATA_TRAITS = ["tokens", "key_tokens", "generated_mask", "n_layers", "n_heads", "n_kv_heads", "layer_names", "kind", "model_name", "thumbnails", "pinned", "pinned_keys", "pinned_weights", "pinned_top_k"];
 
 /**
  * Data of the comparison view (ComparisonData, version 2): the synced data traits of ComparisonWidget.
@@ -57,21 +42,7 @@ export const ATTENTION_DATA_TRAITS = [
  * @property {string[]} turn_roles  Role of each turn ('system', 'user', ...); empty for a plain text.
  */
 /** Data traits of the comparison view. @type {(keyof ComparisonData)[]} */
-export const COMPARISON_DATA_TRAITS = [
-  "tokens",
-  "spaces_before",
-  "special_mask",
-  "word_ids",
-  "sentence_ids",
-  "scores",
-  "methods",
-  "signed",
-  "target_label",
-  "agreements",
-  "agreement_by",
-  "turn_ids",
-  "turn_roles",
-];
+export const COMPARISON_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "methods", "signed", "target_label", "agreements", "agreement_by", "turn_ids", "turn_roles"];
 
 /**
  * Data of the concept_browser view (ConceptBrowserData, version 1): the synced data traits of ConceptBrowser.
@@ -91,21 +62,7 @@ export const COMPARISON_DATA_TRAITS = [
  * @property {BinaryArray} text_top_values  float32, 2-D. [tokens of all texts, 5] their coefficients.
  */
 /** Data traits of the concept_browser view. @type {(keyof ConceptBrowserData)[]} */
-export const CONCEPT_BROWSER_DATA_TRAITS = [
-  "method",
-  "layer",
-  "n_rows",
-  "labels",
-  "top_tokens",
-  "density",
-  "max_activation",
-  "importance",
-  "importance_label",
-  "text_tokens",
-  "text_gaps",
-  "text_top_concepts",
-  "text_top_values",
-];
+export const CONCEPT_BROWSER_DATA_TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values"];
 
 /**
  * Data of the example_list view (ExampleListData, version 2): the synced data traits of ExampleListWidget.
@@ -126,22 +83,7 @@ export const CONCEPT_BROWSER_DATA_TRAITS = [
  * @property {string[][]} turn_roles  Roles of each example's turns (empty for a plain text).
  */
 /** Data traits of the example_list view. @type {(keyof ExampleListData)[]} */
-export const EXAMPLE_LIST_DATA_TRAITS = [
-  "tokens",
-  "spaces_before",
-  "special_mask",
-  "word_ids",
-  "sentence_ids",
-  "scores",
-  "predicted",
-  "confidence",
-  "true_labels",
-  "max_attribution",
-  "signed",
-  "method",
-  "turn_ids",
-  "turn_roles",
-];
+export const EXAMPLE_LIST_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method", "turn_ids", "turn_roles"];
 
 /**
  * Data of the generation view (GenerationData, version 4): the synced data traits of GenerationWidget.
@@ -166,26 +108,7 @@ export const EXAMPLE_LIST_DATA_TRAITS = [
  * @property {BinaryArray | null} source_mask  True for each source token of an encoder–decoder (all False for decoders).
  */
 /** Data traits of the generation view. @type {(keyof GenerationData)[]} */
-export const GENERATION_DATA_TRAITS = [
-  "tokens",
-  "spaces_before",
-  "special_mask",
-  "generated_mask",
-  "scores",
-  "step_tokens",
-  "step_probs",
-  "method",
-  "score_meaning",
-  "signed",
-  "foil_tokens",
-  "foil_probs",
-  "contrast",
-  "turn_ids",
-  "turn_roles",
-  "word_ids",
-  "sentence_ids",
-  "source_mask",
-];
+export const GENERATION_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed", "foil_tokens", "foil_probs", "contrast", "turn_ids", "turn_roles", "word_ids", "sentence_ids", "source_mask"];
 
 /**
  * Data of the lens view (LensData, version 1): the synced data traits of LensWidget.
@@ -206,22 +129,7 @@ export const GENERATION_DATA_TRAITS = [
  * @property {string} model_name
  */
 /** Data traits of the lens view. @type {(keyof LensData)[]} */
-export const LENS_DATA_TRAITS = [
-  "tokens",
-  "layers",
-  "lenses",
-  "vocab",
-  "top_vocab",
-  "top_probs",
-  "kl",
-  "target_labels",
-  "target_vocab",
-  "target_probs",
-  "target_ranks",
-  "generated_mask",
-  "vocab_size",
-  "model_name",
-];
+export const LENS_DATA_TRAITS = ["tokens", "layers", "lenses", "vocab", "top_vocab", "top_probs", "kl", "target_labels", "target_vocab", "target_probs", "target_ranks", "generated_mask", "vocab_size", "model_name"];
 
 /**
  * Data of the monitor view (MonitorData, version 1): the synced data traits of MonitorWidget.
@@ -251,19 +159,4 @@ export const MONITOR_DATA_TRAITS = ["checkpoint", "checkpoint_schema"];
  * @property {string[]} turn_roles  Role of each turn ('system', 'user', ...); empty for a plain text.
  */
 /** Data traits of the token_highlight view. @type {(keyof TokenHighlightData)[]} */
-export const TOKEN_HIGHLIGHT_DATA_TRAITS = [
-  "tokens",
-  "spaces_before",
-  "special_mask",
-  "word_ids",
-  "sentence_ids",
-  "scores",
-  "target_labels",
-  "target_probs",
-  "completeness_error",
-  "method",
-  "score_meaning",
-  "signed",
-  "turn_ids",
-  "turn_roles",
-];
+export const TOKEN_HIGHLIGHT_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "target_labels", "target_probs", "completeness_error", "method", "score_meaning", "signed", "turn_ids", "turn_roles"];

@@ -140,7 +140,7 @@ def test_the_generated_js_trait_lists_are_current():
 
     from interp_widgets.widgets._payload_schema import traits_js
 
-    path = Path(__file__).resolve().parent.parent / "js" / "src" / "lib" / "view_traits.js"
+    path = Path(__file__).resolve().parents[2] / "js" / "src" / "lib" / "view_traits.js"
     assert path.read_text(encoding="utf-8") == traits_js(), "run python scripts/view_schema.py"
     for view, data_class in VIEW_DATA.items():
         names = ", ".join(f'"{name}"' for name in data_class.field_names())
