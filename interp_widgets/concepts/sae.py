@@ -1,9 +1,12 @@
 """Sparse autoencoders in torch: ReLU with an L1 penalty, TopK, JumpReLU and BatchTopK, trained from a store.
 
 The input is centred on the decoder bias and scaled so that a row has unit mean squared value per feature
-(``scale_``); the decoder rows are kept at unit norm. Training reads shuffled minibatches from an
-:class:`~interp_widgets.concepts.ActivationStore` (or an array), shows a progress bar, stops early when the loss on a
-fixed monitoring sample stops improving (the best weights are kept), and resamples dead concepts: after an epoch in
+(``scale_``); the decoder rows are kept at unit norm. Every SAE trains with the one loop of
+:mod:`~interp_widgets.concepts.training`, set by a :class:`~interp_widgets.concepts.TrainingConfig` (``training=``, or
+its fields as keyword arguments: ``SparseAutoencoder(64, lr=3e-3, max_epochs=20)``). Training reads shuffled
+minibatches from an :class:`~interp_widgets.concepts.ActivationStore` (or an array), shows a progress bar, stops early
+when the loss on a fixed monitoring sample stops improving (the best weights are kept), and resamples dead concepts;
+each SAE kind supplies only its initial weights, encoder and loss. Resampling: after an epoch in
 which a concept never fired, its decoder row is reset to the residual direction of a badly reconstructed input
 (chosen with probability proportional to the square of its reconstruction loss) and its encoder column to that
 direction scaled to the mean encoder norm of live concepts (× 0.2 for ReLU; × 1 for the others, where a unit must
