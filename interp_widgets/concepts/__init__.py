@@ -73,6 +73,7 @@ from interp_widgets.concepts.saelens import (
     save_sae,
     transformer_lens_processing,
 )
+from interp_widgets.concepts.training import TrainingConfig
 
 __all__ = [
     "ActivationStore",
@@ -109,6 +110,7 @@ __all__ = [
     "SparseAutoencoder",
     "SpliceQuality",
     "TextConcepts",
+    "TrainingConfig",
     "check_base_model",
     "collect_activations",
     "concept_attribution",

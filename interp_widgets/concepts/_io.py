@@ -7,6 +7,7 @@ that is missing, a directory, or not a safetensors file raises an error that say
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,8 @@ def _json_default(value):
         return value.tolist()
     if isinstance(value, Path):
         return str(value)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):  # a config such as TrainingConfig: its fields
+        return dataclasses.asdict(value)
     raise TypeError(f"cannot store a {type(value).__name__} as JSON")
 
 

@@ -39,8 +39,6 @@ Example:
 
 from __future__ import annotations
 
-import sys
-import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -443,8 +441,7 @@ class SklearnConcepts(ConceptModel):
     Args:
         n_concepts: number of concepts (the estimator's ``n_components`` or ``n_clusters``).
         estimator_params: keyword arguments of the wrapped estimator's constructor, such as
-            ``{"random_state": 0}``; ``estimator_`` is the fitted scikit-learn object. (Passing them as keyword
-            arguments of the concept model itself still works but is deprecated.)
+            ``{"random_state": 0}``; ``estimator_`` is the fitted scikit-learn object.
         max_fit_rows: a store with more rows is fitted on a random sample of that size, or streamed through
             ``partial_fit`` for estimators that have it (``fit_info_["mode"]`` says which).
         stream_epochs: passes over the store when streaming.
@@ -468,21 +465,8 @@ class SklearnConcepts(ConceptModel):
         estimator_params: dict[str, Any] | None = None,
         max_fit_rows: int = 200_000,
         stream_epochs: int = 1,
-        **legacy_estimator_params,
     ):
         super().__init__(n_concepts)
-        if legacy_estimator_params:
-            names = ", ".join(f"{key}={value!r}" for key, value in legacy_estimator_params.items())
-            level, frame = 2, sys._getframe(1)
-            while frame.f_back is not None and frame.f_code.co_filename == __file__:  # warn at the user's call
-                frame, level = frame.f_back, level + 1
-            warnings.warn(
-                f"passing estimator arguments to {type(self).__name__} directly ({names}) is deprecated; "
-                f"pass estimator_params={legacy_estimator_params!r}",
-                DeprecationWarning,
-                stacklevel=level,
-            )
-            estimator_params = {**(estimator_params or {}), **legacy_estimator_params}
         self.estimator_params = estimator_params
         self.max_fit_rows = max_fit_rows
         self.stream_epochs = stream_epochs
@@ -801,14 +785,9 @@ class NMFConcepts(SklearnConcepts):
         estimator_params: dict[str, Any] | None = None,
         max_fit_rows: int = 200_000,
         stream_epochs: int = 1,
-        **legacy_estimator_params,
     ):
         super().__init__(
-            n_concepts,
-            estimator_params=estimator_params,
-            max_fit_rows=max_fit_rows,
-            stream_epochs=stream_epochs,
-            **legacy_estimator_params,
+            n_concepts, estimator_params=estimator_params, max_fit_rows=max_fit_rows, stream_epochs=stream_epochs
         )
         self.nonnegative = nonnegative
 

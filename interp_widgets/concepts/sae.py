@@ -1,9 +1,12 @@
 """Sparse autoencoders in torch: ReLU with an L1 penalty, TopK, JumpReLU and BatchTopK, trained from a store.
 
 The input is centred on the decoder bias and scaled so that a row has unit mean squared value per feature
-(``scale_``); the decoder rows are kept at unit norm. Training reads shuffled minibatches from an
-:class:`~interp_widgets.concepts.ActivationStore` (or an array), shows a progress bar, stops early when the loss on a
-fixed monitoring sample stops improving (the best weights are kept), and resamples dead concepts: after an epoch in
+(``scale_``); the decoder rows are kept at unit norm. Every SAE trains with the one loop of
+:mod:`~interp_widgets.concepts.training`, set by a :class:`~interp_widgets.concepts.TrainingConfig` (``training=``, or
+its fields as keyword arguments: ``SparseAutoencoder(64, lr=3e-3, max_epochs=20)``). Training reads shuffled
+minibatches from an :class:`~interp_widgets.concepts.ActivationStore` (or an array), shows a progress bar, stops early
+when the loss on a fixed monitoring sample stops improving (the best weights are kept), and resamples dead concepts;
+each SAE kind supplies only its initial weights, encoder and loss. Resampling: after an epoch in
 which a concept never fired, its decoder row is reset to the residual direction of a badly reconstructed input
 (chosen with probability proportional to the square of its reconstruction loss) and its encoder column to that
 direction scaled to the mean encoder norm of live concepts (× 0.2 for ReLU; × 1 for the others, where a unit must
@@ -42,12 +45,11 @@ Example:
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
-from interp_widgets.concepts.decompositions import ConceptModel, _as_matrix
+from interp_widgets.concepts.decompositions import ConceptModel
+from interp_widgets.concepts.training import Step, TrainingConfig, train_dictionary
 from interp_widgets.validation import check_choice, check_int, check_number
 
 ACTIVATIONS = ("relu", "topk")
@@ -187,45 +189,50 @@ def step(pre: torch.Tensor, threshold: torch.Tensor, bandwidth: float = 0.05) ->
     return _Step.apply(pre, threshold, float(bandwidth))
 
 
-def _adam(params, lr: float) -> torch.optim.Adam:
-    """Adam with the fused kernel where torch has one for the device (one pass over each parameter instead of six:
-    0.25 s → 0.04 s per step for a 16k × 576 SAE on one CPU thread); the same update up to float rounding."""
-    params = list(params)
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, TypeError, ValueError):  # no fused kernel for this device or dtype
-        return torch.optim.Adam(params, lr=lr)
-
-
 class _SparseAutoencoderBase(ConceptModel):
-    """Training loop, encoding pipeline and persistence shared by every SAE (not registered itself).
+    """Training pieces, encoding pipeline and persistence shared by every SAE (not registered itself).
 
-    Subclass API: ``__init__`` with explicit keyword parameters (as for any concept model), ``_encode(xn, w,
-    training)`` (coefficients of normalised rows), and optionally ``_penalty``, ``_init_extra``, ``_after_step``,
-    ``_finish_fit`` and ``_resample_gain``.
+    Training runs :func:`~interp_widgets.concepts.training.train_dictionary` with the settings of ``training`` (a
+    :class:`~interp_widgets.concepts.TrainingConfig`); the SAE supplies the pieces of its :class:`~interp_widgets.
+    concepts.training.Dictionary` protocol. Subclass API: ``__init__(n_concepts, *, <own keyword parameters>,
+    training=None, **overrides)`` storing each own parameter unchanged and ``self.training =
+    TrainingConfig.resolve(training, overrides, <class name>)``; ``_encode(xn, w, training)`` (coefficients of
+    normalised rows); and optionally ``_penalty``, ``_loss``, ``_init_weights``, ``_after_step``, ``_finish_fit``
+    and ``_resample_gain``.
     """
 
-    # parameters every SAE shares (subclasses set them in __init__)
-    lr: float
-    batch_size: int
-    max_epochs: int
-    patience: int
-    min_delta: float
-    monitor_rows: int
-    resample_dead: bool
-    seed: int
-    progress: bool
-    device: str
+    training: TrainingConfig | None
     activation: str = ""
 
     def _check_params(self) -> None:
         super()._check_params()
-        for name in ("batch_size", "max_epochs", "patience"):
-            check_int(name, getattr(self, name), minimum=1)
-        check_int("monitor_rows", self.monitor_rows, minimum=0)
-        check_int("seed", self.seed, minimum=0)
-        for name in ("lr", "min_delta"):
-            check_number(name, getattr(self, name), minimum=0)
+        if self.training is not None and not isinstance(self.training, TrainingConfig):
+            raise TypeError(f"training must be a TrainingConfig or None, got {self.training!r}")
+
+    @property
+    def training_config(self) -> TrainingConfig:
+        """The training settings in use: ``training``, or the defaults when it is None.
+
+        Example:
+            >>> SparseAutoencoder(8, lr=3e-3).training_config.lr, SparseAutoencoder(8).training_config.max_epochs
+            (0.003, 50)
+        """
+        return self.training or TrainingConfig()
+
+    def set_params(self, **params) -> _SparseAutoencoderBase:
+        """Set parameters; ``TrainingConfig`` field names (``lr=``, ``max_epochs=``) replace those fields of
+        ``training``, as in the constructor (so ``Pipeline.set_params(sae__lr=...)`` works).
+
+        Example:
+            >>> SparseAutoencoder(8, max_epochs=5).set_params(lr=3e-3, k=2).training
+            TrainingConfig(lr=0.003, max_epochs=5)
+        """
+        fields = {key: params.pop(key) for key in list(params) if key in TrainingConfig.field_names()}
+        if fields:
+            params["training"] = TrainingConfig.resolve(
+                params.get("training", self.training), fields, type(self).__name__
+            )
+        return super().set_params(**params)
 
     # ------------------------------------------------------------------ subclass hooks
     def _encode(self, xn: torch.Tensor, w: dict[str, torch.Tensor], training: bool = False) -> torch.Tensor:
@@ -233,12 +240,6 @@ class _SparseAutoencoderBase(ConceptModel):
 
     def _penalty(self, xn: torch.Tensor, codes: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor | float:
         return 0.0
-
-    def _init_extra(self, w: dict[str, torch.Tensor], device: torch.device) -> None:
-        """Add parameters beyond W_enc, b_enc, W_dec, b_dec (the JumpReLU threshold)."""
-
-    def _after_step(self, w: dict[str, torch.Tensor]) -> None:
-        """Project parameters after an optimiser step (the decoder rows are renormalised by the loop)."""
 
     def _finish_fit(self, w: dict[str, torch.Tensor], monitor_n: torch.Tensor) -> None:
         """Adjust the best weights once training has ended (BatchTopK estimates its inference threshold here)."""
@@ -248,126 +249,53 @@ class _SparseAutoencoderBase(ConceptModel):
     def _resolved_k(self) -> int:
         return max(1, int(self.n_concepts) // 10) if getattr(self, "k", None) is None else int(self.k)
 
-    def _loss(self, xn: torch.Tensor, w: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The training loss, how many rows each concept fired in (``(n_concepts,)`` counts) and the residual."""
-        codes = self._encode(xn, w, training=True)
-        residual = xn - codes @ w["W_dec"]
-        loss = residual.pow(2).mean() + self._penalty(xn, codes, w)
-        return loss, (codes > 0).sum(0), residual
-
-    # ------------------------------------------------------------------ fitting
-    def _fit(self, X) -> None:
-        from tqdm.auto import tqdm
-
-        from interp_widgets.concepts.activations import ActivationStore
-
-        self.k_ = self._resolved_k()
-        self.preprocessing_ = dict(_PLAIN)
-        generator = torch.Generator().manual_seed(self.seed)
-        rng = np.random.default_rng(self.seed)
-        if isinstance(X, ActivationStore):
-            monitor = X.sample(self.monitor_rows, seed=self.seed)
-            batches = lambda epoch: X.minibatches(self.batch_size, seed=self.seed + epoch)  # noqa: E731
-            self.fit_info_["monitor"] = "random sample of the store (also trained on)"
-        else:
-            X = _as_matrix(X)
-            order = rng.permutation(len(X))
-            n_monitor = min(self.monitor_rows, len(X) // 10) if len(X) >= 20 else 0
-            monitor, train = (X[order[:n_monitor]], X[order[n_monitor:]]) if n_monitor else (X, X)
-            batches = lambda epoch: (  # noqa: E731
-                train[idx]
-                for idx in np.array_split(
-                    np.random.default_rng(self.seed + epoch).permutation(len(train)),
-                    max(1, math.ceil(len(train) / self.batch_size)),
-                )
-            )
-            self.fit_info_["monitor"] = "held-out rows" if n_monitor else "training rows (too few to hold out)"
-        device = torch.device(self.device)
-        monitor_t = torch.from_numpy(np.asarray(monitor, dtype=np.float32)).to(device)
-        mean = monitor_t.mean(0)
-        scale = float(((monitor_t - mean).pow(2).mean()).sqrt().clamp_min(1e-8))
-        d = monitor_t.shape[1]
-        W_dec = torch.randn(self.n_concepts, d, generator=generator).to(device)
+    # ------------------------------------------------------------------ the pieces train_dictionary uses
+    def _init_weights(self, x: torch.Tensor, y: None, generator: torch.Generator) -> dict[str, torch.Tensor]:
+        """Unit-norm random decoder rows, the encoder their transpose, ``b_dec`` the mean of ``x``; sets ``scale_``
+        (the root mean square of ``x`` per feature around that mean)."""
+        mean = x.mean(0)
+        self.scale_ = float(((x - mean).pow(2).mean()).sqrt().clamp_min(1e-8))
+        W_dec = torch.randn(self.n_concepts, x.shape[1], generator=generator).to(x.device)
         W_dec /= W_dec.norm(dim=1, keepdim=True)
-        w = {
+        return {
             "W_enc": W_dec.T.clone(),
-            "b_enc": torch.zeros(self.n_concepts, device=device),
+            "b_enc": torch.zeros(self.n_concepts, device=x.device),
             "W_dec": W_dec,
             "b_dec": mean.clone(),
         }
-        self._init_extra(w, device)
-        for tensor in w.values():
-            tensor.requires_grad_(True)
-        self.scale_ = scale
 
-        def normalise(x):
-            return (torch.as_tensor(np.asarray(x, dtype=np.float32), device=device) - w["b_dec"]) / scale
+    def _normalise(self, x: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self._prepare(x, w)[0]
 
-        optimizer = _adam(w.values(), self.lr)
-        history, best, reference, best_weights, stale = [], math.inf, math.inf, None, 0
-        label = self.activation or self.name
-        bar = tqdm(
-            total=self.max_epochs, desc=f"SAE {label} {self.n_concepts}", unit="epoch", disable=not self.progress
-        )
-        for epoch in range(self.max_epochs):
-            fired = torch.zeros(self.n_concepts, dtype=torch.long, device=device)
-            total, steps = 0.0, 0
-            for block in batches(epoch):
-                loss, active, _ = self._loss(normalise(block), w)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                with torch.no_grad():
-                    w["W_dec"] /= w["W_dec"].norm(dim=1, keepdim=True).clamp_min(1e-8)
-                    self._after_step(w)
-                    fired += active
-                total, steps = total + float(loss.detach()), steps + 1
-            with torch.no_grad():
-                monitor_n = (monitor_t - w["b_dec"]) / scale
-                monitor_loss, _, residual = self._loss(monitor_n, w)
-                fvu = float(residual.pow(2).sum() / (monitor_n - monitor_n.mean(0)).pow(2).sum().clamp_min(1e-12))
-            dead = torch.nonzero(fired == 0).flatten()
-            record = {
-                "epoch": epoch,
-                "train_loss": total / max(steps, 1),
-                "monitor_loss": float(monitor_loss),
-                "monitor_fvu": fvu,
-                "dead": int(len(dead)),
-                "resampled": 0,
-            }
-            if float(monitor_loss) < best:
-                best = float(monitor_loss)
-                best_weights = {name: t.detach().clone() for name, t in w.items()}
-            if float(monitor_loss) < reference * (1 - self.min_delta):
-                reference, stale = float(monitor_loss), 0
-            else:
-                stale += 1
-            if self.resample_dead and len(dead) and epoch < self.max_epochs - 1 and stale < self.patience:
-                record["resampled"] = self._resample(w, dead, residual, generator)
-                optimizer = _adam(w.values(), self.lr)
-            history.append(record)
-            bar.update(1)
-            bar.set_postfix(loss=f"{float(monitor_loss):.4g}", dead=int(len(dead)))
-            if stale >= self.patience:
-                # finished, not failed: a bar closed short of its total turns red in notebooks
-                bar.total = len(history)
-                bar.set_postfix_str(
-                    f"loss={float(monitor_loss):.4g}, stopped early: no {self.min_delta:.0e} "
-                    f"relative improvement in {self.patience} epochs"
-                )
-                bar.refresh()
-                break
-        bar.close()
-        final = best_weights or {name: t.detach().clone() for name, t in w.items()}
+    def _loss(self, xn: torch.Tensor, w: dict[str, torch.Tensor], target: torch.Tensor | None = None) -> Step:
+        """The training loss, how many rows each concept fired in (``(n_concepts,)`` counts) and the residual."""
+        codes = self._encode(xn, w, training=True)
+        residual = (xn if target is None else target) - codes @ w["W_dec"]
+        loss = residual.pow(2).mean() + self._penalty(xn, codes, w)
+        return Step(loss, (codes > 0).sum(0), residual)
+
+    def _after_step(self, w: dict[str, torch.Tensor]) -> None:
+        """Keep the decoder rows at unit norm after an optimiser step (subclasses extend)."""
+        w["W_dec"] /= w["W_dec"].norm(dim=1, keepdim=True).clamp_min(1e-8)
+
+    # ------------------------------------------------------------------ fitting
+    def _fit(self, X) -> None:
+        self.k_ = self._resolved_k()
+        self.preprocessing_ = dict(_PLAIN)
+        label = f"SAE {self.activation or self.name} {self.n_concepts}"
+        run = train_dictionary(self, X, config=self.training_config, label=label)
+        self.fit_info_["monitor"] = run.note
         with torch.no_grad():
-            self._finish_fit(final, (monitor_t - final["b_dec"]) / scale)
-        self.weights_ = {name: t.detach().cpu() for name, t in final.items()}
-        self.fit_info_.update(
-            history=history, epochs=len(history), best_monitor_loss=best, stopped_early=len(history) < self.max_epochs
-        )
+            self._finish_fit(run.weights, self._normalise(run.monitor[0], run.weights))
+        self.weights_ = {name: t.detach().cpu() for name, t in run.weights.items()}
+        self.fit_info_.update(run.summary())
 
     @torch.no_grad()
-    def _resample(self, w, dead: torch.Tensor, residual: torch.Tensor, generator: torch.Generator) -> int:
+    def _resample(
+        self, w, dead: torch.Tensor, inputs: torch.Tensor, residual: torch.Tensor, generator: torch.Generator
+    ) -> int:
+        """Reset each dead concept to the residual direction of a badly reconstructed monitoring row (an SAE's
+        ``inputs`` are its targets, so the residual serves the encoder too)."""
         errors = residual.pow(2).sum(1)
         if float(errors.sum()) <= 0:
             return 0
@@ -509,6 +437,15 @@ class _SparseAutoencoderBase(ConceptModel):
         extra["preprocessing"] = dict(self.preprocessing_)
         return arrays, extra
 
+    @classmethod
+    def _init_params(cls, saved):
+        # "training" holds the fields of the TrainingConfig (None: the defaults); files written before TrainingConfig
+        # existed hold them beside the SAE's own parameters, and the constructor takes those as overrides
+        params = dict(saved)
+        if isinstance(params.get("training"), dict):
+            params["training"] = TrainingConfig(**params["training"])
+        return params
+
     def _restore(self, arrays, extra):
         super()._restore(arrays, extra)
         self.weights_ = {
@@ -528,12 +465,11 @@ class SparseAutoencoder(_SparseAutoencoderBase):
             penalty of weight ``l1_coefficient`` on the coefficients).
         k: active concepts per row for TopK (default ``max(1, n_concepts // 10)``).
         l1_coefficient: L1 weight for the ReLU variant.
-        lr, batch_size, max_epochs: Adam learning rate, rows per step, epoch cap.
-        patience, min_delta: stop after ``patience`` epochs without a relative improvement of ``min_delta`` in the
-            monitoring loss; the weights with the lowest monitoring loss are kept.
-        monitor_rows: size of the fixed monitoring sample (held out when fitting an array).
-        resample_dead: reset concepts that did not fire during an epoch.
-        seed, progress, device: random seed, progress bar, torch device for training.
+        training: the training settings, a :class:`~interp_widgets.concepts.TrainingConfig` (learning rate,
+            minibatch size, epoch cap, early stopping, monitoring sample, dead-concept resampling, seed, progress
+            bar, device); None means the defaults.
+        **overrides: fields of :class:`~interp_widgets.concepts.TrainingConfig` (``lr=``, ``batch_size=``,
+            ``max_epochs=``, ...), which replace those of ``training``; ``training`` then holds the result.
 
     Fitted attributes: ``weights_`` (``W_enc``, ``b_enc``, ``W_dec``, ``b_dec``), ``scale_``, ``k_`` (the
     resolved ``k``), ``preprocessing_`` (see the module docstring) and those of every
@@ -560,31 +496,14 @@ class SparseAutoencoder(_SparseAutoencoderBase):
         activation: str = "topk",
         k: int | None = None,
         l1_coefficient: float = 1e-3,
-        lr: float = 1e-3,
-        batch_size: int = 1024,
-        max_epochs: int = 50,
-        patience: int = 3,
-        min_delta: float = 1e-3,
-        monitor_rows: int = 8192,
-        resample_dead: bool = True,
-        seed: int = 0,
-        progress: bool = True,
-        device: str = "cpu",
+        training: TrainingConfig | None = None,
+        **overrides,
     ):
         super().__init__(n_concepts)
         self.activation = activation
         self.k = k
         self.l1_coefficient = l1_coefficient
-        self.lr = lr
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.patience = patience
-        self.min_delta = min_delta
-        self.monitor_rows = monitor_rows
-        self.resample_dead = resample_dead
-        self.seed = seed
-        self.progress = progress
-        self.device = device
+        self.training = TrainingConfig.resolve(training, overrides, type(self).__name__)
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -609,14 +528,14 @@ class SparseAutoencoder(_SparseAutoencoderBase):
     def _penalty(self, xn, codes, w):
         return self.l1_coefficient * codes.abs().sum(-1).mean() if self.activation == "relu" else 0.0
 
-    def _loss(self, xn, w):
+    def _loss(self, xn, w, target=None):
         if self.activation != "topk":
-            return super()._loss(xn, w)
+            return super()._loss(xn, w, target)
         # the same loss as the dense codes @ W_dec, computed from the k active concepts of each row only
         x_hat, acts, indices = topk_reconstruct(xn, w["W_enc"], w["b_enc"], w["W_dec"], self.k_)
-        residual = xn - x_hat
+        residual = (xn if target is None else target) - x_hat
         active = torch.bincount(indices[acts > 0], minlength=self.n_concepts)
-        return residual.pow(2).mean(), active, residual
+        return Step(residual.pow(2).mean(), active, residual)
 
 
 class JumpReLUSAE(_SparseAutoencoderBase):
@@ -633,8 +552,7 @@ class JumpReLUSAE(_SparseAutoencoderBase):
         l0_coefficient: weight of the L0 penalty (mean active concepts per row); larger gives sparser codes.
         bandwidth: width ``ε`` of the straight-through estimator's kernel.
         threshold_init: initial threshold of every concept.
-        lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, seed, progress, device: as
-            for :class:`SparseAutoencoder`.
+        training, **overrides: the training settings, as for :class:`SparseAutoencoder`.
 
     Fitted attributes: as :class:`SparseAutoencoder`, with the thresholds in ``weights_["threshold"]``.
 
@@ -661,31 +579,14 @@ class JumpReLUSAE(_SparseAutoencoderBase):
         l0_coefficient: float = 1e-2,
         bandwidth: float = 0.05,
         threshold_init: float = 0.1,
-        lr: float = 1e-3,
-        batch_size: int = 1024,
-        max_epochs: int = 50,
-        patience: int = 3,
-        min_delta: float = 1e-3,
-        monitor_rows: int = 8192,
-        resample_dead: bool = True,
-        seed: int = 0,
-        progress: bool = True,
-        device: str = "cpu",
+        training: TrainingConfig | None = None,
+        **overrides,
     ):
         super().__init__(n_concepts)
         self.l0_coefficient = l0_coefficient
         self.bandwidth = bandwidth
         self.threshold_init = threshold_init
-        self.lr = lr
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.patience = patience
-        self.min_delta = min_delta
-        self.monitor_rows = monitor_rows
-        self.resample_dead = resample_dead
-        self.seed = seed
-        self.progress = progress
-        self.device = device
+        self.training = TrainingConfig.resolve(training, overrides, type(self).__name__)
 
     def _check_params(self) -> None:
         super()._check_params()
@@ -697,10 +598,13 @@ class JumpReLUSAE(_SparseAutoencoderBase):
     def _resolved_k(self) -> None:
         return None
 
-    def _init_extra(self, w, device):
-        w["threshold"] = torch.full((self.n_concepts,), float(self.threshold_init), device=device)
+    def _init_weights(self, x, y, generator):
+        w = super()._init_weights(x, y, generator)
+        w["threshold"] = torch.full((self.n_concepts,), float(self.threshold_init), device=x.device)
+        return w
 
     def _after_step(self, w):
+        super()._after_step(w)
         w["threshold"].clamp_(min=0.0)
 
     def _encode(self, xn, w, training=False):
@@ -727,8 +631,7 @@ class BatchTopKSAE(_SparseAutoencoderBase):
     Args:
         n_concepts: width of the dictionary.
         k: mean active concepts per row (a number > 0; default ``max(1, n_concepts // 10)``).
-        lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, seed, progress, device: as
-            for :class:`SparseAutoencoder`.
+        training, **overrides: the training settings, as for :class:`SparseAutoencoder`.
 
     Fitted attributes: as :class:`SparseAutoencoder`; ``weights_["threshold"]`` holds ``θ`` for every concept.
 
@@ -749,29 +652,12 @@ class BatchTopKSAE(_SparseAutoencoderBase):
         n_concepts: int,
         *,
         k: float | None = None,
-        lr: float = 1e-3,
-        batch_size: int = 1024,
-        max_epochs: int = 50,
-        patience: int = 3,
-        min_delta: float = 1e-3,
-        monitor_rows: int = 8192,
-        resample_dead: bool = True,
-        seed: int = 0,
-        progress: bool = True,
-        device: str = "cpu",
+        training: TrainingConfig | None = None,
+        **overrides,
     ):
         super().__init__(n_concepts)
         self.k = k
-        self.lr = lr
-        self.batch_size = batch_size
-        self.max_epochs = max_epochs
-        self.patience = patience
-        self.min_delta = min_delta
-        self.monitor_rows = monitor_rows
-        self.resample_dead = resample_dead
-        self.seed = seed
-        self.progress = progress
-        self.device = device
+        self.training = TrainingConfig.resolve(training, overrides, type(self).__name__)
 
     def _check_params(self) -> None:
         super()._check_params()

@@ -48,7 +48,7 @@ Example:
     ['cfg.json', 'sae_weights.safetensors']
     >>> again = load_sae(folder)
     >>> again
-    SparseAutoencoder(64, activation='topk', ..., k=8, ...) [fitted on 32 features]
+    SparseAutoencoder(64, activation='topk', k=8, ...) [fitted on 32 features]
     >>> again.layer_, again.model_name_, bool(np.allclose(again.transform(store[:50]), sae.transform(store[:50]), atol=1e-5))
     ('layer:1', 'tiny-bert', True)
 """

@@ -42,7 +42,7 @@ from interp_widgets.widgets import ConceptBrowser, buffer_to_array
 EVIL = {EVIL!r}  # untrusted text: it must show as literal characters, never as markup
 texts = corpus()[:60] + [f"The soup {{EVIL}} was cold."]
 store = collect_activations(model, tokenizer, texts, layer="layer:1", progress=False)
-concepts = NMFConcepts(8, nonnegative="shift", init="nndsvda", max_iter=300, random_state=0).fit(store)
+concepts = NMFConcepts(8, nonnegative="shift", estimator_params={{"init": "nndsvda", "max_iter": 300, "random_state": 0}}).fit(store)
 interpretation = interpret_concepts(concepts, store, k=4, window=3, progress=False)
 automatic = list(interpretation.labels)
 interpretation.relabel(lambda c, examples: EVIL if c == 0 else automatic[c])

@@ -99,13 +99,9 @@ def test_clone_pipeline_and_persistence(name, tmp_path):
     np.testing.assert_allclose(loaded.transform(StandardScaler().fit_transform(X)), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_old_keyword_style_warns_and_means_the_same():
-    with pytest.warns(DeprecationWarning, match=r"estimator_params=\{'random_state': 0, 'max_iter': 50\}") as record:
-        old = NMFConcepts(3, nonnegative="shift", random_state=0, max_iter=50)
-    assert record[0].filename == __file__  # the warning points at the caller, not into the package
-    new = NMFConcepts(3, nonnegative="shift", estimator_params={"random_state": 0, "max_iter": 50})
-    assert same_params(old.get_params(), new.get_params())
-    np.testing.assert_array_equal(old.fit(X).components_, new.fit(X).components_)
+def test_estimator_arguments_go_in_estimator_params_only():
+    with pytest.raises(TypeError, match="random_state"):  # the keyword style of the unreleased 0.1.0 is gone
+        NMFConcepts(3, nonnegative="shift", random_state=0)
 
 
 def test_files_saved_before_estimator_params_still_load(tmp_path, recwarn):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from interp_widgets.concepts import SparseAutoencoder, sae as sae_module
+from interp_widgets.concepts import SparseAutoencoder, training
 from interp_widgets.concepts.sae import _SparseAutoencoderBase, topk_reconstruct
 
 
@@ -63,7 +63,7 @@ def test_fit_matches_the_dense_step_with_plain_adam(monkeypatch):
     X = (codes @ atoms + 0.05 * rng.normal(size=(800, 16))).astype(np.float32)
     params = dict(activation="topk", k=4, max_epochs=3, batch_size=128, monitor_rows=100, lr=3e-3, progress=False)
     ours = SparseAutoencoder(64, **params).fit(X)
-    monkeypatch.setattr(sae_module, "_adam", lambda parameters, lr: torch.optim.Adam(list(parameters), lr=lr))
+    monkeypatch.setattr(training, "_adam", lambda parameters, lr: torch.optim.Adam(list(parameters), lr=lr))
     reference = _DenseTopK(64, **params).fit(X)
     for name in ("W_enc", "b_enc", "W_dec", "b_dec"):
         torch.testing.assert_close(ours.weights_[name], reference.weights_[name], atol=1e-4, rtol=1e-4)
@@ -75,7 +75,7 @@ def test_fit_matches_the_dense_step_with_plain_adam(monkeypatch):
 
 def test_adam_is_fused_on_cpu_and_falls_back(monkeypatch):
     parameter = torch.zeros(3, requires_grad=True)
-    assert sae_module._adam([parameter], 1e-3).defaults["fused"] is True
+    assert training._adam([parameter], 1e-3).defaults["fused"] is True
     plain = torch.optim.Adam
 
     def no_fused_kernel(params, lr, fused=None):  # what torch raises on a device without a fused kernel
@@ -84,5 +84,5 @@ def test_adam_is_fused_on_cpu_and_falls_back(monkeypatch):
         return plain(params, lr=lr)
 
     monkeypatch.setattr(torch.optim, "Adam", no_fused_kernel)
-    fallback = sae_module._adam(iter([parameter]), 1e-3)  # a generator of parameters is read once
+    fallback = training._adam(iter([parameter]), 1e-3)  # a generator of parameters is read once
     assert not fallback.defaults["fused"] and fallback.param_groups[0]["params"] == [parameter]

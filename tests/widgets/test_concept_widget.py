@@ -215,7 +215,7 @@ def tiny_bert_concepts(bert_classifier):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         store = collect_activations(model, tokenizer, texts, layer=1, progress=False)
-        concepts = NMFConcepts(4, nonnegative="shift", random_state=0, max_iter=200).fit(store)
+        concepts = NMFConcepts(4, nonnegative="shift", estimator_params={"random_state": 0, "max_iter": 200}).fit(store)
     return model, tokenizer, store, concepts
 
 

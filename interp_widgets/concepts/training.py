@@ -1,0 +1,395 @@
+"""One training configuration and one training loop for every sparse dictionary (the SAEs of :mod:`.sae`).
+
+:class:`TrainingConfig` holds the settings every dictionary kind shares (Adam's learning rate, minibatch size, epoch
+cap, early stopping, the monitoring sample, dead-concept resampling, seed, progress bar, device), with every default
+in one place, validated once when it is built. :func:`train_dictionary` is the loop: it reads shuffled minibatches of
+an :class:`~interp_widgets.concepts.ActivationStore` or an array (:class:`TrainingData`), takes Adam steps, measures
+the loss on a fixed monitoring sample after each epoch, keeps the weights with the lowest monitoring loss, stops
+early when that loss stops improving, and asks the dictionary to resample the concepts that did not fire.
+
+What differs between dictionary kinds is supplied by the dictionary itself (see :class:`Dictionary`): its initial
+weights, how a row is normalised before encoding, the loss of one batch (a :class:`Step`), the projection after an
+optimiser step and the resampling of dead concepts. Two seams are there for kinds that do not reconstruct their input
+with one loss:
+
+- a *target* different from the input (``Y``, row-aligned with ``X``; a transcoder maps a layer's MLP input to its
+  MLP output): the loop normalises it with ``dictionary._normalise_target`` and passes it to ``_loss`` as
+  ``target=``; without ``Y`` the target is the normalised input itself and ``_loss(xn, w)`` is called;
+- the loss is whatever ``_loss`` returns: several nested prefix losses (a Matryoshka SAE) are one ``_loss``.
+
+Example:
+    >>> config = TrainingConfig(max_epochs=20, batch_size=128, progress=False)
+    >>> config
+    TrainingConfig(batch_size=128, max_epochs=20, progress=False)
+    >>> from interp_widgets.concepts import SparseAutoencoder
+    >>> sae = SparseAutoencoder(64, k=8, training=config).fit(store)
+    >>> sae.fit_info_["epochs"], sae.training.max_epochs
+    (20, 20)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import itertools
+import math
+from typing import Any, NamedTuple, Protocol
+from collections.abc import Iterator
+
+import numpy as np
+import torch
+
+from interp_widgets.validation import check_int, check_number
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class TrainingConfig:
+    """Training settings shared by every sparse dictionary; frozen, validated when built.
+
+    Args:
+        lr: Adam learning rate.
+        batch_size: rows per optimiser step.
+        max_epochs: epoch cap.
+        patience, min_delta: stop after ``patience`` epochs without a relative improvement of ``min_delta`` in the
+            monitoring loss; the weights with the lowest monitoring loss are kept.
+        monitor_rows: size of the fixed monitoring sample (held out when fitting an array).
+        resample_dead: reset concepts that did not fire during an epoch.
+        seed: seed of the initialisation, the monitoring sample, the minibatch order and the resampling.
+        progress: show a progress bar.
+        device: torch device for training (the fitted weights are kept on the CPU).
+
+    A dictionary takes one as ``training=``, or the same names as keyword arguments (``SparseAutoencoder(64,
+    lr=3e-3)``), which override the fields of ``training`` (or of the defaults).
+
+    Example:
+        >>> TrainingConfig(lr=3e-3, max_epochs=20)  # the repr lists the fields that differ from the defaults
+        TrainingConfig(lr=0.003, max_epochs=20)
+        >>> TrainingConfig(batch_size=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: batch_size must be an integer >= 1, got 0
+    """
+
+    lr: float = 1e-3
+    batch_size: int = 1024
+    max_epochs: int = 50
+    patience: int = 3
+    min_delta: float = 1e-3
+    monitor_rows: int = 8192
+    resample_dead: bool = True
+    seed: int = 0
+    progress: bool = True
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_epochs", "patience"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("monitor_rows", self.monitor_rows, minimum=0)
+        check_int("seed", self.seed, minimum=0)
+        for name in ("lr", "min_delta"):
+            check_number(name, getattr(self, name), minimum=0)
+        try:
+            torch.device(self.device)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {self.device!r}") from None
+
+    def __repr__(self) -> str:
+        changed = "".join(
+            f", {field.name}={getattr(self, field.name)!r}"
+            for field in dataclasses.fields(self)
+            if getattr(self, field.name) != field.default
+        )
+        return f"TrainingConfig({changed[2:]})"
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The names of the settings, which dictionaries also accept as keyword arguments.
+
+        Example:
+            >>> TrainingConfig.field_names()[:3]
+            ('lr', 'batch_size', 'max_epochs')
+        """
+        return tuple(field.name for field in dataclasses.fields(cls))
+
+    @classmethod
+    def resolve(cls, training: TrainingConfig | None, overrides: dict[str, Any], owner: str) -> TrainingConfig | None:
+        """``training`` with the keyword arguments ``overrides`` applied (``training`` itself when there are none).
+
+        ``overrides`` may hold only field names; another name raises a TypeError that names the closest field.
+        ``owner`` (the class taking them) is named in the errors.
+
+        Example:
+            >>> TrainingConfig.resolve(None, {"lr": 3e-3}, "SparseAutoencoder")
+            TrainingConfig(lr=0.003)
+            >>> TrainingConfig.resolve(None, {"max_epoch": 3}, "SparseAutoencoder")
+            Traceback (most recent call last):
+            ...
+            TypeError: SparseAutoencoder got an unexpected keyword argument 'max_epoch'; did you mean 'max_epochs'? (keyword arguments beyond its own are TrainingConfig fields: lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, seed, progress, device)
+        """
+        names = cls.field_names()
+        for key in overrides:
+            if key not in names:
+                close = difflib.get_close_matches(key, names, n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ";"
+                raise TypeError(
+                    f"{owner} got an unexpected keyword argument {key!r}{hint} (keyword arguments beyond its own "
+                    f"are TrainingConfig fields: {', '.join(names)})"
+                )
+        if not overrides:
+            return training
+        if training is not None and not isinstance(training, cls):
+            raise TypeError(f"training must be a TrainingConfig or None, got {training!r}")
+        return dataclasses.replace(training or cls(), **overrides)
+
+
+class Step(NamedTuple):
+    """What a dictionary's loss gives the loop for one batch of normalised rows."""
+
+    loss: torch.Tensor  #: the scalar to minimise
+    active: torch.Tensor  #: ``(n_concepts,)``: in how many rows each concept fired
+    residual: torch.Tensor  #: target − prediction (rows × features, normalised units)
+
+
+class Dictionary(Protocol):
+    """The pieces a dictionary kind supplies to :func:`train_dictionary` (the SAEs of :mod:`.sae` implement them).
+
+    ``x`` and ``y`` are float32 tensors on the training device; ``w`` is the dict of weight tensors that the loop
+    optimises (every tensor in it is trained).
+    """
+
+    n_concepts: int
+
+    def _init_weights(self, x: torch.Tensor, y: torch.Tensor | None, generator: torch.Generator) -> dict:
+        """Initial weights from the monitoring sample's inputs ``x`` and targets ``y`` (None: the input)."""
+
+    def _normalise(self, x: torch.Tensor, w: dict) -> torch.Tensor:
+        """The encoder input of raw rows ``x``."""
+
+    def _normalise_target(self, y: torch.Tensor, w: dict) -> torch.Tensor:
+        """The normalised target of raw target rows ``y`` (needed only by kinds trained with a target)."""
+
+    def _loss(self, xn: torch.Tensor, w: dict, target: torch.Tensor | None = None) -> Step:
+        """The loss of one batch; ``target`` None means the normalised input ``xn`` itself."""
+
+    def _after_step(self, w: dict) -> None:
+        """Project the weights after an optimiser step (in place, without gradient)."""
+
+    def _resample(
+        self, w: dict, dead: torch.Tensor, inputs: torch.Tensor, residual: torch.Tensor, generator: torch.Generator
+    ) -> int:
+        """Reset the ``dead`` concepts from the monitoring rows' encoder ``inputs`` and ``residual``; return how
+        many were reset."""
+
+
+def _adam(params, lr: float) -> torch.optim.Adam:
+    """Adam with the fused kernel where torch has one for the device (one pass over each parameter instead of six:
+    0.25 s → 0.04 s per step for a 16k × 576 SAE on one CPU thread); the same update up to float rounding."""
+    params = list(params)
+    try:
+        return torch.optim.Adam(params, lr=lr, fused=True)
+    except (RuntimeError, TypeError, ValueError):  # no fused kernel for this device or dtype
+        return torch.optim.Adam(params, lr=lr)
+
+
+class TrainingData:
+    """The fixed monitoring sample and each epoch's shuffled minibatches of input rows ``X`` and target rows ``Y``.
+
+    A store is sampled for monitoring (those rows are trained on too); an array of at least 20 rows holds out a
+    tenth of its rows (at most ``monitor_rows``) for monitoring. ``Y`` (None: the target is the input) must be
+    row-aligned with ``X`` and of the same kind: two arrays, or two stores with the same rows in the same chunks (the
+    minibatches of both are drawn with the same seed).
+
+    Example:
+        >>> data = TrainingData(store.to_numpy(), None, TrainingConfig(batch_size=256, monitor_rows=50))
+        >>> data.note, data.monitor[0].shape, [x.shape for x, _ in data.batches(epoch=0)]
+        ('held-out rows', (50, 32), [(242, 32), (242, 32), (241, 32)])
+    """
+
+    def __init__(self, X, Y, config: TrainingConfig):
+        from interp_widgets.concepts.activations import ActivationStore
+        from interp_widgets.concepts.decompositions import _as_matrix
+
+        self.config = config
+        if isinstance(X, ActivationStore):
+            if Y is not None:
+                self._check_aligned_stores(X, Y)
+            self.monitor = self._both(lambda store: store.sample(config.monitor_rows, seed=config.seed), X, Y)
+            self._stores = (X, Y)
+            self.note = "random sample of the store (also trained on)"
+            return
+        X = _as_matrix(X)
+        if Y is not None:
+            if isinstance(Y, ActivationStore):
+                raise TypeError("X is an array but the target Y is an ActivationStore; pass two arrays or two stores")
+            Y = _as_matrix(Y, name="Y")
+            if len(Y) != len(X):
+                raise ValueError(
+                    f"the target Y has {len(Y)} rows but X has {len(X)}; pass one target row per input row"
+                )
+        order = np.random.default_rng(config.seed).permutation(len(X))
+        n_monitor = min(config.monitor_rows, len(X) // 10) if len(X) >= 20 else 0
+        monitor, train = (order[:n_monitor], order[n_monitor:]) if n_monitor else (slice(None), slice(None))
+        self.monitor = self._both(lambda rows: rows[monitor], X, Y)
+        self._arrays = self._both(lambda rows: rows[train], X, Y)
+        self._stores = None
+        self.note = "held-out rows" if n_monitor else "training rows (too few to hold out)"
+
+    @staticmethod
+    def _both(read, X, Y) -> tuple[np.ndarray, np.ndarray | None]:
+        return read(X), None if Y is None else read(Y)
+
+    @staticmethod
+    def _check_aligned_stores(X, Y) -> None:
+        from interp_widgets.concepts.activations import ActivationStore
+
+        if not isinstance(Y, ActivationStore):
+            raise TypeError("X is an ActivationStore but the target Y is not; pass two arrays or two stores")
+        if len(X) != len(Y) or X.in_memory != Y.in_memory or not np.array_equal(X._bounds, Y._bounds):
+            raise ValueError(
+                f"the target store ({len(Y)} rows) is not row-aligned with the input store ({len(X)} rows): collect "
+                "both from the same texts in one pass, so that they have the same rows in the same chunks"
+            )
+
+    def batches(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+        """The ``(inputs, targets)`` minibatches of one epoch (targets None without ``Y``), shuffled with the seed
+        ``config.seed + epoch``."""
+        seed, size = self.config.seed + epoch, self.config.batch_size
+        if self._stores is not None:
+            X, Y = self._stores
+            targets = Y.minibatches(size, seed=seed) if Y is not None else itertools.repeat(None)
+            yield from zip(X.minibatches(size, seed=seed), targets)
+            return
+        X, Y = self._arrays
+        for rows in np.array_split(np.random.default_rng(seed).permutation(len(X)), max(1, math.ceil(len(X) / size))):
+            yield X[rows], None if Y is None else Y[rows]
+
+
+@dataclasses.dataclass
+class TrainingRun:
+    """What :func:`train_dictionary` returns: the best weights, the monitoring sample and the record of the run."""
+
+    weights: dict[str, torch.Tensor]  #: the weights with the lowest monitoring loss (detached, on the device)
+    monitor: tuple[torch.Tensor, torch.Tensor | None]  #: the monitoring sample's raw inputs and targets
+    note: str  #: where the monitoring sample came from
+    history: list[dict[str, Any]]  #: one record per epoch
+    best_monitor_loss: float
+    stopped_early: bool
+
+    def summary(self) -> dict[str, Any]:
+        """The ``fit_info_`` entries of the run: ``history``, ``epochs``, ``best_monitor_loss``, ``stopped_early``.
+
+        Example:
+            >>> from interp_widgets.concepts import SparseAutoencoder
+            >>> sae = SparseAutoencoder(16, k=2, training=TrainingConfig(max_epochs=2, progress=False))
+            >>> sae.k_, sae.preprocessing_ = 2, {"center": False, "normalize_activations": "none", "apply_b_dec_to_input": True}
+            >>> run = train_dictionary(sae, store, config=sae.training, label="SAE topk 16")
+            >>> sorted(run.summary()), run.summary()["epochs"]
+            (['best_monitor_loss', 'epochs', 'history', 'stopped_early'], 2)
+        """
+        return {
+            "history": self.history,
+            "epochs": len(self.history),
+            "best_monitor_loss": self.best_monitor_loss,
+            "stopped_early": self.stopped_early,
+        }
+
+
+def train_dictionary(dictionary: Dictionary, X, Y=None, *, config: TrainingConfig, label: str) -> TrainingRun:
+    """Train ``dictionary`` on input rows ``X`` (array, tensor or ActivationStore) and target rows ``Y`` (None: the
+    input itself) with the settings of ``config``; ``label`` titles the progress bar.
+
+    Each epoch: Adam steps over shuffled minibatches, the loss and the fraction of variance of the target left
+    unexplained (FVU) on the monitoring sample, then early stopping and the resampling of concepts that did not fire.
+
+    Example:
+        >>> from interp_widgets.concepts import JumpReLUSAE
+        >>> sae = JumpReLUSAE(16, max_epochs=3, progress=False)
+        >>> sae.preprocessing_ = {"center": False, "normalize_activations": "none", "apply_b_dec_to_input": True}
+        >>> run = train_dictionary(sae, store.to_numpy(), config=sae.training, label="SAE jumprelu 16")
+        >>> run.note, sorted(run.weights), [record["epoch"] for record in run.history]
+        ('held-out rows', ['W_dec', 'W_enc', 'b_dec', 'b_enc', 'threshold'], [0, 1, 2])
+    """
+    from tqdm.auto import tqdm
+
+    data = TrainingData(X, Y, config)
+    generator = torch.Generator().manual_seed(config.seed)
+    device = torch.device(config.device)
+
+    def tensor(rows) -> torch.Tensor | None:
+        return None if rows is None else torch.as_tensor(np.asarray(rows, dtype=np.float32), device=device)
+
+    monitor_x, monitor_y = (
+        None if rows is None else torch.from_numpy(np.asarray(rows, dtype=np.float32)).to(device)
+        for rows in data.monitor
+    )
+    w = dictionary._init_weights(monitor_x, monitor_y, generator)
+    for weight in w.values():
+        weight.requires_grad_(True)
+
+    def loss(xn: torch.Tensor, y: torch.Tensor | None) -> tuple[Step, torch.Tensor]:
+        if y is None:
+            return dictionary._loss(xn, w), xn
+        target = dictionary._normalise_target(y, w)
+        return dictionary._loss(xn, w, target=target), target
+
+    optimizer = _adam(w.values(), config.lr)
+    history, best, reference, best_weights, stale = [], math.inf, math.inf, None, 0
+    bar = tqdm(total=config.max_epochs, desc=label, unit="epoch", disable=not config.progress)
+    for epoch in range(config.max_epochs):
+        fired = torch.zeros(dictionary.n_concepts, dtype=torch.long, device=device)
+        total, steps = 0.0, 0
+        for x, y in data.batches(epoch):
+            step, _ = loss(dictionary._normalise(tensor(x), w), tensor(y))
+            optimizer.zero_grad(set_to_none=True)
+            step.loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                dictionary._after_step(w)
+                fired += step.active
+            total, steps = total + float(step.loss.detach()), steps + 1
+        with torch.no_grad():
+            monitor_n = dictionary._normalise(monitor_x, w)
+            monitored, target = loss(monitor_n, monitor_y)
+            residual = monitored.residual
+            fvu = float(residual.pow(2).sum() / (target - target.mean(0)).pow(2).sum().clamp_min(1e-12))
+        monitor_loss = float(monitored.loss)
+        dead = torch.nonzero(fired == 0).flatten()
+        record = {
+            "epoch": epoch,
+            "train_loss": total / max(steps, 1),
+            "monitor_loss": monitor_loss,
+            "monitor_fvu": fvu,
+            "dead": int(len(dead)),
+            "resampled": 0,
+        }
+        if monitor_loss < best:
+            best = monitor_loss
+            best_weights = {name: t.detach().clone() for name, t in w.items()}
+        if monitor_loss < reference * (1 - config.min_delta):
+            reference, stale = monitor_loss, 0
+        else:
+            stale += 1
+        if config.resample_dead and len(dead) and epoch < config.max_epochs - 1 and stale < config.patience:
+            record["resampled"] = dictionary._resample(w, dead, monitor_n, residual, generator)
+            optimizer = _adam(w.values(), config.lr)
+        history.append(record)
+        bar.update(1)
+        bar.set_postfix(loss=f"{monitor_loss:.4g}", dead=int(len(dead)))
+        if stale >= config.patience:
+            # finished, not failed: a bar closed short of its total turns red in notebooks
+            bar.total = len(history)
+            bar.set_postfix_str(
+                f"loss={monitor_loss:.4g}, stopped early: no {config.min_delta:.0e} "
+                f"relative improvement in {config.patience} epochs"
+            )
+            bar.refresh()
+            break
+    bar.close()
+    return TrainingRun(
+        weights=best_weights or {name: t.detach().clone() for name, t in w.items()},
+        monitor=(monitor_x, monitor_y),
+        note=data.note,
+        history=history,
+        best_monitor_loss=best,
+        stopped_early=len(history) < config.max_epochs,
+    )
