@@ -151,7 +151,7 @@ def test_with_block_flushes_on_exception_and_interrupt(clock, error):
 
 
 class FakeMonitor:
-    """The GeometryMonitor contract: subscribe/on_flush/layers/x_label."""
+    """The AnisotropyMonitor contract: subscribe/on_flush/layers/x_label."""
 
     def __init__(self, layers, x_label="step"):
         self.layers = layers

@@ -16,8 +16,6 @@ Example:
     ['avg_cosine', 'avg_cosine_centered', 'dim']
 """
 
-import warnings
-
 from interp_widgets.geometry.alignment import AlignmentResult, gradient_alignment
 from interp_widgets.geometry.controls import normal_controls
 from interp_widgets.geometry.cosine import (
@@ -57,11 +55,6 @@ def __getattr__(name):
         from interp_widgets.geometry.lightning import LightningMonitorCallback
 
         return LightningMonitorCallback
-    if name == "GeometryMonitor":  # deprecated alias, resolved here so that importing it can warn
-        from interp_widgets.geometry._deprecated import GEOMETRY_MONITOR_DEPRECATION, GeometryMonitor
-
-        warnings.warn(GEOMETRY_MONITOR_DEPRECATION, DeprecationWarning, stacklevel=2)
-        return GeometryMonitor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -9,7 +9,7 @@ Streaming protocol (see ``js/src/lib/plot_store.js``):
 
 * ``log()`` only queues the row (a few µs). A flush happens when at least ``flush_interval`` seconds (default
   0.1 s, i.e. ≤ 10 flushes/s) have passed since the previous one, on :meth:`MonitorWidget.flush`, and is forced on
-  exit, exception and ``KeyboardInterrupt``: when the :class:`~interp_widgets.geometry.GeometryMonitor` flushes, when a
+  exit, exception and ``KeyboardInterrupt``: when the :class:`~interp_widgets.geometry.AnisotropyMonitor` flushes, when a
   ``with widget:`` block ends, and after every notebook cell (an IPython ``post_execute`` hook).
 * One flush = one custom message ``{"type": "iw-monitor-append", "series", "start", "rows"}`` with two
   little-endian buffers: the steps as float64 and the values of the series present in the block as float32,
@@ -123,7 +123,7 @@ def _m4_indices(x: np.ndarray, y: np.ndarray, buckets: int) -> np.ndarray:
 
 
 class MonitorWidget(InterpWidget):
-    """Live curves of a training run: give it a ``GeometryMonitor``, or use it standalone with :meth:`log`.
+    """Live curves of a training run: give it a ``AnisotropyMonitor``, or use it standalone with :meth:`log`.
 
     Series are flat names: global scalars (``"loss"``, ``"lr"``, ``"fitting"`` = 1.0 while the tangent proxy is
     being fitted, shaded in every panel) and per-layer metrics ``"<metric>|<layer>"`` (``energy_ratio``,
@@ -131,7 +131,7 @@ class MonitorWidget(InterpWidget):
     decrease. Any series can be added to a panel with :meth:`add_series`, or panels given as ``panels=[...]``.
 
     Args:
-        monitor: a ``GeometryMonitor`` / ``GeometryLog`` (anything with ``subscribe``, ``on_flush``, ``layers`` and
+        monitor: a ``AnisotropyMonitor`` / ``GeometryLog`` (anything with ``subscribe``, ``on_flush``, ``layers`` and
             ``x_label``); the widget starts from the rows it already holds (``steps``, ``series_names()``,
             ``series(name)``, e.g. a finished replay), subscribes to new ones and flushes whenever the monitor does
             (exit, exception, Ctrl-C).
