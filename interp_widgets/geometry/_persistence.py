@@ -4,7 +4,7 @@
 
 Example:
     >>> import tempfile
-    >>> from interp_widgets.geometry._columns import ColumnStore
+    >>> from interp_widgets.columns import ColumnStore
     >>> store = ColumnStore(8); _ = store.put(0, {"loss": 1.5})
     >>> header = {"layers": ["layer:0"], "x_label": "step", "max_rows": 8, "meta": {"rank": 4}}
     >>> with tempfile.TemporaryDirectory() as tmp:
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from interp_widgets._files import read_safetensors
-from interp_widgets.geometry._columns import ColumnStore
+from interp_widgets.columns import ColumnStore
 
 __all__ = ["FORMAT", "VERSION", "write_record", "read_record"]
 

@@ -7,7 +7,7 @@ and checkpoint replay (:func:`~interp_widgets.geometry.replay.replay`) fill in, 
 * **series names** are flat: global series (``"loss"``, ``"fitting"``, user scalars from :meth:`GeometryLog.log`)
   and per-layer series ``"<metric>|<layer>"``, e.g. ``"energy_ratio|layer:2"`` (see :data:`LAYER_METRICS`);
 * missing values are NaN; rows are kept in step order;
-* the buffers are **bounded** (:class:`~interp_widgets.geometry._columns.ColumnStore`): when ``max_rows`` rows
+* the buffers are **bounded** (:class:`~interp_widgets.columns.ColumnStore`): when ``max_rows`` rows
   are held, every second row is dropped and from then on only every second new row is kept (the stride doubles
   each time), so the record stays evenly spaced over the whole run and memory stays flat however long training
   runs; subscribers still see every row;
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from interp_widgets.geometry._callbacks import Callbacks
-from interp_widgets.geometry._columns import ColumnStore
+from interp_widgets.columns import ColumnStore
 from interp_widgets.geometry._persistence import read_record, write_record
 from interp_widgets.geometry._views import layer_chart, long_frame
 
