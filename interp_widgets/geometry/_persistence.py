@@ -51,7 +51,8 @@ def write_record(path: str | Path, header: Mapping, store: ColumnStore, proxies:
             "directory path such as runs/minilm"
         )
     directory.mkdir(parents=True, exist_ok=True)
-    tensors, layout = store.tensors()
+    arrays, layout = store.arrays()
+    tensors = {key: torch.from_numpy(array) for key, array in arrays.items()}
     keys = {}
     for i, (layer, basis) in enumerate(proxies.items()):
         keys[layer] = f"proxy.{i}"
@@ -98,5 +99,6 @@ def read_record(path: str | Path) -> tuple[dict, ColumnStore, dict[str, torch.Te
     tensors = read_safetensors(
         data_path, what="a GeometryLog's history", framework="pt", fix="save the log again with GeometryLog.save"
     )[1]
-    store = ColumnStore.from_tensors(tensors, meta, meta["max_rows"], meta["x_label"])
+    arrays = {key: tensor.numpy() for key, tensor in tensors.items() if not key.startswith("proxy.")}
+    store = ColumnStore.from_arrays(arrays, meta, meta["max_rows"], meta["x_label"])
     return {key: meta[key] for key in _HEADER}, store, {layer: tensors[key] for layer, key in meta["proxies"].items()}
