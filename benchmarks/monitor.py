@@ -246,7 +246,7 @@ def floor(steps: int, only: list[str] | None = None, runs: int = 3) -> None:
     """The 6-layer ratio with the measurement replaced by nothing (capture only: hooks, row copies, flushes) and by
     :func:`unavoidable_arithmetic`, alternated with the real monitor, on the decoder and on MiniLM: what the 3 % goal
     leaves for the measurement on this machine."""
-    from interp_widgets.geometry import _measure
+    from interp_widgets.geometry.monitor import measurement as _measure
 
     real = _measure.Measurement.measure_step
     stand_ins = {
@@ -291,8 +291,9 @@ def median_ms(function, repeats: int = 60) -> float:
 def phases() -> None:
     """The measurement of one captured 6-layer decoder step, part by part, beside the floor's arithmetic
     (:func:`unavoidable_arithmetic`) on the same rows: where the monitor's own time goes (``--phases``)."""
-    from interp_widgets.geometry import _kernels, _measure
-    from interp_widgets.geometry.alignment import alignments_from_moments
+    from interp_widgets.geometry import _kernels
+    from interp_widgets.geometry.monitor import measurement as _measure
+    from interp_widgets.geometry.alignment.measure import alignments_from_moments
 
     model, batches = decoder()
     model.train()

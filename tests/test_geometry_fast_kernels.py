@@ -25,7 +25,7 @@ from interp_widgets.geometry._kernels import (
     one_thread,
     representation_bundle,
 )
-from interp_widgets.geometry.alignment import alignment_from_moments, fast_energy_bound, stacked_bases
+from interp_widgets.geometry.alignment.measure import alignment_from_moments, fast_energy_bound, stacked_bases
 from interp_widgets.geometry.moments import moments_of_float32_rows, moments_of_points
 
 
@@ -302,7 +302,8 @@ def test_monitor_losses_unchanged_by_fast_kernels():
 
 
 def test_measured_step_threads_follow_the_machine_and_restore_the_callers(monkeypatch):
-    from interp_widgets.geometry import _kernels, _measure
+    from interp_widgets.geometry import _kernels
+    from interp_widgets.geometry.monitor import measurement as _measure
 
     seen = []
     original = _measure.Measurement.prepare_layer
@@ -334,7 +335,7 @@ def test_measured_step_threads_follow_the_machine_and_restore_the_callers(monkey
 
 @pytest.mark.parametrize("size", [1, 2, 3, 19, 20, 21, 100])
 def test_control_quantiles_equal_numpy_quantile(size):
-    from interp_widgets.geometry._measure import quantiles
+    from interp_widgets.geometry.monitor.measurement import quantiles
 
     rng = np.random.default_rng(size)
     for _ in range(300):

@@ -77,7 +77,7 @@ def continue_training(
 ) -> dict:
     """Train ``model`` (in place, AdamW) for ``steps`` steps on fresh corpus text under the live monitor
     (``fit="early"``), saving a checkpoint (safetensors state dict in ``directory``) at step 0 and every
-    ``checkpoint_every`` steps, then :func:`~interp_widgets.geometry.replay` those checkpoints on a held-out probe
+    ``checkpoint_every`` steps, then :func:`~interp_widgets.geometry.monitor.replay` those checkpoints on a held-out probe
     (``probe_batches`` batches of the corpus's test split).
 
     Returns ``{"monitor", "replay", "losses", "checkpoint_steps", "checkpoints"}``.

@@ -16,8 +16,8 @@ Example:
     ['avg_cosine', 'avg_cosine_centered', 'dim']
 """
 
-from interp_widgets.geometry.alignment import AlignmentResult, gradient_alignment
-from interp_widgets.geometry.controls import normal_controls
+from interp_widgets.geometry.alignment.measure import AlignmentResult, gradient_alignment
+from interp_widgets.geometry.alignment.controls import normal_controls
 from interp_widgets.geometry.cosine import (
     SelfSimilarity,
     average_cosine,
@@ -27,14 +27,14 @@ from interp_widgets.geometry.cosine import (
     self_similarity,
 )
 from interp_widgets.geometry.frequency import FrequencyAnalysis, frequency_analysis, frequency_by_layer, frequency_chart
-from interp_widgets.geometry.history import LAYER_METRICS, GeometryLog
+from interp_widgets.geometry.log.geometry_log import LAYER_METRICS, GeometryLog
 from interp_widgets.geometry.isotropy import isoscore, isoscore_star, participation_ratio
 from interp_widgets.geometry.metrics import representation_metrics
 from interp_widgets.geometry.moments import Moments
-from interp_widgets.geometry.monitor import AnisotropyMonitor
-from interp_widgets.geometry.proxy import TangentProxy
-from interp_widgets.geometry.replay import probe_batches, replay
-from interp_widgets.geometry.schedule import ProxySchedule
+from interp_widgets.geometry.monitor.anisotropy_monitor import AnisotropyMonitor
+from interp_widgets.geometry.alignment.proxy import TangentProxy
+from interp_widgets.geometry.monitor.replay import probe_batches, replay
+from interp_widgets.geometry.alignment.schedule import ProxySchedule
 from interp_widgets.geometry.spectral import (
     effective_rank_eigen,
     effective_rank_singular,
@@ -48,11 +48,11 @@ from interp_widgets.geometry.trackers import DEFAULT_METRICS, MLflowTracker, Ten
 
 def __getattr__(name):
     if name == "MonitorCallback":  # imported lazily: it needs transformers' Trainer machinery
-        from interp_widgets.geometry.trainer import MonitorCallback
+        from interp_widgets.geometry.monitor.trainer import MonitorCallback
 
         return MonitorCallback
     if name == "LightningMonitorCallback":  # imported lazily: it needs the optional lightning package
-        from interp_widgets.geometry.lightning import LightningMonitorCallback
+        from interp_widgets.geometry.monitor.lightning import LightningMonitorCallback
 
         return LightningMonitorCallback
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

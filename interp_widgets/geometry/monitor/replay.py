@@ -2,7 +2,7 @@
 
 This is the paper's own protocol (arXiv 2604.08764 analyses released checkpoint series): for every checkpoint,
 the true gradients of the training loss on one fixed probe batch (the same texts, masks and subsampled rows each
-time), measured exactly as :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` measures live training.
+time), measured exactly as :class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor` measures live training.
 The x axis counts checkpoints, and so does the fit window.
 
 With ``fit="early"`` (default) the replay runs in two passes, since every checkpoint is available up front:
@@ -44,8 +44,8 @@ from torch import nn
 
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, detect_task
 
-from interp_widgets.geometry.history import GeometryLog
-from interp_widgets.geometry.monitor import AnisotropyMonitor
+from interp_widgets.geometry.log.geometry_log import GeometryLog
+from interp_widgets.geometry.monitor.anisotropy_monitor import AnisotropyMonitor
 from interp_widgets.validation import check_fraction, check_int
 
 __all__ = ["replay", "probe_batches", "check_same_architecture"]
@@ -241,7 +241,7 @@ def replay(
         checkpoints: in training order: Hugging Face model directories, ``.safetensors`` / torch weight files
             (loaded with ``weights_only=True``), state dicts, or models.
         probe_texts: the fixed probe set (tokenised with ``tokenizer``), or None when ``batches`` is given.
-        layers: layer specs, as for :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor`.
+        layers: layer specs, as for :class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor`.
         model: architecture template for state dicts and paths (never modified); also gives the task.
         tokenizer: tokenizer for ``probe_texts``.
         labels: class indices of the probe texts (sequence classifiers).

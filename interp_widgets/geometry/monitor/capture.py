@@ -3,7 +3,7 @@
 During the user's own forward pass, a forward hook on each chosen layer keeps detached, subsampled, non-padding rows
 of its output (``H``) and registers a tensor hook on that output which, during the user's ``loss.backward()``, keeps
 the true gradient rows ``dL/dh`` of the same tokens (``G``). Row masks come from the ``attention_mask`` /
-``input_ids`` the model is called with, or from :meth:`~interp_widgets.geometry.monitor.AnisotropyMonitor.track`.
+``input_ids`` the model is called with, or from :meth:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor.track`.
 
 Example (a capture for one layer, before any step):
     >>> from types import SimpleNamespace
@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from interp_widgets.geometry._binding import check_rank_dim
+from interp_widgets.geometry.monitor.binding import check_rank_dim
 
 __all__ = ["Capture"]
 
@@ -43,7 +43,7 @@ class Capture:
     monitor at each call, so they always agree with it.
 
     Args:
-        monitor: the :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` the rows are captured for.
+        monitor: the :class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor` the rows are captured for.
         generator: the monitor's generator for subsampling rows.
         live: whether the hooks should capture now (the monitor is active and the current step is measured).
 

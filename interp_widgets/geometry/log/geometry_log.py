@@ -1,7 +1,7 @@
 """Columnar, bounded record of per-step geometry measurements, with live subscriptions and safe persistence.
 
-:class:`GeometryLog` is what the training monitor (:class:`~interp_widgets.geometry.monitor.AnisotropyMonitor`)
-and checkpoint replay (:func:`~interp_widgets.geometry.replay.replay`) fill in, and what
+:class:`GeometryLog` is what the training monitor (:class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor`)
+and checkpoint replay (:func:`~interp_widgets.geometry.monitor.replay.replay`) fill in, and what
 :func:`GeometryLog.load` returns. It stores one row per recorded step in numpy column buffers:
 
 * **series names** are flat: global series (``"loss"``, ``"fitting"``, user scalars from :meth:`GeometryLog.log`)
@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 import torch
 
-from interp_widgets.geometry._callbacks import Callbacks
+from interp_widgets.geometry.log.callbacks import Callbacks
 from interp_widgets.columns import ColumnStore
-from interp_widgets.geometry._persistence import read_record, write_record
-from interp_widgets.geometry._views import layer_chart, long_frame
+from interp_widgets.geometry.log.persistence import read_record, write_record
+from interp_widgets.geometry.log.views import layer_chart, long_frame
 
 from interp_widgets.series_names import SEPARATOR as _SEPARATOR, series_name, split_series_name
 from interp_widgets.validation import check_int, check_step as validated_step

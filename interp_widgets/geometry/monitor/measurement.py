@@ -1,5 +1,5 @@
 """Proxy fitting and measurement for the monitor, one layer at a time: each layer's fit schedule
-(:class:`~interp_widgets.geometry.schedule.ProxySchedule`), custom dictionary methods with their reservoir of rows,
+(:class:`~interp_widgets.geometry.alignment.schedule.ProxySchedule`), custom dictionary methods with their reservoir of rows,
 the current proxy and its matched-rank controls, and the series recorded per measured step.
 
 Example:
@@ -29,18 +29,18 @@ from interp_widgets.geometry._kernels import (
     measurement_threads,
     representation_bundle,
 )
-from interp_widgets.geometry.alignment import (
+from interp_widgets.geometry.alignment.measure import (
     AlignmentResult,
     SubspaceBatch,
     alignment_from_moments,
     alignments_from_moments,
     stacked_bases,
 )
-from interp_widgets.geometry.controls import normal_controls
-from interp_widgets.geometry.history import LAYER_METRICS, series_name
+from interp_widgets.geometry.alignment.controls import normal_controls
+from interp_widgets.geometry.log.geometry_log import LAYER_METRICS, series_name
 from interp_widgets.geometry.moments import Moments, moments_of_float32_rows, moments_of_points
-from interp_widgets.geometry.proxy import TangentProxy
-from interp_widgets.geometry.schedule import ProxySchedule
+from interp_widgets.geometry.alignment.proxy import TangentProxy
+from interp_widgets.geometry.alignment.schedule import ProxySchedule
 from interp_widgets.validation import check_int
 
 __all__ = ["Measurement", "Reservoir", "check_settings", "dictionary_function"]
@@ -264,14 +264,14 @@ class Measurement:
     the monitor's ``proxies``.
 
     Args:
-        monitor: the :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` measured for.
+        monitor: the :class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor` measured for.
         basis: the ``fit="fixed"`` basis (one for every layer, or ``{layer: basis}``), else None.
         proxy_method: ``"pca"``, a function ``(H, rank) -> d × k`` or an estimator (see :func:`dictionary_function`).
         fit_tokens: reservoir size for a custom method.
         generator: the monitor's generator (reservoir sampling).
 
     Example:
-        >>> from interp_widgets.geometry.monitor import AnisotropyMonitor
+        >>> from interp_widgets.geometry.monitor.anisotropy_monitor import AnisotropyMonitor
         >>> monitor = AnisotropyMonitor(torch.nn.Sequential(torch.nn.Linear(8, 8)), ["0"], rank=2, total_steps=4)
         >>> measurement = Measurement(monitor, None, "pca", 100, torch.Generator())
         >>> measurement.schedule("0").fit_window, monitor.meta["fit_window"], measurement.fitted
@@ -512,7 +512,7 @@ class Measurement:
 
 
 def alignment_values(values: dict, name: Callable[[str], str], result: AlignmentResult) -> None:
-    """Write the per-layer alignment series of one :class:`~interp_widgets.geometry.alignment.AlignmentResult`
+    """Write the per-layer alignment series of one :class:`~interp_widgets.geometry.alignment.measure.AlignmentResult`
     into ``values`` (``name(metric)`` gives the flat series name), with the controls' mean and 5–95 % quantiles.
 
     Example:

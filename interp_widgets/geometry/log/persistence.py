@@ -1,4 +1,4 @@
-"""The on-disk format of a :class:`~interp_widgets.geometry.history.GeometryLog`: a directory with
+"""The on-disk format of a :class:`~interp_widgets.geometry.log.geometry_log.GeometryLog`: a directory with
 ``history.safetensors`` (steps, columns, raw values, proxy bases) and ``meta.json`` (format, version, layers,
 ``x_label``, ``max_rows``, the thinning state, the name → tensor key maps and the settings). No pickle.
 

@@ -11,12 +11,12 @@ passes, keeps
 
 After the backward pass — from an optimizer step pre-hook (``optimizer=``), an explicit :meth:`AnisotropyMonitor.step`,
 or automatically when :meth:`AnisotropyMonitor.track` moves to the next step — it fits/refreshes the tangent proxy on
-its schedule (:class:`~interp_widgets.geometry.schedule.ProxySchedule`), draws the matched-rank normal controls
-(:func:`~interp_widgets.geometry.controls.normal_controls`) and records, per layer, everything of
-:func:`~interp_widgets.geometry.alignment.gradient_alignment` and
-:func:`~interp_widgets.geometry.metrics.representation_metrics` into the :class:`~interp_widgets.geometry.history.
+its schedule (:class:`~interp_widgets.geometry.alignment.schedule.ProxySchedule`), draws the matched-rank normal controls
+(:func:`~interp_widgets.geometry.alignment.controls.normal_controls`) and records, per layer, everything of
+:func:`~interp_widgets.geometry.alignment.measure.gradient_alignment` and
+:func:`~interp_widgets.geometry.metrics.representation_metrics` into the :class:`~interp_widgets.geometry.log.geometry_log.
 GeometryLog` it holds as ``monitor.history`` (series ``"<metric>|<layer>"``, see
-:data:`~interp_widgets.geometry.history.LAYER_METRICS`); the log's reading, display and saving API is available on
+:data:`~interp_widgets.geometry.log.geometry_log.LAYER_METRICS`); the log's reading, display and saving API is available on
 the monitor itself (``monitor.series(…)``, ``monitor.widget()``, ``monitor.save(…)`` …).
 
 Guarantees (each tested):
@@ -32,7 +32,7 @@ Guarantees (each tested):
   forgotten), a layer that receives no gradient because the model is frozen there, unknown layer names, ``rank``
   too large, ``n_controls < 1``.
 
-Under ``torch.distributed`` rank 0 measures the rows of all ranks (:mod:`interp_widgets.geometry._distributed`).
+Under ``torch.distributed`` rank 0 measures the rows of all ranks (:mod:`interp_widgets.geometry.monitor.distributed`).
 
 Example (fine-tuning a copy of the tiny BERT classifier for 4 steps; the first 2 fit the proxy):
     >>> import copy
@@ -57,14 +57,14 @@ from collections.abc import Iterable, Sequence
 import torch
 from torch import nn
 
-from interp_widgets.geometry._binding import bind_layers, resolve_module
-from interp_widgets.geometry._capture import Capture
-from interp_widgets.geometry._delegation import HISTORY_API, PendingScalars, offer_history_api
-from interp_widgets.geometry._distributed import gather, world_size
-from interp_widgets.geometry._measure import Measurement, ProxyMethod, check_settings
-from interp_widgets.geometry.history import GeometryLog, check_step
-from interp_widgets.geometry.proxy import TangentProxy
-from interp_widgets.geometry.schedule import check_mode_arguments
+from interp_widgets.geometry.monitor.binding import bind_layers, resolve_module
+from interp_widgets.geometry.monitor.capture import Capture
+from interp_widgets.geometry.monitor.delegation import HISTORY_API, PendingScalars, offer_history_api
+from interp_widgets.geometry.monitor.distributed import gather, world_size
+from interp_widgets.geometry.monitor.measurement import Measurement, ProxyMethod, check_settings
+from interp_widgets.geometry.log.geometry_log import GeometryLog, check_step
+from interp_widgets.geometry.alignment.proxy import TangentProxy
+from interp_widgets.geometry.alignment.schedule import check_mode_arguments
 
 __all__ = ["AnisotropyMonitor", "HISTORY_API", "resolve_module"]
 
@@ -74,7 +74,7 @@ class AnisotropyMonitor:
     """Measure tangent-proxy gradient alignment and anisotropy at chosen layers while the user's loop trains.
 
     Use as a context manager around the training loop (hooks exist only inside it). It records into a
-    :class:`~interp_widgets.geometry.history.GeometryLog`, :attr:`history`, whose API it also offers directly:
+    :class:`~interp_widgets.geometry.log.geometry_log.GeometryLog`, :attr:`history`, whose API it also offers directly:
     ``len()``, ``steps``, ``series_names()``, ``series()``, ``raw()``, ``to_dataframe()``, ``chart()``, ``widget()``,
     ``save()``, ``snapshot()``, ``subscribe()``, ``on_flush()``, ``layers``, ``x_label``, ``max_rows``, ``meta`` and
     ``proxies`` (so the live widget takes a monitor or its history alike).
@@ -106,7 +106,7 @@ class AnisotropyMonitor:
             ``input_ids`` (seen automatically when the model is called with them, or passed to :meth:`track`).
         optimizer: record automatically right before each ``optimizer.step()`` (when gradients are complete).
         seed: seed of the subsampling generator and of the controls.
-        center, zeta, coordinates: passed to :func:`~interp_widgets.geometry.alignment.gradient_alignment`.
+        center, zeta, coordinates: passed to :func:`~interp_widgets.geometry.alignment.measure.gradient_alignment`.
         representation: also record :func:`~interp_widgets.geometry.metrics.representation_metrics` of ``H``
             (``effective_rank`` is the singular-value convention; ``effective_rank_eigen`` the eigenvalue one).
         spectrum_every: cadence of the representation metrics that need ``H``'s d × d Gram and eigenvalues
@@ -382,7 +382,7 @@ class AnisotropyMonitor:
         self._measurement.fit_now()
 
     def tangent_proxies(self) -> dict[str, TangentProxy]:
-        """The current :class:`~interp_widgets.geometry.proxy.TangentProxy` of every fitted layer.
+        """The current :class:`~interp_widgets.geometry.alignment.proxy.TangentProxy` of every fitted layer.
 
         Example:
             >>> import torch

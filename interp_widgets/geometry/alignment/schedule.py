@@ -14,7 +14,7 @@ import torch
 
 from interp_widgets.geometry._kernels import ArrayLike
 from interp_widgets.geometry.moments import Moments
-from interp_widgets.geometry.proxy import TangentProxy
+from interp_widgets.geometry.alignment.proxy import TangentProxy
 from interp_widgets.validation import check_fraction, check_int, check_step
 
 __all__ = ["ProxySchedule"]
