@@ -27,7 +27,7 @@ Grams, the stacked proxy + controls product, one norm and one sum pass per layer
 ``--phases`` times the parts of one captured 6-layer decoder step's measurement (the same data measured 60 times:
 prepare, align, finish, and the kernels inside them) beside the floor's arithmetic on that data.
 
-Cost cuts with bounded error (``interp_widgets/geometry/_kernels.py``, tested in
+Cost cuts with bounded error (``interp_widgets/geometry/_kernels/``, tested in
 ``tests/test_geometry_fast_kernels.py``): the per-step gradient Gram is formed in float32 over 256-row blocks and
 summed in float32 sixteen blocks at a time and in float64 beyond (``‖ΔM2‖_F ≤ 273·2⁻²⁴·tr M2``), the spectrum step's eigensolver runs in float32 on the
 trace-scaled Gram (eigenvalue error ≤ 4(d + 2)·2⁻²⁴·λ_max), and the fit's eigensolve is float32 refined by float64
@@ -291,7 +291,7 @@ def median_ms(function, repeats: int = 60) -> float:
 def phases() -> None:
     """The measurement of one captured 6-layer decoder step, part by part, beside the floor's arithmetic
     (:func:`unavoidable_arithmetic`) on the same rows: where the monitor's own time goes (``--phases``)."""
-    from interp_widgets.geometry import _kernels
+    from interp_widgets.geometry._kernels import bundles
     from interp_widgets.geometry.monitor import measurement as _measure
     from interp_widgets.geometry.alignment.measure import alignments_from_moments
 
@@ -365,7 +365,7 @@ def phases() -> None:
             "alignments_from_moments",
         ),
         "finish": (finish, "measure_step"),
-        "linear_time_bundle32": (lambda: [_kernels.linear_time_bundle32(data[spec][0]) for spec in layers], "finish"),
+        "linear_time_bundle32": (lambda: [bundles.linear_time_bundle32(data[spec][0]) for spec in layers], "finish"),
         "floor_arithmetic": (lambda: unavoidable_arithmetic(None, step, data), None),
     }
     print("decoder6, 6 layers, one captured step measured 60 times (median ms; diagnostics, no goal of their own):")

@@ -8,23 +8,21 @@ import pytest
 import torch
 
 from interp_widgets.geometry import AnisotropyMonitor, TangentProxy, gradient_alignment, normal_controls
-from interp_widgets.geometry._kernels import (
+from interp_widgets.geometry._kernels.bundles import (
+    LINEAR_FAST_TOL,
+    linear_time_bundle,
+    linear_time_bundle32,
+    representation_bundle,
+)
+from interp_widgets.geometry._kernels.eigen import (
     FAST_EIGENVALUE_BOUND,
     FIT_ANGLE_TOL,
-    GRAM_BLOCK,
-    GRAM_BOUND,
-    LINEAR_FAST_TOL,
-    U32,
-    blocked_gram32,
-    blocked_row_sums32,
     eigenvalues_from_gram,
     fast_eigenvalues,
     fast_top_eigenvectors,
-    linear_time_bundle,
-    linear_time_bundle32,
-    one_thread,
-    representation_bundle,
 )
+from interp_widgets.geometry._kernels.products import GRAM_BLOCK, GRAM_BOUND, U32, blocked_gram32, blocked_row_sums32
+from interp_widgets.geometry._kernels.threads import one_thread
 from interp_widgets.geometry.alignment.measure import alignment_from_moments, fast_energy_bound, stacked_bases
 from interp_widgets.geometry.moments import moments_of_float32_rows, moments_of_points
 
@@ -49,7 +47,7 @@ def test_blocked_gram32_within_its_bound_for_many_rows():
 
 
 def test_blocked_gram32_in_several_batches_equals_one_batch(monkeypatch):
-    import interp_widgets.geometry._kernels as kernels
+    import interp_widgets.geometry._kernels.products as kernels
 
     x = cloud(1300, 40, seed=1)  # five whole blocks and a remainder of 20 rows
     one_batch = blocked_gram32(x)
@@ -302,7 +300,7 @@ def test_monitor_losses_unchanged_by_fast_kernels():
 
 
 def test_measured_step_threads_follow_the_machine_and_restore_the_callers(monkeypatch):
-    from interp_widgets.geometry import _kernels
+    from interp_widgets.geometry._kernels import threads as _kernels
     from interp_widgets.geometry.monitor import measurement as _measure
 
     seen = []

@@ -21,7 +21,7 @@ from interp_widgets.geometry import (
     normal_controls,
     representation_metrics,
 )
-from interp_widgets.geometry._kernels import LINEAR_FAST_TOL
+from interp_widgets.geometry._kernels.bundles import LINEAR_FAST_TOL
 from tests.conftest import model_fingerprint
 
 CONTRACT_METRICS = [

@@ -15,7 +15,7 @@ import functools
 import numpy as np
 import torch
 
-from interp_widgets.geometry._kernels import ArrayLike, as_float64, to_tensor
+from interp_widgets.geometry._kernels.inputs import ArrayLike, as_float64, to_tensor
 from interp_widgets.geometry.alignment.proxy import ORTHO_TOL, TangentProxy, basis_of
 from interp_widgets.validation import check_int
 

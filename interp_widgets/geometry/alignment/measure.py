@@ -35,13 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
-from interp_widgets.geometry._kernels import (
-    ArrayLike,
-    ShrinkageTarget,
-    check_shrinkage,
-    named_target_terms,
-    shrunk_isoscore,
-)
+from interp_widgets.geometry._kernels.inputs import ArrayLike, ShrinkageTarget
+from interp_widgets.geometry._kernels.isoscore_terms import check_shrinkage, named_target_terms, shrunk_isoscore
 from interp_widgets.geometry.alignment.controls import check_controls, normal_controls
 from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.alignment.proxy import TangentProxy, basis_of

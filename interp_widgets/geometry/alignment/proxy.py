@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from interp_widgets.geometry._kernels import ArrayLike, as_float64, as_points, fast_top_eigenvectors, to_tensor
+from interp_widgets.geometry._kernels.eigen import fast_top_eigenvectors
+from interp_widgets.geometry._kernels.inputs import ArrayLike, as_float64, as_points, to_tensor
 from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.subspaces import orthonormalize
 from interp_widgets.validation import check_int
@@ -134,7 +135,7 @@ class TangentProxy:
         Same subspace as :meth:`fit` on the pooled rows, without storing them. ``fast=True`` (the live
         monitor's setting) replaces the float64 ``eigh`` by a float32 eigensolve refined by float64 subspace
         iteration and Rayleigh–Ritz, whose distance to the exact subspace is bounded and recorded in
-        ``angle_bound`` (``‖sin Θ‖_F ≤ 1e-4``; see ``interp_widgets.geometry._kernels.fast_top_eigenvectors``);
+        ``angle_bound`` (``‖sin Θ‖_F ≤ 1e-4``; see ``interp_widgets.geometry._kernels.eigen.fast_top_eigenvectors``);
         ``explained_variance`` then uses the Ritz values over the exact trace.
 
         Example:

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from interp_widgets.geometry._kernels import ArrayLike
+from interp_widgets.geometry._kernels.inputs import ArrayLike
 from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.alignment.proxy import TangentProxy
 from interp_widgets.validation import check_fraction, check_int, check_step

@@ -19,16 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from interp_widgets.geometry._kernels import (
-    as_float64,
-    as_points,
-    check_shrinkage,
-    checked_points,
-    linear_time_bundle,
-    linear_time_bundle32,
-    measurement_threads,
-    representation_bundle,
-)
+from interp_widgets.geometry._kernels.bundles import linear_time_bundle, linear_time_bundle32, representation_bundle
+from interp_widgets.geometry._kernels.inputs import as_float64, as_points, checked_points
+from interp_widgets.geometry._kernels.isoscore_terms import check_shrinkage
+from interp_widgets.geometry._kernels.threads import measurement_threads
 from interp_widgets.geometry.alignment.measure import (
     AlignmentResult,
     SubspaceBatch,
