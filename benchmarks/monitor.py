@@ -33,10 +33,13 @@ summed in float32 sixteen blocks at a time and in float64 beyond (``‖ΔM2‖_F
 trace-scaled Gram (eigenvalue error ≤ 4(d + 2)·2⁻²⁴·λ_max), and the fit's eigensolve is float32 refined by float64
 subspace iteration + Rayleigh–Ritz, with a Davis–Kahan residual bound ‖sin Θ‖_F ≤ 1e-4 to the exact float64
 eigenvectors (else the float64 ``eigh``). The every-step representation metrics (mean pairwise cosines, drift share) are float32 passes with a proven error bound (``linear_time_bundle32``, float64 when that bound exceeds 1e-4), and the gradient mean comes from 16-row float32 partial sums (within 17·2⁻²⁴·mean|g| per coordinate). The alignments of all layers of one width are one batch (``alignments_from_moments`` over a ``SubspaceBatch``
-cached per proxy), so their small terms cost one set of kernel launches per step, not one per layer. On an
-oversubscribed machine each measured step's kernels run on one intra-op thread (``one_thread``):
-under load, two OpenMP threads made these small kernels 10–30× slower (a barrier per kernel waits for a
-descheduled thread); the result is the same computation.
+cached per proxy), so their small terms cost one set of kernel launches per step, not one per layer.
+
+Threads: the monitor leaves the process's torch thread count alone (``MonitorConfig(measurement_threads=None)``);
+``--measurement-threads N`` runs the timed monitors with ``measurement_threads=N`` (set around each measured step
+and restored). Under load, two OpenMP threads once made these small kernels 10–30× slower than one (a barrier per
+kernel waits for a descheduled thread), so compare ``--measurement-threads 1`` with the default on an idle and on a
+loaded machine; the result is the same computation.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ import _repo  # noqa: F401, E402  (the repository root on sys.path)
 from interp_widgets.geometry import AnisotropyMonitor  # noqa: E402
 
 BATCH, LENGTH, RANK, N_CONTROLS, MAX_TOKENS = 16, 64, 16, 20, 4096
+#: ``--measurement-threads N``: the timed monitors' MonitorConfig.measurement_threads (None: the process's own count).
+MEASUREMENT_THREADS = (
+    int(sys.argv[sys.argv.index("--measurement-threads") + 1]) if "--measurement-threads" in sys.argv else None
+)
 STEPS_TOTAL = 30
 
 
@@ -127,6 +134,7 @@ def step_times(model, batches, monitor_layers, steps=STEPS_TOTAL):
         n_controls=N_CONTROLS,
         max_tokens=MAX_TOKENS,
         optimizer=optimizer,
+        measurement_threads=MEASUREMENT_THREADS,
     )
     times = {"plain": [], "monitored": []}
     index = 0
@@ -309,6 +317,7 @@ def phases() -> None:
         n_controls=N_CONTROLS,
         max_tokens=MAX_TOKENS,
         optimizer=optimizer,
+        measurement_threads=MEASUREMENT_THREADS,
     )
     captured = {}
     real = _measure.Measurement.measure_step

@@ -1,13 +1,19 @@
 """Anisotropy metrics and gradient–subspace alignment on point clouds of activations and gradients.
 
-``metrics`` gathers the per-step geometry metrics, which live by family in ``cosine``, ``isotropy`` (IsoScore,
-IsoScore*), ``spectral`` (spectral dimension) and ``subspaces`` (subspace comparison). The tangent-proxy measurement
-of arXiv 2604.08764 is ``moments`` (streamed moments), ``proxy`` (:class:`TangentProxy`), ``schedule``
-(:class:`ProxySchedule`), ``controls`` (:func:`normal_controls`) and ``alignment`` (:func:`gradient_alignment`);
-``monitor`` runs it live during training (:class:`AnisotropyMonitor`), ``replay`` over saved checkpoints,
-``trainer`` wires it into the Hugging Face Trainer and ``lightning`` into PyTorch Lightning
-(:class:`LightningMonitorCallback`); ``history`` stores the results (:class:`GeometryLog`), ``trackers`` sends them to
-TensorBoard, Weights & Biases and MLflow (:class:`TensorBoardTracker`, :class:`WandbTracker`, :class:`MLflowTracker`).
+Grouped by owner:
+
+* the metric leaves: ``metrics`` gathers the per-step geometry metrics, which live by family in ``cosine``,
+  ``isotropy`` (IsoScore, IsoScore*), ``spectral`` (spectral dimension) and ``subspaces`` (subspace comparison);
+  ``frequency`` relates them to token frequency; ``moments`` streams the moments they share;
+* ``alignment/``: the tangent-proxy measurement of arXiv 2604.08764: ``proxy`` (:class:`TangentProxy`),
+  ``schedule`` (:class:`ProxySchedule`), ``controls`` (:func:`normal_controls`) and ``measure``
+  (:func:`gradient_alignment`);
+* ``monitor/``: :class:`AnisotropyMonitor` (``anisotropy_monitor``) runs it live during training, with every setting
+  in :class:`MonitorConfig` (``config``); ``replay`` runs it over saved checkpoints, ``trainer`` wires it into the
+  Hugging Face Trainer and ``lightning`` into PyTorch Lightning (:class:`LightningMonitorCallback`);
+* ``log/``: :class:`GeometryLog` (``geometry_log``) stores the results; ``trackers`` sends them to TensorBoard,
+  Weights & Biases and MLflow (:class:`TensorBoardTracker`, :class:`WandbTracker`, :class:`MLflowTracker`);
+* ``_kernels/``: the internal kernels, by concern.
 
 Example:
     >>> import torch
@@ -32,6 +38,7 @@ from interp_widgets.geometry.isotropy import isoscore, isoscore_star, participat
 from interp_widgets.geometry.metrics import representation_metrics
 from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.monitor.anisotropy_monitor import AnisotropyMonitor
+from interp_widgets.geometry.monitor.config import MonitorConfig
 from interp_widgets.geometry.alignment.proxy import TangentProxy
 from interp_widgets.geometry.monitor.replay import probe_batches, replay
 from interp_widgets.geometry.alignment.schedule import ProxySchedule
@@ -68,6 +75,7 @@ __all__ = [
     "LightningMonitorCallback",
     "MLflowTracker",
     "MonitorCallback",
+    "MonitorConfig",
     "Moments",
     "ProxySchedule",
     "SelfSimilarity",

@@ -8,7 +8,6 @@ import torch
 
 from interp_widgets.geometry._kernels.inputs import EPS64
 from interp_widgets.geometry._kernels.products import U32, gram_matrix
-from interp_widgets.geometry._kernels.threads import one_thread
 
 
 def fast_eigenvalues(gram: torch.Tensor, n: int, d: int) -> torch.Tensor:
@@ -30,8 +29,7 @@ def fast_eigenvalues(gram: torch.Tensor, n: int, d: int) -> torch.Tensor:
     if not float(scale) > 0:
         return eigenvalues_from_gram(gram, n, d)
     single = (gram / scale).to(torch.float32)
-    with one_thread():
-        eigenvalues = torch.linalg.eigvalsh(single).flip(0).to(torch.float64)
+    eigenvalues = torch.linalg.eigvalsh(single).flip(0).to(torch.float64)
     tolerance = eigenvalues[0] * FAST_EIGENVALUE_BOUND(gram.shape[0])
     eigenvalues = torch.where(eigenvalues > tolerance, eigenvalues, torch.zeros_like(eigenvalues))
     return eigenvalues * (scale / (n - 1))
@@ -89,19 +87,16 @@ def fast_top_eigenvectors(m2: torch.Tensor, rank: int) -> tuple[torch.Tensor, to
     m = min(d, rank + RITZ_EXTRA)
     if m <= rank or not float(scale) > 0:
         return _exact_top_eigenvectors(m2, rank)
-    with one_thread():
-        values32, vectors32 = torch.linalg.eigh((m2 / scale).to(torch.float32))  # ascending
+    values32, vectors32 = torch.linalg.eigh((m2 / scale).to(torch.float32))  # ascending
     # Weyl: λ_{rank+1}(m2) ≤ scale·(λ̂_{rank+1} + bound·λ̂_max) for the float32 eigenvalues λ̂ of m2/scale
     upper = float(scale * (values32[d - 1 - rank].double() + FAST_EIGENVALUE_BOUND(d) * values32[-1].double()))
     basis = vectors32[:, d - m :].to(torch.float64)
     rounding = 4 * d * EPS64 * float(scale) * math.sqrt(rank)  # float64 error of the residual itself
     for _ in range(RITZ_ITERATIONS):
-        with one_thread():
-            q = torch.linalg.qr(m2 @ basis).Q
+        q = torch.linalg.qr(m2 @ basis).Q
         mq = m2 @ q
         small = q.T @ mq
-        with one_thread():
-            theta, w = torch.linalg.eigh((small + small.T) / 2)
+        theta, w = torch.linalg.eigh((small + small.T) / 2)
         theta, w = theta.flip(0), w.flip(1)
         basis = q @ w
         residual = mq @ w[:, :rank] - basis[:, :rank] * theta[:rank]
@@ -114,8 +109,7 @@ def fast_top_eigenvectors(m2: torch.Tensor, rank: int) -> tuple[torch.Tensor, to
 
 
 def _exact_top_eigenvectors(m2: torch.Tensor, rank: int) -> tuple[torch.Tensor, torch.Tensor, float]:
-    with one_thread():
-        values, vectors = torch.linalg.eigh(m2)
+    values, vectors = torch.linalg.eigh(m2)
     return values.flip(0)[:rank], vectors.flip(1)[:, :rank], 0.0
 
 

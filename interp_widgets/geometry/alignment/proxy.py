@@ -10,9 +10,11 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from interp_widgets.geometry._kernels.eigen import fast_top_eigenvectors
@@ -21,7 +23,10 @@ from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.subspaces import orthonormalize
 from interp_widgets.validation import check_int
 
-__all__ = ["TangentProxy"]
+__all__ = ["TangentProxy", "ProxyMethod", "dictionary_function"]
+
+#: A proxy fitting method: ``"pca"``, a function ``(H, rank) -> d × k`` dictionary, or an estimator.
+ProxyMethod = str | Callable[[torch.Tensor, int], object] | object
 
 #: Tolerance of the orthonormality checks on proxy bases and controls (max entry of ``|QᵀQ − I|``).
 ORTHO_TOL = 1e-6
@@ -198,3 +203,37 @@ def basis_of(proxy: TangentProxy | ArrayLike) -> torch.Tensor:
             f"wrap it with TangentProxy.from_basis(basis), which orthonormalises it by QR"
         )
     return basis
+
+
+def dictionary_function(method: ProxyMethod) -> Callable[[torch.Tensor, int], object] | None:
+    """None for PCA; else a ``(H, rank) -> d × k`` function (sklearn-style estimators give ``components_.T``).
+
+    Example:
+        >>> dictionary_function("pca") is None
+        True
+    """
+    if isinstance(method, str):
+        if method != "pca":
+            raise ValueError(
+                f"proxy_method must be 'pca', a function (H, rank) -> d × k dictionary or an estimator "
+                f"with fit() and components_, got {method!r}"
+            )
+        return None
+    if hasattr(method, "fit") and not isinstance(method, type):
+        estimator = method
+
+        def from_estimator(H: torch.Tensor, rank: int):
+            fitted = copy.deepcopy(estimator).fit(H.cpu().numpy())
+            components = np.asarray(fitted.components_)
+            if components.shape[0] != rank:
+                raise ValueError(
+                    f"the estimator produced {components.shape[0]} components but rank={rank}; "
+                    f"configure it with {rank} components"
+                )
+            return torch.as_tensor(components.T)
+
+        from_estimator.__name__ = type(estimator).__name__
+        return from_estimator
+    if callable(method):
+        return method
+    raise TypeError(f"proxy_method must be 'pca', a function or an estimator, got {type(method).__name__}")

@@ -1,4 +1,4 @@
-"""The live monitor and what drives it: :class:`AnisotropyMonitor` (``anisotropy_monitor``), the layers it binds
+"""The live monitor and what drives it: :class:`AnisotropyMonitor` (``anisotropy_monitor``), its settings (``config``, :class:`MonitorConfig`), the layers it binds
 (``binding``), the rows it captures during the user's passes (``capture``), its per-step measurement
 (``measurement``), distributed gathering (``distributed``), the log API it offers as its own (``delegation``), and
 its drivers: :func:`~interp_widgets.geometry.monitor.replay.replay` over saved checkpoints (``replay``), the Hugging
@@ -11,5 +11,6 @@ Example:
 """
 
 from interp_widgets.geometry.monitor.anisotropy_monitor import AnisotropyMonitor
+from interp_widgets.geometry.monitor.config import MonitorConfig
 
-__all__ = ["AnisotropyMonitor"]
+__all__ = ["AnisotropyMonitor", "MonitorConfig"]

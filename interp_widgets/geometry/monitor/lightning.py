@@ -154,9 +154,7 @@ class LightningMonitorCallback(_pl.Callback):
         self._check(trainer, pl_module)
         monitor = self.monitor
         if monitor.fit == "early" and monitor.total_steps is None:
-            total = int(trainer.estimated_stepping_batches)
-            monitor.total_steps = total
-            monitor.meta["total_steps"] = total
+            monitor.set_total_steps(int(trainer.estimated_stepping_batches))
         self._owns_hooks = not monitor.active  # else `with monitor: trainer.fit(...)` manages the hooks
         if self._owns_hooks:
             monitor.__enter__()

@@ -85,8 +85,7 @@ class MonitorCallback(TrainerCallback):
                     "build the AnisotropyMonitor on the model you pass to Trainer"
                 )
         if monitor.fit == "early" and monitor.total_steps is None:
-            monitor.total_steps = state.max_steps
-            monitor.meta["total_steps"] = state.max_steps
+            monitor.set_total_steps(state.max_steps)
         if not monitor.active:
             monitor.__enter__()
             self._owns_hooks = True
