@@ -124,7 +124,7 @@ def _m4_indices(x: np.ndarray, y: np.ndarray, buckets: int) -> np.ndarray:
 
 
 class MonitorWidget(InterpWidget):
-    """Live curves of a training run: give it a ``AnisotropyMonitor``, or use it standalone with :meth:`log`.
+    """Live curves of a training run: give it an ``AnisotropyMonitor``, or use it standalone with :meth:`log`.
 
     Series are flat names: global scalars (``"loss"``, ``"lr"``, ``"fitting"`` = 1.0 while the tangent proxy is
     being fitted, shaded in every panel) and per-layer metrics ``"<metric>|<layer>"`` (``energy_ratio``,
