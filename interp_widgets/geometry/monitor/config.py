@@ -92,7 +92,7 @@ class MonitorConfig:
     total_steps: int | None = None
     fit_fraction: float | None = None
     refit_every: int | None = None
-    basis: object = field(default=None, repr=False)
+    basis: object = field(default=None, repr=False, compare=False)  # tensors: no elementwise ==
     proxy_method: object = "pca"
     n_controls: int = 20
     max_tokens: int = 4096
