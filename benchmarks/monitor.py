@@ -27,16 +27,19 @@ Grams, the stacked proxy + controls product, one norm and one sum pass per layer
 ``--phases`` times the parts of one captured 6-layer decoder step's measurement (the same data measured 60 times:
 prepare, align, finish, and the kernels inside them) beside the floor's arithmetic on that data.
 
-Cost cuts with bounded error (``interp_widgets/geometry/_kernels.py``, tested in
+Cost cuts with bounded error (``interp_widgets/geometry/_kernels/``, tested in
 ``tests/geometry/test_fast_kernels.py``): the per-step gradient Gram is formed in float32 over 256-row blocks and
 summed in float32 sixteen blocks at a time and in float64 beyond (``‖ΔM2‖_F ≤ 273·2⁻²⁴·tr M2``), the spectrum step's eigensolver runs in float32 on the
 trace-scaled Gram (eigenvalue error ≤ 4(d + 2)·2⁻²⁴·λ_max), and the fit's eigensolve is float32 refined by float64
 subspace iteration + Rayleigh–Ritz, with a Davis–Kahan residual bound ‖sin Θ‖_F ≤ 1e-4 to the exact float64
 eigenvectors (else the float64 ``eigh``). The every-step representation metrics (mean pairwise cosines, drift share) are float32 passes with a proven error bound (``linear_time_bundle32``, float64 when that bound exceeds 1e-4), and the gradient mean comes from 16-row float32 partial sums (within 17·2⁻²⁴·mean|g| per coordinate). The alignments of all layers of one width are one batch (``alignments_from_moments`` over a ``SubspaceBatch``
-cached per proxy), so their small terms cost one set of kernel launches per step, not one per layer. On an
-oversubscribed machine each measured step's kernels run on one intra-op thread (``one_thread``):
-under load, two OpenMP threads made these small kernels 10–30× slower (a barrier per kernel waits for a
-descheduled thread); the result is the same computation.
+cached per proxy), so their small terms cost one set of kernel launches per step, not one per layer.
+
+Threads: the monitor leaves the process's torch thread count alone (``MonitorConfig(measurement_threads=None)``);
+``--measurement-threads N`` runs the timed monitors with ``measurement_threads=N`` (set around each measured step
+and restored). Under load, two OpenMP threads once made these small kernels 10–30× slower than one (a barrier per
+kernel waits for a descheduled thread), so compare ``--measurement-threads 1`` with the default on an idle and on a
+loaded machine; the result is the same computation.
 """
 
 from __future__ import annotations
@@ -53,6 +56,10 @@ import _repo  # noqa: F401, E402  (the repository root on sys.path)
 from interp_widgets.geometry import AnisotropyMonitor  # noqa: E402
 
 BATCH, LENGTH, RANK, N_CONTROLS, MAX_TOKENS = 16, 64, 16, 20, 4096
+#: ``--measurement-threads N``: the timed monitors' MonitorConfig.measurement_threads (None: the process's own count).
+MEASUREMENT_THREADS = (
+    int(sys.argv[sys.argv.index("--measurement-threads") + 1]) if "--measurement-threads" in sys.argv else None
+)
 STEPS_TOTAL = 30
 
 
@@ -127,6 +134,7 @@ def step_times(model, batches, monitor_layers, steps=STEPS_TOTAL):
         n_controls=N_CONTROLS,
         max_tokens=MAX_TOKENS,
         optimizer=optimizer,
+        measurement_threads=MEASUREMENT_THREADS,
     )
     times = {"plain": [], "monitored": []}
     index = 0
@@ -246,7 +254,7 @@ def floor(steps: int, only: list[str] | None = None, runs: int = 3) -> None:
     """The 6-layer ratio with the measurement replaced by nothing (capture only: hooks, row copies, flushes) and by
     :func:`unavoidable_arithmetic`, alternated with the real monitor, on the decoder and on MiniLM: what the 3 % goal
     leaves for the measurement on this machine."""
-    from interp_widgets.geometry import _measure
+    from interp_widgets.geometry.monitor import measurement as _measure
 
     real = _measure.Measurement.measure_step
     stand_ins = {
@@ -291,8 +299,9 @@ def median_ms(function, repeats: int = 60) -> float:
 def phases() -> None:
     """The measurement of one captured 6-layer decoder step, part by part, beside the floor's arithmetic
     (:func:`unavoidable_arithmetic`) on the same rows: where the monitor's own time goes (``--phases``)."""
-    from interp_widgets.geometry import _kernels, _measure
-    from interp_widgets.geometry.alignment import alignments_from_moments
+    from interp_widgets.geometry._kernels import bundles
+    from interp_widgets.geometry.monitor import measurement as _measure
+    from interp_widgets.geometry.alignment.measure import alignments_from_moments
 
     model, batches = decoder()
     model.train()
@@ -308,6 +317,7 @@ def phases() -> None:
         n_controls=N_CONTROLS,
         max_tokens=MAX_TOKENS,
         optimizer=optimizer,
+        measurement_threads=MEASUREMENT_THREADS,
     )
     captured = {}
     real = _measure.Measurement.measure_step
@@ -364,7 +374,7 @@ def phases() -> None:
             "alignments_from_moments",
         ),
         "finish": (finish, "measure_step"),
-        "linear_time_bundle32": (lambda: [_kernels.linear_time_bundle32(data[spec][0]) for spec in layers], "finish"),
+        "linear_time_bundle32": (lambda: [bundles.linear_time_bundle32(data[spec][0]) for spec in layers], "finish"),
         "floor_arithmetic": (lambda: unavoidable_arithmetic(None, step, data), None),
     }
     print("decoder6, 6 layers, one captured step measured 60 times (median ms; diagnostics, no goal of their own):")

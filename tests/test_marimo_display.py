@@ -8,8 +8,8 @@ import pytest
 from marimo._output.formatting import try_format
 
 from interp_widgets.geometry import AnisotropyMonitor
-from interp_widgets.geometry._delegation import offer_history_api
-from interp_widgets.geometry.history import GeometryLog
+from interp_widgets.geometry.monitor.delegation import offer_history_api
+from interp_widgets.geometry.log.geometry_log import GeometryLog
 from interp_widgets.widgets import (
     ConceptBrowser,
     ExampleListWidget,

@@ -9,7 +9,7 @@ import torch
 from interp_widgets.attribution import AttributionResult, Saliency
 from interp_widgets.concepts import ActivationStore, ConceptModel, PCAConcepts
 from interp_widgets.geometry import GeometryLog
-from interp_widgets.geometry.replay import _load_checkpoint
+from interp_widgets.geometry.monitor.replay import _load_checkpoint
 
 NOT_SAFETENSORS = b"this is a text file, not a safetensors file\n" * 4
 

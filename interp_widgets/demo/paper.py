@@ -8,8 +8,8 @@ bf16 release: continuing training starts from quantisation-rounded weights.
 Example (the tiny GPT-2 of the doctest namespace, 4 steps, a checkpoint every 2):
     >>> import copy, tempfile
     >>> with tempfile.TemporaryDirectory() as tmp:
-    ...     run = continue_training(copy.deepcopy(lm), lm_tokenizer, steps=4, layers=["layer:0", "layer:1"], rank=2,
-    ...                             n_controls=3, checkpoint_every=2, length=16, directory=tmp, progress=False)
+    ...     run = continue_training(copy.deepcopy(lm), lm_tokenizer, steps=4, layers=["layer:0", "layer:1"],
+    ...                             config=MonitorConfig(rank=2, n_controls=3), checkpoint_every=2, length=16, directory=tmp, progress=False)
     >>> run["checkpoint_steps"], run["replay"].steps.tolist()
     ([0, 2, 4], [0, 1, 2])
 """
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from interp_widgets.demo.text_corpus import load_text_corpus
-from interp_widgets.geometry import AnisotropyMonitor, replay
+from interp_widgets.geometry import AnisotropyMonitor, MonitorConfig, replay
 
 __all__ = ["continue_training", "corpus_batches", "phase_summary"]
 
@@ -65,8 +65,7 @@ def continue_training(
     *,
     steps: int,
     layers,
-    rank: int = 16,
-    n_controls: int = 20,
+    config: MonitorConfig | None = None,
     checkpoint_every: int = 50,
     batch_size: int = 4,
     length: int = 128,
@@ -77,16 +76,17 @@ def continue_training(
 ) -> dict:
     """Train ``model`` (in place, AdamW) for ``steps`` steps on fresh corpus text under the live monitor
     (``fit="early"``), saving a checkpoint (safetensors state dict in ``directory``) at step 0 and every
-    ``checkpoint_every`` steps, then :func:`~interp_widgets.geometry.replay` those checkpoints on a held-out probe
-    (``probe_batches`` batches of the corpus's test split).
+    ``checkpoint_every`` steps, then :func:`~interp_widgets.geometry.monitor.replay` those checkpoints on a held-out probe
+    (``probe_batches`` batches of the corpus's test split). ``config`` holds the monitor's settings (its defaults
+    when None), for the live run and the replay alike.
 
     Returns ``{"monitor", "replay", "losses", "checkpoint_steps", "checkpoints"}``.
 
     Example:
         >>> import copy, tempfile
         >>> with tempfile.TemporaryDirectory() as tmp:
-        ...     run = continue_training(copy.deepcopy(lm), lm_tokenizer, steps=2, layers=["layer:1"], rank=2,
-        ...                             n_controls=3, checkpoint_every=1, length=16, directory=tmp, progress=False)
+        ...     run = continue_training(copy.deepcopy(lm), lm_tokenizer, steps=2, layers=["layer:1"],
+        ...                             config=MonitorConfig(rank=2, n_controls=3), checkpoint_every=1, length=16, directory=tmp, progress=False)
         >>> len(run["losses"]), run["monitor"].meta["fit_window"]
         (2, [0, 1])
     """
@@ -99,9 +99,7 @@ def continue_training(
     probe = corpus_batches(tokenizer, probe_batches, batch_size=batch_size, length=length, split="test")
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
-    monitor = AnisotropyMonitor(
-        model, layers, rank=rank, n_controls=n_controls, fit="early", total_steps=steps, optimizer=optimizer
-    )
+    monitor = AnisotropyMonitor(model, layers, config, fit="early", total_steps=steps, optimizer=optimizer)
     checkpoints, checkpoint_steps, losses = [], [], []
 
     def save(step):
@@ -128,9 +126,7 @@ def continue_training(
             if (step + 1) % checkpoint_every == 0:
                 save(step + 1)
     model.eval()
-    record = replay(
-        checkpoints, None, layers, model=model, batches=probe, rank=rank, n_controls=n_controls, progress=progress
-    )
+    record = replay(checkpoints, None, layers, model=model, batches=probe, config=config, progress=progress)
     return {
         "monitor": monitor,
         "replay": record,

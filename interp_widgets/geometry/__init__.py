@@ -1,13 +1,19 @@
 """Anisotropy metrics and gradient–subspace alignment on point clouds of activations and gradients.
 
-``metrics`` gathers the per-step geometry metrics, which live by family in ``cosine``, ``isotropy`` (IsoScore,
-IsoScore*), ``spectral`` (spectral dimension) and ``subspaces`` (subspace comparison). The tangent-proxy measurement
-of arXiv 2604.08764 is ``moments`` (streamed moments), ``proxy`` (:class:`TangentProxy`), ``schedule``
-(:class:`ProxySchedule`), ``controls`` (:func:`normal_controls`) and ``alignment`` (:func:`gradient_alignment`);
-``monitor`` runs it live during training (:class:`AnisotropyMonitor`), ``replay`` over saved checkpoints,
-``trainer`` wires it into the Hugging Face Trainer and ``lightning`` into PyTorch Lightning
-(:class:`LightningMonitorCallback`); ``history`` stores the results (:class:`GeometryLog`), ``trackers`` sends them to
-TensorBoard, Weights & Biases and MLflow (:class:`TensorBoardTracker`, :class:`WandbTracker`, :class:`MLflowTracker`).
+Grouped by owner:
+
+* the metric leaves: ``metrics`` gathers the per-step geometry metrics, which live by family in ``cosine``,
+  ``isotropy`` (IsoScore, IsoScore*), ``spectral`` (spectral dimension) and ``subspaces`` (subspace comparison);
+  ``frequency`` relates them to token frequency; ``moments`` streams the moments they share;
+* ``alignment/``: the tangent-proxy measurement of arXiv 2604.08764: ``proxy`` (:class:`TangentProxy`),
+  ``schedule`` (:class:`ProxySchedule`), ``controls`` (:func:`normal_controls`) and ``measure``
+  (:func:`gradient_alignment`);
+* ``monitor/``: :class:`AnisotropyMonitor` (``anisotropy_monitor``) runs it live during training, with every setting
+  in :class:`MonitorConfig` (``config``); ``replay`` runs it over saved checkpoints, ``trainer`` wires it into the
+  Hugging Face Trainer and ``lightning`` into PyTorch Lightning (:class:`LightningMonitorCallback`);
+* ``log/``: :class:`GeometryLog` (``geometry_log``) stores the results; ``trackers`` sends them to TensorBoard,
+  Weights & Biases and MLflow (:class:`TensorBoardTracker`, :class:`WandbTracker`, :class:`MLflowTracker`);
+* ``_kernels/``: the internal kernels, by concern.
 
 Example:
     >>> import torch
@@ -16,10 +22,8 @@ Example:
     ['avg_cosine', 'avg_cosine_centered', 'dim']
 """
 
-import warnings
-
-from interp_widgets.geometry.alignment import AlignmentResult, gradient_alignment
-from interp_widgets.geometry.controls import normal_controls
+from interp_widgets.geometry.alignment.measure import AlignmentResult, gradient_alignment
+from interp_widgets.geometry.alignment.controls import normal_controls
 from interp_widgets.geometry.cosine import (
     SelfSimilarity,
     average_cosine,
@@ -29,14 +33,15 @@ from interp_widgets.geometry.cosine import (
     self_similarity,
 )
 from interp_widgets.geometry.frequency import FrequencyAnalysis, frequency_analysis, frequency_by_layer, frequency_chart
-from interp_widgets.geometry.history import LAYER_METRICS, GeometryLog
+from interp_widgets.geometry.log.geometry_log import LAYER_METRICS, GeometryLog
 from interp_widgets.geometry.isotropy import isoscore, isoscore_star, participation_ratio
 from interp_widgets.geometry.metrics import representation_metrics
 from interp_widgets.geometry.moments import Moments
-from interp_widgets.geometry.monitor import AnisotropyMonitor
-from interp_widgets.geometry.proxy import TangentProxy
-from interp_widgets.geometry.replay import probe_batches, replay
-from interp_widgets.geometry.schedule import ProxySchedule
+from interp_widgets.geometry.monitor.anisotropy_monitor import AnisotropyMonitor
+from interp_widgets.geometry.monitor.config import MonitorConfig
+from interp_widgets.geometry.alignment.proxy import TangentProxy
+from interp_widgets.geometry.monitor.replay import probe_batches, replay
+from interp_widgets.geometry.alignment.schedule import ProxySchedule
 from interp_widgets.geometry.spectral import (
     effective_rank_eigen,
     effective_rank_singular,
@@ -50,18 +55,13 @@ from interp_widgets.geometry.trackers import DEFAULT_METRICS, MLflowTracker, Ten
 
 def __getattr__(name):
     if name == "MonitorCallback":  # imported lazily: it needs transformers' Trainer machinery
-        from interp_widgets.geometry.trainer import MonitorCallback
+        from interp_widgets.geometry.monitor.trainer import MonitorCallback
 
         return MonitorCallback
     if name == "LightningMonitorCallback":  # imported lazily: it needs the optional lightning package
-        from interp_widgets.geometry.lightning import LightningMonitorCallback
+        from interp_widgets.geometry.monitor.lightning import LightningMonitorCallback
 
         return LightningMonitorCallback
-    if name == "GeometryMonitor":  # deprecated alias, resolved here so that importing it can warn
-        from interp_widgets.geometry._deprecated import GEOMETRY_MONITOR_DEPRECATION, GeometryMonitor
-
-        warnings.warn(GEOMETRY_MONITOR_DEPRECATION, DeprecationWarning, stacklevel=2)
-        return GeometryMonitor
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -75,6 +75,7 @@ __all__ = [
     "LightningMonitorCallback",
     "MLflowTracker",
     "MonitorCallback",
+    "MonitorConfig",
     "Moments",
     "ProxySchedule",
     "SelfSimilarity",

@@ -13,19 +13,18 @@ from dataclasses import dataclass
 
 import torch
 
-from interp_widgets.geometry._kernels import (
+from interp_widgets.geometry._kernels.inputs import (
     MEAN_ROW_HINT,
     ZERO_ROW_HINT,
     ArrayLike,
     as_labels,
     as_points,
     centre,
-    cross_sequence_cosine,
-    drift_share_from_moments,
     inverse_row_norms,
-    mean_pairwise_cosine,
     unit_rows,
 )
+from interp_widgets.geometry._kernels.isoscore_terms import drift_share_from_moments
+from interp_widgets.geometry._kernels.products import cross_sequence_cosine, mean_pairwise_cosine
 from interp_widgets.validation import check_int
 
 __all__ = [

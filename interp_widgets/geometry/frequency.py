@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from interp_widgets.geometry._kernels import ArrayLike, as_labels, as_points
+from interp_widgets.geometry._kernels.inputs import ArrayLike, as_labels, as_points
 from interp_widgets.layers import no_new_hooks
 from interp_widgets.validation import check_int
 

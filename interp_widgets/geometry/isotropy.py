@@ -9,15 +9,11 @@ Example:
 
 from __future__ import annotations
 
-from interp_widgets.geometry._kernels import (
-    ArrayLike,
-    ShrinkageTarget,
-    as_points,
-    centre,
+from interp_widgets.geometry._kernels.eigen import covariance_moments
+from interp_widgets.geometry._kernels.inputs import ArrayLike, ShrinkageTarget, as_points, centre, check_variance
+from interp_widgets.geometry._kernels.isoscore_terms import (
     check_dim_for_isoscore,
     check_shrinkage,
-    check_variance,
-    covariance_moments,
     isoscore_from_pr,
     named_target_terms,
     pr_from_moments,

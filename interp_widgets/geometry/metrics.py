@@ -33,7 +33,8 @@ The metrics live in one module per family (all of them importable from here and 
 
 from __future__ import annotations
 
-from interp_widgets.geometry._kernels import ArrayLike, as_points, representation_bundle
+from interp_widgets.geometry._kernels.bundles import representation_bundle
+from interp_widgets.geometry._kernels.inputs import ArrayLike, as_points
 from interp_widgets.geometry.cosine import (
     SelfSimilarity,
     average_cosine,

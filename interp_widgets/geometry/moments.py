@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 import torch
 
-from interp_widgets.geometry._kernels import ArrayLike, as_points, blocked_gram32, blocked_row_sums32, gram_matrix
+from interp_widgets.geometry._kernels.inputs import ArrayLike, as_points
+from interp_widgets.geometry._kernels.products import blocked_gram32, blocked_row_sums32, gram_matrix
 
 __all__ = ["Moments"]
 
@@ -103,7 +104,7 @@ class Moments:
 
 def moments_of_points(x: torch.Tensor, fast: bool = False) -> Moments:
     """:class:`Moments` of a cloud already validated by ``as_points`` (float64, 2-D, finite), without validating
-    it again (``fast``: ``M2`` from :func:`~interp_widgets.geometry._kernels.blocked_gram32`, relative Frobenius
+    it again (``fast``: ``M2`` from :func:`~interp_widgets.geometry._kernels.products.blocked_gram32`, relative Frobenius
     error ≤ ``GRAM_BOUND`` (273·2⁻²⁴) of its trace; the monitor's per-step gradient moments).
 
     Example:

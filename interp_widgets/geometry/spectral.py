@@ -12,15 +12,9 @@ from __future__ import annotations
 
 import torch
 
-from interp_widgets.geometry._kernels import (
-    ArrayLike,
-    as_points,
-    centre,
-    check_variance,
-    covariance_moments,
-    eigenvalues_from_gram,
-    exp_entropy,
-)
+from interp_widgets.geometry._kernels.eigen import covariance_moments, eigenvalues_from_gram
+from interp_widgets.geometry._kernels.inputs import ArrayLike, as_points, centre, check_variance
+from interp_widgets.geometry._kernels.isoscore_terms import exp_entropy
 from interp_widgets.validation import check_int
 
 __all__ = [

@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from interp_widgets.geometry._kernels import EPS64, ArrayLike, as_float64, as_points, centre, check_finite, to_tensor
+from interp_widgets.geometry._kernels.inputs import (
+    EPS64,
+    ArrayLike,
+    as_float64,
+    as_points,
+    centre,
+    check_finite,
+    to_tensor,
+)
 
 __all__ = ["orthonormalize", "principal_angles", "linear_cka", "projection_energy"]
 

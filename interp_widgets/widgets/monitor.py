@@ -9,7 +9,7 @@ Streaming protocol (see ``js/src/lib/plot_store.js``):
 
 * ``log()`` only queues the row (a few µs). A flush happens when at least ``flush_interval`` seconds (default
   0.1 s, i.e. ≤ 10 flushes/s) have passed since the previous one, on :meth:`MonitorWidget.flush`, and is forced on
-  exit, exception and ``KeyboardInterrupt``: when the :class:`~interp_widgets.geometry.GeometryMonitor` flushes, when a
+  exit, exception and ``KeyboardInterrupt``: when the :class:`~interp_widgets.geometry.AnisotropyMonitor` flushes, when a
   ``with widget:`` block ends, and after every notebook cell (an IPython ``post_execute`` hook).
 * One flush = one custom message ``{"type": "iw-monitor-append", "series", "start", "rows"}`` with two
   little-endian buffers: the steps as float64 and the values of the series present in the block as float32,
@@ -47,6 +47,7 @@ from typing import Any, Callable, ClassVar, Iterable, Mapping
 import numpy as np
 import traitlets
 
+from interp_widgets.columns import ColumnStore
 from interp_widgets.series_names import split_series_name
 from interp_widgets.widgets.view_data import MonitorData
 from interp_widgets.widgets._base import InterpWidget
@@ -123,7 +124,7 @@ def _m4_indices(x: np.ndarray, y: np.ndarray, buckets: int) -> np.ndarray:
 
 
 class MonitorWidget(InterpWidget, data=MonitorData):
-    """Live curves of a training run: give it a ``GeometryMonitor``, or use it standalone with :meth:`log`.
+    """Live curves of a training run: give it an ``AnisotropyMonitor``, or use it standalone with :meth:`log`.
 
     Series are flat names: global scalars (``"loss"``, ``"lr"``, ``"fitting"`` = 1.0 while the tangent proxy is
     being fitted, shaded in every panel) and per-layer metrics ``"<metric>|<layer>"`` (``energy_ratio``,
@@ -131,7 +132,7 @@ class MonitorWidget(InterpWidget, data=MonitorData):
     decrease. Any series can be added to a panel with :meth:`add_series`, or panels given as ``panels=[...]``.
 
     Args:
-        monitor: a ``GeometryMonitor`` / ``GeometryLog`` (anything with ``subscribe``, ``on_flush``, ``layers`` and
+        monitor: a ``AnisotropyMonitor`` / ``GeometryLog`` (anything with ``subscribe``, ``on_flush``, ``layers`` and
             ``x_label``); the widget starts from the rows it already holds (``steps``, ``series_names()``,
             ``series(name)``, e.g. a finished replay), subscribes to new ones and flushes whenever the monitor does
             (exit, exception, Ctrl-C).
@@ -206,9 +207,8 @@ class MonitorWidget(InterpWidget, data=MonitorData):
         self._flush_interval = float(flush_interval)
         self._checkpoint_interval = float(checkpoint_interval)
         self._clock = clock
-        self._x = np.empty(1024, dtype=np.float64)
-        self._columns: dict[str, np.ndarray] = {}
-        self._n = 0
+        # every row, growing (steps float64, series float32: what the front end receives)
+        self._store = ColumnStore(step_dtype=np.float64, dtype=np.float32)
         self._pending: list[tuple[float, Mapping[str, Any]]] = []
         self._last_step = -math.inf
         self._last_flush = -math.inf
@@ -289,7 +289,7 @@ class MonitorWidget(InterpWidget, data=MonitorData):
             >>> MonitorWidget().rows
             0
         """
-        return self._n + len(self._pending)
+        return len(self._store) + len(self._pending)
 
     def series_names(self) -> list[str]:
         """Names of every series logged so far, in order of first appearance.
@@ -301,7 +301,7 @@ class MonitorWidget(InterpWidget, data=MonitorData):
             ['loss', 'energy_ratio|layer.0']
         """
         self._commit()
-        return list(self._columns)
+        return self._store.names()
 
     def history(self) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """All rows: ``(steps float64, {series: float32 values, NaN = not logged})`` (copies).
@@ -314,65 +314,39 @@ class MonitorWidget(InterpWidget, data=MonitorData):
             (array([10., 11.]), array([0.9, nan], dtype=float32))
         """
         self._commit()
-        return self._x[: self._n].copy(), {name: col[: self._n].copy() for name, col in self._columns.items()}
+        return self._store.steps, {name: self._store.column(name) for name in self._store.names()}
 
     def _backfill(self, monitor: Any) -> None:
         """Start from the rows a monitor already holds (a finished replay, or a widget made mid-run)."""
         steps = np.asarray(getattr(monitor, "steps", ()), dtype=np.float64)
         if not steps.size or not hasattr(monitor, "series"):
             return
-        self._reserve(steps.size)
-        self._x[: steps.size] = steps
-        for name in monitor.series_names():
-            self._column(name)[: steps.size] = monitor.series(name)[1]
-        self._n = steps.size
+        names = monitor.series_names()
+        for name in names:
+            self._check_series(name)
+        self._store.extend(steps, {name: monitor.series(name)[1] for name in names})
         self._last_step = float(steps[-1])
 
     # ------------------------------------------------------------------ storage and streaming
-    def _reserve(self, rows: int) -> None:
-        if rows <= self._x.size:
-            return
-        capacity = max(rows, 2 * self._x.size)
-        x = np.empty(capacity, dtype=np.float64)
-        x[: self._n] = self._x[: self._n]
-        self._x = x
-        for name, column in self._columns.items():
-            grown = np.full(capacity, np.nan, dtype=np.float32)
-            grown[: self._n] = column[: self._n]
-            self._columns[name] = grown
-
-    def _column(self, name: str) -> np.ndarray:
+    def _check_series(self, name: str) -> None:
+        """Check a new series name and add its layer to :attr:`layers`."""
         if not isinstance(name, str) or not name:
             raise TypeError(f"series names must be non-empty strings, got {name!r}")
-        column = np.full(self._x.size, np.nan, dtype=np.float32)
-        self._columns[name] = column
         _, layer = split_series_name(name)
         if layer is not None and layer not in self.layers:
             self.layers = [*self.layers, layer]
-        return column
 
     def _commit(self) -> tuple[int, int]:
-        """Move queued rows into the columns; returns the new rows' range."""
-        start = self._n
+        """Move queued rows into the store; returns the new rows' range."""
+        start = len(self._store)
         pending, self._pending = self._pending, []
-        if not pending:
-            return start, start
-        self._reserve(start + len(pending))
-        columns = self._columns
-        for offset, (x, values) in enumerate(pending):
-            row = start + offset
-            self._x[row] = x
-            for name, value in values.items():
-                column = columns.get(name)
-                if column is None:
-                    column = self._column(name)
-                try:
-                    column[row] = value
-                except (TypeError, ValueError):
-                    self._n = row  # keep the rows before the bad one
-                    raise TypeError(f"series {name!r} at step {x:g}: expected a number, got {value!r}") from None
-        self._n = start + len(pending)
-        return start, self._n
+        known = self._store.columns
+        for x, values in pending:
+            for name in values:
+                if name not in known:
+                    self._check_series(name)
+            self._store.append(x, values)  # a bad value raises; the rows before it stay
+        return start, len(self._store)
 
     def _flush(self, now: float, *, final: bool) -> None:
         self._last_flush = now
@@ -395,12 +369,14 @@ class MonitorWidget(InterpWidget, data=MonitorData):
                           "call widget.flush() to retry", RuntimeWarning, stacklevel=3)  # fmt: skip
 
     def _send_rows(self, start: int, end: int) -> None:
-        names = [name for name, col in self._columns.items() if not np.isnan(col[start:end]).all()]
+        store = self._store
+        columns = {name: store.column(name, start, end) for name in store.names()}
+        names = [name for name, column in columns.items() if not np.isnan(column).all()]
         values = np.empty((len(names), end - start), dtype="<f4")
         for s, name in enumerate(names):
-            values[s] = self._columns[name][start:end]
+            values[s] = columns[name]
         content = {"type": APPEND_MESSAGE, "series": names, "start": start, "rows": end - start}
-        self.send(content, buffers=[self._x[start:end].astype("<f8").tobytes(), values.tobytes()])
+        self.send(content, buffers=[store.step_range(start, end).astype("<f8").tobytes(), values.tobytes()])
 
     def checkpoint_bytes(self) -> tuple[bytes, dict[str, Any]]:
         """The whole history in the checkpoint layout: (steps float64 LE, then each column float32 LE), schema.
@@ -411,14 +387,14 @@ class MonitorWidget(InterpWidget, data=MonitorData):
             (b'', {'series': [], 'rows': 0})
         """
         self._commit()
-        n = self._n
-        parts = [self._x[:n].astype("<f8").tobytes()]
-        parts += [column[:n].astype("<f4").tobytes() for column in self._columns.values()]
-        return b"".join(parts), {"series": list(self._columns), "rows": n}
+        store = self._store
+        parts = [store.steps.astype("<f8").tobytes()]
+        parts += [store.column(name).astype("<f4").tobytes() for name in store.names()]
+        return b"".join(parts), {"series": store.names(), "rows": len(store)}
 
     def _write_checkpoint(self) -> None:
         self._commit()
-        shape = (self._n, len(self._columns))
+        shape = self._stored_shape()
         if shape == self._checkpointed:
             return
         data = MonitorData(*self.checkpoint_bytes())
@@ -427,9 +403,12 @@ class MonitorWidget(InterpWidget, data=MonitorData):
             self.checkpoint_schema = data.checkpoint_schema  # the schema first: the browser reads it with the bytes
             self.checkpoint = data.checkpoint
 
+    def _stored_shape(self) -> tuple[int, int]:
+        return len(self._store), len(self._store.columns)
+
     def get_state(self, key: Any = None, drop_defaults: bool = False) -> dict[str, Any]:
         # Saved state, export pages and new front ends always get the whole history.
-        if self._pending or (self._n, len(self._columns)) != self._checkpointed:
+        if self._pending or self._stored_shape() != self._checkpointed:
             self._write_checkpoint()
         return super().get_state(key=key, drop_defaults=drop_defaults)
 
@@ -658,8 +637,8 @@ class MonitorWidget(InterpWidget, data=MonitorData):
         return self._handle
 
     def _refresh_display(self) -> None:
-        if self._handle is not None and self._shown_rows != self._n:
-            self._shown_rows = self._n
+        if self._handle is not None and self._shown_rows != len(self._store):
+            self._shown_rows = len(self._store)
             self._handle.update(self)
 
     def __repr__(self) -> str:
@@ -686,7 +665,7 @@ def _register_post_execute(widget: MonitorWidget):
         if target is None:
             shell.events.unregister("post_execute", flush_after_cell)
             return
-        if target._pending or target._checkpointed != (target._n, len(target._columns)):
+        if target._pending or target._checkpointed != target._stored_shape():
             target.flush()
 
     shell.events.register("post_execute", flush_after_cell)

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.browser
 DISPLAYS = {
     "setup": """\
         import marimo as mo
-        from interp_widgets.geometry.history import GeometryLog
+        from interp_widgets.geometry.log.geometry_log import GeometryLog
         from tests.widgets.test_concept_widget import _interpretation as make_interpretation
         from tests.widgets.test_views_widget import _collection as make_collection, _gen_result as make_generation
         from tests.widgets.test_views_widget import _result as make_result

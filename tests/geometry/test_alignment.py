@@ -10,8 +10,10 @@ import torch
 from IsoScore import IsoScore as isoscore_package
 from sklearn.decomposition import PCA
 
-from interp_widgets.geometry import alignment, controls, moments, proxy, schedule
-from interp_widgets.geometry.alignment import (
+from interp_widgets.geometry import moments
+from interp_widgets.geometry.alignment import controls, proxy, schedule
+from interp_widgets.geometry.alignment import measure as alignment
+from interp_widgets.geometry.alignment.measure import (
     Moments,
     ProxySchedule,
     TangentProxy,
@@ -507,7 +509,7 @@ def test_schedule_bad_input():
     [("full", "scaled_identity"), ("complement", "scaled_identity"), ("full", "identity"), ("full", "matrix")],
 )
 def test_batched_alignments_equal_one_call_per_cloud(center, coordinates, target):
-    from interp_widgets.geometry.alignment import (
+    from interp_widgets.geometry.alignment.measure import (
         SubspaceBatch,
         alignment_from_moments,
         alignments_from_moments,
@@ -551,7 +553,7 @@ def test_batched_alignments_equal_one_call_per_cloud(center, coordinates, target
 
 
 def test_batched_alignment_names_the_degenerate_cloud():
-    from interp_widgets.geometry.alignment import SubspaceBatch, alignments_from_moments, stacked_bases
+    from interp_widgets.geometry.alignment.measure import SubspaceBatch, alignments_from_moments, stacked_bases
 
     proxy = TangentProxy.from_basis(torch.eye(8, dtype=torch.float64)[:, :2])
     stacked = stacked_bases(proxy.basis, normal_controls(proxy, 4, seed=0))

@@ -8,24 +8,21 @@ import pytest
 import torch
 
 from interp_widgets.geometry import AnisotropyMonitor, TangentProxy, gradient_alignment, normal_controls
-from interp_widgets.geometry._kernels import (
+from interp_widgets.geometry._kernels.bundles import (
+    LINEAR_FAST_TOL,
+    linear_time_bundle,
+    linear_time_bundle32,
+    representation_bundle,
+)
+from interp_widgets.geometry._kernels.eigen import (
     FAST_EIGENVALUE_BOUND,
     FIT_ANGLE_TOL,
-    GRAM_BLOCK,
-    GRAM_BOUND,
-    LINEAR_FAST_TOL,
-    U32,
-    blocked_gram32,
-    blocked_row_sums32,
     eigenvalues_from_gram,
     fast_eigenvalues,
     fast_top_eigenvectors,
-    linear_time_bundle,
-    linear_time_bundle32,
-    one_thread,
-    representation_bundle,
 )
-from interp_widgets.geometry.alignment import alignment_from_moments, fast_energy_bound, stacked_bases
+from interp_widgets.geometry._kernels.products import GRAM_BLOCK, GRAM_BOUND, U32, blocked_gram32, blocked_row_sums32
+from interp_widgets.geometry.alignment.measure import alignment_from_moments, fast_energy_bound, stacked_bases
 from interp_widgets.geometry.moments import moments_of_float32_rows, moments_of_points
 
 
@@ -49,7 +46,7 @@ def test_blocked_gram32_within_its_bound_for_many_rows():
 
 
 def test_blocked_gram32_in_several_batches_equals_one_batch(monkeypatch):
-    import interp_widgets.geometry._kernels as kernels
+    import interp_widgets.geometry._kernels.products as kernels
 
     x = cloud(1300, 40, seed=1)  # five whole blocks and a remainder of 20 rows
     one_batch = blocked_gram32(x)
@@ -268,8 +265,7 @@ def test_fast_fit_falls_back_to_float64_without_a_gap():
     m2 = q @ torch.diag(values) @ q.T
     top, basis, bound = fast_top_eigenvectors(m2, 4)
     assert bound == 0.0
-    with one_thread():  # the fallback's own thread setting, so the two solves are the same computation
-        exact = torch.linalg.eigh(m2)
+    exact = torch.linalg.eigh(m2)
     assert torch.equal(basis, exact.eigenvectors.flip(1)[:, :4]) and torch.equal(top, exact.eigenvalues.flip(0)[:4])
 
 
@@ -301,8 +297,11 @@ def test_monitor_losses_unchanged_by_fast_kernels():
     assert bool((ranks[~torch.as_tensor(ranks).isnan().numpy()] > 0).all())
 
 
-def test_measured_step_threads_follow_the_machine_and_restore_the_callers(monkeypatch):
-    from interp_widgets.geometry import _kernels, _measure
+@pytest.mark.parametrize("threads", [None, 1])
+def test_measured_step_threads_are_the_callers_or_the_configs_and_restored(monkeypatch, threads):
+    """None leaves the caller's thread count untouched; an int is set during the measurement only, and restored
+    after it, also when the measurement raises."""
+    from interp_widgets.geometry.monitor import measurement as _measure
 
     seen = []
     original = _measure.Measurement.prepare_layer
@@ -312,29 +311,57 @@ def test_measured_step_threads_follow_the_machine_and_restore_the_callers(monkey
         return original(self, *args)
 
     monkeypatch.setattr(_measure.Measurement, "prepare_layer", recording)
-    threads = torch.get_num_threads()
+    before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        for busy in (True, False):
-            monkeypatch.setattr(_kernels.os, "getloadavg", lambda busy=busy: (40.0 if busy else 0.1, 0.0, 0.0))
-            net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8))
-            monitor = AnisotropyMonitor(net, ["0", "2"], rank=2, n_controls=3, fit="refit", refit_every=2)
-            with monitor:
-                for _ in range(3):
-                    net(torch.randn(64, 16)).pow(2).mean().backward()
-                    monitor.step()
-                    net.zero_grad()
-            assert torch.get_num_threads() == 2
-        monkeypatch.setattr(_kernels.os, "getloadavg", lambda: (_ for _ in ()).throw(OSError("no load average")))
-        assert _kernels.machine_oversubscribed() is False
+        net = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.Tanh(), torch.nn.Linear(16, 8))
+        monitor = AnisotropyMonitor(
+            net, ["0", "2"], rank=2, n_controls=3, fit="refit", refit_every=2, measurement_threads=threads
+        )
+        with monitor:
+            for _ in range(3):
+                net(torch.randn(64, 16)).pow(2).mean().backward()
+                monitor.step()
+                net.zero_grad()
+        assert torch.get_num_threads() == 2
+        assert seen == [2 if threads is None else threads] * 6
+
+        def failing(self, *args):
+            assert torch.get_num_threads() == (2 if threads is None else threads)
+            raise RuntimeError("measurement failed")
+
+        monkeypatch.setattr(_measure.Measurement, "prepare_layer", failing)
+        with pytest.raises(RuntimeError, match="measurement failed"), monitor:
+            net(torch.randn(64, 16)).pow(2).mean().backward()
+            monitor.step()
+        assert torch.get_num_threads() == 2
     finally:
-        torch.set_num_threads(threads)
-    assert seen == [1] * 6 + [2] * 6  # one thread on the oversubscribed machine, the caller's two on the idle one
+        torch.set_num_threads(before)
+
+
+def test_no_module_of_the_package_reads_the_load_or_sets_threads_on_its_own():
+    from pathlib import Path
+
+    import interp_widgets.geometry as geometry
+
+    root = Path(geometry.__file__).parent
+    for path in root.rglob("*.py"):
+        text = path.read_text()
+        assert "getloadavg" not in text, path
+        if "set_num_threads(" in text:  # only the measurement's measurement_threads(config.measurement_threads)
+            assert path.name == "measurement.py", path
+
+
+def test_measurement_threads_is_validated():
+    from interp_widgets.geometry import MonitorConfig
+
+    with pytest.raises(ValueError, match="measurement_threads"):
+        MonitorConfig(measurement_threads=0)
 
 
 @pytest.mark.parametrize("size", [1, 2, 3, 19, 20, 21, 100])
 def test_control_quantiles_equal_numpy_quantile(size):
-    from interp_widgets.geometry._measure import quantiles
+    from interp_widgets.geometry.monitor.measurement import quantiles
 
     rng = np.random.default_rng(size)
     for _ in range(300):

@@ -14,7 +14,8 @@ from hypothesis.extra.numpy import arrays
 from IsoScore import IsoScore as isoscore_package
 from sklearn.decomposition import PCA
 
-from interp_widgets.geometry import _kernels, cosine, isotropy, metrics, spectral, subspaces
+from interp_widgets.geometry import cosine, isotropy, metrics, spectral, subspaces
+from interp_widgets.geometry._kernels import bundles, eigen, inputs, isoscore_terms, products
 from interp_widgets.geometry.metrics import (
     average_cosine,
     average_cosine_cross_sequence,
@@ -58,7 +59,7 @@ def float64_default():
 
 
 def test_docstring_examples_run():
-    for module in (metrics, _kernels, cosine, isotropy, spectral, subspaces):
+    for module in (metrics, inputs, products, eigen, isoscore_terms, bundles, cosine, isotropy, spectral, subspaces):
         assert doctest.testmod(module, raise_on_error=False).failed == 0, module.__name__
 
 

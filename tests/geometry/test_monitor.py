@@ -21,7 +21,7 @@ from interp_widgets.geometry import (
     normal_controls,
     representation_metrics,
 )
-from interp_widgets.geometry._kernels import LINEAR_FAST_TOL
+from interp_widgets.geometry._kernels.bundles import LINEAR_FAST_TOL
 from tests.conftest import model_fingerprint
 
 CONTRACT_METRICS = [
@@ -612,27 +612,12 @@ def test_bf16_autocast_rows_are_upcast_and_measured():
     assert monitor.series("nonfinite|lin")[1][0] == 0.0
 
 
-def test_geometry_monitor_alias_is_deprecated_but_works():
+def test_the_unreleased_geometry_monitor_alias_is_gone():
     import interp_widgets.geometry as geometry
 
-    with pytest.warns(DeprecationWarning, match="AnisotropyMonitor"):
-        from interp_widgets.geometry import GeometryMonitor
-    with pytest.warns(DeprecationWarning, match="AnisotropyMonitor"):
-        alias = geometry.GeometryMonitor
-    assert alias is GeometryMonitor and issubclass(GeometryMonitor, AnisotropyMonitor)
-    assert "GeometryMonitor" not in geometry.__all__
-    net = nn.Sequential(nn.Linear(8, 8))
-    with pytest.warns(DeprecationWarning, match="AnisotropyMonitor"):
-        monitor = GeometryMonitor(net, ["0"], rank=2, n_controls=3, total_steps=2, fit_fraction=1.0)
-    with monitor:
-        for _ in range(2):
-            net(torch.randn(32, 8)).pow(2).sum().backward()
-            monitor.step()
-    monitor.fit_now()
-    assert isinstance(monitor, AnisotropyMonitor) and len(monitor) == 2 and monitor.proxies["0"].shape == (8, 2)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")  # the new name never warns
-        AnisotropyMonitor(net, ["0"], rank=2, total_steps=2)
+    with pytest.raises(ImportError):
+        from interp_widgets.geometry import GeometryMonitor  # noqa: F401
+    assert not hasattr(geometry, "GeometryMonitor")
 
 
 def test_a_degenerate_layer_in_a_batched_step_is_recorded_alone():

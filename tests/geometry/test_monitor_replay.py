@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from interp_widgets.geometry import TangentProxy, gradient_alignment, normal_controls, representation_metrics
-from interp_widgets.geometry.replay import probe_batches, replay
+from interp_widgets.geometry.monitor.replay import probe_batches, replay
 from tests.conftest import model_fingerprint
 
 PROBE = ["the cat sat on the mat", "a dog ran", "stocks fell sharply today", "it rained"]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from interp_widgets.geometry import AnisotropyMonitor
-from interp_widgets.geometry.trainer import MonitorCallback
+from interp_widgets.geometry.monitor.trainer import MonitorCallback
 from tests.conftest import model_fingerprint
 
 

@@ -12,7 +12,7 @@ import torch
 from scipy import stats
 
 from interp_widgets.geometry import frequency_analysis, frequency_by_layer, frequency_chart
-from interp_widgets.geometry.replay import replay
+from interp_widgets.geometry.monitor.replay import replay
 from tests import tiny_models
 
 PROBE = ["the cat sat on the mat", "a dog ran", "stocks fell sharply today", "it rained"]

@@ -221,7 +221,7 @@ def test_plain_loop_sends_the_same_values_to_all_three_trackers(bert_classifier,
 
 
 def test_metrics_all_and_prefix(tmp_path):
-    from interp_widgets.geometry.history import LAYER_METRICS, GeometryLog
+    from interp_widgets.geometry.log.geometry_log import LAYER_METRICS, GeometryLog
 
     log = GeometryLog(["l"])
     tracker = TensorBoardTracker(log_dir=str(tmp_path), prefix="probe", metrics="all").attach(log)
@@ -276,7 +276,7 @@ def test_trainer_callback_reports_beside_the_trainers_own_loggers(
     import mlflow
     import wandb
 
-    from interp_widgets.geometry.trainer import MonitorCallback
+    from interp_widgets.geometry.monitor.trainer import MonitorCallback
 
     model, tokenizer = bert_classifier
     client, experiment = mlflow_experiment
@@ -321,7 +321,7 @@ def test_trainer_callback_reports_beside_the_trainers_own_loggers(
 
 
 def test_trainer_callback_report_to_names_and_errors(bert_classifier, tmp_path):
-    from interp_widgets.geometry.trainer import MonitorCallback
+    from interp_widgets.geometry.monitor.trainer import MonitorCallback
 
     model, _ = bert_classifier
     monitor = AnisotropyMonitor(copy.deepcopy(model), ["layer:0"], rank=4, n_controls=3, total_steps=4)
@@ -385,7 +385,7 @@ def test_lightning_callback_writes_through_the_trainers_loggers(
     import mlflow
     from lightning.pytorch.loggers import MLFlowLogger, TensorBoardLogger, WandbLogger
 
-    from interp_widgets.geometry.lightning import LightningMonitorCallback
+    from interp_widgets.geometry.monitor.lightning import LightningMonitorCallback
 
     model, tokenizer = bert_classifier
 
@@ -435,7 +435,7 @@ def test_lightning_callback_writes_through_the_trainers_loggers(
 
 
 def test_lightning_module_without_optimizer_is_refused(bert_classifier, tmp_path):
-    from interp_widgets.geometry.lightning import LightningMonitorCallback
+    from interp_widgets.geometry.monitor.lightning import LightningMonitorCallback
 
     model, tokenizer = bert_classifier
     watched = copy.deepcopy(model)
@@ -453,7 +453,7 @@ def test_lightning_module_without_optimizer_is_refused(bert_classifier, tmp_path
 
 
 def test_lightning_callback_refuses_a_model_outside_the_module(bert_classifier, tmp_path):
-    from interp_widgets.geometry.lightning import LightningMonitorCallback
+    from interp_widgets.geometry.monitor.lightning import LightningMonitorCallback
 
     model, tokenizer = bert_classifier
     monitor = AnisotropyMonitor(copy.deepcopy(model), ["layer:0"], rank=4, n_controls=3, total_steps=STEPS)
@@ -486,7 +486,7 @@ def test_missing_lightning_names_its_extra(monkeypatch):
     import interp_widgets.geometry as geometry
 
     monkeypatch.setitem(sys.modules, "lightning.pytorch", None)
-    monkeypatch.delitem(sys.modules, "interp_widgets.geometry.lightning", raising=False)
+    monkeypatch.delitem(sys.modules, "interp_widgets.geometry.monitor.lightning", raising=False)
     with pytest.raises(ModuleNotFoundError, match=r'pip install "interp-widgets\[lightning\]"'):
         geometry.LightningMonitorCallback
 
@@ -494,7 +494,7 @@ def test_missing_lightning_names_its_extra(monkeypatch):
 def test_a_closed_writer_is_refused_and_never_reopened(tmp_path):
     from torch.utils.tensorboard import SummaryWriter
 
-    from interp_widgets.geometry.history import GeometryLog
+    from interp_widgets.geometry.log.geometry_log import GeometryLog
 
     writer = SummaryWriter(str(tmp_path / "closed"))
     writer.close()

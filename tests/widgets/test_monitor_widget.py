@@ -151,7 +151,7 @@ def test_with_block_flushes_on_exception_and_interrupt(clock, error):
 
 
 class FakeMonitor:
-    """The GeometryMonitor contract: subscribe/on_flush/layers/x_label."""
+    """The AnisotropyMonitor contract: subscribe/on_flush/layers/x_label."""
 
     def __init__(self, layers, x_label="step"):
         self.layers = layers
@@ -194,7 +194,7 @@ def test_monitor_subscription_replay_label_and_forced_flush(clock):
 
 
 def test_geometry_log_backfill_live_rows_and_flush_hooks(clock):
-    from interp_widgets.geometry.history import GeometryLog
+    from interp_widgets.geometry.log.geometry_log import GeometryLog
 
     log = GeometryLog(["layer:0"], x_label="checkpoint")
     for step in range(5):  # e.g. a finished replay

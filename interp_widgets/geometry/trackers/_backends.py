@@ -46,7 +46,7 @@ class TensorBoardTracker(Tracker):
         >>> import tempfile
         >>> from torch.utils.tensorboard import SummaryWriter
         >>> from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-        >>> from interp_widgets.geometry.history import GeometryLog
+        >>> from interp_widgets.geometry.log.geometry_log import GeometryLog
         >>> log = GeometryLog(["layer:0"])
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     writer = SummaryWriter(tmp)

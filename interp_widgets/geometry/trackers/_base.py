@@ -11,7 +11,7 @@ import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping
 
-from interp_widgets.geometry.history import LAYER_METRICS, split_series_name
+from interp_widgets.geometry.log.geometry_log import LAYER_METRICS, split_series_name
 from interp_widgets.validation import check_int
 
 __all__ = ["DEFAULT_METRICS", "Tracker", "require", "tracker_key"]
@@ -109,7 +109,7 @@ class Tracker:
         step_offset: added to the monitor's step (the HF Trainer logs step ``s`` as ``global_step = s + 1``).
 
     Example:
-        >>> from interp_widgets.geometry.history import GeometryLog
+        >>> from interp_widgets.geometry.log.geometry_log import GeometryLog
         >>> class Printer(Tracker):
         ...     def _write(self, step, scalars):
         ...         print(step, scalars)
@@ -176,11 +176,11 @@ class Tracker:
 
     # ------------------------------------------------------------------ lifecycle
     def attach(self, monitor) -> "Tracker":
-        """Subscribe to ``monitor`` (an :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` or any
-        :class:`~interp_widgets.geometry.history.GeometryLog`), flush when its ``with`` block ends; returns self.
+        """Subscribe to ``monitor`` (an :class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor` or any
+        :class:`~interp_widgets.geometry.log.geometry_log.GeometryLog`), flush when its ``with`` block ends; returns self.
 
         Example:
-            >>> from interp_widgets.geometry.history import GeometryLog
+            >>> from interp_widgets.geometry.log.geometry_log import GeometryLog
             >>> log = GeometryLog(); tracker = Tracker().attach(log); tracker.detach()
         """
         if not callable(getattr(monitor, "subscribe", None)):

@@ -1,4 +1,4 @@
-"""The monitor offers its :class:`~interp_widgets.geometry.history.GeometryLog` (``monitor.history``) as its own
+"""The monitor offers its :class:`~interp_widgets.geometry.log.geometry_log.GeometryLog` (``monitor.history``) as its own
 attributes, and buffers user scalars until their step is recorded.
 
 Example:
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from interp_widgets.geometry.history import GeometryLog, as_scalar
+from interp_widgets.geometry.log.geometry_log import GeometryLog, as_scalar
 
 __all__ = ["HISTORY_API", "PendingScalars", "offer_history_api"]
 

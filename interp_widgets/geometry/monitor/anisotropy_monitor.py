@@ -11,12 +11,12 @@ passes, keeps
 
 After the backward pass — from an optimizer step pre-hook (``optimizer=``), an explicit :meth:`AnisotropyMonitor.step`,
 or automatically when :meth:`AnisotropyMonitor.track` moves to the next step — it fits/refreshes the tangent proxy on
-its schedule (:class:`~interp_widgets.geometry.schedule.ProxySchedule`), draws the matched-rank normal controls
-(:func:`~interp_widgets.geometry.controls.normal_controls`) and records, per layer, everything of
-:func:`~interp_widgets.geometry.alignment.gradient_alignment` and
-:func:`~interp_widgets.geometry.metrics.representation_metrics` into the :class:`~interp_widgets.geometry.history.
+its schedule (:class:`~interp_widgets.geometry.alignment.schedule.ProxySchedule`), draws the matched-rank normal controls
+(:func:`~interp_widgets.geometry.alignment.controls.normal_controls`) and records, per layer, everything of
+:func:`~interp_widgets.geometry.alignment.measure.gradient_alignment` and
+:func:`~interp_widgets.geometry.metrics.representation_metrics` into the :class:`~interp_widgets.geometry.log.geometry_log.
 GeometryLog` it holds as ``monitor.history`` (series ``"<metric>|<layer>"``, see
-:data:`~interp_widgets.geometry.history.LAYER_METRICS`); the log's reading, display and saving API is available on
+:data:`~interp_widgets.geometry.log.geometry_log.LAYER_METRICS`); the log's reading, display and saving API is available on
 the monitor itself (``monitor.series(…)``, ``monitor.widget()``, ``monitor.save(…)`` …).
 
 Guarantees (each tested):
@@ -30,9 +30,10 @@ Guarantees (each tested):
   such a step.
 * **Misuse raises a clear error** at record time: a step with activations but no gradient (``backward()``
   forgotten), a layer that receives no gradient because the model is frozen there, unknown layer names, ``rank``
-  too large, ``n_controls < 1``.
+  too large (checked against each layer's width), and, when the :class:`~interp_widgets.geometry.monitor.config.
+  MonitorConfig` is built, every setting (``n_controls < 1``, an unknown setting name …).
 
-Under ``torch.distributed`` rank 0 measures the rows of all ranks (:mod:`interp_widgets.geometry._distributed`).
+Under ``torch.distributed`` rank 0 measures the rows of all ranks (:mod:`interp_widgets.geometry.monitor.distributed`).
 
 Example (fine-tuning a copy of the tiny BERT classifier for 4 steps; the first 2 fit the proxy):
     >>> import copy
@@ -52,21 +53,21 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
-from interp_widgets.geometry._binding import bind_layers, resolve_module
-from interp_widgets.geometry._capture import Capture
-from interp_widgets.geometry._delegation import HISTORY_API, PendingScalars, offer_history_api
-from interp_widgets.geometry._distributed import gather, world_size
-from interp_widgets.geometry._measure import Measurement, ProxyMethod, check_settings
-from interp_widgets.geometry.history import GeometryLog, check_step
-from interp_widgets.geometry.proxy import TangentProxy
-from interp_widgets.geometry.schedule import check_mode_arguments
+from interp_widgets.geometry.monitor.binding import bind_layers, resolve_module
+from interp_widgets.geometry.monitor.config import SETTINGS, MonitorConfig
+from interp_widgets.geometry.monitor.capture import Capture
+from interp_widgets.geometry.monitor.delegation import HISTORY_API, PendingScalars, offer_history_api
+from interp_widgets.geometry.monitor.distributed import gather, world_size
+from interp_widgets.geometry.monitor.measurement import Measurement
+from interp_widgets.geometry.log.geometry_log import GeometryLog, check_step
+from interp_widgets.geometry.alignment.proxy import TangentProxy
 
-__all__ = ["AnisotropyMonitor", "HISTORY_API", "resolve_module"]
+__all__ = ["AnisotropyMonitor", "HISTORY_API", "MonitorConfig", "resolve_module"]
 
 
 @offer_history_api
@@ -74,7 +75,7 @@ class AnisotropyMonitor:
     """Measure tangent-proxy gradient alignment and anisotropy at chosen layers while the user's loop trains.
 
     Use as a context manager around the training loop (hooks exist only inside it). It records into a
-    :class:`~interp_widgets.geometry.history.GeometryLog`, :attr:`history`, whose API it also offers directly:
+    :class:`~interp_widgets.geometry.log.geometry_log.GeometryLog`, :attr:`history`, whose API it also offers directly:
     ``len()``, ``steps``, ``series_names()``, ``series()``, ``raw()``, ``to_dataframe()``, ``chart()``, ``widget()``,
     ``save()``, ``snapshot()``, ``subscribe()``, ``on_flush()``, ``layers``, ``x_label``, ``max_rows``, ``meta`` and
     ``proxies`` (so the live widget takes a monitor or its history alike).
@@ -85,40 +86,15 @@ class AnisotropyMonitor:
             module paths, or TransformerLens hook names; each is recorded by its canonical name
             (:mod:`interp_widgets.layers`). With ``gradient="weight"`` each must be an ``nn.Linear`` (or
             transformers ``Conv1D``).
-        rank: proxy rank k (``2k <= d``, so matched-rank controls fit in the complement).
-        every: measure every ``every``-th step (other steps cost nothing: no rows are kept).
-        fit: ``"early"`` (fit once on the first ``fit_fraction`` of ``total_steps``, then freeze), ``"refit"``
-            (refit every ``refit_every`` steps on the previous window) or ``"fixed"`` (``basis=``).
-        total_steps: run length in steps (``fit="early"``; the Trainer callback fills it in).
-        fit_fraction: share of ``total_steps`` in the early window (default 0.3).
-        refit_every: window length for ``fit="refit"``.
-        basis: for ``fit="fixed"``: one ``d × k`` basis / :class:`TangentProxy` for every layer, or a dict
-            ``{layer: basis}``. Any dictionary is QR-orthonormalised.
-        proxy_method: ``"pca"`` (default, from streamed moments), a function ``(H, rank) -> d × k`` dictionary, or
-            a scikit-learn-style estimator with ``fit`` and ``components_`` (k × d; e.g. the concept models of
-            :mod:`interp_widgets.concepts`) configured with ``rank`` components; custom methods see a uniform
-            reservoir of at most ``fit_tokens`` rows of the window. Dictionaries are QR-orthonormalised.
-        n_controls: number of normal controls R (p-value floor ``1/(R + 1)``).
-        max_tokens: at most this many token rows per layer per step (uniformly subsampled, seeded).
-        gradient: ``"hidden"`` (``dL/dh`` of the layer output, default) or ``"weight"`` (weight gradient of a
-            linear layer, input side).
-        special_token_ids: token ids whose rows are dropped (e.g. ``tokenizer.all_special_ids``); needs
-            ``input_ids`` (seen automatically when the model is called with them, or passed to :meth:`track`).
+        config: the settings, a :class:`~interp_widgets.geometry.monitor.config.MonitorConfig` (its docstring lists
+            them all: ``rank``, ``fit``, ``total_steps``, ``n_controls``, ``max_tokens``, ``gradient``,
+            ``measurement_threads`` …); None for the defaults.
         optimizer: record automatically right before each ``optimizer.step()`` (when gradients are complete).
-        seed: seed of the subsampling generator and of the controls.
-        center, zeta, coordinates: passed to :func:`~interp_widgets.geometry.alignment.gradient_alignment`.
-        representation: also record :func:`~interp_widgets.geometry.metrics.representation_metrics` of ``H``
-            (``effective_rank`` is the singular-value convention; ``effective_rank_eigen`` the eigenvalue one).
-        spectrum_every: cadence of the representation metrics that need ``H``'s d × d Gram and eigenvalues
-            (``isoscore``, ``participation_ratio``, the effective ranks, ``stable_rank``,
-            ``top1_explained_variance``): the first measurement of each layer and every ``spectrum_every``-th
-            after it; the rows between hold NaN for them (tables and plots skip NaN). The O(nd) metrics
-            (``avg_cosine``, ``avg_cosine_centered``, ``drift_share``) and the whole gradient alignment are
-            recorded at every measurement. The Gram and the eigensolve are most of a measurement's cost, and
-            these metrics drift slowly (``geometry-metrics.md`` §11.1 suggests every 10–1000 steps); pass 1 to
-            get them at every measurement.
-        fit_tokens: reservoir size for custom ``proxy_method``.
-        max_rows: bound on stored history rows (see :class:`GeometryLog`).
+        **overrides: settings of :class:`~interp_widgets.geometry.monitor.config.MonitorConfig` by name, applied
+            over ``config`` (``AnisotropyMonitor(model, layers, rank=8)``); an unknown name raises a TypeError
+            naming the closest setting.
+
+    The settings stay readable on the monitor (``monitor.rank``, ``monitor.fit`` …), from :attr:`config`.
 
     Example:
         >>> import torch
@@ -137,91 +113,123 @@ class AnisotropyMonitor:
         self,
         model: nn.Module,
         layers: Sequence[str | int],
+        config: MonitorConfig | None = None,
         *,
-        rank: int = 16,
-        every: int = 1,
-        fit: str = "early",
-        total_steps: int | None = None,
-        fit_fraction: float | None = None,
-        refit_every: int | None = None,
-        basis=None,
-        proxy_method: ProxyMethod = "pca",
-        n_controls: int = 20,
-        max_tokens: int = 4096,
-        gradient: str = "hidden",
-        special_token_ids: Iterable[int] | None = None,
         optimizer: torch.optim.Optimizer | None = None,
-        seed: int = 0,
-        center: bool = False,
-        zeta: float = 0.0,
-        coordinates: str = "full",
-        representation: bool = True,
-        spectrum_every: int = 10,
-        fit_tokens: int = 20_000,
-        max_rows: int = 100_000,
-        _x_label: str = "step",
+        **overrides,
     ) -> None:
         if not isinstance(model, nn.Module):
             raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
         if isinstance(layers, (str, int)) or not layers:
             raise ValueError("layers must be a non-empty list, e.g. ['layer:2'] or ['bert.encoder.layer.2']")
-        check_settings(
-            rank=rank,
-            every=every,
-            n_controls=n_controls,
-            max_tokens=max_tokens,
-            fit_tokens=fit_tokens,
-            spectrum_every=spectrum_every,
-            gradient=gradient,
-            fit=fit,
-            basis=basis,
-            coordinates=coordinates,
-            zeta=zeta,
-        )
-        self.model, self.modules, self.dims = bind_layers(model, layers, gradient, rank)
+        config = MonitorConfig.resolve(config, overrides)
+        #: The settings (a frozen :class:`~interp_widgets.geometry.monitor.config.MonitorConfig`).
+        self.config = config
+        #: The monitored layers bound to the model, shared with the capture and the measurement.
+        self.bound = bind_layers(model, layers, config.gradient, config.rank)
         #: The record of every measured step (what ``series()``, ``widget()``, ``save()`` … of the monitor read).
-        self.history = GeometryLog(list(self.modules), x_label=_x_label, max_rows=max_rows)
-        self.rank, self.every, self.fit, self.n_controls = rank, every, fit, n_controls
-        self.total_steps, self.fit_fraction, self.refit_every = total_steps, fit_fraction, refit_every
-        self.max_tokens, self.gradient, self.seed = max_tokens, gradient, seed
-        self.center, self.zeta, self.coordinates, self.representation = center, zeta, coordinates, representation
-        self.spectrum_every = spectrum_every
+        self.history = GeometryLog(self.bound.names, x_label=config.x_label, max_rows=config.max_rows)
         self.optimizer = optimizer
-        self.special_token_ids = None if special_token_ids is None else torch.as_tensor(sorted(set(special_token_ids)))
-        check_mode_arguments(
-            fit, "fit", total_steps=total_steps, fit_fraction=fit_fraction, refit_every=refit_every, basis=basis
-        )
-        self._generator = torch.Generator().manual_seed(seed)
-        self._measurement = Measurement(self, basis, proxy_method, fit_tokens, self._generator)
+        self._generator = torch.Generator().manual_seed(config.seed)
+        self._measurement = Measurement(config, self.bound, self.history, self._generator)
         self._step = 0
         self._active = False
-        self._capture = Capture(self, self._generator, live=lambda: self._active and self._measured(self._step))
+        self._capture = Capture(
+            config,
+            self.bound,
+            self._generator,
+            live=lambda: self._active and self._measured(self._step),
+            current_step=lambda: self._step,
+        )
         self._pending_scalars = PendingScalars()
         dictionary = self._measurement.dictionary
         self.meta.update(
-            rank=rank,
-            every=every,
-            fit=fit,
-            n_controls=n_controls,
-            max_tokens=max_tokens,
-            spectrum_every=spectrum_every,
-            gradient=gradient,
-            seed=seed,
-            center=center,
-            zeta=float(zeta),
-            coordinates=coordinates,
+            rank=config.rank,
+            every=config.every,
+            fit=config.fit,
+            n_controls=config.n_controls,
+            max_tokens=config.max_tokens,
+            spectrum_every=config.spectrum_every,
+            gradient=config.gradient,
+            seed=config.seed,
+            center=config.center,
+            zeta=float(config.zeta),
+            coordinates=config.coordinates,
             proxy_method="pca" if dictionary is None else dictionary.__name__,
-            fit_fraction=fit_fraction,
-            refit_every=refit_every,
-            total_steps=total_steps,
+            fit_fraction=config.fit_fraction,
+            refit_every=config.refit_every,
+            total_steps=config.total_steps,
         )
+        if config.measurement_threads is not None:
+            self.meta["measurement_threads"] = config.measurement_threads
+
+    def __getattr__(self, name: str):
+        # the settings read as attributes (monitor.rank …); only called for names not found the usual way
+        if name in SETTINGS and "config" in self.__dict__:
+            return getattr(self.__dict__["config"], name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def __setattr__(self, name: str, value) -> None:
+        if name in SETTINGS and name not in HISTORY_API:  # x_label, max_rows: the history's own
+            raise AttributeError(
+                f"{name} is a MonitorConfig setting, fixed when the monitor is built; pass it to AnisotropyMonitor "
+                f"(or use set_total_steps for the run length)"
+            )
+        super().__setattr__(name, value)
+
+    @property
+    def model(self) -> nn.Module:
+        """The monitored model (a DDP wrapper's inner module).
+
+        Example:
+            >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8))
+            >>> AnisotropyMonitor(net, ["0"], rank=2, total_steps=3).model is net
+            True
+        """
+        return self.bound.model
+
+    @property
+    def modules(self) -> dict[str, nn.Module]:
+        """``{canonical layer name: module}`` of the monitored layers.
+
+        Example:
+            >>> net = torch.nn.Sequential(torch.nn.Linear(8, 8))
+            >>> AnisotropyMonitor(net, ["0"], rank=2, total_steps=3).modules["0"] is net[0]
+            True
+        """
+        return self.bound.modules
+
+    @property
+    def dims(self) -> dict[str, int | None]:
+        """``{canonical layer name: width d}`` (None until the first forward pass where it is not known up front).
+
+        Example:
+            >>> AnisotropyMonitor(torch.nn.Sequential(torch.nn.Linear(8, 6)), ["0"], rank=2, total_steps=3).dims
+            {'0': 6}
+        """
+        return self.bound.dims
+
+    def set_total_steps(self, total_steps: int) -> None:
+        """Set the run length of ``fit="early"`` once it is known (the Trainer and Lightning callbacks do, from
+        their trainer), before the first step is recorded.
+
+        Example:
+            >>> monitor = AnisotropyMonitor(torch.nn.Sequential(torch.nn.Linear(8, 8)), ["0"], rank=2)
+            >>> monitor.set_total_steps(10); monitor.total_steps, monitor.meta["total_steps"]
+            (10, 10)
+        """
+        if self._measurement.schedules:
+            raise RuntimeError("total_steps cannot change after the first recorded step; set it before training")
+        self.config = self.config.with_overrides(total_steps=total_steps)
+        self._measurement.config = self._capture.config = self.config
+        self.meta["total_steps"] = total_steps
 
     # ------------------------------------------------------------------ context manager
     def __enter__(self) -> "AnisotropyMonitor":
         if self._active:
             raise RuntimeError("this monitor is already active; do not nest `with monitor:` blocks")
         self._capture.reset()
-        self._capture.install(None if self.optimizer is None else self.step)
+        self._capture.install(self.optimizer, self.step)
         self._active = True
         return self
 
@@ -347,7 +355,7 @@ class AnisotropyMonitor:
         self._pending_scalars.flush(self.history.record, current_step=self._step, measured=self._measured, final=final)
 
     def _measured(self, step: int) -> bool:
-        return step % self.every == 0
+        return step % self.config.every == 0
 
     def _measure_step(self, step: int) -> None:
         start = time.perf_counter()
@@ -356,7 +364,7 @@ class AnisotropyMonitor:
         loss = torch.stack([l.float() for l in losses]).mean() if losses else None
         distributed = world_size() > 1
         if distributed:
-            data, loss = gather(data, loss, self.gradient)
+            data, loss = gather(data, loss, self.config.gradient)
             if data is None:
                 return
         values, raw = self._measurement.measure_step(step, data)
@@ -382,7 +390,7 @@ class AnisotropyMonitor:
         self._measurement.fit_now()
 
     def tangent_proxies(self) -> dict[str, TangentProxy]:
-        """The current :class:`~interp_widgets.geometry.proxy.TangentProxy` of every fitted layer.
+        """The current :class:`~interp_widgets.geometry.alignment.proxy.TangentProxy` of every fitted layer.
 
         Example:
             >>> import torch
@@ -418,7 +426,7 @@ class AnisotropyMonitor:
         """
         if self._active:
             raise RuntimeError("cannot switch models while the monitor is active")
-        self.model, self.modules, _ = bind_layers(model, self.layers, self.gradient, expected=self.dims)
+        self.bound.rebind(model)
 
     def reseed(self) -> None:
         """Restart the row-subsampling generator from ``seed``, so that the next step keeps the same rows as the
@@ -433,8 +441,9 @@ class AnisotropyMonitor:
             >>> cosine = monitor.series("avg_cosine|0")[1]; bool(abs(cosine[0] - cosine[1]) < 1e-6)
             True
         """
-        self._generator.manual_seed(self.seed)
+        self._generator.manual_seed(self.config.seed)
 
     def __repr__(self) -> str:
         state = "active" if self._active else "idle"
-        return f"AnisotropyMonitor(layers={self.layers}, rank={self.rank}, fit={self.fit!r}, {state}, rows={len(self)})"
+        config = self.config
+        return f"AnisotropyMonitor(layers={self.layers}, rank={config.rank}, fit={config.fit!r}, {state}, rows={len(self)})"

@@ -1,6 +1,6 @@
-"""Tables and charts of a :class:`~interp_widgets.geometry.history.GeometryLog`, built from its public reading API
+"""Tables and charts of a :class:`~interp_widgets.geometry.log.geometry_log.GeometryLog`, built from its public reading API
 (``steps``, ``series_names()``, ``series()``, ``layers``, ``x_label``, ``meta``). The series-name splitter is passed
-in (``split``, :func:`~interp_widgets.geometry.history.split_series_name`), so that this module never imports
+in (``split``, :func:`~interp_widgets.geometry.log.geometry_log.split_series_name`), so that this module never imports
 ``history``, which imports it.
 
 Example:
@@ -72,7 +72,7 @@ def layer_chart(
 
     Example:
         >>> from interp_widgets.geometry import GeometryLog
-        >>> from interp_widgets.geometry.history import split_series_name
+        >>> from interp_widgets.geometry.log.geometry_log import split_series_name
         >>> log = GeometryLog(["layer:0"]); log.record(0, {"energy_ratio|layer:0": 3.0})
         >>> type(layer_chart(log, split_series_name)).__name__
         'LayerChart'

@@ -1,16 +1,15 @@
 """Proxy fitting and measurement for the monitor, one layer at a time: each layer's fit schedule
-(:class:`~interp_widgets.geometry.schedule.ProxySchedule`), custom dictionary methods with their reservoir of rows,
+(:class:`~interp_widgets.geometry.alignment.schedule.ProxySchedule`), custom dictionary methods with their reservoir of rows,
 the current proxy and its matched-rank controls, and the series recorded per measured step.
 
 Example:
-    >>> dictionary_function("pca") is None
-    True
+    >>> Reservoir(3, torch.Generator()).seen
+    0
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 import warnings
 from collections.abc import Callable, Mapping
@@ -19,111 +18,48 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from interp_widgets.geometry._kernels import (
-    as_float64,
-    as_points,
-    check_shrinkage,
-    checked_points,
-    linear_time_bundle,
-    linear_time_bundle32,
-    measurement_threads,
-    representation_bundle,
-)
-from interp_widgets.geometry.alignment import (
+from interp_widgets.geometry._kernels.bundles import linear_time_bundle, linear_time_bundle32, representation_bundle
+from interp_widgets.geometry._kernels.inputs import as_float64, as_points, checked_points
+from interp_widgets.geometry.alignment.measure import (
     AlignmentResult,
     SubspaceBatch,
     alignment_from_moments,
     alignments_from_moments,
     stacked_bases,
 )
-from interp_widgets.geometry.controls import normal_controls
-from interp_widgets.geometry.history import LAYER_METRICS, series_name
+from interp_widgets.geometry.alignment.controls import normal_controls
+from interp_widgets.geometry.log.geometry_log import LAYER_METRICS, series_name
 from interp_widgets.geometry.moments import Moments, moments_of_float32_rows, moments_of_points
-from interp_widgets.geometry.proxy import TangentProxy
-from interp_widgets.geometry.schedule import ProxySchedule
-from interp_widgets.validation import check_int
+from interp_widgets.geometry.alignment.proxy import TangentProxy, dictionary_function
+from interp_widgets.geometry.alignment.schedule import ProxySchedule
+from interp_widgets.geometry.monitor.binding import BoundLayers
+from interp_widgets.geometry.monitor.config import MonitorConfig
 
-__all__ = ["Measurement", "Reservoir", "check_settings", "dictionary_function"]
-
-#: A proxy fitting method: ``"pca"``, a function ``(H, rank) -> d × k`` dictionary, or an estimator.
-ProxyMethod = str | Callable[[torch.Tensor, int], object] | object
+__all__ = ["Measurement", "Reservoir", "measurement_threads"]
 
 
-def check_settings(
-    *,
-    rank,
-    every,
-    n_controls,
-    max_tokens,
-    fit_tokens,
-    spectrum_every,
-    gradient: str,
-    fit: str,
-    basis,
-    coordinates: str,
-    zeta,
-) -> None:
-    """Reject monitor settings that cannot work, with the value that is wrong and what would do.
+@contextlib.contextmanager
+def measurement_threads(threads: int | None):
+    """Run a measured step with ``threads`` torch intra-op threads (``MonitorConfig.measurement_threads``), restoring
+    the caller's count afterwards, also when the step raises; None leaves the caller's setting untouched.
+    ``torch.set_num_threads`` is process-wide: while the step runs, the whole process uses ``threads``.
 
     Example:
-        >>> check_settings(rank=4, every=1, n_controls=0, max_tokens=64, fit_tokens=64, spectrum_every=1,
-        ...                gradient="hidden", fit="early", basis=None, coordinates="full", zeta=0.0)
-        Traceback (most recent call last):
-        ...
-        ValueError: n_controls must be an integer >= 1, got 0
+        >>> before = torch.get_num_threads()
+        >>> with measurement_threads(1):
+        ...     inside = torch.get_num_threads()
+        >>> inside, torch.get_num_threads() == before
+        (1, True)
     """
-    for name, value, low in (
-        ("rank", rank, 1),
-        ("every", every, 1),
-        ("n_controls", n_controls, 1),
-        ("max_tokens", max_tokens, 2),
-        ("fit_tokens", fit_tokens, 2),
-        ("spectrum_every", spectrum_every, 1),
-    ):
-        check_int(name, value, minimum=low)
-    if gradient not in ("hidden", "weight"):
-        raise ValueError(f"gradient must be 'hidden' (dL/dh) or 'weight' (linear weight gradient), got {gradient!r}")
-    if fit not in ("early", "refit", "fixed"):
-        raise ValueError(f"fit must be 'early', 'refit' or 'fixed', got {fit!r}")
-    if fit == "fixed" and basis is None:
-        raise ValueError("fit='fixed' needs basis= (a d × k matrix, a TangentProxy, or {layer: basis})")
-    if coordinates not in ("full", "complement"):
-        raise ValueError(f"coordinates must be 'full' or 'complement', got {coordinates!r}")
-    check_shrinkage(zeta, "scaled_identity", 1, torch.device("cpu"))
-
-
-def dictionary_function(method: ProxyMethod) -> Callable[[torch.Tensor, int], object] | None:
-    """None for PCA; else a ``(H, rank) -> d × k`` function (sklearn-style estimators give ``components_.T``).
-
-    Example:
-        >>> dictionary_function("pca") is None
-        True
-    """
-    if isinstance(method, str):
-        if method != "pca":
-            raise ValueError(
-                f"proxy_method must be 'pca', a function (H, rank) -> d × k dictionary or an estimator "
-                f"with fit() and components_, got {method!r}"
-            )
-        return None
-    if hasattr(method, "fit") and not isinstance(method, type):
-        estimator = method
-
-        def from_estimator(H: torch.Tensor, rank: int):
-            fitted = copy.deepcopy(estimator).fit(H.cpu().numpy())
-            components = np.asarray(fitted.components_)
-            if components.shape[0] != rank:
-                raise ValueError(
-                    f"the estimator produced {components.shape[0]} components but rank={rank}; "
-                    f"configure it with {rank} components"
-                )
-            return torch.as_tensor(components.T)
-
-        from_estimator.__name__ = type(estimator).__name__
-        return from_estimator
-    if callable(method):
-        return method
-    raise TypeError(f"proxy_method must be 'pca', a function or an estimator, got {type(method).__name__}")
+    if threads is None:
+        yield
+        return
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 class Reservoir:
@@ -258,83 +194,69 @@ class LayerStep:
 class Measurement:
     """Each layer's proxy (schedule, custom-method reservoir, current fit, controls) and its per-step measurement.
 
-    Settings (``fit``, ``rank``, ``total_steps``, ``n_controls``, ``seed``, ``center``, ``zeta``, ``coordinates``,
-    ``representation``, ``spectrum_every``, ``dims`` …) are read from the monitor at each call, so they always agree
-    with it (the Trainer callback fills in ``total_steps`` after construction); fitted bases are also written to
-    the monitor's ``proxies``.
+    It reads its settings from ``config`` (the monitor hands it a new one when the Trainer callback fills in
+    ``total_steps``) and the layers from ``layers``; it writes the fit window to ``log.meta`` and the fitted bases to
+    ``log.proxies``.
 
     Args:
-        monitor: the :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` measured for.
-        basis: the ``fit="fixed"`` basis (one for every layer, or ``{layer: basis}``), else None.
-        proxy_method: ``"pca"``, a function ``(H, rank) -> d × k`` or an estimator (see :func:`dictionary_function`).
-        fit_tokens: reservoir size for a custom method.
+        config: the monitor's :class:`~interp_widgets.geometry.monitor.config.MonitorConfig`.
+        layers: the monitor's :class:`~interp_widgets.geometry.monitor.binding.BoundLayers` (their dimensions).
+        log: the :class:`~interp_widgets.geometry.GeometryLog` recorded into.
         generator: the monitor's generator (reservoir sampling).
 
     Example:
-        >>> from interp_widgets.geometry.monitor import AnisotropyMonitor
-        >>> monitor = AnisotropyMonitor(torch.nn.Sequential(torch.nn.Linear(8, 8)), ["0"], rank=2, total_steps=4)
-        >>> measurement = Measurement(monitor, None, "pca", 100, torch.Generator())
-        >>> measurement.schedule("0").fit_window, monitor.meta["fit_window"], measurement.fitted
+        >>> from interp_widgets.geometry import GeometryLog
+        >>> from interp_widgets.geometry.monitor.binding import bind_layers
+        >>> layers = bind_layers(torch.nn.Sequential(torch.nn.Linear(8, 8)), ["0"], "hidden", rank=2)
+        >>> log = GeometryLog(layers.names)
+        >>> measurement = Measurement(MonitorConfig(rank=2, total_steps=4), layers, log, torch.Generator())
+        >>> measurement.schedule("0").fit_window, log.meta["fit_window"], measurement.fitted
         ((0, 2), [0, 2], {})
     """
 
-    def __init__(self, monitor, basis, proxy_method: ProxyMethod, fit_tokens: int, generator: torch.Generator) -> None:
-        self.monitor, self.basis = monitor, basis
-        if monitor.fit == "refit" or (monitor.fit == "early" and monitor.total_steps is not None):
-            self.learned_schedule()  # validates total_steps / fit_fraction / refit_every now, not at step 0
-        self.dictionary = dictionary_function(proxy_method)
-        self.fit_tokens, self.generator = fit_tokens, generator
+    def __init__(self, config: MonitorConfig, layers: BoundLayers, log, generator: torch.Generator) -> None:
+        self.config, self.layers, self.log, self.generator = config, layers, log, generator
+        self.dictionary = dictionary_function(config.proxy_method)
         self.schedules: dict[str, ProxySchedule] = {}
         self.fitted: dict[str, TangentProxy] = {}
         self.stacked: dict[str, torch.Tensor] = {}  # [proxy, controls] as one d × (1 + R)k matrix per layer
         self.reservoirs: dict[str, Reservoir] = {}
-        self.measurements: dict[str, int] = {spec: 0 for spec in monitor.layers}
+        self.measurements: dict[str, int] = {spec: 0 for spec in layers.names}
         self._batched: dict[tuple, tuple] = {}  # layers -> (their stacked bases, them as one SubspaceBatch)
 
     def schedule(self, spec: str) -> ProxySchedule:
         schedule = self.schedules.get(spec)
         if schedule is None:
-            if self.monitor.fit == "early":
-                if self.monitor.total_steps is None:
+            config = self.config
+            if config.fit == "early":
+                if config.total_steps is None:
                     raise ValueError(
                         "fit='early' needs total_steps= (the run length in steps) to place the fit "
                         "window; or use fit='refit' with refit_every="
                     )
-                schedule = self.learned_schedule()
-                self.monitor.meta["fit_window"] = list(schedule.fit_window)
-                self.monitor.meta["total_steps"] = self.monitor.total_steps
-            elif self.monitor.fit == "refit":
-                schedule = self.learned_schedule()
+                schedule = config.schedule()
+                self.log.meta["fit_window"] = list(schedule.fit_window)
+                self.log.meta["total_steps"] = config.total_steps
+            elif config.fit == "refit":
+                schedule = config.schedule()
             else:
-                basis = self.basis[spec] if isinstance(self.basis, Mapping) else self.basis
+                basis = config.basis[spec] if isinstance(config.basis, Mapping) else config.basis
                 if basis is None:
                     raise ValueError(
-                        f"fit='fixed' has no basis for layer {spec!r}; basis dict keys: {list(self.basis)}"
+                        f"fit='fixed' has no basis for layer {spec!r}; basis dict keys: {list(config.basis)}"
                     )
                 schedule = ProxySchedule(
                     "fixed", basis=basis if isinstance(basis, TangentProxy) else TangentProxy.from_basis(basis)
                 )
-                if schedule.proxy.dim != self.monitor.dims[spec]:
+                if schedule.proxy.dim != self.layers.dims[spec]:
                     raise ValueError(
                         f"the fixed basis for layer {spec!r} has d = {schedule.proxy.dim} but the "
-                        f"layer has d = {self.monitor.dims[spec]}"
+                        f"layer has d = {self.layers.dims[spec]}"
                     )
             self.schedules[spec] = schedule
             if self.dictionary is not None:
-                self.reservoirs[spec] = Reservoir(self.fit_tokens, self.generator)
+                self.reservoirs[spec] = Reservoir(config.fit_tokens, self.generator)
         return schedule
-
-    def learned_schedule(self) -> ProxySchedule:
-        """A fresh ``early`` or ``refit`` schedule from the monitor's settings (validates them)."""
-        if self.monitor.fit == "early":
-            return ProxySchedule(
-                "early",
-                self.monitor.rank,
-                total_steps=self.monitor.total_steps,
-                fit_fraction=self.monitor.fit_fraction,
-                fast=True,
-            )
-        return ProxySchedule("refit", self.monitor.rank, refit_every=self.monitor.refit_every, fast=True)
 
     def update_proxy(self, step: int, spec: str, H: torch.Tensor, moments: Moments | None) -> None:
         schedule = self.schedule(spec)
@@ -349,19 +271,19 @@ class Measurement:
         """Take the schedule's new fit (or, for a custom method, fit the reservoir) and redraw the controls."""
         schedule, reservoir = self.schedules[spec], self.reservoirs.get(spec)
         if reservoir is not None and schedule.mode != "fixed":
-            proxy = TangentProxy.fit(reservoir.rows, self.monitor.rank, method=self.dictionary)
+            proxy = TangentProxy.fit(reservoir.rows, self.config.rank, method=self.dictionary)
             reservoir.clear()
         else:
             proxy = schedule.proxy
         self.fitted[spec] = proxy
         self.stacked[spec] = stacked_bases(
-            proxy.basis, normal_controls(proxy, self.monitor.n_controls, seed=self.monitor.seed)
+            proxy.basis, normal_controls(proxy, self.config.n_controls, seed=self.config.seed)
         )
-        self.monitor.proxies[spec] = proxy.basis.detach().cpu()
+        self.log.proxies[spec] = proxy.basis.detach().cpu()
 
     def fit_now(self) -> None:
         """Fit every layer's proxy on the activations pooled so far (see ``AnisotropyMonitor.fit_now``)."""
-        for spec in self.monitor.layers:
+        for spec in self.layers.names:
             schedule = self.schedules.get(spec)
             if schedule is None:
                 raise ValueError(f"no step was recorded for layer {spec!r} yet; nothing to fit")
@@ -376,8 +298,8 @@ class Measurement:
         values: dict[str, float] = {}
         raw: dict[str, np.ndarray] = {}
         on_cpu = all(H.device.type == "cpu" for H, _ in data.values())
-        with measurement_threads() if on_cpu else contextlib.nullcontext():  # small kernels: see measurement_threads
-            layers = [self.prepare_layer(step, spec, *data[spec]) for spec in self.monitor.layers]
+        with measurement_threads(self.config.measurement_threads) if on_cpu else contextlib.nullcontext():
+            layers = [self.prepare_layer(step, spec, *data[spec]) for spec in self.layers.names]
             self.align(step, [layer for layer in layers if layer.moments is not None])
             for layer in layers:
                 self.finish_layer(step, layer)
@@ -430,10 +352,10 @@ class Measurement:
             key = (tuple(stacked.shape), self.fitted[layer.spec].rank, layer.moments.m2.device)
             groups.setdefault(key, []).append(layer)
         settings = dict(
-            center=self.monitor.center,
-            zeta=float(self.monitor.zeta),
+            center=self.config.center,
+            zeta=float(self.config.zeta),
             target="scaled_identity",
-            coordinates=self.monitor.coordinates,
+            coordinates=self.config.coordinates,
             fast=True,
         )
         for (_, rank, device), group in groups.items():
@@ -482,9 +404,9 @@ class Measurement:
         """The layer's representation metrics (a full spectrum every ``spectrum_every`` measurements) and whether
         its proxy is being fitted."""
         spec = layer.spec
-        if not layer.done and self.monitor.representation:
+        if not layer.done and self.config.representation:
             try:
-                spectrum_due = self.measurements[spec] % self.monitor.spectrum_every == 0
+                spectrum_due = self.measurements[spec] % self.config.spectrum_every == 0
                 self.measurements[spec] += 1
                 rows, pooled = layer.rows, layer.pooled
                 if spectrum_due:
@@ -512,7 +434,7 @@ class Measurement:
 
 
 def alignment_values(values: dict, name: Callable[[str], str], result: AlignmentResult) -> None:
-    """Write the per-layer alignment series of one :class:`~interp_widgets.geometry.alignment.AlignmentResult`
+    """Write the per-layer alignment series of one :class:`~interp_widgets.geometry.alignment.measure.AlignmentResult`
     into ``values`` (``name(metric)`` gives the flat series name), with the controls' mean and 5–95 % quantiles.
 
     Example:

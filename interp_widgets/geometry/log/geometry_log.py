@@ -1,13 +1,13 @@
 """Columnar, bounded record of per-step geometry measurements, with live subscriptions and safe persistence.
 
-:class:`GeometryLog` is what the training monitor (:class:`~interp_widgets.geometry.monitor.AnisotropyMonitor`)
-and checkpoint replay (:func:`~interp_widgets.geometry.replay.replay`) fill in, and what
+:class:`GeometryLog` is what the training monitor (:class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor`)
+and checkpoint replay (:func:`~interp_widgets.geometry.monitor.replay.replay`) fill in, and what
 :func:`GeometryLog.load` returns. It stores one row per recorded step in numpy column buffers:
 
 * **series names** are flat: global series (``"loss"``, ``"fitting"``, user scalars from :meth:`GeometryLog.log`)
   and per-layer series ``"<metric>|<layer>"``, e.g. ``"energy_ratio|layer:2"`` (see :data:`LAYER_METRICS`);
 * missing values are NaN; rows are kept in step order;
-* the buffers are **bounded** (:class:`~interp_widgets.geometry._columns.ColumnStore`): when ``max_rows`` rows
+* the buffers are **bounded** (:class:`~interp_widgets.columns.ColumnStore`): when ``max_rows`` rows
   are held, every second row is dropped and from then on only every second new row is kept (the stride doubles
   each time), so the record stays evenly spaced over the whole run and memory stays flat however long training
   runs; subscribers still see every row;
@@ -34,10 +34,10 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 import torch
 
-from interp_widgets.geometry._callbacks import Callbacks
-from interp_widgets.geometry._columns import ColumnStore
-from interp_widgets.geometry._persistence import read_record, write_record
-from interp_widgets.geometry._views import layer_chart, long_frame
+from interp_widgets.geometry.log.callbacks import Callbacks
+from interp_widgets.columns import ColumnStore
+from interp_widgets.geometry.log.persistence import read_record, write_record
+from interp_widgets.geometry.log.views import layer_chart, long_frame
 
 from interp_widgets.series_names import SEPARATOR as _SEPARATOR, series_name, split_series_name
 from interp_widgets.validation import check_int, check_step as validated_step

@@ -10,17 +10,23 @@ Example:
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
-from interp_widgets.geometry._kernels import ArrayLike, as_float64, as_points, fast_top_eigenvectors, to_tensor
+from interp_widgets.geometry._kernels.eigen import fast_top_eigenvectors
+from interp_widgets.geometry._kernels.inputs import ArrayLike, as_float64, as_points, to_tensor
 from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.subspaces import orthonormalize
 from interp_widgets.validation import check_int
 
-__all__ = ["TangentProxy"]
+__all__ = ["TangentProxy", "ProxyMethod", "dictionary_function"]
+
+#: A proxy fitting method: ``"pca"``, a function ``(H, rank) -> d × k`` dictionary, or an estimator.
+ProxyMethod = str | Callable[[torch.Tensor, int], object] | object
 
 #: Tolerance of the orthonormality checks on proxy bases and controls (max entry of ``|QᵀQ − I|``).
 ORTHO_TOL = 1e-6
@@ -134,7 +140,7 @@ class TangentProxy:
         Same subspace as :meth:`fit` on the pooled rows, without storing them. ``fast=True`` (the live
         monitor's setting) replaces the float64 ``eigh`` by a float32 eigensolve refined by float64 subspace
         iteration and Rayleigh–Ritz, whose distance to the exact subspace is bounded and recorded in
-        ``angle_bound`` (``‖sin Θ‖_F ≤ 1e-4``; see ``interp_widgets.geometry._kernels.fast_top_eigenvectors``);
+        ``angle_bound`` (``‖sin Θ‖_F ≤ 1e-4``; see ``interp_widgets.geometry._kernels.eigen.fast_top_eigenvectors``);
         ``explained_variance`` then uses the Ritz values over the exact trace.
 
         Example:
@@ -197,3 +203,37 @@ def basis_of(proxy: TangentProxy | ArrayLike) -> torch.Tensor:
             f"wrap it with TangentProxy.from_basis(basis), which orthonormalises it by QR"
         )
     return basis
+
+
+def dictionary_function(method: ProxyMethod) -> Callable[[torch.Tensor, int], object] | None:
+    """None for PCA; else a ``(H, rank) -> d × k`` function (sklearn-style estimators give ``components_.T``).
+
+    Example:
+        >>> dictionary_function("pca") is None
+        True
+    """
+    if isinstance(method, str):
+        if method != "pca":
+            raise ValueError(
+                f"proxy_method must be 'pca', a function (H, rank) -> d × k dictionary or an estimator "
+                f"with fit() and components_, got {method!r}"
+            )
+        return None
+    if hasattr(method, "fit") and not isinstance(method, type):
+        estimator = method
+
+        def from_estimator(H: torch.Tensor, rank: int):
+            fitted = copy.deepcopy(estimator).fit(H.cpu().numpy())
+            components = np.asarray(fitted.components_)
+            if components.shape[0] != rank:
+                raise ValueError(
+                    f"the estimator produced {components.shape[0]} components but rank={rank}; "
+                    f"configure it with {rank} components"
+                )
+            return torch.as_tensor(components.T)
+
+        from_estimator.__name__ = type(estimator).__name__
+        return from_estimator
+    if callable(method):
+        return method
+    raise TypeError(f"proxy_method must be 'pca', a function or an estimator, got {type(method).__name__}")

@@ -1,4 +1,4 @@
-"""PyTorch Lightning integration: drive an :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` from
+"""PyTorch Lightning integration: drive an :class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor` from
 ``lightning.pytorch.Trainer.fit`` and send its scalars to the trainer's loggers (``pip install
 "interp-widgets[lightning]"``).
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import torch
 
-from interp_widgets.geometry.monitor import AnisotropyMonitor
+from interp_widgets.geometry.monitor.anisotropy_monitor import AnisotropyMonitor
 from interp_widgets.geometry.trackers import Tracker, mlflow_key, require
 
 __all__ = ["LightningMonitorCallback", "LoggerTracker"]
@@ -54,7 +54,7 @@ class LoggerTracker(Tracker):
     Example:
         >>> import tempfile
         >>> from lightning.pytorch.loggers import CSVLogger
-        >>> from interp_widgets.geometry.history import GeometryLog
+        >>> from interp_widgets.geometry.log.geometry_log import GeometryLog
         >>> log = GeometryLog(["layer:0"])
         >>> with tempfile.TemporaryDirectory() as tmp:
         ...     logger = CSVLogger(tmp, name="doc")
@@ -154,9 +154,7 @@ class LightningMonitorCallback(_pl.Callback):
         self._check(trainer, pl_module)
         monitor = self.monitor
         if monitor.fit == "early" and monitor.total_steps is None:
-            total = int(trainer.estimated_stepping_batches)
-            monitor.total_steps = total
-            monitor.meta["total_steps"] = total
+            monitor.set_total_steps(int(trainer.estimated_stepping_batches))
         self._owns_hooks = not monitor.active  # else `with monitor: trainer.fit(...)` manages the hooks
         if self._owns_hooks:
             monitor.__enter__()

@@ -1,11 +1,15 @@
-"""The bounded column buffers behind :class:`~interp_widgets.geometry.history.GeometryLog`.
+"""The growing column store: one row per step in numpy buffers, used by the geometry log and the monitor widget.
 
-A :class:`ColumnStore` holds one row per step in numpy buffers: a step vector, one float column per series and one
-``rows × n`` matrix per raw series; missing values are NaN and rows are kept in step order. The buffers are
-**bounded**: when ``max_rows`` rows are held, every second row is dropped and from then on only every second new row
-is kept (the stride doubles each time), so the record stays evenly spaced over the whole run and memory stays flat.
-The store knows nothing of series names, subscribers or files; it hands its buffers to ``save`` as tensors
-(:meth:`ColumnStore.tensors`) and takes them back (:meth:`ColumnStore.from_tensors`).
+A :class:`ColumnStore` holds a step vector, one float column per series and one ``rows × n`` matrix per raw series;
+missing values are NaN and rows are kept in step order. Rows come in two ways: :meth:`ColumnStore.put` merges values
+into the row of their step (the :class:`~interp_widgets.geometry.GeometryLog`: late scalars join their step's row),
+:meth:`ColumnStore.append` always adds a row (the :class:`~interp_widgets.widgets.MonitorWidget`: one row per
+``log`` call). With ``max_rows`` the buffers are **bounded**: when ``max_rows`` rows are held, every second row is
+dropped and from then on only every second new row is kept (the stride doubles each time), so the record stays
+evenly spaced over the whole run and memory stays flat; without it they grow. The store knows nothing of series
+names, subscribers or files, and needs no torch: it hands its buffers to ``save`` as arrays
+(:meth:`ColumnStore.arrays`) and takes them back (:meth:`ColumnStore.from_arrays`). The browser keeps its own copy
+of the rows (``js/src/lib/plot_store.js``).
 
 Example:
     >>> store = ColumnStore(max_rows=4)
@@ -20,17 +24,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import numpy as np
-import torch
 
 __all__ = ["ColumnStore"]
 
 
 class ColumnStore:
-    """Bounded, step-ordered numpy columns (see the module notes for the thinning rule).
+    """Step-ordered numpy columns, bounded or growing (see the module notes for the thinning rule).
 
     Args:
-        max_rows: bound on stored rows (≥ 2).
+        max_rows: bound on stored rows (≥ 2), or None to keep every row.
         label: what a step is called in error messages (``"step"`` or ``"checkpoint"``).
+        step_dtype: dtype of the steps (integers for the log; float64 for the widget, whose steps may be floats).
+        dtype: dtype of the columns and raw matrices (float32 halves the widget's memory and is what it sends).
 
     Example:
         >>> store = ColumnStore(max_rows=8, label="checkpoint")
@@ -38,10 +43,13 @@ class ColumnStore:
         (True, True, 1, ['x', 'y'])
     """
 
-    def __init__(self, max_rows: int, label: str = "step") -> None:
+    def __init__(
+        self, max_rows: int | None = None, label: str = "step", *, step_dtype=np.int64, dtype=np.float64
+    ) -> None:
         self.max_rows, self.label = max_rows, label
+        self.step_dtype, self.dtype = np.dtype(step_dtype), np.dtype(dtype)
         self.size, self.offered, self.stride, self.thinned_step = 0, 0, 1, None
-        self.step_buffer = np.zeros(16, dtype=np.int64)
+        self.step_buffer = np.zeros(16, dtype=self.step_dtype)
         self.columns: dict[str, np.ndarray] = {}
         self.raw: dict[str, np.ndarray] = {}
 
@@ -95,15 +103,25 @@ class ColumnStore:
         """
         return list(self.columns)
 
-    def column(self, name: str) -> np.ndarray:
-        """The stored values of one column (a copy; KeyError if unknown).
+    def column(self, name: str, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The stored values of one column, rows ``start:stop`` (a copy; KeyError if unknown).
 
         Example:
             >>> store = ColumnStore(4); _ = store.put(0, {"x": 1.0}); _ = store.put(1, {"y": 2.0})
-            >>> store.column("x").tolist()
-            [1.0, nan]
+            >>> store.column("x").tolist(), store.column("y", 1).tolist()
+            ([1.0, nan], [2.0])
         """
-        return self.columns[name][: self.size].copy()
+        return self.columns[name][start : self.size if stop is None else min(stop, self.size)].copy()
+
+    def step_range(self, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """The steps of rows ``start:stop`` (a copy).
+
+        Example:
+            >>> store = ColumnStore(step_dtype=np.float64); store.append(0.5, {"x": 1.0}); store.append(0.75, {"x": 2.0})
+            >>> store.step_range(1)
+            array([0.75])
+        """
+        return self.step_buffer[start : self.size if stop is None else min(stop, self.size)].copy()
 
     def raw_matrix(self, name: str) -> np.ndarray:
         """The stored ``rows × n`` matrix of one raw series (a copy; KeyError if unknown).
@@ -143,20 +161,91 @@ class ColumnStore:
             return True
         else:
             row = self.size - 1
-        for name, value in values.items():
-            column = self.columns.get(name)
-            if column is None:
-                column = self.columns[name] = np.full(self.step_buffer.shape[0], np.nan)
-            column[row] = value
+        self._write(row, step, values)
         for name, vector in (raw or {}).items():
             vector = np.asarray(vector, dtype=np.float64).reshape(-1)
             matrix = self.raw.get(name)
             if matrix is None:
-                matrix = self.raw[name] = np.full((self.step_buffer.shape[0], vector.shape[0]), np.nan)
+                matrix = self.raw[name] = np.full((self.step_buffer.shape[0], vector.shape[0]), np.nan, self.dtype)
             elif matrix.shape[1] != vector.shape[0]:
                 raise ValueError(f"raw series {name!r} changed length from {matrix.shape[1]} to {vector.shape[0]}")
             matrix[row] = vector
         return latest
+
+    def append(self, step: float, values: Mapping[str, float]) -> None:
+        """Add a row at ``step`` after the last one, even for the same step (never merged); with ``max_rows``,
+        thinning may drop it. A value that is not a number raises a TypeError naming its series, and its row is
+        dropped (the rows before it stay).
+
+        Example:
+            >>> store = ColumnStore(step_dtype=np.float64, dtype=np.float32)
+            >>> store.append(1, {"loss": 0.5}); store.append(1, {"loss": 0.25}); store.column("loss").tolist()
+            [0.5, 0.25]
+        """
+        last = self.last_step
+        if last is not None and step < last:
+            raise ValueError(f"{self.label}s must not decrease: got {step!r} after {last!r}")
+        if not self._append_row(step):
+            return
+        try:
+            self._write(self.size - 1, step, values)
+        except TypeError:
+            self.size -= 1
+            raise
+
+    def extend(self, steps: np.ndarray, columns: Mapping[str, np.ndarray]) -> None:
+        """Append many rows at once: ``steps`` and, per series, one value per step (an unbounded store only).
+
+        Example:
+            >>> store = ColumnStore(); store.extend(np.array([0, 1]), {"x": np.array([1.0, 2.0])}); store.column("x")
+            array([1., 2.])
+        """
+        if self.max_rows is not None:
+            raise ValueError("extend() needs an unbounded store (max_rows=None)")
+        steps = np.asarray(steps)
+        n = steps.shape[0]
+        if not n:
+            return
+        start = self.size
+        self._grow(start + n)
+        self.step_buffer[start : start + n] = steps
+        for buffers in (self.columns, self.raw):
+            for buffer in buffers.values():
+                buffer[start : start + n] = np.nan
+        for name, values in columns.items():
+            self._buffer(name)[start : start + n] = values
+        self.size += n
+        self.offered += n
+
+    def _buffer(self, name: str) -> np.ndarray:
+        column = self.columns.get(name)
+        if column is None:
+            column = self.columns[name] = np.full(self.step_buffer.shape[0], np.nan, self.dtype)
+        return column
+
+    def _write(self, row: int, step: float, values: Mapping[str, float]) -> None:
+        """Write ``values`` into ``row``; a value that is not a number raises a TypeError naming its series."""
+        for name, value in values.items():
+            try:
+                self._buffer(name)[row] = value
+            except (TypeError, ValueError):
+                raise TypeError(f"series {name!r} at {self.label} {step:g}: expected a number, got {value!r}") from None
+
+    def _grow(self, rows: int) -> None:
+        """Make room for ``rows`` rows (doubling, capped at ``max_rows``)."""
+        if rows <= self.step_buffer.shape[0]:
+            return
+        capacity = max(16, 2 * self.step_buffer.shape[0], rows)
+        if self.max_rows is not None:
+            capacity = min(capacity, self.max_rows)
+        steps = np.zeros(capacity, dtype=self.step_dtype)
+        steps[: self.size] = self.step_buffer[: self.size]
+        self.step_buffer = steps
+        for buffers in (self.columns, self.raw):
+            for name, buffer in buffers.items():
+                grown = np.full((capacity,) + buffer.shape[1:], np.nan, self.dtype)
+                grown[: self.size] = buffer[: self.size]
+                buffers[name] = grown
 
     def _append_row(self, step: int) -> bool:
         """Append a row for ``step``; False if thinning drops it (only every ``stride``-th new row is kept)."""
@@ -164,7 +253,7 @@ class ColumnStore:
         self.offered += 1
         if offered % self.stride:
             return False
-        if self.size == self.max_rows:
+        if self.max_rows is not None and self.size == self.max_rows:
             self.stride *= 2
             keep = slice(0, self.size, 2)
             kept = len(range(0, self.size, 2))
@@ -174,14 +263,7 @@ class ColumnStore:
                     buffer[:kept] = buffer[keep].copy()
                     buffer[kept:] = np.nan
             self.size = kept
-        if self.size == self.step_buffer.shape[0]:
-            capacity = min(max(16, 2 * self.size), self.max_rows)
-            self.step_buffer = np.resize(self.step_buffer, capacity)
-            for buffers in (self.columns, self.raw):
-                for name, buffer in buffers.items():
-                    grown = np.full((capacity,) + buffer.shape[1:], np.nan)
-                    grown[: self.size] = buffer[: self.size]
-                    buffers[name] = grown
+        self._grow(self.size + 1)
         self.step_buffer[self.size] = step
         for buffers in (self.columns, self.raw):
             for buffer in buffers.values():
@@ -197,7 +279,7 @@ class ColumnStore:
             >>> len(copy), len(store)
             (1, 2)
         """
-        copy = ColumnStore(self.max_rows, self.label)
+        copy = ColumnStore(self.max_rows, self.label, step_dtype=self.step_dtype, dtype=self.dtype)
         copy.size, copy.offered, copy.stride, copy.thinned_step = (
             self.size,
             self.offered,
@@ -209,46 +291,46 @@ class ColumnStore:
         copy.raw = {name: buffer.copy() for name, buffer in self.raw.items()}
         return copy
 
-    def tensors(self) -> tuple[dict[str, torch.Tensor], dict]:
-        """The stored rows as CPU tensors (``steps``, ``column.i``, ``raw.i``) and the JSON-able layout: ``stride``,
-        ``offered`` and the ``columns`` / ``raw`` name → tensor key maps (what :meth:`from_tensors` reads back).
+    def arrays(self) -> tuple[dict[str, np.ndarray], dict]:
+        """The stored rows as arrays (``steps``, ``column.i``, ``raw.i``) and the JSON-able layout: ``stride``,
+        ``offered`` and the ``columns`` / ``raw`` name → array key maps (what :meth:`from_arrays` reads back).
 
         Example:
             >>> store = ColumnStore(4); _ = store.put(0, {"x": 1.0})
-            >>> tensors, layout = store.tensors(); sorted(tensors), layout
+            >>> arrays, layout = store.arrays(); sorted(arrays), layout
             (['column.0', 'steps'], {'stride': 1, 'offered': 1, 'columns': {'x': 'column.0'}, 'raw': {}})
         """
-        tensors = {"steps": torch.from_numpy(self.steps)}
+        arrays = {"steps": self.steps}
         layout: dict = {"stride": self.stride, "offered": self.offered, "columns": {}, "raw": {}}
         for kind, buffers, prefix in (("columns", self.columns, "column"), ("raw", self.raw, "raw")):
             for i, (name, buffer) in enumerate(buffers.items()):
                 layout[kind][name] = f"{prefix}.{i}"
-                tensors[f"{prefix}.{i}"] = torch.from_numpy(buffer[: self.size].copy())
-        return tensors, layout
+                arrays[f"{prefix}.{i}"] = buffer[: self.size].copy()
+        return arrays, layout
 
     @classmethod
-    def from_tensors(
-        cls, tensors: Mapping[str, torch.Tensor], layout: Mapping, max_rows: int, label: str = "step"
+    def from_arrays(
+        cls, arrays: Mapping[str, np.ndarray], layout: Mapping, max_rows: int | None, label: str = "step"
     ) -> "ColumnStore":
-        """The store that :meth:`tensors` described (``stride`` and ``offered`` default to an unthinned record).
+        """The store that :meth:`arrays` described (``stride`` and ``offered`` default to an unthinned record).
 
         Example:
             >>> store = ColumnStore(4); _ = store.put(5, {"x": 1.0})
-            >>> ColumnStore.from_tensors(*store.tensors(), max_rows=4).column("x").tolist()
+            >>> ColumnStore.from_arrays(*store.arrays(), max_rows=4).column("x").tolist()
             [1.0]
         """
         store = cls(max_rows, label)
-        steps = tensors["steps"].numpy()
+        steps = np.asarray(arrays["steps"])
         size = steps.shape[0]
         capacity = max(16, size)
-        store.step_buffer = np.zeros(capacity, dtype=np.int64)
+        store.step_buffer = np.zeros(capacity, dtype=store.step_dtype)
         store.step_buffer[:size] = steps
         store.size = size
         store.stride, store.offered = layout.get("stride", 1), layout.get("offered", size)
         for target, names in ((store.columns, layout["columns"]), (store.raw, layout["raw"])):
             for name, key in names.items():
-                values = tensors[key].numpy()
-                buffer = np.full((capacity,) + values.shape[1:], np.nan)
+                values = np.asarray(arrays[key])
+                buffer = np.full((capacity,) + values.shape[1:], np.nan, store.dtype)
                 buffer[:size] = values
                 target[name] = buffer
         return store

@@ -1,10 +1,10 @@
-"""The on-disk format of a :class:`~interp_widgets.geometry.history.GeometryLog`: a directory with
+"""The on-disk format of a :class:`~interp_widgets.geometry.log.geometry_log.GeometryLog`: a directory with
 ``history.safetensors`` (steps, columns, raw values, proxy bases) and ``meta.json`` (format, version, layers,
 ``x_label``, ``max_rows``, the thinning state, the name → tensor key maps and the settings). No pickle.
 
 Example:
     >>> import tempfile
-    >>> from interp_widgets.geometry._columns import ColumnStore
+    >>> from interp_widgets.columns import ColumnStore
     >>> store = ColumnStore(8); _ = store.put(0, {"loss": 1.5})
     >>> header = {"layers": ["layer:0"], "x_label": "step", "max_rows": 8, "meta": {"rank": 4}}
     >>> with tempfile.TemporaryDirectory() as tmp:
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from interp_widgets._files import read_safetensors
-from interp_widgets.geometry._columns import ColumnStore
+from interp_widgets.columns import ColumnStore
 
 __all__ = ["FORMAT", "VERSION", "write_record", "read_record"]
 
@@ -51,7 +51,8 @@ def write_record(path: str | Path, header: Mapping, store: ColumnStore, proxies:
             "directory path such as runs/minilm"
         )
     directory.mkdir(parents=True, exist_ok=True)
-    tensors, layout = store.tensors()
+    arrays, layout = store.arrays()
+    tensors = {key: torch.from_numpy(array) for key, array in arrays.items()}
     keys = {}
     for i, (layer, basis) in enumerate(proxies.items()):
         keys[layer] = f"proxy.{i}"
@@ -98,5 +99,6 @@ def read_record(path: str | Path) -> tuple[dict, ColumnStore, dict[str, torch.Te
     tensors = read_safetensors(
         data_path, what="a GeometryLog's history", framework="pt", fix="save the log again with GeometryLog.save"
     )[1]
-    store = ColumnStore.from_tensors(tensors, meta, meta["max_rows"], meta["x_label"])
+    arrays = {key: tensor.numpy() for key, tensor in tensors.items() if not key.startswith("proxy.")}
+    store = ColumnStore.from_arrays(arrays, meta, meta["max_rows"], meta["x_label"])
     return {key: meta[key] for key in _HEADER}, store, {layer: tensors[key] for layer, key in meta["proxies"].items()}

@@ -1,4 +1,4 @@
-"""Hugging Face ``Trainer`` integration: drive an :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor`.
+"""Hugging Face ``Trainer`` integration: drive an :class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor`.
 
 The callback only reads: it never changes the loss, the optimizer or the control flow, so training with it is
 bit-identical to training without it.
@@ -10,7 +10,7 @@ bit-identical to training without it.
 * ``on_pre_optimizer_step``: records the step — after all micro-batches' backward passes (gradient
   accumulation pools their rows), before ``optimizer.step()`` and ``zero_grad()``;
 * ``on_log``: forwards numeric Trainer logs (``learning_rate``, ``grad_norm``, …; the Trainer's running ``loss``
-  as ``trainer_loss``) with :meth:`~interp_widgets.geometry.monitor.AnisotropyMonitor.log`, attached to the
+  as ``trainer_loss``) with :meth:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor.log`, attached to the
   step just completed (``global_step − 1``);
 * ``on_train_end``: removes the hooks it installed and closes the trackers it opened.
 
@@ -45,7 +45,7 @@ import numbers
 
 from transformers import TrainerCallback
 
-from interp_widgets.geometry.monitor import AnisotropyMonitor
+from interp_widgets.geometry.monitor.anisotropy_monitor import AnisotropyMonitor
 from interp_widgets.geometry.trackers import check_report_to, trainer_trackers
 
 __all__ = ["MonitorCallback"]
@@ -85,8 +85,7 @@ class MonitorCallback(TrainerCallback):
                     "build the AnisotropyMonitor on the model you pass to Trainer"
                 )
         if monitor.fit == "early" and monitor.total_steps is None:
-            monitor.total_steps = state.max_steps
-            monitor.meta["total_steps"] = state.max_steps
+            monitor.set_total_steps(state.max_steps)
         if not monitor.active:
             monitor.__enter__()
             self._owns_hooks = True

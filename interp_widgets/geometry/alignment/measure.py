@@ -23,9 +23,9 @@ Best readings of the reference's ambiguities (anisotropy-paper §7) used here:
   ``zeta = 0`` by default.
 
 The pieces live in their own modules and are importable from here as well: :class:`Moments`
-(:mod:`~interp_widgets.geometry.moments`), :class:`TangentProxy` (:mod:`~interp_widgets.geometry.proxy`),
-:func:`normal_controls` (:mod:`~interp_widgets.geometry.controls`) and :class:`ProxySchedule`
-(:mod:`~interp_widgets.geometry.schedule`); this module holds the measurement.
+(:mod:`~interp_widgets.geometry.moments`), :class:`TangentProxy` (:mod:`~interp_widgets.geometry.alignment.proxy`),
+:func:`normal_controls` (:mod:`~interp_widgets.geometry.alignment.controls`) and :class:`ProxySchedule`
+(:mod:`~interp_widgets.geometry.alignment.schedule`); this module holds the measurement.
 """
 
 from __future__ import annotations
@@ -35,17 +35,12 @@ from dataclasses import dataclass
 
 import torch
 
-from interp_widgets.geometry._kernels import (
-    ArrayLike,
-    ShrinkageTarget,
-    check_shrinkage,
-    named_target_terms,
-    shrunk_isoscore,
-)
-from interp_widgets.geometry.controls import check_controls, normal_controls
+from interp_widgets.geometry._kernels.inputs import ArrayLike, ShrinkageTarget
+from interp_widgets.geometry._kernels.isoscore_terms import check_shrinkage, named_target_terms, shrunk_isoscore
+from interp_widgets.geometry.alignment.controls import check_controls, normal_controls
 from interp_widgets.geometry.moments import Moments
-from interp_widgets.geometry.proxy import TangentProxy, basis_of
-from interp_widgets.geometry.schedule import ProxySchedule
+from interp_widgets.geometry.alignment.proxy import TangentProxy, basis_of
+from interp_widgets.geometry.alignment.schedule import ProxySchedule
 
 __all__ = [
     "Moments",

@@ -12,12 +12,15 @@ import math
 
 import torch
 
-from interp_widgets.geometry._kernels import ArrayLike
+from interp_widgets.geometry._kernels.inputs import ArrayLike
 from interp_widgets.geometry.moments import Moments
-from interp_widgets.geometry.proxy import TangentProxy
+from interp_widgets.geometry.alignment.proxy import TangentProxy
 from interp_widgets.validation import check_fraction, check_int, check_step
 
 __all__ = ["ProxySchedule"]
+
+#: The share of ``total_steps`` in the ``early`` fit window when none is given.
+DEFAULT_FIT_FRACTION = 0.3
 
 #: The fit modes, and which of the schedule's optional arguments belongs to which mode.
 MODE_ARGUMENTS = {"total_steps": "early", "fit_fraction": "early", "refit_every": "refit", "basis": "fixed"}
@@ -56,7 +59,8 @@ class ProxySchedule:
         mode: ``"early"``, ``"refit"`` or ``"fixed"``.
         rank: proxy rank k (early/refit; inferred from ``basis`` for fixed).
         total_steps: length of the run in steps (early only; count checkpoints when replaying).
-        fit_fraction: share of ``total_steps`` in the fit window, in ``(0, 1]`` (early only; None = 0.3).
+        fit_fraction: share of ``total_steps`` in the fit window, in ``(0, 1]`` (early only; None =
+            :data:`DEFAULT_FIT_FRACTION`, 0.3).
         refit_every: window length in steps (refit only).
         basis: ``d × k`` basis or :class:`TangentProxy` (fixed only).
         fast: fit with ``TangentProxy.from_moments(..., fast=True)`` (float32 eigensolve refined in float64, with
@@ -106,7 +110,7 @@ class ProxySchedule:
         check_int("rank", rank, minimum=1, hint=f"mode={mode!r} needs rank=, the proxy rank")
         self.rank = rank
         if mode == "early":
-            fit_fraction = 0.3 if fit_fraction is None else fit_fraction
+            fit_fraction = DEFAULT_FIT_FRACTION if fit_fraction is None else fit_fraction
             check_int(
                 "total_steps", total_steps, minimum=1, hint="mode='early' needs total_steps=, the run length in steps"
             )

@@ -3,11 +3,13 @@
 During the user's own forward pass, a forward hook on each chosen layer keeps detached, subsampled, non-padding rows
 of its output (``H``) and registers a tensor hook on that output which, during the user's ``loss.backward()``, keeps
 the true gradient rows ``dL/dh`` of the same tokens (``G``). Row masks come from the ``attention_mask`` /
-``input_ids`` the model is called with, or from :meth:`~interp_widgets.geometry.monitor.AnisotropyMonitor.track`.
+``input_ids`` the model is called with, or from :meth:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor.track`.
 
 Example (a capture for one layer, before any step):
-    >>> from types import SimpleNamespace
-    >>> Capture(SimpleNamespace(layers=["0"]), torch.Generator(), live=lambda: False).H
+    >>> from interp_widgets.geometry.monitor.binding import bind_layers
+    >>> from interp_widgets.geometry.monitor.config import MonitorConfig
+    >>> layers = bind_layers(nn.Sequential(nn.Linear(4, 4)), ["0"], "hidden")
+    >>> Capture(MonitorConfig(rank=2), layers, torch.Generator(), live=lambda: False, current_step=lambda: 0).H
     {'0': {}}
 """
 
@@ -19,7 +21,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from interp_widgets.geometry._binding import check_rank_dim
+from interp_widgets.geometry.monitor.binding import BoundLayers, check_rank_dim
+from interp_widgets.geometry.monitor.config import MonitorConfig
 
 __all__ = ["Capture"]
 
@@ -38,25 +41,38 @@ class Capture:
     """The rows a monitor keeps during one step, and the hooks that capture them.
 
     ``H[layer]`` and ``G[layer]`` map a forward pass (its id) to the kept rows of that layer's activations and of their
-    gradients; ``losses`` holds the ``.loss`` outputs of the step's forward passes. Settings (``layers``, ``modules``,
-    ``dims``, ``rank``, ``gradient``, ``max_tokens``, ``special_token_ids``, ``current_step``) are read from the
-    monitor at each call, so they always agree with it.
+    gradients; ``losses`` holds the ``.loss`` outputs of the step's forward passes. Settings come from ``config``, and the model, modules and dimensions from ``layers``, which the monitor
+    shares with its measurement.
 
     Args:
-        monitor: the :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` the rows are captured for.
+        config: the monitor's :class:`~interp_widgets.geometry.monitor.config.MonitorConfig`.
+        layers: the monitor's :class:`~interp_widgets.geometry.monitor.binding.BoundLayers` (a layer's unknown
+            dimension is filled in by its first forward pass).
         generator: the monitor's generator for subsampling rows.
         live: whether the hooks should capture now (the monitor is active and the current step is measured).
+        current_step: the step the captured passes belong to.
 
     Example:
-        >>> from types import SimpleNamespace
-        >>> owner = SimpleNamespace(layers=["0"], modules={}, gradient="hidden", current_step=0)
-        >>> capture = Capture(owner, torch.Generator(), live=lambda: False)
+        >>> from interp_widgets.geometry.monitor.binding import bind_layers
+        >>> from interp_widgets.geometry.monitor.config import MonitorConfig
+        >>> layers = bind_layers(nn.Sequential(nn.Linear(4, 4)), ["0"], "hidden")
+        >>> capture = Capture(MonitorConfig(rank=2), layers, torch.Generator(), lambda: False, lambda: 0)
         >>> capture.has_pending_gradients()
         False
     """
 
-    def __init__(self, monitor, generator: torch.Generator, live: Callable[[], bool]) -> None:
-        self.monitor, self.generator, self.live = monitor, generator, live
+    def __init__(
+        self,
+        config: MonitorConfig,
+        layers: BoundLayers,
+        generator: torch.Generator,
+        live: Callable[[], bool],
+        current_step: Callable[[], int],
+    ) -> None:
+        self.config, self.layers, self.generator = config, layers, generator
+        self.live, self.current_step = live, current_step
+        ids = config.special_token_ids
+        self.special_token_ids = None if ids is None else torch.as_tensor(ids, dtype=torch.long)
         self.handles: list = []
         self.tensor_handles: list = []
         self.explicit: dict = {}
@@ -64,26 +80,28 @@ class Capture:
         self.forward_id = 0
         self.reset()
 
-    def install(self, optimizer_step: Callable[[], None] | None = None) -> None:
-        """Hook the monitor's model (pass numbering, masks, losses) and layers (rows), and, with ``optimizer_step``,
-        the optimizer (called before each ``optimizer.step()``); a failure removes what was installed.
+    def install(self, optimizer=None, optimizer_step: Callable[[], None] | None = None) -> None:
+        """Hook the model (pass numbering, masks, losses) and layers (rows), and, with ``optimizer`` and
+        ``optimizer_step``, the optimizer (``optimizer_step`` is called before each ``optimizer.step()``); a failure
+        removes what was installed.
 
         Example:
-            >>> from types import SimpleNamespace
-            >>> net = nn.Sequential(nn.Linear(4, 4))
-            >>> owner = SimpleNamespace(layers=["0"], model=net, modules={"0": net[0]}, optimizer=None)
-            >>> capture = Capture(owner, torch.Generator(), live=lambda: False); capture.install()
+            >>> from interp_widgets.geometry.monitor.binding import bind_layers
+            >>> from interp_widgets.geometry.monitor.config import MonitorConfig
+            >>> net = nn.Sequential(nn.Linear(4, 4)); layers = bind_layers(net, ["0"], "hidden")
+            >>> capture = Capture(MonitorConfig(rank=2), layers, torch.Generator(), lambda: False, lambda: 0)
+            >>> capture.install()
             >>> len(net._forward_hooks), capture.remove_hooks(), len(net._forward_hooks)
             (1, None, 0)
         """
         try:
-            model = self.monitor.model
+            model = self.layers.model
             self.handles.append(model.register_forward_pre_hook(self.root_pre_hook, with_kwargs=True))
             self.handles.append(model.register_forward_hook(self.root_hook))
-            for spec, module in self.monitor.modules.items():
+            for spec, module in self.layers.modules.items():
                 self.handles.append(module.register_forward_hook(self.layer_hook(spec)))
-            if optimizer_step is not None:
-                self.handles.append(self.monitor.optimizer.register_step_pre_hook(lambda *args: optimizer_step()))
+            if optimizer is not None and optimizer_step is not None:
+                self.handles.append(optimizer.register_step_pre_hook(lambda *args: optimizer_step()))
         except BaseException:
             self.remove_hooks()
             raise
@@ -92,8 +110,10 @@ class Capture:
         """Remove every hook :meth:`install` and the layer hooks registered (safe to call twice).
 
         Example:
-            >>> from types import SimpleNamespace
-            >>> Capture(SimpleNamespace(layers=["0"]), torch.Generator(), live=lambda: False).remove_hooks()
+            >>> from interp_widgets.geometry.monitor.binding import bind_layers
+            >>> from interp_widgets.geometry.monitor.config import MonitorConfig
+            >>> layers = bind_layers(nn.Sequential(nn.Linear(4, 4)), ["0"], "hidden")
+            >>> Capture(MonitorConfig(rank=2), layers, torch.Generator(), lambda: False, lambda: 0).remove_hooks()
         """
         for handle in self.handles:
             handle.remove()
@@ -104,8 +124,10 @@ class Capture:
         """Remove the gradient hooks registered on this step's layer outputs.
 
         Example:
-            >>> from types import SimpleNamespace
-            >>> capture = Capture(SimpleNamespace(layers=["0"]), torch.Generator(), live=lambda: False)
+            >>> from interp_widgets.geometry.monitor.binding import bind_layers
+            >>> from interp_widgets.geometry.monitor.config import MonitorConfig
+            >>> layers = bind_layers(nn.Sequential(nn.Linear(4, 4)), ["0"], "hidden")
+            >>> capture = Capture(MonitorConfig(rank=2), layers, torch.Generator(), lambda: False, lambda: 0)
             >>> x = torch.ones(2, requires_grad=True)
             >>> capture.tensor_handles = [x.register_hook(lambda grad: grad * 0)]
             >>> capture.remove_tensor_hooks(); x.sum().backward(); capture.tensor_handles, x.grad.tolist()
@@ -118,19 +140,19 @@ class Capture:
     def reset(self) -> None:
         """Drop the step's rows, losses and gradient hooks (start of a step, or after a failed one)."""
         self.remove_tensor_hooks()
-        self.H: dict[str, dict[int, torch.Tensor]] = {spec: {} for spec in self.monitor.layers}
-        self.G: dict[str, dict[int, torch.Tensor]] = {spec: {} for spec in self.monitor.layers}
+        self.H: dict[str, dict[int, torch.Tensor]] = {spec: {} for spec in self.layers.names}
+        self.G: dict[str, dict[int, torch.Tensor]] = {spec: {} for spec in self.layers.names}
         self.frozen: set[str] = set()
         self.losses: list[torch.Tensor] = []
         self.selection, self.used = {}, {}
 
     def has_pending_gradients(self) -> bool:
         """Whether the step has complete gradients to record (hidden: some G rows; weight: every weight.grad)."""
-        if self.monitor.gradient == "weight":
-            return any(self.H[spec] for spec in self.monitor.layers) and all(
-                self.monitor.modules[spec].weight.grad is not None for spec in self.monitor.layers
+        if self.config.gradient == "weight":
+            return any(self.H[spec] for spec in self.layers.names) and all(
+                self.layers.modules[spec].weight.grad is not None for spec in self.layers.names
             )
-        return any(self.G[spec] for spec in self.monitor.layers)
+        return any(self.G[spec] for spec in self.layers.names)
 
     def capturing(self) -> bool:
         """Whether a forward pass now belongs to a measured step (not a checkpointing re-run during backward)."""
@@ -171,14 +193,14 @@ class Capture:
         """Whether layer ``spec`` belongs to the decoder of an encoder–decoder model (cached per layer)."""
         cache = self.__dict__.setdefault("_decoder_layers", {})
         if spec not in cache:
-            model = self.monitor.model
+            model = self.layers.model
             decoder = (
                 model.get_decoder()
                 if getattr(getattr(model, "config", None), "is_encoder_decoder", False)
                 and hasattr(model, "get_decoder")
                 else None
             )
-            module = self.monitor.modules[spec]
+            module = self.layers.modules[spec]
             cache[spec] = decoder is not None and any(module is m for m in decoder.modules())
         return cache[spec]
 
@@ -196,7 +218,7 @@ class Capture:
 
         for name in ("attention_mask", "token_mask", "input_ids"):
             value = pick(name)
-            if value is None or (name == "input_ids" and self.monitor.special_token_ids is None):
+            if value is None or (name == "input_ids" and self.special_token_ids is None):
                 continue
             value = torch.as_tensor(value).detach()
             if tuple(value.shape) != tuple(shape[:2]):
@@ -205,9 +227,9 @@ class Capture:
                     f"{tuple(shape)}; pass the (batch, sequence) {name} of this forward pass"
                 )
             value = value.to("cpu")
-            keep = ~torch.isin(value, self.monitor.special_token_ids) if name == "input_ids" else value != 0
+            keep = ~torch.isin(value, self.special_token_ids) if name == "input_ids" else value != 0
             mask = keep if mask is None else mask & keep
-        if self.monitor.special_token_ids is not None and pick("input_ids") is None:
+        if self.special_token_ids is not None and pick("input_ids") is None:
             raise ValueError(
                 "special_token_ids needs input_ids: call the model with input_ids= or pass "
                 "monitor.track(step, input_ids=batch['input_ids'])"
@@ -230,7 +252,7 @@ class Capture:
             valid = torch.arange(n) if mask is None else mask.reshape(-1).nonzero().squeeze(1)
             cached = self.selection[key] = {"valid": valid, "order": None}
         valid = cached["valid"]
-        remaining = max(0, self.monitor.max_tokens - self.used.get(spec, 0))
+        remaining = max(0, self.config.max_tokens - self.used.get(spec, 0))
         if valid.shape[0] > remaining:
             if cached["order"] is None:
                 cached["order"] = torch.randperm(valid.shape[0], generator=self.generator)
@@ -244,7 +266,7 @@ class Capture:
         def hook(module, args, output):
             if not self.capturing():
                 return None
-            if self.monitor.gradient == "weight":
+            if self.config.gradient == "weight":
                 tensor = args[0] if args else None
             else:
                 tensor = output[0] if isinstance(output, (tuple, list)) else output
@@ -254,24 +276,24 @@ class Capture:
                     f"layer {spec!r} produced {type(tensor).__name__}, not a float tensor of hidden "
                     f"states; choose a module whose output (or first output) is (batch, seq, d)"
                 )
-            if self.monitor.gradient == "hidden" and not tensor.requires_grad:
+            if self.config.gradient == "hidden" and not tensor.requires_grad:
                 self.frozen.add(spec)
                 return None
             d = tensor.shape[-1]
-            if self.monitor.dims[spec] is None:
-                check_rank_dim(self.monitor.rank, d, spec)
-                self.monitor.dims[spec] = d
+            if self.layers.dims[spec] is None:
+                check_rank_dim(self.config.rank, d, spec)
+                self.layers.dims[spec] = d
             rows = self.select_rows(spec, tensor.shape, tensor.device)
             if rows.numel() == 0:
                 return None
             forward = self.forward_id
             flat = tensor.detach().reshape(-1, d)
             self.H[spec][forward] = flat.index_select(0, rows).float()
-            if self.monitor.gradient == "hidden":
-                step = self.monitor.current_step
+            if self.config.gradient == "hidden":
+                step = self.current_step()
 
                 def grad_hook(grad):
-                    if self.monitor.current_step == step and self.live():
+                    if self.current_step() == step and self.live():
                         self.G[spec][forward] = grad.detach().reshape(-1, d).index_select(0, rows).float()
                     return None
 
@@ -282,15 +304,15 @@ class Capture:
 
     def take(self, step: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """Per layer ``(H, G)`` of the step, validated (clear errors for a missing backward or a frozen layer)."""
-        if not any(self.H[spec] for spec in self.monitor.layers) and not self.frozen:
+        if not any(self.H[spec] for spec in self.layers.names) and not self.frozen:
             raise RuntimeError(
                 f"no forward pass was captured for step {step}: run the model (with gradients enabled) inside "
                 f"`with monitor:` before recording, and call monitor.track(step) for explicit step numbers"
             )
         data = {}
-        for spec in self.monitor.layers:
-            module = self.monitor.modules[spec]
-            if self.monitor.gradient == "weight":
+        for spec in self.layers.names:
+            module = self.layers.modules[spec]
+            if self.config.gradient == "weight":
                 grad = module.weight.grad
                 if grad is None:
                     if not module.weight.requires_grad:

@@ -1,5 +1,5 @@
 """Matched-rank normal controls: seeded random k-dim subspaces orthogonal to a tangent proxy
-(:func:`normal_controls`), the null against which :func:`~interp_widgets.geometry.alignment.gradient_alignment`
+(:func:`normal_controls`), the null against which :func:`~interp_widgets.geometry.alignment.measure.gradient_alignment`
 compares the proxy.
 
 Example:
@@ -15,8 +15,8 @@ import functools
 import numpy as np
 import torch
 
-from interp_widgets.geometry._kernels import ArrayLike, as_float64, to_tensor
-from interp_widgets.geometry.proxy import ORTHO_TOL, TangentProxy, basis_of
+from interp_widgets.geometry._kernels.inputs import ArrayLike, as_float64, to_tensor
+from interp_widgets.geometry.alignment.proxy import ORTHO_TOL, TangentProxy, basis_of
 from interp_widgets.validation import check_int
 
 __all__ = ["normal_controls"]

@@ -12,11 +12,13 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from torch import nn
 
 from interp_widgets.layers import blocks as transformer_blocks, resolve_layer
 
-__all__ = ["resolve_point", "resolve_module", "is_linear", "known_dim", "check_rank_dim", "bind_layers"]
+__all__ = ["BoundLayers", "resolve_point", "resolve_module", "is_linear", "known_dim", "check_rank_dim", "bind_layers"]
 
 
 def resolve_point(model: nn.Module, layer: str | int) -> tuple[str, nn.Module]:
@@ -111,8 +113,44 @@ def check_rank_dim(rank: int, d: int, layer: str) -> None:
         )
 
 
-def bind_layers(model: nn.Module, layers, gradient: str, rank: int | None = None, expected: dict | None = None):
-    """``(inner model, {canonical name: module}, {canonical name: d or None})`` of the monitored layers.
+@dataclass(eq=False)
+class BoundLayers:
+    """The monitored layers bound to one model: the inner model (a DDP wrapper unwrapped), ``{canonical name:
+    module}`` and ``{canonical name: d or None}`` (a None is filled in by the first forward pass). The monitor, its
+    capture and its measurement share one instance; :meth:`rebind` points it at the next checkpoint of a replay.
+
+    Example:
+        >>> bound = bind_layers(nn.Sequential(nn.Linear(4, 6), nn.ReLU()), ["0", "1"], "hidden", rank=2)
+        >>> bound.names, bound.dims
+        (['0', '1'], {'0': 6, '1': None})
+    """
+
+    model: nn.Module
+    modules: dict
+    dims: dict
+    gradient: str
+
+    @property
+    def names(self) -> list[str]:
+        """The canonical layer names, in the order given."""
+        return list(self.modules)
+
+    def rebind(self, model: nn.Module) -> None:
+        """Bind the same layers of another model of the same architecture (a layer whose d changed is refused).
+
+        Example:
+            >>> bound = bind_layers(nn.Sequential(nn.Linear(4, 6)), ["0"], "hidden")
+            >>> other = nn.Sequential(nn.Linear(4, 6)); bound.rebind(other); bound.model is other
+            True
+        """
+        fresh = bind_layers(model, self.names, self.gradient, expected=self.dims)
+        self.model, self.modules = fresh.model, fresh.modules
+
+
+def bind_layers(
+    model: nn.Module, layers, gradient: str, rank: int | None = None, expected: dict | None = None
+) -> BoundLayers:
+    """The :class:`BoundLayers` of the monitored layers of ``model``.
 
     A DDP wrapper is unwrapped; duplicates (2, ``"layer:2"`` and its module path are one layer) are refused; with
     ``gradient="weight"`` every layer must be linear; a ``rank`` is checked against every dimension known up front,
@@ -120,8 +158,8 @@ def bind_layers(model: nn.Module, layers, gradient: str, rank: int | None = None
 
     Example:
         >>> net = nn.Sequential(nn.Linear(4, 6), nn.ReLU())
-        >>> inner, modules, dims = bind_layers(net, ["0", "1"], "hidden", rank=2)
-        >>> list(modules), dims
+        >>> bound = bind_layers(net, ["0", "1"], "hidden", rank=2)
+        >>> list(bound.modules), bound.dims
         (['0', '1'], {'0': 6, '1': None})
     """
     inner = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
@@ -147,4 +185,4 @@ def bind_layers(model: nn.Module, layers, gradient: str, rank: int | None = None
                 f"layer {spec!r} has d = {d} in this model but d = {expected[spec]} before; "
                 f"replay checkpoints of one architecture"
             )
-    return inner, modules, dims
+    return BoundLayers(inner, modules, dims, gradient)

@@ -1,4 +1,4 @@
-"""Callback lists for :class:`~interp_widgets.geometry.history.GeometryLog`: its subscribers and its flush callbacks.
+"""Callback lists for :class:`~interp_widgets.geometry.log.geometry_log.GeometryLog`: its subscribers and its flush callbacks.
 
 A callback that raises is reported as a ``RuntimeWarning`` and never reaches the caller: a display problem must never
 stop training.

@@ -2,7 +2,7 @@
 
 This is the paper's own protocol (arXiv 2604.08764 analyses released checkpoint series): for every checkpoint,
 the true gradients of the training loss on one fixed probe batch (the same texts, masks and subsampled rows each
-time), measured exactly as :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor` measures live training.
+time), measured exactly as :class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor` measures live training.
 The x axis counts checkpoints, and so does the fit window.
 
 With ``fit="early"`` (default) the replay runs in two passes, since every checkpoint is available up front:
@@ -44,9 +44,11 @@ from torch import nn
 
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, detect_task
 
-from interp_widgets.geometry.history import GeometryLog
-from interp_widgets.geometry.monitor import AnisotropyMonitor
-from interp_widgets.validation import check_fraction, check_int
+from interp_widgets.geometry.log.geometry_log import GeometryLog
+from interp_widgets.geometry.alignment.schedule import DEFAULT_FIT_FRACTION, ProxySchedule
+from interp_widgets.geometry.monitor.anisotropy_monitor import AnisotropyMonitor
+from interp_widgets.geometry.monitor.config import MonitorConfig
+from interp_widgets.validation import check_int
 
 __all__ = ["replay", "probe_batches", "check_same_architecture"]
 
@@ -94,23 +96,38 @@ def probe_batches(
             chunk, padding=True, truncation=max_length is not None, max_length=max_length, return_tensors="pt"
         )
         batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
-        if task == TASK_CAUSAL_LM:
-            batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-        elif task == TASK_MASKED_LM:
-            if tokenizer.mask_token_id is None:
-                raise ValueError("the tokenizer has no mask token; a masked-LM probe needs one")
-            special = torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
-            candidates = (batch["attention_mask"] == 1) & ~special
-            chosen = (torch.rand(candidates.shape, generator=generator) < mlm_probability) & candidates
-            for row in range(chosen.shape[0]):  # at least one masked token per text
-                if candidates[row].any() and not chosen[row].any():
-                    chosen[row, candidates[row].nonzero()[0, 0]] = True
-            batch["labels"] = batch["input_ids"].masked_fill(~chosen, -100)
-            batch["input_ids"] = batch["input_ids"].masked_fill(chosen, tokenizer.mask_token_id)
-        else:
-            batch["labels"] = torch.as_tensor(list(labels[start : start + batch_size]), dtype=torch.long)
-        batches.append(batch)
+        chunk_labels = None if labels is None else list(labels[start : start + batch_size])
+        batches.append(add_training_labels(batch, task, tokenizer, chunk_labels, generator, mlm_probability))
     return batches
+
+
+def add_training_labels(
+    batch: dict[str, torch.Tensor], task: str, tokenizer, labels, generator: torch.Generator, mlm_probability: float
+) -> dict[str, torch.Tensor]:
+    """``batch`` with the labels of the training loss for ``task`` (see :func:`probe_batches`); a masked-LM batch
+    also gets its chosen tokens replaced by ``[MASK]``.
+
+    Example:
+        >>> batch = {"input_ids": torch.tensor([[5, 6, 0]]), "attention_mask": torch.tensor([[1, 1, 0]])}
+        >>> add_training_labels(batch, "causal-lm", lm_tokenizer, None, torch.Generator(), 0.15)["labels"].tolist()
+        [[5, 6, -100]]
+    """
+    if task == TASK_CAUSAL_LM:
+        batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
+    elif task == TASK_MASKED_LM:
+        if tokenizer.mask_token_id is None:
+            raise ValueError("the tokenizer has no mask token; a masked-LM probe needs one")
+        special = torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
+        candidates = (batch["attention_mask"] == 1) & ~special
+        chosen = (torch.rand(candidates.shape, generator=generator) < mlm_probability) & candidates
+        for row in range(chosen.shape[0]):  # at least one masked token per text
+            if candidates[row].any() and not chosen[row].any():
+                chosen[row, candidates[row].nonzero()[0, 0]] = True
+        batch["labels"] = batch["input_ids"].masked_fill(~chosen, -100)
+        batch["input_ids"] = batch["input_ids"].masked_fill(chosen, tokenizer.mask_token_id)
+    else:
+        batch["labels"] = torch.as_tensor(labels, dtype=torch.long)
+    return batch
 
 
 def _load_checkpoint(checkpoint: Checkpoint, template: nn.Module | None) -> nn.Module:
@@ -218,22 +235,9 @@ def replay(
     batches: Sequence[Mapping[str, torch.Tensor]] | None = None,
     batch_size: int = 8,
     max_length: int | None = None,
-    rank: int = 16,
-    fit: str = "early",
-    fit_fraction: float | None = None,
-    refit_every: int | None = None,
-    basis=None,
-    proxy_method="pca",
-    n_controls: int = 20,
-    max_tokens: int = 4096,
-    gradient: str = "hidden",
-    special_token_ids=None,
-    seed: int = 0,
-    center: bool = False,
-    zeta: float = 0.0,
-    coordinates: str = "full",
-    representation: bool = True,
+    config: MonitorConfig | None = None,
     progress: bool = True,
+    **overrides,
 ) -> GeometryLog:
     """Measure every checkpoint on a fixed probe batch; returns a :class:`GeometryLog` with ``x_label="checkpoint"``.
 
@@ -241,15 +245,16 @@ def replay(
         checkpoints: in training order: Hugging Face model directories, ``.safetensors`` / torch weight files
             (loaded with ``weights_only=True``), state dicts, or models.
         probe_texts: the fixed probe set (tokenised with ``tokenizer``), or None when ``batches`` is given.
-        layers: layer specs, as for :class:`~interp_widgets.geometry.monitor.AnisotropyMonitor`.
+        layers: layer specs, as for :class:`~interp_widgets.geometry.monitor.anisotropy_monitor.AnisotropyMonitor`.
         model: architecture template for state dicts and paths (never modified); also gives the task.
         tokenizer: tokenizer for ``probe_texts``.
         labels: class indices of the probe texts (sequence classifiers).
         batches: ready probe batches (dicts of model inputs with ``labels``), instead of texts.
         batch_size, max_length: tokenisation of the probe.
-        rank, fit, fit_fraction, refit_every, basis, proxy_method, n_controls, max_tokens, gradient,
-        special_token_ids, seed, center, zeta, coordinates, representation: as for the monitor; the fit window
-            counts checkpoints. ``max_tokens`` caps rows per checkpoint (the same rows every time).
+        config: the monitor's settings (:class:`~interp_widgets.geometry.monitor.config.MonitorConfig`), with
+            ``**overrides`` by name as for the monitor. ``total_steps``, ``every`` and ``spectrum_every`` are the
+            replay's own (the fit window counts checkpoints; every checkpoint is measured, with every metric) and
+            are left unset. ``max_tokens`` caps rows per checkpoint (the same rows every time).
         progress: show a tqdm progress bar.
 
     Example:
@@ -264,6 +269,7 @@ def replay(
     """
     from tqdm.auto import tqdm
 
+    config = replay_config(config, overrides)
     checkpoints = list(checkpoints)
     if not checkpoints:
         raise ValueError("checkpoints is empty; pass the saved checkpoints in training order")
@@ -280,7 +286,7 @@ def replay(
             labels=labels,
             batch_size=batch_size,
             max_length=max_length,
-            seed=seed,
+            seed=config.seed,
         )
     elif probe_texts is not None:
         raise ValueError("pass either probe_texts or batches, not both")
@@ -288,27 +294,12 @@ def replay(
     if not batches or any("labels" not in batch for batch in batches):
         raise ValueError("every probe batch needs labels (the training loss is measured)")
     n = len(checkpoints)
-    settings = dict(
-        rank=rank,
-        proxy_method=proxy_method,
-        n_controls=n_controls,
-        max_tokens=max_tokens,
-        gradient=gradient,
-        special_token_ids=special_token_ids,
-        seed=seed,
-        center=center,
-        zeta=zeta,
-        coordinates=coordinates,
-        spectrum_every=1,
-        _x_label="checkpoint",
-    )  # few checkpoints: all metrics
     window = None
     reference = None  # the first checkpoint's architecture: every other one must match it
-    if fit == "early":
-        fraction = check_fraction("fit_fraction", 0.3 if fit_fraction is None else fit_fraction)
-        window = max(1, math.ceil(round(fraction * n, 9)))
+    if config.fit == "early":
+        window = ProxySchedule("early", config.rank, total_steps=n, fit_fraction=config.fit_fraction).fit_window[1]
         fitter = AnisotropyMonitor(
-            template, layers, fit="early", total_steps=window, fit_fraction=1.0, representation=False, **settings
+            template, layers, config.with_overrides(total_steps=window, fit_fraction=1.0, representation=False)
         )
         bar = tqdm(total=window + n, disable=not progress, desc="replay")
         for index in range(window):
@@ -321,13 +312,12 @@ def replay(
         fixed = fitter.tangent_proxies()
         del fitter
         monitor = AnisotropyMonitor(
-            template, layers, fit="fixed", basis=fixed, representation=representation, **settings
+            template, layers, config.with_overrides(fit="fixed", basis=fixed, fit_fraction=None)
         )
+        fraction = DEFAULT_FIT_FRACTION if config.fit_fraction is None else config.fit_fraction
         monitor.meta.update(fit="early", fit_fraction=fraction, fit_window=[0, window], total_steps=n)
     else:
-        monitor = AnisotropyMonitor(
-            template, layers, fit=fit, refit_every=refit_every, basis=basis, representation=representation, **settings
-        )
+        monitor = AnisotropyMonitor(template, layers, config)
         bar = tqdm(total=n, disable=not progress, desc="replay")
     try:
         for index, checkpoint in enumerate(checkpoints):
@@ -341,6 +331,29 @@ def replay(
     finally:
         bar.close()
     return monitor.history.snapshot()
+
+
+def replay_config(config: MonitorConfig | None, overrides) -> MonitorConfig:
+    """The monitor settings of a replay: ``config`` with ``overrides``, measured at every checkpoint with every
+    metric (``every=1``, ``spectrum_every=1``) and counted in checkpoints; ``total_steps``, ``every`` and
+    ``spectrum_every`` are the replay's own, so setting them is refused.
+
+    Example:
+        >>> replay_config(None, {"rank": 4}).spectrum_every, replay_config(None, {}).x_label
+        (1, 'checkpoint')
+        >>> replay_config(None, {"total_steps": 10})
+        Traceback (most recent call last):
+        ...
+        ValueError: replay sets total_steps itself (the fit window counts checkpoints); leave it unset
+    """
+    config = MonitorConfig.resolve(config, overrides)
+    default = MonitorConfig()
+    for name, why in (("total_steps", "the fit window counts checkpoints"), ("every", "every checkpoint is measured")):
+        if getattr(config, name) != getattr(default, name):
+            raise ValueError(f"replay sets {name} itself ({why}); leave it unset")
+    if config.spectrum_every != default.spectrum_every:
+        raise ValueError("replay sets spectrum_every itself (every metric at every checkpoint); leave it unset")
+    return config.with_overrides(spectrum_every=1, x_label="checkpoint")
 
 
 def _measure_checkpoint(monitor: AnisotropyMonitor, model: nn.Module, batches, index: int) -> None:
