@@ -96,9 +96,12 @@ def test_every_top_level_module_has_a_layer():
     config = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
     layers = next(contract for contract in config if contract["type"] == "layers")["layers"]
     placed = {name.strip() for layer in layers for name in layer.split("|")}
+    # "(name)" is an optional layer: a package placed before it lands (interventions, circuits) may be missing
+    optional = {name[1:-1] for name in placed if name.startswith("(")}
+    placed = {name.strip("()") for name in placed}
     package = root / "interp_widgets"
     modules = {f"interp_widgets.{p.stem}" for p in package.glob("*.py") if p.stem != "__init__"}
     modules |= {f"interp_widgets.{p.name}" for p in package.iterdir() if (p / "__init__.py").is_file()}
-    assert modules == placed, (
+    assert modules == placed - (optional - modules), (
         f"not in a layer: {sorted(modules - placed)}; listed but missing: {sorted(placed - modules)}"
     )
