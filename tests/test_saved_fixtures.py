@@ -41,7 +41,7 @@ def test_a_saved_attribution_result_loads_with_its_tokens_scores_and_targets():
     for name in ("text", "tokens", "offsets", "special_mask", "word_ids", "scores", "target_labels", "target_ids",
                  "target_probs", "method", "signed"):  # fmt: skip
         _same(getattr(result, name), expected[name], name)
-    assert result.reduce == expected["score_meaning"]
+    assert result.score_meaning == expected["score_meaning"]
     assert repr(result) == expected["repr"]
     assert result.aggregate("word").tokens == expected["words"]
     assert result.target_index("positive") == 1 and result.target_index(-2) == 0
@@ -54,7 +54,7 @@ def test_a_saved_contrastive_generation_result_loads_with_its_foils_and_complete
     for name in ("tokens", "scores", "target_labels", "target_ids", "target_positions", "generated_mask",
                  "foil_labels", "foil_ids", "contrast", "completeness_error", "score_delta", "method"):  # fmt: skip
         _same(getattr(result, name), expected[name], name)
-    assert result.is_contrastive and result.reduce == expected["score_meaning"]
+    assert result.is_contrastive and result.score_meaning == expected["score_meaning"]
     assert repr(result) == expected["repr"]
     assert type(result.widget()).__name__ == "GenerationWidget"
     again = AttributionResult.load(result.save(tmp_path / "resaved.safetensors"))

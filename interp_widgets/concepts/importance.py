@@ -34,6 +34,7 @@ from interp_widgets._inputs import is_conversation
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, ModelAdapter
 from interp_widgets.concepts._io import load_bundle, save_bundle
 from interp_widgets.concepts.decompositions import ConceptModel
+from interp_widgets.targets import Targets
 
 
 @dataclass
@@ -197,16 +198,19 @@ class ConceptImportance(TextConcepts):
         """``coefficients × gradients`` per target, token and concept."""
         return self.gradients * self.coefficients[None]
 
+    @property
+    def targets(self) -> Targets:
+        """The explained targets (labels and class or token ids), which :meth:`per_concept` and the others look up.
+
+        Example:
+            >>> imp = concept_importance(concepts, model, tokenizer, "Not bad.", target=["negative", "positive"])
+            >>> imp.targets.index("positive"), imp.targets.ids.tolist()
+            (1, [0, 2])
+        """
+        return Targets(self.target_labels, ids=self.target_ids)
+
     def _target(self, target: int | str | None) -> int:
-        if target is None:
-            return 0
-        if isinstance(target, str):
-            if target not in self.target_labels:
-                raise ValueError(f"unknown target {target!r}; this result explains {self.target_labels}")
-            return self.target_labels.index(target)
-        if not -len(self.target_labels) <= int(target) < len(self.target_labels):
-            raise ValueError(f"target row {target} out of range for {len(self.target_labels)} targets")
-        return int(target) % len(self.target_labels)
+        return self.targets.index(target)
 
     def target_label(self, target: int | str | None = None) -> str:
         """The label of one target (a label, a row index, or ``None`` for the first row).

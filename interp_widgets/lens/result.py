@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from interp_widgets._files import output_path, read_safetensors
+from interp_widgets.targets import Targets
 from interp_widgets.validation import check_choice, check_int
 
 __all__ = ["LensResult"]
@@ -115,12 +116,19 @@ class LensResult:
         )
         return index % len(self.layers)
 
+    @property
+    def targets(self) -> Targets:
+        """The ``M`` tracked targets by label (their token ids vary by position: ``target_ids``).
+
+        Example:
+            >>> from interp_widgets.lens import logit_lens
+            >>> logit_lens(lm, lm_tokenizer, "The room", targets=[" was"], progress=False).targets.index(-1)
+            1
+        """
+        return Targets(self.target_labels)
+
     def _target(self, target) -> int:
-        if isinstance(target, str):
-            if target not in self.target_labels:
-                raise ValueError(f"unknown target {target!r}; this result tracks {self.target_labels}")
-            return self.target_labels.index(target)
-        return check_int("target", target, minimum=0, maximum=len(self.target_labels) - 1)
+        return self.targets.index(target)
 
     def top_tokens(self, *, layer, position: int, lens: str = "logit") -> list[tuple[str, float]]:
         """The top-k ``(token text, probability)`` of one cell.

@@ -227,7 +227,7 @@ def token_data(result: Any) -> TokenHighlightData:
         tokens=tokens, spaces_before=spaces, special_mask=special, word_ids=word_ids, sentence_ids=sentence_ids,
         scores=scores, target_labels=labels, target_probs=_per_target(result, "target_probs", n_targets),
         completeness_error=_per_target(result, "completeness_error", n_targets),
-        method=str(getattr(result, "method", "") or ""), score_meaning=str(getattr(result, "reduce", "") or ""),
+        method=str(getattr(result, "method", "") or ""), score_meaning=str(getattr(result, "score_meaning", "") or ""),
         signed=bool(getattr(result, "signed", True)), turn_ids=turn_ids, turn_roles=roles,
     )  # fmt: skip
 

@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 import traitlets
 
+from interp_widgets.targets import Targets
 from interp_widgets.widgets._colour import MID, format_score, hex_colour, legend_stops, score_colours
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
@@ -42,7 +43,7 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
 
     Takes an attribution result (``interp_widgets.attribution.AttributionResult`` or any object with ``text``,
     ``tokens``, ``offsets``, ``scores`` and optionally ``special_mask``, ``word_ids``, ``sentence_ids``,
-    ``target_labels``, ``target_probs``, ``method``, ``reduce``, ``completeness_error``, ``turn_ids``,
+    ``target_labels``, ``target_probs``, ``method``, ``score_meaning``, ``completeness_error``, ``turn_ids``,
     ``turn_roles``). The class shown, the granularity (``"token"``, ``"word"``, ``"sentence"``, ``"turn"``; sums
     computed in the browser), whether special tokens show, and the selected / hovered token sync both ways with the
     browser. A chat conversation's turns start with their role's label; the template's own tokens are special
@@ -139,7 +140,7 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         result = SimpleNamespace(
             text=text, tokens=list(tokens), offsets=offsets, scores=scores, special_mask=special_mask,
             word_ids=word_ids, sentence_ids=sentence_ids, target_labels=target_labels, target_probs=target_probs,
-            method=method, reduce=score_meaning, completeness_error=completeness_error, turn_ids=turn_ids,
+            method=method, score_meaning=score_meaning, completeness_error=completeness_error, turn_ids=turn_ids,
             turn_roles=turn_roles,
         )  # fmt: skip
         return cls(result, **kwargs)
@@ -164,14 +165,11 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
 
     @staticmethod
     def _resolve_target(target: int | str | None, labels: list[str], probs: list[float | None]) -> int:
-        if target is None:
-            known = [(p, i) for i, p in enumerate(probs) if p is not None]
-            return max(known)[1] if known else 0
-        if isinstance(target, str):
-            if target not in labels:
-                raise ValueError(f"unknown target {target!r}; choose one of {labels}")
-            return labels.index(target)
-        return int(target)
+        """The row to show: ``target`` as :meth:`Targets.index <interp_widgets.targets.Targets.index>` reads it, or
+        the most probable target for ``None``."""
+        known = [np.nan if p is None else p for p in probs]
+        targets = Targets(labels, probs=known if len(known) == len(labels) else None)
+        return targets.most_probable() if target is None else targets.index(target)
 
     # ----------------------------------------------------------------- validation
     @traitlets.validate("selected_target")
