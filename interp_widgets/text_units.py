@@ -46,22 +46,24 @@ class TokenLayout:
 
     ``tokens`` are the units' texts (token strings, or words / sentences / turns once aggregated), ``offsets`` their
     character spans in ``text``, ``special_mask`` the special tokens, ``word_ids``, ``sentence_ids`` and ``turn_ids``
-    the unit of every token (-1 for special tokens; ``turn_ids`` defaults to one turn). A chat conversation names
-    the role of each turn in ``turn_roles`` and keeps the conversation in ``messages``; a plain text has neither.
+    the unit of every token (-1 for special tokens; ``word_ids`` and ``sentence_ids`` default to the words and
+    sentences of ``text`` found by :func:`word_spans` and :func:`sentence_spans`, ``turn_ids`` to one turn). A chat
+    conversation names the role of each turn in ``turn_roles`` and keeps the conversation in ``messages``; a plain
+    text has neither.
 
     Example:
-        >>> layout = TokenLayout(text="Hi there", tokens=["Hi", "there"], offsets=[(0, 2), (3, 8)],
-        ...                      special_mask=[False, False], word_ids=[0, 1], sentence_ids=[0, 0])
-        >>> layout.turn_ids.tolist(), layout.offsets.shape, len(layout)
-        ([0, 0], (2, 2), 2)
+        >>> layout = TokenLayout(text="Hi there. Bye", tokens=["Hi", "there", ".", "Bye"],
+        ...                      offsets=[(0, 2), (3, 8), (8, 9), (10, 13)], special_mask=[False] * 4)
+        >>> layout.word_ids.tolist(), layout.sentence_ids.tolist(), layout.turn_ids.tolist(), len(layout)
+        ([0, 1, 2, 3], [0, 0, 0, 1], [0, 0, 0, 0], 4)
     """
 
     text: str
     tokens: list[str]
     offsets: np.ndarray
     special_mask: np.ndarray
-    word_ids: np.ndarray
-    sentence_ids: np.ndarray
+    word_ids: np.ndarray | None = None
+    sentence_ids: np.ndarray | None = None
     turn_ids: np.ndarray | None = None
     turn_roles: list[str] = field(default_factory=list)
     messages: list[dict] | None = None
@@ -70,6 +72,10 @@ class TokenLayout:
         self.tokens = list(self.tokens)
         self.offsets = np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2)
         self.special_mask = np.asarray(self.special_mask, dtype=bool).reshape(-1)
+        if self.word_ids is None:  # the units of the text, by the one rule of this module
+            self.word_ids = unit_ids(self.offsets, self.special_mask, self.text, word_spans(self.text))
+        if self.sentence_ids is None:
+            self.sentence_ids = unit_ids(self.offsets, self.special_mask, self.text, sentence_spans(self.text))
         self.word_ids = np.asarray(self.word_ids, dtype=np.int64).reshape(-1)
         self.sentence_ids = np.asarray(self.sentence_ids, dtype=np.int64).reshape(-1)
         if self.turn_ids is None:
