@@ -28,7 +28,7 @@ import torch
 from interp_widgets._inputs import check_texts, input_items
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.attribution.problem import ExplainedInput, RowChunk, check_score_kind, evaluate_rows, prepare_inputs
-from interp_widgets.attribution.result import AttributionCollection, AttributionResult, Contrast, Generation, MethodInfo
+from interp_widgets.attribution.result import AttributionCollection, AttributionResult, Contrast, Generation, MethodRun
 from interp_widgets.targets import Targets
 from interp_widgets.text_units import GRANULARITIES
 from interp_widgets.registry import Registry
@@ -299,7 +299,7 @@ class Attributor:
             layout=problem.encoding.layout,
             scores=scores,
             targets=Targets(list(problem.target_labels), ids=problem.target_ids, probs=problem.target_probs),
-            method_info=MethodInfo(self.name, {**self.params(), "score": score}, score_meaning, self.scores_signed),
+            run=MethodRun(self.name, {**self.params(), "score": score}, score_meaning, self.scores_signed),
             contrast_info=None
             if problem.foil_ids is None
             else Contrast(

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from interp_widgets.attribution.result import AttributionResult, Generation, MethodInfo
+from interp_widgets.attribution.result import AttributionResult, Generation, MethodRun
 from interp_widgets.targets import Targets
 from interp_widgets.text_units import TokenLayout, encode
 
@@ -67,7 +67,7 @@ def _plain_result(
         ),  # fmt: skip
         scores=scores,
         targets=Targets(labels, ids=ids, probs=probs),
-        method_info=MethodInfo(method, {"source": method.split(":")[0]}, score_meaning, signed),
+        run=MethodRun(method, {"source": method.split(":")[0]}, score_meaning, signed),
         granularity=granularity,
         generation=None if generated is None else Generation(generated_mask=generated, positions=positions),
     )
@@ -164,7 +164,7 @@ def from_captum(
         layout=enc.layout,
         scores=values[None, :],
         targets=Targets([target_label], ids=[target_id], probs=[target_prob]),
-        method_info=MethodInfo(
+        run=MethodRun(
             method,
             {"source": "captum"},
             "L2 norm (unsigned)" if normed else "sum over embedding dimension (signed)",

@@ -38,14 +38,14 @@ _FORMAT_VERSION = 2  # 2: "reduce" renamed "score_meaning"
 
 
 @dataclass
-class MethodInfo:
+class MethodRun:
     """How the scores of an :class:`AttributionResult` were computed: the method's ``name`` and ``params``, what a
     score means (``score_meaning``: the reduction over the embedding, say) and whether it has a sign, and for path
     methods the ``completeness_error`` (``Σ scores − score_delta``) and ``score_delta`` (``f(x) − f(baseline)``) of
     every target.
 
     Example:
-        >>> result.method_info.name, result.method_info.score_meaning
+        >>> result.run.name, result.run.score_meaning
         ('saliency', 'L2 norm over embedding dimension (unsigned)')
     """
 
@@ -118,9 +118,9 @@ FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
     **{name: ("layout", name) for name in ("text", "tokens", "offsets", "special_mask", "word_ids", "sentence_ids",
                                            "turn_ids", "turn_roles", "messages")},
     "target_labels": ("targets", "labels"), "target_ids": ("targets", "ids"), "target_probs": ("targets", "probs"),
-    "method": ("method_info", "name"), "params": ("method_info", "params"),
-    "score_meaning": ("method_info", "score_meaning"), "signed": ("method_info", "signed"),
-    "completeness_error": ("method_info", "completeness_error"), "score_delta": ("method_info", "score_delta"),
+    "method": ("run", "name"), "params": ("run", "params"),
+    "score_meaning": ("run", "score_meaning"), "signed": ("run", "signed"),
+    "completeness_error": ("run", "completeness_error"), "score_delta": ("run", "score_delta"),
     "foil_labels": ("contrast_info", "labels"), "foil_ids": ("contrast_info", "ids"),
     "foil_probs": ("contrast_info", "probs"), "foil_alignment": ("contrast_info", "alignment"),
     "contrast": ("contrast_info", "text"),
@@ -154,7 +154,7 @@ class AttributionResult:
 
     A result is made of a few parts: the ``layout`` (a :class:`~interp_widgets.text_units.TokenLayout`: text,
     tokens, offsets, special tokens, word / sentence / turn ids and roles), the ``scores``, the explained
-    ``targets`` (:class:`~interp_widgets.targets.Targets`), the ``method_info`` (:class:`MethodInfo`: name,
+    ``targets`` (:class:`~interp_widgets.targets.Targets`), the ``run`` (:class:`MethodRun`: name,
     parameters, what the scores mean, path-method completeness), an optional ``contrast_info`` (:class:`Contrast`:
     the foils of a contrastive explanation), optional ``generation`` info (:class:`Generation`: generated tokens,
     scored positions, encoder–decoder sides), the ``granularity`` of the units and the input's ``true_label``. The
@@ -183,7 +183,7 @@ class AttributionResult:
     layout: TokenLayout
     scores: np.ndarray
     targets: Targets
-    method_info: MethodInfo
+    run: MethodRun
     contrast_info: Contrast | None = None
     generation: Generation | None = None
     granularity: str = "token"
@@ -197,7 +197,7 @@ class AttributionResult:
         if len(self.targets) != n_targets:
             raise ValueError(f"{len(self.targets)} targets for {n_targets} rows of scores")
         for name in ("completeness_error", "score_delta"):
-            value = getattr(self.method_info, name)
+            value = getattr(self.run, name)
             if value is not None and len(value) != n_targets:
                 raise ValueError(f"{name} has {len(value)} entries for {n_targets} targets")
         if self.contrast_info is not None:
@@ -233,7 +233,7 @@ class AttributionResult:
                 grouped.setdefault(part, {})[attribute] = values[name]
         layout = TokenLayout(**grouped["layout"])
         targets = grouped.get("targets", {})
-        method = grouped["method_info"]
+        method = grouped["run"]
         foils = {k: v for k, v in grouped.get("contrast_info", {}).items() if v is not None}
         contrast = None
         if foils.get("ids") is not None:
@@ -246,7 +246,7 @@ class AttributionResult:
             layout=layout,
             scores=values["scores"],
             targets=Targets(targets.get("labels", []), ids=targets.get("ids"), probs=targets.get("probs")),
-            method_info=MethodInfo(**method),
+            run=MethodRun(**method),
             contrast_info=contrast,
             generation=Generation(**generation) if generation else None,
             granularity=values.get("granularity", "token"),
@@ -446,9 +446,9 @@ class AttributionResult:
             turn_roles=self.turn_roles,
             messages=self.messages,
         )
-        info = replace(self.method_info, params={**self.params, "aggregation": how})
+        info = replace(self.run, params={**self.params, "aggregation": how})
         return replace(self, layout=layout, scores=scores, granularity=granularity, generation=generation,
-                       method_info=info)  # fmt: skip
+                       run=info)  # fmt: skip
 
     def _select(self, keep: np.ndarray) -> "AttributionResult":
         generation = self.generation
