@@ -11,7 +11,7 @@ from interp_widgets.attribution import AttributionResult, Saliency
 from interp_widgets.lens import logit_lens
 from interp_widgets.targets import Targets
 from interp_widgets.text_units import TokenLayout
-from interp_widgets.widgets import TokenHighlightWidget
+from interp_widgets.widgets import TokenHighlightWidget, compare
 
 TARGETS = Targets(["negative", "neutral", "positive"], ids=[0, 1, 2], probs=[0.1, np.nan, 0.7])
 
@@ -68,6 +68,10 @@ def test_every_result_and_view_looks_targets_up_by_the_same_rules(gpt2_lm):
         result.target_index("neutral")
     with pytest.raises(ValueError, match="unknown target 'neutral'; valid labels are"):
         TokenHighlightWidget(result, selected_target="neutral")
+    other = result.replace(method="other")
+    assert compare([result, other], target=-1).target_label == compare([result, other], target="POS").target_label
+    with pytest.raises(ValueError, match=r"target index 2 is out of range; valid indices are 0..1"):
+        compare([result, other], target=2)
     model, tokenizer = gpt2_lm
     lens = logit_lens(model, tokenizer, "The room", targets=[" was"], progress=False)
     assert lens.trajectory(0, target=-1).equals(lens.trajectory(0, target=" was"))  # lenses took no negative index

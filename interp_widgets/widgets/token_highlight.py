@@ -19,10 +19,10 @@ from typing import Any, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.targets import Targets
 from interp_widgets.widgets._colour import MID, format_score, hex_colour, legend_stops, score_colours
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
+    shown_target,
     ROLE_BACKGROUND,
     ROLE_COLOUR,
     ChatTurns,
@@ -98,7 +98,7 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         **kwargs: Any,
     ) -> None:
         data = token_data(result)
-        target = self._resolve_target(selected_target, data.target_labels, data.target_probs)
+        target = shown_target(selected_target, data.target_labels, data.target_probs)
         super().__init__(
             **data.to_traits(),
             selected_target=target,
@@ -157,19 +157,11 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns):
         """
         data = token_data(result)
         keep = self.selected_target if self.selected_target < len(data.target_labels) else None
-        target = self._resolve_target(keep, data.target_labels, data.target_probs)
+        target = shown_target(keep, data.target_labels, data.target_probs)
         with self.hold_sync(), self.hold_trait_notifications():
             for name, value in data.to_traits().items():
                 setattr(self, name, value)
             self.selected_target, self.selected_token, self.hovered_token = target, -1, -1
-
-    @staticmethod
-    def _resolve_target(target: int | str | None, labels: list[str], probs: list[float | None]) -> int:
-        """The row to show: ``target`` as :meth:`Targets.index <interp_widgets.targets.Targets.index>` reads it, or
-        the most probable target for ``None``."""
-        known = [np.nan if p is None else p for p in probs]
-        targets = Targets(labels, probs=known if len(known) == len(labels) else None)
-        return targets.most_probable() if target is None else targets.index(target)
 
     # ----------------------------------------------------------------- validation
     @traitlets.validate("selected_target")
