@@ -12,8 +12,10 @@ It writes, from the tiny offline models of ``tests/tiny_models.py``:
 - ``expected.json``: values read from the objects at generation, which ``tests/test_saved_fixtures.py`` compares the
   loaded files with.
 
-The files are committed; rerun this only to add a fixture of a new format version (in a new directory), never to
-refresh these: they stand for the files users already have.
+The files are committed and stand for the files users already have: never refresh them. The script reads 0.1's
+attributes (``result.reduce``), so it runs on the code of the commit that added it; to reproduce the files, check
+that commit out in a worktree (``git log --diff-filter=A -- scripts/make_saved_fixtures.py`` names it) and run the
+script there with ``--out DIR``. It refuses to overwrite an existing fixture directory.
 """
 
 from __future__ import annotations
@@ -195,6 +197,14 @@ def notebook(expected: dict) -> None:
 
 
 def main() -> None:
+    global OUT
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=OUT, help=f"directory to write (default {OUT})")
+    OUT = parser.parse_args().out.resolve()
+    if OUT.exists() and any(OUT.iterdir()):
+        raise SystemExit(f"{OUT} already holds fixtures; they stand for files users have: write elsewhere (--out)")
     OUT.mkdir(parents=True, exist_ok=True)
     expected: dict = {}
     for step in (attribution, lens, interpretation, geometry, notebook):
@@ -202,7 +212,7 @@ def main() -> None:
     (OUT / "expected.json").write_text(json.dumps(expected, indent=1) + "\n", encoding="utf-8")
     for path in sorted(OUT.rglob("*")):
         if path.is_file():
-            print(f"{path.relative_to(ROOT)}: {path.stat().st_size} bytes")
+            print(f"{path}: {path.stat().st_size} bytes")
 
 
 if __name__ == "__main__":
