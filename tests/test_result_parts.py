@@ -87,3 +87,27 @@ def test_parts_check_that_they_fit_together():
         AttributionResult(layout, np.zeros((2, 2)), Targets(["t", "u"]), MethodRun("m"), Contrast(Targets(["f"])))
     with pytest.raises(ValueError, match="generated_mask has 1 entries for 2 units"):
         AttributionResult(layout, np.zeros((1, 2)), Targets(["t"]), MethodRun("m"), generation=Generation([True]))
+
+
+def test_text_concepts_hold_a_layout_and_a_file_without_unit_ids_still_loads(tmp_path):
+    from interp_widgets.concepts import TextConcepts
+    from interp_widgets.concepts._io import save_bundle
+
+    arrays = {"offsets": np.array([[0, 0], [0, 5], [6, 10], [10, 11], [0, 0]]), "special_mask": np.array([1, 0, 0, 0, 1], bool),
+              "coefficients": np.arange(10.0).reshape(5, 2)}  # fmt: skip
+    meta = {"text": "Great food.", "tokens": ["[CLS]", "Great", "food", ".", "[SEP]"], "layer": "layer:1",
+            "method": "NMF", "params": {}}  # fmt: skip
+    path = save_bundle(tmp_path / "tc.safetensors", "interp_widgets.TextConcepts", arrays, meta)  # as 0.1 wrote it
+    loaded = TextConcepts.load(path)
+    assert isinstance(loaded.layout, TokenLayout) and loaded.tokens == meta["tokens"] and loaded.text == meta["text"]
+    assert loaded.layout.word_ids.tolist() == [-1, 0, 1, 2, -1] and loaded.layout.sentence_ids.tolist() == [
+        -1,
+        0,
+        0,
+        0,
+        -1,
+    ]
+    again = TextConcepts.load(loaded.save(tmp_path / "again.safetensors"))
+    assert again.layout.word_ids.tolist() == [-1, 0, 1, 2, -1] and np.array_equal(
+        again.coefficients, loaded.coefficients
+    )
