@@ -61,6 +61,7 @@ HOVER = """async () => {
 def synthetic_result(layers: int = 30, positions: int = 1000, k: int = 5, vocab: int = 2000):
     """A LensResult of the shape of SmolLM2 on a 1,000-token text (random numbers, deterministic)."""
     from interp_widgets.lens import LensResult
+    from interp_widgets.targets import Targets
 
     rng = np.random.default_rng(0)
     N, M = 2, 2
@@ -74,7 +75,7 @@ def synthetic_result(layers: int = 30, positions: int = 1000, k: int = 5, vocab:
         top_probs=np.ascontiguousarray(top_probs, dtype=np.float32),
         kl=rng.random((N, layers, positions)).astype(np.float32),
         target_ids=rng.integers(0, vocab, size=(positions, M)),
-        target_labels=["next token", " the"],
+        targets=Targets(["next token", " the"]),
         target_probs=rng.random((N, layers, positions, M)).astype(np.float32),
         target_ranks=rng.integers(1, vocab, size=(N, layers, positions, M)).astype(np.int32),
         vocab_ids=np.arange(vocab),

@@ -132,7 +132,7 @@ def generation_widget(n: int) -> GenerationWidget:
     scores = rng.normal(size=(generated, n))
     for step in range(generated):
         scores[step, prompt + step :] = np.nan  # a generated token sees only what came before it
-    return GenerationWidget(AttributionResult(
+    return GenerationWidget(AttributionResult.from_flat(
         text="".join(t.ljust(3) for t in tokens), tokens=tokens, offsets=np.array(offsets),
         special_mask=np.zeros(n, bool), word_ids=np.arange(n), sentence_ids=np.zeros(n, int), scores=scores,
         target_labels=[f"'{tokens[prompt + s]}'@{prompt + s}" for s in range(generated)],

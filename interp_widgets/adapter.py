@@ -29,6 +29,7 @@ from torch import nn
 from interp_widgets import layers as _layers
 from interp_widgets.layers import LayerPoint, UnsupportedModelError
 from interp_widgets._inputs import input_items, is_conversation
+from interp_widgets.targets import Targets
 from interp_widgets.text_units import Encoding, check_fast_tokenizer, encode, encode_chat
 from interp_widgets.validation import check_int, check_number
 
@@ -640,26 +641,18 @@ class ModelAdapter:
         items = list(target) if isinstance(target, (list, tuple, np.ndarray, torch.Tensor)) else [target]
         if not items:
             raise ValueError("target list is empty; pass a class index, a label name or None for the prediction.")
+        classes = Targets(labels, ids=np.arange(len(labels)))
         resolved = []
         for item in items:
             if isinstance(item, torch.Tensor):
                 item = item.item()
-            if isinstance(item, (int, np.integer)) and not isinstance(item, bool):
-                if not 0 <= int(item) < len(labels):
-                    raise ValueError(
-                        f"class index {int(item)} is out of range; valid indices are 0..{len(labels) - 1} ({labels})."
-                    )
-                resolved.append(int(item))
-            elif isinstance(item, str):
-                exact = [i for i, name in enumerate(labels) if name == item]
-                folded = [i for i, name in enumerate(labels) if name.lower() == item.lower()]
-                if not (exact or folded):
-                    raise ValueError(f"unknown label {item!r}; valid labels are {labels} (or their indices).")
-                resolved.append((exact or folded)[0])
-            else:
+            if isinstance(item, np.generic):
+                item = item.item()
+            if not isinstance(item, (int, str)) or isinstance(item, bool):
                 raise TypeError(
                     f"target must be an int, a label name, a list of them or None; got {type(item).__name__}"
                 )
+            resolved.append(classes.index(item, name="class" if isinstance(item, int) else "label"))
         return resolved
 
     # ------------------------------------------------------------------ layers and hooks

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
@@ -40,8 +40,94 @@ SENTENCE_END = re.compile(r"(?<=[.!?\u2026])[\"'\u201d\u2019)\]]*\s+")
 
 
 @dataclass
-class Encoding:
-    """One tokenized text with the units attributions are aggregated over.
+class TokenLayout:
+    """The tokens of one text and the units they form: the one layout that encodings, attribution results, concept
+    activations and scored tokens share.
+
+    ``tokens`` are the units' texts (token strings, or words / sentences / turns once aggregated), ``offsets`` their
+    character spans in ``text``, ``special_mask`` the special tokens, ``word_ids``, ``sentence_ids`` and ``turn_ids``
+    the unit of every token (-1 for special tokens; ``word_ids`` and ``sentence_ids`` default to the words and
+    sentences of ``text`` found by :func:`word_spans` and :func:`sentence_spans`, ``turn_ids`` to one turn). A chat
+    conversation names the role of each turn in ``turn_roles`` and keeps the conversation in ``messages``; a plain
+    text has neither.
+
+    Example:
+        >>> layout = TokenLayout(text="Hi there. Bye", tokens=["Hi", "there", ".", "Bye"],
+        ...                      offsets=[(0, 2), (3, 8), (8, 9), (10, 13)], special_mask=[False] * 4)
+        >>> layout.word_ids.tolist(), layout.sentence_ids.tolist(), layout.turn_ids.tolist(), len(layout)
+        ([0, 1, 2, 3], [0, 0, 0, 1], [0, 0, 0, 0], 4)
+    """
+
+    text: str
+    tokens: list[str]
+    offsets: np.ndarray
+    special_mask: np.ndarray
+    word_ids: np.ndarray | None = None
+    sentence_ids: np.ndarray | None = None
+    turn_ids: np.ndarray | None = None
+    turn_roles: list[str] = field(default_factory=list)
+    messages: list[dict] | None = None
+
+    def __post_init__(self):
+        self.tokens = list(self.tokens)
+        self.offsets = np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2)
+        self.special_mask = np.asarray(self.special_mask, dtype=bool).reshape(-1)
+        if self.word_ids is None:  # the units of the text, by the one rule of this module
+            self.word_ids = unit_ids(self.offsets, self.special_mask, self.text, word_spans(self.text))
+        if self.sentence_ids is None:
+            self.sentence_ids = unit_ids(self.offsets, self.special_mask, self.text, sentence_spans(self.text))
+        self.word_ids = np.asarray(self.word_ids, dtype=np.int64).reshape(-1)
+        self.sentence_ids = np.asarray(self.sentence_ids, dtype=np.int64).reshape(-1)
+        if self.turn_ids is None:
+            self.turn_ids = np.where(self.special_mask, -1, 0)
+        self.turn_ids = np.asarray(self.turn_ids, dtype=np.int64).reshape(-1)
+        self.turn_roles = [str(role) for role in self.turn_roles]
+        n = len(self.tokens)
+        for name in ("offsets", "special_mask", "word_ids", "sentence_ids", "turn_ids"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n} tokens")
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def layout(self) -> "TokenLayout":
+        """The layout alone (an :class:`Encoding` drops its input ids and unit texts; a layout is itself).
+
+        Example:
+            >>> type(encode(tokenizer, "Fine.").layout).__name__
+            'TokenLayout'
+        """
+        if type(self) is TokenLayout:
+            return self
+        return TokenLayout(**{f.name: getattr(self, f.name) for f in fields(TokenLayout)})
+
+    def select(self, keep: np.ndarray) -> "TokenLayout":
+        """The layout of the tokens where ``keep`` is True (a boolean mask or indices), in order.
+
+        Example:
+            >>> TokenLayout(text="a b", tokens=["a", "b"], offsets=[(0, 1), (2, 3)], special_mask=[True, False],
+            ...             word_ids=[-1, 0], sentence_ids=[-1, 0]).select(np.array([False, True])).tokens
+            ['b']
+        """
+        index = np.flatnonzero(keep) if np.asarray(keep).dtype == bool else np.asarray(keep, dtype=np.int64)
+        return TokenLayout(
+            text=self.text,
+            tokens=[self.tokens[i] for i in index],
+            offsets=self.offsets[index],
+            special_mask=self.special_mask[index],
+            word_ids=self.word_ids[index],
+            sentence_ids=self.sentence_ids[index],
+            turn_ids=self.turn_ids[index],
+            turn_roles=self.turn_roles,
+            messages=self.messages,
+        )
+
+
+@dataclass(kw_only=True)
+class Encoding(TokenLayout):
+    """One tokenized text: its :class:`TokenLayout` plus the ``input_ids`` and the texts of its ``words`` and
+    ``sentences``.
 
     ``tokens`` are the exact text slices of each token (special tokens show their token string), ``offsets`` the
     character spans, ``word_ids``, ``sentence_ids`` and ``turn_ids`` the unit of every token (-1 for special
@@ -55,22 +141,9 @@ class Encoding:
         (['[CLS]', 'Great', 'food'], 8)
     """
 
-    text: str
     input_ids: np.ndarray
-    tokens: list[str]
-    offsets: np.ndarray
-    special_mask: np.ndarray
-    word_ids: np.ndarray
-    sentence_ids: np.ndarray
     words: list[str] = field(default_factory=list)
     sentences: list[str] = field(default_factory=list)
-    turn_ids: np.ndarray | None = None
-    turn_roles: list[str] = field(default_factory=list)
-    messages: list[dict] | None = None
-
-    def __post_init__(self):
-        if self.turn_ids is None:
-            self.turn_ids = np.where(np.asarray(self.special_mask, bool), -1, 0).astype(np.int64)
 
     def __len__(self) -> int:
         return len(self.input_ids)

@@ -42,7 +42,7 @@ from interp_widgets.attribution.gradient import (
 from interp_widgets.attribution.patterns import AttentionPatterns, attention_patterns, record_attention
 from interp_widgets.attribution.perturbation import KernelShap, Lime, Occlusion, PerturbationMethod, Sobol
 from interp_widgets.attribution.interop import from_captum, from_interpreto
-from interp_widgets.attribution.result import AttributionCollection, AttributionResult
+from interp_widgets.attribution.result import AttributionCollection, AttributionResult, Contrast, Generation, MethodRun
 
 __all__ = [
     "METHODS",
@@ -52,7 +52,9 @@ __all__ = [
     "AttributionCollection",
     "AttributionResult",
     "Attributor",
+    "Contrast",
     "FaithfulnessResult",
+    "Generation",
     "GradientMethod",
     "GradientShap",
     "GradientWeightedAttention",
@@ -61,6 +63,7 @@ __all__ = [
     "KernelShap",
     "Lime",
     "MethodInfo",
+    "MethodRun",
     "Occlusion",
     "PerturbationMethod",
     "RawAttention",

@@ -13,7 +13,7 @@ other methods, capped by ``max_batch_tokens``; a batch holds the attention maps 
 
 Example:
     >>> result = AttentionRollout(progress=False).attribute(model, tokenizer, "Not bad at all.")
-    >>> result.reduce
+    >>> result.score_meaning
     'attention rollout over all layers (0.5·A + 0.5·I, heads averaged; unsigned)'
     >>> result.scores.round(3)  # the [CLS] row of the rollout: it sums to 1 over all tokens
     array([[0.361, 0.09 , 0.148, 0.05 , 0.069, 0.088, 0.194]])
@@ -317,7 +317,9 @@ class AttentionMethod(Attributor):
             if bar is not None:
                 bar.close()
         return [
-            self._result(p, s, reduce=self.description, score=score, **({} if c is None else {"cross_attentions": c}))
+            self._result(
+                p, s, score_meaning=self.description, score=score, **({} if c is None else {"cross_attentions": c})
+            )
             for p, s, c in zip(problems, scores, cross)
         ]
 

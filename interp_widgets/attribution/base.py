@@ -28,7 +28,8 @@ import torch
 from interp_widgets._inputs import check_texts, input_items
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.attribution.problem import ExplainedInput, RowChunk, check_score_kind, evaluate_rows, prepare_inputs
-from interp_widgets.attribution.result import AttributionCollection, AttributionResult
+from interp_widgets.attribution.result import AttributionCollection, AttributionResult, Contrast, Generation, MethodRun
+from interp_widgets.targets import Targets
 from interp_widgets.text_units import GRANULARITIES
 from interp_widgets.registry import Registry
 from interp_widgets.validation import check_choice
@@ -116,7 +117,7 @@ class Attributor:
         >>> class Constant(Attributor):
         ...     name = "constant"
         ...     def _attribute_inputs(self, adapter, problems, *, score, granularity):
-        ...         return [self._result(p, np.ones((p.n_targets, p.length)), reduce="1", score=score)
+        ...         return [self._result(p, np.ones((p.n_targets, p.length)), score_meaning="1", score=score)
         ...                 for p in problems]
         >>> r = attribute(model, tokenizer, "Good.", method="constant")
         >>> r.tokens, r.scores
@@ -286,43 +287,40 @@ class Attributor:
         raise NotImplementedError(f"{type(self).__name__} must implement _attribute_inputs or extend an engine base")
 
     def _result(
-        self, problem: ExplainedInput, scores: np.ndarray, *, reduce: str, score: str, **extra
+        self, problem: ExplainedInput, scores: np.ndarray, *, score_meaning: str, score: str, **extra
     ) -> AttributionResult:
         """Build a token-level result from ``scores`` ``(targets, tokens)``, setting NaN for sources a target cannot
-        see; ``reduce`` says what the scores mean, ``extra`` adds result fields (such as ``completeness_error``)."""
+        see; ``score_meaning`` says what the scores mean, ``extra`` adds values by their flat name (such as
+        ``completeness_error``)."""
         scores = np.asarray(scores, dtype=np.float64).copy()
         for row, visible in enumerate(problem.visible):
             scores[row, int(visible) :] = np.nan
-        enc = problem.encoding
-        return AttributionResult(
-            text=enc.text,
-            tokens=list(enc.tokens),
-            offsets=enc.offsets,
-            special_mask=enc.special_mask,
-            word_ids=enc.word_ids,
-            sentence_ids=enc.sentence_ids,
-            turn_ids=enc.turn_ids,
-            turn_roles=list(enc.turn_roles),
-            messages=enc.messages,
+        result = AttributionResult(
+            layout=problem.encoding.layout,
             scores=scores,
-            target_labels=list(problem.target_labels),
-            target_probs=problem.target_probs,
-            target_ids=problem.target_ids,
-            method=self.name,
-            params={**self.params(), "score": score},
-            reduce=reduce,
-            signed=self.scores_signed,
-            target_positions=problem.target_positions if problem.generated_mask is not None else None,
-            generated_mask=problem.generated_mask,
+            targets=Targets(list(problem.target_labels), ids=problem.target_ids, probs=problem.target_probs),
+            run=MethodRun(self.name, {**self.params(), "score": score}, score_meaning, self.scores_signed),
+            contrast_info=None
+            if problem.foil_ids is None
+            else Contrast(
+                Targets(
+                    list(problem.foil_labels or [str(i) for i in problem.foil_ids]),
+                    ids=problem.foil_ids,
+                    probs=problem.foil_probs,
+                ),
+                problem.foil_alignment,
+                problem.contrast,
+            ),  # fmt: skip
+            generation=None
+            if problem.generated_mask is None and problem.source_mask is None
+            else Generation(
+                generated_mask=problem.generated_mask,
+                positions=problem.target_positions if problem.generated_mask is not None else None,
+                source_mask=problem.source_mask,
+            ),
             true_label=problem.true_label,
-            foil_ids=problem.foil_ids,
-            foil_labels=None if problem.foil_labels is None else list(problem.foil_labels),
-            foil_probs=problem.foil_probs,
-            foil_alignment=problem.foil_alignment,
-            contrast=problem.contrast,
-            source_mask=problem.source_mask,
-            **extra,
         )
+        return result.replace(**extra) if extra else result
 
 
 def progress_bar(enabled: bool, total: int, desc: str):

@@ -349,7 +349,11 @@ class GradientMethod(Attributor):
         extras = self._extra_outputs(problems, per_dim, endpoints)
         return [
             self._result(
-                p, reduce_embedding_dim(v, self.reduce).numpy(), reduce=self._reduce_description(), score=score, **e
+                p,
+                reduce_embedding_dim(v, self.reduce).numpy(),
+                score_meaning=self._reduce_description(),
+                score=score,
+                **e,
             )
             for p, v, e in zip(problems, per_dim, extras)
         ]
@@ -756,7 +760,7 @@ class VarGrad(_NoisyGradients):
         >>> r = VarGrad(progress=False).attribute(model, tokenizer, "Not bad at all.")
         >>> r.scores.round(4), r.signed
         (array([[0.0035, 0.0006, 0.0007, 0.0004, 0.0006, 0.0005, 0.0029]]), False)
-        >>> r.reduce
+        >>> r.score_meaning
         'sum over embedding dimension (unsigned)'
     """
 

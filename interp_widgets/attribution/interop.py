@@ -19,8 +19,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from interp_widgets.attribution.result import AttributionResult
-from interp_widgets.text_units import encode
+from interp_widgets.attribution.result import AttributionResult, Generation, MethodRun
+from interp_widgets.targets import Targets
+from interp_widgets.text_units import TokenLayout, encode
 
 
 def _to_numpy(values: Any) -> np.ndarray:
@@ -37,7 +38,7 @@ def _plain_result(
     labels: list[str],
     ids: np.ndarray,
     probs: np.ndarray,
-    reduce: str,
+    score_meaning: str,
     signed: bool,
     generated: np.ndarray | None = None,
     positions: np.ndarray | None = None,
@@ -56,23 +57,19 @@ def _plain_result(
         pieces = [text[a:b] for a, b in offsets]
     n = len(tokens)
     return AttributionResult(
-        text=text,
-        tokens=pieces,
-        offsets=np.asarray(offsets, dtype=np.int64).reshape(-1, 2),
-        special_mask=np.zeros(n, bool),
-        word_ids=np.arange(n),
-        sentence_ids=np.zeros(n, dtype=np.int64),
+        layout=TokenLayout(
+            text=text,
+            tokens=pieces,
+            offsets=np.asarray(offsets, dtype=np.int64).reshape(-1, 2),
+            special_mask=np.zeros(n, bool),
+            word_ids=np.arange(n),
+            sentence_ids=np.zeros(n, dtype=np.int64),
+        ),  # fmt: skip
         scores=scores,
-        target_labels=labels,
-        target_probs=probs,
-        target_ids=ids,
-        method=method,
-        params={"source": method.split(":")[0]},
-        reduce=reduce,
-        signed=signed,
+        targets=Targets(labels, ids=ids, probs=probs),
+        run=MethodRun(method, {"source": method.split(":")[0]}, score_meaning, signed),
         granularity=granularity,
-        generated_mask=generated,
-        target_positions=positions,
+        generation=None if generated is None else Generation(generated_mask=generated, positions=positions),
     )
 
 
@@ -137,7 +134,7 @@ def from_captum(
         >>> result.aggregate("word").scores.round(3)
         array([[ 0.5, -1. ,  0.1,  0.2,  0. ]])
         >>> normed = from_captum(torch.ones(1, 7, 32), tokenizer, "Not bad at all.", reduce="norm")
-        >>> normed.reduce, normed.signed, normed.scores.round(3)
+        >>> normed.score_meaning, normed.signed, normed.scores.round(3)
         ('L2 norm (unsigned)', False, array([[5.657, 5.657, 5.657, 5.657, 5.657, 5.657, 5.657]]))
     """
     if hasattr(attributions, "seq_attr") and hasattr(attributions, "input_tokens"):
@@ -164,20 +161,15 @@ def from_captum(
             "pass the same text (and special tokens) that Captum explained"
         )
     return AttributionResult(
-        text=text,
-        tokens=enc.tokens,
-        offsets=enc.offsets,
-        special_mask=enc.special_mask,
-        word_ids=enc.word_ids,
-        sentence_ids=enc.sentence_ids,
+        layout=enc.layout,
         scores=values[None, :],
-        target_labels=[target_label],
-        target_probs=[target_prob],
-        target_ids=[target_id],
-        method=method,
-        params={"source": "captum"},
-        reduce="L2 norm (unsigned)" if normed else "sum over embedding dimension (signed)",
-        signed=not normed,
+        targets=Targets([target_label], ids=[target_id], probs=[target_prob]),
+        run=MethodRun(
+            method,
+            {"source": "captum"},
+            "L2 norm (unsigned)" if normed else "sum over embedding dimension (signed)",
+            signed=not normed,
+        ),
     )
 
 
@@ -222,7 +214,7 @@ def _from_captum_llm(llm_result, *, method: str, continuation: str | None) -> At
         labels=labels,
         ids=ids,
         probs=probs,
-        reduce="Captum LLM attribution (signed)",
+        score_meaning="Captum LLM attribution (signed)",
         signed=True,
         generated=generated,
         positions=positions,
@@ -270,7 +262,7 @@ def from_interpreto(
     method = f"interpreto:{method or 'attribution'}"
     finite = scores[np.isfinite(scores)]
     signed = bool((finite < 0).any())
-    reduce = "Interpreto score" + (" (signed)" if signed else " (unsigned magnitude)")
+    meaning = "Interpreto score" + (" (signed)" if signed else " (unsigned magnitude)")
     granularity = str(getattr(getattr(output, "granularity", None), "name", "token")).lower()
     granularity = {"all_tokens": "token", "token": "token", "word": "word"}.get(granularity, "sentence")
     if "GENERATION" in task:
@@ -285,7 +277,7 @@ def from_interpreto(
             labels=names,
             ids=targets,
             probs=np.full(n_out, np.nan),
-            reduce=reduce,
+            score_meaning=meaning,
             signed=signed,
             generated=generated,
             positions=np.arange(n_in - 1, n_in + n_out - 1),
@@ -303,7 +295,7 @@ def from_interpreto(
         labels=names,
         ids=targets,
         probs=np.full(len(scores), np.nan),
-        reduce=reduce,
+        score_meaning=meaning,
         signed=signed,
         granularity=granularity,
         source_text=text,

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -216,13 +215,13 @@ class PerturbationMethod(Attributor):
             for name, value in extra.items():
                 extras[name][t] = value
         token_level = self._result(
-            problem, np.zeros((n_targets, problem.length)), reduce=self.description, score=score, **extras
+            problem, np.zeros((n_targets, problem.length)), score_meaning=self.description, score=score, **extras
         )
         structure = token_level.aggregate(granularity)
         if structure.scores.shape != scores.shape:  # pragma: no cover - unit_tokens mirrors aggregate
             raise RuntimeError(f"unit mismatch: {structure.scores.shape[1]} aggregated units, {len(units)} perturbed")
         params = {**self.params(), "score": score, **self._input_params([len(plan["visible"]) for plan in plans])}
-        return replace(structure, scores=scores, params=params)
+        return structure.replace(scores=scores, params=params)
 
 
 class Occlusion(PerturbationMethod):

@@ -29,11 +29,118 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from interp_widgets._files import output_path, read_safetensors
-from interp_widgets.text_units import GRANULARITIES, unit_members
+from interp_widgets.targets import Targets
+from interp_widgets.text_units import GRANULARITIES, TokenLayout, unit_members
 from interp_widgets.validation import check_choice
 
 AGGREGATIONS = ("sum", "mean", "maxabs")
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2  # 2: "reduce" renamed "score_meaning"
+
+
+@dataclass
+class MethodRun:
+    """How the scores of an :class:`AttributionResult` were computed: the method's ``name`` and ``params``, what a
+    score means (``score_meaning``: the reduction over the embedding, say) and whether it has a sign, and for path
+    methods the ``completeness_error`` (``Σ scores − score_delta``) and ``score_delta`` (``f(x) − f(baseline)``) of
+    every target.
+
+    Example:
+        >>> result.run.name, result.run.score_meaning
+        ('saliency', 'L2 norm over embedding dimension (unsigned)')
+    """
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+    score_meaning: str = "sum over embedding dimension (signed)"
+    signed: bool = True
+    completeness_error: np.ndarray | None = None
+    score_delta: np.ndarray | None = None
+
+    def __post_init__(self):
+        for name in ("completeness_error", "score_delta"):
+            if getattr(self, name) is not None:
+                setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64).reshape(-1))
+
+
+@dataclass
+class Contrast:
+    """The foils of a contrastive explanation: its scores explain ``score(target) − score(foil)``. ``foils`` are
+    :class:`~interp_widgets.targets.Targets` (one per explained target), ``alignment`` the foil position of each
+    target (``-1``: none), ``text`` the foil continuation as given.
+
+    Example:
+        >>> from interp_widgets.attribution import Saliency
+        >>> r = Saliency(progress=False).attribute(lm, lm_tokenizer, "The room was", continuation=" quiet",
+        ...                                        contrast=" loud")
+        >>> r.contrast_info.text, len(r.contrast_info.foils) == len(r.targets)
+        (' loud', True)
+    """
+
+    foils: Targets
+    alignment: np.ndarray | None = None
+    text: str | None = None
+
+    def __post_init__(self):
+        if self.alignment is not None:
+            self.alignment = np.asarray(self.alignment, dtype=np.int64).reshape(-1)
+
+
+@dataclass
+class Generation:
+    """What a language model's result adds to its layout: which units were generated (``generated_mask``), the
+    position each target is read at (``positions``), and for an encoder–decoder which units are the source
+    (``source_mask``) with the decoder's cross-attention over them (``cross_attentions``, float16).
+
+    Example:
+        >>> from interp_widgets.attribution import Saliency
+        >>> r = Saliency(progress=False).attribute(lm, lm_tokenizer, "The room was", max_new_tokens=2)
+        >>> r.generation.generated_mask.sum(), r.generation.positions.tolist()
+        (np.int64(2), [2, 3])
+    """
+
+    generated_mask: np.ndarray | None = None
+    positions: np.ndarray | None = None
+    source_mask: np.ndarray | None = None
+    cross_attentions: np.ndarray | None = None
+
+    def __post_init__(self):
+        for name, dtype in (("generated_mask", bool), ("positions", np.int64), ("source_mask", bool)):
+            if getattr(self, name) is not None:
+                setattr(self, name, np.asarray(getattr(self, name), dtype=dtype).reshape(-1))
+        if self.cross_attentions is not None:
+            self.cross_attentions = np.asarray(self.cross_attentions, dtype=np.float16)
+
+
+#: Each flat attribute of an :class:`AttributionResult` (the names of 0.1's fields, and of its saved files) as
+#: ``(part, attribute of the part)``: ``result.tokens`` is ``result.layout.tokens``. The one table behind the
+#: read-only properties, :meth:`AttributionResult.replace` and the saved files.
+FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
+    **{name: ("layout", name) for name in ("text", "tokens", "offsets", "special_mask", "word_ids", "sentence_ids",
+                                           "turn_ids", "turn_roles", "messages")},
+    "target_labels": ("targets", "labels"), "target_ids": ("targets", "ids"), "target_probs": ("targets", "probs"),
+    "method": ("run", "name"), "params": ("run", "params"),
+    "score_meaning": ("run", "score_meaning"), "signed": ("run", "signed"),
+    "completeness_error": ("run", "completeness_error"), "score_delta": ("run", "score_delta"),
+    "foil_labels": ("contrast_info", "labels"), "foil_ids": ("contrast_info", "ids"),
+    "foil_probs": ("contrast_info", "probs"), "foil_alignment": ("contrast_info", "alignment"),
+    "contrast": ("contrast_info", "text"),
+    "generated_mask": ("generation", "generated_mask"), "target_positions": ("generation", "positions"),
+    "source_mask": ("generation", "source_mask"), "cross_attentions": ("generation", "cross_attentions"),
+}  # fmt: skip
+
+
+def _flat_property(name: str, part: str, attribute: str) -> property:
+    def read(self):
+        value = getattr(self, part)
+        if value is None:
+            return None
+        if part == "contrast_info" and attribute in ("labels", "ids", "probs"):
+            value = value.foils
+        return getattr(value, attribute)
+
+    read.__doc__ = f"``{part}.{attribute}`` (read-only)."
+    read.__name__ = name
+    return property(read)
 
 
 @dataclass
@@ -44,6 +151,15 @@ class AttributionResult:
     are tokens; after :meth:`aggregate` they are words, sentences or turns (``tokens`` then holds the unit texts).
     A chat conversation's result names the role of each turn in ``turn_roles`` (``turn_ids`` gives each unit's
     turn, -1 for the template's own tokens, which are special) and keeps the conversation in ``messages``.
+
+    A result is made of a few parts: the ``layout`` (a :class:`~interp_widgets.text_units.TokenLayout`: text,
+    tokens, offsets, special tokens, word / sentence / turn ids and roles), the ``scores``, the explained
+    ``targets`` (:class:`~interp_widgets.targets.Targets`), the ``run`` (:class:`MethodRun`: name,
+    parameters, what the scores mean, path-method completeness), an optional ``contrast_info`` (:class:`Contrast`:
+    the foils of a contrastive explanation), optional ``generation`` info (:class:`Generation`: generated tokens,
+    scored positions, encoder–decoder sides), the ``granularity`` of the units and the input's ``true_label``. The
+    parts' values read as flat attributes too (``tokens``, ``target_labels``, ``method``, ``score_meaning`` …); see
+    :data:`FLAT_ATTRIBUTES`.
 
     Example of a chat result (the tiny model's template inserts a default system prompt, a turn of its own):
         >>> from interp_widgets.attribution import Saliency
@@ -64,72 +180,109 @@ class AttributionResult:
         (['positive'], array([0.63]), 'saliency', False)
     """
 
-    text: str
-    tokens: list[str]
-    offsets: np.ndarray
-    special_mask: np.ndarray
-    word_ids: np.ndarray
-    sentence_ids: np.ndarray
+    layout: TokenLayout
     scores: np.ndarray
-    target_labels: list[str]
-    target_probs: np.ndarray
-    target_ids: np.ndarray
-    method: str
-    params: dict[str, Any] = field(default_factory=dict)
-    reduce: str = "sum over embedding dimension (signed)"
-    signed: bool = True
-    completeness_error: np.ndarray | None = None
-    score_delta: np.ndarray | None = None
+    targets: Targets
+    run: MethodRun
+    contrast_info: Contrast | None = None
+    generation: Generation | None = None
     granularity: str = "token"
-    target_positions: np.ndarray | None = None
-    generated_mask: np.ndarray | None = None
     true_label: str | None = None
-    turn_ids: np.ndarray | None = None
-    turn_roles: list[str] = field(default_factory=list)
-    messages: list[dict] | None = None
-    foil_ids: np.ndarray | None = None
-    foil_labels: list[str] | None = None
-    foil_probs: np.ndarray | None = None
-    foil_alignment: np.ndarray | None = None
-    contrast: str | None = None
-    source_mask: np.ndarray | None = None
-    cross_attentions: np.ndarray | None = None
 
     def __post_init__(self):
         self.scores = np.atleast_2d(np.asarray(self.scores, dtype=np.float64))
-        self.offsets = np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2)
-        self.special_mask = np.asarray(self.special_mask, dtype=bool)
-        self.word_ids = np.asarray(self.word_ids, dtype=np.int64)
-        self.sentence_ids = np.asarray(self.sentence_ids, dtype=np.int64)
-        self.turn_ids = (
-            np.where(self.special_mask, -1, 0) if self.turn_ids is None else np.asarray(self.turn_ids)
-        ).astype(np.int64)
-        self.turn_roles = [str(role) for role in self.turn_roles]
-        self.target_probs = np.asarray(self.target_probs, dtype=np.float64).reshape(-1)
-        self.target_ids = np.asarray(self.target_ids, dtype=np.int64).reshape(-1)
         n_targets, n_units = self.scores.shape
-        if n_units != len(self.tokens):
-            raise ValueError(f"scores have {n_units} columns but there are {len(self.tokens)} tokens")
-        for name in ("target_probs", "target_ids"):
-            if len(getattr(self, name)) != n_targets:
-                raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n_targets} targets")
-        if len(self.target_labels) != n_targets:
-            raise ValueError(f"{len(self.target_labels)} target labels for {n_targets} targets")
-        for name, dtype in (("foil_ids", np.int64), ("foil_probs", np.float64), ("foil_alignment", np.int64)):
-            if getattr(self, name) is not None:
-                setattr(self, name, np.asarray(getattr(self, name), dtype=dtype).reshape(-1))
-                if len(getattr(self, name)) != n_targets:
-                    raise ValueError(f"{name} has {len(getattr(self, name))} entries for {n_targets} targets")
-        if self.source_mask is not None:
-            self.source_mask = np.asarray(self.source_mask, dtype=bool).reshape(-1)
-            if len(self.source_mask) != n_units:
-                raise ValueError(f"source_mask has {len(self.source_mask)} entries for {n_units} units")
-        if self.cross_attentions is not None:
-            self.cross_attentions = np.asarray(self.cross_attentions, dtype=np.float16)
-        if self.foil_labels is not None:
-            self.foil_labels = [str(label) for label in self.foil_labels]
-            if len(self.foil_labels) != n_targets:
-                raise ValueError(f"{len(self.foil_labels)} foil labels for {n_targets} targets")
+        if n_units != len(self.layout):
+            raise ValueError(f"scores have {n_units} columns but there are {len(self.layout)} tokens")
+        if len(self.targets) != n_targets:
+            raise ValueError(f"{len(self.targets)} targets for {n_targets} rows of scores")
+        for name in ("completeness_error", "score_delta"):
+            value = getattr(self.run, name)
+            if value is not None and len(value) != n_targets:
+                raise ValueError(f"{name} has {len(value)} entries for {n_targets} targets")
+        if self.contrast_info is not None:
+            if len(self.contrast_info.foils) != n_targets:
+                raise ValueError(f"{len(self.contrast_info.foils)} foils for {n_targets} targets")
+            alignment = self.contrast_info.alignment
+            if alignment is not None and len(alignment) != n_targets:
+                raise ValueError(f"foil_alignment has {len(alignment)} entries for {n_targets} targets")
+        if self.generation is not None:
+            for name in ("generated_mask", "source_mask"):
+                value = getattr(self.generation, name)
+                if value is not None and len(value) != n_units:
+                    raise ValueError(f"{name} has {len(value)} entries for {n_units} units")
+
+    @classmethod
+    def from_flat(cls, **values: Any) -> "AttributionResult":
+        """A result from flat values, by the names of :data:`FLAT_ATTRIBUTES` plus ``scores``, ``granularity`` and
+        ``true_label`` (a file saved by 0.1 holds these; ``reduce`` is read as ``score_meaning``).
+
+        Example:
+            >>> flat = {name: getattr(result, name) for name in FLAT_ATTRIBUTES} | {"scores": result.scores}
+            >>> AttributionResult.from_flat(**flat)
+            AttributionResult(method='saliency', 9 tokens, targets=[positive (p=0.630)])
+        """
+        if "reduce" in values:  # 0.1's name of score_meaning
+            values.setdefault("score_meaning", values.pop("reduce"))
+        unknown = sorted(set(values) - set(FLAT_ATTRIBUTES) - {"scores", "granularity", "true_label"})
+        if unknown:
+            raise TypeError(f"unknown attribution result values {unknown}; known: {sorted(FLAT_ATTRIBUTES)}")
+        grouped: dict[str, dict[str, Any]] = {}
+        for name, (part, attribute) in FLAT_ATTRIBUTES.items():
+            if name in values:
+                grouped.setdefault(part, {})[attribute] = values[name]
+        layout = TokenLayout(**grouped["layout"])
+        targets = grouped.get("targets", {})
+        method = grouped["run"]
+        foils = {k: v for k, v in grouped.get("contrast_info", {}).items() if v is not None}
+        contrast = None
+        if foils.get("ids") is not None:
+            ids = np.asarray(foils["ids"], dtype=np.int64).reshape(-1)
+            labels = foils.get("labels") or [str(i) for i in ids]
+            contrast = Contrast(Targets(labels, ids=ids, probs=foils.get("probs")), foils.get("alignment"),
+                                foils.get("text"))  # fmt: skip
+        generation = {k: v for k, v in grouped.get("generation", {}).items() if v is not None}
+        return cls(
+            layout=layout,
+            scores=values["scores"],
+            targets=Targets(targets.get("labels", []), ids=targets.get("ids"), probs=targets.get("probs")),
+            run=MethodRun(**method),
+            contrast_info=contrast,
+            generation=Generation(**generation) if generation else None,
+            granularity=values.get("granularity", "token"),
+            true_label=values.get("true_label"),
+        )
+
+    def replace(self, **changes) -> "AttributionResult":
+        """A copy with some values changed, by part (``layout=``) or by flat name (``word_ids=``, ``method=``).
+
+        Example:
+            >>> result.replace(method="renamed").method, result.method
+            ('renamed', 'saliency')
+        """
+        own = {f.name for f in fields(self)}
+        parts = {name: changes.pop(name) for name in list(changes) if name in own}
+        if not changes:
+            return replace(self, **parts)
+        base = replace(self, **parts) if parts else self
+        flat = {name: getattr(base, name) for name in FLAT_ATTRIBUTES}
+        flat.update(scores=base.scores, granularity=base.granularity, true_label=base.true_label)
+        unknown = sorted(set(changes) - set(flat))
+        if unknown:
+            raise TypeError(f"unknown attribution result values {unknown}; known: {sorted(flat)}")
+        return AttributionResult.from_flat(**{**flat, **changes})
+
+    def target_index(self, target: int | str | None = None) -> int:
+        """Row of ``scores`` for a target given by row index (negative from the end), label, or ``None`` (the first
+        target): :meth:`Targets.index <interp_widgets.targets.Targets.index>`.
+
+        Example:
+            >>> from interp_widgets.attribution import Saliency
+            >>> both = Saliency(progress=False).attribute(model, tokenizer, "Not bad.", target=["negative", "positive"])
+            >>> both.target_index("positive"), both.target_index(-1), both.target_index()
+            (1, 1, 0)
+        """
+        return self.targets.index(target)
 
     @property
     def is_contrastive(self) -> bool:
@@ -220,25 +373,6 @@ class AttributionResult:
             return None
         return np.abs(self.completeness_error) / np.maximum(np.abs(self.score_delta), 1e-12)
 
-    def target_index(self, target: int | str | None = None) -> int:
-        """Row of ``scores`` for a target given by row index, label, or ``None`` (the first target).
-
-        Example:
-            >>> from interp_widgets.attribution import Saliency
-            >>> both = Saliency(progress=False).attribute(model, tokenizer, "Not bad.", target=["negative", "positive"])
-            >>> both.target_index("positive"), both.target_index(-1), both.target_index()
-            (1, 1, 0)
-        """
-        if target is None:
-            return 0
-        if isinstance(target, str):
-            if target not in self.target_labels:
-                raise ValueError(f"unknown target {target!r}; this result explains {self.target_labels}")
-            return self.target_labels.index(target)
-        if not -len(self.target_labels) <= int(target) < len(self.target_labels):
-            raise ValueError(f"target row {target} out of range for {len(self.target_labels)} targets")
-        return int(target) % len(self.target_labels)
-
     def aggregate(
         self, granularity: str = "word", how: str = "sum", *, include_special: bool = False
     ) -> "AttributionResult":
@@ -288,44 +422,47 @@ class AttributionResult:
         word_ids = np.arange(n) if granularity == "word" else np.full(n, -1)
         sentence_ids = np.array([int(np.max(self.sentence_ids[m])) for m in members_of], dtype=np.int64)
         turn_ids = np.array([int(np.max(self.turn_ids[m])) for m in members_of], dtype=np.int64)
-        generated = None
-        if self.generated_mask is not None:
-            generated = np.array([bool(self.generated_mask[m].any()) for m in members_of])
-        source = None
-        if self.source_mask is not None:  # units never span sides: source and target have their own words
-            source = np.array([bool(self.source_mask[m].all()) for m in members_of], dtype=bool)
-        return replace(
-            self,
+        generation = None
+        if self.generation is not None:
+            gen = self.generation
+            generation = Generation(
+                generated_mask=None
+                if gen.generated_mask is None
+                else np.array([bool(gen.generated_mask[m].any()) for m in members_of]),
+                positions=gen.positions,
+                # units never span sides: source and target have their own words
+                source_mask=None
+                if gen.source_mask is None
+                else np.array([bool(gen.source_mask[m].all()) for m in members_of], dtype=bool),
+            )
+        layout = TokenLayout(
+            text=self.text,
             tokens=texts,
             offsets=np.asarray(spans, dtype=np.int64).reshape(-1, 2),
             special_mask=np.zeros(n, bool),
             word_ids=word_ids,
             sentence_ids=sentence_ids if granularity == "word" else np.arange(n),
             turn_ids=turn_ids,
-            scores=scores,
-            granularity=granularity,
-            generated_mask=generated,
-            source_mask=source,
-            cross_attentions=None,
-            params={**self.params, "aggregation": how},
+            turn_roles=self.turn_roles,
+            messages=self.messages,
         )
+        info = replace(self.run, params={**self.params, "aggregation": how})
+        return replace(self, layout=layout, scores=scores, granularity=granularity, generation=generation,
+                       run=info)  # fmt: skip
 
     def _select(self, keep: np.ndarray) -> "AttributionResult":
-        return replace(
-            self,
-            tokens=[t for t, k in zip(self.tokens, keep) if k],
-            offsets=self.offsets[keep],
-            special_mask=self.special_mask[keep],
-            word_ids=self.word_ids[keep],
-            sentence_ids=self.sentence_ids[keep],
-            turn_ids=self.turn_ids[keep],
-            scores=self.scores[:, keep],
-            generated_mask=None if self.generated_mask is None else self.generated_mask[keep],
-            source_mask=None if self.source_mask is None else self.source_mask[keep],
-            cross_attentions=None
-            if self.cross_attentions is None or self.source_mask is None
-            else self.cross_attentions[..., keep[self.source_mask]],
-        )
+        generation = self.generation
+        if generation is not None:
+            source = generation.source_mask
+            generation = Generation(
+                generated_mask=None if generation.generated_mask is None else generation.generated_mask[keep],
+                positions=generation.positions,
+                source_mask=None if source is None else source[keep],
+                cross_attentions=None
+                if generation.cross_attentions is None or source is None
+                else generation.cross_attentions[..., keep[source]],
+            )
+        return replace(self, layout=self.layout.select(keep), scores=self.scores[:, keep], generation=generation)
 
     # ------------------------------------------------------------------ exports
     def to_dataframe(self):
@@ -465,28 +602,14 @@ class AttributionResult:
         )
 
     # ------------------------------------------------------------------ persistence
-    _ARRAYS = (
-        "offsets",
-        "special_mask",
-        "word_ids",
-        "sentence_ids",
-        "turn_ids",
-        "scores",
-        "target_probs",
-        "target_ids",
-        "completeness_error",
-        "score_delta",
-        "target_positions",
-        "generated_mask",
-        "foil_ids",
-        "foil_probs",
-        "foil_alignment",
-        "source_mask",
-        "cross_attentions",
-    )
+    # Saved files hold the flat values (FLAT_ATTRIBUTES): arrays in the safetensors body, the rest as JSON.
+    _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "turn_ids", "scores", "target_probs",
+               "target_ids", "completeness_error", "score_delta", "target_positions", "generated_mask", "foil_ids",
+               "foil_probs", "foil_alignment", "source_mask", "cross_attentions")  # fmt: skip
 
     def _metadata(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}
+        names = [*FLAT_ATTRIBUTES, "granularity", "true_label"]
+        return {name: getattr(self, name) for name in names if name not in self._ARRAYS}
 
     def _arrays(self) -> dict[str, np.ndarray]:
         out = {}
@@ -534,11 +657,17 @@ class AttributionResult:
                 f"{path} holds a different interp_widgets object ({found}), not an AttributionResult; "
                 f"load it with its own class's load()"
             )
-        meta.pop("version", None)
+        if meta.pop("version", None) not in (1, _FORMAT_VERSION):
+            raise ValueError(f"{path} has a newer format than this interp_widgets reads; upgrade interp_widgets")
         for name in ("special_mask", "generated_mask", "source_mask"):
             if name in arrays:
                 arrays[name] = arrays[name].astype(bool)
-        return cls(**meta, **arrays)
+        return cls.from_flat(**meta, **arrays)  # version 1 (0.1) named score_meaning "reduce"
+
+
+for _name, (_part, _attribute) in FLAT_ATTRIBUTES.items():
+    setattr(AttributionResult, _name, _flat_property(_name, _part, _attribute))
+del _name, _part, _attribute
 
 
 def _json_default(value):

@@ -34,11 +34,15 @@ from interp_widgets._inputs import is_conversation
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, ModelAdapter
 from interp_widgets.concepts._io import load_bundle, save_bundle
 from interp_widgets.concepts.decompositions import ConceptModel
+from interp_widgets.targets import Targets
+from interp_widgets.text_units import TokenLayout
 
 
 @dataclass
 class TextConcepts:
-    """Concept coefficients of every token of one text: ``coefficients[token, concept]``.
+    """Concept coefficients of every token of one text: ``coefficients[token, concept]``, over the text's
+    :class:`~interp_widgets.text_units.TokenLayout` (``layout``; ``text``, ``tokens``, ``offsets`` and
+    ``special_mask`` read through to it).
 
     Example:
         >>> tc = text_concepts(concepts, model, tokenizer, "Great food, slow service.")
@@ -48,19 +52,21 @@ class TextConcepts:
         [(7, 0.4), (6, 0.33), (5, 0.28), (4, 0.13), (3, 0.09), (2, 0.08), (1, 0.05)]
     """
 
-    text: str
-    tokens: list[str]
-    offsets: np.ndarray
-    special_mask: np.ndarray
+    layout: TokenLayout
     coefficients: np.ndarray
     layer: str
     method: str
     params: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        self.offsets = np.asarray(self.offsets, dtype=np.int64).reshape(-1, 2)
-        self.special_mask = np.asarray(self.special_mask, dtype=bool)
         self.coefficients = np.asarray(self.coefficients, dtype=np.float64)
+        if len(self.coefficients) != len(self.layout):
+            raise ValueError(f"coefficients have {len(self.coefficients)} rows for {len(self.layout)} tokens")
+
+    text = property(lambda self: self.layout.text, doc="``layout.text`` (read-only).")
+    tokens = property(lambda self: self.layout.tokens, doc="``layout.tokens`` (read-only).")
+    offsets = property(lambda self: self.layout.offsets, doc="``layout.offsets`` (read-only).")
+    special_mask = property(lambda self: self.layout.special_mask, doc="``layout.special_mask`` (read-only).")
 
     def active_concepts(self, position: int, *, top: int = 10) -> list[tuple[int, float]]:
         """The concepts with the largest coefficients at one token position: ``[(concept, coefficient), ...]``.
@@ -132,7 +138,10 @@ class TextConcepts:
             .properties(title=f"{self.method} concepts at {self.layer}")
         )
 
-    _ARRAYS = ("offsets", "special_mask", "coefficients", "gradients", "target_ids", "target_scores")
+    _ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "turn_ids", "coefficients", "gradients",
+               "target_ids", "target_scores")  # fmt: skip
+    _LAYOUT = ("text", "tokens", "offsets", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles",
+               "messages")  # fmt: skip
 
     def save(self, path: str | Path) -> Path:
         """Write to one safetensors file with a JSON header (never pickle).
@@ -144,8 +153,10 @@ class TextConcepts:
             >>> again.tokens == tc.tokens, np.array_equal(again.coefficients, tc.coefficients)
             (True, True)
         """
-        arrays = {n: getattr(self, n) for n in self._ARRAYS if getattr(self, n, None) is not None}
-        meta = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}
+        flat = {name: getattr(self.layout, name) for name in self._LAYOUT}
+        flat.update((f.name, getattr(self, f.name)) for f in fields(self) if f.name != "layout")
+        arrays = {n: flat[n] for n in self._ARRAYS if flat.get(n) is not None}
+        meta = {name: value for name, value in flat.items() if name not in self._ARRAYS}
         return save_bundle(path, f"interp_widgets.{type(self).__name__}", arrays, meta)
 
     @classmethod
@@ -160,7 +171,9 @@ class TextConcepts:
             (True, True)
         """
         arrays, meta = load_bundle(path, f"interp_widgets.{cls.__name__}")
-        return cls(**meta, **arrays)
+        flat = {**meta, **arrays}  # files of 0.1 have no word, sentence or turn ids: the layout finds them
+        layout = TokenLayout(**{name: flat.pop(name) for name in cls._LAYOUT if name in flat})
+        return cls(layout=layout, **flat)
 
 
 @dataclass
@@ -197,16 +210,19 @@ class ConceptImportance(TextConcepts):
         """``coefficients × gradients`` per target, token and concept."""
         return self.gradients * self.coefficients[None]
 
+    @property
+    def targets(self) -> Targets:
+        """The explained targets (labels and class or token ids), which :meth:`per_concept` and the others look up.
+
+        Example:
+            >>> imp = concept_importance(concepts, model, tokenizer, "Not bad.", target=["negative", "positive"])
+            >>> imp.targets.index("positive"), imp.targets.ids.tolist()
+            (1, [0, 2])
+        """
+        return Targets(self.target_labels, ids=self.target_ids)
+
     def _target(self, target: int | str | None) -> int:
-        if target is None:
-            return 0
-        if isinstance(target, str):
-            if target not in self.target_labels:
-                raise ValueError(f"unknown target {target!r}; this result explains {self.target_labels}")
-            return self.target_labels.index(target)
-        if not -len(self.target_labels) <= int(target) < len(self.target_labels):
-            raise ValueError(f"target row {target} out of range for {len(self.target_labels)} targets")
-        return int(target) % len(self.target_labels)
+        return self.targets.index(target)
 
     def target_label(self, target: int | str | None = None) -> str:
         """The label of one target (a label, a row index, or ``None`` for the first row).
@@ -375,10 +391,7 @@ def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, l
         model(input_ids=ids)
     hidden = captured[layer_name][0][0].float().cpu().numpy()
     return TextConcepts(
-        text=enc.text,
-        tokens=enc.tokens,
-        offsets=enc.offsets,
-        special_mask=enc.special_mask,
+        layout=enc.layout,
         coefficients=concept_model.transform(hidden),
         layer=layer_name,
         method=type(concept_model).__name__,
@@ -464,10 +477,7 @@ def concept_importance(
         gradients = [torch.autograd.grad(scores[t], state["coefficients"], retain_graph=True)[0] for t in target_ids]
     leaf = state["coefficients"]
     return ConceptImportance(
-        text=enc.text,
-        tokens=enc.tokens,
-        offsets=enc.offsets,
-        special_mask=enc.special_mask,
+        layout=enc.layout,
         coefficients=leaf.detach().double().cpu().numpy(),
         layer=layer_name,
         method=type(concept_model).__name__,

@@ -335,7 +335,6 @@ def concept_attribution(
         ...
         TypeError: saliency is a gradient method and NMFConcepts has no differentiable encoder (perturbation methods only (no differentiable encoder)); use a perturbation method such as method='occlusion', 'kernel_shap', 'lime' or 'sobol', or a concept model with a torch encoder (SparseAutoencoder, PCAConcepts, ICAConcepts, SVDConcepts, DirectionConcepts)
     """
-    from dataclasses import replace
 
     from interp_widgets.attribution import METHODS, attribute
 
@@ -406,7 +405,7 @@ def concept_attribution(
         "concept_layer": wrapper.layer,
         "concept_position": "sum" if position is None else int(position),
     }
-    return replace(result, target_labels=labels, target_probs=np.full(len(targets), np.nan), params=params)
+    return result.replace(target_labels=labels, target_probs=np.full(len(targets), np.nan), params=params)
 
 
 class ConceptInputAttributions:

@@ -30,6 +30,7 @@ from interp_widgets import layers as _layers
 from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_MASKED_LM, ModelAdapter
 from interp_widgets.lens.head import LensHead, model_name
 from interp_widgets.lens.result import LensResult
+from interp_widgets.targets import Targets
 from interp_widgets.validation import check_int
 
 __all__ = ["logit_lens", "residual_points", "decode_stats"]
@@ -259,7 +260,7 @@ def logit_lens(
         top_probs=top_probs,
         kl=kl,
         target_ids=target_ids,
-        target_labels=[first_label] + [label for _, label in fixed],
+        targets=Targets([first_label] + [label for _, label in fixed], ids=[-1] + [i for i, _ in fixed]),
         target_probs=t_probs,
         target_ranks=t_ranks,
         vocab_ids=vocab_ids.astype(np.int64),

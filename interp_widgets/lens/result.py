@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from interp_widgets._files import output_path, read_safetensors
+from interp_widgets.targets import Targets
 from interp_widgets.validation import check_choice, check_int
 
 __all__ = ["LensResult"]
@@ -40,7 +41,8 @@ class LensResult:
         kl: ``(N, L, T)`` KL(final ‖ lens) in nats, final being the model's own output distribution.
         target_ids: ``(T, M)`` the targets of each position: column 0 the next token (a masked LM: the token itself,
             ``-1`` where there is none), then one column per ``targets=`` token.
-        target_labels: the ``M`` target names.
+        targets: the ``M`` targets (:class:`~interp_widgets.targets.Targets`): their names (``target_labels``) and
+            token ids (``-1`` for the next token, which varies by position).
         target_probs, target_ranks: ``(N, L, T, M)`` probability (NaN where no target) and rank (1 = top, 0 = none).
         vocab_ids, vocab_text: the decoded text of every token id the result mentions.
         generated_mask: ``(T,)`` which tokens were generated.
@@ -60,7 +62,7 @@ class LensResult:
     top_probs: np.ndarray
     kl: np.ndarray
     target_ids: np.ndarray
-    target_labels: list[str]
+    targets: Targets
     target_probs: np.ndarray
     target_ranks: np.ndarray
     vocab_ids: np.ndarray
@@ -115,12 +117,19 @@ class LensResult:
         )
         return index % len(self.layers)
 
+    @property
+    def target_labels(self) -> list[str]:
+        """The names of the ``M`` targets (``targets.labels``, read-only).
+
+        Example:
+            >>> from interp_widgets.lens import logit_lens
+            >>> logit_lens(lm, lm_tokenizer, "The room", targets=[" was"], progress=False).target_labels
+            ['next token', ' was']
+        """
+        return self.targets.labels
+
     def _target(self, target) -> int:
-        if isinstance(target, str):
-            if target not in self.target_labels:
-                raise ValueError(f"unknown target {target!r}; this result tracks {self.target_labels}")
-            return self.target_labels.index(target)
-        return check_int("target", target, minimum=0, maximum=len(self.target_labels) - 1)
+        return self.targets.index(target)
 
     def top_tokens(self, *, layer, position: int, lens: str = "logit") -> list[tuple[str, float]]:
         """The top-k ``(token text, probability)`` of one cell.
@@ -285,7 +294,9 @@ class LensResult:
         meta = {
             "format": _FORMAT,
             "version": _VERSION,
-            **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS},
+            **{f.name: getattr(self, f.name) for f in fields(self) if f.name not in (*self._ARRAYS, "targets")},
+            "target_labels": self.targets.labels,  # the files keep 0.1's flat names
+            "target_token_ids": self.targets.ids.tolist(),
         }
         arrays = {name: np.ascontiguousarray(getattr(self, name)) for name in self._ARRAYS}
         arrays["generated_mask"] = arrays["generated_mask"].astype(np.uint8)
@@ -311,4 +322,5 @@ class LensResult:
             raise ValueError(f"{path} holds {found or 'no interp_widgets object'}, not a LensResult; {fix}")
         meta.pop("version", None)
         arrays["generated_mask"] = arrays["generated_mask"].astype(bool)
-        return cls(**meta, **arrays)
+        targets = Targets(meta.pop("target_labels"), ids=meta.pop("target_token_ids", None))  # 0.1: no ids
+        return cls(**meta, **arrays, targets=targets)

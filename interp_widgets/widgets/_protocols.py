@@ -32,8 +32,8 @@ class ScoredTokens(Protocol):
     """Scores of the tokens of one text (read by the token views).
 
     Optional attributes, read when present: ``special_mask``, ``word_ids``, ``sentence_ids`` (one per token),
-    ``target_labels``, ``target_probs``, ``completeness_error`` (one per row of scores), ``method``, ``reduce`` (what a
-    score means), ``signed``, for generations ``generated_mask`` and ``target_positions``, and for contrastive results
+    ``target_labels``, ``target_probs``, ``completeness_error`` (one per row of scores), ``method``, ``score_meaning`` (what
+    a score means), ``signed``, for generations ``generated_mask`` and ``target_positions``, and for contrastive results
     ``foil_labels``, ``foil_probs`` (one per row) and ``contrast`` (the foil continuation).
 
     Example:

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 import numpy as np
 import traitlets
 
+from interp_widgets.targets import Targets
 from interp_widgets.text_units import GRANULARITIES, display_units
 from interp_widgets.widgets.view_data import TokenHighlightData
 from interp_widgets.widgets._base import InterpWidget
@@ -60,6 +61,19 @@ def _per_target(result: Any, name: str, n_targets: int) -> list[float | None]:
     if values.shape != (n_targets,):
         raise ValueError(f"{name} has {values.size} entries for {n_targets} targets; pass one per target or None")
     return [float(v) if math.isfinite(v) else None for v in values]
+
+
+def shown_target(target: int | str | None, labels: list[str], probs: list[float | None]) -> int:
+    """The target row a token view shows: ``target`` as :meth:`Targets.index <interp_widgets.targets.Targets.index>`
+    reads it, or the most probable target for ``None``.
+
+    Example:
+        >>> shown_target(None, ["neg", "pos"], [0.2, 0.8]), shown_target(-2, ["neg", "pos"], [])
+        (1, 0)
+    """
+    known = [np.nan if p is None else p for p in probs]
+    targets = Targets(labels, probs=known if len(known) == len(labels) else None)
+    return targets.most_probable() if target is None else targets.index(target)
 
 
 def check_granularity(value: str) -> str:
@@ -226,7 +240,7 @@ def token_data(result: Any) -> TokenHighlightData:
         tokens=tokens, spaces_before=spaces, special_mask=special, word_ids=word_ids, sentence_ids=sentence_ids,
         scores=scores, target_labels=labels, target_probs=_per_target(result, "target_probs", n_targets),
         completeness_error=_per_target(result, "completeness_error", n_targets),
-        method=str(getattr(result, "method", "") or ""), score_meaning=str(getattr(result, "reduce", "") or ""),
+        method=str(getattr(result, "method", "") or ""), score_meaning=str(getattr(result, "score_meaning", "") or ""),
         signed=bool(getattr(result, "signed", True)), turn_ids=turn_ids, turn_roles=roles,
     )  # fmt: skip
 

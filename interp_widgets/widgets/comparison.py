@@ -23,6 +23,7 @@ from interp_widgets.widgets.view_data import ComparisonData
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets._tokens import (
+    shown_target,
     ChatTurns,
     GroupedTokens,
     TokenScoresWidget,
@@ -235,17 +236,7 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
     rows, label = [], None
     for t in inputs:
         labels, probs = t.target_labels, t.target_probs
-        if target is None:
-            known = [(p, i) for i, p in enumerate(probs) if p is not None]
-            index = max(known)[1] if known else 0
-        elif isinstance(target, str):
-            if target not in labels:
-                raise ValueError(f"unknown target {target!r}; the results explain {labels}")
-            index = labels.index(target)
-        else:
-            if not 0 <= int(target) < len(labels):
-                raise ValueError(f"target row {target} out of range for {len(labels)} targets")
-            index = int(target)
+        index = shown_target(target, labels, probs)
         if label is not None and labels[index] != label:
             raise ValueError(f"the results explain different targets ({label!r} and {labels[index]!r}); pass target=")
         label = labels[index]

@@ -23,6 +23,7 @@ from interp_widgets.widgets._colour import MID, format_score, hex_colour, legend
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.widgets.view_data import TokenHighlightData
 from interp_widgets.widgets._tokens import (
+    shown_target,
     ROLE_BACKGROUND,
     ROLE_COLOUR,
     ChatTurns,
@@ -43,7 +44,7 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns, data=Tok
 
     Takes an attribution result (``interp_widgets.attribution.AttributionResult`` or any object with ``text``,
     ``tokens``, ``offsets``, ``scores`` and optionally ``special_mask``, ``word_ids``, ``sentence_ids``,
-    ``target_labels``, ``target_probs``, ``method``, ``reduce``, ``completeness_error``, ``turn_ids``,
+    ``target_labels``, ``target_probs``, ``method``, ``score_meaning``, ``completeness_error``, ``turn_ids``,
     ``turn_roles``). The class shown, the granularity (``"token"``, ``"word"``, ``"sentence"``, ``"turn"``; sums
     computed in the browser), whether special tokens show, and the selected / hovered token sync both ways with the
     browser. A chat conversation's turns start with their role's label; the template's own tokens are special
@@ -79,7 +80,7 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns, data=Tok
         **kwargs: Any,
     ) -> None:
         data = token_data(result)
-        target = self._resolve_target(selected_target, data.target_labels, data.target_probs)
+        target = shown_target(selected_target, data.target_labels, data.target_probs)
         super().__init__(
             **data.to_traits(),
             selected_target=target,
@@ -121,7 +122,7 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns, data=Tok
         result = SimpleNamespace(
             text=text, tokens=list(tokens), offsets=offsets, scores=scores, special_mask=special_mask,
             word_ids=word_ids, sentence_ids=sentence_ids, target_labels=target_labels, target_probs=target_probs,
-            method=method, reduce=score_meaning, completeness_error=completeness_error, turn_ids=turn_ids,
+            method=method, score_meaning=score_meaning, completeness_error=completeness_error, turn_ids=turn_ids,
             turn_roles=turn_roles,
         )  # fmt: skip
         return cls(result, **kwargs)
@@ -138,22 +139,11 @@ class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns, data=Tok
         """
         data = token_data(result)
         keep = self.selected_target if self.selected_target < len(data.target_labels) else None
-        target = self._resolve_target(keep, data.target_labels, data.target_probs)
+        target = shown_target(keep, data.target_labels, data.target_probs)
         with self.hold_sync(), self.hold_trait_notifications():
             for name, value in data.to_traits().items():
                 setattr(self, name, value)
             self.selected_target, self.selected_token, self.hovered_token = target, -1, -1
-
-    @staticmethod
-    def _resolve_target(target: int | str | None, labels: list[str], probs: list[float | None]) -> int:
-        if target is None:
-            known = [(p, i) for i, p in enumerate(probs) if p is not None]
-            return max(known)[1] if known else 0
-        if isinstance(target, str):
-            if target not in labels:
-                raise ValueError(f"unknown target {target!r}; choose one of {labels}")
-            return labels.index(target)
-        return int(target)
 
     # ----------------------------------------------------------------- validation
     @traitlets.validate("selected_target")

@@ -57,7 +57,7 @@ def test_raw_attention_is_the_cls_row_of_the_last_layer_and_sums_to_one(bert):
         assert result.tokens[0] == "[CLS]" and result.special_mask[[0, -1]].all()
         np.testing.assert_allclose(result.scores, np.tile(attentions[-1].mean(0)[0], (2, 1)), atol=1e-6)
         np.testing.assert_allclose(result.scores.sum(1), 1.0, atol=1e-6)
-        assert not result.signed and "unsigned" in result.reduce
+        assert not result.signed and "unsigned" in result.score_meaning
     first = RawAttention(layer=0, progress=False).attribute(model, tokenizer, TEXTS[0])
     np.testing.assert_allclose(
         first.scores[0], eager_attentions(model, tokenizer(TEXTS[0])["input_ids"])[0][0].mean(0)[0], atol=1e-6

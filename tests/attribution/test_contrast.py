@@ -354,7 +354,6 @@ EVIL = "<img src=x onerror=alert(1)>"
 
 
 def test_the_generation_view_shows_target_foil_pairs_and_escapes_them(gpt2_lm):
-    import dataclasses
 
     from interp_widgets.widgets import GenerationWidget
 
@@ -373,7 +372,7 @@ def test_the_generation_view_shows_target_foil_pairs_and_escapes_them(gpt2_lm):
     assert '"an" (p = ' in svg and 'rather than "ld" (p = ' in svg
     assert "orange pushes towards the generated token, blue towards the foil" in svg
     assert ">an vs ld<" in svg  # heatmap rows name the pair
-    evil = dataclasses.replace(result, foil_labels=[EVIL, "ld"], contrast=EVIL)
+    evil = result.replace(foil_labels=[EVIL, "ld"], contrast=EVIL)
     svg = GenerationWidget(evil).static_svg()
     assert EVIL not in svg and "&lt;img src=x onerror=alert(1)&gt;" in svg
     plain = InputXGradient(progress=False).attribute(model, tokenizer, PROMPT, continuation=" clean").widget()

@@ -97,7 +97,7 @@ def test_saliency_equals_manual_autograd(bert_classifier):
     np.testing.assert_allclose(norm.scores[0], grad.norm(dim=-1).numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(signed.scores[0], grad.sum(-1).numpy(), rtol=1e-5, atol=1e-7)
     np.testing.assert_allclose(ixg.scores[0], (grad * embeds.detach()[0]).sum(-1).numpy(), rtol=1e-5, atol=1e-7)
-    assert norm.reduce.startswith("L2 norm") and signed.reduce.startswith("sum")
+    assert norm.score_meaning.startswith("L2 norm") and signed.score_meaning.startswith("sum")
 
 
 def test_batched_equals_one_by_one_and_budget_does_not_change_results(bert_classifier):
@@ -206,7 +206,7 @@ def test_noisy_methods_are_seeded_and_sane(bert_classifier, method_cls):
     if not method_cls.signed:
         assert (a.scores >= 0).all()
     # the recorded meaning of the scores agrees with their sign (VarGrad and SquareGrad sum non-negative terms)
-    assert a.signed == method_cls.signed and a.reduce.endswith("(signed)" if a.signed else "(unsigned)")
+    assert a.signed == method_cls.signed and a.score_meaning.endswith("(signed)" if a.signed else "(unsigned)")
 
 
 def test_smoothgrad_without_noise_equals_input_x_gradient(bert_classifier):

@@ -152,7 +152,7 @@ def test_perturbation_attention_and_plain_methods_extend_the_public_bases(bert_c
             evaluate_rows(
                 adapter, problems, [p.n_targets for p in problems], build, consume, score=score, with_grad=False
             )
-            return [self._result(p, c, reduce="rows per target", score=score) for p, c in zip(problems, counts)]
+            return [self._result(p, c, score_meaning="rows per target", score=score) for p, c in zip(problems, counts)]
 
     families = {m.name: m.family for m in list_methods()}
     assert (families["leave_one_out"], families["last_layer_attention"], families["row_count"]) == (

@@ -20,6 +20,7 @@ from interp_widgets.concepts import (
     interpret_concepts,
     text_concepts,
 )
+from interp_widgets.text_units import TokenLayout
 from interp_widgets.widgets import ConceptBrowser, buffer_to_array
 from interp_widgets.widgets._base import WIDGET_VIEW_MIME
 from interp_widgets.widgets.concept_browser import MAX_TEXT_CHARS
@@ -80,10 +81,12 @@ def _text(n: int = 6) -> TextConcepts:
     coefficients = np.zeros((4, n))
     coefficients[1, 2], coefficients[1, 0], coefficients[2, 1] = 3.0, 1.0, 2.0
     return TextConcepts(
-        text=f"Hi {EVIL}!",
-        tokens=["[CLS]", "Hi", EVIL, "[SEP]"],
-        offsets=[(0, 0), (0, 2), (3, 31), (0, 0)],
-        special_mask=[True, False, False, True],
+        layout=TokenLayout(
+            text=f"Hi {EVIL}!",
+            tokens=["[CLS]", "Hi", EVIL, "[SEP]"],
+            offsets=[(0, 0), (0, 2), (3, 31), (0, 0)],
+            special_mask=[True, False, False, True],
+        ),
         coefficients=coefficients,
         layer="layer.1",
         method="NMF",

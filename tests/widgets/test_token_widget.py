@@ -40,7 +40,7 @@ def _result(**overrides):
         target_labels=["negative", "positive"],
         target_probs=np.array([0.3, 0.7]),
         method="saliency",
-        reduce="sum over embedding dimension (signed)",
+        score_meaning="sum over embedding dimension (signed)",
         completeness_error=None,
     )
     fields.update(overrides)
@@ -270,7 +270,9 @@ def test_static_html_colours_each_visible_token_like_the_js_scale():
 
 def test_static_html_escapes_untrusted_text_and_has_no_script():
     widget = TokenHighlightWidget(
-        _result(target_labels=["<b>neg</b>", "pos"], method="<script>alert(1)</script>", reduce='" onmouseover="x')
+        _result(
+            target_labels=["<b>neg</b>", "pos"], method="<script>alert(1)</script>", score_meaning='" onmouseover="x'
+        )
     )
     markup = widget.static_html()
     parsed = _parse(markup)
@@ -399,7 +401,7 @@ def test_the_engine_result_displays_as_this_widget():
     from interp_widgets.attribution.result import AttributionResult
 
     r = _result()
-    result = AttributionResult(
+    result = AttributionResult.from_flat(
         text=r.text, tokens=r.tokens, offsets=r.offsets, special_mask=r.special_mask, word_ids=r.word_ids,
         sentence_ids=r.sentence_ids, scores=r.scores, target_labels=r.target_labels, target_probs=r.target_probs,
         target_ids=np.array([0, 1]), method="integrated_gradients", completeness_error=np.array([0.01, -0.02]),
@@ -407,5 +409,5 @@ def test_the_engine_result_displays_as_this_widget():
     widget = result.widget()
     assert isinstance(widget, TokenHighlightWidget)
     assert widget.completeness_error == pytest.approx([0.01, -0.02])
-    assert widget.score_meaning == result.reduce
+    assert widget.score_meaning == result.score_meaning
     assert list(result._repr_mimebundle_()[0])[:2] == [WIDGET_VIEW_MIME, "image/svg+xml"]

@@ -3,7 +3,6 @@ static SVG fallbacks (escaped, no script), export pages, unsigned scales and bad
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 from types import SimpleNamespace
@@ -34,7 +33,7 @@ def _result(scores, *, tokens=("The", "film", "was", EVIL, "."), labels=("negati
         text += (" " if k else "") + t
         offsets.append((start, start + len(t)))
     scores = np.atleast_2d(np.asarray(scores, dtype=np.float64))
-    return AttributionResult(
+    return AttributionResult.from_flat(
         text=text, tokens=tokens, offsets=np.array(offsets), special_mask=np.zeros(len(tokens), bool),
         word_ids=np.arange(len(tokens)), sentence_ids=np.zeros(len(tokens), int), scores=scores,
         target_labels=list(labels), target_probs=np.array(probs), target_ids=np.arange(len(labels)), method=method,
@@ -97,8 +96,7 @@ def test_generation_svg_annotates_probabilities_and_marks_unseen_sources():
 def test_generation_rejects_results_without_generated_tokens():
     with pytest.raises(ValueError, match="no generated tokens"):
         GenerationWidget(_result([[0.1] * 5, [0.2] * 5]))
-    bad = _gen_result()
-    bad.target_positions = np.array([0, 1])
+    bad = _gen_result().replace(target_positions=np.array([0, 1]))
     with pytest.raises(ValueError, match="target_positions must point just before generated tokens"):
         GenerationWidget(bad)
 
@@ -143,7 +141,7 @@ def test_compare_builds_the_agreement_table_for_the_shared_target():
 
 def test_compare_has_one_agreement_table_per_granularity_over_unit_sums():
     words = np.array([0, 0, 1, 2, 2])
-    results = [dataclasses.replace(_result(rows, method=name), word_ids=words) for name, rows in (
+    results = [_result(rows, method=name).replace(word_ids=words) for name, rows in (
         ("ig", [[0.0] * 5, [0.5, -0.1, 0.3, 0.9, -0.2]]), ("saliency", [[0.0] * 5, [0.1, 0.2, 0.3, 0.4, 0.5]]),
         ("occlusion", [[0.0] * 5, [-0.2, 0.3, 0.1, 0.8, 0.0]]))]  # fmt: skip
     widget = compare(results, k=2)
@@ -173,8 +171,8 @@ def test_compare_rejects_mismatched_inputs():
     with pytest.raises(ValueError, match="method names must be distinct"):
         compare([a, a])
     with_special = _result([[0.1] * 5, [0.2] * 5], method="c")
-    with_special = dataclasses.replace(with_special, special_mask=np.array([True, False, False, False, False]))
-    without = dataclasses.replace(with_special.aggregate("token"), method="d")
+    with_special = with_special.replace(special_mask=np.array([True, False, False, False, False]))
+    without = with_special.aggregate("token").replace(method="d")
     with pytest.raises(ValueError, match=r"aggregate\('token'\)"):  # e.g. IntegratedGradients vs Occlusion
         compare([with_special, without])
     assert compare([a, a], names=["run 1", "run 2"]).methods == ["run 1", "run 2"]
@@ -192,12 +190,8 @@ def test_comparison_svg_lists_methods_tokens_and_agreement():
 
 def test_comparison_granularity_sums_words_and_sentences_like_the_browser():
     words, sentences = np.array([0, 0, 1, 2, 2]), np.array([0, 0, 0, 1, 1])
-    a = dataclasses.replace(
-        _result([[0.0] * 5, [0.5, -1.0, 0.25, 2.0, NAN]], method="ig"), word_ids=words, sentence_ids=sentences
-    )
-    b = dataclasses.replace(
-        _result([[0.0] * 5, [1.0, 1.0, 0.0, 0.5, 0.5]], method="sal"), word_ids=words, sentence_ids=sentences
-    )
+    a = _result([[0.0] * 5, [0.5, -1.0, 0.25, 2.0, NAN]], method="ig").replace(word_ids=words, sentence_ids=sentences)
+    b = _result([[0.0] * 5, [1.0, 1.0, 0.0, 0.5, 0.5]], method="sal").replace(word_ids=words, sentence_ids=sentences)
     widget = compare([a, b], granularity="word")
     assert buffer_to_array(widget.word_ids).tolist() == words.tolist()
     assert widget.units() == [[0, 1], [2], [3, 4]]
@@ -263,8 +257,8 @@ def test_example_list_svg_shows_one_page_with_labels_and_verdicts():
 
 
 def test_example_list_granularity_groups_within_each_example():
-    first = dataclasses.replace(_result([[0.1, 0.2, 0.3, 0.4, 0.5], [0.0] * 5], probs=[0.8, 0.2]),
-                                word_ids=np.array([0, 0, 1, 1, 2]), sentence_ids=np.array([0, 0, 0, 1, 1]))  # fmt: skip
+    first = _result([[0.1, 0.2, 0.3, 0.4, 0.5], [0.0] * 5], probs=[0.8, 0.2]).replace(
+        word_ids=np.array([0, 0, 1, 1, 2]), sentence_ids=np.array([0, 0, 0, 1, 1]))  # fmt: skip
     second = _result([[0.0] * 5, [0.9, -2.0, 0.1, 0.1, 0.1]], probs=[0.1, 0.9])
     widget = ExampleListWidget([first, second], granularity="word")
     assert buffer_to_array(widget.word_ids).tolist() == [0, 0, 1, 1, 2, 0, 1, 2, 3, 4]
