@@ -21,7 +21,7 @@ from interp_widgets.notebook_export import export_notebook
 from interp_widgets.widgets.view_data import VIEW_DATA
 from interp_widgets.widgets import MIME_TYPE
 from interp_widgets.widgets._payload_schema import schema_json
-from tests.test_mime_payload import _conforms
+from tests.widgets.test_mime_payload import _conforms
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "saved_v0_1"
 EXPECTED = json.loads((FIXTURES / "expected.json").read_text(encoding="utf-8"))
