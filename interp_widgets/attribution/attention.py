@@ -28,9 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from interp_widgets.adapter import TASK_CLASSIFICATION, ModelAdapter, UnsupportedModelError
+from interp_widgets.adapter import ModelAdapter, UnsupportedModelError
 from interp_widgets.attribution.base import Attributor, progress_bar
-from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
+from interp_widgets.attribution.problem import RowChunk, evaluate_rows
+from interp_widgets.tasks import ExplainedInput, task_for
 from interp_widgets.attribution.result import AttributionResult
 from interp_widgets.layers import no_new_hooks
 from interp_widgets.validation import check_int
@@ -97,6 +98,7 @@ class _AttentionRecorder:
 
     def __init__(self, adapter: ModelAdapter):
         self.adapter = adapter
+        self.joined_axes = task_for(adapter).joined_axes
         self.cross: list[torch.Tensor] | None = None
         self.attentions: list[torch.Tensor] = []
         self.gradients: list[torch.Tensor | None] = []
@@ -115,7 +117,7 @@ class _AttentionRecorder:
             )
         cross = getattr(out, "cross_attentions", None)
         self.cross = None
-        if self.adapter.is_seq2seq:  # an encoder–decoder: join encoder, cross and decoder self-attention on one axis
+        if self.joined_axes:  # an encoder–decoder: join encoder, cross and decoder self-attention on one axis
             attentions = self._joined(
                 list(getattr(out, "encoder_attentions", None) or []), attentions, list(cross or [])
             )
@@ -171,7 +173,7 @@ def query_position(adapter: ModelAdapter, problem: ExplainedInput, target: int) 
     classifiers, the scored position otherwise (mask position, or the position predicting a generated token).
 
     Example:
-        >>> from interp_widgets.attribution.problem import prepare_inputs
+        >>> from interp_widgets.tasks import prepare_inputs
         >>> problem = prepare_inputs(adapter, ["Not bad."], target=None)[0]
         >>> query_position(adapter, problem, 0)  # the encoder classifier reads [CLS]
         0
@@ -180,9 +182,7 @@ def query_position(adapter: ModelAdapter, problem: ExplainedInput, target: int) 
         >>> [query_position(lm_adapter, generated, t) for t in range(generated.n_targets)]
         [2, 3, 4]
     """
-    if adapter.task == TASK_CLASSIFICATION:
-        return 0 if adapter.is_pad_safe() else problem.length - 1
-    return int(problem.target_positions[target])
+    return task_for(adapter).query_position(problem, target)
 
 
 def attention_rollout(attentions: torch.Tensor) -> torch.Tensor:
@@ -281,7 +281,7 @@ class AttentionMethod(Attributor):
         raise NotImplementedError(f"{type(self).__name__} must implement _relevance")
 
     def _attribute_inputs(self, adapter, problems, *, score, granularity) -> list[AttributionResult]:
-        if adapter.is_seq2seq and not self.supports_seq2seq:
+        if task_for(adapter).joined_axes and not self.supports_seq2seq:
             raise UnsupportedModelError(
                 f"{self.name} composes attention through one stack of layers, which an encoder–decoder does not have "
                 "(its decoder reads the encoder through cross-attention); use raw_attention (cross-attention over the "
