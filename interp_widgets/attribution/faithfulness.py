@@ -177,9 +177,7 @@ def faithfulness(
     adapter = as_adapter(model, tokenizer, max_batch_tokens)
     task = task_for(adapter)
     if not task.per_class:
-        raise ValueError(
-            f"faithfulness curves are defined here for sequence classifiers; this model is a {task.name}"
-        )
+        raise ValueError(f"faithfulness curves are defined here for sequence classifiers; this model is a {task.name}")
     max_steps = check_int("max_steps", max_steps, minimum=1)
     items = [results] if isinstance(results, AttributionResult) else list(results)
     if not items:

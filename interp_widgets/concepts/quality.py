@@ -47,7 +47,15 @@ from interp_widgets.validation import check_int
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.tasks import task_for
 from interp_widgets.concepts.decompositions import ConceptModel
-from interp_widgets.layers import UnsupportedModelError, capture, evaluation, hidden_of, hooks, resolve_layer, to_hook_name
+from interp_widgets.layers import (
+    UnsupportedModelError,
+    capture,
+    evaluation,
+    hidden_of,
+    hooks,
+    resolve_layer,
+    to_hook_name,
+)
 
 #: ``problem()`` thresholds: FVU above this, or loss recovered below this when ablation costs at least MIN_GAP nats.
 MAX_FVU = 0.5

@@ -11,6 +11,15 @@ Example:
 """
 
 from interp_widgets.tasks import causal_lm, classification, masked_lm, seq2seq  # noqa: F401  (they register)
-from interp_widgets.tasks.base import TASKS, Explain, ExplainedInput, Task, detect_task, prepare_inputs, task_class, task_for
+from interp_widgets.tasks.base import (
+    TASKS,
+    Explain,
+    ExplainedInput,
+    Task,
+    detect_task,
+    prepare_inputs,
+    task_class,
+    task_for,
+)
 
 __all__ = ["TASKS", "Explain", "ExplainedInput", "Task", "detect_task", "prepare_inputs", "task_class", "task_for"]

@@ -449,4 +449,3 @@ def prepare_inputs(adapter: ModelAdapter, inputs, options: Explain | None = None
     if options is not None and keywords:
         raise TypeError(f"pass options= or keywords, not both (got {sorted(keywords)})")
     return task_for(adapter).explain(inputs, Explain(**keywords) if options is None else options)
-

@@ -129,7 +129,9 @@ class CausalLMTask(Task):
             if isinstance(continuation, str):
                 if not continuation:
                     raise ValueError("continuation is empty; pass the text the model should be explained for.")
-                new_ids = np.asarray(self.adapter.tokenizer(continuation, add_special_tokens=False)["input_ids"], dtype=np.int64)
+                new_ids = np.asarray(
+                    self.adapter.tokenizer(continuation, add_special_tokens=False)["input_ids"], dtype=np.int64
+                )
             else:
                 new_ids = np.asarray(list(continuation), dtype=np.int64)
             if len(new_ids) == 0:
@@ -162,7 +164,9 @@ class CausalLMTask(Task):
                 return self._forced_reply(self.adapter.encode(messages, continue_final_message=True))
             if isinstance(continuation, str):
                 if not continuation.strip():
-                    raise ValueError("continuation is empty; pass the assistant reply the model should be explained for.")
+                    raise ValueError(
+                        "continuation is empty; pass the assistant reply the model should be explained for."
+                    )
                 reply = [*messages, {"role": "assistant", "content": continuation}]
                 return self._forced_reply(self.adapter.encode(reply, continue_final_message=True))
             if continuation is None and not max_new_tokens:
@@ -282,7 +286,9 @@ class CausalLMTask(Task):
         ids = torch.tensor([list(input_ids)], dtype=torch.long, device=device)
         new_ids, probs = [], []
         # transformers 5 renamed past_key_values to cache; pass whichever this model's forward takes
-        cache_arg = "cache" if "cache" in inspect.signature(self.adapter.model.forward).parameters else "past_key_values"
+        cache_arg = (
+            "cache" if "cache" in inspect.signature(self.adapter.model.forward).parameters else "past_key_values"
+        )
         past = None
         with evaluation(self.adapter.model), torch.inference_mode():
             step_input = ids
@@ -291,7 +297,9 @@ class CausalLMTask(Task):
                 mask = torch.ones((1, seen), dtype=torch.long, device=device)
                 last = torch.tensor([[step_input.shape[1] - 1]])
                 with self.adapter.logits_at(last, tuple(step_input.shape)):  # logits of the last position only
-                    out = self.adapter.model(input_ids=step_input, attention_mask=mask, use_cache=True, **{cache_arg: past})
+                    out = self.adapter.model(
+                        input_ids=step_input, attention_mask=mask, use_cache=True, **{cache_arg: past}
+                    )
                 self.adapter.count_forward(1, 1)
                 past = getattr(out, cache_arg)
                 p = torch.softmax(out.logits[0, -1].float(), dim=-1).cpu()
@@ -306,4 +314,3 @@ class CausalLMTask(Task):
                     break
                 step_input = torch.tensor([[token]], dtype=torch.long, device=device)
         return np.asarray(new_ids, dtype=np.int64), np.asarray(probs, dtype=np.float64)
-

@@ -34,7 +34,9 @@ class ClassificationTask(Task):
 
     @classmethod
     def matches(cls, model: nn.Module) -> bool:
-        return cls.model_class_in(model, "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", ("ForSequenceClassification",))
+        return cls.model_class_in(
+            model, "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", ("ForSequenceClassification",)
+        )
 
     @property
     def labels(self) -> list[str]:

@@ -151,7 +151,9 @@ class Seq2SeqLMTask(Task):
                 )
             return np.asarray(ids, dtype=np.int64)
         if isinstance(continuation, (bytes, dict)) or not hasattr(continuation, "__iter__"):
-            raise TypeError(f"{what} must be a target text or a sequence of token ids; got {type(continuation).__name__}")
+            raise TypeError(
+                f"{what} must be a target text or a sequence of token ids; got {type(continuation).__name__}"
+            )
         items = continuation.tolist() if hasattr(continuation, "tolist") else list(continuation)
         if items and isinstance(items[0], list):
             raise ValueError(
@@ -304,8 +306,6 @@ class Seq2SeqLMTask(Task):
                 if stop_at_eos and eos is not None and token == eos:
                     break
         return np.asarray(new_ids, dtype=np.int64), np.asarray(probs, dtype=np.float64)
-
-
 
     @property
     def decoder_start_token_id(self) -> int:
