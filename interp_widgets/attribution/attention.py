@@ -98,7 +98,7 @@ class _AttentionRecorder:
 
     def __init__(self, adapter: ModelAdapter):
         self.adapter = adapter
-        self.joined_axes = task_for(adapter).joined_axes
+        self.task = task_for(adapter)
         self.cross: list[torch.Tensor] | None = None
         self.attentions: list[torch.Tensor] = []
         self.gradients: list[torch.Tensor | None] = []
@@ -109,41 +109,12 @@ class _AttentionRecorder:
         return self.adapter.observing(self._observe, output_attentions=True)
 
     def _observe(self, out) -> None:
-        attentions = list(getattr(out, "attentions", None) or getattr(out, "decoder_attentions", None) or [])
-        if not attentions or any(a is None for a in attentions):
-            raise UnsupportedModelError(
-                f"{type(self.adapter.model).__name__} returned no attention weights even with eager attention; attention "
-                "methods need a model that supports output_attentions=True (load it with attn_implementation='eager')."
-            )
-        cross = getattr(out, "cross_attentions", None)
-        self.cross = None
-        if self.joined_axes:  # an encoder–decoder: join encoder, cross and decoder self-attention on one axis
-            attentions = self._joined(
-                list(getattr(out, "encoder_attentions", None) or []), attentions, list(cross or [])
-            )
+        attentions, cross = self.task.attention_maps(out)
+        self.cross = None if cross is None else [c.detach() for c in cross]
         self.attentions, self.gradients, self._cursor = attentions, [None] * len(attentions), 0
         for layer, attention in enumerate(attentions):
             if attention.requires_grad:
                 attention.register_hook(self._gradient_store(layer))
-
-    def _joined(self, encoder: list, decoder: list, cross: list) -> list[torch.Tensor]:
-        """Per decoder layer ``(rows, heads, S + D, S + D)`` on the joined source + decoder axis: a decoder row holds
-        its cross-attention over the source, then its self-attention over the decoder tokens (each part sums to 1);
-        a source row holds the same-numbered encoder layer's self-attention (zero when the encoder is shallower)."""
-        if not cross or any(c is None for c in cross) or any(d is None for d in decoder):
-            raise UnsupportedModelError(
-                f"{type(self.adapter.model).__name__} returned no cross-attention weights even "
-                "with eager attention; load it with attn_implementation='eager'."
-            )
-        self.cross = [c.detach() for c in cross]  # (rows, heads, D, S) per decoder layer
-        joined = []
-        for layer, (self_attn, cross_attn) in enumerate(zip(decoder, cross)):
-            rows, heads, n_dec, n_src = cross_attn.shape
-            top = torch.zeros((rows, heads, n_src, n_src + n_dec), dtype=cross_attn.dtype, device=cross_attn.device)
-            if layer < len(encoder) and encoder[layer] is not None:
-                top = torch.cat([encoder[layer].detach().to(cross_attn.dtype), top[..., n_src:]], dim=-1)
-            joined.append(torch.cat([top, torch.cat([cross_attn, self_attn], dim=-1)], dim=-2))
-        return joined
 
     def take_cross(self, n_rows: int, n_targets: int) -> np.ndarray:
         """Cross-attention of the rows just taken, ``(rows, layers, heads, targets, source)`` float16: decoder

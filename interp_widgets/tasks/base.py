@@ -358,6 +358,26 @@ class Task:
         """Resolve the targets of a concept importance: ``(ids, labels, score vector)`` indexed by the ids."""
         raise ValueError(f"concept importance explains classifiers and causal LMs; this model is a {self.name}")
 
+    def attention_maps(self, out) -> tuple[list[torch.Tensor], list[torch.Tensor] | None]:
+        """Each layer's attention probabilities ``(rows, heads, T, T)`` over the explained token axis, from a model
+        output run with ``output_attentions=True``, and the cross-attentions (``None`` here: one stack).
+
+        Example:
+            >>> from interp_widgets.adapter import ModelAdapter
+            >>> out = lm(input_ids=torch.tensor([[5, 6, 7]]), output_attentions=True)
+            >>> maps, cross = task_for(ModelAdapter(lm, lm_tokenizer)).attention_maps(out)
+            >>> len(maps), tuple(maps[0].shape), cross
+            (2, (1, 2, 3, 3), None)
+        """
+        attentions = list(getattr(out, "attentions", None) or getattr(out, "decoder_attentions", None) or [])
+        if not attentions or any(a is None for a in attentions):
+            raise UnsupportedModelError(
+                f"{type(self.adapter.model).__name__} returned no attention weights even with eager attention; "
+                "attention methods need a model that supports output_attentions=True (load it with "
+                "attn_implementation='eager')."
+            )
+        return attentions, None
+
     def lens_targets(self, ids: np.ndarray) -> tuple[np.ndarray, str]:
         """The token a lens reads at each position, and its label: the next token (``-1`` at the end)."""
         return np.append(ids[1:], -1), "next token"

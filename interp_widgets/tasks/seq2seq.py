@@ -104,6 +104,28 @@ class Seq2SeqLMTask(Task):
                         out[i] = logits[row]
         return out  # type: ignore[return-value]
 
+    def attention_maps(self, out) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """Per decoder layer ``(rows, heads, S + D, S + D)`` on the joined source + decoder axis: a decoder row holds
+        its cross-attention over the source, then its self-attention over the decoder tokens (each part sums to 1);
+        a source row holds the same-numbered encoder layer's self-attention (zero when the encoder is shallower).
+        The cross-attentions ``(rows, heads, D, S)`` per decoder layer come second."""
+        decoder, _ = super().attention_maps(out)
+        encoder = list(getattr(out, "encoder_attentions", None) or [])
+        cross = list(getattr(out, "cross_attentions", None) or [])
+        if not cross or any(c is None for c in cross) or any(d is None for d in decoder):
+            raise UnsupportedModelError(
+                f"{type(self.adapter.model).__name__} returned no cross-attention weights even "
+                "with eager attention; load it with attn_implementation='eager'."
+            )
+        joined = []
+        for layer, (self_attn, cross_attn) in enumerate(zip(decoder, cross)):
+            rows, heads, n_dec, n_src = cross_attn.shape
+            top = torch.zeros((rows, heads, n_src, n_src + n_dec), dtype=cross_attn.dtype, device=cross_attn.device)
+            if layer < len(encoder) and encoder[layer] is not None:
+                top = torch.cat([encoder[layer].detach().to(cross_attn.dtype), top[..., n_src:]], dim=-1)
+            joined.append(torch.cat([top, torch.cat([cross_attn, self_attn], dim=-1)], dim=-2))
+        return joined, cross
+
     def activation_pass(self, module: nn.Module):
         """An encoder layer runs the encoder alone on each text; a decoder layer (or the LM head) reads each text as
         a target (teacher-forced, after the decoder's start token), with the same text as the source, and the row of
