@@ -34,10 +34,10 @@ import torch
 from torch import nn
 
 from interp_widgets.adapter import ModelAdapter, UnsupportedModelError
-from interp_widgets.tasks import task_for
+from interp_widgets.tasks import task_class, task_for
 from interp_widgets.attribution.attention import eager_attention, rollout_step
 from interp_widgets.attribution.base import progress_bar
-from interp_widgets.layers import evaluation, is_encoder_decoder
+from interp_widgets.layers import evaluation
 from interp_widgets.validation import check_choice, check_int
 
 KINDS = ("self", "encoder", "decoder", "cross")
@@ -75,7 +75,7 @@ def attention_modules(model: nn.Module, kind: str = "self") -> list[tuple[str, n
         ValueError: GPT2LMHeadModel has no 'cross' attention: kind='cross' needs an encoder-decoder model; use kind='self'.
     """
     kind = check_choice("kind", kind, KINDS)
-    seq2seq = is_encoder_decoder(model)
+    seq2seq = task_class(model).joined_axes  # an encoder–decoder: encoder, decoder and cross attention
     name = type(model).__name__
     if seq2seq and kind == "self":
         raise ValueError(

@@ -363,8 +363,9 @@ class Task:
         output run with ``output_attentions=True``, and the cross-attentions (``None`` here: one stack).
 
         Example:
+            >>> from types import SimpleNamespace
             >>> from interp_widgets.adapter import ModelAdapter
-            >>> out = lm(input_ids=torch.tensor([[5, 6, 7]]), output_attentions=True)
+            >>> out = SimpleNamespace(attentions=(torch.full((1, 2, 3, 3), 1 / 3),) * 2)  # two layers, two heads
             >>> maps, cross = task_for(ModelAdapter(lm, lm_tokenizer)).attention_maps(out)
             >>> len(maps), tuple(maps[0].shape), cross
             (2, (1, 2, 3, 3), None)
