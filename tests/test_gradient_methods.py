@@ -20,7 +20,7 @@ from interp_widgets.attribution import (
     attribute,
 )
 from interp_widgets.attribution.gradient import quadrature
-from interp_widgets.attribution.problem import plan_chunks
+from interp_widgets.attribution.rows import plan_chunks
 from tests.conftest import model_fingerprint
 
 TEXTS = ["Not bad at all, honestly.", "The plot was dull. The acting was worse, and I left early."]

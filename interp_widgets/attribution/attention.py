@@ -30,7 +30,7 @@ from torch import nn
 
 from interp_widgets.adapter import ModelAdapter, UnsupportedModelError
 from interp_widgets.attribution.base import Attributor, progress_bar
-from interp_widgets.attribution.problem import RowChunk, evaluate_rows
+from interp_widgets.attribution.rows import RowChunk, evaluate_rows
 from interp_widgets.tasks import ExplainedInput, task_for
 from interp_widgets.attribution.result import AttributionResult
 from interp_widgets.layers import no_new_hooks

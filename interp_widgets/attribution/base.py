@@ -27,7 +27,7 @@ import torch
 
 from interp_widgets._inputs import check_texts, input_items
 from interp_widgets.adapter import ModelAdapter
-from interp_widgets.attribution.problem import RowChunk, check_score_kind, evaluate_rows
+from interp_widgets.attribution.rows import RowChunk, check_score_kind, evaluate_rows
 from interp_widgets.layers import evaluation
 from interp_widgets.tasks import Explain, ExplainedInput, task_for
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult

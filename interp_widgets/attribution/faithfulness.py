@@ -22,7 +22,7 @@ import torch
 
 from interp_widgets.attribution.base import as_adapter
 from interp_widgets.attribution.gradient import baseline_embeddings
-from interp_widgets.attribution.problem import evaluate_rows
+from interp_widgets.attribution.rows import evaluate_rows
 from interp_widgets.layers import evaluation
 from interp_widgets.tasks import Explain, task_for
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult

@@ -24,7 +24,7 @@ import torch
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.text_units import Encoding
 from interp_widgets.attribution.base import REDUCTIONS, Attributor, progress_bar, reduce_embedding_dim
-from interp_widgets.attribution.problem import RowChunk, evaluate_rows
+from interp_widgets.attribution.rows import RowChunk, evaluate_rows
 from interp_widgets.tasks import task_for
 from interp_widgets.attribution.result import AttributionResult
 from interp_widgets.validation import check_choice, check_int, check_number
