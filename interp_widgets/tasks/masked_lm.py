@@ -3,7 +3,7 @@
 Example:
     >>> from interp_widgets.adapter import ModelAdapter
     >>> from interp_widgets.tasks import task_for
-    >>> task_for(ModelAdapter(masked_lm, tokenizer)).explain("The food was [MASK].", )[0].target_positions.tolist()
+    >>> task_for(ModelAdapter(masked_lm, tokenizer)).explain("The food was [MASK].")[0].target_positions.tolist()
     [4]
 """
 
