@@ -120,8 +120,10 @@ class Task:
     - ``name`` (registers the class in :data:`TASKS`), ``priority`` (higher is tried first) and the classmethod
       :meth:`matches` ``(model) -> bool``;
     - :meth:`explain_inputs` ``(items, encodings, options)``: the :class:`ExplainedInput` of every input;
-    - optional: :meth:`check` (refuse a model at binding), :meth:`encode_inputs`, :meth:`foils`, :meth:`generate`,
-      :meth:`training_batch`, :meth:`lens_targets`, :meth:`query_position`, :attr:`pad_safe`, and the facts below.
+    - optional: :meth:`check` (refuse a model at binding), :meth:`encode_inputs`, :meth:`foils` / :meth:`foil_logits`,
+      :meth:`generate`, :meth:`training_batch` / :meth:`check_training_labels`, :meth:`activation_pass`,
+      :meth:`default_pooling`, :meth:`attention_maps`, :meth:`query_position`, :meth:`lens_targets`,
+      :meth:`encode_scored` / :meth:`concept_targets`, :attr:`pad_safe`, and the facts below.
 
     Facts a compute family asks instead of testing the task's name:
 
@@ -149,8 +151,6 @@ class Task:
     joined_axes = False
     per_class = False
     scores_next_token = False
-    #: what ``generate`` needs, for error messages of the tasks that cannot generate
-    describes = "model"
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
