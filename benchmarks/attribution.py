@@ -144,7 +144,7 @@ def kernelshap_mae_ratio(model, tokenizer) -> float | None:
         return None
     from captum.attr import KernelShap as CaptumKernelShap
 
-    from interp_widgets.attribution.problem import prepare_inputs
+    from interp_widgets.tasks import prepare_inputs
 
     adapter = ModelAdapter(model, tokenizer)
     texts = [t for t in demo.corpus() if len(adapter.encode(t).input_ids) == 12][:6]

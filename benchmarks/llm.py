@@ -110,6 +110,7 @@ def completeness_section(model, tokenizer, *, captum: bool = True, prompts: list
     """Lines 1-2 (the default IG on the 8 prompts, or those numbered in ``prompts``), and line 3 against Captum when
     ``captum``."""
     from interp_widgets.adapter import ModelAdapter
+    from interp_widgets.tasks import task_for
     from interp_widgets.attribution import IntegratedGradients
     from interp_widgets.attribution.gradient import baseline_embeddings
 
@@ -117,7 +118,7 @@ def completeness_section(model, tokenizer, *, captum: bool = True, prompts: list
     ours_s, theirs_s, nodes, met = [], [], [], []
     for prompt in [PROMPTS[k] for k in (range(len(PROMPTS)) if prompts is None else prompts)]:
         ids = adapter.encode(prompt).input_ids
-        new_ids, _ = adapter.generate(ids, max_new_tokens=1, stop_at_eos=False)
+        new_ids, _ = task_for(adapter).generate(ids, max_new_tokens=1, stop_at_eos=False)
         ig = IntegratedGradients(progress=False)
         start = time.perf_counter()
         result = ig.attribute(model, tokenizer, prompt, continuation=new_ids.tolist())
@@ -174,10 +175,13 @@ def generation_section(model, tokenizer) -> None:
     from scipy.stats import spearmanr
 
     from interp_widgets.adapter import ModelAdapter
+    from interp_widgets.tasks import task_for
     from interp_widgets.attribution import InputXGradient, IntegratedGradients, Saliency
 
     adapter = ModelAdapter(model, tokenizer)
-    new_ids, _ = adapter.generate(adapter.encode(GEN_PROMPT).input_ids, max_new_tokens=GEN_TOKENS, stop_at_eos=False)
+    new_ids, _ = task_for(adapter).generate(
+        adapter.encode(GEN_PROMPT).input_ids, max_new_tokens=GEN_TOKENS, stop_at_eos=False
+    )
     continuation = tokenizer.decode(new_ids)
     print(
         f"info: prompt {GEN_PROMPT!r} ({len(adapter.encode(GEN_PROMPT))} tokens), greedy continuation "

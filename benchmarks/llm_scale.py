@@ -163,12 +163,15 @@ def generation_counts() -> None:
     import inseq
 
     from interp_widgets.adapter import ModelAdapter
+    from interp_widgets.tasks import task_for
     from interp_widgets.attribution import InputXGradient, IntegratedGradients, Saliency
     from interp_widgets.demo import load_lm
 
     model, tokenizer = load_lm(progress=False)
     adapter = ModelAdapter(model, tokenizer)
-    new_ids, _ = adapter.generate(adapter.encode(GEN_PROMPT).input_ids, max_new_tokens=GEN_TOKENS, stop_at_eos=False)
+    new_ids, _ = task_for(adapter).generate(
+        adapter.encode(GEN_PROMPT).input_ids, max_new_tokens=GEN_TOKENS, stop_at_eos=False
+    )
     continuation = tokenizer.decode(new_ids)
     print(
         f"info: prompt {GEN_PROMPT!r} ({len(adapter.encode(GEN_PROMPT))} tokens), greedy continuation "

@@ -1,7 +1,8 @@
 """The adapter that joins a Hugging Face model and its tokenizer for the compute families of interp_widgets.
 
-It detects the task of a model, runs the model from ``inputs_embeds`` in length-bucketed batches capped by
-``max_batch_tokens``, resolves targets and generates. What needs only a tokenizer lives in
+It runs any model the same way, whatever its task: from ``inputs_embeds`` or ids, in length-bucketed batches capped
+by ``max_batch_tokens``, counting the passes. What differs between tasks (targets, generation, training labels …)
+lives in :mod:`interp_widgets.tasks`. What needs only a tokenizer lives in
 :mod:`interp_widgets.text_units` (tokenization, word and sentence units); what needs only a model lives in
 :mod:`interp_widgets.layers` (canonical layer names, hooks). The adapter never mutates the model: no added tokens,
 no resized embeddings, no config edits, no device moves, and the train/eval mode is restored after every call.
@@ -18,78 +19,23 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-import warnings
 from dataclasses import dataclass, fields
 from typing import Callable, Iterator, Sequence
 
-import numpy as np
 import torch
 from torch import nn
 
-from interp_widgets import layers as _layers
-from interp_widgets.layers import LayerPoint, UnsupportedModelError
+from interp_widgets.layers import UnsupportedModelError
 from interp_widgets._inputs import input_items, is_conversation
-from interp_widgets.targets import Targets
 from interp_widgets.text_units import Encoding, check_fast_tokenizer, encode, encode_chat
 from interp_widgets.validation import check_int, check_number
 
-__all__ = [
-    "ModelAdapter",
-    "Encoding",
-    "PassCount",
-    "UnsupportedModelError",
-    "detect_task",
-    "execution_device",
-    "SUPPORTED_TASKS",
-    "TASK_CLASSIFICATION",
-    "TASK_CAUSAL_LM",
-    "TASK_MASKED_LM",
-    "TASK_SEQ2SEQ_LM",
-]
-
-TASK_CLASSIFICATION = "sequence-classification"
-TASK_CAUSAL_LM = "causal-lm"
-TASK_MASKED_LM = "masked-lm"
-TASK_SEQ2SEQ_LM = "seq2seq-lm"
-SUPPORTED_TASKS = (TASK_CLASSIFICATION, TASK_CAUSAL_LM, TASK_MASKED_LM, TASK_SEQ2SEQ_LM)
+__all__ = ["ModelAdapter", "Encoding", "PassCount", "UnsupportedModelError", "execution_device"]
 
 # Encoders that scale their token embeddings by ``embed_scale`` only when they embed ``input_ids`` themselves (so
 # ``inputs_embeds`` must arrive scaled), while their decoder scales whatever it gets. BART, mBART and M2M100 scale
 # inside their embedding module (``*ScaledWordEmbedding``) and T5 does not scale: neither needs anything.
 _ENCODER_SCALES_IDS_ONLY = ("marian",)
-
-
-def detect_task(model: nn.Module) -> str:
-    """Return the task of a Hugging Face model: sequence classification, causal LM, masked LM or sequence-to-sequence
-    LM (an encoder–decoder with a language-model head: T5, BART, mBART, Marian, M2M100…).
-
-    Encoder–decoder models are recognised first, by transformers' sequence-to-sequence mapping and
-    ``config.is_encoder_decoder``: ``BartForConditionalGeneration`` and ``MBartForConditionalGeneration`` are also
-    listed in its masked-LM mapping, but they are explained as what they are, sequence-to-sequence models.
-
-    Example:
-        >>> detect_task(model), detect_task(lm), detect_task(seq2seq)
-        ('sequence-classification', 'causal-lm', 'seq2seq-lm')
-    """
-    from transformers.models.auto import modeling_auto as auto
-
-    name = type(model).__name__
-    if _layers.is_encoder_decoder(model) and name in set(auto.MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES.values()):
-        return TASK_SEQ2SEQ_LM
-    mappings = (
-        (TASK_CLASSIFICATION, auto.MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES, ("ForSequenceClassification",)),
-        (TASK_CAUSAL_LM, auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES, ("ForCausalLM", "LMHeadModel")),
-        (TASK_MASKED_LM, auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES, ("ForMaskedLM",)),
-    )
-    for task, names, suffixes in mappings:
-        if name in set(names.values()) or name.endswith(suffixes):
-            return task
-    raise UnsupportedModelError(
-        f"unsupported model class {name}; supported: sequence classification (*ForSequenceClassification), "
-        "causal LM (*ForCausalLM, *LMHeadModel), masked LM (*ForMaskedLM) and sequence-to-sequence LM (T5, BART, "
-        "mBART, Marian, M2M100 *ForConditionalGeneration). Load your checkpoint with "
-        "AutoModelForSequenceClassification, AutoModelForCausalLM, AutoModelForMaskedLM or AutoModelForSeq2SeqLM."
-    )
 
 
 def execution_device(module: nn.Module) -> torch.device | None:
@@ -140,7 +86,7 @@ class ModelAdapter:
     """Wrap a Hugging Face ``PreTrainedModel`` and its tokenizer for attribution, concepts and geometry.
 
     Args:
-        model: a sequence classifier, causal LM or masked LM.
+        model: a Hugging Face model with a head (its task is :func:`interp_widgets.tasks.task_for` of the adapter).
         tokenizer: its *fast* tokenizer (needed for character offsets).
         max_batch_tokens: cap on the tokens of one forward (and backward) pass; evaluations are bucketed by length
             under it. This is the memory budget: the activations a backward pass keeps grow with the tokens of the
@@ -154,8 +100,8 @@ class ModelAdapter:
 
     Example:
         >>> adapter = ModelAdapter(model, tokenizer, max_batch_tokens=4096)
-        >>> adapter.task, adapter.labels
-        ('sequence-classification', ['negative', 'neutral', 'positive'])
+        >>> adapter.max_batch_tokens, adapter.device
+        (4096, device(type='cpu'))
     """
 
     def __init__(self, model: nn.Module, tokenizer, *, max_batch_tokens: int = 16384):
@@ -163,10 +109,7 @@ class ModelAdapter:
             raise TypeError(
                 f"model must be a torch.nn.Module (a Hugging Face PreTrainedModel), got {type(model).__name__}"
             )
-        self.task = detect_task(model)
         check_fast_tokenizer(tokenizer)
-        if self.task == TASK_SEQ2SEQ_LM:
-            _check_shared_embeddings(model)
         self.model = model
         self.tokenizer = tokenizer
         self.max_batch_tokens = check_int("max_batch_tokens", max_batch_tokens, minimum=1)
@@ -253,13 +196,6 @@ class ModelAdapter:
                 f"{limit} tokens)."
             )
 
-    @property
-    def labels(self) -> list[str]:
-        """Class names from ``config.id2label`` in index order (classifiers only)."""
-        n = int(getattr(self.model.config, "num_labels", 0) or 0)
-        id2label = getattr(self.model.config, "id2label", None) or {}
-        return [str(id2label.get(i, id2label.get(str(i), f"LABEL_{i}"))) for i in range(n)]
-
     # ------------------------------------------------------------------ tokenization
     def encode(self, text, *, add_special_tokens: bool = True, add_generation_prompt: bool = False,
                continue_final_message: bool = False) -> Encoding:  # fmt: skip
@@ -316,45 +252,13 @@ class ModelAdapter:
         """
         return self.embedding(input_ids.to(self.device))
 
-    @property
-    def is_seq2seq(self) -> bool:
-        """Whether the model is an encoder–decoder LM (task ``seq2seq-lm``), whose rows join source and target.
-
-        For such a model every sequence the adapter runs is one axis: the ``source_length`` source (encoder)
-        tokens, then the decoder's tokens (its start token and the target tokens). :meth:`forward_embeds` and
-        :meth:`forward_ids` split it at ``source_length``.
-
-        Example:
-            >>> adapter.is_seq2seq, ModelAdapter(seq2seq, seq2seq_tokenizer).is_seq2seq
-            (False, True)
-        """
-        return self.task == TASK_SEQ2SEQ_LM
-
-    @property
-    def decoder_start_token_id(self) -> int:
-        """The token an encoder–decoder's decoder starts from (``config.decoder_start_token_id``).
-
-        Example:
-            >>> ModelAdapter(seq2seq, seq2seq_tokenizer).decoder_start_token_id
-            0
-        """
-        config = self.model.config
-        start = getattr(config, "decoder_start_token_id", None)
-        if start is None:
-            start = getattr(getattr(self.model, "generation_config", None), "decoder_start_token_id", None)
-        if start is None:
-            raise UnsupportedModelError(
-                f"{type(self.model).__name__} has no config.decoder_start_token_id; set it on the "
-                "config before explaining (the token the decoder starts from)"
-            )
-        return int(start)
-
     def _check_split(self, source_length, length: int) -> int | None:
-        if not self.is_seq2seq:
+        two_stacks = "decoder_inputs_embeds" in inspect.signature(self.model.forward).parameters
+        if not two_stacks:
             if source_length is not None:
                 raise ValueError(
-                    f"source_length applies to encoder–decoder models; this model is a {self.task}, "
-                    "whose rows are one sequence. Leave source_length out."
+                    f"source_length applies to encoder–decoder models; {type(self.model).__name__} runs "
+                    "one sequence per row. Leave source_length out."
                 )
             return None
         if source_length is None:
@@ -388,7 +292,7 @@ class ModelAdapter:
         Inside :meth:`observing`, the model also gets the observer's keyword arguments and the observer sees the
         model's whole output.
 
-        An encoder–decoder model (:attr:`is_seq2seq`) takes ``source_length``: the first ``source_length`` rows of
+        An encoder–decoder model (one whose forward takes ``decoder_inputs_embeds``) takes ``source_length``: the first ``source_length`` rows of
         the token axis are the encoder's ``inputs_embeds``, the rest the decoder's ``decoder_inputs_embeds``
         (positions count on the joined axis). The embeddings are those of the shared embedding module
         (:meth:`embed`); an encoder that applies its ``embed_scale`` only to ids (Marian) gets its part scaled here,
@@ -465,13 +369,11 @@ class ModelAdapter:
             positions = None if positions is None else positions - split
         with self.logits_at(positions, shape) as gathered:
             out = self.model(**inputs, attention_mask=attention_mask, **extra)
-        for counter in self._counters:
-            counter.forward += 1
-            counter.forward_rows += int(shape[0])
+        self.count_forward(1, int(shape[0]))
         if observer is not None:
             observer(out)
         logits = out.logits
-        if positions is not None and self.task != TASK_CLASSIFICATION and not gathered["done"]:
+        if positions is not None and logits.dim() == 3 and not gathered["done"]:
             index = positions.to(logits.device)
             logits = logits.gather(1, index[..., None].expand(-1, -1, logits.shape[-1]))
         return logits
@@ -485,7 +387,7 @@ class ModelAdapter:
         model does after its head (soft-capping, scaling) still applies. The hook is removed on exit, also on errors.
         The yielded dict's ``"done"`` says whether the gather happened (a model whose head is not an output embedding
         module called on ``(rows, length, d)`` hidden states gives full logits instead). Classifiers and
-        ``positions=None`` change nothing.
+        ``positions=None`` change nothing (a classifier's head is no output embedding).
 
         Example:
             >>> lm_adapter = ModelAdapter(lm, lm_tokenizer)
@@ -496,7 +398,7 @@ class ModelAdapter:
         """
         state = {"done": False}
         head = None
-        if positions is not None and self.task != TASK_CLASSIFICATION:
+        if positions is not None:
             head = self.model.get_output_embeddings()
             if head is self.model.get_input_embeddings():
                 head = None
@@ -541,6 +443,20 @@ class ModelAdapter:
             yield counter
         finally:
             self._counters.remove(counter)
+
+    def count_forward(self, passes: int, rows: int) -> None:
+        """Record ``passes`` forward passes over ``rows`` sequences in every active :meth:`counting` block (for
+        passes run on the model directly, such as a generation step).
+
+        Example:
+            >>> with adapter.counting() as count:
+            ...     adapter.count_forward(1, 3)
+            >>> count.forward, count.forward_rows
+            (1, 3)
+        """
+        for counter in self._counters:
+            counter.forward += int(passes)
+            counter.forward_rows += int(rows)
 
     def count_backward(self, passes: int, rows: int) -> None:
         """Record ``passes`` backward passes producing ``rows`` gradients in every active :meth:`counting` block.
@@ -619,278 +535,3 @@ class ModelAdapter:
             256
         """
         return max(1, self.max_batch_tokens // max(1, int(length)))
-
-    # ------------------------------------------------------------------ targets
-    def resolve_targets(self, target, logits: torch.Tensor | None = None) -> list[int]:
-        """Turn a class index, a label name, a list of them, or ``None`` (the predicted class) into class indices.
-
-        Example:
-            >>> adapter.resolve_targets("positive"), adapter.resolve_targets(["negative", 1])
-            ([2], [0, 1])
-        """
-        if self.task != TASK_CLASSIFICATION:
-            raise ValueError(
-                f"class targets apply to sequence classifiers; this model is a {self.task}. "
-                "For language models pass token ids or a continuation string."
-            )
-        labels = self.labels
-        if target is None:
-            if logits is None:
-                raise ValueError("the predicted class needs the model's logits")
-            return [int(logits.reshape(-1, logits.shape[-1])[0].argmax())]
-        items = list(target) if isinstance(target, (list, tuple, np.ndarray, torch.Tensor)) else [target]
-        if not items:
-            raise ValueError("target list is empty; pass a class index, a label name or None for the prediction.")
-        classes = Targets(labels, ids=np.arange(len(labels)))
-        resolved = []
-        for item in items:
-            if isinstance(item, torch.Tensor):
-                item = item.item()
-            if isinstance(item, np.generic):
-                item = item.item()
-            if not isinstance(item, (int, str)) or isinstance(item, bool):
-                raise TypeError(
-                    f"target must be an int, a label name, a list of them or None; got {type(item).__name__}"
-                )
-            resolved.append(classes.index(item, name="class" if isinstance(item, int) else "label"))
-        return resolved
-
-    # ------------------------------------------------------------------ layers and hooks
-    def blocks(self) -> tuple[str, nn.ModuleList]:
-        """The module path and list of transformer blocks (:func:`interp_widgets.layers.blocks`).
-
-        Example:
-            >>> adapter.blocks()[0]
-            'bert.encoder.layer'
-        """
-        return _layers.blocks(self.model)
-
-    def layer_names(self) -> list[str]:
-        """Every name :meth:`resolve_layer` accepts: canonical block names, then module paths.
-
-        Example:
-            >>> adapter.layer_names()[:2]
-            ['layer:0', 'layer:0.resid_pre']
-        """
-        return _layers.layer_names(self.model)
-
-    def resolve_layer(self, layer: str | int | nn.Module) -> LayerPoint:
-        """Resolve ``"layer:4"``, ``4``, ``-1``, ``"layer:4.attn_out"``, a module path, a module or a hook name.
-
-        Returns the :class:`~interp_widgets.layers.LayerPoint` whose ``name`` is the canonical layer name that
-        every output records; unknown names raise a ValueError listing valid names.
-
-        Example:
-            >>> point = adapter.resolve_layer(-1)
-            >>> point.name, point.path
-            ('layer:1', 'bert.encoder.layer.1')
-        """
-        return _layers.resolve_layer(self.model, layer)
-
-    def get_layer(self, layer: str | int | nn.Module) -> tuple[str, nn.Module]:
-        """Deprecated: ``(module path, module)`` of a layer; use :meth:`resolve_layer`, which also gives the
-        canonical name.
-
-        Example:
-            >>> import warnings
-            >>> with warnings.catch_warnings():
-            ...     warnings.simplefilter("ignore")
-            ...     adapter.get_layer("layer:-1")[0]
-            'bert.encoder.layer.1'
-        """
-        warnings.warn(
-            "ModelAdapter.get_layer is deprecated; use resolve_layer(layer), whose .name is the canonical "
-            "layer name and .path the module path",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        point = self.resolve_layer(layer)
-        return point.path, point.module
-
-    def hooks(self, hooks: dict[str | int, Callable]):
-        """Install ``{layer: fn(module, inputs, output)}`` hooks for a ``with`` block (:func:`interp_widgets.layers.hooks`);
-        they are removed on exit, errors and Ctrl-C.
-
-        Example:
-            >>> shapes = []
-            >>> with adapter.hooks({"layer:1": lambda m, i, o: shapes.append(o.shape)}), torch.no_grad():
-            ...     _ = adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102]])))
-            >>> shapes
-            [torch.Size([1, 3, 32])]
-        """
-        return _layers.hooks(self.model, hooks)
-
-    def capture(self, layers: Sequence[str | int]):
-        """Record the hidden-state output of each layer during the ``with`` block, keyed by canonical name.
-
-        Example:
-            >>> with adapter.capture(["layer:1"]) as acts, torch.no_grad():
-            ...     _ = adapter.forward_embeds(adapter.embed(torch.tensor([[101, 2204, 102]])))
-            >>> acts["layer:1"][0].shape
-            torch.Size([1, 3, 32])
-        """
-        return _layers.capture(self.model, layers)
-
-    def evaluation(self):
-        """Put the model in eval mode for the block and restore the train/eval mode of every module afterwards.
-
-        Example:
-            >>> with adapter.evaluation():
-            ...     adapter.model.training
-            False
-        """
-        return _layers.evaluation(self.model)
-
-    # ------------------------------------------------------------------ language-model helpers
-    def is_pad_safe(self) -> bool:
-        """Whether right-padding a batch leaves each row's output unchanged (true for bidirectional encoders).
-
-        Decoder classifiers read the last position and would read padding, so their batches hold equal lengths only.
-
-        Example:
-            >>> adapter.is_pad_safe(), ModelAdapter(lm, lm_tokenizer).is_pad_safe()
-            (True, False)
-        """
-        from transformers.models.auto import modeling_auto as auto
-
-        model_type = getattr(self.model.config, "model_type", "")
-        return (
-            self.task not in (TASK_CAUSAL_LM, TASK_SEQ2SEQ_LM) and model_type in auto.MODEL_FOR_MASKED_LM_MAPPING_NAMES
-        )
-
-    def generate(
-        self,
-        input_ids: Sequence[int],
-        *,
-        max_new_tokens: int = 20,
-        do_sample: bool = False,
-        temperature: float = 1.0,
-        seed: int = 0,
-        stop_at_eos: bool = True,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Greedy or sampled continuation of a causal LM, with the probability of every chosen token.
-
-        Returns ``(new_token_ids, probabilities)``. Sampling uses a private seeded generator, so the global torch
-        random state is untouched.
-
-        Example:
-            >>> lm_adapter = ModelAdapter(lm, lm_tokenizer)
-            >>> ids, probs = lm_adapter.generate(lm_adapter.encode("The room was").input_ids, max_new_tokens=3)
-            >>> ids.shape, bool(((0 < probs) & (probs <= 1)).all())
-            ((3,), True)
-        """
-        if self.task == TASK_SEQ2SEQ_LM:
-            return self._generate_seq2seq(
-                input_ids,
-                max_new_tokens=max_new_tokens,
-                do_sample=do_sample,
-                temperature=temperature,
-                seed=seed,
-                stop_at_eos=stop_at_eos,
-            )
-        if self.task != TASK_CAUSAL_LM:
-            raise ValueError(
-                f"generation needs a causal LM or an encoder–decoder LM; this model is a {self.task}. "
-                "Use a *ForCausalLM or *ForConditionalGeneration model."
-            )
-        max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
-        limit, source = self.context_limit
-        if len(input_ids) + int(max_new_tokens) > limit:
-            raise ValueError(
-                f"the prompt ({len(input_ids)} tokens) plus max_new_tokens ({max_new_tokens}) is longer than the "
-                f"model's context of {limit} tokens ({source}); shorten the prompt or ask for at most "
-                f"{max(0, limit - len(input_ids))} new tokens."
-            )
-        generator = torch.Generator(device="cpu").manual_seed(int(seed))
-        eos = self.tokenizer.eos_token_id
-        device = self.device
-        ids = torch.tensor([list(input_ids)], dtype=torch.long, device=device)
-        new_ids, probs = [], []
-        # transformers 5 renamed past_key_values to cache; pass whichever this model's forward takes
-        cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
-        past = None
-        with self.evaluation(), torch.inference_mode():
-            step_input = ids
-            for _ in range(int(max_new_tokens)):
-                seen = ids.shape[1] + len(new_ids)
-                mask = torch.ones((1, seen), dtype=torch.long, device=device)
-                last = torch.tensor([[step_input.shape[1] - 1]])
-                with self.logits_at(last, tuple(step_input.shape)):  # logits of the last position only
-                    out = self.model(input_ids=step_input, attention_mask=mask, use_cache=True, **{cache_arg: past})
-                for counter in self._counters:
-                    counter.forward += 1
-                    counter.forward_rows += 1
-                past = getattr(out, cache_arg)
-                p = torch.softmax(out.logits[0, -1].float(), dim=-1).cpu()
-                if do_sample:
-                    scaled = torch.softmax(out.logits[0, -1].float().cpu() / max(float(temperature), 1e-6), dim=-1)
-                    token = int(torch.multinomial(scaled, 1, generator=generator))
-                else:
-                    token = int(p.argmax())
-                new_ids.append(token)
-                probs.append(float(p[token]))
-                if stop_at_eos and eos is not None and token == eos:
-                    break
-                step_input = torch.tensor([[token]], dtype=torch.long, device=device)
-        return np.asarray(new_ids, dtype=np.int64), np.asarray(probs, dtype=np.float64)
-
-    def _generate_seq2seq(self, source_ids, *, max_new_tokens, do_sample, temperature, seed, stop_at_eos):
-        """Greedy or sampled target of an encoder–decoder for the source ``source_ids``: the encoder runs once, the
-        decoder once per new token from its start token (``decoder_start_token_id``)."""
-        max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
-        generator = torch.Generator(device="cpu").manual_seed(int(seed))
-        eos = getattr(self.model.config, "eos_token_id", None)
-        eos = self.tokenizer.eos_token_id if eos is None else eos
-        device = self.device
-        source = torch.tensor([list(source_ids)], dtype=torch.long, device=device)
-        decoder = [self.decoder_start_token_id]
-        new_ids, probs = [], []
-        with self.evaluation(), torch.inference_mode():
-            encoded = self.model.get_encoder()(input_ids=source, attention_mask=torch.ones_like(source))
-            for counter in self._counters:
-                counter.forward += 1
-                counter.forward_rows += 1
-            for _ in range(int(max_new_tokens)):
-                ids = torch.tensor([decoder], dtype=torch.long, device=device)
-                with self.logits_at(torch.tensor([[len(decoder) - 1]]), (1, len(decoder))):
-                    out = self.model(
-                        encoder_outputs=encoded,
-                        attention_mask=torch.ones_like(source),
-                        decoder_input_ids=ids,
-                        use_cache=False,
-                    )
-                for counter in self._counters:
-                    counter.forward += 1
-                    counter.forward_rows += 1
-                logits = out.logits[0, -1].float().cpu()
-                p = torch.softmax(logits, dim=-1)
-                if do_sample:
-                    scaled = torch.softmax(logits / max(float(temperature), 1e-6), dim=-1)
-                    token = int(torch.multinomial(scaled, 1, generator=generator))
-                else:
-                    token = int(p.argmax())
-                new_ids.append(token)
-                probs.append(float(p[token]))
-                decoder.append(token)
-                if stop_at_eos and eos is not None and token == eos:
-                    break
-        return np.asarray(new_ids, dtype=np.int64), np.asarray(probs, dtype=np.float64)
-
-
-def _check_shared_embeddings(model: nn.Module) -> None:
-    """Refuse an encoder–decoder whose encoder and decoder embed tokens with different modules: the adapter runs
-    both sides from one embedding space (the shared embedding, as in T5, BART, mBART, Marian and M2M100)."""
-    shared = model.get_input_embeddings()
-    for stack in (model.get_encoder(), model.get_decoder()):
-        own = getattr(stack, "embed_tokens", None)
-        if own is None or own is shared:
-            continue
-        same = getattr(own, "weight", None) is getattr(shared, "weight", None) and getattr(
-            own, "embed_scale", 1.0
-        ) == getattr(shared, "embed_scale", 1.0)
-        if not same:
-            raise UnsupportedModelError(
-                f"{type(model).__name__} embeds source and target tokens with different modules (its config has "
-                "share_encoder_decoder_embeddings=False or untied embeddings); interp_widgets explains encoder–decoder "
-                "models whose encoder and decoder share one token embedding."
-            )

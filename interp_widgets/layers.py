@@ -305,7 +305,7 @@ def _unknown(model: nn.Module, layer) -> ValueError:
         + (", a sub-point such as 'layer:0.attn_out'" if shortcuts else "")
         + " or a module path"
         + (f" (similar names: {close})" if close else "")
-        + "; interp_widgets.layers.layer_names(model) or adapter.layer_names() lists them all."
+        + "; interp_widgets.layers.layer_names(model) lists them all."
     )
 
 

@@ -9,11 +9,13 @@ import pytest
 import torch
 
 from interp_widgets.adapter import ModelAdapter, UnsupportedModelError
+from interp_widgets.layers import capture, evaluation, resolve_layer
+from interp_widgets.tasks import task_for
 from tests.conftest import model_fingerprint
 
 
 def test_detects_each_supported_task(bert_classifier, gpt2_lm, llama_lm, bert_masked_lm):
-    tasks = [ModelAdapter(*pair).task for pair in (bert_classifier, gpt2_lm, llama_lm, bert_masked_lm)]
+    tasks = [task_for(ModelAdapter(*pair)).name for pair in (bert_classifier, gpt2_lm, llama_lm, bert_masked_lm)]
     assert tasks == ["sequence-classification", "causal-lm", "causal-lm", "masked-lm"]
 
 
@@ -24,7 +26,7 @@ def test_unsupported_model_names_class_and_alternatives(wordpiece_tokenizer):
         BertConfig(vocab_size=100, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, intermediate_size=8)
     )
     with pytest.raises(UnsupportedModelError, match="unsupported model class BertModel; supported: sequence"):
-        ModelAdapter(model, wordpiece_tokenizer)
+        task_for(ModelAdapter(model, wordpiece_tokenizer))
 
 
 def test_encode_offsets_words_and_sentences(bert_classifier):
@@ -76,7 +78,7 @@ def test_encode_many_names_the_bad_index(bert_classifier):
 
 
 def test_resolve_targets(bert_classifier):
-    adapter = ModelAdapter(*bert_classifier)
+    adapter = task_for(ModelAdapter(*bert_classifier))
     logits = torch.tensor([[0.1, 2.0, -1.0]])
     assert adapter.resolve_targets(None, logits) == [1]
     assert adapter.resolve_targets("positive") == [2]
@@ -91,16 +93,16 @@ def test_resolve_targets(bert_classifier):
 
 
 def test_layer_lookup_by_index_shortcut_and_path(bert_classifier, gpt2_lm, llama_lm):
-    adapter = ModelAdapter(*bert_classifier)
-    assert adapter.get_layer("layer:1")[0] == "bert.encoder.layer.1"
-    assert adapter.get_layer(-1)[0] == "bert.encoder.layer.1"
-    assert adapter.get_layer("bert.encoder.layer.0.attention")[0] == "bert.encoder.layer.0.attention"
+    model = bert_classifier[0]
+    assert resolve_layer(model, "layer:1").path == "bert.encoder.layer.1"
+    assert resolve_layer(model, -1).path == "bert.encoder.layer.1"
+    assert resolve_layer(model, "bert.encoder.layer.0.attention").path == "bert.encoder.layer.0.attention"
     with pytest.raises(ValueError, match=r"unknown layer 'bert.encoder.layr.0'; use one of \['layer:0', 'layer:1'\]"):
-        adapter.get_layer("bert.encoder.layr.0")
+        resolve_layer(model, "bert.encoder.layr.0")
     with pytest.raises(ValueError, match="out of range; this model has 2 blocks"):
-        adapter.get_layer("layer:5")
-    assert ModelAdapter(*gpt2_lm).get_layer("layer:0")[0] == "transformer.h.0"
-    assert ModelAdapter(*llama_lm).get_layer("layer:1")[0] == "model.layers.1"
+        resolve_layer(model, "layer:5")
+    assert resolve_layer(gpt2_lm[0], "layer:0").path == "transformer.h.0"
+    assert resolve_layer(llama_lm[0], "layer:1").path == "model.layers.1"
 
 
 def test_hooks_removed_on_exception_and_keyboard_interrupt(bert_classifier):
@@ -109,7 +111,7 @@ def test_hooks_removed_on_exception_and_keyboard_interrupt(bert_classifier):
     before = model_fingerprint(model, tokenizer)
     for error in (RuntimeError, KeyboardInterrupt):
         with pytest.raises(error):
-            with adapter.capture(["layer:0", "layer:1"]):
+            with capture(model, ["layer:0", "layer:1"]):
                 raise error()
     assert model_fingerprint(model, tokenizer) == before
 
@@ -117,7 +119,7 @@ def test_hooks_removed_on_exception_and_keyboard_interrupt(bert_classifier):
 def test_capture_records_hidden_states(bert_classifier):
     adapter = ModelAdapter(*bert_classifier)
     ids = torch.as_tensor(adapter.encode("good film").input_ids)[None]
-    with adapter.capture(["layer:1"]) as acts, torch.no_grad():
+    with capture(adapter.model, ["layer:1"]) as acts, torch.no_grad():
         logits = adapter.forward_embeds(adapter.embed(ids))
     # a private copy: transformers 5 installs permanent output-capturing hooks on first output_hidden_states=True
     direct = copy.deepcopy(adapter.model)(input_ids=ids, output_hidden_states=True)
@@ -131,7 +133,7 @@ def test_evaluation_restores_mixed_modes(bert_classifier):
     model.bert.encoder.layer[0].eval()
     modes = [m.training for m in model.modules()]
     try:
-        with ModelAdapter(model, tokenizer).evaluation():
+        with evaluation(model):
             assert not model.training
         assert [m.training for m in model.modules()] == modes
     finally:
@@ -172,7 +174,7 @@ def test_generate_greedy_matches_transformers(gpt2_lm):
     model, tokenizer = gpt2_lm
     adapter = ModelAdapter(model, tokenizer)
     prompt = adapter.encode("The hotel was").input_ids
-    ids, probs = adapter.generate(prompt, max_new_tokens=6, stop_at_eos=False)
+    ids, probs = task_for(adapter).generate(prompt, max_new_tokens=6, stop_at_eos=False)
     reference = model.generate(
         torch.as_tensor(prompt)[None], max_new_tokens=6, do_sample=False, pad_token_id=tokenizer.pad_token_id
     )
@@ -182,7 +184,7 @@ def test_generate_greedy_matches_transformers(gpt2_lm):
 
 def test_generate_on_classifier_is_a_clear_error(bert_classifier):
     with pytest.raises(ValueError, match="generation needs a causal LM"):
-        ModelAdapter(*bert_classifier).generate([1, 2, 3])
+        task_for(ModelAdapter(*bert_classifier)).generate([1, 2, 3])
 
 
 def test_non_fast_tokenizer_is_rejected(bert_classifier):

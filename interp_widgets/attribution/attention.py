@@ -28,9 +28,10 @@ import numpy as np
 import torch
 from torch import nn
 
-from interp_widgets.adapter import TASK_CLASSIFICATION, ModelAdapter, UnsupportedModelError
+from interp_widgets.adapter import ModelAdapter, UnsupportedModelError
 from interp_widgets.attribution.base import Attributor, progress_bar
-from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
+from interp_widgets.attribution.rows import RowChunk, evaluate_rows
+from interp_widgets.tasks import ExplainedInput, task_for
 from interp_widgets.attribution.result import AttributionResult
 from interp_widgets.layers import no_new_hooks
 from interp_widgets.validation import check_int
@@ -97,6 +98,7 @@ class _AttentionRecorder:
 
     def __init__(self, adapter: ModelAdapter):
         self.adapter = adapter
+        self.task = task_for(adapter)
         self.cross: list[torch.Tensor] | None = None
         self.attentions: list[torch.Tensor] = []
         self.gradients: list[torch.Tensor | None] = []
@@ -107,41 +109,12 @@ class _AttentionRecorder:
         return self.adapter.observing(self._observe, output_attentions=True)
 
     def _observe(self, out) -> None:
-        attentions = list(getattr(out, "attentions", None) or getattr(out, "decoder_attentions", None) or [])
-        if not attentions or any(a is None for a in attentions):
-            raise UnsupportedModelError(
-                f"{type(self.adapter.model).__name__} returned no attention weights even with eager attention; attention "
-                "methods need a model that supports output_attentions=True (load it with attn_implementation='eager')."
-            )
-        cross = getattr(out, "cross_attentions", None)
-        self.cross = None
-        if self.adapter.is_seq2seq:  # an encoder–decoder: join encoder, cross and decoder self-attention on one axis
-            attentions = self._joined(
-                list(getattr(out, "encoder_attentions", None) or []), attentions, list(cross or [])
-            )
+        attentions, cross = self.task.attention_maps(out)
+        self.cross = None if cross is None else [c.detach() for c in cross]
         self.attentions, self.gradients, self._cursor = attentions, [None] * len(attentions), 0
         for layer, attention in enumerate(attentions):
             if attention.requires_grad:
                 attention.register_hook(self._gradient_store(layer))
-
-    def _joined(self, encoder: list, decoder: list, cross: list) -> list[torch.Tensor]:
-        """Per decoder layer ``(rows, heads, S + D, S + D)`` on the joined source + decoder axis: a decoder row holds
-        its cross-attention over the source, then its self-attention over the decoder tokens (each part sums to 1);
-        a source row holds the same-numbered encoder layer's self-attention (zero when the encoder is shallower)."""
-        if not cross or any(c is None for c in cross) or any(d is None for d in decoder):
-            raise UnsupportedModelError(
-                f"{type(self.adapter.model).__name__} returned no cross-attention weights even "
-                "with eager attention; load it with attn_implementation='eager'."
-            )
-        self.cross = [c.detach() for c in cross]  # (rows, heads, D, S) per decoder layer
-        joined = []
-        for layer, (self_attn, cross_attn) in enumerate(zip(decoder, cross)):
-            rows, heads, n_dec, n_src = cross_attn.shape
-            top = torch.zeros((rows, heads, n_src, n_src + n_dec), dtype=cross_attn.dtype, device=cross_attn.device)
-            if layer < len(encoder) and encoder[layer] is not None:
-                top = torch.cat([encoder[layer].detach().to(cross_attn.dtype), top[..., n_src:]], dim=-1)
-            joined.append(torch.cat([top, torch.cat([cross_attn, self_attn], dim=-1)], dim=-2))
-        return joined
 
     def take_cross(self, n_rows: int, n_targets: int) -> np.ndarray:
         """Cross-attention of the rows just taken, ``(rows, layers, heads, targets, source)`` float16: decoder
@@ -171,7 +144,7 @@ def query_position(adapter: ModelAdapter, problem: ExplainedInput, target: int) 
     classifiers, the scored position otherwise (mask position, or the position predicting a generated token).
 
     Example:
-        >>> from interp_widgets.attribution.problem import prepare_inputs
+        >>> from interp_widgets.tasks import prepare_inputs
         >>> problem = prepare_inputs(adapter, ["Not bad."], target=None)[0]
         >>> query_position(adapter, problem, 0)  # the encoder classifier reads [CLS]
         0
@@ -180,9 +153,7 @@ def query_position(adapter: ModelAdapter, problem: ExplainedInput, target: int) 
         >>> [query_position(lm_adapter, generated, t) for t in range(generated.n_targets)]
         [2, 3, 4]
     """
-    if adapter.task == TASK_CLASSIFICATION:
-        return 0 if adapter.is_pad_safe() else problem.length - 1
-    return int(problem.target_positions[target])
+    return task_for(adapter).query_position(problem, target)
 
 
 def attention_rollout(attentions: torch.Tensor) -> torch.Tensor:
@@ -281,7 +252,7 @@ class AttentionMethod(Attributor):
         raise NotImplementedError(f"{type(self).__name__} must implement _relevance")
 
     def _attribute_inputs(self, adapter, problems, *, score, granularity) -> list[AttributionResult]:
-        if adapter.is_seq2seq and not self.supports_seq2seq:
+        if task_for(adapter).joined_axes and not self.supports_seq2seq:
             raise UnsupportedModelError(
                 f"{self.name} composes attention through one stack of layers, which an encoder–decoder does not have "
                 "(its decoder reads the encoder through cross-attention); use raw_attention (cross-attention over the "

@@ -27,9 +27,11 @@ import torch
 
 from interp_widgets._inputs import check_texts, input_items
 from interp_widgets.adapter import ModelAdapter
-from interp_widgets.attribution.problem import ExplainedInput, RowChunk, check_score_kind, evaluate_rows, prepare_inputs
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult, Contrast, Generation, MethodRun
+from interp_widgets.attribution.rows import RowChunk, check_score_kind, evaluate_rows
+from interp_widgets.layers import evaluation
 from interp_widgets.targets import Targets
+from interp_widgets.tasks import Explain, ExplainedInput, task_for
 from interp_widgets.text_units import GRANULARITIES
 from interp_widgets.registry import Registry
 from interp_widgets.validation import check_choice
@@ -183,7 +185,7 @@ class Attributor:
                 score becomes ``score(target) − score(foil)`` (by default ``log p(target) − log p(foil)``). A foil
                 continuation as text or ids, one one-token foil per target, or one foil per input; a foil of another
                 length is right-aligned with the targets as inseq does (see
-                :mod:`interp_widgets.attribution.contrast`). The result records it (``foil_labels``, ``foil_probs``).
+                :mod:`interp_widgets.tasks.foils`). The result records it (``foil_labels``, ``foil_probs``).
             contrast_alignment: ``[(target step, foil index), ...]`` pairs overriding that alignment.
 
         Every result records the model passes of the whole call in ``params["passes"]``: ``forward`` (model
@@ -229,22 +231,22 @@ class Attributor:
         check_texts(inputs, name="inputs", call='attribute(model, tokenizer, "a text")')
         adapter = as_adapter(model, tokenizer, max_batch_tokens)
         single = input_items(inputs)[1]
-        with adapter.evaluation():
+        task = task_for(adapter)
+        options = Explain(
+            target=target,
+            continuation=continuation,
+            max_new_tokens=max_new_tokens,
+            do_sample=do_sample,
+            seed=seed,
+            mask_position=mask_position,
+            true_labels=true_labels,
+            contrast=contrast,
+            contrast_alignment=contrast_alignment,
+        )
+        with evaluation(adapter.model):
             with adapter.counting() as preparation:
-                problems = prepare_inputs(
-                    adapter,
-                    inputs,
-                    target=target,
-                    continuation=continuation,
-                    max_new_tokens=max_new_tokens,
-                    do_sample=do_sample,
-                    seed=seed,
-                    mask_position=mask_position,
-                    true_labels=true_labels,
-                    contrast=contrast,
-                    contrast_alignment=contrast_alignment,
-                )
-            score = self.score or ("log_probability" if adapter.task in ("causal-lm", "seq2seq-lm") else "logit")
+                problems = task.explain(inputs, options)
+            score = self.score or task.default_score
             with adapter.counting() as count:
                 results = self._attribute_inputs(adapter, problems, score=score, granularity=granularity)
         passes = {

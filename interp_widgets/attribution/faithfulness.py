@@ -20,10 +20,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from interp_widgets.adapter import TASK_CLASSIFICATION
 from interp_widgets.attribution.base import as_adapter
 from interp_widgets.attribution.gradient import baseline_embeddings
-from interp_widgets.attribution.problem import evaluate_rows, prepare_inputs
+from interp_widgets.attribution.rows import evaluate_rows
+from interp_widgets.layers import evaluation
+from interp_widgets.tasks import Explain, task_for
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult
 from interp_widgets.text_units import unit_members
 from interp_widgets.validation import check_int
@@ -174,16 +175,15 @@ def faithfulness(
         ([4, 7], array([-0.082, -0.122]))
     """
     adapter = as_adapter(model, tokenizer, max_batch_tokens)
-    if adapter.task != TASK_CLASSIFICATION:
-        raise ValueError(
-            f"faithfulness curves are defined here for sequence classifiers; this model is a {adapter.task}"
-        )
+    task = task_for(adapter)
+    if not task.per_class:
+        raise ValueError(f"faithfulness curves are defined here for sequence classifiers; this model is a {task.name}")
     max_steps = check_int("max_steps", max_steps, minimum=1)
     items = [results] if isinstance(results, AttributionResult) else list(results)
     if not items:
         raise ValueError("no results given")
-    with adapter.evaluation():
-        problems = prepare_inputs(adapter, [r.messages or r.text for r in items], target=None)
+    with evaluation(adapter.model):
+        problems = task.explain([r.messages or r.text for r in items], Explain())
         plans = []
         for result, problem in zip(items, problems):
             row = result.target_index(target)

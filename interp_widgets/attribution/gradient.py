@@ -24,7 +24,8 @@ import torch
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.text_units import Encoding
 from interp_widgets.attribution.base import REDUCTIONS, Attributor, progress_bar, reduce_embedding_dim
-from interp_widgets.attribution.problem import RowChunk, evaluate_rows
+from interp_widgets.attribution.rows import RowChunk, evaluate_rows
+from interp_widgets.tasks import task_for
 from interp_widgets.attribution.result import AttributionResult
 from interp_widgets.validation import check_choice, check_int, check_number
 
@@ -165,7 +166,7 @@ def targets_per_row(adapter: ModelAdapter, problem) -> int:
     Each shares the row's forward pass; their gradients come from one backward pass batched over them.
 
     Example:
-        >>> from interp_widgets.attribution.problem import prepare_inputs
+        >>> from interp_widgets.tasks import prepare_inputs
         >>> problem = prepare_inputs(adapter, "Not bad.", target=["negative", "neutral", "positive"])[0]
         >>> targets_per_row(adapter, problem)
         3
@@ -487,7 +488,7 @@ class IntegratedGradients(GradientMethod):
         if self.keep_first == "auto":
             # causal attention: the first position is the attention sink. An encoder–decoder's first position is a
             # source token read by a bidirectional encoder (the decoder's start token is special anyway).
-            return not adapter.is_pad_safe() and not adapter.is_seq2seq
+            return task_for(adapter).causal
         return bool(self.keep_first)
 
     def _baseline(self, adapter, problem):

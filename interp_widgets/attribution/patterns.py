@@ -27,16 +27,17 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
-from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter, UnsupportedModelError
+from interp_widgets.adapter import ModelAdapter, UnsupportedModelError
+from interp_widgets.tasks import task_class, task_for
 from interp_widgets.attribution.attention import eager_attention, rollout_step
 from interp_widgets.attribution.base import progress_bar
-from interp_widgets.layers import evaluation, is_encoder_decoder
+from interp_widgets.layers import evaluation
 from interp_widgets.validation import check_choice, check_int
 
 KINDS = ("self", "encoder", "decoder", "cross")
@@ -74,7 +75,7 @@ def attention_modules(model: nn.Module, kind: str = "self") -> list[tuple[str, n
         ValueError: GPT2LMHeadModel has no 'cross' attention: kind='cross' needs an encoder-decoder model; use kind='self'.
     """
     kind = check_choice("kind", kind, KINDS)
-    seq2seq = is_encoder_decoder(model)
+    seq2seq = task_class(model).joined_axes  # an encoder–decoder: encoder, decoder and cross attention
     name = type(model).__name__
     if seq2seq and kind == "self":
         raise ValueError(
@@ -381,14 +382,15 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
         True
     """
     adapter = ModelAdapter(model, tokenizer)
+    task = task_for(adapter)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
-    if adapter.is_seq2seq:
+    if task.joined_axes:
         kind = check_choice("kind", "cross" if kind is None else kind, KINDS[1:])
         return _seq2seq_patterns(adapter, text, kind=kind, continuation=continuation, max_new_tokens=max_new_tokens,
                                  do_sample=do_sample, seed=seed, progress=progress)  # fmt: skip
     if kind not in (None, "self"):
         raise ValueError(
-            f"kind={kind!r} needs an encoder–decoder model; this model is a {adapter.task}, whose "
+            f"kind={kind!r} needs an encoder–decoder model; this model is a {task.name}, whose "
             "attention is kind='self'."
         )
     if continuation is not None:
@@ -403,12 +405,12 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
     bar = progress_bar(progress, 1 + (max_new_tokens > 0), "attention patterns")
     try:
         if max_new_tokens:
-            if adapter.task != TASK_CAUSAL_LM:
+            if not task.causal:
                 raise ValueError(
-                    f"max_new_tokens needs a causal LM; this model is a {adapter.task}. Pass "
+                    f"max_new_tokens needs a causal LM; this model is a {task.name}. Pass "
                     "max_new_tokens=0 to read the attention over the text."
                 )
-            new_ids, _ = adapter.generate(ids, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
+            new_ids, _ = task.generate(ids, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
             ids += [int(t) for t in new_ids]
             if bar is not None:
                 bar.update(1)
@@ -447,6 +449,7 @@ def _patterns(model, calls, kind: str, tokens, key_tokens, generated_mask) -> At
 def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_sample, seed, progress):
     """Attention of an encoder–decoder over source ``text`` and a forced or generated target."""
     model, tokenizer = adapter.model, adapter.tokenizer
+    task = task_for(adapter)
     source = [int(t) for t in adapter.encode(text).input_ids]
     if continuation is not None and max_new_tokens:
         raise ValueError("pass either continuation= (a forced target) or max_new_tokens= (a generated one), not both")
@@ -471,11 +474,11 @@ def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_s
                     )
             generated = False
         else:
-            new_ids, _ = adapter.generate(source, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
+            new_ids, _ = task.generate(source, max_new_tokens=max_new_tokens, do_sample=do_sample, seed=seed)
             targets, generated = [int(t) for t in new_ids], True
             if bar is not None:
                 bar.update(1)
-        decoder = [adapter.decoder_start_token_id, *targets[:-1]]  # row j is the step that produced targets[j]
+        decoder = [task.decoder_start_token_id, *targets[:-1]]  # row j is the step that produced targets[j]
         device = adapter.device
         with evaluation(model), torch.inference_mode(), record_attention(model, kind) as calls:
             src = torch.tensor([source], device=device)

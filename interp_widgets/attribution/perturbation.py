@@ -31,7 +31,8 @@ from interp_widgets.adapter import ModelAdapter
 from interp_widgets.text_units import Encoding
 from interp_widgets.attribution.base import Attributor, progress_bar
 from interp_widgets.attribution.gradient import BASELINES, baseline_embeddings
-from interp_widgets.attribution.problem import ExplainedInput, RowChunk, evaluate_rows
+from interp_widgets.attribution.rows import RowChunk, evaluate_rows
+from interp_widgets.tasks import ExplainedInput
 from interp_widgets.attribution.result import AttributionResult
 from interp_widgets.text_units import unit_members
 from interp_widgets.validation import check_int

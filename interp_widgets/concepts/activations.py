@@ -20,7 +20,6 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import shutil
@@ -33,7 +32,9 @@ import numpy as np
 import torch
 
 from interp_widgets._inputs import check_texts, input_items
-from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter
+from interp_widgets.adapter import ModelAdapter
+from interp_widgets.layers import evaluation, hooks, resolve_layer
+from interp_widgets.tasks import task_for
 from interp_widgets.validation import check_choice, check_int
 
 UNITS = ("token", "sentence")
@@ -616,12 +617,6 @@ def _config_width(model) -> int:
     return 1024
 
 
-def _default_pooling(adapter: ModelAdapter) -> str:
-    if adapter.task == TASK_CAUSAL_LM or adapter.tokenizer.cls_token_id is None:
-        return "last"
-    return "cls"
-
-
 def collect_activations(
     model,
     tokenizer,
@@ -644,7 +639,7 @@ def collect_activations(
         texts: one text or a list of texts; a chat conversation (a list of ``{"role", "content"}`` messages) or a
             list of them is rendered once by the tokenizer's chat template (the store keeps the rendered text,
             and the template's own tokens count as special tokens).
-        layer: ``"layer:i"``, an int block index, or a module path (``adapter.layer_names()`` lists them). An
+        layer: ``"layer:i"``, an int block index, or a module path (``interp_widgets.layers.layer_names(model)`` lists them). An
             encoder–decoder names the stack: ``"encoder.layer:i"`` runs the encoder alone on each text;
             ``"decoder.layer:i"`` reads each text as a target (after the decoder's start token) with the same text
             as the source, one row per text token.
@@ -692,16 +687,17 @@ def collect_activations(
     check_texts(texts, name="texts", call='collect_activations(model, tokenizer, "a text", layer=...)')
     texts = input_items(texts)[0]
     adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
-    point = adapter.resolve_layer(layer)
+    task = task_for(adapter)
+    point = resolve_layer(model, layer)
     layer_name = point.name
-    run = _seq2seq_runner(adapter, point.module) if adapter.is_seq2seq else None
+    run, skip_rows = task.activation_pass(point.module)
     if not texts:
         raise ValueError("no texts given; pass a string or a non-empty list of strings.")
     check_choice("unit", unit, UNITS)
     if pooling is not None and unit != "sentence":
         raise ValueError("pooling applies to unit='sentence' only; drop it or set unit='sentence'")
     if unit == "sentence":
-        pooling = pooling or _default_pooling(adapter)
+        pooling = pooling or task.default_pooling()
         check_choice("pooling", pooling, POOLINGS)
         if pooling == "cls" and tokenizer.cls_token_id is None:
             raise ValueError("pooling='cls' needs a tokenizer that adds a CLS token; use pooling='last' or 'mean'")
@@ -733,8 +729,6 @@ def collect_activations(
         captured["hidden"] = (output[0] if isinstance(output, (tuple, list)) else output).detach()
         raise _StopForward
 
-    # the forward pass stops at the layer: no key/value cache to build for the blocks that did run
-    call_options = {"use_cache": False} if "use_cache" in inspect.signature(model.forward).parameters else {}
     width = _config_width(model)
 
     def windows() -> Iterator[list]:
@@ -756,7 +750,7 @@ def collect_activations(
 
     bar = tqdm(total=len(texts), desc=f"activations {layer_name}", unit="text", disable=not progress)
     try:
-        with adapter.evaluation(), torch.inference_mode(), adapter.hooks({layer_name: hook}):
+        with evaluation(model), torch.inference_mode(), hooks(model, {layer_name: hook}):
             window = 0
             for encodings in windows():
                 read.extend(e.text for e in encodings)
@@ -770,19 +764,13 @@ def collect_activations(
                         mask[row, : len(encodings[i])] = 1
                     captured.clear()
                     try:
-                        if run is None:
-                            model(
-                                input_ids=ids.to(adapter.device), attention_mask=mask.to(adapter.device), **call_options
-                            )
-                        else:
-                            run(ids.to(adapter.device), mask.to(adapter.device))
+                        run(ids.to(adapter.device), mask.to(adapter.device))
                     except _StopForward:
                         pass
                     if "hidden" not in captured:
                         raise RuntimeError(f"layer {layer_name} did not run during the forward pass")
                     hidden = captured["hidden"].float().cpu().numpy()
-                    if run is not None and run.decoder:  # decoder position j + 1 has read token j
-                        hidden = hidden[:, 1:]
+                    hidden = hidden[:, skip_rows:]  # e.g. a decoder's position j + 1 has read token j
                     for row, i in enumerate(batch):
                         per_text[i] = _rows_of(
                             encodings[i],
@@ -821,31 +809,6 @@ def collect_activations(
 
     dist.barrier(group=process_group)
     return ActivationStore.open(path)
-
-
-def _seq2seq_runner(adapter: ModelAdapter, module: torch.nn.Module):
-    """How an encoder–decoder reads the texts for a layer: an encoder layer runs the encoder alone on each text; a
-    decoder layer (or the LM head) reads each text as a target (teacher-forced, after the decoder's start token),
-    with the same text as the source, and the row of token ``j`` is decoder position ``j + 1``."""
-    model = adapter.model
-    decoder = not any(module is m for m in model.get_encoder().modules())
-    start = adapter.decoder_start_token_id if decoder else None
-
-    def run(ids: torch.Tensor, mask: torch.Tensor) -> None:
-        if not decoder:
-            model.get_encoder()(input_ids=ids, attention_mask=mask)
-            return
-        first = torch.full((len(ids), 1), start, dtype=ids.dtype, device=ids.device)
-        model(
-            input_ids=ids,
-            attention_mask=mask,
-            decoder_input_ids=torch.cat([first, ids], dim=1),
-            decoder_attention_mask=torch.cat([torch.ones_like(first), mask], dim=1),
-            use_cache=False,
-        )
-
-    run.decoder = decoder
-    return run
 
 
 def _rows_of(

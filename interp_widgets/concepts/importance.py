@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from interp_widgets._inputs import is_conversation
-from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, ModelAdapter
+from interp_widgets.adapter import ModelAdapter
+from interp_widgets.layers import capture, evaluation, hooks, resolve_layer
+from interp_widgets.tasks import task_for
 from interp_widgets.concepts._io import load_bundle, save_bundle
 from interp_widgets.concepts.decompositions import ConceptModel
 from interp_widgets.targets import Targets
@@ -359,17 +360,13 @@ def _prepare(concept_model: ConceptModel, model, tokenizer, text: str, layer):
     layer = layer if layer is not None else concept_model.layer_
     if layer is None:
         raise ValueError("the concept model does not record its layer (it was fitted on an array); pass layer=")
-    layer_name = adapter.resolve_layer(layer).name
-    fitted_on = concept_model.layer_ and adapter.resolve_layer(concept_model.layer_).name  # older saves hold paths
+    layer_name = resolve_layer(model, layer).name
+    fitted_on = concept_model.layer_ and resolve_layer(model, concept_model.layer_).name  # older saves hold paths
     if fitted_on is not None and layer_name != fitted_on:
         raise ValueError(
             f"the concept model was fitted on layer {fitted_on}, not {layer_name}; pass the layer it was fitted on"
         )
-    if is_conversation(text) and adapter.task == TASK_CAUSAL_LM:  # the next token: of the reply, or starting it
-        if text[-1].get("role") == "assistant":
-            return adapter, layer_name, adapter.encode(text, continue_final_message=True)
-        return adapter, layer_name, adapter.encode(text, add_generation_prompt=True)
-    return adapter, layer_name, adapter.encode(text)
+    return adapter, layer_name, task_for(adapter).encode_scored(text)
 
 
 def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, layer=None) -> TextConcepts:
@@ -387,7 +384,7 @@ def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, l
     """
     adapter, layer_name, enc = _prepare(concept_model, model, tokenizer, text, layer)
     ids = torch.as_tensor(enc.input_ids, device=adapter.device)[None]
-    with adapter.evaluation(), torch.inference_mode(), adapter.capture([layer_name]) as captured:
+    with evaluation(model), torch.inference_mode(), capture(model, [layer_name]) as captured:
         model(input_ids=ids)
     hidden = captured[layer_name][0][0].float().cpu().numpy()
     return TextConcepts(
@@ -396,35 +393,6 @@ def text_concepts(concept_model: ConceptModel, model, tokenizer, text: str, *, l
         layer=layer_name,
         method=type(concept_model).__name__,
     )
-
-
-def _targets(adapter: ModelAdapter, logits: torch.Tensor, target) -> tuple[list[int], list[str], torch.Tensor]:
-    """Resolve targets and return ``(ids, labels, score vector)`` where scores index the logits used."""
-    if adapter.task == TASK_CLASSIFICATION:
-        ids = adapter.resolve_targets(target, logits)
-        return ids, [adapter.labels[i] for i in ids], logits[0]
-    if adapter.task == TASK_CAUSAL_LM:
-        last = logits[0, -1]
-        if target is None:
-            ids = [int(last.argmax())]
-        else:
-            items = target if isinstance(target, (list, tuple)) else [target]
-            ids = []
-            for item in items:
-                if isinstance(item, str):
-                    encoded = adapter.tokenizer(item, add_special_tokens=False)["input_ids"]
-                    if len(encoded) != 1:
-                        raise ValueError(f"target {item!r} is {len(encoded)} tokens; give a single token or its id")
-                    item = encoded[0]
-                if (
-                    isinstance(item, bool)
-                    or not isinstance(item, (int, np.integer))
-                    or not 0 <= int(item) < last.shape[0]
-                ):
-                    raise ValueError(f"target {item!r} is not a token id in 0..{last.shape[0] - 1}")
-                ids.append(int(item))
-        return ids, adapter.tokenizer.convert_ids_to_tokens(ids), last
-    raise ValueError(f"concept importance explains classifiers and causal LMs; this model is a {adapter.task}")
 
 
 def concept_importance(
@@ -456,8 +424,9 @@ def concept_importance(
         ['positive']
     """
     adapter, layer_name, enc = _prepare(concept_model, model, tokenizer, text, layer)
-    if adapter.task not in (TASK_CLASSIFICATION, TASK_CAUSAL_LM):
-        raise ValueError(f"concept importance explains classifiers and causal LMs; this model is a {adapter.task}")
+    task = task_for(adapter)
+    if not task.supports_concept_importance:
+        raise ValueError(f"concept importance explains classifiers and causal LMs; this model is a {task.name}")
     ids = torch.as_tensor(enc.input_ids, device=adapter.device)[None]
     state: dict[str, torch.Tensor] = {}
 
@@ -470,10 +439,10 @@ def concept_importance(
         state["coefficients"], state["residual"] = leaf, (hidden - decoded).detach()
         return _replace_hidden(output, decoded + state["residual"])
 
-    with adapter.evaluation(), torch.enable_grad(), adapter.hooks({layer_name: patch}):
+    with evaluation(model), torch.enable_grad(), hooks(model, {layer_name: patch}):
         last = torch.tensor([[ids.shape[1] - 1]])  # a causal LM's logits at the scored (last) position only
-        logits = adapter.forward_ids(ids, positions=last if adapter.task == TASK_CAUSAL_LM else None)
-        target_ids, labels, scores = _targets(adapter, logits, target)
+        logits = adapter.forward_ids(ids, positions=last if task.scores_next_token else None)
+        target_ids, labels, scores = task.concept_targets(logits, target)
         gradients = [torch.autograd.grad(scores[t], state["coefficients"], retain_graph=True)[0] for t in target_ids]
     leaf = state["coefficients"]
     return ConceptImportance(

@@ -44,9 +44,18 @@ import torch
 
 from interp_widgets._inputs import check_texts
 from interp_widgets.validation import check_int
-from interp_widgets.adapter import TASK_CAUSAL_LM, ModelAdapter
+from interp_widgets.adapter import ModelAdapter
+from interp_widgets.tasks import task_for
 from interp_widgets.concepts.decompositions import ConceptModel
-from interp_widgets.layers import UnsupportedModelError, capture, evaluation, hidden_of, resolve_layer, to_hook_name
+from interp_widgets.layers import (
+    UnsupportedModelError,
+    capture,
+    evaluation,
+    hidden_of,
+    hooks,
+    resolve_layer,
+    to_hook_name,
+)
 
 #: ``problem()`` thresholds: FVU above this, or loss recovered below this when ablation costs at least MIN_GAP nats.
 MAX_FVU = 0.5
@@ -245,8 +254,8 @@ def splice_quality(
     skip = 0 if auto else check_int("skip_positions", skip_positions, minimum=0)
     adapter = ModelAdapter(model, tokenizer)
     name = check_base_model(concept_model, model, layer=layer)
-    point = adapter.resolve_layer(name)
-    causal = adapter.task == TASK_CAUSAL_LM
+    point = resolve_layer(model, name)
+    causal = task_for(adapter).causal
     n, skipped, active, sq_err, total, total_sq = 0, 0, 0, 0.0, None, None
     losses = {"clean": 0.0, "spliced": 0.0, "ablated": 0.0}
     predicted = 0
@@ -263,7 +272,7 @@ def splice_quality(
         return new if point.site == "input" else _replace(value, new)
 
     bar = tqdm(texts, desc=f"splice quality {name}", unit="text", disable=not progress)
-    with adapter.evaluation(), torch.no_grad(), adapter.hooks({name: hook}):
+    with evaluation(model), torch.no_grad(), hooks(model, {name: hook}):
         for text in bar:
             enc = adapter.encode(text)
             ids = torch.as_tensor(enc.input_ids, device=adapter.device)[None]

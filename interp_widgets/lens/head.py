@@ -26,6 +26,7 @@ from torch import nn
 
 from interp_widgets import layers as _layers
 from interp_widgets.layers import UnsupportedModelError
+from interp_widgets.tasks import task_class
 
 __all__ = ["LensHead", "model_name", "unembedding_hash"]
 
@@ -91,7 +92,11 @@ class LensHead(nn.Module):
 
     def __init__(self, model: nn.Module):
         super().__init__()
-        if _layers.is_encoder_decoder(model):
+        try:
+            joined_axes = task_class(model).joined_axes
+        except UnsupportedModelError:  # a model of no task (a bare stack): the unembedding check below speaks
+            joined_axes = False
+        if joined_axes:
             raise UnsupportedModelError(
                 f"{type(model).__name__} is an encoder–decoder model; the lens supports "
                 "decoder-only causal LMs and masked LMs"

@@ -27,7 +27,8 @@ import torch
 from torch import nn
 
 from interp_widgets import layers as _layers
-from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_MASKED_LM, ModelAdapter
+from interp_widgets.adapter import ModelAdapter
+from interp_widgets.tasks import task_for
 from interp_widgets.lens.head import LensHead, model_name
 from interp_widgets.lens.result import LensResult
 from interp_widgets.targets import Targets
@@ -171,6 +172,7 @@ def logit_lens(
     """
     head = LensHead(model)
     adapter = ModelAdapter(model, tokenizer)
+    task = task_for(adapter)
     top_k = check_int("top_k", top_k, minimum=1, maximum=head.vocab_size)
     max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=0)
     if not isinstance(text, str):
@@ -189,12 +191,12 @@ def logit_lens(
     ids = list(adapter.encode(text).input_ids)
     prompt_length = len(ids)
     if continuation:
-        if adapter.task != TASK_CAUSAL_LM:
+        if not task.causal:
             raise ValueError("continuation= needs a causal LM; a masked LM predicts the tokens in place")
         ids += list(tokenizer(continuation, add_special_tokens=False)["input_ids"])
     n_given = len(ids)
     if max_new_tokens:
-        new_ids, _ = adapter.generate(ids, max_new_tokens=max_new_tokens)
+        new_ids, _ = task.generate(ids, max_new_tokens=max_new_tokens)
         ids += [int(i) for i in new_ids]
     adapter.check_length(len(ids), "the text with its continuation and generated tokens")
     T = len(ids)
@@ -203,19 +205,14 @@ def logit_lens(
         for t in ([] if targets is None else [targets] if isinstance(targets, (str, int, np.integer)) else targets)
     ]
     id_array = np.asarray(ids, dtype=np.int64)
-    if adapter.task == TASK_MASKED_LM:
-        first = id_array.copy()
-        first_label = "token itself"
-    else:
-        first = np.append(id_array[1:], -1)
-        first_label = "next token"
+    first, first_label = task.lens_targets(id_array)
     target_ids = np.column_stack([first] + [np.full(T, i, dtype=np.int64) for i, _ in fixed]).astype(np.int64)
     lenses = ["logit"] + (["tuned"] if tuned is not None else [])
 
     capture_names = list(dict.fromkeys(names + [last]))
     device = adapter.device
     input_ids = torch.tensor([ids], dtype=torch.long, device=device)
-    with adapter.evaluation(), torch.no_grad():
+    with _layers.evaluation(model), torch.no_grad():
         with _layers.capture(model, capture_names) as acts:
             model.base_model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
         hidden = {name: acts[name][0][0] for name in capture_names}
@@ -268,7 +265,7 @@ def logit_lens(
         generated_mask=generated,
         prompt_length=prompt_length,
         model_name=model_name(model),
-        task=adapter.task,
+        task=task.name,
         params={
             "top_k": top_k,
             "head": head.describe(),

@@ -29,7 +29,7 @@ from interp_widgets.attribution import (
 )
 from interp_widgets.attribution.base import evaluate_rows
 from interp_widgets.attribution.gradient import baseline_embeddings
-from interp_widgets.attribution.problem import prepare_inputs
+from interp_widgets.tasks import prepare_inputs
 from tests.conftest import model_fingerprint
 
 PROMPT = "The room was"

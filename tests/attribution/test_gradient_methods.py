@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from interp_widgets.adapter import ModelAdapter
+from interp_widgets.tasks import task_for
 from interp_widgets.attribution import (
     AttributionResult,
     GradientShap,
@@ -19,7 +20,7 @@ from interp_widgets.attribution import (
     attribute,
 )
 from interp_widgets.attribution.gradient import quadrature
-from interp_widgets.attribution.problem import plan_chunks
+from interp_widgets.attribution.rows import plan_chunks
 from tests.conftest import model_fingerprint
 
 TEXTS = ["Not bad at all, honestly.", "The plot was dull. The acting was worse, and I left early."]
@@ -183,7 +184,7 @@ def test_generation_keeps_step_probabilities(gpt2_lm):
     model, tokenizer = gpt2_lm
     adapter = ModelAdapter(model, tokenizer)
     result = Saliency().attribute(adapter, None, "The room was", max_new_tokens=3)
-    ids, probs = adapter.generate(adapter.encode("The room was").input_ids, max_new_tokens=3)
+    ids, probs = task_for(adapter).generate(adapter.encode("The room was").input_ids, max_new_tokens=3)
     assert result.target_ids.tolist() == ids.tolist()
     np.testing.assert_allclose(result.target_probs, probs, rtol=1e-5)
     assert result.text.startswith("The room was") and len(result.tokens) == len(result.offsets)

@@ -19,7 +19,10 @@ import numpy as np
 import pytest
 import torch
 
-from interp_widgets.adapter import TASK_SEQ2SEQ_LM, ModelAdapter, detect_task
+from interp_widgets.adapter import ModelAdapter
+from interp_widgets.layers import resolve_layer
+from interp_widgets.tasks import detect_task, prepare_inputs, task_for
+from interp_widgets.tasks.seq2seq import Seq2SeqLMTask
 from interp_widgets.attribution import (
     AttentionRollout,
     AttributionResult,
@@ -31,7 +34,6 @@ from interp_widgets.attribution import (
     Saliency,
 )
 from interp_widgets.attribution.gradient import baseline_embeddings
-from interp_widgets.attribution.problem import prepare_inputs
 from interp_widgets.layers import UnsupportedModelError
 from tests.conftest import model_fingerprint
 
@@ -98,7 +100,7 @@ def test_detection_of_every_encoder_decoder_family():
         MarianMTModel(MarianConfig(**small)),
         M2M100ForConditionalGeneration(M2M100Config(**small)),
     ]
-    assert [detect_task(m) for m in models] == [TASK_SEQ2SEQ_LM] * 5
+    assert [detect_task(m) for m in models] == [Seq2SeqLMTask.name] * 5
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -107,7 +109,7 @@ def test_embeds_path_equals_ids_path(request, family):
     model, tokenizer = request.getfixturevalue(family)
     adapter = ModelAdapter(model, tokenizer)
     source = tokenizer(SOURCE)["input_ids"]
-    decoder = [adapter.decoder_start_token_id] + tokenizer(text_target=TARGET)["input_ids"]
+    decoder = [task_for(adapter).decoder_start_token_id] + tokenizer(text_target=TARGET)["input_ids"]
     ids = torch.tensor([source + decoder])
     reference = _ids_logits(model, tokenizer, SOURCE, decoder)
     with torch.no_grad():
@@ -302,7 +304,9 @@ def test_raw_attention_equals_output_attentions(request, family):
     model, tokenizer = request.getfixturevalue(family)
     before = model_fingerprint(model, tokenizer)
     r = RawAttention(layer=-1, progress=False).attribute(model, tokenizer, SOURCE, continuation=TARGET)
-    decoder = [ModelAdapter(model, tokenizer).decoder_start_token_id] + tokenizer(text_target=TARGET)["input_ids"]
+    decoder = [task_for(ModelAdapter(model, tokenizer)).decoder_start_token_id] + tokenizer(text_target=TARGET)[
+        "input_ids"
+    ]
     from interp_widgets.attribution.attention import eager_attention
 
     with eager_attention(model), torch.no_grad():
@@ -339,7 +343,7 @@ def test_occlusion_is_the_score_change(request, family):
     r = Occlusion(progress=False).attribute(model, tokenizer, SOURCE, continuation=TARGET)
     source = tokenizer(SOURCE)["input_ids"]
     target = tokenizer(text_target=TARGET)["input_ids"]
-    start = ModelAdapter(model, tokenizer).decoder_start_token_id
+    start = task_for(ModelAdapter(model, tokenizer)).decoder_start_token_id
     pad = tokenizer.pad_token_id
 
     def logp(src, dec):
@@ -401,7 +405,7 @@ def test_options_of_the_other_architecture(t5_seq2seq, gpt2_lm):
         Saliency(progress=False).attribute(model, tokenizer, SOURCE, mask_position=2)
     adapter = ModelAdapter(model, tokenizer)
     with pytest.raises(ValueError, match="name the stack"):
-        adapter.resolve_layer("layer:0")
+        resolve_layer(model, "layer:0")
     with pytest.raises(ValueError, match="needs source_length"):
         adapter.forward_embeds(adapter.embed(torch.tensor([[5, 6, 1, 0, 7]])))
     lm, lm_tokenizer = gpt2_lm
@@ -409,7 +413,7 @@ def test_options_of_the_other_architecture(t5_seq2seq, gpt2_lm):
     with pytest.raises(ValueError, match="source_length applies to encoder–decoder models"):
         lm_adapter.forward_embeds(lm_adapter.embed(torch.tensor([[5, 6, 7]])), source_length=2)
     with pytest.raises(ValueError):
-        lm_adapter.resolve_layer("encoder.layer:0")
+        resolve_layer(lm, "encoder.layer:0")
 
 
 # ---------------------------------------------------------------------------------------------- layers
@@ -419,7 +423,7 @@ def test_activations_of_encoder_and_decoder_layers(request, family):
 
     model, tokenizer = request.getfixturevalue(family)
     texts = [SOURCE, "Slow service and a cold room."]
-    start = ModelAdapter(model, tokenizer).decoder_start_token_id
+    start = task_for(ModelAdapter(model, tokenizer)).decoder_start_token_id
     expected = []
     for text in texts:  # output_hidden_states: the blocks' outputs (the last one is after the final norm)
         ids = tokenizer(text)["input_ids"]

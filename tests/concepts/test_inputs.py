@@ -226,11 +226,14 @@ def test_model_is_untouched(bert_classifier, relu_sae):
 
 def test_wrapper_is_a_classifier_for_the_adapter(bert_classifier, pca):
     from interp_widgets.adapter import ModelAdapter
+    from interp_widgets.tasks import task_for
 
     model, tokenizer = bert_classifier
     wrapper = InputsToConceptsForSequenceClassification(pca, model)
     adapter = ModelAdapter(wrapper, tokenizer)
-    assert adapter.task == "sequence-classification" and adapter.labels == [f"concept {i}" for i in range(6)]
+    assert task_for(adapter).name == "sequence-classification" and task_for(adapter).labels == [
+        f"concept {i}" for i in range(6)
+    ]
     assert model.config.num_labels == 3  # the user's config is copied, not edited
     short = tokenizer("Not bad.")["input_ids"]
     ids = torch.tensor([short + [tokenizer.pad_token_id] * 4])

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from interp_widgets.adapter import ModelAdapter
+from interp_widgets.layers import capture, hooks
 from interp_widgets.concepts import (
     ConceptImportance,
     ConceptInterpretation,
@@ -170,7 +171,7 @@ def patched_scores(model, adapter, layer, ids, decode, coefficients, residual):
         hidden = decode(coefficients)[None] + residual
         return (hidden,) + tuple(output[1:]) if isinstance(output, tuple) else hidden
 
-    with torch.no_grad(), adapter.hooks({layer: hook}):
+    with torch.no_grad(), hooks(adapter.model, {layer: hook}):
         return model(input_ids=ids).logits
 
 
@@ -191,7 +192,7 @@ def test_importance_matches_finite_differences(case, bert_classifier, gpt2_lm):
     assert model_fingerprint(model, tokenizer) == before
     adapter = ModelAdapter(model, tokenizer)
     ids = torch.as_tensor(adapter.encode(text).input_ids)[None]
-    with torch.no_grad(), adapter.capture([store.layer]) as captured:
+    with torch.no_grad(), capture(adapter.model, [store.layer]) as captured:
         logits = model(input_ids=ids).logits
     hidden = captured[store.layer][0][0]
     C = torch.as_tensor(concepts.transform(hidden.float().numpy()), dtype=torch.float64)

@@ -35,14 +35,13 @@ Example (three saved checkpoints of the tiny GPT-2, its weights scaled a little 
 from __future__ import annotations
 
 import copy
-import math
 from pathlib import Path
 from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
 
-from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, detect_task
+from interp_widgets.tasks import TASKS, task_class
 
 from interp_widgets.geometry.log.geometry_log import GeometryLog
 from interp_widgets.geometry.alignment.schedule import DEFAULT_FIT_FRACTION, ProxySchedule
@@ -58,7 +57,7 @@ Checkpoint = str | Path | Mapping[str, torch.Tensor] | nn.Module
 def probe_batches(
     texts: Sequence[str],
     tokenizer,
-    task: str,
+    task,
     *,
     labels: Sequence[int] | None = None,
     batch_size: int = 8,
@@ -66,7 +65,8 @@ def probe_batches(
     mlm_probability: float = 0.15,
     seed: int = 0,
 ) -> list[dict[str, torch.Tensor]]:
-    """Tokenise a fixed probe set into padded batches with the training loss's labels for ``task``.
+    """Tokenise a fixed probe set into padded batches with the training loss's labels for ``task`` (a task name, a
+    key of :data:`interp_widgets.tasks.TASKS`, or a task class; its ``training_batch`` adds the labels):
 
     * ``"causal-lm"``: ``labels = input_ids`` with padding set to -100;
     * ``"masked-lm"``: a seeded ``mlm_probability`` share of the non-special tokens (at least one per text) is
@@ -81,13 +81,8 @@ def probe_batches(
     if isinstance(texts, str) or not texts or not all(isinstance(t, str) for t in texts):
         raise ValueError("probe_texts must be a non-empty list of strings")
     check_int("batch_size", batch_size, minimum=1)
-    if task == TASK_CLASSIFICATION:
-        if labels is None or len(labels) != len(texts):
-            raise ValueError("a sequence classifier's probe needs labels= (one class index per probe text)")
-    elif labels is not None:
-        raise ValueError(f"labels= applies to sequence classifiers only; this model is a {task}")
-    if task == TASK_CAUSAL_LM and tokenizer.pad_token_id is None:
-        raise ValueError("the tokenizer has no pad token; set tokenizer.pad_token = tokenizer.eos_token first")
+    kind = TASKS[task] if isinstance(task, str) else task
+    kind.check_training_labels(tokenizer, labels, len(texts))
     generator = torch.Generator().manual_seed(seed)
     batches = []
     for start in range(0, len(texts), batch_size):
@@ -97,37 +92,9 @@ def probe_batches(
         )
         batch = {"input_ids": enc["input_ids"], "attention_mask": enc["attention_mask"]}
         chunk_labels = None if labels is None else list(labels[start : start + batch_size])
-        batches.append(add_training_labels(batch, task, tokenizer, chunk_labels, generator, mlm_probability))
+        batch = kind.training_batch(tokenizer, batch, chunk_labels, generator, mlm_probability)
+        batches.append(batch)
     return batches
-
-
-def add_training_labels(
-    batch: dict[str, torch.Tensor], task: str, tokenizer, labels, generator: torch.Generator, mlm_probability: float
-) -> dict[str, torch.Tensor]:
-    """``batch`` with the labels of the training loss for ``task`` (see :func:`probe_batches`); a masked-LM batch
-    also gets its chosen tokens replaced by ``[MASK]``.
-
-    Example:
-        >>> batch = {"input_ids": torch.tensor([[5, 6, 0]]), "attention_mask": torch.tensor([[1, 1, 0]])}
-        >>> add_training_labels(batch, "causal-lm", lm_tokenizer, None, torch.Generator(), 0.15)["labels"].tolist()
-        [[5, 6, -100]]
-    """
-    if task == TASK_CAUSAL_LM:
-        batch["labels"] = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, -100)
-    elif task == TASK_MASKED_LM:
-        if tokenizer.mask_token_id is None:
-            raise ValueError("the tokenizer has no mask token; a masked-LM probe needs one")
-        special = torch.isin(batch["input_ids"], torch.tensor(tokenizer.all_special_ids))
-        candidates = (batch["attention_mask"] == 1) & ~special
-        chosen = (torch.rand(candidates.shape, generator=generator) < mlm_probability) & candidates
-        for row in range(chosen.shape[0]):  # at least one masked token per text
-            if candidates[row].any() and not chosen[row].any():
-                chosen[row, candidates[row].nonzero()[0, 0]] = True
-        batch["labels"] = batch["input_ids"].masked_fill(~chosen, -100)
-        batch["input_ids"] = batch["input_ids"].masked_fill(chosen, tokenizer.mask_token_id)
-    else:
-        batch["labels"] = torch.as_tensor(labels, dtype=torch.long)
-    return batch
 
 
 def _load_checkpoint(checkpoint: Checkpoint, template: nn.Module | None) -> nn.Module:
@@ -282,7 +249,7 @@ def replay(
         batches = probe_batches(
             probe_texts,
             tokenizer,
-            detect_task(template),
+            task_class(template),
             labels=labels,
             batch_size=batch_size,
             max_length=max_length,

@@ -15,7 +15,7 @@ positive attribution pushes the model towards the target rather than the foil, a
 - for a list of inputs, either one foil shared by every input or a list with one foil per input.
 
 A masked LM takes one foil token (text of one token, or its id). A sequence classifier takes none: its scores are
-already per class, see :func:`check_contrast_task`.
+already per class (:meth:`interp_widgets.tasks.Task.explain` refuses one).
 
 **Alignment of a foil of another length** (the rule of inseq 0.7, whose ``contrast_targets`` are the prompt plus
 the foil and whose missing ``contrast_targets_alignments`` are filled by right-aligned 1:1 positions). The target
@@ -65,11 +65,8 @@ from typing import Sequence
 
 import numpy as np
 
-from interp_widgets.adapter import TASK_CAUSAL_LM, TASK_CLASSIFICATION, TASK_MASKED_LM, TASK_SEQ2SEQ_LM
-
 __all__ = [
     "Foils",
-    "check_contrast_task",
     "foil_alignment",
     "foils_per_input",
     "resolve_lm_foils",
@@ -90,29 +87,6 @@ class Foils:
     labels: list[str]
     alignment: np.ndarray
     text: str
-
-
-def check_contrast_task(task: str, contrast) -> None:
-    """Refuse a foil for a model whose targets cannot have one (sequence classifiers).
-
-    Example:
-        >>> check_contrast_task("causal-lm", " Paris")
-        >>> check_contrast_task("sequence-classification", "negative")
-        Traceback (most recent call last):
-        ...
-        ValueError: contrast= applies to language models (a foil token or continuation); this model is a sequence classifier, whose scores are per class already. To explain 'A rather than B', pass target=[A, B] with score='logit' and subtract the rows: result.scores[0] - result.scores[1] is exactly the attribution of logit(A) - logit(B) for every signed method (reduce='sum').
-    """
-    if contrast is None:
-        return
-    if task == TASK_CLASSIFICATION:
-        raise ValueError(
-            "contrast= applies to language models (a foil token or continuation); this model is a sequence "
-            "classifier, whose scores are per class already. To explain 'A rather than B', pass target=[A, B] with "
-            "score='logit' and subtract the rows: result.scores[0] - result.scores[1] is exactly the attribution of "
-            "logit(A) - logit(B) for every signed method (reduce='sum')."
-        )
-    if task not in (TASK_CAUSAL_LM, TASK_MASKED_LM, TASK_SEQ2SEQ_LM):  # pragma: no cover - detect_task guards this
-        raise ValueError(f"contrast= is not supported for {task} models")
 
 
 def _is_ids(value) -> bool:
