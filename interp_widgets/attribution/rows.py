@@ -6,6 +6,7 @@ copies of the input embeddings) through :func:`evaluate_rows`, which packs rows 
 capped by ``max_batch_tokens``.
 
 Example:
+    >>> from interp_widgets.tasks import prepare_inputs
     >>> problems = prepare_inputs(adapter, ["Not bad."], target=None)
     >>> problems[0].target_labels, problems[0].target_probs.round(3), problems[0].length
     (['positive'], array([0.568]), 5)
@@ -153,6 +154,7 @@ def evaluate_rows(
     forward pass. The passes are counted in the adapter's :meth:`~interp_widgets.adapter.ModelAdapter.counting`.
 
     Example:
+        >>> from interp_widgets.tasks import prepare_inputs
         >>> problems = prepare_inputs(adapter, ["Not bad."], target="positive")
         >>> x = adapter.embed(torch.as_tensor(problems[0].encoding.input_ids)[None])[0].detach()
         >>> alphas = torch.linspace(0, 1, 5)  # five rows: the input embeddings scaled from 0 to 1

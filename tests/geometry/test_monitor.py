@@ -426,7 +426,7 @@ def test_bad_input_errors(gpt2_lm):
     model, tokenizer = gpt2_lm
     with pytest.raises(ValueError, match=r"layer index 9 is out of range.*layer:0\.\.layer:1"):
         AnisotropyMonitor(model, ["layer:9"], total_steps=5)
-    with pytest.raises(ValueError, match=r"unknown layer 'transformer.nope'.*layer_names\(\)"):
+    with pytest.raises(ValueError, match=r"unknown layer 'transformer.nope'.*layer_names\(model\)"):
         AnisotropyMonitor(model, ["transformer.nope"], total_steps=5)
     with pytest.raises(ValueError, match="rank=32 must be < d = 32"):
         AnisotropyMonitor(model, ["layer:0"], rank=32, total_steps=5)
