@@ -23,6 +23,7 @@ from torch import nn
 
 from interp_widgets.geometry.monitor.binding import BoundLayers, check_rank_dim
 from interp_widgets.geometry.monitor.config import MonitorConfig
+from interp_widgets.layers import is_encoder_decoder
 
 __all__ = ["Capture"]
 
@@ -170,7 +171,7 @@ class Capture:
         first = args[0] if args and isinstance(args[0], torch.Tensor) else None
         input_ids = kwargs.get("input_ids", first if first is not None and not first.is_floating_point() else None)
         self.auto = {"attention_mask": kwargs.get("attention_mask"), "input_ids": input_ids}
-        if getattr(getattr(module, "config", None), "is_encoder_decoder", False):
+        if is_encoder_decoder(module):
             # an encoder–decoder's decoder layers see the decoder's tokens: its ids (built from labels when the
             # model shifts them itself) and its mask, if any
             decoder_ids = kwargs.get("decoder_input_ids")
@@ -194,12 +195,7 @@ class Capture:
         cache = self.__dict__.setdefault("_decoder_layers", {})
         if spec not in cache:
             model = self.layers.model
-            decoder = (
-                model.get_decoder()
-                if getattr(getattr(model, "config", None), "is_encoder_decoder", False)
-                and hasattr(model, "get_decoder")
-                else None
-            )
+            decoder = model.get_decoder() if is_encoder_decoder(model) and hasattr(model, "get_decoder") else None
             module = self.layers.modules[spec]
             cache[spec] = decoder is not None and any(module is m for m in decoder.modules())
         return cache[spec]
