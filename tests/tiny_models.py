@@ -54,23 +54,30 @@ def seeded(build):
     return model
 
 
-@functools.lru_cache(maxsize=None)
-def bert_classifier():
-    from transformers import BertConfig, BertForSequenceClassification
+def bert_labelled_config(tokenizer, labels: dict[int, str]):
+    """The tiny BERT's config (2 blocks, d = 32) with a head of ``labels`` (id -> name), for any BERT head."""
+    from transformers import BertConfig
 
-    tokenizer = wordpiece_tokenizer()
-    config = BertConfig(
+    return BertConfig(
         vocab_size=tokenizer.vocab_size,
         hidden_size=32,
         num_hidden_layers=2,
         num_attention_heads=2,
         intermediate_size=64,
         max_position_embeddings=128,
-        num_labels=3,
+        num_labels=len(labels),
         initializer_range=0.2,
-        id2label={0: "negative", 1: "neutral", 2: "positive"},
-        label2id={"negative": 0, "neutral": 1, "positive": 2},
+        id2label=dict(labels),
+        label2id={name: i for i, name in labels.items()},
     )
+
+
+@functools.lru_cache(maxsize=None)
+def bert_classifier():
+    from transformers import BertForSequenceClassification
+
+    tokenizer = wordpiece_tokenizer()
+    config = bert_labelled_config(tokenizer, {0: "negative", 1: "neutral", 2: "positive"})
     return seeded(lambda: BertForSequenceClassification(config)), tokenizer
 
 

@@ -15,7 +15,7 @@ import interp_widgets
 from interp_widgets.adapter import ModelAdapter, UnsupportedModelError
 from interp_widgets.tasks import TASKS, Explain, ExplainedInput, Task, task_for
 from tests.conftest import model_fingerprint
-from tests.tiny_models import seeded, wordpiece_tokenizer
+from tests.tiny_models import bert_labelled_config, seeded, wordpiece_tokenizer
 
 LABELS = {0: "O", 1: "FOOD", 2: "QUALITY"}
 TEXT = "The soup was cold."
@@ -23,21 +23,10 @@ TEXT = "The soup was cold."
 
 @pytest.fixture(scope="module")
 def token_classifier():
-    from transformers import BertConfig, BertForTokenClassification
+    from transformers import BertForTokenClassification
 
     tokenizer = wordpiece_tokenizer()
-    config = BertConfig(
-        vocab_size=tokenizer.vocab_size,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=128,
-        num_labels=3,
-        initializer_range=0.2,
-        id2label=LABELS,
-        label2id={v: k for k, v in LABELS.items()},
-    )
+    config = bert_labelled_config(tokenizer, LABELS)
     return seeded(lambda: BertForTokenClassification(config)), tokenizer
 
 
