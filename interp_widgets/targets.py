@@ -23,12 +23,13 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Targets"]
+__all__ = ["Contrast", "Targets"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,7 +130,7 @@ class Targets:
         """
         return {"labels": list(self.labels), "ids": self.ids.tolist(), "probs": self.probs.tolist()}
 
-    def take(self, rows: Sequence[int]) -> "Targets":
+    def take(self, rows: Sequence[int]) -> Targets:
         """The targets of some rows, in that order.
 
         Example:
@@ -138,3 +139,34 @@ class Targets:
         """
         rows = list(rows)
         return Targets([self.labels[r] for r in rows], ids=self.ids[rows], probs=self.probs[rows])
+
+
+@dataclass
+class Contrast:
+    """The foils of a contrastive explanation, whose scores explain ``score(target) − score(foil)``: ``foils`` are
+    :class:`Targets` (one foil per explained target), ``alignment`` the index of each foil in the foil continuation
+    (negative: a prompt token counted from the end of the prompt; see :mod:`interp_widgets.tasks.foils`), ``text``
+    the foil continuation as given.
+
+    Example:
+        >>> contrast = Contrast(Targets([" loud"], ids=[7], probs=[0.1]), alignment=[0], text=" loud")
+        >>> contrast.foils.labels, contrast.alignment.tolist()
+        ([' loud'], [0])
+    """
+
+    foils: Targets
+    alignment: np.ndarray | None = None
+    text: str | None = None
+
+    def __post_init__(self):
+        if self.alignment is not None:
+            self.alignment = np.asarray(self.alignment, dtype=np.int64).reshape(-1)
+
+    def with_probs(self, probs: Sequence[float]) -> Contrast:
+        """The same foils with the model's probability of each.
+
+        Example:
+            >>> Contrast(Targets(["a"], ids=[1]), [0], "a").with_probs([0.25]).foils.probs.tolist()
+            [0.25]
+        """
+        return Contrast(Targets(self.foils.labels, ids=self.foils.ids, probs=probs), self.alignment, self.text)

@@ -20,20 +20,20 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from interp_widgets._inputs import check_texts, input_items
 from interp_widgets.adapter import ModelAdapter
-from interp_widgets.attribution.result import AttributionCollection, AttributionResult, Contrast, Generation, MethodRun
+from interp_widgets.attribution.result import AttributionCollection, AttributionResult, Generation, MethodRun
 from interp_widgets.attribution.rows import RowChunk, check_score_kind, evaluate_rows
 from interp_widgets.layers import evaluation
-from interp_widgets.targets import Targets
+from interp_widgets.registry import Registry
 from interp_widgets.tasks import Explain, ExplainedInput, task_for
 from interp_widgets.text_units import GRANULARITIES
-from interp_widgets.registry import Registry
 from interp_widgets.validation import check_choice
 
 __all__ = [
@@ -300,19 +300,9 @@ class Attributor:
         result = AttributionResult(
             layout=problem.encoding.layout,
             scores=scores,
-            targets=Targets(list(problem.target_labels), ids=problem.target_ids, probs=problem.target_probs),
+            targets=problem.targets,
             run=MethodRun(self.name, {**self.params(), "score": score}, score_meaning, self.scores_signed),
-            contrast_info=None
-            if problem.foil_ids is None
-            else Contrast(
-                Targets(
-                    list(problem.foil_labels or [str(i) for i in problem.foil_ids]),
-                    ids=problem.foil_ids,
-                    probs=problem.foil_probs,
-                ),
-                problem.foil_alignment,
-                problem.contrast,
-            ),  # fmt: skip
+            contrast_info=problem.contrast_info,
             generation=None
             if problem.generated_mask is None and problem.source_mask is None
             else Generation(

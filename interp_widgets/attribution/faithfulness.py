@@ -15,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,10 +23,10 @@ import torch
 
 from interp_widgets.attribution.base import as_adapter
 from interp_widgets.attribution.gradient import baseline_embeddings
+from interp_widgets.attribution.result import AttributionCollection, AttributionResult
 from interp_widgets.attribution.rows import evaluate_rows
 from interp_widgets.layers import evaluation
 from interp_widgets.tasks import Explain, task_for
-from interp_widgets.attribution.result import AttributionCollection, AttributionResult
 from interp_widgets.text_units import unit_members
 from interp_widgets.validation import check_int
 
@@ -187,9 +188,9 @@ def faithfulness(
         plans = []
         for result, problem in zip(items, problems):
             row = result.target_index(target)
-            problem.target_ids = result.target_ids[row : row + 1]
-            problem.target_positions = np.array([-1])
-            problem.visible = np.array([problem.length])
+            problem = dataclasses.replace(
+                problem, targets=result.targets.take([row]), target_positions=[-1], visible=[problem.length]
+            )
             enc = problem.encoding
             units = unit_members(enc.special_mask, enc.word_ids, enc.sentence_ids, result.granularity, enc.turn_ids)
             if len(units) != result.scores.shape[1] - (

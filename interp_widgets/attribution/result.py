@@ -22,14 +22,15 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from interp_widgets._files import output_path, read_safetensors
-from interp_widgets.targets import Targets
+from interp_widgets.targets import Contrast, Targets
 from interp_widgets.text_units import GRANULARITIES, TokenLayout, unit_members
 from interp_widgets.validation import check_choice
 
@@ -60,29 +61,6 @@ class MethodRun:
         for name in ("completeness_error", "score_delta"):
             if getattr(self, name) is not None:
                 setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64).reshape(-1))
-
-
-@dataclass
-class Contrast:
-    """The foils of a contrastive explanation: its scores explain ``score(target) − score(foil)``. ``foils`` are
-    :class:`~interp_widgets.targets.Targets` (one per explained target), ``alignment`` the foil position of each
-    target (``-1``: none), ``text`` the foil continuation as given.
-
-    Example:
-        >>> from interp_widgets.attribution import Saliency
-        >>> r = Saliency(progress=False).attribute(lm, lm_tokenizer, "The room was", continuation=" quiet",
-        ...                                        contrast=" loud")
-        >>> r.contrast_info.text, len(r.contrast_info.foils) == len(r.targets)
-        (' loud', True)
-    """
-
-    foils: Targets
-    alignment: np.ndarray | None = None
-    text: str | None = None
-
-    def __post_init__(self):
-        if self.alignment is not None:
-            self.alignment = np.asarray(self.alignment, dtype=np.int64).reshape(-1)
 
 
 @dataclass
@@ -213,7 +191,7 @@ class AttributionResult:
                     raise ValueError(f"{name} has {len(value)} entries for {n_units} units")
 
     @classmethod
-    def from_flat(cls, **values: Any) -> "AttributionResult":
+    def from_flat(cls, **values: Any) -> AttributionResult:
         """A result from flat values, by the names of :data:`FLAT_ATTRIBUTES` plus ``scores``, ``granularity`` and
         ``true_label`` (a file saved by 0.1 holds these; ``reduce`` is read as ``score_meaning``).
 
@@ -253,7 +231,7 @@ class AttributionResult:
             true_label=values.get("true_label"),
         )
 
-    def replace(self, **changes) -> "AttributionResult":
+    def replace(self, **changes) -> AttributionResult:
         """A copy with some values changed, by part (``layout=``) or by flat name (``word_ids=``, ``method=``).
 
         Example:
@@ -375,7 +353,7 @@ class AttributionResult:
 
     def aggregate(
         self, granularity: str = "word", how: str = "sum", *, include_special: bool = False
-    ) -> "AttributionResult":
+    ) -> AttributionResult:
         """Scores per word, sentence or turn (one per chat message), aggregated from token scores by ``sum``,
         ``mean`` or ``maxabs``.
 
@@ -450,7 +428,7 @@ class AttributionResult:
         return replace(self, layout=layout, scores=scores, granularity=granularity, generation=generation,
                        run=info)  # fmt: skip
 
-    def _select(self, keep: np.ndarray) -> "AttributionResult":
+    def _select(self, keep: np.ndarray) -> AttributionResult:
         generation = self.generation
         if generation is not None:
             source = generation.source_mask
@@ -636,7 +614,7 @@ class AttributionResult:
         return path
 
     @classmethod
-    def load(cls, path: str | Path) -> "AttributionResult":
+    def load(cls, path: str | Path) -> AttributionResult:
         """Read a result written by :meth:`save`.
 
         Example:
@@ -704,7 +682,7 @@ class AttributionCollection(Sequence[AttributionResult]):
     def __iter__(self) -> Iterator[AttributionResult]:
         return iter(self.results)
 
-    def aggregate(self, granularity: str = "word", how: str = "sum") -> "AttributionCollection":
+    def aggregate(self, granularity: str = "word", how: str = "sum") -> AttributionCollection:
         """Aggregate every result (see :meth:`AttributionResult.aggregate`).
 
         Example:

@@ -17,8 +17,8 @@ Example:
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -28,10 +28,11 @@ from interp_widgets._inputs import input_items
 from interp_widgets.adapter import ModelAdapter, UnsupportedModelError
 from interp_widgets.layers import evaluation
 from interp_widgets.registry import Registry
+from interp_widgets.targets import Contrast, Targets
 from interp_widgets.tasks.foils import foils_per_input
 from interp_widgets.text_units import Encoding
 
-__all__ = ["Explain", "ExplainedInput", "Task", "TASKS", "task_class", "task_for", "detect_task", "prepare_inputs"]
+__all__ = ["TASKS", "Explain", "ExplainedInput", "Task", "detect_task", "prepare_inputs", "task_class", "task_for"]
 
 #: Every task class by name (``"causal-lm"`` …); a subclass of :class:`Task` that sets ``name`` adds itself.
 TASKS = Registry("task")
@@ -70,31 +71,36 @@ class Explain:
 class ExplainedInput:
     """One input and the targets explained on it.
 
-    ``target_ids`` are class ids (classification) or vocabulary ids (language models); ``target_positions`` the
-    sequence position whose logits score each target (``-1`` for classification); ``visible`` how many leading
-    source tokens each target can see (later sources get NaN scores). With a contrast, ``foil_ids`` holds the foil
-    of each target and every score is ``score(target) − score(foil)`` (see :mod:`interp_widgets.tasks.foils`).
+    ``targets`` holds the class ids (classification) or vocabulary ids (language models) explained, with their labels
+    and probabilities; ``target_positions`` the sequence position whose logits score each target (``-1`` for
+    classification); ``visible`` how many leading source tokens each target can see (later sources get NaN scores).
+    With a contrast, ``contrast_info`` holds the foil of each target and every score is ``score(target) −
+    score(foil)`` (see :mod:`interp_widgets.tasks.foils`). An encoder–decoder input's ``source_length`` counts its
+    source tokens at the start of the joined token axis.
 
     Example:
         >>> problem = prepare_inputs(adapter, "Not bad.")[0]
-        >>> problem.length, problem.n_targets, problem.source_mask is None
-        (5, 1, True)
+        >>> problem.length, problem.n_targets, problem.source_mask is None, problem.targets.labels
+        (5, 1, True, ['positive'])
     """
 
     encoding: Encoding
-    target_ids: np.ndarray
-    target_labels: list[str]
+    targets: Targets
     target_positions: np.ndarray
-    target_probs: np.ndarray
     visible: np.ndarray
     generated_mask: np.ndarray | None = None
     true_label: str | None = None
-    foil_ids: np.ndarray | None = None
-    foil_labels: list[str] | None = None
-    foil_probs: np.ndarray | None = None
-    foil_alignment: np.ndarray | None = None
-    contrast: str | None = None
+    contrast_info: Contrast | None = None
     source_length: int | None = None
+
+    def __post_init__(self):
+        self.target_positions = np.asarray(self.target_positions, dtype=np.int64).reshape(-1)
+        self.visible = np.asarray(self.visible, dtype=np.int64).reshape(-1)
+        if len(self.target_positions) != len(self.targets) or len(self.visible) != len(self.targets):
+            raise ValueError(
+                f"{len(self.targets)} targets with {len(self.target_positions)} positions and {len(self.visible)} "
+                "visible counts; give one of each per target"
+            )
 
     @property
     def source_mask(self) -> np.ndarray | None:
@@ -109,7 +115,17 @@ class ExplainedInput:
 
     @property
     def n_targets(self) -> int:
-        return len(self.target_ids)
+        return len(self.targets)
+
+    # the targets' and the foils' parts by their flat names (read-only)
+    target_ids = property(lambda self: self.targets.ids, doc="Class or vocabulary id of each target.")
+    target_labels = property(lambda self: self.targets.labels, doc="Label of each target.")
+    target_probs = property(lambda self: self.targets.probs, doc="The model's probability of each target.")
+    foil_ids = property(lambda self: None if self.contrast_info is None else self.contrast_info.foils.ids)
+    foil_labels = property(lambda self: None if self.contrast_info is None else self.contrast_info.foils.labels)
+    foil_probs = property(lambda self: None if self.contrast_info is None else self.contrast_info.foils.probs)
+    foil_alignment = property(lambda self: None if self.contrast_info is None else self.contrast_info.alignment)
+    contrast = property(lambda self: None if self.contrast_info is None else self.contrast_info.text)
 
 
 class Task:
@@ -278,7 +294,7 @@ class Task:
         raise NotImplementedError(f"{type(self).__name__} must implement explain_inputs")
 
     def foils(self, problem: ExplainedInput, foil, logits: torch.Tensor, alignment):
-        """The :class:`~interp_widgets.tasks.foils.Foils` of ``problem``'s targets (language models)."""
+        """The foils of ``problem``'s targets as a :class:`~interp_widgets.targets.Contrast` (language models)."""
         raise ValueError(f"contrast= is not supported for {self.name} models")
 
     def foil_logits(self, problems: list[ExplainedInput]) -> list[torch.Tensor]:
@@ -295,12 +311,8 @@ class Task:
                 if single:
                     raise
                 raise type(err)(f"input {item}: {err}") from None
-            probs = torch.softmax(lg.float(), dim=-1)[torch.arange(problem.n_targets), torch.as_tensor(found.ids)]
-            problem.foil_ids = found.ids
-            problem.foil_labels = found.labels
-            problem.foil_probs = probs.cpu().numpy().astype(np.float64)
-            problem.foil_alignment = found.alignment
-            problem.contrast = found.text
+            probs = torch.softmax(lg.float(), dim=-1)[torch.arange(problem.n_targets), torch.as_tensor(found.foils.ids)]
+            problem.contrast_info = found.with_probs(probs.cpu().numpy())
 
     def query_position(self, problem: ExplainedInput, target: int) -> int:
         """The sequence position whose attention row explains ``target`` (attention methods)."""

@@ -10,16 +10,17 @@ Example:
 from __future__ import annotations
 
 import inspect
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 from torch import nn
 
 from interp_widgets._inputs import is_conversation
-from interp_widgets.tasks.base import Explain, ExplainedInput, Task
-from interp_widgets.tasks.foils import Foils, resolve_lm_foils
 from interp_widgets.layers import evaluation
+from interp_widgets.targets import Targets
+from interp_widgets.tasks.base import Explain, ExplainedInput, Task
+from interp_widgets.tasks.foils import resolve_lm_foils
 from interp_widgets.text_units import Encoding
 from interp_widgets.validation import check_int
 
@@ -106,7 +107,7 @@ class CausalLMTask(Task):
                 ids.append(int(item))
         return ids, self.adapter.tokenizer.convert_ids_to_tokens(ids), last
 
-    def foils(self, problem: ExplainedInput, foil, logits: torch.Tensor, alignment) -> Foils:
+    def foils(self, problem: ExplainedInput, foil, logits: torch.Tensor, alignment) -> Contrast:
         prompt = problem.encoding.input_ids[~problem.generated_mask]
         return resolve_lm_foils(self.adapter.tokenizer, logits.shape[-1], foil, prompt, problem.n_targets, alignment)
 
@@ -194,10 +195,10 @@ class CausalLMTask(Task):
         probs = torch.softmax(logits.float(), dim=-1)[torch.as_tensor(positions - 1), torch.as_tensor(new_ids)]
         return ExplainedInput(
             encoding=enc,
-            target_ids=new_ids.astype(np.int64),
-            target_labels=[f"{t!r}@{p}" for t, p in zip(enc.tokens[start:], positions)],
+            targets=Targets(
+                [f"{t!r}@{p}" for t, p in zip(enc.tokens[start:], positions)], ids=new_ids, probs=probs.cpu().numpy()
+            ),
             target_positions=positions - 1,
-            target_probs=probs.cpu().numpy().astype(np.float64),
             visible=positions,
             generated_mask=np.arange(len(enc)) >= start,
         )
@@ -241,10 +242,8 @@ class CausalLMTask(Task):
         positions = np.arange(prompt_len, prompt_len + n_new)
         return ExplainedInput(
             encoding=encoding,
-            target_ids=new_ids.astype(np.int64),
-            target_labels=[f"{t!r}@{p}" for t, p in zip(tokens[prompt_len:], positions)],
+            targets=Targets([f"{t!r}@{p}" for t, p in zip(tokens[prompt_len:], positions)], ids=new_ids, probs=probs),
             target_positions=positions - 1,
-            target_probs=np.asarray(probs, dtype=np.float64),
             visible=positions,
             generated_mask=np.concatenate([np.zeros(prompt_len, bool), np.ones(n_new, bool)]),
         )

@@ -93,10 +93,8 @@ class ClassificationTask(Task):
             problems.append(
                 ExplainedInput(
                     encoding=enc,
-                    target_ids=np.asarray(ids, dtype=np.int64),
-                    target_labels=[labels[i] for i in ids],
+                    targets=Targets([labels[i] for i in ids], ids=ids, probs=probs[ids]),
                     target_positions=np.full(len(ids), -1, dtype=np.int64),
-                    target_probs=probs[ids].astype(np.float64),
                     visible=np.full(len(ids), len(enc), dtype=np.int64),
                 )
             )

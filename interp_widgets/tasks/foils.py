@@ -60,33 +60,18 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
+from interp_widgets.targets import Contrast, Targets
+
 __all__ = [
-    "Foils",
     "foil_alignment",
     "foils_per_input",
     "resolve_lm_foils",
     "resolve_masked_foil",
 ]
-
-
-@dataclass
-class Foils:
-    """The foil of every target of one input: ``ids[t]`` is contrasted with target ``t``.
-
-    ``alignment[t]`` is the index of that foil in the foil continuation (negative: a prompt token, counted from
-    the end of the prompt; see the module docstring), ``text`` the foil continuation as text, ``labels`` the
-    text of each foil token.
-    """
-
-    ids: np.ndarray
-    labels: list[str]
-    alignment: np.ndarray
-    text: str
 
 
 def _is_ids(value) -> bool:
@@ -212,12 +197,12 @@ def resolve_lm_foils(
     prompt_ids: np.ndarray,
     n_targets: int,
     alignment: Sequence[tuple[int, int]] | None = None,
-) -> Foils:
+) -> Contrast:
     """The foil of every target of one causal-LM input (see the module docstring).
 
     Example:
-        >>> foils = resolve_lm_foils(lm_tokenizer, 600, " clean", np.array([1, 2, 3]), n_targets=2)
-        >>> foils.labels, foils.alignment.tolist(), foils.text
+        >>> contrast = resolve_lm_foils(lm_tokenizer, 600, " clean", np.array([1, 2, 3]), n_targets=2)
+        >>> contrast.foils.labels, contrast.alignment.tolist(), contrast.text
         ([' cle', 'an'], [0, 1], ' clean')
         >>> resolve_lm_foils(lm_tokenizer, 600, "", np.array([1]), n_targets=2)
         Traceback (most recent call last):
@@ -266,19 +251,18 @@ def resolve_lm_foils(
         index = foil_alignment(n_targets, len(ids), n_prompt=len(prompt_ids), alignment=alignment)
     sequence = np.concatenate([np.asarray(prompt_ids, dtype=np.int64), ids])
     chosen = sequence[np.asarray(index, dtype=np.int64) + len(prompt_ids)]
-    return Foils(
-        ids=chosen,
-        labels=[_token_text(tokenizer, i) for i in chosen],
+    return Contrast(
+        Targets([_token_text(tokenizer, i) for i in chosen], ids=chosen),
         alignment=np.asarray(index, dtype=np.int64),
         text=tokenizer.decode(ids.tolist()),
     )
 
 
-def resolve_masked_foil(tokenizer, vocab: int, foil) -> Foils:
+def resolve_masked_foil(tokenizer, vocab: int, foil) -> Contrast:
     """The foil of a masked-LM target: one token, as its text or its id.
 
     Example:
-        >>> resolve_masked_foil(tokenizer, 30522, "bad").labels
+        >>> resolve_masked_foil(tokenizer, 30522, "bad").foils.labels
         ['bad']
         >>> resolve_masked_foil(tokenizer, 30522, "awfulness")
         Traceback (most recent call last):
@@ -307,9 +291,8 @@ def resolve_masked_foil(tokenizer, vocab: int, foil) -> Foils:
     else:
         raise TypeError(f"a masked-LM contrast is one foil token (its text or id); got {foil!r}")
     chosen = _check_ids(ids, vocab, "contrast")
-    return Foils(
-        ids=chosen,
-        labels=[tokenizer.convert_ids_to_tokens(int(chosen[0]))],
+    return Contrast(
+        Targets([tokenizer.convert_ids_to_tokens(int(chosen[0]))], ids=chosen),
         alignment=np.zeros(1, dtype=np.int64),
         text=tokenizer.decode(chosen.tolist()),
     )

@@ -13,8 +13,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from interp_widgets.targets import Targets
 from interp_widgets.tasks.base import Explain, ExplainedInput, Task
-from interp_widgets.tasks.foils import Foils, resolve_masked_foil
+from interp_widgets.tasks.foils import resolve_masked_foil
 
 __all__ = ["MaskedLMTask"]
 
@@ -64,14 +65,16 @@ class MaskedLMTask(Task):
                 raise ValueError(f"token id {token_id} outside the vocabulary of {logits.shape[-1]}")
         return ExplainedInput(
             encoding=enc,
-            target_ids=np.asarray([token_id]),
-            target_labels=[tokenizer.convert_ids_to_tokens(token_id)],
+            targets=Targets(
+                [tokenizer.convert_ids_to_tokens(token_id)],
+                ids=np.asarray([token_id]),
+                probs=np.asarray([float(probs[token_id])]),
+            ),
             target_positions=np.asarray([mask_position]),
-            target_probs=np.asarray([float(probs[token_id])]),
             visible=np.asarray([len(enc)]),
         )
 
-    def foils(self, problem: ExplainedInput, foil, logits: torch.Tensor, alignment) -> Foils:
+    def foils(self, problem: ExplainedInput, foil, logits: torch.Tensor, alignment) -> Contrast:
         return resolve_masked_foil(self.adapter.tokenizer, logits.shape[-1], foil)
 
     @classmethod

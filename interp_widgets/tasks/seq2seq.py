@@ -14,15 +14,15 @@ Example:
 
 from __future__ import annotations
 
-
 import numpy as np
 import torch
 from torch import nn
 
 from interp_widgets.adapter import UnsupportedModelError
 from interp_widgets.layers import evaluation, is_encoder_decoder
+from interp_widgets.targets import Targets
 from interp_widgets.tasks.base import Explain, ExplainedInput, Task
-from interp_widgets.tasks.foils import Foils, resolve_lm_foils
+from interp_widgets.tasks.foils import resolve_lm_foils
 from interp_widgets.text_units import Encoding, encode
 from interp_widgets.validation import check_int
 
@@ -78,7 +78,7 @@ class Seq2SeqLMTask(Task):
             [p.source_length for p in problems],
         )
 
-    def foils(self, problem: ExplainedInput, foil, logits: torch.Tensor, alignment) -> Foils:
+    def foils(self, problem: ExplainedInput, foil, logits: torch.Tensor, alignment) -> Contrast:
         if isinstance(foil, str):  # tokenized as a target, like the forced continuation
             foil = self._target_ids(foil, logits.shape[-1], what="contrast")
         start = np.asarray([self.decoder_start_token_id], dtype=np.int64)
@@ -272,10 +272,8 @@ class Seq2SeqLMTask(Task):
         at = positions + 1  # where each target token sits on the joined axis
         return ExplainedInput(
             encoding=encoding,
-            target_ids=new_ids.astype(np.int64),
-            target_labels=[f"{tokens[p]!r}@{p}" for p in at],
+            targets=Targets([f"{tokens[p]!r}@{p}" for p in at], ids=new_ids, probs=probs),
             target_positions=positions,
-            target_probs=np.asarray(probs, dtype=np.float64),
             visible=at,
             generated_mask=np.arange(len(ids)) > n_source,
             source_length=n_source,

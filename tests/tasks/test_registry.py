@@ -13,6 +13,7 @@ import torch
 
 import interp_widgets
 from interp_widgets.adapter import ModelAdapter, UnsupportedModelError
+from interp_widgets.targets import Targets
 from interp_widgets.tasks import TASKS, Explain, ExplainedInput, Task, task_for
 from tests.conftest import model_fingerprint
 from tests.tiny_models import bert_labelled_config, seeded, wordpiece_tokenizer
@@ -60,10 +61,12 @@ def token_task():
                 problems.append(
                     ExplainedInput(
                         encoding=enc,
-                        target_ids=ids.astype(np.int64),
-                        target_labels=[f"{id2label[int(i)]}@{p}" for i, p in zip(ids, positions)],
+                        targets=Targets(
+                            [f"{id2label[int(i)]}@{p}" for i, p in zip(ids, positions)],
+                            ids=ids,
+                            probs=probs[torch.arange(len(ids)), torch.as_tensor(ids)].numpy(),
+                        ),
                         target_positions=positions.astype(np.int64),
-                        target_probs=probs[torch.arange(len(ids)), torch.as_tensor(ids)].numpy().astype(np.float64),
                         visible=np.full(len(ids), len(enc), dtype=np.int64),
                     )
                 )
