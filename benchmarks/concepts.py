@@ -727,7 +727,7 @@ def synthetic_interpretation(n: int):
     labels = [label_from_tokens([e["token"] for e in ex]) for ex in examples]
     density = rng.uniform(1e-4, 0.05, n)
     density[rng.random(n) < 0.03] = 0.0
-    return ConceptInterpretation(
+    return ConceptInterpretation.from_flat(
         method="SparseAutoencoder",
         layer="layer:15",
         labels=[lab if d else "" for lab, d in zip(labels, density)],

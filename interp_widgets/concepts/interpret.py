@@ -25,7 +25,7 @@ Example:
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -43,16 +43,198 @@ Labeler = Callable[[int, list[dict]], str]
 
 
 @dataclass
+class InterpretationRun:
+    """What an interpretation was made of: the concept model's class (``method``), the store's ``layer`` and the
+    scan's ``params`` (``k``, ``window``, ``bins``, the number of ``rows`` scanned and their ``unit``).
+
+    Example:
+        >>> interp = interpret_concepts(concepts, store, progress=False)
+        >>> interp.run.method, interp.run.layer, interp.run.params["rows"]
+        ('NMFConcepts', 'layer:1', 775)
+    """
+
+    method: str
+    layer: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ConceptLabels:
+    """One label per concept and where they came from (``source``: ``"top tokens"``, a labeller's name …). A lazy
+    labeller (:meth:`ConceptInterpretation.relabel` with ``lazy=True``) is kept as ``labeler`` with the concepts it
+    has not been asked about yet (``pending``); neither is saved.
+
+    Example:
+        >>> interp = interpret_concepts(concepts, store, progress=False)
+        >>> interp.labelling.labels[:2], interp.labelling.source, interp.labelling.pending
+        (['it / , / sitting', 'overnight / an / .'], 'top tokens', frozenset())
+    """
+
+    labels: list[str]
+    source: str = "top tokens"
+    labeler: Labeler | None = None
+    pending: frozenset[int] = frozenset()
+
+    def __post_init__(self):
+        self.labels = list(self.labels)
+        self.pending = frozenset(int(c) for c in self.pending)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class ActivationStats:
+    """Each concept's coefficients over the scanned rows: the fraction of rows where it is active (``density``,
+    ``|c| > 0``), its ``mean``, ``maximum`` and ``minimum``, and a histogram of its active values (``hist_counts[c]``
+    over the bin edges ``hist_edges[c]``).
+
+    Example:
+        >>> stats = interpret_concepts(concepts, store, progress=False).stats
+        >>> stats.density.shape, stats.hist_counts.shape, stats.hist_edges.shape  # concepts; concepts × bins (+ 1)
+        ((8,), (8, 30), (8, 31))
+    """
+
+    density: np.ndarray
+    mean: np.ndarray
+    maximum: np.ndarray
+    minimum: np.ndarray
+    hist_counts: np.ndarray
+    hist_edges: np.ndarray
+
+    def __post_init__(self):
+        for name in ("density", "mean", "maximum", "minimum", "hist_edges"):
+            setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64))
+        self.hist_counts = np.asarray(self.hist_counts, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.density)
+
+
+@dataclass
+class TopExamples:
+    """The strongest rows of each concept: ``rows[c]`` / ``values[c]`` are the store rows with the highest coefficient
+    of concept ``c`` (``-1`` / NaN pad when there are fewer), and ``examples[c]`` one dict per row with its token, the
+    tokens of a context window around it and the concept's coefficient on each.
+
+    Example:
+        >>> top = interpret_concepts(concepts, store, progress=False).top_examples
+        >>> top.rows.shape, top.examples[0][0]["token"]
+        ((8, 10), ',')
+    """
+
+    rows: np.ndarray
+    values: np.ndarray
+    examples: list[list[dict]]
+
+    def __post_init__(self):
+        self.rows = np.asarray(self.rows, dtype=np.int64)
+        self.values = np.asarray(self.values, dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+
+@dataclass
+class TopTexts:
+    """The texts where each concept is strongest: ``ids[c]`` / ``values[c]`` are the text ids and their largest
+    coefficient of concept ``c`` (``-1`` / NaN pad), and ``texts`` maps each text id used (as a string) to its text.
+
+    Example:
+        >>> maxima = interpret_concepts(concepts, store, progress=False).text_maxima
+        >>> maxima.ids[0, :3].tolist(), maxima.texts["20"][:20]
+        ([20, 21, 5], 'A bit of street nois')
+    """
+
+    ids: np.ndarray
+    values: np.ndarray
+    texts: dict[str, str]
+
+    def __post_init__(self):
+        self.ids = np.asarray(self.ids, dtype=np.int64)
+        self.values = np.asarray(self.values, dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+@dataclass
+class VocabularyProjection:
+    """The tokens each concept direction promotes through the model's output embedding (``tokens[c]``, strongest
+    first) and their logits (``logits``: concepts × top), from :func:`vocabulary_projection`.
+
+    Example:
+        >>> from interp_widgets.concepts import PCAConcepts, collect_activations
+        >>> lm_store = collect_activations(lm, lm_tokenizer, texts[:10], layer=1, progress=False)
+        >>> projection = VocabularyProjection(*vocabulary_projection(PCAConcepts(4).fit(lm_store), lm, lm_tokenizer,
+        ...                                                           top=3))
+        >>> projection.tokens[1], projection.logits.shape
+        (['ur', ' I', '`'], (4, 3))
+    """
+
+    tokens: list[list[str]]
+    logits: np.ndarray
+
+    def __post_init__(self):
+        self.tokens = [list(row) for row in self.tokens]
+        self.logits = np.asarray(self.logits, dtype=np.float64)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+#: Each flat attribute of a :class:`ConceptInterpretation` (the names of 0.1's fields, and of its saved files) as
+#: ``(part, attribute of the part)``: ``interp.density`` is ``interp.stats.density``. The one table behind the
+#: read-only properties, :meth:`ConceptInterpretation.from_flat`, :meth:`ConceptInterpretation.replace` and the
+#: saved files.
+FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
+    "method": ("run", "method"), "layer": ("run", "layer"),
+    "labels": ("labelling", "labels"),
+    **{name: ("stats", name) for name in ("density", "mean", "maximum", "minimum")},
+    "top_rows": ("top_examples", "rows"), "top_values": ("top_examples", "values"),
+    "examples": ("top_examples", "examples"),
+    "top_texts": ("text_maxima", "ids"), "top_text_values": ("text_maxima", "values"),
+    "texts": ("text_maxima", "texts"),
+    "hist_counts": ("stats", "hist_counts"), "hist_edges": ("stats", "hist_edges"),
+    "vocab_tokens": ("vocabulary", "tokens"), "vocab_logits": ("vocabulary", "logits"),
+    "label_source": ("labelling", "source"),
+    "params": ("run", "params"),
+}  # fmt: skip
+#: Flat values a :class:`ConceptInterpretation` can be built without (their defaults: none, "top tokens", {}).
+_OPTIONAL = ("vocab_tokens", "vocab_logits", "label_source", "params")
+_PART_TYPES = {"run": InterpretationRun, "labelling": ConceptLabels, "stats": ActivationStats,
+               "top_examples": TopExamples, "text_maxima": TopTexts, "vocabulary": VocabularyProjection}  # fmt: skip
+
+
+def _flat_property(name: str, part: str, attribute: str) -> property:
+    def read(self):
+        value = getattr(self, part)
+        return None if value is None else getattr(value, attribute)
+
+    read.__doc__ = f"``{part}.{attribute}`` (read-only)."
+    read.__name__ = name
+    return property(read)
+
+
+@dataclass
 class ConceptInterpretation:
     """Per-concept summaries: statistics, top examples with context, top texts, histogram, label, vocabulary.
 
-    Arrays are indexed by concept. ``top_rows[c]`` / ``top_values[c]`` are the store rows with the highest
-    coefficient of concept ``c`` (``-1`` / NaN pad when there are fewer rows); ``examples[c]`` holds, for each of
-    them, the tokens of a context window (each running to the next token's start, so joined they give the text;
-    tokens without a text span, such as special tokens, keep their own string) and that concept's coefficient on
-    each token. ``hist_counts[c]`` counts the
-    rows where the concept is active (``|c| > 0``) over ``hist_edges[c]``; ``density[c]`` is the fraction of rows
-    where it is active.
+    An interpretation is made of a few parts, each indexed by concept: the ``run`` (:class:`InterpretationRun`:
+    concept model class, layer, scan parameters), the ``labelling`` (:class:`ConceptLabels`: labels and their
+    source), the ``stats`` (:class:`ActivationStats`: density, mean, maximum, minimum and histogram of each
+    concept's coefficients), the ``top_examples`` (:class:`TopExamples`: the strongest rows with their context),
+    the ``text_maxima`` (:class:`TopTexts`: the texts where each concept is strongest) and an optional
+    ``vocabulary`` (:class:`VocabularyProjection`: promoted tokens and logits). The parts' values read as flat
+    attributes too (``labels``, ``density``, ``top_rows``, ``examples``, ``vocab_tokens`` …); see
+    :data:`FLAT_ATTRIBUTES`.
+
+    ``top_rows[c]`` / ``top_values[c]`` are the store rows with the highest coefficient of concept ``c`` (``-1`` /
+    NaN pad when there are fewer rows); ``examples[c]`` holds, for each of them, the tokens of a context window
+    (each running to the next token's start, so joined they give the text; tokens without a text span, such as
+    special tokens, keep their own string) and that concept's coefficient on each token. ``hist_counts[c]`` counts
+    the rows where the concept is active (``|c| > 0``) over ``hist_edges[c]``; ``density[c]`` is the fraction of
+    rows where it is active.
 
     Example:
         >>> interp = interpret_concepts(concepts, store, progress=False)
@@ -67,39 +249,86 @@ class ConceptInterpretation:
         ('bathroom, but friendly staff, a fantastic breakfast and an', ', ')
     """
 
-    method: str
-    layer: str | None
-    labels: list[str]
-    density: np.ndarray
-    mean: np.ndarray
-    maximum: np.ndarray
-    minimum: np.ndarray
-    top_rows: np.ndarray
-    top_values: np.ndarray
-    examples: list[list[dict]]
-    top_texts: np.ndarray
-    top_text_values: np.ndarray
-    texts: dict[str, str]
-    hist_counts: np.ndarray
-    hist_edges: np.ndarray
-    vocab_tokens: list[list[str]] | None = None
-    vocab_logits: np.ndarray | None = None
-    label_source: str = "top tokens"
-    params: dict[str, Any] = field(default_factory=dict)
+    run: InterpretationRun
+    labelling: ConceptLabels
+    stats: ActivationStats
+    top_examples: TopExamples
+    text_maxima: TopTexts
+    vocabulary: VocabularyProjection | None = None
 
     def __post_init__(self):
-        for name in ("density", "mean", "maximum", "minimum", "top_values", "top_text_values", "hist_edges"):
-            setattr(self, name, np.asarray(getattr(self, name), dtype=np.float64))
-        self.top_rows = np.asarray(self.top_rows, dtype=np.int64)
-        self.top_texts = np.asarray(self.top_texts, dtype=np.int64)
-        self.hist_counts = np.asarray(self.hist_counts, dtype=np.int64)
-        if self.vocab_logits is not None:
-            self.vocab_logits = np.asarray(self.vocab_logits, dtype=np.float64)
+        n = len(self.labelling)
+        for name in ("stats", "top_examples", "text_maxima", "vocabulary"):
+            part = getattr(self, name)
+            if part is not None and len(part) != n:
+                raise ValueError(
+                    f"{name} covers {len(part)} concepts but there are {n} labels; every part has one entry per concept"
+                )
+
+    @classmethod
+    def from_flat(cls, **values: Any) -> "ConceptInterpretation":
+        """An interpretation from flat values, by the names of :data:`FLAT_ATTRIBUTES` (0.1's constructor
+        keywords, and what a saved file holds); ``vocab_tokens``, ``vocab_logits``, ``label_source`` and ``params``
+        may be left out.
+
+        Example:
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> flat = {name: getattr(interp, name) for name in FLAT_ATTRIBUTES}
+            >>> ConceptInterpretation.from_flat(**flat)
+            ConceptInterpretation(8 NMFConcepts concepts at 'layer:1', labels from top tokens)
+            >>> ConceptInterpretation.from_flat(method="NMFConcepts")
+            Traceback (most recent call last):
+                ...
+            TypeError: missing concept interpretation values ['density', 'examples', ...]; ...
+        """
+        unknown = sorted(set(values) - set(FLAT_ATTRIBUTES))
+        if unknown:
+            raise TypeError(f"unknown concept interpretation values {unknown}; known: {sorted(FLAT_ATTRIBUTES)}")
+        missing = sorted(set(FLAT_ATTRIBUTES) - set(_OPTIONAL) - set(values))
+        if missing:
+            raise TypeError(
+                f"missing concept interpretation values {missing}; give every name of FLAT_ATTRIBUTES but "
+                f"{', '.join(_OPTIONAL)}"
+            )
+        grouped: dict[str, dict[str, Any]] = {}
+        for name, (part, attribute) in FLAT_ATTRIBUTES.items():
+            if values.get(name) is not None:
+                grouped.setdefault(part, {})[attribute] = values[name]
+        vocabulary = grouped.pop("vocabulary", None)
+        if vocabulary is not None and len(vocabulary) != 2:
+            raise ValueError("vocab_tokens and vocab_logits go together (vocabulary_projection gives both); give both")
+        parts = {part: _PART_TYPES[part](**attributes) for part, attributes in grouped.items()}
+        return cls(**parts, vocabulary=VocabularyProjection(**vocabulary) if vocabulary else None)
+
+    def replace(self, **changes) -> "ConceptInterpretation":
+        """A copy with some values changed, by part (``stats=``) or by flat name (``labels=``, ``params=``).
+
+        Parts no change touches are shared with this interpretation; a copy with new ``labels`` or ``label_source``
+        keeps no lazy labeller (:meth:`relabel` labels in place).
+
+        Example:
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> renamed = interp.replace(labels=[f"c{c}" for c in range(8)], label_source="by hand")
+            >>> renamed.labels[:2], renamed.label_source, interp.labels[0]
+            (['c0', 'c1'], 'by hand', 'it / , / sitting')
+        """
+        own = {f.name for f in fields(self)}
+        parts = {name: changes.pop(name) for name in list(changes) if name in own}
+        base = replace(self, **parts)
+        if not changes:
+            return base
+        unknown = sorted(set(changes) - set(FLAT_ATTRIBUTES))
+        if unknown:
+            raise TypeError(f"unknown concept interpretation values {unknown}; known: {sorted(FLAT_ATTRIBUTES)}")
+        flat = {name: getattr(base, name) for name in FLAT_ATTRIBUTES}
+        rebuilt = ConceptInterpretation.from_flat(**{**flat, **changes})
+        touched = {FLAT_ATTRIBUTES[name][0] for name in changes}  # the other parts stay as they are (a lazy labeller)
+        return replace(rebuilt, **{name: getattr(base, name) for name in own if name not in touched})
 
     @property
     def n_concepts(self) -> int:
         """Number of concepts."""
-        return len(self.labels)
+        return len(self.labelling)
 
     @property
     def dead(self) -> np.ndarray:
@@ -417,9 +646,12 @@ class ConceptInterpretation:
         if not lazy:  # all or nothing: a failing labeller leaves the previous labels in place
             for c in sorted(live):
                 labels[c] = _checked_label(labeler(c, self.examples[c]), c, self.density[c])
-        self.labels = labels
-        self.label_source = source or getattr(labeler, "name", None) or "custom"
-        self._pending = {"labeler": labeler, "concepts": live if lazy else set()}
+        self.labelling = ConceptLabels(
+            labels,
+            source or getattr(labeler, "name", None) or "custom",
+            labeler=labeler if lazy else None,
+            pending=frozenset(live) if lazy else frozenset(),
+        )
         return self
 
     def ensure_label(self, concept: int) -> str:
@@ -431,10 +663,11 @@ class ConceptInterpretation:
             'it / , / sitting'
         """
         c = self._index(concept)
-        pending = getattr(self, "_pending", None)
-        if pending and c in pending["concepts"]:
-            self.labels[c] = _checked_label(pending["labeler"](c, self.examples[c]), c, self.density[c])
-            pending["concepts"].discard(c)
+        labelling = self.labelling
+        if c in labelling.pending:
+            label = _checked_label(labelling.labeler(c, self.examples[c]), c, self.density[c])
+            labels = [*labelling.labels[:c], label, *labelling.labels[c + 1 :]]
+            self.labelling = replace(labelling, labels=labels, pending=labelling.pending - {c})
         return self.labels[c]
 
     @property
@@ -445,10 +678,10 @@ class ConceptInterpretation:
             >>> interpret_concepts(concepts, store, progress=False).unlabelled
             []
         """
-        pending = getattr(self, "_pending", None)
-        return sorted(pending["concepts"]) if pending else []
+        return sorted(self.labelling.pending)
 
     # ------------------------------------------------------------------ persistence
+    # Saved files hold the flat values (FLAT_ATTRIBUTES): these arrays in the safetensors body, the rest as JSON.
     _ARRAYS = (
         "density",
         "mean",
@@ -473,7 +706,7 @@ class ConceptInterpretation:
             True
         """
         arrays = {n: getattr(self, n) for n in self._ARRAYS if getattr(self, n) is not None}
-        meta = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in self._ARRAYS}
+        meta = {name: getattr(self, name) for name in FLAT_ATTRIBUTES if name not in self._ARRAYS}
         return save_bundle(path, _FORMAT, arrays, meta)
 
     @classmethod
@@ -490,11 +723,14 @@ class ConceptInterpretation:
             [20, 21, 5]
         """
         arrays, meta = load_bundle(path, _FORMAT)
-        arrays.setdefault("vocab_logits", None)
-        return cls(**meta, **arrays)
+        return cls.from_flat(**meta, **arrays)
 
     def __repr__(self) -> str:
         return f"ConceptInterpretation({self.n_concepts} {self.method} concepts at {self.layer!r}, labels from {self.label_source})"
+
+
+for _name, (_part, _attribute) in FLAT_ATTRIBUTES.items():
+    setattr(ConceptInterpretation, _name, _flat_property(_name, _part, _attribute))
 
 
 def _checked_label(label, concept: int, density: float) -> str:
@@ -691,29 +927,23 @@ def interpret_concepts(
     labels = [
         label_from_tokens([e["token"] for e in examples[c]], n_label_tokens) if active[c] else "" for c in range(n)
     ]
-    vocab_tokens = vocab_logits = None
+    vocabulary = None
     has_unembedding = model is not None and getattr(model, "get_output_embeddings", lambda: None)() is not None
     if has_unembedding and tokenizer is not None:
-        vocab_tokens, vocab_logits = vocabulary_projection(concept_model, model, tokenizer, top=vocab_top)
+        vocabulary = VocabularyProjection(*vocabulary_projection(concept_model, model, tokenizer, top=vocab_top))
     result = ConceptInterpretation(
-        method=type(concept_model).__name__,
-        layer=store.layer,
-        labels=labels,
-        density=active / len(store),
-        mean=total / len(store),
-        maximum=high,
-        minimum=low,
-        top_rows=top_rows,
-        top_values=top_values,
-        examples=examples,
-        top_texts=top_texts,
-        top_text_values=np.where(top_texts >= 0, top_text_values, np.nan),
-        texts={str(i): store.texts[i] for i in used},
-        hist_counts=counts,
-        hist_edges=edges,
-        vocab_tokens=vocab_tokens,
-        vocab_logits=vocab_logits,
-        params={"k": int(k), "window": int(window), "bins": int(bins), "rows": len(store), "unit": store.unit},
+        run=InterpretationRun(
+            type(concept_model).__name__,
+            store.layer,
+            {"k": int(k), "window": int(window), "bins": int(bins), "rows": len(store), "unit": store.unit},
+        ),
+        labelling=ConceptLabels(labels),
+        stats=ActivationStats(active / len(store), total / len(store), high, low, counts, edges),
+        top_examples=TopExamples(top_rows, top_values, examples),
+        text_maxima=TopTexts(
+            top_texts, np.where(top_texts >= 0, top_text_values, np.nan), {str(i): store.texts[i] for i in used}
+        ),
+        vocabulary=vocabulary,
     )
     if labeler is not None:
         result.relabel(labeler, lazy=lazy_labels)

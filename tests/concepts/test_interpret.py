@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import warnings
+from dataclasses import fields
 
 import numpy as np
 import pandas as pd
@@ -28,6 +29,7 @@ from interp_widgets.concepts import (
     text_concepts,
     vocabulary_projection,
 )
+from interp_widgets.concepts.interpret import FLAT_ATTRIBUTES
 from interp_widgets.demo import corpus
 from tests.conftest import model_fingerprint
 
@@ -121,6 +123,37 @@ def test_interpretation_matches_brute_force(gpt2_lm, lm_concepts, tmp_path):
     assert interp.labels[0] == f"concept 0: {interp.examples[0][0]['token']}" and interp.label_source == "test"
     with pytest.raises(TypeError, match="must return a str"):
         interp.relabel(lambda c, examples: 3)
+
+
+def test_an_interpretation_is_a_few_parts_read_through_flat_names(lm_concepts):
+    store, concepts = lm_concepts
+    interp = interpret_concepts(concepts, store, k=3, window=1, bins=4, progress=False)
+    assert len(fields(ConceptInterpretation)) <= 12
+    flat = {name: getattr(interp, name) for name in FLAT_ATTRIBUTES}
+    again = ConceptInterpretation.from_flat(**flat)
+    assert again.labels == interp.labels and again.examples == interp.examples and again.vocabulary is None
+    np.testing.assert_array_equal(again.hist_counts, interp.hist_counts)
+    assert interp.density is interp.stats.density and interp.top_rows is interp.top_examples.rows
+    with pytest.raises(AttributeError):
+        interp.labels = ["x"] * interp.n_concepts  # read-only: relabel() or replace() change labels
+
+    live = int(np.flatnonzero(~interp.dead)[0])
+    lazy = interp.relabel(lambda c, examples: f"c{c}", source="lazy", lazy=True)
+    changed = lazy.replace(params={"k": 99})
+    assert changed.params == {"k": 99} and interp.params["k"] == 3
+    assert changed.unlabelled == lazy.unlabelled and live in lazy.unlabelled  # untouched parts are kept, labeller too
+    assert changed.ensure_label(live) == f"c{live}" and live not in changed.unlabelled and live in lazy.unlabelled
+    renamed = lazy.replace(labels=["by hand"] * interp.n_concepts, label_source="hand")
+    assert renamed.unlabelled == [] and renamed.label_source == "hand" and renamed.ensure_label(live) == "by hand"
+
+    with pytest.raises(ValueError, match="one entry per concept"):
+        interp.replace(labels=["x"])
+    with pytest.raises(TypeError, match="unknown concept interpretation values"):
+        ConceptInterpretation.from_flat(**flat, colour="red")
+    with pytest.raises(TypeError, match=r"missing concept interpretation values \['density'\]"):
+        ConceptInterpretation.from_flat(**{k: v for k, v in flat.items() if k != "density"})
+    with pytest.raises(ValueError, match="go together"):
+        ConceptInterpretation.from_flat(**{**flat, "vocab_tokens": [["a"]] * interp.n_concepts})
 
 
 def test_label_from_tokens_counts_then_ranks():

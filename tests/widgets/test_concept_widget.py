@@ -55,7 +55,7 @@ def _interpretation(n: int = 6, k: int = 3, bins: int = 5) -> ConceptInterpretat
             else []
         )
     long_text = "x" * (MAX_TEXT_CHARS + 50)
-    return ConceptInterpretation(
+    return ConceptInterpretation.from_flat(
         method="NMFConcepts",
         layer="layer.1",
         labels=[f"label {c}" if c != 1 else EVIL for c in range(n)],
