@@ -22,7 +22,8 @@ Example:
     ['avg_cosine', 'avg_cosine_centered', 'dim']
 """
 
-from interp_widgets.geometry.alignment.measure import AlignmentResult, gradient_alignment
+from interp_widgets.geometry.alignment.measure import gradient_alignment
+from interp_widgets.geometry.alignment.result import AlignmentResult
 from interp_widgets.geometry.alignment.controls import normal_controls
 from interp_widgets.geometry.cosine import (
     SelfSimilarity,

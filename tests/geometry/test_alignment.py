@@ -1,6 +1,7 @@
 """Tangent-proxy gradient alignment against the known answers of shared/reference/anisotropy-paper.md §10 and
 geometry-metrics.md §13 (fixtures 13, 16, 17), the IsoScore package and scikit-learn PCA."""
 
+import dataclasses
 import doctest
 import math
 
@@ -569,3 +570,50 @@ def test_batched_alignment_names_the_degenerate_cloud():
             target="scaled_identity",
             coordinates="full",
         )
+
+
+# ---------------------------------------------------------------- the result's parts and the one rank check
+
+
+def test_alignment_result_is_made_of_parts_and_keeps_every_flat_name():
+    from interp_widgets.geometry.alignment.result import FLAT_ATTRIBUTES, AlignmentResult
+
+    proxy = coordinate_proxy(12, 3)
+    result = gradient_alignment(gaussian(200, 12, seed=3), proxy, normal_controls(proxy, 4, seed=0))
+    parts = [f.name for f in dataclasses.fields(result)]
+    assert parts == ["setting", "energy", "null", "removal", "share"]
+    old_names = (
+        "rank dim n_rows energy_proxy energy_controls ratio enrichment null_mean null_sd z_analytic p_value "
+        "energy_mean_direction iso_G iso_minus_proxy iso_minus_controls delta_iso_proxy delta_iso_controls "
+        "share_proxy share_controls centered zeta coordinates"
+    ).split()
+    assert sorted(FLAT_ATTRIBUTES) == sorted(old_names)
+    for name, (part, attribute) in FLAT_ATTRIBUTES.items():
+        assert getattr(result, name) is getattr(getattr(result, part), attribute), name
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            setattr(result, name, 0)
+    assert (result.rank, result.dim, result.n_rows, result.coordinates) == (3, 12, 200, "full")
+    assert result.share_proxy == result.delta_iso_proxy / (1 - result.iso_G)
+    copy = AlignmentResult.from_flat(**{name: getattr(result, name) for name in old_names})
+    assert copy.to_dict() == result.to_dict()
+    with pytest.raises(TypeError, match=r"unknown alignment result values \['rnak'\]"):
+        AlignmentResult.from_flat(**{name: getattr(result, name) for name in old_names}, rnak=3)
+    with pytest.raises(TypeError, match=r"missing: \['zeta'\]"):
+        AlignmentResult.from_flat(**{name: getattr(result, name) for name in old_names if name != "zeta"})
+
+
+def test_one_rank_check_names_the_limit_and_the_layer():
+    assert proxy.check_rank(4, 8) == 4 and proxy.check_rank(np.int64(7), 8, controls=False) == 7
+    with pytest.raises(ValueError, match=r"^rank must be <= 4 at layer 'layer:1', got 5: d = 8, .* 2k <= d; choose"):
+        proxy.check_rank(5, 8, layer="layer:1")
+    with pytest.raises(
+        ValueError, match=r"^rank must be <= 7, got 8: d = 8, and a proxy needs k < d; choose rank <= 7"
+    ):
+        TangentProxy.fit(gaussian(50, 8), rank=8)
+    with pytest.raises(ValueError, match=r"^rank must be <= 5, got 6: d = 10"):
+        normal_controls(coordinate_proxy(10, 6))
+    with pytest.raises(ValueError, match=r"^no rank fits: d = 1"):
+        proxy.check_rank(1, 1)
+    for bad in (0, 2.0, True, None):
+        with pytest.raises(ValueError, match=r"^rank must be an integer >= 1, got .*; the tangent proxy needs rank="):
+            ProxySchedule("refit", rank=bad, refit_every=2)

@@ -428,7 +428,7 @@ def test_bad_input_errors(gpt2_lm):
         AnisotropyMonitor(model, ["layer:9"], total_steps=5)
     with pytest.raises(ValueError, match=r"unknown layer 'transformer.nope'.*layer_names\(model\)"):
         AnisotropyMonitor(model, ["transformer.nope"], total_steps=5)
-    with pytest.raises(ValueError, match="rank=32 must be < d = 32"):
+    with pytest.raises(ValueError, match="rank must be <= 16 at layer 'layer:0', got 32: d = 32"):
         AnisotropyMonitor(model, ["layer:0"], rank=32, total_steps=5)
     with pytest.raises(ValueError, match="n_controls must be an integer >= 1"):
         AnisotropyMonitor(model, ["layer:0"], rank=4, n_controls=0, total_steps=5)

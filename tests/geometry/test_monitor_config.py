@@ -66,3 +66,15 @@ def test_defaults_live_in_the_config_only():
         assert name not in monitor_params and name not in replay_params
     named = lambda params: [p for p in params.values() if p.kind is not p.VAR_KEYWORD]  # noqa: E731
     assert len(named(monitor_params)) <= 12 and len(named(replay_params)) <= 12
+
+
+def test_rank_is_checked_once_by_the_config_then_against_each_layer():
+    with pytest.raises(ValueError, match=r"^rank must be an integer >= 1, got 0"):
+        MonitorConfig(rank=0)
+    layers = torch.nn.Sequential(torch.nn.Linear(8, 6), torch.nn.Tanh(), torch.nn.Linear(6, 1))
+    with pytest.raises(ValueError, match=r"^rank must be <= 3 at layer '0', got 4: d = 6"):
+        AnisotropyMonitor(layers, ["0"], rank=4, total_steps=2)  # d known when bound
+    monitor = AnisotropyMonitor(layers, ["1"], rank=4, total_steps=2)  # a Tanh's d shows in the first forward
+    with pytest.raises(ValueError, match=r"^rank must be <= 3 at layer '1', got 4: d = 6"):
+        with monitor:
+            layers(torch.randn(4, 8)).sum().backward()

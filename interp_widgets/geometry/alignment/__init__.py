@@ -11,7 +11,8 @@ Example:
 """
 
 from interp_widgets.geometry.alignment.controls import normal_controls
-from interp_widgets.geometry.alignment.measure import AlignmentResult, gradient_alignment
+from interp_widgets.geometry.alignment.measure import gradient_alignment
+from interp_widgets.geometry.alignment.result import AlignmentResult
 from interp_widgets.geometry.alignment.proxy import TangentProxy
 from interp_widgets.geometry.alignment.schedule import ProxySchedule
 

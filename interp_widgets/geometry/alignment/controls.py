@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from interp_widgets.geometry._kernels.inputs import ArrayLike, as_float64, to_tensor
-from interp_widgets.geometry.alignment.proxy import ORTHO_TOL, TangentProxy, basis_of
+from interp_widgets.geometry.alignment.proxy import ORTHO_TOL, TangentProxy, basis_of, check_rank
 from interp_widgets.validation import check_int
 
 __all__ = ["normal_controls"]
@@ -52,10 +52,7 @@ def normal_controls(proxy: TangentProxy | ArrayLike, n_controls: int = 20, seed:
     d, k = basis.shape
     check_int("n_controls", n_controls, minimum=1)
     check_int("seed", seed, minimum=0)
-    if 2 * k > d:
-        raise ValueError(
-            f"a rank-{k} control orthogonal to a rank-{k} proxy needs 2k <= d, but d = {d}; lower the rank"
-        )
+    check_rank(k, d)
     z = control_gaussians(seed, n_controls, d, k).to(basis.device)
     for _ in range(2):  # projecting twice removes the round-off left by one pass
         z = z - basis @ (basis.T @ z)

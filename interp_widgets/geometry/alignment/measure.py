@@ -24,8 +24,9 @@ Best readings of the reference's ambiguities (anisotropy-paper §7) used here:
 
 The pieces live in their own modules and are importable from here as well: :class:`Moments`
 (:mod:`~interp_widgets.geometry.moments`), :class:`TangentProxy` (:mod:`~interp_widgets.geometry.alignment.proxy`),
-:func:`normal_controls` (:mod:`~interp_widgets.geometry.alignment.controls`) and :class:`ProxySchedule`
-(:mod:`~interp_widgets.geometry.alignment.schedule`); this module holds the measurement.
+:func:`normal_controls` (:mod:`~interp_widgets.geometry.alignment.controls`), :class:`ProxySchedule`
+(:mod:`~interp_widgets.geometry.alignment.schedule`) and :class:`AlignmentResult`
+(:mod:`~interp_widgets.geometry.alignment.result`); this module holds the measurement.
 """
 
 from __future__ import annotations
@@ -40,6 +41,14 @@ from interp_widgets.geometry._kernels.isoscore_terms import check_shrinkage, nam
 from interp_widgets.geometry.alignment.controls import check_controls, normal_controls
 from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.alignment.proxy import TangentProxy, basis_of
+from interp_widgets.geometry.alignment.result import (
+    AlignmentResult,
+    AlignmentSetting,
+    AnalyticNull,
+    AnisotropyShare,
+    GradientEnergy,
+    IsoScoreRemoval,
+)
 from interp_widgets.geometry.alignment.schedule import ProxySchedule
 
 __all__ = [
@@ -50,118 +59,6 @@ __all__ = [
     "gradient_alignment",
     "ProxySchedule",
 ]
-
-
-@dataclass(frozen=True, eq=False)
-class AlignmentResult:
-    """Outcome of :func:`gradient_alignment` for one gradient cloud (one step, one layer).
-
-    Attributes:
-        rank, dim, n_rows: k, d and the number of gradient rows N.
-        energy_proxy: ``E_T = ‖G Q_T‖²/‖G‖²``.
-        energy_controls: ``E_N`` for every control, shape ``(R,)``.
-        ratio: ``E_T / mean(E_N)`` (``inf`` if every control has zero energy).
-        enrichment: ``E_T / (k/d)``, against a random subspace of the whole space.
-        null_mean, null_sd: analytic mean and standard deviation of ``E_N`` for Haar-random controls in the
-            complement (see :func:`gradient_alignment`).
-        z_analytic: ``(E_T − null_mean)/null_sd``.
-        p_value: ``(1 + #{r: E_N[r] ≥ E_T})/(1 + R)``, in ``[1/(R + 1), 1]``.
-        energy_mean_direction: energy of ``G`` along the activation mean (``None`` without a fitted mean).
-        iso_G: IsoScore* of ``G``; ``iso_minus_proxy``: of ``G`` with the proxy removed;
-            ``iso_minus_controls``: with each control removed, ``(R,)``. ``nan`` where the removal leaves no
-            variance (``G`` entirely inside the removed subspace).
-        delta_iso_proxy, delta_iso_controls: the same minus ``iso_G``.
-        share_proxy, share_controls: the deltas divided by the anisotropy deficit ``1 − iso_G`` — the "share of
-            gradient anisotropy" carried by each subspace.
-        centered, zeta, coordinates: settings used.
-
-    Example:
-        >>> import torch
-        >>> proxy = TangentProxy.from_basis(torch.eye(8)[:, :2])
-        >>> result = gradient_alignment(torch.randn(100, 8), proxy, normal_controls(proxy, 5))
-        >>> sorted(result.to_dict())[:3]
-        ['E_N', 'E_T', 'E_mean_dir']
-    """
-
-    rank: int
-    dim: int
-    n_rows: int
-    energy_proxy: float
-    energy_controls: torch.Tensor
-    ratio: float
-    enrichment: float
-    null_mean: float
-    null_sd: float
-    z_analytic: float
-    p_value: float
-    energy_mean_direction: float | None
-    iso_G: float
-    iso_minus_proxy: float
-    iso_minus_controls: torch.Tensor
-    delta_iso_proxy: float
-    delta_iso_controls: torch.Tensor
-    share_proxy: float
-    share_controls: torch.Tensor
-    centered: bool
-    zeta: float
-    coordinates: str
-
-    @property
-    def log10_ratio(self) -> float:
-        """``log10(ratio)``; 0 means the proxy captures no more energy than the controls.
-
-        Example:
-            >>> import torch
-            >>> proxy = TangentProxy.from_basis(torch.eye(6)[:, :1])
-            >>> G = torch.zeros(10, 6); G[:, 0] = torch.randn(10); G[:, 1:] = 0.01 * torch.randn(10, 5)
-            >>> gradient_alignment(G, proxy, normal_controls(proxy, 3)).log10_ratio > 2
-            True
-        """
-        return math.log10(self.ratio) if self.ratio > 0 else -math.inf
-
-    def to_dict(self) -> dict:
-        """Flat dict with the field names of the reference's logging table (anisotropy-paper §5).
-
-        Vectors become lists. Keys: ``k, d, n_tokens, E_T, E_N, ratio, log10_ratio, enrichment, p_value,
-        z_analytic, null_mean, null_sd, E_mean_dir, iso_G, iso_G_minus_T, iso_G_minus_N, dIso_T, dIso_N,
-        dIso_N_mean, dIso_N_sd, share_T, share_N_mean, centered, zeta, coordinates``. ``dIso_N_sd`` uses
-        ddof = 1 (``nan`` for a single control).
-
-        Example:
-            >>> import torch
-            >>> proxy = TangentProxy.from_basis(torch.eye(8)[:, :2])
-            >>> row = gradient_alignment(torch.randn(100, 8), proxy, normal_controls(proxy, 4)).to_dict()
-            >>> row["k"], row["d"], len(row["E_N"])
-            (2, 8, 4)
-        """
-        deltas = self.delta_iso_controls
-        return {
-            "k": self.rank,
-            "d": self.dim,
-            "n_tokens": self.n_rows,
-            "E_T": self.energy_proxy,
-            "E_N": self.energy_controls.tolist(),
-            "ratio": self.ratio,
-            "log10_ratio": self.log10_ratio,
-            "enrichment": self.enrichment,
-            "p_value": self.p_value,
-            "z_analytic": self.z_analytic,
-            "null_mean": self.null_mean,
-            "null_sd": self.null_sd,
-            "E_mean_dir": self.energy_mean_direction,
-            "iso_G": self.iso_G,
-            "iso_G_minus_T": self.iso_minus_proxy,
-            "iso_G_minus_N": self.iso_minus_controls.tolist(),
-            "dIso_T": self.delta_iso_proxy,
-            "dIso_N": deltas.tolist(),
-            "dIso_N_mean": float(deltas.mean()),
-            "dIso_N_sd": float(deltas.std()) if deltas.numel() > 1 else math.nan,
-            "share_T": self.share_proxy,
-            "share_N_mean": float(self.share_controls.mean()),
-            "centered": self.centered,
-            "zeta": self.zeta,
-            "coordinates": self.coordinates,
-        }
 
 
 def fast_energy_bound(k: int, d: int) -> float:
@@ -488,28 +385,26 @@ def alignments_from_moments(
         energy_mean_direction = values[12] if values[11] > 0 else None
         results.append(
             AlignmentResult(
-                rank=k,
-                dim=d,
-                n_rows=moments[l].count,
-                energy_proxy=values[0],
-                energy_controls=energy_controls[l],
-                ratio=values[1],
-                enrichment=values[2],
-                null_mean=values[3],
-                null_sd=values[4],
-                z_analytic=values[5],
-                p_value=(1 + int(values[10])) / (1 + energy_controls.shape[1]),
-                energy_mean_direction=energy_mean_direction,
-                iso_G=values[6],
-                iso_minus_proxy=values[7],
-                iso_minus_controls=iso_removed[l, 1:],
-                delta_iso_proxy=values[8],
-                delta_iso_controls=deltas[l, 1:],
-                share_proxy=values[9],
-                share_controls=shares[l, 1:],
-                centered=center,
-                zeta=zeta,
-                coordinates=coordinates,
+                setting=AlignmentSetting(
+                    rank=k, dim=d, n_rows=moments[l].count, centered=center, zeta=zeta, coordinates=coordinates
+                ),
+                energy=GradientEnergy(
+                    proxy=values[0],
+                    controls=energy_controls[l],
+                    ratio=values[1],
+                    enrichment=values[2],
+                    p_value=(1 + int(values[10])) / (1 + energy_controls.shape[1]),
+                    mean_direction=energy_mean_direction,
+                ),
+                null=AnalyticNull(mean=values[3], sd=values[4], z=values[5]),
+                removal=IsoScoreRemoval(
+                    iso_G=values[6],
+                    minus_proxy=values[7],
+                    minus_controls=iso_removed[l, 1:],
+                    delta_proxy=values[8],
+                    delta_controls=deltas[l, 1:],
+                ),
+                share=AnisotropyShare(proxy=values[9], controls=shares[l, 1:]),
             )
         )
     return results

@@ -23,7 +23,7 @@ from interp_widgets.geometry.moments import Moments
 from interp_widgets.geometry.subspaces import orthonormalize
 from interp_widgets.validation import check_int
 
-__all__ = ["TangentProxy", "ProxyMethod", "dictionary_function"]
+__all__ = ["TangentProxy", "ProxyMethod", "check_rank", "dictionary_function"]
 
 #: A proxy fitting method: ``"pca"``, a function ``(H, rank) -> d × k`` dictionary, or an estimator.
 ProxyMethod = str | Callable[[torch.Tensor, int], object] | object
@@ -32,8 +32,33 @@ ProxyMethod = str | Callable[[torch.Tensor, int], object] | object
 ORTHO_TOL = 1e-6
 
 
-def _check_rank(rank, d: int) -> int:
-    return check_int("rank", rank, minimum=1, maximum=d - 1, hint=f"the rank must be below d = {d}")
+def check_rank(rank, d: int | None = None, *, layer: str | None = None, controls: bool = True) -> int:
+    """The proxy rank ``k`` as an int: the one rank check of the alignment measurement (the monitor's config, the
+    schedule, the proxy, the controls and every monitored layer call it).
+
+    ``k`` must be an integer ``>= 1``. Given the dimension ``d`` of the space, also ``2k <= d``, so that matched-rank
+    normal controls fit beside the proxy in its complement; or, with ``controls=False`` (a proxy on its own),
+    ``k < d``. The message names the ``layer`` when there is one, and the largest rank that fits.
+
+    Example:
+        >>> check_rank(4, 8)
+        4
+        >>> check_rank(5, 8, layer="layer:0")
+        Traceback (most recent call last):
+        ...
+        ValueError: rank must be <= 4 at layer 'layer:0', got 5: d = 8, and the proxy and its matched-rank normal controls need 2k <= d; choose rank <= 4
+    """
+    rank = check_int("rank", rank, minimum=1, hint="the tangent proxy needs rank=, its number of directions k")
+    if d is None:
+        return rank
+    limit = d // 2 if controls else d - 1
+    if rank > limit:
+        where = f" at layer {layer!r}" if layer is not None else ""
+        need = "the proxy and its matched-rank normal controls need 2k <= d" if controls else "a proxy needs k < d"
+        if limit < 1:
+            raise ValueError(f"no rank fits{where}: d = {d}, and {need}; use a layer with d >= 2")
+        raise ValueError(f"rank must be <= {limit}{where}, got {rank}: d = {d}, and {need}; choose rank <= {limit}")
+    return rank
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,7 +136,7 @@ class TangentProxy:
         """
         x = as_points(H)
         n, d = x.shape
-        _check_rank(rank, d)
+        check_rank(rank, d, controls=False)
         mean = x.mean(dim=0)
         centred = x - mean
         if method == "pca":
@@ -152,7 +177,7 @@ class TangentProxy:
         """
         if not isinstance(moments, Moments):
             raise TypeError(f"moments must be a Moments instance, got {type(moments).__name__}")
-        _check_rank(rank, moments.dim)
+        check_rank(rank, moments.dim, controls=False)
         if rank > moments.count - 1:
             raise ValueError(
                 f"PCA of {moments.count} points spans at most {moments.count - 1} directions; "
@@ -178,7 +203,7 @@ class TangentProxy:
             True
         """
         q = orthonormalize(basis)
-        _check_rank(q.shape[1], q.shape[0])
+        check_rank(q.shape[1], q.shape[0], controls=False)
         return cls(basis=q, method=method)
 
 

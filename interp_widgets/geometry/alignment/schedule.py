@@ -14,7 +14,7 @@ import torch
 
 from interp_widgets.geometry._kernels.inputs import ArrayLike
 from interp_widgets.geometry.moments import Moments
-from interp_widgets.geometry.alignment.proxy import TangentProxy
+from interp_widgets.geometry.alignment.proxy import TangentProxy, check_rank
 from interp_widgets.validation import check_fraction, check_int, check_step
 
 __all__ = ["ProxySchedule"]
@@ -107,8 +107,7 @@ class ProxySchedule:
             self.rank = self._proxy.rank
             self.version = 1
             return
-        check_int("rank", rank, minimum=1, hint=f"mode={mode!r} needs rank=, the proxy rank")
-        self.rank = rank
+        self.rank = check_rank(rank)
         if mode == "early":
             fit_fraction = DEFAULT_FIT_FRACTION if fit_fraction is None else fit_fraction
             check_int(

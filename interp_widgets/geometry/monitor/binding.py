@@ -16,9 +16,10 @@ from dataclasses import dataclass
 
 from torch import nn
 
+from interp_widgets.geometry.alignment.proxy import check_rank
 from interp_widgets.layers import blocks as transformer_blocks, resolve_layer
 
-__all__ = ["BoundLayers", "resolve_point", "resolve_module", "is_linear", "known_dim", "check_rank_dim", "bind_layers"]
+__all__ = ["BoundLayers", "resolve_point", "resolve_module", "is_linear", "known_dim", "bind_layers"]
 
 
 def resolve_point(model: nn.Module, layer: str | int) -> tuple[str, nn.Module]:
@@ -98,21 +99,6 @@ def known_dim(model: nn.Module, module: nn.Module, gradient: str) -> int | None:
     return None
 
 
-def check_rank_dim(rank: int, d: int, layer: str) -> None:
-    """Reject a rank that leaves no room for matched-rank controls in d dimensions (needs ``2·rank <= d``).
-
-    Example:
-        >>> check_rank_dim(3, 8, "layer:0")  # fits: 2 · 3 <= 8
-    """
-    if rank >= d:
-        raise ValueError(f"rank={rank} must be < d = {d} at layer {layer!r}; choose a lower rank")
-    if 2 * rank > d:
-        raise ValueError(
-            f"rank={rank} leaves no room for matched-rank controls orthogonal to the proxy at layer "
-            f"{layer!r} (needs 2·rank <= d = {d}); choose rank <= {d // 2}"
-        )
-
-
 @dataclass(eq=False)
 class BoundLayers:
     """The monitored layers bound to one model: the inner model (a DDP wrapper unwrapped), ``{canonical name:
@@ -179,7 +165,7 @@ def bind_layers(
     dims = {spec: known_dim(inner, module, gradient) for spec, module in modules.items()}
     for spec, d in dims.items():
         if d is not None and rank is not None:
-            check_rank_dim(rank, d, spec)
+            check_rank(rank, d, layer=spec)
         if d is not None and (expected or {}).get(spec) not in (None, d):
             raise ValueError(
                 f"layer {spec!r} has d = {d} in this model but d = {expected[spec]} before; "

@@ -21,7 +21,8 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from interp_widgets.geometry.monitor.binding import BoundLayers, check_rank_dim
+from interp_widgets.geometry.alignment.proxy import check_rank
+from interp_widgets.geometry.monitor.binding import BoundLayers
 from interp_widgets.geometry.monitor.config import MonitorConfig
 from interp_widgets.layers import is_encoder_decoder
 
@@ -277,7 +278,7 @@ class Capture:
                 return None
             d = tensor.shape[-1]
             if self.layers.dims[spec] is None:
-                check_rank_dim(self.config.rank, d, spec)
+                check_rank(self.config.rank, d, layer=spec)
                 self.layers.dims[spec] = d
             rows = self.select_rows(spec, tensor.shape, tensor.device)
             if rows.numel() == 0:

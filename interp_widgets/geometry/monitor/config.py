@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from interp_widgets.geometry._kernels.isoscore_terms import check_shrinkage
-from interp_widgets.geometry.alignment.proxy import dictionary_function
+from interp_widgets.geometry.alignment.proxy import check_rank, dictionary_function
 from interp_widgets.geometry.alignment.schedule import ProxySchedule, check_mode_arguments
 from interp_widgets.validation import check_int
 
@@ -36,7 +36,8 @@ class MonitorConfig:
     what would do. Frozen: :meth:`with_overrides` returns a changed copy.
 
     Args:
-        rank: proxy rank k (``2k <= d``, so matched-rank controls fit in the complement).
+        rank: proxy rank k (``2k <= d`` at every layer, so matched-rank controls fit in the complement; checked by
+            :func:`~interp_widgets.geometry.alignment.proxy.check_rank` here and against each layer's d when bound).
         every: measure every ``every``-th step (other steps cost nothing: no rows are kept).
         fit: ``"early"`` (fit once on the first ``fit_fraction`` of ``total_steps``, then freeze), ``"refit"``
             (refit every ``refit_every`` steps on the previous window) or ``"fixed"`` (``basis=``).
@@ -110,8 +111,8 @@ class MonitorConfig:
     x_label: str = "step"
 
     def __post_init__(self) -> None:
+        check_rank(self.rank)  # against each layer's d when the layers are bound
         for name, low in (
-            ("rank", 1),
             ("every", 1),
             ("n_controls", 1),
             ("max_tokens", 2),
