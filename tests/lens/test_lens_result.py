@@ -99,3 +99,17 @@ def test_a_file_saved_by_0_1_gets_the_tokens_joined_as_its_text():
     assert result.layout.text == "The room was quiet"
     assert result.layout.offsets.tolist()[:2] == [[0, 3], [3, 8]]
     assert result.target_token_ids.tolist()[0] == -1
+
+
+def test_a_file_of_a_newer_format_is_refused(generated, tmp_path):
+    import json
+
+    from safetensors import safe_open
+    from safetensors.numpy import load_file, save_file
+
+    path = generated[0].save(tmp_path / "lens.safetensors")
+    with safe_open(str(path), "np") as f:
+        meta = json.loads(f.metadata()["interp_widgets"])
+    save_file(load_file(str(path)), str(path), metadata={"interp_widgets": json.dumps({**meta, "version": 99})})
+    with pytest.raises(ValueError, match="newer format than this interp_widgets reads; upgrade interp_widgets"):
+        LensResult.load(path)
