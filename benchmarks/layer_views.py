@@ -66,7 +66,7 @@ def synthetic_result(layers: int = 30, positions: int = 1000, k: int = 5, vocab:
     rng = np.random.default_rng(0)
     N, M = 2, 2
     top_probs = np.sort(rng.dirichlet(np.ones(k + 3), size=(N, layers, positions))[..., :k], axis=-1)[..., ::-1]
-    return LensResult(
+    return LensResult.from_flat(
         tokens=[f"t{i % 97}" for i in range(positions)],
         token_ids=np.arange(positions) % vocab,
         layers=[f"layer:{i}" for i in range(layers)],

@@ -349,6 +349,55 @@ def encode(tokenizer, text: str, *, add_special_tokens: bool = True, max_length:
     )
 
 
+def extend_encoding(tokenizer, encoding: Encoding, new_ids) -> Encoding:
+    """The encoding of ``encoding``'s tokens followed by ``new_ids`` (tokens a model generated, or a continuation
+    given as text and tokenized): the new tokens' text is their decoding, appended to ``encoding.text``, and each
+    new token's offsets its piece of it. Each new token is a word of its own and all of them one new sentence; a
+    conversation's new tokens are a new assistant turn, a plain text's stay in its one turn.
+
+    Example:
+        >>> prompt = encode(lm_tokenizer, "The room")
+        >>> longer = extend_encoding(lm_tokenizer, prompt, lm_tokenizer(" was quiet")["input_ids"])
+        >>> longer.text, longer.tokens[len(prompt):] == [longer.text[a:b] for a, b in longer.offsets[len(prompt):]]
+        ('The room was quiet', True)
+        >>> longer.sentences
+        ['The room', 'was quiet']
+    """
+    new_ids = np.asarray(new_ids, dtype=np.int64).reshape(-1)
+    prompt_len = len(encoding.input_ids)
+    decoded = [tokenizer.decode(new_ids[: j + 1].tolist()) for j in range(len(new_ids))]
+    text = encoding.text
+    base = len(text)
+    tokens, offsets = list(encoding.tokens), [tuple(o) for o in encoding.offsets]
+    previous = ""
+    for piece in decoded:
+        start, end = base + len(previous), base + len(piece)
+        tokens.append(piece[len(previous) :])
+        offsets.append((start, max(start, end)))
+        previous = piece
+    full_text = text + (decoded[-1] if decoded else "")
+    n_new = len(new_ids)
+    next_word = int(encoding.word_ids.max(initial=-1)) + 1
+    next_sentence = int(encoding.sentence_ids.max(initial=-1)) + 1
+    special = np.concatenate([encoding.special_mask, np.isin(new_ids, tokenizer.all_special_ids)])
+    new_words = np.arange(next_word, next_word + n_new)
+    reply_turn = len(encoding.turn_roles) if encoding.turn_roles else 0
+    return Encoding(
+        text=full_text,
+        input_ids=np.concatenate([encoding.input_ids, new_ids]),
+        tokens=tokens,
+        offsets=np.asarray(offsets, dtype=np.int64).reshape(-1, 2),
+        special_mask=special,
+        word_ids=np.concatenate([encoding.word_ids, np.where(special[prompt_len:], -1, new_words)]),
+        sentence_ids=np.concatenate([encoding.sentence_ids, np.where(special[prompt_len:], -1, next_sentence)]),
+        words=encoding.words + tokens[prompt_len:],
+        sentences=encoding.sentences + [full_text[base:].strip()],
+        turn_ids=np.concatenate([encoding.turn_ids, np.where(special[prompt_len:], -1, reply_turn)]),
+        turn_roles=[*encoding.turn_roles, "assistant"] if encoding.turn_roles else [],
+        messages=encoding.messages,
+    )
+
+
 # ---------------------------------------------------------------------------------------------- chat templates
 #: Roles that chat templates know under some name (a template may rename them, e.g. "assistant" to "model").
 STANDARD_ROLES = ("system", "user", "assistant")

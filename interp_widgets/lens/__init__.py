@@ -5,7 +5,8 @@
 - :class:`TunedLens`: one affine translator per layer trained to minimise KL to the final layer (Belrose et al.
   2023), saved and loaded as safetensors.
 - :class:`LensResult`: top-k tokens, target probabilities and ranks, and KL(final ‖ lens) per layer and position,
-  with ``to_dataframe()``, ``chart()``, ``save()`` / ``load()`` and ``widget()``.
+  with ``to_dataframe()``, ``chart()``, ``save()`` / ``load()`` and ``widget()``; made of the token layout, the
+  :class:`LensPositions`, the targets, the :class:`LensReadout`, the :class:`Vocabulary` and the :class:`LensRun`.
 - :class:`LensHead`: the model's decoding path (final norm, head, soft-capping).
 
 Example:
@@ -16,13 +17,17 @@ Example:
 
 from interp_widgets.lens.head import LensHead, model_name, unembedding_hash
 from interp_widgets.lens.logit_lens import decode_stats, logit_lens, residual_points
-from interp_widgets.lens.result import LensResult
+from interp_widgets.lens.result import LensPositions, LensReadout, LensResult, LensRun, Vocabulary
 from interp_widgets.lens.tuned import TunedLens, collect_residuals, lens_kl
 
 __all__ = [
     "LensHead",
+    "LensPositions",
+    "LensReadout",
     "LensResult",
+    "LensRun",
     "TunedLens",
+    "Vocabulary",
     "collect_residuals",
     "decode_stats",
     "lens_kl",

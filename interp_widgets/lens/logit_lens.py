@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Sequence
 
 import numpy as np
@@ -30,8 +31,9 @@ from interp_widgets import layers as _layers
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.tasks import task_for
 from interp_widgets.lens.head import LensHead, model_name
-from interp_widgets.lens.result import LensResult
+from interp_widgets.lens.result import LensPositions, LensReadout, LensResult, LensRun, Vocabulary
 from interp_widgets.targets import Targets
+from interp_widgets.text_units import extend_encoding
 from interp_widgets.validation import check_int
 
 __all__ = ["logit_lens", "residual_points", "decode_stats"]
@@ -188,7 +190,8 @@ def logit_lens(
                 f"the tuned lens has no translator for {missing}; it was fitted for {tuned.layers}. "
                 "Fit one with TunedLens.for_model(model, layers=...).fit(...) or leave those layers out."
             )
-    ids = list(adapter.encode(text).input_ids)
+    encoding = adapter.encode(text)
+    ids = list(encoding.input_ids)
     prompt_length = len(ids)
     if continuation:
         if not task.causal:
@@ -248,31 +251,29 @@ def logit_lens(
     vocab_ids = np.unique(np.concatenate([top_ids.ravel(), id_array, target_ids[target_ids >= 0].ravel()]))
     generated = np.zeros(T, dtype=bool)
     generated[n_given:] = True
+    if T > prompt_length:  # the continuation's and generated tokens' text is their decoding
+        encoding = extend_encoding(tokenizer, encoding, ids[prompt_length:])
+    # each position is named by its decoded token, the text its top-k tokens are written in
+    layout = replace(encoding.layout, tokens=[tokenizer.decode([i]) for i in ids])
     return LensResult(
-        tokens=[tokenizer.decode([i]) for i in ids],
-        token_ids=id_array,
-        layers=names,
-        lenses=lenses,
-        top_ids=top_ids,
-        top_probs=top_probs,
-        kl=kl,
-        target_ids=target_ids,
+        layout=layout,
+        positions=LensPositions(id_array, target_ids, generated_mask=generated, prompt_length=prompt_length),
         targets=Targets([first_label] + [label for _, label in fixed], ids=[-1] + [i for i, _ in fixed]),
-        target_probs=t_probs,
-        target_ranks=t_ranks,
-        vocab_ids=vocab_ids.astype(np.int64),
-        vocab_text=[tokenizer.decode([int(i)]) for i in vocab_ids],
-        generated_mask=generated,
-        prompt_length=prompt_length,
-        model_name=model_name(model),
-        task=task.name,
-        params={
-            "top_k": top_k,
-            "head": head.describe(),
-            "vocab_size": head.vocab_size,
-            "chunk_tokens": chunk,
-            "max_new_tokens": max_new_tokens,
-            "continuation": continuation or "",
-            "tuned_lens": None if tuned is None else tuned.describe(),
-        },
+        readout=LensReadout(top_ids, top_probs, kl, t_probs, t_ranks),
+        vocab=Vocabulary(vocab_ids, [tokenizer.decode([int(i)]) for i in vocab_ids]),
+        run=LensRun(
+            lenses,
+            names,
+            model_name=model_name(model),
+            task=task.name,
+            params={
+                "top_k": top_k,
+                "head": head.describe(),
+                "vocab_size": head.vocab_size,
+                "chunk_tokens": chunk,
+                "max_new_tokens": max_new_tokens,
+                "continuation": continuation or "",
+                "tuned_lens": None if tuned is None else tuned.describe(),
+            },
+        ),
     )

@@ -21,7 +21,7 @@ from interp_widgets.layers import evaluation
 from interp_widgets.targets import Targets
 from interp_widgets.tasks.base import Explain, ExplainedInput, Task
 from interp_widgets.tasks.foils import resolve_lm_foils
-from interp_widgets.text_units import Encoding
+from interp_widgets.text_units import Encoding, extend_encoding
 from interp_widgets.validation import check_int
 
 __all__ = ["CausalLMTask"]
@@ -204,41 +204,11 @@ class CausalLMTask(Task):
         )
 
     def _extend_encoding(self, enc: Encoding, new_ids: np.ndarray, probs: np.ndarray) -> ExplainedInput:
-        """Append generated tokens to a prompt encoding, with character offsets into prompt + decoded continuation."""
-        tokenizer = self.adapter.tokenizer
-        prompt_len = len(enc.input_ids)
-        decoded = [tokenizer.decode(new_ids[: j + 1].tolist()) for j in range(len(new_ids))]
-        text = enc.text
-        base = len(text)
-        tokens, offsets = list(enc.tokens), [tuple(o) for o in enc.offsets]
-        previous = ""
-        for piece in decoded:
-            start, end = base + len(previous), base + len(piece)
-            tokens.append(piece[len(previous) :])
-            offsets.append((start, max(start, end)))
-            previous = piece
-        full_text = text + (decoded[-1] if decoded else "")
-        n_new = len(new_ids)
-        next_word = int(enc.word_ids.max(initial=-1)) + 1
-        next_sentence = int(enc.sentence_ids.max(initial=-1)) + 1
-        special = np.concatenate([enc.special_mask, np.isin(new_ids, tokenizer.all_special_ids)])
-        new_words = np.arange(next_word, next_word + n_new)
-        # a conversation's reply is a new assistant turn; a plain text's continuation stays in its one turn
-        reply_turn = len(enc.turn_roles) if enc.turn_roles else 0
-        encoding = Encoding(
-            text=full_text,
-            input_ids=np.concatenate([enc.input_ids, new_ids]),
-            tokens=tokens,
-            offsets=np.asarray(offsets, dtype=np.int64),
-            special_mask=special,
-            word_ids=np.concatenate([enc.word_ids, np.where(special[prompt_len:], -1, new_words)]),
-            sentence_ids=np.concatenate([enc.sentence_ids, np.where(special[prompt_len:], -1, next_sentence)]),
-            words=enc.words + tokens[prompt_len:],
-            sentences=enc.sentences + [full_text[base:].strip()],
-            turn_ids=np.concatenate([enc.turn_ids, np.where(special[prompt_len:], -1, reply_turn)]),
-            turn_roles=[*enc.turn_roles, "assistant"] if enc.turn_roles else [],
-            messages=enc.messages,
-        )
+        """Append generated tokens to a prompt encoding (:func:`~interp_widgets.text_units.extend_encoding`): they are
+        the targets."""
+        encoding = extend_encoding(self.adapter.tokenizer, enc, new_ids)
+        prompt_len, n_new = len(enc.input_ids), len(new_ids)
+        tokens = encoding.tokens
         positions = np.arange(prompt_len, prompt_len + n_new)
         return ExplainedInput(
             encoding=encoding,
