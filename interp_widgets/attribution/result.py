@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from interp_widgets._files import output_path, read_safetensors
+from interp_widgets._flat import group_flat, install_flat_properties, replace_flat
 from interp_widgets.targets import Contrast, Targets
 from interp_widgets.text_units import GRANULARITIES, TokenLayout, unit_members
 from interp_widgets.validation import check_choice
@@ -99,26 +100,12 @@ FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
     "method": ("run", "name"), "params": ("run", "params"),
     "score_meaning": ("run", "score_meaning"), "signed": ("run", "signed"),
     "completeness_error": ("run", "completeness_error"), "score_delta": ("run", "score_delta"),
-    "foil_labels": ("contrast_info", "labels"), "foil_ids": ("contrast_info", "ids"),
-    "foil_probs": ("contrast_info", "probs"), "foil_alignment": ("contrast_info", "alignment"),
+    "foil_labels": ("contrast_info", "foils.labels"), "foil_ids": ("contrast_info", "foils.ids"),
+    "foil_probs": ("contrast_info", "foils.probs"), "foil_alignment": ("contrast_info", "alignment"),
     "contrast": ("contrast_info", "text"),
     "generated_mask": ("generation", "generated_mask"), "target_positions": ("generation", "positions"),
     "source_mask": ("generation", "source_mask"), "cross_attentions": ("generation", "cross_attentions"),
 }  # fmt: skip
-
-
-def _flat_property(name: str, part: str, attribute: str) -> property:
-    def read(self):
-        value = getattr(self, part)
-        if value is None:
-            return None
-        if part == "contrast_info" and attribute in ("labels", "ids", "probs"):
-            value = value.foils
-        return getattr(value, attribute)
-
-    read.__doc__ = f"``{part}.{attribute}`` (read-only)."
-    read.__name__ = name
-    return property(read)
 
 
 @dataclass
@@ -202,22 +189,17 @@ class AttributionResult:
         """
         if "reduce" in values:  # 0.1's name of score_meaning
             values.setdefault("score_meaning", values.pop("reduce"))
-        unknown = sorted(set(values) - set(FLAT_ATTRIBUTES) - {"scores", "granularity", "true_label"})
-        if unknown:
-            raise TypeError(f"unknown attribution result values {unknown}; known: {sorted(FLAT_ATTRIBUTES)}")
-        grouped: dict[str, dict[str, Any]] = {}
-        for name, (part, attribute) in FLAT_ATTRIBUTES.items():
-            if name in values:
-                grouped.setdefault(part, {})[attribute] = values[name]
+        grouped = group_flat(FLAT_ATTRIBUTES, values, what="attribution result",
+                             extra=("scores", "granularity", "true_label"))  # fmt: skip
         layout = TokenLayout(**grouped["layout"])
         targets = grouped.get("targets", {})
         method = grouped["run"]
         foils = {k: v for k, v in grouped.get("contrast_info", {}).items() if v is not None}
         contrast = None
-        if foils.get("ids") is not None:
-            ids = np.asarray(foils["ids"], dtype=np.int64).reshape(-1)
-            labels = foils.get("labels") or [str(i) for i in ids]
-            contrast = Contrast(Targets(labels, ids=ids, probs=foils.get("probs")), foils.get("alignment"),
+        if foils.get("foils.ids") is not None:
+            ids = np.asarray(foils["foils.ids"], dtype=np.int64).reshape(-1)
+            labels = foils.get("foils.labels") or [str(i) for i in ids]
+            contrast = Contrast(Targets(labels, ids=ids, probs=foils.get("foils.probs")), foils.get("alignment"),
                                 foils.get("text"))  # fmt: skip
         generation = {k: v for k, v in grouped.get("generation", {}).items() if v is not None}
         return cls(
@@ -238,17 +220,7 @@ class AttributionResult:
             >>> result.replace(method="renamed").method, result.method
             ('renamed', 'saliency')
         """
-        own = {f.name for f in fields(self)}
-        parts = {name: changes.pop(name) for name in list(changes) if name in own}
-        if not changes:
-            return replace(self, **parts)
-        base = replace(self, **parts) if parts else self
-        flat = {name: getattr(base, name) for name in FLAT_ATTRIBUTES}
-        flat.update(scores=base.scores, granularity=base.granularity, true_label=base.true_label)
-        unknown = sorted(set(changes) - set(flat))
-        if unknown:
-            raise TypeError(f"unknown attribution result values {unknown}; known: {sorted(flat)}")
-        return AttributionResult.from_flat(**{**flat, **changes})
+        return replace_flat(self, FLAT_ATTRIBUTES, changes, what="attribution result")
 
     def target_index(self, target: int | str | None = None) -> int:
         """Row of ``scores`` for a target given by row index (negative from the end), label, or ``None`` (the first
@@ -643,9 +615,7 @@ class AttributionResult:
         return cls.from_flat(**meta, **arrays)  # version 1 (0.1) named score_meaning "reduce"
 
 
-for _name, (_part, _attribute) in FLAT_ATTRIBUTES.items():
-    setattr(AttributionResult, _name, _flat_property(_name, _part, _attribute))
-del _name, _part, _attribute
+install_flat_properties(AttributionResult, FLAT_ATTRIBUTES)
 
 
 def _json_default(value):

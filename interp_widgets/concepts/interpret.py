@@ -31,6 +31,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from interp_widgets._flat import group_flat, install_flat_properties
 from interp_widgets.concepts._io import load_bundle, save_bundle
 from interp_widgets.concepts.decompositions import ConceptModel
 from interp_widgets.validation import check_int
@@ -206,16 +207,6 @@ _PART_TYPES = {"run": InterpretationRun, "labelling": ConceptLabels, "stats": Ac
                "top_examples": TopExamples, "text_maxima": TopTexts, "vocabulary": VocabularyProjection}  # fmt: skip
 
 
-def _flat_property(name: str, part: str, attribute: str) -> property:
-    def read(self):
-        value = getattr(self, part)
-        return None if value is None else getattr(value, attribute)
-
-    read.__doc__ = f"``{part}.{attribute}`` (read-only)."
-    read.__name__ = name
-    return property(read)
-
-
 @dataclass
 class ConceptInterpretation:
     """Per-concept summaries: statistics, top examples with context, top texts, histogram, label, vocabulary.
@@ -281,20 +272,15 @@ class ConceptInterpretation:
                 ...
             TypeError: missing concept interpretation values ['density', 'examples', ...]; ...
         """
-        unknown = sorted(set(values) - set(FLAT_ATTRIBUTES))
-        if unknown:
-            raise TypeError(f"unknown concept interpretation values {unknown}; known: {sorted(FLAT_ATTRIBUTES)}")
+        grouped = group_flat(FLAT_ATTRIBUTES, values, what="concept interpretation")
         missing = sorted(set(FLAT_ATTRIBUTES) - set(_OPTIONAL) - set(values))
         if missing:
             raise TypeError(
                 f"missing concept interpretation values {missing}; give every name of FLAT_ATTRIBUTES but "
                 f"{', '.join(_OPTIONAL)}"
             )
-        grouped: dict[str, dict[str, Any]] = {}
-        for name, (part, attribute) in FLAT_ATTRIBUTES.items():
-            if values.get(name) is not None:
-                grouped.setdefault(part, {})[attribute] = values[name]
-        vocabulary = grouped.pop("vocabulary", None)
+        grouped = {part: {k: v for k, v in found.items() if v is not None} for part, found in grouped.items()}
+        vocabulary = grouped.pop("vocabulary", None) or None
         if vocabulary is not None and len(vocabulary) != 2:
             raise ValueError("vocab_tokens and vocab_logits go together (vocabulary_projection gives both); give both")
         parts = {part: _PART_TYPES[part](**attributes) for part, attributes in grouped.items()}
@@ -317,9 +303,7 @@ class ConceptInterpretation:
         base = replace(self, **parts)
         if not changes:
             return base
-        unknown = sorted(set(changes) - set(FLAT_ATTRIBUTES))
-        if unknown:
-            raise TypeError(f"unknown concept interpretation values {unknown}; known: {sorted(FLAT_ATTRIBUTES)}")
+        group_flat(FLAT_ATTRIBUTES, changes, what="concept interpretation")  # names the unknown ones
         flat = {name: getattr(base, name) for name in FLAT_ATTRIBUTES}
         rebuilt = ConceptInterpretation.from_flat(**{**flat, **changes})
         touched = {FLAT_ATTRIBUTES[name][0] for name in changes}  # the other parts stay as they are (a lazy labeller)
@@ -729,8 +713,7 @@ class ConceptInterpretation:
         return f"ConceptInterpretation({self.n_concepts} {self.method} concepts at {self.layer!r}, labels from {self.label_source})"
 
 
-for _name, (_part, _attribute) in FLAT_ATTRIBUTES.items():
-    setattr(ConceptInterpretation, _name, _flat_property(_name, _part, _attribute))
+install_flat_properties(ConceptInterpretation, FLAT_ATTRIBUTES)
 
 
 def _checked_label(label, concept: int, density: float) -> str:

@@ -13,13 +13,14 @@ Example:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from interp_widgets._files import output_path, read_safetensors
+from interp_widgets._flat import group_flat, install_flat_properties, replace_flat
 from interp_widgets.targets import Targets
 from interp_widgets.text_units import TokenLayout
 from interp_widgets.validation import check_choice, check_int
@@ -220,15 +221,6 @@ FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 
 
-def _flat_property(name: str, part: str, attribute: str) -> property:
-    def read(self):
-        return getattr(getattr(self, part), attribute)
-
-    read.__doc__ = f"``{part}.{attribute}`` (read-only)."
-    read.__name__ = name
-    return property(read)
-
-
 def _joined_layout(values: dict[str, Any]) -> TokenLayout:
     """The layout of tokens known only as their decoded text (a file saved by 0.1): the text is the tokens joined,
     each token's span its place in it; no token is special unless ``special_mask`` says so."""
@@ -309,13 +301,7 @@ class LensResult:
                 raise TypeError(f"targets must be a Targets (interp_widgets.targets), got {type(targets).__name__}")
             if {"target_labels", "target_token_ids"} & set(values):
                 raise TypeError("pass targets= or target_labels= (with target_token_ids=), not both")
-        unknown = sorted(set(values) - set(FLAT_ATTRIBUTES))
-        if unknown:
-            raise TypeError(f"unknown lens result values {unknown}; known: {sorted(FLAT_ATTRIBUTES)} and targets")
-        grouped: dict[str, dict[str, Any]] = {}
-        for name, (part, attribute) in FLAT_ATTRIBUTES.items():
-            if name in values:
-                grouped.setdefault(part, {})[attribute] = values[name]
+        grouped = group_flat(FLAT_ATTRIBUTES, values, what="lens result", extra=("targets",))
         layout = grouped.get("layout", {})
         if "text" not in layout and "offsets" not in layout and "tokens" in layout:  # 0.1 kept the tokens only
             layout = _joined_layout(layout)
@@ -343,19 +329,7 @@ class LensResult:
             >>> result.replace(model_name="renamed").model_name, result.model_name
             ('renamed', 'GPT2LMHeadModel')
         """
-        own = {f.name for f in fields(self)}
-        parts = {name: changes.pop(name) for name in list(changes) if name in own}
-        unknown = sorted(set(changes) - set(FLAT_ATTRIBUTES))
-        if unknown:
-            raise TypeError(f"unknown lens result values {unknown}; known: {sorted(FLAT_ATTRIBUTES)} and {sorted(own)}")
-        grouped: dict[str, dict[str, Any]] = {}
-        for name, value in changes.items():
-            part, attribute = FLAT_ATTRIBUTES[name]
-            if part in parts:
-                raise TypeError(f"pass {part}= or {name}=, not both")
-            grouped.setdefault(part, {})[attribute] = value
-        parts.update({part: replace(getattr(self, part), **values) for part, values in grouped.items()})
-        return replace(self, **parts)
+        return replace_flat(self, FLAT_ATTRIBUTES, changes, what="lens result")
 
     # ------------------------------------------------------------------ look-ups
     def token_text(self, token_id: int) -> str:
@@ -571,6 +545,4 @@ class LensResult:
         return cls.from_flat(**meta, **arrays)
 
 
-for _name, (_part, _attribute) in FLAT_ATTRIBUTES.items():
-    setattr(LensResult, _name, _flat_property(_name, _part, _attribute))
-del _name, _part, _attribute
+install_flat_properties(LensResult, FLAT_ATTRIBUTES)

@@ -18,7 +18,7 @@ from torch import nn
 
 from interp_widgets._inputs import is_conversation
 from interp_widgets.layers import evaluation
-from interp_widgets.targets import Targets
+from interp_widgets.targets import Contrast, Targets
 from interp_widgets.tasks.base import Explain, ExplainedInput, Task
 from interp_widgets.tasks.foils import resolve_lm_foils
 from interp_widgets.text_units import Encoding, extend_encoding

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from interp_widgets.targets import Targets
+from interp_widgets.targets import Contrast, Targets
 from interp_widgets.tasks.base import Explain, ExplainedInput, Task
 from interp_widgets.tasks.foils import resolve_masked_foil
 

@@ -20,7 +20,7 @@ from torch import nn
 
 from interp_widgets.adapter import UnsupportedModelError
 from interp_widgets.layers import evaluation, is_encoder_decoder
-from interp_widgets.targets import Targets
+from interp_widgets.targets import Contrast, Targets
 from interp_widgets.tasks.base import Explain, ExplainedInput, Task
 from interp_widgets.tasks.foils import resolve_lm_foils
 from interp_widgets.text_units import Encoding, encode

@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from interp_widgets._flat import group_flat, install_flat_properties
+
 __all__ = [
     "AlignmentResult",
     "AlignmentSetting",
@@ -165,15 +167,6 @@ PARTS = {
 }
 
 
-def _flat_property(name: str, part: str, attribute: str) -> property:
-    def read(self):
-        return getattr(getattr(self, part), attribute)
-
-    read.__doc__ = f"``{part}.{attribute}`` (read-only)."
-    read.__name__ = name
-    return property(read)
-
-
 @dataclass(frozen=True, eq=False)
 class AlignmentResult:
     """Outcome of :func:`~interp_widgets.geometry.gradient_alignment` for one gradient cloud (one step, one layer).
@@ -220,15 +213,10 @@ class AlignmentResult:
             >>> copy.to_dict() == result.to_dict()
             True
         """
-        unknown = sorted(set(values) - set(FLAT_ATTRIBUTES))
-        if unknown:
-            raise TypeError(f"unknown alignment result values {unknown}; known: {sorted(FLAT_ATTRIBUTES)}")
+        grouped = group_flat(FLAT_ATTRIBUTES, values, what="alignment result")
         missing = [name for name in FLAT_ATTRIBUTES if name not in values]
         if missing:
             raise TypeError(f"alignment result values missing: {missing}")
-        grouped: dict[str, dict[str, Any]] = {part: {} for part in PARTS}
-        for name, (part, attribute) in FLAT_ATTRIBUTES.items():
-            grouped[part][attribute] = values[name]
         return cls(**{part: PARTS[part](**grouped[part]) for part in PARTS})
 
     @property
@@ -293,6 +281,4 @@ class AlignmentResult:
         }
 
 
-for _name, (_part, _attribute) in FLAT_ATTRIBUTES.items():
-    setattr(AlignmentResult, _name, _flat_property(_name, _part, _attribute))
-del _name, _part, _attribute
+install_flat_properties(AlignmentResult, FLAT_ATTRIBUTES)
