@@ -19,7 +19,7 @@ import traitlets
 
 from interp_widgets.targets import Targets
 from interp_widgets.text_units import GRANULARITIES, display_units
-from interp_widgets.widgets.view_data import TokenHighlightData
+from interp_widgets.widgets.view_data import ScoringPart, TargetsPart, TokenHighlightData, TokenLayoutPart
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, TokenPiece, unseen_colours
@@ -237,11 +237,13 @@ def token_data(result: Any) -> TokenHighlightData:
     if foils is not None and len(foils) == n_targets and getattr(result, "generated_mask", None) is None:
         labels = [f"{label} vs {foil}" for label, foil in zip(labels, foils)]  # a contrastive masked-LM target
     return TokenHighlightData(
-        tokens=tokens, spaces_before=spaces, special_mask=special, word_ids=word_ids, sentence_ids=sentence_ids,
-        scores=scores, target_labels=labels, target_probs=_per_target(result, "target_probs", n_targets),
-        completeness_error=_per_target(result, "completeness_error", n_targets),
-        method=str(getattr(result, "method", "") or ""), score_meaning=str(getattr(result, "score_meaning", "") or ""),
-        signed=bool(getattr(result, "signed", True)), turn_ids=turn_ids, turn_roles=roles,
+        layout=TokenLayoutPart(tokens=tokens, spaces_before=spaces, special_mask=special, word_ids=word_ids,
+                               sentence_ids=sentence_ids, turn_ids=turn_ids, turn_roles=roles),
+        scoring=ScoringPart(scores=scores, method=str(getattr(result, "method", "") or ""),
+                            score_meaning=str(getattr(result, "score_meaning", "") or ""),
+                            signed=bool(getattr(result, "signed", True))),
+        targets=TargetsPart(target_labels=labels, target_probs=_per_target(result, "target_probs", n_targets),
+                            completeness_error=_per_target(result, "completeness_error", n_targets)),
     )  # fmt: skip
 
 

@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets.view_data import TEXT_TOP, ConceptBrowserData
+from interp_widgets.widgets.view_data import TEXT_TOP, ConceptBrowserData, ConceptTextsPart
 from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._protocols import (
@@ -241,7 +241,8 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             labels=list(source.labels),
             top_tokens=[_distinct_tokens([t.strip() or t for t in source.top_tokens(c)], LIST_TOKENS) for c in range(n)],
             density=source.density, max_activation=source.maximum, importance=values, importance_label=meaning,
-            text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=top_ids_all, text_top_values=top_values_all,
+            texts=ConceptTextsPart(text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=top_ids_all,
+                                   text_top_values=top_values_all),
         )  # fmt: skip
         method = str(getattr(input_attributions, "method", "")) if input_attributions is not None else ""
         super().__init__(**data.to_traits(), page_size=page_size, attribution_method=method, **kwargs)
