@@ -623,8 +623,8 @@ class GenerationData(ViewData):
     token and the role of each turn (empty for a plain text).
 
     Example:
-        >>> data_fields(GenerationData)[7].name, data_fields(GenerationData)[7].array
-        ('generated_mask', ('bool', 1, False))
+        >>> GenerationData.array_specs()["generated_mask"], GenerationData.field_names()[7:9]
+        (('bool', 1, False), ['generated_mask', 'step_tokens'])
     """
 
     VIEW: ClassVar[str] = "generation"
