@@ -5,9 +5,13 @@ The widgets are a leaf of the package: they import no compute package (``attribu
 instead; ``AttributionResult``, ``ConceptInterpretation``, ``TextConcepts``, ``ConceptImportance`` and
 ``GeometryLog`` satisfy them, and so does any object of the same shape.
 
+A text's tokens are read from its one :class:`~interp_widgets.text_units.TokenLayout` (``layout``), never from
+fields declared again here.
+
 Example:
     >>> from types import SimpleNamespace
-    >>> isinstance(SimpleNamespace(text="a", tokens=["a"], offsets=[(0, 1)], scores=[1.0]), ScoredTokens)
+    >>> layout = TokenLayout(text="a", tokens=["a"], offsets=[(0, 1)], special_mask=[False])
+    >>> isinstance(SimpleNamespace(layout=layout, scores=[1.0]), ScoredTokens)
     True
 """
 
@@ -16,6 +20,8 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol, Sequence, runtime_checkable
 
 import numpy as np
+
+from interp_widgets.text_units import TokenLayout
 
 __all__ = [
     "ConceptImportanceLike",
@@ -29,21 +35,24 @@ __all__ = [
 
 @runtime_checkable
 class ScoredTokens(Protocol):
-    """Scores of the tokens of one text (read by the token views).
+    """Scores of the tokens of one text (read by the token views): the text's :class:`~interp_widgets.text_units.
+    TokenLayout` (``layout``: tokens, offsets, special mask, word / sentence / turn ids, roles) and a score per row and
+    token.
 
-    Optional attributes, read when present: ``special_mask``, ``word_ids``, ``sentence_ids`` (one per token),
-    ``target_labels``, ``target_probs``, ``completeness_error`` (one per row of scores), ``method``, ``score_meaning`` (what
-    a score means), ``signed``, for generations ``generated_mask`` and ``target_positions``, and for contrastive results
-    ``foil_labels``, ``foil_probs`` (one per row) and ``contrast`` (the foil continuation).
+    Optional attributes, read when present: ``target_labels``, ``target_probs``, ``completeness_error`` (one per row of
+    scores), ``method``, ``score_meaning`` (what a score means), ``signed``, for generations ``generated_mask`` and
+    ``target_positions``, and for contrastive results ``foil_labels``, ``foil_probs`` (one per row) and ``contrast``
+    (the foil continuation). The token views also take a plain object with the layout's values flat (``text``,
+    ``tokens``, ``offsets``, optionally ``special_mask``, ``word_ids``, ``sentence_ids``, ``turn_ids``,
+    ``turn_roles``), as ``TokenHighlightWidget.from_arrays`` passes them (:func:`~interp_widgets.widgets._tokens.
+    scored_layout` reads both).
 
     Example:
         >>> isinstance(object(), ScoredTokens)
         False
     """
 
-    text: str
-    tokens: Sequence[str]
-    offsets: Any  # (n_tokens, 2) character spans
+    layout: TokenLayout
     scores: Any  # (n_targets, n_tokens) or (n_tokens,)
 
 
@@ -101,17 +110,15 @@ class ConceptSummary(Protocol):
 
 @runtime_checkable
 class ConceptTexts(Protocol):
-    """Concept coefficients of every token of one text (the concept browser's text view).
+    """Concept coefficients of every token of one text (the concept browser's text view), over the text's
+    :class:`~interp_widgets.text_units.TokenLayout` (``layout``).
 
     Example:
         >>> isinstance(object(), ConceptTexts)
         False
     """
 
-    text: str
-    tokens: Sequence[str]
-    offsets: np.ndarray
-    special_mask: np.ndarray
+    layout: TokenLayout
     coefficients: np.ndarray  # (n_tokens, n_concepts)
 
 
@@ -134,8 +141,8 @@ class ConceptImportanceLike(ConceptTexts, Protocol):
 @runtime_checkable
 class ConceptInputAttributionsLike(Protocol):
     """Input attributions of concepts on texts (the concept browser's "input attribution" text view):
-    ``scores(text, concept, compute=...)`` returns a :class:`ScoredTokens` with one score row (and ``special_mask``)
-    for that text and concept, or ``None`` when it is not available without computing. The compute side
+    ``scores(text, concept, compute=...)`` returns a :class:`ScoredTokens` with one score row for that text and
+    concept, or ``None`` when it is not available without computing. The compute side
     (:class:`~interp_widgets.concepts.ConceptInputAttributions`) computes and caches; the browser only asks.
 
     Example:

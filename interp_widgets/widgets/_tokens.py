@@ -18,8 +18,8 @@ import numpy as np
 import traitlets
 
 from interp_widgets.targets import Targets
-from interp_widgets.text_units import GRANULARITIES, display_units
-from interp_widgets.widgets.view_data import TokenHighlightData
+from interp_widgets.text_units import GRANULARITIES, TokenLayout, display_units
+from interp_widgets.widgets.view_data import ScoringPart, TargetsPart, TokenHighlightData, TokenLayoutPart
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, TokenPiece, unseen_colours
@@ -179,56 +179,91 @@ def token_pieces(tokens, spaces, units, sums, max_abs, signed, limit=MAX_STATIC_
     return pieces, max(0, len(units) - limit)
 
 
-def token_data(result: Any) -> TokenHighlightData:
-    """The view data of a result (any object shaped like :class:`~interp_widgets.widgets._protocols.ScoredTokens`),
-    checked against each other: shapes, spans inside the text, one label per target. The schema checks the rest
-    (dtype, dimensions, finite scores with NaN allowed: "not seen").
+def _layout_of(result: Any) -> Any:
+    """``result.layout`` where it is a :class:`TokenLayout`, else ``result`` itself (a plain object, values flat)."""
+    layout = getattr(result, "layout", None)
+    return layout if isinstance(layout, TokenLayout) else result
+
+
+def _check_scored(result: Any, needed: tuple[str, ...]) -> None:
+    """A TypeError naming what ``result`` lacks of a token layout (``layout``, else flat ``text``, ``tokens`` and
+    ``offsets``) and of ``needed``."""
+    flat = () if _layout_of(result) is not result else ("text", "tokens", "offsets")
+    missing = [name for name in (*flat, *needed) if not hasattr(result, name)]
+    if missing:
+        raise TypeError(
+            f"{type(result).__name__} has no {', '.join(missing)}; pass an AttributionResult (or any object with a "
+            "TokenLayout `layout` and `scores`) or use TokenHighlightWidget.from_arrays(text, tokens, offsets, scores)"
+        )
+
+
+def scored_layout(result: Any) -> TokenLayout:
+    """The token layout of a result the token views read (:class:`~interp_widgets.widgets._protocols.ScoredTokens`):
+    its ``layout``, or, for the plain object that ``TokenHighlightWidget`` also takes (flat ``text``, ``tokens``,
+    ``offsets`` and optionally ``special_mask``, ``word_ids``, ``sentence_ids``, ``turn_ids``, ``turn_roles``), one
+    made from those, checked: words split where whitespace or a special token comes between tokens, one sentence, one
+    turn where they are not given.
 
     Example:
         >>> from types import SimpleNamespace
-        >>> token_data(SimpleNamespace(text="a b", tokens=["a", "b"], offsets=[(0, 1), (2, 3)], scores=[1.0, 2.0])).spaces_before
-        ['', ' ']
+        >>> scored_layout(SimpleNamespace(text="a b", tokens=["a", "b"], offsets=[(0, 1), (2, 3)])).word_ids.tolist()
+        [0, 1]
     """
-    missing = [name for name in ("text", "tokens", "offsets", "scores") if not hasattr(result, name)]
-    if missing:
-        raise TypeError(
-            f"{type(result).__name__} has no {', '.join(missing)}; pass an AttributionResult or use "
-            "TokenHighlightWidget.from_arrays(text, tokens, offsets, scores)"
-        )
+    if _layout_of(result) is not result:
+        return _layout_of(result)
+    _check_scored(result, ())
     text, tokens = result.text, list(result.tokens)
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     if not all(isinstance(token, str) for token in tokens):
         raise TypeError("tokens must be a list of str (the text of each token)")
     n = len(tokens)
-    if n == 0:
+    offsets = np.asarray(result.offsets)
+    if offsets.shape != (n, 2):
+        raise ValueError(f"offsets have shape {offsets.shape}; expected ({n}, 2) character spans, one per token")
+    offsets = offsets.astype(np.int64)
+    special = _per_token(result, "special_mask", n, bool, np.zeros(n, bool))
+    roles = getattr(result, "turn_roles", None)
+    return TokenLayout(
+        text=text, tokens=tokens, offsets=offsets, special_mask=special,
+        word_ids=_per_token(result, "word_ids", n, np.int64,
+                            _default_word_ids(_spaces_before(text, offsets, special), special)),
+        sentence_ids=_per_token(result, "sentence_ids", n, np.int64, np.where(special, -1, 0)),
+        turn_ids=_per_token(result, "turn_ids", n, np.int64, np.where(special, -1, 0)),
+        turn_roles=[] if roles is None else list(roles),
+    )  # fmt: skip
+
+
+def token_data(result: Any) -> TokenHighlightData:
+    """The view data of a result (any object shaped like :class:`~interp_widgets.widgets._protocols.ScoredTokens`,
+    or the plain object :func:`scored_layout` reads), checked against each other: shapes, spans inside the text, one
+    label per target. The schema checks the rest (dtype, dimensions, finite scores with NaN allowed: "not seen").
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> token_data(SimpleNamespace(text="a b", tokens=["a", "b"], offsets=[(0, 1), (2, 3)], scores=[1.0, 2.0])).spaces_before
+        ['', ' ']
+    """
+    _check_scored(result, ("scores",))
+    if not len(_layout_of(result).tokens):  # before the per-token arrays are checked against none
         raise ValueError("tokens is empty: there is nothing to highlight; pass at least one token")
+    layout = scored_layout(result)
+    text, tokens, n = layout.text, layout.tokens, len(layout)
     scores = np.asarray(result.scores, dtype=np.float64)
     if scores.ndim == 1:
         scores = scores[None, :]
     if scores.ndim != 2 or scores.shape[1] != n or scores.shape[0] == 0:
         raise ValueError(f"scores have shape {scores.shape} but there are {n} tokens; expected (n_targets, {n})")
     n_targets = scores.shape[0]
-    offsets = np.asarray(result.offsets)
-    if offsets.shape != (n, 2):
-        raise ValueError(f"offsets have shape {offsets.shape}; expected ({n}, 2) character spans, one per token")
-    offsets = offsets.astype(np.int64)
-    special = _per_token(result, "special_mask", n, bool, np.zeros(n, bool))
-    real = offsets[~special]
+    special = layout.special_mask
+    real = layout.offsets[~special]
     if len(real) and ((real[:, 0] < 0).any() or (real[:, 0] > real[:, 1]).any() or (real[:, 1] > len(text)).any()):
         raise ValueError(f"offsets must be spans 0 <= start <= end <= len(text) = {len(text)} for non-special tokens")
-    spaces = _spaces_before(text, offsets, special)
-    word_ids = _per_token(result, "word_ids", n, np.int64, _default_word_ids(spaces, special))
-    sentence_ids = _per_token(result, "sentence_ids", n, np.int64, np.where(special, -1, 0))
-    turn_ids = _per_token(result, "turn_ids", n, np.int64, np.where(special, -1, 0))
-    roles = getattr(result, "turn_roles", None)
-    roles = [] if roles is None else [str(role) for role in roles]
+    turn_ids, roles = layout.turn_ids, layout.turn_roles
     if roles and (turn_ids >= len(roles)).any():
         raise ValueError(
             f"turn_ids go up to {int(turn_ids.max())} but turn_roles names {len(roles)} turns; pass one role per turn"
         )
-    if not roles:
-        turn_ids = None  # a plain text is one turn without a role: the views need no ids for it
     labels = getattr(result, "target_labels", None)
     labels = [f"target {t}" for t in range(n_targets)] if labels is None else [str(label) for label in labels]
     if len(labels) != n_targets:
@@ -237,11 +272,15 @@ def token_data(result: Any) -> TokenHighlightData:
     if foils is not None and len(foils) == n_targets and getattr(result, "generated_mask", None) is None:
         labels = [f"{label} vs {foil}" for label, foil in zip(labels, foils)]  # a contrastive masked-LM target
     return TokenHighlightData(
-        tokens=tokens, spaces_before=spaces, special_mask=special, word_ids=word_ids, sentence_ids=sentence_ids,
-        scores=scores, target_labels=labels, target_probs=_per_target(result, "target_probs", n_targets),
-        completeness_error=_per_target(result, "completeness_error", n_targets),
-        method=str(getattr(result, "method", "") or ""), score_meaning=str(getattr(result, "score_meaning", "") or ""),
-        signed=bool(getattr(result, "signed", True)), turn_ids=turn_ids, turn_roles=roles,
+        layout=TokenLayoutPart(tokens=list(tokens), spaces_before=_spaces_before(text, layout.offsets, special),
+                               special_mask=special, word_ids=layout.word_ids, sentence_ids=layout.sentence_ids,
+                               # a plain text is one turn without a role: the views need no ids for it
+                               turn_ids=turn_ids if roles else None, turn_roles=list(roles)),
+        scoring=ScoringPart(scores=scores, method=str(getattr(result, "method", "") or ""),
+                            score_meaning=str(getattr(result, "score_meaning", "") or ""),
+                            signed=bool(getattr(result, "signed", True))),
+        targets=TargetsPart(target_labels=labels, target_probs=_per_target(result, "target_probs", n_targets),
+                            completeness_error=_per_target(result, "completeness_error", n_targets)),
     )  # fmt: skip
 
 

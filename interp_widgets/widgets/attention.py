@@ -30,7 +30,7 @@ from typing import Any, ClassVar, Protocol, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets.view_data import AttentionData
+from interp_widgets.widgets.view_data import AttentionData, PinnedHeadsPart
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._colour import hex_colour, score_rgb
 from interp_widgets.widgets._svg import SvgFigure
@@ -138,9 +138,9 @@ class AttentionWidget(InterpWidget, data=AttentionData):
             tokens=list(patterns.tokens), key_tokens=list(patterns.key_tokens),
             generated_mask=np.asarray(patterns.generated_mask, dtype=bool), n_layers=n_layers, n_heads=n_heads,
             n_kv_heads=int(patterns.n_kv_heads), layer_names=list(patterns.layer_names), kind=patterns.kind,
-            model_name=patterns.model_name, thumbnails=thumbs, pinned=[],
-            pinned_keys=np.zeros((0, len(patterns.tokens), 0), dtype=np.int16),
-            pinned_weights=np.zeros((0, len(patterns.tokens), 0), dtype=np.float32))  # fmt: skip
+            model_name=patterns.model_name, thumbnails=thumbs,
+            pins=PinnedHeadsPart(pinned=[], pinned_keys=np.zeros((0, len(patterns.tokens), 0), dtype=np.int16),
+                                 pinned_weights=np.zeros((0, len(patterns.tokens), 0), dtype=np.float32)))  # fmt: skip
         super().__init__(**data.to_traits(), **options)
         self._matrix(self.layer, "mean")  # a bad layer= fails here, with the source's message
         for layer, head in pin:

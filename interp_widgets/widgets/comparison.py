@@ -257,9 +257,7 @@ def compare(results: Sequence[Any], *, target: int | str | None = None, k: int =
             row["spearman"], row["top_k_overlap"] = _json_number(row["spearman"]), _json_number(row["top_k_overlap"])
         agreements[granularity] = table
     data = ComparisonData(
-        tokens=first.tokens, spaces_before=first.spaces_before, special_mask=first.special_mask,
-        word_ids=first.word_ids, sentence_ids=first.sentence_ids, scores=matrix, methods=methods,
-        signed=[t.signed for t in inputs], target_label=label, agreements=agreements, agreement_by=by,
-        turn_ids=first.turn_ids, turn_roles=first.turn_roles,
+        layout=first.layout, scores=matrix, methods=methods, signed=[t.signed for t in inputs], target_label=label,
+        agreements=agreements, agreement_by=by,
     )  # fmt: skip
     return ComparisonWidget(**data.to_traits(), **options)

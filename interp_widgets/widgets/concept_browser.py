@@ -35,7 +35,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets.view_data import TEXT_TOP, ConceptBrowserData
+from interp_widgets.widgets.view_data import TEXT_TOP, ConceptBrowserData, ConceptTextsPart
 from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._protocols import (
@@ -45,6 +45,7 @@ from interp_widgets.widgets._protocols import (
     ConceptTexts,
 )
 from interp_widgets.widgets._svg import SvgFigure, TokenPiece
+from interp_widgets.widgets._tokens import scored_layout
 from interp_widgets.widgets._mime import ANY_ARRAY_1D, compact_json, json_value
 from interp_widgets.widgets._traits import array_to_buffer
 from interp_widgets.validation import check_choice, check_int
@@ -219,14 +220,16 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
                 f"got {type(input_attributions).__name__}"
             )
         self._attributions = input_attributions
-        self._text_coefficients = [t.coefficients[~t.special_mask] for t in converted]
+        self._text_coefficients = [t.coefficients[~t.layout.special_mask] for t in converted]
         if importance is None:
             importance = next((t for t in converted if isinstance(t, ConceptImportanceLike)), None)
         values, meaning = self._importance(importance, target, n)
         text_tokens, text_gaps, top_ids, top_values = [], [], [], []
-        for text, coefficients in zip(converted, self._text_coefficients):
-            keep = ~text.special_mask
-            shown, gaps = _text_pieces(text.text, [t for t, k_ in zip(text.tokens, keep) if k_], text.offsets[keep])
+        for layout, coefficients in zip((t.layout for t in converted), self._text_coefficients):
+            keep = ~layout.special_mask
+            shown, gaps = _text_pieces(
+                layout.text, [t for t, k_ in zip(layout.tokens, keep) if k_], layout.offsets[keep]
+            )
             text_tokens.append(shown)
             text_gaps.append(gaps)
             order = np.argsort(-coefficients, axis=1, kind="stable")[:, :TEXT_TOP]
@@ -241,7 +244,8 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             labels=list(source.labels),
             top_tokens=[_distinct_tokens([t.strip() or t for t in source.top_tokens(c)], LIST_TOKENS) for c in range(n)],
             density=source.density, max_activation=source.maximum, importance=values, importance_label=meaning,
-            text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=top_ids_all, text_top_values=top_values_all,
+            texts=ConceptTextsPart(text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=top_ids_all,
+                                   text_top_values=top_values_all),
         )  # fmt: skip
         method = str(getattr(input_attributions, "method", "")) if input_attributions is not None else ""
         super().__init__(**data.to_traits(), page_size=page_size, attribution_method=method, **kwargs)
@@ -417,7 +421,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         if self._column("density")[concept] == 0:
             return None  # a dead concept never fires: nothing to attribute
         text = self._texts[self.selected_text]
-        result = self._attributions.scores(text.text, concept, compute=compute)
+        result = self._attributions.scores(text.layout.text, concept, compute=compute)
         if result is None:
             return None
         scores = np.asarray(result.scores, dtype=np.float64)
@@ -425,7 +429,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             if scores.shape[0] != 1:
                 raise ValueError(f"an input attribution of one concept has one row of scores, got {scores.shape[0]}")
             scores = scores[0]
-        special = np.asarray(getattr(result, "special_mask", np.zeros(len(scores), bool)), dtype=bool)
+        special = scored_layout(result).special_mask
         shown = scores[~special] if len(special) == len(scores) else scores
         n = len(self.text_tokens[self.selected_text])
         if len(shown) != n:

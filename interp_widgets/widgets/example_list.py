@@ -22,7 +22,7 @@ from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.text_units import GRANULARITIES, display_units
-from interp_widgets.widgets.view_data import ExampleListData
+from interp_widgets.widgets.view_data import ExampleListData, ExamplesLayoutPart
 from interp_widgets.widgets._tokens import (
     check_granularity,
     finite_max,
@@ -104,11 +104,14 @@ class ExampleListWidget(InterpWidget, PagedList, data=ExampleListData):
             max_attr.append(finite_max(row[~mask]))
             signed.add(data.signed)
         methods = {str(getattr(r, "method", "") or "") for r in results}
-        listed = ExampleListData(
+        layout = ExamplesLayoutPart(
             tokens=tokens, spaces_before=spaces, special_mask=np.concatenate(special), word_ids=np.concatenate(words),
-            sentence_ids=np.concatenate(sentences), scores=np.concatenate(rows), predicted=predicted,
-            confidence=confidence, true_labels=true_labels, max_attribution=max_attr, signed=signed == {True},
-            method=", ".join(sorted(methods - {""})), turn_ids=np.concatenate(turns), turn_roles=roles,
+            sentence_ids=np.concatenate(sentences), turn_ids=np.concatenate(turns), turn_roles=roles,
+        )  # fmt: skip
+        listed = ExampleListData(
+            layout=layout, scores=np.concatenate(rows), predicted=predicted, confidence=confidence,
+            true_labels=true_labels, max_attribution=max_attr, signed=signed == {True},
+            method=", ".join(sorted(methods - {""})),
         )  # fmt: skip
         super().__init__(**listed.to_traits(), **kwargs)
 

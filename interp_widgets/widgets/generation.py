@@ -10,6 +10,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any, ClassVar
@@ -17,7 +18,7 @@ from typing import Any, ClassVar
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets.view_data import GenerationData
+from interp_widgets.widgets.view_data import FoilsPart, GenerationData, GenerationLayoutPart, GenerationStepsPart
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._svg import MAX_STATIC_TOKENS, SvgFigure, TokenPiece, unseen_colours
 from interp_widgets.text_units import display_units
@@ -145,11 +146,10 @@ class GenerationWidget(TokenScoresWidget, GroupedTokens, ChatTurns, data=Generat
             score = (getattr(result, "params", None) or {}).get("score", "log_probability")
             meaning = f"{meaning}; explains {_DIFFERENCES.get(score, 'score(target) − score(foil)')}".lstrip("; ")
         data = GenerationData(
-            tokens=tokens.tokens, spaces_before=tokens.spaces_before, special_mask=tokens.special_mask,
-            generated_mask=generated, scores=tokens.scores, step_tokens=steps, step_probs=tokens.target_probs,
-            method=tokens.method, score_meaning=meaning, signed=tokens.signed, foil_tokens=foil_tokens,
-            foil_probs=foil_probs, contrast=contrast, turn_ids=tokens.turn_ids, turn_roles=tokens.turn_roles,
-            word_ids=tokens.word_ids, sentence_ids=tokens.sentence_ids,
+            layout=GenerationLayoutPart(**dataclasses.asdict(tokens.layout)),
+            steps=GenerationStepsPart(generated_mask=generated, step_tokens=steps, step_probs=tokens.target_probs),
+            scoring=dataclasses.replace(tokens.scoring, score_meaning=meaning),
+            foils=FoilsPart(foil_tokens=foil_tokens, foil_probs=foil_probs, contrast=contrast),
             source_mask=_source_mask(result, len(tokens.tokens)),
         )  # fmt: skip
         super().__init__(**data.to_traits(), selected_step=selected_step, view=view, **kwargs)

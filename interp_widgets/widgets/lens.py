@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets.view_data import LensData
+from interp_widgets.widgets.view_data import LensData, LensTargetsPart, LensTopPart
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._svg import visible_text
 
@@ -90,13 +90,13 @@ class LensWidget(InterpWidget, data=LensData):
                 layers=list(result.layers),
                 lenses=list(result.lenses),
                 vocab=list(result.vocab_text),
-                top_vocab=top,
-                top_probs=result.top_probs,
-                kl=result.kl,
-                target_labels=list(result.target_labels),
-                target_vocab=target_vocab,
-                target_probs=result.target_probs,
-                target_ranks=result.target_ranks,
+                top=LensTopPart(top_vocab=top, top_probs=result.top_probs, kl=result.kl),
+                targets=LensTargetsPart(
+                    target_labels=list(result.target_labels),
+                    target_vocab=target_vocab,
+                    target_probs=result.target_probs,
+                    target_ranks=result.target_ranks,
+                ),
                 generated_mask=result.generated_mask,
                 vocab_size=int(result.params.get("vocab_size", 0) or len(result.vocab_text)),
                 model_name=result.model_name,

@@ -42,10 +42,11 @@ from interp_widgets.widgets._tokens import (
 class TokenHighlightWidget(TokenScoresWidget, GroupedTokens, ChatTurns, data=TokenHighlightData):
     """Tokens coloured by signed attribution, with a class selector, legend, tooltips and keyboard navigation.
 
-    Takes an attribution result (``interp_widgets.attribution.AttributionResult`` or any object with ``text``,
-    ``tokens``, ``offsets``, ``scores`` and optionally ``special_mask``, ``word_ids``, ``sentence_ids``,
-    ``target_labels``, ``target_probs``, ``method``, ``score_meaning``, ``completeness_error``, ``turn_ids``,
-    ``turn_roles``). The class shown, the granularity (``"token"``, ``"word"``, ``"sentence"``, ``"turn"``; sums
+    Takes an attribution result (``interp_widgets.attribution.AttributionResult``, or any object with a
+    :class:`~interp_widgets.text_units.TokenLayout` ``layout`` and ``scores``, or with ``text``, ``tokens``,
+    ``offsets``, ``scores`` and optionally ``special_mask``, ``word_ids``, ``sentence_ids``, ``turn_ids``,
+    ``turn_roles``; either optionally with ``target_labels``, ``target_probs``, ``method``, ``score_meaning``,
+    ``completeness_error``). The class shown, the granularity (``"token"``, ``"word"``, ``"sentence"``, ``"turn"``; sums
     computed in the browser), whether special tokens show, and the selected / hovered token sync both ways with the
     browser. A chat conversation's turns start with their role's label; the template's own tokens are special
     tokens, folded away unless ``show_special_tokens`` (then greyed).

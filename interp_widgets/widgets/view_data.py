@@ -1,8 +1,12 @@
 """The versioned view-data schema: what each view draws, as one dataclass per view, and its binary wire format.
 
 Each dataclass (:class:`TokenHighlightData`, :class:`GenerationData`, :class:`ComparisonData`,
-:class:`ExampleListData`, :class:`ConceptBrowserData`, :class:`MonitorData`) has a ``VIEW`` name (the bundle) and a
-format ``VERSION``; its fields are exactly the view's synced data traits. The widget constructor sets its traits from
+:class:`ExampleListData`, :class:`ConceptBrowserData`, :class:`MonitorData`, :class:`AttentionData`,
+:class:`LensData`) has a ``VIEW`` name (the bundle) and a format ``VERSION``; its data fields are exactly the view's
+synced data traits. Views compose shared parts (dataclass fields such as :class:`TokenLayoutPart`, the one
+declaration of a token view's tokens, or :class:`ScoringPart`) whose fields travel flat, under their own names, and
+read flat too (``data.tokens`` is ``data.layout.tokens``); :meth:`ViewData.from_flat` builds a view's data from the
+flat names. The widget constructor sets its traits from
 :meth:`ViewData.to_traits`, the offline export page embeds :meth:`ViewData.to_state` (the same payloads the traits
 send), and :meth:`ViewData.to_json` / :meth:`ViewData.from_json` give a JSON form for saved payloads, so the three
 cannot drift apart. Arrays travel as ``{"dtype", "shape", "data"}`` (:func:`array_to_buffer`), which
@@ -11,9 +15,10 @@ cannot drift apart. Arrays travel as ``{"dtype", "shape", "data"}`` (:func:`arra
 It belongs to the views (``widgets``), the only package that uses it; it imports numpy and nothing else of the package.
 
 Example:
-    >>> data = TokenHighlightData(tokens=["Hi", "!"], spaces_before=["", ""], special_mask=[False, False],
-    ...                           word_ids=[0, 1], sentence_ids=[0, 0], scores=[[0.5, -0.1]], target_labels=["pos"])
-    >>> data.scores.dtype, data.word_ids.dtype
+    >>> data = TokenHighlightData.from_flat(tokens=["Hi", "!"], spaces_before=["", ""], special_mask=[False, False],
+    ...                                     word_ids=[0, 1], sentence_ids=[0, 0], scores=[[0.5, -0.1]],
+    ...                                     target_labels=["pos"])
+    >>> data.scoring.scores.dtype, data.layout.word_ids.dtype
     (dtype('float32'), dtype('int8'))
     >>> TokenHighlightData.from_json(data.to_json()).target_labels
     ['pos']
@@ -32,6 +37,8 @@ import numpy as np
 __all__ = [
     "AttentionData", "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "LensData", "MonitorData",
     "TokenHighlightData",
+    "ConceptTextsPart", "ExamplesLayoutPart", "FoilsPart", "GenerationLayoutPart", "GenerationStepsPart", "LensTargetsPart",
+    "LensTopPart", "PinnedHeadsPart", "ScoringPart", "TargetsPart", "TokenLayoutPart",
     "ARRAY_DTYPES", "TEXT_TOP", "VIEW_DATA", "DataField", "ViewData", "array_to_buffer", "buffer_to_array", "coerce_array",
     "data_field", "data_fields", "narrowest_ints",
 ]  # fmt: skip
@@ -244,6 +251,16 @@ def data_fields(cls: type) -> list[DataField]:
 _DATA_FIELDS: dict[type, tuple[DataField, ...]] = {}
 
 
+def _part_paths(cls: type) -> dict[str, tuple[str, ...]]:
+    """``{name: path}`` of the data fields of ``cls`` that live in a part (a path longer than the name)."""
+    if cls not in _PART_PATHS:
+        _PART_PATHS[cls] = {f.name: f.path for f in data_fields(cls) if len(f.path) > 1}
+    return _PART_PATHS[cls]
+
+
+_PART_PATHS: dict[type, dict[str, tuple[str, ...]]] = {}
+
+
 def _encode(value: Any) -> Any:
     if isinstance(value, np.ndarray):
         payload = array_to_buffer(value)
@@ -257,8 +274,9 @@ def _encode(value: Any) -> Any:
 class ViewData:
     """Base of the view-data dataclasses: the fields are the view's synced data traits.
 
-    ``ARRAYS`` maps each array field to ``(dtype, ndim, finite)``, the spec of its ``BinaryArray`` trait; array
-    fields are coerced on construction, so the data holds what the browser receives.
+    ``ARRAYS`` maps each array field to ``(dtype, ndim, finite)``, the spec of its ``BinaryArray`` trait (a part
+    carries the specs of its own arrays; :meth:`array_specs` gathers them all); array fields, the parts' included, are
+    coerced on construction, so the data holds what the browser receives.
 
     Example:
         >>> sorted(VIEW_DATA)
@@ -292,15 +310,28 @@ class ViewData:
         return [f.name for f in data_fields(cls)]
 
     @classmethod
+    def array_specs(cls) -> dict[str, tuple[str, int, bool]]:
+        """``{name: (dtype, ndim, finite)}`` of every array data field, the parts' included (the specs of the view's
+        ``BinaryArray`` traits).
+
+        Example:
+            >>> TokenHighlightData.array_specs()["scores"], ExampleListData.array_specs()["scores"]
+            (('float32', 2, True), ('float32', 1, True))
+        """
+        return {f.name: f.array for f in data_fields(cls) if f.array is not None}
+
+    @classmethod
     def from_traits(cls, values: dict[str, Any]) -> "ViewData":
         """The view data from its flat trait values (by trait name), the inverse of :meth:`to_traits`: the fields of
-        a part (a dataclass field) are gathered back into it.
+        a part (a dataclass field) are gathered back into it. A name that is no data field is refused.
 
         Example:
             >>> MonitorData.from_traits({"checkpoint": b"", "checkpoint_schema": {"series": [], "rows": 0}}).VIEW
             'monitor'
         """
-
+        unknown = sorted(set(values) - set(cls.field_names()))
+        if unknown:
+            raise ValueError(f"unknown {cls.VIEW} fields {unknown}; expected {cls.field_names()}")
         parts = {f.path[:i] for f in data_fields(cls) for i in range(1, len(f.path))}  # paths of the part fields
 
         def build(klass: type, prefix: tuple[str, ...]) -> Any:
@@ -315,12 +346,43 @@ class ViewData:
 
         return build(cls, ())
 
+    @classmethod
+    def from_flat(cls, **values: Any) -> "ViewData":
+        """The view data from flat values by field (trait) name, its parts gathered from their fields: the keyword
+        form of :meth:`from_traits`.
+
+        Example:
+            >>> data = ComparisonData.from_flat(tokens=["a"], spaces_before=[""], special_mask=[False], word_ids=[0],
+            ...                                 sentence_ids=[0], scores=[[1.0]], methods=["m"], signed=[True])
+            >>> type(data.layout).__name__, data.tokens
+            ('TokenLayoutPart', ['a'])
+        """
+        return cls.from_traits(values)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when ordinary lookup fails: a part's field reads flat (``data.tokens`` is
+        # ``data.layout.tokens``), read-only.
+        path = _part_paths(type(self)).get(name)
+        if path is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        value: Any = self
+        for step in path:
+            value = getattr(value, step)
+        return value
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        path = _part_paths(type(self)).get(name)
+        if path is not None:
+            raise AttributeError(f"{name} is a field of the part {path[0]!r} and reads flat only; set "
+                                 f"data.{'.'.join(path)} instead")  # fmt: skip
+        super().__setattr__(name, value)
+
     def to_traits(self) -> dict[str, Any]:
         """The trait values, by trait name (arrays as numpy arrays; the traits serialise them).
 
         Example:
-            >>> data = TokenHighlightData(tokens=["Hi", "!"], spaces_before=["", ""], special_mask=[False, False],
-            ...                           word_ids=[0, 1], sentence_ids=[0, 0], scores=[[0.5, -0.1]])
+            >>> data = TokenHighlightData.from_flat(tokens=["Hi", "!"], spaces_before=["", ""], special_mask=[0, 0],
+            ...                                     word_ids=[0, 1], sentence_ids=[0, 0], scores=[[0.5, -0.1]])
             >>> traits = data.to_traits()  # a widget's constructor passes these to its traits
             >>> list(traits)[:4], traits["scores"]
             (['tokens', 'spaces_before', 'special_mask', 'word_ids'], array([[ 0.5, -0.1]], dtype=float32))
@@ -337,8 +399,8 @@ class ViewData:
         """The synced state as the traits send it: arrays as ``{"dtype", "shape", "data": memoryview}`` payloads.
 
         Example:
-            >>> TokenHighlightData(tokens=["a"], spaces_before=[""], special_mask=[False], word_ids=[0],
-            ...                    sentence_ids=[0], scores=[[1.0]]).to_state()["scores"]["shape"]
+            >>> TokenHighlightData.from_flat(tokens=["a"], spaces_before=[""], special_mask=[False], word_ids=[0],
+            ...                              sentence_ids=[0], scores=[[1.0]]).to_state()["scores"]["shape"]
             [1, 1]
         """
         arrays = {f.name for f in data_fields(type(self)) if f.array is not None}
@@ -378,24 +440,162 @@ class ViewData:
                 data[name] = buffer_to_array({**value, "data": base64.b64decode(value["data"])})
             elif isinstance(value, dict) and set(value) == {"base64"}:
                 data[name] = base64.b64decode(value["base64"])
-        unknown = sorted(set(data) - set(cls.field_names()))
-        if unknown:
-            raise ValueError(f"unknown {cls.VIEW} fields {unknown}; expected {cls.field_names()}")
         return cls.from_traits(data)
 
 
 #: Concepts listed per token of an input text in the concept browser.
 TEXT_TOP = 5
 
-_TOKEN_ARRAYS = {"special_mask": ("bool", 1, False), "word_ids": ("int", 1, False), "sentence_ids": ("int", 1, False),
-                 "scores": ("float32", 2, True)}  # fmt: skip
+# The help of the fields that two parts share (a generation's word and sentence ids are optional: see
+# GenerationLayoutPart).
+_WORD_IDS_HELP = "Word id per token (-1: none), int8/int16/int32 (narrowest)."
+_SENTENCE_IDS_HELP = "Sentence id per token (-1: none), int8/int16/int32 (narrowest)."
+_LAYOUT_ARRAYS = {"special_mask": ("bool", 1, False), "word_ids": ("int", 1, False), "sentence_ids": ("int", 1, False),
+                  "turn_ids": ("int", 1, False)}  # fmt: skip
+
+
+@dataclass
+class TokenLayoutPart:
+    """The tokens of one text as a token view draws them, a part of :class:`TokenHighlightData` and
+    :class:`ComparisonData` (:class:`GenerationLayoutPart` in :class:`GenerationData`): the text of each token, the
+    original text before it, the special tokens, the word, sentence and turn of every token, and the role of each turn
+    of a chat conversation (a plain text is one turn without a role: no turn ids, no roles).
+
+    Example:
+        >>> data = TokenHighlightData.from_flat(tokens=["Hi", "!"], spaces_before=["", ""], special_mask=[0, 0],
+        ...                                     word_ids=[0, 1], sentence_ids=[0, 0], scores=[[0.5, -0.1]])
+        >>> data.layout.special_mask.dtype, data.layout.turn_ids, data.tokens  # its fields read flat too
+        (dtype('bool'), None, ['Hi', '!'])
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = _LAYOUT_ARRAYS
+
+    tokens: list[str] = data_field("Text of each token (special tokens by name).")
+    spaces_before: list[str] = data_field("Original text between a token and the previous one.")
+    special_mask: np.ndarray = data_field("True for each special token.")
+    word_ids: np.ndarray = data_field(_WORD_IDS_HELP)
+    sentence_ids: np.ndarray = data_field(_SENTENCE_IDS_HELP)
+    turn_ids: np.ndarray | None = data_field(
+        "Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).",
+        default=None,
+    )
+    turn_roles: list[str] = data_field(
+        "Role of each turn ('system', 'user', ...); empty for a plain text.", default_factory=list
+    )
+
+
+@dataclass
+class GenerationLayoutPart(TokenLayoutPart):
+    """The token layout of a generation (:class:`GenerationData`): word and sentence ids came with its version 4, so
+    older payloads load with them None (token granularity), while every widget sends them.
+
+    Example:
+        >>> GenerationLayoutPart(tokens=["a"], spaces_before=[""], special_mask=[False]).word_ids is None
+        True
+    """
+
+    word_ids: np.ndarray | None = data_field(_WORD_IDS_HELP, default=None, trait_allow_none=False)
+    sentence_ids: np.ndarray | None = data_field(_SENTENCE_IDS_HELP, default=None, trait_allow_none=False)
+
+
+@dataclass
+class ExamplesLayoutPart:
+    """The token layouts of many examples (:class:`ExampleListData`): the texts per example (``tokens[i]`` gives
+    example ``i``'s length), the per-token arrays of all examples concatenated, and the roles of each example's chat
+    turns (empty for a plain text).
+
+    Example:
+        >>> sorted(ExamplesLayoutPart.ARRAYS) == sorted(TokenLayoutPart.ARRAYS)  # the same arrays, concatenated
+        True
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = _LAYOUT_ARRAYS
+
+    tokens: list[list[str]] = data_field("Tokens of each example.")
+    spaces_before: list[list[str]] = data_field("Original text before each token, per example.")
+    special_mask: np.ndarray = data_field("True per special token of all examples concatenated.")
+    word_ids: np.ndarray = data_field("Word id per token of all examples concatenated (-1: none).")
+    sentence_ids: np.ndarray = data_field("Sentence id per token of all examples concatenated (-1: none).")
+    turn_ids: np.ndarray | None = data_field(
+        "Chat turn per token of all examples concatenated (-1: none).", default=None, trait_allow_none=False
+    )
+    turn_roles: list[list[str]] = data_field(
+        "Roles of each example's turns (empty for a plain text).", default_factory=list
+    )
+
+
+@dataclass
+class ScoringPart:
+    """The score matrix of a token view and what its numbers are: one row per target (or generated step) and token,
+    the method that made them, what a score means and whether it is signed.
+
+    Example:
+        >>> ScoringPart.ARRAYS["scores"]
+        ('float32', 2, True)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {"scores": ("float32", 2, True)}
+
+    scores: np.ndarray = data_field("(rows, n_tokens) scores; NaN = not seen.")
+    method: str = data_field("The attribution method.", default="")
+    score_meaning: str = data_field("What a score is, e.g. 'sum over embedding dimension (signed)'.", default="")
+    signed: bool = data_field(
+        "Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.", default=True
+    )
+
+
+@dataclass
+class TargetsPart:
+    """The targets of the score rows (:class:`TokenHighlightData`): a label per row and, when known, the predicted
+    probability and the completeness error of each.
+
+    Example:
+        >>> TargetsPart(["pos"]).target_probs
+        []
+    """
+
+    target_labels: list[str] = data_field("Label of each row of scores.", default_factory=list)
+    target_probs: list[float | None] = data_field("Predicted probability per target, or empty.", default_factory=list)
+    completeness_error: list[float | None] = data_field("Per target, or empty.", default_factory=list)
+
+
+@dataclass
+class GenerationStepsPart:
+    """What a generation generated (:class:`GenerationData`): its tokens, and per step (row of scores) the token
+    generated and its probability.
+
+    Example:
+        >>> GenerationStepsPart.ARRAYS["generated_mask"]
+        ('bool', 1, False)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {"generated_mask": ("bool", 1, False)}
+
+    generated_mask: np.ndarray = data_field("True for each generated token.")
+    step_tokens: list[int] = data_field("Token index of the token generated at each step.")
+    step_probs: list[float | None] = data_field("Probability of each generated token.", default_factory=list)
+
+
+@dataclass
+class FoilsPart:
+    """The contrast of a contrastive generation (:class:`GenerationData`): the foil of every step, its probability
+    and the foil continuation; empty without a contrast.
+
+    Example:
+        >>> FoilsPart().contrast
+        ''
+    """
+
+    foil_tokens: list[str] = data_field("Foil of each step (contrastive results; else empty).", default_factory=list)
+    foil_probs: list[float | None] = data_field("Probability of each step's foil.", default_factory=list)
+    contrast: str = data_field("The foil continuation ('' without a contrast).", default="")
 
 
 @dataclass
 class TokenHighlightData(ViewData):
-    """What :class:`~interp_widgets.widgets.TokenHighlightWidget` draws: one text's tokens and a (targets, tokens)
-    score matrix, with word / sentence / turn ids for the browser's sums. ``turn_roles`` names the role of each turn
-    of a chat conversation (empty for a plain text, which is one turn).
+    """What :class:`~interp_widgets.widgets.TokenHighlightWidget` draws: one text's tokens (their layout, with word /
+    sentence / turn ids for the browser's sums and the roles of a chat conversation's turns) and a (targets, tokens)
+    score matrix with its targets.
 
     Version 2 added ``turn_ids`` and ``turn_roles``.
 
@@ -406,29 +606,10 @@ class TokenHighlightData(ViewData):
 
     VIEW: ClassVar[str] = "token_highlight"
     VERSION: ClassVar[int] = 2
-    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "turn_ids": ("int", 1, False)}
 
-    tokens: list[str] = data_field("Text of each token (special tokens by name).")
-    spaces_before: list[str] = data_field("Original text between a token and the previous one.")
-    special_mask: np.ndarray = data_field("True for each special token.")
-    word_ids: np.ndarray = data_field("Word id per token (-1: none), int8/int16/int32 (narrowest).")
-    sentence_ids: np.ndarray = data_field("Sentence id per token (-1: none), int8/int16/int32 (narrowest).")
-    scores: np.ndarray = data_field("(rows, n_tokens) scores; NaN = not seen.")
-    target_labels: list[str] = field(default_factory=list)
-    target_probs: list[float | None] = data_field("Predicted probability per target, or empty.", default_factory=list)
-    completeness_error: list[float | None] = data_field("Per target, or empty.", default_factory=list)
-    method: str = ""
-    score_meaning: str = data_field("What a score is, e.g. 'sum over embedding dimension (signed)'.", default="")
-    signed: bool = data_field(
-        "Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.", default=True
-    )
-    turn_ids: np.ndarray | None = data_field(
-        "Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).",
-        default=None,
-    )
-    turn_roles: list[str] = data_field(
-        "Role of each turn ('system', 'user', ...); empty for a plain text.", default_factory=list
-    )
+    layout: TokenLayoutPart
+    scoring: ScoringPart
+    targets: TargetsPart = field(default_factory=TargetsPart)
 
 
 @dataclass
@@ -442,8 +623,8 @@ class GenerationData(ViewData):
     token and the role of each turn (empty for a plain text).
 
     Example:
-        >>> GenerationData.ARRAYS["generated_mask"]
-        ('bool', 1, False)
+        >>> GenerationData.array_specs()["generated_mask"], GenerationData.field_names()[7:9]
+        (('bool', 1, False), ['generated_mask', 'step_tokens'])
     """
 
     VIEW: ClassVar[str] = "generation"
@@ -451,37 +632,12 @@ class GenerationData(ViewData):
     # 4: word_ids, sentence_ids (granularity on each side) and source_mask (encoder–decoder results: True for the
     #    source tokens); older payloads load with them None (token granularity, one side)
     VERSION: ClassVar[int] = 4
-    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
-        "special_mask": ("bool", 1, False), "generated_mask": ("bool", 1, False), "scores": ("float32", 2, True),
-        "turn_ids": ("int", 1, False), "word_ids": ("int", 1, False), "sentence_ids": ("int", 1, False),
-        "source_mask": ("bool", 1, False)}  # fmt: skip
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {"source_mask": ("bool", 1, False)}
 
-    tokens: list[str] = data_field("Text of each token (special tokens by name).")
-    spaces_before: list[str]
-    special_mask: np.ndarray = data_field("True for each special token.")
-    generated_mask: np.ndarray = data_field("True for each generated token.")
-    scores: np.ndarray = data_field("(rows, n_tokens) scores; NaN = not seen.")
-    step_tokens: list[int] = data_field("Token index of the token generated at each step.")
-    step_probs: list[float | None] = data_field("Probability of each generated token.", default_factory=list)
-    method: str = ""
-    score_meaning: str = ""
-    signed: bool = True
-    foil_tokens: list[str] = data_field("Foil of each step (contrastive results; else empty).", default_factory=list)
-    foil_probs: list[float | None] = data_field("Probability of each step's foil.", default_factory=list)
-    contrast: str = data_field("The foil continuation ('' without a contrast).", default="")
-    turn_ids: np.ndarray | None = data_field(
-        "Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).",
-        default=None,
-    )
-    turn_roles: list[str] = data_field(
-        "Role of each turn ('system', 'user', ...); empty for a plain text.", default_factory=list
-    )
-    word_ids: np.ndarray | None = data_field(
-        "Word id per token (-1: none), int8/int16/int32 (narrowest).", default=None, trait_allow_none=False
-    )
-    sentence_ids: np.ndarray | None = data_field(
-        "Sentence id per token (-1: none), int8/int16/int32 (narrowest).", default=None, trait_allow_none=False
-    )
+    layout: GenerationLayoutPart
+    steps: GenerationStepsPart
+    scoring: ScoringPart
+    foils: FoilsPart = field(default_factory=FoilsPart)
     source_mask: np.ndarray | None = data_field(
         "True for each source token of an encoder–decoder (all False for decoders).",
         default=None,
@@ -491,9 +647,10 @@ class GenerationData(ViewData):
 
 @dataclass
 class ComparisonData(ViewData):
-    """What :class:`~interp_widgets.widgets.ComparisonWidget` draws: one row of scores per method and the pairwise
-    agreement tables per granularity (``{granularity: [{a, b, spearman, top_k_overlap, k}]}``). A chat conversation
-    also carries the turn of every token and the role of each turn (empty for a plain text), for the role labels.
+    """What :class:`~interp_widgets.widgets.ComparisonWidget` draws: one text's tokens (their layout; for a chat
+    conversation also the turn of every token and the role of each turn, for the role labels), one row of scores per
+    method and the pairwise agreement tables per granularity (``{granularity: [{a, b, spearman, top_k_overlap,
+    k}]}``).
 
     Version 2 added ``turn_ids`` and ``turn_roles``.
 
@@ -504,15 +661,11 @@ class ComparisonData(ViewData):
 
     VIEW: ClassVar[str] = "comparison"
     VERSION: ClassVar[int] = 2
-    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "turn_ids": ("int", 1, False)}
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {"scores": ("float32", 2, True)}
 
-    tokens: list[str] = data_field("Text of each token (special tokens by name).")
-    spaces_before: list[str]
-    special_mask: np.ndarray = data_field("True for each special token.")
-    word_ids: np.ndarray = data_field("Word id per token (-1: none), int8/int16/int32 (narrowest).")
-    sentence_ids: np.ndarray = data_field("Sentence id per token (-1: none), int8/int16/int32 (narrowest).")
+    layout: TokenLayoutPart
     scores: np.ndarray = data_field("(rows, n_tokens) scores; NaN = not seen.")
-    methods: list[str]
+    methods: list[str] = data_field("Name of each method (row of scores).")
     signed: list[bool] = data_field("Per method: signed (diverging) or unsigned (sequential).")
     target_label: str = ""
     agreements: dict[str, list[dict[str, Any]]] = data_field(
@@ -520,21 +673,12 @@ class ComparisonData(ViewData):
         default_factory=dict,
     )
     agreement_by: str = "magnitude"
-    turn_ids: np.ndarray | None = data_field(
-        "Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).",
-        default=None,
-    )
-    turn_roles: list[str] = data_field(
-        "Role of each turn ('system', 'user', ...); empty for a plain text.", default_factory=list
-    )
 
 
 @dataclass
 class ExampleListData(ViewData):
-    """What :class:`~interp_widgets.widgets.ExampleListWidget` draws: many examples, their token arrays concatenated
-    (``tokens[i]`` gives each example's length) and the scores of each example's predicted class. Chat examples
-    also carry the turn of every token (concatenated, like the other token arrays) and the roles of each example's
-    turns (``turn_roles[i]``, empty for a plain text), for the role labels.
+    """What :class:`~interp_widgets.widgets.ExampleListWidget` draws: many examples (their layouts, token arrays
+    concatenated, with the roles of each chat example's turns) and the scores of each example's predicted class.
 
     Version 2 added ``turn_ids`` and ``turn_roles``.
 
@@ -545,14 +689,9 @@ class ExampleListData(ViewData):
 
     VIEW: ClassVar[str] = "example_list"
     VERSION: ClassVar[int] = 2
-    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {**_TOKEN_ARRAYS, "scores": ("float32", 1, True),
-                                                          "turn_ids": ("int", 1, False)}  # fmt: skip
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {"scores": ("float32", 1, True)}
 
-    tokens: list[list[str]] = data_field("Tokens of each example.")
-    spaces_before: list[list[str]]
-    special_mask: np.ndarray = data_field("True per special token of all examples concatenated.")
-    word_ids: np.ndarray = data_field("Word id per token of all examples concatenated (-1: none).")
-    sentence_ids: np.ndarray = data_field("Sentence id per token of all examples concatenated (-1: none).")
+    layout: ExamplesLayoutPart
     scores: np.ndarray = data_field("Scores for each example's shown class, concatenated.")
     predicted: list[str] = data_field("Predicted (most probable) label of each example.")
     confidence: list[float | None] = data_field("Probability of the predicted label.")
@@ -560,27 +699,41 @@ class ExampleListData(ViewData):
     max_attribution: list[float] = data_field("Largest |score| of each example (special tokens excluded).")
     signed: bool = True
     method: str = ""
-    turn_ids: np.ndarray | None = data_field(
-        "Chat turn per token of all examples concatenated (-1: none).", default=None, trait_allow_none=False
-    )
-    turn_roles: list[list[str]] = data_field(
-        "Roles of each example's turns (empty for a plain text).", default_factory=list
-    )
+
+
+@dataclass
+class ConceptTextsPart:
+    """The input texts of the concept browser (:class:`ConceptBrowserData`): the shown tokens of each text, the text
+    before each, and the most active concepts of every token (all texts concatenated) with their coefficients.
+
+    Example:
+        >>> ConceptTextsPart.ARRAYS["text_top_concepts"]
+        ('int32', 2, False)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "text_top_concepts": ("int32", 2, False), "text_top_values": ("float32", 2, False)}  # fmt: skip
+
+    text_tokens: list[list[str]] = data_field("Shown tokens of each input text.")
+    text_gaps: list[list[str]] = data_field("Original text before each token.")
+    text_top_concepts: np.ndarray = data_field(f"[tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).")
+    text_top_values: np.ndarray = data_field(f"[tokens of all texts, {TEXT_TOP}] their coefficients.")
 
 
 @dataclass
 class ConceptBrowserData(ViewData):
-    """What :class:`~interp_widgets.widgets.ConceptBrowser` lists (the per-concept details travel on request).
+    """What :class:`~interp_widgets.widgets.ConceptBrowser` lists (the per-concept details travel on request): the
+    concepts' summaries and the input texts (:class:`ConceptTextsPart`).
 
     Example:
-        >>> ConceptBrowserData.ARRAYS["text_top_concepts"]
-        ('int32', 2, False)
+        >>> ConceptBrowserData.ARRAYS["density"]
+        ('float32', 1, False)
     """
 
     VIEW: ClassVar[str] = "concept_browser"
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
-        "density": ("float32", 1, False), "max_activation": ("float32", 1, False), "importance": ("float32", 1, False),
-        "text_top_concepts": ("int32", 2, False), "text_top_values": ("float32", 2, False)}  # fmt: skip
+        "density": ("float32", 1, False), "max_activation": ("float32", 1, False),
+        "importance": ("float32", 1, False)}  # fmt: skip
 
     method: str
     layer: str
@@ -593,10 +746,7 @@ class ConceptBrowserData(ViewData):
         "Importance of each concept (NaN: unknown); None (sent as {}) when absent."
     )
     importance_label: str = data_field("What the importance numbers are.")
-    text_tokens: list[list[str]] = data_field("Shown tokens of each input text.")
-    text_gaps: list[list[str]] = data_field("Original text before each token.")
-    text_top_concepts: np.ndarray = data_field(f"[tokens of all texts, {TEXT_TOP}] most active concepts (-1 pad).")
-    text_top_values: np.ndarray = data_field(f"[tokens of all texts, {TEXT_TOP}] their coefficients.")
+    texts: ConceptTextsPart
 
 
 @dataclass
@@ -620,19 +770,38 @@ class MonitorData(ViewData):
 
 
 @dataclass
-class AttentionData(ViewData):
-    """What :class:`~interp_widgets.widgets.AttentionWidget` keeps: tokens, the model's shape, max-pooled thumbnails of
-    every head (0..127) and the pinned heads as their top-k keys per query. Every other head is sent on request.
+class PinnedHeadsPart:
+    """The pinned heads of the attention view (:class:`AttentionData`), each kept as the top-k keys of every query
+    and their weights.
 
     Example:
-        >>> AttentionData.ARRAYS["pinned_keys"]
+        >>> PinnedHeadsPart.ARRAYS["pinned_keys"]
         ('int', 3, False)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "pinned_keys": ("int", 3, False), "pinned_weights": ("float32", 3, True)}  # fmt: skip
+
+    pinned: list[dict[str, Any]] = data_field("Pinned heads {layer, head} (head: int or an aggregation).")
+    pinned_keys: np.ndarray = data_field("(pinned, queries, k) key index of each kept weight.")
+    pinned_weights: np.ndarray = data_field("(pinned, queries, k) the top-k weights.")
+    pinned_top_k: int = 32
+
+
+@dataclass
+class AttentionData(ViewData):
+    """What :class:`~interp_widgets.widgets.AttentionWidget` keeps: tokens, the model's shape, max-pooled thumbnails of
+    every head (0..127) and the pinned heads as their top-k keys per query (:class:`PinnedHeadsPart`). Every other
+    head is sent on request.
+
+    Example:
+        >>> AttentionData.ARRAYS["thumbnails"]
+        ('int', 4, False)
     """
 
     VIEW: ClassVar[str] = "attention"
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
-        "generated_mask": ("bool", 1, False), "thumbnails": ("int", 4, False), "pinned_keys": ("int", 3, False),
-        "pinned_weights": ("float32", 3, True)}  # fmt: skip
+        "generated_mask": ("bool", 1, False), "thumbnails": ("int", 4, False)}  # fmt: skip
 
     tokens: list[str] = data_field("Query tokens.")
     key_tokens: list[str] = data_field("Key tokens (= tokens for self-attention).")
@@ -644,19 +813,54 @@ class AttentionData(ViewData):
     kind: str = data_field(trait_default="self")
     model_name: str
     thumbnails: np.ndarray = data_field("(layers, heads, s, s) max-pooled heads, 0..127.")
-    pinned: list[dict[str, Any]] = data_field("Pinned heads {layer, head} (head: int or an aggregation).")
-    pinned_keys: np.ndarray = data_field("(pinned, queries, k) key index of each kept weight.")
-    pinned_weights: np.ndarray = data_field("(pinned, queries, k) the top-k weights.")
-    pinned_top_k: int = 32
+    pins: PinnedHeadsPart
+
+
+@dataclass
+class LensTopPart:
+    """What every cell of the lens view (lens × layer × position) predicts: its top-k tokens (indices into the view's
+    ``vocab``) with their probabilities, and the cell's KL divergence from the final output.
+
+    Example:
+        >>> LensTopPart.ARRAYS["top_vocab"]
+        ('int32', 4, False)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "top_vocab": ("int32", 4, False), "top_probs": ("float32", 4, True), "kl": ("float32", 3, True)}  # fmt: skip
+
+    top_vocab: np.ndarray = data_field("(lenses, layers, positions, k) indices into vocab.")
+    top_probs: np.ndarray
+    kl: np.ndarray = data_field("KL(final || lens), nats.")
+
+
+@dataclass
+class LensTargetsPart:
+    """The targets of the lens view: a label and tokens (indices into ``vocab``, -1: none) per position, and each
+    cell's probability (NaN: no target) and rank (1 = top, 0: no target) of them.
+
+    Example:
+        >>> LensTargetsPart.ARRAYS["target_ranks"]
+        ('int32', 4, False)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "target_vocab": ("int32", 2, False), "target_probs": ("float32", 4, True),
+        "target_ranks": ("int32", 4, False)}  # fmt: skip
+
+    target_labels: list[str]
+    target_vocab: np.ndarray = data_field("(positions, targets) indices into vocab, -1: none.")
+    target_probs: np.ndarray
+    target_ranks: np.ndarray
 
 
 @dataclass
 class LensData(ViewData):
     """What :class:`~interp_widgets.widgets.LensWidget` draws: ``N`` lenses × ``L`` layers × ``T`` positions.
 
-    ``top_vocab`` ``(N, L, T, k)`` and ``target_vocab`` ``(T, M)`` index ``vocab`` (the decoded text of every token
-    the result mentions; ``-1``: no target); ``top_probs``, ``kl``, ``target_probs`` (NaN: no target) and
-    ``target_ranks`` (1 = top, 0: no target) hold the numbers of each cell.
+    ``top_vocab`` ``(N, L, T, k)`` (:class:`LensTopPart`) and ``target_vocab`` ``(T, M)`` (:class:`LensTargetsPart`)
+    index ``vocab`` (the decoded text of every token the result mentions; ``-1``: no target); ``top_probs``, ``kl``,
+    ``target_probs`` (NaN: no target) and ``target_ranks`` (1 = top, 0: no target) hold the numbers of each cell.
 
     Example:
         >>> LensData.field_names()[:4]
@@ -664,27 +868,14 @@ class LensData(ViewData):
     """
 
     VIEW: ClassVar[str] = "lens"
-    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
-        "top_vocab": ("int32", 4, False),
-        "top_probs": ("float32", 4, True),
-        "kl": ("float32", 3, True),
-        "target_vocab": ("int32", 2, False),
-        "target_probs": ("float32", 4, True),
-        "target_ranks": ("int32", 4, False),
-        "generated_mask": ("bool", 1, False),
-    }
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {"generated_mask": ("bool", 1, False)}
 
     tokens: list[str]
     layers: list[str]
     lenses: list[str]
     vocab: list[str] = data_field("Text of every token the cells mention.")
-    top_vocab: np.ndarray = data_field("(lenses, layers, positions, k) indices into vocab.")
-    top_probs: np.ndarray
-    kl: np.ndarray = data_field("KL(final || lens), nats.")
-    target_labels: list[str]
-    target_vocab: np.ndarray = data_field("(positions, targets) indices into vocab, -1: none.")
-    target_probs: np.ndarray
-    target_ranks: np.ndarray
+    top: LensTopPart
+    targets: LensTargetsPart
     generated_mask: np.ndarray
     vocab_size: int = 0
     model_name: str = ""

@@ -410,7 +410,7 @@ def test_a_masked_lm_foil_labels_the_token_view(bert_masked_lm):
 def test_generation_payloads_of_version_1_still_load():
     from interp_widgets.widgets.view_data import GenerationData
 
-    data = GenerationData(
+    data = GenerationData.from_flat(
         tokens=["a", "b"],
         spaces_before=["", " "],
         special_mask=[False, False],

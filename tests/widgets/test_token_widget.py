@@ -411,3 +411,23 @@ def test_the_engine_result_displays_as_this_widget():
     assert widget.completeness_error == pytest.approx([0.01, -0.02])
     assert widget.score_meaning == result.score_meaning
     assert list(result._repr_mimebundle_()[0])[:2] == [WIDGET_VIEW_MIME, "image/svg+xml"]
+
+
+def test_a_result_is_read_through_its_one_token_layout():
+    """ScoredTokens reads a result's TokenLayout (``layout``); the plain object with the layout's values flat, which
+    the docs and from_arrays promise, reads as the same layout."""
+    from interp_widgets.text_units import TokenLayout
+    from interp_widgets.widgets._protocols import ScoredTokens
+    from interp_widgets.widgets._tokens import scored_layout
+
+    flat = _result()
+    layout = scored_layout(flat)
+    assert isinstance(layout, TokenLayout) and layout.word_ids.tolist() == flat.word_ids.tolist()
+    assert not isinstance(flat, ScoredTokens)  # flat values are read, but the protocol is the layout
+    scored = SimpleNamespace(layout=layout, scores=flat.scores, target_labels=flat.target_labels)
+    assert isinstance(scored, ScoredTokens) and scored_layout(scored) is layout
+    from_layout, from_flat = TokenHighlightWidget(scored), TokenHighlightWidget(flat)
+    for name in ("tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "target_labels"):
+        assert np.array_equal(getattr(from_layout, name), getattr(from_flat, name)), name
+    with pytest.raises(TypeError, match="has no scores; pass an AttributionResult"):
+        TokenHighlightWidget(SimpleNamespace(layout=layout))

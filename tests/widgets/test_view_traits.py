@@ -145,3 +145,41 @@ def test_the_generated_js_trait_lists_are_current():
     for view, data_class in VIEW_DATA.items():
         names = ", ".join(f'"{name}"' for name in data_class.field_names())
         assert f"export const {view.upper()}_DATA_TRAITS = [{names}];" in traits_js()
+
+
+@pytest.mark.parametrize("view", sorted(VIEW_DATA))
+def test_every_view_data_class_is_built_from_at_most_twelve_fields(view):
+    import dataclasses
+    import inspect
+
+    assert len(dataclasses.fields(VIEW_DATA[view])) <= 12
+    assert len(inspect.signature(VIEW_DATA[view]).parameters) <= 12
+
+
+def test_the_token_views_share_one_token_layout_part():
+    import dataclasses
+    import typing
+
+    from interp_widgets.widgets.view_data import TokenLayoutPart
+
+    layouts = {view: typing.get_type_hints(cls).get("layout") for view, cls in VIEW_DATA.items()}
+    for view in ("token_highlight", "comparison", "generation"):
+        assert issubclass(layouts[view], TokenLayoutPart), view
+    names = {f.name for f in dataclasses.fields(TokenLayoutPart)} - {"tokens"}  # attention and lens list tokens only
+    for view, cls in VIEW_DATA.items():  # no view declares a token layout's fields again beside a part
+        own = {f.name for f in dataclasses.fields(cls)}
+        assert not own & names, (view, own & names)
+
+
+def test_part_fields_read_flat_are_read_only_and_from_flat_refuses_unknown_names():
+    from interp_widgets.widgets.view_data import TokenHighlightData
+
+    flat = dict(tokens=["a"], spaces_before=[""], special_mask=[False], word_ids=[0], sentence_ids=[0], scores=[[1]])
+    data = TokenHighlightData.from_flat(**flat)
+    assert data.tokens is data.layout.tokens and data.scores is data.scoring.scores and data.target_labels == []
+    with pytest.raises(AttributeError, match="set data.layout.tokens instead"):
+        data.tokens = ["b"]
+    with pytest.raises(AttributeError, match="no attribute 'colour'"):
+        data.colour
+    with pytest.raises(ValueError, match=r"unknown token_highlight fields \['colour'\]"):
+        TokenHighlightData.from_flat(**flat, colour="red")

@@ -132,7 +132,7 @@ def test_the_schema_fields_are_the_synced_data_traits_with_the_same_array_specs(
         for name, trait in view.class_traits(sync=True, data=True).items()
         if isinstance(trait, BinaryArray)
     }
-    assert arrays == schema.ARRAYS
+    assert arrays == schema.array_specs()
 
 
 @pytest.mark.parametrize("view", list(VIEWS), ids=lambda cls: cls.__name__)

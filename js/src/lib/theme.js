@@ -8,18 +8,22 @@
  *   stop(); // on view teardown
  */
 
+const DARK_QUERY = "(prefers-color-scheme: dark)";
+const JUPYTER_LIGHT = "data-jp-theme-light"; // JupyterLab's body attribute: "true" or "false"
+
 /**
  * @param {Document} doc
  * @returns {"light" | "dark"}
  */
 export function detectTheme(doc = document) {
   const body = doc.body;
-  const jp = body?.getAttribute("data-jp-theme-light");
+  const jp = body?.getAttribute(JUPYTER_LIGHT);
   if (jp === "true") return "light";
   if (jp === "false") return "dark";
-  if (body?.classList.contains("vscode-light")) return "light";
-  if (body?.classList.contains("vscode-dark") || body?.classList.contains("vscode-high-contrast")) return "dark";
-  const media = doc.defaultView?.matchMedia?.("(prefers-color-scheme: dark)");
+  const vscode = (name) => body?.classList.contains(`vscode-${name}`);
+  if (vscode("light")) return "light";
+  if (vscode("dark") || vscode("high-contrast")) return "dark";
+  const media = doc.defaultView?.matchMedia?.(DARK_QUERY);
   return media?.matches ? "dark" : "light";
 }
 
@@ -38,8 +42,8 @@ export function watchTheme(doc, onChange) {
     }
   };
   const observer = new MutationObserver(check);
-  if (doc.body) observer.observe(doc.body, { attributes: true, attributeFilter: ["class", "data-jp-theme-light"] });
-  const media = doc.defaultView?.matchMedia?.("(prefers-color-scheme: dark)");
+  if (doc.body) observer.observe(doc.body, { attributes: true, attributeFilter: ["class", JUPYTER_LIGHT] });
+  const media = doc.defaultView?.matchMedia?.(DARK_QUERY);
   media?.addEventListener?.("change", check);
   return () => {
     observer.disconnect();

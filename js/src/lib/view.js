@@ -142,8 +142,11 @@ export function startView(view, { model, el, reportError, immediate = false }) {
   };
   const onData = () => request(REREAD);
   const onUi = () => request(REDRAW);
-  for (const name of dataTraits) model.on(`change:${name}`, onData);
-  for (const name of uiTraits) model.on(`change:${name}`, onUi);
+  const subscriptions = [
+    ...dataTraits.map((name) => [`change:${name}`, onData]),
+    ...uiTraits.map((name) => [`change:${name}`, onUi]),
+  ];
+  for (const [event, handler] of subscriptions) model.on(event, handler);
   const stopTheme = watchTheme(doc, (next) => {
     ctx.theme = next;
     onTheme?.(ctx);
@@ -152,9 +155,7 @@ export function startView(view, { model, el, reportError, immediate = false }) {
   const teardown = () => {
     ctx.disposed = true;
     if (frame) (win?.cancelAnimationFrame ?? clearTimeout)(frame);
-    for (const name of dataTraits) model.off(`change:${name}`, onData);
-    for (const name of uiTraits) model.off(`change:${name}`, onUi);
-    for (const [event, handler] of listeners) model.off(event, handler);
+    for (const [event, handler] of [...subscriptions, ...listeners]) model.off(event, handler);
     stopTheme();
     for (const cleanup of cleanups.reverse()) cleanup();
   };

@@ -28,21 +28,21 @@ export const ATTENTION_DATA_TRAITS = ["tokens", "key_tokens", "generated_mask", 
  * Data of the comparison view (ComparisonData, version 2): the synced data traits of ComparisonWidget.
  * @typedef {object} ComparisonData
  * @property {string[]} tokens  Text of each token (special tokens by name).
- * @property {string[]} spaces_before
+ * @property {string[]} spaces_before  Original text between a token and the previous one.
  * @property {BinaryArray} special_mask  bool, 1-D. True for each special token.
  * @property {BinaryArray} word_ids  int8 | int16 | int32, 1-D. Word id per token (-1: none), int8/int16/int32 (narrowest).
  * @property {BinaryArray} sentence_ids  int8 | int16 | int32, 1-D. Sentence id per token (-1: none), int8/int16/int32 (narrowest).
+ * @property {BinaryArray} turn_ids  int8 | int16 | int32, 1-D; {} when absent. Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).
+ * @property {string[]} turn_roles  Role of each turn ('system', 'user', ...); empty for a plain text.
  * @property {BinaryArray} scores  float32, 2-D. (rows, n_tokens) scores; NaN = not seen.
- * @property {string[]} methods
+ * @property {string[]} methods  Name of each method (row of scores).
  * @property {boolean[]} signed  Per method: signed (diverging) or unsigned (sequential).
  * @property {string} target_label
  * @property {Object<string, ({a: string, b: string, spearman: number | null, top_k_overlap: number | null, k: number})[]>} agreements  {granularity: pairwise rows {a, b, spearman, top_k_overlap, k}} for token, word and sentence units.
  * @property {string} agreement_by
- * @property {BinaryArray} turn_ids  int8 | int16 | int32, 1-D; {} when absent. Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).
- * @property {string[]} turn_roles  Role of each turn ('system', 'user', ...); empty for a plain text.
  */
 /** Data traits of the comparison view. @type {(keyof ComparisonData)[]} */
-export const COMPARISON_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "methods", "signed", "target_label", "agreements", "agreement_by", "turn_ids", "turn_roles"];
+export const COMPARISON_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "scores", "methods", "signed", "target_label", "agreements", "agreement_by"];
 
 /**
  * Data of the concept_browser view (ConceptBrowserData, version 1): the synced data traits of ConceptBrowser.
@@ -68,10 +68,12 @@ export const CONCEPT_BROWSER_DATA_TRAITS = ["method", "layer", "n_rows", "labels
  * Data of the example_list view (ExampleListData, version 2): the synced data traits of ExampleListWidget.
  * @typedef {object} ExampleListData
  * @property {string[][]} tokens  Tokens of each example.
- * @property {string[][]} spaces_before
+ * @property {string[][]} spaces_before  Original text before each token, per example.
  * @property {BinaryArray} special_mask  bool, 1-D. True per special token of all examples concatenated.
  * @property {BinaryArray} word_ids  int8 | int16 | int32, 1-D. Word id per token of all examples concatenated (-1: none).
  * @property {BinaryArray} sentence_ids  int8 | int16 | int32, 1-D. Sentence id per token of all examples concatenated (-1: none).
+ * @property {BinaryArray | null} turn_ids  Chat turn per token of all examples concatenated (-1: none).
+ * @property {string[][]} turn_roles  Roles of each example's turns (empty for a plain text).
  * @property {BinaryArray} scores  float32, 1-D. Scores for each example's shown class, concatenated.
  * @property {string[]} predicted  Predicted (most probable) label of each example.
  * @property {(number | null)[]} confidence  Probability of the predicted label.
@@ -79,36 +81,34 @@ export const CONCEPT_BROWSER_DATA_TRAITS = ["method", "layer", "n_rows", "labels
  * @property {number[]} max_attribution  Largest |score| of each example (special tokens excluded).
  * @property {boolean} signed
  * @property {string} method
- * @property {BinaryArray | null} turn_ids  Chat turn per token of all examples concatenated (-1: none).
- * @property {string[][]} turn_roles  Roles of each example's turns (empty for a plain text).
  */
 /** Data traits of the example_list view. @type {(keyof ExampleListData)[]} */
-export const EXAMPLE_LIST_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method", "turn_ids", "turn_roles"];
+export const EXAMPLE_LIST_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "scores", "predicted", "confidence", "true_labels", "max_attribution", "signed", "method"];
 
 /**
  * Data of the generation view (GenerationData, version 4): the synced data traits of GenerationWidget.
  * @typedef {object} GenerationData
  * @property {string[]} tokens  Text of each token (special tokens by name).
- * @property {string[]} spaces_before
+ * @property {string[]} spaces_before  Original text between a token and the previous one.
  * @property {BinaryArray} special_mask  bool, 1-D. True for each special token.
+ * @property {BinaryArray | null} word_ids  Word id per token (-1: none), int8/int16/int32 (narrowest).
+ * @property {BinaryArray | null} sentence_ids  Sentence id per token (-1: none), int8/int16/int32 (narrowest).
+ * @property {BinaryArray} turn_ids  int8 | int16 | int32, 1-D; {} when absent. Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).
+ * @property {string[]} turn_roles  Role of each turn ('system', 'user', ...); empty for a plain text.
  * @property {BinaryArray} generated_mask  bool, 1-D. True for each generated token.
- * @property {BinaryArray} scores  float32, 2-D. (rows, n_tokens) scores; NaN = not seen.
  * @property {number[]} step_tokens  Token index of the token generated at each step.
  * @property {(number | null)[]} step_probs  Probability of each generated token.
- * @property {string} method
- * @property {string} score_meaning
- * @property {boolean} signed
+ * @property {BinaryArray} scores  float32, 2-D. (rows, n_tokens) scores; NaN = not seen.
+ * @property {string} method  The attribution method.
+ * @property {string} score_meaning  What a score is, e.g. 'sum over embedding dimension (signed)'.
+ * @property {boolean} signed  Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.
  * @property {string[]} foil_tokens  Foil of each step (contrastive results; else empty).
  * @property {(number | null)[]} foil_probs  Probability of each step's foil.
  * @property {string} contrast  The foil continuation ('' without a contrast).
- * @property {BinaryArray} turn_ids  int8 | int16 | int32, 1-D; {} when absent. Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).
- * @property {string[]} turn_roles  Role of each turn ('system', 'user', ...); empty for a plain text.
- * @property {BinaryArray | null} word_ids  Word id per token (-1: none), int8/int16/int32 (narrowest).
- * @property {BinaryArray | null} sentence_ids  Sentence id per token (-1: none), int8/int16/int32 (narrowest).
  * @property {BinaryArray | null} source_mask  True for each source token of an encoder–decoder (all False for decoders).
  */
 /** Data traits of the generation view. @type {(keyof GenerationData)[]} */
-export const GENERATION_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "generated_mask", "scores", "step_tokens", "step_probs", "method", "score_meaning", "signed", "foil_tokens", "foil_probs", "contrast", "turn_ids", "turn_roles", "word_ids", "sentence_ids", "source_mask"];
+export const GENERATION_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "generated_mask", "step_tokens", "step_probs", "scores", "method", "score_meaning", "signed", "foil_tokens", "foil_probs", "contrast", "source_mask"];
 
 /**
  * Data of the lens view (LensData, version 1): the synced data traits of LensWidget.
@@ -148,15 +148,15 @@ export const MONITOR_DATA_TRAITS = ["checkpoint", "checkpoint_schema"];
  * @property {BinaryArray} special_mask  bool, 1-D. True for each special token.
  * @property {BinaryArray} word_ids  int8 | int16 | int32, 1-D. Word id per token (-1: none), int8/int16/int32 (narrowest).
  * @property {BinaryArray} sentence_ids  int8 | int16 | int32, 1-D. Sentence id per token (-1: none), int8/int16/int32 (narrowest).
- * @property {BinaryArray} scores  float32, 2-D. (rows, n_tokens) scores; NaN = not seen.
- * @property {string[]} target_labels
- * @property {(number | null)[]} target_probs  Predicted probability per target, or empty.
- * @property {(number | null)[]} completeness_error  Per target, or empty.
- * @property {string} method
- * @property {string} score_meaning  What a score is, e.g. 'sum over embedding dimension (signed)'.
- * @property {boolean} signed  Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.
  * @property {BinaryArray} turn_ids  int8 | int16 | int32, 1-D; {} when absent. Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).
  * @property {string[]} turn_roles  Role of each turn ('system', 'user', ...); empty for a plain text.
+ * @property {BinaryArray} scores  float32, 2-D. (rows, n_tokens) scores; NaN = not seen.
+ * @property {string} method  The attribution method.
+ * @property {string} score_meaning  What a score is, e.g. 'sum over embedding dimension (signed)'.
+ * @property {boolean} signed  Signed scores use the diverging scale; unsigned (e.g. a norm) the 0..max one.
+ * @property {string[]} target_labels  Label of each row of scores.
+ * @property {(number | null)[]} target_probs  Predicted probability per target, or empty.
+ * @property {(number | null)[]} completeness_error  Per target, or empty.
  */
 /** Data traits of the token_highlight view. @type {(keyof TokenHighlightData)[]} */
-export const TOKEN_HIGHLIGHT_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "scores", "target_labels", "target_probs", "completeness_error", "method", "score_meaning", "signed", "turn_ids", "turn_roles"];
+export const TOKEN_HIGHLIGHT_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "scores", "method", "score_meaning", "signed", "target_labels", "target_probs", "completeness_error"];

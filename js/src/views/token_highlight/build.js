@@ -106,36 +106,23 @@ export function build(ctx) {
     const span = spanOf(event);
     if (span) toggleSelection(Number(span.dataset.unit));
   });
-  tokensBox.addEventListener("keydown", onKeyDown);
-  tokensBox.addEventListener("mouseover", onMouseOver);
-  tokensBox.addEventListener("mouseleave", onMouseLeave);
-  tokensBox.addEventListener("focusin", onFocusIn);
-  tokensBox.addEventListener("focusout", onFocusOut);
-  tokensBox.addEventListener("click", onClick);
-  targetSelect.addEventListener(
-    "change",
-    safely(() => save({ selected_target: Number(targetSelect.value) })),
-  );
-  granularityPick.addEventListener(
-    "change",
-    safely(() => save({ granularity: granularityPick.value })),
-  );
-  specialToggle.addEventListener(
-    "change",
-    safely(() => save({ show_special_tokens: specialToggle.checked })),
-  );
-  sharedToggle.addEventListener(
-    "change",
-    safely(() => save({ shared_scale: sharedToggle.checked })),
-  );
-  encodingSelect.addEventListener(
-    "change",
-    safely(() => save({ encoding: encodingSelect.value })),
-  );
-  contrastToggle.addEventListener(
-    "change",
-    safely(() => save({ high_contrast: contrastToggle.checked })),
-  );
+  const tokenHandlers = {
+    keydown: onKeyDown,
+    mouseover: onMouseOver,
+    mouseleave: onMouseLeave,
+    focusin: onFocusIn,
+    focusout: onFocusOut,
+    click: onClick,
+  };
+  for (const [type, handler] of Object.entries(tokenHandlers)) tokensBox.addEventListener(type, handler);
+  /** A control's change writes its trait (`write` saves it). */
+  const onChange = (control, write) => control.addEventListener("change", safely(write));
+  onChange(targetSelect, () => save({ selected_target: Number(targetSelect.value) }));
+  onChange(granularityPick, () => save({ granularity: granularityPick.value }));
+  onChange(specialToggle, () => save({ show_special_tokens: specialToggle.checked }));
+  onChange(sharedToggle, () => save({ shared_scale: sharedToggle.checked }));
+  onChange(encodingSelect, () => save({ encoding: encodingSelect.value }));
+  onChange(contrastToggle, () => save({ high_contrast: contrastToggle.checked }));
   toolbar.append(
     createExportMenu({
       name: "token-attribution",
