@@ -1,0 +1,23 @@
+"""Attribution graphs (circuit-tracer's method): the graph as data, pruning and scores exactly as circuit-tracer
+computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
+
+- :class:`AttributionGraph`: nodes (features, errors, tokens, logits; ids in :mod:`interp_widgets.circuits.graph`),
+  the dense direct-effect adjacency, ``prune()``, ``scores()`` (also of a pinned subgraph, as Neuronpedia computes
+  it), ``to_dataframe()``, ``save()`` / ``load()`` (safetensors).
+
+Example:
+    >>> from interp_widgets.circuits import example_graph
+    >>> example_graph().prune()
+    AttributionGraph(1 features, 0 errors, 2 tokens, 1 logits; pruned at 0.8)
+"""
+
+from interp_widgets.circuits.graph import (
+    AttributionGraph,
+    FeatureCap,
+    GraphScores,
+    Pruning,
+    cantor_pair,
+    example_graph,
+)
+
+__all__ = ["AttributionGraph", "FeatureCap", "GraphScores", "Pruning", "cantor_pair", "example_graph"]
