@@ -3,7 +3,9 @@ computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
 
 - :class:`AttributionGraph`: nodes (features, errors, tokens, logits; ids in :mod:`interp_widgets.circuits.graph`),
   the dense direct-effect adjacency, ``prune()``, ``scores()`` (also of a pinned subgraph, as Neuronpedia computes
-  it), ``to_dataframe()``, ``save()`` / ``load()`` (safetensors).
+  it), ``to_dataframe()``, ``save()`` / ``load()`` (safetensors), ``to_json()`` (circuit-tracer's / Neuronpedia's
+  graph JSON and feature detail files).
+- :func:`load_graph`: a graph JSON (circuit-tracer or Neuronpedia, pins and supernodes included) or a saved graph.
 
 Example:
     >>> from interp_widgets.circuits import example_graph
@@ -18,6 +20,7 @@ from interp_widgets.circuits.graph import (
     Pruning,
     cantor_pair,
     example_graph,
+    load_graph,
 )
 
-__all__ = ["AttributionGraph", "FeatureCap", "GraphScores", "Pruning", "cantor_pair", "example_graph"]
+__all__ = ["AttributionGraph", "FeatureCap", "GraphScores", "Pruning", "cantor_pair", "example_graph", "load_graph"]

@@ -52,26 +52,16 @@ import numpy as np
 import torch
 
 from interp_widgets._files import output_path, read_safetensors
+from interp_widgets.circuits import _graph_json
+from interp_widgets.circuits._graph_json import cantor_pair
 from interp_widgets.targets import Targets
 from interp_widgets.validation import check_fraction
 
-__all__ = ["AttributionGraph", "FeatureCap", "GraphScores", "Pruning", "cantor_pair", "example_graph"]
+__all__ = ["AttributionGraph", "FeatureCap", "GraphScores", "Pruning", "cantor_pair", "example_graph", "load_graph"]
 
 _FORMAT = "AttributionGraph"
 _VERSION = 1
 _KINDS = ("feature", "error", "token", "logit")
-
-
-def cantor_pair(layer: int, feature: int) -> int:
-    """The JSON ``feature`` id of a transcoder feature (graph JSON schema version 1): the Cantor pair
-    ``(layer + feature)(layer + feature + 1) / 2 + feature``, a Python int (it passes 2**31 for wide transcoders).
-
-    Example:
-        >>> cantor_pair(3, 5), cantor_pair(29, 73727)
-        (41, 2720084373)
-    """
-    s = int(layer) + int(feature)
-    return s * (s + 1) // 2 + int(feature)
 
 
 @dataclass(frozen=True)
@@ -532,6 +522,67 @@ class AttributionGraph:
             view=meta["view"],
         )
 
+    def to_json(
+        self,
+        directory: str | Path,
+        *,
+        slug: str = "graph",
+        node_threshold: float = 0.8,
+        edge_threshold: float = 0.98,
+        error_ids: str = "layer",
+        feature_json_base_url: str | None = None,
+    ) -> Path:
+        """Write circuit-tracer's graph JSON (the Neuronpedia front end's format) of the pruned graph to
+        ``directory/{slug}.json``, enter it in ``directory/graph-metadata.json`` (the front end's list) and write a
+        ``directory/features/{scan}/{feature}.json`` detail file per feature (this prompt as its example: the
+        graph knows no other; circuit-tracer's front end shows no feature without one). An unpruned graph is
+        pruned first with the thresholds; a pruned one is written as it is. Returns the graph file's path.
+
+        ``error_ids="layer"`` names error nodes ``{layer}_-1_{pos}`` (circuit-tracer PRs #100/#102);
+        ``"legacy"`` writes circuit-tracer 0.5.0's ``0_{layer}_{pos}``, and refuses a graph where that id would
+        also name a layer-0 feature. ``feature_json_base_url`` goes to ``metadata.feature_details`` for Neuronpedia.
+
+        Example:
+            >>> path = example_graph().to_json(getfixture("tmp_path"), slug="toy")
+            >>> path.name, sorted(p.name for p in (path.parent / "features" / "toy").iterdir())
+            ('toy.json', ['35.json'])
+            >>> load_graph(path).node_ids
+            ['0_7_1', 'E_10_0', 'E_11_1', '2_12_1']
+        """
+        from interp_widgets.validation import check_choice
+
+        check_choice("error_ids", error_ids, ("layer", "legacy"))
+        if not self.scan:
+            raise ValueError(
+                "the graph JSON needs a scan (the transcoder set's name): set it, e.g. replace(graph, scan=...)"
+            )
+        graph = self if self.pruning is not None else self.prune(node_threshold, edge_threshold)
+        legacy = error_ids == "legacy"
+        if legacy and len(set(graph._ids(legacy_errors=True))) < graph.n_nodes:
+            raise ValueError(
+                "with error_ids='legacy' an error node's id 0_{layer}_{pos} would equal a layer-0 feature's id in "
+                "this graph; use error_ids='layer'"
+            )
+        extra = {}
+        if graph.pruning.edge_threshold is not None:
+            extra["pruning_settings"] = {
+                "node_threshold": graph.pruning.node_threshold,
+                "edge_threshold": graph.pruning.edge_threshold,
+            }
+        if feature_json_base_url:
+            extra["feature_details"] = {"feature_json_base_url": feature_json_base_url}
+        document = _graph_json.graph_document(graph, slug=slug, legacy_errors=legacy, extra_metadata=extra)
+        directory = Path(directory)
+        path = output_path(directory / f"{slug}.json", suffix_hint=".json")
+        path.write_text(json.dumps(document, indent=2))
+        _graph_json.add_to_index(directory, document["metadata"])
+        feature_dir = directory / "features" / str(self.scan)
+        feature_dir.mkdir(parents=True, exist_ok=True)
+        for layer, feature in sorted({(l, f) for l, _, f in graph.features.tolist()}):
+            detail = _graph_json.feature_detail(self, layer, feature, str(self.scan))
+            (feature_dir / f"{detail['index']}.json").write_text(json.dumps(detail))
+        return path
+
     @classmethod
     def from_circuit_tracer(cls, graph, *, tokenizer=None, prompt_tokens: list[str] | None = None):
         """An :class:`AttributionGraph` from a circuit-tracer ``Graph`` (read by its attributes; circuit-tracer is
@@ -574,6 +625,42 @@ class AttributionGraph:
             scan=scan,
             cap=FeatureCap(len(active)) if len(selected) < len(active) else None,
         )
+
+
+def load_graph(path: str | Path) -> AttributionGraph:
+    """Read an attribution graph: circuit-tracer's or Neuronpedia's graph JSON (a pruned graph; both error-id
+    forms; ``qParams`` pins and supernodes kept in ``view`` and checked against the nodes) or a ``.safetensors``
+    file written by :meth:`AttributionGraph.save`.
+
+    Raises ``ValueError`` for an unknown schema version, node ids that collide (circuit-tracer 0.5.0 can write an
+    error id equal to a layer-0 feature's), a link or pin to no node, or a node type other than features, errors,
+    tokens and logits.
+
+    Example:
+        >>> graph = load_graph(example_graph().to_json(getfixture("tmp_path")))
+        >>> graph.pruning.node_threshold, graph.logits.labels, graph.features.dtype
+        (0.8, ['c'], dtype('int64'))
+    """
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        return AttributionGraph.load(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such file: {path}; pass a graph JSON or a saved AttributionGraph")
+    args = _graph_json.read_document(path)
+    labels, ids, probs = args.pop("logits")
+    node_threshold, edge_threshold, influence = args.pop("pruning")
+    graph = AttributionGraph(
+        **args,
+        logits=Targets(labels, ids=ids, probs=probs),
+        pruning=Pruning(node_threshold, edge_threshold, influence),
+    )
+    index = graph._index_map()
+    for node_id in graph.view.get("pinnedIds") or []:
+        index.resolve(node_id, what=f"{path}: pinned id")
+    for supernode in graph.view.get("supernodes") or []:
+        for node_id in supernode[1:]:
+            index.resolve(node_id, what=f"{path}: supernode {supernode[0]!r} member")
+    return graph
 
 
 class _NodeIds:
