@@ -110,7 +110,9 @@ def test_attributed_graphs_are_real(ct_files):
     full, arrays, meta, _ = ours(ct_files, 8)
     capped, capped_arrays, _, _ = ours(ct_files, 9)
     assert meta["versions"]["circuit-tracer"] == "0.5.0" and meta["versions"]["transformers"] == "4.57.3"
-    assert full.prompt_tokens[0] in ("<s>", "<unk>") and full.n_layers == 2  # ensure_tokenized prepends one and len(full.features) > 100
+    assert (
+        full.prompt_tokens[0] in ("<s>", "<unk>") and full.n_layers == 2
+    )  # ensure_tokenized prepends one and len(full.features) > 100
     assert full.cap is None and capped.cap.n_active == len(full.features) and len(capped.features) == 40
     assert capped.scores().n_dropped_features == len(full.features) - 40
     assert np.count_nonzero(full.adjacency[: len(full.features)]) > 0  # feature rows were attributed
