@@ -251,7 +251,7 @@ class AttributionGraph:
             >>> example_graph().node_kinds
             ['feature', 'error', 'error', 'token', 'token', 'logit']
         """
-        return [kind for kind in _KINDS for _ in range(len(range(self.n_nodes)[self._block(kind)]))]
+        return [kind for kind in _KINDS for _ in range(self._block(kind).stop - self._block(kind).start)]
 
     @property
     def node_ids(self) -> list[str]:
@@ -433,11 +433,22 @@ class AttributionGraph:
         counts = esc(repr(self).removeprefix("AttributionGraph"))
         edges = int(np.count_nonzero(self.adjacency))
         scan = f", scan <code>{esc(self.scan)}</code>" if self.scan else ""
+        adjacency = torch.as_tensor(self.adjacency)
+        influence = _influence(_row_normalised(adjacency), self._logit_weights(adjacency.dtype)).numpy()
+        top = np.argsort(-influence[: len(self.features)], kind="stable")[:8]
+        feature_rows = "".join(
+            f"<tr><td>{esc(self.node_ids[k])}</td><td>{self.features[k, 0]}</td><td>{self.features[k, 1]} "
+            f"<code>{esc(self.prompt_tokens[self.features[k, 1]])}</code></td><td>{self.features[k, 2]}</td>"
+            f"<td>{self.activations[k]:.3g}</td><td>{influence[k]:.3g}</td></tr>"
+            for k in top
+        )
         return (
             f'<div class="iw-attribution-graph"><strong>AttributionGraph</strong> {counts}: {edges} edges{scan}'
             f"<div>prompt: {tokens}</div>"
             f"<table><thead><tr><th>logit target</th><th>id</th><th>probability</th></tr></thead>"
-            f"<tbody>{logit_rows}</tbody></table></div>"
+            f"<tbody>{logit_rows}</tbody></table>"
+            f"<table><thead><tr><th>feature</th><th>layer</th><th>position</th><th>index</th><th>activation</th>"
+            f"<th>logit influence</th></tr></thead><tbody>{feature_rows}</tbody></table></div>"
         )
 
     # ------------------------------------------------------------------ persistence

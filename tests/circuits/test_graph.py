@@ -265,3 +265,11 @@ def test_html_escapes_token_text():
     page = graph._repr_html_()
     assert "<script>" not in page and "&lt;script&gt;" in page and "&amp;" in page
     assert "y&lt;" in page and "AttributionGraph" in page
+    A = np.abs(graph.adjacency.astype(np.float64))
+    norm = A / np.maximum(A.sum(1, keepdims=True), 1e-10)
+    w = np.zeros(graph.n_nodes)
+    w[-2:] = graph.logits.probs
+    influence = w @ (np.linalg.inv(np.eye(graph.n_nodes) - norm) - np.eye(graph.n_nodes))
+    strongest = graph.node_ids[int(np.argmax(influence[: len(graph.features)]))]
+    assert page.count("<tr>") == 1 + 2 + 1 + min(8, len(graph.features))  # headers, logits, the top features
+    assert f"<td>{strongest}</td>" in page.split("logit influence")[1].split("</tr>")[1]  # the first feature row

@@ -263,3 +263,15 @@ def test_files_without_a_schema_version(tmp_path):
 def test_save_and_load_graph_of_safetensors(tmp_path):
     graph = random_graph(7)
     assert load_graph(graph.save(tmp_path / "g.safetensors")).node_ids == graph.node_ids
+
+
+def test_to_json_bad_arguments(tmp_path):
+    from dataclasses import replace
+
+    graph = random_graph(8)
+    with pytest.raises(ValueError, match="unknown error_ids 'old'; use one of"):
+        graph.to_json(tmp_path, error_ids="old")
+    with pytest.raises(ValueError, match="the graph JSON needs a scan"):
+        replace(graph, scan=None).to_json(tmp_path)
+    with pytest.raises(ValueError, match=r"edge_threshold must be a number in \(0, 1\]"):
+        graph.to_json(tmp_path, edge_threshold=0)
