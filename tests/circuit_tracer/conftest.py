@@ -66,4 +66,5 @@ def read_case(folder: Path, i: int):
     return graph, arrays, meta, graph_json
 
 
+COLLIDING = 10  # a random graph whose circuit-tracer JSON has colliding node ids (its issue #78)
 N_CASES = 10  # 0-7: random graphs; 8, 9: circuit-tracer's attribute() on a tiny Llama (9 with a feature cap)

@@ -100,9 +100,12 @@ def attributed_graphs(folder: Path, out: Path) -> list:
     ]
 
 
-def random_graph(rng: torch.Generator, tokenizer_name: str, *, n_layers: int, n_pos: int, cap: float, custom: bool):
+def random_graph(
+    rng: torch.Generator, tokenizer_name: str, *, n_layers: int, n_pos: int, cap: float, custom: bool, collide=False
+):
     """A random acyclic direct-effect graph in circuit-tracer's layout: features only read earlier layers at the
-    same or earlier positions, errors and tokens have no inputs, logits read everything."""
+    same or earlier positions, errors and tokens have no inputs, logits read everything. ``collide`` adds feature 1
+    of layer 0 at every position, whose 0.5.0 id 0_1_{pos} is also error (1, pos)'s (circuit-tracer issue #78)."""
     active = []
     for layer in range(n_layers):
         for pos in range(n_pos):
@@ -110,6 +113,8 @@ def random_graph(rng: torch.Generator, tokenizer_name: str, *, n_layers: int, n_
             # feature indices >= n_layers: circuit-tracer 0.5.0's error ids would collide with layer-0 features below
             picks = torch.randperm(D_TRANSCODER - n_layers, generator=rng)[:count] + n_layers
             active += [(layer, pos, int(f)) for f in sorted(picks.tolist())]
+            if collide and layer == 0:
+                active.insert(len(active) - count, (0, pos, 1))
     active_features = torch.tensor(active, dtype=torch.long)
     activation_values = torch.rand(len(active), generator=rng) * 3 + 0.1
     n_active = len(active)
@@ -180,6 +185,7 @@ CASES = [  # (n_layers, n_pos, cap, custom target, node_threshold, edge_threshol
     (5, 6, 1.0, False, 1.0, 0.98),
 ]
 ATTRIBUTED = [(0.8, 0.98), (0.8, 0.98)]  # cases 8 and 9: thresholds
+COLLIDING = 10  # case 10: a random graph whose circuit-tracer JSON has colliding node ids
 
 
 def main(out: Path) -> None:
@@ -192,6 +198,10 @@ def main(out: Path) -> None:
         graph = random_graph(rng, str(folder), n_layers=n_layers, n_pos=n_pos, cap=cap, custom=custom)
         graphs.append((graph, node_t, edge_t))
     graphs += [(graph, *thresholds) for graph, thresholds in zip(attributed_graphs(folder, out), ATTRIBUTED)]
+    rng = torch.Generator().manual_seed(2000)
+    graphs.append(
+        (random_graph(rng, str(folder), n_layers=3, n_pos=4, cap=1.0, custom=False, collide=True), 0.99, 0.999)
+    )
     for i, (graph, node_t, edge_t) in enumerate(graphs):
         node_mask, edge_mask, cumulative = prune_graph(graph, node_t, edge_t)
         replacement, completeness = compute_graph_scores(graph)
@@ -222,6 +232,9 @@ def main(out: Path) -> None:
         }
         (out / f"case{i}.json").write_text(json.dumps(meta, indent=1))
         create_graph_files(graph, f"case{i}", str(out / f"case{i}"), node_threshold=node_t, edge_threshold=edge_t)
+    written = json.loads((out / f"case{COLLIDING}" / f"case{COLLIDING}.json").read_text())
+    ids = [node["node_id"] for node in written["nodes"]]
+    assert len(set(ids)) < len(ids), "case 10 should have colliding node ids"
     print(f"wrote {len(graphs)} circuit-tracer graphs to {out}")
 
 

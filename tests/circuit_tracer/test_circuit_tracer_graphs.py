@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 
+import jsonschema
 import numpy as np
 import pytest
 
 from interp_widgets.circuits import AttributionGraph, load_graph
-from tests.circuit_tracer.conftest import N_CASES, read_case
+from tests.circuits.test_graph_json import NEURONPEDIA_SCHEMA
+from tests.circuit_tracer.conftest import COLLIDING, N_CASES, read_case
 
 CASES = range(N_CASES)
 
@@ -75,6 +77,8 @@ def test_to_json_writes_what_create_graph_files_writes(ct_files, i, tmp_path):
         error_ids="legacy",
     )
     mine = json.loads(path.read_text())
+    jsonschema.validate(graph_json, NEURONPEDIA_SCHEMA)  # the restated schema accepts circuit-tracer's own file
+    jsonschema.validate(mine, NEURONPEDIA_SCHEMA)
     assert mine["nodes"] == graph_json["nodes"]
     assert mine["links"] == graph_json["links"]
     assert mine["qParams"] == graph_json["qParams"]
@@ -116,3 +120,29 @@ def test_attributed_graphs_are_real(ct_files):
     assert full.cap is None and capped.cap.n_active == len(full.features) and len(capped.features) == 40
     assert capped.scores().n_dropped_features == len(full.features) - 40
     assert np.count_nonzero(full.adjacency[: len(full.features)]) > 0  # feature rows were attributed
+
+
+def node_key(node: dict) -> tuple:
+    """A node by its fields, never by its id alone (circuit-tracer issue #78)."""
+    kind = node["feature_type"]
+    index = int(node["node_id"].split("_")[1]) if kind == "cross layer transcoder" else node["feature"]
+    return kind, str(node["layer"]), node["ctx_idx"], index
+
+
+def test_colliding_ids_from_circuit_tracer(ct_files, tmp_path):
+    """Case 10: circuit-tracer 0.5.0 writes error (1, p) and feature 1 of layer 0 at p both as 0_1_{p}."""
+    graph, arrays, meta, graph_json = ours(ct_files, COLLIDING)
+    ids = [node["node_id"] for node in graph_json["nodes"]]
+    assert len(set(ids)) < len(ids)
+    with pytest.raises(ValueError, match="node ids collide"):
+        load_graph(ct_files / f"case{COLLIDING}" / f"case{COLLIDING}.json")
+    np.testing.assert_allclose([graph.scores().replacement, graph.scores().completeness], arrays["scores"], atol=1e-6)
+    with pytest.raises(ValueError, match="would equal a layer-0 feature's id"):
+        graph.to_json(
+            tmp_path, node_threshold=meta["node_threshold"], edge_threshold=meta["edge_threshold"], error_ids="legacy"
+        )
+    path = graph.to_json(tmp_path, node_threshold=meta["node_threshold"], edge_threshold=meta["edge_threshold"])
+    mine = json.loads(path.read_text())
+    assert [node_key(n) for n in mine["nodes"]] == [node_key(n) for n in graph_json["nodes"]]
+    loaded = load_graph(path)
+    assert loaded.node_ids == graph.prune(meta["node_threshold"], meta["edge_threshold"]).node_ids
