@@ -368,9 +368,8 @@ class AttributionGraph:
                 matrix[:, errors[(layer, pos)]] += matrix[:, i]
         matrix[dropped] = 0
         matrix[:, dropped] = 0
-        replacement, completeness = _scores(self, matrix, self._logit_weights(torch.float64))
-        nan_to_zero = lambda x: 0.0 if np.isnan(x) else x  # noqa: E731
-        return GraphScores(nan_to_zero(replacement), nan_to_zero(completeness), n_dropped, lost)
+        replacement, completeness = np.nan_to_num(_scores(self, matrix, self._logit_weights(torch.float64)), nan=0.0)
+        return GraphScores(float(replacement), float(completeness), n_dropped, lost)
 
     # ------------------------------------------------------------------ tables and display
     def to_dataframe(self):
