@@ -52,12 +52,26 @@ import numpy as np
 import torch
 
 from interp_widgets._files import output_path, read_safetensors
+from interp_widgets._flat import group_flat, install_flat_properties, replace_flat
 from interp_widgets.circuits import _graph_json
 from interp_widgets.circuits._graph_json import cantor_pair
 from interp_widgets.targets import Targets
+from interp_widgets.text_units import TokenLayout, joined_layout
 from interp_widgets.validation import check_fraction
 
-__all__ = ["AttributionGraph", "FeatureCap", "GraphScores", "Pruning", "cantor_pair", "example_graph", "load_graph"]
+__all__ = [
+    "FLAT_ATTRIBUTES",
+    "AttributionGraph",
+    "FeatureCap",
+    "GraphInput",
+    "GraphNodes",
+    "GraphProvenance",
+    "GraphScores",
+    "Pruning",
+    "cantor_pair",
+    "example_graph",
+    "load_graph",
+]
 
 _FORMAT = "AttributionGraph"
 _VERSION = 1
@@ -132,91 +146,187 @@ def _sorted_unique(name: str, table: np.ndarray, columns: str) -> None:
 
 
 @dataclass(frozen=True, eq=False)
+class GraphInput:
+    """The prompt of a graph: its ``text`` as given, the ``layout`` of its tokens (a
+    :class:`~interp_widgets.text_units.TokenLayout` of the tokens decoded one by one, as circuit-tracer's JSON holds
+    them: its text is those tokens joined, which may differ from ``text`` by a BOS token or spaces) and their
+    ``token_ids``. :meth:`of` builds one from the text, the decoded tokens and the ids.
+
+    Example:
+        >>> prompt = GraphInput.of("ab", ["a", "b"], [10, 11])
+        >>> prompt.layout.tokens, prompt.token_ids.tolist(), len(prompt)
+        (['a', 'b'], [10, 11], 2)
+    """
+
+    text: str
+    layout: TokenLayout
+    token_ids: np.ndarray
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.layout, TokenLayout):
+            raise TypeError(
+                f"layout must be a TokenLayout (interp_widgets.text_units), got {type(self.layout).__name__}; "
+                f"GraphInput.of(text, tokens, token_ids) builds one from the decoded tokens"
+            )
+        token_ids = np.asarray(self.token_ids, dtype=np.int64).reshape(-1)
+        if len(self.layout) != len(token_ids):
+            raise ValueError(f"prompt_tokens has {len(self.layout)} entries for {len(token_ids)} token ids")
+        object.__setattr__(self, "text", str(self.text))
+        object.__setattr__(self, "token_ids", token_ids)
+
+    @classmethod
+    def of(cls, text: str, tokens: Iterable[str], token_ids) -> GraphInput:
+        """The input of a prompt ``text`` whose tokens, decoded one by one, are ``tokens`` (the layout's text is
+        them joined: :func:`~interp_widgets.text_units.joined_layout`).
+
+        Example:
+            >>> GraphInput.of("The cat", ["<s>", "The", " cat"], [1, 450, 6635]).layout.text
+            '<s>The cat'
+        """
+        return cls(text, joined_layout(tokens), token_ids)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+
+@dataclass(frozen=True, eq=False)
+class GraphNodes:
+    """The transcoder nodes of a graph: the ``features`` (int64 ``(n_features, 3)``: ``(layer, pos, feature)``,
+    sorted) with their ``activations``, the ``errors`` (int64 ``(n_errors, 2)``: ``(layer, pos)``, sorted; None:
+    every layer and position of the prompt, filled in by the graph, which knows the positions), the model's
+    ``n_layers`` (the logit nodes' layer is ``n_layers + 1`` in ids) and the transcoder set's name ``scan`` (the
+    JSON's ``scan``).
+
+    Example:
+        >>> nodes = GraphNodes(features=[[0, 1, 7]], activations=[2.0], n_layers=1, scan="toy")
+        >>> nodes.features.dtype, nodes.errors, len(nodes)
+        (dtype('int64'), None, 1)
+    """
+
+    features: np.ndarray
+    activations: np.ndarray
+    n_layers: int
+    errors: np.ndarray | None = None
+    scan: str | None = None
+
+    def __post_init__(self) -> None:
+        put = object.__setattr__
+        n_layers = int(self.n_layers)
+        features = _as_int_table("features", self.features, 3)
+        tables = [("features", features)]
+        if self.errors is not None:
+            tables.append(("errors", _as_int_table("errors", self.errors, 2)))
+        for name, table in tables:
+            if len(table) and not ((table[:, 0] >= 0).all() and (table[:, 0] < n_layers).all()):
+                raise ValueError(f"{name} has a layer outside 0..{n_layers - 1} (n_layers={n_layers})")
+        if len(features) and (features[:, 2] < 0).any():
+            raise ValueError("features has a negative feature index")
+        _sorted_unique("features", features, "(layer, pos, feature)")
+        if self.errors is not None:
+            _sorted_unique("errors", tables[1][1], "(layer, pos)")
+            put(self, "errors", tables[1][1])
+        activations = np.asarray(self.activations, dtype=np.float32).reshape(-1)
+        if len(activations) != len(features):
+            raise ValueError(f"activations has {len(activations)} entries for {len(features)} features")
+        put(self, "features", features)
+        put(self, "activations", activations)
+        put(self, "n_layers", n_layers)
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+
+@dataclass(frozen=True, eq=False)
+class GraphProvenance:
+    """Where a graph has been: how it was pruned (``pruning``, None: unpruned), what a ``max_feature_nodes`` cap
+    left out (``cap``, None: no cap) and the ``view`` state a graph JSON saved (``qParams``: ``pinnedIds``,
+    ``supernodes``, ...).
+
+    Example:
+        >>> GraphProvenance().pruning, GraphProvenance(cap=FeatureCap(120)).cap.n_active
+        (None, 120)
+    """
+
+    pruning: Pruning | None = None
+    cap: FeatureCap | None = None
+    view: dict = field(default_factory=dict)
+
+
+#: Each flat attribute of an :class:`AttributionGraph` (the names of its fields before it was made of parts, and of
+#: its saved files) as ``(part, attribute of the part)``: ``graph.features`` is ``graph.nodes.features``. The one
+#: table behind the read-only properties, :meth:`AttributionGraph.from_flat` and :meth:`AttributionGraph.replace`.
+#: ``adjacency`` and ``logits`` are fields of the graph itself.
+FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
+    "prompt": ("input", "text"), "prompt_tokens": ("input", "layout.tokens"), "token_ids": ("input", "token_ids"),
+    **{name: ("nodes", name) for name in ("features", "activations", "errors", "n_layers", "scan")},
+    **{name: ("provenance", name) for name in ("pruning", "cap", "view")},
+}  # fmt: skip
+_REQUIRED = ("prompt", "prompt_tokens", "token_ids", "features", "activations", "n_layers")
+_PARTS = {"input": GraphInput, "nodes": GraphNodes, "logits": Targets, "provenance": GraphProvenance}
+
+
+@dataclass(frozen=True, eq=False)
 class AttributionGraph:
     """An attribution graph: nodes (module docstring: their order and ids), the dense direct-effect adjacency
     (rows = targets, columns = sources), feature activations, the logit targets with their probabilities and the
     prompt. A pruned graph (from :meth:`prune` or a graph JSON) also has ``pruning``.
 
-    Args:
-        adjacency: float32 ``(n, n)``, ``n = features + errors + tokens + logits``.
-        features: int64 ``(n_features, 3)``: ``(layer, pos, feature)``, sorted.
-        activations: each feature's activation.
-        logits: the logit targets: token strings, token ids (virtual ids for custom targets), probabilities.
-        prompt, prompt_tokens, token_ids: the prompt, each token decoded, and their ids.
-        n_layers: the model's layer count (the logit nodes' layer is ``n_layers + 1`` in ids).
-        errors: int64 ``(n_errors, 2)``: ``(layer, pos)``, sorted; default every layer and position.
-        scan: the transcoder set's name (the JSON's ``scan``).
-        pruning: how the graph was pruned (None: unpruned).
-        cap: what a ``max_feature_nodes`` cap left out (None: no cap).
-        view: a graph JSON's saved view state (``qParams``: ``pinnedIds``, ``supernodes``, ...).
+    A graph is made of a few parts: the ``input`` (:class:`GraphInput`: the prompt text, its tokens' layout and
+    their ids), the transcoder ``nodes`` (:class:`GraphNodes`: features, their activations, error nodes, the layer
+    count, the transcoder set), the ``logits`` (a :class:`~interp_widgets.targets.Targets`: token strings, token ids
+    (virtual ids for custom targets), probabilities), the ``adjacency`` (float32 ``(n, n)``,
+    ``n = features + errors + tokens + logits``) and the ``provenance`` (:class:`GraphProvenance`: pruning, a
+    feature cap, a saved view). The parts' values read as flat attributes too (``prompt``, ``prompt_tokens``,
+    ``token_ids``, ``features``, ``activations``, ``errors``, ``n_layers``, ``scan``, ``pruning``, ``cap``,
+    ``view``); see :data:`FLAT_ATTRIBUTES`. :meth:`from_flat` builds a graph from those names.
 
     Example:
         >>> A = np.zeros((6, 6), np.float32); A[0, 3], A[5, 0], A[5, 4] = 2.0, 1.5, -0.5
-        >>> graph = AttributionGraph(A, features=[[0, 1, 7]], activations=[2.0], n_layers=1, prompt="ab",
-        ...     prompt_tokens=["a", "b"], token_ids=[10, 11], logits=Targets(["c"], ids=[12], probs=[0.9]))
-        >>> graph
-        AttributionGraph(1 features, 2 errors, 2 tokens, 1 logits; unpruned)
+        >>> graph = AttributionGraph(input=GraphInput.of("ab", ["a", "b"], [10, 11]),
+        ...     nodes=GraphNodes(features=[[0, 1, 7]], activations=[2.0], n_layers=1),
+        ...     logits=Targets(["c"], ids=[12], probs=[0.9]), adjacency=A)
+        >>> graph, graph.prompt_tokens, graph.errors.tolist()
+        (AttributionGraph(1 features, 2 errors, 2 tokens, 1 logits; unpruned), ['a', 'b'], [[0, 0], [0, 1]])
     """
 
-    adjacency: np.ndarray
-    features: np.ndarray
-    activations: np.ndarray
+    input: GraphInput
+    nodes: GraphNodes
     logits: Targets
-    prompt: str
-    prompt_tokens: list[str]
-    token_ids: np.ndarray
-    n_layers: int
-    errors: np.ndarray | None = None
-    scan: str | None = None
-    pruning: Pruning | None = None
-    cap: FeatureCap | None = None
-    view: dict = field(default_factory=dict)
+    adjacency: np.ndarray
+    provenance: GraphProvenance = field(default_factory=GraphProvenance)
 
     def __post_init__(self) -> None:
         put = object.__setattr__
-        n_layers = int(self.n_layers)
-        token_ids = np.asarray(self.token_ids, dtype=np.int64).reshape(-1)
-        n_pos = len(token_ids)
-        features = _as_int_table("features", self.features, 3)
-        if self.errors is None:
-            layer, pos = np.divmod(np.arange(n_layers * n_pos), max(n_pos, 1))
-            errors = np.stack([layer, pos], axis=1).astype(np.int64)
-        else:
-            errors = _as_int_table("errors", self.errors, 2)
-        for name, table in (("features", features), ("errors", errors)):
-            if len(table) and not ((table[:, 0] >= 0).all() and (table[:, 0] < n_layers).all()):
-                raise ValueError(f"{name} has a layer outside 0..{n_layers - 1} (n_layers={n_layers})")
+        for name, kind in _PARTS.items():
+            if not isinstance(getattr(self, name), kind):
+                raise TypeError(
+                    f"{name} must be a {kind.__name__}, got {type(getattr(self, name)).__name__}; "
+                    f"AttributionGraph.from_flat(adjacency, features=..., ...) builds a graph from flat values"
+                )
+        n_pos = len(self.input)
+        nodes = self.nodes
+        if nodes.errors is None:
+            layer, pos = np.divmod(np.arange(nodes.n_layers * n_pos), max(n_pos, 1))
+            nodes = replace(nodes, errors=np.stack([layer, pos], axis=1))
+            put(self, "nodes", nodes)
+        for name, table in (("features", nodes.features), ("errors", nodes.errors)):
             if len(table) and not ((table[:, 1] >= 0).all() and (table[:, 1] < n_pos).all()):
                 raise ValueError(f"{name} has a position outside 0..{n_pos - 1} ({n_pos} prompt tokens)")
-        if len(features) and (features[:, 2] < 0).any():
-            raise ValueError("features has a negative feature index")
-        _sorted_unique("features", features, "(layer, pos, feature)")
-        _sorted_unique("errors", errors, "(layer, pos)")
-        activations = np.asarray(self.activations, dtype=np.float32).reshape(-1)
-        if len(activations) != len(features):
-            raise ValueError(f"activations has {len(activations)} entries for {len(features)} features")
-        if len(self.prompt_tokens) != n_pos:
-            raise ValueError(f"prompt_tokens has {len(self.prompt_tokens)} entries for {n_pos} token ids")
-        if not isinstance(self.logits, Targets) or len(self.logits) == 0:
+        if len(self.logits) == 0:
             raise ValueError("logits must be a Targets with at least one logit target (labels, ids, probs)")
         if not np.isfinite(self.logits.probs).all():
             raise ValueError("every logit target needs a probability (logits.probs has NaN)")
-        n = len(features) + len(errors) + n_pos + len(self.logits)
+        n = len(nodes.features) + len(nodes.errors) + n_pos + len(self.logits)
         adjacency = np.asarray(self.adjacency, dtype=np.float32)
         if adjacency.shape != (n, n):
             raise ValueError(
-                f"adjacency must be ({n}, {n}) for {len(features)} features, {len(errors)} errors, {n_pos} tokens "
-                f"and {len(self.logits)} logits, got {adjacency.shape}"
+                f"adjacency must be ({n}, {n}) for {len(nodes.features)} features, {len(nodes.errors)} errors, "
+                f"{n_pos} tokens and {len(self.logits)} logits, got {adjacency.shape}"
             )
         put(self, "adjacency", adjacency)
-        put(self, "features", features)
-        put(self, "errors", errors)
-        put(self, "activations", activations)
-        put(self, "token_ids", token_ids)
-        put(self, "prompt_tokens", [str(t) for t in self.prompt_tokens])
-        put(self, "n_layers", n_layers)
-        if self.pruning is not None and len(self.pruning.influence) != n:
-            raise ValueError(f"pruning.influence has {len(self.pruning.influence)} entries for {n} nodes")
+        pruning = self.provenance.pruning
+        if pruning is not None and len(pruning.influence) != n:
+            raise ValueError(f"pruning.influence has {len(pruning.influence)} entries for {n} nodes")
         ids = self.node_ids
         if len(set(ids)) != len(ids):
             seen: set[str] = set()
@@ -225,6 +335,56 @@ class AttributionGraph:
                 f"colliding node ids {repeated[:5]}: every node needs its own id (two logit targets "
                 f"with the same token id?); give each logit target its own id"
             )
+
+    @classmethod
+    def from_flat(cls, adjacency: np.ndarray, **values) -> AttributionGraph:
+        """A graph from flat values: the ``adjacency``, the ``logits`` (a :class:`~interp_widgets.targets.Targets`)
+        and the names of :data:`FLAT_ATTRIBUTES` (``prompt``, ``prompt_tokens``, ``token_ids``, ``features``,
+        ``activations`` and ``n_layers`` are required; ``errors``, ``scan``, ``pruning``, ``cap`` and ``view``
+        optional). The layout of the prompt tokens is them joined (:meth:`GraphInput.of`).
+
+        Raises ``TypeError`` for a missing or unknown name.
+
+        Example:
+            >>> A = np.zeros((6, 6), np.float32); A[0, 3], A[5, 0], A[5, 4] = 2.0, 1.5, -0.5
+            >>> AttributionGraph.from_flat(A, features=[[0, 1, 7]], activations=[2.0], n_layers=1, prompt="ab",
+            ...     prompt_tokens=["a", "b"], token_ids=[10, 11], logits=Targets(["c"], ids=[12], probs=[0.9]))
+            AttributionGraph(1 features, 2 errors, 2 tokens, 1 logits; unpruned)
+            >>> flat = {name: getattr(example_graph(), name) for name in FLAT_ATTRIBUTES}
+            >>> AttributionGraph.from_flat(example_graph().adjacency, logits=example_graph().logits, **flat).node_ids
+            ['0_7_1', '0_-1_0', '0_-1_1', 'E_10_0', 'E_11_1', '2_12_1']
+        """
+        grouped = group_flat(FLAT_ATTRIBUTES, values, what="attribution graph", extra=("logits",))
+        missing = [name for name in (*_REQUIRED, "logits") if name not in values]
+        if missing:
+            raise TypeError(f"AttributionGraph.from_flat needs {missing}; {_REQUIRED} and logits are required")
+        prompt = grouped["input"]
+        return cls(
+            input=GraphInput.of(prompt["text"], prompt["layout.tokens"], prompt["token_ids"]),
+            nodes=GraphNodes(**grouped["nodes"]),
+            logits=values["logits"],
+            adjacency=adjacency,
+            provenance=GraphProvenance(**grouped.get("provenance", {})),
+        )
+
+    def replace(self, **changes) -> AttributionGraph:
+        """A copy with some values changed, by part (``nodes=``, ``adjacency=``) or by flat name (``scan=``,
+        ``features=``); new ``prompt_tokens`` get a new joined layout (:meth:`GraphInput.of`).
+
+        Example:
+            >>> graph = example_graph()
+            >>> graph.replace(scan="other").scan, graph.scan, graph.replace(prompt_tokens=["x", "y"]).input.layout.text
+            ('other', 'toy', 'xy')
+        """
+        if "prompt_tokens" in changes:
+            if "input" in changes:
+                raise TypeError("pass input= or its values by name (prompt, prompt_tokens, token_ids), not both")
+            changes["input"] = GraphInput.of(
+                changes.pop("prompt", self.input.text),
+                changes.pop("prompt_tokens"),
+                changes.pop("token_ids", self.input.token_ids),
+            )
+        return replace_flat(self, FLAT_ATTRIBUTES, changes, what="attribution graph")
 
     # ------------------------------------------------------------------ nodes
     @property
@@ -320,8 +480,7 @@ class AttributionGraph:
         kinds = np.asarray(self.node_kinds)
         feature_keep = keep[kinds == "feature"]
         error_keep = keep[kinds == "error"]
-        return replace(
-            self,
+        return self.replace(
             adjacency=adjacency,
             features=self.features[feature_keep],
             activations=self.activations[feature_keep],
@@ -516,7 +675,7 @@ class AttributionGraph:
         pruning = None
         if meta["pruning"] is not None:
             pruning = Pruning(*meta["pruning"], influence=arrays["influence"])
-        return cls(
+        return cls.from_flat(
             adjacency=arrays["adjacency"],
             features=arrays["features"],
             activations=arrays["activations"],
@@ -564,7 +723,7 @@ class AttributionGraph:
         check_choice("error_ids", error_ids, ("layer", "legacy"))
         if not self.scan:
             raise ValueError(
-                "the graph JSON needs a scan (the transcoder set's name): set it, e.g. replace(graph, scan=...)"
+                "the graph JSON needs a scan (the transcoder set's name): set it, e.g. graph.replace(scan=...)"
             )
         graph = self if self.pruning is not None else self.prune(node_threshold, edge_threshold)
         legacy = error_ids == "legacy"
@@ -623,7 +782,7 @@ class AttributionGraph:
         scan = graph.scan
         if isinstance(scan, (list, tuple)):
             raise ValueError("this graph's scan is a list of transcoders; set graph.scan to one name first")
-        return cls(
+        return cls.from_flat(
             adjacency=graph.adjacency_matrix.detach().cpu().float().numpy(),
             features=active[selected].numpy(),
             activations=graph.activation_values.detach().cpu()[selected].float().numpy(),
@@ -635,6 +794,9 @@ class AttributionGraph:
             scan=scan,
             cap=FeatureCap(len(active)) if len(selected) < len(active) else None,
         )
+
+
+install_flat_properties(AttributionGraph, FLAT_ATTRIBUTES)
 
 
 def load_graph(path: str | Path) -> AttributionGraph:
@@ -659,7 +821,7 @@ def load_graph(path: str | Path) -> AttributionGraph:
     args = _graph_json.read_document(path)
     labels, ids, probs = args.pop("logits")
     node_threshold, edge_threshold, influence = args.pop("pruning")
-    graph = AttributionGraph(
+    graph = AttributionGraph.from_flat(
         **args,
         logits=Targets(labels, ids=ids, probs=probs),
         pruning=Pruning(node_threshold, edge_threshold, influence),
@@ -780,7 +942,7 @@ def example_graph() -> AttributionGraph:
     """
     adjacency = np.zeros((6, 6), np.float32)
     adjacency[0, 3], adjacency[5, 0], adjacency[5, 4] = 2.0, 1.5, -0.5
-    return AttributionGraph(
+    return AttributionGraph.from_flat(
         adjacency,
         features=[[0, 1, 7]],
         activations=[2.0],

@@ -36,7 +36,7 @@ def random_graph(seed: int, n_layers: int = 3, n_pos: int = 4, legacy_collision:
             if rng.random() < 0.6:
                 A[t, n_f + n_e + tp] = rng.normal() * 2
     A[n - 2 :, : n - 2] = rng.normal(size=(2, n - 2)) * (rng.random((2, n - 2)) < 0.6)
-    return AttributionGraph(
+    return AttributionGraph.from_flat(
         A,
         features=features,
         activations=rng.random(n_f) + 0.1,
@@ -66,7 +66,7 @@ def test_node_order_and_ids():
 
 
 def test_feature_ids_are_int64():
-    graph = AttributionGraph(
+    graph = AttributionGraph.from_flat(
         np.zeros((4, 4), np.float32),
         features=[[29, 0, 73727]],
         activations=[1.0],
@@ -207,7 +207,7 @@ def test_legacy_error_ids():
 
 def test_colliding_node_ids():
     with pytest.raises(ValueError, match="colliding node ids"):
-        AttributionGraph(
+        AttributionGraph.from_flat(
             np.zeros((5, 5), np.float32),
             features=np.zeros((0, 3)),
             activations=[],
@@ -222,16 +222,18 @@ def test_colliding_node_ids():
 def test_unsorted_features_and_bad_shapes():
     kw = dict(logits=Targets(["a"], ids=[3], probs=[1.0]), prompt="ab", prompt_tokens=["a", "b"], token_ids=[1, 2])
     with pytest.raises(ValueError, match=r"sorted by \(layer, pos, feature\)"):
-        AttributionGraph(np.zeros((7, 7)), features=[[0, 1, 5], [0, 0, 5]], activations=[1, 1], n_layers=1, **kw)
+        AttributionGraph.from_flat(
+            np.zeros((7, 7)), features=[[0, 1, 5], [0, 0, 5]], activations=[1, 1], n_layers=1, **kw
+        )
     with pytest.raises(ValueError, match=r"adjacency must be \(6, 6\)"):
-        AttributionGraph(np.zeros((5, 5)), features=[[0, 1, 5]], activations=[1], n_layers=1, **kw)
+        AttributionGraph.from_flat(np.zeros((5, 5)), features=[[0, 1, 5]], activations=[1], n_layers=1, **kw)
     with pytest.raises(ValueError, match="layer outside 0..0"):
-        AttributionGraph(np.zeros((6, 6)), features=[[1, 1, 5]], activations=[1], n_layers=1, **kw)
+        AttributionGraph.from_flat(np.zeros((6, 6)), features=[[1, 1, 5]], activations=[1], n_layers=1, **kw)
 
 
 def test_save_load_round_trip(tmp_path):
     graph = random_graph(5)
-    graph = AttributionGraph(**{**graph.__dict__, "cap": FeatureCap(99, 0.125), "view": {"pinnedIds": ["E_20_0"]}})
+    graph = graph.replace(cap=FeatureCap(99, 0.125), view={"pinnedIds": ["E_20_0"]})
     for g in (graph, graph.prune()):
         again = AttributionGraph.load(g.save(tmp_path / "g.safetensors"))
         for name in ("adjacency", "features", "activations", "errors", "token_ids"):
@@ -261,7 +263,7 @@ def test_unknown_schema_version(tmp_path):
 
 def test_html_escapes_token_text():
     graph = random_graph(6)
-    graph = AttributionGraph(**{**graph.__dict__, "prompt_tokens": ["<script>", "&", "b", "c"]})
+    graph = graph.replace(prompt_tokens=["<script>", "&", "b", "c"])
     page = graph._repr_html_()
     assert "<script>" not in page and "&lt;script&gt;" in page and "&amp;" in page
     assert "y&lt;" in page and "AttributionGraph" in page

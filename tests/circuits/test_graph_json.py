@@ -207,7 +207,7 @@ def test_pins_and_supernodes(tmp_path):
 def test_wide_transcoder_ids_stay_int64(tmp_path):
     A = np.zeros((4, 4), np.float32)  # feature, error, token, logit
     A[3, 0], A[0, 2], A[3, 1] = 1.0, 1.0, 0.5
-    graph = AttributionGraph(
+    graph = AttributionGraph.from_flat(
         A,
         features=[[29, 0, 73727]],
         activations=[3.0],
@@ -266,12 +266,11 @@ def test_save_and_load_graph_of_safetensors(tmp_path):
 
 
 def test_to_json_bad_arguments(tmp_path):
-    from dataclasses import replace
 
     graph = random_graph(8)
     with pytest.raises(ValueError, match="unknown error_ids 'old'; use one of"):
         graph.to_json(tmp_path, error_ids="old")
     with pytest.raises(ValueError, match="the graph JSON needs a scan"):
-        replace(graph, scan=None).to_json(tmp_path)
+        graph.replace(scan=None).to_json(tmp_path)
     with pytest.raises(ValueError, match=r"edge_threshold must be a number in \(0, 1\]"):
         graph.to_json(tmp_path, edge_threshold=0)
