@@ -174,7 +174,7 @@ def _fail(path, message: str) -> ValueError:
 
 
 def read_document(path: Path) -> dict:
-    """The arguments of an :class:`AttributionGraph` (a pruned one) from a graph JSON file."""
+    """The flat values of an :class:`AttributionGraph` (a pruned one; for its ``from_flat``) from a graph JSON file."""
     try:
         doc = json.loads(Path(path).read_text())
     except json.JSONDecodeError as err:
