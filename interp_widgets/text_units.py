@@ -124,6 +124,23 @@ class TokenLayout:
         )
 
 
+def joined_layout(tokens, **values) -> TokenLayout:
+    """The layout of tokens known only by their decoded text (a file saved without offsets, a graph's prompt tokens
+    decoded one by one): the text is the tokens joined and each token's span its place in it; no token is special
+    unless ``special_mask`` says so. ``values`` are further :class:`TokenLayout` fields.
+
+    Example:
+        >>> layout = joined_layout(["<s>", "The", " cat"])
+        >>> layout.text, layout.offsets.tolist(), layout.special_mask.tolist()
+        ('<s>The cat', [[0, 3], [3, 6], [6, 10]], [False, False, False])
+    """
+    tokens = [str(token) for token in tokens]
+    lengths = np.array([len(token) for token in tokens], dtype=np.int64)
+    ends = np.cumsum(lengths)
+    values = {"special_mask": np.zeros(len(tokens), bool), **values}
+    return TokenLayout(text="".join(tokens), tokens=tokens, offsets=np.stack([ends - lengths, ends], axis=1), **values)
+
+
 @dataclass(kw_only=True)
 class Encoding(TokenLayout):
     """One tokenized text: its :class:`TokenLayout` plus the ``input_ids`` and the texts of its ``words`` and

@@ -1,0 +1,44 @@
+"""Attribution graphs (circuit-tracer's method): the graph as data, pruning and scores exactly as circuit-tracer
+computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
+
+- :class:`AttributionGraph`: nodes (features, errors, tokens, logits; ids in :mod:`interp_widgets.circuits.graph`),
+  the dense direct-effect adjacency, ``prune()``, ``scores()`` (also of a pinned subgraph, as Neuronpedia computes
+  it), ``to_dataframe()``, ``save()`` / ``load()`` (safetensors), ``to_json()`` (circuit-tracer's / Neuronpedia's
+  graph JSON and feature detail files). It is made of parts (:class:`GraphInput`, :class:`GraphNodes`, the
+  logits' ``Targets``, the adjacency, :class:`GraphProvenance`) whose values read as flat attributes too
+  (:data:`FLAT_ATTRIBUTES`).
+- :func:`load_graph`: a graph JSON (circuit-tracer or Neuronpedia, pins and supernodes included) or a saved graph.
+
+Example:
+    >>> from interp_widgets.circuits import example_graph
+    >>> example_graph().prune()
+    AttributionGraph(1 features, 0 errors, 2 tokens, 1 logits; pruned at 0.8)
+"""
+
+from interp_widgets.circuits.graph import (
+    FLAT_ATTRIBUTES,
+    AttributionGraph,
+    FeatureCap,
+    GraphInput,
+    GraphNodes,
+    GraphProvenance,
+    GraphScores,
+    Pruning,
+    cantor_pair,
+    example_graph,
+    load_graph,
+)
+
+__all__ = [
+    "FLAT_ATTRIBUTES",
+    "AttributionGraph",
+    "FeatureCap",
+    "GraphInput",
+    "GraphNodes",
+    "GraphProvenance",
+    "GraphScores",
+    "Pruning",
+    "cantor_pair",
+    "example_graph",
+    "load_graph",
+]
