@@ -445,7 +445,9 @@ def resolve_head(model: nn.Module, spec: str) -> HeadPoint:
     config = getattr(model, "config", None)
     n_heads = next((getattr(config, key) for key in _HEAD_KEYS if isinstance(getattr(config, key, None), int)), None)
     if n_heads is None:
-        raise UnsupportedModelError(f"the config of {type(model).__name__} does not say how many attention heads it has")
+        raise UnsupportedModelError(
+            f"the config of {type(model).__name__} does not say how many attention heads it has"
+        )
     head = int(match.group(2))
     if not -n_heads <= head < n_heads:
         raise ValueError(
@@ -508,6 +510,10 @@ def register_edit(point: LayerPoint, fn: Callable[[torch.Tensor], torch.Tensor])
     """Register ``fn(hidden) -> hidden`` at ``point``: its result replaces the hidden state (the module's output, or
     the first element of an output tuple; at an input point, the hidden-state input). Returns the handle.
 
+    At ``resid_mid`` of a pre-norm block the result is written into the norm's input tensor, which the block also
+    adds the MLP's output to: the residual stream changes, as TransformerLens's ``hook_resid_mid`` and an nnsight
+    assignment to ``post_attention_layernorm.input`` change it.
+
     Example:
         >>> handle = register_edit(resolve_layer(model, "layer:1"), torch.zeros_like)
         >>> with capture(model, ["layer:1"]) as acts, torch.no_grad():  # capture's hook runs after the edit
@@ -517,6 +523,10 @@ def register_edit(point: LayerPoint, fn: Callable[[torch.Tensor], torch.Tensor])
     """
     if point.site == "output":
         return register(point, lambda module, inputs, value: _replace_hidden(value, fn(hidden_of(value))))
+    if point.name.endswith(".resid_mid"):
+        # the input of a pre-norm block's second norm is also the residual that the MLP's output is added to (the
+        # same tensor): the edit is written into it, so that the stream changes, not only what the MLP reads
+        return register(point, lambda module, inputs, hidden: hidden.copy_(fn(hidden)))
     return register(point, lambda module, inputs, hidden: fn(hidden))
 
 

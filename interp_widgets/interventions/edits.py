@@ -226,7 +226,7 @@ def reference_activations(model: nn.Module, tokenizer, texts, point) -> torch.Te
     """The activations at ``point`` (any point :func:`intervene` takes) of every token of ``texts``: (rows, width).
 
     The model runs in eval mode without gradients, texts of equal token length share a pass (no padding), and
-    every token counts, the special tokens the tokenizer adds included. Use them as an :class:`Ablate` reference.
+    every token counts, the special tokens the tokenizer adds included; the rows follow the texts' order. Use them as an :class:`Ablate` reference.
 
     Example:
         >>> rows = reference_activations(model, tokenizer, ["Good.", "Very bad film."], "layer:1.head:0")
@@ -236,13 +236,17 @@ def reference_activations(model: nn.Module, tokenizer, texts, point) -> torch.Te
     resolved = resolve_point(model, point)
     adapter = ModelAdapter(model, tokenizer)
     encodings = adapter.encode_many(texts)
+    per_text: list[torch.Tensor | None] = [None] * len(encodings)
     found: list[torch.Tensor] = []
     handle = register(resolved.point, lambda module, inputs, value: found.append(resolved.select(value).detach()))
     try:
         with evaluation(model), torch.no_grad():
             for batch in adapter.length_buckets([len(e) for e in encodings], max_padding=0.0):
                 ids = torch.as_tensor(np.stack([encodings[i].input_ids for i in batch]))
+                found.clear()
                 adapter.forward_ids(ids, positions=torch.zeros((len(batch), 1), dtype=torch.long))
+                for row, i in enumerate(batch):
+                    per_text[i] = found[0][row]
     finally:
         handle.remove()
-    return torch.cat([rows.reshape(-1, rows.shape[-1]) for rows in found])
+    return torch.cat(per_text)
