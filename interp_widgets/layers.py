@@ -460,6 +460,67 @@ def resolve_head(model: nn.Module, spec: str) -> HeadPoint:
     return HeadPoint(f"{block.name}.head:{head}", point, head, n_heads)
 
 
+@dataclass(frozen=True)
+class NormModule:
+    """A normalisation module: ``y = w ⊙ (x − c(x)) / r(x) + b`` with ``r(x) = sqrt(mean((x − c(x))²) + eps)``.
+
+    ``centred`` is True for LayerNorm (c = the mean over the last axis), False for RMSNorm (c = 0); ``bias`` is b or
+    None. :meth:`scale` is r(x), the one factor that depends on x non-linearly.
+
+    Example:
+        >>> norm = norm_modules(model)[0]
+        >>> norm.path, norm.centred, norm.eps
+        ('bert.embeddings.LayerNorm', True, 1e-12)
+    """
+
+    path: str
+    module: nn.Module
+    centred: bool
+    eps: float
+    bias: torch.Tensor | None
+
+    def scale(self, x: torch.Tensor) -> torch.Tensor:
+        """r(x), shape (…, 1), in float32 at least."""
+        x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        centred = x - x.mean(-1, keepdim=True) if self.centred else x
+        return torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+_TORCH_NORMS = (nn.LayerNorm, *((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ()))
+
+
+def norm_modules(model: nn.Module) -> list[NormModule]:
+    """Every LayerNorm / RMSNorm module of ``model`` (the blocks', the embeddings', the final one, q/k norms).
+
+    torch's ``LayerNorm`` is centred; modules whose class name holds ``RMSNorm``, or that keep a
+    ``variance_epsilon`` (T5LayerNorm, LlamaRMSNorm), are not. Another class named ``…Norm`` is refused.
+
+    Example:
+        >>> [norm.path for norm in norm_modules(lm)][-2:]
+        ['transformer.h.1.ln_2', 'transformer.ln_f']
+    """
+    found = []
+    for path, module in model.named_modules():
+        name = type(module).__name__
+        if not (isinstance(module, _TORCH_NORMS) or name.endswith("Norm")):
+            continue
+        eps = getattr(module, "eps", getattr(module, "variance_epsilon", None))
+        if isinstance(module, nn.LayerNorm) or (name.endswith("LayerNorm") and not hasattr(module, "variance_epsilon")):
+            centred = True
+        elif isinstance(module, _TORCH_NORMS[1:]) or "RMSNorm" in name or hasattr(module, "variance_epsilon"):
+            centred = False
+        else:
+            centred = None
+        if centred is None or not isinstance(eps, (int, float)):
+            raise UnsupportedModelError(
+                f"{path} is a {name}, a normalisation interp_widgets cannot read (neither LayerNorm nor RMSNorm with "
+                "an eps attribute); leave 'norms' out of freeze="
+            )
+        bias = getattr(module, "bias", None)
+        found.append(NormModule(path, module, centred, float(eps), bias if isinstance(bias, torch.Tensor) else None))
+    return found
+
+
 def hidden_of(value):
     """The hidden-state tensor of a module's output or input: the first element of a tuple, or the tensor itself.
 

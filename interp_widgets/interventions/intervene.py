@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from interp_widgets.interventions.edits import Ablate, Add, Clamp
+from interp_widgets.interventions.freeze import freeze_parts, install_freeze
 from interp_widgets.interventions.points import EditPoint, resolve_point
 from interp_widgets.layers import register_edit
 
@@ -91,7 +92,9 @@ def _edit_hook(point: EditPoint, fn: Callable, selection) -> Callable[[torch.Ten
 
 
 @contextlib.contextmanager
-def intervene(model: nn.Module, edits: Mapping, *, positions=None) -> Iterator[dict[str, EditPoint]]:
+def intervene(
+    model: nn.Module, edits: Mapping, *, positions=None, freeze=None, freeze_on=None
+) -> Iterator[dict[str, EditPoint]]:
     """Edit activations of ``model`` during the ``with`` block: ``{point: edit}``.
 
     Args:
@@ -107,6 +110,11 @@ def intervene(model: nn.Module, edits: Mapping, *, positions=None) -> Iterator[d
             at a head. Several points apply in order along the forward pass.
         positions: the token positions edited in every forward pass: None (all), an index, a list of indices
             (negative from the end) or a slice.
+        freeze: what to hold at its value on ``freeze_on`` (see :mod:`interp_widgets.interventions.freeze`):
+            ``"norms"`` (every LayerNorm / RMSNorm divides by its scale on that prompt, so it is linear) and
+            ``"mlp"`` (every block's MLP output is its value on that prompt). Edits apply on top of the frozen values.
+        freeze_on: the prompt of the frozen values: a tensor of token ids (1, tokens) or a dict of model inputs;
+            runs must have its length.
 
     Yields the resolved points by canonical name.
 
@@ -125,14 +133,22 @@ def intervene(model: nn.Module, edits: Mapping, *, positions=None) -> Iterator[d
             f"edits must be a dict {{point: edit}}, e.g. {{'layer:3': Add(direction, 4.0)}}; got {type(edits).__name__}"
         )
     selection = _positions(positions)
+    if (freeze is None) != (freeze_on is None):
+        raise ValueError(
+            "freeze= and freeze_on= go together: name what to freeze, e.g. freeze=('norms', 'mlp'), and the prompt "
+            "whose values are held, freeze_on=tokenizer(text, return_tensors='pt')"
+        )
+    parts = () if freeze is None else freeze_parts(freeze)
     plan = []
     for spec, edit in edits.items():
         point = resolve_point(model, spec)
         if isinstance(edit, Ablate):
             edit = edit.prepared(model, point)
         plan.append((point, _as_function(edit, point.name)))
-    handles = []
+    handles: list = []
     try:
+        if parts:
+            install_freeze(model, parts, freeze_on, handles)
         for point, fn in plan:
             handles.append(register_edit(point.point, _edit_hook(point, fn, selection)))
         yield {point.name: point for point, _ in plan}

@@ -1,0 +1,110 @@
+"""intervene(freeze=, freeze_on=) against frozen norms and MLPs written out here from the modules' weights."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from interp_widgets.interventions import Add, intervene
+from tests import tiny_models
+from tests.conftest import model_fingerprint
+
+TOL = 1e-5
+PROMPT = torch.tensor([[5, 6, 7, 8, 9, 10]])
+OTHER = torch.tensor([[11, 60, 7, 90, 9, 33]])
+
+
+def logits(model, ids):
+    with torch.no_grad():
+        return model(input_ids=ids).logits
+
+
+def reference_freeze(model, kind: str, parts):
+    """Hooks, written here, that hold what ``parts`` names at its value on PROMPT: the norm scale from the norm's
+    input (RMS: sqrt(mean x² + eps); LayerNorm: sqrt(var x + eps)) and the norm applied with the weights; the MLP
+    outputs recorded. Returns the handles."""
+    norms = [m for m in model.modules() if type(m).__name__ in ("LlamaRMSNorm", "LayerNorm")]
+    mlps = [block.mlp for block in (model.model.layers if kind == "llama" else model.transformer.h)]
+    scales, outs, handles = {}, {}, []
+
+    def rms(x):
+        centred = x - x.mean(-1, keepdim=True) if kind == "gpt2" else x
+        eps = model.config.rms_norm_eps if kind == "llama" else model.config.layer_norm_epsilon
+        return torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + eps), centred
+
+    for m in norms:
+        handles.append(
+            m.register_forward_hook(lambda mod, args, out: scales.update({mod: scales.get(mod, rms(args[0])[0])}))
+        )
+    for m in mlps:
+        handles.append(m.register_forward_hook(lambda mod, args, out: outs.update({mod: outs.get(mod, out.clone())})))
+    logits(model, PROMPT)
+    for h in handles:
+        h.remove()
+    handles = []
+    if "norms" in parts:
+        for m in norms:
+
+            def frozen(mod, args, out):
+                _, centred = rms(args[0])
+                y = mod.weight * centred / scales[mod]
+                return y + mod.bias if kind == "gpt2" else y
+
+            handles.append(m.register_forward_hook(frozen))
+    if "mlp" in parts:
+        for m in mlps:
+            handles.append(m.register_forward_hook(lambda mod, args, out: outs[mod]))
+    return handles
+
+
+@pytest.mark.parametrize("parts", [("norms",), ("mlp",), ("norms", "mlp")], ids=["norms", "mlp", "both"])
+@pytest.mark.parametrize("kind", ["llama", "gpt2"])
+def test_freezing_matches_hooks_written_from_the_weights(kind, parts):
+    model, _ = (tiny_models.llama_lm if kind == "llama" else tiny_models.gpt2_lm)()
+    direction = torch.randn(32, generator=torch.Generator().manual_seed(5))
+    with intervene(model, {"layer:0.resid_pre": Add(direction, 0.5)}, freeze=parts, freeze_on=PROMPT):
+        ours = logits(model, PROMPT)
+    handles = reference_freeze(model, kind, parts)
+    try:
+        with intervene(model, {"layer:0.resid_pre": Add(direction, 0.5)}):
+            theirs = logits(model, PROMPT)
+    finally:
+        for h in handles:
+            h.remove()
+    with intervene(model, {"layer:0.resid_pre": Add(direction, 0.5)}):
+        unfrozen = logits(model, PROMPT)
+    assert (ours - unfrozen).abs().max() > 1e-3, "freezing changed nothing: the comparison would be empty"
+    # frozen norms are linear, so the edit moves the logits far (to ~1e3 here): float32 agreement is relative
+    assert (ours - theirs).abs().max() <= TOL * max(1.0, float(ours.abs().max()))
+    # without an edit, the prompt the values were frozen on runs as it does unfrozen
+    with intervene(model, {}, freeze=parts, freeze_on=PROMPT):
+        frozen_plain = logits(model, PROMPT)
+    assert (frozen_plain - logits(model, PROMPT)).abs().max() <= 1e-6
+
+
+def test_freezing_leaves_the_model_untouched_and_refuses_bad_input():
+    model, tokenizer = tiny_models.llama_lm()
+    before = model_fingerprint(model, tokenizer)
+    with pytest.raises(RuntimeError, match="boom"):
+        with intervene(model, {}, freeze=("norms", "mlp"), freeze_on={"input_ids": PROMPT}):
+            logits(model, OTHER)
+            raise RuntimeError("boom")
+    assert model_fingerprint(model, tokenizer) == before
+    with pytest.raises(
+        ValueError, match=r"frozen on a prompt of 6 tokens .* this forward pass has 3 tokens .*; freeze on"
+    ):
+        with intervene(model, {}, freeze="mlp", freeze_on=PROMPT):
+            logits(model, PROMPT[:, :3])
+    with pytest.raises(ValueError, match=r"freeze= and freeze_on= go together"):
+        with intervene(model, {}, freeze="mlp"):
+            pass
+    with pytest.raises(ValueError, match=r"unknown freeze 'mlps'"):
+        with intervene(model, {}, freeze=("mlps",), freeze_on=PROMPT):
+            pass
+    with pytest.raises(NotImplementedError, match=r"freezing attention patterns is not implemented yet"):
+        with intervene(model, {}, freeze=("attention",), freeze_on=PROMPT):
+            pass
+    with pytest.raises(TypeError, match=r"freeze_on must be the prompt"):
+        with intervene(model, {}, freeze="norms", freeze_on="The room"):
+            pass
+    assert model_fingerprint(model, tokenizer) == before
