@@ -413,3 +413,29 @@ def test_bad_input_names_the_fix():
         Add(torch.zeros(2, 32), 1.0)
     with pytest.raises(ValueError, match=r"reference has width 16 but layer:0 has width 32"):
         run({"layer:0": Ablate(mode="mean", reference=torch.zeros(4, 16))})
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_gradients_flow_through_an_edit_as_through_a_plain_hook(point):
+    """Attribution patching differentiates through edits: the gradient of the logits with respect to a set value
+    (and to the input embeddings, through the rest of the stream) equals that of the plain hook."""
+    sites = FAMILIES["llama"]
+    model, _ = sites.build()
+    grads = []
+    for ours in (True, False):
+        value = torch.randn(width_of(model, point), generator=torch.Generator().manual_seed(6)).requires_grad_()
+        embeds = model.get_input_embeddings()(sites.ids).detach().requires_grad_()
+        if ours:
+            with intervene(model, {point: lambda x: x * value}, positions=[1, 3]):
+                model(inputs_embeds=embeds).logits.pow(2).sum().backward()
+        else:
+            handle = plain_hook(model, sites, point, lambda x: x * value, [1, 3])
+            try:
+                model(inputs_embeds=embeds).logits.pow(2).sum().backward()
+            finally:
+                handle.remove()
+        grads.append((value.grad, embeds.grad))
+        model.zero_grad(set_to_none=True)  # the shared tiny model keeps no gradients
+    assert grads[0][0].abs().max() > 0
+    for mine, theirs in zip(*grads):
+        assert (mine - theirs).abs().max() <= 1e-4 * max(1.0, float(theirs.abs().max()))
