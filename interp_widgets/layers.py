@@ -712,3 +712,55 @@ def evaluation(model: nn.Module) -> Iterator[None]:
     finally:
         for module, mode in modes:
             module.training = mode
+
+
+def model_configs(model: nn.Module) -> list:
+    """Every configuration object of the model and its sub-models, with their nested sub-configurations.
+
+    Example:
+        >>> [type(config).__name__ for config in model_configs(model)]
+        ['BertConfig']
+    """
+    found, pending = {}, [m.config for m in model.modules() if hasattr(getattr(m, "config", None), "to_json_string")]
+    while pending:
+        config = pending.pop()
+        if id(config) in found:
+            continue
+        found[id(config)] = config
+        pending.extend(c for key in getattr(config, "sub_configs", {}) if (c := getattr(config, key, None)) is not None)
+    return list(found.values())
+
+
+@contextlib.contextmanager
+def attention_implementation(model: nn.Module, name: str, *, why: str, hint: str = "") -> Iterator[None]:
+    """Run a Hugging Face model with the attention implementation ``name`` (``"eager"``, or one registered in
+    transformers' ``AttentionInterface``) inside the block.
+
+    A model that cannot switch at run time raises an :class:`UnsupportedModelError` that starts with ``why`` and
+    says to reload it with ``attn_implementation="eager"`` (then ``hint``). On exit, also on errors, the attention
+    implementation of the model and of every sub-configuration is restored exactly, and the output-capturing hooks
+    transformers installs on first use of ``output_attentions`` are removed again (:func:`no_new_hooks`).
+
+    Example:
+        >>> with attention_implementation(model, "eager", why="this example reads attention weights"):
+        ...     model.config._attn_implementation
+        'eager'
+        >>> model.config._attn_implementation
+        'sdpa'
+    """
+    saved = [(config, config.__dict__.get("_attn_implementation_internal")) for config in model_configs(model)]
+    with no_new_hooks(model):
+        try:
+            current = getattr(getattr(model, "config", None), "_attn_implementation", None)
+            if current is not None and current != name:
+                if hasattr(model, "set_attn_implementation"):
+                    model.set_attn_implementation(name)
+                if model.config._attn_implementation != name:
+                    raise UnsupportedModelError(
+                        f"{why}; {type(model).__name__} runs {current!r} attention and cannot switch to {name!r} at "
+                        "run time. Reload it with from_pretrained(..., attn_implementation='eager')" + hint + "."
+                    )
+            yield
+        finally:
+            for config, implementation in saved:
+                config._attn_implementation_internal = implementation
