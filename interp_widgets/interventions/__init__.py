@@ -5,8 +5,8 @@
   and on Ctrl-C; the model is never changed.
 - Edits: a tensor to set, a function, :class:`Ablate` (zero, mean or resampled; whole or along a direction),
   :class:`Clamp` (a direction's component set to a value) and :class:`Add` (a scaled direction added).
-- ``intervene(..., freeze=("norms", "mlp"), freeze_on=prompt)`` holds norm scales and MLP outputs at their values on
-  a prompt (:mod:`interp_widgets.interventions.freeze`).
+- ``intervene(..., freeze=("attention", "norms", "mlp"), freeze_on=prompt)`` holds attention patterns, norm scales
+  and MLP outputs at their values on a prompt (:mod:`interp_widgets.interventions.freeze`).
 - :func:`reference_activations`: the activations at a point over texts, the reference of a mean or resample
   ablation; :func:`resolve_point`: the one reading of a point's name.
 

@@ -1,23 +1,40 @@
-"""``intervene(..., freeze=, freeze_on=)``: hold norm scales and MLP outputs at their values on one prompt.
+"""``intervene(..., freeze=, freeze_on=)``: hold attention patterns, norm scales and MLP outputs at their values on
+one prompt.
 
-With the norms frozen, each normalisation divides by its scale r(x₀) on the ``freeze_on`` prompt instead of r(x),
-so it is linear in its input: y = w ⊙ (x − c(x)) / r(x₀) + b, computed as (y(x) − b) · r(x) / r(x₀) + b from the
-module's own output (Gemma's (1 + w) gain needs nothing special). With the MLPs frozen, each block's ``mlp_out`` is
-its value on the prompt, whatever the input. This is the local replacement model of attribution graphs (the
-attention patterns are the part still missing there).
+- ``"attention"``: each attention module computes ``pattern @ V(x)`` with its pattern on the ``freeze_on`` prompt (per
+  query head; grouped-query value heads are repeated as the model does). It runs through a private attention function
+  registered in transformers' ``AttentionInterface`` (with eager attention's masks) for the block, with the model's attention implementation switched
+  to it and restored on exit (:func:`interp_widgets.layers.attention_implementation`); the recording pass uses the
+  model's own eager attention. Models whose attention does not dispatch through that interface are refused.
+- ``"norms"``: each normalisation divides by its scale r(x₀) on the prompt instead of r(x), so it is linear in its
+  input: y = w ⊙ (x − c(x)) / r(x₀) + b, computed as (y(x) − b) · r(x) / r(x₀) + b from the module's own output
+  (Gemma's (1 + w) gain needs nothing special).
+- ``"mlp"``: each block's ``mlp_out`` is its value on the prompt, whatever the input.
+
+With all three the model is linear in the residual stream on that prompt: the local replacement model of
+attribution graphs (whose transcoders then stand in for the frozen MLPs).
 """
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+import contextlib
+import sys
+from typing import Callable, Iterator, Mapping
 
 import torch
 from torch import nn
 
-from interp_widgets.layers import blocks, norm_modules, register_edit, resolve_layer
+from interp_widgets.layers import (
+    UnsupportedModelError,
+    attention_implementation,
+    blocks,
+    norm_modules,
+    register_edit,
+    resolve_layer,
+)
 from interp_widgets.validation import check_choice
 
-FREEZABLE = ("norms", "mlp")
+FREEZABLE = ("attention", "norms", "mlp")
 
 
 def _inputs(freeze_on) -> dict:
@@ -51,27 +68,21 @@ def freeze_parts(freeze) -> tuple[str, ...]:
     """
     parts = (freeze,) if isinstance(freeze, str) else tuple(freeze)
     for part in parts:
-        if part == "attention":
-            raise NotImplementedError(
-                "freezing attention patterns is not implemented yet; freeze=('norms', 'mlp') holds the other parts"
-            )
         check_choice("freeze", part, FREEZABLE)
     return parts
 
 
-def install_freeze(model: nn.Module, parts: tuple[str, ...], freeze_on, handles: list) -> None:
-    """Run ``model`` on ``freeze_on``, record the frozen values, and append the hooks that hold them to ``handles``
-    (the caller removes them); :func:`~interp_widgets.interventions.intervene` calls it with ``freeze=``.
+@contextlib.contextmanager
+def freezing(model: nn.Module, parts: tuple[str, ...], freeze_on) -> Iterator[None]:
+    """Run ``model`` on ``freeze_on``, record the values ``parts`` names, and hold them during the block (hooks and
+    the attention implementation are restored on exit, on errors and on Ctrl-C);
+    :func:`~interp_widgets.interventions.intervene` uses it for ``freeze=``.
 
     Example:
-        >>> handles = []
-        >>> install_freeze(lm, ("mlp",), torch.tensor([[5, 6, 7]]), handles)
-        >>> with torch.no_grad():
+        >>> with freezing(lm, ("attention", "mlp"), torch.tensor([[5, 6, 7]])), torch.no_grad():
         ...     a, b = lm(input_ids=torch.tensor([[5, 6, 7]])).logits, lm(input_ids=torch.tensor([[9, 6, 7]])).logits
-        >>> for handle in handles:
-        ...     handle.remove()
-        >>> len(handles), bool((a != b).any())  # the MLP outputs are held; attention still reads the new token
-        (2, True)
+        >>> bool((a != b).any())  # patterns and MLP outputs are held, but the values and the stream read the new token
+        True
     """
     norms = norm_modules(model) if "norms" in parts else []
     mlps = []
@@ -80,37 +91,115 @@ def install_freeze(model: nn.Module, parts: tuple[str, ...], freeze_on, handles:
         mlps = [resolve_layer(model, f"layer:{i}.mlp_out") for i in range(len(found))]
     scales: dict[str, torch.Tensor] = {}
     outputs: dict[str, torch.Tensor] = {}
-    recorders = []
-    try:
+    handles: list = []
+    with contextlib.ExitStack() as stack:
+        stack.callback(lambda: [handle.remove() for handle in handles])
+        patterns = stack.enter_context(_frozen_attention(model)) if "attention" in parts else None
         for norm in norms:
 
             def record_scale(module, args, kwargs, out, norm=norm):
                 scales.setdefault(norm.path, norm.scale(_first(args, kwargs)))  # returns None: the output stays
 
-            recorders.append(norm.module.register_forward_hook(record_scale, with_kwargs=True))
+            handles.append(norm.module.register_forward_hook(record_scale, with_kwargs=True))
         for point in mlps:
 
             def record_output(hidden, name=point.name):
                 outputs.setdefault(name, hidden.detach().clone())
                 return hidden
 
-            recorders.append(register_edit(point, record_output))
+            handles.append(register_edit(point, record_output))
         with torch.no_grad():
             model(**_inputs(freeze_on))
-    finally:
-        for handle in recorders:
+        for handle in handles:
             handle.remove()
-    for norm in norms:
-        if norm.path in scales:
-            handles.append(norm.module.register_forward_hook(_frozen_norm(norm, scales[norm.path]), with_kwargs=True))
-    for point in mlps:
-        frozen = outputs[point.name]
-        handles.append(
-            register_edit(
-                point,
-                lambda h, frozen=frozen, name=point.name: _matched(frozen, h, name).to(h.dtype).expand_as(h).clone(),
+        handles.clear()
+        if patterns is not None:
+            patterns.frozen = True
+        for norm in norms:
+            if norm.path in scales:
+                handles.append(
+                    norm.module.register_forward_hook(_frozen_norm(norm, scales[norm.path]), with_kwargs=True)
+                )
+        for point in mlps:
+            frozen = outputs[point.name]
+            handles.append(
+                register_edit(
+                    point,
+                    lambda h, frozen=frozen, name=point.name: (
+                        _matched(frozen, h, name).to(h.dtype).expand_as(h).clone()
+                    ),
+                )
             )
+        yield
+
+
+class _Patterns:
+    """The attention patterns of one model's attention modules: recorded on the first pass, then held."""
+
+    def __init__(self):
+        self.frozen = False
+        self.patterns: dict[nn.Module, torch.Tensor] = {}
+
+
+_ATTENTION = "interp_widgets_frozen_attention"
+_ACTIVE: dict[nn.Module, _Patterns] = {}  # attention module -> the patterns of the intervention that owns it
+
+
+@contextlib.contextmanager
+def _frozen_attention(model: nn.Module) -> Iterator[_Patterns]:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    state = _Patterns()
+    owned = list(model.modules())
+    if any(module in _ACTIVE for module in owned):
+        raise ValueError(
+            "the attention of this model is already frozen by an enclosing intervene(freeze=...); freeze it once, "
+            "in the outer block"
         )
+    try:
+        if _ATTENTION not in AttentionInterface._global_mapping:
+            AttentionInterface.register(_ATTENTION, _attention)
+            AttentionMaskInterface.register(_ATTENTION, eager_mask)  # the masks eager attention gets
+        for module in owned:
+            _ACTIVE[module] = state
+        with attention_implementation(
+            model, _ATTENTION, why="freezing attention patterns replaces the attention function of transformers models"
+        ):
+            yield state
+    finally:
+        for module in owned:
+            _ACTIVE.pop(module, None)
+        if not _ACTIVE:
+            AttentionInterface._global_mapping.pop(_ATTENTION, None)
+            AttentionMaskInterface._global_mapping.pop(_ATTENTION, None)
+
+
+def _attention(module, query, key, value, attention_mask, **kwargs):
+    """The attention function while patterns are frozen: the model's own eager attention on the recording pass,
+    then ``pattern @ value`` with the recorded pattern (value heads repeated for grouped-query attention)."""
+    state = _ACTIVE.get(module)
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if state is None or eager is None:
+        raise UnsupportedModelError(
+            f"cannot freeze the attention of {type(module).__name__}: its module has no eager_attention_forward; "
+            "leave 'attention' out of freeze="
+        )
+    if not state.frozen:
+        output, weights = eager(module, query, key, value, attention_mask, **kwargs)
+        state.patterns.setdefault(module, weights.detach())
+        return output, weights
+    pattern = state.patterns[module]
+    if pattern.shape[-2:] != (query.shape[-2], key.shape[-2]) or pattern.shape[0] not in (1, query.shape[0]):
+        raise ValueError(
+            f"the attention pattern of {type(module).__name__} was frozen on a prompt of {pattern.shape[-1]} tokens "
+            f"(batch {pattern.shape[0]}), but this forward pass attends from {query.shape[-2]} to {key.shape[-2]} "
+            f"tokens (batch {query.shape[0]}); freeze on a prompt of the same length, and run without a cache"
+        )
+    repeats = query.shape[1] // value.shape[1]
+    values = value.repeat_interleave(repeats, dim=1) if repeats > 1 else value
+    output = torch.matmul(pattern.to(device=values.device, dtype=values.dtype), values)
+    return output.transpose(1, 2).contiguous(), pattern
 
 
 def _first(args, kwargs) -> torch.Tensor:

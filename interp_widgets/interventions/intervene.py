@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from interp_widgets.interventions.edits import Ablate, Add, Clamp
-from interp_widgets.interventions.freeze import freeze_parts, install_freeze
+from interp_widgets.interventions.freeze import freeze_parts, freezing
 from interp_widgets.interventions.points import EditPoint, resolve_point
 from interp_widgets.layers import register_edit
 
@@ -111,8 +111,8 @@ def intervene(
         positions: the token positions edited in every forward pass: None (all), an index, a list of indices
             (negative from the end) or a slice.
         freeze: what to hold at its value on ``freeze_on`` (see :mod:`interp_widgets.interventions.freeze`):
-            ``"norms"`` (every LayerNorm / RMSNorm divides by its scale on that prompt, so it is linear) and
-            ``"mlp"`` (every block's MLP output is its value on that prompt). Edits apply on top of the frozen values.
+            ``"attention"`` (every attention pattern), ``"norms"`` (every LayerNorm / RMSNorm divides by its scale on
+            that prompt, so it is linear) and ``"mlp"`` (every block's MLP output). Edits apply on top of them.
         freeze_on: the prompt of the frozen values: a tensor of token ids (1, tokens) or a dict of model inputs;
             runs must have its length.
 
@@ -146,12 +146,10 @@ def intervene(
             edit = edit.prepared(model, point)
         plan.append((point, _as_function(edit, point.name)))
     handles: list = []
-    try:
+    with contextlib.ExitStack() as stack:
+        stack.callback(lambda: [handle.remove() for handle in handles])
         if parts:
-            install_freeze(model, parts, freeze_on, handles)
+            stack.enter_context(freezing(model, parts, freeze_on))
         for point, fn in plan:
             handles.append(register_edit(point.point, _edit_hook(point, fn, selection)))
         yield {point.name: point for point, _ in plan}
-    finally:
-        for handle in handles:
-            handle.remove()

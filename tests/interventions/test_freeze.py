@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -12,6 +14,8 @@ from tests.conftest import model_fingerprint
 TOL = 1e-5
 PROMPT = torch.tensor([[5, 6, 7, 8, 9, 10]])
 OTHER = torch.tensor([[11, 60, 7, 90, 9, 33]])
+BERT_PROMPT = torch.tensor([[101, 2204, 2143, 2001, 103, 102]])
+BERT_OTHER = torch.tensor([[101, 2919, 2143, 2003, 103, 102]])
 
 
 def logits(model, ids):
@@ -86,10 +90,16 @@ def test_freezing_leaves_the_model_untouched_and_refuses_bad_input():
     model, tokenizer = tiny_models.llama_lm()
     before = model_fingerprint(model, tokenizer)
     with pytest.raises(RuntimeError, match="boom"):
-        with intervene(model, {}, freeze=("norms", "mlp"), freeze_on={"input_ids": PROMPT}):
+        with intervene(model, {}, freeze=("attention", "norms", "mlp"), freeze_on={"input_ids": PROMPT}):
             logits(model, OTHER)
             raise RuntimeError("boom")
     assert model_fingerprint(model, tokenizer) == before
+    assert model.config._attn_implementation == "sdpa"
+    with pytest.raises(ValueError, match=r"already frozen by an enclosing intervene"):
+        with intervene(model, {}, freeze="attention", freeze_on=PROMPT):
+            with intervene(model, {}, freeze="attention", freeze_on=PROMPT):
+                pass
+    assert model_fingerprint(model, tokenizer) == before and model.config._attn_implementation == "sdpa"
     with pytest.raises(
         ValueError, match=r"frozen on a prompt of 6 tokens .* this forward pass has 3 tokens .*; freeze on"
     ):
@@ -101,10 +111,74 @@ def test_freezing_leaves_the_model_untouched_and_refuses_bad_input():
     with pytest.raises(ValueError, match=r"unknown freeze 'mlps'"):
         with intervene(model, {}, freeze=("mlps",), freeze_on=PROMPT):
             pass
-    with pytest.raises(NotImplementedError, match=r"freezing attention patterns is not implemented yet"):
+    with pytest.raises(ValueError, match=r"pattern of LlamaAttention was frozen on a prompt of 6 tokens .*same length"):
         with intervene(model, {}, freeze=("attention",), freeze_on=PROMPT):
-            pass
+            logits(model, PROMPT[:, :4])
     with pytest.raises(TypeError, match=r"freeze_on must be the prompt"):
         with intervene(model, {}, freeze="norms", freeze_on="The room"):
             pass
     assert model_fingerprint(model, tokenizer) == before
+
+
+def eager_patterns(model, ids) -> list[torch.Tensor]:
+    """The attention patterns of every layer on ``ids``, from an eager copy of the model (output_attentions)."""
+    twin = copy.deepcopy(model)
+    twin.set_attn_implementation("eager")
+    with torch.no_grad():
+        return list(twin(input_ids=ids, output_attentions=True).attentions)
+
+
+def value_heads(model, kind: str, layer: int, captured: dict) -> torch.Tensor:
+    """(batch, heads, tokens, head_dim) values of one layer from its projection's captured output, GQA repeated."""
+    config = model.config
+    heads = config.num_attention_heads
+    if kind == "llama":
+        v = captured[layer]
+        kv = config.num_key_value_heads
+        v = v.unflatten(-1, (kv, v.shape[-1] // kv)).transpose(1, 2)
+        return v.repeat_interleave(heads // kv, dim=1)
+    v = captured[layer].split(config.hidden_size, dim=-1)[2] if kind == "gpt2" else captured[layer]
+    return v.unflatten(-1, (heads, v.shape[-1] // heads)).transpose(1, 2)
+
+
+@pytest.mark.parametrize("kind", ["llama", "gpt2", "bert"])
+def test_frozen_attention_is_the_prompts_pattern_times_the_new_values(kind):
+    build = {"llama": tiny_models.llama_lm, "gpt2": tiny_models.gpt2_lm, "bert": tiny_models.bert_masked_lm}[kind]
+    model, tokenizer = build()
+    prompt, other = (PROMPT, OTHER) if kind != "bert" else (BERT_PROMPT, BERT_OTHER)
+    before = model_fingerprint(model, tokenizer)
+    implementation = model.config._attn_implementation
+    with intervene(model, {}, freeze="attention", freeze_on=prompt):
+        ours = logits(model, other)
+        same = logits(model, prompt)
+    assert model_fingerprint(model, tokenizer) == before and model.config._attn_implementation == implementation
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+
+    assert "interp_widgets_frozen_attention" not in AttentionInterface._global_mapping
+    assert "interp_widgets_frozen_attention" not in AttentionMaskInterface._global_mapping
+    patterns = eager_patterns(model, prompt)
+    blocks = model.get_submodule({"llama": "model.layers", "gpt2": "transformer.h", "bert": "bert.encoder.layer"}[kind])
+    value_of = {"llama": "self_attn.v_proj", "gpt2": "attn.c_attn", "bert": "attention.self.value"}[kind]
+    out_of = {"llama": "self_attn.o_proj", "gpt2": "attn.c_proj", "bert": "attention.output.dense"}[kind]
+    captured, handles = {}, []
+    for i, block in enumerate(blocks):
+        handles.append(
+            block.get_submodule(value_of).register_forward_hook(lambda m, args, out, i=i: captured.__setitem__(i, out))
+        )
+        handles.append(
+            block.get_submodule(out_of).register_forward_pre_hook(
+                lambda m, args, i=i: (
+                    (patterns[i] @ value_heads(model, kind, i, captured)).transpose(1, 2).flatten(2),
+                    *args[1:],
+                )
+            )
+        )
+    try:
+        theirs = logits(model, other)
+    finally:
+        for h in handles:
+            h.remove()
+    assert (ours - logits(model, other)).abs().max() > 1e-3, "freezing changed nothing: the comparison would be empty"
+    assert (ours - theirs).abs().max() <= TOL
+    assert (same - logits(model, prompt)).abs().max() <= TOL
