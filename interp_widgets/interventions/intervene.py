@@ -51,11 +51,11 @@ def _as_function(edit, name: str) -> Callable[[torch.Tensor], torch.Tensor]:
     if isinstance(edit, EDIT_TYPES):
         return edit.edit(name)
     if isinstance(edit, (torch.Tensor, np.ndarray)):
-        value = torch.as_tensor(edit).detach()
+        value = torch.as_tensor(edit)  # not detached: a value that requires grad gets its gradient
 
         def set_to(x: torch.Tensor) -> torch.Tensor:
             try:
-                return value.to(device=x.device, dtype=x.dtype).expand_as(x).clone()
+                return value.to(device=x.device, dtype=x.dtype).expand_as(x)
             except RuntimeError:
                 raise ValueError(
                     f"the tensor set at {name} has shape {tuple(value.shape)}, which does not broadcast to the edited "

@@ -439,3 +439,12 @@ def test_gradients_flow_through_an_edit_as_through_a_plain_hook(point):
     assert grads[0][0].abs().max() > 0
     for mine, theirs in zip(*grads):
         assert (mine - theirs).abs().max() <= 1e-4 * max(1.0, float(theirs.abs().max()))
+
+
+def test_a_set_value_that_requires_grad_gets_its_gradient():
+    model, _ = tiny_models.llama_lm()
+    value = torch.zeros(32, requires_grad=True)
+    with intervene(model, {"layer:0": value}, positions=2):
+        model(input_ids=IDS).logits.pow(2).sum().backward()
+    model.zero_grad(set_to_none=True)
+    assert value.grad is not None and value.grad.abs().max() > 0
