@@ -480,7 +480,12 @@ class NormModule:
     bias: torch.Tensor | None
 
     def scale(self, x: torch.Tensor) -> torch.Tensor:
-        """r(x), shape (…, 1), in float32 at least."""
+        """r(x), shape (…, 1), in float32 at least.
+
+        Example:
+            >>> norm_modules(model)[0].scale(torch.tensor([[1.0, 3.0]]))
+            tensor([[1.]])
+        """
         x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
         centred = x - x.mean(-1, keepdim=True) if self.centred else x
         return torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps)

@@ -131,13 +131,25 @@ class Ablate:
         object.__setattr__(self, "reference", rows.reshape(-1, rows.shape[-1]))
 
     def prepared(self, model: nn.Module, point: EditPoint) -> "Ablate":
-        """This ablation with reference texts replaced by their activations at ``point`` (itself otherwise)."""
+        """This ablation with reference texts replaced by their activations at ``point`` (itself otherwise).
+
+        Example:
+            >>> from interp_widgets.interventions import resolve_point
+            >>> ablate = Ablate(mode="mean", reference=["Good.", "Bad."], tokenizer=tokenizer)
+            >>> ablate.prepared(model, resolve_point(model, "layer:0")).reference.shape
+            torch.Size([8, 32])
+        """
         if not _is_texts(self.reference):
             return self
         return replace(self, reference=reference_activations(model, self.tokenizer, self.reference, point.name))
 
     def edit(self, point: str) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The function ``x -> x'`` that this ablation applies at ``point`` (draws restart from ``seed``)."""
+        """The function ``x -> x'`` that this ablation applies at ``point`` (draws restart from ``seed``).
+
+        Example:
+            >>> Ablate([0.0, 1.0]).edit("layer:0")(torch.tensor([[[3.0, 4.0]]]))
+            tensor([[[3., 0.]]])
+        """
         generator = torch.Generator().manual_seed(int(self.seed)) if self.mode == "resample" else None
 
         def apply(x: torch.Tensor) -> torch.Tensor:
@@ -176,7 +188,12 @@ class Clamp:
         object.__setattr__(self, "value", check_number("value", self.value))
 
     def edit(self, point: str) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The function ``x -> x'`` that this clamp applies at ``point``."""
+        """The function ``x -> x'`` that this clamp applies at ``point``.
+
+        Example:
+            >>> Clamp([0.0, 2.0], -1.0).edit("layer:0")(torch.tensor([[[3.0, 4.0]]]))
+            tensor([[[ 3., -1.]]])
+        """
 
         def apply(x: torch.Tensor) -> torch.Tensor:
             d = _unit(self.direction, x, point)
@@ -208,7 +225,12 @@ class Add:
         object.__setattr__(self, "scale", check_number("scale", self.scale))
 
     def edit(self, point: str) -> Callable[[torch.Tensor], torch.Tensor]:
-        """The function ``x -> x'`` that this addition applies at ``point``."""
+        """The function ``x -> x'`` that this addition applies at ``point``.
+
+        Example:
+            >>> Add([0.0, 2.0], 0.5).edit("layer:0")(torch.tensor([[[3.0, 4.0]]]))
+            tensor([[[3., 5.]]])
+        """
 
         def apply(x: torch.Tensor) -> torch.Tensor:
             return x + self.scale * _fit(self.direction, x, point, "direction")

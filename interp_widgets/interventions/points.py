@@ -46,7 +46,12 @@ class EditPoint:
         return hidden if self.head is None else self.head.heads_of(hidden)[..., self.head.head, :]
 
     def select(self, value) -> torch.Tensor:
-        """The activation in a hook's ``value`` (a module output, possibly a tuple, or a hidden-state input)."""
+        """The activation in a hook's ``value`` (a module output, possibly a tuple, or a hidden-state input).
+
+        Example:
+            >>> resolve_point(model, "layer:0").select((torch.zeros(1, 3, 32), None)).shape
+            torch.Size([1, 3, 32])
+        """
         return self.activation(hidden_of(value))
 
 
