@@ -448,3 +448,46 @@ def test_a_set_value_that_requires_grad_gets_its_gradient():
         model(input_ids=IDS).logits.pow(2).sum().backward()
     model.zero_grad(set_to_none=True)
     assert value.grad is not None and value.grad.abs().max() > 0
+
+
+HEAD_FAMILIES = {
+    "llama": (tiny_models.llama_lm, "model.layers.1.self_attn.o_proj"),
+    "qwen3": (tiny_models.qwen3_lm, "model.layers.1.self_attn.o_proj"),
+    "gemma2": (tiny_models.gemma2_lm, "model.layers.1.self_attn.o_proj"),
+    "phi3": (tiny_models.phi3_lm, "model.layers.1.self_attn.o_proj"),
+    "gpt_neox": (tiny_models.gpt_neox_lm, "gpt_neox.layers.1.attention.dense"),
+    "roberta": (tiny_models.roberta_classifier, "roberta.encoder.layer.1.attention.output.dense"),
+    "deberta_v2": (tiny_models.deberta_v2_classifier, "deberta.encoder.layer.1.attention.output.dense"),
+    "modernbert": (tiny_models.modernbert_classifier, "model.layers.1.attn.Wo"),
+}
+
+
+@pytest.mark.parametrize("family", list(HEAD_FAMILIES))
+def test_the_last_head_is_the_last_slice_of_the_output_projections_input(family):
+    build, out_proj = HEAD_FAMILIES[family]
+    model, tokenizer = build()
+    ids = torch.tensor([tokenizer("The room was quiet and")["input_ids"]])
+    last = model.config.num_attention_heads - 1
+
+    def run():
+        with torch.no_grad():
+            return model(input_ids=ids).logits
+
+    with intervene(model, {f"layer:1.head:{last}": Ablate()}) as points:
+        ours = run()
+    assert list(points) == [f"layer:1.head:{last}"]
+    module = model.get_submodule(out_proj)
+    heads = model.config.num_attention_heads
+
+    def zero_last(mod, args):
+        x = args[0].clone()
+        x[..., -x.shape[-1] // heads :] = 0
+        return (x, *args[1:])
+
+    handle = module.register_forward_pre_hook(zero_last)
+    try:
+        theirs = run()
+    finally:
+        handle.remove()
+    assert (ours - run()).abs().max() > 1e-4
+    assert (ours - theirs).abs().max() <= TOL
