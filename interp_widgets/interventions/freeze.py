@@ -50,11 +50,14 @@ def _inputs(freeze_on) -> dict:
 
 
 def _matched(frozen: torch.Tensor, current: torch.Tensor, what: str) -> torch.Tensor:
-    if frozen.shape[1] != current.shape[1] or frozen.shape[0] not in (1, current.shape[0]):
+    """``frozen`` (batch 1 or the current batch; the same positions, the middle axes) on ``current``'s device."""
+    if frozen.shape[1:-1] != current.shape[1:-1] or frozen.shape[0] not in (1, current.shape[0]):
+        tokens = frozen.shape[1] if frozen.dim() > 2 else 1
+        now = current.shape[1] if current.dim() > 2 else 1
         raise ValueError(
-            f"the {what} was frozen on a prompt of {frozen.shape[1]} tokens (batch {frozen.shape[0]}), but this "
-            f"forward pass has {current.shape[1]} tokens (batch {current.shape[0]}); freeze on a prompt of the "
-            "same length (or run one row, or a batch of the same size)"
+            f"the {what} was frozen on a prompt of {tokens} tokens (batch {frozen.shape[0]}), but this forward pass "
+            f"has {now} tokens (batch {current.shape[0]}); freeze on a prompt of the same length (or run one row, "
+            "or a batch of the same size)"
         )
     return frozen.to(device=current.device)
 
@@ -94,7 +97,13 @@ def freezing(model: nn.Module, parts: tuple[str, ...], freeze_on) -> Iterator[No
     handles: list = []
     with contextlib.ExitStack() as stack:
         stack.callback(lambda: [handle.remove() for handle in handles])
-        patterns = stack.enter_context(_frozen_attention(model)) if "attention" in parts else None
+        try:
+            patterns = stack.enter_context(_frozen_attention(model)) if "attention" in parts else None
+        except UnsupportedModelError as err:
+            raise UnsupportedModelError(
+                f"cannot freeze the attention of {type(model).__name__}: its attention does not run through "
+                "transformers' AttentionInterface, which freezing replaces; leave 'attention' out of freeze="
+            ) from err
         for norm in norms:
 
             def record_scale(module, args, kwargs, out, norm=norm):
@@ -114,6 +123,13 @@ def freezing(model: nn.Module, parts: tuple[str, ...], freeze_on) -> Iterator[No
             handle.remove()
         handles.clear()
         if patterns is not None:
+            _, found = blocks(model)
+            if len(patterns.patterns) < len(found):
+                raise UnsupportedModelError(
+                    f"cannot freeze the attention of {type(model).__name__}: {len(patterns.patterns)} of its "
+                    f"{len(found)} blocks compute attention through transformers' AttentionInterface, which freezing "
+                    "replaces; leave 'attention' out of freeze="
+                )
             patterns.frozen = True
         for norm in norms:
             if norm.path in scales:

@@ -182,3 +182,37 @@ def test_frozen_attention_is_the_prompts_pattern_times_the_new_values(kind):
     assert (ours - logits(model, other)).abs().max() > 1e-3, "freezing changed nothing: the comparison would be empty"
     assert (ours - theirs).abs().max() <= TOL
     assert (same - logits(model, prompt)).abs().max() <= TOL
+
+
+FAMILIES = {
+    "llama": tiny_models.llama_lm,
+    "qwen3": tiny_models.qwen3_lm,
+    "gemma2": tiny_models.gemma2_lm,
+    "phi3": tiny_models.phi3_lm,
+    "gpt_neox": tiny_models.gpt_neox_lm,
+    "gpt2": tiny_models.gpt2_lm,
+    "bert": tiny_models.bert_masked_lm,
+    "roberta": tiny_models.roberta_classifier,
+    "deberta_v2": tiny_models.deberta_v2_classifier,
+    "modernbert": tiny_models.modernbert_classifier,
+}
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_freezing_everything_on_the_prompt_itself_changes_nothing_and_then_holds(family):
+    """On its own prompt the frozen model is the model; on another it differs; or freezing is refused by name."""
+    model, tokenizer = FAMILIES[family]()
+    before = model_fingerprint(model, tokenizer)
+    ids = torch.tensor([tokenizer("The room was quiet and")["input_ids"]])
+    other = ids.clone()
+    other[0, 1:-1] = ids[0, 1:-1].flip(0)  # the same tokens (and specials) in another order
+    try:
+        with intervene(model, {}, freeze=("attention", "norms", "mlp"), freeze_on=ids):
+            same, changed = logits(model, ids), logits(model, other)
+    except Exception as err:  # noqa: BLE001 -- the refusal must name the part to leave out
+        assert "leave 'attention' out of freeze=" in str(err), err
+        with intervene(model, {}, freeze=("norms", "mlp"), freeze_on=ids):
+            same, changed = logits(model, ids), logits(model, other)
+    assert (same - logits(model, ids)).abs().max() <= TOL
+    assert (changed - logits(model, other)).abs().max() > 1e-4
+    assert model_fingerprint(model, tokenizer) == before
