@@ -109,7 +109,8 @@ def intervene(
             or :class:`Add`. Edits see the selected activation, (batch, positions, width); width is the head's size
             at a head. Several points apply in order along the forward pass.
         positions: the token positions edited in every forward pass: None (all), an index, a list of indices
-            (negative from the end) or a slice.
+            (negative from the end) or a slice. They index each pass's own tokens: in generation with a cache,
+            later passes hold only the new token (so None edits every generated token, and an index past it fails).
         freeze: what to hold at its value on ``freeze_on`` (see :mod:`interp_widgets.interventions.freeze`):
             ``"attention"`` (every attention pattern), ``"norms"`` (every LayerNorm / RMSNorm divides by its scale on
             that prompt, so it is linear) and ``"mlp"`` (every block's MLP output). Edits apply on top of them.
