@@ -216,3 +216,26 @@ def test_freezing_everything_on_the_prompt_itself_changes_nothing_and_then_holds
     assert (same - logits(model, ids)).abs().max() <= TOL
     assert (changed - logits(model, other)).abs().max() > 1e-4
     assert model_fingerprint(model, tokenizer) == before
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma2", "phi3", "gpt2", "bert", "modernbert"])
+def test_a_resid_mid_edit_reaches_the_block_output_exactly(family):
+    """With the MLP outputs held, block output = resid_mid + mlp_out, so adding s·d at resid_mid moves the block
+    output by exactly s·d: the edit is in the residual stream, not only in what the MLP reads (post-norm BERT
+    normalises after the sum, so there the edit must move the output at all)."""
+    from interp_widgets.layers import capture
+
+    model, tokenizer = FAMILIES[family]()
+    ids = torch.tensor([tokenizer("The room was quiet and")["input_ids"]])
+    d = torch.randn(model.config.hidden_size, generator=torch.Generator().manual_seed(7))
+    outputs = []
+    for scale in (0.0, 0.5):
+        with intervene(model, {"layer:1.resid_mid": Add(d, scale)}, freeze="mlp", freeze_on=ids):
+            with capture(model, ["layer:1"]) as acts:
+                logits(model, ids)
+        outputs.append(acts["layer:1"][0])
+    shift = outputs[1] - outputs[0]
+    if family == "bert":
+        assert shift.abs().max() > 1e-3
+    else:
+        assert (shift - 0.5 * d).abs().max() <= TOL
