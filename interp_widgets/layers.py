@@ -50,6 +50,11 @@ Sub-points are found from the block's own modules:
 
 ``tests/test_model_families.py`` checks the residual arithmetic of each layout on a tiny model of every family.
 
+Attention heads are named ``layer:i.head:h`` (:func:`resolve_head`): head ``h``'s slice of the input of the block's
+attention output projection (``o_proj``, ``c_proj``, ``attention.output.dense``…), that is its contribution before the
+projection (TransformerLens's ``hook_z``). Query heads are counted, so grouped-query models (Llama, SmolLM2) have
+``num_attention_heads`` of them.
+
 Hooks are context managers (:func:`hooks`, :func:`capture`, :func:`evaluation`) that remove themselves on exit,
 on errors and on Ctrl-C, and restore every module's train/eval mode.
 
@@ -76,6 +81,7 @@ STACKS = ("encoder", "decoder")
 _BLOCK_NAME = re.compile(
     r"(?:(encoder|decoder)\.)?layer:(-?\d+)(?:\.(resid_pre|resid_post|attn_out|resid_mid|mlp_out))?"
 )
+_HEAD_NAME = re.compile(r"((?:(?:encoder|decoder)\.)?layer:-?\d+)\.head:(-?\d+)")
 _HOOK_NAME = re.compile(r"blocks\.(\d+)\.hook_(resid_pre|resid_mid|resid_post|attn_out|mlp_out)")
 
 # Attribute paths inside one block, first match wins. Post-norm blocks (BERT family) apply LayerNorm after each
@@ -99,6 +105,21 @@ _SANDWICH_NORM = {
 # Blocks whose attention and MLP both read the block input and add their outputs at once (GPT-NeoX/Pythia with
 # use_parallel_residual, GPT-J, Phi-1/2, CodeGen): the residual stream has no point between the two sublayers.
 _PARALLEL_TYPES = ("gptj", "phi", "codegen")
+# The attention output projection inside one block, first match wins: its input is the heads' outputs side by side.
+_OUT_PROJ = (
+    "self_attn.o_proj",
+    "attn.c_proj",
+    "attention.output.dense",
+    "attention.dense",
+    "self_attn.out_proj",
+    "self_attn.dense",
+    "attn.o_proj",
+    "attn.out_proj",
+    "attn.Wo",
+    "self_attention.dense",
+    "layer.0.SelfAttention.o",
+)
+_HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads")
 _INPUT_SITES = {"resid_pre"}
 
 
@@ -359,6 +380,152 @@ def resolve_layer(model: nn.Module, layer: str | int | nn.Module) -> LayerPoint:
     raise _unknown(model, layer)
 
 
+@dataclass(frozen=True)
+class HeadPoint:
+    """One attention head: its canonical ``name`` (``layer:i.head:h``), the ``point`` whose input holds every head's
+    output side by side (the attention output projection, a pre-hook), the ``head`` index and ``n_heads``.
+
+    Example:
+        >>> head = resolve_head(model, "layer:1.head:-1")
+        >>> head.name, head.point.path, head.point.site, head.n_heads
+        ('layer:1.head:1', 'bert.encoder.layer.1.attention.output.dense', 'input', 2)
+    """
+
+    name: str
+    point: LayerPoint
+    head: int
+    n_heads: int
+
+    def heads_of(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden`` (…, n_heads · head_dim) viewed as (…, n_heads, head_dim).
+
+        Example:
+            >>> resolve_head(model, "layer:0.head:1").heads_of(torch.zeros(1, 3, 32)).shape
+            torch.Size([1, 3, 2, 16])
+        """
+        if hidden.shape[-1] % self.n_heads:
+            raise UnsupportedModelError(
+                f"the input of {self.point.path} has width {hidden.shape[-1]}, not a multiple of the {self.n_heads} "
+                f"heads of the model's config; pass the module path '{self.point.path}' to edit it whole"
+            )
+        return hidden.unflatten(-1, (self.n_heads, hidden.shape[-1] // self.n_heads))
+
+
+def is_head_name(spec) -> bool:
+    """Whether ``spec`` is an attention head name, ``layer:i.head:h`` (see :func:`resolve_head`).
+
+    Example:
+        >>> is_head_name("layer:3.head:5"), is_head_name("layer:3.attn_out")
+        (True, False)
+    """
+    return isinstance(spec, str) and _HEAD_NAME.fullmatch(spec.strip()) is not None
+
+
+def resolve_head(model: nn.Module, spec: str) -> HeadPoint:
+    """Resolve ``"layer:i.head:h"`` (negative ``i`` and ``h`` count from the end) to a :class:`HeadPoint`.
+
+    Example:
+        >>> resolve_head(model, "layer:0.head:2")
+        Traceback (most recent call last):
+        ...
+        ValueError: head 2 does not exist: the blocks of BertForSequenceClassification have 2 attention heads; use layer:0.head:0 .. layer:0.head:1
+    """
+    match = _HEAD_NAME.fullmatch(spec.strip()) if isinstance(spec, str) else None
+    if match is None:
+        raise ValueError(f"{spec!r} is not a head name; write 'layer:<block>.head:<head>', e.g. 'layer:3.head:5'")
+    block = resolve_layer(model, match.group(1))
+    modules = dict(block.module.named_modules())
+    found = next((path for path in _OUT_PROJ if path in modules), None)
+    if found is None:
+        children = [name for name, _ in block.module.named_children()]
+        raise UnsupportedModelError(
+            f"cannot find the attention output projection in the blocks of {type(model).__name__} (block children: "
+            f"{children}); pass its module path instead to edit all heads at once"
+        )
+    config = getattr(model, "config", None)
+    n_heads = next((getattr(config, key) for key in _HEAD_KEYS if isinstance(getattr(config, key, None), int)), None)
+    if n_heads is None:
+        raise UnsupportedModelError(
+            f"the config of {type(model).__name__} does not say how many attention heads it has"
+        )
+    head = int(match.group(2))
+    if not -n_heads <= head < n_heads:
+        raise ValueError(
+            f"head {head} does not exist: the blocks of {type(model).__name__} have {n_heads} attention heads; use "
+            f"{block.name}.head:0 .. {block.name}.head:{n_heads - 1}"
+        )
+    head %= n_heads
+    path = f"{block.path}.{found}"
+    point = LayerPoint(path, path, modules[found], "input", block.block)
+    return HeadPoint(f"{block.name}.head:{head}", point, head, n_heads)
+
+
+@dataclass(frozen=True)
+class NormModule:
+    """A normalisation module: ``y = w ⊙ (x − c(x)) / r(x) + b`` with ``r(x) = sqrt(mean((x − c(x))²) + eps)``.
+
+    ``centred`` is True for LayerNorm (c = the mean over the last axis), False for RMSNorm (c = 0); ``bias`` is b or
+    None. :meth:`scale` is r(x), the one factor that depends on x non-linearly.
+
+    Example:
+        >>> norm = norm_modules(model)[0]
+        >>> norm.path, norm.centred, norm.eps
+        ('bert.embeddings.LayerNorm', True, 1e-12)
+    """
+
+    path: str
+    module: nn.Module
+    centred: bool
+    eps: float
+    bias: torch.Tensor | None
+
+    def scale(self, x: torch.Tensor) -> torch.Tensor:
+        """r(x), shape (…, 1), in float32 at least.
+
+        Example:
+            >>> norm_modules(model)[0].scale(torch.tensor([[1.0, 3.0]]))
+            tensor([[1.]])
+        """
+        x = x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+        centred = x - x.mean(-1, keepdim=True) if self.centred else x
+        return torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + self.eps)
+
+
+_TORCH_NORMS = (nn.LayerNorm, *((nn.RMSNorm,) if hasattr(nn, "RMSNorm") else ()))
+
+
+def norm_modules(model: nn.Module) -> list[NormModule]:
+    """Every LayerNorm / RMSNorm module of ``model`` (the blocks', the embeddings', the final one, q/k norms).
+
+    torch's ``LayerNorm`` is centred; modules whose class name holds ``RMSNorm``, or that keep a
+    ``variance_epsilon`` (T5LayerNorm, LlamaRMSNorm), are not. Another class named ``…Norm`` is refused.
+
+    Example:
+        >>> [norm.path for norm in norm_modules(lm)][-2:]
+        ['transformer.h.1.ln_2', 'transformer.ln_f']
+    """
+    found = []
+    for path, module in model.named_modules():
+        name = type(module).__name__
+        if not (isinstance(module, _TORCH_NORMS) or name.endswith("Norm")):
+            continue
+        eps = getattr(module, "eps", getattr(module, "variance_epsilon", None))
+        if isinstance(module, nn.LayerNorm) or (name.endswith("LayerNorm") and not hasattr(module, "variance_epsilon")):
+            centred = True
+        elif isinstance(module, _TORCH_NORMS[1:]) or "RMSNorm" in name or hasattr(module, "variance_epsilon"):
+            centred = False
+        else:
+            centred = None
+        if centred is None or not isinstance(eps, (int, float)):
+            raise UnsupportedModelError(
+                f"{path} is a {name}, a normalisation interp_widgets cannot read (neither LayerNorm nor RMSNorm with "
+                "an eps attribute); leave 'norms' out of freeze="
+            )
+        bias = getattr(module, "bias", None)
+        found.append(NormModule(path, module, centred, float(eps), bias if isinstance(bias, torch.Tensor) else None))
+    return found
+
+
 def hidden_of(value):
     """The hidden-state tensor of a module's output or input: the first element of a tuple, or the tensor itself.
 
@@ -403,6 +570,30 @@ def register(point: LayerPoint, fn: Callable) -> torch.utils.hooks.RemovableHand
         return None if new is None else (args, {**kwargs, "hidden_states": new})
 
     return point.module.register_forward_pre_hook(pre_hook, with_kwargs=True)
+
+
+def register_edit(point: LayerPoint, fn: Callable[[torch.Tensor], torch.Tensor]) -> torch.utils.hooks.RemovableHandle:
+    """Register ``fn(hidden) -> hidden`` at ``point``: its result replaces the hidden state (the module's output, or
+    the first element of an output tuple; at an input point, the hidden-state input). Returns the handle.
+
+    At ``resid_mid`` of a pre-norm block the result is written into the norm's input tensor, which the block also
+    adds the MLP's output to: the residual stream changes, as TransformerLens's ``hook_resid_mid`` and an nnsight
+    assignment to ``post_attention_layernorm.input`` change it.
+
+    Example:
+        >>> handle = register_edit(resolve_layer(model, "layer:1"), torch.zeros_like)
+        >>> with capture(model, ["layer:1"]) as acts, torch.no_grad():  # capture's hook runs after the edit
+        ...     _ = model(input_ids=torch.tensor([[101, 2204, 102]]))
+        >>> handle.remove(); float(acts["layer:1"][0].abs().max())
+        0.0
+    """
+    if point.site == "output":
+        return register(point, lambda module, inputs, value: _replace_hidden(value, fn(hidden_of(value))))
+    if point.name.endswith(".resid_mid"):
+        # the input of a pre-norm block's second norm is also the residual that the MLP's output is added to (the
+        # same tensor): the edit is written into it, so that the stream changes, not only what the MLP reads
+        return register(point, lambda module, inputs, hidden: hidden.copy_(fn(hidden)))
+    return register(point, lambda module, inputs, hidden: fn(hidden))
 
 
 @contextlib.contextmanager
@@ -526,3 +717,55 @@ def evaluation(model: nn.Module) -> Iterator[None]:
     finally:
         for module, mode in modes:
             module.training = mode
+
+
+def model_configs(model: nn.Module) -> list:
+    """Every configuration object of the model and its sub-models, with their nested sub-configurations.
+
+    Example:
+        >>> [type(config).__name__ for config in model_configs(model)]
+        ['BertConfig']
+    """
+    found, pending = {}, [m.config for m in model.modules() if hasattr(getattr(m, "config", None), "to_json_string")]
+    while pending:
+        config = pending.pop()
+        if id(config) in found:
+            continue
+        found[id(config)] = config
+        pending.extend(c for key in getattr(config, "sub_configs", {}) if (c := getattr(config, key, None)) is not None)
+    return list(found.values())
+
+
+@contextlib.contextmanager
+def attention_implementation(model: nn.Module, name: str, *, why: str, hint: str = "") -> Iterator[None]:
+    """Run a Hugging Face model with the attention implementation ``name`` (``"eager"``, or one registered in
+    transformers' ``AttentionInterface``) inside the block.
+
+    A model that cannot switch at run time raises an :class:`UnsupportedModelError` that starts with ``why`` and
+    says to reload it with ``attn_implementation="eager"`` (then ``hint``). On exit, also on errors, the attention
+    implementation of the model and of every sub-configuration is restored exactly, and the output-capturing hooks
+    transformers installs on first use of ``output_attentions`` are removed again (:func:`no_new_hooks`).
+
+    Example:
+        >>> with attention_implementation(model, "eager", why="this example reads attention weights"):
+        ...     model.config._attn_implementation
+        'eager'
+        >>> model.config._attn_implementation
+        'sdpa'
+    """
+    saved = [(config, config.__dict__.get("_attn_implementation_internal")) for config in model_configs(model)]
+    with no_new_hooks(model):
+        try:
+            current = getattr(getattr(model, "config", None), "_attn_implementation", None)
+            if current is not None and current != name:
+                if hasattr(model, "set_attn_implementation"):
+                    model.set_attn_implementation(name)
+                if model.config._attn_implementation != name:
+                    raise UnsupportedModelError(
+                        f"{why}; {type(model).__name__} runs {current!r} attention and cannot switch to {name!r} at "
+                        "run time. Reload it with from_pretrained(..., attn_implementation='eager')" + hint + "."
+                    )
+            yield
+        finally:
+            for config, implementation in saved:
+                config._attn_implementation_internal = implementation

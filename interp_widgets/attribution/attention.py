@@ -33,20 +33,8 @@ from interp_widgets.attribution.base import Attributor, progress_bar
 from interp_widgets.attribution.rows import RowChunk, evaluate_rows
 from interp_widgets.tasks import ExplainedInput, task_for
 from interp_widgets.attribution.result import AttributionResult
-from interp_widgets.layers import no_new_hooks
+from interp_widgets.layers import attention_implementation
 from interp_widgets.validation import check_int
-
-
-def _configs(model: nn.Module) -> list:
-    """Every configuration object of the model and its sub-models, with their nested sub-configurations."""
-    found, pending = {}, [m.config for m in model.modules() if hasattr(getattr(m, "config", None), "to_json_string")]
-    while pending:
-        config = pending.pop()
-        if id(config) in found:
-            continue
-        found[id(config)] = config
-        pending.extend(c for key in getattr(config, "sub_configs", {}) if (c := getattr(config, key, None)) is not None)
-    return list(found.values())
 
 
 @contextlib.contextmanager
@@ -72,24 +60,13 @@ def eager_attention(model: nn.Module) -> Iterator[None]:
         >>> len(attentions), attentions[0].shape  # layers; (batch, heads, T, T)
         (2, torch.Size([1, 2, 5, 5]))
     """
-    saved = [(config, config.__dict__.get("_attn_implementation_internal")) for config in _configs(model)]
-    with no_new_hooks(model):
-        try:
-            current = getattr(getattr(model, "config", None), "_attn_implementation", None)
-            if current is not None and current != "eager":
-                if hasattr(model, "set_attn_implementation"):
-                    model.set_attn_implementation("eager")
-                if model.config._attn_implementation != "eager":
-                    raise UnsupportedModelError(
-                        f"attention methods read attention weights, which only eager attention returns; "
-                        f"{type(model).__name__} runs {current!r} attention and cannot switch to eager at run time. "
-                        "Reload it with from_pretrained(..., attn_implementation='eager'), or use a gradient or "
-                        "perturbation method."
-                    )
-            yield
-        finally:
-            for config, implementation in saved:
-                config._attn_implementation_internal = implementation
+    with attention_implementation(
+        model,
+        "eager",
+        why="attention methods read attention weights, which only eager attention returns",
+        hint=", or use a gradient or perturbation method",
+    ):
+        yield
 
 
 class _AttentionRecorder:
