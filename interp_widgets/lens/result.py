@@ -22,7 +22,7 @@ import numpy as np
 from interp_widgets._files import output_path, read_safetensors
 from interp_widgets._flat import group_flat, install_flat_properties, replace_flat
 from interp_widgets.targets import Targets
-from interp_widgets.text_units import TokenLayout
+from interp_widgets.text_units import TokenLayout, joined_layout
 from interp_widgets.validation import check_choice, check_int
 
 __all__ = ["FLAT_ATTRIBUTES", "LensPositions", "LensReadout", "LensResult", "LensRun", "Vocabulary"]
@@ -221,16 +221,6 @@ FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
 }  # fmt: skip
 
 
-def _joined_layout(values: dict[str, Any]) -> TokenLayout:
-    """The layout of tokens known only as their decoded text (a file saved by 0.1): the text is the tokens joined,
-    each token's span its place in it; no token is special unless ``special_mask`` says so."""
-    tokens = [str(token) for token in values.pop("tokens")]
-    lengths = np.array([len(token) for token in tokens], dtype=np.int64)
-    ends = np.cumsum(lengths)
-    values = {"special_mask": np.zeros(len(tokens), bool), **values}
-    return TokenLayout(text="".join(tokens), tokens=tokens, offsets=np.stack([ends - lengths, ends], axis=1), **values)
-
-
 @dataclass
 class LensResult:
     """A logit (and optionally tuned) lens over a text: ``N`` lenses × ``L`` layers × ``T`` positions.
@@ -304,7 +294,7 @@ class LensResult:
         grouped = group_flat(FLAT_ATTRIBUTES, values, what="lens result", extra=("targets",))
         layout = grouped.get("layout", {})
         if "text" not in layout and "offsets" not in layout and "tokens" in layout:  # 0.1 kept the tokens only
-            layout = _joined_layout(layout)
+            layout = joined_layout(**layout)
         else:
             layout = TokenLayout(**layout)
         if targets is None:
