@@ -187,10 +187,14 @@ class ColumnStore:
             raise ValueError(f"{self.label}s must not decrease: got {step!r} after {last!r}")
         if not self._append_row(step):
             return
+        row = self.size - 1
         try:
-            self._write(self.size - 1, step, values)
+            self._write(row, step, values)
         except TypeError:
-            self.size -= 1
+            self.size = row
+            for buffers in (self.columns, self.raw):
+                for buffer in buffers.values():
+                    buffer[row] = np.nan  # rows past the last one stay empty (see _append_row)
             raise
 
     def extend(self, steps: np.ndarray, columns: Mapping[str, np.ndarray]) -> None:
@@ -225,9 +229,13 @@ class ColumnStore:
 
     def _write(self, row: int, step: float, values: Mapping[str, float]) -> None:
         """Write ``values`` into ``row``; a value that is not a number raises a TypeError naming its series."""
+        columns = self.columns
         for name, value in values.items():
+            column = columns.get(name)
+            if column is None:
+                column = self._buffer(name)
             try:
-                self._buffer(name)[row] = value
+                column[row] = value
             except (TypeError, ValueError):
                 raise TypeError(f"series {name!r} at {self.label} {step:g}: expected a number, got {value!r}") from None
 
@@ -263,11 +271,10 @@ class ColumnStore:
                     buffer[:kept] = buffer[keep].copy()
                     buffer[kept:] = np.nan
             self.size = kept
+        # Every buffer is NaN past its last row (new and grown buffers start NaN, thinning and a failed append
+        # clear what they leave), so a new row starts empty without touching the other columns.
         self._grow(self.size + 1)
         self.step_buffer[self.size] = step
-        for buffers in (self.columns, self.raw):
-            for buffer in buffers.values():
-                buffer[self.size] = np.nan
         self.size += 1
         return True
 

@@ -56,3 +56,17 @@ def test_arrays_round_trip_keeps_thinning_state():
     assert back.steps.tolist() == store.steps.tolist() == [0, 4, 8]
     assert back.raw_matrix("r").tolist() == store.raw_matrix("r").tolist()
     assert (back.stride, back.offered) == (store.stride, store.offered)
+
+
+def test_a_new_row_starts_empty_after_a_failed_append_and_after_thinning():
+    store = ColumnStore(step_dtype=np.float64, dtype=np.float32)
+    store.append(0, {"loss": 1.0, "acc": 0.5})
+    with pytest.raises(TypeError):
+        store.append(1, {"acc": 0.75, "loss": "high"})  # acc was written before the bad loss
+    store.append(2, {"loss": 0.5})  # the row the failed append used: acc must not show 0.75
+    assert store.column("loss").tolist() == [1.0, 0.5] and np.isnan(store.column("acc")[1])
+    thinned = ColumnStore(4, step_dtype=np.float64, dtype=np.float32)
+    for step in range(6):  # the fifth row thins the store to every other step; step 5 is dropped
+        thinned.append(step, {"x": float(step), "y": float(step)})
+    thinned.append(6, {"x": 6.0})  # kept after thinning: y was never given at this step
+    assert thinned.steps.tolist() == [0, 2, 4, 6] and np.isnan(thinned.column("y")[-1])
