@@ -762,8 +762,8 @@ def attention_implementation(model: nn.Module, name: str, *, why: str, hint: str
                     model.set_attn_implementation(name)
                 if model.config._attn_implementation != name:
                     raise UnsupportedModelError(
-                        f"{why}; {type(model).__name__} runs {current!r} attention and cannot switch to {name!r} at "
-                        "run time. Reload it with from_pretrained(..., attn_implementation='eager')" + hint + "."
+                        f"{why}; {type(model).__name__} runs {current!r} attention and cannot switch to {name} at run "
+                        f"time. Reload it with from_pretrained(..., attn_implementation={name!r})" + hint + "."
                     )
             yield
         finally:
