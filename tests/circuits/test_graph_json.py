@@ -14,7 +14,8 @@ from interp_widgets.targets import Targets
 from tests.circuits.test_graph import random_graph
 
 # Neuronpedia's apps/webapp/app/api/graph/graph-schema.json at commit b8efe8435ea59592690f3d39dc3479b0d4e337c0
-# (the schema uploads are validated against), restated: its required fields and their types.
+# (the schema uploads are validated against), restated in full: every type and every required field it declares;
+# only its descriptions and examples are left out.
 _STRING, _INT, _NUMBER = {"type": "string"}, {"type": "integer"}, {"type": "number"}
 NEURONPEDIA_SCHEMA = {
     "$schema": "http://json-schema.org/draft-07/schema#",
@@ -30,7 +31,37 @@ NEURONPEDIA_SCHEMA = {
                 "prompt_tokens": {"type": "array", "items": _STRING},
                 "prompt": _STRING,
                 "node_threshold": _NUMBER,
-                "feature_details": {"type": "object", "properties": {"feature_json_base_url": _STRING}},
+                "feature_details": {
+                    "type": "object",
+                    "properties": {
+                        "feature_json_base_url": _STRING,
+                        "neuronpedia_source_set": _STRING,
+                        "neuronpedia_lorsa_source_set": _STRING,
+                    },
+                },
+                "info": {
+                    "type": "object",
+                    "properties": {
+                        "description": _STRING,
+                        "creator_name": _STRING,
+                        "creator_url": _STRING,
+                        "source_urls": {"type": "array"},
+                        "generator": {
+                            "type": "object",
+                            "properties": {"name": _STRING, "version": _STRING, "url": _STRING, "email": _STRING},
+                        },
+                        "create_time_ms": _NUMBER,
+                    },
+                },
+                "generation_settings": {
+                    "type": "object",
+                    "properties": {
+                        "max_n_logits": _INT,
+                        "desired_logit_prob": _NUMBER,
+                        "batch_size": _INT,
+                        "max_feature_nodes": _INT,
+                    },
+                },
                 "pruning_settings": {
                     "type": "object",
                     "properties": {"node_threshold": _NUMBER, "edge_threshold": _NUMBER},
