@@ -128,6 +128,18 @@ describe("pruning equals Python's AttributionGraph.prune", () => {
     });
   }
 
+  it("drops a feature whose only output went to a dropped feature, in a second round, as Python does", () => {
+    const cascade = FIXTURES.graphs.find((fixture) => fixture.name === "cascade");
+    const [twoRounds, none] = cascade.prune;
+    expect(twoRounds.nodes).toEqual([2, 6, 7]); // Python drops f0 (1), then fp (0)
+    expect(none.nodes).toEqual([0, 1, 2, 6, 7]);
+    const graph = fixtureGraph(cascade);
+    for (const expected of [twoRounds, none]) {
+      const { node_threshold: nodeThreshold, edge_threshold: edgeThreshold } = expected;
+      expect(indices(pruneGraph(graph, { nodeThreshold, edgeThreshold }).nodeMask)).toEqual(expected.nodes);
+    }
+  });
+
   it("prunes Python's example_graph as its docstring says", () => {
     const pruned = pruneGraph(exampleGraph(), { nodeThreshold: 0.9 });
     expect(indices(pruned.nodeMask)).toEqual([0, 3, 4, 5]);
