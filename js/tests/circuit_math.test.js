@@ -14,6 +14,7 @@ import {
   pruneGraph,
   subgraphScores,
   suggestSupernodes,
+  supernodeSuggestions,
 } from "../src/views/circuit/graph_math/index.js";
 
 const FIXTURES = JSON.parse(readFileSync(resolve(__dirname, "fixtures/circuit_math.json"), "utf8"));
@@ -290,7 +291,7 @@ function npGraph(nodes, links) {
   });
   const ids = nodes.map((node) => node.id);
   const suggest = (pinned, options = {}) =>
-    suggestSupernodes(
+    supernodeSuggestions(
       graph,
       pinned.filter((id) => index.has(id)).map((id) => index.get(id)),
       { ...options, nodeIds: ids, grouped: (options.grouped ?? []).map((id) => index.get(id)) },
@@ -481,7 +482,7 @@ describe("supernode suggestions: Neuronpedia's own tests", () => {
     const a = forward.suggest(["a", "b", "c"]);
     const b = reversed.suggest(["c", "b", "a"]);
     expect(b).toEqual(a);
-    expect(suggestSupernodes(forward.graph, pins).map((s) => s.members)).toEqual([[2, 3, 4]]);
+    expect(suggestSupernodes(forward.graph, pins)).toEqual([[2, 3, 4]]);
     expect(pins).toEqual(before);
   });
 });
