@@ -7,7 +7,10 @@
  * Python computes in float32; this computes the influences in float64 and rounds them to float32 where Python
  * compares them (the scores, the cumulative sums that place a threshold: float64 sums rounded to float32, divided by
  * the float32 total, as torch's `cumsum` and `searchsorted` do), so a kept set differs from Python's only where two
- * scores are within float32 rounding of each other at the threshold.
+ * scores are within float32 rounding of each other at the threshold. At a threshold of exactly 1 the cut hangs on
+ * the last bit of Python's float32 total (a cumulative share of 0.99999994 falls through to the zero scores and
+ * keeps everything); this takes the correctly rounded total, so the last positive score is the threshold.
+ * A threshold of 1 is therefore not "no pruning": nodes without influence and edges of score 0 still go.
  *
  * @example
  *   const pruned = pruneGraph(graph, { nodeThreshold: 0.8, edgeThreshold: 0.98 });
