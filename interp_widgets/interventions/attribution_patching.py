@@ -20,12 +20,33 @@ import contextlib
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
+import numpy as np
 import torch
 from torch import nn
 
 from interp_widgets.adapter import ModelAdapter
+from interp_widgets.interventions.patching_inputs import (
+    DIRECTIONS,
+    Scorer,
+    check_separates,
+    metric_name,
+    normalise,
+    prepare_pairs,
+    resolve_answers,
+    scored_logits,
+)
+from interp_widgets.interventions.patching_result import (
+    POINTS,
+    POSITIONS,
+    PatchingBaseline,
+    PatchingPair,
+    PatchingPanel,
+    PatchingResult,
+    PatchingSetting,
+)
 from interp_widgets.interventions.points import resolve_point
 from interp_widgets.layers import LayerPoint, blocks, evaluation, no_new_hooks, register_edit, resolve_head
+from interp_widgets.validation import check_choice
 
 #: The point types whose activation is one hooked hidden state per layer (the stream, or the heads side by side).
 STREAM_POINTS = ("resid_pre", "attn_out", "mlp_out", "resid_mid")
@@ -85,60 +106,183 @@ def _hooked(model: nn.Module, sites: Sequence[_Site], acts: list, deltas: list |
         yield
 
 
-def _forward(adapter: ModelAdapter, ids: torch.Tensor) -> torch.Tensor:
-    """The logits at the last position, (rows, vocab)."""
-    last = torch.full((ids.shape[0], 1), ids.shape[1] - 1, dtype=torch.long)
-    return adapter.forward_ids(ids, positions=last)[:, -1]
+def _forward(adapter: ModelAdapter, ids: torch.Tensor, position: int) -> torch.Tensor:
+    """A language model's logits at ``position`` only, (rows, 1, vocab); a classifier's (rows, classes)."""
+    return adapter.forward_ids(ids, positions=torch.full((ids.shape[0], 1), position, dtype=torch.long))
 
 
-def _activations(adapter: ModelAdapter, ids: torch.Tensor, sites: Sequence[_Site]):
-    """The activations at every site (detached) and the last-position logits of a plain run without gradients."""
+def _activations(adapter: ModelAdapter, ids: torch.Tensor, sites: Sequence[_Site], position: int):
+    """The activations at every site (detached) and the scored logits of a plain run without gradients."""
     acts: list = [None] * len(sites)
     with _hooked(adapter.model, sites, acts, None), torch.no_grad():
-        logits = _forward(adapter, ids)
+        logits = _forward(adapter, ids, position)
     return acts, logits
 
 
 def _gradients(
-    adapter: ModelAdapter, ids: torch.Tensor, sites: Sequence[_Site], score: Callable[[torch.Tensor], torch.Tensor]
+    adapter: ModelAdapter,
+    ids: torch.Tensor,
+    sites: Sequence[_Site],
+    position: int,
+    score: Callable[[torch.Tensor], torch.Tensor],
 ):
-    """One forward and one backward pass on ``ids``: the activations at every site, the per-row scores ``score(logits)``
-    and dscore_b/da_b at every site (rows are independent, so the gradient of the sum gives each row's own)."""
+    """One forward and one backward pass on ``ids``: the activations at every site, the per-row metric
+    ``score(logits)`` and d metric_b / d a_b at every site (rows are independent, so the gradient of the sum gives
+    each row its own)."""
     acts: list = [None] * len(sites)
     deltas: list = [None] * len(sites)
     with _hooked(adapter.model, sites, acts, deltas), torch.enable_grad():
-        logits = _forward(adapter, ids)
-        scores = score(logits)
-        missing = [site for site, zero in zip(sites, deltas) if zero is None]
+        scores = score(_forward(adapter, ids, position))
+        missing = [site.point.name for site, zero in zip(sites, deltas) if zero is None]
         if missing:
-            raise RuntimeError(f"the forward pass never reached {missing[0].point.name}")
+            raise RuntimeError(f"the forward pass never reached {missing[0]}; this model skips it")
         grads = torch.autograd.grad(scores.sum(), deltas, allow_unused=True)
     adapter.count_backward(1, int(ids.shape[0]))
     grads = [torch.zeros_like(zero) if g is None else g for g, zero in zip(grads, deltas)]
     return acts, scores.detach(), grads
 
 
-def first_order(
+def _point_types(points) -> list[str]:
+    kinds = [points] if isinstance(points, str) else list(points)
+    if not kinds:
+        raise ValueError(f"points is empty; name at least one point type of {STREAM_POINTS + ('head',)}")
+    for kind in kinds:
+        check_choice("point", kind, POINTS)
+    if len(set(kinds)) != len(kinds):
+        raise ValueError(f"points repeats a point type: {kinds}; name each once")
+    return kinds
+
+
+def _unit_labels(site: _Site) -> list[str]:
+    return ["stream"] if site.kind in STREAM_POINTS else [f"H{h}" for h in range(site.units)]
+
+
+def _model_name(model: nn.Module) -> str:
+    return str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+
+
+def attribution_patching(
     model: nn.Module,
     tokenizer,
-    run_ids: torch.Tensor,
-    source_ids: torch.Tensor,
-    kinds: Sequence[str],
-    score: Callable[[torch.Tensor], torch.Tensor],
-) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-    """The first-order estimate of patching each site of ``kinds`` from ``source_ids`` into the run on ``run_ids``.
+    clean,
+    corrupt,
+    *,
+    answer=None,
+    foil=None,
+    points=("resid_pre",),
+    positions: str = "each",
+    metric="logit_diff",
+    direction: str = "denoise",
+) -> PatchingResult:
+    """Attribution patching: the first-order estimate of :func:`activation_patching`, from one backward pass.
 
-    Returns ``({kind: (rows, layers, units, tokens) estimated change of the score}, the run's scores (rows,),
-    the source run's logits at the last position (rows, vocab))``. Two forward passes and one backward pass.
+    Denoising estimates the patch of each clean activation into the corrupt run as ``(a_clean - a_corr) . dM/da``,
+    the gradient taken on the corrupt run; noising estimates the patch of each corrupt activation into the clean run
+    as ``(a_corr - a_clean) . dM/da`` on the clean run. One clean pass, one corrupt pass and one backward pass give
+    every point type, layer, unit and position at once. The estimated metric of a patched run is the run's metric
+    plus the estimate, normalised as exact patching normalises it (0 = corrupt run, 1 = clean run, per pair, then
+    averaged; noising keeps the formula, so a low value means important). It is an estimate: attention saturation
+    and cancelling paths make it miss effects (false negatives, AtP*), so confirm what matters with exact patching.
+
+    Args:
+        model, tokenizer: a Hugging Face model and its tokenizer. The model is never changed: no parameter's
+            ``requires_grad`` or ``.grad`` is touched (gradients are taken with ``torch.autograd.grad`` with respect
+            to the hooked activations only), hooks are removed and the train/eval mode restored, also on errors.
+        clean, corrupt: a prompt each, or two lists of prompts (pairs), all of the same token count.
+        answer, foil: the scored tokens (a single-token string or an id, or a list with one per pair); by default
+            the clean run's top token and the corrupt run's top other token.
+        points: point types among ``"resid_pre"``, ``"attn_out"``, ``"mlp_out"``, ``"resid_mid"`` and ``"head"``
+            (each head's output before the output projection).
+        positions: ``"each"`` (one estimate per position) or ``"all"`` (every position patched at once: the sum of
+            the per-position estimates).
+        metric: ``"logit_diff"`` (answer - foil), ``"answer_prob"``, ``"kl"`` (KL(clean || run); denoising only) or
+            a callable ``metric(logits, pair) -> (rows,)`` of the scored logits; it must be differentiable.
+        direction: ``"denoise"`` (corrupt run, clean values patched in) or ``"noise"`` (the reverse).
+
+    Returns a :class:`PatchingResult` with ``setting.method == "attribution"`` and no top tokens (no patched run).
+
+    Example:
+        >>> from interp_widgets.interventions import attribution_patching
+        >>> result = attribution_patching(lm, lm_tokenizer, "the cat sat on the", "the dog sat on the",
+        ...                               answer=" mat", foil=" dog", points=("resid_pre", "head"))
+        >>> result.setting.method, result.panel("head").values.shape
+        ('attribution', (2, 2, 5))
     """
+    check_choice("direction", direction, DIRECTIONS)
+    check_choice("positions", positions, POSITIONS)
+    name = metric_name(metric)
+    if direction == "noise" and name == "kl":
+        raise ValueError(
+            "metric='kl' cannot be estimated by attribution patching in the noising direction: the gradient is "
+            "taken on the clean run, where KL(clean || run) is at its minimum (0), so its gradient is exactly zero "
+            "and every estimate would be 0. Use direction='denoise' with metric='kl', another metric "
+            "('logit_diff' or 'answer_prob') for noising, or activation_patching for exact noising KL."
+        )
+    kinds = _point_types(points)
+    pairs = prepare_pairs(tokenizer, clean, corrupt)
     adapter = ModelAdapter(model, tokenizer)
     sites = _sites(model, kinds)
     flat = [site for kind in kinds for site in sites[kind]]
+    denoise = direction == "denoise"
+    run_ids, source_ids = (pairs.corrupt_ids, pairs.clean_ids) if denoise else (pairs.clean_ids, pairs.corrupt_ids)
+    index = torch.arange(pairs.n_pairs)
+    found: dict = {}
+
+    def score(output: torch.Tensor) -> torch.Tensor:
+        logits, source = scored_logits(output, 0), scored_logits(source_output, 0)
+        clean_logits, corrupt_logits = (source, logits.detach()) if denoise else (logits.detach(), source)
+        found["answers"] = resolve_answers(
+            tokenizer,
+            answer,
+            foil,
+            pairs.n_pairs,
+            clean_logits=clean_logits,
+            corrupt_logits=corrupt_logits,
+            labels=getattr(model.config, "id2label", None) if output.dim() == 2 else None,
+            needs_foil=name == "logit_diff",
+        )
+        found["scorer"] = Scorer(metric, found["answers"], clean_logits)
+        return found["scorer"](logits, index)
+
     with evaluation(model):
-        source_acts, source_logits = _activations(adapter, source_ids, flat)
-        run_acts, scores, grads = _gradients(adapter, run_ids, flat, score)
-    estimates: dict[str, list[torch.Tensor]] = {kind: [] for kind in kinds}
+        source_acts, source_output = _activations(adapter, source_ids, flat, pairs.position)
+        run_acts, run_metrics, grads = _gradients(adapter, run_ids, flat, pairs.position, score)
+    source_metrics = found["scorer"](scored_logits(source_output, 0), index).detach()
+    run_metrics, source_metrics = run_metrics.double().cpu().numpy(), source_metrics.double().cpu().numpy()
+    clean_metrics, corrupt_metrics = (source_metrics, run_metrics) if denoise else (run_metrics, source_metrics)
+    check_separates(clean_metrics, corrupt_metrics, name)
+
+    changes: dict[str, list[np.ndarray]] = {kind: [] for kind in kinds}
     for site, source, run, grad in zip(flat, source_acts, run_acts, grads):
-        change = site.split((source - run).float()) * site.split(grad.float())
-        estimates[site.kind].append(change.sum(-1).permute(0, 2, 1))  # (rows, units, tokens)
-    return {kind: torch.stack(parts, 1) for kind, parts in estimates.items()}, scores, source_logits
+        change = (site.split((source - run).double()) * site.split(grad.double())).sum(-1)  # (pairs, tokens, units)
+        if positions == "all":
+            change = change.sum(1, keepdim=True)
+        changes[site.kind].append(change.permute(2, 1, 0).cpu().numpy())  # (units, positions, pairs)
+    panels = []
+    for kind in kinds:
+        raw = run_metrics + np.stack(changes[kind])  # (layers, units, positions, pairs)
+        normalised = normalise(raw, clean_metrics, corrupt_metrics)
+        panels.append(
+            PatchingPanel(
+                kind,
+                [site.layer for site in sites[kind]],
+                _unit_labels(sites[kind][0]),
+                ["all"] if positions == "all" else pairs.layout.tokens,
+                values=normalised.mean(-1),
+                raw=raw.mean(-1),
+                spread=normalised.std(-1),
+            )
+        )
+    answers = found["answers"]
+    pair = PatchingPair(
+        pairs.layout,
+        pairs.corrupt_tokens,
+        answers.answers,
+        answers.answer_ids,
+        answers.foils,
+        answers.foil_ids,
+        pairs.n_pairs,
+        -1 if source_output.dim() == 2 else pairs.position,
+    )
+    setting = PatchingSetting(name, direction, "attribution", positions, _model_name(model))
+    return PatchingResult(pair, setting, PatchingBaseline(clean_metrics, corrupt_metrics), tuple(panels))
