@@ -7,6 +7,7 @@
   :class:`Clamp` (a direction's component set to a value) and :class:`Add` (a scaled direction added).
 - ``intervene(..., freeze=("attention", "norms", "mlp"), freeze_on=prompt)`` holds attention patterns, norm scales
   and MLP outputs at their values on a prompt (:mod:`interp_widgets.interventions.freeze`).
+- :func:`attribution_patching`: the first-order estimate of activation patching (AtP) from one backward pass.
 - :func:`reference_activations`: the activations at a point over texts, the reference of a mean or resample
   ablation; :func:`resolve_point`: the one reading of a point's name.
 
@@ -19,6 +20,7 @@ Example:
     True
 """
 
+from interp_widgets.interventions.attribution_patching import attribution_patching
 from interp_widgets.interventions.edits import ABLATION_MODES, Ablate, Add, Clamp, as_direction, reference_activations
 from interp_widgets.interventions.intervene import intervene
 from interp_widgets.interventions.points import EditPoint, resolve_point
@@ -30,6 +32,7 @@ __all__ = [
     "Clamp",
     "EditPoint",
     "as_direction",
+    "attribution_patching",
     "intervene",
     "reference_activations",
     "resolve_point",

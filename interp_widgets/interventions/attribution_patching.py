@@ -203,10 +203,10 @@ def attribution_patching(
 
     Example:
         >>> from interp_widgets.interventions import attribution_patching
-        >>> result = attribution_patching(lm, lm_tokenizer, "the cat sat on the", "the dog sat on the",
-        ...                               answer=" mat", foil=" dog", points=("resid_pre", "head"))
+        >>> result = attribution_patching(lm, lm_tokenizer, "the cat sat", "the dog sat", answer=" on", foil=" the",
+        ...                               points=("resid_pre", "head"))
         >>> result.setting.method, result.panel("head").values.shape
-        ('attribution', (2, 2, 5))
+        ('attribution', (2, 2, 6))
     """
     check_choice("direction", direction, DIRECTIONS)
     check_choice("positions", positions, POSITIONS)
