@@ -17,6 +17,7 @@ their ``.grad`` are never touched.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -25,8 +26,10 @@ import torch
 from torch import nn
 
 from interp_widgets.adapter import ModelAdapter
+from interp_widgets.interventions.intervene import intervene
 from interp_widgets.interventions.patching_inputs import (
     DIRECTIONS,
+    Answers,
     Scorer,
     check_separates,
     metric_name,
@@ -45,7 +48,15 @@ from interp_widgets.interventions.patching_result import (
     PatchingSetting,
 )
 from interp_widgets.interventions.points import resolve_point
-from interp_widgets.layers import LayerPoint, blocks, evaluation, no_new_hooks, register_edit, resolve_head
+from interp_widgets.layers import (
+    LayerPoint,
+    blocks,
+    evaluation,
+    no_new_hooks,
+    register,
+    register_edit,
+    resolve_head,
+)
 from interp_widgets.validation import check_choice
 
 #: The point types whose activation is one hooked hidden state per layer (the stream, or the heads side by side).
@@ -285,4 +296,58 @@ def attribution_patching(
         -1 if source_output.dim() == 2 else pairs.position,
     )
     setting = PatchingSetting(name, direction, "attribution", positions, _model_name(model))
-    return PatchingResult(pair, setting, PatchingBaseline(clean_metrics, corrupt_metrics), tuple(panels))
+    result = PatchingResult(pair, setting, PatchingBaseline(clean_metrics, corrupt_metrics), tuple(panels))
+    # verify() re-runs cells exactly: it keeps the model, the tokenizer and the call in memory (never saved)
+    result._rerun = functools.partial(
+        _exact_cells, model, tokenizer, clean, corrupt, answers, metric, direction, positions, result
+    )
+    return result
+
+
+def _cell_point(result: PatchingResult, cell: tuple) -> str:
+    point, layer, unit = cell[0], result.panel(cell[0]).layers[cell[1]], cell[2]
+    return f"layer:{layer}.head:{unit}" if point == "head" else f"layer:{layer}.{point}"
+
+
+def _exact_cells(
+    model: nn.Module,
+    tokenizer,
+    clean,
+    corrupt,
+    answers: Answers,
+    metric,
+    direction: str,
+    positions: str,
+    result: PatchingResult,
+    cells: Sequence[tuple],
+) -> np.ndarray:
+    """The metric of the exactly patched run of each cell ``(point, layer index, unit index, position index, ...)``
+    of ``result``, per pair: (cells, pairs). One patched forward pass per cell (all pairs in it), through
+    :func:`~interp_widgets.interventions.intervene`."""
+    pairs = prepare_pairs(tokenizer, clean, corrupt)
+    adapter = ModelAdapter(model, tokenizer)
+    denoise = direction == "denoise"
+    run_ids, source_ids = (pairs.corrupt_ids, pairs.clean_ids) if denoise else (pairs.clean_ids, pairs.corrupt_ids)
+    names = [_cell_point(result, cell) for cell in cells]
+    points = {name: resolve_point(model, name) for name in dict.fromkeys(names)}
+    index = torch.arange(pairs.n_pairs)
+    source: dict[str, torch.Tensor] = {}
+    raw = []
+    with evaluation(model), no_new_hooks(model), torch.no_grad():
+        handles = [
+            register(p.point, lambda m, i, v, name=name, p=p: source.__setitem__(name, p.select(v).detach().clone()))
+            for name, p in points.items()
+        ]
+        try:
+            source_output = _forward(adapter, source_ids, pairs.position)
+        finally:
+            for handle in handles:
+                handle.remove()
+        # only KL needs the clean logits, and attribution patching takes KL for denoising only (clean = source)
+        scorer = Scorer(metric, answers, scored_logits(source_output, 0) if denoise else None)
+        for cell, name in zip(cells, names):
+            value, where = source[name], None if positions == "all" else [cell[3]]
+            with intervene(model, {name: value if where is None else value[:, where]}, positions=where):
+                out = _forward(adapter, run_ids, pairs.position)
+            raw.append(scorer(scored_logits(out, 0), index).double().cpu().numpy())
+    return np.stack(raw) if raw else np.zeros((0, pairs.n_pairs))
