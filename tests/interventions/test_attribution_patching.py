@@ -241,3 +241,39 @@ def test_bad_input_names_the_fix():
     neox, neox_tokenizer = tiny_models.gpt_neox_lm()
     with pytest.raises(TypeError, match="no resid_mid"):
         attribution_patching(neox, neox_tokenizer, CLEAN, CORRUPT, answer=ANSWER, foil=FOIL, points=("resid_mid",))
+
+
+@pytest.mark.parametrize("positions", ["each", "all"])
+def test_verify_reruns_the_top_cells_exactly(positions, tmp_path):
+    family = "llama"
+    model, tokenizer = float64(family)
+    clean, corrupt = ids_of(tokenizer, CLEAN), ids_of(tokenizer, CORRUPT)
+    result = attribution_patching(
+        model, tokenizer, CLEAN, CORRUPT, answer=ANSWER, foil=FOIL, points=KINDS, positions=positions
+    )
+    check = result.verify(top_k=6, sample=4, seed=1)
+    frame = check.to_dataframe()
+    assert frame["chosen"].tolist() == ["top"] * 6 + ["sample"] * 4
+    every = np.concatenate([np.abs(panel.values).reshape(-1) for panel in result.panels])
+    np.testing.assert_allclose(np.sort(np.abs(frame["estimate"][:6])), np.sort(every)[-6:], atol=1e-7)
+    source, _ = activations(model, family, clean, KINDS)
+    clean_m, corrupt_m = result.baseline.clean_metric, result.baseline.corrupt_metric
+    width = model.config.hidden_size // model.config.num_attention_heads
+    for row in frame.itertuples():
+        unit = int(row.unit[1:]) if row.point == "head" else 0
+        cols = slice(unit * width, (unit + 1) * width) if row.point == "head" else slice(None)
+        value = source[row.point, row.layer][:, :, cols]
+        where = list(range(clean.shape[1])) if positions == "all" else [row.position]
+        handle = plain_hook(model, FAMILIES[family], spec(row.point, row.layer, unit), lambda x: value[:, where], where)
+        try:
+            with torch.no_grad():
+                exact = float(metric(model(input_ids=corrupt).logits)[0])
+        finally:
+            handle.remove()
+        assert abs(row.exact_raw - exact) < 1e-9
+        assert abs(row.exact - (exact - corrupt_m) / (clean_m - corrupt_m)) < 1e-9
+        assert abs(row.error - (row.estimate - row.exact)) < 1e-12
+    assert frame["exact"].abs().max() > 0.1
+    loaded = type(result).load(result.save(tmp_path / "estimate.safetensors"))
+    with pytest.raises(ValueError, match="Run attribution_patching"):
+        loaded.verify()
