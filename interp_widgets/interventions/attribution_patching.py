@@ -38,8 +38,8 @@ from interp_widgets.interventions.patching_inputs import (
     resolve_answers,
     scored_logits,
 )
+from interp_widgets.interventions.patching import _check_points
 from interp_widgets.interventions.patching_result import (
-    POINTS,
     POSITIONS,
     PatchingBaseline,
     PatchingPair,
@@ -153,17 +153,6 @@ def _gradients(
     return acts, scores.detach(), grads
 
 
-def _point_types(points) -> list[str]:
-    kinds = [points] if isinstance(points, str) else list(points)
-    if not kinds:
-        raise ValueError(f"points is empty; name at least one point type of {STREAM_POINTS + ('head',)}")
-    for kind in kinds:
-        check_choice("point", kind, POINTS)
-    if len(set(kinds)) != len(kinds):
-        raise ValueError(f"points repeats a point type: {kinds}; name each once")
-    return kinds
-
-
 def _unit_labels(site: _Site) -> list[str]:
     return ["stream"] if site.kind in STREAM_POINTS else [f"H{h}" for h in range(site.units)]
 
@@ -229,7 +218,7 @@ def attribution_patching(
             "and every estimate would be 0. Use direction='denoise' with metric='kl', another metric "
             "('logit_diff' or 'answer_prob') for noising, or activation_patching for exact noising KL."
         )
-    kinds = _point_types(points)
+    kinds = list(_check_points(points))
     pairs = prepare_pairs(tokenizer, clean, corrupt)
     adapter = ModelAdapter(model, tokenizer)
     sites = _sites(model, kinds)

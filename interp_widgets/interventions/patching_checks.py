@@ -257,8 +257,8 @@ def verify(result, top_k: int = 20, *, sample: int | None = None, seed: int = 0)
         >>> from interp_widgets.interventions import attribution_patching
         >>> result = attribution_patching(lm, lm_tokenizer, "the cat sat", "the dog sat", answer=" on", foil=" the")
         >>> check = verify(result, top_k=3, sample=2)
-        >>> len(check.rows), check.max_error < 1.0
-        (5, True)
+        >>> check.to_dataframe()["chosen"].tolist()
+        ['top', 'top', 'top', 'sample', 'sample']
     """
     if result.setting.method != "attribution":
         raise ValueError(
