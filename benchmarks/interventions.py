@@ -45,8 +45,9 @@ def _best(fn, repeat: int) -> float:
     return best
 
 
-def attribution(model, tokenizer, repeat: int = 5) -> None:
-    """Attribution patching (every point type, one backward pass) over one forward + backward; Spearman vs exact."""
+def attribution(model, tokenizer, repeat: int = 5, points=ATTRIBUTION_POINTS) -> None:
+    """Attribution patching (every point type, one backward pass) over one forward + backward; Spearman vs exact.
+    ``points`` and ``repeat`` shrink it for a quick check that it runs."""
     from interp_widgets.interventions import activation_patching
 
     clean, corrupt = ATTRIBUTION_PAIR
@@ -64,7 +65,7 @@ def attribution(model, tokenizer, repeat: int = 5) -> None:
             corrupt,
             answer=ATTRIBUTION_ANSWER,
             foil=ATTRIBUTION_FOIL,
-            points=ATTRIBUTION_POINTS,
+            points=points,
         )
 
     def forward_backward():
@@ -77,12 +78,12 @@ def attribution(model, tokenizer, repeat: int = 5) -> None:
     ours = _best(estimate, repeat)
     floor = _best(forward_backward, repeat)
     print(
-        f"info: attribution patching of {len(ATTRIBUTION_POINTS)} point types {ours * 1000:.1f} ms, one forward + backward {floor * 1000:.1f} ms"
+        f"info: attribution patching of {len(points)} point types {ours * 1000:.1f} ms, one forward + backward {floor * 1000:.1f} ms"
     )
     print(f"bench: attribution_patching_over_forward_backward = {ours / floor:.3f} (goal <= 2.0)")
 
     exact = activation_patching(
-        model, tokenizer, clean, corrupt, answer=ATTRIBUTION_ANSWER, foil=ATTRIBUTION_FOIL, points=ATTRIBUTION_POINTS,
+        model, tokenizer, clean, corrupt, answer=ATTRIBUTION_ANSWER, foil=ATTRIBUTION_FOIL, points=points,
         progress=False,
     )  # fmt: skip
     agreement = result.agreement(exact, k=20)

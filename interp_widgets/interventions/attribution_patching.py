@@ -200,6 +200,9 @@ def attribution_patching(
         direction: ``"denoise"`` (corrupt run, clean values patched in) or ``"noise"`` (the reverse).
 
     Returns a :class:`PatchingResult` with ``setting.method == "attribution"`` and no top tokens (no patched run).
+    ``result.agreement(exact)`` compares it with :func:`activation_patching`; ``result.verify(top_k=20)`` re-runs its
+    top cells exactly, with the model, tokenizer and prompts the result keeps a reference to, in memory only (not
+    saved: a loaded result cannot be verified).
 
     Example:
         >>> from interp_widgets.interventions import attribution_patching
@@ -208,6 +211,8 @@ def attribution_patching(
         >>> result.setting.method, result.panel("head").values.shape
         ('attribution', (2, 2, 6))
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (a Hugging Face model), got {type(model).__name__}")
     check_choice("direction", direction, DIRECTIONS)
     check_choice("positions", positions, POSITIONS)
     name = metric_name(metric)

@@ -64,27 +64,27 @@ def n_units(model, kind: str) -> int:
     return model.config.num_attention_heads if kind == "head" else 1
 
 
-def activations(model, family, ids, kinds, *, retain=False):
+def activations(model, family, ids, kinds, *, retain=False, score=metric):
     store: dict = {}
     handles = [grab(model, family, k, i, store, retain) for k in kinds for i in range(n_layers(model))]
     try:
         if retain:
-            value = metric(model(input_ids=ids).logits)
+            value = score(model(input_ids=ids).logits)
             value.sum().backward()
         else:
             with torch.no_grad():
-                value = metric(model(input_ids=ids).logits)
+                value = score(model(input_ids=ids).logits)
     finally:
         for handle in handles:
             handle.remove()
     return store, value.detach()
 
 
-def reference(model, family, run_ids, source_ids, kinds) -> dict[str, np.ndarray]:
+def reference(model, family, run_ids, source_ids, kinds, score=metric) -> dict[str, np.ndarray]:
     """(a_source - a_run) . dM/da at every cell, from plain hooks and ``.backward()`` on the test's own copy:
     {kind: (layers, units, positions)} (one pair)."""
     source, _ = activations(model, family, source_ids, kinds)
-    run, _ = activations(model, family, run_ids, kinds, retain=True)
+    run, _ = activations(model, family, run_ids, kinds, retain=True, score=score)
     out = {}
     for kind in kinds:
         per_layer = []
@@ -315,3 +315,29 @@ def test_agreement_with_exact_patching_on_a_tiny_llama(direction):
                 **{**common, "direction": "noise" if direction == "denoise" else "denoise"},
             )
         )
+
+
+@pytest.mark.parametrize("name", ["answer_prob", "kl", "custom"])
+def test_other_metrics_equal_the_reference(name):
+    family = "llama"
+    model, tokenizer = float64(family)
+    clean, corrupt = ids_of(tokenizer, CLEAN), ids_of(tokenizer, CORRUPT)
+    with torch.no_grad():
+        clean_logprobs = torch.log_softmax(model(input_ids=clean).logits[:, -1], -1)
+    scores = {
+        "answer_prob": lambda logits: torch.softmax(logits[:, -1], -1)[:, ANSWER],
+        "kl": lambda logits: (clean_logprobs.exp() * (clean_logprobs - torch.log_softmax(logits[:, -1], -1))).sum(-1),
+        "custom": lambda logits: logits[:, -1, ANSWER] * 2 - logits[:, -1].logsumexp(-1),
+    }
+    given = (lambda logits, pair: scores["custom"](logits[:, None])) if name == "custom" else name
+    direction = "noise" if name == "custom" else "denoise"
+    result = attribution_patching(
+        model, tokenizer, CLEAN, CORRUPT, answer=ANSWER, points=KINDS, metric=given, direction=direction
+    )
+    run, source = (corrupt, clean) if direction == "denoise" else (clean, corrupt)
+    expected = reference(model, family, run, source, KINDS, score=scores[name])
+    base = result.baseline.corrupt_metrics[0] if direction == "denoise" else result.baseline.clean_metrics[0]
+    for kind in KINDS:
+        assert np.abs(expected[kind]).max() > 1e-4
+        np.testing.assert_allclose(result.panel(kind).raw.astype(np.float64) - base, expected[kind], atol=2e-6)
+    assert result.setting.metric == name
