@@ -28,6 +28,7 @@ from interp_widgets.interventions.attribution_patching import attribution_patchi
 from interp_widgets.interventions.edits import ABLATION_MODES, Ablate, Add, Clamp, as_direction, reference_activations
 from interp_widgets.interventions.intervene import intervene
 from interp_widgets.interventions.patching import EXACT_POINTS, activation_patching
+from interp_widgets.interventions.patching_checks import PatchingAgreement, PatchingVerification
 from interp_widgets.interventions.patching_inputs import METRICS, PatchingPairs, Scorer, prepare_pairs
 from interp_widgets.interventions.patching_result import (
     PatchingBaseline,
@@ -46,12 +47,14 @@ __all__ = [
     "EXACT_POINTS",
     "EditPoint",
     "METRICS",
+    "PatchingAgreement",
     "PatchingBaseline",
     "PatchingPair",
     "PatchingPairs",
     "PatchingPanel",
     "PatchingResult",
     "PatchingSetting",
+    "PatchingVerification",
     "Scorer",
     "activation_patching",
     "as_direction",
