@@ -26,7 +26,19 @@ import torch
 from torch import nn
 
 from interp_widgets.adapter import ModelAdapter
-from interp_widgets.interventions.intervene import intervene
+from interp_widgets.interventions.patching import (
+    _KV_POINTS,
+    _PATTERN_EDITS,
+    _check_points,
+    _head_counts,
+    _pattern_attention_on,
+    _pattern_units,
+    _qkv_units,
+    _recording,
+    _Removal,
+    _run_chunk,
+)
+from interp_widgets.interventions.patching import _sites as _exact_sites
 from interp_widgets.interventions.patching_inputs import (
     DIRECTIONS,
     Answers,
@@ -38,7 +50,6 @@ from interp_widgets.interventions.patching_inputs import (
     resolve_answers,
     scored_logits,
 )
-from interp_widgets.interventions.patching import _check_points
 from interp_widgets.interventions.patching_result import (
     POSITIONS,
     PatchingBaseline,
@@ -53,7 +64,6 @@ from interp_widgets.layers import (
     blocks,
     evaluation,
     no_new_hooks,
-    register,
     register_edit,
     resolve_head,
 )
@@ -65,38 +75,66 @@ STREAM_POINTS = ("resid_pre", "attn_out", "mlp_out", "resid_mid")
 
 @dataclass(frozen=True)
 class _Site:
-    """One hooked activation of one layer: ``units`` slices of the last axis side by side (1 for the stream)."""
+    """One hooked activation of one layer holding ``units`` side by side: the hidden state at ``point`` (its
+    ``cols`` for the query / key / value heads of a fused projection), or, with ``point`` None, the attention
+    pattern (batch, heads, query, key) of the block's attention ``modules``."""
 
     kind: str
     layer: int
-    point: LayerPoint
+    point: LayerPoint | None
     units: int
+    cols: slice | None = None
+    modules: tuple = ()
+
+    @property
+    def name(self) -> str:
+        return f"layer:{self.layer}.{self.kind}"
 
     def split(self, hidden: torch.Tensor) -> torch.Tensor:
-        """(batch, tokens, width) -> (batch, tokens, units, width // units)."""
+        """(batch, tokens, width) -> (batch, tokens, units, width // units); a pattern (batch, heads, query, key)
+        -> (batch, query, heads, key)."""
+        if self.point is None:
+            return hidden.transpose(1, 2)
+        hidden = hidden if self.cols is None else hidden[..., self.cols]
         return hidden.unflatten(-1, (self.units, hidden.shape[-1] // self.units))
 
 
 def _sites(model: nn.Module, kinds: Sequence[str]) -> dict[str, list[_Site]]:
     _, found = blocks(model)
+    layers = range(len(found))
     sites: dict[str, list[_Site]] = {}
     for kind in kinds:
         if kind in STREAM_POINTS:
-            sites[kind] = [
-                _Site(kind, i, resolve_point(model, f"layer:{i}.{kind}").point, 1) for i in range(len(found))
-            ]
+            sites[kind] = [_Site(kind, i, resolve_point(model, f"layer:{i}.{kind}").point, 1) for i in layers]
         elif kind == "head":
-            heads = [resolve_head(model, f"layer:{i}.head:0") for i in range(len(found))]
-            sites[kind] = [_Site(kind, i, head.point, head.n_heads) for i, head in enumerate(heads)]
-        else:
-            raise ValueError(f"unknown point type {kind!r}")
+            heads = [resolve_head(model, f"layer:{i}.head:0") for i in layers]
+            sites[kind] = [_Site(kind, i, head.point, head.n_heads) for i, head in zip(layers, heads)]
+        elif kind in ("q", "k", "v"):
+            n_units = _head_counts(model)[0 if kind == "q" else 1]
+            sites[kind] = []
+            for i in layers:
+                units = _qkv_units(model, kind, i, list(range(n_units)))
+                cols = slice(units[0].cols.start, units[-1].cols.stop)
+                sites[kind].append(_Site(kind, i, units[0].capture.point, n_units, cols))
+        else:  # pattern
+            n_heads = _head_counts(model)[0]
+            sites[kind] = [
+                _Site(kind, i, None, n_heads, modules=_pattern_units(model, i, [0])[0].modules) for i in layers
+            ]
     return sites
+
+
+def _unit_labels(site: _Site) -> list[str]:
+    if site.kind in STREAM_POINTS:
+        return ["stream"]
+    return [f"KV{j}" if site.kind in _KV_POINTS else f"H{j}" for j in range(site.units)]
 
 
 @contextlib.contextmanager
 def _hooked(model: nn.Module, sites: Sequence[_Site], acts: list, deltas: list | None) -> Iterator[None]:
     """Record each site's activation into ``acts`` (detached copies); with ``deltas``, also add a zero tensor that
-    requires grad to it (``a + 0``: the values are unchanged, and the gradient with respect to the zero is dM/da)."""
+    requires grad to it (``a + 0``: the values are unchanged, and the gradient with respect to the zero is dM/da).
+    Patterns are edited through exact patching's eager attention function (:func:`_pattern_attention_on`)."""
     handles: list = []
 
     def hook_for(j: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -112,8 +150,15 @@ def _hooked(model: nn.Module, sites: Sequence[_Site], acts: list, deltas: list |
 
     with no_new_hooks(model), contextlib.ExitStack() as stack:
         stack.callback(lambda: [handle.remove() for handle in handles])
+        if any(site.point is None for site in sites):
+            stack.enter_context(_pattern_attention_on(model))
         for j, site in enumerate(sites):
-            handles.append(register_edit(site.point, hook_for(j)))
+            if site.point is None:
+                for module in site.modules:
+                    _PATTERN_EDITS[module] = hook_for(j)
+                    handles.append(_Removal(module))
+            else:
+                handles.append(register_edit(site.point, hook_for(j)))
         yield
 
 
@@ -144,17 +189,13 @@ def _gradients(
     deltas: list = [None] * len(sites)
     with _hooked(adapter.model, sites, acts, deltas), torch.enable_grad():
         scores = score(_forward(adapter, ids, position))
-        missing = [site.point.name for site, zero in zip(sites, deltas) if zero is None]
+        missing = [site.name for site, zero in zip(sites, deltas) if zero is None]
         if missing:
             raise RuntimeError(f"the forward pass never reached {missing[0]}; this model skips it")
         grads = torch.autograd.grad(scores.sum(), deltas, allow_unused=True)
     adapter.count_backward(1, int(ids.shape[0]))
     grads = [torch.zeros_like(zero) if g is None else g for g, zero in zip(grads, deltas)]
     return acts, scores.detach(), grads
-
-
-def _unit_labels(site: _Site) -> list[str]:
-    return ["stream"] if site.kind in STREAM_POINTS else [f"H{h}" for h in range(site.units)]
 
 
 def _model_name(model: nn.Module) -> str:
@@ -191,8 +232,11 @@ def attribution_patching(
         clean, corrupt: a prompt each, or two lists of prompts (pairs), all of the same token count.
         answer, foil: the scored tokens (a single-token string or an id, or a list with one per pair); by default
             the clean run's top token and the corrupt run's top other token.
-        points: point types among ``"resid_pre"``, ``"attn_out"``, ``"mlp_out"``, ``"resid_mid"`` and ``"head"``
-            (each head's output before the output projection).
+        points: point types among ``"resid_pre"``, ``"attn_out"``, ``"mlp_out"``, ``"resid_mid"``, ``"head"`` (each
+            head's output before the output projection), ``"q"``, ``"k"``, ``"v"`` (per query head, and per key /
+            value head, the projections' outputs before rotary embeddings) and ``"pattern"`` (per query head, its
+            row of attention weights at each query position; the call then runs on eager attention, as exact
+            patching does): the points of :func:`activation_patching`, all from the one backward pass.
         positions: ``"each"`` (one estimate per position) or ``"all"`` (every position patched at once: the sum of
             the per-position estimates).
         metric: ``"logit_diff"`` (answer - foil), ``"answer_prob"``, ``"kl"`` (KL(clean || run); denoising only) or
@@ -298,11 +342,6 @@ def attribution_patching(
     return result
 
 
-def _cell_point(result: PatchingResult, cell: tuple) -> str:
-    point, layer, unit = cell[0], result.panel(cell[0]).layers[cell[1]], cell[2]
-    return f"layer:{layer}.head:{unit}" if point == "head" else f"layer:{layer}.{point}"
-
-
 def _exact_cells(
     model: nn.Module,
     tokenizer,
@@ -316,32 +355,30 @@ def _exact_cells(
     cells: Sequence[tuple],
 ) -> np.ndarray:
     """The metric of the exactly patched run of each cell ``(point, layer index, unit index, position index, ...)``
-    of ``result``, per pair: (cells, pairs). One patched forward pass per cell (all pairs in it), through
-    :func:`~interp_widgets.interventions.intervene`."""
+    of ``result``, per pair: (cells, pairs). One patched forward pass per cell (all pairs in it), with the edits of
+    exact patching (:func:`~interp_widgets.interventions.activation_patching`'s, through ``intervene``)."""
     pairs = prepare_pairs(tokenizer, clean, corrupt)
     adapter = ModelAdapter(model, tokenizer)
     denoise = direction == "denoise"
     run_ids, source_ids = (pairs.corrupt_ids, pairs.clean_ids) if denoise else (pairs.clean_ids, pairs.corrupt_ids)
-    names = [_cell_point(result, cell) for cell in cells]
-    points = {name: resolve_point(model, name) for name in dict.fromkeys(names)}
+    wanted = list(dict.fromkeys((cell[0], result.panel(cell[0]).layers[cell[1]]) for cell in cells))
+    sites = {key: _exact_sites(model, [key[0]], [key[1]], None)[0] for key in wanted}
     index = torch.arange(pairs.n_pairs)
-    source: dict[str, torch.Tensor] = {}
+    source: dict = {}
     raw = []
-    with evaluation(model), no_new_hooks(model), torch.no_grad():
-        handles = [
-            register(p.point, lambda m, i, v, name=name, p=p: source.__setitem__(name, p.select(v).detach().clone()))
-            for name, p in points.items()
-        ]
-        try:
+    patterns = any(point == "pattern" for point, _ in wanted)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(evaluation(model))
+        stack.enter_context(no_new_hooks(model))
+        stack.enter_context(torch.no_grad())
+        if patterns:
+            stack.enter_context(_pattern_attention_on(model))
+        with _recording(model, list(sites.values()), source):
             source_output = _forward(adapter, source_ids, pairs.position)
-        finally:
-            for handle in handles:
-                handle.remove()
         # only KL needs the clean logits, and attribution patching takes KL for denoising only (clean = source)
         scorer = Scorer(metric, answers, scored_logits(source_output, 0) if denoise else None)
-        for cell, name in zip(cells, names):
-            value, where = source[name], None if positions == "all" else [cell[3]]
-            with intervene(model, {name: value if where is None else value[:, where]}, positions=where):
-                out = _forward(adapter, run_ids, pairs.position)
-            raw.append(scorer(scored_logits(out, 0), index).double().cpu().numpy())
+        for cell in cells:
+            key = (cell[0], result.panel(cell[0]).layers[cell[1]])
+            scored = _run_chunk(adapter, None, sites[key], [(cell[2], cell[3])], source[key], run_ids, pairs, positions)
+            raw.append(scorer(scored, index).double().cpu().numpy())
     return np.stack(raw) if raw else np.zeros((0, pairs.n_pairs))

@@ -18,12 +18,23 @@ from tests.interventions.test_intervene import FAMILIES, plain_hook, where
 CLEAN, CORRUPT = "the cat sat on the", "the dog sat on the"
 ANSWER, FOIL = 507, 97
 KINDS = ("resid_pre", "attn_out", "mlp_out", "resid_mid", "head")
+HEAD_KINDS = ("q", "k", "v", "pattern")
+#: per family, written out by hand: the module whose output holds q / k / v (and which third of a fused one), and
+#: the attention module whose output[1] is the pattern (batch, heads, query, key) under eager attention
+QKV = {
+    "llama": {"q": ("self_attn.q_proj", None), "k": ("self_attn.k_proj", None), "v": ("self_attn.v_proj", None)},
+    "gpt2": {"q": ("attn.c_attn", 0), "k": ("attn.c_attn", 1), "v": ("attn.c_attn", 2)},
+}
+ATTENTION = {"llama": "self_attn", "gpt2": "attn"}
 
 
-def float64(family: str):
-    """The family's tiny model as a float64 copy (the test's own), with its tokenizer."""
+def float64(family: str, eager: bool = False):
+    """The family's tiny model as a float64 copy (the test's own, eager attention if asked), with its tokenizer."""
     model, tokenizer = FAMILIES[family].build()
-    return copy.deepcopy(model).double().eval(), tokenizer
+    twin = copy.deepcopy(model).double().eval()
+    if eager:
+        twin.set_attn_implementation("eager")
+    return twin, tokenizer
 
 
 def ids_of(tokenizer, text: str) -> torch.Tensor:
@@ -40,9 +51,15 @@ def spec(kind: str, layer: int, unit: int = 0) -> str:
 
 
 def grab(model, family: str, kind: str, layer: int, store: dict, retain: bool):
-    """A plain hook that keeps the tensor at (kind, layer) (the whole o_proj input for heads), optionally with
-    ``retain_grad``; returns its handle."""
-    module, site, index, _ = where(model, FAMILIES[family], spec(kind, layer))
+    """A plain hook that keeps the tensor at (kind, layer) (the whole o_proj input for heads, the whole projection
+    output for q / k / v), optionally with ``retain_grad``; returns its handle."""
+    block = model.get_submodule(FAMILIES[family].blocks)[layer]
+    if kind in QKV[family]:
+        module, site, index = block.get_submodule(QKV[family][kind][0]), "output", None
+    elif kind == "pattern":
+        module, site, index = block.get_submodule(ATTENTION[family]), "output", 1
+    else:
+        module, site, index, _ = where(model, FAMILIES[family], spec(kind, layer))
 
     def keep(tensor):
         if retain:
@@ -61,7 +78,9 @@ def n_layers(model) -> int:
 
 
 def n_units(model, kind: str) -> int:
-    return model.config.num_attention_heads if kind == "head" else 1
+    if kind in ("k", "v"):
+        return getattr(model.config, "num_key_value_heads", model.config.num_attention_heads)
+    return model.config.num_attention_heads if kind in ("head", "q", "pattern") else 1
 
 
 def activations(model, family, ids, kinds, *, retain=False, score=metric):
@@ -91,6 +110,13 @@ def reference(model, family, run_ids, source_ids, kinds, score=metric) -> dict[s
         for layer in range(n_layers(model)):
             a, grad = run[kind, layer], run[kind, layer].grad
             diff = (source[kind, layer] - a.detach()) * grad
+            if kind == "pattern":  # (batch, heads, query, key): a unit is a head, a position its query
+                per_layer.append(diff.sum(-1)[0])
+                continue
+            third = QKV[family].get(kind, (None, None))[1]
+            if third is not None:  # GPT-2's fused c_attn: [q | k | v]
+                width = model.config.hidden_size
+                diff = diff[..., third * width : (third + 1) * width]
             per_layer.append(diff.unflatten(-1, (n_units(model, kind), -1)).sum(-1)[0].T)  # (units, positions)
         out[kind] = torch.stack(per_layer).numpy()
     return out
@@ -341,3 +367,20 @@ def test_other_metrics_equal_the_reference(name):
         assert np.abs(expected[kind]).max() > 1e-4
         np.testing.assert_allclose(result.panel(kind).raw.astype(np.float64) - base, expected[kind], atol=2e-6)
     assert result.setting.metric == name
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_query_key_value_and_pattern_estimates_equal_the_reference(family):
+    """q per query head, k and v per key / value head (2 of 4 on the tiny Llama; GPT-2's fused c_attn) and the
+    pattern (eager attention) against plain hooks with ``retain_grad``, all from the same one backward pass."""
+    model, tokenizer = float64(family, eager=True)
+    clean, corrupt = ids_of(tokenizer, CLEAN), ids_of(tokenizer, CORRUPT)
+    result = attribution_patching(model, tokenizer, CLEAN, CORRUPT, answer=ANSWER, foil=FOIL, points=HEAD_KINDS)
+    expected = reference(model, family, corrupt, clean, HEAD_KINDS)
+    base = result.baseline.corrupt_metrics[0]
+    for kind in HEAD_KINDS:
+        panel = result.panel(kind)
+        assert panel.units == [f"{'KV' if kind in 'kv' else 'H'}{j}" for j in range(n_units(model, kind))]
+        assert np.abs(expected[kind]).max() > 1e-4, f"{kind}: the reference is empty"
+        np.testing.assert_allclose(panel.raw.astype(np.float64) - base, expected[kind], atol=2e-6, rtol=0)
+    assert model.config._attn_implementation == "eager"
