@@ -384,3 +384,19 @@ def test_query_key_value_and_pattern_estimates_equal_the_reference(family):
         assert np.abs(expected[kind]).max() > 1e-4, f"{kind}: the reference is empty"
         np.testing.assert_allclose(panel.raw.astype(np.float64) - base, expected[kind], atol=2e-6, rtol=0)
     assert model.config._attn_implementation == "eager"
+
+
+def test_verify_equals_exact_patching_at_its_cells_for_every_point_type():
+    from interp_widgets.interventions import activation_patching
+
+    model, tokenizer = tiny_models.llama_lm()
+    common = dict(answer=ANSWER, foil=FOIL, points=KINDS + HEAD_KINDS, direction="noise")
+    estimate = attribution_patching(model, tokenizer, CLEAN, CORRUPT, **common)
+    exact = activation_patching(model, tokenizer, CLEAN, CORRUPT, progress=False, **common)
+    frame = estimate.verify(top_k=12, sample=12, seed=3).to_dataframe()
+    assert len(set(frame["point"])) >= 4
+    for row in frame.itertuples():
+        panel = exact.panel(row.point)
+        cell = (panel.layers.index(row.layer), panel.units.index(row.unit), row.position)
+        assert abs(row.exact - panel.values[cell]) < 1e-4, row
+        assert abs(row.exact_raw - panel.raw[cell]) < 1e-4, row
