@@ -270,6 +270,7 @@ def attribution_patching(
     kinds = list(_check_points(points))
     pairs = prepare_pairs(tokenizer, clean, corrupt)
     adapter = ModelAdapter(model, tokenizer)
+    adapter.check_length(pairs.n_tokens, "the prompt")
     sites = _sites(model, kinds)
     flat = [site for kind in kinds for site in sites[kind]]
     denoise = direction == "denoise"
@@ -366,7 +367,7 @@ def _exact_cells(
     index = torch.arange(pairs.n_pairs)
     source: dict = {}
     raw = []
-    patterns = any(point == "pattern" for point, _ in wanted)
+    patterns = "pattern" in result.points  # the estimate then ran on eager attention: so do its re-runs
     with contextlib.ExitStack() as stack:
         stack.enter_context(evaluation(model))
         stack.enter_context(no_new_hooks(model))
