@@ -245,11 +245,17 @@ def test_the_model_is_untouched(setup):
     kwargs = {"metric": explode} if setup == "metric raises" else {"answer": ANSWER, "foil": FOIL}
     if setup == "metric raises":
         with pytest.raises(Boom):
-            attribution_patching(model, tokenizer, CLEAN, CORRUPT, points=KINDS, **kwargs)
+            attribution_patching(model, tokenizer, CLEAN, CORRUPT, points=KINDS + HEAD_KINDS, **kwargs)
     else:
-        result = attribution_patching(model, tokenizer, CLEAN, CORRUPT, points=KINDS, **kwargs)
+        result = attribution_patching(model, tokenizer, CLEAN, CORRUPT, points=KINDS + HEAD_KINDS, **kwargs)
         assert np.abs(result.panel("head").values).max() > 0
     assert model_fingerprint(model, tokenizer) == before
+    assert model.config._attn_implementation == "sdpa"  # "pattern" ran on eager attention, then switched back
+    from transformers import AttentionInterface
+
+    from interp_widgets.interventions.patching import _PATTERN_EDITS
+
+    assert not _PATTERN_EDITS and "interp_widgets_patched_pattern" not in AttentionInterface._global_mapping
     if grad_before is not None:
         assert torch.equal(model.lm_head.weight.grad, grad_before)
 
