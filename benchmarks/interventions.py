@@ -11,7 +11,14 @@ Part ``exact``:
 2. info: ours ÷ nnsight 0.7 with all 480 patches as invokes of one trace (a barrier orders the clean invoke's read
    before the writes); for information, no goal.
 
-Part ``attribution`` (helper attrpatch) and part ``view`` (helper pviews) have their places below.
+Part ``attribution``:
+1. attribution_patching_over_forward_backward: attribution patching of the same pair, every point type (resid_pre,
+   attn_out, mlp_out, resid_mid, head, q, k, v, pattern) from its one backward pass, ÷ one plain forward + backward
+   of the model on the corrupt prompt (the gradient taken with respect to the input embeddings only). Goal <= 2.0.
+2. info: its Spearman correlation and top-20 overlap against exact activation patching, per point type (no goal:
+   report what it is).
+
+Part ``view`` (helper pviews) has its place below.
 
 ``--tiny`` runs every part on the tiny Llama of ``tests/tiny_models.py`` (a check that the script runs; its
 numbers mean nothing).
@@ -36,10 +43,10 @@ torch.set_num_threads(2)
 
 import _repo  # noqa: E402,F401  (the repository root on sys.path)
 
-from interp_widgets.interventions import activation_patching  # noqa: E402
+from interp_widgets.interventions import activation_patching, attribution_patching  # noqa: E402
 from interp_widgets.layers import blocks  # noqa: E402
 
-PARTS = ("exact",)  # part "attribution" (helper attrpatch) and part "view" (helper pviews) join here
+PARTS = ("exact", "attribution")  # part "view" (helper pviews) joins here
 CLEAN = "When Mary and John went to the big store, John gave a cold drink to"
 CORRUPT = "When Mary and John went to the big store, Mary gave a cold drink to"
 TINY_CLEAN, TINY_CORRUPT = "the cat sat on the", "the dog sat on the"
@@ -126,9 +133,36 @@ def exact_part(model, tokenizer, clean, corrupt, answers, repeats):
 
 # ---------------------------------------------------------------------------------------------------------------------
 # part "attribution" (helper attrpatch): attribution patching on the same pair, every point type from one backward
-# pass, ÷ one forward + backward (goal <= 2.0), and its Spearman against exact patching per point type. Add
-# "attribution" to PARTS and call it from main().
+# pass, ÷ one forward + backward (goal <= 2.0), and its Spearman against exact patching per point type.
 # ---------------------------------------------------------------------------------------------------------------------
+ATTRIBUTION_POINTS = ("resid_pre", "attn_out", "mlp_out", "resid_mid", "head", "q", "k", "v", "pattern")
+
+
+def attribution_part(model, tokenizer, clean, corrupt, answers, repeats, points=ATTRIBUTION_POINTS):
+    options = dict(points=points, **answers)
+    result = attribution_patching(model, tokenizer, clean, corrupt, **options)  # warm-up; its answer and foil
+    answer, foil = int(result.pair.answer_ids[0]), int(result.pair.foil_ids[0])
+    ids = tokenizer(corrupt, return_tensors="pt")["input_ids"]
+
+    def forward_backward():
+        embeds = model.get_input_embeddings()(ids).detach().requires_grad_(True)
+        logits = model(inputs_embeds=embeds).logits[:, -1]
+        torch.autograd.grad((logits[:, answer] - logits[:, foil]).sum(), embeds)
+
+    forward_backward()
+    ours_t, _ = timed(lambda: attribution_patching(model, tokenizer, clean, corrupt, **options), repeats)
+    floor_t, _ = timed(forward_backward, repeats)
+    print(
+        f"info: attribution patching of {len(points)} point types {ours_t:.3f}s, one forward + backward {floor_t:.3f}s"
+    )
+    print(f"bench: attribution_patching_over_forward_backward = {ours_t / floor_t:.3f} (goal <= 2.0)")
+    exact = activation_patching(model, tokenizer, clean, corrupt, progress=False, **options)
+    for point, row in result.agreement(exact, k=20).to_dict().items():
+        print(
+            f"info: attribution vs exact, {point}: spearman = {row['spearman']:.3f}, top-{row['k']} overlap = "
+            f"{row['top_k_overlap']:.2f} ({row['cells']} cells)"
+        )
+
 
 # ---------------------------------------------------------------------------------------------------------------------
 # part "view" (helper pviews): the patching view with 30 layers × 1,000 positions in headless chromium, first paint
@@ -144,6 +178,8 @@ def main(argv=None) -> None:
     model, tokenizer, clean, corrupt, answers = load(args.tiny)
     if "exact" in args.parts:
         exact_part(model, tokenizer, clean, corrupt, answers, repeats=1 if args.tiny else 2)
+    if "attribution" in args.parts:
+        attribution_part(model, tokenizer, clean, corrupt, answers, repeats=1 if args.tiny else 5)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@
   :class:`Clamp` (a direction's component set to a value) and :class:`Add` (a scaled direction added).
 - ``intervene(..., freeze=("attention", "norms", "mlp"), freeze_on=prompt)`` holds attention patterns, norm scales
   and MLP outputs at their values on a prompt (:mod:`interp_widgets.interventions.freeze`).
+- :func:`attribution_patching`: the first-order estimate of activation patching (AtP) from one backward pass.
 - :func:`reference_activations`: the activations at a point over texts, the reference of a mean or resample
   ablation; :func:`resolve_point`: the one reading of a point's name.
 - :func:`activation_patching`: exact activation patching of residual points, sublayer outputs and heads between a
@@ -23,9 +24,11 @@ Example:
     True
 """
 
+from interp_widgets.interventions.attribution_patching import attribution_patching
 from interp_widgets.interventions.edits import ABLATION_MODES, Ablate, Add, Clamp, as_direction, reference_activations
 from interp_widgets.interventions.intervene import intervene
 from interp_widgets.interventions.patching import EXACT_POINTS, activation_patching
+from interp_widgets.interventions.patching_checks import PatchingAgreement, PatchingVerification
 from interp_widgets.interventions.patching_inputs import METRICS, PatchingPairs, Scorer, prepare_pairs
 from interp_widgets.interventions.patching_result import (
     PatchingBaseline,
@@ -44,15 +47,18 @@ __all__ = [
     "EXACT_POINTS",
     "EditPoint",
     "METRICS",
+    "PatchingAgreement",
     "PatchingBaseline",
     "PatchingPair",
     "PatchingPairs",
     "PatchingPanel",
     "PatchingResult",
     "PatchingSetting",
+    "PatchingVerification",
     "Scorer",
     "activation_patching",
     "as_direction",
+    "attribution_patching",
     "intervene",
     "prepare_pairs",
     "reference_activations",

@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from interp_widgets._files import output_path, read_safetensors
+from interp_widgets.interventions import patching_checks
 from interp_widgets.text_units import TokenLayout
 from interp_widgets.validation import check_choice
 
@@ -223,6 +224,8 @@ class PatchingResult:
     setting: PatchingSetting
     baseline: PatchingBaseline
     panels: tuple[PatchingPanel, ...]
+    # attribution patching keeps its model and call here, in memory only, for verify() (never saved or compared)
+    _rerun: object = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
         self.panels = tuple(self.panels)
@@ -434,3 +437,41 @@ class PatchingResult:
         )
         baseline = PatchingBaseline(arrays["baseline.clean_metrics"], arrays["baseline.corrupt_metrics"])
         return cls(pair, PatchingSetting(**meta["setting"]), baseline, panels)
+
+    # ------------------------------------------------------------------ checking an estimate
+    def agreement(self, exact: "PatchingResult", k: int = 20) -> patching_checks.PatchingAgreement:
+        """How well this result (an attribution patching estimate) agrees with ``exact`` (activation patching with
+        the same metric, direction and positions): per shared point type, the Spearman correlation of the cells'
+        effects and the overlap of their top ``k`` cells by |effect|
+        (:class:`~interp_widgets.interventions.patching_checks.PatchingAgreement`, with ``.to_dataframe()``).
+
+        Example:
+            >>> from interp_widgets.interventions import activation_patching, attribution_patching
+            >>> args = (lm, lm_tokenizer, "the cat sat", "the dog sat")
+            >>> estimate = attribution_patching(*args, answer=" on", foil=" the", points=("resid_pre", "head"))
+            >>> exact = activation_patching(*args, answer=" on", foil=" the", points=("resid_pre", "head"),
+            ...                             progress=False)
+            >>> estimate.agreement(exact, k=5).to_dataframe()["point"].tolist()
+            ['resid_pre', 'head']
+        """
+        return patching_checks.agreement(self, exact, k)
+
+    def verify(
+        self, top_k: int = 20, *, sample: int | None = None, seed: int = 0
+    ) -> patching_checks.PatchingVerification:
+        """Re-run exactly this attribution patching result's ``top_k`` cells of largest estimated |effect|, and
+        ``sample`` (default ``top_k``) cells drawn at random from the rest, to catch what the linear estimate
+        misses (saturated attention, cancelling paths: AtP*). Needs the model: the result of
+        :func:`~interp_widgets.interventions.attribution_patching` keeps a reference to its model, tokenizer and
+        prompts in memory only, so a loaded result cannot be verified (re-run it). Returns a
+        :class:`~interp_widgets.interventions.patching_checks.PatchingVerification` (estimate vs exact per cell,
+        ``false_negatives``, ``.to_dataframe()``).
+
+        Example:
+            >>> from interp_widgets.interventions import attribution_patching
+            >>> estimate = attribution_patching(lm, lm_tokenizer, "the cat sat", "the dog sat", answer=" on",
+            ...                                 foil=" the", points=("resid_pre", "head"))
+            >>> estimate.verify(top_k=4).to_dataframe()["chosen"].tolist()
+            ['top', 'top', 'top', 'top', 'sample', 'sample', 'sample', 'sample']
+        """
+        return patching_checks.verify(self, top_k, sample=sample, seed=seed)
