@@ -22,12 +22,12 @@ export { read as readPatching } from "./views/patching/read.js";
 
 /**
  * Synced traits of PatchingView: its data (PatchingData, generated in lib/view_traits.js) and its view state
- * (PatchingState).
- * @typedef {import("./lib/view_traits.js").PatchingData & PatchingState} PatchingModel
+ * (PatchingViewState).
+ * @typedef {import("./lib/view_traits.js").PatchingData & PatchingViewState} PatchingViewModel
  */
 /**
  * View state of PatchingView.
- * @typedef {object} PatchingState
+ * @typedef {object} PatchingViewState
  * @property {"normalised" | "raw"} scale  Values shown (written).
  * @property {number[]} selected_cell  The clicked cell [panel, layer, unit, position], [] for none (written).
  * @property {number} unit_position  Position of the heads grids, -1: the last (written).
@@ -35,7 +35,7 @@ export { read as readPatching } from "./views/patching/read.js";
  */
 
 import { PATCHING_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
-/** Traits whose change only redraws. @type {(keyof PatchingModel)[]} */
+/** Traits whose change only redraws. @type {(keyof PatchingViewModel)[]} */
 const VIEW_TRAITS = ["scale", "selected_cell", "unit_position"];
 
 export default mountView("PatchingView", { dataTraits: DATA_TRAITS, uiTraits: VIEW_TRAITS, read, build, draw });

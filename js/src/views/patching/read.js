@@ -8,13 +8,13 @@
 import { decodeArray } from "../../lib/codec.js";
 import { maxAbs } from "./grid.js";
 
-/** @typedef {import("../../patching.js").PatchingModel} PatchingModel */
+/** @typedef {import("../../patching.js").PatchingViewModel} PatchingViewModel */
 /**
  * @template {object} T
  * @typedef {import("../../lib/model.js").AnyModel<T>} AnyModel
  */
 
-/** @param {AnyModel<PatchingModel>} model */
+/** @param {AnyModel<PatchingViewModel>} model */
 export function read(model) {
   const tokens = model.get("tokens") ?? [];
   const points = model.get("panel_points") ?? [];
