@@ -19,7 +19,7 @@ classifier scores its class logits (the answer and foil are then labels or class
 Example:
     >>> pairs = prepare_pairs(lm_tokenizer, "the cat sat on the", "the dog sat on the")
     >>> pairs.n_pairs, pairs.n_tokens, pairs.position
-    (1, 5, 4)
+    (1, 8, 7)
 """
 
 from __future__ import annotations
@@ -46,9 +46,9 @@ class PatchingPairs:
     ``position`` (the last token, or a masked LM's ``[MASK]``; a classifier ignores it).
 
     Example:
-        >>> pairs = prepare_pairs(lm_tokenizer, ["the cat sat", "a dog ran"], ["the dog sat", "a cat ran"])
+        >>> pairs = prepare_pairs(lm_tokenizer, ["the cat sat", "the dog sat"], ["the dog sat", "the cat sat"])
         >>> pairs.clean_ids.shape, pairs.layout.tokens
-        (torch.Size([2, 3]), ['the', ' cat', ' sat'])
+        (torch.Size([2, 6]), ['t', 'he', 'c', 'at', 's', 'at'])
     """
 
     clean_ids: torch.Tensor
@@ -89,7 +89,7 @@ def prepare_pairs(tokenizer, clean, corrupt) -> PatchingPairs:
         >>> prepare_pairs(lm_tokenizer, "the cat sat", "the elephant sat")
         Traceback (most recent call last):
         ...
-        ValueError: the clean prompt has 3 tokens ['the', ' cat', ' sat'] but the corrupt prompt has 4 ['the', ' e', 'lephant', ' sat']: patching compares the two runs position by position, so they need the same token count. Change the corrupt prompt (e.g. swap a word for one of the same token count as the clean word) until both tokenise to the same length.
+        ValueError: the clean prompt has 6 tokens ['t', 'he', 'c', 'at', 's', 'at'] but the corrupt prompt has 9 ['t', 'he', 'e', 'le', 'p', 'h', 'ant', 's', 'at']: patching compares the two runs position by position, so they need the same token count. Change the corrupt prompt (e.g. swap a word for one of the same token count as the clean word) until both tokenise to the same length.
     """
     cleans, corrupts = _texts(clean, "clean"), _texts(corrupt, "corrupt")
     if len(cleans) != len(corrupts):
@@ -172,9 +172,9 @@ class Answers:
     ``foil_ids`` are None when the metric needs no foil).
 
     Example:
-        >>> answers = resolve_answers(lm_tokenizer, " cat", " dog", 2)
-        >>> answers.answers, answers.answer_ids.shape
-        ([' cat', ' cat'], (2,))
+        >>> answers = resolve_answers(lm_tokenizer, " the", [" on", " of"], 2)
+        >>> answers.answers, answers.foils, answers.answer_ids.tolist()
+        ([' the', ' the'], [' on', ' of'], [261, 261])
     """
 
     answers: list[str]
@@ -209,7 +209,7 @@ def resolve_answers(
         >>> resolve_answers(lm_tokenizer, " the cat", None, 1)
         Traceback (most recent call last):
         ...
-        ValueError: answer ' the cat' is 2 tokens [' the', ' cat'], but patching scores one next token: pass a single token (a string that tokenises to one token, mind the leading space, or its id); its first token is ' the' (id 273). Multi-token answers are not scored.
+        ValueError: answer ' the cat' is 3 tokens [' the', ' c', 'at'], but patching scores one next token: pass a single token (a string that tokenises to one token, mind the leading space, or its id); its first token is ' the' (id 261). Multi-token answers are not scored.
     """
     answer_ids = []
     for i, value in enumerate(_per_pair(answer, n_pairs, "answer")):

@@ -211,9 +211,9 @@ class PatchingResult:
     Example:
         >>> from interp_widgets.interventions import activation_patching
         >>> result = activation_patching(lm, lm_tokenizer, "the cat sat on the", "the dog sat on the",
-        ...                              answer=" mat", foil=" dog", progress=False)
+        ...                              answer=" the", foil=" on", progress=False)
         >>> result.points, result.panel("resid_pre").values.shape
-        (['resid_pre'], (2, 1, 5))
+        (['resid_pre'], (2, 1, 8))
         >>> again = PatchingResult.load(result.save(getfixture("tmp_path") / "patching.safetensors"))
         >>> bool(np.array_equal(again.panels[0].top_ids, result.panels[0].top_ids)), again.tokens == result.tokens
         (True, True)
@@ -269,7 +269,7 @@ class PatchingResult:
             ...                              foil=" the", points=("resid_pre", "head"), progress=False)
             >>> frame = result.to_dataframe()
             >>> len(frame), list(frame.columns[:8])
-            (18, ['point', 'layer', 'unit', 'position', 'token', 'value', 'raw', 'spread'])
+            (36, ['point', 'layer', 'unit', 'position', 'token', 'value', 'raw', 'spread'])
         """
         import pandas as pd
 
