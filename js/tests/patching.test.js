@@ -189,4 +189,31 @@ describe("patching view", () => {
     expect(items).toEqual(['"<b>x" 70.0%', '" y" 10.0%']);
     expect(el.querySelector("b")).toBeNull();
   });
+
+  it("follows the host's dark theme, on the canvas too", async () => {
+    const fills = [];
+    vi.spyOn(HTMLCanvasElement.prototype, "getContext").mockImplementation(function () {
+      const g = { fillStyle: "", setTransform() {}, save() {}, restore() {}, beginPath() {}, rect() {}, clip() {},
+        fillText() {}, strokeRect() {}, setLineDash() {}, fillRect(x, y, w, h) { fills.push([this.fillStyle, x, y, w, h]); } }; // prettier-ignore
+      return g;
+    });
+    document.body.setAttribute("data-jp-theme-light", "false");
+    try {
+      await mount();
+      expect(el.querySelector(".iw-patching").dataset.iwTheme).toBe("dark");
+      expect(fills[0][0]).toBe("#1e1e1e"); // the canvas background
+      const darkCells = fills.filter(([, x]) => x >= PATCHING_CELL.left).map(([fill]) => fill);
+      fills.length = 0;
+      document.body.setAttribute("data-jp-theme-light", "true");
+      await settle();
+      expect(el.querySelector(".iw-patching").dataset.iwTheme).toBe("light");
+      expect(fills[0][0]).toBe("#ffffff");
+      const lightCells = fills.filter(([, x]) => x >= PATCHING_CELL.left).map(([fill]) => fill);
+      expect(lightCells.length).toBe(darkCells.length);
+      expect(lightCells).not.toEqual(darkCells);
+    } finally {
+      document.body.removeAttribute("data-jp-theme-light");
+      vi.restoreAllMocks();
+    }
+  });
 });

@@ -125,3 +125,10 @@ def test_result_widget_side_by_side_with_agreement():
                          agreement_k=3)  # fmt: skip
     assert (given.agreement_spearman, given.agreement_overlap, given.agreement_k) == ([0.5], [1.0], 3)
     assert exact.widget().agreement_points == []
+
+
+def test_the_exported_page_holds_the_view_with_its_text_escaped():
+    page = PatchingView(demo_patching_data()).to_html(title="<i>patching</i>")
+    assert page.startswith("<!DOCTYPE html>") and "<title>&lt;i&gt;patching&lt;/i&gt;</title>" in page
+    assert " <b>" not in page and "<img" not in page  # the token and the top-5 text are data, never markup
+    assert "\\u003cimg src=x onerror=alert(1)\\u003e" in page  # the vocabulary travels with the page (no kernel)
