@@ -27,7 +27,7 @@ from interp_widgets.widgets.view_data import PatchingAgreementPart, PatchingRuns
 __all__ = ["patching_view"]
 
 #: The k of the top-k overlap computed when no agreement is passed.
-AGREEMENT_K = 10
+AGREEMENT_K = 20
 
 
 def _label(result: Any) -> str:
@@ -42,43 +42,54 @@ def _number(value: Any) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _agreement_rows(agreement: Any) -> dict[str, tuple[float | None, float | None]]:
-    """``{point: (spearman, overlap)}`` from a mapping (``{point: {"spearman", "overlap"}}`` or ``{point: (rho,
-    overlap)}``) or a table (a DataFrame or anything with ``to_dataframe()``) with ``point``, ``spearman`` and an
-    ``overlap`` column (its name may carry k, e.g. ``top_10_overlap``)."""
+def _agreement_rows(agreement: Any) -> tuple[dict[str, tuple[float | None, float | None]], int | None]:
+    """``({point: (spearman, overlap)}, k)`` from a mapping (``{point: {"spearman", "top_k_overlap", "k"}}`` or
+    ``{point: (rho, overlap)}``) or a table (a DataFrame, or anything with ``to_dataframe()`` such as what
+    ``PatchingResult.agreement`` returns) with ``point``, ``spearman``, an overlap column (its name may carry k, e.g.
+    ``top_10_overlap``) and optionally ``k``; k is None when not given."""
     if hasattr(agreement, "to_dataframe"):
         agreement = agreement.to_dataframe()
     if hasattr(agreement, "columns"):
         columns = [str(c) for c in agreement.columns]
-        overlap = next((c for c in columns if "overlap" in c), None)
         if "point" not in columns or "spearman" not in columns:
             raise ValueError(f"agreement table has columns {columns}; it needs 'point', 'spearman' and an overlap one")
-        return {str(row["point"]): (_number(row["spearman"]), _number(row[overlap]) if overlap else None)
-                for _, row in agreement.iterrows()}  # fmt: skip
-    if isinstance(agreement, Mapping):
-        rows = {}
-        for point, value in agreement.items():
-            if isinstance(value, Mapping):
-                overlap = next((v for k, v in value.items() if "overlap" in str(k)), None)
-                rows[str(point)] = (_number(value.get("spearman")), _number(overlap))
-            else:
-                rho, overlap = value
-                rows[str(point)] = (_number(rho), _number(overlap))
-        return rows
-    raise TypeError(
-        f"agreement must be a mapping {{point: {{'spearman', 'overlap'}}}} or a table, got {type(agreement).__name__}"
-    )
+        agreement = {str(row["point"]): dict(row) for _, row in agreement.iterrows()}
+    if not isinstance(agreement, Mapping):
+        raise TypeError(
+            f"agreement must be a mapping {{point: {{'spearman', 'top_k_overlap'}}}} or a table, got "
+            f"{type(agreement).__name__}"
+        )
+    rows, ks = {}, set()
+    for point, value in agreement.items():
+        if isinstance(value, Mapping):
+            overlap = next((v for key, v in value.items() if "overlap" in str(key)), None)
+            rows[str(point)] = (_number(value.get("spearman")), _number(overlap))
+            if value.get("k") is not None:
+                ks.add(int(value["k"]))
+        else:
+            rho, overlap = value
+            rows[str(point)] = (_number(rho), _number(overlap))
+    return rows, (max(ks) if ks else None)
 
 
-def _computed_agreement(result: Any, other: Any, k: int) -> dict[str, tuple[float | None, float | None]]:
+def _computed_agreement(result: Any, other: Any, k: int) -> Any:
+    """The agreement of an estimate and an exact result: ``estimate.agreement(exact, k)`` where the results have it
+    (attribution patching's, :mod:`interp_widgets.interventions.patching_checks`); else, per point type of equal
+    shape, Spearman's ρ of the cells' effects (value minus the unpatched run's: 0 denoising, 1 noising) and the
+    top-k overlap by |effect|, with :mod:`interp_widgets.agreement`."""
+    estimate, exact = (other, result) if other.setting.method == "attribution" else (result, other)
+    if hasattr(estimate, "agreement"):
+        return estimate.agreement(exact, k)
     rows = {}
-    others = {panel.point: panel for panel in other.panels}
-    for panel in result.panels:
+    others = {panel.point: panel for panel in exact.panels}
+    for panel in estimate.panels:
         twin = others.get(panel.point)
         if twin is None or np.shape(twin.values) != np.shape(panel.values):
             continue
-        a, b = np.ravel(panel.values), np.ravel(twin.values)
-        rows[panel.point] = (_number(_agreement.spearman(a, b)), _number(_agreement.top_k_overlap(a, b, k)))
+        a, b = (np.ravel(p.values).astype(np.float64) - (1.0 if r.setting.direction == "noise" else 0.0)
+                for p, r in ((panel, estimate), (twin, exact)))  # fmt: skip
+        rows[panel.point] = {"spearman": _agreement.spearman(a, b, by="signed"),
+                             "top_k_overlap": _agreement.top_k_overlap(a, b, k), "k": min(k, a.size)}  # fmt: skip
     return rows
 
 
@@ -92,8 +103,9 @@ def patching_view(
 ) -> PatchingView:
     """The patching view of ``result`` (a ``PatchingResult``), with ``compare`` (another one, e.g. attribution
     patching of the same pair) side by side. ``agreement`` gives their agreement per point type (a mapping
-    ``{point: {"spearman": ρ, "overlap": share}}`` or a table with those columns); without it, Spearman's ρ (of
-    |value|) and the top-``agreement_k`` overlap (default 10) are computed from the two results' values.
+    ``{point: {"spearman": ρ, "top_k_overlap": share}}``, or a table with those columns such as
+    ``estimate.agreement(exact)`` returns); without it, it is computed (Spearman's ρ of the cells' effects and the
+    top-``agreement_k`` overlap, default 20).
     ``options`` are the view's state (``scale="raw"``, ``unit_position=...``).
 
     Example:
@@ -134,12 +146,12 @@ def patching_view(
     agree = PatchingAgreementPart()
     if compare is not None or agreement is not None:
         k = AGREEMENT_K if agreement_k is None else int(agreement_k)
-        rows = _agreement_rows(agreement) if agreement is not None else _computed_agreement(result, compare, k)
+        rows, given_k = _agreement_rows(agreement if agreement is not None else _computed_agreement(result, compare, k))
         agree = PatchingAgreementPart(
             agreement_points=list(rows),
             agreement_spearman=[rho for rho, _ in rows.values()],
             agreement_overlap=[overlap for _, overlap in rows.values()],
-            agreement_k=k,
+            agreement_k=k if given_k is None else given_k,
         )
     pair = result.pair
     data = patching_data(

@@ -8,6 +8,7 @@ import json
 from types import SimpleNamespace as NS
 
 import numpy as np
+import pandas as pd
 import pytest
 import traitlets
 from scipy.stats import spearmanr
@@ -119,11 +120,15 @@ def test_result_widget_side_by_side_with_agreement():
     view = exact.widget(compare=attribution)
     assert view.result_labels == ["exact", "attribution"] and view.panel_results == [0, 1]
     assert view.top_offsets.tolist() == [0, 6, 6]  # attribution patching has no patched runs
-    rho = spearmanr(np.abs(exact.panels[0].values.ravel()), np.abs(attribution.panels[0].values.ravel()))[0]
-    assert view.agreement_spearman == [pytest.approx(rho)] and view.agreement_k == 10
-    given = exact.widget(compare=attribution, agreement={"resid_pre": {"spearman": 0.5, "top_3_overlap": 1.0}},
-                         agreement_k=3)  # fmt: skip
+    rho = spearmanr(exact.panels[0].values.ravel(), attribution.panels[0].values.ravel())[0]  # effects: value - 0
+    assert view.agreement_spearman == [pytest.approx(rho)] and view.agreement_k == 6  # k = 20 capped at 6 cells
+    # top 2 cells by |value|: exact 2 and 5 (both 1.0), attribution 2 (0.9) and 4 (0.8)
+    assert exact.widget(compare=attribution, agreement_k=2).agreement_overlap == [0.5]
+    given = exact.widget(compare=attribution, agreement={"resid_pre": {"spearman": 0.5, "top_k_overlap": 1.0, "k": 3}})
     assert (given.agreement_spearman, given.agreement_overlap, given.agreement_k) == ([0.5], [1.0], 3)
+    table = pd.DataFrame({"point": ["resid_pre"], "spearman": [0.25], "top_k_overlap": [0.5], "k": [2], "cells": [6]})
+    given = exact.widget(compare=attribution, agreement=table)  # the shape of PatchingResult.agreement's table
+    assert (given.agreement_spearman, given.agreement_overlap, given.agreement_k) == ([0.25], [0.5], 2)
     assert exact.widget().agreement_points == []
 
 
