@@ -1,7 +1,7 @@
 """The patching view in real JupyterLab with a live kernel: hovering a cell shows its exact value and raw metric,
 clicking it lists the top-5 next tokens of its patched run (read from the arrays stored in the view and checked
-against ``PatchingView.top_tokens`` in Python), token text with markup stays text, and the clicked cell reaches
-Python.
+against ``PatchingView.top_tokens`` in Python), token text with markup stays text, the clicked cell reaches Python,
+and the keyboard (arrow keys, Enter) moves and selects a cell.
 
 The notebook builds the view from a hand-made ``PatchingResult`` (``_patching_examples.tiny_patching_result``: 2
 layers × 3 positions of resid_pre, whose top-5 vocabulary holds ``"<b>"`` and a newline) and prints the facts the
@@ -73,8 +73,16 @@ def test_patching_hover_and_click_show_the_value_and_top_5(jupyter_server, patch
     expect(items).to_have_count(5)
     assert items.all_inner_texts() == facts["top"]
     assert view.locator("b").count() == 0, "token text was parsed as markup"
-
     assert printed_state(page) == {"selected": [0, 1, 0, 2]}
+
+    # the keyboard: the heatmap is one tab stop; ArrowLeft moves to position 1, Enter selects it
+    view.locator(".iw-patching-scroll").first.focus()
+    page.keyboard.press("ArrowLeft")
+    expect(tip).to_contain_text("position 1")
+    page.keyboard.press("Enter")
+    expect(view.locator(".iw-patching-detail")).to_contain_text("position 1")
+    expect(items).to_have_count(5)
+    assert printed_state(page) == {"selected": [0, 1, 0, 1]}
     assert dialogs == [], f"token text ran as script: {dialogs}"
     assert notebook_cells(page).locator(".iw-error").count() == 0
     recorded_page.requests.assert_loopback_only()
