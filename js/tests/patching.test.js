@@ -112,6 +112,9 @@ describe("patching view", () => {
     await settle();
     expect(model.get("scale")).toBe("raw");
     expect(el.querySelector(".iw-caption").textContent).toContain("raw values");
+    const legend = el.querySelector('.iw-patching-panel[data-point="resid_pre"] .iw-patching-legend').textContent;
+    expect(legend).toContain("raw logit_diff");
+    expect(legend).toContain("+2.9"); // the largest |raw| of the panel: 2 + 3·0.3
     const position = el.querySelector(".iw-patching-position");
     expect(position.options.length).toBe(2);
     position.value = "0";

@@ -9,6 +9,7 @@
  */
 import { scoreRgb } from "../../lib/colour.js";
 import { h } from "../../lib/dom.js";
+import { createLegend } from "../../lib/legend.js";
 import { formatProbability, formatScore } from "../../lib/format.js";
 import { cellAt as gridCellAt, gridLayout, rowOfLayer, visibleColumns } from "../../lib/lens_grid.js";
 import { displayToken, quoteToken } from "../../lib/text.js";
@@ -241,8 +242,9 @@ function makePanel(ctx, panel) {
   const sizer = h("div", { class: "iw-patching-sizer" }, [canvas]);
   const scroller = h("div", { class: "iw-patching-scroll", tabindex: "0", role: "grid",
     "aria-label": `${panel.point} heatmap, ${result.label}: arrow keys move, Enter selects`, "data-panel": String(panel.index) }, [sizer]); // prettier-ignore
-  const box = h("div", { class: "iw-patching-panel", "data-panel": String(panel.index), "data-point": panel.point }, [heading, scroller]); // prettier-ignore
-  const part = { box, heading, canvas, sizer, scroller, layout: null, start: 0, shift: 0 };
+  const legend = h("div", { class: "iw-patching-legend" });
+  const box = h("div", { class: "iw-patching-panel", "data-panel": String(panel.index), "data-point": panel.point }, [heading, scroller, legend]); // prettier-ignore
+  const part = { box, heading, canvas, sizer, scroller, legend, layout: null, start: 0, shift: 0 };
   const cellOf = (event) => {
     const rect = canvas.getBoundingClientRect();
     const at = gridCellAt(part.layout, event.clientX - rect.left + part.shift, event.clientY - rect.top, part.start);
@@ -345,6 +347,8 @@ export function draw(ctx, level) {
     part.heading.textContent = `${panel.point} \u00b7 ${result.label}${where}${result.direction === "noise" ? " \u00b7 noising: low = important" : ""}`;
     part.box.classList.toggle("iw-patching-noise", result.direction === "noise");
     part.canvas.setAttribute("aria-label", part.heading.textContent);
+    const what = scale === "raw" ? `raw ${result.metric || "metric"}` : "normalised (0 = corrupt, 1 = clean)";
+    part.legend.replaceChildren(createLegend(panel.range[scale], theme, what));
     paintPanel(ctx, panel);
   }
   paintDetail(ctx);
