@@ -76,8 +76,13 @@ def _computed_agreement(result: Any, other: Any, k: int) -> Any:
     """The agreement of an estimate and an exact result: ``estimate.agreement(exact, k)`` where the results have it
     (attribution patching's, :mod:`interp_widgets.interventions.patching_checks`); else, per point type of equal
     shape, Spearman's ρ of the cells' effects (value minus the unpatched run's: 0 denoising, 1 noising) and the
-    top-k overlap by |effect|, with :mod:`interp_widgets.agreement`."""
+    top-k overlap by |effect|, with :mod:`interp_widgets.agreement`. None for results of another metric, direction
+    or positions setting."""
     estimate, exact = (other, result) if other.setting.method == "attribution" else (result, other)
+    if any(
+        getattr(result.setting, name) != getattr(other.setting, name) for name in ("metric", "direction", "positions")
+    ):
+        return {}  # different questions (e.g. noising beside denoising): shown side by side, not ranked together
     if hasattr(estimate, "agreement"):
         return estimate.agreement(exact, k)
     rows = {}
@@ -133,8 +138,10 @@ def patching_view(
     n_positions = len(result.pair.tokens)
     panels = patching_panels([list(r.panels) for r in results], text, n_positions=n_positions)
     labels = [_label(r) for r in results]
-    if len(labels) == 2 and labels[0] == labels[1]:
-        labels = [f"{labels[0]} (1)", f"{labels[1]} (2)"]
+    if len(labels) == 2 and labels[0] == labels[1]:  # two exact results: by direction, else numbered
+        directions = [str(r.setting.direction) for r in results]
+        labels = [f"{label} {d}" for label, d in zip(labels, directions)] if directions[0] != directions[1] else [
+            f"{labels[0]} (1)", f"{labels[1]} (2)"]  # fmt: skip
     runs = PatchingRunsPart(
         result_labels=labels,
         result_methods=[str(r.setting.method) for r in results],

@@ -137,3 +137,12 @@ def test_the_exported_page_holds_the_view_with_its_text_escaped():
     assert page.startswith("<!DOCTYPE html>") and "<title>&lt;i&gt;patching&lt;/i&gt;</title>" in page
     assert " <b>" not in page and "<img" not in page  # the token and the top-5 text are data, never markup
     assert "\\u003cimg src=x onerror=alert(1)\\u003e" in page  # the vocabulary travels with the page (no kernel)
+
+
+def test_two_exact_results_are_labelled_by_direction():
+    from interp_widgets.interventions._patching_examples import tiny_patching_result
+
+    view = tiny_patching_result().widget(compare=tiny_patching_result(direction="noise"))
+    assert view.result_labels == ["exact denoise", "exact noise"] and view.result_directions == ["denoise", "noise"]
+    assert view.agreement_points == []  # two different questions: side by side, not ranked together
+    assert "noising: low = important" in view.static_svg()
