@@ -12,7 +12,8 @@ It mounts the view from its exported state as ``benchmarks/layer_views.py`` does
 quick check at a small size; the bench lines say what was used.
 
 Usage: PYTHONPATH=. nice -n 10 python -u benchmarks/_patching_view.py
-(``benchmarks/interventions.py`` runs it as its part ``view``.)
+(``benchmarks/interventions.py`` runs it as its part ``view``: ``from _patching_view import view``, ``PARTS["view"] =
+view``.)
 """
 
 from __future__ import annotations
@@ -108,6 +109,12 @@ def bench_view() -> None:
         f"[median of 40 moves per page; worst {max(worst):.1f}]",
         flush=True,
     )
+
+
+def view(model=None, tokenizer=None) -> None:
+    """Part ``view`` of ``benchmarks/interventions.py`` (its parts take the model and tokenizer; this one needs
+    neither): wire it in with ``from _patching_view import view`` and ``PARTS["view"] = view``."""
+    bench_view()
 
 
 if __name__ == "__main__":
