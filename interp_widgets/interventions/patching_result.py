@@ -368,6 +368,21 @@ class PatchingResult:
             f"<table><tr><th>point</th><th>layers × units × positions</th><th>max value</th></tr>{rows}</table></div>"
         )
 
+    def widget(self, compare: "PatchingResult | None" = None, **options: object):
+        """The patching view (:class:`~interp_widgets.widgets.PatchingView`): a heatmap per point type; hover shows
+        a cell's value and raw metric, a click its patched run's top-5 next tokens (no kernel needed). ``compare``
+        puts another result of the same pair beside it (e.g. attribution against exact patching), with their
+        agreement (``agreement=``, or computed; see :func:`~interp_widgets.interventions.patching_view.patching_view`).
+
+        Example:
+            >>> from interp_widgets.interventions._patching_examples import tiny_patching_result
+            >>> tiny_patching_result().widget(scale="raw")
+            PatchingView(1 result, panels=['resid_pre'], 2 layers × 3 positions, scale='raw')
+        """
+        from interp_widgets.interventions.patching_view import patching_view
+
+        return patching_view(self, compare, **options)
+
     # ------------------------------------------------------------------ persistence
     _PANEL_ARRAYS = ("values", "raw", "spread", "top_ids", "top_probs", "vocab_ids")
     _LAYOUT_ARRAYS = ("offsets", "special_mask", "word_ids", "sentence_ids", "turn_ids")

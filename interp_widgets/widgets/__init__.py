@@ -2,7 +2,8 @@
 
 One class per view: :class:`TokenHighlightWidget` (classification), :class:`GenerationWidget` (prompt + generated
 tokens), :class:`ComparisonWidget` via :func:`compare` (methods side by side), :class:`ExampleListWidget` (many
-inputs), :class:`ConceptBrowser` (concepts) and :class:`MonitorWidget` (live training curves). Every widget displays a
+inputs), :class:`ConceptBrowser` (concepts), :class:`MonitorWidget` (live training curves) and :class:`PatchingView`
+(activation / attribution patching heatmaps). Every widget displays a
 static SVG where no JavaScript runs and exports to one offline HTML page (:mod:`interp_widgets.widgets.export`). Each
 output also saves the view's data as :data:`MIME_TYPE` (at most :func:`output_cap` bytes, 1 MiB by default), from
 which the ``interp-widgets`` JupyterLab / Notebook 7 extension rebuilds the interactive view without a kernel.
@@ -29,6 +30,7 @@ from interp_widgets.widgets.generation import GenerationWidget
 from interp_widgets.widgets._mime import MIME_TYPE, output_cap, set_output_cap
 from interp_widgets.widgets.lens import LensWidget
 from interp_widgets.widgets.monitor import MonitorWidget
+from interp_widgets.widgets.patching import PatchingView
 from interp_widgets.widgets.token_highlight import TokenHighlightWidget
 
 __all__ = [
@@ -42,6 +44,7 @@ __all__ = [
     "InterpWidget",
     "LensWidget",
     "MonitorWidget",
+    "PatchingView",
     "TokenHighlightWidget",
     "array_to_buffer",
     "buffer_to_array",

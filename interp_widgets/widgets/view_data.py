@@ -280,7 +280,7 @@ class ViewData:
 
     Example:
         >>> sorted(VIEW_DATA)
-        ['attention', 'comparison', 'concept_browser', 'example_list', 'generation', 'lens', 'monitor', 'token_highlight']
+        ['attention', 'comparison', 'concept_browser', 'example_list', 'generation', 'lens', 'monitor', 'patching', 'token_highlight']
     """
 
     VIEW: ClassVar[str] = ""
@@ -881,7 +881,108 @@ class LensData(ViewData):
     model_name: str = ""
 
 
+#: Patched cells (all panels together) above which the patching view's data keeps no top-5 tokens: the kernel sends
+#: a cell's top-5 when it is clicked (the view says so).
+PATCHING_STORED_CELLS = 50_000
+
+
+@dataclass
+class PatchingPanelsPart:
+    """The panels of the patching view (:class:`PatchingData`), one per result shown and patched point type: the
+    labels of each panel's layers, units (``["stream"]``, heads, KV heads) and positions (empty: the clean tokens),
+    and the numbers of every panel's ``(layers, units, positions)`` cells concatenated in C order (panel ``p`` holds
+    ``cell_offsets[p]:cell_offsets[p + 1]``). The top-5 next tokens of each patched run (indices into ``vocab``)
+    are concatenated the same way by ``top_offsets``; a panel without them (attribution patching, or more than
+    :data:`PATCHING_STORED_CELLS` cells, when ``top_note`` says so) has equal offsets.
+
+    Example:
+        >>> PatchingPanelsPart.ARRAYS["top_vocab"]
+        ('int32', 2, False)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "cell_offsets": ("int32", 1, False), "values": ("float32", 1, True), "raw": ("float32", 1, True),
+        "spread": ("float32", 1, True), "top_offsets": ("int32", 1, False), "top_vocab": ("int32", 2, False),
+        "top_probs": ("float32", 2, True)}  # fmt: skip
+
+    panel_points: list[str] = data_field("Patched point type of each panel ('resid_pre', 'head', ...).")
+    panel_results: list[int] = data_field("Index (into result_labels) of the result each panel belongs to.")
+    panel_layers: list[list[str]] = data_field("Layer labels of each panel.")
+    panel_units: list[list[str]] = data_field("Unit labels of each panel (['stream'], heads, KV heads).")
+    panel_positions: list[list[str]] = data_field("Position labels of each panel; empty: the clean tokens.")
+    cell_offsets: np.ndarray = data_field("(panels + 1,) start of each panel's cells in values / raw / spread.")
+    values: np.ndarray = data_field("Normalised metric of every cell (0 = corrupt run, 1 = clean run).")
+    raw: np.ndarray = data_field("Raw metric of every cell's patched run.")
+    spread: np.ndarray = data_field("Standard deviation over pairs of every cell's normalised value.")
+    top_offsets: np.ndarray = data_field("(panels + 1,) start of each panel's rows in top_vocab / top_probs.")
+    top_vocab: np.ndarray = data_field("(rows, 5) top next tokens of each patched run, indices into vocab.")
+    top_probs: np.ndarray = data_field("(rows, 5) their probabilities.")
+    vocab: list[str] = data_field("Text of every token the top-5 lists mention.", default_factory=list)
+    top_note: str = data_field("Why some top-5 lists are not stored (they are fetched from the kernel).", default="")
+
+
+@dataclass
+class PatchingRunsPart:
+    """The results the patching view shows (one, or an exact and an attribution-patching result side by side): a
+    label, method, direction and metric per result and its clean and corrupt metrics.
+
+    Example:
+        >>> PatchingRunsPart(result_labels=["exact"]).result_directions
+        []
+    """
+
+    result_labels: list[str] = data_field("Label of each result shown.")
+    result_methods: list[str] = data_field("'exact' or 'attribution', per result.", default_factory=list)
+    result_directions: list[str] = data_field("'denoise' or 'noise' (low = important), per result.",
+                                              default_factory=list)  # fmt: skip
+    result_metrics: list[str] = data_field("Metric name per result ('logit_diff', ...).", default_factory=list)
+    clean_metrics: list[float] = data_field("Clean run's metric per result (mean over pairs).", default_factory=list)
+    corrupt_metrics: list[float] = data_field("Corrupt run's metric per result (mean over pairs).",
+                                              default_factory=list)  # fmt: skip
+
+
+@dataclass
+class PatchingAgreementPart:
+    """How far two results shown side by side agree, per patched point type: Spearman's rank correlation and the
+    overlap of their top-k cells (None: not computed).
+
+    Example:
+        >>> PatchingAgreementPart().agreement_points
+        []
+    """
+
+    agreement_points: list[str] = data_field("Point types compared.", default_factory=list)
+    agreement_spearman: list[float | None] = data_field("Spearman's rho per point type.", default_factory=list)
+    agreement_overlap: list[float | None] = data_field("Top-k overlap (0..1) per point type.", default_factory=list)
+    agreement_k: int = data_field("The k of the top-k overlap.", default=0)
+
+
+@dataclass
+class PatchingData(ViewData):
+    """What :class:`~interp_widgets.widgets.PatchingView` draws: activation (or attribution) patching of a clean /
+    corrupt pair as a layers × positions (or layers × heads) heatmap per patched point type
+    (:class:`PatchingPanelsPart`), the clean tokens (:class:`TokenLayoutPart`), the corrupt ones, the answer and foil,
+    the results shown (:class:`PatchingRunsPart`) and their agreement (:class:`PatchingAgreementPart`).
+
+    Example:
+        >>> PatchingData.field_names()[:2], "panel_points" in PatchingData.field_names()
+        (['tokens', 'spaces_before'], True)
+    """
+
+    VIEW: ClassVar[str] = "patching"
+
+    layout: TokenLayoutPart
+    corrupt_tokens: list[str] = data_field("Tokens of the corrupt prompt (same length as the clean one).")
+    panels: PatchingPanelsPart = data_field("The heatmaps.")
+    runs: PatchingRunsPart = data_field("The results shown.")
+    agreement: PatchingAgreementPart = data_field("Agreement of two results.", default_factory=PatchingAgreementPart)
+    answer: str = data_field("The answer token.", default="")
+    foil: str = data_field("The foil token ('' without one).", default="")
+    n_pairs: int = data_field("Clean / corrupt pairs averaged.", default=1)
+    model_name: str = ""
+
+
 #: Each view's data class by view (bundle) name.
 VIEW_DATA: dict[str, type[ViewData]] = {cls.VIEW: cls for cls in (
     TokenHighlightData, GenerationData, ComparisonData, ExampleListData, ConceptBrowserData, MonitorData,
-    AttentionData, LensData)}  # fmt: skip
+    AttentionData, LensData, PatchingData)}  # fmt: skip

@@ -6,8 +6,10 @@ import examples from "../src/example_list.js";
 import generation from "../src/generation.js";
 import lens from "../src/lens.js";
 import monitor from "../src/monitor.js";
+import patching from "../src/patching.js";
 import tokenHighlight from "../src/token_highlight.js";
 import { payload } from "./fake_model.js";
+import { patchingState } from "./patching_state.js";
 
 const f32 = (values, shape = [values.length]) => payload(Float32Array.from(values), "float32", shape);
 const i32 = (values, shape = [values.length]) => payload(Int32Array.from(values), "int32", shape);
@@ -79,4 +81,5 @@ export const VIEWS = [
       generated_mask: bool([0, 1]), vocab_size: 10, model_name: "m", lens: "logit", colour_by: "top1_prob", target: 0,
       selected_position: -1, plotted_targets: [0] },
   },
+  { file: "patching.js", model: "PatchingViewModel", widget: patching, state: patchingState() },
 ]; // prettier-ignore

@@ -18,8 +18,10 @@ from interp_widgets.widgets._traits import BinaryArray
 from interp_widgets.widgets import (
     AttentionWidget, ComparisonWidget, ConceptBrowser, ExampleListWidget, GenerationWidget, InterpWidget, LensWidget,
     MonitorWidget,
+    PatchingView,
     TokenHighlightWidget, compare,
 )  # fmt: skip
+from interp_widgets.widgets.patching import demo_patching_data
 from tests.widgets.test_concept_widget import _interpretation, _text
 from tests.widgets.test_views_widget import _collection, _gen_result, _result
 
@@ -43,6 +45,7 @@ VIEWS = {
     MonitorWidget: lambda **kw: MonitorWidget(layers=["layer:0"], **kw),
     AttentionWidget: lambda **kw: AttentionWidget(_attention_patterns(), **kw),
     LensWidget: lambda **kw: LensWidget(_lens_result(), **kw),
+    PatchingView: lambda **kw: PatchingView(demo_patching_data(heads=True), **kw),
 }  # fmt: skip
 
 

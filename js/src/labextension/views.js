@@ -13,6 +13,7 @@ export const VIEWS = {
   generation: () => import("../generation.js"),
   lens: () => import("../lens.js"),
   monitor: () => import("../monitor.js"),
+  patching: () => import("../patching.js"),
   token_highlight: () => import("../token_highlight.js"),
 };
 

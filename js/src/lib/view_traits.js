@@ -141,6 +141,49 @@ export const LENS_DATA_TRAITS = ["tokens", "layers", "lenses", "vocab", "top_voc
 export const MONITOR_DATA_TRAITS = ["checkpoint", "checkpoint_schema"];
 
 /**
+ * Data of the patching view (PatchingData, version 1): the synced data traits of PatchingView.
+ * @typedef {object} PatchingData
+ * @property {string[]} tokens  Text of each token (special tokens by name).
+ * @property {string[]} spaces_before  Original text between a token and the previous one.
+ * @property {BinaryArray} special_mask  bool, 1-D. True for each special token.
+ * @property {BinaryArray} word_ids  int8 | int16 | int32, 1-D. Word id per token (-1: none), int8/int16/int32 (narrowest).
+ * @property {BinaryArray} sentence_ids  int8 | int16 | int32, 1-D. Sentence id per token (-1: none), int8/int16/int32 (narrowest).
+ * @property {BinaryArray} turn_ids  int8 | int16 | int32, 1-D; {} when absent. Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).
+ * @property {string[]} turn_roles  Role of each turn ('system', 'user', ...); empty for a plain text.
+ * @property {string[]} corrupt_tokens  Tokens of the corrupt prompt (same length as the clean one).
+ * @property {string[]} panel_points  Patched point type of each panel ('resid_pre', 'head', ...).
+ * @property {number[]} panel_results  Index (into result_labels) of the result each panel belongs to.
+ * @property {string[][]} panel_layers  Layer labels of each panel.
+ * @property {string[][]} panel_units  Unit labels of each panel (['stream'], heads, KV heads).
+ * @property {string[][]} panel_positions  Position labels of each panel; empty: the clean tokens.
+ * @property {BinaryArray} cell_offsets  int32, 1-D. (panels + 1,) start of each panel's cells in values / raw / spread.
+ * @property {BinaryArray} values  float32, 1-D. Normalised metric of every cell (0 = corrupt run, 1 = clean run).
+ * @property {BinaryArray} raw  float32, 1-D. Raw metric of every cell's patched run.
+ * @property {BinaryArray} spread  float32, 1-D. Standard deviation over pairs of every cell's normalised value.
+ * @property {BinaryArray} top_offsets  int32, 1-D. (panels + 1,) start of each panel's rows in top_vocab / top_probs.
+ * @property {BinaryArray} top_vocab  int32, 2-D. (rows, 5) top next tokens of each patched run, indices into vocab.
+ * @property {BinaryArray} top_probs  float32, 2-D. (rows, 5) their probabilities.
+ * @property {string[]} vocab  Text of every token the top-5 lists mention.
+ * @property {string} top_note  Why some top-5 lists are not stored (they are fetched from the kernel).
+ * @property {string[]} result_labels  Label of each result shown.
+ * @property {string[]} result_methods  'exact' or 'attribution', per result.
+ * @property {string[]} result_directions  'denoise' or 'noise' (low = important), per result.
+ * @property {string[]} result_metrics  Metric name per result ('logit_diff', ...).
+ * @property {number[]} clean_metrics  Clean run's metric per result (mean over pairs).
+ * @property {number[]} corrupt_metrics  Corrupt run's metric per result (mean over pairs).
+ * @property {string[]} agreement_points  Point types compared.
+ * @property {(number | null)[]} agreement_spearman  Spearman's rho per point type.
+ * @property {(number | null)[]} agreement_overlap  Top-k overlap (0..1) per point type.
+ * @property {number} agreement_k  The k of the top-k overlap.
+ * @property {string} answer  The answer token.
+ * @property {string} foil  The foil token ('' without one).
+ * @property {number} n_pairs  Clean / corrupt pairs averaged.
+ * @property {string} model_name
+ */
+/** Data traits of the patching view. @type {(keyof PatchingData)[]} */
+export const PATCHING_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "corrupt_tokens", "panel_points", "panel_results", "panel_layers", "panel_units", "panel_positions", "cell_offsets", "values", "raw", "spread", "top_offsets", "top_vocab", "top_probs", "vocab", "top_note", "result_labels", "result_methods", "result_directions", "result_metrics", "clean_metrics", "corrupt_metrics", "agreement_points", "agreement_spearman", "agreement_overlap", "agreement_k", "answer", "foil", "n_pairs", "model_name"];
+
+/**
  * Data of the token_highlight view (TokenHighlightData, version 2): the synced data traits of TokenHighlightWidget.
  * @typedef {object} TokenHighlightData
  * @property {string[]} tokens  Text of each token (special tokens by name).
