@@ -19,7 +19,15 @@ Example:
     True
 """
 
-from interp_widgets.interventions.edits import ABLATION_MODES, Ablate, Add, Clamp, as_direction, reference_activations
+from interp_widgets.interventions.edits import (
+    ABLATION_MODES,
+    Ablate,
+    Add,
+    Clamp,
+    SAEFeature,
+    as_direction,
+    reference_activations,
+)
 from interp_widgets.interventions.intervene import intervene
 from interp_widgets.interventions.points import EditPoint, resolve_point
 
@@ -29,6 +37,7 @@ __all__ = [
     "Add",
     "Clamp",
     "EditPoint",
+    "SAEFeature",
     "as_direction",
     "intervene",
     "reference_activations",
