@@ -7,6 +7,9 @@
   :class:`Clamp` (a direction's component set to a value) and :class:`Add` (a scaled direction added).
 - ``intervene(..., freeze=("attention", "norms", "mlp"), freeze_on=prompt)`` holds attention patterns, norm scales
   and MLP outputs at their values on a prompt (:mod:`interp_widgets.interventions.freeze`).
+- Steering (:mod:`interp_widgets.interventions.steering`): :func:`steering_vector` (CAA difference of means),
+  :func:`steer` (a dose-response: generations, a behaviour metric and the damage per scale) ->
+  :class:`SteeringResult`; :class:`SAEFeature` edits an SAE feature by a delta along its decoder row.
 - :func:`reference_activations`: the activations at a point over texts, the reference of a mean or resample
   ablation; :func:`resolve_point`: the one reading of a point's name.
 
@@ -30,6 +33,13 @@ from interp_widgets.interventions.edits import (
 )
 from interp_widgets.interventions.intervene import intervene
 from interp_widgets.interventions.points import EditPoint, resolve_point
+from interp_widgets.interventions.steering import SteeringVector, steer, steering_vector
+from interp_widgets.interventions.steering_result import (
+    SteeringGenerations,
+    SteeringMetric,
+    SteeringResult,
+    SteeringRun,
+)
 
 __all__ = [
     "ABLATION_MODES",
@@ -42,4 +52,11 @@ __all__ = [
     "intervene",
     "reference_activations",
     "resolve_point",
+    "SteeringGenerations",
+    "SteeringMetric",
+    "SteeringResult",
+    "SteeringRun",
+    "SteeringVector",
+    "steer",
+    "steering_vector",
 ]
