@@ -29,6 +29,7 @@ from interp_widgets.widgets.generation import GenerationWidget
 from interp_widgets.widgets._mime import MIME_TYPE, output_cap, set_output_cap
 from interp_widgets.widgets.lens import LensWidget
 from interp_widgets.widgets.monitor import MonitorWidget
+from interp_widgets.widgets.steering import SteeringView
 from interp_widgets.widgets.token_highlight import TokenHighlightWidget
 
 __all__ = [
@@ -42,6 +43,7 @@ __all__ = [
     "InterpWidget",
     "LensWidget",
     "MonitorWidget",
+    "SteeringView",
     "TokenHighlightWidget",
     "array_to_buffer",
     "buffer_to_array",
