@@ -13,6 +13,7 @@ export const VIEWS = {
   generation: () => import("../generation.js"),
   lens: () => import("../lens.js"),
   monitor: () => import("../monitor.js"),
+  steering: () => import("../steering.js"),
   token_highlight: () => import("../token_highlight.js"),
 };
 
