@@ -25,7 +25,7 @@ import traitlets
 
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._svg import visible_text
-from interp_widgets.widgets.view_data import SteeringData
+from interp_widgets.widgets.view_data import DoseResponsePart, SteeringData, SteeringGenerationsPart
 
 __all__ = ["SteeringView"]
 
@@ -57,15 +57,19 @@ class SteeringView(InterpWidget, data=SteeringData):
                 prompt=result.run.prompt,
                 layer=result.run.layer,
                 scale_meaning=result.run.scale_meaning,
-                prompt_tokens=list(g.prompt_tokens),
-                unsteered_tokens=list(g.unsteered),
-                steered_tokens=[list(tokens) for tokens in g.steered],
-                changed=[g.changed(k).tolist() for k in range(n)],
-                scales=result.scales,
-                metric_mean=nan if result.metric is None else result.metric.mean,
-                metric_spread=nan if result.metric is None else result.metric.spread,
-                damage=result.damage,
-                metric_name="" if result.metric is None else result.metric.name,
+                generations=SteeringGenerationsPart(
+                    prompt_tokens=list(g.prompt_tokens),
+                    unsteered_tokens=list(g.unsteered),
+                    steered_tokens=[list(tokens) for tokens in g.steered],
+                    changed=[g.changed(k).tolist() for k in range(n)],
+                ),
+                dose=DoseResponsePart(
+                    scales=result.scales,
+                    metric_mean=nan if result.metric is None else result.metric.mean,
+                    metric_spread=nan if result.metric is None else result.metric.spread,
+                    damage=result.damage,
+                    metric_name="" if result.metric is None else result.metric.name,
+                ),
                 damage_tokens=int(result.run.damage_tokens),
                 positions=result.run.positions,
             )

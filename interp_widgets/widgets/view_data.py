@@ -888,18 +888,34 @@ VIEW_DATA: dict[str, type[ViewData]] = {cls.VIEW: cls for cls in (
 
 
 @dataclass
-class SteeringData(ViewData):
-    """What :class:`~interp_widgets.widgets.SteeringView` draws: a steering run's dose-response. For each of the
-    ``S`` scales, the greedy continuation (``steered_tokens[k]``, token texts) with ``changed[k][i]`` True where its
-    token differs from the unsteered run's (``unsteered_tokens``) at the same place; the behaviour metric's mean and
-    spread over the eval prompts (NaN: no metric) and the damage (mean KL(unsteered ‖ steered) on held-out text).
+class SteeringGenerationsPart:
+    """The generations of a steering run: the prompt's tokens, the unsteered continuation and one continuation per
+    scale (token texts), with ``changed[k][i]`` True where scale ``k``'s token differs from the unsteered run's at
+    the same place.
 
     Example:
-        >>> SteeringData.field_names()[:3], SteeringData.array_specs()["damage"]
-        (['prompt', 'layer', 'scale_meaning'], ('float32', 1, False))
+        >>> [f.name for f in dataclasses.fields(SteeringGenerationsPart)]
+        ['prompt_tokens', 'unsteered_tokens', 'steered_tokens', 'changed']
     """
 
-    VIEW: ClassVar[str] = "steering"
+    prompt_tokens: list[str] = data_field("The prompt's tokens.", default_factory=list)
+    unsteered_tokens: list[str] = data_field("The unsteered continuation's tokens.", default_factory=list)
+    steered_tokens: list[list[str]] = data_field("The continuation's tokens at each scale.", default_factory=list)
+    changed: list[list[bool]] = data_field(
+        "Per scale and generated token: differs from the unsteered token at the same place.", default_factory=list
+    )
+
+
+@dataclass
+class DoseResponsePart:
+    """A dose-response: the ``S`` scales, a metric's mean and spread over prompts at each (NaN: no metric) and the
+    damage at each.
+
+    Example:
+        >>> DoseResponsePart.ARRAYS["metric_spread"]
+        ('float32', 1, False)
+    """
+
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
         "scales": ("float32", 1, True),
         "metric_mean": ("float32", 1, False),
@@ -907,15 +923,6 @@ class SteeringData(ViewData):
         "damage": ("float32", 1, False),
     }
 
-    prompt: str
-    layer: str
-    scale_meaning: str = data_field("What a scale means (e.g. multiples of the mean residual norm at the layer).")
-    prompt_tokens: list[str] = data_field("The prompt's tokens.", default_factory=list)
-    unsteered_tokens: list[str] = data_field("The unsteered continuation's tokens.", default_factory=list)
-    steered_tokens: list[list[str]] = data_field("The continuation's tokens at each scale.", default_factory=list)
-    changed: list[list[bool]] = data_field(
-        "Per scale and generated token: differs from the unsteered token at the same place.", default_factory=list
-    )
     scales: np.ndarray = data_field("(S,) the scales.", default=None)
     metric_mean: np.ndarray = data_field("(S,) the metric's mean over the eval prompts (NaN: no metric).", default=None)
     metric_spread: np.ndarray = data_field("(S,) its standard deviation over the eval prompts.", default=None)
@@ -923,6 +930,26 @@ class SteeringData(ViewData):
         "(S,) mean KL(unsteered ‖ steered) of the next token on held-out text.", default=None
     )
     metric_name: str = data_field("The metric's name ('' when there is none).", default="")
+
+
+@dataclass
+class SteeringData(ViewData):
+    """What :class:`~interp_widgets.widgets.SteeringView` draws: a steering run's generations
+    (:class:`SteeringGenerationsPart`) and its dose-response (:class:`DoseResponsePart`: the metric's mean and
+    spread over the eval prompts and the damage, mean KL(unsteered ‖ steered) on held-out text, per scale).
+
+    Example:
+        >>> SteeringData.field_names()[:3], SteeringData.array_specs()["damage"]
+        (['prompt', 'layer', 'scale_meaning'], ('float32', 1, False))
+    """
+
+    VIEW: ClassVar[str] = "steering"
+
+    prompt: str
+    layer: str
+    scale_meaning: str = data_field("What a scale means (e.g. multiples of the mean residual norm at the layer).")
+    generations: SteeringGenerationsPart = field(default_factory=SteeringGenerationsPart)
+    dose: DoseResponsePart = field(default_factory=DoseResponsePart)
     damage_tokens: int = data_field("Tokens of held-out text the damage is averaged over.", default=0)
     positions: str = data_field("Where the generations were steered: 'generated' or 'all'.", default="generated")
 

@@ -25,18 +25,18 @@ export { read as readSteering } from "./views/steering/read.js";
 
 /**
  * Synced traits of SteeringView: its data (SteeringData, generated in lib/view_traits.js) and its view state
- * (SteeringState).
- * @typedef {import("./lib/view_traits.js").SteeringData & SteeringState} SteeringModel
+ * (SteeringViewState).
+ * @typedef {import("./lib/view_traits.js").SteeringData & SteeringViewState} SteeringViewModel
  */
 /**
  * View state of SteeringView.
- * @typedef {object} SteeringState
+ * @typedef {object} SteeringViewState
  * @property {number[]} hidden_scales  Indices of the scales hidden (written).
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
 import { STEERING_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
-/** Traits whose change only redraws. @type {(keyof SteeringModel)[]} */
+/** Traits whose change only redraws. @type {(keyof SteeringViewModel)[]} */
 const VIEW_TRAITS = ["hidden_scales"];
 
 export default mountView("SteeringView", { dataTraits: DATA_TRAITS, uiTraits: VIEW_TRAITS, read, build, draw });

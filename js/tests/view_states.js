@@ -6,6 +6,7 @@ import examples from "../src/example_list.js";
 import generation from "../src/generation.js";
 import lens from "../src/lens.js";
 import monitor from "../src/monitor.js";
+import steering from "../src/steering.js";
 import tokenHighlight from "../src/token_highlight.js";
 import { payload } from "./fake_model.js";
 
@@ -78,5 +79,13 @@ export const VIEWS = [
       target_probs: f32([0.2, NaN, 0.3, NaN, 0.2, NaN, 0.3, NaN], [2, 2, 2, 1]), target_ranks: i32([2, 0, 1, 0, 2, 0, 1, 0], [2, 2, 2, 1]),
       generated_mask: bool([0, 1]), vocab_size: 10, model_name: "m", lens: "logit", colour_by: "top1_prob", target: 0,
       selected_position: -1, plotted_targets: [0] },
+  },
+  {
+    file: "steering.js", model: "SteeringViewModel", widget: steering,
+    state: { error: "", prompt: "The <b>room</b>", layer: "layer:1", scale_meaning: "scale × mean residual norm",
+      prompt_tokens: ["The", " <b>room</b>"], unsteered_tokens: [" was", " quiet"],
+      steered_tokens: [[" was", " quiet"], [" was", "<img src=x onerror=alert(1)>"]], changed: [[false, false], [false, true]],
+      scales: f32([0, 2]), metric_mean: f32([0.5, 3]), metric_spread: f32([0.7, 1.4]), damage: f32([0, 0.7]),
+      metric_name: "logit difference", damage_tokens: 4096, positions: "generated", hidden_scales: [] },
   },
 ]; // prettier-ignore

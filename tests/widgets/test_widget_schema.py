@@ -17,10 +17,11 @@ from interp_widgets.widgets._traits import BinaryArray
 
 from interp_widgets.widgets import (
     AttentionWidget, ComparisonWidget, ConceptBrowser, ExampleListWidget, GenerationWidget, InterpWidget, LensWidget,
-    MonitorWidget,
+    MonitorWidget, SteeringView,
     TokenHighlightWidget, compare,
 )  # fmt: skip
 from tests.widgets.test_concept_widget import _interpretation, _text
+from tests.widgets.test_steering_view import _steering_result
 from tests.widgets.test_views_widget import _collection, _gen_result, _result
 
 
@@ -43,6 +44,7 @@ VIEWS = {
     MonitorWidget: lambda **kw: MonitorWidget(layers=["layer:0"], **kw),
     AttentionWidget: lambda **kw: AttentionWidget(_attention_patterns(), **kw),
     LensWidget: lambda **kw: LensWidget(_lens_result(), **kw),
+    SteeringView: lambda **kw: SteeringView(_steering_result(), **kw),
 }  # fmt: skip
 
 

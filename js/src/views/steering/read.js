@@ -6,7 +6,7 @@
  */
 import { decodeArray } from "../../lib/codec.js";
 
-/** @typedef {import("../../steering.js").SteeringModel} SteeringModel */
+/** @typedef {import("../../steering.js").SteeringViewModel} SteeringViewModel */
 /**
  * @template {object} T
  * @typedef {import("../../lib/model.js").AnyModel<T>} AnyModel
@@ -17,7 +17,7 @@ const values = (model, name) => {
   return raw ? Array.from(decodeArray(raw).values) : [];
 };
 
-/** @param {AnyModel<SteeringModel>} model */
+/** @param {AnyModel<SteeringViewModel>} model */
 export function read(model) {
   const scales = values(model, "scales");
   const S = scales.length;
