@@ -325,7 +325,7 @@ def test_concept_components_sae_features_and_probes_are_directions(llama):
     b = steer(model, tok, "Hi", SAEFeature(sae, 5), "layer:1", **options)
     np.testing.assert_array_equal(b.run.direction, sae.components_[5].astype(np.float32))
     store = collect_activations(model, tok, DAMAGE_TEXTS, layer="layer:1", unit="sentence", progress=False)
-    probe = LinearProbe("logistic", cv=2).fit(store, [i % 2 for i in range(len(DAMAGE_TEXTS))])
+    probe = LinearProbe("logistic", cv=2).fit(store, [0, 1, 1, 0, 1, 0, 0, 1, 1, 0, 0, 1])
     c = steer(model, tok, "Hi", probe.as_concepts(), "layer:1", **options)
     np.testing.assert_allclose(c.run.direction, probe.direction_[0], rtol=1e-6)
     assert c.run.direction_label == "DirectionConcepts direction"
