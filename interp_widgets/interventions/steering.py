@@ -237,15 +237,19 @@ def _run_metric(metric: Callable, model, tokenizer) -> np.ndarray:
 
 
 def _damage_slice(adapter: ModelAdapter, texts, n_tokens: int) -> list[np.ndarray]:
-    """Token ids of the texts in order, cut after ``n_tokens`` tokens in all (each text keeps at least 2)."""
+    """Token ids of the texts in order, cut after ``n_tokens`` tokens in all (a piece has at least 2 tokens and at
+    most the model's context)."""
     if texts is None:
         from interp_widgets.demo.text_corpus import load_text_corpus  # the declared exception to the layers
 
         texts = load_text_corpus("test")
+    if isinstance(texts, str) or not all(isinstance(t, str) for t in texts):
+        raise TypeError("damage_texts must be a list of strings (held-out text), or None for the test corpus")
+    limit = adapter.context_limit[0]
     pieces, total = [], 0
     for text in texts:
-        ids = adapter.encode(text).input_ids
-        take = min(len(ids), n_tokens - total)
+        ids = adapter.tokenizer(text)["input_ids"]  # a text longer than the context keeps its first tokens
+        take = min(len(ids), n_tokens - total, limit)
         if take >= 2:
             pieces.append(np.asarray(ids[:take]))
             total += take
@@ -359,7 +363,7 @@ def steer(
         damage_tokens: how many tokens of held-out text the damage is averaged over (default 4,096).
         damage_texts: the held-out text, a list of strings taken in order until ``damage_tokens`` tokens; None
             (the default) for the first 4,096 tokens of ``demo.load_text_corpus("test")`` (its paragraphs in stored
-            order, each tokenised on its own).
+            order, each tokenised on its own, with the tokenizer's special tokens, and cut at the model's context).
         progress: show a tqdm bar.
 
     The damage at a scale is KL(unsteered ‖ steered) of the next-token distribution, averaged over every token of
@@ -392,8 +396,11 @@ def steer(
     d, label = _resolve_direction(model, direction, point)
     adapter = ModelAdapter(model, tokenizer, max_batch_tokens=_DAMAGE_BATCH_TOKENS)
     task = task_for(adapter)
-    if not hasattr(task, "generate") or getattr(adapter.model.config, "is_encoder_decoder", False):
-        raise ValueError("steer generates text: pass a causal language model (AutoModelForCausalLM)")
+    if not (task.causal and task.scores_next_token):
+        raise ValueError(
+            f"steer generates text and scores next tokens, but this model is a {task.name}; pass a causal language "
+            "model (an AutoModelForCausalLM)"
+        )
     if metric is None and (behaviour is not None or anti_behaviour is not None or eval_prompts is not None):
         if behaviour is None or anti_behaviour is None or eval_prompts is None:
             raise ValueError(

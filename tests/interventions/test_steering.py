@@ -371,6 +371,20 @@ def test_bad_input_is_refused_with_the_fix(llama):
         steer(model, tok, "Hi", sv, "layer:0", scales=[1], **{**options, "damage_tokens": 100000})
     with pytest.raises(ValueError, match="direction must be finite and non-zero"):
         steer(model, tok, "Hi", torch.zeros(32), "layer:0", scales=[1], **options)
+    with pytest.raises(TypeError, match="damage_texts must be a list of strings"):
+        steer(model, tok, "Hi", sv, "layer:0", scales=[1], **{**options, "damage_texts": "one text"})
+    masked, masked_tok = tiny_models.bert_masked_lm()
+    with pytest.raises(ValueError, match="this model is a masked-lm; pass a causal language model"):
+        steer(masked, masked_tok, "Hi", torch.ones(32), "layer:0", scales=[1], **options)
+
+
+def test_texts_longer_than_the_context_keep_their_first_tokens(llama):
+    model, tok = llama
+    long_text = " ".join(DAMAGE_TEXTS)  # more than the tiny model's 128 positions
+    assert len(tok(long_text)["input_ids"]) > 128
+    result = steer(model, tok, "Hi", torch.ones(32), "layer:0", scales=[0.0, 1.0], max_new_tokens=1,
+                   damage_texts=[long_text, long_text], damage_tokens=200, progress=False)  # fmt: skip
+    assert result.damage[0] == 0.0 and result.damage[1] > 0
 
 
 def test_the_model_is_untouched_after_steering_and_after_an_exception(llama):
