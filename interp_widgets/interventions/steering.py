@@ -430,15 +430,24 @@ def steer(
                 f"layer's width (one computed or fitted at {point.name}), or steer the layer it was made for"
             )
         pieces = _damage_slice(adapter, damage_texts, damage_tokens)
-        steps = 1 + len(values) * (1 + len(pieces)) + (len(values) + 1 if metric_fn else 0)
+        n_batches = len(adapter.length_buckets([len(p) for p in pieces], max_padding=0.0))
+        steps = 1 + len(values) * (1 + n_batches) + (len(values) + 1 if metric_fn else 0)
         with tqdm(total=steps, desc="steering", disable=not progress, leave=False) as bar:
             norm = _mean_norm(model, adapter, point, pieces)
             bar.update(1)
-            unit_vector = d / torch.linalg.vector_norm(d)
-            vectors = [
-                (float(s) * norm * unit_vector if unit == "residual_norm" else float(s) * d).to(adapter.device)
-                for s in values
-            ]
+            run = SteeringRun(
+                prompt=prompt,
+                layer=point.name,
+                direction=d.cpu().numpy().astype(np.float32),
+                direction_label=label,
+                unit=unit,
+                residual_norm=norm,
+                positions=positions,
+                max_new_tokens=max_new_tokens,
+                damage_tokens=damage_tokens,
+            )
+            # the vectors added are the run's own (SteeringRun.vector), so the result records exactly what was done
+            vectors = [torch.as_tensor(run.vector(float(s))).to(adapter.device) for s in values]
             damage = _damage(model, adapter, point, pieces, vectors, bar)
             metric_values, unsteered_metric = None, None
             if metric_fn is not None:
@@ -461,17 +470,6 @@ def steer(
     def texts_of(ids) -> list[str]:
         return [tokenizer.decode([int(i)]) for i in ids]
 
-    run = SteeringRun(
-        prompt=prompt,
-        layer=point.name,
-        direction=d.cpu().numpy().astype(np.float32),
-        direction_label=label,
-        unit=unit,
-        residual_norm=norm,
-        positions=positions,
-        max_new_tokens=max_new_tokens,
-        damage_tokens=damage_tokens,
-    )
     generations = SteeringGenerations(
         prompt_tokens=texts_of(prompt_ids),
         unsteered=texts_of(unsteered),
