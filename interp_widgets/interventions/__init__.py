@@ -8,6 +8,9 @@
 - ``intervene(..., freeze=("attention", "norms", "mlp"), freeze_on=prompt)`` holds attention patterns, norm scales
   and MLP outputs at their values on a prompt (:mod:`interp_widgets.interventions.freeze`).
 - :func:`attribution_patching`: the first-order estimate of activation patching (AtP) from one backward pass.
+- Steering (:mod:`interp_widgets.interventions.steering`): :func:`steering_vector` (CAA difference of means),
+  :func:`steer` (a dose-response: generations, a behaviour metric and the damage per scale) ->
+  :class:`SteeringResult`; :class:`SAEFeature` edits an SAE feature by a delta along its decoder row.
 - :func:`reference_activations`: the activations at a point over texts, the reference of a mean or resample
   ablation; :func:`resolve_point`: the one reading of a point's name.
 - :func:`activation_patching`: exact activation patching of residual points, sublayer outputs and heads between a
@@ -25,7 +28,15 @@ Example:
 """
 
 from interp_widgets.interventions.attribution_patching import attribution_patching
-from interp_widgets.interventions.edits import ABLATION_MODES, Ablate, Add, Clamp, as_direction, reference_activations
+from interp_widgets.interventions.edits import (
+    ABLATION_MODES,
+    Ablate,
+    Add,
+    Clamp,
+    SAEFeature,
+    as_direction,
+    reference_activations,
+)
 from interp_widgets.interventions.intervene import intervene
 from interp_widgets.interventions.patching import EXACT_POINTS, activation_patching
 from interp_widgets.interventions.patching_checks import PatchingAgreement, PatchingVerification
@@ -38,6 +49,13 @@ from interp_widgets.interventions.patching_result import (
     PatchingSetting,
 )
 from interp_widgets.interventions.points import EditPoint, resolve_point
+from interp_widgets.interventions.steering import SteeringVector, steer, steering_vector
+from interp_widgets.interventions.steering_result import (
+    SteeringGenerations,
+    SteeringMetric,
+    SteeringResult,
+    SteeringRun,
+)
 
 __all__ = [
     "ABLATION_MODES",
@@ -57,10 +75,18 @@ __all__ = [
     "PatchingVerification",
     "Scorer",
     "activation_patching",
+    "SAEFeature",
     "as_direction",
     "attribution_patching",
     "intervene",
     "prepare_pairs",
     "reference_activations",
     "resolve_point",
+    "SteeringGenerations",
+    "SteeringMetric",
+    "SteeringResult",
+    "SteeringRun",
+    "SteeringVector",
+    "steer",
+    "steering_vector",
 ]

@@ -9,6 +9,13 @@ same shape. ``d̂`` is the unit vector of ``direction``:
 - :class:`Clamp`: set the component along ``d̂`` to ``value``: x − (x·d̂ − value)·d̂.
 - :class:`Add`: x + scale · direction (the direction as given, not normalised: a steering vector keeps its norm).
 - a tensor: set ``x`` to it (it must broadcast to the slice's shape);
+- :class:`SAEFeature` in place of a direction: feature ``i`` of a fitted SAE (or any concept model with
+  ``encode_torch`` and ``components_``). The edit then works in the feature's own coordinate and changes ``x`` by a
+  delta, x + (f′ − f)·W_dec[i], as circuit-tracer's feature interventions do, where f is the feature's value on
+  ``x`` and W_dec[i] its decoder row in activation space: ``Ablate`` sets f′ = 0 (or the references' mean, or a drawn
+  reference's value), ``Clamp`` sets f′ = ``value``, ``Add`` adds ``scale`` to f. An edit that sets a feature to its
+  own value (or ablates a feature that is zero) adds exact zeros, so the logits are bit-identical to the unedited
+  run; decoding the edited features and adding back the SAE's error, x̂(f′) + (x − x̂(f)), is not, in float32.
 - a callable: ``x = fn(x)``.
 
 Reference activations are rows of a point's activations over texts, from :func:`reference_activations`; an
@@ -56,6 +63,101 @@ def as_direction(direction, name: str = "direction") -> torch.Tensor:
     return vector
 
 
+@dataclass(frozen=True, eq=False)
+class SAEFeature:
+    """Feature ``index`` of a fitted SAE (or concept model), to use as the ``direction`` of :class:`Ablate`,
+    :class:`Clamp` or :class:`Add`: the edit then changes the activation by a delta along the feature's decoder row,
+    x + (f′ − f)·W_dec[i] (see the module docstring).
+
+    Args:
+        sae: a fitted concept model with ``encode_torch(X)`` (rows × features -> rows × concepts) and
+            ``components_`` (concepts × features, the decoder rows in activation space), e.g. a
+            :class:`~interp_widgets.concepts.SparseAutoencoder` or a SAELens SAE loaded through the concepts package.
+            An SAE that normalises each row (``rowwise``) scales the delta by that row's statistics.
+        index: the feature.
+
+    Example:
+        >>> from interp_widgets.concepts import SparseAutoencoder
+        >>> sae = SparseAutoencoder(16, k=4, max_epochs=2, progress=False).fit(store)
+        >>> feature = SAEFeature(sae, 3)
+        >>> x = torch.as_tensor(store[:2]).reshape(1, 2, 32)
+        >>> bool(torch.equal(Clamp(feature, 0.0).edit("layer:1")(x), Ablate(feature).edit("layer:1")(x)))
+        True
+        >>> SAEFeature(sae, 16)
+        Traceback (most recent call last):
+        ...
+        ValueError: feature 16 does not exist: this SparseAutoencoder has 16 features (0..15); pass an index in range
+    """
+
+    sae: object
+    index: int
+
+    def __post_init__(self):
+        components = getattr(self.sae, "components_", None)
+        if components is None or not callable(getattr(self.sae, "encode_torch", None)):
+            raise TypeError(
+                f"SAEFeature needs a fitted SAE or concept model with encode_torch and components_, got "
+                f"{type(self.sae).__name__}; fit it first, or pass its decoder row as a plain direction"
+            )
+        n = int(np.shape(components)[0])
+        if isinstance(self.index, bool) or not isinstance(self.index, (int, np.integer)) or not 0 <= self.index < n:
+            raise ValueError(
+                f"feature {self.index!r} does not exist: this {type(self.sae).__name__} has {n} features "
+                f"(0..{n - 1}); pass an index in range"
+            )
+        object.__setattr__(self, "index", int(self.index))
+
+    @property
+    def width(self) -> int:
+        """The width of the activations the SAE reads.
+
+        Example:
+            >>> from interp_widgets.concepts import SparseAutoencoder
+            >>> SAEFeature(SparseAutoencoder(16, k=4, max_epochs=1, progress=False).fit(store), 0).width
+            32
+        """
+        return int(np.shape(self.sae.components_)[1])
+
+    def value(self, x: torch.Tensor, point: str = "the point") -> torch.Tensor:
+        """The feature's value f at every row of ``x`` (..., width): shape ``x.shape[:-1]``.
+
+        Example:
+            >>> from interp_widgets.concepts import SparseAutoencoder
+            >>> sae = SparseAutoencoder(16, k=4, max_epochs=2, progress=False).fit(store)
+            >>> f = SAEFeature(sae, 3).value(torch.as_tensor(store[:5]))
+            >>> bool(np.allclose(f.numpy(), sae.transform(store[:5])[:, 3], atol=1e-5))
+            True
+        """
+        if x.shape[-1] != self.width:
+            raise ValueError(
+                f"the SAE reads activations of width {self.width} but {point} has width {x.shape[-1]}; edit the "
+                f"point the SAE was trained on{f' ({self.sae.layer_})' if getattr(self.sae, 'layer_', None) else ''}"
+            )
+        rows = x.reshape(-1, x.shape[-1])
+        return self.sae.encode_torch(rows)[:, self.index].reshape(x.shape[:-1])
+
+    def delta(self, x: torch.Tensor, change: torch.Tensor) -> torch.Tensor:
+        """What changing the feature by ``change`` (shape ``x.shape[:-1]``) adds to ``x``: change · W_dec[i] (scaled
+        by each row's normalisation for a ``rowwise`` SAE). Zero change adds exact zeros.
+
+        Example:
+            >>> from interp_widgets.concepts import SparseAutoencoder
+            >>> sae = SparseAutoencoder(16, k=4, max_epochs=1, progress=False).fit(store)
+            >>> x = torch.as_tensor(store[:2])
+            >>> bool(torch.equal(SAEFeature(sae, 0).delta(x, torch.tensor([1.0, 0.0]))[0], torch.as_tensor(sae.components_[0])))
+            True
+        """  # fmt: skip
+        row = torch.as_tensor(np.asarray(self.sae.components_[self.index])).to(device=x.device, dtype=x.dtype)
+        step = change.to(x.dtype)[..., None] * row
+        if getattr(self.sae, "rowwise", False):  # the row's own scale: decode a unit code with and without it
+            flat = x.reshape(-1, x.shape[-1])
+            unit = torch.zeros(len(flat), int(np.shape(self.sae.components_)[0]), dtype=x.dtype, device=x.device)
+            unit[:, self.index] = 1.0
+            scaled = self.sae.decode_torch(unit, X=flat) - self.sae.decode_torch(torch.zeros_like(unit), X=flat)
+            step = change.to(x.dtype)[..., None] * scaled.reshape(x.shape)
+        return step
+
+
 def _fit(vector: torch.Tensor, x: torch.Tensor, point: str, what: str) -> torch.Tensor:
     if vector.shape[-1] != x.shape[-1]:
         raise ValueError(
@@ -75,7 +177,9 @@ class Ablate:
     """Ablate the activation, or only its component along ``direction``: x − (x·d̂ − μ)·d̂.
 
     Args:
-        direction: a vector of the point's width, or None to ablate the whole activation.
+        direction: a vector of the point's width, None to ablate the whole activation, or an :class:`SAEFeature`
+            (the feature is set to μ by a delta along its decoder row: x + (μ − f)·W_dec[i], so ablating a feature
+            that is zero changes nothing, bit for bit).
         mode: ``"zero"`` (μ = 0, or x = 0), ``"mean"`` (μ = the mean over ``reference``) or ``"resample"`` (μ, or x,
             taken from a reference activation drawn at random for each row and position).
         reference: for ``"mean"`` and ``"resample"``: activations at the point, a tensor (rows, width) or
@@ -105,7 +209,7 @@ class Ablate:
     def __post_init__(self):
         check_choice("mode", self.mode, ABLATION_MODES)
         if self.direction is not None:
-            object.__setattr__(self, "direction", as_direction(self.direction))
+            object.__setattr__(self, "direction", _direction_or_feature(self.direction))
         if self.mode == "zero":
             if self.reference is not None:
                 raise ValueError("Ablate(mode='zero') takes no reference; use mode='mean' or 'resample' to use one")
@@ -153,6 +257,8 @@ class Ablate:
         generator = torch.Generator().manual_seed(int(self.seed)) if self.mode == "resample" else None
 
         def apply(x: torch.Tensor) -> torch.Tensor:
+            if isinstance(self.direction, SAEFeature):
+                return _ablate_feature(self, x, point, generator)
             d = None if self.direction is None else _unit(self.direction, x, point)
             if self.mode == "zero":
                 return torch.zeros_like(x) if d is None else x - (x @ d)[..., None] * d
@@ -168,7 +274,8 @@ class Ablate:
 
 @dataclass(frozen=True, eq=False)
 class Clamp:
-    """Set the component along ``direction`` to ``value``: x − (x·d̂ − value)·d̂.
+    """Set the component along ``direction`` to ``value``: x − (x·d̂ − value)·d̂; for an :class:`SAEFeature`, set
+    the feature to ``value`` by a delta, x + (value − f)·W_dec[i].
 
     Example:
         >>> from interp_widgets.interventions import intervene
@@ -184,7 +291,7 @@ class Clamp:
     value: float
 
     def __post_init__(self):
-        object.__setattr__(self, "direction", as_direction(self.direction))
+        object.__setattr__(self, "direction", _direction_or_feature(self.direction))
         object.__setattr__(self, "value", check_number("value", self.value))
 
     def edit(self, point: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -196,6 +303,8 @@ class Clamp:
         """
 
         def apply(x: torch.Tensor) -> torch.Tensor:
+            if isinstance(self.direction, SAEFeature):
+                return x + self.direction.delta(x, self.value - self.direction.value(x, point))
             d = _unit(self.direction, x, point)
             return x - ((x @ d) - self.value)[..., None] * d
 
@@ -204,7 +313,8 @@ class Clamp:
 
 @dataclass(frozen=True, eq=False)
 class Add:
-    """Add ``scale`` times ``direction`` (as given, not normalised): x + scale · direction.
+    """Add ``scale`` times ``direction`` (as given, not normalised): x + scale · direction; for an
+    :class:`SAEFeature`, add ``scale`` to the feature: x + scale·W_dec[i].
 
     Example:
         >>> from interp_widgets.interventions import intervene
@@ -221,7 +331,7 @@ class Add:
     scale: float = 1.0
 
     def __post_init__(self):
-        object.__setattr__(self, "direction", as_direction(self.direction))
+        object.__setattr__(self, "direction", _direction_or_feature(self.direction))
         object.__setattr__(self, "scale", check_number("scale", self.scale))
 
     def edit(self, point: str) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -233,9 +343,38 @@ class Add:
         """
 
         def apply(x: torch.Tensor) -> torch.Tensor:
+            if isinstance(self.direction, SAEFeature):
+                self.direction.value(x, point)  # checks the width
+                return x + self.direction.delta(x, torch.full(x.shape[:-1], self.scale, dtype=x.dtype))
             return x + self.scale * _fit(self.direction, x, point, "direction")
 
         return apply
+
+
+def _direction_or_feature(direction):
+    if isinstance(direction, SAEFeature):
+        return direction
+    if isinstance(direction, tuple) and len(direction) == 2 and hasattr(direction[0], "encode_torch"):
+        raise TypeError(
+            "an (SAE, index) pair is ambiguous here; pass SAEFeature(sae, index) to edit the feature by a delta, or "
+            "the decoder row sae.components_[index] to use it as a plain direction"
+        )
+    return as_direction(direction)
+
+
+def _ablate_feature(ablate: Ablate, x: torch.Tensor, point: str, generator) -> torch.Tensor:
+    feature = ablate.direction
+    f = feature.value(x, point)
+    if ablate.mode == "zero":
+        target = torch.zeros_like(f)
+    else:
+        rows = _fit(ablate.reference, x, point, "reference")
+        if ablate.mode == "mean":
+            target = feature.value(rows, point).mean().expand_as(f)
+        else:
+            drawn = rows[torch.randint(len(rows), x.shape[:-1], generator=generator).to(rows.device)]
+            target = feature.value(drawn, point)
+    return x + feature.delta(x, target - f)
 
 
 def _is_texts(value) -> bool:

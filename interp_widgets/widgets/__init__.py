@@ -31,6 +31,7 @@ from interp_widgets.widgets._mime import MIME_TYPE, output_cap, set_output_cap
 from interp_widgets.widgets.lens import LensWidget
 from interp_widgets.widgets.monitor import MonitorWidget
 from interp_widgets.widgets.patching import PatchingView
+from interp_widgets.widgets.steering import SteeringView
 from interp_widgets.widgets.token_highlight import TokenHighlightWidget
 
 __all__ = [
@@ -45,6 +46,7 @@ __all__ = [
     "LensWidget",
     "MonitorWidget",
     "PatchingView",
+    "SteeringView",
     "TokenHighlightWidget",
     "array_to_buffer",
     "buffer_to_array",

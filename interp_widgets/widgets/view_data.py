@@ -280,7 +280,7 @@ class ViewData:
 
     Example:
         >>> sorted(VIEW_DATA)
-        ['attention', 'comparison', 'concept_browser', 'example_list', 'generation', 'lens', 'monitor', 'patching', 'token_highlight']
+        ['attention', 'comparison', 'concept_browser', 'example_list', 'generation', 'lens', 'monitor', 'patching', 'steering', 'token_highlight']
     """
 
     VIEW: ClassVar[str] = ""
@@ -986,3 +986,73 @@ class PatchingData(ViewData):
 VIEW_DATA: dict[str, type[ViewData]] = {cls.VIEW: cls for cls in (
     TokenHighlightData, GenerationData, ComparisonData, ExampleListData, ConceptBrowserData, MonitorData,
     AttentionData, LensData, PatchingData)}  # fmt: skip
+
+
+@dataclass
+class SteeringGenerationsPart:
+    """The generations of a steering run: the prompt's tokens, the unsteered continuation and one continuation per
+    scale (token texts), with ``changed[k][i]`` True where scale ``k``'s token differs from the unsteered run's at
+    the same place.
+
+    Example:
+        >>> [f.name for f in dataclasses.fields(SteeringGenerationsPart)]
+        ['prompt_tokens', 'unsteered_tokens', 'steered_tokens', 'changed']
+    """
+
+    prompt_tokens: list[str] = data_field("The prompt's tokens.", default_factory=list)
+    unsteered_tokens: list[str] = data_field("The unsteered continuation's tokens.", default_factory=list)
+    steered_tokens: list[list[str]] = data_field("The continuation's tokens at each scale.", default_factory=list)
+    changed: list[list[bool]] = data_field(
+        "Per scale and generated token: differs from the unsteered token at the same place.", default_factory=list
+    )
+
+
+@dataclass
+class DoseResponsePart:
+    """A dose-response: the ``S`` scales, a metric's mean and spread over prompts at each (NaN: no metric) and the
+    damage at each.
+
+    Example:
+        >>> DoseResponsePart.ARRAYS["metric_spread"]
+        ('float32', 1, False)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "scales": ("float32", 1, True),
+        "metric_mean": ("float32", 1, False),
+        "metric_spread": ("float32", 1, False),
+        "damage": ("float32", 1, False),
+    }
+
+    scales: np.ndarray = data_field("(S,) the scales.", default=None)
+    metric_mean: np.ndarray = data_field("(S,) the metric's mean over the eval prompts (NaN: no metric).", default=None)
+    metric_spread: np.ndarray = data_field("(S,) its standard deviation over the eval prompts.", default=None)
+    damage: np.ndarray = data_field(
+        "(S,) mean KL(unsteered ‖ steered) of the next token on held-out text.", default=None
+    )
+    metric_name: str = data_field("The metric's name ('' when there is none).", default="")
+
+
+@dataclass
+class SteeringData(ViewData):
+    """What :class:`~interp_widgets.widgets.SteeringView` draws: a steering run's generations
+    (:class:`SteeringGenerationsPart`) and its dose-response (:class:`DoseResponsePart`: the metric's mean and
+    spread over the eval prompts and the damage, mean KL(unsteered ‖ steered) on held-out text, per scale).
+
+    Example:
+        >>> SteeringData.field_names()[:3], SteeringData.array_specs()["damage"]
+        (['prompt', 'layer', 'scale_meaning'], ('float32', 1, False))
+    """
+
+    VIEW: ClassVar[str] = "steering"
+
+    prompt: str
+    layer: str
+    scale_meaning: str = data_field("What a scale means (e.g. multiples of the mean residual norm at the layer).")
+    generations: SteeringGenerationsPart = field(default_factory=SteeringGenerationsPart)
+    dose: DoseResponsePart = field(default_factory=DoseResponsePart)
+    damage_tokens: int = data_field("Tokens of held-out text the damage is averaged over.", default=0)
+    positions: str = data_field("Where the generations were steered: 'generated' or 'all'.", default="generated")
+
+
+VIEW_DATA[SteeringData.VIEW] = SteeringData

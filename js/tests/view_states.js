@@ -7,6 +7,7 @@ import generation from "../src/generation.js";
 import lens from "../src/lens.js";
 import monitor from "../src/monitor.js";
 import patching from "../src/patching.js";
+import steering from "../src/steering.js";
 import tokenHighlight from "../src/token_highlight.js";
 import { payload } from "./fake_model.js";
 import { patchingState } from "./patching_state.js";
@@ -82,4 +83,12 @@ export const VIEWS = [
       selected_position: -1, plotted_targets: [0] },
   },
   { file: "patching.js", model: "PatchingViewModel", widget: patching, state: patchingState() },
+  {
+    file: "steering.js", model: "SteeringViewModel", widget: steering,
+    state: { error: "", prompt: "The <b>room</b>", layer: "layer:1", scale_meaning: "scale × mean residual norm",
+      prompt_tokens: ["The", " <b>room</b>"], unsteered_tokens: [" was", " quiet"],
+      steered_tokens: [[" was", " quiet"], [" was", "<img src=x onerror=alert(1)>"]], changed: [[false, false], [false, true]],
+      scales: f32([0, 2]), metric_mean: f32([0.5, 3]), metric_spread: f32([0.7, 1.4]), damage: f32([0, 0.7]),
+      metric_name: "logit difference", damage_tokens: 4096, positions: "generated", hidden_scales: [] },
+  },
 ]; // prettier-ignore

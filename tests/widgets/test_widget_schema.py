@@ -17,12 +17,12 @@ from interp_widgets.widgets._traits import BinaryArray
 
 from interp_widgets.widgets import (
     AttentionWidget, ComparisonWidget, ConceptBrowser, ExampleListWidget, GenerationWidget, InterpWidget, LensWidget,
-    MonitorWidget,
-    PatchingView,
+    MonitorWidget, PatchingView, SteeringView,
     TokenHighlightWidget, compare,
 )  # fmt: skip
 from interp_widgets.widgets.patching import demo_patching_data
 from tests.widgets.test_concept_widget import _interpretation, _text
+from tests.widgets.test_steering_view import _steering_result
 from tests.widgets.test_views_widget import _collection, _gen_result, _result
 
 
@@ -46,6 +46,7 @@ VIEWS = {
     AttentionWidget: lambda **kw: AttentionWidget(_attention_patterns(), **kw),
     LensWidget: lambda **kw: LensWidget(_lens_result(), **kw),
     PatchingView: lambda **kw: PatchingView(demo_patching_data(heads=True), **kw),
+    SteeringView: lambda **kw: SteeringView(_steering_result(), **kw),
 }  # fmt: skip
 
 

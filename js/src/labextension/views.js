@@ -14,6 +14,7 @@ export const VIEWS = {
   lens: () => import("../lens.js"),
   monitor: () => import("../monitor.js"),
   patching: () => import("../patching.js"),
+  steering: () => import("../steering.js"),
   token_highlight: () => import("../token_highlight.js"),
 };
 

@@ -184,6 +184,27 @@ export const MONITOR_DATA_TRAITS = ["checkpoint", "checkpoint_schema"];
 export const PATCHING_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "corrupt_tokens", "panel_points", "panel_results", "panel_layers", "panel_units", "panel_positions", "cell_offsets", "values", "raw", "spread", "top_offsets", "top_vocab", "top_probs", "vocab", "top_note", "result_labels", "result_methods", "result_directions", "result_metrics", "clean_metrics", "corrupt_metrics", "agreement_points", "agreement_spearman", "agreement_overlap", "agreement_k", "answer", "foil", "n_pairs", "model_name"];
 
 /**
+ * Data of the steering view (SteeringData, version 1): the synced data traits of SteeringView.
+ * @typedef {object} SteeringData
+ * @property {string} prompt
+ * @property {string} layer
+ * @property {string} scale_meaning  What a scale means (e.g. multiples of the mean residual norm at the layer).
+ * @property {string[]} prompt_tokens  The prompt's tokens.
+ * @property {string[]} unsteered_tokens  The unsteered continuation's tokens.
+ * @property {string[][]} steered_tokens  The continuation's tokens at each scale.
+ * @property {boolean[][]} changed  Per scale and generated token: differs from the unsteered token at the same place.
+ * @property {BinaryArray | null} scales  (S,) the scales.
+ * @property {BinaryArray | null} metric_mean  (S,) the metric's mean over the eval prompts (NaN: no metric).
+ * @property {BinaryArray | null} metric_spread  (S,) its standard deviation over the eval prompts.
+ * @property {BinaryArray | null} damage  (S,) mean KL(unsteered ‖ steered) of the next token on held-out text.
+ * @property {string} metric_name  The metric's name ('' when there is none).
+ * @property {number} damage_tokens  Tokens of held-out text the damage is averaged over.
+ * @property {string} positions  Where the generations were steered: 'generated' or 'all'.
+ */
+/** Data traits of the steering view. @type {(keyof SteeringData)[]} */
+export const STEERING_DATA_TRAITS = ["prompt", "layer", "scale_meaning", "prompt_tokens", "unsteered_tokens", "steered_tokens", "changed", "scales", "metric_mean", "metric_spread", "damage", "metric_name", "damage_tokens", "positions"];
+
+/**
  * Data of the token_highlight view (TokenHighlightData, version 2): the synced data traits of TokenHighlightWidget.
  * @typedef {object} TokenHighlightData
  * @property {string[]} tokens  Text of each token (special tokens by name).
