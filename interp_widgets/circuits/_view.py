@@ -169,7 +169,7 @@ class GraphSource:
         Example:
             >>> from interp_widgets.circuits import example_graph
             >>> GraphSource(example_graph()).intervene({"nodes": ["0_7_1"]})["error"][:40]
-            "interventions from the view need the gra"
+            'interventions from the view need the gra'
         """
         nodes = [str(n) for n in request.get("nodes") or []]
         if not nodes:
@@ -272,3 +272,87 @@ def view_data(
         details=details,
         graph_info=info,
     )
+
+
+_DOC_KINDS = {_graph_json.FEATURE: 0, _graph_json.ERROR: 1, _graph_json.TOKEN: 2, _graph_json.LOGIT: 3,
+              "lorsa error": 1}  # fmt: skip
+NOT_COMPUTABLE = (
+    "the graph has lorsa nodes, which the replacement and completeness rule (circuit-tracer's compute_graph_scores, "
+    "Neuronpedia's score.worker.ts) does not cover"
+)
+
+
+class _ImportedSource:
+    """The kernel side of a view of a file whose graph the package cannot hold (lorsa nodes): no details beyond the
+    file, and no interventions (the graph of another model is view-only)."""
+
+    def detail(self, node_id: str) -> dict[str, Any] | None:
+        return None
+
+    def intervene(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"error": "this graph was imported from a file with lorsa nodes: it is view-only (interventions need "
+                         "the graph's model and transcoders in the kernel)"}  # fmt: skip
+
+
+def _document_view(path: Path, doc: dict, labels: dict[str, str], **options):
+    """A view-only circuit view of a Neuronpedia graph JSON with nodes the graph cannot hold (lorsa): the file's
+    nodes in its order, its own ids, sizes from its cumulative influence (1 - influence), scores not computable."""
+    from interp_widgets.widgets.circuit import CircuitView
+
+    nodes = doc["nodes"]
+    meta = doc["metadata"]
+    n_pos = len(meta["prompt_tokens"])
+    ids = [str(n["node_id"]) for n in nodes]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{path}: node ids collide; every node needs its own id")
+    where = {node_id: k for k, node_id in enumerate(ids)}
+    kind = np.array([_DOC_KINDS.get(n["feature_type"], 4) for n in nodes])
+    logit_rows = np.flatnonzero(kind == 3)
+    layers = [int(n["layer"]) for n in nodes if str(n["layer"]) != "E"]
+    n_layers = (max(int(nodes[k]["layer"]) for k in logit_rows) - 1) if len(logit_rows) else max(layers, default=0) + 1
+    layer = np.array([-1 if str(n["layer"]) == "E" else int(n["layer"]) for n in nodes])
+    pos = np.array([int(n["ctx_idx"]) for n in nodes])
+
+    def index_of(n: dict) -> int:
+        parts = str(n["node_id"]).split("_")
+        try:
+            return int(parts[1]) if len(parts) == 3 else int(n.get("feature") or -1)
+        except ValueError:
+            return -1
+
+    index = np.array([index_of(n) if n["feature_type"] != _graph_json.LOGIT else int(n["feature"]) for n in nodes])
+    influence = np.array([np.nan if n.get("influence") is None else 1.0 - float(n["influence"]) for n in nodes])
+    probs = [float(nodes[k].get("token_prob", 0.0)) for k in logit_rows]
+    influence[logit_rows] = probs
+    activation = np.array([np.nan if n.get("activation") is None else float(n["activation"]) for n in nodes])
+    src, dst, weights = [], [], []
+    for link in doc["links"]:
+        for end in ("source", "target"):
+            if str(link[end]) not in where:
+                raise ValueError(f"{path}: a link's {end} {link[end]!r} is no node of the file")
+        src.append(where[str(link["source"])])
+        dst.append(where[str(link["target"])])
+        weights.append(link["weight"])
+    weights = np.clip(np.asarray(weights, np.float64), -_FLOAT16_MAX, _FLOAT16_MAX).astype("<f2")
+    tokens = [str(t) for t in meta["prompt_tokens"]]
+    data = CircuitData(
+        layout=TokenLayoutPart(tokens=tokens, spaces_before=[""] * n_pos, special_mask=np.zeros(n_pos, bool),
+                               word_ids=np.arange(n_pos), sentence_ids=np.zeros(n_pos, np.int64)),
+        nodes=CircuitNodesPart(node_kind=kind, node_layer=layer, node_pos=pos, node_index=index,
+                               node_influence=np.nan_to_num(influence), node_activation=activation,
+                               node_labels=[labels.get(i, "") for i in ids], node_ids=ids),
+        edges=CircuitEdgesPart(edge_src=np.asarray(src, np.int64), edge_dst=np.asarray(dst, np.int64),
+                               edge_weights=weights.tobytes()),
+        n_layers=int(n_layers),
+        logit_tokens=[_graph_json.parse_logit_label(nodes[k].get("clerp", "")) for k in logit_rows],
+        logit_probs=probs,
+        details={},
+        graph_info={"scan": str(meta.get("scan") or ""), "pruned": True, "node_threshold": meta.get("node_threshold"),
+                    "edge_threshold": None, "replacement": None, "completeness": None,
+                    "scores_of": "not computable", "kernel": "none"},
+        scores_note=NOT_COMPUTABLE,
+    )  # fmt: skip
+    view = doc.get("qParams") or {}
+    pinned = [str(p) for p in view.get("pinnedIds") or []]
+    groups = [{"name": str(s[0]), "members": [str(m) for m in s[1:]]} for s in view.get("supernodes") or []]
+    return CircuitView(data, source=_ImportedSource(), pinned=pinned, groups=groups, **options)

@@ -149,7 +149,9 @@ class CircuitView(InterpWidget, data=CircuitData):
                 f".widget(), or raise the cap with interp_widgets.widgets.set_output_cap(nbytes)"
             )
         self._source = source
-        ids = node_ids(data.node_kind, data.node_layer, data.node_pos, data.node_index)
+        ids = list(data.node_ids) or node_ids(data.node_kind, data.node_layer, data.node_pos, data.node_index)
+        if len(ids) != len(data.node_kind):
+            raise ValueError(f"node_ids has {len(ids)} ids for {len(data.node_kind)} nodes")
         self._ids = ids
         known = set(ids)
         pins = [str(p) for p in pinned]

@@ -889,7 +889,8 @@ class CircuitNodesPart:
     logits), ``node_pos`` (prompt position), ``node_index`` (the feature index; the token id of a token or logit;
     -1 for an error), its logit ``node_influence`` (what sizes it), its ``node_activation`` (NaN but for features) and
     its label (``""``: none; the view names tokens, logits and errors itself). The node ids follow from these
-    (``{layer}_{index}_{pos}``, ``{layer}_-1_{pos}``, ``E_{index}_{pos}``).
+    (``{layer}_{index}_{pos}``, ``{layer}_-1_{pos}``, ``E_{index}_{pos}``), or are given (``node_ids``) for a file
+    whose ids do not.
 
     Example:
         >>> CircuitNodesPart.ARRAYS["node_kind"]
@@ -908,6 +909,10 @@ class CircuitNodesPart:
     node_influence: np.ndarray = data_field("Logit influence of each node (its size in the view).")
     node_activation: np.ndarray = data_field("Activation of each feature (NaN for other nodes).")
     node_labels: list[str] = data_field("Label of each node ('' where none is known).", default_factory=list)
+    node_ids: list[str] = data_field(
+        "Each node's id where the arrays do not give it (a file's own ids); empty: made from the arrays.",
+        default_factory=list,
+    )
 
 
 @dataclass

@@ -41,6 +41,7 @@ export const ATTENTION_DATA_TRAITS = ["tokens", "key_tokens", "generated_mask", 
  * @property {BinaryArray} node_influence  float32, 1-D. Logit influence of each node (its size in the view).
  * @property {BinaryArray} node_activation  float32, 1-D. Activation of each feature (NaN for other nodes).
  * @property {string[]} node_labels  Label of each node ('' where none is known).
+ * @property {string[]} node_ids  Each node's id where the arrays do not give it (a file's own ids); empty: made from the arrays.
  * @property {BinaryArray} edge_src  int8 | int16 | int32, 1-D. Source node of each edge.
  * @property {BinaryArray} edge_dst  int8 | int16 | int32, 1-D. Target node of each edge.
  * @property {DataView | ArrayBuffer | null} edge_weights  Weight of each edge (direct effect), float16 little-endian.
@@ -52,7 +53,7 @@ export const ATTENTION_DATA_TRAITS = ["tokens", "key_tokens", "generated_mask", 
  * @property {string} scores_note  Why the view cannot compute scores ('' when it can, e.g. lorsa nodes make them not computable).
  */
 /** Data traits of the circuit view. @type {(keyof CircuitData)[]} */
-export const CIRCUIT_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "node_kind", "node_layer", "node_pos", "node_index", "node_influence", "node_activation", "node_labels", "edge_src", "edge_dst", "edge_weights", "n_layers", "logit_tokens", "logit_probs", "details", "graph_info", "scores_note"];
+export const CIRCUIT_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "node_kind", "node_layer", "node_pos", "node_index", "node_influence", "node_activation", "node_labels", "node_ids", "edge_src", "edge_dst", "edge_weights", "n_layers", "logit_tokens", "logit_probs", "details", "graph_info", "scores_note"];
 
 /**
  * Data of the comparison view (ComparisonData, version 2): the synced data traits of ComparisonWidget.

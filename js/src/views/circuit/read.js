@@ -95,7 +95,9 @@ export function read(model) {
   const probs = new Float32Array(n);
   let l = 0;
   for (let i = 0; i < n; i++) if (kind[i] === 3) probs[i] = logitProbs[l++] ?? 0;
-  const ids = nodeIds(kind, layer, pos, index);
+  const given = model.get("node_ids") ?? [];
+  if (given.length && given.length !== n) throw new RangeError(`node_ids has ${given.length} ids for ${n} nodes`);
+  const ids = given.length ? given : nodeIds(kind, layer, pos, index);
   const logitOf = new Int32Array(n).fill(-1);
   l = 0;
   for (let i = 0; i < n; i++) if (kind[i] === 3) logitOf[i] = l++;
