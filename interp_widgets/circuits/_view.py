@@ -199,12 +199,12 @@ def view_data(
     features: Any = None,
     labels: Mapping[str, str] | None = None,
     pinned: Iterable[str] = (),
-    top: int = DETAIL_TOP,
+    top: int | None = None,
     source: GraphSource | None = None,
 ) -> CircuitData:
     """The :class:`~interp_widgets.widgets.view_data.CircuitData` of ``graph``: every node and non-zero edge
     (float16 weights), the labels (``labels``: node id -> label), the details of the pinned features and of the
-    ``top`` most influential ones, and the graph's own scores as Python computes them.
+    ``top`` most influential ones (default :data:`DETAIL_TOP`), and the graph's own scores as Python computes them.
 
     Example:
         >>> from interp_widgets.circuits import example_graph
@@ -229,6 +229,7 @@ def view_data(
     influence = node_influence(graph)
     targets, sources = np.nonzero(graph.adjacency)
     weights = np.clip(graph.adjacency[targets, sources], -_FLOAT16_MAX, _FLOAT16_MAX).astype("<f2")
+    top = DETAIL_TOP if top is None else int(top)
     order = np.argsort(-influence[:n_f], kind="stable")[:top].tolist()
     detailed = sorted(set(order) | {r for r in pinned_rows if r < n_f})
     details = {ids[r]: source.detail(ids[r]) for r in detailed}

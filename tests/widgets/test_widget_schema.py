@@ -20,6 +20,7 @@ from interp_widgets.widgets import (
     MonitorWidget,
     TokenHighlightWidget, compare,
 )  # fmt: skip
+from interp_widgets.widgets import CircuitView
 from tests.widgets.test_concept_widget import _interpretation, _text
 from tests.widgets.test_views_widget import _collection, _gen_result, _result
 
@@ -43,7 +44,14 @@ VIEWS = {
     MonitorWidget: lambda **kw: MonitorWidget(layers=["layer:0"], **kw),
     AttentionWidget: lambda **kw: AttentionWidget(_attention_patterns(), **kw),
     LensWidget: lambda **kw: LensWidget(_lens_result(), **kw),
+    CircuitView: lambda **kw: _circuit_graph().widget(**kw),
 }  # fmt: skip
+
+
+def _circuit_graph():
+    from interp_widgets.circuits import example_graph
+
+    return example_graph()
 
 
 def _lens_result():
