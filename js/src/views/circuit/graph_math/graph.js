@@ -58,15 +58,75 @@ export const KIND = Object.freeze({ feature: 0, error: 1, token: 2, logit: 3, ot
  *   weight: [0.5]}).nNodes // 2
  */
 export function makeGraph(parts) {
-  throw new Error("not implemented");
+  if (parts === null || typeof parts !== "object")
+    throw new TypeError("makeGraph needs an object of node and edge arrays");
+  const nodeArrays = { kind: Uint8Array, layer: Int16Array, position: Int32Array, logitProbs: Float32Array };
+  const edgeArrays = { src: Int32Array, dst: Int32Array, weight: Float32Array };
+  const graph = {};
+  for (const [name, Type] of Object.entries({ ...nodeArrays, ...edgeArrays })) {
+    const values = parts[name];
+    if (values === undefined || values === null || typeof values.length !== "number") {
+      throw new TypeError(
+        `makeGraph needs "${name}" (an array of numbers); the graph's parts are ${Object.keys({ ...nodeArrays, ...edgeArrays }).join(", ")}`,
+      );
+    }
+    graph[name] = values instanceof Type ? values : Type.from(values);
+  }
+  const nNodes = graph.kind.length;
+  for (const name of Object.keys(nodeArrays)) {
+    if (graph[name].length !== nNodes) {
+      throw new RangeError(`"${name}" has ${graph[name].length} entries for ${nNodes} nodes (the length of "kind")`);
+    }
+  }
+  const nEdges = graph.src.length;
+  for (const name of Object.keys(edgeArrays)) {
+    if (graph[name].length !== nEdges) {
+      throw new RangeError(`"${name}" has ${graph[name].length} entries for ${nEdges} edges (the length of "src")`);
+    }
+  }
+  for (let i = 0; i < nNodes; i += 1) {
+    if (graph.kind[i] > KIND.other)
+      throw new RangeError(`node ${i} has kind ${graph.kind[i]}; kinds are the KIND codes 0..4`);
+  }
+  for (let e = 0; e < nEdges; e += 1) {
+    const s = graph.src[e];
+    const t = graph.dst[e];
+    if (s < 0 || s >= nNodes || t < 0 || t >= nNodes) {
+      throw new RangeError(`edge ${e} joins nodes ${s} -> ${t}, outside 0..${nNodes - 1}`);
+    }
+  }
+  graph.nNodes = nNodes;
+  return Object.freeze(graph);
+}
+
+const INDEX = new WeakMap();
+
+/** Group the edges that pass `use` by `key` (counting sort: each group keeps edge order). */
+function compress(nNodes, key, use) {
+  const start = new Int32Array(nNodes + 1);
+  for (let e = 0; e < key.length; e += 1) if (use(e)) start[key[e] + 1] += 1;
+  for (let i = 0; i < nNodes; i += 1) start[i + 1] += start[i];
+  const edges = new Int32Array(start[nNodes]);
+  const fill = start.slice(0, nNodes);
+  for (let e = 0; e < key.length; e += 1) if (use(e)) edges[fill[key[e]]++] = e;
+  return { start, edges };
 }
 
 /**
- * The edge index of a graph (built on first use, then cached for that graph object).
+ * The edge index of a graph over its non-zero, finite edges (built on first use, then cached for that graph
+ * object).
  * @param {CircuitGraph} graph
  * @returns {EdgeIndex}
  * @example edgeIndex(graph).inStart[graph.nNodes] // the number of non-zero edges
  */
 export function edgeIndex(graph) {
-  throw new Error("not implemented");
+  let index = INDEX.get(graph);
+  if (index) return index;
+  const { weight } = graph;
+  const use = (e) => weight[e] !== 0 && Number.isFinite(weight[e]);
+  const incoming = compress(graph.nNodes, graph.dst, use);
+  const outgoing = compress(graph.nNodes, graph.src, use);
+  index = { inStart: incoming.start, inEdges: incoming.edges, outStart: outgoing.start, outEdges: outgoing.edges };
+  INDEX.set(graph, index);
+  return index;
 }

@@ -6,7 +6,7 @@
  *   import { makeGraph, pruneGraph, subgraphScores, suggestSupernodes } from "./graph_math/index.js";
  */
 export { KIND, makeGraph, edgeIndex } from "./graph.js";
-export { nodeInfluence, cumulativeInfluence } from "./influence.js";
+export { nodeInfluence, cumulativeInfluence, logitWeights, normalisedEdges, propagate } from "./influence.js";
 export { pruneGraph } from "./prune.js";
-export { subgraphScores } from "./scores.js";
-export { suggestSupernodes } from "./suggest.js";
+export { pinMask, subgraphScores } from "./scores.js";
+export { MAX_CANDIDATES, suggestSupernodes } from "./suggest.js";

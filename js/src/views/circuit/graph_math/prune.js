@@ -4,11 +4,18 @@
  * the edges of that subgraph as Â'·(I' + w) and keep those holding `edgeThreshold` of the edge score, then
  * repeatedly drop features lacking a kept incoming or outgoing edge and errors lacking a kept outgoing edge.
  *
+ * Python computes in float32; this computes the influences in float64 and rounds them to float32 where Python
+ * compares them (the scores, the cumulative sums that place a threshold: float64 sums rounded to float32, divided by
+ * the float32 total, as torch's `cumsum` and `searchsorted` do), so a kept set differs from Python's only where two
+ * scores are within float32 rounding of each other at the threshold.
+ *
  * @example
  *   const pruned = pruneGraph(graph, { nodeThreshold: 0.8, edgeThreshold: 0.98 });
  *   pruned.nodeMask; // Uint8Array, 1 = kept (equals Python's kept nodes)
  *   pruned.edgeMask; // Uint8Array per edge, 1 = kept
  */
+import { edgeIndex, KIND } from "./graph.js";
+import { cumulativeInfluence, logitWeights, nodeInfluence, normalisedEdges, propagate } from "./influence.js";
 
 /**
  * @typedef {object} Pruned
@@ -18,7 +25,53 @@
  * @property {number} nEdges  kept edges
  * @property {Float64Array} influence  each node's influence on the logits in the full graph
  * @property {Float64Array} cumulative  each node's cumulative influence fraction (Python's `pruning.influence`)
+ * @property {Float32Array} edgeScores  per edge: its score Â'·(I' + w) in the node-pruned graph (0: no edge there)
  */
+
+const fround = Math.fround;
+const FULL = new WeakMap();
+
+/** The full graph's influence and cumulative fractions, once per graph. */
+function fullInfluence(graph) {
+  let found = FULL.get(graph);
+  if (!found) {
+    const influence = nodeInfluence(graph);
+    found = { influence, cumulative: cumulativeInfluence(influence) };
+    FULL.set(graph, found);
+  }
+  return found;
+}
+
+/**
+ * circuit-tracer's `find_threshold` on float32 scores: sort descending, cumulative = float32(running float64 sum)
+ * / float32(total), the first score whose cumulative reaches `fraction` (torch's `searchsorted`, left; none: the
+ * last). `nZeros` zero scores follow the given (non-negative) ones.
+ * @param {Float32Array} scores  non-negative, sorted ascending in place
+ * @param {number} nZeros
+ * @param {number} fraction
+ * @returns {number}
+ */
+function threshold(scores, nZeros, fraction) {
+  scores.sort();
+  let total = 0;
+  for (let i = 0; i < scores.length; i += 1) total += scores[i];
+  const total32 = fround(total);
+  let running = 0;
+  for (let i = scores.length - 1; i >= 0; i -= 1) {
+    running += scores[i];
+    if (fround(fround(running) / total32) >= fraction) return scores[i];
+  }
+  if (nZeros > 0) return 0; // the cumulative stays below the fraction through the zeros: the last (0)
+  return scores.length ? scores[0] : 0;
+}
+
+function checkFraction(name, value) {
+  if (typeof value !== "number" || !(value > 0 && value <= 1)) {
+    throw new RangeError(
+      `${name} must be a fraction in (0, 1], got ${value}; circuit-tracer's defaults are 0.8 and 0.98`,
+    );
+  }
+}
 
 /**
  * The nodes and edges that Python's `.prune(node_threshold, edge_threshold)` keeps. The full graph's influence is
@@ -30,5 +83,83 @@
  * @example pruneGraph(graph, { nodeThreshold: 0.9 }).nNodes
  */
 export function pruneGraph(graph, options = {}) {
-  throw new Error("not implemented");
+  const { nodeThreshold = 0.8, edgeThreshold = 0.98 } = options;
+  checkFraction("nodeThreshold", nodeThreshold);
+  checkFraction("edgeThreshold", edgeThreshold);
+  const { nNodes, kind, src, dst } = graph;
+  const nEdgesAll = src.length;
+  const { influence, cumulative } = fullInfluence(graph);
+
+  // nodes: the influence threshold over every node (zeros included); tokens and logits always
+  const nodeScores = new Float32Array(influence);
+  const nodeLimit = threshold(nodeScores.slice(), 0, nodeThreshold);
+  const always = (i) => kind[i] === KIND.token || kind[i] === KIND.logit;
+  const nodeMask = new Uint8Array(nNodes);
+  for (let i = 0; i < nNodes; i += 1) nodeMask[i] = always(i) || nodeScores[i] >= nodeLimit ? 1 : 0;
+
+  // edges: Â'·(I' + w) on the node-pruned graph, thresholded over all n² entries (zeros included)
+  const normalised = normalisedEdges(graph, nodeMask);
+  const weights = logitWeights(graph, nodeMask);
+  const pruned = propagate(nNodes, src, dst, normalised, weights);
+  const edgeScores = new Float32Array(nEdgesAll);
+  let nPositive = 0;
+  for (let e = 0; e < nEdgesAll; e += 1) {
+    if (normalised[e] === 0) continue;
+    const t = dst[e];
+    edgeScores[e] = fround(normalised[e] * (pruned[t] + weights[t]));
+    if (edgeScores[e] > 0) nPositive += 1;
+  }
+  const positive = new Float32Array(nPositive);
+  for (let e = 0, k = 0; e < nEdgesAll; e += 1) if (edgeScores[e] > 0) positive[k++] = edgeScores[e];
+  const edgeLimit = threshold(positive, nNodes * nNodes - nPositive, edgeThreshold);
+
+  const edgeMask = new Uint8Array(nEdgesAll);
+  if (edgeLimit === 0) {
+    // every entry of the dense score matrix passes, absent edges too: every masked node has a kept edge both ways,
+    // so none is dropped, and every edge between kept nodes stays
+    for (let e = 0; e < nEdgesAll; e += 1) {
+      edgeMask[e] = graph.weight[e] !== 0 && nodeMask[src[e]] && nodeMask[dst[e]] ? 1 : 0;
+    }
+  } else {
+    for (let e = 0; e < nEdgesAll; e += 1) edgeMask[e] = edgeScores[e] >= edgeLimit ? 1 : 0;
+    dropUnconnected(graph, nodeMask, edgeMask);
+  }
+  let keptNodes = 0;
+  let keptEdges = 0;
+  for (let i = 0; i < nNodes; i += 1) keptNodes += nodeMask[i];
+  for (let e = 0; e < nEdgesAll; e += 1) keptEdges += edgeMask[e];
+  return { nodeMask, edgeMask, nNodes: keptNodes, nEdges: keptEdges, influence, cumulative, edgeScores };
+}
+
+/**
+ * Repeatedly drop features without a kept incoming and outgoing edge, and errors (and other non-token, non-logit
+ * nodes: Python's graphs have none) without a kept outgoing edge; the edges of a dropped node go with it. Then no
+ * kept node but tokens and logits is without a kept edge (Python's last step), and every kept edge joins kept nodes.
+ */
+function dropUnconnected(graph, nodeMask, edgeMask) {
+  const { nNodes, kind, src, dst } = graph;
+  const { inStart, inEdges, outStart, outEdges } = edgeIndex(graph);
+  const hasKept = (start, edges, i) => {
+    for (let k = start[i]; k < start[i + 1]; k += 1) if (edgeMask[edges[k]]) return true;
+    return false;
+  };
+  // edges that touch a node dropped by the node threshold score 0 and were never kept
+  let changed = true;
+  while (changed) {
+    changed = false;
+    const dropped = [];
+    for (let i = 0; i < nNodes; i += 1) {
+      if (!nodeMask[i] || kind[i] === KIND.token || kind[i] === KIND.logit) continue;
+      const needsInput = kind[i] === KIND.feature || kind[i] === KIND.other;
+      if (!hasKept(outStart, outEdges, i) || (needsInput && !hasKept(inStart, inEdges, i))) dropped.push(i);
+    }
+    // Python tests every node against the same edge mask, then removes the edges of all dropped nodes at once
+    for (const i of dropped) {
+      nodeMask[i] = 0;
+      changed = true;
+      for (let k = inStart[i]; k < inStart[i + 1]; k += 1) edgeMask[inEdges[k]] = 0;
+      for (let k = outStart[i]; k < outStart[i + 1]; k += 1) edgeMask[outEdges[k]] = 0;
+    }
+  }
+  for (let e = 0; e < src.length; e += 1) if (!nodeMask[src[e]] || !nodeMask[dst[e]]) edgeMask[e] = 0;
 }
