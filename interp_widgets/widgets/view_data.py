@@ -961,8 +961,18 @@ class CircuitData(ViewData):
         default_factory=dict,
     )
     graph_info: dict[str, Any] = data_field(
-        "What the graph is: {scan, pruned, node_threshold, edge_threshold, replacement, completeness, kernel}.",
-        default_factory=dict,
+        "What the graph is: {scan, pruned, node_threshold, edge_threshold, replacement, completeness, scores_of, "
+        "kernel}; the numbers are None where unknown.",
+        default_factory=lambda: {
+            "scan": "",
+            "pruned": False,
+            "node_threshold": None,
+            "edge_threshold": None,
+            "replacement": None,
+            "completeness": None,
+            "scores_of": "",
+            "kernel": "",
+        },
     )
     scores_note: str = data_field(
         "Why the view cannot compute scores ('' when it can, e.g. lorsa nodes make them not computable).",

@@ -19,11 +19,11 @@ export { layoutNodes, nodeIds, read as readCircuit } from "./views/circuit/read.
 
 /**
  * Synced traits of CircuitView: its data (CircuitData, generated in lib/view_traits.js) and its view state.
- * @typedef {import("./lib/view_traits.js").CircuitData & CircuitState} CircuitModel
+ * @typedef {import("./lib/view_traits.js").CircuitData & CircuitViewState} CircuitViewModel
  */
 /**
  * View state of CircuitView (and its base InterpWidget).
- * @typedef {object} CircuitState
+ * @typedef {object} CircuitViewState
  * @property {string[]} pinned  Pinned node ids (written).
  * @property {{name: string, members: string[]}[]} groups  Supernodes (written).
  * @property {number} node_threshold  Browser pruning's node threshold, (0, 1] (written).
@@ -33,7 +33,7 @@ export { layoutNodes, nodeIds, read as readCircuit } from "./views/circuit/read.
  */
 
 import { CIRCUIT_DATA_TRAITS as DATA_TRAITS } from "./lib/view_traits.js";
-/** Traits whose change only redraws. @type {(keyof CircuitModel)[]} */
+/** Traits whose change only redraws. @type {(keyof CircuitViewModel)[]} */
 const VIEW_TRAITS = ["pinned", "groups", "node_threshold", "edge_threshold", "selected"];
 
 export default mountView("CircuitView", {

@@ -49,7 +49,7 @@ export const ATTENTION_DATA_TRAITS = ["tokens", "key_tokens", "generated_mask", 
  * @property {string[]} logit_tokens  Token of each logit node, in node order.
  * @property {number[]} logit_probs  Probability of each logit node.
  * @property {Object<string, {label: string, source: string, contexts: ({tokens: string[], acts: (number | null)[]})[], top_logits: string[], bottom_logits: string[]}>} details  {node id: {label, contexts [{tokens, acts}], top_logits, bottom_logits}} of the nodes whose details travel.
- * @property {{scan: string, pruned: boolean, node_threshold: number | null, edge_threshold: number | null, replacement: number | null, completeness: number | null, scores_of: string, kernel: string}} graph_info  What the graph is: {scan, pruned, node_threshold, edge_threshold, replacement, completeness, kernel}.
+ * @property {{scan: string, pruned: boolean, node_threshold: number | null, edge_threshold: number | null, replacement: number | null, completeness: number | null, scores_of: string, kernel: string}} graph_info  What the graph is: {scan, pruned, node_threshold, edge_threshold, replacement, completeness, scores_of, kernel}; the numbers are None where unknown.
  * @property {string} scores_note  Why the view cannot compute scores ('' when it can, e.g. lorsa nodes make them not computable).
  */
 /** Data traits of the circuit view. @type {(keyof CircuitData)[]} */

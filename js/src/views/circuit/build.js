@@ -157,7 +157,7 @@ export function build(ctx) {
     hover: -1, focus: -1, nextId: 1, waiting: new Map(), details: new Map(), asked: new Set(), noKernel: new Set(),
     pruned: null, prunedKey: "", suggestions: [], suggestKey: "", interveneId: 0,
   }); // prettier-ignore
-  const slider = (name, label) => {
+  const slider = (name, label, write) => {
     const input = h("input", { type: "range", min: "0.05", max: "1", step: "0.01", class: `iw-circuit-${name}`, "aria-label": label }); // prettier-ignore
     const value = h("output", { class: "iw-circuit-value" });
     input.addEventListener(
@@ -166,8 +166,8 @@ export function build(ctx) {
     );
     return { input, value, box: h("label", { class: "iw-circuit-slider" }, [`${label} `, input, value]) };
   };
-  const nodeSlider = slider("node_threshold", "Node threshold");
-  const edgeSlider = slider("edge_threshold", "Edge threshold");
+  const nodeSlider = slider("node_threshold", "Node threshold", (value) => save({ node_threshold: value }));
+  const edgeSlider = slider("edge_threshold", "Edge threshold", (value) => save({ edge_threshold: value }));
   const pinButton = h("button", { type: "button", class: "iw-button iw-circuit-pin" }, "Pin");
   const groupName = h("input", { type: "text", class: "iw-circuit-group-name", placeholder: "supernode name", "aria-label": "Supernode name" }); // prettier-ignore
   const groupButton = h("button", { type: "button", class: "iw-button iw-circuit-group", title: "Group the pinned nodes into a supernode (G)" }, "Group pinned"); // prettier-ignore
@@ -191,7 +191,7 @@ export function build(ctx) {
   const suggestions = h("div", { class: "iw-circuit-suggestions" });
   const groupsBox = h("div", { class: "iw-circuit-groups" });
   const pane = h("div", { class: "iw-circuit-pane", "aria-live": "polite" });
-  const root = h("div", { class: "iw-circuit" }, [
+  const root = h("div", { class: "iw-root iw-circuit" }, [
     toolbar, scores, status, h("div", { class: "iw-circuit-main" }, [stage, pane]), suggestions, groupsBox,
   ]); // prettier-ignore
   el.append(root);
