@@ -162,7 +162,7 @@ export function build(ctx) {
     const value = h("output", { class: "iw-circuit-value" });
     input.addEventListener(
       "input",
-      safely(() => save({ [name]: Number(input.value) })),
+      safely(() => write(Number(input.value))),
     );
     return { input, value, box: h("label", { class: "iw-circuit-slider" }, [`${label} `, input, value]) };
   };
