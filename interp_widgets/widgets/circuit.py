@@ -45,6 +45,8 @@ _KIND_COLOURS = ("#4c78a8", "#9d9d9d", "#54a24b", "#e45756", "#b279a2")
 #: Nodes and edges drawn in the static picture (the live view draws every edge above its thresholds).
 STATIC_NODES = 300
 STATIC_EDGES = 1500
+#: Features whose labels the static picture writes (the most influential, and the pinned ones).
+STATIC_LABELS = 12
 
 
 class CircuitSource(Protocol):
@@ -296,23 +298,27 @@ class CircuitView(InterpWidget, data=CircuitData):
             f"influential) and the {len(strongest)} strongest of their {len(inside)} edges; run the cell to explore "
             f"every edge</text>",
         ]
+        paths: dict[tuple[bool, int], list[str]] = {}  # edges batched by sign and width (a small picture)
         for e in strongest.tolist():
             (x1, y1), (x2, y2) = xy(int(src[e])), xy(int(dst[e]))
             w = float(weights[e])
-            colour = "#2166ac" if w >= 0 else "#b2182b"
-            stroke = 0.3 + 2.5 * abs(w) / (top_w or 1.0)
-            parts.append(f'<line x1="{x1:.1f}" y1="{y1:.1f}" x2="{x2:.1f}" y2="{y2:.1f}" stroke="{colour}" '
-                         f'stroke-width="{stroke:.2f}" stroke-opacity="0.5"/>')  # fmt: skip
+            bucket = min(3, int(4 * math.sqrt(abs(w) / (top_w or 1.0))))
+            paths.setdefault((w >= 0, bucket), []).append(f"M{x1:.0f} {y1:.0f}L{x2:.0f} {y2:.0f}")
+        for (positive, bucket), segments in sorted(paths.items()):
+            colour = "#2166ac" if positive else "#b2182b"
+            parts.append(f'<path d="{"".join(segments)}" fill="none" stroke="{colour}" '
+                         f'stroke-width="{0.4 + 0.8 * bucket:.1f}" stroke-opacity="0.45"/>')  # fmt: skip
         top_inf = float(influence[shown].max()) if shown else 1.0
         pinned = set(self.pinned)
         labels = self.node_labels
+        named = set(order[:STATIC_LABELS].tolist()) | {index[p] for p in self.pinned if p in index}
         for i in shown:
             x, y = xy(i)
-            r = 2.5 + 5.0 * math.sqrt(max(influence[i], 0.0) / (top_inf or 1.0))
-            title = self._ids[i] + (f": {labels[i]}" if i < len(labels) and labels[i] else "")
+            r = 2.0 + 4.0 * math.sqrt(max(influence[i], 0.0) / (top_inf or 1.0))
             ring = ' stroke="#1f2328" stroke-width="1.5"' if self._ids[i] in pinned else ""
-            parts.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}" fill="{_KIND_COLOURS[int(kind[i])]}"{ring}>'
-                         f"<title>{esc(title)}</title></circle>")  # fmt: skip
+            parts.append(f'<circle cx="{x:.0f}" cy="{y:.0f}" r="{r:.1f}" fill="{_KIND_COLOURS[int(kind[i])]}"{ring}/>')
+            if i in named and kind[i] in (0, 4) and i < len(labels) and labels[i]:
+                parts.append(f'<text x="{x + r + 2:.0f}" y="{y + 3:.0f}" font-size="9">{esc(labels[i][:40])}</text>')
         for p, token in enumerate(self.tokens):
             x = left + (p + 0.5) * cell_w
             parts.append(f'<text x="{x:.1f}" y="{top + cell_h * rows + 14:.1f}" text-anchor="middle">'
