@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import html
 import math
 from typing import Any, ClassVar, Iterable, Protocol
@@ -169,6 +170,36 @@ class CircuitView(InterpWidget, data=CircuitData):
             if not (0 < value <= 1):
                 raise ValueError(f"{name} must be in (0, 1], got {value}")
         self.on_msg(self._on_message)
+        self._handle = None
+        self._refresh_pending = False
+        self.observe(self._schedule_refresh, names=["pinned", "groups", "node_threshold", "edge_threshold", "selected"])
+
+    # ------------------------------------------------------------------ display
+    def _ipython_display_(self) -> None:
+        """Display the view and keep its output's handle, so the output's saved payload follows the view state (pins,
+        groups, thresholds, selection): a notebook saved without widget state and reopened with no kernel shows
+        them."""
+        from IPython.display import display
+
+        data, metadata = self._repr_mimebundle_()
+        self._handle = display(data, metadata=metadata, raw=True, display_id=True)
+
+    def _schedule_refresh(self, change=None) -> None:
+        if self._handle is None or self._refresh_pending:
+            return
+        self._refresh_pending = True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no event loop (a plain script): refresh at once
+            self._refresh_output()
+            return
+        loop.call_later(0.3, self._refresh_output)  # a slider drag refreshes the output once, after it
+
+    def _refresh_output(self) -> None:
+        self._refresh_pending = False
+        if self._handle is not None:
+            data, metadata = self._repr_mimebundle_()
+            self._handle.update(data, metadata=metadata, raw=True)
 
     # ------------------------------------------------------------------ state
     def pin(self, *node_ids: str) -> None:
