@@ -166,3 +166,24 @@ def test_marimo_renders_the_view(tmp_path, recorded_page):
         assert cell_output(page, "show").locator("img").count() == 0
         assert page.locator(".iw-error").count() == 0
     recorded_page.requests.assert_loopback_only()
+
+
+def test_the_exported_page_is_offline_inert_and_dark(tmp_path, recorded_page):
+    from interp_widgets.circuits import example_graph
+
+    graph = example_graph().replace(prompt_tokens=[HOSTILE, "b"])
+    view = graph.widget(labels={"0_7_1": HOSTILE}, pinned=["0_7_1"], selected="0_7_1")
+    view.group(HOSTILE, ["0_7_1", "E_11_1"])
+    page = recorded_page.page
+    page.emulate_media(color_scheme="dark")
+    page.goto(view.export_html(tmp_path / "circuit.html").as_uri())
+    root = page.locator(".iw-root.iw-circuit")
+    expect(root).to_be_visible(timeout=30_000)
+    expect(root.locator(".iw-circuit-pane h3")).to_have_text(HOSTILE)
+    expect(root.locator(".iw-circuit-groups strong")).to_have_text(HOSTILE)
+    expect(root.locator(".iw-circuit-scores")).to_contain_text("Pinned subgraph (2 nodes)")
+    expect(root.locator(".iw-circuit-scores")).to_have_css("color", "rgb(157, 167, 177)")  # the dark theme's text
+    assert page.locator("img").count() == 0 and page.evaluate("window.__xss === undefined")
+    root.locator(".iw-circuit-intervene").click()
+    expect(root.locator(".iw-circuit-status")).to_contain_text("interventions act on feature nodes")  # E_11_1
+    recorded_page.requests.assert_loopback_only()
