@@ -167,3 +167,31 @@ describe("moveFocus", () => {
     expect(data.layout.row[moveFocus(ctx, right, "ArrowUp")]).toBe(1);
   });
 });
+
+describe("suggestions", () => {
+  it("shows a planted supernode with an Accept button and applies it only on the click", async () => {
+    // features 0 and 1 read the same two tokens and drive the logit alike: one suggested group
+    const initial = {
+      ...fresh(),
+      tokens: ["a", "b"],
+      node_kind: i32([0, 0, 2, 2, 3]), node_layer: i32([0, 0, -1, -1, 2]), node_pos: i32([1, 1, 0, 1, 1]),
+      node_index: i32([7, 8, 10, 11, 12]), node_influence: f32([0.5, 0.5, 0.5, 0.5, 0.9]),
+      node_activation: f32([1, 1, NaN, NaN, NaN]), node_labels: ["f7", "f8", "", "", ""],
+      edge_src: i32([2, 3, 2, 3, 0, 1]), edge_dst: i32([0, 0, 1, 1, 4, 4]),
+      edge_weights: new DataView(Uint16Array.from([0x3c00, 0x3800, 0x3c00, 0x3800, 0x4000, 0x4000]).buffer),
+      details: {}, pinned: ["0_7_1", "0_8_1"],
+    }; // prettier-ignore
+    const model = fakeModel(initial);
+    const el = document.createElement("div");
+    document.body.append(el);
+    circuit.render({ model, el });
+    await new Promise((r) => setTimeout(r, 40));
+    const accept = el.querySelector(".iw-circuit-suggestions .iw-circuit-accept");
+    expect(accept).not.toBeNull();
+    expect(el.querySelector(".iw-circuit-suggestion").textContent).toContain("f7, f8");
+    expect(model.get("groups")).toEqual([]); // never applied by itself
+    accept.click();
+    expect(model.get("groups")).toEqual([{ name: "group 1", members: ["0_7_1", "0_8_1"] }]);
+    document.body.replaceChildren();
+  });
+});

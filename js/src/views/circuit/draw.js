@@ -340,22 +340,23 @@ function paintGroups(ctx) {
       return h("div", { class: "iw-circuit-group-row" }, [h("strong", {}, g.name), `: ${g.members.map((m) => nodeName(data, data.idIndex.get(m) ?? 0)).join(", ")} `, remove]); // prettier-ignore
     }),
   );
-  // suggestions (graph_math), shown with an Accept button each: never applied by themselves
+  // suggestions (graph_math: Neuronpedia's rule among the pinned features not yet in a group), each with an Accept
+  // button: never applied by themselves; the label names the group an Accept makes unless a name is typed
+  const grouped = new Set(groups.flatMap((g) => g.members));
   const pinned = (model.get("pinned") ?? []).map((id) => data.idIndex.get(id)).filter((i) => i !== undefined);
-  const key = pinned.join(",");
+  const groupedIdx = [...grouped].map((id) => data.idIndex.get(id)).filter((i) => i !== undefined);
+  const key = `${pinned.join(",")}|${groupedIdx.join(",")}`;
   if (state.suggestKey !== key || state.suggestData !== data) {
     state.suggestKey = key;
     state.suggestData = data;
-    state.suggestions = pinned.length >= 2 ? suggestSupernodes(data.graph, pinned) : [];
+    state.suggestions = pinned.length >= 2 ? suggestSupernodes(data.graph, pinned, { grouped: groupedIdx, nodeIds: data.ids }) : []; // prettier-ignore
   }
-  const grouped = new Set(groups.flatMap((g) => g.members));
-  const open = state.suggestions.filter((s) => s.some((i) => !grouped.has(data.ids[i])));
   parts.suggestions.replaceChildren(
-    ...(open.length ? [h("h4", {}, "Suggested supernodes (not applied until you accept)")] : []),
-    ...open.map((members) => {
-      const accept = h("button", { type: "button", class: "iw-button iw-circuit-accept" }, "Accept");
-      accept.addEventListener("click", ctx.safely(() => groupPinned(ctx, members.map((i) => data.ids[i]))));
-      return h("div", { class: "iw-circuit-suggestion" }, [members.map((i) => nodeName(data, i)).join(", "), " ", accept]);
+    ...(state.suggestions.length ? [h("h4", {}, "Suggested supernodes (not applied until you accept)")] : []),
+    ...state.suggestions.map((s) => {
+      const accept = h("button", { type: "button", class: "iw-button iw-circuit-accept", "aria-label": `Accept ${s.label}` }, "Accept");
+      accept.addEventListener("click", ctx.safely(() => groupPinned(ctx, s.members.map((i) => data.ids[i]))));
+      return h("div", { class: "iw-circuit-suggestion" }, [`${s.label} (cohesion ${fmt(s.minCohesion)}): ${s.members.map((i) => nodeName(data, i)).join(", ")} `, accept]);
     }),
   ); // prettier-ignore
 }
