@@ -80,6 +80,32 @@ def seeded_graph(seed: int, n_layers: int, n_pos: int, max_features: int, n_logi
     )
 
 
+def cascade_graph() -> AttributionGraph:
+    """An eight-node graph whose pruning at (0.99, 0.85) drops in two rounds: feature ``f0`` (layer 1) keeps its
+    input from feature ``fp`` (layer 0) but loses both its outputs to the edge threshold, so it goes in the first
+    round, and ``fp``, whose only output was ``f0``, in the second.
+
+    Example:
+        >>> cascade_graph().prune(0.99, 0.85).node_ids
+        ['2_13_0', 'E_5_0', '4_9_0']
+    """
+    adjacency = np.zeros((8, 8), np.float32)
+    fp, f0, f1, _, e1, _, token, logit = range(8)
+    adjacency[fp, token], adjacency[f0, fp], adjacency[f1, f0], adjacency[f1, token] = 1, 1, 1, 3
+    adjacency[f1, e1], adjacency[logit, f1], adjacency[logit, token], adjacency[logit, f0] = 0.5, 1, 1, 0.1
+    return AttributionGraph.from_flat(
+        adjacency.astype(np.float16).astype(np.float32),
+        features=[[0, 0, 11], [1, 0, 12], [2, 0, 13]],
+        activations=[1.0, 1.0, 1.0],
+        logits=Targets(["x"], ids=[9], probs=[0.75]),
+        prompt="a",
+        prompt_tokens=["a"],
+        token_ids=[5],
+        n_layers=3,
+        scan="fixture",
+    )
+
+
 def _influence64(adjacency: np.ndarray, weights: np.ndarray) -> np.ndarray:
     absolute = np.abs(adjacency.astype(np.float64))
     normalised = absolute / np.maximum(absolute.sum(axis=1, keepdims=True), 1e-10)
@@ -151,7 +177,7 @@ def graph_fixture(name: str, graph: AttributionGraph, settings, seed: int) -> di
 
     Example:
         >>> sorted(graph_fixture("g", seeded_graph(0, 2, 3, 2, 1, 3), [(0.8, 0.98)], 0))[:3]
-        ['edges', 'kind', 'layer']
+        ['edges', 'full_scores', 'kind']
     """
     targets, sources = np.nonzero(graph.adjacency)
     order = np.lexsort((sources, targets))
@@ -213,12 +239,12 @@ def graph_fixture(name: str, graph: AttributionGraph, settings, seed: int) -> di
 
 
 def build() -> dict:
-    """Every fixture: the seeded graphs of :data:`GRAPHS`, and the first one pruned (a graph whose error nodes are
-    only some of the (layer, position) cells, as in a graph JSON).
+    """Every fixture: the seeded graphs of :data:`GRAPHS`, the medium one pruned (a graph whose error nodes are
+    only some of the (layer, position) cells, as in a graph JSON) and :func:`cascade_graph`.
 
     Example:
         >>> [g["name"] for g in build()["graphs"]]
-        ['small', 'medium', 'medium_pruned']
+        ['small', 'medium', 'medium_pruned', 'cascade']
     """
     graphs = []
     for name, seed, n_layers, n_pos, max_features, n_logits, fan_in, settings in GRAPHS:
@@ -227,6 +253,7 @@ def build() -> dict:
         if name == "medium":
             pruned = graph.prune(0.9, 0.99).replace(pruning=None)
             graphs.append(graph_fixture("medium_pruned", pruned, [(0.7, 0.98), (0.5, 0.95)], seed + 1))
+    graphs.append(graph_fixture("cascade", cascade_graph(), [(0.99, 0.85), (0.99, 0.9)], 5))
     return {
         "format": "circuit_math_fixtures",
         "version": 1,

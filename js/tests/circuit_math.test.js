@@ -1,4 +1,4 @@
-// The circuit view's in-browser maths against Python: pruning node for node and edge for edge, live scores to 1e-6,
+// The circuit view's in-browser maths against Python: pruning node for node and edge for edge, live scores to 1e-9,
 // on the float16 weights the view stores (fixtures from scripts/circuit_fixtures.py); supernode suggestions against
 // Neuronpedia's own tests of supernode-suggestions.ts and a planted graph.
 import { readFileSync } from "node:fs";
@@ -14,6 +14,7 @@ import {
   pruneGraph,
   subgraphScores,
   suggestSupernodes,
+  supernodeSuggestions,
 } from "../src/views/circuit/graph_math/index.js";
 
 const FIXTURES = JSON.parse(readFileSync(resolve(__dirname, "fixtures/circuit_math.json"), "utf8"));
@@ -128,6 +129,18 @@ describe("pruning equals Python's AttributionGraph.prune", () => {
     });
   }
 
+  it("drops a feature whose only output went to a dropped feature, in a second round, as Python does", () => {
+    const cascade = FIXTURES.graphs.find((fixture) => fixture.name === "cascade");
+    const [twoRounds, none] = cascade.prune;
+    expect(twoRounds.nodes).toEqual([2, 6, 7]); // Python drops f0 (1), then fp (0)
+    expect(none.nodes).toEqual([0, 1, 2, 6, 7]);
+    const graph = fixtureGraph(cascade);
+    for (const expected of [twoRounds, none]) {
+      const { node_threshold: nodeThreshold, edge_threshold: edgeThreshold } = expected;
+      expect(indices(pruneGraph(graph, { nodeThreshold, edgeThreshold }).nodeMask)).toEqual(expected.nodes);
+    }
+  });
+
   it("prunes Python's example_graph as its docstring says", () => {
     const pruned = pruneGraph(exampleGraph(), { nodeThreshold: 0.9 });
     expect(indices(pruned.nodeMask)).toEqual([0, 3, 4, 5]);
@@ -194,18 +207,18 @@ describe("pruning equals Python's AttributionGraph.prune", () => {
 describe("live scores equal Python's AttributionGraph.scores(pinned=...)", () => {
   for (const fixture of FIXTURES.graphs) {
     const graph = fixtureGraph(fixture);
-    it(`${fixture.name}: every pin set to 1e-6`, () => {
+    it(`${fixture.name}: every pin set, to 1e-9 (both sides compute in float64)`, () => {
       for (const expected of fixture.scores) {
         const scores = subgraphScores(graph, expected.pinned);
         expect(scores.computable).toBe(true);
-        expect(relative(scores.replacement, expected.replacement)).toBeLessThan(1e-6);
-        expect(relative(scores.completeness, expected.completeness)).toBeLessThan(1e-6);
+        expect(relative(scores.replacement, expected.replacement)).toBeLessThan(1e-9);
+        expect(relative(scores.completeness, expected.completeness)).toBeLessThan(1e-9);
       }
     });
     it(`${fixture.name}: no pins gives the full graph's scores (Python's float32 compute_graph_scores)`, () => {
       const scores = subgraphScores(graph, []);
-      expect(relative(scores.replacement, fixture.full_scores.replacement)).toBeLessThan(1e-5);
-      expect(relative(scores.completeness, fixture.full_scores.completeness)).toBeLessThan(1e-5);
+      expect(relative(scores.replacement, fixture.full_scores.replacement)).toBeLessThan(1e-6);
+      expect(relative(scores.completeness, fixture.full_scores.completeness)).toBeLessThan(1e-6);
     });
     it(`${fixture.name}: scores do not depend on the order of nodes or edges`, () => {
       const n = fixture.kind.length;
@@ -217,7 +230,7 @@ describe("live scores equal Python's AttributionGraph.scores(pinned=...)", () =>
           shuffled,
           expected.pinned.map((i) => place.get(i)),
         );
-        expect(relative(scores.replacement, expected.replacement)).toBeLessThan(1e-6);
+        expect(relative(scores.replacement, expected.replacement)).toBeLessThan(1e-9);
       }
     });
   }
@@ -278,7 +291,7 @@ function npGraph(nodes, links) {
   });
   const ids = nodes.map((node) => node.id);
   const suggest = (pinned, options = {}) =>
-    suggestSupernodes(
+    supernodeSuggestions(
       graph,
       pinned.filter((id) => index.has(id)).map((id) => index.get(id)),
       { ...options, nodeIds: ids, grouped: (options.grouped ?? []).map((id) => index.get(id)) },
@@ -469,7 +482,7 @@ describe("supernode suggestions: Neuronpedia's own tests", () => {
     const a = forward.suggest(["a", "b", "c"]);
     const b = reversed.suggest(["c", "b", "a"]);
     expect(b).toEqual(a);
-    expect(suggestSupernodes(forward.graph, pins).map((s) => s.members)).toEqual([[2, 3, 4]]);
+    expect(suggestSupernodes(forward.graph, pins)).toEqual([[2, 3, 4]]);
     expect(pins).toEqual(before);
   });
 });
@@ -517,6 +530,175 @@ describe("supernode suggestions on a planted graph", () => {
     for (let trial = 0; trial < 5; trial += 1) {
       const { suggest } = npGraph(shuffle(nodes), shuffle(links));
       expect(suggest(shuffle(pins))).toEqual(expected);
+    }
+  });
+});
+
+// ---------------------------------------------------------------------------------------------------------------
+// Dense references written from the rules' descriptions (an n x n matrix, rows = targets), on random small graphs:
+// the sparse code must agree with them wherever Python is not there to ask.
+
+/** A random small graph: features and some error cells (a pruned graph lacks some), tokens, two logits. */
+function smallRandomGraph(seed) {
+  let state = seed;
+  const random = () => (state = (Math.imul(state, 1103515245) + 12345) >>> 0) / 2 ** 32;
+  const [layers, positions] = [3, 3];
+  const kind = [];
+  const layer = [];
+  const position = [];
+  for (let l = 0; l < layers; l += 1)
+    for (let p = 0; p < positions; p += 1)
+      for (let f = Math.floor(random() * 3); f > 0; f -= 1) (kind.push(KIND.feature), layer.push(l), position.push(p));
+  for (let l = 0; l < layers; l += 1)
+    for (let p = 0; p < positions; p += 1) if (random() < 0.7) (kind.push(KIND.error), layer.push(l), position.push(p));
+  for (let p = 0; p < positions; p += 1) (kind.push(KIND.token), layer.push(-1), position.push(p));
+  (kind.push(KIND.logit, KIND.logit), layer.push(layers, layers), position.push(positions - 1, positions - 1));
+  const n = kind.length;
+  const [src, dst, weight] = [[], [], []];
+  for (let t = 0; t < n; t += 1) {
+    if (kind[t] !== KIND.feature && kind[t] !== KIND.logit) continue;
+    for (let s = 0; s < n; s += 1) {
+      if (kind[s] === KIND.logit || layer[s] >= layer[t] || position[s] > position[t] || random() < 0.4) continue;
+      (src.push(s), dst.push(t), weight.push(Math.fround((random() - 0.3) * 3)));
+    }
+  }
+  const logitProbs = kind.map((k, i) => (k === KIND.logit ? (i === n - 1 ? 0.25 : 0.5) : 0));
+  return makeGraph({ kind, layer, position, logitProbs, src, dst, weight });
+}
+
+function dense(graph) {
+  const n = graph.nNodes;
+  const matrix = Array.from({ length: n }, () => new Float64Array(n));
+  for (let e = 0; e < graph.src.length; e += 1) matrix[graph.dst[e]][graph.src[e]] = graph.weight[e];
+  return matrix;
+}
+
+function denseInfluence(matrix, weights) {
+  const n = matrix.length;
+  const normalised = matrix.map((row) => {
+    const sum = Math.max(
+      row.reduce((a, v) => a + Math.abs(v), 0),
+      1e-10,
+    );
+    return row.map((v) => Math.abs(v) / sum);
+  });
+  let step = new Float64Array(n);
+  for (let t = 0; t < n; t += 1) for (let s = 0; s < n; s += 1) step[s] += weights[t] * normalised[t][s];
+  const total = new Float64Array(n);
+  while (step.some((v) => v !== 0)) {
+    total.forEach((_, i) => (total[i] += step[i]));
+    const next = new Float64Array(n);
+    for (let t = 0; t < n; t += 1) for (let s = 0; s < n; s += 1) next[s] += step[t] * normalised[t][s];
+    step = next;
+  }
+  return { influence: total, normalised };
+}
+
+function denseScores(graph, pins) {
+  const n = graph.nNodes;
+  const { kind, layer, position } = graph;
+  const matrix = dense(graph);
+  if (pins.length) {
+    const pinned = new Set(pins);
+    for (let f = 0; f < n; f += 1) {
+      if (kind[f] !== KIND.feature || pinned.has(f)) continue;
+      const error = [...kind.keys()].find((i) => kind[i] === KIND.error && layer[i] === layer[f] && position[i] === position[f]); // prettier-ignore
+      for (let t = 0; t < n; t += 1) {
+        if (error !== undefined) matrix[t][error] += matrix[t][f];
+        matrix[t][f] = 0;
+      }
+      matrix[f].fill(0);
+    }
+  }
+  const weights = Array.from(graph.logitProbs);
+  const { influence, normalised } = denseInfluence(matrix, weights);
+  const sum = (pick) => influence.reduce((a, v, i) => a + (pick(i) ? v : 0), 0);
+  const tokens = sum((i) => kind[i] === KIND.token);
+  const errors = sum((i) => kind[i] === KIND.error);
+  let covered = 0;
+  let total = 0;
+  for (let t = 0; t < n; t += 1) {
+    const fromError = normalised[t].reduce((a, v, s) => a + (kind[s] === KIND.error ? v : 0), 0);
+    covered += (1 - fromError) * (influence[t] + weights[t]);
+    total += influence[t] + weights[t];
+  }
+  return { replacement: tokens / (tokens + errors) || 0, completeness: covered / total || 0 };
+}
+
+describe("the sparse maths equals dense references", () => {
+  it("influence and live scores on 30 random graphs with missing error cells and random pins", () => {
+    for (let seed = 1; seed <= 30; seed += 1) {
+      const graph = smallRandomGraph(seed);
+      const expected = denseInfluence(dense(graph), Array.from(graph.logitProbs)).influence;
+      const influence = nodeInfluence(graph);
+      expected.forEach((v, i) => expect(Math.abs(influence[i] - v)).toBeLessThan(1e-12 * Math.max(1, v)));
+      const features = [...graph.kind.keys()].filter((i) => graph.kind[i] === KIND.feature);
+      for (const pins of [[], features.filter((_, k) => k % 2 === seed % 2), [graph.nNodes - 1], features]) {
+        const want = denseScores(graph, pins);
+        const got = subgraphScores(graph, pins);
+        expect(Math.abs(got.replacement - want.replacement)).toBeLessThan(1e-12);
+        expect(Math.abs(got.completeness - want.completeness)).toBeLessThan(1e-12);
+      }
+    }
+  });
+
+  it("pruning equals a dense transcription of Python's prune (rounds of drops) on 30 random graphs", () => {
+    const fround = Math.fround;
+    /** circuit-tracer's find_threshold over every entry, float32 as torch: cumsum in float64 rounded, / float32 sum */
+    const findThreshold = (scores, fraction) => {
+      const ordered = Float32Array.from(scores).sort().reverse();
+      const total = fround(ordered.reduce((a, v) => a + v, 0));
+      let running = 0;
+      for (let i = 0; i < ordered.length; i += 1) {
+        running += ordered[i];
+        if (fround(fround(running) / total) >= fraction) return ordered[i];
+      }
+      return ordered[ordered.length - 1];
+    };
+    for (let seed = 1; seed <= 30; seed += 1) {
+      const graph = smallRandomGraph(seed);
+      const { kind } = graph;
+      const n = graph.nNodes;
+      const matrix = dense(graph);
+      const weights = Array.from(graph.logitProbs);
+      const { influence } = denseInfluence(matrix, weights);
+      for (const [nodeThreshold, edgeThreshold] of [
+        [0.8, 0.98],
+        [0.6, 0.8],
+        [0.95, 0.7],
+        [0.5, 0.9],
+      ]) {
+        const nodeLimit = findThreshold(influence, nodeThreshold);
+        const nodes = Uint8Array.from(influence, (v, i) => (kind[i] >= KIND.token || fround(v) >= nodeLimit ? 1 : 0));
+        const pruned = matrix.map((row, t) => row.map((v, s) => (nodes[t] && nodes[s] ? v : 0)));
+        const inner = denseInfluence(
+          pruned,
+          weights.map((w, i) => (nodes[i] ? w : 0)),
+        );
+        const scores = inner.normalised.map((row, t) => row.map((v) => fround(v * (inner.influence[t] + weights[t]))));
+        const edgeLimit = findThreshold(
+          scores.flatMap((row) => Array.from(row)),
+          edgeThreshold,
+        );
+        const edges = scores.map((row) => row.map((v) => (v >= edgeLimit ? 1 : 0)));
+        for (let changed = true; changed;) {
+          // every node is tested against the same edges, then the dropped ones' edges go (Python's rounds)
+          const hasOut = (i) => edges.some((row) => row[i]);
+          const hasIn = (i) => edges[i].some((v) => v);
+          const drop = [...nodes.keys()].filter((i) => nodes[i] && kind[i] <= KIND.error && (!hasOut(i) || (kind[i] === KIND.feature && !hasIn(i)))); // prettier-ignore
+          for (const i of drop) {
+            nodes[i] = 0;
+            edges[i].fill(0);
+            edges.forEach((row) => (row[i] = 0));
+          }
+          changed = drop.length > 0;
+        }
+        const keep = [...nodes.keys()].filter((i) => nodes[i] && (kind[i] >= KIND.token || edges[i].some((v) => v) || edges.some((row) => row[i]))); // prettier-ignore
+        const keptEdges = [...graph.src.keys()].filter((e) => nodes[graph.src[e]] && nodes[graph.dst[e]] && edges[graph.dst[e]][graph.src[e]]); // prettier-ignore
+        const got = pruneGraph(graph, { nodeThreshold, edgeThreshold });
+        expect([seed, nodeThreshold, edgeThreshold, indices(got.nodeMask)]).toEqual([seed, nodeThreshold, edgeThreshold, keep]); // prettier-ignore
+        expect(indices(got.edgeMask)).toEqual(keptEdges);
+      }
     }
   });
 });

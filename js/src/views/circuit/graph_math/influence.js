@@ -19,23 +19,16 @@ import { edgeIndex } from "./graph.js";
  * @param {ArrayLike<number>} dst
  * @param {ArrayLike<number>} value  per edge, already normalised
  * @param {ArrayLike<number>} weights  per node: the logit weights `w`
+ * @param {{inStart: Int32Array, inEdges: Int32Array}} [byTarget]  the edges grouped by target (a superset of the
+ *   edges of non-zero value, e.g. the graph's {@link edgeIndex}), when the caller has them
  * @returns {Float64Array}
  * @throws {Error} if the edges of non-zero value form a cycle (the series never vanishes; Python raises too)
  * @example propagate(2, [0], [1], [1], [0, 0.5]) // Float64Array [0.5, 0]
  */
-export function propagate(nNodes, src, dst, value, weights) {
+export function propagate(nNodes, src, dst, value, weights, byTarget) {
   const remaining = new Int32Array(nNodes); // targets of each node not yet done
-  const inStart = new Int32Array(nNodes + 1);
-  for (let e = 0; e < src.length; e += 1) {
-    if (value[e] === 0) continue;
-    remaining[src[e]] += 1;
-    inStart[dst[e] + 1] += 1;
-  }
-  for (let i = 0; i < nNodes; i += 1) inStart[i + 1] += inStart[i];
-  const inEdges = new Int32Array(inStart[nNodes]);
-  const fill = inStart.slice(0, nNodes);
-  for (let e = 0; e < src.length; e += 1) if (value[e] !== 0) inEdges[fill[dst[e]]++] = e;
-
+  for (let e = 0; e < src.length; e += 1) if (value[e] !== 0) remaining[src[e]] += 1;
+  const { inStart, inEdges } = byTarget ?? groupByTarget(nNodes, dst, value);
   const influence = new Float64Array(nNodes);
   const queue = new Int32Array(nNodes);
   let tail = 0;
@@ -45,6 +38,7 @@ export function propagate(nNodes, src, dst, value, weights) {
     const out = influence[t] + weights[t];
     for (let k = inStart[t]; k < inStart[t + 1]; k += 1) {
       const e = inEdges[k];
+      if (value[e] === 0) continue;
       const s = src[e];
       influence[s] += value[e] * out;
       remaining[s] -= 1;
@@ -58,6 +52,17 @@ export function propagate(nNodes, src, dst, value, weights) {
     );
   }
   return influence;
+}
+
+/** The edges of non-zero value grouped by target (counting sort). */
+function groupByTarget(nNodes, dst, value) {
+  const inStart = new Int32Array(nNodes + 1);
+  for (let e = 0; e < dst.length; e += 1) if (value[e] !== 0) inStart[dst[e] + 1] += 1;
+  for (let i = 0; i < nNodes; i += 1) inStart[i + 1] += inStart[i];
+  const inEdges = new Int32Array(inStart[nNodes]);
+  const fill = inStart.slice(0, nNodes);
+  for (let e = 0; e < dst.length; e += 1) if (value[e] !== 0) inEdges[fill[dst[e]]++] = e;
+  return { inStart, inEdges };
 }
 
 /**
@@ -116,7 +121,7 @@ export function normalisedEdges(graph, nodeMask) {
 export function nodeInfluence(graph, options = {}) {
   const { nodeMask } = options;
   const value = options.normalised ?? normalisedEdges(graph, nodeMask);
-  return propagate(graph.nNodes, graph.src, graph.dst, value, logitWeights(graph, nodeMask));
+  return propagate(graph.nNodes, graph.src, graph.dst, value, logitWeights(graph, nodeMask), edgeIndex(graph));
 }
 
 /**

@@ -7,7 +7,10 @@
  * Python computes in float32; this computes the influences in float64 and rounds them to float32 where Python
  * compares them (the scores, the cumulative sums that place a threshold: float64 sums rounded to float32, divided by
  * the float32 total, as torch's `cumsum` and `searchsorted` do), so a kept set differs from Python's only where two
- * scores are within float32 rounding of each other at the threshold.
+ * scores are within float32 rounding of each other at the threshold. At a threshold of exactly 1 the cut hangs on
+ * the last bit of Python's float32 total (a cumulative share of 0.99999994 falls through to the zero scores and
+ * keeps everything); this takes the correctly rounded total, so the last positive score is the threshold.
+ * A threshold of 1 is therefore not "no pruning": nodes without influence and edges of score 0 still go.
  *
  * @example
  *   const pruned = pruneGraph(graph, { nodeThreshold: 0.8, edgeThreshold: 0.98 });
@@ -30,6 +33,7 @@ import { cumulativeInfluence, logitWeights, nodeInfluence, normalisedEdges, prop
 
 const fround = Math.fround;
 const FULL = new WeakMap();
+const NODE_STAGE = new WeakMap();
 
 /** The full graph's influence and cumulative fractions, once per graph. */
 function fullInfluence(graph) {
@@ -46,23 +50,22 @@ function fullInfluence(graph) {
  * circuit-tracer's `find_threshold` on float32 scores: sort descending, cumulative = float32(running float64 sum)
  * / float32(total), the first score whose cumulative reaches `fraction` (torch's `searchsorted`, left; none: the
  * last). `nZeros` zero scores follow the given (non-negative) ones.
- * @param {Float32Array} scores  non-negative, sorted ascending in place
+ * @param {Float32Array} ascending  non-negative scores, sorted ascending
  * @param {number} nZeros
  * @param {number} fraction
  * @returns {number}
  */
-function threshold(scores, nZeros, fraction) {
-  scores.sort();
+function threshold(ascending, nZeros, fraction) {
   let total = 0;
-  for (let i = 0; i < scores.length; i += 1) total += scores[i];
+  for (let i = 0; i < ascending.length; i += 1) total += ascending[i];
   const total32 = fround(total);
   let running = 0;
-  for (let i = scores.length - 1; i >= 0; i -= 1) {
-    running += scores[i];
-    if (fround(fround(running) / total32) >= fraction) return scores[i];
+  for (let i = ascending.length - 1; i >= 0; i -= 1) {
+    running += ascending[i];
+    if (fround(fround(running) / total32) >= fraction) return ascending[i];
   }
   if (nZeros > 0) return 0; // the cumulative stays below the fraction through the zeros: the last (0)
-  return scores.length ? scores[0] : 0;
+  return ascending.length ? ascending[0] : 0;
 }
 
 function checkFraction(name, value) {
@@ -74,8 +77,44 @@ function checkFraction(name, value) {
 }
 
 /**
+ * The node threshold's stage (kept per graph for the last node threshold, so an edge slider move skips it): the
+ * nodes at or above the influence threshold (tokens and logits always), and the scores Â'·(I' + w) of the edges of
+ * that node-pruned graph, with the positive ones sorted.
+ */
+function nodeStage(graph, nodeThreshold) {
+  const cached = NODE_STAGE.get(graph);
+  if (cached && cached.nodeThreshold === nodeThreshold) return cached;
+  const { nNodes, kind, src, dst } = graph;
+  const { influence } = fullInfluence(graph);
+  const nodeScores = new Float32Array(influence);
+  const nodeLimit = threshold(nodeScores.slice().sort(), 0, nodeThreshold);
+  const nodeMask = new Uint8Array(nNodes);
+  for (let i = 0; i < nNodes; i += 1) {
+    nodeMask[i] = kind[i] === KIND.token || kind[i] === KIND.logit || nodeScores[i] >= nodeLimit ? 1 : 0;
+  }
+  const normalised = normalisedEdges(graph, nodeMask);
+  const weights = logitWeights(graph, nodeMask);
+  const pruned = propagate(nNodes, src, dst, normalised, weights, edgeIndex(graph));
+  const edgeScores = new Float32Array(src.length);
+  let nPositive = 0;
+  for (let e = 0; e < src.length; e += 1) {
+    if (normalised[e] === 0) continue;
+    const t = dst[e];
+    edgeScores[e] = fround(normalised[e] * (pruned[t] + weights[t]));
+    if (edgeScores[e] > 0) nPositive += 1;
+  }
+  const positive = new Float32Array(nPositive);
+  for (let e = 0, k = 0; e < src.length; e += 1) if (edgeScores[e] > 0) positive[k++] = edgeScores[e];
+  positive.sort();
+  const stage = { nodeThreshold, nodeMask, edgeScores, positive };
+  NODE_STAGE.set(graph, stage);
+  return stage;
+}
+
+/**
  * The nodes and edges that Python's `.prune(node_threshold, edge_threshold)` keeps. The full graph's influence is
- * cached per graph, so a slider move costs one influence pass over the node-pruned graph and one sort of its edges.
+ * cached per graph and the node threshold's stage for the last node threshold, so a node slider move costs one
+ * influence pass over the node-pruned graph and one sort of its edges' scores, and an edge slider move less.
  * @param {import("./graph.js").CircuitGraph} graph
  * @param {{nodeThreshold?: number, edgeThreshold?: number}} [options]  fractions in (0, 1]; 0.8 and 0.98 by default
  * @returns {Pruned}
@@ -86,79 +125,73 @@ export function pruneGraph(graph, options = {}) {
   const { nodeThreshold = 0.8, edgeThreshold = 0.98 } = options;
   checkFraction("nodeThreshold", nodeThreshold);
   checkFraction("edgeThreshold", edgeThreshold);
-  const { nNodes, kind, src, dst } = graph;
-  const nEdgesAll = src.length;
+  const { nNodes, src, dst, weight } = graph;
   const { influence, cumulative } = fullInfluence(graph);
-
-  // nodes: the influence threshold over every node (zeros included); tokens and logits always
-  const nodeScores = new Float32Array(influence);
-  const nodeLimit = threshold(nodeScores.slice(), 0, nodeThreshold);
-  const always = (i) => kind[i] === KIND.token || kind[i] === KIND.logit;
-  const nodeMask = new Uint8Array(nNodes);
-  for (let i = 0; i < nNodes; i += 1) nodeMask[i] = always(i) || nodeScores[i] >= nodeLimit ? 1 : 0;
-
-  // edges: Â'·(I' + w) on the node-pruned graph, thresholded over all n² entries (zeros included)
-  const normalised = normalisedEdges(graph, nodeMask);
-  const weights = logitWeights(graph, nodeMask);
-  const pruned = propagate(nNodes, src, dst, normalised, weights);
-  const edgeScores = new Float32Array(nEdgesAll);
-  let nPositive = 0;
-  for (let e = 0; e < nEdgesAll; e += 1) {
-    if (normalised[e] === 0) continue;
-    const t = dst[e];
-    edgeScores[e] = fround(normalised[e] * (pruned[t] + weights[t]));
-    if (edgeScores[e] > 0) nPositive += 1;
-  }
-  const positive = new Float32Array(nPositive);
-  for (let e = 0, k = 0; e < nEdgesAll; e += 1) if (edgeScores[e] > 0) positive[k++] = edgeScores[e];
-  const edgeLimit = threshold(positive, nNodes * nNodes - nPositive, edgeThreshold);
-
-  const edgeMask = new Uint8Array(nEdgesAll);
+  const stage = nodeStage(graph, nodeThreshold);
+  const nodeMask = stage.nodeMask.slice();
+  const { edgeScores, positive } = stage;
+  // thresholded over all n² entries of the dense score matrix (zeros included), as Python does
+  const edgeLimit = threshold(positive, nNodes * nNodes - positive.length, edgeThreshold);
+  const edgeMask = new Uint8Array(src.length);
   if (edgeLimit === 0) {
-    // every entry of the dense score matrix passes, absent edges too: every masked node has a kept edge both ways,
-    // so none is dropped, and every edge between kept nodes stays
-    for (let e = 0; e < nEdgesAll; e += 1) {
-      edgeMask[e] = graph.weight[e] !== 0 && nodeMask[src[e]] && nodeMask[dst[e]] ? 1 : 0;
+    // every entry passes, absent edges too: every masked node has a kept edge both ways, so none is dropped, and
+    // every edge between kept nodes stays
+    for (let e = 0; e < src.length; e += 1) {
+      edgeMask[e] = weight[e] !== 0 && nodeMask[src[e]] && nodeMask[dst[e]] ? 1 : 0;
     }
   } else {
-    for (let e = 0; e < nEdgesAll; e += 1) edgeMask[e] = edgeScores[e] >= edgeLimit ? 1 : 0;
+    for (let e = 0; e < src.length; e += 1) edgeMask[e] = edgeScores[e] >= edgeLimit ? 1 : 0;
     dropUnconnected(graph, nodeMask, edgeMask);
   }
   let keptNodes = 0;
   let keptEdges = 0;
   for (let i = 0; i < nNodes; i += 1) keptNodes += nodeMask[i];
-  for (let e = 0; e < nEdgesAll; e += 1) keptEdges += edgeMask[e];
+  for (let e = 0; e < src.length; e += 1) keptEdges += edgeMask[e];
   return { nodeMask, edgeMask, nNodes: keptNodes, nEdges: keptEdges, influence, cumulative, edgeScores };
 }
 
 /**
- * Repeatedly drop features without a kept incoming and outgoing edge, and errors (and other non-token, non-logit
- * nodes: Python's graphs have none) without a kept outgoing edge; the edges of a dropped node go with it. Then no
- * kept node but tokens and logits is without a kept edge (Python's last step), and every kept edge joins kept nodes.
+ * Drop features without a kept incoming and outgoing edge, and errors (and other non-token, non-logit nodes:
+ * Python's graphs have none) without a kept outgoing edge, until none is left; the edges of a dropped node go with
+ * it. Python drops in rounds; a worklist reaches the same set (the largest one in which every node has its edges:
+ * a node lacking them among more nodes lacks them among fewer). Then every kept edge joins kept nodes.
  */
 function dropUnconnected(graph, nodeMask, edgeMask) {
   const { nNodes, kind, src, dst } = graph;
   const { inStart, inEdges, outStart, outEdges } = edgeIndex(graph);
-  const hasKept = (start, edges, i) => {
-    for (let k = start[i]; k < start[i + 1]; k += 1) if (edgeMask[edges[k]]) return true;
-    return false;
-  };
-  // edges that touch a node dropped by the node threshold score 0 and were never kept
-  let changed = true;
-  while (changed) {
-    changed = false;
-    const dropped = [];
-    for (let i = 0; i < nNodes; i += 1) {
-      if (!nodeMask[i] || kind[i] === KIND.token || kind[i] === KIND.logit) continue;
-      const needsInput = kind[i] === KIND.feature || kind[i] === KIND.other;
-      if (!hasKept(outStart, outEdges, i) || (needsInput && !hasKept(inStart, inEdges, i))) dropped.push(i);
+  const keptIn = new Int32Array(nNodes);
+  const keptOut = new Int32Array(nNodes);
+  for (let e = 0; e < src.length; e += 1) {
+    if (edgeMask[e]) {
+      keptOut[src[e]] += 1;
+      keptIn[dst[e]] += 1;
     }
-    // Python tests every node against the same edge mask, then removes the edges of all dropped nodes at once
-    for (const i of dropped) {
-      nodeMask[i] = 0;
-      changed = true;
-      for (let k = inStart[i]; k < inStart[i + 1]; k += 1) edgeMask[inEdges[k]] = 0;
-      for (let k = outStart[i]; k < outStart[i + 1]; k += 1) edgeMask[outEdges[k]] = 0;
+  }
+  // edges that touch a node dropped by the node threshold score 0 and were never kept
+  const fails = (i) =>
+    nodeMask[i] &&
+    kind[i] !== KIND.token &&
+    kind[i] !== KIND.logit &&
+    (keptOut[i] === 0 || (keptIn[i] === 0 && (kind[i] === KIND.feature || kind[i] === KIND.other)));
+  const stack = [];
+  for (let i = 0; i < nNodes; i += 1) if (fails(i)) stack.push(i);
+  while (stack.length) {
+    const i = stack.pop();
+    if (!nodeMask[i]) continue;
+    nodeMask[i] = 0;
+    for (let k = inStart[i]; k < inStart[i + 1]; k += 1) {
+      const e = inEdges[k];
+      if (!edgeMask[e]) continue;
+      edgeMask[e] = 0;
+      keptOut[src[e]] -= 1;
+      if (fails(src[e])) stack.push(src[e]);
+    }
+    for (let k = outStart[i]; k < outStart[i + 1]; k += 1) {
+      const e = outEdges[k];
+      if (!edgeMask[e]) continue;
+      edgeMask[e] = 0;
+      keptIn[dst[e]] -= 1;
+      if (fails(dst[e])) stack.push(dst[e]);
     }
   }
   for (let e = 0; e < src.length; e += 1) if (!nodeMask[src[e]] || !nodeMask[dst[e]]) edgeMask[e] = 0;

@@ -10,7 +10,8 @@
  * Suggestions only: the view shows them and never applies them by itself.
  *
  * @example
- *   suggestSupernodes(graph, pinnedIndices); // [{members: [3, 8, 11], minCohesion: 0.93, ...}, ...]
+ *   suggestSupernodes(graph, pinnedIndices); // [[3, 8, 11], [5, 9]]: node indices, strongest group first
+ *   supernodeSuggestions(graph, pinnedIndices); // [{label: "Suggested group 1", members: [3, 8, 11], minCohesion: 0.93, ...}, ...]
  */
 import { edgeIndex, KIND } from "./graph.js";
 import { pinMask } from "./scores.js";
@@ -69,15 +70,30 @@ function addTo(profile, neighbour, value) {
 }
 
 /**
- * Supernode suggestions among the pinned feature nodes.
+ * The members of each supernode suggestion among the pinned feature nodes ({@link supernodeSuggestions} has the
+ * evidence too).
+ * @param {import("./graph.js").CircuitGraph} graph
+ * @param {Iterable<number>} pinned  node indices (the first 200 count); pins that are no feature are ignored
+ * @param {SuggestOptions} [options]
+ * @returns {number[][]}  groups of node indices in node order, the strongest group (highest `minCohesion`) first
+ * @throws {RangeError} for a pin that is no node index
+ * @example suggestSupernodes(graph, [0, 1, 2]) // [[0, 2]]
+ */
+export function suggestSupernodes(graph, pinned, options = {}) {
+  return supernodeSuggestions(graph, pinned, options).map((suggestion) => suggestion.members);
+}
+
+/**
+ * Supernode suggestions among the pinned feature nodes, with their evidence (cohesion, shared neighbours) and
+ * Neuronpedia's labels.
  * @param {import("./graph.js").CircuitGraph} graph
  * @param {Iterable<number>} pinned  node indices (the first 200 count); pins that are no feature are ignored
  * @param {SuggestOptions} [options]
  * @returns {Suggestion[]}  strongest (highest `minCohesion`) first
  * @throws {RangeError} for a pin that is no node index
- * @example suggestSupernodes(graph, [0, 1, 2]).map((s) => s.members)
+ * @example supernodeSuggestions(graph, [0, 1, 2])[0].minCohesion
  */
-export function suggestSupernodes(graph, pinned, options = {}) {
+export function supernodeSuggestions(graph, pinned, options = {}) {
   const minCosine = clamp(finiteOr(options.minCosine ?? 0.75, 0.75), -1, 1);
   const minShared = Math.max(0, Math.floor(finiteOr(options.minShared ?? 2, 2)));
   const maxSize = clamp(Math.floor(finiteOr(options.maxSize ?? 8, 8)), 2, MAX_CANDIDATES);
