@@ -11,7 +11,7 @@
 import { h } from "../../lib/dom.js";
 import { scoreColours } from "../../lib/colour.js";
 import { displayToken } from "../../lib/text.js";
-import { edgeIndex, pruneGraph, subgraphScores, suggestSupernodes } from "./graph_math/index.js";
+import { edgeIndex, pruneGraph, subgraphScores, supernodeSuggestions } from "./graph_math/index.js";
 import { detailOf, groupPinned, strongest } from "./build.js";
 import { KIND_NAMES, nodeName } from "./read.js";
 
@@ -349,7 +349,7 @@ function paintGroups(ctx) {
   if (state.suggestKey !== key || state.suggestData !== data) {
     state.suggestKey = key;
     state.suggestData = data;
-    state.suggestions = pinned.length >= 2 ? suggestSupernodes(data.graph, pinned, { grouped: groupedIdx, nodeIds: data.ids }) : []; // prettier-ignore
+    state.suggestions = pinned.length >= 2 ? supernodeSuggestions(data.graph, pinned, { grouped: groupedIdx, nodeIds: data.ids }) : []; // prettier-ignore
   }
   parts.suggestions.replaceChildren(
     ...(state.suggestions.length ? [h("h4", {}, "Suggested supernodes (not applied until you accept)")] : []),
