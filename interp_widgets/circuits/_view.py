@@ -161,6 +161,27 @@ class GraphSource:
         raw, source = self._raw(layer, feature)
         return view_detail(raw, label=self.labels.get(self.graph.node_ids[i], ""), source=source)
 
+    def pruned(self, node_threshold: float, edge_threshold: float) -> tuple[np.ndarray, np.ndarray]:
+        """The nodes and edges (in the view's order: node order, and the graph's non-zero edges row by row) that
+        ``graph.prune(node_threshold, edge_threshold)`` keeps, as boolean masks (the static picture's pruned graph).
+
+        Example:
+            >>> from interp_widgets.circuits import example_graph
+            >>> nodes, edges = GraphSource(example_graph()).pruned(0.8, 0.98)
+            >>> nodes.tolist(), edges.tolist()
+            ([True, False, False, True, True, True], [True, True, True])
+        """
+        graph = self.graph
+        pruned = graph.prune(node_threshold, edge_threshold)
+        rows = np.array([graph.node_index(i) for i in pruned.node_ids], dtype=np.int64)
+        nodes = np.zeros(graph.n_nodes, bool)
+        nodes[rows] = True
+        kept = np.zeros((graph.n_nodes, graph.n_nodes), bool)
+        dst, src = np.nonzero(pruned.adjacency)
+        kept[rows[dst], rows[src]] = True
+        targets, sources = np.nonzero(graph.adjacency)
+        return nodes, kept[targets, sources]
+
     def intervene(self, request: dict[str, Any]) -> dict[str, Any]:
         """What an intervention from the view needs: feature nodes (an error or token node is refused, naming the
         nodes that can be intervened on), and the graph's model and transcoders in the kernel, which an attribution

@@ -58,6 +58,9 @@ class CircuitSource(Protocol):
 
     def intervene(self, request: dict[str, Any]) -> dict[str, Any]: ...
 
+    # optional: ``pruned(node_threshold, edge_threshold) -> (node mask, edge mask)`` over the view's nodes and edges,
+    # which the static picture draws
+
 
 def node_ids(kind, layer, pos, index) -> list[str]:
     """The node ids of circuit-tracer's graph JSON from the view's node arrays (``E_{token}_{pos}`` for tokens,
@@ -172,6 +175,7 @@ class CircuitView(InterpWidget, data=CircuitData):
         self.on_msg(self._on_message)
         self._handle = None
         self._refresh_pending = False
+        self._pruned_cache = None
         self.observe(self._schedule_refresh, names=["pinned", "groups", "node_threshold", "edge_threshold", "selected"])
 
     # ------------------------------------------------------------------ display
@@ -292,13 +296,15 @@ class CircuitView(InterpWidget, data=CircuitData):
         always = set(np.flatnonzero((kind == 2) | (kind == 3)).tolist())
         index = {node_id: i for i, node_id in enumerate(self._ids)}
         always |= {index[p] for p in self.pinned if p in index}
-        order = np.argsort(-influence, kind="stable")
+        src, dst = np.asarray(self.edge_src, np.int64), np.asarray(self.edge_dst, np.int64)
+        weights = np.frombuffer(bytes(self.edge_weights), dtype="<f2").astype(np.float32)
+        kept_nodes, kept_edges, what = self._pruned()
+        order = np.argsort(-np.where(kept_nodes, influence, -np.inf), kind="stable")
+        order = order[kept_nodes[order]]
         shown = sorted(always | set(order[: max(0, STATIC_NODES - len(always))].tolist()))
         keep = np.zeros(n, bool)
         keep[shown] = True
-        src, dst = np.asarray(self.edge_src, np.int64), np.asarray(self.edge_dst, np.int64)
-        weights = np.frombuffer(bytes(self.edge_weights), dtype="<f2").astype(np.float32)
-        inside = np.flatnonzero(keep[src] & keep[dst])
+        inside = np.flatnonzero(keep[src] & keep[dst] & kept_edges)
         strongest = inside[np.argsort(-np.abs(weights[inside]), kind="stable")[:STATIC_EDGES]]
         n_pos = max(len(self.tokens), 1)
         rows = self.n_layers + 3  # tokens, layers 0..n-1, (the error row shares its layer), logits
@@ -325,9 +331,9 @@ class CircuitView(InterpWidget, data=CircuitData):
             f'font-family="system-ui, sans-serif" font-size="11">',
             f'<rect width="{width:.0f}" height="{height:.0f}" fill="#ffffff" rx="6"/>',
             f'<text x="8" y="16" font-weight="bold">{esc(self._caption())}</text>',
-            f'<text x="8" y="30" fill="#57606a">{len(shown)} of {n} nodes (pinned, tokens, logits and the most '
-            f"influential) and the {len(strongest)} strongest of their {len(inside)} edges; run the cell to explore "
-            f"every edge</text>",
+            f'<text x="8" y="30" fill="#57606a">{esc(what)}: {len(shown)} of {n} nodes (pinned, tokens, logits and '
+            f"the most influential) and the {len(strongest)} strongest of their {len(inside)} edges; run the cell to "
+            f"explore every edge</text>",
         ]
         paths: dict[tuple[bool, int], list[str]] = {}  # edges batched by sign and width (a small picture)
         for e in strongest.tolist():
@@ -359,6 +365,20 @@ class CircuitView(InterpWidget, data=CircuitData):
                      "red); edges blue +, red −; tokens at the bottom, logits on top</text>")  # fmt: skip
         parts.append("</svg>")
         return "".join(parts)
+
+    def _pruned(self) -> tuple[np.ndarray, np.ndarray, str]:
+        """The nodes and edges the view's thresholds keep (the graph in the kernel prunes, as the browser does), and
+        what the picture shows; everything at thresholds of 1 or without a graph in the kernel."""
+        n, m = len(self.node_kind), len(self.edge_src)
+        thresholds = (self.node_threshold, self.edge_threshold)
+        prune = getattr(self._source, "pruned", None)
+        if thresholds == (1.0, 1.0) or prune is None:
+            return np.ones(n, bool), np.ones(m, bool), "the graph"
+        if self._pruned_cache is None or self._pruned_cache[0] != thresholds:
+            nodes, edges = prune(*thresholds)
+            self._pruned_cache = (thresholds, np.asarray(nodes, bool), np.asarray(edges, bool))
+        _, nodes, edges = self._pruned_cache
+        return nodes, edges, f"pruned at node threshold {thresholds[0]:g}, edge threshold {thresholds[1]:g}"
 
     def _caption(self) -> str:
         logits = ", ".join(f"{t!r} {p:.2f}" for t, p in zip(self.logit_tokens[:3], self.logit_probs[:3]))

@@ -237,3 +237,17 @@ def test_an_unknown_schema_or_no_graph_is_refused(tmp_path):
     other.write_text(json.dumps({"nodes": []}))
     with pytest.raises(ValueError, match="is not a graph JSON"):
         circuit_view(other)
+
+
+def test_the_static_picture_is_the_pruned_graph_at_the_view_thresholds():
+    graph = random_graph(3)
+    view = graph.widget()
+    full = view.static_svg()
+    assert "the graph: " in full
+    view.node_threshold, view.edge_threshold = 0.5, 0.9
+    pruned = graph.prune(0.5, 0.9)
+    svg = view.static_svg()
+    assert "pruned at node threshold 0.5, edge threshold 0.9" in svg
+    shown = len(set(pruned.node_ids) | set(graph.node_ids[-6:]))  # kept nodes (tokens and logits always)
+    assert f": {shown} of {graph.n_nodes} nodes" in svg
+    assert f"of their {int(np.count_nonzero(pruned.adjacency))} edges" in svg

@@ -158,7 +158,7 @@ export function build(ctx) {
     pruned: null, prunedKey: "", suggestions: [], suggestKey: "", interveneId: 0,
   }); // prettier-ignore
   const slider = (name, label, write) => {
-    const input = h("input", { type: "range", min: "0.05", max: "1", step: "0.01", class: `iw-circuit-${name}`, "aria-label": label }); // prettier-ignore
+    const input = h("input", { type: "range", min: "0.05", max: "1", step: "0.01", class: `iw-circuit-${name}`, "aria-label": label, title: "Prunes in the browser as graph.prune() does; both at 1 show the whole graph this view holds" }); // prettier-ignore
     const value = h("output", { class: "iw-circuit-value" });
     input.addEventListener(
       "input",
