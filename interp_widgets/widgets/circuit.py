@@ -197,7 +197,7 @@ class CircuitView(InterpWidget, data=CircuitData):
         except RuntimeError:  # no event loop (a plain script): refresh at once
             self._refresh_output()
             return
-        loop.call_later(0.3, self._refresh_output)  # a slider drag refreshes the output once, after it
+        loop.call_later(1.0, self._refresh_output)  # a slider drag refreshes the output once, after it
 
     def _refresh_output(self) -> None:
         self._refresh_pending = False
