@@ -195,3 +195,24 @@ describe("suggestions", () => {
     document.body.replaceChildren();
   });
 });
+
+describe("a lorsa node", () => {
+  it("says the file holds no details for it, and asks no kernel", async () => {
+    const model = fakeModel({
+      ...fresh(),
+      node_kind: i32([4, 1, 2, 2, 3]),
+      details: {},
+      selected: "0_7_1",
+      scores_note: "lorsa",
+    });
+    const el = document.createElement("div");
+    document.body.append(el);
+    circuit.render({ model, el });
+    await new Promise((r) => setTimeout(r, 40));
+    expect(el.querySelector(".iw-circuit-needs-kernel").textContent).toMatch(
+      /no contexts or vocabulary projection for its lorsa/,
+    );
+    expect(model.send).not.toHaveBeenCalled();
+    document.body.replaceChildren();
+  });
+});

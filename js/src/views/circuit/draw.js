@@ -300,7 +300,7 @@ function paintPane(ctx) {
       children.push(h("p", {}, `top: ${detail.top_logits.map((t) => JSON.stringify(t)).join(" ") || "—"}`));
       children.push(h("p", {}, `bottom: ${detail.bottom_logits.map((t) => JSON.stringify(t)).join(" ") || "—"}`));
     } else {
-      children.push(h("p", { class: "iw-circuit-needs-kernel" }, state.noKernel.has(data.ids[i]) ? "This feature's contexts and vocabulary projection need the kernel: only the pinned and the 300 most influential features' details are saved with the notebook." : "Asking the kernel for this feature's details…")); // prettier-ignore
+      children.push(h("p", { class: "iw-circuit-needs-kernel" }, data.kind[i] === 4 ? "This file holds no contexts or vocabulary projection for its lorsa features." : state.noKernel.has(data.ids[i]) ? "This feature's contexts and vocabulary projection need the kernel: only the pinned and the 300 most influential features' details are saved with the notebook." : "Asking the kernel for this feature's details…")); // prettier-ignore
     }
   }
   children.push(
