@@ -77,13 +77,13 @@ def node_ids(kind, layer, pos, index) -> list[str]:
     return out
 
 
-def _check_groups(groups: Any, known: set[str]) -> list[dict[str, Any]]:
+def _check_groups(groups: Any, known: set[str], *, check_members: bool = True) -> list[dict[str, Any]]:
     out = []
     for group in groups or []:
         if not isinstance(group, dict) or not isinstance(group.get("name"), str):
             raise ValueError(f"each group must be {{'name': str, 'members': [node ids]}}, got {group!r}")
         members = [str(m) for m in group.get("members", [])]
-        unknown = [m for m in members if m not in known]
+        unknown = [m for m in members if m not in known] if check_members else []
         if unknown:
             raise ValueError(f"group {group['name']!r} has members {unknown[:5]} that are no nodes of the graph")
         out.append({"name": group["name"], "members": members})
@@ -168,15 +168,23 @@ class CircuitView(InterpWidget, data=CircuitData):
         with self.hold_sync():
             self.pinned = list(dict.fromkeys(pins))
             self.groups = _check_groups(list(groups), known)
-        for name in ("node_threshold", "edge_threshold"):
-            value = getattr(self, name)
-            if not (0 < value <= 1):
-                raise ValueError(f"{name} must be in (0, 1], got {value}")
         self.on_msg(self._on_message)
         self._handle = None
         self._refresh_pending = False
         self._pruned_cache = None
         self.observe(self._schedule_refresh, names=["pinned", "groups", "node_threshold", "edge_threshold", "selected"])
+
+    @traitlets.validate("node_threshold", "edge_threshold")
+    def _check_threshold(self, proposal):
+        value = float(proposal["value"])
+        if not (0 < value <= 1):
+            raise ValueError(f"{proposal['trait'].name} must be in (0, 1], got {value} (1 and 1 show the whole graph)")
+        return value
+
+    @traitlets.validate("groups")
+    def _check_groups_trait(self, proposal):
+        ids = getattr(self, "_ids", None) or []
+        return _check_groups(proposal["value"], set(ids), check_members=bool(ids))
 
     # ------------------------------------------------------------------ display
     def _ipython_display_(self) -> None:

@@ -251,3 +251,15 @@ def test_the_static_picture_is_the_pruned_graph_at_the_view_thresholds():
     shown = len(set(pruned.node_ids) | set(graph.node_ids[-6:]))  # kept nodes (tokens and logits always)
     assert f": {shown} of {graph.n_nodes} nodes" in svg
     assert f"of their {int(np.count_nonzero(pruned.adjacency))} edges" in svg
+
+
+def test_state_written_by_the_browser_is_checked():
+    view = example_graph().widget()
+    with pytest.raises(ValueError, match=r"edge_threshold must be in \(0, 1\]"):
+        view.edge_threshold = 1.5
+    with pytest.raises(ValueError, match="each group must be"):
+        view.groups = [{"members": ["0_7_1"]}]
+    with pytest.raises(ValueError, match="that are no nodes of the graph"):
+        view.groups = [{"name": "x", "members": ["nope"]}]
+    view.groups = [{"name": "x", "members": ["0_7_1"]}]
+    assert view.subgraph()["groups"] == [{"name": "x", "members": ["0_7_1"]}]
