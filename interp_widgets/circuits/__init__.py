@@ -7,6 +7,8 @@ computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
   graph JSON and feature detail files). It is made of parts (:class:`GraphInput`, :class:`GraphNodes`, the
   logits' ``Targets``, the adjacency, :class:`GraphProvenance`) whose values read as flat attributes too
   (:data:`FLAT_ATTRIBUTES`).
+- :func:`circuit_view`: the circuit view of a graph or of a graph JSON (Neuronpedia files with lorsa nodes open
+  view-only); ``AttributionGraph.widget()`` and ``.subgraph()`` are the graph's own.
 - :func:`load_graph`: a graph JSON (circuit-tracer or Neuronpedia, pins and supernodes included) or a saved graph.
 
 Example:
@@ -15,6 +17,7 @@ Example:
     AttributionGraph(1 features, 0 errors, 2 tokens, 1 logits; pruned at 0.8)
 """
 
+from interp_widgets.circuits._open import circuit_view
 from interp_widgets.circuits.graph import (
     FLAT_ATTRIBUTES,
     AttributionGraph,
@@ -39,6 +42,7 @@ __all__ = [
     "GraphScores",
     "Pruning",
     "cantor_pair",
+    "circuit_view",
     "example_graph",
     "load_graph",
 ]

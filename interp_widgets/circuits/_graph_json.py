@@ -23,6 +23,8 @@ import numpy as np
 
 KNOWN_SCHEMA_VERSIONS = (None, 1)
 FEATURE, ERROR, TOKEN, LOGIT = "cross layer transcoder", "mlp reconstruction error", "embedding", "logit"
+#: The node types an AttributionGraph holds (Neuronpedia also writes ``lorsa`` and ``lorsa error``).
+KNOWN_TYPES = (FEATURE, ERROR, TOKEN, LOGIT)
 _CLERP = re.compile(r'^Output "(.*)" \(p=[^)]*\)$', re.DOTALL)
 
 

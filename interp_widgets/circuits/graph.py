@@ -453,6 +453,12 @@ class AttributionGraph:
         weights[self._block("logit")] = torch.as_tensor(self.logits.probs.astype(np.float32)).to(dtype)
         return weights
 
+    def _node_influence(self) -> np.ndarray:
+        """Each node's logit influence plus its logit weight (the circuit view's node sizes)."""
+        adjacency = torch.as_tensor(self.adjacency)
+        weights = self._logit_weights(adjacency.dtype)
+        return (_influence(_row_normalised(adjacency), weights) + weights).numpy()
+
     def prune(self, node_threshold: float = 0.8, edge_threshold: float = 0.98) -> "AttributionGraph":
         """The pruned graph that circuit-tracer 0.5.0's ``prune_graph`` and ``create_graph_files`` keep: nodes
         holding ``node_threshold`` of the logit influence (tokens and logits always), edges holding
@@ -607,6 +613,94 @@ class AttributionGraph:
             f"<tbody>{logit_rows}</tbody></table>"
             f"<table><thead><tr><th>feature</th><th>layer</th><th>position</th><th>index</th><th>activation</th>"
             f"<th>logit influence</th></tr></thead><tbody>{feature_rows}</tbody></table></div>"
+        )
+
+    # ------------------------------------------------------------------ the circuit view
+    def widget(
+        self,
+        *,
+        features=None,
+        labels: dict[str, str] | None = None,
+        pinned: Iterable[str] | None = None,
+        groups: Iterable[dict] | None = None,
+        **options,
+    ):
+        """The circuit view of this graph (:class:`~interp_widgets.widgets.CircuitView`): layers × positions, pins,
+        supernodes, pruning sliders and live scores in the browser, saved with the notebook.
+
+        ``features`` gives the feature details (a folder of circuit-tracer's ``features/{scan}/{index}.json``
+        files, a mapping ``{(layer, feature): detail}`` or a function; default: this prompt as each feature's
+        example); those of the pinned features and the 300 most influential travel with the notebook, the view asks
+        the kernel for the others. ``labels`` maps node ids to labels. ``pinned`` and ``groups``
+        (``[{"name", "members"}]``) default to the graph's saved view (``qParams`` ``pinnedIds`` and
+        ``supernodes``). Other options (``node_threshold``, ``edge_threshold``, ``selected``) set the view state.
+
+        Raises ``ValueError`` when the saved view would exceed the output cap: prune the graph first.
+
+        Example:
+            >>> view = example_graph().widget(labels={"0_7_1": "says a"}, pinned=["0_7_1"])
+            >>> view, view.node_labels[0]
+            (CircuitView(6 nodes, 3 edges, 1 pinned, 0 groups), 'says a')
+        """
+        from interp_widgets.circuits._view import GraphSource, view_data
+        from interp_widgets.widgets.circuit import CircuitView
+
+        if pinned is None:
+            pinned = [str(p) for p in self.view.get("pinnedIds") or []]
+        if groups is None:
+            groups = [
+                {"name": str(s[0]), "members": [str(m) for m in s[1:]]} for s in self.view.get("supernodes") or []
+            ]
+        index = self._index_map()
+        ids = self.node_ids
+        pinned = [ids[index.resolve(p, what="pinned id")] for p in pinned]  # old error ids read, new ones kept
+        groups = [{"name": g["name"], "members": [ids[index.resolve(m, what="group member")] for m in g["members"]]}
+                  for g in groups]  # fmt: skip
+        source = GraphSource(self, features, labels)
+        data = view_data(self, labels=labels, pinned=pinned, source=source)
+        view = CircuitView(data, source=source, pinned=pinned, groups=groups, **options)
+        object.__setattr__(self, "_last_view", view)
+        return view
+
+    def subgraph(self, view=None, *, ids: bool = False):
+        """What is pinned in a circuit view of this graph (``view``; default: the last :meth:`widget`), read from the
+        view's state: the pinned node ids (``ids=True``), else a graph of the pinned features and errors with every
+        token and logit, whose saved view (``qParams``) holds the pins and the supernodes, so :meth:`to_json`
+        carries them to circuit-tracer's and Neuronpedia's front ends.
+
+        Example:
+            >>> graph = example_graph()
+            >>> view = graph.widget(); view.group("path", ["0_7_1", "2_12_1"])
+            >>> graph.subgraph(ids=True), graph.subgraph().node_ids
+            (['0_7_1', '2_12_1'], ['0_7_1', 'E_10_0', 'E_11_1', '2_12_1'])
+            >>> graph.subgraph().view["supernodes"]
+            [['path', '0_7_1', '2_12_1']]
+        """
+        view = view if view is not None else getattr(self, "_last_view", None)
+        if view is None:
+            raise ValueError("no circuit view of this graph yet: show graph.widget(), pin nodes, then call subgraph()")
+        state = view.subgraph()
+        index = self._index_map()
+        rows = sorted({index.resolve(p, what="pinned id") for p in state["pinned"]})
+        pinned = [self.node_ids[r] for r in rows]
+        if ids:
+            return pinned
+        keep = np.zeros(self.n_nodes, bool)
+        keep[rows] = True
+        keep[self._block("token").start :] = True
+        kinds = np.asarray(self.node_kinds)
+        feature_keep, error_keep = keep[kinds == "feature"], keep[kinds == "error"]
+        pruning = self.pruning
+        if pruning is not None:
+            pruning = Pruning(pruning.node_threshold, pruning.edge_threshold, np.asarray(pruning.influence)[keep])
+        supernodes = [[g["name"], *g["members"]] for g in state["groups"]]
+        return self.replace(
+            adjacency=self.adjacency[np.ix_(keep, keep)],
+            features=self.features[feature_keep],
+            activations=self.activations[feature_keep],
+            errors=self.errors[error_keep],
+            pruning=pruning,
+            view={**self.view, "pinnedIds": pinned, "supernodes": supernodes},
         )
 
     # ------------------------------------------------------------------ persistence

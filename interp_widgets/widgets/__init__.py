@@ -21,6 +21,7 @@ Example:
 from interp_widgets.widgets._base import InterpWidget
 from interp_widgets.widgets._static import STATIC_DIR
 from interp_widgets.widgets.attention import AttentionWidget
+from interp_widgets.widgets.circuit import CircuitView
 from interp_widgets.widgets._traits import array_to_buffer, buffer_to_array
 from interp_widgets.widgets.comparison import ComparisonWidget, compare
 from interp_widgets.widgets.concept_browser import ConceptBrowser
@@ -38,6 +39,7 @@ __all__ = [
     "MIME_TYPE",
     "STATIC_DIR",
     "AttentionWidget",
+    "CircuitView",
     "ComparisonWidget",
     "ConceptBrowser",
     "ExampleListWidget",

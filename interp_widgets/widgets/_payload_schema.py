@@ -123,7 +123,7 @@ def payload_schema() -> dict[str, Any]:
     Example:
         >>> schema = payload_schema()
         >>> schema["format"], sorted(schema["views"])[:2], schema["views"]["token_highlight"]["data"]["tokens"]
-        (1, ['attention', 'comparison'], {'list': 'str'})
+        (1, ['attention', 'circuit'], {'list': 'str'})
     """
     return {"format": FORMAT, "mime_type": MIME_TYPE,
             "views": {cls._bundle: view_schema(cls) for cls in _view_classes()}}  # fmt: skip

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, NamedTuple
 import numpy as np
 
 __all__ = [
+    "CircuitData", "CircuitEdgesPart", "CircuitNodesPart",
     "AttentionData", "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "LensData", "MonitorData",
     "TokenHighlightData",
     "ConceptTextsPart", "ExamplesLayoutPart", "FoilsPart", "GenerationLayoutPart", "GenerationStepsPart", "LensTargetsPart",
@@ -280,7 +281,7 @@ class ViewData:
 
     Example:
         >>> sorted(VIEW_DATA)
-        ['attention', 'comparison', 'concept_browser', 'example_list', 'generation', 'lens', 'monitor', 'patching', 'steering', 'token_highlight']
+        ['attention', 'circuit', 'comparison', 'concept_browser', 'example_list', 'generation', 'lens', 'monitor', 'patching', 'steering', 'token_highlight']
     """
 
     VIEW: ClassVar[str] = ""
@@ -982,10 +983,108 @@ class PatchingData(ViewData):
     model_name: str = ""
 
 
+@dataclass
+class CircuitNodesPart:
+    """The nodes of the circuit view (:class:`CircuitData`), in the graph's node order: each node's ``node_kind``
+    (0 feature, 1 error, 2 token, 3 logit, 4 lorsa feature), ``node_layer`` (-1 for tokens, ``n_layers + 1`` for
+    logits), ``node_pos`` (prompt position), ``node_index`` (the feature index; the token id of a token or logit;
+    -1 for an error), its logit ``node_influence`` (what sizes it), its ``node_activation`` (NaN but for features) and
+    its label (``""``: none; the view names tokens, logits and errors itself). The node ids follow from these
+    (``{layer}_{index}_{pos}``, ``{layer}_-1_{pos}``, ``E_{index}_{pos}``), or are given (``node_ids``) for a file
+    whose ids do not.
+
+    Example:
+        >>> CircuitNodesPart.ARRAYS["node_kind"]
+        ('int', 1, False)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "node_kind": ("int", 1, False), "node_layer": ("int", 1, False), "node_pos": ("int", 1, False),
+        "node_index": ("int32", 1, False), "node_influence": ("float32", 1, True),
+        "node_activation": ("float32", 1, True)}  # fmt: skip
+
+    node_kind: np.ndarray = data_field("Kind of each node: 0 feature, 1 error, 2 token, 3 logit, 4 lorsa feature.")
+    node_layer: np.ndarray = data_field("Layer of each node (-1: token embeddings, n_layers + 1: logits).")
+    node_pos: np.ndarray = data_field("Prompt position of each node.")
+    node_index: np.ndarray = data_field("Feature index of a feature, token id of a token or logit, -1 for errors.")
+    node_influence: np.ndarray = data_field("Logit influence of each node (its size in the view).")
+    node_activation: np.ndarray = data_field("Activation of each feature (NaN for other nodes).")
+    node_labels: list[str] = data_field("Label of each node ('' where none is known).", default_factory=list)
+    node_ids: list[str] = data_field(
+        "Each node's id where the arrays do not give it (a file's own ids); empty: made from the arrays.",
+        default_factory=list,
+    )
+
+
+@dataclass
+class CircuitEdgesPart:
+    """The edges of the circuit view (:class:`CircuitData`), compactly: source and target node indices (the
+    narrowest int type) and the weights as float16 little-endian bytes (``edge_weights``), the weights the view
+    prunes and scores on.
+
+    Example:
+        >>> CircuitEdgesPart.ARRAYS["edge_src"]
+        ('int', 1, False)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "edge_src": ("int", 1, False), "edge_dst": ("int", 1, False)}  # fmt: skip
+
+    edge_src: np.ndarray = data_field("Source node of each edge.")
+    edge_dst: np.ndarray = data_field("Target node of each edge.")
+    edge_weights: bytes = data_field("Weight of each edge (direct effect), float16 little-endian.", default=b"")
+
+
+@dataclass
+class CircuitData(ViewData):
+    """What :class:`~interp_widgets.widgets.CircuitView` draws: an attribution graph's nodes
+    (:class:`CircuitNodesPart`) and edges (:class:`CircuitEdgesPart`), the prompt's tokens (:class:`TokenLayoutPart`),
+    the logit targets with their probabilities, the feature details of the nodes that carry them (``details``: the
+    pinned nodes and the most influential ones; the others ask the kernel), the full graph's scores as Python
+    computed them and what the view can compute itself (``scores_note``: empty when the browser's scores are
+    computable).
+
+    Example:
+        >>> CircuitData.field_names()[:3], CircuitData.VIEW
+        (['tokens', 'spaces_before', 'special_mask'], 'circuit')
+    """
+
+    VIEW: ClassVar[str] = "circuit"
+
+    layout: TokenLayoutPart
+    nodes: CircuitNodesPart
+    edges: CircuitEdgesPart
+    n_layers: int = data_field("Transcoder layers of the model (logits sit at n_layers + 1).")
+    logit_tokens: list[str] = data_field("Token of each logit node, in node order.", default_factory=list)
+    logit_probs: list[float] = data_field("Probability of each logit node.", default_factory=list)
+    details: dict[str, dict[str, Any]] = data_field(
+        "{node id: {label, contexts [{tokens, acts}], top_logits, bottom_logits}} of the nodes whose details travel.",
+        default_factory=dict,
+    )
+    graph_info: dict[str, Any] = data_field(
+        "What the graph is: {scan, pruned, node_threshold, edge_threshold, replacement, completeness, scores_of, "
+        "kernel}; the numbers are None where unknown.",
+        default_factory=lambda: {
+            "scan": "",
+            "pruned": False,
+            "node_threshold": None,
+            "edge_threshold": None,
+            "replacement": None,
+            "completeness": None,
+            "scores_of": "",
+            "kernel": "",
+        },
+    )
+    scores_note: str = data_field(
+        "Why the view cannot compute scores ('' when it can, e.g. lorsa nodes make them not computable).",
+        default="",
+    )
+
+
 #: Each view's data class by view (bundle) name.
 VIEW_DATA: dict[str, type[ViewData]] = {cls.VIEW: cls for cls in (
     TokenHighlightData, GenerationData, ComparisonData, ExampleListData, ConceptBrowserData, MonitorData,
-    AttentionData, LensData, PatchingData)}  # fmt: skip
+    AttentionData, LensData, PatchingData, CircuitData)}  # fmt: skip
 
 
 @dataclass

@@ -1,5 +1,6 @@
 // One filled model state of every view (its data and view-state traits), shared by the contract and canvas tests.
 import attention from "../src/attention.js";
+import circuit from "../src/circuit.js";
 import comparison from "../src/comparison.js";
 import conceptBrowser from "../src/concept_browser.js";
 import examples from "../src/example_list.js";
@@ -90,5 +91,16 @@ export const VIEWS = [
       steered_tokens: [[" was", " quiet"], [" was", "<img src=x onerror=alert(1)>"]], changed: [[false, false], [false, true]],
       scales: f32([0, 2]), metric_mean: f32([0.5, 3]), metric_spread: f32([0.7, 1.4]), damage: f32([0, 0.7]),
       metric_name: "logit difference", damage_tokens: 4096, positions: "generated", hidden_scales: [] },
+  },
+  {
+    file: "circuit.js", model: "CircuitViewModel", widget: circuit,
+    state: { error: "", tokens: ["a", "b"], spaces_before: ["", ""], special_mask: bool([0, 0]), word_ids: i32([0, 1]), sentence_ids: i32([0, 0]),
+      turn_ids: null, turn_roles: [], node_kind: i32([0, 1, 2, 2, 3]), node_layer: i32([0, 0, -1, -1, 2]), node_pos: i32([1, 0, 0, 1, 1]),
+      node_index: i32([7, -1, 10, 11, 12]), node_influence: f32([0.7, 0, 0.7, 0.2, 0.9]), node_activation: f32([2, NaN, NaN, NaN, NaN]),
+      node_labels: ["<img src=x onerror=alert(1)>", "", "", "", ""], node_ids: [], edge_src: i32([2, 0, 3]), edge_dst: i32([0, 4, 4]),
+      edge_weights: new DataView(Uint16Array.from([0x4000, 0x3e00, 0xb800]).buffer), n_layers: 1, logit_tokens: ['say "c"'], logit_probs: [0.9],
+      details: { "0_7_1": { label: "a-ness", source: "this prompt", contexts: [{ tokens: ["a", "b"], acts: [0, 2] }], top_logits: ["x"], bottom_logits: [] } },
+      graph_info: { scan: "toy", pruned: false, node_threshold: null, edge_threshold: null, replacement: 1, completeness: 1, scores_of: "the unpruned graph in Python", kernel: "details" },
+      scores_note: "", pinned: ["0_7_1"], groups: [{ name: "g", members: ["0_7_1"] }], node_threshold: 1, edge_threshold: 1, selected: "0_7_1" },
   },
 ]; // prettier-ignore

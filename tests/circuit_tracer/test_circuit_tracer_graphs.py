@@ -146,3 +146,19 @@ def test_colliding_ids_from_circuit_tracer(ct_files, tmp_path):
     assert [node_key(n) for n in mine["nodes"]] == [node_key(n) for n in graph_json["nodes"]]
     loaded = load_graph(path)
     assert loaded.node_ids == graph.prune(meta["node_threshold"], meta["edge_threshold"]).node_ids
+
+
+@pytest.mark.parametrize("i", CASES)
+def test_the_circuit_view_opens_circuit_tracers_json(ct_files, i):
+    from interp_widgets.circuits import circuit_view
+
+    path = ct_files / f"case{i}" / f"case{i}.json"
+    loaded = load_graph(path)
+    view = circuit_view(path)
+    assert view._ids == loaded.node_ids  # circuit-tracer 0.5.0's error ids 0_{l}_{p} read as {l}_-1_{p}
+    dst, src = np.nonzero(loaded.adjacency)
+    assert view.edge_src.tolist() == src.tolist() and view.edge_dst.tolist() == dst.tolist()
+    assert view.logit_tokens == loaded.logits.labels and view.tokens == loaded.prompt_tokens
+    payload = view.mime_payload()
+    assert "omitted" not in payload and payload["data"]["graph_info"]["pruned"] is True
+    assert view.static_svg().startswith("<svg")

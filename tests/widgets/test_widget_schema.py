@@ -21,6 +21,7 @@ from interp_widgets.widgets import (
     TokenHighlightWidget, compare,
 )  # fmt: skip
 from interp_widgets.widgets.patching import demo_patching_data
+from interp_widgets.widgets import CircuitView
 from tests.widgets.test_concept_widget import _interpretation, _text
 from tests.widgets.test_steering_view import _steering_result
 from tests.widgets.test_views_widget import _collection, _gen_result, _result
@@ -47,7 +48,14 @@ VIEWS = {
     LensWidget: lambda **kw: LensWidget(_lens_result(), **kw),
     PatchingView: lambda **kw: PatchingView(demo_patching_data(heads=True), **kw),
     SteeringView: lambda **kw: SteeringView(_steering_result(), **kw),
+    CircuitView: lambda **kw: _circuit_graph().widget(**kw),
 }  # fmt: skip
+
+
+def _circuit_graph():
+    from interp_widgets.circuits import example_graph
+
+    return example_graph()
 
 
 def _lens_result():

@@ -7,6 +7,7 @@
  */
 export const VIEWS = {
   attention: () => import("../attention.js"),
+  circuit: () => import("../circuit.js"),
   comparison: () => import("../comparison.js"),
   concept_browser: () => import("../concept_browser.js"),
   example_list: () => import("../example_list.js"),

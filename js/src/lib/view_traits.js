@@ -25,6 +25,37 @@
 export const ATTENTION_DATA_TRAITS = ["tokens", "key_tokens", "generated_mask", "n_layers", "n_heads", "n_kv_heads", "layer_names", "kind", "model_name", "thumbnails", "pinned", "pinned_keys", "pinned_weights", "pinned_top_k"];
 
 /**
+ * Data of the circuit view (CircuitData, version 1): the synced data traits of CircuitView.
+ * @typedef {object} CircuitData
+ * @property {string[]} tokens  Text of each token (special tokens by name).
+ * @property {string[]} spaces_before  Original text between a token and the previous one.
+ * @property {BinaryArray} special_mask  bool, 1-D. True for each special token.
+ * @property {BinaryArray} word_ids  int8 | int16 | int32, 1-D. Word id per token (-1: none), int8/int16/int32 (narrowest).
+ * @property {BinaryArray} sentence_ids  int8 | int16 | int32, 1-D. Sentence id per token (-1: none), int8/int16/int32 (narrowest).
+ * @property {BinaryArray} turn_ids  int8 | int16 | int32, 1-D; {} when absent. Turn (chat message) of each token (-1: none), narrowest int; None for a plain text (one turn, no role).
+ * @property {string[]} turn_roles  Role of each turn ('system', 'user', ...); empty for a plain text.
+ * @property {BinaryArray} node_kind  int8 | int16 | int32, 1-D. Kind of each node: 0 feature, 1 error, 2 token, 3 logit, 4 lorsa feature.
+ * @property {BinaryArray} node_layer  int8 | int16 | int32, 1-D. Layer of each node (-1: token embeddings, n_layers + 1: logits).
+ * @property {BinaryArray} node_pos  int8 | int16 | int32, 1-D. Prompt position of each node.
+ * @property {BinaryArray} node_index  int32, 1-D. Feature index of a feature, token id of a token or logit, -1 for errors.
+ * @property {BinaryArray} node_influence  float32, 1-D. Logit influence of each node (its size in the view).
+ * @property {BinaryArray} node_activation  float32, 1-D. Activation of each feature (NaN for other nodes).
+ * @property {string[]} node_labels  Label of each node ('' where none is known).
+ * @property {string[]} node_ids  Each node's id where the arrays do not give it (a file's own ids); empty: made from the arrays.
+ * @property {BinaryArray} edge_src  int8 | int16 | int32, 1-D. Source node of each edge.
+ * @property {BinaryArray} edge_dst  int8 | int16 | int32, 1-D. Target node of each edge.
+ * @property {DataView | ArrayBuffer | null} edge_weights  Weight of each edge (direct effect), float16 little-endian.
+ * @property {number} n_layers  Transcoder layers of the model (logits sit at n_layers + 1).
+ * @property {string[]} logit_tokens  Token of each logit node, in node order.
+ * @property {number[]} logit_probs  Probability of each logit node.
+ * @property {Object<string, {label: string, source: string, contexts: ({tokens: string[], acts: (number | null)[]})[], top_logits: string[], bottom_logits: string[]}>} details  {node id: {label, contexts [{tokens, acts}], top_logits, bottom_logits}} of the nodes whose details travel.
+ * @property {{scan: string, pruned: boolean, node_threshold: number | null, edge_threshold: number | null, replacement: number | null, completeness: number | null, scores_of: string, kernel: string}} graph_info  What the graph is: {scan, pruned, node_threshold, edge_threshold, replacement, completeness, scores_of, kernel}; the numbers are None where unknown.
+ * @property {string} scores_note  Why the view cannot compute scores ('' when it can, e.g. lorsa nodes make them not computable).
+ */
+/** Data traits of the circuit view. @type {(keyof CircuitData)[]} */
+export const CIRCUIT_DATA_TRAITS = ["tokens", "spaces_before", "special_mask", "word_ids", "sentence_ids", "turn_ids", "turn_roles", "node_kind", "node_layer", "node_pos", "node_index", "node_influence", "node_activation", "node_labels", "node_ids", "edge_src", "edge_dst", "edge_weights", "n_layers", "logit_tokens", "logit_probs", "details", "graph_info", "scores_note"];
+
+/**
  * Data of the comparison view (ComparisonData, version 2): the synced data traits of ComparisonWidget.
  * @typedef {object} ComparisonData
  * @property {string[]} tokens  Text of each token (special tokens by name).

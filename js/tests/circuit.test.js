@@ -1,0 +1,218 @@
+// The circuit view: node ids and layout (read.js), and the view on a fake model: hover, click, pin (Enter), group
+// (G with a typed name), sliders, keyboard moves, the no-kernel messages, and labels that stay text.
+import { afterEach, describe, expect, it, vi } from "vitest";
+import circuit from "../src/circuit.js";
+import { layoutNodes, nodeIds, read } from "../src/views/circuit/read.js";
+import { moveFocus, NO_KERNEL_MS } from "../src/views/circuit/build.js";
+import { fakeModel, payload, settle } from "./fake_model.js";
+import { VIEWS } from "./view_states.js";
+
+const HOSTILE = "<img src=x onerror=alert(1)>";
+const state = () => structuredClone({ ...VIEWS.find((v) => v.file === "circuit.js").state, edge_weights: null });
+const weights = () => new DataView(Uint16Array.from([0x4000, 0x3e00, 0xb800]).buffer); // 2, 1.5, -0.5 as float16
+const i32 = (values) => payload(Int32Array.from(values), "int32", [values.length]);
+const f32 = (values) => payload(Float32Array.from(values), "float32", [values.length]);
+const fresh = () => ({
+  ...VIEWS.find((v) => v.file === "circuit.js").state,
+  edge_weights: weights(),
+  pinned: [],
+  groups: [],
+  selected: "",
+});
+
+describe("read", () => {
+  it("makes circuit-tracer's node ids from the arrays", () => {
+    expect(nodeIds([0, 1, 2, 3], [0, 0, -1, 2], [1, 0, 0, 1], [7, -1, 10, 12])).toEqual([
+      "0_7_1",
+      "0_-1_0",
+      "E_10_0",
+      "2_12_1",
+    ]);
+  });
+  it("decodes float16 weights and builds the graph", () => {
+    const data = read(fakeModel(fresh()));
+    expect(Array.from(data.weight)).toEqual([2, 1.5, -0.5]);
+    expect(data.ids).toEqual(["0_7_1", "0_-1_0", "E_10_0", "E_11_1", "2_12_1"]);
+    expect(data.graph.nNodes).toBe(5);
+  });
+  it("refuses edges and weights of different lengths", () => {
+    expect(() => read(fakeModel({ ...fresh(), edge_src: i32([2, 0]), edge_dst: i32([0, 4]) }))).toThrow(
+      /2 sources, 2 targets and 3 weights/,
+    );
+    expect(() => read(fakeModel({ ...fresh(), node_pos: i32([0]) }))).toThrow(/node_pos has 1 entries for 5 nodes/);
+  });
+  it("uses a file's own ids when given", () => {
+    expect(read(fakeModel({ ...fresh(), node_ids: ["a", "b", "c", "d", "e"] })).ids).toEqual(["a", "b", "c", "d", "e"]);
+  });
+});
+
+describe("layout", () => {
+  it("puts tokens at the bottom, logits on top, layers between, cells side by side", () => {
+    const layout = layoutNodes({ kind: [2, 0, 0, 0, 1, 3], layer: [-1, 0, 0, 1, 0, 2], pos: [0, 1, 1, 1, 1, 1], influence: [1, 0.2, 0.9, 0.5, 0, 1], nLayers: 2, nPos: 2 }); // prettier-ignore
+    expect(Array.from(layout.row)).toEqual([0, 1, 1, 2, 1, 4]);
+    expect(layout.rows).toBe(5);
+    // the most influential of cell (layer 0, position 1) sits in the middle, the others either side
+    expect(layout.col[2]).toBe(1);
+    expect(layout.col[1]).toBeGreaterThan(1);
+    expect(layout.col[4]).toBeLessThan(1);
+    expect(layout.cellMax).toBe(3);
+  });
+  it("spreads 30 layers x 24 positions of a 5,000-node graph within their cells", () => {
+    const n = 5000;
+    const kind = new Uint8Array(n);
+    const layer = Int16Array.from({ length: n }, (_, i) => i % 30);
+    const pos = Int32Array.from({ length: n }, (_, i) => Math.floor(i / 30) % 24);
+    const influence = Float32Array.from({ length: n }, (_, i) => (i * 7919) % 101);
+    const layout = layoutNodes({ kind, layer, pos, influence, nLayers: 30, nPos: 24 });
+    for (let i = 0; i < n; i++) expect(Math.abs(layout.col[i] - pos[i])).toBeLessThan(0.45);
+  });
+});
+
+describe("the view", () => {
+  afterEach(() => {
+    document.body.replaceChildren();
+    vi.useRealTimers();
+  });
+  const mount = (initial = fresh()) => {
+    const model = fakeModel(initial);
+    const el = document.createElement("div");
+    document.body.append(el);
+    const cleanup = circuit.render({ model, el });
+    return { model, el, cleanup };
+  };
+  it("shows details of a clicked node as text, with the activating token marked", async () => {
+    const { model, el } = mount();
+    model.set("selected", "0_7_1");
+    await new Promise((r) => setTimeout(r, 40));
+    const pane = el.querySelector(".iw-circuit-pane");
+    expect(pane.textContent).toContain("a-ness");
+    expect(pane.textContent).toContain(HOSTILE); // the hostile label as text
+    expect(el.querySelector("img")).toBeNull();
+    expect(pane.querySelector(".iw-circuit-peak").textContent).toBe("b");
+    expect(pane.textContent).toContain("Strongest inputs");
+  });
+  it("pins with Enter, groups with G and a typed name, moves with the arrow keys", async () => {
+    const { model, el } = mount();
+    const stage = el.querySelector(".iw-circuit-stage");
+    expect(stage.getAttribute("tabindex")).toBe("0");
+    stage.dispatchEvent(new FocusEvent("focus"));
+    const key = (k) => stage.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true }));
+    await new Promise((r) => setTimeout(r, 20));
+    key("Enter");
+    key("ArrowUp");
+    key("Enter");
+    expect(model.get("pinned").length).toBe(2);
+    el.querySelector(".iw-circuit-group-name").value = "my <b>group</b>";
+    key("g");
+    expect(model.get("groups")).toEqual([{ name: "my <b>group</b>", members: model.get("pinned") }]);
+    expect(model.save_changes).toHaveBeenCalled();
+    await new Promise((r) => setTimeout(r, 40));
+    expect(el.querySelector(".iw-circuit-groups strong").textContent).toBe("my <b>group</b>");
+    expect(el.querySelector(".iw-circuit-groups b")).toBeNull();
+  });
+  it("a slider prunes in the browser and writes the threshold", async () => {
+    const { model, el } = mount();
+    const slider = el.querySelector(".iw-circuit-node_threshold");
+    slider.value = "0.5";
+    slider.dispatchEvent(new Event("input"));
+    expect(model.get("node_threshold")).toBe(0.5);
+    await new Promise((r) => setTimeout(r, 40));
+    expect(el.querySelector(".iw-circuit-stage").getAttribute("aria-description")).toMatch(/of 5 nodes/);
+  });
+  it("says an intervention needs the kernel when none answers, and refuses token nodes", async () => {
+    vi.useFakeTimers();
+    const { model, el } = mount({ ...fresh(), selected: "E_10_0" });
+    await vi.advanceTimersByTimeAsync(40);
+    const button = el.querySelector(".iw-circuit-intervene");
+    button.click();
+    expect(el.querySelector(".iw-circuit-status").textContent).toMatch(
+      /E_10_0 is a token node: interventions act on feature nodes/,
+    );
+    model.set("selected", "0_7_1");
+    button.click();
+    expect(model.send).toHaveBeenCalledWith(expect.objectContaining({ type: "intervene", nodes: ["0_7_1"] }));
+    await vi.advanceTimersByTimeAsync(NO_KERNEL_MS + 10);
+    expect(el.querySelector(".iw-circuit-status").textContent).toMatch(/Intervening needs the kernel/);
+  });
+  it("asks the kernel for details that did not travel, and says when none answers", async () => {
+    vi.useFakeTimers();
+    const { model, el } = mount({ ...fresh(), details: {}, selected: "0_7_1" });
+    await vi.advanceTimersByTimeAsync(40);
+    expect(model.send).toHaveBeenCalledWith(expect.objectContaining({ type: "detail", node: "0_7_1" }));
+    await vi.advanceTimersByTimeAsync(NO_KERNEL_MS + 40);
+    expect(el.querySelector(".iw-circuit-needs-kernel").textContent).toMatch(/need the kernel/);
+  });
+  it("shows lorsa graphs' scores as not computable", async () => {
+    const { el } = mount({ ...fresh(), scores_note: "the graph has lorsa nodes" });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(el.querySelector(".iw-circuit-scores").textContent).toMatch(/not computable: the graph has lorsa nodes/);
+  });
+  it("labels live scores as the browser's, on the graph the view holds", async () => {
+    const { el } = mount();
+    await new Promise((r) => setTimeout(r, 20));
+    expect(el.querySelector(".iw-circuit-scores").textContent).toMatch(
+      /computed in the browser on the graph this view holds/,
+    );
+  });
+});
+
+describe("moveFocus", () => {
+  it("moves along a row and between rows", () => {
+    const data = read(fakeModel(fresh()));
+    const ctx = { data, model: fakeModel({ node_threshold: 1, edge_threshold: 1, pinned: [] }), state: {} };
+    const first = moveFocus(ctx, -1, "ArrowRight");
+    expect(data.kind[first]).toBe(2); // starts at the bottom-left token
+    const right = moveFocus(ctx, first, "ArrowRight");
+    expect(data.ids[right]).toBe("E_11_1");
+    expect(data.layout.row[moveFocus(ctx, right, "ArrowUp")]).toBe(1);
+  });
+});
+
+describe("suggestions", () => {
+  it("shows a planted supernode with an Accept button and applies it only on the click", async () => {
+    // features 0 and 1 read the same two tokens and drive the logit alike: one suggested group
+    const initial = {
+      ...fresh(),
+      tokens: ["a", "b"],
+      node_kind: i32([0, 0, 2, 2, 3]), node_layer: i32([0, 0, -1, -1, 2]), node_pos: i32([1, 1, 0, 1, 1]),
+      node_index: i32([7, 8, 10, 11, 12]), node_influence: f32([0.5, 0.5, 0.5, 0.5, 0.9]),
+      node_activation: f32([1, 1, NaN, NaN, NaN]), node_labels: ["f7", "f8", "", "", ""],
+      edge_src: i32([2, 3, 2, 3, 0, 1]), edge_dst: i32([0, 0, 1, 1, 4, 4]),
+      edge_weights: new DataView(Uint16Array.from([0x3c00, 0x3800, 0x3c00, 0x3800, 0x4000, 0x4000]).buffer),
+      details: {}, pinned: ["0_7_1", "0_8_1"],
+    }; // prettier-ignore
+    const model = fakeModel(initial);
+    const el = document.createElement("div");
+    document.body.append(el);
+    circuit.render({ model, el });
+    await new Promise((r) => setTimeout(r, 40));
+    const accept = el.querySelector(".iw-circuit-suggestions .iw-circuit-accept");
+    expect(accept).not.toBeNull();
+    expect(el.querySelector(".iw-circuit-suggestion").textContent).toContain("f7, f8");
+    expect(model.get("groups")).toEqual([]); // never applied by itself
+    accept.click();
+    expect(model.get("groups")).toEqual([{ name: "group 1", members: ["0_7_1", "0_8_1"] }]);
+    document.body.replaceChildren();
+  });
+});
+
+describe("a lorsa node", () => {
+  it("says the file holds no details for it, and asks no kernel", async () => {
+    const model = fakeModel({
+      ...fresh(),
+      node_kind: i32([4, 1, 2, 2, 3]),
+      details: {},
+      selected: "0_7_1",
+      scores_note: "lorsa",
+    });
+    const el = document.createElement("div");
+    document.body.append(el);
+    circuit.render({ model, el });
+    await new Promise((r) => setTimeout(r, 40));
+    expect(el.querySelector(".iw-circuit-needs-kernel").textContent).toMatch(
+      /no contexts or vocabulary projection for its lorsa/,
+    );
+    expect(model.send).not.toHaveBeenCalled();
+    document.body.replaceChildren();
+  });
+});
