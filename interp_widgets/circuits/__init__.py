@@ -28,8 +28,18 @@ from interp_widgets.circuits.graph import (
     example_graph,
     load_graph,
 )
+from interp_widgets.circuits.transcoders import (
+    TranscoderReport,
+    TranscoderSet,
+    collect_transcoder_pairs,
+    transcoder_points,
+)
 
 __all__ = [
+    "TranscoderReport",
+    "TranscoderSet",
+    "collect_transcoder_pairs",
+    "transcoder_points",
     "FLAT_ATTRIBUTES",
     "AttributionGraph",
     "FeatureCap",
