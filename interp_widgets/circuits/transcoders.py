@@ -3,7 +3,8 @@
 :meth:`TranscoderSet.fit` trains one :class:`~interp_widgets.concepts.Transcoder` per layer from **one** forward pass
 over a corpus. Hooks capture each layer's (input, output) pairs (the input point ``mlp_in`` or ``resid_mid``, the
 output ``mlp_out``; see :mod:`interp_widgets.concepts.transcoders`), which fill a bounded shuffle buffer of about
-``buffer_tokens`` token rows per layer (it may exceed that by one run of texts of ``max_batch_tokens`` tokens).
+``buffer_tokens`` token rows per layer (it may exceed that by one run of texts of at most ``min(buffer_tokens,
+max_batch_tokens)`` tokens, or by one longer text).
 Each full buffer is one *window*: its rows are shuffled and every layer's transcoder takes its minibatch steps from
 them (the same steps as :func:`~interp_widgets.concepts.training.train_dictionary`, through a
 :class:`~interp_widgets.concepts.training.DictionaryTrainer` per layer); then the buffer is emptied and refilled. A
@@ -117,9 +118,10 @@ def _stream(
     stop: int | None = None,
     include_special: bool = False,
     max_batch_tokens: int = 8192,
+    run_tokens: int | None = None,
 ) -> Iterator[tuple[int, np.ndarray, dict[int, tuple[np.ndarray, np.ndarray]]]]:
-    """One forward pass per batch over ``texts[start:stop]``, in runs of consecutive texts of about
-    ``max_batch_tokens`` tokens; yields ``(index after the run, text id of each row, {layer: (inputs, outputs)})``,
+    """One forward pass per batch over ``texts[start:stop]``, in runs of consecutive texts of at most ``run_tokens``
+    tokens (default ``max_batch_tokens``; a longer text is a run alone); yields ``(index after the run, text id of each row, {layer: (inputs, outputs)})``,
     rows in text order (padding and, without ``include_special``, special tokens dropped). The layers after the last
     one are not run; hooks are removed and modes restored when the generator is closed."""
     adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
@@ -142,17 +144,21 @@ def _stream(
         fns[inp.name] = recorder((layer, 0), False)
         fns[out.name] = recorder((layer, 1), layer == last)
     stop = len(texts) if stop is None else stop
+    run_tokens = max_batch_tokens if run_tokens is None else run_tokens
     with evaluation(model), hooks(model, fns):
-        j = start
+        j, pending = start, None
         while j < stop:
             encodings, tokens = [], 0
-            while j < stop and (not encodings or tokens + len(adapter.encode(texts[j])) <= max_batch_tokens):
-                try:
-                    encodings.append(adapter.encode(texts[j]))
-                except (TypeError, ValueError) as err:
-                    raise type(err)(f"text {j}: {err}") from None
-                tokens += len(encodings[-1])
-                j += 1
+            while j < stop:
+                if pending is None:
+                    try:
+                        pending = adapter.encode(texts[j])
+                    except (TypeError, ValueError) as err:
+                        raise type(err)(f"text {j}: {err}") from None
+                if encodings and tokens + len(pending) > run_tokens:
+                    break
+                encodings.append(pending)
+                tokens, pending, j = tokens + len(pending), None, j + 1
             per_text: dict[int, list] = {}
             for batch in adapter.length_buckets([len(e) for e in encodings], max_padding=_MAX_PADDING):
                 longest = max(len(encodings[i]) for i in batch)
@@ -444,7 +450,8 @@ class TranscoderSet:
 
         def windows(start: int, stop: int | None = None) -> Iterator[tuple[int, dict]]:
             gen = _stream(model, tokenizer, texts, chosen, input_point, start=start, stop=stop,
-                          include_special=include_special, max_batch_tokens=max_batch_tokens)  # fmt: skip
+                          include_special=include_special, max_batch_tokens=max_batch_tokens,
+                          run_tokens=min(max_batch_tokens, buffer_tokens))  # fmt: skip
             try:
                 parts, rows = [], 0
                 for end, _, pairs in gen:
