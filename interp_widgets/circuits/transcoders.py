@@ -801,9 +801,21 @@ class TranscoderSet:
 
     # ------------------------------------------------------------------ circuit-tracer's files
     def to_circuit_tracer(
-        self, directory: str | Path, *, model=None, tokenizer=None, texts=None, max_batch_tokens: int = 8192
+        self,
+        directory: str | Path,
+        *,
+        model=None,
+        tokenizer=None,
+        texts=None,
+        scan: str | None = None,
+        max_batch_tokens: int = 8192,
     ) -> Path:
         """Write circuit-tracer 0.5.0's per-layer files: ``layer_{i}.safetensors`` and ``config.yaml``.
+
+        ``config.yaml`` lists the files by absolute path (``transcoders:``; without that list circuit-tracer's
+        ``load_transcoders(config)`` looks for them on the Hub), with ``model_kind: transcoder_set``, the hooks, the
+        model's name and a ``scan`` name (default ``interp_widgets/<model>/<directory name>``). Move the directory
+        and the paths must be written again.
 
         Each file holds ``W_enc`` (n, d), ``b_enc``, ``W_dec`` (n, d), ``b_dec``, ``W_skip`` (d, d) with a skip
         term, and JumpReLU's raw threshold ``activation_function.threshold`` (not its log): 0.5.0's loader builds a
@@ -863,10 +875,16 @@ class TranscoderSet:
         config = {
             "model_kind": "transcoder_set",
             "model_name": self.model_name or "",
+            "scan": scan or f"interp_widgets/{self.model_name or 'model'}/{directory.resolve().name}",
             "feature_input_hook": CIRCUIT_TRACER_HOOKS[self.input_point],
             "feature_output_hook": CIRCUIT_TRACER_HOOKS["mlp_out"],
         }
-        (directory / "config.yaml").write_text("".join(f"{k}: {json.dumps(v)}\n" for k, v in config.items()))
+        # without a `transcoders` list, circuit-tracer looks for the files on the Hub: list them, as absolute paths
+        files = "".join(
+            f"  - {json.dumps(str((directory / f'layer_{i}.safetensors').resolve()))}\n" for i in self.layers
+        )
+        text = "".join(f"{k}: {json.dumps(v)}\n" for k, v in config.items()) + "transcoders:\n" + files
+        (directory / "config.yaml").write_text(text)
         return directory
 
     def topk_shortfall(self, model, tokenizer, texts, *, max_batch_tokens: int = 8192) -> dict[int, float]:
