@@ -492,7 +492,8 @@ class TranscoderSet:
         n_monitor = 0
         bar = tqdm(total=len(texts), desc=f"transcoders ({len(chosen)} layers)", unit="text",
                    disable=not config.progress, initial=state["position"])  # fmt: skip
-        stream = windows(state["position"])
+        finished = bool(trainers) and all(t.stopped for t in trainers.values())  # resumed after the end
+        stream = windows(len(texts) if finished else state["position"])
         try:
             with torch.random.fork_rng(devices=[]):  # the model's and the user's random state stay as they were
                 for end, pairs in stream:

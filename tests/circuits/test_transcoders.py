@@ -55,6 +55,24 @@ def test_mlp_in_is_what_the_mlp_module_receives(build):
     assert model_fingerprint(model, tokenizer) == before
 
 
+def test_intervene_at_mlp_in_edits_what_the_mlp_receives(llama_lm):
+    from interp_widgets.interventions import intervene
+
+    model, tokenizer = llama_lm
+    ids = tokenizer(TEXTS[0], return_tensors="pt")["input_ids"]
+    handle = model.model.layers[1].mlp.register_forward_pre_hook(lambda m, args: (2 * args[0],))
+    try:
+        with torch.no_grad():
+            expected = model(input_ids=ids).logits
+    finally:
+        handle.remove()
+    with intervene(model, {"layer:1.mlp_in": lambda x: 2 * x}), torch.no_grad():
+        edited = model(input_ids=ids).logits
+    torch.testing.assert_close(edited, expected)
+    with torch.no_grad():
+        assert not torch.allclose(model(input_ids=ids).logits, expected)
+
+
 def test_one_pass_equals_per_layer_collection(llama_lm):
     model, tokenizer = llama_lm
     pairs = collect_transcoder_pairs(model, tokenizer, TEXTS[:12], input_point="resid_mid")
@@ -138,6 +156,9 @@ def test_an_interrupted_run_resumes_to_the_same_weights(llama_lm, tmp_path, acti
             assert torch.equal(weight, resumed[layer].weights_[name]), (layer, name)
         assert whole[layer].fit_info_["history"] == resumed[layer].fit_info_["history"]
     assert model_fingerprint(model, tokenizer) == before
+    finished = TranscoderSet.fit(model, tokenizer, TEXTS, checkpoint_dir=tmp_path / "b", **settings)  # nothing left
+    assert finished.fit_info == whole.fit_info
+    assert all(torch.equal(finished[1].weights_[n], w) for n, w in whole[1].weights_.items())
     with pytest.raises(ValueError, match="belongs to another run.*buffer_tokens"):
         TranscoderSet.fit(model, tokenizer, TEXTS, checkpoint_dir=tmp_path / "b", **{**settings, "buffer_tokens": 99})
 
