@@ -479,6 +479,7 @@ class TranscoderSet:
 
         state = {"window": 0, "position": 0, "first_end": None, "steps": 0, "rows": 0}
         trainers: dict[int, DictionaryTrainer] = {}
+        n_monitor = 0
         if saved is not None:
             state = {key: saved[key] for key in state}
             again = windows(0, state["first_end"])
@@ -489,7 +490,6 @@ class TranscoderSet:
             trainers, _, n_monitor = make_trainers(first)
             for layer, trainer in trainers.items():
                 trainer.load_state_dict(saved["trainers"][str(layer)])
-        n_monitor = 0
         bar = tqdm(total=len(texts), desc=f"transcoders ({len(chosen)} layers)", unit="text",
                    disable=not config.progress, initial=state["position"])  # fmt: skip
         finished = bool(trainers) and all(t.stopped for t in trainers.values())  # resumed after the end
