@@ -598,7 +598,8 @@ class TranscoderSet:
         texts (each half predicted by the map fitted on the other).
 
         The transcoder replaces ``mlp_out`` (with :func:`~interp_widgets.interventions.intervene`) at the tokens it
-        was trained on (without ``include_special``, special tokens keep the true MLP output).
+        was trained on (without ``include_special``, special tokens keep the true MLP output). The losses are means
+        over every next-token prediction of the texts whose tokens were measured (the last may pass ``max_tokens``).
 
         Example:
             >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=2, progress=False))
