@@ -11,6 +11,9 @@ canonical name                 the point in block ``i``
 ``layer:i.attn_out``           what the attention sublayer adds to the residual stream
 ``layer:i.resid_mid``          the residual stream after attention and before the MLP
 ``layer:i.mlp_out``            what the MLP sublayer adds to the residual stream
+``layer:i.mlp_in``             what the MLP module receives: its input, after the block's norm on pre-norm blocks
+                               (circuit-tracer's ``mlp.hook_in``, sparsify's ``layers.i.mlp`` input); a transcoder
+                               reads it
 ``encoder.layer:i``, …         the same points in the encoder or the decoder of an encoder–decoder model
 a module path                  any other module, by its path in ``model.named_modules()``
 =============================  =================================================================================
@@ -76,22 +79,29 @@ import numpy as np
 import torch
 from torch import nn
 
-SUB_POINTS = ("resid_pre", "attn_out", "resid_mid", "mlp_out")
+SUB_POINTS = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "mlp_in")
 STACKS = ("encoder", "decoder")
 _BLOCK_NAME = re.compile(
-    r"(?:(encoder|decoder)\.)?layer:(-?\d+)(?:\.(resid_pre|resid_post|attn_out|resid_mid|mlp_out))?"
+    r"(?:(encoder|decoder)\.)?layer:(-?\d+)(?:\.(resid_pre|resid_post|attn_out|resid_mid|mlp_out|mlp_in))?"
 )
 _HEAD_NAME = re.compile(r"((?:(?:encoder|decoder)\.)?layer:-?\d+)\.head:(-?\d+)")
 _HOOK_NAME = re.compile(r"blocks\.(\d+)\.hook_(resid_pre|resid_mid|resid_post|attn_out|mlp_out)")
 
 # Attribute paths inside one block, first match wins. Post-norm blocks (BERT family) apply LayerNorm after each
 # residual sum, so the sublayer outputs are the dense projections before it and resid_mid is the attention output.
-_POST_NORM = {"attn_out": ("attention.output.dense",), "mlp_out": ("output.dense",), "resid_mid": ("attention",)}
+_POST_NORM = {
+    "attn_out": ("attention.output.dense",),
+    "mlp_out": ("output.dense",),
+    "resid_mid": ("attention",),
+    "mlp_in": ("intermediate",),
+}
 _PRE_NORM = {
     "attn_out": ("self_attn", "attn", "attention", "self_attention", "mixer"),
     "mlp_out": ("mlp", "feed_forward", "ffn", "block_sparse_moe"),
     # the input of the second norm (ModernBERT calls it mlp_norm)
     "resid_mid": ("post_attention_layernorm", "ln_2", "ln_mlp", "norm2", "mlp_norm"),
+    # the input of the MLP module itself (after the second norm; parallel blocks have one too)
+    "mlp_in": ("mlp", "feed_forward", "ffn", "block_sparse_moe"),
 }
 # "Sandwich" blocks (Gemma 2/3, OLMo 2) normalise each sublayer's output before adding it to the residual stream, so
 # what is added is the output of post_attention_layernorm / post_feedforward_layernorm, and resid_mid is the input of
@@ -101,6 +111,7 @@ _SANDWICH_NORM = {
     "attn_out": ("post_attention_layernorm",),
     "mlp_out": ("post_feedforward_layernorm",),
     "resid_mid": ("pre_feedforward_layernorm", "mlp"),
+    "mlp_in": ("mlp",),
 }
 # Blocks whose attention and MLP both read the block input and add their outputs at once (GPT-NeoX/Pythia with
 # use_parallel_residual, GPT-J, Phi-1/2, CodeGen): the residual stream has no point between the two sublayers.
@@ -214,7 +225,7 @@ def layer_names(model: nn.Module) -> list[str]:
 
     Example:
         >>> layer_names(model)[:6]
-        ['layer:0', 'layer:0.resid_pre', 'layer:0.attn_out', 'layer:0.resid_mid', 'layer:0.mlp_out', 'layer:1']
+        ['layer:0', 'layer:0.resid_pre', 'layer:0.attn_out', 'layer:0.resid_mid', 'layer:0.mlp_out', 'layer:0.mlp_in']
     """
     names = []
     for stack in _stacks(model):
@@ -253,6 +264,11 @@ def to_hook_name(name: str) -> str:
     match = _BLOCK_NAME.fullmatch(name.strip())
     if match is None or match.group(1) or int(match.group(2)) < 0:
         raise ValueError(f"{name!r} is not a canonical block name of a decoder or encoder (layer:i or layer:i.<point>)")
+    if match.group(3) == "mlp_in":
+        raise ValueError(
+            f"{name!r} (the MLP module's input, after the norm) has no TransformerLens hook of its own: "
+            "blocks.i.hook_mlp_in is the stream before the norm; use layer:i.resid_mid for that"
+        )
     return f"blocks.{int(match.group(2))}.hook_{match.group(3) or 'resid_post'}"
 
 
@@ -288,7 +304,7 @@ def _sub_module(
     table = _POST_NORM if post_norm else _SANDWICH_NORM if _SANDWICH_MARK in modules else _PRE_NORM
     for candidate in table[point]:
         if candidate in modules:
-            site = "input" if point == "resid_mid" and not post_norm else "output"
+            site = "input" if point == "mlp_in" or (point == "resid_mid" and not post_norm) else "output"
             return f"{block_path}.{candidate}", modules[candidate], site
     children = [name for name, _ in block.named_children()]
     raise UnsupportedModelError(

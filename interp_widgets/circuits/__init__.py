@@ -10,6 +10,9 @@ computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
 - :func:`circuit_view`: the circuit view of a graph or of a graph JSON (Neuronpedia files with lorsa nodes open
   view-only); ``AttributionGraph.widget()`` and ``.subgraph()`` are the graph's own.
 - :func:`load_graph`: a graph JSON (circuit-tracer or Neuronpedia, pins and supernodes included) or a saved graph.
+- :class:`TranscoderSet` (:mod:`interp_widgets.circuits.transcoders`): per-layer transcoders trained on your own
+  model from one forward pass over a corpus (resumable), their :class:`TranscoderReport` on held-out texts, our
+  safetensors file and circuit-tracer 0.5.0's per-layer files.
 
 Example:
     >>> from interp_widgets.circuits import example_graph
@@ -31,8 +34,18 @@ from interp_widgets.circuits.graph import (
     example_graph,
     load_graph,
 )
+from interp_widgets.circuits.transcoders import (
+    TranscoderReport,
+    TranscoderSet,
+    collect_transcoder_pairs,
+    transcoder_points,
+)
 
 __all__ = [
+    "TranscoderReport",
+    "TranscoderSet",
+    "collect_transcoder_pairs",
+    "transcoder_points",
     "FLAT_ATTRIBUTES",
     "AttributionGraph",
     "FeatureCap",

@@ -80,6 +80,7 @@ from interp_widgets.concepts.saelens import (
     transformer_lens_processing,
 )
 from interp_widgets.concepts.training import TrainingConfig
+from interp_widgets.concepts.transcoders import Transcoder
 
 __all__ = [
     "ActivationStore",
@@ -120,6 +121,7 @@ __all__ = [
     "SemiNMFConcepts",
     "SklearnConcepts",
     "SparseAutoencoder",
+    "Transcoder",
     "SpliceQuality",
     "TextConcepts",
     "TrainingConfig",

@@ -572,6 +572,13 @@ def save_sae(concept_model, folder: str | Path, *, model_name: str | None = None
             f"save_sae writes sparse autoencoders (SparseAutoencoder, JumpReLUSAE, BatchTopKSAE), not a "
             f"{type(concept_model).__name__}; save other concept models with .save(path)"
         )
+    from interp_widgets.concepts.transcoders import Transcoder
+
+    if isinstance(concept_model, Transcoder):
+        raise TypeError(
+            "save_sae writes sparse autoencoders; a Transcoder predicts another point than it reads, which SAELens's "
+            "format cannot say: save it with .save(path), or a set with TranscoderSet.save / .to_circuit_tracer"
+        )
     concept_model._check_fitted()
     if hook_name is None:
         layer = concept_model.layer_

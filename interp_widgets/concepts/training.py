@@ -294,12 +294,152 @@ class TrainingRun:
         }
 
 
+class DictionaryTrainer:
+    """The steps of the one training loop, for a caller that supplies the minibatches itself.
+
+    :func:`train_dictionary` drives one trainer over the epochs of a :class:`TrainingData`;
+    :class:`~interp_widgets.concepts.TranscoderSet` drives one trainer per layer from a stream of forward passes, an
+    "epoch" there being one window of the shuffle buffer. Both take the same steps: :meth:`step` (an Adam step on one
+    minibatch), :meth:`end_epoch` (the monitoring loss and FVU, the best weights, early stopping and resampling) and
+    :meth:`run` (the :class:`TrainingRun`). :meth:`state_dict` / :meth:`load_state_dict` hold everything a resumed
+    run needs (weights, Adam's state, the best weights, the random generator, the counters), so that a run resumed
+    from them takes exactly the steps of an uninterrupted one.
+
+    Example:
+        >>> from interp_widgets.concepts import SparseAutoencoder
+        >>> sae = SparseAutoencoder(16, k=2, progress=False)
+        >>> sae.k_, sae.preprocessing_ = 2, {"center": False, "normalize_activations": "none", "apply_b_dec_to_input": True}
+        >>> X = torch.as_tensor(store.to_numpy())
+        >>> trainer = DictionaryTrainer(sae, sae.training_config, X[:100])
+        >>> trainer.step(X[100:228]); record = trainer.end_epoch()
+        >>> record["epoch"], trainer.stopped, trainer.run().summary()["epochs"]
+        (0, False, 1)
+    """
+
+    def __init__(self, dictionary: Dictionary, config: TrainingConfig, monitor_x, monitor_y=None):
+        self.dictionary, self.config = dictionary, config
+        self.device = torch.device(config.device)
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.monitor_x, self.monitor_y = (
+            None if rows is None else self._tensor(rows) for rows in (monitor_x, monitor_y)
+        )
+        self.w = dictionary._init_weights(self.monitor_x, self.monitor_y, self.generator)
+        for weight in self.w.values():
+            weight.requires_grad_(True)
+        self.optimizer = _adam(self.w.values(), config.lr)
+        self.history: list[dict[str, Any]] = []
+        self.best, self.reference, self.best_weights, self.stale = math.inf, math.inf, None, 0
+        self._fired = torch.zeros(dictionary.n_concepts, dtype=torch.long, device=self.device)
+        self._total, self._steps = 0.0, 0
+
+    def _tensor(self, rows) -> torch.Tensor:
+        if isinstance(rows, torch.Tensor):
+            return rows.detach().to(self.device, torch.float32)
+        return torch.as_tensor(np.asarray(rows, dtype=np.float32), device=self.device)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether training has ended: early stopping fired or ``max_epochs`` epochs have ended."""
+        return self.stale >= self.config.patience or len(self.history) >= self.config.max_epochs
+
+    def _loss(self, xn: torch.Tensor, y: torch.Tensor | None) -> tuple[Step, torch.Tensor]:
+        if y is None:
+            return self.dictionary._loss(xn, self.w), xn
+        target = self.dictionary._normalise_target(y, self.w)
+        return self.dictionary._loss(xn, self.w, target=target), target
+
+    def step(self, x, y=None) -> None:
+        """One Adam step on the raw input rows ``x`` and target rows ``y`` (None: the input)."""
+        step, _ = self._loss(
+            self.dictionary._normalise(self._tensor(x), self.w), None if y is None else self._tensor(y)
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        step.loss.backward()
+        self.optimizer.step()
+        with torch.no_grad():
+            self.dictionary._after_step(self.w)
+            self._fired += step.active
+        self._total, self._steps = self._total + float(step.loss.detach()), self._steps + 1
+
+    def end_epoch(self) -> dict[str, Any]:
+        """Close an epoch: measure the monitoring sample, keep the best weights, count stale epochs, resample the
+        concepts that did not fire; returns the epoch's record (also appended to ``history``)."""
+        config, dictionary = self.config, self.dictionary
+        with torch.no_grad():
+            monitor_n = dictionary._normalise(self.monitor_x, self.w)
+            monitored, target = self._loss(monitor_n, self.monitor_y)
+            residual = monitored.residual
+            fvu = float(residual.pow(2).sum() / (target - target.mean(0)).pow(2).sum().clamp_min(1e-12))
+        monitor_loss = float(monitored.loss)
+        dead = torch.nonzero(self._fired == 0).flatten()
+        epoch = len(self.history)
+        record = {
+            "epoch": epoch,
+            "train_loss": self._total / max(self._steps, 1),
+            "monitor_loss": monitor_loss,
+            "monitor_fvu": fvu,
+            "dead": int(len(dead)),
+            "resampled": 0,
+        }
+        if monitor_loss < self.best:
+            self.best = monitor_loss
+            self.best_weights = {name: t.detach().clone() for name, t in self.w.items()}
+        if monitor_loss < self.reference * (1 - config.min_delta):
+            self.reference, self.stale = monitor_loss, 0
+        else:
+            self.stale += 1
+        if config.resample_dead and len(dead) and epoch < config.max_epochs - 1 and self.stale < config.patience:
+            record["resampled"] = dictionary._resample(self.w, dead, monitor_n, residual, self.generator)
+            self.optimizer = _adam(self.w.values(), config.lr)
+        self.history.append(record)
+        self._fired.zero_()
+        self._total, self._steps = 0.0, 0
+        return record
+
+    def run(self) -> TrainingRun:
+        """The :class:`TrainingRun` so far: the best weights (the current ones before any epoch has ended)."""
+        return TrainingRun(
+            weights=self.best_weights or {name: t.detach().clone() for name, t in self.w.items()},
+            monitor=(self.monitor_x, self.monitor_y),
+            note="",
+            history=list(self.history),
+            best_monitor_loss=self.best,
+            stopped_early=self.stale >= self.config.patience,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs, as tensors and plain values (see :meth:`load_state_dict`)."""
+        return {
+            "w": {name: t.detach().clone() for name, t in self.w.items()},
+            "optimizer": self.optimizer.state_dict(),
+            "best_weights": self.best_weights,
+            "generator": self.generator.get_state(),
+            "history": list(self.history),
+            "counters": [self.best, self.reference, self.stale, self._total, self._steps],
+            "fired": self._fired.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore a :meth:`state_dict` (the dictionary's monitoring sample is not part of it)."""
+        with torch.no_grad():
+            for name, t in state["w"].items():
+                self.w[name].copy_(t)
+        self.optimizer = _adam(self.w.values(), self.config.lr)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.best_weights = state["best_weights"]
+        self.generator.set_state(state["generator"])
+        self.history = list(state["history"])
+        self.best, self.reference, self.stale, self._total, self._steps = state["counters"]
+        self._fired = state["fired"].clone().to(self.device)
+
+
 def train_dictionary(dictionary: Dictionary, X, Y=None, *, config: TrainingConfig, label: str) -> TrainingRun:
     """Train ``dictionary`` on input rows ``X`` (array, tensor or ActivationStore) and target rows ``Y`` (None: the
     input itself) with the settings of ``config``; ``label`` titles the progress bar.
 
     Each epoch: Adam steps over shuffled minibatches, the loss and the fraction of variance of the target left
-    unexplained (FVU) on the monitoring sample, then early stopping and the resampling of concepts that did not fire.
+    unexplained (FVU) on the monitoring sample, then early stopping and the resampling of concepts that did not fire
+    (the steps of :class:`DictionaryTrainer`).
 
     Example:
         >>> from interp_widgets.concepts import JumpReLUSAE
@@ -312,84 +452,25 @@ def train_dictionary(dictionary: Dictionary, X, Y=None, *, config: TrainingConfi
     from tqdm.auto import tqdm
 
     data = TrainingData(X, Y, config)
-    generator = torch.Generator().manual_seed(config.seed)
-    device = torch.device(config.device)
-
-    def tensor(rows) -> torch.Tensor | None:
-        return None if rows is None else torch.as_tensor(np.asarray(rows, dtype=np.float32), device=device)
-
-    monitor_x, monitor_y = (
-        None if rows is None else torch.from_numpy(np.asarray(rows, dtype=np.float32)).to(device)
-        for rows in data.monitor
-    )
-    w = dictionary._init_weights(monitor_x, monitor_y, generator)
-    for weight in w.values():
-        weight.requires_grad_(True)
-
-    def loss(xn: torch.Tensor, y: torch.Tensor | None) -> tuple[Step, torch.Tensor]:
-        if y is None:
-            return dictionary._loss(xn, w), xn
-        target = dictionary._normalise_target(y, w)
-        return dictionary._loss(xn, w, target=target), target
-
-    optimizer = _adam(w.values(), config.lr)
-    history, best, reference, best_weights, stale = [], math.inf, math.inf, None, 0
+    trainer = DictionaryTrainer(dictionary, config, *data.monitor)
     bar = tqdm(total=config.max_epochs, desc=label, unit="epoch", disable=not config.progress)
     for epoch in range(config.max_epochs):
-        fired = torch.zeros(dictionary.n_concepts, dtype=torch.long, device=device)
-        total, steps = 0.0, 0
         for x, y in data.batches(epoch):
-            step, _ = loss(dictionary._normalise(tensor(x), w), tensor(y))
-            optimizer.zero_grad(set_to_none=True)
-            step.loss.backward()
-            optimizer.step()
-            with torch.no_grad():
-                dictionary._after_step(w)
-                fired += step.active
-            total, steps = total + float(step.loss.detach()), steps + 1
-        with torch.no_grad():
-            monitor_n = dictionary._normalise(monitor_x, w)
-            monitored, target = loss(monitor_n, monitor_y)
-            residual = monitored.residual
-            fvu = float(residual.pow(2).sum() / (target - target.mean(0)).pow(2).sum().clamp_min(1e-12))
-        monitor_loss = float(monitored.loss)
-        dead = torch.nonzero(fired == 0).flatten()
-        record = {
-            "epoch": epoch,
-            "train_loss": total / max(steps, 1),
-            "monitor_loss": monitor_loss,
-            "monitor_fvu": fvu,
-            "dead": int(len(dead)),
-            "resampled": 0,
-        }
-        if monitor_loss < best:
-            best = monitor_loss
-            best_weights = {name: t.detach().clone() for name, t in w.items()}
-        if monitor_loss < reference * (1 - config.min_delta):
-            reference, stale = monitor_loss, 0
-        else:
-            stale += 1
-        if config.resample_dead and len(dead) and epoch < config.max_epochs - 1 and stale < config.patience:
-            record["resampled"] = dictionary._resample(w, dead, monitor_n, residual, generator)
-            optimizer = _adam(w.values(), config.lr)
-        history.append(record)
+            trainer.step(x, y)
+        record = trainer.end_epoch()
         bar.update(1)
-        bar.set_postfix(loss=f"{monitor_loss:.4g}", dead=int(len(dead)))
-        if stale >= config.patience:
+        bar.set_postfix(loss=f"{record['monitor_loss']:.4g}", dead=record["dead"])
+        if trainer.stale >= config.patience:
             # finished, not failed: a bar closed short of its total turns red in notebooks
-            bar.total = len(history)
+            bar.total = len(trainer.history)
             bar.set_postfix_str(
-                f"loss={monitor_loss:.4g}, stopped early: no {config.min_delta:.0e} "
+                f"loss={record['monitor_loss']:.4g}, stopped early: no {config.min_delta:.0e} "
                 f"relative improvement in {config.patience} epochs"
             )
             bar.refresh()
             break
     bar.close()
-    return TrainingRun(
-        weights=best_weights or {name: t.detach().clone() for name, t in w.items()},
-        monitor=(monitor_x, monitor_y),
-        note=data.note,
-        history=history,
-        best_monitor_loss=best,
-        stopped_early=len(history) < config.max_epochs,
-    )
+    run = trainer.run()
+    run.note = data.note
+    run.stopped_early = len(run.history) < config.max_epochs
+    return run

@@ -1,0 +1,326 @@
+"""Per-layer transcoders: sparse dictionaries that read an MLP's input and predict its output.
+
+A :class:`Transcoder` encodes the MLP's input ``x`` into sparse features ``f = σ(W_encᵀ x̃ + b_enc)`` and predicts the
+MLP's output ``ŷ = s_y (W_decᵀ f + b_dec + W_skipᵀ x̃)`` (``x̃ = x / s_x``; ``s_x`` and ``s_y`` are the root mean
+squares of the input and of the centred target on the monitoring sample; the skip term is optional), trained on the
+squared error to the MLP's true output with the one loop of :mod:`~interp_widgets.concepts.training` (Dunefsky,
+Chlenski and Nanda 2024; the skip term of Paulo, Shabalin and Belrose 2025). Activations: ``"topk"`` (the ``k``
+largest pre-activations, then ReLU), ``"jumprelu"`` (``pre · 1[pre > θ]``, an L0 penalty, the straight-through
+threshold gradient of :func:`~interp_widgets.concepts.sae.jumprelu`) and ``"relu"`` (with an L1 penalty).
+
+:class:`TranscoderSet` trains one per layer from **one** forward pass over a corpus (:meth:`TranscoderSet.fit`),
+reports on held-out texts (:meth:`TranscoderSet.evaluate`, a :class:`TranscoderReport`), saves and loads its own
+safetensors file, and writes circuit-tracer 0.5.0's per-layer files (:meth:`TranscoderSet.to_circuit_tracer`).
+
+The input point is ``"mlp_in"`` (``layer:i.mlp_in``: what the MLP module receives, after the block's norm with its
+gain; circuit-tracer's ``mlp.hook_in``, sparsify's ``layers.i.mlp`` input) or ``"resid_mid"`` (the stream before the
+norm; circuit-tracer's ``hook_resid_mid``, absent from parallel-residual blocks). The output point is
+``layer:i.mlp_out`` (circuit-tracer's ``hook_mlp_out``).
+
+Example:
+    >>> X, Y = np.random.default_rng(0).normal(size=(2, 400, 8)).astype(np.float32)
+    >>> Y = np.tanh(X[:, ::-1])  # the target: a function of the input
+    >>> tc = Transcoder(16, k=4, skip=True, lr=1e-2, max_epochs=20, batch_size=64, progress=False).fit(X, Y)
+    >>> tc.predict(X[:3]).shape, bool(tc.fit_info_["history"][-1]["monitor_fvu"] < 0.2)
+    ((3, 8), True)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from interp_widgets.concepts.sae import _SparseAutoencoderBase, jumprelu, step, topk_reconstruct
+from interp_widgets.concepts.training import DictionaryTrainer, Step, TrainingConfig, train_dictionary
+from interp_widgets.validation import check_choice, check_int, check_number
+
+ACTIVATIONS = ("topk", "jumprelu", "relu")
+INPUT_POINTS = ("mlp_in", "resid_mid")
+#: circuit-tracer's names of the points (``feature_input_hook`` / ``feature_output_hook`` of its config.yaml)
+CIRCUIT_TRACER_HOOKS = {"mlp_in": "mlp.hook_in", "resid_mid": "hook_resid_mid", "mlp_out": "hook_mlp_out"}
+_NO_SHIFT = {"center": False, "normalize_activations": "none", "apply_b_dec_to_input": False}
+SET_FORMAT = "interp_widgets.TranscoderSet"
+
+
+class Transcoder(_SparseAutoencoderBase):
+    """A sparse transcoder: features read from one point (an MLP's input) and decoded to another (its output).
+
+    Args:
+        n_concepts: number of features.
+        activation: ``"topk"``, ``"jumprelu"`` or ``"relu"`` (see the module docstring).
+        k: active features per row for TopK (default ``max(1, n_concepts // 10)``).
+        skip: add a linear skip term ``W_skip`` from the input to the output (input and output of one width).
+        l0_coefficient, bandwidth, threshold_init: JumpReLU's L0 weight, straight-through kernel width and initial
+            threshold (normalised units, as :class:`~interp_widgets.concepts.JumpReLUSAE`).
+        l1_coefficient: ReLU's L1 weight.
+        training, **overrides: the training settings (:class:`~interp_widgets.concepts.TrainingConfig`).
+
+    ``fit(X, Y)`` trains on row-aligned inputs ``X`` and targets ``Y`` (arrays, or two stores collected from the
+    same texts); ``fit(X)`` alone predicts ``X`` itself (an SAE with a skip term; what scikit-learn's pipelines call).
+    ``transform`` gives the features, ``predict`` the predicted output (skip term included); ``inverse_transform``
+    and ``components_`` / ``offset_`` are the decoder alone, in the output's units.
+
+    Fitted attributes: ``weights_`` (``W_enc`` (d_in, n), ``b_enc``, ``W_dec`` (n, d_out), ``b_dec``, ``W_skip``
+    (d_in, d_out) with ``skip``, ``threshold`` for JumpReLU; normalised units), ``scale_`` (s_x),
+    ``target_scale_`` (s_y), ``k_``, ``n_outputs_`` and those of every concept model.
+
+    Example:
+        >>> X = np.random.default_rng(1).normal(size=(300, 8)).astype(np.float32)
+        >>> tc = Transcoder(12, activation="jumprelu", max_epochs=5, progress=False).fit(X, 2 * X)
+        >>> sorted(tc.weights_), tc.transform(X[:2]).shape, tc.n_outputs_
+        (['W_dec', 'W_enc', 'b_dec', 'b_enc', 'threshold'], (2, 12), 8)
+    """
+
+    name = "transcoder"
+
+    def __init__(
+        self,
+        n_concepts: int,
+        *,
+        activation: str = "topk",
+        k: int | None = None,
+        skip: bool = False,
+        l0_coefficient: float = 1e-2,
+        bandwidth: float = 0.05,
+        threshold_init: float = 0.1,
+        l1_coefficient: float = 1e-3,
+        training: TrainingConfig | None = None,
+        **overrides,
+    ):
+        super().__init__(n_concepts)
+        self.activation = activation
+        self.k = k
+        self.skip = skip
+        self.l0_coefficient = l0_coefficient
+        self.bandwidth = bandwidth
+        self.threshold_init = threshold_init
+        self.l1_coefficient = l1_coefficient
+        self.training = TrainingConfig.resolve(training, overrides, type(self).__name__)
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        check_choice("activation", self.activation, ACTIVATIONS)
+        if self.k is not None:
+            check_int("k", self.k, minimum=1)
+        if self.activation == "topk" and self._resolved_k() > self.n_concepts:
+            raise ValueError(f"k must be between 1 and n_concepts={self.n_concepts}, got {self.k}")
+        if not isinstance(self.skip, bool):
+            raise TypeError(f"skip must be True or False, got {self.skip!r}")
+        for name in ("l0_coefficient", "threshold_init", "l1_coefficient"):
+            check_number(name, getattr(self, name), minimum=0)
+        if not isinstance(self.bandwidth, (int, float)) or isinstance(self.bandwidth, bool) or not self.bandwidth > 0:
+            raise ValueError(f"bandwidth must be a number > 0, got {self.bandwidth!r}")
+
+    def _resolved_k(self) -> int | None:
+        return super()._resolved_k() if self.activation == "topk" else None
+
+    @property
+    def _resample_gain(self) -> float:
+        return 0.2 if self.activation == "relu" else 1.0
+
+    # ------------------------------------------------------------------ fitting
+    def fit(self, X, y=None) -> Transcoder:
+        """Fit on inputs ``X`` and the targets ``y`` (None: ``X`` itself); returns ``self``.
+
+        Example:
+            >>> X = np.random.default_rng(0).normal(size=(200, 6)).astype(np.float32)
+            >>> Transcoder(8, k=2, max_epochs=2, progress=False).fit(X, X[:, ::-1]).fit_info_["epochs"]
+            2
+        """
+        self._target = y
+        try:
+            return super().fit(X)
+        finally:
+            del self._target
+
+    def _begin(self) -> None:
+        """The fitted settings every training path sets first."""
+        self.k_ = self._resolved_k()
+        self.preprocessing_ = dict(_NO_SHIFT)
+
+    def _fit(self, X) -> None:
+        self._begin()
+        Y = X if self._target is None else self._target
+        label = f"transcoder {self.activation} {self.n_concepts}"
+        run = train_dictionary(self, X, Y, config=self.training_config, label=label)
+        self.fit_info_["monitor"] = run.note
+        self._finish_run(run)
+
+    def _finish_run(self, run) -> None:
+        self.weights_ = {name: t.detach().cpu() for name, t in run.weights.items()}
+        self.n_outputs_ = int(self.weights_["W_dec"].shape[1])
+        self.fit_info_.update(run.summary())
+
+    def _init_weights(self, x, y, generator):
+        y = x if y is None else y
+        self.scale_ = float(x.pow(2).mean().sqrt().clamp_min(1e-8))
+        mean = y.mean(0)
+        self.target_scale_ = float((y - mean).pow(2).mean().sqrt().clamp_min(1e-8))
+        d_in, d_out = x.shape[1], y.shape[1]
+        if self.skip and d_in != d_out:
+            raise ValueError(
+                f"skip=True needs the input and the output to have one width, got {d_in} and {d_out}; use skip=False"
+            )
+        W_dec = torch.randn(self.n_concepts, d_out, generator=generator).to(x.device)
+        W_dec /= W_dec.norm(dim=1, keepdim=True)
+        W_enc = torch.randn(d_in, self.n_concepts, generator=generator).to(x.device)
+        W_enc /= W_enc.norm(dim=0, keepdim=True)
+        w = {
+            "W_enc": W_enc,
+            "b_enc": torch.zeros(self.n_concepts, device=x.device),
+            "W_dec": W_dec,
+            "b_dec": mean / self.target_scale_,
+        }
+        if self.skip:
+            w["W_skip"] = torch.zeros(d_in, d_out, device=x.device)
+        if self.activation == "jumprelu":
+            w["threshold"] = torch.full((self.n_concepts,), float(self.threshold_init), device=x.device)
+        return w
+
+    def _normalise_target(self, y, w):
+        return y / self.target_scale_
+
+    def _encode(self, xn, w, training=False):
+        pre = xn @ w["W_enc"] + w["b_enc"]
+        if self.activation == "relu":
+            return torch.relu(pre)
+        if self.activation == "jumprelu":
+            if training:
+                return jumprelu(pre, w["threshold"], self.bandwidth)
+            return torch.relu(pre) * (pre > w["threshold"]).to(pre.dtype)
+        values, indices = pre.topk(self.k_, dim=-1)
+        return torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
+
+    def _penalty(self, xn, codes, w):
+        if self.activation == "relu":
+            return self.l1_coefficient * codes.abs().sum(-1).mean()
+        if self.activation == "jumprelu" and self.l0_coefficient:
+            pre = xn @ w["W_enc"] + w["b_enc"]
+            return self.l0_coefficient * step(pre, w["threshold"], self.bandwidth).sum(-1).mean()
+        return 0.0
+
+    def _predict_n(self, xn, w, codes=None) -> torch.Tensor:
+        """The normalised prediction ``W_decᵀ f + b_dec (+ W_skipᵀ x̃)``."""
+        codes = self._encode(xn, w) if codes is None else codes
+        out = codes @ w["W_dec"] + w["b_dec"]
+        return out + xn @ w["W_skip"] if "W_skip" in w else out
+
+    def _loss(self, xn, w, target=None):
+        target = xn if target is None else target
+        base = w["b_dec"] + (xn @ w["W_skip"] if "W_skip" in w else 0.0)
+        if self.activation == "topk":  # the k active features of each row only, as the TopK SAE
+            x_hat, acts, indices = topk_reconstruct(xn, w["W_enc"], w["b_enc"], w["W_dec"], self.k_)
+            residual = target - x_hat - base
+            active = torch.bincount(indices[acts > 0], minlength=self.n_concepts)
+            return Step(residual.pow(2).mean(), active, residual)
+        codes = self._encode(xn, w, training=True)
+        residual = target - codes @ w["W_dec"] - base
+        return Step(residual.pow(2).mean() + self._penalty(xn, codes, w), (codes > 0).sum(0), residual)
+
+    def _after_step(self, w):
+        super()._after_step(w)
+        if "threshold" in w:
+            w["threshold"].clamp_(min=0.0)
+
+    @torch.no_grad()
+    def _resample(self, w, dead, inputs, residual, generator) -> int:
+        """Reset each dead feature to a badly predicted monitoring row: its decoder row to that row's residual
+        direction, its encoder column to the row's input direction (scaled to the live encoders' mean norm)."""
+        errors = residual.pow(2).sum(1)
+        if float(errors.sum()) <= 0:
+            return 0
+        picks = torch.multinomial(
+            errors.cpu() ** 2 / (errors.cpu() ** 2).sum(),
+            len(dead),
+            replacement=len(dead) > len(errors),
+            generator=generator,
+        ).to(residual.device)
+        out_dir = residual[picks] / residual[picks].norm(dim=1, keepdim=True).clamp_min(1e-8)
+        in_dir = inputs[picks] / inputs[picks].norm(dim=1, keepdim=True).clamp_min(1e-8)
+        alive = torch.ones(self.n_concepts, dtype=torch.bool, device=dead.device)
+        alive[dead] = False
+        enc_norm = w["W_enc"][:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
+        w["W_dec"][dead] = out_dir
+        w["W_enc"][:, dead] = in_dir.T * self._resample_gain * enc_norm
+        w["b_enc"][dead] = 0.0
+        return int(len(dead))
+
+    # ------------------------------------------------------------------ using it
+    def predict_torch(self, X: torch.Tensor) -> torch.Tensor:
+        """The predicted output of inputs ``X`` (…, d_in) in torch, differentiable, in ``X``'s dtype and device.
+
+        Example:
+            >>> X = np.random.default_rng(0).normal(size=(200, 6)).astype(np.float32)
+            >>> tc = Transcoder(8, k=2, skip=True, max_epochs=2, progress=False).fit(X, X)
+            >>> tc.predict_torch(torch.zeros(2, 5, 6)).shape
+            torch.Size([2, 5, 6])
+        """
+        self._check_fitted()
+        w = {name: t.to(X.device, X.dtype) for name, t in self.weights_.items()}
+        flat = X.reshape(-1, X.shape[-1]) / self.scale_
+        return (self._predict_n(flat, w) * self.target_scale_).reshape(*X.shape[:-1], -1)
+
+    def predict(self, X) -> np.ndarray:
+        """The predicted output (rows × d_out) of input rows ``X``, skip term included.
+
+        Example:
+            >>> X = np.random.default_rng(0).normal(size=(200, 6)).astype(np.float32)
+            >>> Transcoder(8, k=2, max_epochs=2, progress=False).fit(X, X).predict(X[:4]).shape
+            (4, 6)
+        """
+        from interp_widgets.concepts.decompositions import _as_matrix
+
+        with torch.no_grad():
+            return self.predict_torch(torch.from_numpy(_as_matrix(X))).numpy()
+
+    def _inverse(self, C):
+        return C @ (self.weights_["W_dec"].numpy() * self.target_scale_) + self.weights_["b_dec"].numpy() * (
+            self.target_scale_
+        )
+
+    def folded(self) -> dict[str, torch.Tensor]:
+        """The weights in raw units, circuit-tracer's layout: ``W_enc`` (n, d_in) with ``f = σ(W_enc x + b_enc)``,
+        ``W_dec`` (n, d_out), ``b_dec``, ``W_skip`` (d_out, d_in) applied as ``x W_skipᵀ``, ``threshold`` raw.
+
+        Example:
+            >>> X = np.random.default_rng(0).normal(size=(200, 6)).astype(np.float32)
+            >>> tc = Transcoder(8, activation="jumprelu", skip=True, max_epochs=2, progress=False).fit(X, X)
+            >>> w, x = tc.folded(), torch.from_numpy(X[:3])
+            >>> pre = x @ w["W_enc"].T + w["b_enc"]
+            >>> out = (pre * (pre > w["threshold"])) @ w["W_dec"] + w["b_dec"] + x @ w["W_skip"].T
+            >>> bool(torch.allclose(out, tc.predict_torch(x), atol=1e-5))
+            True
+        """
+        self._check_fitted()
+        w, sx, sy = self.weights_, self.scale_, self.target_scale_
+        out = {
+            "W_enc": (w["W_enc"] / sx).T.contiguous(),
+            "b_enc": w["b_enc"].clone(),
+            "W_dec": (w["W_dec"] * sy).contiguous(),
+            "b_dec": w["b_dec"] * sy,
+        }
+        if "W_skip" in w:
+            out["W_skip"] = (w["W_skip"] * (sy / sx)).T.contiguous()
+        if "threshold" in w:
+            out["threshold"] = w["threshold"].clone()
+        return out
+
+    def _state(self):
+        arrays, extra = super()._state()
+        extra["target_scale"] = self.target_scale_
+        return arrays, extra
+
+    def _restore(self, arrays, extra):
+        super()._restore(arrays, extra)
+        self.preprocessing_ = dict(_NO_SHIFT)
+        self.target_scale_ = float(extra["target_scale"])
+        self.n_outputs_ = int(self.weights_["W_dec"].shape[1])
