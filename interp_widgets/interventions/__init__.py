@@ -9,6 +9,10 @@
   and MLP outputs at their values on a prompt (:mod:`interp_widgets.interventions.freeze`).
 - :func:`reference_activations`: the activations at a point over texts, the reference of a mean or resample
   ablation; :func:`resolve_point`: the one reading of a point's name.
+- :func:`activation_patching`: exact activation patching of residual points, sublayer outputs and heads between a
+  clean and a corrupt prompt (or lists of pairs), denoising or noising, returning a :class:`PatchingResult`
+  (:mod:`interp_widgets.interventions.patching_result`); :mod:`interp_widgets.interventions.patching_inputs` holds
+  the pair preparation and metrics that attribution patching shares.
 
 Example:
     >>> from interp_widgets.interventions import Add, intervene
@@ -21,6 +25,15 @@ Example:
 
 from interp_widgets.interventions.edits import ABLATION_MODES, Ablate, Add, Clamp, as_direction, reference_activations
 from interp_widgets.interventions.intervene import intervene
+from interp_widgets.interventions.patching import EXACT_POINTS, activation_patching
+from interp_widgets.interventions.patching_inputs import METRICS, PatchingPairs, Scorer, prepare_pairs
+from interp_widgets.interventions.patching_result import (
+    PatchingBaseline,
+    PatchingPair,
+    PatchingPanel,
+    PatchingResult,
+    PatchingSetting,
+)
 from interp_widgets.interventions.points import EditPoint, resolve_point
 
 __all__ = [
@@ -28,9 +41,20 @@ __all__ = [
     "Ablate",
     "Add",
     "Clamp",
+    "EXACT_POINTS",
     "EditPoint",
+    "METRICS",
+    "PatchingBaseline",
+    "PatchingPair",
+    "PatchingPairs",
+    "PatchingPanel",
+    "PatchingResult",
+    "PatchingSetting",
+    "Scorer",
+    "activation_patching",
     "as_direction",
     "intervene",
+    "prepare_pairs",
     "reference_activations",
     "resolve_point",
 ]
