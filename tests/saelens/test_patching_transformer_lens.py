@@ -3,9 +3,11 @@
 The tiny GPT-2 of ``tests/tiny_models.py`` (random weights) is converted by TransformerLens's own loading code, with
 no weight processing (``fold_ln``, ``center_writing_weights``, ``center_unembed``, ``fold_value_biases`` and
 ``refactor_factored_attn_matrices`` all off: :func:`hooked`), so that its ``HookedTransformer`` and the Hugging Face
-model compute the same function. Our ``resid_pre``, ``attn_out``, ``mlp_out`` and ``head`` panels (one patch per
-position) must hold the same raw metric as ``get_act_patch_resid_pre``, ``get_act_patch_attn_out``,
-``get_act_patch_mlp_out`` and ``get_act_patch_attn_head_out_by_pos`` to 1e-5, with the same metric: the logit
+model compute the same function. Our ``resid_pre``, ``attn_out``, ``mlp_out``, ``resid_mid`` and ``head`` panels (one
+patch per position) must hold the same raw metric as ``get_act_patch_resid_pre``, ``get_act_patch_attn_out``,
+``get_act_patch_mlp_out``, ``get_act_patch_resid_mid`` and ``get_act_patch_attn_head_out_by_pos`` to 1e-5 (and our
+``head`` panel with every position patched at once, ``positions="all"``, as ``get_act_patch_attn_head_out_all_pos``),
+with the same metric: the logit
 difference (answer − foil) at the last position. TransformerLens runs each pair on its own; ours takes both pairs
 at once and keeps the mean over pairs (``raw``), and normalises each pair by its own clean and corrupt metrics before
 the mean and spread (``values``, ``spread``).
@@ -37,11 +39,12 @@ pytestmark = [
 # their corruption: a noun swap, and a verb + preposition swap
 CLEAN = ["The cat sat on the mat and then the", "The cat sat on the mat and then the"]
 CORRUPT = ["The dog sat on the mat and then the", "The cat ran to the mat and then the"]
-POINTS = ("resid_pre", "attn_out", "mlp_out", "head")
+POINTS = ("resid_pre", "attn_out", "mlp_out", "resid_mid", "head")
 THEIRS = {
     "resid_pre": "get_act_patch_resid_pre",
     "attn_out": "get_act_patch_attn_out",
     "mlp_out": "get_act_patch_mlp_out",
+    "resid_mid": "get_act_patch_resid_mid",
     "head": "get_act_patch_attn_head_out_by_pos",
 }
 TOLERANCE = 1e-5
@@ -152,3 +155,37 @@ def test_activation_patching_matches_transformer_lens(gpt2_tl, transformer_lens_
         atol = 10 * TOLERANCE / np.abs(clean_metrics - corrupt_metrics).min()
         np.testing.assert_allclose(panel.values, normalised.mean(-1), atol=atol, err_msg=point)
         np.testing.assert_allclose(panel.spread, normalised.std(-1), atol=atol, err_msg=point)
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "one-per-pass"])
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+def test_head_patching_at_all_positions_matches_transformer_lens(gpt2_tl, transformer_lens_runs, direction, batched):
+    """positions="all": each head's output patched at every position at once, against
+    ``get_act_patch_attn_head_out_all_pos`` ((layer, head); ours (layer, head, "all"))."""
+    import transformer_lens.patching as tl_patching
+
+    hf_model, tokenizer, tl = gpt2_tl
+    answer, foil, clean_metric, corrupt_metric, _ = transformer_lens_runs(0, direction)
+
+    def logit_diff(logits: torch.Tensor) -> torch.Tensor:
+        return logits[0, -1, answer] - logits[0, -1, foil]
+
+    clean_ids = tokenizer(CLEAN[0], return_tensors="pt").input_ids
+    corrupt_ids = tokenizer(CORRUPT[0], return_tensors="pt").input_ids
+    with torch.no_grad():
+        _, cache = tl.run_with_cache(clean_ids if direction == "denoise" else corrupt_ids)
+        base = corrupt_ids if direction == "denoise" else clean_ids
+        theirs = tl_patching.get_act_patch_attn_head_out_all_pos(tl, base, cache, logit_diff).numpy()
+    result = activation_patching(
+        hf_model, tokenizer, CLEAN[0], CORRUPT[0], answer=answer, foil=foil, points="head", positions="all",
+        direction=direction, batched=batched, progress=False,
+    )  # fmt: skip
+    panel = result.panel("head")
+    n_layers, n_heads = hf_model.config.n_layer, hf_model.config.n_head
+    assert theirs.shape == (n_layers, n_heads) and panel.raw.shape == (n_layers, n_heads, 1)
+    assert panel.positions == ["all"]
+    assert np.ptp(theirs) > 0.05
+    difference = np.abs(panel.raw[..., 0] - theirs).max()
+    assert difference <= TOLERANCE, f"head, all positions, {direction}: max |Δ logit diff| {difference:.2e}"
+    expected = (theirs - corrupt_metric) / (clean_metric - corrupt_metric)
+    np.testing.assert_allclose(panel.values[..., 0], expected, atol=10 * TOLERANCE / abs(clean_metric - corrupt_metric))
