@@ -9,7 +9,17 @@ base prompt with one activation taken from the other prompt's run, and the metri
 Points: ``"resid_pre"``, ``"attn_out"``, ``"mlp_out"``, ``"resid_mid"`` (what :func:`interp_widgets.layers.
 resolve_layer` reads, so every block layout it knows works; parallel-residual blocks have no ``resid_mid`` and are
 refused) and ``"head"`` (query head h's slice of the attention output projection's input, its output before
-``o_proj``, as :func:`~interp_widgets.layers.resolve_head` gives it, so grouped-query models work).
+``o_proj``, as :func:`~interp_widgets.layers.resolve_head` gives it, so grouped-query models work). Per head also:
+
+- ``"q"`` (units ``H0``...), ``"k"`` and ``"v"`` (units ``KV0``..., one per key / value head: 3 per layer on
+  SmolLM2): the head's slice of the query / key / value projection's output (``q_proj``, ``attention.self.query``,
+  or GPT-2's fused ``c_attn``), before rotary embeddings and q/k norms, which are the same functions of the
+  position in both runs, so the patched head computes with the other run's vector;
+- ``"pattern"`` (units ``H0``...): query head h's attention weights at the query position (a row of the pattern),
+  then ``pattern @ V`` again. It needs eager attention: the call runs the model with the eager attention function
+  (switched to for the call through :func:`~interp_widgets.layers.attention_implementation`, and back afterwards),
+  and a model that cannot switch at run time gets an error that says how to reload it. With ``"pattern"`` among
+  the points, every point of that call runs on eager attention.
 
 Every patch goes through :func:`~interp_widgets.interventions.intervene`. Two paths compute the same numbers:
 
@@ -40,7 +50,8 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+import sys
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -68,38 +79,129 @@ from interp_widgets.interventions.patching_result import (
     PatchingSetting,
 )
 from interp_widgets.interventions.points import EditPoint, resolve_point
-from interp_widgets.layers import blocks, evaluation, hidden_of, no_new_hooks, norm_modules, register, resolve_head
+from interp_widgets.layers import (
+    UnsupportedModelError,
+    attention_implementation,
+    blocks,
+    evaluation,
+    hidden_of,
+    no_new_hooks,
+    norm_modules,
+    register,
+    resolve_head,
+    resolve_layer,
+)
 from interp_widgets.validation import check_choice
 
 #: the point types activation patching takes
-EXACT_POINTS = ("resid_pre", "attn_out", "mlp_out", "resid_mid", "head")
+EXACT_POINTS = ("resid_pre", "attn_out", "mlp_out", "resid_mid", "head", "q", "k", "v", "pattern")
+#: per-head points whose units are key / value heads (grouped-query models have fewer of them than query heads)
+_KV_POINTS = ("k", "v")
+# The query / key / value projections inside one block, first match wins: separate modules, or one fused module
+# whose output is [q | k | v] side by side (GPT-2's c_attn).
+_QKV = {
+    "q": ("self_attn.q_proj", "attn.q_proj", "attention.self.query", "self_attention.q_proj"),
+    "k": ("self_attn.k_proj", "attn.k_proj", "attention.self.key", "self_attention.k_proj"),
+    "v": ("self_attn.v_proj", "attn.v_proj", "attention.self.value", "self_attention.v_proj"),
+}
+_FUSED_QKV = ("attn.c_attn",)
 _REPLAY_TOLERANCE = 1e-4
 
 
 @dataclass(frozen=True)
+class _Unit:
+    """One patched unit: the ``intervene`` point it is written at (``name``), the point whose hidden state is
+    recorded (``capture``) and, for a query / key / value head, its ``cols`` in that hidden state; a pattern's unit
+    is its query head (``head``) of the attention ``modules`` of the block."""
+
+    name: str
+    capture: EditPoint | None
+    cols: slice | None = None
+    head: int | None = None
+    modules: tuple = ()
+
+    def value(self, hidden: torch.Tensor) -> torch.Tensor:
+        """The unit's activation in a recorded hidden state: (pairs, tokens, width), or a pattern's (pairs, query
+        tokens, key tokens)."""
+        if self.capture is None:
+            return hidden[:, self.head]
+        activation = self.capture.activation(hidden)
+        return activation if self.cols is None else activation[..., self.cols]
+
+
+@dataclass(frozen=True)
 class _Site:
-    """One point type at one block: the edit points of its units and where the captured value lives."""
+    """One point type at one block and its units (one for a stream point, one per head)."""
 
     point: str
     layer: int
-    units: tuple[EditPoint, ...]  # one per unit (one for a stream point, one per query head)
+    units: tuple[_Unit, ...]
+    labels: tuple[str, ...]
 
-    @property
-    def capture(self) -> EditPoint:
-        return self.units[0]
+
+def _head_counts(model: nn.Module) -> tuple[int, int, int]:
+    """(query heads, key / value heads, head width) from the config."""
+    config = model.config
+    n_heads = resolve_head(model, "layer:0.head:0").n_heads
+    n_kv = getattr(config, "num_key_value_heads", None) or n_heads
+    width = getattr(config, "head_dim", None) or config.hidden_size // n_heads
+    return n_heads, int(n_kv), int(width)
+
+
+def _qkv_units(model: nn.Module, point: str, layer: int, chosen: list[int]) -> tuple[_Unit, ...]:
+    block = resolve_layer(model, layer)
+    modules = dict(block.module.named_modules())
+    n_heads, n_kv, width = _head_counts(model)
+    path = next((p for p in _QKV[point] if p in modules), None)
+    offset = 0
+    if path is None:
+        path = next((p for p in _FUSED_QKV if p in modules), None)
+        offset = "qkv".index(point) * n_heads * width
+    if path is None:
+        children = [name for name, _ in block.module.named_children()]
+        raise UnsupportedModelError(
+            f"cannot find the {point} projection of the blocks of {type(model).__name__} (block children: "
+            f"{children}); patch 'head' (each head's output) or 'pattern' instead"
+        )
+    capture = resolve_point(model, f"{block.path}.{path}")
+    return tuple(_Unit(capture.name, capture, slice(offset + j * width, offset + (j + 1) * width)) for j in chosen)
+
+
+def _pattern_units(model: nn.Module, layer: int, chosen: list[int]) -> tuple[_Unit, ...]:
+    block = resolve_layer(model, layer).module
+    modules = tuple(m for m in block.modules() if type(m).__name__.endswith("Attention"))
+    if not modules:
+        raise UnsupportedModelError(
+            f"cannot find the attention module of the blocks of {type(model).__name__}; patch 'head' instead"
+        )
+    return tuple(_Unit(f"pattern:{layer}", None, head=h, modules=modules) for h in chosen)
 
 
 def _sites(model: nn.Module, points: Sequence[str], layers: list[int], heads: list[int] | None) -> list[_Site]:
     sites = []
     for point in points:
         for layer in layers:
-            if point == "head":
+            if point in ("head", "q", "pattern"):
                 n_heads = resolve_head(model, f"layer:{layer}.head:0").n_heads
-                chosen = range(n_heads) if heads is None else heads
-                units = tuple(resolve_point(model, f"layer:{layer}.head:{h}") for h in chosen)
+                chosen = list(range(n_heads)) if heads is None else heads
+                labels = tuple(f"H{h}" for h in chosen)
+            elif point in _KV_POINTS:
+                chosen = list(range(_head_counts(model)[1]))
+                labels = tuple(f"KV{j}" for j in chosen)
             else:
-                units = (resolve_point(model, f"layer:{layer}.{point}"),)
-            sites.append(_Site(point, layer, units))
+                chosen, labels = [None], ("stream",)
+            if point == "head":
+                units = tuple(
+                    _Unit(e.name, e) for e in (resolve_point(model, f"layer:{layer}.head:{h}") for h in chosen)
+                )
+            elif point in ("q", *_KV_POINTS):
+                units = _qkv_units(model, point, layer, chosen)
+            elif point == "pattern":
+                units = _pattern_units(model, layer, chosen)
+            else:
+                edit_point = resolve_point(model, f"layer:{layer}.{point}")
+                units = (_Unit(edit_point.name, edit_point),)
+            sites.append(_Site(point, layer, units, labels))
     return sites
 
 
@@ -142,7 +244,8 @@ def _check_heads(model: nn.Module, heads) -> list[int] | None:
 
 @contextlib.contextmanager
 def _recording(model: nn.Module, sites: list[_Site], store: dict) -> Iterator[None]:
-    """Record the full hidden state at each site's capture point (for heads: every head's output side by side)."""
+    """Record the full hidden state at each site's capture point (for heads: every head's output side by side; for a
+    pattern: the attention weights (pairs, heads, query tokens, key tokens))."""
     handles = []
 
     def recorder(key):
@@ -151,18 +254,83 @@ def _recording(model: nn.Module, sites: list[_Site], store: dict) -> Iterator[No
 
         return hook
 
+    def pattern_recorder(key):
+        def record(weights):
+            store[key] = weights.detach().clone()
+            return weights
+
+        return record
+
     try:
         for site in sites:
-            handles.append(register(site.capture.point, recorder((site.point, site.layer))))
+            unit = site.units[0]
+            if unit.capture is None:
+                for module in unit.modules:
+                    _PATTERN_EDITS[module] = pattern_recorder((site.point, site.layer))
+                    handles.append(_Removal(module))
+            else:
+                handles.append(register(unit.capture.point, recorder((site.point, site.layer))))
         yield
     finally:
         for handle in handles:
             handle.remove()
 
 
-def _unit_value(site: _Site, unit: int, hidden: torch.Tensor) -> torch.Tensor:
-    """The activation of one unit inside a recorded hidden state (pairs, tokens, width)."""
-    return site.units[unit].activation(hidden)
+class _Removal:
+    """A handle that takes a module's pattern edit away again."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def remove(self):
+        _PATTERN_EDITS.pop(self.module, None)
+
+
+# ------------------------------------------------------------------------------------------ attention patterns
+_PATTERN = "interp_widgets_patched_pattern"
+_PATTERN_EDITS: dict[nn.Module, Callable] = {}  # attention module -> fn(weights) -> weights, while a patch runs
+
+
+def _pattern_attention(module, query, key, value, attention_mask, **kwargs):
+    """The model's own eager attention, with the pattern (batch, heads, query, key) passed through the module's
+    edit (a recorder or a patch), then ``pattern @ V`` again (value heads repeated for grouped-query attention)."""
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise UnsupportedModelError(
+            f"cannot patch the attention pattern of {type(module).__name__}: its module has no eager attention "
+            "function; patch 'head' instead"
+        )
+    output, weights = eager(module, query, key, value, attention_mask, **kwargs)
+    edit = _PATTERN_EDITS.get(module)
+    if edit is None:
+        return output, weights
+    new = edit(weights)
+    if new is weights:
+        return output, weights
+    repeats = query.shape[1] // value.shape[1]
+    values = value.repeat_interleave(repeats, dim=1) if repeats > 1 else value
+    return torch.matmul(new.to(values.dtype), values).transpose(1, 2).contiguous(), new
+
+
+@contextlib.contextmanager
+def _pattern_attention_on(model: nn.Module) -> Iterator[None]:
+    """Run ``model`` with :func:`_pattern_attention` (eager attention whose pattern can be read and patched)."""
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    why = "patching attention patterns needs the attention weights, which only eager attention computes"
+    with attention_implementation(model, "eager", why=why, hint=" (eager attention gives the patterns)"):
+        registered = _PATTERN not in AttentionInterface._global_mapping
+        if registered:
+            AttentionInterface.register(_PATTERN, _pattern_attention)
+            AttentionMaskInterface.register(_PATTERN, eager_mask)
+        try:
+            with attention_implementation(model, _PATTERN, why=why):
+                yield
+        finally:
+            if registered:
+                AttentionInterface._global_mapping.pop(_PATTERN, None)
+                AttentionMaskInterface._global_mapping.pop(_PATTERN, None)
 
 
 class _Replay:
@@ -249,19 +417,46 @@ class _Replay:
         return self.head(self.norm(picked))[:, 0]
 
 
-def _row_writer(rows: torch.Tensor, positions: torch.Tensor | None, values: torch.Tensor):
-    """An edit that writes ``values`` (rows, [positions,] width) into rows ``rows`` at ``positions`` (None: all)."""
+def _row_writer(writes: list):
+    """An edit that applies ``writes``: (rows, positions or None for all, cols or None, values (rows, [positions,]
+    width)); for a pattern, cols is the head index and the edited tensor (batch, heads, query, key)."""
 
     def write(x: torch.Tensor) -> torch.Tensor:
         out = x.clone()
-        index = rows.to(x.device)
-        if positions is None:
-            out[index] = values.to(device=x.device, dtype=x.dtype)
-        else:
-            out[index, positions.to(x.device)] = values.to(device=x.device, dtype=x.dtype)
+        for rows, positions, cols, values in writes:
+            index = rows.to(x.device)
+            values = values.to(device=x.device, dtype=x.dtype)
+            if isinstance(cols, int):  # a pattern: (batch, heads, query, key)
+                if positions is None:
+                    out[index, cols] = values
+                else:
+                    out[index, cols, positions.to(x.device)] = values
+                continue
+            cols = slice(None) if cols is None else cols
+            if positions is None:
+                out[index, :, cols] = values
+            else:
+                out[index, positions.to(x.device), cols] = values
         return out
 
     return write
+
+
+@contextlib.contextmanager
+def _applied(model: nn.Module, edits: dict) -> Iterator[None]:
+    """Apply ``{name: (unit, fn)}``: through ``intervene``, or as pattern edits of the attention function."""
+    patterns = {name: pair for name, pair in edits.items() if pair[0].capture is None}
+    handles = []
+    try:
+        for unit, fn in patterns.values():
+            for module in unit.modules:
+                _PATTERN_EDITS[module] = fn
+                handles.append(_Removal(module))
+        with intervene(model, {name: fn for name, (unit, fn) in edits.items() if name not in patterns}):
+            yield
+    finally:
+        for handle in handles:
+            handle.remove()
 
 
 def _progress(total: int, enabled: bool, desc: str):
@@ -299,14 +494,16 @@ def activation_patching(
             token count (an error names the fix otherwise).
         answer, foil: the tokens the metric compares, one token each (a string that tokenises to one token, or an
             id; a list gives one per pair). Defaults: the clean run's top token and the corrupt run's top other token.
-        points: any of ``"resid_pre"``, ``"attn_out"``, ``"mlp_out"``, ``"resid_mid"``, ``"head"``; one panel each.
+        points: any of ``"resid_pre"``, ``"attn_out"``, ``"mlp_out"``, ``"resid_mid"``, ``"head"``, ``"q"``,
+            ``"k"``, ``"v"``, ``"pattern"``; one panel each.
         positions: ``"each"`` (one patch per position) or ``"all"`` (every position at once).
         metric: ``"logit_diff"`` (answer − foil logit), ``"answer_prob"``, ``"kl"`` (KL(clean ‖ patched)) or a
             callable ``metric(logits (rows, vocab), pair (rows,)) -> (rows,)``. Values are normalised to 0 = corrupt
             run, 1 = clean run; a pair whose two metrics do not differ is refused.
         direction: ``"denoise"`` (corrupt run, clean activation patched in) or ``"noise"`` (clean run, corrupt
             activation patched in; a low value then means important).
-        layers: block indices to patch (default: all); heads: query-head indices for ``"head"`` (default: all).
+        layers: block indices to patch (default: all); heads: query-head indices for ``"head"``, ``"q"`` and
+            ``"pattern"`` (default: all; ``"k"`` and ``"v"`` always patch every key / value head).
         batched: False runs one patch per forward pass through the whole model (the slow reference).
         max_batch_tokens: tokens per forward pass (the :class:`~interp_widgets.adapter.ModelAdapter` budget; the
             pairs of one patch always share a pass).
@@ -317,9 +514,9 @@ def activation_patching(
 
     Example:
         >>> result = activation_patching(lm, lm_tokenizer, "the cat sat", "the dog sat", answer=" on", foil=" the",
-        ...                              points=("attn_out", "head"), positions="all", progress=False)
-        >>> result.panel("head").units, result.panel("attn_out").values.shape
-        (['H0', 'H1'], (2, 1, 1))
+        ...                              points=("attn_out", "head", "v", "pattern"), positions="all", progress=False)
+        >>> result.panel("head").units, result.panel("v").units, result.panel("attn_out").values.shape
+        (['H0', 'H1'], ['KV0', 'KV1'], (2, 1, 1))
         >>> activation_patching(lm, lm_tokenizer, "the cat sat", "the dog sat", answer=" on", foil=" the",
         ...                     points="head", heads=[2])
         Traceback (most recent call last):
@@ -340,7 +537,8 @@ def activation_patching(
         model, tokenizer, **({} if max_batch_tokens is None else {"max_batch_tokens": max_batch_tokens})
     )
     adapter.check_length(pairs.n_tokens, "the prompt")
-    with evaluation(model), no_new_hooks(model), torch.no_grad():
+    patterns = _pattern_attention_on(model) if "pattern" in points else contextlib.nullcontext()
+    with evaluation(model), no_new_hooks(model), torch.no_grad(), patterns:
         return _patch(model, adapter, tokenizer, pairs, sites, answer, foil, positions, metric, name, direction,
                       batched, progress)  # fmt: skip
 
@@ -419,26 +617,29 @@ def _patch(
 
 
 def _patch_edits(site: _Site, chunk, hidden, pairs_per_patch: int, positions: str, row_pairs) -> dict:
-    """``{point name: edit}`` writing each row's patch: rows are patch-major, ``pairs_per_patch`` rows per patch."""
-    edits = {}
+    """``{name: (unit, edit)}`` writing each row's patch: rows are patch-major, ``pairs_per_patch`` rows per patch.
+    Units that share a point (the query heads of one projection) share one edit."""
+    writes: dict[str, tuple[_Unit, list]] = {}
     for u in sorted({u for u, _ in chunk}):
+        unit = site.units[u]
         rows = [j * pairs_per_patch + k for j, (uu, _) in enumerate(chunk) if uu == u for k in range(pairs_per_patch)]
         source_pairs = torch.as_tensor([row_pairs[r] for r in rows])
-        value = _unit_value(site, u, hidden)
-        rows_t = torch.as_tensor(rows)
+        value = unit.value(hidden)
+        cols = unit.head if unit.capture is None else unit.cols
         if positions == "all":
-            edits[site.units[u].name] = _row_writer(rows_t, None, value[source_pairs])
+            write = (torch.as_tensor(rows), None, cols, value[source_pairs])
         else:
             where = torch.as_tensor([chunk[r // pairs_per_patch][1] for r in rows])
-            edits[site.units[u].name] = _row_writer(rows_t, where, value[source_pairs, where])
-    return edits
+            write = (torch.as_tensor(rows), where, cols, value[source_pairs, where])
+        writes.setdefault(unit.name, (unit, []))[1].append(write)
+    return {name: (unit, _row_writer(w)) for name, (unit, w) in writes.items()}
 
 
 def _run_chunk(adapter, replay, site, chunk, hidden, base_ids, pairs, positions) -> torch.Tensor:
     n_pairs = pairs.n_pairs
     row_pairs = torch.arange(n_pairs).repeat(len(chunk))
     edits = _patch_edits(site, chunk, hidden, n_pairs, positions, row_pairs.tolist())
-    with intervene(adapter.model, edits):
+    with _applied(adapter.model, edits):
         if replay is not None:
             return replay.run(site.layer, row_pairs)
         ids = base_ids[row_pairs]
@@ -447,19 +648,11 @@ def _run_chunk(adapter, replay, site, chunk, hidden, base_ids, pairs, positions)
 
 
 def _run_one(adapter, site, patch, hidden, base_ids, pairs, positions, pair: int) -> torch.Tensor:
-    """One patched run through the whole model (the reference path): intervene with the value at one position."""
-    u, p = patch
-    value = _unit_value(site, u, hidden)[pair : pair + 1]
-    edit = {site.units[u].name: value if positions == "all" else value[:, p : p + 1]}
-    with intervene(adapter.model, edit, positions=None if positions == "all" else [p]):
+    """One patched run through the whole model (the reference path): one row, one patch."""
+    edits = _patch_edits(site, [patch], hidden[pair : pair + 1], 1, positions, [0])
+    with _applied(adapter.model, edits):
         logits = adapter.model(input_ids=base_ids[pair : pair + 1].to(adapter.device)).logits
     return scored_logits(logits, pairs.position)
-
-
-def _unit_labels(site: _Site) -> list[str]:
-    if site.point == "head":
-        return [f"H{unit.head.head}" for unit in site.units]
-    return ["stream"]
 
 
 def _result(model, tokenizer, pairs, answers, sites, results, positions, name, direction, labels, clean, corrupt):
@@ -478,7 +671,7 @@ def _result(model, tokenizer, pairs, answers, sites, results, positions, name, d
             PatchingPanel(
                 point,
                 [sites[s].layer for s in indices],
-                _unit_labels(sites[indices[0]]),
+                list(sites[indices[0]].labels),
                 pairs.layout.tokens if positions == "each" else ["all"],
                 values=normalised.mean(-1),
                 raw=raw.mean(-1),

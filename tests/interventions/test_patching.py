@@ -371,3 +371,118 @@ def test_smollm2_patched_runs_match_a_plain_hook():
             logits = hook_patched_logits(model, sites, name, clean_ids, corrupt_ids, p)
             value = metric_and_top(logits, clean_ids.shape[1] - 1, answer, foil)[0]
             assert abs(batched.panel(point).raw[0, unit, p] - value) <= 1e-4
+
+
+# ---------------------------------------------------------------------------------------------------- q, k, v, pattern
+#: (projection module in a block, offset of q / k / v in its output in head widths: a fused c_attn is [q | k | v])
+QKV_SITES = {
+    "llama": {"q": ("self_attn.q_proj", 0), "k": ("self_attn.k_proj", 0), "v": ("self_attn.v_proj", 0)},
+    "gpt2": {"q": ("attn.c_attn", 0), "k": ("attn.c_attn", 1), "v": ("attn.c_attn", 2)},
+    "bert": {"q": ("attention.self.query", 0), "k": ("attention.self.key", 0), "v": ("attention.self.value", 0)},
+}
+
+
+def module_output(module, model, ids) -> torch.Tensor:
+    store = {}
+    handle = module.register_forward_hook(lambda mod, args, out: store.setdefault("x", out.detach().clone()))
+    try:
+        with torch.no_grad():
+            model(input_ids=ids)
+    finally:
+        handle.remove()
+    return store["x"]
+
+
+def qkv_reference(model, sites, point, family, unit, clean_ids, corrupt_ids, position):
+    """The corrupt run with one q / k / v head's clean projection output at ``position`` (a plain forward hook)."""
+    path, offset = QKV_SITES[family][point]
+    module = model.get_submodule(sites.blocks)[1].get_submodule(path)
+    config = model.config
+    width = config.hidden_size // config.num_attention_heads
+    start = offset * config.hidden_size + unit * width
+    clean = module_output(module, model, clean_ids)
+
+    def post(mod, args, out):
+        out = out.clone()
+        out[:, position, start : start + width] = clean[:, position, start : start + width]
+        return out
+
+    handle = module.register_forward_hook(post)
+    try:
+        with torch.no_grad():
+            return model(input_ids=corrupt_ids).logits
+    finally:
+        handle.remove()
+
+
+def pattern_reference(model, sites, family, head, clean_ids, corrupt_ids, position):
+    """The corrupt run with head ``head``'s output at ``position`` recomputed from the clean pattern row: the clean
+    eager attention weights (a copy of the model switched to eager) times the corrupt run's value vectors (read at
+    the value projection), written at the output projection's input by a plain hook."""
+    eager = copy.deepcopy(model)
+    eager.set_attn_implementation("eager")
+    with torch.no_grad():
+        pattern = eager(input_ids=clean_ids, output_attentions=True).attentions[1][0, head]
+    config = model.config
+    width = config.hidden_size // config.num_attention_heads
+    n_kv = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    kv = head // (config.num_attention_heads // n_kv)
+    path, offset = QKV_SITES[family]["v"]
+    values = module_output(model.get_submodule(sites.blocks)[1].get_submodule(path), model, corrupt_ids)
+    start = offset * config.hidden_size + kv * width
+    row = pattern[position] @ values[0, :, start : start + width]
+    handle = plain_hook(model, sites, f"layer:1.head:{head}", lambda x: row.expand_as(x), [position])
+    try:
+        with torch.no_grad():
+            return model(input_ids=corrupt_ids).logits
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_q_k_v_and_pattern_patches_match_independent_references(family):
+    sites = FAMILIES[family]
+    model, tokenizer = sites.build()
+    clean_text, corrupt_text = PROMPTS[family]
+    clean_ids, corrupt_ids = ids_of(tokenizer, clean_text), ids_of(tokenizer, corrupt_text)
+    position = scored_position(tokenizer, clean_ids)
+    implementation = model.config._attn_implementation
+    result = activation_patching(model, tokenizer, clean_text, corrupt_text, points=("q", "k", "v", "pattern"),
+                                 layers=[1], progress=False)  # fmt: skip
+    assert model.config._attn_implementation == implementation
+    answer, foil = int(result.pair.answer_ids[0]), int(result.pair.foil_ids[0])
+    n_kv = getattr(model.config, "num_key_value_heads", None) or model.config.num_attention_heads
+    assert result.panel("k").units == [f"KV{j}" for j in range(n_kv)]
+    assert result.panel("q").units == [f"H{h}" for h in range(model.config.num_attention_heads)]
+    changed = 0.0
+    for point in ("q", "k", "v", "pattern"):
+        panel = result.panel(point)
+        unit = len(panel.units) - 1
+        for p in (1, 2, position):
+            if point == "pattern":
+                logits = pattern_reference(model, sites, family, unit, clean_ids, corrupt_ids, p)
+            else:
+                logits = qkv_reference(model, sites, point, family, unit, clean_ids, corrupt_ids, p)
+            value = metric_and_top(logits, position, answer, foil)[0]
+            assert abs(panel.raw[0, unit, p] - value) <= TOL, (point, p)
+            changed = max(changed, abs(value - result.baseline.corrupt_metric))
+    assert changed > 1e-3
+
+
+def test_smollm2_has_three_kv_heads_per_layer():
+    from interp_widgets import demo
+
+    model, tokenizer = demo.load_lm(progress=False)
+    result = activation_patching(model, tokenizer, "The Eiffel Tower is in", "The Colosseum is in", answer=" Paris",
+                                 foil=" Rome", points=("k", "v"), layers=[3], positions="all", progress=False)  # fmt: skip
+    assert result.panel("k").units == ["KV0", "KV1", "KV2"] and result.panel("v").values.shape == (1, 3, 1)
+
+
+def test_patterns_need_eager_attention_and_say_how_to_reload():
+    model, tokenizer = tiny_models.llama_lm()
+    stuck = copy.deepcopy(model)
+    stuck._can_set_attn_implementation = lambda: False  # a model that cannot switch at run time
+    before = model_fingerprint(stuck, tokenizer)
+    with pytest.raises(UnsupportedModelError, match="only eager attention computes.*attn_implementation='eager'"):
+        activation_patching(stuck, tokenizer, "the cat sat", "the dog sat", points="pattern", progress=False)
+    assert model_fingerprint(stuck, tokenizer) == before
