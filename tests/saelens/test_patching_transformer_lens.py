@@ -189,3 +189,83 @@ def test_head_patching_at_all_positions_matches_transformer_lens(gpt2_tl, transf
     assert difference <= TOLERANCE, f"head, all positions, {direction}: max |Δ logit diff| {difference:.2e}"
     expected = (theirs - corrupt_metric) / (clean_metric - corrupt_metric)
     np.testing.assert_allclose(panel.values[..., 0], expected, atol=10 * TOLERANCE / abs(clean_metric - corrupt_metric))
+
+
+HEAD_PARTS = ("q", "k", "v", "pattern")
+
+
+@pytest.fixture(scope="module")
+def transformer_lens_head_parts(gpt2_tl, transformer_lens_runs):
+    """``runs(direction, positions)``: TransformerLens's patching of the first pair's queries, keys, values and
+    attention patterns per head, ``{point: (layer, pos, head) or (layer, head)}`` (computed once per module)."""
+    import transformer_lens.patching as tl_patching
+
+    _, tokenizer, tl = gpt2_tl
+    done = {}
+
+    def runs(direction: str, positions: str):
+        if (direction, positions) in done:
+            return done[direction, positions]
+        answer, foil, *_ = transformer_lens_runs(0, direction)
+
+        def logit_diff(logits: torch.Tensor) -> torch.Tensor:
+            return logits[0, -1, answer] - logits[0, -1, foil]
+
+        clean_ids = tokenizer(CLEAN[0], return_tensors="pt").input_ids
+        corrupt_ids = tokenizer(CORRUPT[0], return_tensors="pt").input_ids
+        with torch.no_grad():
+            _, cache = tl.run_with_cache(clean_ids if direction == "denoise" else corrupt_ids)
+            base = corrupt_ids if direction == "denoise" else clean_ids
+            suffix = "by_pos" if positions == "each" else "all_pos"
+            done[direction, positions] = {
+                part: getattr(tl_patching, f"get_act_patch_attn_head_{part}_{suffix}")(tl, base, cache, logit_diff)
+                .numpy()
+                .astype(np.float64)
+                for part in HEAD_PARTS
+            }
+        return done[direction, positions]
+
+    return runs
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["batched", "one-per-pass"])
+@pytest.mark.parametrize("direction", ["denoise", "noise"])
+@pytest.mark.parametrize("positions", ["each", "all"])
+def test_query_key_value_and_pattern_patching_match_transformer_lens(
+    gpt2_tl, transformer_lens_runs, transformer_lens_head_parts, positions, direction, batched
+):
+    """q, k, v and pattern per head against ``get_act_patch_attn_head_{q,k,v,pattern}_by_pos`` (one query position
+    at a time; for the pattern, the row of that query position) and ``..._all_pos``. GPT-2 has as many key / value
+    heads as query heads, so TransformerLens's head index is our ``KV`` unit for k and v. Axes: TransformerLens's
+    (layer, pos, head) for q, k and v is ours (layer, unit, pos) with the last two swapped; its pattern panel is
+    (layer, head, dest pos), ours already; its (layer, head) for every position at once is ours (layer, unit,
+    "all")."""
+    hf_model, tokenizer, _ = gpt2_tl
+    answer, foil, clean_metric, corrupt_metric, _ = transformer_lens_runs(0, direction)
+    theirs = transformer_lens_head_parts(direction, positions)
+    result = activation_patching(
+        hf_model, tokenizer, CLEAN[0], CORRUPT[0], answer=answer, foil=foil, points=HEAD_PARTS, positions=positions,
+        direction=direction, batched=batched, progress=False,
+    )  # fmt: skip
+    n_layers, n_heads = hf_model.config.n_layer, hf_model.config.n_head
+    for part in HEAD_PARTS:
+        panel = result.panel(part)
+        prefix = "KV" if part in ("k", "v") else "H"
+        assert panel.units == [f"{prefix}{h}" for h in range(n_heads)]
+        if positions == "each" and part == "pattern":
+            assert theirs[part].shape == (n_layers, n_heads, 13)  # (layer, head, dest pos): ours already
+            expected = theirs[part]
+        elif positions == "each":
+            assert theirs[part].shape == (n_layers, 13, n_heads)
+            expected = theirs[part].transpose(0, 2, 1)  # (layer, pos, head) -> ours (layer, head, pos)
+        else:
+            assert theirs[part].shape == (n_layers, n_heads) and panel.positions == ["all"]
+            expected = theirs[part][..., None]  # (layer, head) -> ours (layer, head, "all")
+        assert panel.raw.shape == expected.shape
+        assert np.ptp(expected) > 0.05, part
+        difference = np.abs(panel.raw - expected).max()
+        assert difference <= TOLERANCE, f"{part} {positions} {direction}: max |Δ logit diff| {difference:.2e}"
+        normalised = (expected - corrupt_metric) / (clean_metric - corrupt_metric)
+        np.testing.assert_allclose(
+            panel.values, normalised, atol=10 * TOLERANCE / abs(clean_metric - corrupt_metric), err_msg=part
+        )
