@@ -113,7 +113,7 @@ def bench_view() -> None:
 
 def view(model=None, tokenizer=None) -> None:
     """Part ``view`` of ``benchmarks/interventions.py`` (its parts take the model and tokenizer; this one needs
-    neither): wire it in with ``from _patching_view import view`` and ``PARTS["view"] = view``."""
+    neither)."""
     bench_view()
 
 

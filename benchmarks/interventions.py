@@ -18,7 +18,8 @@ Part ``attribution``:
 2. info: its Spearman correlation and top-20 overlap against exact activation patching, per point type (no goal:
    report what it is).
 
-Part ``view`` (helper pviews) has its place below.
+Part ``view`` (``benchmarks/_patching_view.py``): the patching view of 30 layers × 1,000 positions in headless
+chromium: first paint < 150 ms and hover < 50 ms.
 
 ``--tiny`` runs every part on the tiny Llama of ``tests/tiny_models.py`` (a check that the script runs; its
 numbers mean nothing).
@@ -46,7 +47,9 @@ import _repo  # noqa: E402,F401  (the repository root on sys.path)
 from interp_widgets.interventions import activation_patching, attribution_patching  # noqa: E402
 from interp_widgets.layers import blocks  # noqa: E402
 
-PARTS = ("exact", "attribution")  # part "view" (helper pviews) joins here
+from _patching_view import view as view_part  # noqa: E402
+
+PARTS = ("exact", "attribution", "view")
 CLEAN = "When Mary and John went to the big store, John gave a cold drink to"
 CORRUPT = "When Mary and John went to the big store, Mary gave a cold drink to"
 TINY_CLEAN, TINY_CORRUPT = "the cat sat on the", "the dog sat on the"
@@ -164,12 +167,6 @@ def attribution_part(model, tokenizer, clean, corrupt, answers, repeats, points=
         )
 
 
-# ---------------------------------------------------------------------------------------------------------------------
-# part "view" (helper pviews): the patching view with 30 layers × 1,000 positions in headless chromium, first paint
-# < 150 ms and hover < 50 ms. Add "view" to PARTS and call it from main().
-# ---------------------------------------------------------------------------------------------------------------------
-
-
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="what to run (default: all)")
@@ -180,6 +177,8 @@ def main(argv=None) -> None:
         exact_part(model, tokenizer, clean, corrupt, answers, repeats=1 if args.tiny else 2)
     if "attribution" in args.parts:
         attribution_part(model, tokenizer, clean, corrupt, answers, repeats=1 if args.tiny else 5)
+    if "view" in args.parts:
+        view_part(model, tokenizer)
 
 
 if __name__ == "__main__":
