@@ -29,13 +29,17 @@ from interp_widgets.widgets import (
     GenerationWidget,
     LensWidget,
     MonitorWidget,
+    PatchingView,
+    SteeringView,
     TokenHighlightWidget,
     compare,
 )
 from interp_widgets.widgets.concept_browser import ConceptBrowser
+from interp_widgets.widgets.patching import demo_patching_data
 from tests.widgets.test_concept_widget import _interpretation
 from tests.widgets.test_views_widget import EVIL, _collection, _gen_result, _result
-from tests.widgets.test_widget_schema import _attention_patterns, _lens_result
+from tests.widgets.test_steering_view import _steering_result
+from tests.widgets.test_widget_schema import _attention_patterns, _circuit_graph, _lens_result
 
 pytestmark = pytest.mark.browser
 
@@ -82,6 +86,9 @@ WIDGETS = {
     "monitor": _monitor,
     "attention": lambda: AttentionWidget(_attention_patterns()),
     "lens": lambda: LensWidget(_lens_result()),
+    "patching": lambda: PatchingView(demo_patching_data(heads=True)),
+    "steering": lambda: SteeringView(_steering_result()),
+    "circuit": lambda: _circuit_graph().widget(),
 }  # fmt: skip
 
 

@@ -364,6 +364,7 @@ function paintGroups(ctx) {
 /** @param {import("../../lib/view.js").ViewContext} ctx */
 export function draw(ctx, level) {
   const { model, parts, state, data } = ctx;
+  parts.root.dataset.iwTheme = ctx.theme;
   const g = geometry(ctx);
   state.geometry = g;
   const pinnedKey = JSON.stringify([model.get("pinned"), model.get("groups")]);
