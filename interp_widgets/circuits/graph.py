@@ -239,8 +239,9 @@ class GraphNodes:
 @dataclass(frozen=True, eq=False)
 class GraphProvenance:
     """Where a graph has been: how it was pruned (``pruning``, None: unpruned), what a ``max_feature_nodes`` cap
-    left out (``cap``, None: no cap) and the ``view`` state a graph JSON saved (``qParams``: ``pinnedIds``,
-    ``supernodes``, ...).
+    left out (``cap``, None: no cap), the ``view`` state a graph JSON saved (``qParams``: ``pinnedIds``,
+    ``supernodes``, ...) and the ``settings`` of the computation that made it (JSON values:
+    :func:`~interp_widgets.circuits.attribution_graph` records ``bos_added``, ``batch_size``, ...).
 
     Example:
         >>> GraphProvenance().pruning, GraphProvenance(cap=FeatureCap(120)).cap.n_active
@@ -250,6 +251,7 @@ class GraphProvenance:
     pruning: Pruning | None = None
     cap: FeatureCap | None = None
     view: dict = field(default_factory=dict)
+    settings: dict = field(default_factory=dict)
 
 
 #: Each flat attribute of an :class:`AttributionGraph` (the names of its fields before it was made of parts, and of
@@ -259,7 +261,7 @@ class GraphProvenance:
 FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
     "prompt": ("input", "text"), "prompt_tokens": ("input", "layout.tokens"), "token_ids": ("input", "token_ids"),
     **{name: ("nodes", name) for name in ("features", "activations", "errors", "n_layers", "scan")},
-    **{name: ("provenance", name) for name in ("pruning", "cap", "view")},
+    **{name: ("provenance", name) for name in ("pruning", "cap", "view", "settings")},
 }  # fmt: skip
 _REQUIRED = ("prompt", "prompt_tokens", "token_ids", "features", "activations", "n_layers")
 _PARTS = {"input": GraphInput, "nodes": GraphNodes, "logits": Targets, "provenance": GraphProvenance}
@@ -735,6 +737,7 @@ class AttributionGraph:
             "n_layers": self.n_layers,
             "scan": self.scan,
             "view": self.view,
+            "settings": self.settings,
             "cap": None if self.cap is None else [self.cap.n_active, self.cap.lost_influence],
             "pruning": None if self.pruning is None else [self.pruning.node_threshold, self.pruning.edge_threshold],
         }
@@ -783,6 +786,7 @@ class AttributionGraph:
             pruning=pruning,
             cap=None if meta["cap"] is None else FeatureCap(*meta["cap"]),
             view=meta["view"],
+            settings=meta.get("settings", {}),
         )
 
     def to_json(
