@@ -68,3 +68,6 @@ def read_case(folder: Path, i: int):
 
 COLLIDING = 10  # a random graph whose circuit-tracer JSON has colliding node ids (its issue #78)
 N_CASES = 10  # 0-7: random graphs; 8, 9: circuit-tracer's attribute() on a tiny Llama (9 with a feature cap)
+TOPK_CASE = 11  # circuit-tracer's attribute() on the same Llama with TopK skip transcoders built in Python
+#: the graphs circuit-tracer computed (not built at random), with the transcoder files and activation of each
+ATTRIBUTED = {8: ("transcoder", "jumprelu"), 9: ("transcoder", "jumprelu"), TOPK_CASE: ("topk_transcoder", "topk")}

@@ -4,7 +4,8 @@ Makes attribution graphs two ways: random acyclic graphs built directly as circu
 0-7, with feature caps, custom targets and several thresholds), and real ones that circuit-tracer's ``attribute``
 computes (nnsight backend, CPU, float32) for a tiny random Llama saved to a local folder, with a local tokenizer
 and a random JumpReLU transcoder per layer loaded from safetensors files (case 8: all features; case 9: a
-``max_feature_nodes`` cap). Each is pruned and scored with circuit-tracer's own ``prune_graph`` and
+``max_feature_nodes`` cap; case 11: TopK transcoders with skip terms, built in Python with circuit-tracer's own
+``TopK(k)``, their weights also written as ``topk_transcoder_{layer}.safetensors``). Each is pruned and scored with circuit-tracer's own ``prune_graph`` and
 ``compute_graph_scores`` and written with ``create_graph_files``. Everything goes to OUT (the first argument) as
 plain files that interp_widgets reads without circuit-tracer:
 
@@ -28,13 +29,15 @@ from circuit_tracer import ReplacementModel, attribute
 from circuit_tracer.attribution.targets import LogitTarget
 from circuit_tracer.graph import Graph, compute_graph_scores, prune_graph
 from circuit_tracer.utils.create_graph_files import create_graph_files
-from circuit_tracer.transcoder.single_layer_transcoder import load_transcoder_set
+from circuit_tracer.transcoder.activation_functions import TopK
+from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet, load_transcoder_set
 from circuit_tracer.utils.tl_nnsight_mapping import UnifiedConfig
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 VOCAB = 60
+TOPK = 6  # k of case 11's TopK transcoders
 D_TRANSCODER = 96
 
 
@@ -94,10 +97,34 @@ def attributed_graphs(folder: Path, out: Path) -> list:
         str(folder), transcoders, backend="nnsight", device=torch.device("cpu")
     )
     prompt = "w3 w7 w12 w5 w9 w7"
-    return [
+    graphs = [
         attribute(prompt, model, max_n_logits=4, desired_logit_prob=0.9, batch_size=16),
         attribute(prompt, model, max_n_logits=4, desired_logit_prob=0.9, batch_size=16, max_feature_nodes=40),
     ]
+    # case 11: a TopK set with skip terms, built in Python with circuit-tracer's own TopK(k) (its files never load as
+    # TopK); b_enc is large enough that every kept pre-activation is positive, where our TopK (then ReLU) agrees
+    topk = {}
+    for layer in range(config.num_hidden_layers):
+        weights = {
+            "W_enc": torch.randn(48, 32) / 4,
+            "W_dec": torch.randn(48, 32) / 6,
+            "b_enc": torch.rand(48) * 0.2 + 2.0,
+            "b_dec": torch.randn(32) * 0.05,
+            "W_skip": torch.randn(32, 32) / 10,
+        }
+        weights["b_enc"][: config.num_hidden_layers] = -1e9  # never active: 0.5.0's error ids would collide with them
+        save_file(weights, str(out / f"topk_transcoder_{layer}.safetensors"))
+        tc = SingleLayerTranscoder(32, 48, TopK(TOPK), layer, skip_connection=True, device=torch.device("cpu"),
+                                   dtype=torch.float32)  # fmt: skip
+        tc.load_state_dict({name: torch.nn.Parameter(value) for name, value in weights.items()})
+        topk[layer] = tc
+    topk_set = TranscoderSet(topk, feature_input_hook="mlp.hook_in", feature_output_hook="mlp.hook_out",
+                             scan="tiny-topk")  # fmt: skip
+    topk_model = ReplacementModel.from_pretrained_and_transcoders(
+        str(folder), topk_set, backend="nnsight", device=torch.device("cpu")
+    )
+    graphs.append(attribute(prompt, topk_model, max_n_logits=4, desired_logit_prob=0.9, batch_size=16))
+    return graphs
 
 
 def random_graph(
@@ -184,8 +211,9 @@ CASES = [  # (n_layers, n_pos, cap, custom target, node_threshold, edge_threshol
     (2, 4, 0.7, True, 0.3, 0.6),
     (5, 6, 1.0, False, 1.0, 0.98),
 ]
-ATTRIBUTED = [(0.8, 0.98), (0.8, 0.98)]  # cases 8 and 9: thresholds
+ATTRIBUTED = [(0.8, 0.98), (0.8, 0.98), (0.8, 0.98)]  # cases 8, 9 and 11: thresholds
 COLLIDING = 10  # case 10: a random graph whose circuit-tracer JSON has colliding node ids
+TOPK_CASE = 11  # case 11: circuit-tracer's graph with TopK skip transcoders
 
 
 def main(out: Path) -> None:
@@ -197,11 +225,13 @@ def main(out: Path) -> None:
         rng = torch.Generator().manual_seed(1000 + i)
         graph = random_graph(rng, str(folder), n_layers=n_layers, n_pos=n_pos, cap=cap, custom=custom)
         graphs.append((graph, node_t, edge_t))
-    graphs += [(graph, *thresholds) for graph, thresholds in zip(attributed_graphs(folder, out), ATTRIBUTED)]
+    attributed = [(graph, *thresholds) for graph, thresholds in zip(attributed_graphs(folder, out), ATTRIBUTED)]
+    graphs += attributed[:2]
     rng = torch.Generator().manual_seed(2000)
     graphs.append(
         (random_graph(rng, str(folder), n_layers=3, n_pos=4, cap=1.0, custom=False, collide=True), 0.99, 0.999)
     )
+    graphs += attributed[2:]
     for i, (graph, node_t, edge_t) in enumerate(graphs):
         node_mask, edge_mask, cumulative = prune_graph(graph, node_t, edge_t)
         replacement, completeness = compute_graph_scores(graph)

@@ -15,9 +15,9 @@ import pytest
 
 from interp_widgets.circuits import AttributionGraph, load_graph
 from tests.circuits.test_graph_json import NEURONPEDIA_SCHEMA
-from tests.circuit_tracer.conftest import COLLIDING, N_CASES, read_case
+from tests.circuit_tracer.conftest import COLLIDING, N_CASES, TOPK_CASE, read_case
 
-CASES = range(N_CASES)
+CASES = [*range(N_CASES), TOPK_CASE]
 
 
 def ours(ct_files, i):
