@@ -12,7 +12,8 @@ computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
 - :func:`load_graph`: a graph JSON (circuit-tracer or Neuronpedia, pins and supernodes included) or a saved graph.
 - :class:`TranscoderSet` (:mod:`interp_widgets.circuits.transcoders`): per-layer transcoders trained on your own
   model from one forward pass over a corpus (resumable), their :class:`TranscoderReport` on held-out texts, our
-  safetensors file and circuit-tracer 0.5.0's per-layer files.
+  safetensors file, circuit-tracer 0.5.0's per-layer files, and EleutherAI sparsify folders
+  (:meth:`TranscoderSet.from_sparsify`).
 
 Example:
     >>> from interp_widgets.circuits import example_graph

@@ -19,6 +19,11 @@ gives bit-identical transcoders to an uninterrupted run (the first window is rec
 monitoring sample, so a resumed run runs the texts of that window twice and the steps since the last checkpoint
 again). Arguments that differ from the checkpoint's are refused.
 
+Sets trained elsewhere load too: :meth:`TranscoderSet.from_sparsify` reads an EleutherAI sparsify run's folders
+(``clt``-branch input/output normalisation folded in), and
+:meth:`Transcoder.from_weights <interp_widgets.concepts.Transcoder.from_weights>` builds one layer's transcoder from
+raw weights in circuit-tracer's layout, to be wrapped as ``TranscoderSet({layer: transcoder, ...})``.
+
 Example:
     >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(32, k=4, max_epochs=5, progress=False),
     ...                         buffer_tokens=200)
@@ -801,6 +806,104 @@ class TranscoderSet:
             out.check_model(model)
         return out
 
+    # ------------------------------------------------------------------ EleutherAI sparsify folders
+    @classmethod
+    def from_sparsify(cls, folder: str | Path, *, model=None, layers=None, progress: bool = True) -> TranscoderSet:
+        """Load the MLP transcoders of an EleutherAI sparsify run (PyPI ``eai-sparsify``; not the PyPI ``sparsify``).
+
+        ``folder`` holds one folder per hookpoint, ``layers.{i}.mlp`` or ``model.layers.{i}.mlp`` (``h.{i}.mlp`` for
+        GPT-2), each with ``cfg.json`` and ``sae.safetensors`` as ``SparseCoder.save_to_disk`` writes them (a
+        single hookpoint folder is read alone). Each must be a transcoder (``transcode: true``) with sparsify's
+        ``topk`` activation (ReLU, then the top ``k``: the same features as our top ``k`` then ReLU); it reads
+        the MLP's input after the block's norm, so the set's input point is ``"mlp_in"``. Folders of sparsify's
+        ``clt`` branch with ``in_norm`` / ``out_norm`` have that normalisation folded into the weights, so the
+        transcoders read and predict the model's own activations (see :mod:`interp_widgets.circuits._sparsify`).
+
+        Args:
+            folder: the run's folder (sparsify's ``save_dir/run_name``) or one hookpoint folder.
+            model: the model the transcoders were trained on; given, each layer must exist in it, its hookpoint
+                must be that block's MLP and its width the model's, and the set records the model's name.
+            layers: block indices to load (default: every hookpoint folder, which must then be consecutive
+                blocks: a gap is refused as a likely partial copy; name the layers to load a set with gaps).
+            progress: a tqdm bar over the layers.
+
+        Example:
+            >>> from safetensors.torch import save_file
+            >>> run, g = getfixture("tmp_path") / "run", torch.Generator().manual_seed(0)
+            >>> for i in range(2):  # a tiny sparsify run on lm (GPT-2, d = 32): 64 latents, k = 4
+            ...     (run / f"h.{i}.mlp").mkdir(parents=True)
+            ...     _ = (run / f"h.{i}.mlp" / "cfg.json").write_text('{"activation": "topk", "num_latents": 64, '
+            ...         '"k": 4, "skip_connection": false, "transcode": true, "d_in": 32}')
+            ...     save_file({"encoder.weight": torch.randn(64, 32, generator=g), "encoder.bias": torch.zeros(64),
+            ...                "W_dec": torch.randn(64, 32, generator=g), "b_dec": torch.zeros(32)},
+            ...               str(run / f"h.{i}.mlp" / "sae.safetensors"))
+            >>> TranscoderSet.from_sparsify(run, model=lm, progress=False)
+            TranscoderSet(2 layers, 64 features each, topk, reads mlp_in, model unknown)
+        """
+        from tqdm.auto import tqdm
+
+        from interp_widgets.circuits._sparsify import hookpoint_folders, read_hookpoint
+
+        folders = hookpoint_folders(folder)
+        if layers is None:
+            found = list(folders)
+            gaps = sorted(set(range(found[0], found[-1] + 1)) - set(found))
+            if gaps:
+                raise ValueError(
+                    f"{folder} has transcoders for blocks {found} but not for {gaps}, so the set would have gaps "
+                    f"(a partial copy?); add the missing folders, or pass layers={found} to load these anyway"
+                )
+            chosen = found
+        else:
+            chosen = [layers] if isinstance(layers, (int, np.integer)) else list(layers)
+            for layer in chosen:
+                check_int("layer", layer, minimum=0)
+            if not chosen or len(set(chosen)) != len(chosen):
+                raise ValueError(f"layers must name distinct blocks, got {layers!r}")
+            absent = [layer for layer in chosen if layer not in folders]
+            if absent:
+                raise FileNotFoundError(
+                    f"{folder} has no hookpoint folder for blocks {absent}; it has blocks {list(folders)}"
+                )
+            chosen = sorted(int(layer) for layer in chosen)
+        n_blocks = None if model is None else len(blocks(model)[1])
+        width = None if model is None else _width(model)
+        name = None if model is None else display_name(model_name_of(model))
+        transcoders = {}
+        for layer in tqdm(chosen, desc="sparsify transcoders", unit="layer", disable=not progress):
+            path = folders[layer]
+            if model is not None:
+                if layer >= n_blocks:
+                    raise ValueError(
+                        f"{path.name} is for block {layer}, but this model has {n_blocks} blocks (0..{n_blocks - 1}): "
+                        "load the folder with the model it was trained on"
+                    )
+                mlp = transcoder_points(model, layer)[0].module
+                if _submodule(model, path.name) is not mlp:
+                    raise ValueError(
+                        f"{path.name} is not the MLP of block {layer} of {type(model).__name__} (no module of that "
+                        "name, or another one): load the folder with the model it was trained on"
+                    )
+            tc, _ = read_hookpoint(path, layer)
+            if width is not None and (tc.n_features_in_ != width or tc.n_outputs_ != width):
+                raise ValueError(
+                    f"{path.name} reads and writes width {tc.n_features_in_}, but this model's layers have width "
+                    f"{width}: load the folder with the model it was trained on"
+                )
+            tc.model_name_ = name
+            transcoders[layer] = tc
+        d_model = next(iter(transcoders.values())).n_features_in_
+        widths = {tc.n_features_in_ for tc in transcoders.values()}
+        if len(widths) > 1:
+            raise ValueError(f"{folder} mixes transcoders of widths {sorted(widths)}; they come from several models")
+        info = {"source": "sparsify", "folder": str(Path(folder).resolve()),
+                "hookpoints": {str(layer): folders[layer].name for layer in chosen}}  # fmt: skip
+        out = cls(transcoders, input_point="mlp_in", model_name=name, d_model=d_model, fit_info=info,
+                  n_layers=n_blocks if n_blocks is not None else max(chosen) + 1)  # fmt: skip
+        if model is not None:
+            out.check_model(model)
+        return out
+
     # ------------------------------------------------------------------ circuit-tracer's files
     def to_circuit_tracer(
         self,
@@ -921,6 +1024,19 @@ def _width(model) -> int:
         if isinstance(value, int) and value > 0:
             return value
     raise UnsupportedModelError(f"the config of {type(model).__name__} does not say its width (hidden_size)")
+
+
+def _submodule(model, name: str):
+    """The module ``name`` of ``model`` or of its base model (sparsify names hookpoints relative to the base
+    model), or None."""
+    for root in (model, getattr(model, "base_model", None)):
+        if root is None:
+            continue
+        try:
+            return root.get_submodule(name)
+        except AttributeError:
+            continue
+    return None
 
 
 def _join(parts: list[dict], layers: list[int]) -> dict[int, tuple[np.ndarray, np.ndarray]]:

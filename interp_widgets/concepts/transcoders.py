@@ -314,6 +314,100 @@ class Transcoder(_SparseAutoencoderBase):
             out["threshold"] = w["threshold"].clone()
         return out
 
+    @classmethod
+    def from_weights(
+        cls,
+        *,
+        W_enc,
+        b_enc,
+        W_dec,
+        b_dec,
+        W_skip=None,
+        threshold=None,
+        activation: str,
+        k: int | None = None,
+        layer: str | None = None,
+        model_name: str | None = None,
+        source: str | None = None,
+    ) -> Transcoder:
+        """A fitted transcoder built from raw weights in circuit-tracer's layout (the layout :meth:`folded` returns).
+
+        The features are ``f = σ(W_enc x + b_enc)`` and the prediction ``ŷ = W_decᵀ f + b_dec + x W_skipᵀ``, in the
+        units of the model's activations (no normalisation: ``scale_`` and ``target_scale_`` are 1), so
+        ``from_weights(**tc.folded(), ...)`` predicts as ``tc`` does.
+
+        Args:
+            W_enc: (n, d_in), one row per feature (circuit-tracer's ``W_enc``, sparsify's ``encoder.weight``).
+            b_enc: (n,).
+            W_dec: (n, d_out), one row per feature.
+            b_dec: (d_out,).
+            W_skip: optional (d_out, d_in) linear skip term, applied as ``x W_skipᵀ``.
+            threshold: JumpReLU's raw per-feature threshold θ (n,), ≥ 0 (not log θ); only with ``"jumprelu"``.
+            activation: ``"topk"`` (the ``k`` largest pre-activations, then ReLU: the same features as sparsify's
+                ReLU then top k), ``"jumprelu"`` (``pre · 1[pre > θ]``) or ``"relu"``.
+            k: active features per token, needed by ``"topk"`` and only by it.
+            layer, model_name: recorded as ``layer_`` (e.g. ``"layer:3.mlp_in"``) and ``model_name_``.
+            source: where the weights came from, recorded in ``fit_info_["source"]``.
+
+        Arrays may be numpy arrays or torch tensors of any float dtype and device; they are copied to float32 on the
+        CPU. A shape that does not fit, a non-finite value or a negative threshold is refused.
+
+        Example:
+            >>> g = torch.Generator().manual_seed(0)
+            >>> W_enc, W_dec = torch.randn(16, 8, generator=g), torch.randn(16, 8, generator=g)
+            >>> tc = Transcoder.from_weights(W_enc=W_enc, b_enc=torch.zeros(16), W_dec=W_dec, b_dec=torch.zeros(8),
+            ...                              activation="topk", k=3)
+            >>> x = torch.randn(5, 8, generator=g)
+            >>> pre = x @ W_enc.T
+            >>> top = torch.zeros_like(pre).scatter(-1, pre.topk(3).indices, pre.topk(3).values.relu())
+            >>> bool(torch.allclose(tc.predict_torch(x), top @ W_dec, atol=1e-5)), tc.transform(x.numpy()).shape
+            (True, (5, 16))
+        """
+        check_choice("activation", activation, ACTIVATIONS)
+        W_enc = _weight("W_enc", W_enc, 2)
+        n, d_in = W_enc.shape
+        b_enc = _weight("b_enc", b_enc, 1, (n,), f"(n,) = ({n},), n being W_enc's rows")
+        W_dec = _weight("W_dec", W_dec, 2)
+        if W_dec.shape[0] != n:
+            raise ValueError(
+                f"W_dec must have one row per feature, shape (n, d_out) = ({n}, d_out) as W_enc has {n} rows, got "
+                f"{tuple(W_dec.shape)}; a (d_out, n) decoder must be transposed first"
+            )
+        d_out = W_dec.shape[1]
+        b_dec = _weight("b_dec", b_dec, 1, (d_out,), f"(d_out,) = ({d_out},)")
+        weights = {"W_enc": W_enc.T.contiguous(), "b_enc": b_enc, "W_dec": W_dec, "b_dec": b_dec}
+        if W_skip is not None:
+            weights["W_skip"] = _weight("W_skip", W_skip, 2, (d_out, d_in), f"(d_out, d_in) = ({d_out}, {d_in})")
+            weights["W_skip"] = weights["W_skip"].T.contiguous()
+        if activation == "jumprelu":
+            if threshold is None:
+                raise ValueError("activation='jumprelu' needs threshold= (the raw per-feature θ, shape (n,))")
+            weights["threshold"] = _weight("threshold", threshold, 1, (n,), f"(n,) = ({n},)")
+            if bool((weights["threshold"] < 0).any()):
+                raise ValueError(
+                    "threshold has negative values; JumpReLU here keeps pre > θ ≥ 0 (pass the raw θ, not log θ)"
+                )
+        elif threshold is not None:
+            raise ValueError(f"threshold= belongs to activation='jumprelu', not {activation!r}; drop it")
+        if activation == "topk" and k is None:
+            raise ValueError("activation='topk' needs k= (the active features per token)")
+        if activation != "topk" and k is not None:
+            raise ValueError(f"k= belongs to activation='topk', not {activation!r}; drop it")
+        tc = cls(n, activation=activation, k=k, skip=W_skip is not None)
+        tc._check_params()
+        tc._begin()
+        tc.weights_ = weights
+        tc.scale_ = tc.target_scale_ = 1.0
+        tc.n_outputs_ = int(d_out)
+        tc.fit_info_ = {"rows": 0, "source": source or "weights"}
+        tc.layer_ = layer
+        tc.model_name_ = model_name
+        # the decoder is affine: read it off the weights (no pass over the identity, costly at 10⁵ features)
+        tc.components_ = W_dec.numpy().copy()
+        tc.offset_ = b_dec.numpy().copy()
+        tc.n_features_in_ = int(d_in)
+        return tc
+
     def _state(self):
         arrays, extra = super()._state()
         extra["target_scale"] = self.target_scale_
@@ -324,3 +418,20 @@ class Transcoder(_SparseAutoencoderBase):
         self.preprocessing_ = dict(_NO_SHIFT)
         self.target_scale_ = float(extra["target_scale"])
         self.n_outputs_ = int(self.weights_["W_dec"].shape[1])
+
+
+def _weight(name: str, value, ndim: int, shape: tuple | None = None, expected: str = "") -> torch.Tensor:
+    """``value`` as a float32 CPU tensor (a copy) of ``ndim`` dimensions and, if given, ``shape``."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().to("cpu", torch.float32).clone()
+    else:
+        try:
+            tensor = torch.from_numpy(np.array(value, dtype=np.float32))
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"{name} must be a torch tensor or a numpy array of numbers ({err})") from None
+    if tensor.ndim != ndim or (shape is not None and tuple(tensor.shape) != tuple(shape)):
+        want = expected or f"{ndim}-D"
+        raise ValueError(f"{name} must have shape {want}, got {tuple(tensor.shape)}")
+    if not bool(torch.isfinite(tensor).all()):
+        raise ValueError(f"{name} contains NaN or infinite values")
+    return tensor.contiguous()
