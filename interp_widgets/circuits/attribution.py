@@ -74,7 +74,7 @@ def graph_prompt(tokenizer, prompt) -> tuple[torch.Tensor, bool]:
         ([[0, 5, 9]], True)
     """
     if isinstance(prompt, str):
-        ids = list(tokenizer(prompt)["input_ids"])
+        ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     elif isinstance(prompt, torch.Tensor):
         ids = prompt.reshape(-1).tolist()
     elif isinstance(prompt, (Sequence, np.ndarray)):
@@ -217,9 +217,7 @@ def _record(model, ids: torch.Tensor, transcoders: TranscoderSet) -> Replacement
                 register(y_point, lambda m, i, v, layer=layer: seen.setdefault(("y", layer), _hidden(v).detach()))
             )
         handles.append(
-            register(
-                resolve_layer(model, "layer:0.resid_pre"), lambda m, i, h: seen.setdefault("resid0", h.detach())
-            )
+            register(resolve_layer(model, "layer:0.resid_pre"), lambda m, i, h: seen.setdefault("resid0", h.detach()))
         )
         handles.append(head.register_forward_pre_hook(lambda m, args: seen.setdefault("final", args[0].detach())))
         with torch.no_grad():
@@ -436,9 +434,7 @@ def _influence(rows: torch.Tensor, row_nodes: torch.Tensor, seed: torch.Tensor, 
 
 
 def _memory_bytes(model, n_pos: int, batch: int, width: int, n_layers: int) -> float:
-    heads = next(
-        (getattr(c, k) for c in [model.config] for k in ("num_attention_heads", "n_head") if hasattr(c, k)), 1
-    )
+    heads = next((getattr(c, k) for c in [model.config] for k in ("num_attention_heads", "n_head") if hasattr(c, k)), 1)
     per_token_layer = (14 * width + 2 * heads * n_pos) * 4
     return batch * n_pos * n_layers * per_token_layer
 
