@@ -37,8 +37,8 @@ Example:
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Sequence
 
 import numpy as np
 import torch
@@ -49,7 +49,6 @@ from interp_widgets.circuits.transcoders import TranscoderSet, transcoder_points
 from interp_widgets.interventions.freeze import freezing
 from interp_widgets.layers import (
     UnsupportedModelError,
-    blocks,
     evaluation,
     is_encoder_decoder,
     register,
@@ -59,7 +58,7 @@ from interp_widgets.layers import (
 from interp_widgets.targets import Targets
 from interp_widgets.validation import check_fraction, check_int
 
-__all__ = ["attribution_graph", "graph_prompt", "replacement_state", "ReplacementState"]
+__all__ = ["ReplacementState", "attribution_graph", "graph_prompt", "replacement_state"]
 
 
 # ---------------------------------------------------------------------------------------------- the prompt

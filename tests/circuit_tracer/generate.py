@@ -28,9 +28,9 @@ import torch
 from circuit_tracer import ReplacementModel, attribute
 from circuit_tracer.attribution.targets import LogitTarget
 from circuit_tracer.graph import Graph, compute_graph_scores, prune_graph
-from circuit_tracer.utils.create_graph_files import create_graph_files
 from circuit_tracer.transcoder.activation_functions import TopK
 from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet, load_transcoder_set
+from circuit_tracer.utils.create_graph_files import create_graph_files
 from circuit_tracer.utils.tl_nnsight_mapping import UnifiedConfig
 from safetensors.torch import save_file
 from tokenizers import Tokenizer, models, pre_tokenizers

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from interp_widgets.circuits import AttributionGraph, load_graph
-from tests.circuits.test_graph_json import NEURONPEDIA_SCHEMA
 from tests.circuit_tracer.conftest import COLLIDING, N_CASES, TOPK_CASE, read_case
+from tests.circuits.test_graph_json import NEURONPEDIA_SCHEMA
 
 CASES = [*range(N_CASES), TOPK_CASE]
 
