@@ -9,6 +9,8 @@ computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
   (:data:`FLAT_ATTRIBUTES`).
 - :func:`circuit_view`: the circuit view of a graph or of a graph JSON (Neuronpedia files with lorsa nodes open
   view-only); ``AttributionGraph.widget()`` and ``.subgraph()`` are the graph's own.
+- :func:`attribution_graph`: the graph of a prompt computed here from a :class:`TranscoderSet` (the local
+  replacement model, batched backward passes, a feature cap by influence; :mod:`interp_widgets.circuits.attribution`).
 - :func:`load_graph`: a graph JSON (circuit-tracer or Neuronpedia, pins and supernodes included) or a saved graph.
 - :class:`TranscoderSet` (:mod:`interp_widgets.circuits.transcoders`): per-layer transcoders trained on your own
   model from one forward pass over a corpus (resumable), their :class:`TranscoderReport` on held-out texts, our
@@ -22,6 +24,7 @@ Example:
 """
 
 from interp_widgets.circuits._open import circuit_view
+from interp_widgets.circuits.attribution import attribution_graph
 from interp_widgets.circuits.graph import (
     FLAT_ATTRIBUTES,
     AttributionGraph,
@@ -43,6 +46,7 @@ from interp_widgets.circuits.transcoders import (
 )
 
 __all__ = [
+    "attribution_graph",
     "TranscoderReport",
     "TranscoderSet",
     "collect_transcoder_pairs",

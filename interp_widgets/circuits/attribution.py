@@ -29,9 +29,12 @@ next. Features never visited are dropped as rows and columns (their share of the
 ``graph.cap.lost_influence``).
 
 Example:
-    >>> graph = attribution_graph(lm, lm_tokenizer, "w3 w7 w12", tiny_transcoders, batch_size=8)
-    >>> graph.settings["bos_added"], graph.n_layers
-    (True, 2)
+    >>> from interp_widgets.circuits import TranscoderSet
+    >>> from interp_widgets.concepts import Transcoder
+    >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=1, progress=False))
+    >>> graph = attribution_graph(lm, lm_tokenizer, "The cat sat on the", tcs, batch_size=8, progress=False)
+    >>> graph.settings["bos_added"], graph.n_layers, len(graph.features) == graph.settings["n_active_features"]
+    (True, 2, True)
 """
 
 from __future__ import annotations
@@ -68,9 +71,9 @@ def graph_prompt(tokenizer, prompt) -> tuple[torch.Tensor, bool]:
     token) in front, as circuit-tracer's ``ensure_tokenized`` does, because position 0 carries no nodes.
 
     Example:
-        >>> ids, added = graph_prompt(lm_tokenizer, "w3 w7")
-        >>> ids.tolist(), added
-        ([[0, 5, 9]], True)
+        >>> ids, added = graph_prompt(lm_tokenizer, "The cat")
+        >>> ids[0, 0].item() == lm_tokenizer.bos_token_id, added, graph_prompt(lm_tokenizer, ids)[1]
+        (True, True, False)
     """
     if isinstance(prompt, str):
         ids = list(tokenizer(prompt, add_special_tokens=False)["input_ids"])
@@ -111,9 +114,13 @@ class ReplacementState:
     (:meth:`~interp_widgets.concepts.Transcoder.folded`).
 
     Example:
-        >>> state = replacement_state(lm, graph_prompt(lm_tokenizer, "w3 w7")[0], tiny_transcoders)
-        >>> len(state.acts), tuple(state.errors[0].shape), float(state.errors[0][0].abs().max())
-        (2, (3, 32), 0.0)
+        >>> from interp_widgets.circuits import TranscoderSet
+        >>> from interp_widgets.concepts import Transcoder
+        >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=1, progress=False))
+        >>> ids, _ = graph_prompt(lm_tokenizer, "The cat")
+        >>> state = replacement_state(lm, ids, tcs)
+        >>> len(state.acts), state.errors[0].shape[1], float(state.errors[0][0].abs().max())
+        (2, 32, 0.0)
     """
 
     inputs: list[torch.Tensor]
@@ -192,8 +199,13 @@ def replacement_state(model, ids: torch.Tensor, transcoders: TranscoderSet) -> R
     and read every layer's transcoder input and MLP output (see :class:`ReplacementState`).
 
     Example:
-        >>> state = replacement_state(lm, torch.tensor([[0, 5, 9]]), tiny_transcoders)
-        >>> torch.allclose(state.outputs[1], state.constants[1] + state.inputs[1] @ state.weights[1]["W_skip"].T)
+        >>> from interp_widgets.circuits import TranscoderSet
+        >>> from interp_widgets.concepts import Transcoder
+        >>> tc = Transcoder(16, k=2, skip=True, max_epochs=1, progress=False)
+        >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=tc)
+        >>> state = replacement_state(lm, graph_prompt(lm_tokenizer, "The cat")[0], tcs)
+        >>> skip = state.inputs[1] @ state.weights[1]["W_skip"].T
+        >>> torch.allclose(state.outputs[1], state.constants[1] + skip)
         True
     """
     _check_inputs(model, transcoders)
@@ -476,9 +488,12 @@ def attribution_graph(
     Never changes the model (hooks, attention implementation and modes are restored, also on errors and Ctrl-C).
 
     Example:
-        >>> graph = attribution_graph(lm, lm_tokenizer, "w3 w7 w12", tiny_transcoders, targets=["w5"], batch_size=8)
-        >>> graph.logits.labels, graph.adjacency.shape[0] == graph.n_nodes
-        (['w5'], True)
+        >>> from interp_widgets.circuits import TranscoderSet
+        >>> from interp_widgets.concepts import Transcoder
+        >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=1, progress=False))
+        >>> graph = attribution_graph(lm, lm_tokenizer, "The cat sat on the", tcs, targets=[" the"], progress=False)
+        >>> graph.logits.labels, graph.prune().scores().replacement <= 1
+        ([' the'], True)
     """
     _check_inputs(model, transcoders)
     check_int("batch_size", batch_size, minimum=1)

@@ -273,3 +273,37 @@ def test_saved_graph_keeps_its_settings(tmp_path):
     again = type(graph).load(graph.save(tmp_path / "graph.safetensors"))
     assert again.settings == graph.settings and again.settings["bos_added"] is True
     np.testing.assert_array_equal(again.adjacency, graph.adjacency)
+
+
+def test_every_node_of_a_smollm2_graph_closes(smollm2):
+    """SmolLM2 (30 layers, grouped-query attention, RoPE, RMSNorm, tied embeddings) with random TopK transcoders:
+    closure is algebra, so it holds whatever the transcoders' quality."""
+    model, tokenizer = smollm2
+    generator = torch.Generator().manual_seed(0)
+    width, n = model.config.hidden_size, 128
+    transcoders = {
+        layer: Transcoder.from_weights(
+            W_enc=torch.randn(n, width, generator=generator) / width**0.5,
+            b_enc=torch.zeros(n),
+            W_dec=torch.randn(n, width, generator=generator) / n**0.5,
+            b_dec=torch.randn(width, generator=generator) * 0.01,
+            W_skip=torch.randn(width, width, generator=generator) / width,
+            activation="topk",
+            k=2,
+        )
+        for layer in range(model.config.num_hidden_layers)
+    }
+    tcs = TranscoderSet(transcoders, input_point="mlp_in")
+    before = model_fingerprint(model, tokenizer)
+    graph = attribution_graph(model, tokenizer, "The capital of France is", tcs, batch_size=64,
+                              max_n_logits=3, progress=False)  # fmt: skip
+    assert model_fingerprint(model, tokenizer) == before
+    ref = Reference(model, torch.as_tensor(graph.token_ids)[None], tcs)
+    full = ref.values(ref.run(ref.acts, ref.errors), graph)
+    np.testing.assert_allclose(full, ref.values(ref.read(), graph), atol=1e-3, rtol=1e-4)
+    zeros = [torch.zeros_like(a) for a in ref.acts]
+    constant = ref.values(ref.run(zeros, [torch.zeros_like(e) for e in ref.errors], tokens_on=False), graph)
+    closure = graph.adjacency[target_rows(graph)].sum(1) + constant - full
+    scale = np.abs(graph.adjacency[target_rows(graph)]).sum(1) + np.abs(full)
+    assert len(graph.features) == 30 * 2 * (len(graph.token_ids) - 1)
+    assert (np.abs(closure) <= 1e-4 * scale + 1e-4).all(), np.abs(closure / scale).max()
