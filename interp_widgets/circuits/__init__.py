@@ -13,6 +13,8 @@ computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
   replacement model, batched backward passes, a feature cap by influence; :mod:`interp_widgets.circuits.attribution`).
 - :func:`feature_intervention`: set graph features to values in the real model (attention frozen or not) or in
   the constrained replacement model (the graph's direct effects); new top logits and greedy continuations.
+- :func:`qk_attribution`: one head's pre-softmax score at (query, key) as a table over pairs of graph nodes (the
+  attention a graph freezes, explained).
 - :func:`load_graph`: a graph JSON (circuit-tracer or Neuronpedia, pins and supernodes included) or a saved graph.
 - :class:`TranscoderSet` (:mod:`interp_widgets.circuits.transcoders`): per-layer transcoders trained on your own
   model from one forward pass over a corpus (resumable), their :class:`TranscoderReport` on held-out texts, our
@@ -28,6 +30,7 @@ Example:
 from interp_widgets.circuits._open import circuit_view
 from interp_widgets.circuits.attribution import attribution_graph
 from interp_widgets.circuits.feature_intervention import FeatureInterventionResult, feature_intervention
+from interp_widgets.circuits.qk import QKAttribution, qk_attribution
 from interp_widgets.circuits.graph import (
     FLAT_ATTRIBUTES,
     AttributionGraph,
@@ -52,6 +55,8 @@ __all__ = [
     "attribution_graph",
     "FeatureInterventionResult",
     "feature_intervention",
+    "QKAttribution",
+    "qk_attribution",
     "TranscoderReport",
     "TranscoderSet",
     "collect_transcoder_pairs",
