@@ -148,12 +148,13 @@ def read_hookpoint(path: Path, layer: int) -> tuple[Transcoder, dict]:
         missing.append("W_skip")
     if missing:
         raise ValueError(f"{where}sae.safetensors lacks {', '.join(missing)}")
-    w = {name: t.to(torch.float64) for name, t in tensors.items()}
+    w = {name: t.to(torch.float32) for name, t in tensors.items()}  # a scale by a number: float32 suffices
     n = w["encoder.weight"].shape[0]
     expected = cfg.get("num_latents") or d * cfg.get("expansion_factor", 32)
     shapes = {"encoder.weight": (n, d), "encoder.bias": (n,), "W_dec": (n, d), "b_dec": (d,), "W_skip": (d, d),
               "in_norm": (1,), "out_norm": (1,), "post_enc": (n,), "post_enc_scale": (n,)}  # fmt: skip
-    for name, tensor in w.items():
+    for name in (name for name in shapes if name in w):  # in this order: encoder.weight's width first
+        tensor = w[name]
         if tuple(tensor.shape) != shapes[name]:
             raise ValueError(
                 f"{where}{name} has shape {tuple(tensor.shape)}; d_in={d} and {n} latents need {shapes[name]}"
