@@ -13,6 +13,10 @@ computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
 - :class:`TranscoderSet` (:mod:`interp_widgets.circuits.transcoders`): per-layer transcoders trained on your own
   model from one forward pass over a corpus (resumable), their :class:`TranscoderReport` on held-out texts, our
   safetensors file and circuit-tracer 0.5.0's per-layer files.
+- :class:`FeatureExplanations` (:mod:`interp_widgets.circuits.features`, from ``TranscoderSet.explain``): every
+  feature's top activating contexts over a corpus, density and histogram, decoder vocabulary projection and label,
+  from one forward pass and cached; ``graph.with_explanations(...)`` puts them on a graph's feature nodes (the
+  detail files and ``clerp`` labels of ``to_json``, the circuit view's details).
 
 Example:
     >>> from interp_widgets.circuits import example_graph
@@ -21,10 +25,12 @@ Example:
 """
 
 from interp_widgets.circuits._open import circuit_view
+from interp_widgets.circuits.features import ExplanationRun, FeatureExplanations, LayerFeatures
 from interp_widgets.circuits.graph import (
     FLAT_ATTRIBUTES,
     AttributionGraph,
     FeatureCap,
+    GraphExplanations,
     GraphInput,
     GraphNodes,
     GraphProvenance,
@@ -42,6 +48,9 @@ from interp_widgets.circuits.transcoders import (
 )
 
 __all__ = [
+    "ExplanationRun",
+    "FeatureExplanations",
+    "LayerFeatures",
     "TranscoderReport",
     "TranscoderSet",
     "collect_transcoder_pairs",
@@ -49,6 +58,7 @@ __all__ = [
     "FLAT_ATTRIBUTES",
     "AttributionGraph",
     "FeatureCap",
+    "GraphExplanations",
     "GraphInput",
     "GraphNodes",
     "GraphProvenance",

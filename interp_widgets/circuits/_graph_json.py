@@ -80,6 +80,7 @@ def graph_document(graph, *, slug: str, legacy_errors: bool, extra_metadata: dic
     last = n_t - 1
     ids = graph._ids(legacy_errors=legacy_errors)
     nodes = []
+    labels = graph.feature_labels  # the features' explanations' labels ('' without): the front ends' clerp
     for k, ((layer, pos, f), act) in enumerate(zip(graph.features.tolist(), graph.activations.tolist())):
         nodes.append(
             _node(
@@ -91,6 +92,7 @@ def graph_document(graph, *, slug: str, legacy_errors: bool, extra_metadata: dic
                 f"{layer}_{f}-0",
                 influence=influence[k],
                 activation=None if np.isnan(act) else float(act),
+                clerp=labels[k],
             )
         )
     for k, (layer, pos) in enumerate(graph.errors.tolist(), start=n_f):

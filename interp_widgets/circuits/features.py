@@ -360,7 +360,9 @@ class FeatureExplanations:
         for layer, f in tqdm(chosen, desc="labelling features", unit="feature", disable=not progress):
             part = self._part(layer, f)
             if part.density[f] > 0:  # all or nothing: a failing labeller leaves the labels as they were
-                new[(layer, int(f))] = _checked_label(labeller(int(f), self.examples(layer, f)), int(f), part.density[f])
+                new[(layer, int(f))] = _checked_label(
+                    labeller(int(f), self.examples(layer, f)), int(f), part.density[f]
+                )
         for (layer, f), label in new.items():
             self.layers[layer].labels[f] = label
         self.run.label_source = source or getattr(labeller, "name", None) or "custom"
@@ -467,7 +469,9 @@ class FeatureExplanations:
         except json.JSONDecodeError as err:
             raise ValueError(f"{path} has a damaged header ({err}); {fix}") from None
         if meta.get("format") != _FORMAT:
-            raise ValueError(f"{path} holds {meta.get('format') or 'no interp_widgets object'}, not FeatureExplanations; {fix}")
+            raise ValueError(
+                f"{path} holds {meta.get('format') or 'no interp_widgets object'}, not FeatureExplanations; {fix}"
+            )
         if meta.get("version") != _VERSION:
             raise ValueError(
                 f"{path} has FeatureExplanations version {meta.get('version')!r}; this interp_widgets reads version "
@@ -608,7 +612,12 @@ def _projection(W_dec: np.ndarray, W_U: np.ndarray, top: int) -> dict[str, np.nd
     vocab = len(W_U)
     top = min(int(top), vocab)
     block = max(1, _BLOCK_VALUES // vocab)
-    out: dict[str, list] = {"top_logit_ids": [], "top_logit_values": [], "bottom_logit_ids": [], "bottom_logit_values": []}
+    out: dict[str, list] = {
+        "top_logit_ids": [],
+        "top_logit_values": [],
+        "bottom_logit_ids": [],
+        "bottom_logit_values": [],
+    }
     for start in range(0, len(W_dec), block):
         logits = W_dec[start : start + block] @ W_U.T
         high = _top_columns(logits, top)
