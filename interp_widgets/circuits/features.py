@@ -263,7 +263,8 @@ class FeatureExplanations:
 
     def quantile_values(self, layer: int, feature: int, n: int = 100) -> list[float]:
         """The 1/n, 2/n, …, n/n quantiles of a feature's nonzero activations, read from its histogram (linear within
-        a bin, so within one bin width of the exact ones; the last is the maximum). What circuit-tracer's front end
+        a bin, so within one bin width of the exact ones, the smallest activations whose share of activations at or
+        below them reaches the level; the last is the maximum). What circuit-tracer's front end
         reads as ``quantile_values`` to say at which percentile a node's activation lies.
 
         Example:
