@@ -285,7 +285,12 @@ class GraphExplanations:
         return tuple(int(x) for x in key) in self.details
 
     def label(self, layer: int, feature: int) -> str:
-        """The label of a feature, '' where there is none."""
+        """The label of a feature, '' where there is none.
+
+        Example:
+            >>> GraphExplanations({(1, 2): {"label": "x"}}).label(1, 2)
+            'x'
+        """
         return str((self.details.get((int(layer), int(feature))) or {}).get("label") or "")
 
 

@@ -225,6 +225,30 @@ def test_cache_is_reused_without_the_model_and_a_corrupted_one_names_the_fix(tcs
         tcs.explain(model, tokenizer, TEXTS[:12], **options)
     path.unlink()
     assert tcs.explain(model, tokenizer, TEXTS[:12], **options).detail(1, 3) == first.detail(1, 3)
+    # a labeller on a cached set: labels every feature that fired, no forward pass, and the cache keeps the labels
+    asked, calls = [], []
+    handle = model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        named = tcs.explain(model, tokenizer, TEXTS[:12], labeller=_Shout(asked), **options)
+        assert calls == [] and len(asked) == sum(int((p.density > 0).sum()) for p in first.layers.values())
+        again = tcs.explain(model, tokenizer, TEXTS[:12], labeller=_Shout(asked), **options)
+        assert calls == [] and len(asked) == sum(int((p.density > 0).sum()) for p in first.layers.values())
+    finally:
+        handle.remove()
+    assert named.run.label_source == again.run.label_source == "shout" and again.label(1, 3) == named.label(1, 3)
+    live = int(np.flatnonzero(first.layers[1].density > 0)[0])
+    assert named.label(1, live) == first.examples(1, live)[0]["token"].upper()
+
+
+class _Shout:
+    name = "shout"
+
+    def __init__(self, asked):
+        self.asked = asked
+
+    def __call__(self, feature, examples):
+        self.asked.append(feature)
+        return examples[0]["token"].upper()
 
 
 def test_save_load_round_trip(explained, tmp_path):
