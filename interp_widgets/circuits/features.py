@@ -37,7 +37,8 @@ files, and the labels as the feature nodes' ``clerp``.
 Example:
     >>> from interp_widgets.circuits import TranscoderSet
     >>> from interp_widgets.concepts import Transcoder
-    >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=2, progress=False))
+    >>> tc = Transcoder(16, k=2, max_epochs=2, progress=False)
+    >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=tc)
     >>> explained = tcs.explain(lm, lm_tokenizer, texts[:20], n_examples=3, progress=False)
     >>> explained
     FeatureExplanations(2 layers, 16 features each, 3 contexts each over 657 tokens, labels from top tokens)
@@ -87,7 +88,8 @@ class LayerFeatures:
     Example:
         >>> from interp_widgets.circuits import TranscoderSet
         >>> from interp_widgets.concepts import Transcoder
-        >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=1, progress=False))
+        >>> tc = Transcoder(16, k=2, max_epochs=1, progress=False)
+        >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=tc)
         >>> part = tcs.explain(lm, lm_tokenizer, texts[:5], n_examples=2, window=1, progress=False).layers[0]
         >>> part.n_features, part.context_ids.shape, part.top_logit_ids.shape
         (16, (16, 2, 3), (16, 10))
@@ -166,7 +168,8 @@ class FeatureExplanations:
     Example:
         >>> from interp_widgets.circuits import TranscoderSet
         >>> from interp_widgets.concepts import Transcoder
-        >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=2, progress=False))
+        >>> tc = Transcoder(16, k=2, max_epochs=2, progress=False)
+        >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=tc)
         >>> explained = tcs.explain(lm, lm_tokenizer, texts[:20], n_examples=3, progress=False)
         >>> explained.to_dataframe().columns.tolist()[:5]
         ['layer', 'feature', 'label', 'density', 'mean']
@@ -382,25 +385,24 @@ class FeatureExplanations:
         """
         import pandas as pd
 
-        rows = []
-        for layer, part in self.layers.items():
-            for f in range(part.n_features):
-                examples = self.examples(layer, f)
-                rows.append(
-                    {
-                        "layer": layer,
-                        "feature": f,
-                        "label": part.labels[f],
-                        "density": float(part.density[f]),
-                        "mean": float(part.mean[f]),
-                        "act_max": float(part.act_max[f]),
-                        "decoder_norm": float(part.decoder_norm[f]),
-                        "top_tokens": " | ".join(e["token"] for e in examples),
-                        "top_logits": " | ".join(self._token(i) for i in part.top_logit_ids[f, :5]),
-                        "bottom_logits": " | ".join(self._token(i) for i in part.bottom_logit_ids[f, :5]),
-                    }
-                )
-        return pd.DataFrame(rows)
+        return pd.DataFrame(
+            [self._row(layer, f) for layer, part in self.layers.items() for f in range(part.n_features)]
+        )
+
+    def _row(self, layer: int, f: int) -> dict[str, Any]:
+        part = self.layers[layer]
+        return {
+            "layer": layer,
+            "feature": f,
+            "label": part.labels[f],
+            "density": float(part.density[f]),
+            "mean": float(part.mean[f]),
+            "act_max": float(part.act_max[f]),
+            "decoder_norm": float(part.decoder_norm[f]),
+            "top_tokens": " | ".join(e["token"] for e in self.examples(layer, f)),
+            "top_logits": " | ".join(self._token(i) for i in part.top_logit_ids[f, :5]),
+            "bottom_logits": " | ".join(self._token(i) for i in part.bottom_logit_ids[f, :5]),
+        }
 
     def __repr__(self) -> str:
         widths = sorted({part.n_features for part in self.layers.values()})
@@ -413,8 +415,13 @@ class FeatureExplanations:
     def _repr_html_(self) -> str:
         import html
 
-        frame = self.to_dataframe()
-        live = frame[frame["density"] > 0].sort_values("act_max", ascending=False).head(12).round(4)
+        import pandas as pd
+
+        # the 12 features with the largest activations, found from the arrays (a set has ~10^5 features)
+        keys = [(layer, int(f)) for layer, part in self.layers.items() for f in np.flatnonzero(part.density > 0)]
+        peaks = [self.layers[layer].act_max[f] for layer, f in keys]
+        chosen = [keys[i] for i in np.argsort(peaks, kind="stable")[::-1][:12]]
+        live = pd.DataFrame([self._row(layer, f) for layer, f in chosen]).round(4)
         title = html.escape(repr(self))
         # escape=True: token text and labels are untrusted
         return f"<div><b>{title}</b>{live.to_html(index=False, escape=True)}</div>"
@@ -664,7 +671,8 @@ def explain_set(
     Example:
         >>> from interp_widgets.circuits import TranscoderSet
         >>> from interp_widgets.concepts import Transcoder
-        >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=1, progress=False))
+        >>> tc = Transcoder(16, k=2, max_epochs=1, progress=False)
+        >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=tc)
         >>> tcs.explain(lm, lm_tokenizer, texts[:3], layers=[1], n_examples=2, progress=False).layers[1].n_features
         16
     """
