@@ -468,6 +468,20 @@ class AttributionGraph:
             source = "given"
         return replace(self, explanations=GraphExplanations(details, source))
 
+    def _detail(self, layer: int, feature: int) -> dict:
+        """A feature's detail file: its explanation (corpus contexts first), then this prompt as one more example."""
+        detail = _graph_json.feature_detail(self, layer, feature, str(self.scan or ""))
+        if self.explanations is None or (layer, feature) not in self.explanations:
+            return detail
+        explained = self.explanations.details[(int(layer), int(feature))]
+        return {
+            **detail,
+            **explained,
+            "transcoder_id": detail["transcoder_id"],
+            "index": detail["index"],
+            "examples_quantiles": [*explained.get("examples_quantiles", []), *detail["examples_quantiles"]],
+        }
+
     @property
     def feature_labels(self) -> list[str]:
         """The label of each feature node, in node order ('' without explanations).
@@ -754,7 +768,7 @@ class AttributionGraph:
                   for g in groups]  # fmt: skip
         if self.explanations is not None:  # the graph's own explanations, unless others are given
             if features is None:
-                features = self.explanations.details
+                features = self._detail
             if labels is None:
                 labels = {i: label for i, label in zip(self.node_ids, self.feature_labels) if label}
         source = GraphSource(self, features, labels)
@@ -953,17 +967,7 @@ class AttributionGraph:
         feature_dir = directory / "features" / str(self.scan)
         feature_dir.mkdir(parents=True, exist_ok=True)
         for layer, feature in sorted({(l, f) for l, _, f in graph.features.tolist()}):
-            detail = _graph_json.feature_detail(self, layer, feature, str(self.scan))
-            if self.explanations is not None and (layer, feature) in self.explanations:
-                # the corpus's top contexts first, then this prompt as one more example
-                explained = self.explanations.details[(layer, feature)]
-                detail = {
-                    **detail,
-                    **explained,
-                    "transcoder_id": str(self.scan),
-                    "index": detail["index"],
-                    "examples_quantiles": [*explained.get("examples_quantiles", []), *detail["examples_quantiles"]],
-                }
+            detail = self._detail(layer, feature)
             (feature_dir / f"{detail['index']}.json").write_text(json.dumps(detail))
         return path
 
@@ -1016,8 +1020,8 @@ install_flat_properties(AttributionGraph, FLAT_ATTRIBUTES)
 
 def load_graph(path: str | Path) -> AttributionGraph:
     """Read an attribution graph: circuit-tracer's or Neuronpedia's graph JSON (a pruned graph; both error-id
-    forms; ``qParams`` pins and supernodes kept in ``view`` and checked against the nodes) or a ``.safetensors``
-    file written by :meth:`AttributionGraph.save`.
+    forms; ``qParams`` pins and supernodes kept in ``view`` and checked against the nodes; the features' ``clerp``
+    labels as labels-only ``explanations``) or a ``.safetensors`` file written by :meth:`AttributionGraph.save`.
 
     Raises ``ValueError`` for an unknown schema version, node ids that collide (circuit-tracer 0.5.0 can write an
     error id equal to a layer-0 feature's), a link or pin to no node, or a node type other than features, errors,
@@ -1034,6 +1038,7 @@ def load_graph(path: str | Path) -> AttributionGraph:
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}; pass a graph JSON or a saved AttributionGraph")
     args = _graph_json.read_document(path)
+    clerps = args.pop("feature_labels")
     labels, ids, probs = args.pop("logits")
     node_threshold, edge_threshold, influence = args.pop("pruning")
     graph = AttributionGraph.from_flat(
@@ -1041,6 +1046,10 @@ def load_graph(path: str | Path) -> AttributionGraph:
         logits=Targets(labels, ids=ids, probs=probs),
         pruning=Pruning(node_threshold, edge_threshold, influence),
     )
+    if clerps:  # the features' labels come back as labels-only explanations, so to_json writes them again
+        graph = replace(
+            graph, explanations=GraphExplanations({k: {"label": v} for k, v in clerps.items()}, "graph JSON")
+        )
     index = graph._index_map()
     for node_id in graph.view.get("pinnedIds") or []:
         index.resolve(node_id, what=f"{path}: pinned id")

@@ -317,7 +317,11 @@ def test_graph_json_detail_files_and_clerps(explained, tmp_path):
             assert detail["act_max"] == pytest.approx(part.act_max[f]) and detail["act_min"] == 0.0
             assert detail["histogram"] == explained.histogram(layer, f)[0].tolist()
             assert detail["activation_frequency"] == pytest.approx(part.density[f])
-    assert load_graph(path).node_ids == graph.prune(1.0, 1.0).node_ids
+    loaded = load_graph(path)  # the clerps come back as labels, and go out again
+    assert loaded.node_ids == graph.prune(1.0, 1.0).node_ids
+    assert loaded.feature_labels == graph.prune(1.0, 1.0).feature_labels and loaded.explanations.source == "graph JSON"
+    again = json.loads(loaded.to_json(tmp_path / "again", slug="g").read_text())
+    assert again["nodes"] == doc["nodes"]
     # the circuit view shows the explanations: labels and corpus contexts
     view = graph.widget()
     assert view.node_labels[: len(graph.features)] == graph.feature_labels
