@@ -317,8 +317,9 @@ class AttributionGraph:
     their ids), the transcoder ``nodes`` (:class:`GraphNodes`: features, their activations, error nodes, the layer
     count, the transcoder set), the ``logits`` (a :class:`~interp_widgets.targets.Targets`: token strings, token ids
     (virtual ids for custom targets), probabilities), the ``adjacency`` (float32 ``(n, n)``,
-    ``n = features + errors + tokens + logits``) and the ``provenance`` (:class:`GraphProvenance`: pruning, a
-    feature cap, a saved view). The parts' values read as flat attributes too (``prompt``, ``prompt_tokens``,
+    ``n = features + errors + tokens + logits``), the ``provenance`` (:class:`GraphProvenance`: pruning, a
+    feature cap, a saved view) and, optionally, the features' ``explanations`` (:class:`GraphExplanations`, from
+    :meth:`with_explanations`). The parts' values read as flat attributes too (``prompt``, ``prompt_tokens``,
     ``token_ids``, ``features``, ``activations``, ``errors``, ``n_layers``, ``scan``, ``pruning``, ``cap``,
     ``view``); see :data:`FLAT_ATTRIBUTES`. :meth:`from_flat` builds a graph from those names.
 
