@@ -20,6 +20,10 @@ computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
   model from one forward pass over a corpus (resumable), their :class:`TranscoderReport` on held-out texts, our
   safetensors file, circuit-tracer 0.5.0's per-layer files, and EleutherAI sparsify folders
   (:meth:`TranscoderSet.from_sparsify`).
+- :class:`FeatureExplanations` (:mod:`interp_widgets.circuits.features`, from ``TranscoderSet.explain``): every
+  feature's top activating contexts over a corpus, density and histogram, decoder vocabulary projection and label,
+  from one forward pass and cached; ``graph.with_explanations(...)`` puts them on a graph's feature nodes (the
+  detail files and ``clerp`` labels of ``to_json``, the circuit view's details).
 
 Example:
     >>> from interp_widgets.circuits import example_graph
@@ -31,10 +35,12 @@ from interp_widgets.circuits._open import circuit_view
 from interp_widgets.circuits.attribution import attribution_graph
 from interp_widgets.circuits.feature_intervention import FeatureInterventionResult, feature_intervention
 from interp_widgets.circuits.qk import QKAttribution, qk_attribution
+from interp_widgets.circuits.features import ExplanationRun, FeatureExplanations, LayerFeatures
 from interp_widgets.circuits.graph import (
     FLAT_ATTRIBUTES,
     AttributionGraph,
     FeatureCap,
+    GraphExplanations,
     GraphInput,
     GraphNodes,
     GraphProvenance,
@@ -57,6 +63,9 @@ __all__ = [
     "feature_intervention",
     "QKAttribution",
     "qk_attribution",
+    "ExplanationRun",
+    "FeatureExplanations",
+    "LayerFeatures",
     "TranscoderReport",
     "TranscoderSet",
     "collect_transcoder_pairs",
@@ -64,6 +73,7 @@ __all__ = [
     "FLAT_ATTRIBUTES",
     "AttributionGraph",
     "FeatureCap",
+    "GraphExplanations",
     "GraphInput",
     "GraphNodes",
     "GraphProvenance",

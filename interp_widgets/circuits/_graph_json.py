@@ -80,6 +80,7 @@ def graph_document(graph, *, slug: str, legacy_errors: bool, extra_metadata: dic
     last = n_t - 1
     ids = graph._ids(legacy_errors=legacy_errors)
     nodes = []
+    labels = graph.feature_labels  # the features' explanations' labels ('' without): the front ends' clerp
     for k, ((layer, pos, f), act) in enumerate(zip(graph.features.tolist(), graph.activations.tolist())):
         nodes.append(
             _node(
@@ -91,6 +92,7 @@ def graph_document(graph, *, slug: str, legacy_errors: bool, extra_metadata: dic
                 f"{layer}_{f}-0",
                 influence=influence[k],
                 activation=None if np.isnan(act) else float(act),
+                clerp=labels[k],
             )
         )
     for k, (layer, pos) in enumerate(graph.errors.tolist(), start=n_f):
@@ -176,7 +178,8 @@ def _fail(path, message: str) -> ValueError:
 
 
 def read_document(path: Path) -> dict:
-    """The flat values of an :class:`AttributionGraph` (a pruned one; for its ``from_flat``) from a graph JSON file."""
+    """The flat values of an :class:`AttributionGraph` (a pruned one; for its ``from_flat``) from a graph JSON file,
+    and ``feature_labels``: the features' non-empty ``clerp`` by ``(layer, feature)``."""
     try:
         doc = json.loads(Path(path).read_text())
     except json.JSONDecodeError as err:
@@ -204,7 +207,7 @@ def read_document(path: Path) -> dict:
             f"circuit-tracer before PR #102 gives error nodes the id 0_{{layer}}_{{pos}}, which can equal a layer-0 "
             f"feature's: regenerate the file with error ids {{layer}}_-1_{{pos}}",
         )
-    features, errors, tokens, logits = [], [], {}, []
+    features, errors, tokens, logits, labels = [], [], {}, [], {}
     for node in doc["nodes"]:
         kind, node_id = node["feature_type"], str(node["node_id"])
         influence = node.get("influence")
@@ -217,6 +220,8 @@ def read_document(path: Path) -> dict:
                     path, f"feature node {node_id!r} has feature {node['feature']}, not cantor({layer}, {index})"
                 )
             act = node.get("activation")
+            if node.get("clerp"):
+                labels[(layer, index)] = str(node["clerp"])
             features.append(((layer, pos, index), np.nan if act is None else float(act), influence, node_id))
         elif kind == ERROR:
             errors.append(((int(node["layer"]), int(node["ctx_idx"])), influence, node_id))
@@ -268,4 +273,5 @@ def read_document(path: Path) -> dict:
         "scan": meta.get("scan"),
         "pruning": (meta.get("node_threshold"), pruning_settings.get("edge_threshold"), np.array(influence)),
         "view": dict(doc.get("qParams") or {}),
+        "feature_labels": labels,
     }

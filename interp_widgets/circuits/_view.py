@@ -154,7 +154,9 @@ class GraphSource:
             >>> GraphSource(example_graph(), labels={"0_7_1": "a-detector"}).detail("0_7_1")["label"]
             'a-detector'
         """
-        i = self._index.resolve(node_id)
+        i = self._index.index.get(str(node_id))  # the graph's own id first: '0_0_1' is feature 0 of layer 0 here
+        if i is None:
+            i = self._index.resolve(node_id)  # then the old error-id form
         if i >= len(self.graph.features):
             return None
         layer, _, feature = self.graph.features[i].tolist()

@@ -63,6 +63,7 @@ __all__ = [
     "FLAT_ATTRIBUTES",
     "AttributionGraph",
     "FeatureCap",
+    "GraphExplanations",
     "GraphInput",
     "GraphNodes",
     "GraphProvenance",
@@ -254,6 +255,47 @@ class GraphProvenance:
     settings: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True, eq=False)
+class GraphExplanations:
+    """What a graph's features mean: ``details`` maps ``(layer, feature)`` to a feature detail dict, the fields of
+    circuit-tracer's ``features/{scan}/{index}.json`` files (``examples_quantiles``, ``top_logits``,
+    ``bottom_logits``, ``act_min``, ``act_max``, ``quantile_values``, ``histogram``, ``activation_frequency``) plus
+    ``label``; ``source`` says where the labels came from. :meth:`AttributionGraph.with_explanations` makes one from
+    a transcoder set's :class:`~interp_widgets.circuits.features.FeatureExplanations`.
+
+    Example:
+        >>> part = GraphExplanations({(0, 7): {"label": "says a", "top_logits": ["a"]}}, source="mine")
+        >>> part.label(0, 7), part.label(0, 8), (0, 7) in part
+        ('says a', '', True)
+    """
+
+    details: dict
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        details = {}
+        for key, detail in dict(self.details).items():
+            layer, feature = (int(x) for x in key)
+            if not isinstance(detail, dict):
+                raise TypeError(
+                    f"the detail of feature {feature} of layer {layer} must be a dict, got {type(detail).__name__}"
+                )
+            details[(layer, feature)] = detail
+        object.__setattr__(self, "details", details)
+
+    def __contains__(self, key) -> bool:
+        return tuple(int(x) for x in key) in self.details
+
+    def label(self, layer: int, feature: int) -> str:
+        """The label of a feature, '' where there is none.
+
+        Example:
+            >>> GraphExplanations({(1, 2): {"label": "x"}}).label(1, 2)
+            'x'
+        """
+        return str((self.details.get((int(layer), int(feature))) or {}).get("label") or "")
+
+
 #: Each flat attribute of an :class:`AttributionGraph` (the names of its fields before it was made of parts, and of
 #: its saved files) as ``(part, attribute of the part)``: ``graph.features`` is ``graph.nodes.features``. The one
 #: table behind the read-only properties, :meth:`AttributionGraph.from_flat` and :meth:`AttributionGraph.replace`.
@@ -277,8 +319,9 @@ class AttributionGraph:
     their ids), the transcoder ``nodes`` (:class:`GraphNodes`: features, their activations, error nodes, the layer
     count, the transcoder set), the ``logits`` (a :class:`~interp_widgets.targets.Targets`: token strings, token ids
     (virtual ids for custom targets), probabilities), the ``adjacency`` (float32 ``(n, n)``,
-    ``n = features + errors + tokens + logits``) and the ``provenance`` (:class:`GraphProvenance`: pruning, a
-    feature cap, a saved view). The parts' values read as flat attributes too (``prompt``, ``prompt_tokens``,
+    ``n = features + errors + tokens + logits``), the ``provenance`` (:class:`GraphProvenance`: pruning, a
+    feature cap, a saved view) and, optionally, the features' ``explanations`` (:class:`GraphExplanations`, from
+    :meth:`with_explanations`). The parts' values read as flat attributes too (``prompt``, ``prompt_tokens``,
     ``token_ids``, ``features``, ``activations``, ``errors``, ``n_layers``, ``scan``, ``pruning``, ``cap``,
     ``view``); see :data:`FLAT_ATTRIBUTES`. :meth:`from_flat` builds a graph from those names.
 
@@ -296,9 +339,15 @@ class AttributionGraph:
     logits: Targets
     adjacency: np.ndarray
     provenance: GraphProvenance = field(default_factory=GraphProvenance)
+    explanations: GraphExplanations | None = None
 
     def __post_init__(self) -> None:
         put = object.__setattr__
+        if self.explanations is not None and not isinstance(self.explanations, GraphExplanations):
+            raise TypeError(
+                f"explanations must be a GraphExplanations, got {type(self.explanations).__name__}; "
+                "graph.with_explanations(transcoders.explain(...)) makes one"
+            )
         for name, kind in _PARTS.items():
             if not isinstance(getattr(self, name), kind):
                 raise TypeError(
@@ -387,6 +436,66 @@ class AttributionGraph:
                 changes.pop("token_ids", self.input.token_ids),
             )
         return replace_flat(self, FLAT_ATTRIBUTES, changes, what="attribution graph")
+
+    def with_explanations(self, explanations, *, labeller=None, progress: bool = True) -> AttributionGraph:
+        """A copy whose feature nodes carry their explanations (:class:`GraphExplanations`): each feature's top
+        activating contexts, vocabulary projection, histogram and label, from a transcoder set's
+        :class:`~interp_widgets.circuits.features.FeatureExplanations` (``transcoders.explain(...)``) or a mapping
+        ``{(layer, feature): detail}``. Only the graph's own features are kept. :meth:`to_json` writes them as the
+        feature detail files and the labels as the nodes' ``clerp``; :meth:`save` keeps them; the circuit view shows
+        them.
+
+        ``labeller`` (e.g. :class:`~interp_widgets.concepts.LMLabeler`) labels exactly the graph's features first
+        (and keeps the labels in ``explanations`` too): far fewer than the set's.
+
+        Raises ``KeyError`` for a feature the explanations do not cover (name the layer when explaining).
+
+        Example:
+            >>> graph = example_graph().with_explanations({(0, 7): {"label": "says a", "top_logits": ["c"]}})
+            >>> graph.feature_labels, graph.explanations.details[(0, 7)]["top_logits"]
+            (['says a'], ['c'])
+        """
+        keys = sorted({(layer, feature) for layer, _, feature in self.features.tolist()})
+        if hasattr(explanations, "detail"):
+            if labeller is not None:
+                explanations.relabel(labeller, features=keys, progress=progress)
+            details = {key: explanations.detail(*key, scan=str(self.scan or "")) for key in keys}
+            source = explanations.run.label_source
+        else:
+            if labeller is not None:
+                raise TypeError("labeller= needs FeatureExplanations (TranscoderSet.explain), not a mapping of details")
+            missing = [key for key in keys if key not in explanations]
+            if missing:
+                raise KeyError(f"no detail for features {missing[:5]} (layer, feature) of this graph")
+            details = {key: dict(explanations[key]) for key in keys}
+            source = "given"
+        return replace(self, explanations=GraphExplanations(details, source))
+
+    def _detail(self, layer: int, feature: int) -> dict:
+        """A feature's detail file: its explanation (corpus contexts first), then this prompt as one more example."""
+        detail = _graph_json.feature_detail(self, layer, feature, str(self.scan or ""))
+        if self.explanations is None or (layer, feature) not in self.explanations:
+            return detail
+        explained = self.explanations.details[(int(layer), int(feature))]
+        return {
+            **detail,
+            **explained,
+            "transcoder_id": detail["transcoder_id"],
+            "index": detail["index"],
+            "examples_quantiles": [*explained.get("examples_quantiles", []), *detail["examples_quantiles"]],
+        }
+
+    @property
+    def feature_labels(self) -> list[str]:
+        """The label of each feature node, in node order ('' without explanations).
+
+        Example:
+            >>> example_graph().feature_labels
+            ['']
+        """
+        if self.explanations is None:
+            return [""] * len(self.features)
+        return [self.explanations.label(layer, feature) for layer, _, feature in self.features.tolist()]
 
     # ------------------------------------------------------------------ nodes
     @property
@@ -602,10 +711,11 @@ class AttributionGraph:
         adjacency = torch.as_tensor(self.adjacency)
         influence = _influence(_row_normalised(adjacency), self._logit_weights(adjacency.dtype)).numpy()
         top = np.argsort(-influence[: len(self.features)], kind="stable")[:8]
+        labels = self.feature_labels
         feature_rows = "".join(
             f"<tr><td>{esc(self.node_ids[k])}</td><td>{self.features[k, 0]}</td><td>{self.features[k, 1]} "
             f"<code>{esc(self.prompt_tokens[self.features[k, 1]])}</code></td><td>{self.features[k, 2]}</td>"
-            f"<td>{self.activations[k]:.3g}</td><td>{influence[k]:.3g}</td></tr>"
+            f"<td>{self.activations[k]:.3g}</td><td>{influence[k]:.3g}</td><td>{esc(labels[k])}</td></tr>"
             for k in top
         )
         return (
@@ -614,7 +724,7 @@ class AttributionGraph:
             f"<table><thead><tr><th>logit target</th><th>id</th><th>probability</th></tr></thead>"
             f"<tbody>{logit_rows}</tbody></table>"
             f"<table><thead><tr><th>feature</th><th>layer</th><th>position</th><th>index</th><th>activation</th>"
-            f"<th>logit influence</th></tr></thead><tbody>{feature_rows}</tbody></table></div>"
+            f"<th>logit influence</th><th>label</th></tr></thead><tbody>{feature_rows}</tbody></table></div>"
         )
 
     # ------------------------------------------------------------------ the circuit view
@@ -631,10 +741,11 @@ class AttributionGraph:
         supernodes, pruning sliders and live scores in the browser, saved with the notebook.
 
         ``features`` gives the feature details (a folder of circuit-tracer's ``features/{scan}/{index}.json``
-        files, a mapping ``{(layer, feature): detail}`` or a function; default: this prompt as each feature's
-        example); those of the pinned features and the 300 most influential travel with the notebook, the view asks
-        the kernel for the others. ``labels`` maps node ids to labels. ``pinned`` and ``groups``
-        (``[{"name", "members"}]``) default to the graph's saved view (``qParams`` ``pinnedIds`` and
+        files, a mapping ``{(layer, feature): detail}`` or a function; default: the graph's explanations
+        (:meth:`with_explanations`), else this prompt as each feature's example); those of the pinned features and
+        the 300 most influential travel with the notebook, the view asks the kernel for the others. ``labels`` maps
+        node ids to labels (default: the explanations' labels). ``pinned`` and ``groups`` (``[{"name",
+        "members"}]``) default to the graph's saved view (``qParams`` ``pinnedIds`` and
         ``supernodes``). Other options (``node_threshold``, ``edge_threshold``, ``selected``) set the view state.
 
         Raises ``ValueError`` when the saved view would exceed the output cap: prune the graph first.
@@ -658,6 +769,11 @@ class AttributionGraph:
         pinned = [ids[index.resolve(p, what="pinned id")] for p in pinned]  # old error ids read, new ones kept
         groups = [{"name": g["name"], "members": [ids[index.resolve(m, what="group member")] for m in g["members"]]}
                   for g in groups]  # fmt: skip
+        if self.explanations is not None:  # the graph's own explanations, unless others are given
+            if features is None:
+                features = self._detail
+            if labels is None:
+                labels = {i: label for i, label in zip(self.node_ids, self.feature_labels) if label}
         source = GraphSource(self, features, labels)
         data = view_data(self, labels=labels, pinned=pinned, source=source)
         view = CircuitView(data, source=source, pinned=pinned, groups=groups, **options)
@@ -741,6 +857,11 @@ class AttributionGraph:
             "cap": None if self.cap is None else [self.cap.n_active, self.cap.lost_influence],
             "pruning": None if self.pruning is None else [self.pruning.node_threshold, self.pruning.edge_threshold],
         }
+        if self.explanations is not None:
+            meta["explanations"] = {
+                "source": self.explanations.source,
+                "details": [[layer, feature, detail] for (layer, feature), detail in self.explanations.details.items()],
+            }
         if self.pruning is not None:
             arrays["influence"] = np.asarray(self.pruning.influence, dtype=np.float64)
         save_file(arrays, str(path), metadata={"interp_widgets": json.dumps(meta)})
@@ -772,7 +893,8 @@ class AttributionGraph:
         pruning = None
         if meta["pruning"] is not None:
             pruning = Pruning(*meta["pruning"], influence=arrays["influence"])
-        return cls.from_flat(
+        explained = meta.get("explanations")
+        graph = cls.from_flat(
             adjacency=arrays["adjacency"],
             features=arrays["features"],
             activations=arrays["activations"],
@@ -788,6 +910,10 @@ class AttributionGraph:
             view=meta["view"],
             settings=meta.get("settings", {}),
         )
+        if explained is not None:
+            details = {(int(layer), int(feature)): detail for layer, feature, detail in explained["details"]}
+            graph = replace(graph, explanations=GraphExplanations(details, explained.get("source", "")))
+        return graph
 
     def to_json(
         self,
@@ -846,7 +972,7 @@ class AttributionGraph:
         feature_dir = directory / "features" / str(self.scan)
         feature_dir.mkdir(parents=True, exist_ok=True)
         for layer, feature in sorted({(l, f) for l, _, f in graph.features.tolist()}):
-            detail = _graph_json.feature_detail(self, layer, feature, str(self.scan))
+            detail = self._detail(layer, feature)
             (feature_dir / f"{detail['index']}.json").write_text(json.dumps(detail))
         return path
 
@@ -899,8 +1025,8 @@ install_flat_properties(AttributionGraph, FLAT_ATTRIBUTES)
 
 def load_graph(path: str | Path) -> AttributionGraph:
     """Read an attribution graph: circuit-tracer's or Neuronpedia's graph JSON (a pruned graph; both error-id
-    forms; ``qParams`` pins and supernodes kept in ``view`` and checked against the nodes) or a ``.safetensors``
-    file written by :meth:`AttributionGraph.save`.
+    forms; ``qParams`` pins and supernodes kept in ``view`` and checked against the nodes; the features' ``clerp``
+    labels as labels-only ``explanations``) or a ``.safetensors`` file written by :meth:`AttributionGraph.save`.
 
     Raises ``ValueError`` for an unknown schema version, node ids that collide (circuit-tracer 0.5.0 can write an
     error id equal to a layer-0 feature's), a link or pin to no node, or a node type other than features, errors,
@@ -917,6 +1043,7 @@ def load_graph(path: str | Path) -> AttributionGraph:
     if not path.is_file():
         raise FileNotFoundError(f"no such file: {path}; pass a graph JSON or a saved AttributionGraph")
     args = _graph_json.read_document(path)
+    clerps = args.pop("feature_labels")
     labels, ids, probs = args.pop("logits")
     node_threshold, edge_threshold, influence = args.pop("pruning")
     graph = AttributionGraph.from_flat(
@@ -924,6 +1051,10 @@ def load_graph(path: str | Path) -> AttributionGraph:
         logits=Targets(labels, ids=ids, probs=probs),
         pruning=Pruning(node_threshold, edge_threshold, influence),
     )
+    if clerps:  # the features' labels come back as labels-only explanations, so to_json writes them again
+        graph = replace(
+            graph, explanations=GraphExplanations({k: {"label": v} for k, v in clerps.items()}, "graph JSON")
+        )
     index = graph._index_map()
     for node_id in graph.view.get("pinnedIds") or []:
         index.resolve(node_id, what=f"{path}: pinned id")

@@ -904,6 +904,92 @@ class TranscoderSet:
             out.check_model(model)
         return out
 
+    def checksum(self) -> str:
+        """A SHA-256 digest of every layer's weights (the checksum :meth:`save` writes): it names this set in the
+        feature explanations' cache (:meth:`explain`).
+
+        Example:
+            >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=1, progress=False))
+            >>> tcs.checksum() == TranscoderSet.load(tcs.save(getfixture("tmp_path") / "t.safetensors")).checksum()
+            True
+        """
+        arrays = {}
+        for layer, tc in self.transcoders.items():
+            for name, value in tc._state()[0].items():
+                arrays[f"layer.{layer}.{name}"] = np.asarray(value)
+        return _checksum(arrays)
+
+    # ------------------------------------------------------------------ feature explanations
+    def explain(
+        self,
+        model,
+        tokenizer,
+        texts,
+        *,
+        n_examples: int = 10,
+        window: int = 8,
+        layers="all",
+        bins: int = 64,
+        vocab_top: int = 10,
+        labeller=None,
+        cache_dir: str | Path | None = None,
+        include_special: bool = False,
+        max_batch_tokens: int = 8192,
+        progress: bool = True,
+    ):
+        """Explain every feature over ``texts`` from **one** forward pass for all layers: its top activating
+        contexts, density and histogram, its decoder's vocabulary projection and a label
+        (:class:`~interp_widgets.circuits.features.FeatureExplanations`; the module
+        :mod:`interp_widgets.circuits.features` says how each is computed).
+
+        Args:
+            model, tokenizer: the model the set was trained on (checked) and its tokenizer; the model is untouched.
+            texts: the corpus (strings or chat conversations).
+            n_examples: top contexts per feature; ``window``: tokens either side of each (same text only).
+            layers: ``"all"`` (the set's layers), a layer of the set or a list of them.
+            bins: histogram bins (a power of two); ``vocab_top``: tokens of each side of the vocabulary projection.
+            labeller: ``labeller(feature, examples) -> str`` for every feature that fired (e.g.
+                :class:`~interp_widgets.concepts.LMLabeler`, about a second a feature on a CPU: rather label a
+                graph's features, ``graph.with_explanations(explained, labeller=...)``); default: the top tokens.
+            cache_dir: a folder for the cache file, keyed by the set's :meth:`checksum`, the corpus and the
+                settings; a second call reads it and runs no model (a labeller not yet applied to it is applied and
+                the file updated). A corrupted cache file is refused with the fix.
+            include_special: explain special tokens (BOS …) too; ``max_batch_tokens``: padded tokens per pass.
+            progress: a tqdm bar over the texts.
+
+        Example:
+            >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=2, progress=False))
+            >>> explained = tcs.explain(lm, lm_tokenizer, texts[:20], n_examples=3, progress=False,
+            ...                         cache_dir=getfixture("tmp_path"))
+            >>> explained.run.n_tokens, explained.layers[0].top_values.shape
+            (657, (16, 3))
+            >>> tcs.explain(lm, lm_tokenizer, texts[:20], n_examples=3, progress=False,
+            ...             cache_dir=getfixture("tmp_path")).run.key == explained.run.key  # read from the cache
+            True
+        """
+        from interp_widgets.circuits.features import explain_set
+
+        self.check_model(model)
+        texts = _texts(texts)
+        if isinstance(layers, str):
+            if layers != "all":
+                raise ValueError(f"layers must be 'all', a layer of the set or a list of them, got {layers!r}")
+            chosen = self.layers
+        else:
+            chosen = sorted({int(layer) for layer in ([layers] if isinstance(layers, (int, np.integer)) else layers)})
+            missing = [layer for layer in chosen if layer not in self.transcoders]
+            if missing or not chosen:
+                raise ValueError(f"layers {missing or layers} have no transcoder in this set; it has {self.layers}")
+        check_int("max_batch_tokens", max_batch_tokens, minimum=1)
+
+        def stream(layers):
+            return _stream(model, tokenizer, texts, layers, self.input_point, include_special=include_special,
+                           max_batch_tokens=max_batch_tokens)  # fmt: skip
+
+        return explain_set(self, model, tokenizer, texts, layers=chosen, stream=stream, n_examples=n_examples,
+                           window=window, bins=bins, vocab_top=vocab_top, include_special=include_special,
+                           labeller=labeller, cache_dir=cache_dir, progress=progress)  # fmt: skip
+
     # ------------------------------------------------------------------ circuit-tracer's files
     def to_circuit_tracer(
         self,
