@@ -33,7 +33,8 @@ Example:
     >>> from interp_widgets.concepts import Transcoder
     >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=1, progress=False))
     >>> graph = attribution_graph(lm, lm_tokenizer, "The cat sat on the", tcs, batch_size=8, progress=False)
-    >>> graph.settings["bos_added"], graph.n_layers, len(graph.features) == graph.settings["n_active_features"]
+    >>> settings = graph.provenance.settings
+    >>> settings["bos_added"], graph.n_layers, len(graph.features) == settings["n_active_features"]
     (True, 2, True)
 """
 
@@ -474,7 +475,7 @@ def attribution_graph(
 
     Args:
         prompt: a text or token ids; a BOS is prepended when it does not start with a special token (the graph's
-            ``settings["bos_added"]`` says so).
+            ``provenance.settings["bos_added"]`` says so).
         targets: the logit targets: None (the most probable tokens until their probability reaches
             ``desired_logit_prob``, at most ``max_n_logits``), or token texts / ids (each a single token).
         contrast: ``(answer, foil)``: one target, the logit difference ``u_answer − u_foil`` (a virtual id, the

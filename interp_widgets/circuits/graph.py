@@ -303,7 +303,7 @@ class GraphExplanations:
 FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
     "prompt": ("input", "text"), "prompt_tokens": ("input", "layout.tokens"), "token_ids": ("input", "token_ids"),
     **{name: ("nodes", name) for name in ("features", "activations", "errors", "n_layers", "scan")},
-    **{name: ("provenance", name) for name in ("pruning", "cap", "view", "settings")},
+    **{name: ("provenance", name) for name in ("pruning", "cap", "view")},
 }  # fmt: skip
 _REQUIRED = ("prompt", "prompt_tokens", "token_ids", "features", "activations", "n_layers")
 _PARTS = {"input": GraphInput, "nodes": GraphNodes, "logits": Targets, "provenance": GraphProvenance}
@@ -853,7 +853,7 @@ class AttributionGraph:
             "n_layers": self.n_layers,
             "scan": self.scan,
             "view": self.view,
-            "settings": self.settings,
+            "settings": self.provenance.settings,
             "cap": None if self.cap is None else [self.cap.n_active, self.cap.lost_influence],
             "pruning": None if self.pruning is None else [self.pruning.node_threshold, self.pruning.edge_threshold],
         }
@@ -908,8 +908,8 @@ class AttributionGraph:
             pruning=pruning,
             cap=None if meta["cap"] is None else FeatureCap(*meta["cap"]),
             view=meta["view"],
-            settings=meta.get("settings", {}),
         )
+        graph = replace(graph, provenance=replace(graph.provenance, settings=meta.get("settings", {})))
         if explained is not None:
             details = {(int(layer), int(feature)): detail for layer, feature, detail in explained["details"]}
             graph = replace(graph, explanations=GraphExplanations(details, explained.get("source", "")))

@@ -45,10 +45,12 @@ def test_our_graph_equals_circuit_tracers(ct_files, case):
     # circuit-tracer prepended <unk> (id 1), not <s>: its filter(None, ...) skips a BOS of id 0. Give its tokens.
     ours = attribution_graph(model, tokenizer, theirs.token_ids, transcoders, max_n_logits=4, desired_logit_prob=0.9,
                              batch_size=16, max_feature_nodes=cap, progress=False)  # fmt: skip
-    assert not ours.settings["bos_added"] and ours.token_ids.tolist() == theirs.token_ids.tolist()
+    assert not ours.provenance.settings["bos_added"] and ours.token_ids.tolist() == theirs.token_ids.tolist()
     assert ours.logits.ids.tolist() == theirs.logits.ids.tolist()
     np.testing.assert_allclose(ours.logits.probs, theirs.logits.probs, rtol=1e-5)
-    assert ours.settings["n_active_features"] == (theirs.cap.n_active if theirs.cap else len(theirs.features))
+    assert ours.provenance.settings["n_active_features"] == (
+        theirs.cap.n_active if theirs.cap else len(theirs.features)
+    )
     if cap is None:
         assert ours.features.tolist() == theirs.features.tolist()
         np.testing.assert_allclose(ours.activations, theirs.activations, rtol=1e-5, atol=1e-6)

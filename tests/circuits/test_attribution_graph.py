@@ -193,7 +193,7 @@ def test_batch_size_and_cap():
     one = attribution_graph(model, tokenizer, PROMPT, tcs, batch_size=1, progress=False)
     many = attribution_graph(model, tokenizer, PROMPT, tcs, batch_size=32, progress=False)
     np.testing.assert_allclose(one.adjacency, many.adjacency, atol=1e-6)
-    assert one.cap is None and one.settings["n_active_features"] == len(one.features)
+    assert one.cap is None and one.provenance.settings["n_active_features"] == len(one.features)
 
     capped = attribution_graph(model, tokenizer, PROMPT, tcs, batch_size=8, max_feature_nodes=40,
                                update_interval=1, progress=False)  # fmt: skip
@@ -271,7 +271,7 @@ def test_saved_graph_keeps_its_settings(tmp_path):
     model, tokenizer = tiny_models.llama_lm()
     graph = attribution_graph(model, tokenizer, PROMPT, fitted(model, tokenizer), batch_size=16, progress=False)
     again = type(graph).load(graph.save(tmp_path / "graph.safetensors"))
-    assert again.settings == graph.settings and again.settings["bos_added"] is True
+    assert again.provenance.settings == graph.provenance.settings and again.provenance.settings["bos_added"] is True
     np.testing.assert_array_equal(again.adjacency, graph.adjacency)
 
 
