@@ -134,6 +134,7 @@ class ReplacementState:
     final: torch.Tensor
     logits: torch.Tensor
     weights: list[dict[str, torch.Tensor]]
+    live_skip: bool = True
 
 
 def _skip(weights: dict, x: torch.Tensor) -> torch.Tensor:
@@ -214,8 +215,9 @@ def replacement_state(model, ids: torch.Tensor, transcoders: TranscoderSet) -> R
         return _record(model, ids, transcoders)
 
 
-def _record(model, ids: torch.Tensor, transcoders: TranscoderSet) -> ReplacementState:
-    """:func:`replacement_state` inside a block where attention and norms are already frozen on ``ids``."""
+def _record(model, ids: torch.Tensor, transcoders: TranscoderSet, skip_in_errors: bool = False) -> ReplacementState:
+    """:func:`replacement_state` inside a block where attention and norms are already frozen on ``ids``; with
+    ``skip_in_errors`` the skip terms are no path: their output is part of the error nodes and the constants."""
     n_layers = transcoders.n_layers
     points = [transcoder_points(model, layer, transcoders.input_point) for layer in range(n_layers)]
     head, _, _ = _unembedding(model)
@@ -237,7 +239,9 @@ def _record(model, ids: torch.Tensor, transcoders: TranscoderSet) -> Replacement
     finally:
         for handle in handles:
             handle.remove()
-    state = ReplacementState([], [], [], [], [], [], seen["resid0"][0], seen["final"][0], logits[0, -1], [])
+    state = ReplacementState(
+        [], [], [], [], [], [], seen["resid0"][0], seen["final"][0], logits[0, -1], [], live_skip=not skip_in_errors
+    )
     for layer in range(n_layers):
         tc = transcoders[layer]
         w = {name: t.to(device=device, dtype=torch.float32) for name, t in tc.folded().items()}
@@ -245,7 +249,8 @@ def _record(model, ids: torch.Tensor, transcoders: TranscoderSet) -> Replacement
         pre = x @ w["W_enc"].T + w["b_enc"]
         acts = _activation(tc, w, pre)
         acts[0] = 0.0
-        prediction = acts @ w["W_dec"] + w["b_dec"] + _skip(w, x)
+        skip = torch.zeros_like(x) if skip_in_errors else _skip(w, x)
+        prediction = acts @ w["W_dec"] + w["b_dec"] + skip
         errors = y - prediction
         errors[0] = 0.0
         state.inputs.append(x)
@@ -253,7 +258,7 @@ def _record(model, ids: torch.Tensor, transcoders: TranscoderSet) -> Replacement
         state.pre.append(pre)
         state.acts.append(acts)
         state.errors.append(errors)
-        state.constants.append(y - _skip(w, x))
+        state.constants.append(y - skip)
         state.weights.append(w)
     return state
 
@@ -355,6 +360,8 @@ class _Backward:
         w, constant = self.state.weights[layer], self.state.constants[layer]
 
         def replace(hidden):
+            if not self.state.live_skip:
+                return constant + self.deltas[layer]
             return constant + _skip(w, self.reads[layer]) + self.deltas[layer]
 
         return replace
@@ -466,6 +473,7 @@ def attribution_graph(
     desired_logit_prob: float = 0.95,
     max_n_logits: int = 10,
     max_memory_gb: float = 4.0,
+    skip_in_errors: bool = False,
     scan: str | None = None,
     progress: bool = True,
 ) -> AttributionGraph:
@@ -484,6 +492,8 @@ def attribution_graph(
         batch_size: targets per backward pass (rows at once); memory grows with ``batch_size × prompt tokens``.
         update_interval: batches between influence updates when features are capped.
         max_memory_gb: refuse (naming what to lower) when the estimated autograd memory exceeds it.
+        skip_in_errors: fold the transcoders' skip terms into the error nodes (their output is then unexplained,
+            not a path for direct effects): the stricter replacement and completeness scores of skip transcoders.
         scan: the transcoder set's name in the graph JSON (default: the set's model name + ``-transcoders``).
 
     Never changes the model (hooks, attention implementation and modes are restored, also on errors and Ctrl-C).
@@ -515,7 +525,7 @@ def attribution_graph(
     points = [transcoder_points(model, layer, transcoders.input_point) for layer in range(n_layers)]
     _, unembed, bias = _unembedding(model)
     with _frozen(model, ids):
-        state = _record(model, ids, transcoders)
+        state = _record(model, ids, transcoders, skip_in_errors=skip_in_errors)
         found, vectors, _ = _logit_targets(tokenizer, state, unembed.detach(), None if bias is None else
                                            bias.detach(), targets, contrast, desired_logit_prob, max_n_logits)  # fmt: skip
         sources = _Sources(state)
@@ -576,6 +586,7 @@ def attribution_graph(
         "max_feature_nodes": max_feature_nodes,
         "update_interval": update_interval,
         "input_point": transcoders.input_point,
+        "skip_in_errors": bool(skip_in_errors),
         "targets": "contrast" if contrast is not None else ("given" if targets is not None else "salient"),
         "n_active_features": n_feat,
     }

@@ -31,8 +31,8 @@ class Reference:
     and output with plain hooks; a run holds every feature activation and error at a given value, recomputes the
     skip term from the live input, and reads every feature's pre-activation and the demeaned logits."""
 
-    def __init__(self, model, ids, transcoders):
-        self.model, self.ids, self.n_layers = model, ids, transcoders.n_layers
+    def __init__(self, model, ids, transcoders, live_skip=True):
+        self.model, self.ids, self.n_layers, self.live_skip = model, ids, transcoders.n_layers, live_skip
         self.w = [transcoders[layer].folded() for layer in range(self.n_layers)]
         self.tcs = transcoders
         seen = {}
@@ -54,13 +54,13 @@ class Reference:
             tc = transcoders[layer]
             acts = tc._encode(x[layer] / tc.scale_, tc.weights_)  # the transcoder's own encoder
             acts[0] = 0.0
-            skip = x[layer] @ w["W_skip"].T if "W_skip" in w else 0.0
+            skip = x[layer] @ w["W_skip"].T if "W_skip" in w and live_skip else torch.zeros_like(x[layer])
             error = y[layer] - (acts @ w["W_dec"] + w["b_dec"] + skip)
             error[0] = 0.0
             self.acts.append(acts)
             self.errors.append(error)
             # what position 0's MLP writes besides its skip term: a constant of the replacement model
-            self.base.append(y[layer][0] - (skip[0] if "W_skip" in w else 0.0))
+            self.base.append(y[layer][0] - skip[0])
 
     def read(self, edits=None, freeze=False):
         """Run (with ``edits`` and frozen attention and norms if ``freeze``); keep each MLP's input and the final
@@ -98,7 +98,7 @@ class Reference:
                 x = self.live[layer]
                 out = acts[layer] @ w["W_dec"] + w["b_dec"] + errors[layer]
                 out[0] = self.base[layer]
-                if "W_skip" in w:
+                if "W_skip" in w and self.live_skip:
                     out = out + x @ w["W_skip"].T
                 return out[None].expand_as(hidden).clone()
 
@@ -144,22 +144,24 @@ def target_rows(graph):
 
 
 @pytest.mark.parametrize(
-    "build, settings",
+    "build, settings, skip_in_errors",
     [
-        (tiny_models.llama_lm, {}),
-        (tiny_models.llama_lm, {"activation": "topk", "k": 6, "skip": False}),
-        (tiny_models.gpt2_lm, {}),
+        (tiny_models.llama_lm, {}, False),
+        (tiny_models.llama_lm, {}, True),
+        (tiny_models.llama_lm, {"activation": "topk", "k": 6, "skip": False}, False),
+        (tiny_models.gpt2_lm, {}, False),
     ],
-    ids=["llama-jumprelu-skip", "llama-topk", "gpt2-jumprelu-skip"],
+    ids=["llama-jumprelu-skip", "llama-skip-in-errors", "llama-topk", "gpt2-jumprelu-skip"],
 )
-def test_direct_effects_close_and_predict_constrained_interventions(build, settings):
+def test_direct_effects_close_and_predict_constrained_interventions(build, settings, skip_in_errors):
     model, tokenizer = build()
     tcs = fitted(model, tokenizer, **settings)
     before = model_fingerprint(model, tokenizer)
-    graph = attribution_graph(model, tokenizer, PROMPT, tcs, batch_size=16, progress=False)
+    graph = attribution_graph(model, tokenizer, PROMPT, tcs, batch_size=16, skip_in_errors=skip_in_errors,
+                              progress=False)  # fmt: skip
     assert model_fingerprint(model, tokenizer) == before
     ids = torch.as_tensor(graph.token_ids)[None]
-    ref = Reference(model, ids, tcs)
+    ref = Reference(model, ids, tcs, live_skip=not skip_in_errors)
     n_feat = len(graph.features)
     # the graph's active features are the reference's, with the same activations
     found = [(layer, pos, f) for layer in range(tcs.n_layers) for pos, f in torch.nonzero(ref.acts[layer]).tolist()]
