@@ -8,5 +8,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+# first, even when an editable install already put it last: site-packages may hold another top-level ``tests``
+# (tuned-lens 0.2.0 installs one), which would shadow this checkout's
+if str(ROOT) in sys.path:
+    sys.path.remove(str(ROOT))
+sys.path.insert(0, str(ROOT))
