@@ -79,6 +79,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from interp_widgets.validation import check_choice
+
 SUB_POINTS = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "mlp_in")
 STACKS = ("encoder", "decoder")
 _BLOCK_NAME = re.compile(
@@ -130,6 +132,14 @@ _OUT_PROJ = (
     "self_attention.dense",
     "layer.0.SelfAttention.o",
 )
+# The query / key / value projections inside one block, first match wins: separate modules, or one fused module
+# whose output is [q | k | v] side by side (GPT-2's c_attn).
+_QKV = {
+    "q": ("self_attn.q_proj", "attn.q_proj", "attention.self.query", "self_attention.q_proj"),
+    "k": ("self_attn.k_proj", "attn.k_proj", "attention.self.key", "self_attention.k_proj"),
+    "v": ("self_attn.v_proj", "attn.v_proj", "attention.self.value", "self_attention.v_proj"),
+}
+_FUSED_QKV = ("attn.c_attn",)
 _HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads")
 _INPUT_SITES = {"resid_pre"}
 
@@ -474,6 +484,34 @@ def resolve_head(model: nn.Module, spec: str) -> HeadPoint:
     path = f"{block.path}.{found}"
     point = LayerPoint(path, path, modules[found], "input", block.block)
     return HeadPoint(f"{block.name}.head:{head}", point, head, n_heads)
+
+
+def qkv_projection(model: nn.Module, layer, kind: str, *, hint: str = "") -> tuple[str, int | None]:
+    """The module path of the ``kind`` (``"q"``, ``"k"`` or ``"v"``) projection of block ``layer``, and where its
+    output sits: None for a module of its own, else its index in a fused ``[q | k | v]`` module (GPT-2's ``c_attn``).
+
+    ``hint`` ends the error raised for a block with neither (what the caller can do instead).
+
+    Example:
+        >>> qkv_projection(model, 0, "k")
+        ('bert.encoder.layer.0.attention.self.key', None)
+        >>> qkv_projection(lm, 1, "v")
+        ('transformer.h.1.attn.c_attn', 2)
+    """
+    check_choice("kind", kind, tuple(_QKV))
+    block = resolve_layer(model, layer)
+    modules = dict(block.module.named_modules())
+    path = next((p for p in _QKV[kind] if p in modules), None)
+    if path is not None:
+        return f"{block.path}.{path}", None
+    path = next((p for p in _FUSED_QKV if p in modules), None)
+    if path is not None:
+        return f"{block.path}.{path}", "qkv".index(kind)
+    children = [name for name, _ in block.module.named_children()]
+    raise UnsupportedModelError(
+        f"cannot find the {kind} projection of the blocks of {type(model).__name__} (block children: {children})"
+        + (f"; {hint}" if hint else "")
+    )
 
 
 @dataclass(frozen=True)

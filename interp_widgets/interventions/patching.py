@@ -87,6 +87,7 @@ from interp_widgets.layers import (
     hidden_of,
     no_new_hooks,
     norm_modules,
+    qkv_projection,
     register,
     resolve_head,
     resolve_layer,
@@ -97,14 +98,6 @@ from interp_widgets.validation import check_choice
 EXACT_POINTS = ("resid_pre", "attn_out", "mlp_out", "resid_mid", "head", "q", "k", "v", "pattern")
 #: per-head points whose units are key / value heads (grouped-query models have fewer of them than query heads)
 _KV_POINTS = ("k", "v")
-# The query / key / value projections inside one block, first match wins: separate modules, or one fused module
-# whose output is [q | k | v] side by side (GPT-2's c_attn).
-_QKV = {
-    "q": ("self_attn.q_proj", "attn.q_proj", "attention.self.query", "self_attention.q_proj"),
-    "k": ("self_attn.k_proj", "attn.k_proj", "attention.self.key", "self_attention.k_proj"),
-    "v": ("self_attn.v_proj", "attn.v_proj", "attention.self.value", "self_attention.v_proj"),
-}
-_FUSED_QKV = ("attn.c_attn",)
 _REPLAY_TOLERANCE = 1e-4
 
 
@@ -149,21 +142,10 @@ def _head_counts(model: nn.Module) -> tuple[int, int, int]:
 
 
 def _qkv_units(model: nn.Module, point: str, layer: int, chosen: list[int]) -> tuple[_Unit, ...]:
-    block = resolve_layer(model, layer)
-    modules = dict(block.module.named_modules())
     n_heads, n_kv, width = _head_counts(model)
-    path = next((p for p in _QKV[point] if p in modules), None)
-    offset = 0
-    if path is None:
-        path = next((p for p in _FUSED_QKV if p in modules), None)
-        offset = "qkv".index(point) * n_heads * width
-    if path is None:
-        children = [name for name, _ in block.module.named_children()]
-        raise UnsupportedModelError(
-            f"cannot find the {point} projection of the blocks of {type(model).__name__} (block children: "
-            f"{children}); patch 'head' (each head's output) or 'pattern' instead"
-        )
-    capture = resolve_point(model, f"{block.path}.{path}")
+    path, fused = qkv_projection(model, layer, point, hint="patch 'head' (each head's output) or 'pattern' instead")
+    offset = 0 if fused is None else fused * n_heads * width
+    capture = resolve_point(model, path)
     return tuple(_Unit(capture.name, capture, slice(offset + j * width, offset + (j + 1) * width)) for j in chosen)
 
 
