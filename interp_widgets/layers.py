@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -823,3 +824,79 @@ def attention_implementation(model: nn.Module, name: str, *, why: str, hint: str
         finally:
             for config, implementation in saved:
                 config._attn_implementation_internal = implementation
+
+
+_ATTENTION_USERS: dict[str, int] = {}  # attention function name -> blocks running it (registered while any does)
+
+
+@contextlib.contextmanager
+def attention_function(model: nn.Module, name: str, fn: Callable, *, why: str, hint: str = "") -> Iterator[None]:
+    """Run a Hugging Face model with the attention function ``fn`` inside the block.
+
+    ``fn(module, query, key, value, attention_mask, **kwargs)`` returns ``(output, weights)`` as transformers'
+    attention functions do (:func:`eager_attention_forward` gives a module's own eager one, :func:`attend` the output
+    of a changed pattern). It is registered in transformers' ``AttentionInterface`` as ``name`` (one name, one
+    function), with eager attention's masks, while any block runs it, and the model switches to it through
+    :func:`attention_implementation` (``why`` and ``hint`` as there), which restores everything on exit.
+
+    Example:
+        >>> seen = []
+        >>> def recording(module, query, key, value, attention_mask, **kwargs):
+        ...     output, weights = eager_attention_forward(module)(module, query, key, value, attention_mask, **kwargs)
+        ...     seen.append(tuple(weights.shape))
+        ...     return output, weights
+        >>> with attention_function(lm, "example_recording", recording, why="this example reads patterns"):
+        ...     _ = lm(input_ids=torch.tensor([[5, 6, 7]]))
+        >>> seen  # (batch, heads, query, key) of each block
+        [(1, 2, 3, 3), (1, 2, 3, 3)]
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    if not _ATTENTION_USERS.get(name):
+        AttentionInterface.register(name, fn)
+        AttentionMaskInterface.register(name, eager_mask)  # the masks eager attention gets
+    _ATTENTION_USERS[name] = _ATTENTION_USERS.get(name, 0) + 1
+    try:
+        with attention_implementation(model, name, why=why, hint=hint):
+            yield
+    finally:
+        _ATTENTION_USERS[name] -= 1
+        if not _ATTENTION_USERS[name]:
+            del _ATTENTION_USERS[name]
+            AttentionInterface._global_mapping.pop(name, None)
+            AttentionMaskInterface._global_mapping.pop(name, None)
+
+
+def eager_attention_forward(module: nn.Module, *, action: str = "replace the attention", hint: str = "") -> Callable:
+    """The eager attention function of a transformers attention module (``eager_attention_forward`` of its modeling
+    module): what an :func:`attention_function` calls for the model's own output and pattern. A module without one
+    raises an :class:`UnsupportedModelError` saying it cannot ``action`` (then ``hint``, what to do instead).
+
+    Example:
+        >>> eager_attention_forward(lm.transformer.h[0].attn).__module__
+        'transformers.models.gpt2.modeling_gpt2'
+    """
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise UnsupportedModelError(
+            f"cannot {action} of {type(module).__name__}: its module has no eager_attention_forward"
+            + (f"; {hint}" if hint else "")
+        )
+    return eager
+
+
+def attend(pattern: torch.Tensor, query: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """The output of an attention pattern (batch, heads, query, key) on ``value`` (batch, kv heads, key, width), as
+    transformers' attention functions return it: (batch, query tokens, heads, width); grouped-query value heads are
+    repeated to the heads of ``query`` as the model does.
+
+    Example:
+        >>> q, v = torch.zeros(1, 4, 3, 8), torch.randn(1, 2, 3, 8)
+        >>> out = attend(torch.eye(3).expand(1, 4, 3, 3), q, v)
+        >>> out.shape, bool(torch.equal(out[0, :, 1], v[0, 0]))  # query head 1 reads value head 0
+        (torch.Size([1, 3, 4, 8]), True)
+    """
+    repeats = query.shape[1] // value.shape[1]
+    values = value.repeat_interleave(repeats, dim=1) if repeats > 1 else value
+    return torch.matmul(pattern.to(device=values.device, dtype=values.dtype), values).transpose(1, 2).contiguous()

@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-import sys
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -81,8 +80,11 @@ from interp_widgets.interventions.patching_result import (
 from interp_widgets.interventions.points import EditPoint, resolve_point
 from interp_widgets.layers import (
     UnsupportedModelError,
+    attend,
+    attention_function,
     attention_implementation,
     blocks,
+    eager_attention_forward,
     evaluation,
     hidden_of,
     no_new_hooks,
@@ -276,12 +278,7 @@ _PATTERN_EDITS: dict[nn.Module, Callable] = {}  # attention module -> fn(weights
 def _pattern_attention(module, query, key, value, attention_mask, **kwargs):
     """The model's own eager attention, with the pattern (batch, heads, query, key) passed through the module's
     edit (a recorder or a patch), then ``pattern @ V`` again (value heads repeated for grouped-query attention)."""
-    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if eager is None:
-        raise UnsupportedModelError(
-            f"cannot patch the attention pattern of {type(module).__name__}: its module has no eager attention "
-            "function; patch 'head' instead"
-        )
+    eager = eager_attention_forward(module, action="patch the attention pattern", hint="patch 'head' instead")
     output, weights = eager(module, query, key, value, attention_mask, **kwargs)
     edit = _PATTERN_EDITS.get(module)
     if edit is None:
@@ -289,30 +286,18 @@ def _pattern_attention(module, query, key, value, attention_mask, **kwargs):
     new = edit(weights)
     if new is weights:
         return output, weights
-    repeats = query.shape[1] // value.shape[1]
-    values = value.repeat_interleave(repeats, dim=1) if repeats > 1 else value
-    return torch.matmul(new.to(values.dtype), values).transpose(1, 2).contiguous(), new
+    return attend(new, query, value), new
 
 
 @contextlib.contextmanager
 def _pattern_attention_on(model: nn.Module) -> Iterator[None]:
     """Run ``model`` with :func:`_pattern_attention` (eager attention whose pattern can be read and patched)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
     why = "patching attention patterns needs the attention weights, which only eager attention computes"
-    with attention_implementation(model, "eager", why=why, hint=" (eager attention gives the patterns)"):
-        registered = _PATTERN not in AttentionInterface._global_mapping
-        if registered:
-            AttentionInterface.register(_PATTERN, _pattern_attention)
-            AttentionMaskInterface.register(_PATTERN, eager_mask)
-        try:
-            with attention_implementation(model, _PATTERN, why=why):
-                yield
-        finally:
-            if registered:
-                AttentionInterface._global_mapping.pop(_PATTERN, None)
-                AttentionMaskInterface._global_mapping.pop(_PATTERN, None)
+    with (
+        attention_implementation(model, "eager", why=why, hint=" (eager attention gives the patterns)"),
+        attention_function(model, _PATTERN, _pattern_attention, why=why),
+    ):
+        yield
 
 
 class _Replay:
