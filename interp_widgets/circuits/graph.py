@@ -51,7 +51,7 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from interp_widgets._files import output_path, read_safetensors
+from interp_widgets._files import output_path, read_saved
 from interp_widgets._flat import group_flat, install_flat_properties, replace_flat
 from interp_widgets.circuits import _graph_json
 from interp_widgets.circuits._graph_json import cantor_pair
@@ -754,13 +754,7 @@ class AttributionGraph:
             >>> AttributionGraph.load(graph.save(getfixture("tmp_path") / "g.safetensors")).pruning.edge_threshold
             0.98
         """
-        fix = "pass the path of a file written by AttributionGraph.save(path)"
-        metadata, arrays = read_safetensors(path, what="a saved AttributionGraph", fix=fix)
-        header = metadata.get("interp_widgets")
-        meta = json.loads(header) if header else {}
-        found = meta.get("format")
-        if found != _FORMAT:
-            raise ValueError(f"{path} holds {found or 'no interp_widgets object'}, not an AttributionGraph; {fix}")
+        meta, arrays = read_saved(path, name="AttributionGraph", format=_FORMAT)
         if meta.get("version") != _VERSION:
             raise ValueError(
                 f"{path} has AttributionGraph schema version {meta.get('version')!r}, which this interp_widgets "
