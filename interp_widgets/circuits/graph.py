@@ -483,15 +483,19 @@ class AttributionGraph:
         always[self._block("token").start :] = True
         keep = node_mask & (edge_mask.any(0) | edge_mask.any(1) | always)
         adjacency = np.where(edge_mask, self.adjacency, np.float32(0))[np.ix_(keep, keep)]
+        return self._kept(keep, adjacency, pruning=Pruning(node_threshold, edge_threshold, cumulative[keep]))
+
+    def _kept(self, keep: np.ndarray, adjacency: np.ndarray, **changes) -> AttributionGraph:
+        """The graph of the nodes of the mask ``keep``: ``adjacency`` (already cut to them), their features,
+        activations and error nodes, and ``changes``."""
         kinds = np.asarray(self.node_kinds)
-        feature_keep = keep[kinds == "feature"]
-        error_keep = keep[kinds == "error"]
+        feature_keep, error_keep = keep[kinds == "feature"], keep[kinds == "error"]
         return self.replace(
             adjacency=adjacency,
             features=self.features[feature_keep],
             activations=self.activations[feature_keep],
             errors=self.errors[error_keep],
-            pruning=Pruning(node_threshold, edge_threshold, cumulative[keep]),
+            **changes,
         )
 
     def scores(self, pinned: Iterable[str] | None = None) -> GraphScores:
@@ -688,20 +692,12 @@ class AttributionGraph:
         keep = np.zeros(self.n_nodes, bool)
         keep[rows] = True
         keep[self._block("token").start :] = True
-        kinds = np.asarray(self.node_kinds)
-        feature_keep, error_keep = keep[kinds == "feature"], keep[kinds == "error"]
         pruning = self.pruning
         if pruning is not None:
             pruning = Pruning(pruning.node_threshold, pruning.edge_threshold, np.asarray(pruning.influence)[keep])
         supernodes = [[g["name"], *g["members"]] for g in state["groups"]]
-        return self.replace(
-            adjacency=self.adjacency[np.ix_(keep, keep)],
-            features=self.features[feature_keep],
-            activations=self.activations[feature_keep],
-            errors=self.errors[error_keep],
-            pruning=pruning,
-            view={**self.view, "pinnedIds": pinned, "supernodes": supernodes},
-        )
+        view = {**self.view, "pinnedIds": pinned, "supernodes": supernodes}
+        return self._kept(keep, self.adjacency[np.ix_(keep, keep)], pruning=pruning, view=view)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
