@@ -26,14 +26,9 @@ import statistics
 from types import SimpleNamespace
 
 import numpy as np
+from _browser import MOUNT, chromium, open_page
 
 TRIALS = 5
-PAGE = (
-    "<!DOCTYPE html><html><head><meta charset='utf-8'><style>{css}</style></head><body>"
-    "<div id='el' style='width:1000px'></div></body></html>"
-)
-
-from widgets import MOUNT  # noqa: E402  (benchmarks/widgets.py: mounts a view from its exported state)
 
 HOVER = """async (layers) => {
   const canvas = document.querySelector(".iw-patching-canvas");
@@ -76,28 +71,20 @@ def synthetic_view(layers: int = 30, positions: int = 1000, vocab: int = 2000):
 
 
 def bench_view() -> None:
-    from playwright.sync_api import sync_playwright
-
     from interp_widgets.widgets.export import export_state
-    from tests.browser.harness import launch_chromium
 
     layers, positions = int(os.environ.get("LAYERS", 30)), int(os.environ.get("POSITIONS", 1000))
     widget = synthetic_view(layers, positions)
     payload = json.loads(json.dumps(export_state(widget)))
     paints, hovers, worst = [], [], []
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        try:
-            for _ in range(TRIALS):
-                page = browser.new_page()
-                page.set_content(PAGE.format(css=widget._css))
-                paints.append(page.evaluate(MOUNT, {"esm": widget._esm, "payload": payload}))
-                hover = page.evaluate(HOVER, layers)
-                hovers.append(hover["median"])
-                worst.append(hover["worst"])
-                page.close()
-        finally:
-            browser.close()
+    with chromium() as browser:
+        for _ in range(TRIALS):
+            page = open_page(browser, widget._css, "width:1000px")
+            paints.append(page.evaluate(MOUNT, {"esm": widget._esm, "payload": payload}))
+            hover = page.evaluate(HOVER, layers)
+            hovers.append(hover["median"])
+            worst.append(hover["worst"])
+            page.close()
     size = f"{layers} layers x {positions} positions, top-5 of every cell stored"
     print(
         f"bench: patching_view_first_paint_ms = {statistics.median(paints):.1f} (goal < 150)  "

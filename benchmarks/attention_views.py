@@ -28,13 +28,12 @@ import os
 import statistics
 import time
 
+from _browser import chromium, open_page
 from ipywidgets.embed import dependency_state, embed_data
 
 TRIALS = 5
 N_TOKENS = 1000
 LAYER = 12
-
-PAGE = "<!DOCTYPE html><html><head><meta charset='utf-8'><style>{css}</style></head><body><div id='el' style='width:1000px'></div></body></html>"
 
 # Mounts the view on a model whose send() is answered (next task) from the float16 heads given by the script.
 MOUNT = """async ({esm, state, heads}) => {
@@ -96,12 +95,9 @@ def saved_bytes(widget) -> int:
 
 
 def main() -> None:
-    from playwright.sync_api import sync_playwright
-
     from interp_widgets.attribution import attention_patterns
     from interp_widgets.demo import load_lm
     from interp_widgets.widgets.export import export_state
-    from tests.browser.harness import launch_chromium
 
     print(f"machine load (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     model, tokenizer = load_lm(progress=False)
@@ -147,16 +143,13 @@ def main() -> None:
         _, buffers = widget.reply({"type": "request", "id": 0, "layer": LAYER, "head": head})
         heads[f"{LAYER}:{head}"] = base64.b64encode(buffers[0]).decode("ascii")
     results = []
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
+    with chromium() as browser:
         for _ in range(TRIALS):
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            page.set_content(PAGE.format(css=widget._css))
+            page = open_page(browser, widget._css, "width:1000px", viewport={"width": 1100, "height": 900})
             results.append(
                 page.evaluate(MOUNT, {"esm": widget._esm, "state": dict(state, heads=[0], layer=LAYER), "heads": heads})
             )
             page.close()
-        browser.close()
     first = [r["first"] for r in results]
     switch = [r["switchMedian"] for r in results]
     worst = [r["switchWorst"] for r in results]

@@ -24,14 +24,12 @@ import os
 import statistics
 import sys
 
-from playwright.sync_api import sync_playwright
-
+from _browser import chromium, open_page
 from _circuit_graph import circuit_graph
 from interp_widgets.widgets.export import export_state
 
 SMALL = "--small" in sys.argv
 TRIALS = 1 if SMALL else 5
-PAGE = "<!DOCTYPE html><html><head><meta charset='utf-8'><style>{css}</style></head><body><div id='el' style='width:1200px'></div></body></html>"
 
 # Mounts the view from its exported state with a minimal evented model (set fires change:<name>, as Backbone does).
 MOUNT = """async ({esm, payload}) => {
@@ -127,8 +125,7 @@ def paint(browser, view, interact: bool):
     payload = json.loads(json.dumps(export_state(view)))
     paints, results = [], []
     for _ in range(TRIALS):
-        page = browser.new_page(viewport={"width": 1300, "height": 1000})
-        page.set_content(PAGE.format(css=view._css))
+        page = open_page(browser, view._css, "width:1200px", viewport={"width": 1300, "height": 1000})
         paints.append(page.evaluate(MOUNT, {"esm": view._esm, "payload": payload}))
         if interact:
             results.append(page.evaluate(INTERACT))
@@ -137,16 +134,13 @@ def paint(browser, view, interact: bool):
 
 
 def main() -> None:
-    from tests.browser.harness import launch_chromium
-
     print(f"machine load (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     size = dict(n_nodes=1500, n_edges=8000) if SMALL else {}
     graph, labels = circuit_graph(**size)
     view = graph.widget(labels=labels)
     small = pruned_to(graph, 300).widget(labels=labels)
     n, e = graph.n_nodes, len(view.edge_src)
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
+    with chromium() as browser:
         paints, results = paint(browser, view, interact=True)
         trials = ", ".join(f"{p:.0f}" for p in paints)
         print(f"bench: circuit_first_paint_{n}_nodes_{e}_edges_ms = {statistics.median(paints):.1f} (goal < 300)  [trials {trials}]")  # fmt: skip
@@ -161,7 +155,6 @@ def main() -> None:
         small_paints, _ = paint(browser, small, interact=False)
         print(f"bench: circuit_first_paint_pruned_{small.node_kind.size}_nodes_ms = {statistics.median(small_paints):.1f} "
               f"(goal < 100)  [trials {', '.join(f'{p:.0f}' for p in small_paints)}]")  # fmt: skip
-        browser.close()
     print(f"bench: circuit_saved_output_bytes_{n}_nodes = {saved_output_bytes(view)} (goal <= 1048576)")
     print(f"bench: circuit_widget_state_bytes_{n}_nodes = {widget_state_bytes(view)} (goal <= 1048576)")
 

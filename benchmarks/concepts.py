@@ -749,12 +749,11 @@ def synthetic_interpretation(n: int):
 
 def browser_part(args) -> None:
     """Export a 16k-concept browser and time it in headless chromium."""
-    from playwright.sync_api import sync_playwright
+    from _browser import chromium, open_page
 
     from interp_widgets.concepts import ConceptInterpretation
     from interp_widgets.widgets import ConceptBrowser
     from interp_widgets.widgets.export import export_state
-    from tests.browser.harness import launch_chromium
 
     candidates = sorted(args.work_dir.glob(f"sae{args.n_concepts}_*_interp*.safetensors"))
     if candidates:
@@ -770,14 +769,9 @@ def browser_part(args) -> None:
     info("browser_export_page_mb", f"{page_path.stat().st_size / 1e6:.2f}")
     payload = json.loads(json.dumps(export_state(browser)))
     paints, loads, searches, listed = [], [], [], ""
-    with sync_playwright() as pw:
-        chromium = launch_chromium(pw)
+    with chromium() as headless:
         for _ in range(args.browser_trials):
-            page = chromium.new_page(viewport={"width": 1200, "height": 900})
-            page.set_content(
-                f"<!DOCTYPE html><html><head><meta charset='utf-8'><style>{browser._css}</style></head>"
-                "<body><div id='el'></div></body></html>"
-            )
+            page = open_page(headless, browser._css, viewport={"width": 1200, "height": 900})
             result = page.evaluate(
                 PAINT.replace("QUERIES", json.dumps(SEARCHES)), {"esm": browser._esm, "payload": payload}
             )
@@ -785,11 +779,10 @@ def browser_part(args) -> None:
             searches.extend(result["search"])
             listed = result["listed"]
             page.close()
-            page = chromium.new_page(viewport={"width": 1200, "height": 900})
+            page = headless.new_page(viewport={"width": 1200, "height": 900})
             page.goto(page_path.as_uri(), wait_until="commit")
             loads.append(page.evaluate(LOAD))
             page.close()
-        chromium.close()
     searches.sort()
     bench(f"concepts_browser_{interp.n_concepts // 1000}k_first_paint_ms", statistics.median(paints), "<", 200)
     bench(f"concepts_browser_{interp.n_concepts // 1000}k_search_ms", statistics.median(searches), "<", 50)

@@ -31,14 +31,9 @@ import sys
 import time
 
 import numpy as np
+from _browser import MOUNT, chromium, open_page
 
 TRIALS = 5
-PAGE = (
-    "<!DOCTYPE html><html><head><meta charset='utf-8'><style>{css}</style></head><body>"
-    "<div id='el' style='width:1000px'></div></body></html>"
-)
-
-from widgets import MOUNT  # noqa: E402  (benchmarks/widgets.py: mounts a view from its exported state)
 
 HOVER = """async () => {
   const canvas = document.querySelector(".iw-lens-canvas");
@@ -87,27 +82,19 @@ def synthetic_result(layers: int = 30, positions: int = 1000, k: int = 5, vocab:
 
 
 def bench_widget() -> None:
-    from playwright.sync_api import sync_playwright
-
     from interp_widgets.widgets.export import export_state
-    from tests.browser.harness import launch_chromium
 
     widget = synthetic_result().widget()
     payload = json.loads(json.dumps(export_state(widget)))
     paints, hovers, worst = [], [], []
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        try:
-            for _ in range(TRIALS):
-                page = browser.new_page()
-                page.set_content(PAGE.format(css=widget._css))
-                paints.append(page.evaluate(MOUNT, {"esm": widget._esm, "payload": payload}))
-                hover = page.evaluate(HOVER)
-                hovers.append(hover["median"])
-                worst.append(hover["worst"])
-                page.close()
-        finally:
-            browser.close()
+    with chromium() as browser:
+        for _ in range(TRIALS):
+            page = open_page(browser, widget._css, "width:1000px")
+            paints.append(page.evaluate(MOUNT, {"esm": widget._esm, "payload": payload}))
+            hover = page.evaluate(HOVER)
+            hovers.append(hover["median"])
+            worst.append(hover["worst"])
+            page.close()
     print(
         f"bench: lens_widget_first_paint_ms = {statistics.median(paints):.1f} (goal < 150)  "
         f"[30 layers x 1000 positions, 2 lenses, trials {[round(p, 1) for p in paints]}]",

@@ -22,15 +22,13 @@ import os
 import time
 
 import numpy as np
-from playwright.sync_api import sync_playwright
+from _browser import chromium, open_page
 
 from interp_widgets.widgets.monitor import MonitorWidget
 
 STEPS = 10_000
 LAYERS = [f"encoder.layer.{i}" for i in range(4)]
 METRICS = ("energy_ratio", "control_ratio_q05", "control_ratio_q95", "avg_cosine", "isoscore", "effective_rank")
-
-PAGE = "<!DOCTYPE html><html><head><meta charset='utf-8'><style>{css}</style></head><body><div id='el' style='width:1100px'></div></body></html>"
 
 RUN = """async ({esm, state, messages}) => {
   const decode = (text) => { const bin = atob(text); const bytes = new Uint8Array(bin.length + 3);
@@ -117,8 +115,6 @@ def stream_messages(rows: list[dict[str, float]]) -> tuple[MonitorWidget, list]:
 
 
 def main() -> None:
-    from tests.browser.harness import launch_chromium
-
     rng = np.random.default_rng(0)
     rows = [_row(rng, step) for step in range(STEPS)]
     per_step = min(kernel_side(rows)[0] for _ in range(3))
@@ -129,12 +125,9 @@ def main() -> None:
     widget, messages = stream_messages(rows)
     state = {key: widget.get_state()[key] for key in ("stream_id", "layers", "panels", "x_label", "title", "error")}
     state.update(checkpoint=None, checkpoint_schema={})
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
-        page = browser.new_page(viewport={"width": 1200, "height": 900})
-        page.set_content(PAGE.format(css=widget._css))
+    with chromium() as browser:
+        page = open_page(browser, widget._css, "width:1100px", viewport={"width": 1200, "height": 900})
         result = page.evaluate(RUN, {"esm": widget._esm, "state": state, "messages": messages})
-        browser.close()
     draws = result["draws"]
     load = os.getloadavg()[0]  # redraw times are wall-clock: a busy machine inflates the worst one
     print(f"bench: monitor_machine_load_1min = {load:.1f} (goal < {os.cpu_count()}: numbers below are trustworthy)")

@@ -26,35 +26,15 @@ import os
 import statistics
 
 import numpy as np
+from _browser import MOUNT, chromium, open_page
 from ipywidgets.embed import dependency_state, embed_data
-from playwright.sync_api import sync_playwright
 
 from interp_widgets.widgets import GenerationWidget, TokenHighlightWidget
 from interp_widgets.widgets.export import STATIC_DIR
 from interp_widgets.widgets.export import export_state
 
 TRIALS = 5
-PAGE = "<!DOCTYPE html><html><head><meta charset='utf-8'><style>{css}</style></head><body><div id='el' style='height:400px;overflow:auto'></div></body></html>"
-
-# Mounts the widget from its exported state with a minimal model, like the export page does.
-MOUNT = """async ({esm, payload}) => {
-  const state = payload.state;
-  for (const {path, data} of payload.buffers) {
-    const bin = atob(data); const bytes = new Uint8Array(bin.length);
-    for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
-    let node = state; for (const k of path.slice(0, -1)) node = node[k];
-    node[path[path.length - 1]] = new DataView(bytes.buffer);
-  }
-  const model = {get: (k) => state[k], set: (k, v) => { state[k] = v; }, on() {}, off() {}, save_changes() {}, send() {}};
-  const mod = await import(URL.createObjectURL(new Blob([esm], {type: "text/javascript"})));
-  const el = document.getElementById("el");
-  const frame = () => new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0)));
-  await frame();
-  const t0 = performance.now();
-  mod.default.render({model, el});
-  await frame();
-  return performance.now() - t0;
-}"""
+_STYLE = "height:400px;overflow:auto"  # the view scrolls inside its box
 
 INTERACT = """async (n) => {
   const el = document.getElementById("el");
@@ -150,18 +130,14 @@ def saved_bytes(w: TokenHighlightWidget) -> int:
 
 
 def main() -> None:
-    from tests.browser.harness import launch_chromium
-
     print(f"machine load (1/5/15 min): {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    with sync_playwright() as pw:
-        browser = launch_chromium(pw)
+    with chromium() as browser:
         for n in (1000, 10000):
             w = widget(n)
             payload = json.loads(json.dumps(export_state(w)))
             paints, interactions = [], []
             for _ in range(TRIALS):
-                page = browser.new_page(viewport={"width": 1000, "height": 800})
-                page.set_content(PAGE.format(css=w._css))
+                page = open_page(browser, w._css, _STYLE, viewport={"width": 1000, "height": 800})
                 paints.append(page.evaluate(MOUNT, {"esm": w._esm, "payload": payload}))
                 if n == 10000:
                     interactions.append(page.evaluate(INTERACT, n))
@@ -182,8 +158,7 @@ def main() -> None:
         )
         for n in (200, 1000, 2000):
             w = generation_widget(n)
-            page = browser.new_page(viewport={"width": 1000, "height": 800})
-            page.set_content(PAGE.format(css=w._css))
+            page = open_page(browser, w._css, _STYLE, viewport={"width": 1000, "height": 800})
             page.evaluate(MOUNT, {"esm": w._esm, "payload": json.loads(json.dumps(export_state(w)))})
             hover = page.evaluate(GENERATION_HOVER, n)
             page.close()
@@ -195,7 +170,6 @@ def main() -> None:
                 f"bench: generation_hover_restyled_spans_{n}_tokens = {hover['restyled']:.0f} (what one hover "
                 f"restyles before the next frame: the blocks in view, not all {n} tokens)"
             )
-        browser.close()
     for n in (1000, 100):
         print(f"bench: token_widget_saved_bytes_{n} = {saved_bytes(widget(n))} (goal <= 61440)")
     for path in sorted(STATIC_DIR.glob("*.js")):

@@ -19,8 +19,9 @@ Example:
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 
 def output_path(path: str | Path, *, suffix_hint: str = ".safetensors") -> Path:
@@ -86,3 +87,39 @@ def read_safetensors(
             f"{path} is not {what}: it is not a safetensors file, or it is truncated or damaged ({reason}); {fix}"
         ) from None
     return metadata, tensors
+
+
+def read_saved(
+    path: str | Path, *, name: str, format: str, versions: Sequence | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The metadata and arrays of a file that ``name``'s ``save`` wrote, as ``(meta, {name: array})``.
+
+    ``meta`` is the ``interp_widgets`` JSON of the file's header, without its ``format``, which must be ``format``
+    (else a ``ValueError`` naming what the file holds). With ``versions``, its ``version`` must be one of them (else
+    a ``ValueError``: a newer format) and is removed too; without, the caller checks ``meta["version"]``.
+    :func:`read_safetensors` reads the file (its errors for a missing, a directory or a damaged file).
+
+    Example:
+        >>> import numpy as np
+        >>> from safetensors.numpy import save_file
+        >>> path = getfixture("tmp_path") / "x.safetensors"
+        >>> meta = {"format": "interp_widgets.Example", "version": 2, "n": 3}
+        >>> save_file({"a": np.zeros(2)}, str(path), metadata={"interp_widgets": json.dumps(meta)})
+        >>> read_saved(path, name="Example", format="interp_widgets.Example", versions=(2,))
+        ({'n': 3}, {'a': array([0., 0.])})
+        >>> read_saved(path, name="Other", format="interp_widgets.Other")
+        Traceback (most recent call last):
+        ...
+        ValueError: /.../x.safetensors holds interp_widgets.Example, not an Other; pass the path of a file written by Other.save(path)
+    """
+    fix = f"pass the path of a file written by {name}.save(path)"
+    metadata, arrays = read_safetensors(path, what=f"a saved {name}", fix=fix)
+    header = metadata.get("interp_widgets")
+    meta = json.loads(header) if header else {}
+    found = meta.pop("format", None)
+    if found != format:
+        article = "an" if name[:1] in "AEIOU" else "a"
+        raise ValueError(f"{path} holds {found or 'no interp_widgets object'}, not {article} {name}; {fix}")
+    if versions is not None and meta.pop("version", None) not in versions:
+        raise ValueError(f"{path} has a newer format than this interp_widgets reads; upgrade interp_widgets")
+    return meta, arrays

@@ -72,12 +72,15 @@ from __future__ import annotations
 
 import contextlib
 import re
+import sys
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
 from torch import nn
+
+from interp_widgets.validation import check_choice
 
 SUB_POINTS = ("resid_pre", "attn_out", "resid_mid", "mlp_out", "mlp_in")
 STACKS = ("encoder", "decoder")
@@ -130,6 +133,14 @@ _OUT_PROJ = (
     "self_attention.dense",
     "layer.0.SelfAttention.o",
 )
+# The query / key / value projections inside one block, first match wins: separate modules, or one fused module
+# whose output is [q | k | v] side by side (GPT-2's c_attn).
+_QKV = {
+    "q": ("self_attn.q_proj", "attn.q_proj", "attention.self.query", "self_attention.q_proj"),
+    "k": ("self_attn.k_proj", "attn.k_proj", "attention.self.key", "self_attention.k_proj"),
+    "v": ("self_attn.v_proj", "attn.v_proj", "attention.self.value", "self_attention.v_proj"),
+}
+_FUSED_QKV = ("attn.c_attn",)
 _HEAD_KEYS = ("num_attention_heads", "n_head", "num_heads", "encoder_attention_heads", "decoder_attention_heads")
 _INPUT_SITES = {"resid_pre"}
 
@@ -476,6 +487,34 @@ def resolve_head(model: nn.Module, spec: str) -> HeadPoint:
     return HeadPoint(f"{block.name}.head:{head}", point, head, n_heads)
 
 
+def qkv_projection(model: nn.Module, layer, kind: str, *, hint: str = "") -> tuple[str, int | None]:
+    """The module path of the ``kind`` (``"q"``, ``"k"`` or ``"v"``) projection of block ``layer``, and where its
+    output sits: None for a module of its own, else its index in a fused ``[q | k | v]`` module (GPT-2's ``c_attn``).
+
+    ``hint`` ends the error raised for a block with neither (what the caller can do instead).
+
+    Example:
+        >>> qkv_projection(model, 0, "k")
+        ('bert.encoder.layer.0.attention.self.key', None)
+        >>> qkv_projection(lm, 1, "v")
+        ('transformer.h.1.attn.c_attn', 2)
+    """
+    check_choice("kind", kind, tuple(_QKV))
+    block = resolve_layer(model, layer)
+    modules = dict(block.module.named_modules())
+    path = next((p for p in _QKV[kind] if p in modules), None)
+    if path is not None:
+        return f"{block.path}.{path}", None
+    path = next((p for p in _FUSED_QKV if p in modules), None)
+    if path is not None:
+        return f"{block.path}.{path}", "qkv".index(kind)
+    children = [name for name, _ in block.module.named_children()]
+    raise UnsupportedModelError(
+        f"cannot find the {kind} projection of the blocks of {type(model).__name__} (block children: {children})"
+        + (f"; {hint}" if hint else "")
+    )
+
+
 @dataclass(frozen=True)
 class NormModule:
     """A normalisation module: ``y = w ⊙ (x − c(x)) / r(x) + b`` with ``r(x) = sqrt(mean((x − c(x))²) + eps)``.
@@ -785,3 +824,79 @@ def attention_implementation(model: nn.Module, name: str, *, why: str, hint: str
         finally:
             for config, implementation in saved:
                 config._attn_implementation_internal = implementation
+
+
+_ATTENTION_USERS: dict[str, int] = {}  # attention function name -> blocks running it (registered while any does)
+
+
+@contextlib.contextmanager
+def attention_function(model: nn.Module, name: str, fn: Callable, *, why: str, hint: str = "") -> Iterator[None]:
+    """Run a Hugging Face model with the attention function ``fn`` inside the block.
+
+    ``fn(module, query, key, value, attention_mask, **kwargs)`` returns ``(output, weights)`` as transformers'
+    attention functions do (:func:`eager_attention_forward` gives a module's own eager one, :func:`attend` the output
+    of a changed pattern). It is registered in transformers' ``AttentionInterface`` as ``name`` (one name, one
+    function), with eager attention's masks, while any block runs it, and the model switches to it through
+    :func:`attention_implementation` (``why`` and ``hint`` as there), which restores everything on exit.
+
+    Example:
+        >>> seen = []
+        >>> def recording(module, query, key, value, attention_mask, **kwargs):
+        ...     output, weights = eager_attention_forward(module)(module, query, key, value, attention_mask, **kwargs)
+        ...     seen.append(tuple(weights.shape))
+        ...     return output, weights
+        >>> with attention_function(lm, "example_recording", recording, why="this example reads patterns"):
+        ...     _ = lm(input_ids=torch.tensor([[5, 6, 7]]))
+        >>> seen  # (batch, heads, query, key) of each block
+        [(1, 2, 3, 3), (1, 2, 3, 3)]
+    """
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    if not _ATTENTION_USERS.get(name):
+        AttentionInterface.register(name, fn)
+        AttentionMaskInterface.register(name, eager_mask)  # the masks eager attention gets
+    _ATTENTION_USERS[name] = _ATTENTION_USERS.get(name, 0) + 1
+    try:
+        with attention_implementation(model, name, why=why, hint=hint):
+            yield
+    finally:
+        _ATTENTION_USERS[name] -= 1
+        if not _ATTENTION_USERS[name]:
+            del _ATTENTION_USERS[name]
+            AttentionInterface._global_mapping.pop(name, None)
+            AttentionMaskInterface._global_mapping.pop(name, None)
+
+
+def eager_attention_forward(module: nn.Module, *, action: str = "replace the attention", hint: str = "") -> Callable:
+    """The eager attention function of a transformers attention module (``eager_attention_forward`` of its modeling
+    module): what an :func:`attention_function` calls for the model's own output and pattern. A module without one
+    raises an :class:`UnsupportedModelError` saying it cannot ``action`` (then ``hint``, what to do instead).
+
+    Example:
+        >>> eager_attention_forward(lm.transformer.h[0].attn).__module__
+        'transformers.models.gpt2.modeling_gpt2'
+    """
+    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
+    if eager is None:
+        raise UnsupportedModelError(
+            f"cannot {action} of {type(module).__name__}: its module has no eager_attention_forward"
+            + (f"; {hint}" if hint else "")
+        )
+    return eager
+
+
+def attend(pattern: torch.Tensor, query: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    """The output of an attention pattern (batch, heads, query, key) on ``value`` (batch, kv heads, key, width), as
+    transformers' attention functions return it: (batch, query tokens, heads, width); grouped-query value heads are
+    repeated to the heads of ``query`` as the model does.
+
+    Example:
+        >>> q, v = torch.zeros(1, 4, 3, 8), torch.randn(1, 2, 3, 8)
+        >>> out = attend(torch.eye(3).expand(1, 4, 3, 3), q, v)
+        >>> out.shape, bool(torch.equal(out[0, :, 1], v[0, 0]))  # query head 1 reads value head 0
+        (torch.Size([1, 3, 4, 8]), True)
+    """
+    repeats = query.shape[1] // value.shape[1]
+    values = value.repeat_interleave(repeats, dim=1) if repeats > 1 else value
+    return torch.matmul(pattern.to(device=values.device, dtype=values.dtype), values).transpose(1, 2).contiguous()

@@ -160,3 +160,17 @@ def test_encoder_decoder_layers_name_their_stack(wordpiece_tokenizer):
         layers.blocks(t5)
     with pytest.raises(ValueError, match="one stack of blocks"):
         layers.blocks(torch.nn.Sequential(), "encoder")
+
+
+def test_qkv_projection_finds_separate_and_fused_projections_and_names_the_missing_ones(llama_lm, gpt2_lm, t5_seq2seq):
+    from interp_widgets.layers import UnsupportedModelError, qkv_projection
+
+    model = llama_lm[0]
+    path, fused = qkv_projection(model, -1, "q")
+    assert fused is None and dict(model.named_modules())[path] is model.model.layers[-1].self_attn.q_proj
+    lm = gpt2_lm[0]
+    assert [qkv_projection(lm, 0, kind) for kind in "qkv"] == [("transformer.h.0.attn.c_attn", i) for i in range(3)]
+    with pytest.raises(ValueError, match="kind"):
+        qkv_projection(lm, 0, "o")
+    with pytest.raises(UnsupportedModelError, match="cannot find the k projection.*; patch 'head' instead"):
+        qkv_projection(t5_seq2seq[0], "encoder.layer:0", "k", hint="patch 'head' instead")

@@ -51,7 +51,7 @@ from typing import Iterable
 import numpy as np
 import torch
 
-from interp_widgets._files import output_path, read_safetensors
+from interp_widgets._files import output_path, read_saved
 from interp_widgets._flat import group_flat, install_flat_properties, replace_flat
 from interp_widgets.circuits import _graph_json
 from interp_widgets.circuits._graph_json import cantor_pair
@@ -594,15 +594,19 @@ class AttributionGraph:
         always[self._block("token").start :] = True
         keep = node_mask & (edge_mask.any(0) | edge_mask.any(1) | always)
         adjacency = np.where(edge_mask, self.adjacency, np.float32(0))[np.ix_(keep, keep)]
+        return self._kept(keep, adjacency, pruning=Pruning(node_threshold, edge_threshold, cumulative[keep]))
+
+    def _kept(self, keep: np.ndarray, adjacency: np.ndarray, **changes) -> AttributionGraph:
+        """The graph of the nodes of the mask ``keep``: ``adjacency`` (already cut to them), their features,
+        activations and error nodes, and ``changes``."""
         kinds = np.asarray(self.node_kinds)
-        feature_keep = keep[kinds == "feature"]
-        error_keep = keep[kinds == "error"]
+        feature_keep, error_keep = keep[kinds == "feature"], keep[kinds == "error"]
         return self.replace(
             adjacency=adjacency,
             features=self.features[feature_keep],
             activations=self.activations[feature_keep],
             errors=self.errors[error_keep],
-            pruning=Pruning(node_threshold, edge_threshold, cumulative[keep]),
+            **changes,
         )
 
     def scores(self, pinned: Iterable[str] | None = None) -> GraphScores:
@@ -806,20 +810,12 @@ class AttributionGraph:
         keep = np.zeros(self.n_nodes, bool)
         keep[rows] = True
         keep[self._block("token").start :] = True
-        kinds = np.asarray(self.node_kinds)
-        feature_keep, error_keep = keep[kinds == "feature"], keep[kinds == "error"]
         pruning = self.pruning
         if pruning is not None:
             pruning = Pruning(pruning.node_threshold, pruning.edge_threshold, np.asarray(pruning.influence)[keep])
         supernodes = [[g["name"], *g["members"]] for g in state["groups"]]
-        return self.replace(
-            adjacency=self.adjacency[np.ix_(keep, keep)],
-            features=self.features[feature_keep],
-            activations=self.activations[feature_keep],
-            errors=self.errors[error_keep],
-            pruning=pruning,
-            view={**self.view, "pinnedIds": pinned, "supernodes": supernodes},
-        )
+        view = {**self.view, "pinnedIds": pinned, "supernodes": supernodes}
+        return self._kept(keep, self.adjacency[np.ix_(keep, keep)], pruning=pruning, view=view)
 
     # ------------------------------------------------------------------ persistence
     def save(self, path: str | Path) -> Path:
@@ -878,13 +874,7 @@ class AttributionGraph:
             >>> AttributionGraph.load(graph.save(getfixture("tmp_path") / "g.safetensors")).pruning.edge_threshold
             0.98
         """
-        fix = "pass the path of a file written by AttributionGraph.save(path)"
-        metadata, arrays = read_safetensors(path, what="a saved AttributionGraph", fix=fix)
-        header = metadata.get("interp_widgets")
-        meta = json.loads(header) if header else {}
-        found = meta.get("format")
-        if found != _FORMAT:
-            raise ValueError(f"{path} holds {found or 'no interp_widgets object'}, not an AttributionGraph; {fix}")
+        meta, arrays = read_saved(path, name="AttributionGraph", format=_FORMAT)
         if meta.get("version") != _VERSION:
             raise ValueError(
                 f"{path} has AttributionGraph schema version {meta.get('version')!r}, which this interp_widgets "

@@ -53,7 +53,7 @@ from interp_widgets._inputs import check_texts
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.concepts._io import load_bundle, save_bundle
 from interp_widgets.concepts._model_names import display_name, model_name_of, same_model_name
-from interp_widgets.concepts.activations import _MAX_PADDING, _StopForward
+from interp_widgets.concepts.activations import _capture_pass, _kept_tokens, _padded_batches, _StopForward
 from interp_widgets.concepts.training import DictionaryTrainer
 from interp_widgets.concepts.transcoders import CIRCUIT_TRACER_HOOKS, INPUT_POINTS, Transcoder
 from interp_widgets.interventions import intervene
@@ -133,7 +133,6 @@ def _stream(
     points = {layer: transcoder_points(model, layer, input_point) for layer in layers}
     last = layers[-1]
     run, skip_rows = task_for(adapter).activation_pass(points[last][1].module)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     captured: dict[tuple[int, int], torch.Tensor] = {}
 
     def recorder(key, stops):
@@ -165,22 +164,12 @@ def _stream(
                 encodings.append(pending)
                 tokens, pending, j = tokens + len(pending), None, j + 1
             per_text: dict[int, list] = {}
-            for batch in adapter.length_buckets([len(e) for e in encodings], max_padding=_MAX_PADDING):
-                longest = max(len(encodings[i]) for i in batch)
-                ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
-                mask = torch.zeros((len(batch), longest), dtype=torch.long)
-                for row, i in enumerate(batch):
-                    ids[row, : len(encodings[i])] = torch.from_numpy(encodings[i].input_ids)
-                    mask[row, : len(encodings[i])] = 1
-                captured.clear()
-                try:
-                    with torch.inference_mode():  # only around the pass: the caller trains between yields
-                        run(ids.to(adapter.device), mask.to(adapter.device))
-                except _StopForward:
-                    pass
+            for batch, ids, mask in _padded_batches(adapter, encodings):
+                with torch.inference_mode():  # only around the pass: the caller trains between yields
+                    _capture_pass(run, ids, mask, adapter.device, captured)
                 for row, i in enumerate(batch):
                     enc = encodings[i]
-                    keep = np.flatnonzero(np.ones(len(enc), bool) if include_special else ~enc.special_mask)
+                    keep = np.flatnonzero(_kept_tokens(enc, include_special))
                     per_text[i] = [
                         {
                             layer: tuple(
@@ -682,22 +671,14 @@ class TranscoderSet:
     def _losses(self, model, tokenizer, texts, include_special, max_batch_tokens) -> dict:
         """The mean next-token loss over ``texts``: clean, each layer spliced, each layer's MLP output zeroed."""
         adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         encodings = [adapter.encode(text) for text in texts]
         sums = {"clean": 0.0, "spliced": np.zeros(len(self)), "zero": np.zeros(len(self))}
         count = 0
         with evaluation(model), torch.no_grad():
-            for batch in adapter.length_buckets([len(e) for e in encodings], max_padding=_MAX_PADDING):
-                longest = max(len(encodings[i]) for i in batch)
-                ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
-                mask = torch.zeros((len(batch), longest), dtype=torch.long)
-                spliced_at = torch.zeros((len(batch), longest), dtype=torch.bool)
+            for batch, ids, mask in _padded_batches(adapter, encodings):
+                spliced_at = torch.zeros(ids.shape, dtype=torch.bool)
                 for row, i in enumerate(batch):
-                    enc = encodings[i]
-                    ids[row, : len(enc)] = torch.from_numpy(enc.input_ids)
-                    mask[row, : len(enc)] = 1
-                    keep = np.ones(len(enc), bool) if include_special else ~enc.special_mask
-                    spliced_at[row, : len(enc)] = torch.from_numpy(keep)
+                    spliced_at[row, : len(encodings[i])] = torch.from_numpy(_kept_tokens(encodings[i], include_special))
                 ids, mask, spliced_at = ids.to(adapter.device), mask.to(adapter.device), spliced_at.to(adapter.device)
                 scored = mask[:, 1:].bool() & mask[:, :-1].bool()
 

@@ -49,6 +49,39 @@ class _StopForward(Exception):
     """Raised inside the capture hook: the layers after the captured one are never run."""
 
 
+def _padded_batches(
+    adapter: ModelAdapter, encodings: Sequence
+) -> Iterator[tuple[list[int], torch.Tensor, torch.Tensor]]:
+    """The encoded texts batched by length (a pass pads at most ``_MAX_PADDING`` of its tokens, and holds at most
+    the adapter's ``max_batch_tokens``): each batch's indices into ``encodings``, its right-padded ``input_ids`` (the
+    tokenizer's pad id, else 0) and its ``attention_mask``, on the CPU."""
+    pad_id = adapter.tokenizer.pad_token_id if adapter.tokenizer.pad_token_id is not None else 0
+    for batch in adapter.length_buckets([len(e) for e in encodings], max_padding=_MAX_PADDING):
+        longest = max(len(encodings[i]) for i in batch)
+        ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), longest), dtype=torch.long)
+        for row, i in enumerate(batch):
+            ids[row, : len(encodings[i])] = torch.from_numpy(encodings[i].input_ids)
+            mask[row, : len(encodings[i])] = 1
+        yield batch, ids, mask
+
+
+def _capture_pass(run, ids: torch.Tensor, mask: torch.Tensor, device, captured: dict) -> dict:
+    """One pass ``run(ids, mask)`` on ``device`` whose hooks fill ``captured`` (cleared first); a hook that raises
+    :class:`_StopForward` ends the pass there, so the layers after the captured ones never run."""
+    captured.clear()
+    try:
+        run(ids.to(device), mask.to(device))
+    except _StopForward:
+        pass
+    return captured
+
+
+def _kept_tokens(enc, include_special: bool) -> np.ndarray:
+    """Which tokens of an encoded text give rows: all of them with ``include_special``, else the non-special ones."""
+    return np.ones(len(enc), bool) if include_special else ~enc.special_mask
+
+
 def parse_bytes(size: int | str) -> int:
     """Turn ``"512MB"``, ``"2 GiB"``, ``"1e9"`` or an int into a number of bytes.
 
@@ -719,7 +752,6 @@ def collect_activations(
     if shard_path is not None and shard_path.exists() and any(shard_path.iterdir()):
         raise FileExistsError(f"{shard_path} is not empty; choose a new directory for the store")
 
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     collector = _Collector(budget, shard_path)
     read: list[str] = []  # the text each store row points into (a conversation's rendered template)
     spanless: dict[str, str] = {}  # strings of tokens without a text span (special tokens, trimmed spaces)
@@ -755,18 +787,8 @@ def collect_activations(
             for encodings in windows():
                 read.extend(e.text for e in encodings)
                 per_text: dict[int, tuple[np.ndarray, dict]] = {}
-                for batch in adapter.length_buckets([len(e) for e in encodings], max_padding=_MAX_PADDING):
-                    longest = max(len(encodings[i]) for i in batch)
-                    ids = torch.full((len(batch), longest), pad_id, dtype=torch.long)
-                    mask = torch.zeros((len(batch), longest), dtype=torch.long)
-                    for row, i in enumerate(batch):
-                        ids[row, : len(encodings[i])] = torch.from_numpy(encodings[i].input_ids)
-                        mask[row, : len(encodings[i])] = 1
-                    captured.clear()
-                    try:
-                        run(ids.to(adapter.device), mask.to(adapter.device))
-                    except _StopForward:
-                        pass
+                for batch, ids, mask in _padded_batches(adapter, encodings):
+                    _capture_pass(run, ids, mask, adapter.device, captured)
                     if "hidden" not in captured:
                         raise RuntimeError(f"layer {layer_name} did not run during the forward pass")
                     hidden = captured["hidden"].float().cpu().numpy()
@@ -820,7 +842,7 @@ def _rows_of(
     text_id: int,
     spanless: dict[str, str],
 ) -> tuple[np.ndarray, dict]:
-    keep = np.ones(len(enc), bool) if include_special else ~enc.special_mask
+    keep = _kept_tokens(enc, include_special)
     for i in np.flatnonzero((enc.offsets[:, 1] <= enc.offsets[:, 0]) & keep):
         spanless.setdefault(str(int(enc.input_ids[i])), enc.tokens[i])
     if unit == "token":

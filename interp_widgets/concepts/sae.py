@@ -97,7 +97,7 @@ class _Step(torch.autograd.Function):
 class _TopKSelect(torch.autograd.Function):
     """The ``k`` largest pre-activations ``xn @ W_enc + b_enc`` of each row and their indices, with a sparse backward.
 
-    The forward pass is the dense encoder followed by ``topk``, as in :meth:`SparseAutoencoder._encode`. The gradient
+    The forward pass is the dense encoder followed by ``topk``, as in :meth:`_SparseAutoencoderBase._encode`. The gradient
     of the selected values reaches only ``k`` entries per row, so the backward pass gathers and scatters those
     entries (``rows × k × d`` multiply-adds) instead of multiplying by a dense ``rows × n_concepts`` gradient.
     """
@@ -196,9 +196,17 @@ class _SparseAutoencoderBase(ConceptModel):
     :class:`~interp_widgets.concepts.TrainingConfig`); the SAE supplies the pieces of its :class:`~interp_widgets.
     concepts.training.Dictionary` protocol. Subclass API: ``__init__(n_concepts, *, <own keyword parameters>,
     training=None, **overrides)`` storing each own parameter unchanged and ``self.training =
-    TrainingConfig.resolve(training, overrides, <class name>)``; ``_encode(xn, w, training)`` (coefficients of
-    normalised rows); and optionally ``_penalty``, ``_loss``, ``_init_weights``, ``_after_step``, ``_finish_fit``
-    and ``_resample_gain``.
+    TrainingConfig.resolve(training, overrides, <class name>)``; ``_check_params`` with the shared checks
+    (:meth:`_check_k`, :meth:`_check_jumprelu`); and optionally ``_encode(xn, w, training)`` (coefficients of
+    normalised rows; the base encodes the activations ``"relu"``, ``"topk"`` and ``"jumprelu"``), ``_penalty``,
+    ``_loss_offset``, ``_init_weights``, ``_after_step``, ``_finish_fit``, ``_resample_gain`` and
+    ``_resample_encoder_directions``.
+
+    One ``activation`` name selects one behaviour for every subclass (the SAEs here and the transcoders): ``"relu"``
+    (L1 penalty ``l1_coefficient``, resampled encoders × 0.2), ``"topk"`` (``k_`` active concepts per row, the sparse
+    loss of :func:`topk_reconstruct`) and ``"jumprelu"`` (a ``threshold`` weight from ``threshold_init``, kept
+    non-negative, the straight-through encoder of :func:`jumprelu` with ``bandwidth`` and an L0 penalty
+    ``l0_coefficient``).
     """
 
     training: TrainingConfig | None
@@ -208,6 +216,20 @@ class _SparseAutoencoderBase(ConceptModel):
         super()._check_params()
         if self.training is not None and not isinstance(self.training, TrainingConfig):
             raise TypeError(f"training must be a TrainingConfig or None, got {self.training!r}")
+
+    def _check_k(self) -> None:
+        """Check an integer ``k`` (None, or at least 1; at most ``n_concepts`` for the TopK activation)."""
+        if self.k is not None:
+            check_int("k", self.k, minimum=1)
+        if self.activation == "topk" and self._resolved_k() > self.n_concepts:
+            raise ValueError(f"k must be between 1 and n_concepts={self.n_concepts}, got {self.k}")
+
+    def _check_jumprelu(self) -> None:
+        """Check the JumpReLU parameters ``l0_coefficient``, ``threshold_init`` (≥ 0) and ``bandwidth`` (> 0)."""
+        check_number("l0_coefficient", self.l0_coefficient, minimum=0)
+        check_number("threshold_init", self.threshold_init, minimum=0)
+        if not isinstance(self.bandwidth, (int, float)) or isinstance(self.bandwidth, bool) or not self.bandwidth > 0:
+            raise ValueError(f"bandwidth must be a number > 0, got {self.bandwidth!r}")
 
     @property
     def training_config(self) -> TrainingConfig:
@@ -236,15 +258,49 @@ class _SparseAutoencoderBase(ConceptModel):
 
     # ------------------------------------------------------------------ subclass hooks
     def _encode(self, xn: torch.Tensor, w: dict[str, torch.Tensor], training: bool = False) -> torch.Tensor:
-        raise NotImplementedError
+        """The coefficients of normalised rows under ``activation`` (see the class docstring)."""
+        pre = xn @ w["W_enc"] + w["b_enc"]
+        if self.activation == "relu":
+            return torch.relu(pre)
+        if self.activation == "jumprelu":
+            if training:
+                return jumprelu(pre, w["threshold"], self.bandwidth)
+            return torch.relu(pre) * (pre > w["threshold"]).to(pre.dtype)  # SAELens's JumpReLU inference formula
+        if self.activation == "topk":
+            values, indices = pre.topk(self.k_, dim=-1)
+            return torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
+        raise NotImplementedError(f"{type(self).__name__} has no encoder for activation {self.activation!r}")
 
     def _penalty(self, xn: torch.Tensor, codes: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor | float:
+        """The sparsity penalty: L1 for ReLU, L0 (straight-through :func:`step`) for JumpReLU, none otherwise."""
+        if self.activation == "relu":
+            return self.l1_coefficient * codes.abs().sum(-1).mean()
+        if self.activation == "jumprelu" and self.l0_coefficient:
+            pre = xn @ w["W_enc"] + w["b_enc"]
+            return self.l0_coefficient * step(pre, w["threshold"], self.bandwidth).sum(-1).mean()
+        return 0.0
+
+    def _loss_offset(self, xn: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor | float:
+        """What the prediction adds to the decoded codes (an SAE subtracted ``b_dec`` from its input: nothing)."""
         return 0.0
 
     def _finish_fit(self, w: dict[str, torch.Tensor], monitor_n: torch.Tensor) -> None:
         """Adjust the best weights once training has ended (BatchTopK estimates its inference threshold here)."""
 
-    _resample_gain = 1.0
+    @property
+    def _resample_gain(self) -> float:
+        return 0.2 if self.activation == "relu" else 1.0
+
+    def _resample_encoder_directions(self, inputs: torch.Tensor, picks: torch.Tensor, directions: torch.Tensor):
+        """The unit encoder directions of resampled concepts: an SAE's inputs are its targets, so the residual
+        ``directions`` of the picked rows serve the encoder too."""
+        return directions
+
+    def _add_threshold(self, w: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
+        """Add JumpReLU's ``threshold`` weight (``threshold_init`` for every concept) to initial weights ``w``."""
+        if self.activation == "jumprelu":
+            w["threshold"] = torch.full((self.n_concepts,), float(self.threshold_init), device=device)
+        return w
 
     def _resolved_k(self) -> int:
         return max(1, int(self.n_concepts) // 10) if getattr(self, "k", None) is None else int(self.k)
@@ -257,26 +313,39 @@ class _SparseAutoencoderBase(ConceptModel):
         self.scale_ = float(((x - mean).pow(2).mean()).sqrt().clamp_min(1e-8))
         W_dec = torch.randn(self.n_concepts, x.shape[1], generator=generator).to(x.device)
         W_dec /= W_dec.norm(dim=1, keepdim=True)
-        return {
+        w = {
             "W_enc": W_dec.T.clone(),
             "b_enc": torch.zeros(self.n_concepts, device=x.device),
             "W_dec": W_dec,
             "b_dec": mean.clone(),
         }
+        return self._add_threshold(w, x.device)
 
     def _normalise(self, x: torch.Tensor, w: dict[str, torch.Tensor]) -> torch.Tensor:
         return self._prepare(x, w)[0]
 
     def _loss(self, xn: torch.Tensor, w: dict[str, torch.Tensor], target: torch.Tensor | None = None) -> Step:
-        """The training loss, how many rows each concept fired in (``(n_concepts,)`` counts) and the residual."""
+        """The training loss, how many rows each concept fired in (``(n_concepts,)`` counts) and the residual.
+
+        TopK computes the same loss as the dense ``codes @ W_dec`` from the ``k`` active concepts of each row only.
+        """
+        target = xn if target is None else target
+        offset = self._loss_offset(xn, w)
+        if self.activation == "topk":
+            x_hat, acts, indices = topk_reconstruct(xn, w["W_enc"], w["b_enc"], w["W_dec"], self.k_)
+            residual = target - x_hat - offset
+            active = torch.bincount(indices[acts > 0], minlength=self.n_concepts)
+            return Step(residual.pow(2).mean(), active, residual)
         codes = self._encode(xn, w, training=True)
-        residual = (xn if target is None else target) - codes @ w["W_dec"]
+        residual = target - codes @ w["W_dec"] - offset
         loss = residual.pow(2).mean() + self._penalty(xn, codes, w)
         return Step(loss, (codes > 0).sum(0), residual)
 
     def _after_step(self, w: dict[str, torch.Tensor]) -> None:
-        """Keep the decoder rows at unit norm after an optimiser step (subclasses extend)."""
+        """Keep the decoder rows at unit norm (and JumpReLU's threshold non-negative) after an optimiser step."""
         w["W_dec"] /= w["W_dec"].norm(dim=1, keepdim=True).clamp_min(1e-8)
+        if self.activation == "jumprelu":
+            w["threshold"].clamp_(min=0.0)
 
     # ------------------------------------------------------------------ fitting
     def _fit(self, X) -> None:
@@ -294,8 +363,8 @@ class _SparseAutoencoderBase(ConceptModel):
     def _resample(
         self, w, dead: torch.Tensor, inputs: torch.Tensor, residual: torch.Tensor, generator: torch.Generator
     ) -> int:
-        """Reset each dead concept to the residual direction of a badly reconstructed monitoring row (an SAE's
-        ``inputs`` are its targets, so the residual serves the encoder too)."""
+        """Reset each dead concept to a badly reconstructed monitoring row: its decoder row to that row's residual
+        direction, its encoder column to :meth:`_resample_encoder_directions` scaled to the live encoders' mean norm."""
         errors = residual.pow(2).sum(1)
         if float(errors.sum()) <= 0:
             return 0
@@ -304,14 +373,15 @@ class _SparseAutoencoderBase(ConceptModel):
             len(dead),
             replacement=len(dead) > len(errors),
             generator=generator,
-        )
-        directions = residual[picks.to(residual.device)]
+        ).to(residual.device)
+        directions = residual[picks]
         directions /= directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
+        in_directions = self._resample_encoder_directions(inputs, picks, directions)
         alive = torch.ones(self.n_concepts, dtype=torch.bool, device=dead.device)
         alive[dead] = False
         enc_norm = w["W_enc"][:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
         w["W_dec"][dead] = directions
-        w["W_enc"][:, dead] = directions.T * self._resample_gain * enc_norm
+        w["W_enc"][:, dead] = in_directions.T * self._resample_gain * enc_norm
         w["b_enc"][dead] = 0.0
         return int(len(dead))
 
@@ -508,34 +578,8 @@ class SparseAutoencoder(_SparseAutoencoderBase):
     def _check_params(self) -> None:
         super()._check_params()
         check_choice("activation", self.activation, ACTIVATIONS)
-        if self.k is not None:
-            check_int("k", self.k, minimum=1)
-        if self.activation == "topk" and self._resolved_k() > self.n_concepts:
-            raise ValueError(f"k must be between 1 and n_concepts={self.n_concepts}, got {self.k}")
+        self._check_k()
         check_number("l1_coefficient", self.l1_coefficient, minimum=0)
-
-    @property
-    def _resample_gain(self) -> float:
-        return 0.2 if self.activation == "relu" else 1.0
-
-    def _encode(self, xn: torch.Tensor, w: dict[str, torch.Tensor], training: bool = False) -> torch.Tensor:
-        pre = xn @ w["W_enc"] + w["b_enc"]
-        if self.activation == "relu":
-            return torch.relu(pre)
-        values, indices = pre.topk(self.k_, dim=-1)
-        return torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
-
-    def _penalty(self, xn, codes, w):
-        return self.l1_coefficient * codes.abs().sum(-1).mean() if self.activation == "relu" else 0.0
-
-    def _loss(self, xn, w, target=None):
-        if self.activation != "topk":
-            return super()._loss(xn, w, target)
-        # the same loss as the dense codes @ W_dec, computed from the k active concepts of each row only
-        x_hat, acts, indices = topk_reconstruct(xn, w["W_enc"], w["b_enc"], w["W_dec"], self.k_)
-        residual = (xn if target is None else target) - x_hat
-        active = torch.bincount(indices[acts > 0], minlength=self.n_concepts)
-        return Step(residual.pow(2).mean(), active, residual)
 
 
 class JumpReLUSAE(_SparseAutoencoderBase):
@@ -590,34 +634,10 @@ class JumpReLUSAE(_SparseAutoencoderBase):
 
     def _check_params(self) -> None:
         super()._check_params()
-        check_number("l0_coefficient", self.l0_coefficient, minimum=0)
-        check_number("threshold_init", self.threshold_init, minimum=0)
-        if not isinstance(self.bandwidth, (int, float)) or isinstance(self.bandwidth, bool) or not self.bandwidth > 0:
-            raise ValueError(f"bandwidth must be a number > 0, got {self.bandwidth!r}")
+        self._check_jumprelu()
 
     def _resolved_k(self) -> None:
         return None
-
-    def _init_weights(self, x, y, generator):
-        w = super()._init_weights(x, y, generator)
-        w["threshold"] = torch.full((self.n_concepts,), float(self.threshold_init), device=x.device)
-        return w
-
-    def _after_step(self, w):
-        super()._after_step(w)
-        w["threshold"].clamp_(min=0.0)
-
-    def _encode(self, xn, w, training=False):
-        pre = xn @ w["W_enc"] + w["b_enc"]
-        if training:
-            return jumprelu(pre, w["threshold"], self.bandwidth)
-        return torch.relu(pre) * (pre > w["threshold"]).to(pre.dtype)  # SAELens's JumpReLU inference formula
-
-    def _penalty(self, xn, codes, w):
-        if not self.l0_coefficient:
-            return 0.0
-        pre = xn @ w["W_enc"] + w["b_enc"]
-        return self.l0_coefficient * step(pre, w["threshold"], self.bandwidth).sum(-1).mean()
 
 
 class BatchTopKSAE(_SparseAutoencoderBase):

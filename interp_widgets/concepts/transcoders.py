@@ -39,9 +39,9 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from interp_widgets.concepts.sae import _SparseAutoencoderBase, jumprelu, step, topk_reconstruct
-from interp_widgets.concepts.training import DictionaryTrainer, Step, TrainingConfig, train_dictionary
-from interp_widgets.validation import check_choice, check_int, check_number
+from interp_widgets.concepts.sae import _SparseAutoencoderBase
+from interp_widgets.concepts.training import DictionaryTrainer, TrainingConfig, train_dictionary
+from interp_widgets.validation import check_choice, check_number
 
 ACTIVATIONS = ("topk", "jumprelu", "relu")
 INPUT_POINTS = ("mlp_in", "resid_mid")
@@ -109,23 +109,14 @@ class Transcoder(_SparseAutoencoderBase):
     def _check_params(self) -> None:
         super()._check_params()
         check_choice("activation", self.activation, ACTIVATIONS)
-        if self.k is not None:
-            check_int("k", self.k, minimum=1)
-        if self.activation == "topk" and self._resolved_k() > self.n_concepts:
-            raise ValueError(f"k must be between 1 and n_concepts={self.n_concepts}, got {self.k}")
+        self._check_k()
         if not isinstance(self.skip, bool):
             raise TypeError(f"skip must be True or False, got {self.skip!r}")
-        for name in ("l0_coefficient", "threshold_init", "l1_coefficient"):
-            check_number(name, getattr(self, name), minimum=0)
-        if not isinstance(self.bandwidth, (int, float)) or isinstance(self.bandwidth, bool) or not self.bandwidth > 0:
-            raise ValueError(f"bandwidth must be a number > 0, got {self.bandwidth!r}")
+        self._check_jumprelu()
+        check_number("l1_coefficient", self.l1_coefficient, minimum=0)
 
     def _resolved_k(self) -> int | None:
         return super()._resolved_k() if self.activation == "topk" else None
-
-    @property
-    def _resample_gain(self) -> float:
-        return 0.2 if self.activation == "relu" else 1.0
 
     # ------------------------------------------------------------------ fitting
     def fit(self, X, y=None) -> Transcoder:
@@ -182,31 +173,10 @@ class Transcoder(_SparseAutoencoderBase):
         }
         if self.skip:
             w["W_skip"] = torch.zeros(d_in, d_out, device=x.device)
-        if self.activation == "jumprelu":
-            w["threshold"] = torch.full((self.n_concepts,), float(self.threshold_init), device=x.device)
-        return w
+        return self._add_threshold(w, x.device)
 
     def _normalise_target(self, y, w):
         return y / self.target_scale_
-
-    def _encode(self, xn, w, training=False):
-        pre = xn @ w["W_enc"] + w["b_enc"]
-        if self.activation == "relu":
-            return torch.relu(pre)
-        if self.activation == "jumprelu":
-            if training:
-                return jumprelu(pre, w["threshold"], self.bandwidth)
-            return torch.relu(pre) * (pre > w["threshold"]).to(pre.dtype)
-        values, indices = pre.topk(self.k_, dim=-1)
-        return torch.zeros_like(pre).scatter(-1, indices, torch.relu(values))
-
-    def _penalty(self, xn, codes, w):
-        if self.activation == "relu":
-            return self.l1_coefficient * codes.abs().sum(-1).mean()
-        if self.activation == "jumprelu" and self.l0_coefficient:
-            pre = xn @ w["W_enc"] + w["b_enc"]
-            return self.l0_coefficient * step(pre, w["threshold"], self.bandwidth).sum(-1).mean()
-        return 0.0
 
     def _predict_n(self, xn, w, codes=None) -> torch.Tensor:
         """The normalised prediction ``W_decᵀ f + b_dec (+ W_skipᵀ x̃)``."""
@@ -214,45 +184,14 @@ class Transcoder(_SparseAutoencoderBase):
         out = codes @ w["W_dec"] + w["b_dec"]
         return out + xn @ w["W_skip"] if "W_skip" in w else out
 
-    def _loss(self, xn, w, target=None):
-        target = xn if target is None else target
-        base = w["b_dec"] + (xn @ w["W_skip"] if "W_skip" in w else 0.0)
-        if self.activation == "topk":  # the k active features of each row only, as the TopK SAE
-            x_hat, acts, indices = topk_reconstruct(xn, w["W_enc"], w["b_enc"], w["W_dec"], self.k_)
-            residual = target - x_hat - base
-            active = torch.bincount(indices[acts > 0], minlength=self.n_concepts)
-            return Step(residual.pow(2).mean(), active, residual)
-        codes = self._encode(xn, w, training=True)
-        residual = target - codes @ w["W_dec"] - base
-        return Step(residual.pow(2).mean() + self._penalty(xn, codes, w), (codes > 0).sum(0), residual)
+    def _loss_offset(self, xn, w):
+        """``b_dec`` and the skip term: what the prediction adds to the decoded features."""
+        return w["b_dec"] + (xn @ w["W_skip"] if "W_skip" in w else 0.0)
 
-    def _after_step(self, w):
-        super()._after_step(w)
-        if "threshold" in w:
-            w["threshold"].clamp_(min=0.0)
-
-    @torch.no_grad()
-    def _resample(self, w, dead, inputs, residual, generator) -> int:
-        """Reset each dead feature to a badly predicted monitoring row: its decoder row to that row's residual
-        direction, its encoder column to the row's input direction (scaled to the live encoders' mean norm)."""
-        errors = residual.pow(2).sum(1)
-        if float(errors.sum()) <= 0:
-            return 0
-        picks = torch.multinomial(
-            errors.cpu() ** 2 / (errors.cpu() ** 2).sum(),
-            len(dead),
-            replacement=len(dead) > len(errors),
-            generator=generator,
-        ).to(residual.device)
-        out_dir = residual[picks] / residual[picks].norm(dim=1, keepdim=True).clamp_min(1e-8)
-        in_dir = inputs[picks] / inputs[picks].norm(dim=1, keepdim=True).clamp_min(1e-8)
-        alive = torch.ones(self.n_concepts, dtype=torch.bool, device=dead.device)
-        alive[dead] = False
-        enc_norm = w["W_enc"][:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
-        w["W_dec"][dead] = out_dir
-        w["W_enc"][:, dead] = in_dir.T * self._resample_gain * enc_norm
-        w["b_enc"][dead] = 0.0
-        return int(len(dead))
+    def _resample_encoder_directions(self, inputs, picks, directions):
+        """A resampled feature's encoder reads the picked row's input direction (the residual is in the output's
+        space)."""
+        return inputs[picks] / inputs[picks].norm(dim=1, keepdim=True).clamp_min(1e-8)
 
     # ------------------------------------------------------------------ using it
     def predict_torch(self, X: torch.Tensor) -> torch.Tensor:

@@ -4,7 +4,7 @@ one prompt.
 - ``"attention"``: each attention module computes ``pattern @ V(x)`` with its pattern on the ``freeze_on`` prompt (per
   query head; grouped-query value heads are repeated as the model does). It runs through a private attention function
   registered in transformers' ``AttentionInterface`` (with eager attention's masks) for the block, with the model's attention implementation switched
-  to it and restored on exit (:func:`interp_widgets.layers.attention_implementation`); the recording pass uses the
+  to it and restored on exit (:func:`interp_widgets.layers.attention_function`); the recording pass uses the
   model's own eager attention. Models whose attention does not dispatch through that interface are refused.
 - ``"norms"``: each normalisation divides by its scale r(x₀) on the prompt instead of r(x), so it is linear in its
   input: y = w ⊙ (x − c(x)) / r(x₀) + b, computed as (y(x) − b) · r(x) / r(x₀) + b from the module's own output
@@ -18,7 +18,6 @@ attribution graphs (whose transcoders then stand in for the frozen MLPs).
 from __future__ import annotations
 
 import contextlib
-import sys
 from typing import Callable, Iterator, Mapping
 
 import torch
@@ -26,8 +25,10 @@ from torch import nn
 
 from interp_widgets.layers import (
     UnsupportedModelError,
-    attention_implementation,
+    attend,
+    attention_function,
     blocks,
+    eager_attention_forward,
     norm_modules,
     register_edit,
     resolve_layer,
@@ -163,9 +164,6 @@ _ACTIVE: dict[nn.Module, _Patterns] = {}  # attention module -> the patterns of 
 
 @contextlib.contextmanager
 def _frozen_attention(model: nn.Module) -> Iterator[_Patterns]:
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
     state = _Patterns()
     owned = list(model.modules())
     if any(module in _ACTIVE for module in owned):
@@ -174,31 +172,28 @@ def _frozen_attention(model: nn.Module) -> Iterator[_Patterns]:
             "in the outer block"
         )
     try:
-        if _ATTENTION not in AttentionInterface._global_mapping:
-            AttentionInterface.register(_ATTENTION, _attention)
-            AttentionMaskInterface.register(_ATTENTION, eager_mask)  # the masks eager attention gets
         for module in owned:
             _ACTIVE[module] = state
-        with attention_implementation(
-            model, _ATTENTION, why="freezing attention patterns replaces the attention function of transformers models"
+        with attention_function(
+            model,
+            _ATTENTION,
+            _attention,
+            why="freezing attention patterns replaces the attention function of transformers models",
         ):
             yield state
     finally:
         for module in owned:
             _ACTIVE.pop(module, None)
-        if not _ACTIVE:
-            AttentionInterface._global_mapping.pop(_ATTENTION, None)
-            AttentionMaskInterface._global_mapping.pop(_ATTENTION, None)
 
 
 def _attention(module, query, key, value, attention_mask, **kwargs):
     """The attention function while patterns are frozen: the model's own eager attention on the recording pass,
     then ``pattern @ value`` with the recorded pattern (value heads repeated for grouped-query attention)."""
+    eager = eager_attention_forward(module, action="freeze the attention", hint="leave 'attention' out of freeze=")
     state = _ACTIVE.get(module)
-    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if state is None or eager is None:
+    if state is None:
         raise UnsupportedModelError(
-            f"cannot freeze the attention of {type(module).__name__}: its module has no eager_attention_forward; "
+            f"cannot freeze the attention of {type(module).__name__}: it is not a module of the frozen model; "
             "leave 'attention' out of freeze="
         )
     if not state.frozen:
@@ -212,10 +207,7 @@ def _attention(module, query, key, value, attention_mask, **kwargs):
             f"(batch {pattern.shape[0]}), but this forward pass attends from {query.shape[-2]} to {key.shape[-2]} "
             f"tokens (batch {query.shape[0]}); freeze on a prompt of the same length, and run without a cache"
         )
-    repeats = query.shape[1] // value.shape[1]
-    values = value.repeat_interleave(repeats, dim=1) if repeats > 1 else value
-    output = torch.matmul(pattern.to(device=values.device, dtype=values.dtype), values)
-    return output.transpose(1, 2).contiguous(), pattern
+    return attend(pattern, query, value), pattern
 
 
 def _first(args, kwargs) -> torch.Tensor:

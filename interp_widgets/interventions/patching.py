@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
-import sys
 from typing import Callable, Iterator, Sequence
 
 import numpy as np
@@ -81,12 +80,16 @@ from interp_widgets.interventions.patching_result import (
 from interp_widgets.interventions.points import EditPoint, resolve_point
 from interp_widgets.layers import (
     UnsupportedModelError,
+    attend,
+    attention_function,
     attention_implementation,
     blocks,
+    eager_attention_forward,
     evaluation,
     hidden_of,
     no_new_hooks,
     norm_modules,
+    qkv_projection,
     register,
     resolve_head,
     resolve_layer,
@@ -97,14 +100,6 @@ from interp_widgets.validation import check_choice
 EXACT_POINTS = ("resid_pre", "attn_out", "mlp_out", "resid_mid", "head", "q", "k", "v", "pattern")
 #: per-head points whose units are key / value heads (grouped-query models have fewer of them than query heads)
 _KV_POINTS = ("k", "v")
-# The query / key / value projections inside one block, first match wins: separate modules, or one fused module
-# whose output is [q | k | v] side by side (GPT-2's c_attn).
-_QKV = {
-    "q": ("self_attn.q_proj", "attn.q_proj", "attention.self.query", "self_attention.q_proj"),
-    "k": ("self_attn.k_proj", "attn.k_proj", "attention.self.key", "self_attention.k_proj"),
-    "v": ("self_attn.v_proj", "attn.v_proj", "attention.self.value", "self_attention.v_proj"),
-}
-_FUSED_QKV = ("attn.c_attn",)
 _REPLAY_TOLERANCE = 1e-4
 
 
@@ -149,21 +144,10 @@ def _head_counts(model: nn.Module) -> tuple[int, int, int]:
 
 
 def _qkv_units(model: nn.Module, point: str, layer: int, chosen: list[int]) -> tuple[_Unit, ...]:
-    block = resolve_layer(model, layer)
-    modules = dict(block.module.named_modules())
     n_heads, n_kv, width = _head_counts(model)
-    path = next((p for p in _QKV[point] if p in modules), None)
-    offset = 0
-    if path is None:
-        path = next((p for p in _FUSED_QKV if p in modules), None)
-        offset = "qkv".index(point) * n_heads * width
-    if path is None:
-        children = [name for name, _ in block.module.named_children()]
-        raise UnsupportedModelError(
-            f"cannot find the {point} projection of the blocks of {type(model).__name__} (block children: "
-            f"{children}); patch 'head' (each head's output) or 'pattern' instead"
-        )
-    capture = resolve_point(model, f"{block.path}.{path}")
+    path, fused = qkv_projection(model, layer, point, hint="patch 'head' (each head's output) or 'pattern' instead")
+    offset = 0 if fused is None else fused * n_heads * width
+    capture = resolve_point(model, path)
     return tuple(_Unit(capture.name, capture, slice(offset + j * width, offset + (j + 1) * width)) for j in chosen)
 
 
@@ -294,12 +278,7 @@ _PATTERN_EDITS: dict[nn.Module, Callable] = {}  # attention module -> fn(weights
 def _pattern_attention(module, query, key, value, attention_mask, **kwargs):
     """The model's own eager attention, with the pattern (batch, heads, query, key) passed through the module's
     edit (a recorder or a patch), then ``pattern @ V`` again (value heads repeated for grouped-query attention)."""
-    eager = getattr(sys.modules[type(module).__module__], "eager_attention_forward", None)
-    if eager is None:
-        raise UnsupportedModelError(
-            f"cannot patch the attention pattern of {type(module).__name__}: its module has no eager attention "
-            "function; patch 'head' instead"
-        )
+    eager = eager_attention_forward(module, action="patch the attention pattern", hint="patch 'head' instead")
     output, weights = eager(module, query, key, value, attention_mask, **kwargs)
     edit = _PATTERN_EDITS.get(module)
     if edit is None:
@@ -307,30 +286,18 @@ def _pattern_attention(module, query, key, value, attention_mask, **kwargs):
     new = edit(weights)
     if new is weights:
         return output, weights
-    repeats = query.shape[1] // value.shape[1]
-    values = value.repeat_interleave(repeats, dim=1) if repeats > 1 else value
-    return torch.matmul(new.to(values.dtype), values).transpose(1, 2).contiguous(), new
+    return attend(new, query, value), new
 
 
 @contextlib.contextmanager
 def _pattern_attention_on(model: nn.Module) -> Iterator[None]:
     """Run ``model`` with :func:`_pattern_attention` (eager attention whose pattern can be read and patched)."""
-    from transformers import AttentionInterface
-    from transformers.masking_utils import AttentionMaskInterface, eager_mask
-
     why = "patching attention patterns needs the attention weights, which only eager attention computes"
-    with attention_implementation(model, "eager", why=why, hint=" (eager attention gives the patterns)"):
-        registered = _PATTERN not in AttentionInterface._global_mapping
-        if registered:
-            AttentionInterface.register(_PATTERN, _pattern_attention)
-            AttentionMaskInterface.register(_PATTERN, eager_mask)
-        try:
-            with attention_implementation(model, _PATTERN, why=why):
-                yield
-        finally:
-            if registered:
-                AttentionInterface._global_mapping.pop(_PATTERN, None)
-                AttentionMaskInterface._global_mapping.pop(_PATTERN, None)
+    with (
+        attention_implementation(model, "eager", why=why, hint=" (eager attention gives the patterns)"),
+        attention_function(model, _PATTERN, _pattern_attention, why=why),
+    ):
+        yield
 
 
 class _Replay:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from interp_widgets._files import output_path, read_safetensors
+from interp_widgets._files import output_path, read_saved
 from interp_widgets.interventions import patching_checks
 from interp_widgets.text_units import TokenLayout
 from interp_widgets.validation import check_choice
@@ -430,16 +430,7 @@ class PatchingResult:
     @classmethod
     def load(cls, path: str | Path) -> "PatchingResult":
         """Read a result written by :meth:`save` (see the class example)."""
-        fix = "pass the path of a file written by PatchingResult.save(path)"
-        metadata, arrays = read_safetensors(path, what="a saved PatchingResult", fix=fix)
-        header = metadata.get("interp_widgets")
-        meta = json.loads(header) if header else {}
-        if meta.get("format") != _FORMAT:
-            raise ValueError(
-                f"{path} holds {meta.get('format') or 'no interp_widgets object'}, not a PatchingResult; {fix}"
-            )
-        if meta.get("version") != _VERSION:
-            raise ValueError(f"{path} has a newer format than this interp_widgets reads; upgrade interp_widgets")
+        meta, arrays = read_saved(path, name="PatchingResult", format=_FORMAT, versions=(_VERSION,))
         layout_arrays = {name: arrays[f"layout.{name}"] for name in cls._LAYOUT_ARRAYS}
         layout_arrays["special_mask"] = layout_arrays["special_mask"].astype(bool)
         layout = TokenLayout(**meta["layout"], **layout_arrays)

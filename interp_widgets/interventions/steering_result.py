@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from interp_widgets._files import output_path, read_safetensors
+from interp_widgets._files import output_path, read_saved
 
 _FORMAT = "interp_widgets.SteeringResult"
 _VERSION = 1
@@ -350,16 +350,7 @@ class SteeringResult:
             >>> SteeringResult.load(result.save(getfixture("tmp_path") / "s.safetensors")).scales.tolist()
             [0.0, 1.0]
         """
-        fix = "pass the path of a file written by SteeringResult.save(path)"
-        metadata, arrays = read_safetensors(path, what="a saved SteeringResult", fix=fix)
-        header = metadata.get("interp_widgets")
-        meta = json.loads(header) if header else {}
-        if meta.get("format") != _FORMAT:
-            raise ValueError(
-                f"{path} holds {meta.get('format') or 'no interp_widgets object'}, not a SteeringResult; {fix}"
-            )
-        if meta.get("version") != _VERSION:
-            raise ValueError(f"{path} has a newer format than this interp_widgets reads; upgrade interp_widgets")
+        meta, arrays = read_saved(path, name="SteeringResult", format=_FORMAT, versions=(_VERSION,))
         metric = None
         if meta["metric_name"] is not None:
             metric = SteeringMetric(meta["metric_name"], arrays["metric_unsteered"], arrays["metric_values"])

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from interp_widgets._files import output_path, read_safetensors
+from interp_widgets._files import output_path, read_saved
 from interp_widgets._flat import group_flat, install_flat_properties, replace_flat
 from interp_widgets.targets import Targets
 from interp_widgets.text_units import TokenLayout, joined_layout
@@ -520,15 +520,7 @@ class LensResult:
             >>> LensResult.load(result.save(getfixture("tmp_path") / "lens.safetensors")).layers
             ['layer:0', 'layer:1']
         """
-        fix = "pass the path of a file written by LensResult.save(path)"
-        metadata, arrays = read_safetensors(path, what="a saved LensResult", fix=fix)
-        header = metadata.get("interp_widgets")
-        meta = json.loads(header) if header else {}
-        found = meta.pop("format", None)
-        if found != _FORMAT:
-            raise ValueError(f"{path} holds {found or 'no interp_widgets object'}, not a LensResult; {fix}")
-        if meta.pop("version", None) not in (1, _VERSION):
-            raise ValueError(f"{path} has a newer format than this interp_widgets reads; upgrade interp_widgets")
+        meta, arrays = read_saved(path, name="LensResult", format=_FORMAT, versions=(1, _VERSION))
         for name in cls._BOOLS:
             if name in arrays:
                 arrays[name] = arrays[name].astype(bool)
