@@ -309,3 +309,17 @@ def test_every_node_of_a_smollm2_graph_closes(smollm2):
     scale = np.abs(graph.adjacency[target_rows(graph)]).sum(1) + np.abs(full)
     assert len(graph.features) == 30 * 2 * (len(graph.token_ids) - 1)
     assert (np.abs(closure) <= 1e-4 * scale + 1e-4).all(), np.abs(closure / scale).max()
+
+
+def test_a_computed_graph_opens_in_the_view_and_round_trips_its_json(tmp_path):
+    from interp_widgets.circuits import load_graph
+
+    model, tokenizer = tiny_models.llama_lm()
+    graph = attribution_graph(model, tokenizer, PROMPT, fitted(model, tokenizer), batch_size=16, scan="tiny",
+                              progress=False)  # fmt: skip
+    pruned = graph.prune()
+    again = load_graph(pruned.to_json(tmp_path, slug="tiny"))
+    assert again.node_ids == pruned.node_ids and again.prompt_tokens == graph.prompt_tokens
+    np.testing.assert_allclose(again.adjacency, pruned.adjacency, atol=1e-6)
+    view = graph.widget()
+    assert type(view).__name__ == "CircuitView"
