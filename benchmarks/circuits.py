@@ -22,6 +22,10 @@ Part ``interventions`` (first prompt): zero the most influential features one at
 attention frozen but MLPs live, and the real model (measured change of the top logit against the graph's total
 effect, direct + indirect through features; no goal: reported).
 
+``--random-topk N`` uses random TopK transcoders (N latents per layer, k = 32, a skip term; seeded) instead of a
+trained set: for the timing parts only (the number of active features, not their quality, sets the cost); its
+scores and intervention figures mean nothing.
+
 ``--tiny`` runs on the tiny Llama with a quickly fitted set (a check that the script runs; numbers mean nothing).
 
 Example:
@@ -73,11 +77,33 @@ def load(args):
     from interp_widgets import demo
 
     model, tokenizer = demo.load_lm(progress=False)
-    if not args.transcoders:
-        sys.exit("give --transcoders PATH (a TranscoderSet.save file for SmolLM2)")
-    tcs = TranscoderSet.load(args.transcoders, model=model)
+    if args.random_topk:
+        tcs = random_topk(model, args.random_topk)
+    elif not args.transcoders:
+        sys.exit("give --transcoders PATH (a TranscoderSet.save file for SmolLM2) or --random-topk N")
+    else:
+        tcs = TranscoderSet.load(args.transcoders, model=model)
     prompts = json.loads((HERE / "circuits_prompts.json").read_text())["prompts"]
     return model, tokenizer, tcs, prompts
+
+
+def random_topk(model, n: int, k: int = 32) -> TranscoderSet:
+    from interp_widgets.concepts import Transcoder
+
+    generator = torch.Generator().manual_seed(0)
+    width = model.config.hidden_size
+    return TranscoderSet({
+        layer: Transcoder.from_weights(
+            W_enc=torch.randn(n, width, generator=generator) / width**0.5,
+            b_enc=torch.full((n,), 0.5),  # every kept pre-activation positive: circuit-tracer's TopK agrees
+            W_dec=torch.randn(n, width, generator=generator) / n**0.5,
+            b_dec=torch.zeros(width),
+            W_skip=torch.randn(width, width, generator=generator) / width,
+            activation="topk",
+            k=k,
+        )
+        for layer in range(model.config.num_hidden_layers)
+    })  # fmt: skip
 
 
 def graph_part(model, tokenizer, tcs, prompts, progress) -> None:
@@ -203,6 +229,7 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--transcoders", default=None)
     parser.add_argument("--ct-venv", default=os.environ.get("CIRCUIT_TRACER_VENV", "/work/venv_ct"))
+    parser.add_argument("--random-topk", type=int, default=0, metavar="N")
     parser.add_argument("--tiny", action="store_true")
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args()
