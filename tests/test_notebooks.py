@@ -32,6 +32,7 @@ NOTEBOOKS = {
     "04_anisotropy_during_training.ipynb": (240, 0),
     "05_interop.ipynb": (180, 3),
     "06_paper_smollm2.ipynb": (900, 0),  # 10 monitored SmolLM2 steps, replay and two frequency analyses
+    "07_interventions_smollm2.ipynb": (600, 0),  # patching and steering views draw heatmaps and text, no token boxes
 }
 MAX_SAVED_BYTES = 1_500_000  # committed notebooks with outputs stay small enough to review and to load on GitHub
 
