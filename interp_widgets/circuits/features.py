@@ -679,7 +679,7 @@ def explain_set(
     from tqdm.auto import tqdm
 
     from interp_widgets.adapter import ModelAdapter
-    from interp_widgets.concepts._model_names import display_name, model_name_of
+    from interp_widgets._model_names import display_name, model_name_of
 
     n_examples = check_int("n_examples", n_examples, minimum=1)
     window = check_int("window", window, minimum=0)

@@ -52,7 +52,7 @@ import torch
 from interp_widgets._inputs import check_texts
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.concepts._io import load_bundle, save_bundle
-from interp_widgets.concepts._model_names import display_name, model_name_of, same_model_name
+from interp_widgets._model_names import display_name, model_name_of, same_model_name
 from interp_widgets.concepts.activations import _capture_pass, _kept_tokens, _padded_batches, _StopForward
 from interp_widgets.concepts.training import DictionaryTrainer
 from interp_widgets.concepts.transcoders import CIRCUIT_TRACER_HOOKS, INPUT_POINTS, Transcoder

@@ -145,7 +145,7 @@ class ConceptModel(TransformerMixin, BaseEstimator):
             >>> ica.layer_, ica.n_features_in_, ica.fit_info_
             ('layer:1', 32, {'rows': 775, 'mode': 'full'})
         """
-        from interp_widgets.concepts._model_names import display_name
+        from interp_widgets._model_names import display_name
         from interp_widgets.concepts.activations import ActivationStore
 
         self._check_params()
@@ -183,7 +183,7 @@ class ConceptModel(TransformerMixin, BaseEstimator):
             ...
             ValueError: this PCAConcepts was fitted on activations of 'EleutherAI/pythia-70m', not of 'EleutherAI/pythia-70m-deduped'; use it with EleutherAI/pythia-70m, or set model_name_ = None if this is the same model under another name
         """
-        from interp_widgets.concepts._model_names import display_name, model_name_of, same_model_name
+        from interp_widgets._model_names import display_name, model_name_of, same_model_name
 
         self._check_fitted()
         expected, actual = display_name(getattr(self, "model_name_", None)), model_name_of(model)

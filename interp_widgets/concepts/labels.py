@@ -107,7 +107,7 @@ class LMLabeler:
         self.n_examples = check_int("n_examples", n_examples, minimum=1)
         self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
         self.max_words = check_int("max_words", max_words, minimum=1)
-        from interp_widgets.concepts._model_names import model_name_of
+        from interp_widgets._model_names import model_name_of
 
         self.name = f"LM ({model_name_of(model) or type(model).__name__})"
 

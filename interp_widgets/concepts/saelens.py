@@ -36,7 +36,7 @@ trained with TransformerLens's default processing without saying so (SAELens's r
 ``{"center_writing_weights": True}`` for ``gpt2-small-res-jb``): pass the same through ``cfg_overrides``.
 
 **Checks.** With ``model=``, :func:`load_sae` checks that the model's name matches ``model_name`` (see
-:func:`~interp_widgets.concepts._model_names.same_model_name`), that the hook point exists and that its width is
+:func:`~interp_widgets._model_names.same_model_name`), that the hook point exists and that its width is
 ``d_in``; each is an error that says what was expected. Names can lie, so with ``tokenizer=`` and ``texts=`` it also
 measures :func:`~interp_widgets.concepts.splice_quality` (L0, fraction of variance unexplained, next-token loss with
 the SAE spliced in) and warns (:class:`SAEQualityWarning`) when the SAE reconstructs the layer badly.
@@ -65,7 +65,7 @@ import numpy as np
 import torch
 
 from interp_widgets._files import read_safetensors
-from interp_widgets.concepts._model_names import display_name, model_name_of, same_model_name
+from interp_widgets._model_names import display_name, model_name_of, same_model_name
 from interp_widgets.concepts.quality import check_base_model, splice_quality
 from interp_widgets.concepts.sae import (
     BatchTopKSAE,

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from interp_widgets._model_names import display_name, model_name_of
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.interventions.patching import (
     _KV_POINTS,
@@ -199,7 +200,7 @@ def _gradients(
 
 
 def _model_name(model: nn.Module) -> str:
-    return str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+    return display_name(model_name_of(model)) or type(model).__name__
 
 
 def attribution_patching(

@@ -56,6 +56,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from interp_widgets._model_names import display_name, model_name_of
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.interventions.intervene import intervene
 from interp_widgets.interventions.patching_inputs import (
@@ -653,6 +654,6 @@ def _result(model, tokenizer, pairs, answers, sites, results, positions, name, d
         pairs.layout, pairs.corrupt_tokens, answers.answers, answers.answer_ids, answers.foils, answers.foil_ids,
         pairs.n_pairs, -1 if labels is not None else pairs.position,
     )  # fmt: skip
-    model_name = str(getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__)
+    model_name = display_name(model_name_of(model)) or type(model).__name__
     setting = PatchingSetting(name, direction, "exact", positions, model_name)
     return PatchingResult(pair, setting, PatchingBaseline(clean, corrupt), tuple(panels))

@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from interp_widgets.concepts import transformer_lens_processing
-from interp_widgets.concepts._model_names import same_model_name
+from interp_widgets._model_names import same_model_name
 from interp_widgets.layers import capture, from_hook_name, resolve_layer, to_hook_name
 
 pytestmark = [
