@@ -344,8 +344,11 @@ class _Backward:
             for layer, (x_point, y_point) in enumerate(points):
                 mlp = resolve_layer(model, f"layer:{layer}.mlp_in").module
                 handles.append(register(x_point, lambda m, i, h, layer=layer: self.reads.__setitem__(layer, h)))
-                # the MLP itself runs on a detached input: its output is replaced, so it needs no autograd graph
-                handles.append(mlp.register_forward_pre_hook(_detach_input, with_kwargs=True))
+                # the MLP's output is replaced: where that output is the MLP module's own, the module runs on no
+                # tokens at all; elsewhere on a detached input (no autograd graph)
+                skip_mlp = y_point.module is mlp and y_point.site == "output"
+                handles.append(mlp.register_forward_pre_hook(_empty_input if skip_mlp else _detach_input,
+                                                             with_kwargs=True))  # fmt: skip
                 handles.append(register_edit(y_point, self._mlp_output(layer)))
             handles.append(register_edit(resolve_layer(model, "layer:0.resid_pre"), lambda h: h + self.delta0))
             head, _, _ = _unembedding(model)
@@ -396,6 +399,13 @@ class _Backward:
             start = self.sources.token_start
             out[:, start : start + grads[-1].shape[1]] = (grads[-1][:n] * self.state.resid0).sum(-1)
         return out
+
+
+def _empty_input(module, args, kwargs):
+    """The MLP's input with no positions: the module's output is replaced anyway (its compute is wasted)."""
+    if args:
+        return (args[0].detach()[:, :0], *args[1:]), kwargs
+    return args, {name: v.detach()[:, :0] if isinstance(v, torch.Tensor) else v for name, v in kwargs.items()}
 
 
 def _detach_input(module, args, kwargs):
