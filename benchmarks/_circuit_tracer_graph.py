@@ -56,5 +56,7 @@ n = len(order)
 adjacency = graph.adjacency_matrix.numpy()
 index = np.r_[order, np.arange(n, len(adjacency))]
 np.savez(folder / "adjacency.npz", adjacency=adjacency[np.ix_(index, index)], features=selected.numpy()[order])
-(folder / "result.json").write_text(json.dumps({"seconds": seconds, "tokens": graph.input_tokens.tolist()}))
+(folder / "result.json").write_text(
+    json.dumps({"seconds": seconds, "tokens": graph.input_tokens.tolist(), "n_logits": len(graph.logit_targets)})
+)
 print(f"circuit-tracer: {seconds:.1f} s, {n} features")

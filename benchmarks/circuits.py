@@ -152,6 +152,14 @@ def ct_part(model, tokenizer, tcs, prompts, venv: str) -> None:
         config = json.loads(config_path.read_text())
         config["tokenizer_class"] = "PreTrainedTokenizerFast"
         config_path.write_text(json.dumps(config))
+        # and transformers 5 writes rope_parameters where 4.57 reads rope_theta (else it falls back to 10,000)
+        config_path = folder / "model" / "config.json"
+        config = json.loads(config_path.read_text())
+        rope = config.get("rope_parameters") or {}
+        config.update({"rope_theta": rope.get("rope_theta", 10_000.0), "torch_dtype": "float32"})
+        if rope.get("rope_type", "default") != "default":
+            config["rope_scaling"] = rope
+        config_path.write_text(json.dumps(config))
         layers = []
         for layer in range(tcs.n_layers):
             from safetensors.torch import save_file
@@ -179,12 +187,15 @@ def ct_part(model, tokenizer, tcs, prompts, venv: str) -> None:
     mine = {tuple(f): i for i, f in enumerate(ours.features.tolist())}
     common = [(mine[tuple(f)], j) for j, f in enumerate(their_features.tolist()) if tuple(f) in mine]
     n_ours, n_theirs = len(ours.features), len(their_features)
-    keep_ours = [i for i, _ in common] + list(range(n_ours, ours.n_nodes))
-    keep_theirs = [j for _, j in common] + list(range(n_theirs, len(their_adjacency)))
+    n_logits = min(len(ours.logits), theirs["n_logits"])  # salient targets near the threshold may differ by one
+    shared = ours.n_nodes - n_ours - len(ours.logits)  # errors and tokens
+    keep_ours = [i for i, _ in common] + list(range(n_ours, n_ours + shared + n_logits))
+    keep_theirs = [j for _, j in common] + list(range(n_theirs, n_theirs + shared + n_logits))
     a = ours.adjacency[np.ix_(keep_ours, keep_ours)]
     b = their_adjacency[np.ix_(keep_theirs, keep_theirs)]
     print(f"info: circuit-tracer {theirs['seconds']:.1f} s, ours {seconds:.1f} s; {len(common)} of {n_ours} features "
-          f"in common; relative Frobenius difference {np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")  # fmt: skip
+          f"in common ({n_theirs} theirs); logit targets {len(ours.logits)} ours, {theirs['n_logits']} theirs; "
+          f"relative Frobenius difference {np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")  # fmt: skip
     print(f"bench: ours_over_circuit_tracer {seconds / theirs['seconds']:.3f} (goal <= 0.5)")
 
 
