@@ -39,6 +39,23 @@ VOCAB = 8
 _FLOAT16_MAX = 65504.0
 _KIND_CODES = {"feature": 0, "error": 1, "token": 2, "logit": 3}
 
+#: The function that runs an intervention from the view: ``feature_intervention``, which registers itself with
+#: :func:`register_runner` (it imports the graph module, which builds this view, so this module cannot import it).
+_RUNNER = None
+
+
+def register_runner(run) -> None:
+    """Set the function that runs the view's interventions (``feature_intervention`` registers itself on import).
+
+    Example:
+        >>> import interp_widgets.circuits as circuits
+        >>> register_runner(circuits.feature_intervention); _RUNNER is circuits.feature_intervention
+        True
+    """
+    global _RUNNER
+    _RUNNER = run
+
+
 FeatureSource = "str | Path | Mapping[tuple[int, int], dict] | Callable[[int, int], dict | None] | None"
 
 
@@ -209,8 +226,8 @@ class GraphSource:
 
         Example:
             >>> from interp_widgets.circuits import example_graph
-            >>> GraphSource(example_graph()).intervene({"nodes": ["0_7_1"]})["error"][:40]
-            'interventions from the view need the gra'
+            >>> GraphSource(example_graph()).intervene({"nodes": ["0_7_1"]})["error"][:62]
+            "interventions from the view need the kernel and the graph's mo"
         """
         nodes = [str(n) for n in request.get("nodes") or []]
         if not nodes:
@@ -254,8 +271,8 @@ class GraphSource:
             return {"error": f"{type(exc).__name__}: {exc}"}
 
     def _intervene(self, rows: list[int], factor: float, freeze: bool, new_tokens: int, top_k: int) -> dict:
-        from interp_widgets.circuits.feature_intervention import feature_intervention
-
+        if _RUNNER is None:
+            raise RuntimeError("feature_intervention is not loaded: import interp_widgets.circuits")
         graph = self.graph
         if int(self.transcoders.n_layers) != int(graph.n_layers):
             raise ValueError(
@@ -265,7 +282,7 @@ class GraphSource:
         plan = [
             (*(int(v) for v in graph.features[r]), factor * float(graph.activations[r])) for r in rows
         ]  # (layer, pos, feature, value)
-        outcome = feature_intervention(
+        outcome = _RUNNER(
             self.model, self.tokenizer, graph, self.transcoders, plan,
             freeze_attention=freeze, max_new_tokens=new_tokens,
         )  # fmt: skip

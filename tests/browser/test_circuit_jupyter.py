@@ -103,9 +103,9 @@ def test_hover_click_pin_group_save_and_reopen_without_a_kernel(jupyter_server, 
     expect(pane).to_contain_text("Top activating contexts", timeout=30_000)
     expect(pane.locator(".iw-circuit-peak")).to_have_count(1)
     expect(pane).to_contain_text("Strongest inputs")
-    # intervene with the kernel: it says what it needs (the graph's model and transcoders; issue 33)
+    # intervene with the kernel but without the graph's model: it says what it needs
     view.locator(".iw-circuit-intervene").click()
-    expect(view.locator(".iw-circuit-status")).to_contain_text("issue 33", timeout=30_000)
+    expect(view.locator(".iw-circuit-status")).to_contain_text("need the kernel and the graph's model", timeout=30_000)
 
     # keyboard: the graph is one tab stop; Enter pins the focused node, an arrow moves, Enter pins another,
     # G asks for the name, Enter in the name field groups them
