@@ -264,7 +264,7 @@ export function build(ctx) {
   const groupsBox = h("div", { class: "iw-circuit-groups" });
   const pane = h("div", { class: "iw-circuit-pane", "aria-live": "polite" });
   const root = h("div", { class: "iw-root iw-circuit" }, [
-    toolbar, scores, status, h("div", { class: "iw-circuit-main" }, [stage, pane]), intervenePanel, suggestions, groupsBox,
+    toolbar, scores, status, intervenePanel, h("div", { class: "iw-circuit-main" }, [stage, pane]), suggestions, groupsBox,
   ]); // prettier-ignore
   el.append(root);
 
@@ -358,7 +358,7 @@ export function build(ctx) {
       if (msg.error) {
         status.textContent = `Cannot intervene: ${msg.error}`;
       } else {
-        status.textContent = "Intervention done: the new top tokens and continuations are below the graph.";
+        status.textContent = "Intervention done: the new top tokens and continuations are above the graph.";
         renderIntervention(result, msg);
       }
     }
