@@ -39,6 +39,23 @@ VOCAB = 8
 _FLOAT16_MAX = 65504.0
 _KIND_CODES = {"feature": 0, "error": 1, "token": 2, "logit": 3}
 
+#: The function that runs an intervention from the view: ``feature_intervention``, which registers itself with
+#: :func:`register_runner` (it imports the graph module, which builds this view, so this module cannot import it).
+_RUNNER = None
+
+
+def register_runner(run) -> None:
+    """Set the function that runs the view's interventions (``feature_intervention`` registers itself on import).
+
+    Example:
+        >>> import interp_widgets.circuits as circuits
+        >>> register_runner(circuits.feature_intervention); _RUNNER is circuits.feature_intervention
+        True
+    """
+    global _RUNNER
+    _RUNNER = run
+
+
 FeatureSource = "str | Path | Mapping[tuple[int, int], dict] | Callable[[int, int], dict | None] | None"
 
 
@@ -108,8 +125,19 @@ class GraphSource:
         "'0_-1_0' is an error node: interventions act on feat"
     """
 
-    def __init__(self, graph, features: Any = None, labels: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        graph,
+        features: Any = None,
+        labels: Mapping[str, str] | None = None,
+        *,
+        model=None,
+        tokenizer=None,
+        transcoders=None,
+    ):
         self.graph = graph
+        # held by this kernel-side object only: never part of the view's data
+        self.model, self.tokenizer, self.transcoders = model, tokenizer, transcoders
         self.features = features
         self.labels = dict(labels or {})
         self._index = graph._index_map()
@@ -146,6 +174,12 @@ class GraphSource:
             return features(layer, feature), "given"
         return _graph_json.feature_detail(self.graph, layer, feature, str(self.graph.scan or "")), "this prompt"
 
+    def _row(self, node_id: str) -> int:
+        """The row of a node id the view sends: the view speaks the graph's own ids (``{layer}_-1_{pos}`` errors), so
+        an exact id wins over circuit-tracer 0.5.0's old error id form (layer 0's features share it)."""
+        found = self._index.index.get(str(node_id))
+        return found if found is not None else self._index.resolve(node_id)
+
     def detail(self, node_id: str) -> dict[str, Any] | None:
         """The view's detail of a feature node (None for other nodes).
 
@@ -154,9 +188,7 @@ class GraphSource:
             >>> GraphSource(example_graph(), labels={"0_7_1": "a-detector"}).detail("0_7_1")["label"]
             'a-detector'
         """
-        i = self._index.index.get(str(node_id))  # the graph's own id first: '0_0_1' is feature 0 of layer 0 here
-        if i is None:
-            i = self._index.resolve(node_id)  # then the old error-id form
+        i = self._row(node_id)
         if i >= len(self.graph.features):
             return None
         layer, _, feature = self.graph.features[i].tolist()
@@ -185,34 +217,91 @@ class GraphSource:
         return nodes, kept[targets, sources]
 
     def intervene(self, request: dict[str, Any]) -> dict[str, Any]:
-        """What an intervention from the view needs: feature nodes (an error or token node is refused, naming the
-        nodes that can be intervened on), and the graph's model and transcoders in the kernel, which an attribution
-        graph does not hold yet (interventions from the view wait for issue 33's transcoders).
+        """Run an intervention asked for by the view: ``{"nodes": feature node ids, "factor": f, "freeze_attention":
+        bool, "max_new_tokens": n, "top_k": k}`` sets each feature to ``f`` times its activation (0 ablates) with
+        :func:`~interp_widgets.circuits.feature_intervention` at the graph's positions, and answers the top-k
+        next tokens before and after and both greedy continuations (as text). An error or token node is refused,
+        naming the nodes that can be intervened on; without the graph's model, tokenizer and transcoders in the
+        kernel the answer says so. Errors come back as text (``{"error": ...}``).
 
         Example:
             >>> from interp_widgets.circuits import example_graph
-            >>> GraphSource(example_graph()).intervene({"nodes": ["0_7_1"]})["error"][:40]
-            'interventions from the view need the gra'
+            >>> GraphSource(example_graph()).intervene({"nodes": ["0_7_1"]})["error"][:62]
+            "interventions from the view need the kernel and the graph's mo"
         """
         nodes = [str(n) for n in request.get("nodes") or []]
         if not nodes:
             return {"error": "pick a feature node or a supernode of features to intervene on"}
         kinds = self.graph.node_kinds
+        rows = []
         for node in nodes:
             try:
-                kind = kinds[self._index.resolve(node)]
+                row = self._row(node)
             except ValueError as exc:
                 return {"error": str(exc)}
+            kind = kinds[row]
             if kind != "feature":
                 return {
                     "error": f"{node!r} is {'an' if kind[0] in 'aeiou' else 'a'} {kind} node: interventions act on "
                     "feature nodes (transcoder features, ids {layer}_{feature}_{pos}) and supernodes of them, "
                     "not on error, token or logit nodes"
                 }
+            rows.append(row)
+        missing = [name for name in ("model", "tokenizer", "transcoders") if getattr(self, name) is None]
+        if missing:
+            return {
+                "error": "interventions from the view need the kernel and the graph's model, tokenizer and "
+                f"transcoders in it; this view was opened without {', '.join(missing)}: pass them, e.g. "
+                "graph.widget(model=model, tokenizer=tokenizer, transcoders=transcoders) (a graph imported from "
+                "another model's file is view-only)"
+            }
+        try:
+            factor = float(request.get("factor", 0.0))
+            if not np.isfinite(factor):
+                raise ValueError(f"the factor must be a finite number, got {factor}")
+            freeze = bool(request.get("freeze_attention", True))
+            new_tokens = int(request.get("max_new_tokens", 8))
+            top_k = int(request.get("top_k", 10))
+            if not 0 <= new_tokens <= 64:
+                raise ValueError(f"max_new_tokens must be in 0..64, got {new_tokens}")
+            if not 1 <= top_k <= 100:
+                raise ValueError(f"top_k must be in 1..100, got {top_k}")
+            return self._intervene(rows, factor, freeze, new_tokens, top_k)
+        except (ValueError, TypeError, RuntimeError, KeyError, IndexError) as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    def _intervene(self, rows: list[int], factor: float, freeze: bool, new_tokens: int, top_k: int) -> dict:
+        if _RUNNER is None:
+            raise RuntimeError("feature_intervention is not loaded: import interp_widgets.circuits")
+        graph = self.graph
+        if int(self.transcoders.n_layers) != int(graph.n_layers):
+            raise ValueError(
+                f"the transcoders cover {self.transcoders.n_layers} layers and the graph {graph.n_layers}: this graph "
+                "comes from another model (an imported graph is view-only); pass the graph's own model and transcoders"
+            )
+        plan = [
+            (*(int(v) for v in graph.features[r]), factor * float(graph.activations[r])) for r in rows
+        ]  # (layer, pos, feature, value)
+        outcome = _RUNNER(
+            self.model, self.tokenizer, graph, self.transcoders, plan,
+            freeze_attention=freeze, max_new_tokens=new_tokens,
+        )  # fmt: skip
+        top = outcome.top(top_k)
+
+        def text(ids: list[int]) -> str:
+            return self.tokenizer.decode(list(ids)) if ids else ""
+
         return {
-            "error": "interventions from the view need the graph's model and its transcoders in the kernel; this "
-            "graph holds neither (interventions from the view wait for issue 33's transcoders), so it is "
-            "view-only for now"
+            "nodes": [graph.node_ids[r] for r in rows],
+            "factor": factor,
+            "freeze_attention": freeze,
+            "max_new_tokens": new_tokens,
+            "top": [
+                {"token": str(t), "id": int(i), "p_before": float(b), "p_after": float(a), "logit_change": float(c)}
+                for t, i, b, a, c in zip(top["token"], top["id"], top["p_before"], top["p_after"], top["logit_change"])
+            ],
+            "continuation": text(outcome.continuation),
+            "base_continuation": text(outcome.base_continuation),
         }
 
 
@@ -376,6 +465,8 @@ def _document_view(path: Path, doc: dict, labels: dict[str, str], **options):
                     "scores_of": "not computable", "kernel": "none"},
         scores_note=NOT_COMPUTABLE,
     )  # fmt: skip
+    for name in ("model", "tokenizer", "transcoders"):  # an imported graph of another model is view-only
+        options.pop(name, None)
     view = doc.get("qParams") or {}
     pinned = [str(p) for p in view.get("pinnedIds") or []]
     groups = [{"name": str(s[0]), "members": [str(m) for m in s[1:]]} for s in view.get("supernodes") or []]

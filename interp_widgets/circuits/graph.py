@@ -739,6 +739,9 @@ class AttributionGraph:
         labels: dict[str, str] | None = None,
         pinned: Iterable[str] | None = None,
         groups: Iterable[dict] | None = None,
+        model=None,
+        tokenizer=None,
+        transcoders=None,
         **options,
     ):
         """The circuit view of this graph (:class:`~interp_widgets.widgets.CircuitView`): layers × positions, pins,
@@ -749,8 +752,11 @@ class AttributionGraph:
         (:meth:`with_explanations`), else this prompt as each feature's example); those of the pinned features and
         the 300 most influential travel with the notebook, the view asks the kernel for the others. ``labels`` maps
         node ids to labels (default: the explanations' labels). ``pinned`` and ``groups`` (``[{"name",
-        "members"}]``) default to the graph's saved view (``qParams`` ``pinnedIds`` and
-        ``supernodes``). Other options (``node_threshold``, ``edge_threshold``, ``selected``) set the view state.
+        "members"}]``) default to the graph's saved view (``qParams`` ``pinnedIds`` and ``supernodes``). ``model``,
+        ``tokenizer`` and ``transcoders`` (the graph's own) let the view ablate or scale a feature or a supernode in
+        the model (``feature_intervention``); the kernel's widget holds them, they are never saved. Without them
+        the view says that interventions need them. Other options (``node_threshold``, ``edge_threshold``,
+        ``selected``) set the view state.
 
         Raises ``ValueError`` when the saved view would exceed the output cap: prune the graph first.
 
@@ -778,7 +784,7 @@ class AttributionGraph:
                 features = self._detail
             if labels is None:
                 labels = {i: label for i, label in zip(self.node_ids, self.feature_labels) if label}
-        source = GraphSource(self, features, labels)
+        source = GraphSource(self, features, labels, model=model, tokenizer=tokenizer, transcoders=transcoders)
         data = view_data(self, labels=labels, pinned=pinned, source=source)
         view = CircuitView(data, source=source, pinned=pinned, groups=groups, **options)
         object.__setattr__(self, "_last_view", view)

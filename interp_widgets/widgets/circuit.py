@@ -13,6 +13,12 @@ kernel: ``pinned`` (node ids), ``groups`` (supernodes: ``{"name", "members"}``),
 ``edge_threshold`` (pruning in the browser), ``selected`` (the node whose details show). :meth:`CircuitView.subgraph`
 reads them back.
 
+Intervene from the view: the panel above the graph ablates (``Ablate``), doubles (``×2``) or scales (``Scale``) the
+selected feature node, or every feature of its supernode, with frozen attention on by default; the kernel runs
+``feature_intervention`` on the graph's model and transcoders (``graph.widget(model=, tokenizer=, transcoders=)``)
+and the view shows the top next tokens before and after and both greedy continuations. Without them, or with no
+kernel, it says what it needs.
+
 Build it with :meth:`interp_widgets.circuits.AttributionGraph.widget`.
 
 Example:

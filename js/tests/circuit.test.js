@@ -134,6 +134,58 @@ describe("the view", () => {
     await vi.advanceTimersByTimeAsync(NO_KERNEL_MS + 10);
     expect(el.querySelector(".iw-circuit-status").textContent).toMatch(/Intervening needs the kernel/);
   });
+  it("ablates, doubles or scales with frozen attention, and shows the kernel's answer as text", async () => {
+    const { model, el } = mount({ ...fresh(), selected: "0_7_1" });
+    await new Promise((r) => setTimeout(r, 40));
+    const reply = (msg) => {
+      for (const handler of model.handlers.get("msg:custom")) handler(msg);
+    };
+    el.querySelector(".iw-circuit-double").click();
+    expect(model.send).toHaveBeenLastCalledWith(expect.objectContaining({ type: "intervene", nodes: ["0_7_1"], factor: 2, freeze_attention: true, max_new_tokens: 8 })); // prettier-ignore
+    const freeze = el.querySelector(".iw-circuit-freeze");
+    expect(freeze.checked).toBe(true);
+    freeze.click();
+    el.querySelector(".iw-circuit-factor").value = "-1.5";
+    el.querySelector(".iw-circuit-scale").click();
+    expect(model.send).toHaveBeenLastCalledWith(expect.objectContaining({ factor: -1.5, freeze_attention: false }));
+    el.querySelector(".iw-circuit-intervene").click();
+    const sent = model.send.mock.calls.at(-1)[0];
+    expect(sent).toMatchObject({ factor: 0, nodes: ["0_7_1"] });
+    reply({ type: "intervene", id: sent.id - 1, error: "stale" }); // an older request's answer is ignored
+    expect(el.querySelector(".iw-circuit-status").textContent).not.toMatch(/stale/);
+    reply({
+      type: "intervene", id: sent.id, nodes: ["0_7_1"], factor: 0, freeze_attention: false,
+      top: [
+        { token: HOSTILE, id: 5, p_before: 0.1, p_after: 0.5, logit_change: 1.25 },
+        { token: " b", id: 6, p_before: 0.4, p_after: 0.2, logit_change: -0.5 },
+      ],
+      continuation: `${HOSTILE} after`, base_continuation: "<b>before</b>",
+    }); // prettier-ignore
+    const result = el.querySelector(".iw-circuit-result");
+    expect(result.hidden).toBe(false);
+    const cells = [...result.querySelectorAll("tbody tr")].map((tr) => [...tr.children].map((td) => td.textContent));
+    expect(cells).toEqual([
+      [HOSTILE, "10.0%", "50.0%", "+1.25"],
+      [" b", "40.0%", "20.0%", "−0.50"],
+    ]);
+    expect(result.querySelector(".iw-circuit-base-continuation pre").textContent).toBe("<b>before</b>");
+    expect(result.querySelector(".iw-circuit-new-continuation pre").textContent).toBe(`${HOSTILE} after`);
+    expect(result.textContent).toContain("0_7_1 ablated, attention free");
+    expect(el.querySelector("img, b")).toBeNull(); // the hostile token stays text
+    // an error from Python comes back as a message
+    el.querySelector(".iw-circuit-intervene").click();
+    reply({ type: "intervene", id: model.send.mock.calls.at(-1)[0].id, error: "ValueError: no model" });
+    expect(el.querySelector(".iw-circuit-status").textContent).toBe("Cannot intervene: ValueError: no model");
+    // a factor that is no number is refused in the browser
+    const calls = model.send.mock.calls.length;
+    el.querySelector(".iw-circuit-factor").value = "";
+    el.querySelector(".iw-circuit-scale").click();
+    expect(model.send.mock.calls.length).toBe(calls);
+    expect(el.querySelector(".iw-circuit-status").textContent).toMatch(/factor must be a number/);
+    // the buttons are real buttons (keyboard: Tab reaches them, Enter and Space press them)
+    for (const name of ["intervene", "double", "scale"])
+      expect(el.querySelector(`.iw-circuit-${name}`).tagName).toBe("BUTTON");
+  });
   it("asks the kernel for details that did not travel, and says when none answers", async () => {
     vi.useFakeTimers();
     const { model, el } = mount({ ...fresh(), details: {}, selected: "0_7_1" });

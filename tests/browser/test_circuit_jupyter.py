@@ -103,9 +103,9 @@ def test_hover_click_pin_group_save_and_reopen_without_a_kernel(jupyter_server, 
     expect(pane).to_contain_text("Top activating contexts", timeout=30_000)
     expect(pane.locator(".iw-circuit-peak")).to_have_count(1)
     expect(pane).to_contain_text("Strongest inputs")
-    # intervene with the kernel: it says what it needs (the graph's model and transcoders; issue 33)
+    # intervene with the kernel but without the graph's model: it says what it needs
     view.locator(".iw-circuit-intervene").click()
-    expect(view.locator(".iw-circuit-status")).to_contain_text("issue 33", timeout=30_000)
+    expect(view.locator(".iw-circuit-status")).to_contain_text("need the kernel and the graph's model", timeout=30_000)
 
     # keyboard: the graph is one tab stop; Enter pins the focused node, an arrow moves, Enter pins another,
     # G asks for the name, Enter in the name field groups them
@@ -187,3 +187,52 @@ def test_the_exported_page_is_offline_inert_and_dark(tmp_path, recorded_page):
     root.locator(".iw-circuit-intervene").click()
     expect(root.locator(".iw-circuit-status")).to_contain_text("interventions act on feature nodes")  # E_11_1
     recorded_page.requests.assert_loopback_only()
+
+
+LIVE_NOTEBOOK = "circuit_live.ipynb"
+LIVE_SETUP = """\
+import json
+from interp_widgets.circuits import TranscoderSet, attribution_graph, feature_intervention
+from interp_widgets.concepts import Transcoder
+from interp_widgets.demo import corpus
+from tests import tiny_models
+model, tokenizer = tiny_models.llama_lm()
+tcs = TranscoderSet.fit(model, tokenizer, corpus()[:40], transcoder=Transcoder(32, k=4, max_epochs=2, progress=False))
+graph = attribution_graph(model, tokenizer, "The cat sat on the mat because", tcs, batch_size=16, progress=False)
+view = graph.widget(model=model, tokenizer=tokenizer, transcoders=tcs)
+view
+"""
+LIVE_CHECK = """\
+row = graph.node_index(view.selected)
+layer, pos, feature = graph.features[row].tolist()
+direct = feature_intervention(model, tokenizer, graph, tcs, [(layer, pos, feature, 0.0)], max_new_tokens=8).top(10)
+print("IW_STATE", json.dumps({"selected": view.selected, "p_after": [f"{100 * p:.1f}%" for p in direct.p_after]}))
+"""
+
+
+def test_ablate_a_feature_from_the_view_with_the_kernel(jupyter_server, recorded_page):
+    jupyter_server.write_notebook(LIVE_NOTEBOOK, (LIVE_SETUP, LIVE_CHECK))
+    try:
+        page = recorded_page.page
+        page.goto(jupyter_server.notebook_url(LIVE_NOTEBOOK))
+        wait_for_kernel_idle(page)
+        run_cells(page, 0)
+        view = notebook_cells(page).nth(0).locator(".iw-circuit")
+        stage = view.locator(".iw-circuit-stage")
+        expect(stage).to_be_visible(timeout=60_000)
+        points = stage.evaluate(FIND_NODES)
+        assert points, "no feature node under the pointer"
+        page.mouse.click(*points[0])
+        expect(view.locator(".iw-circuit-pane h3")).to_be_visible(timeout=30_000)
+        view.locator(".iw-circuit-intervene").click()  # ablate, frozen attention (the default)
+        result = view.locator(".iw-circuit-result")
+        expect(result.locator("tbody tr")).to_have_count(10, timeout=60_000)
+        expect(view.locator(".iw-circuit-status")).to_contain_text("Intervention done")
+        expect(result.locator(".iw-circuit-base-continuation pre")).not_to_be_empty()
+        expect(result.locator(".iw-circuit-new-continuation pre")).not_to_be_empty()
+        shown = result.locator("tbody tr td:nth-child(3)").all_inner_texts()
+        state = printed_state(page)  # the same intervention run directly in the kernel
+        assert shown == state["p_after"]
+        assert page.locator(".iw-error").count() == 0
+    finally:
+        jupyter_server.reset()

@@ -180,7 +180,8 @@ def test_interventions_say_what_they_need():
         message = view.reply({"type": "intervene", "id": 1, "nodes": [node]})["error"]
         assert f"is {kind} node: interventions act on feature nodes" in message
     message = view.reply({"type": "intervene", "id": 2, "nodes": [graph.node_ids[0]]})["error"]
-    assert "need the graph's model and its transcoders in the kernel" in message and "issue 33" in message
+    assert "need the kernel and the graph's model, tokenizer and transcoders" in message
+    assert "graph.widget(model=model, tokenizer=tokenizer, transcoders=transcoders)" in message
 
 
 def _document(graph: AttributionGraph, folder: Path, **kw) -> tuple[Path, dict]:

@@ -9,6 +9,7 @@
  *   const parts = build(ctx);
  */
 import { h } from "../../lib/dom.js";
+import { displayToken } from "../../lib/text.js";
 import { edgeIndex } from "./graph_math/index.js";
 import { KIND_NAMES, nodeName } from "./read.js";
 import { nodeAt, visibleNodes } from "./draw.js";
@@ -36,9 +37,50 @@ export function askKernel(ctx, message, onSilence) {
 }
 
 const NEEDS_KERNEL =
-  "Intervening needs the kernel, and the graph's model and transcoders in it: this view has no kernel (a saved " +
-  "notebook or an exported page). Run the cell again with them loaded; interventions from the view wait for " +
-  "issue 33's transcoders.";
+  "Intervening needs the kernel, and the graph's model, tokenizer and transcoders in it: this view has no kernel " +
+  "(a saved notebook or an exported page). Run the cell again with graph.widget(model=..., tokenizer=..., " +
+  "transcoders=...).";
+
+/** Greedy continuation length and top-k rows asked for with each intervention. */
+export const INTERVENE_TOKENS = 8;
+export const INTERVENE_TOP_K = 10;
+
+const percent = (p) => `${(100 * Number(p)).toFixed(1)}%`;
+const signed = (x) => `${Number(x) >= 0 ? "+" : "−"}${Math.abs(Number(x)).toFixed(2)}`;
+
+/**
+ * Render an intervention's answer into `box`: the top-k next tokens before and after (with the logit change) and
+ * the continuations side by side. Token text is untrusted: every string goes in through text nodes (`h`).
+ */
+export function renderIntervention(box, msg) {
+  const factor = Number(msg.factor);
+  const what = factor === 0 ? "ablated" : `scaled ×${factor}`;
+  const nodes = Array.isArray(msg.nodes) ? msg.nodes.map(String) : [];
+  const rows = (Array.isArray(msg.top) ? msg.top : []).map((row) =>
+    h("tr", {}, [
+      h("td", { class: "iw-circuit-result-token" }, displayToken(String(row.token ?? ""))),
+      h("td", {}, percent(row.p_before)),
+      h("td", {}, percent(row.p_after)),
+      h("td", {}, signed(row.logit_change)),
+    ]),
+  );
+  const table = h("table", { class: "iw-circuit-result-top" }, [
+    h("caption", {}, "Top next tokens after the intervention"),
+    h("thead", {}, h("tr", {}, [h("th", { scope: "col" }, "token"), h("th", { scope: "col" }, "p before"), h("th", { scope: "col" }, "p after"), h("th", { scope: "col" }, "Δ logit")])), // prettier-ignore
+    h("tbody", {}, rows),
+  ]);
+  const side = (title, text, cls) =>
+    h("div", { class: `iw-circuit-continuation ${cls}` }, [h("h4", {}, title), h("pre", {}, String(text ?? ""))]);
+  box.replaceChildren(
+    h("p", { class: "iw-circuit-result-what" }, `${nodes.join(", ")} ${what}, attention ${msg.freeze_attention ? "frozen" : "free"}, at the graph's positions.`), // prettier-ignore
+    table,
+    h("div", { class: "iw-circuit-continuations" }, [
+      side("Original continuation", msg.base_continuation, "iw-circuit-base-continuation"),
+      side("After the intervention", msg.continuation, "iw-circuit-new-continuation"),
+    ]),
+  );
+  box.hidden = false;
+}
 
 /** Toggle a pin (by node index). */
 export function togglePin(ctx, i) {
@@ -67,8 +109,9 @@ export function groupPinned(ctx, members = null) {
   return true;
 }
 
-/** Ask to intervene on the selected node (or its group); says what is needed when it cannot. */
-export function intervene(ctx) {
+/** Ask to intervene on the selected node (or its group), setting its features to `factor` × their activation
+ * (0 ablates); says what is needed when it cannot. */
+export function intervene(ctx, factor = 0) {
   const { data, model, parts, state } = ctx;
   const selected = model.get("selected") || "";
   const i = data.idIndex.get(selected);
@@ -85,10 +128,27 @@ export function intervene(ctx) {
       return;
     }
   }
-  parts.status.textContent = "Asking the kernel to intervene…";
-  state.interveneId = askKernel(ctx, { type: "intervene", nodes }, () => {
-    parts.status.textContent = NEEDS_KERNEL;
-  });
+  if (!Number.isFinite(factor)) {
+    parts.status.textContent = "The factor must be a number (0 ablates, 2 doubles).";
+    return;
+  }
+  parts.status.textContent = `Asking the kernel to intervene on ${group ? `supernode ${JSON.stringify(group.name)}` : selected}…`; // prettier-ignore
+  const freeze = parts.freeze.checked;
+  state.interveneId = askKernel(
+    ctx,
+    {
+      type: "intervene",
+      nodes,
+      factor,
+      freeze_attention: freeze,
+      max_new_tokens: INTERVENE_TOKENS,
+      top_k: INTERVENE_TOP_K,
+    },
+    () => {
+      // prettier-ignore
+      parts.status.textContent = NEEDS_KERNEL;
+    },
+  );
 }
 
 /** The details of node `i`: travelled with the data, or arrived from the kernel, else null (then asked for). */
@@ -171,9 +231,21 @@ export function build(ctx) {
   const pinButton = h("button", { type: "button", class: "iw-button iw-circuit-pin" }, "Pin");
   const groupName = h("input", { type: "text", class: "iw-circuit-group-name", placeholder: "supernode name", "aria-label": "Supernode name" }); // prettier-ignore
   const groupButton = h("button", { type: "button", class: "iw-button iw-circuit-group", title: "Group the pinned nodes into a supernode (G)" }, "Group pinned"); // prettier-ignore
-  const interveneButton = h("button", { type: "button", class: "iw-button iw-circuit-intervene", title: "Ablate or scale the selected feature or supernode in the model (needs the kernel)" }, "Intervene…"); // prettier-ignore
   const toolbar = h("div", { class: "iw-toolbar iw-circuit-toolbar" }, [
-    nodeSlider.box, edgeSlider.box, pinButton, groupName, groupButton, interveneButton,
+    nodeSlider.box, edgeSlider.box, pinButton, groupName, groupButton,
+  ]); // prettier-ignore
+  const interveneButton = h("button", { type: "button", class: "iw-button iw-circuit-intervene", title: "Ablate the selected feature or supernode in the model (needs the kernel)" }, "Ablate"); // prettier-ignore
+  const doubleButton = h("button", { type: "button", class: "iw-button iw-circuit-double", title: "Double the selected feature or supernode in the model (needs the kernel)" }, "×2"); // prettier-ignore
+  const factor = h("input", { type: "number", step: "0.5", value: "-1", class: "iw-circuit-factor", "aria-label": "Scale factor (0 ablates)" }); // prettier-ignore
+  const scaleButton = h("button", { type: "button", class: "iw-button iw-circuit-scale", title: "Set the selected features to this factor times their activation" }, "Scale"); // prettier-ignore
+  const freeze = h("input", { type: "checkbox", class: "iw-circuit-freeze", checked: true });
+  const result = h("div", { class: "iw-circuit-result", "aria-live": "polite", hidden: true });
+  const intervenePanel = h("div", { class: "iw-circuit-intervene-panel", role: "group", "aria-label": "Intervene on the selected node or supernode" }, [
+    h("div", { class: "iw-toolbar iw-circuit-intervene-bar" }, [
+      h("span", { class: "iw-circuit-intervene-title" }, "Intervene:"), interveneButton, doubleButton, factor, scaleButton,
+      h("label", { class: "iw-circuit-freeze-box" }, [freeze, " frozen attention"]),
+    ]),
+    result,
   ]); // prettier-ignore
   const scores = h("div", { class: "iw-circuit-scores", "aria-live": "polite" });
   const status = h("div", { class: "iw-circuit-status", role: "status", "aria-live": "polite" });
@@ -192,7 +264,7 @@ export function build(ctx) {
   const groupsBox = h("div", { class: "iw-circuit-groups" });
   const pane = h("div", { class: "iw-circuit-pane", "aria-live": "polite" });
   const root = h("div", { class: "iw-root iw-circuit" }, [
-    toolbar, scores, status, h("div", { class: "iw-circuit-main" }, [stage, pane]), suggestions, groupsBox,
+    toolbar, scores, status, intervenePanel, h("div", { class: "iw-circuit-main" }, [stage, pane]), suggestions, groupsBox,
   ]); // prettier-ignore
   el.append(root);
 
@@ -258,8 +330,19 @@ export function build(ctx) {
   })); // prettier-ignore
   interveneButton.addEventListener(
     "click",
-    safely(() => intervene(ctx)),
+    safely(() => intervene(ctx, 0)),
   );
+  doubleButton.addEventListener(
+    "click",
+    safely(() => intervene(ctx, 2)),
+  );
+  scaleButton.addEventListener(
+    "click",
+    safely(() => intervene(ctx, factor.value.trim() === "" ? NaN : Number(factor.value))),
+  );
+  factor.addEventListener("keydown", safely((event) => {
+    if (event.key === "Enter") intervene(ctx, factor.value.trim() === "" ? NaN : Number(factor.value));
+  })); // prettier-ignore
   ctx.listen("msg:custom", (msg) => {
     if (!msg || typeof msg !== "object") return;
     const timer = state.waiting.get(msg.id);
@@ -271,7 +354,13 @@ export function build(ctx) {
       state.details.set(msg.node, msg.detail ?? { label: "", contexts: [], top_logits: [], bottom_logits: [], source: msg.error ?? "none" }); // prettier-ignore
       ctx.request(1);
     } else if (msg.type === "intervene") {
-      status.textContent = msg.error ? `Cannot intervene: ${msg.error}` : String(msg.message ?? "");
+      if (msg.id !== undefined && msg.id !== state.interveneId) return; // an older request's answer
+      if (msg.error) {
+        status.textContent = `Cannot intervene: ${msg.error}`;
+      } else {
+        status.textContent = "Intervention done: the new top tokens and continuations are above the graph.";
+        renderIntervention(result, msg);
+      }
     }
   });
   ctx.onCleanup(() => {
@@ -280,7 +369,7 @@ export function build(ctx) {
   const resize = typeof ResizeObserver === "function" ? new ResizeObserver(() => ctx.request(1)) : null;
   resize?.observe(stage);
   ctx.onCleanup(() => resize?.disconnect());
-  return { root, nodeSlider, edgeSlider, pinButton, groupName, groupButton, interveneButton, scores, status, base, overlay, tip, announce, stage, suggestions, groupsBox, pane }; // prettier-ignore
+  return { root, nodeSlider, edgeSlider, pinButton, groupName, groupButton, interveneButton, doubleButton, factor, scaleButton, freeze, result, scores, status, base, overlay, tip, announce, stage, suggestions, groupsBox, pane }; // prettier-ignore
 }
 
 export { nodeName };
