@@ -212,13 +212,13 @@ def blocks(model: nn.Module, stack: str | None = None) -> tuple[str, nn.ModuleLi
             )
         root = model.get_encoder() if stack == "encoder" else model.get_decoder()
         prefix = next(name for name, module in model.named_modules() if module is root)
-        scope = [(f"{prefix}.{name}" if prefix else name, module) for name, module in root.named_modules()]
+        scope = ((f"{prefix}.{name}" if prefix else name, module) for name, module in root.named_modules())
     elif stack is not None:
         raise ValueError(f"{type(model).__name__} has one stack of blocks; use 'layer:i', not '{stack}.layer:i'")
     else:
-        scope = list(model.named_modules())
+        scope = model.named_modules()
     n_layers = _config_layers(model, stack)
-    for name, module in scope:
+    for name, module in scope:  # lazily: the walk stops at the first match (this runs for every resolved point)
         if isinstance(module, nn.ModuleList) and len(module) > 0 and (n_layers is None or len(module) == n_layers):
             return name, module
     raise UnsupportedModelError(
@@ -393,8 +393,11 @@ def resolve_layer(model: nn.Module, layer: str | int | nn.Module) -> LayerPoint:
     match = _BLOCK_NAME.fullmatch(spec)
     if match is not None:
         return _block_point(model, match.group(1), int(match.group(2)), match.group(3))
-    modules = dict(model.named_modules())
-    if spec and spec in modules:
+    try:  # a module path (get_submodule walks only the path, not the whole model)
+        module = model.get_submodule(spec) if spec else None
+    except AttributeError:
+        module = None
+    if module is not None:
         for stack in _stacks(model):
             try:
                 block_path, found = blocks(model, stack)
@@ -403,7 +406,7 @@ def resolve_layer(model: nn.Module, layer: str | int | nn.Module) -> LayerPoint:
             prefix = f"{block_path}."
             if spec.startswith(prefix) and spec[len(prefix) :].isdigit() and int(spec[len(prefix) :]) < len(found):
                 return _block_point(model, stack, int(spec[len(prefix) :]), None)
-        return LayerPoint(spec, spec, modules[spec])
+        return LayerPoint(spec, spec, module)
     raise _unknown(model, layer)
 
 
