@@ -124,7 +124,7 @@ def _layers(value: str):
 
 
 def _add_build_options(cmd) -> None:
-    from interp_widgets.demo.transcoders import DEFAULT_BUILD as d
+    from interp_widgets.demo_transcoders import DEFAULT_BUILD as d
 
     cmd.add_argument("--tokens", type=int, default=d.tokens, help="training tokens (default: %(default)s)")
     cmd.add_argument("--latents", type=int, default=d.latents, help="features per layer (default: %(default)s)")
@@ -140,7 +140,7 @@ def _add_build_options(cmd) -> None:
 
 def _build_transcoders(args) -> int:
     """``interp-widgets transcoders build``: train (or resume), evaluate, cache, print the per-layer report."""
-    from interp_widgets.demo.transcoders import build_transcoders, report_text
+    from interp_widgets.demo_transcoders import build_transcoders, report_text
 
     try:
         built = build_transcoders(

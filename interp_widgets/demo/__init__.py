@@ -26,12 +26,6 @@ import numpy as np
 from interp_widgets.demo._cache import cache_dir
 from interp_widgets.demo.lm import load_lm  # noqa: F401  (public: demo.load_lm)
 from interp_widgets.demo.text_corpus import load_text_corpus, text_corpus_info  # noqa: F401  (public)
-from interp_widgets.demo.transcoders import (  # noqa: F401  (public)
-    DEFAULT_BUILD,
-    TranscoderBuild,
-    build_transcoders,
-    load_transcoders,
-)
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 LABELS = ("negative", "positive")

@@ -1,4 +1,4 @@
-"""``interp-widgets transcoders build`` and ``demo.load_transcoders``: a tiny real build on SmolLM2 (2 layers, 64
+"""``interp-widgets transcoders build`` and ``demo_transcoders.load_transcoders``: a tiny real build on SmolLM2 (2 layers, 64
 latents, a few thousand tokens of the shipped corpus), resumed after an interruption, refused when corrupted."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from interp_widgets import demo
 from interp_widgets.cli import main
-from interp_widgets.demo.transcoders import (
+from interp_widgets.demo_transcoders import (
     CHECKPOINT_DIR,
     REPORT_FILE,
     SET_FILE,

@@ -25,7 +25,7 @@ Example:
 Not run here: the default build trains for hours::
 
     $ interp-widgets transcoders build
-    python -c "from interp_widgets import demo; print(demo.load_transcoders())"
+    python -c "from interp_widgets.demo_transcoders import load_transcoders; print(load_transcoders())"
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ class TranscoderBuild:
             >>> TranscoderBuild(tokens=2000, layers=(0, 1)).command()
             'interp-widgets transcoders build --tokens 2000 --layers 0,1'
             >>> TranscoderBuild(lr=3e-4).command()
-            'interp_widgets.demo.build_transcoders(lr=0.0003)'
+            'interp_widgets.demo_transcoders.build_transcoders(lr=0.0003)'
         """
         flags = ("tokens", "latents", "k", "eval_tokens")
         changed = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
@@ -128,7 +128,7 @@ class TranscoderBuild:
                 changed["out"] = str(out)
             if rebuild:
                 changed["rebuild"] = True
-            return f"interp_widgets.demo.build_transcoders({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+            return f"interp_widgets.demo_transcoders.build_transcoders({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
         parts = ["interp-widgets transcoders build"]
         parts += [f"--{name.replace('_', '-')} {changed[name]}" for name in flags if name in changed]
         if "layers" in changed:
