@@ -1,11 +1,14 @@
 """Command line: ``interp-widgets demo`` writes a self-contained offline HTML report; ``interp-widgets export``
 turns an executed notebook into an offline HTML page with live widgets; ``interp-widgets clean`` repairs the saved
-widget state of notebooks in place so GitHub and nbviewer render them (``--check`` only reports, for pre-commit).
+widget state of notebooks in place so GitHub and nbviewer render them (``--check`` only reports, for pre-commit);
+``interp-widgets transcoders build`` trains the transcoder set of the embedded SmolLM2 and caches it (rerun it after
+an interruption: it resumes).
 
 Example:
     $ interp-widgets demo --text "The waiter was rude but the pasta was superb." --out report.html
     $ interp-widgets export executed.ipynb -o executed.html
     $ interp-widgets clean --check notebooks/*.ipynb
+    $ interp-widgets transcoders build
 """
 
 from __future__ import annotations
@@ -75,7 +78,17 @@ def main(argv: list[str] | None = None) -> int:
     clean_cmd.add_argument(
         "--no-dedupe", action="store_true", help="keep every model's own copy of its front-end module"
     )
+    transcoders_cmd = commands.add_parser("transcoders", help="transcoders of the embedded SmolLM2")
+    transcoders_sub = transcoders_cmd.add_subparsers(dest="action", required=True)
+    build_cmd = transcoders_sub.add_parser(
+        "build",
+        help="train a transcoder per layer of SmolLM2 on the shipped corpus's train split, report on held-out "
+        "tokens and cache the set beside the dequantised model (an interrupted build resumes when rerun)",
+    )
+    _add_build_options(build_cmd)
     args = parser.parse_args(argv)
+    if args.command == "transcoders":
+        return _build_transcoders(args)
     if args.command == "export":
         return _export(args.notebook, args.out)
     if args.command == "clean":
@@ -95,6 +108,50 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).resolve()
     out.write_text(page, encoding="utf-8")
     print(out)
+    return 0
+
+
+def _layers(value: str):
+    if value == "all":
+        return value
+    try:
+        layers = tuple(int(part) for part in value.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected 'all' or block indices such as 0,1,5, got {value!r}") from None
+    if not layers or min(layers) < 0:
+        raise argparse.ArgumentTypeError(f"expected block indices >= 0, got {value!r}")
+    return layers
+
+
+def _add_build_options(cmd) -> None:
+    from interp_widgets.demo_transcoders import DEFAULT_BUILD as d
+
+    cmd.add_argument("--tokens", type=int, default=d.tokens, help="training tokens (default: %(default)s)")
+    cmd.add_argument("--latents", type=int, default=d.latents, help="features per layer (default: %(default)s)")
+    cmd.add_argument("--k", type=int, default=d.k, help="active features per token, TopK (default: %(default)s)")
+    cmd.add_argument("--layers", type=_layers, default=d.layers, help="'all' or indices such as 0,1,5 (default: all)")
+    cmd.add_argument(
+        "--eval-tokens", type=int, default=d.eval_tokens, help="held-out tokens of the report (default: %(default)s)"
+    )
+    cmd.add_argument("--out", help="the build's folder (default: in the cache, beside the dequantised SmolLM2)")
+    cmd.add_argument("--rebuild", action="store_true", help="train again even if the folder holds a set")
+    cmd.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def _build_transcoders(args) -> int:
+    """``interp-widgets transcoders build``: train (or resume), evaluate, cache, print the per-layer report."""
+    from interp_widgets.demo_transcoders import build_transcoders, report_text
+
+    try:
+        built = build_transcoders(
+            tokens=args.tokens, latents=args.latents, k=args.k, layers=args.layers, eval_tokens=args.eval_tokens,
+            out=args.out, rebuild=args.rebuild, progress=not args.quiet,
+        )  # fmt: skip
+    except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
+        print(f"interp-widgets transcoders build: {err}", file=sys.stderr)
+        return 2
+    print(report_text(built.report))
+    print(f"saved in {built.path}")
     return 0
 
 

@@ -452,10 +452,12 @@ class TranscoderSet:
                     parts.append(pairs)
                     rows += len(next(iter(pairs.values()))[0])
                     if rows >= buffer_tokens:
-                        yield end, _join(parts, chosen)
-                        parts, rows = [], 0
+                        window, parts, rows = _join(parts, chosen), [], 0  # the parts go before the window trains
+                        yield end, window
+                        del window
                 if parts:
-                    yield len(texts) if stop is None else stop, _join(parts, chosen)
+                    window, parts = _join(parts, chosen), []
+                    yield len(texts) if stop is None else stop, window
             finally:
                 gen.close()
 
@@ -482,6 +484,7 @@ class TranscoderSet:
             finally:
                 again.close()
             trainers, _, n_monitor = make_trainers(first)
+            del first  # the trainers copied their monitoring rows
             for layer, trainer in trainers.items():
                 trainer.load_state_dict(saved["trainers"][str(layer)])
         bar = tqdm(total=len(texts), desc=f"transcoders ({len(chosen)} layers)", unit="text",
@@ -525,6 +528,7 @@ class TranscoderSet:
                                 "trainers": {str(layer): t.state_dict() for layer, t in trainers.items()},
                             },
                         )
+                    del pairs  # before the next window is streamed: one window in memory at a time
                     if all(t.stopped for t in trainers.values()):
                         break
         finally:
@@ -584,7 +588,7 @@ class TranscoderSet:
     # ------------------------------------------------------------------ report
     def evaluate(
         self, model, tokenizer, texts, *, max_tokens: int = 20_000, include_special: bool = False,
-        max_batch_tokens: int = 8192,
+        max_batch_tokens: int = 8192, progress: bool = False,
     ) -> TranscoderReport:  # fmt: skip
         """Report every layer on held-out ``texts`` (tokens up to ``max_tokens``): FVU, L0, dead fraction, the
         next-token loss with that layer's transcoder spliced in (and with its MLP output zeroed), and the FVU of a
@@ -593,7 +597,8 @@ class TranscoderSet:
 
         The transcoder replaces ``mlp_out`` (with :func:`~interp_widgets.interventions.intervene`) at the tokens it
         was trained on (without ``include_special``, special tokens keep the true MLP output). The losses are means
-        over every next-token prediction of the texts whose tokens were measured (the last may pass ``max_tokens``).
+        over every next-token prediction of the texts whose tokens were measured (the last may pass ``max_tokens``);
+        they take ``1 + 2 × len(self)`` forward passes over those texts (``progress`` shows a bar of them).
 
         Example:
             >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=2, progress=False))
@@ -656,7 +661,7 @@ class TranscoderSet:
             columns["skip_fvu"].append(rss / max(total, 1e-12))
             columns["l0"].append(s["l0"] / max(s["n"], 1))
             columns["dead_fraction"].append(float(1 - s["fired"].mean()))
-        losses = self._losses(model, tokenizer, texts[:used], include_special, max_batch_tokens)
+        losses = self._losses(model, tokenizer, texts[:used], include_special, max_batch_tokens, progress)
         return TranscoderReport(
             layers=self.layers,
             metrics=columns,
@@ -668,14 +673,19 @@ class TranscoderSet:
             input_point=self.input_point,
         )
 
-    def _losses(self, model, tokenizer, texts, include_special, max_batch_tokens) -> dict:
+    def _losses(self, model, tokenizer, texts, include_special, max_batch_tokens, progress=False) -> dict:
         """The mean next-token loss over ``texts``: clean, each layer spliced, each layer's MLP output zeroed."""
+        from tqdm.auto import tqdm
+
         adapter = ModelAdapter(model, tokenizer, max_batch_tokens=max_batch_tokens)
         encodings = [adapter.encode(text) for text in texts]
         sums = {"clean": 0.0, "spliced": np.zeros(len(self)), "zero": np.zeros(len(self))}
         count = 0
-        with evaluation(model), torch.no_grad():
-            for batch, ids, mask in _padded_batches(adapter, encodings):
+        batches = list(_padded_batches(adapter, encodings))
+        bar = tqdm(total=len(batches) * (1 + 2 * len(self)), desc="transcoder report: spliced losses", unit="pass",
+                   disable=not progress)  # fmt: skip
+        with evaluation(model), torch.no_grad(), bar:
+            for batch, ids, mask in batches:
                 spliced_at = torch.zeros(ids.shape, dtype=torch.bool)
                 for row, i in enumerate(batch):
                     spliced_at[row, : len(encodings[i])] = torch.from_numpy(_kept_tokens(encodings[i], include_special))
@@ -685,6 +695,7 @@ class TranscoderSet:
                 def loss() -> float:
                     logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
                     each = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+                    bar.update(1)
                     return float(each[scored].sum())
 
                 sums["clean"] += loss()

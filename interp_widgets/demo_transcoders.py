@@ -1,0 +1,361 @@
+"""Transcoders for the embedded SmolLM2, trained on the shipped corpus and cached beside its dequantised weights.
+
+``interp-widgets transcoders build`` (:func:`build_transcoders`) trains one TopK transcoder with a skip term per
+layer of SmolLM2-135M-Instruct (:func:`~interp_widgets.demo.load_lm`) with
+:meth:`~interp_widgets.circuits.TranscoderSet.fit`, from one forward pass over the train split of the shipped corpus
+(:func:`~interp_widgets.demo.load_text_corpus`, shuffled; passes over it again with another shuffle when more
+tokens are asked for than it holds), reports on held-out tokens of its test split
+(:meth:`~interp_widgets.circuits.TranscoderSet.evaluate`) and saves the set in the cache folder of the dequantised
+model, ``<cache>/smollm2-v1-…/transcoders/<settings>/``: ``transcoders.safetensors``, ``report.json`` and
+``build.json``. While it trains, ``checkpoint/`` holds the state after every window of the shuffle buffer: rerun the
+same command after an interruption and it resumes there (the checkpoint is deleted once the set is saved).
+:func:`load_transcoders` reads the cached set, and says which command builds it when it is missing or corrupted.
+
+The defaults (:data:`DEFAULT_BUILD`) fit the budget of a 2-core CPU: about 2M tokens at 4,096 latents per layer,
+TopK k = 32, peak memory under 6 GB. Per layer the trained weights are W_enc and W_dec (576 × 4,096 each), W_skip
+(576 × 576) and the biases: 5.06M floats, 20 MB; over 30 layers 152M floats, 607 MB per copy. Training keeps five
+copies (the weights, their gradients, Adam's two moments, the best weights so far): 3.0 GB, plus a copy of the
+weights while a checkpoint is written. The model takes 0.54 GB and the shuffle buffer about 0.7 GB (4,096 + 1,024
+tokens × 30 layers × (576 + 576) floats). At 8,192 latents the five copies alone take 5.9 GB.
+
+Example:
+    >>> DEFAULT_BUILD.command()
+    'interp-widgets transcoders build'
+
+Not run here: the default build trains for hours::
+
+    $ interp-widgets transcoders build
+    python -c "from interp_widgets.demo_transcoders import load_transcoders; print(load_transcoders())"
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+from interp_widgets.validation import check_int
+
+SET_FILE = "transcoders.safetensors"
+REPORT_FILE = "report.json"
+BUILD_FILE = "build.json"
+CHECKPOINT_DIR = "checkpoint"
+_VERSION = "transcoders-v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class TranscoderBuild:
+    """The settings of a transcoder build (:func:`build_transcoders`); every default is :data:`DEFAULT_BUILD`'s.
+
+    Args:
+        tokens: training tokens (the train split holds about 1.24M; more tokens pass over it again, reshuffled).
+        latents: features per layer.
+        k: active features per token (TopK).
+        layers: ``"all"`` or a tuple of block indices.
+        skip: a linear skip term from the input to the output.
+        lr, batch_size: Adam's learning rate and the rows per step.
+        patience: windows without a 0.1 % better monitoring loss before a layer stops early.
+        buffer_tokens: token rows per layer in the shuffle buffer (one window).
+        max_batch_tokens: tokens per forward pass (a window may exceed ``buffer_tokens`` by this many).
+        resample_dead: reset features that did not fire during a window (off: with windows of a few thousand tokens
+            a rare feature looks dead in most windows, and every resampling restarts Adam).
+        eval_tokens: held-out tokens of the report.
+        seed: the seed of the corpus shuffle and of the training.
+
+    Example:
+        >>> TranscoderBuild(tokens=2000, latents=64, layers=(0, 1)).folder_name()
+        'topk32-skip-64x2-2000tok-517c36e6'
+        >>> TranscoderBuild(k=128, latents=64)
+        Traceback (most recent call last):
+        ...
+        ValueError: k must be between 1 and latents=64, got 128
+    """
+
+    tokens: int = 2_000_000
+    latents: int = 4096
+    k: int = 32
+    layers: str | tuple[int, ...] = "all"
+    skip: bool = True
+    lr: float = 1e-3
+    batch_size: int = 512
+    patience: int = 50
+    buffer_tokens: int = 4096
+    max_batch_tokens: int = 1024
+    resample_dead: bool = False
+    eval_tokens: int = 20_000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("tokens", "latents", "k", "batch_size", "patience", "buffer_tokens", "max_batch_tokens"):
+            check_int(name, getattr(self, name), minimum=1)
+        check_int("eval_tokens", self.eval_tokens, minimum=1)
+        check_int("seed", self.seed, minimum=0)
+        if self.k > self.latents:
+            raise ValueError(f"k must be between 1 and latents={self.latents}, got {self.k}")
+        if self.layers != "all":
+            if isinstance(self.layers, str) or not all(isinstance(i, int) and i >= 0 for i in self.layers):
+                raise ValueError(f"layers must be 'all' or a tuple of block indices >= 0, got {self.layers!r}")
+            object.__setattr__(self, "layers", tuple(sorted(set(self.layers))))
+            if not self.layers:
+                raise ValueError("layers must name at least one block; pass 'all' for every block")
+
+    def folder_name(self) -> str:
+        """The cache folder's name: the main settings, then a hash of all of them."""
+        digest = hashlib.sha256(json.dumps([_VERSION, dataclasses.asdict(self)], sort_keys=True).encode())
+        layers = "all" if self.layers == "all" else str(len(self.layers))
+        skip = "-skip" if self.skip else ""
+        return f"topk{self.k}{skip}-{self.latents}x{layers}-{self.tokens}tok-{digest.hexdigest()[:8]}"
+
+    def command(self, out: str | Path | None = None, *, rebuild: bool = False) -> str:
+        """The ``interp-widgets transcoders build`` command line of these settings (the Python call when a setting
+        differs that the command line does not take).
+
+        Example:
+            >>> TranscoderBuild(tokens=2000, layers=(0, 1)).command()
+            'interp-widgets transcoders build --tokens 2000 --layers 0,1'
+            >>> TranscoderBuild(lr=3e-4).command()
+            'interp_widgets.demo_transcoders.build_transcoders(lr=0.0003)'
+        """
+        flags = ("tokens", "latents", "k", "eval_tokens")
+        changed = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                   if getattr(self, f.name) != getattr(DEFAULT_BUILD, f.name)}  # fmt: skip
+        if set(changed) - {*flags, "layers"}:
+            if out is not None:
+                changed["out"] = str(out)
+            if rebuild:
+                changed["rebuild"] = True
+            return f"interp_widgets.demo_transcoders.build_transcoders({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+        parts = ["interp-widgets transcoders build"]
+        parts += [f"--{name.replace('_', '-')} {changed[name]}" for name in flags if name in changed]
+        if "layers" in changed:
+            parts.append("--layers " + ",".join(map(str, self.layers)))
+        if out is not None:
+            parts.append(f"--out {json.dumps(str(out))}")
+        if rebuild:
+            parts.append("--rebuild")
+        return " ".join(parts)
+
+
+#: the default build: about 2M tokens, 4,096 latents per layer, TopK 32 with a skip term, every layer
+DEFAULT_BUILD = TranscoderBuild()
+
+
+@dataclasses.dataclass
+class BuiltTranscoders:
+    """What :func:`build_transcoders` returns: the set, its report on held-out tokens and the folder they are in."""
+
+    transcoders: object
+    report: object
+    path: Path
+    resumed: bool = False
+
+
+def _settings(settings: TranscoderBuild | None, overrides: dict) -> TranscoderBuild:
+    base = settings if settings is not None else DEFAULT_BUILD
+    if not isinstance(base, TranscoderBuild):
+        raise TypeError(f"settings must be a TranscoderBuild, got {base!r}")
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(TranscoderBuild)}
+    if unknown:
+        raise TypeError(f"unknown build settings {sorted(unknown)}; the settings are TranscoderBuild's fields")
+    if isinstance(overrides.get("layers"), (list, int)):
+        layers = overrides["layers"]
+        overrides = {**overrides, "layers": (layers,) if isinstance(layers, int) else tuple(layers)}
+    return dataclasses.replace(base, **overrides) if overrides else base
+
+
+def transcoders_path(settings: TranscoderBuild | None = None, **overrides) -> Path:
+    """The folder of a build's files in the cache, beside SmolLM2's dequantised weights.
+
+    Example:
+        >>> from interp_widgets.demo.lm import gguf_cache_path, gguf_path
+        >>> path = transcoders_path(tokens=2000)
+        >>> path.parent == gguf_cache_path(gguf_path()) / "transcoders", path.name.startswith("topk32-skip-4096xall-2000tok-")
+        (True, True)
+    """
+    from interp_widgets.demo.lm import gguf_cache_path, gguf_path
+
+    return gguf_cache_path(gguf_path()) / "transcoders" / _settings(settings, overrides).folder_name()
+
+
+def training_texts(tokenizer, tokens: int, *, seed: int = 0) -> list[str]:
+    """Paragraphs of the train split, shuffled with ``seed``, until they hold at least ``tokens`` tokens; past the
+    end of the split it starts again, shuffled with ``seed + 1`` (then ``seed + 2``, ...).
+
+    Example:
+        >>> texts = training_texts(lm_tokenizer, 500)
+        >>> total = sum(len(lm_tokenizer(t).input_ids) for t in texts)
+        >>> total >= 500, total - len(lm_tokenizer(texts[-1]).input_ids) < 500
+        (True, True)
+    """
+    from interp_widgets.demo.text_corpus import load_text_corpus
+
+    check_int("tokens", tokens, minimum=1)
+    out: list[str] = []
+    total, rounds = 0, 0
+    while total < tokens:
+        paragraphs = load_text_corpus("train", seed=seed + rounds)
+        rounds += 1
+        for start in range(0, len(paragraphs), 512):
+            chunk = paragraphs[start : start + 512]
+            for text, ids in zip(chunk, tokenizer(chunk).input_ids):
+                out.append(text)
+                total += len(ids)
+                if total >= tokens:
+                    return out
+    return out
+
+
+def build_transcoders(
+    settings: TranscoderBuild | None = None,
+    *,
+    out: str | Path | None = None,
+    rebuild: bool = False,
+    progress: bool = True,
+    model=None,
+    tokenizer=None,
+    callback: Callable[[int], None] | None = None,
+    **overrides,
+) -> BuiltTranscoders:
+    """Train, evaluate and cache the transcoder set of the embedded SmolLM2 (``interp-widgets transcoders build``).
+
+    Args:
+        settings, **overrides: a :class:`TranscoderBuild` (default :data:`DEFAULT_BUILD`) and fields to change
+            (``tokens=``, ``latents=``, ``k=``, ``layers=`` ...).
+        out: the folder of the build (default :func:`transcoders_path`, in the cache).
+        rebuild: train again even if the folder holds a set.
+        progress: progress bars.
+        model, tokenizer: SmolLM2 already loaded with :func:`~interp_widgets.demo.load_lm` (default: load it).
+        callback: passed to :meth:`~interp_widgets.circuits.TranscoderSet.fit` (called after every step; an
+            exception it raises stops the build, which the next call resumes from the last checkpoint).
+
+    A folder that already holds a readable set is not trained again (its set and report are returned) unless
+    ``rebuild``. The set is written atomically; the checkpoint is deleted once the set is saved.
+
+    Example (not run here: a real build trains for hours; ``tests/circuits/test_transcoder_build.py`` builds tiny ones)::
+
+        built = build_transcoders(tokens=2000, latents=64, layers=[0, 1])
+        built.report.to_dataframe()
+    """
+    from interp_widgets.circuits import TranscoderReport, TranscoderSet
+    from interp_widgets.concepts import Transcoder
+    from interp_widgets.concepts.training import TrainingConfig
+    from interp_widgets.demo.text_corpus import load_text_corpus
+
+    s = _settings(settings, overrides)
+    path = Path(out) if out is not None else transcoders_path(s)
+    if not rebuild and (path / SET_FILE).exists():
+        try:
+            transcoders = load_transcoders(path=path, settings=s)
+            report = TranscoderReport.load(path / REPORT_FILE)
+            return BuiltTranscoders(transcoders, report, path)
+        except (ValueError, FileNotFoundError, OSError):
+            pass  # unreadable: train again (from the checkpoint if there is one)
+    if model is None or tokenizer is None:
+        from interp_widgets.demo.lm import load_lm
+
+        model, tokenizer = load_lm(progress=progress)
+    path.mkdir(parents=True, exist_ok=True)
+    (path / BUILD_FILE).write_text(json.dumps({"version": _VERSION, **dataclasses.asdict(s)}, indent=2))
+    texts = training_texts(tokenizer, s.tokens, seed=s.seed)
+    training = TrainingConfig(lr=s.lr, batch_size=s.batch_size, max_epochs=10**9, patience=s.patience,
+                              resample_dead=s.resample_dead, seed=s.seed, progress=progress)  # fmt: skip
+    template = Transcoder(s.latents, activation="topk", k=s.k, skip=s.skip, training=training)
+    checkpoint = path / CHECKPOINT_DIR
+    resumed = (checkpoint / "checkpoint.safetensors").exists()
+    transcoders = TranscoderSet.fit(model, tokenizer, texts, "all" if s.layers == "all" else list(s.layers),
+                                    transcoder=template, buffer_tokens=s.buffer_tokens, checkpoint_dir=checkpoint,
+                                    max_batch_tokens=s.max_batch_tokens, callback=callback)  # fmt: skip
+    report = transcoders.evaluate(model, tokenizer, load_text_corpus("test"), max_tokens=s.eval_tokens,
+                                  max_batch_tokens=s.max_batch_tokens, progress=progress)  # fmt: skip
+    report.save(path / REPORT_FILE)
+    tmp = path / (SET_FILE + ".partial")
+    transcoders.save(tmp)
+    os.replace(tmp, path / SET_FILE)
+    shutil.rmtree(checkpoint, ignore_errors=True)
+    return BuiltTranscoders(transcoders, report, path, resumed=resumed)
+
+
+def load_transcoders(
+    settings: TranscoderBuild | None = None, *, path: str | Path | None = None, model=None, **overrides
+):
+    """The transcoder set cached by ``interp-widgets transcoders build`` (:func:`build_transcoders`).
+
+    Args:
+        settings, **overrides: the build's settings (default :data:`DEFAULT_BUILD`), which name its folder.
+        path: the build's folder instead (its ``--out``).
+        model: refuse the set if it was not made for this model (:meth:`~interp_widgets.circuits.TranscoderSet.
+            check_model`).
+
+    A missing set raises a FileNotFoundError and a corrupted one a ValueError; both name the command that builds it.
+
+    Example:
+        >>> load_transcoders(path=getfixture("tmp_path"))
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: no transcoders in ...; build them with: interp-widgets transcoders build --out ...
+    """
+    from interp_widgets.circuits import TranscoderSet
+
+    s = _settings(settings, overrides)
+    folder = Path(path) if path is not None else transcoders_path(s)
+    if path is not None and (folder / BUILD_FILE).is_file() and settings is None and not overrides:
+        try:
+            recorded = json.loads((folder / BUILD_FILE).read_text())
+            recorded.pop("version", None)
+            recorded["layers"] = recorded["layers"] if recorded["layers"] == "all" else tuple(recorded["layers"])
+            s = TranscoderBuild(**recorded)
+        except (ValueError, TypeError, KeyError):
+            pass
+    command, again = s.command(out=path), s.command(out=path, rebuild=True)
+    file = folder / SET_FILE
+    if not file.is_file():
+        hint = " (an interrupted build resumes from its checkpoint)" if (folder / CHECKPOINT_DIR).exists() else ""
+        raise FileNotFoundError(f"no transcoders in {folder}; build them with: {command}{hint}")
+    try:
+        transcoders = TranscoderSet.load(file)
+    except (ValueError, OSError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"the cached transcoders {file} are corrupted ({err}); build them again with: {again}"
+        ) from None
+    if model is not None:
+        transcoders.check_model(model)
+    return transcoders
+
+
+def report_text(report) -> str:
+    """The per-layer report as plain text: FVU, the skip-only baseline's FVU, their ratio, L0, the dead fraction
+    and the next-token loss change with the layer spliced in, then the medians against the build's goals (median
+    FVU ≤ 0.3, every layer ≤ 0.5 and at most half its skip-only FVU, dead fraction ≤ 0.1).
+
+    Example:
+        >>> from interp_widgets.circuits import TranscoderReport
+        >>> report = TranscoderReport([0, 1], {"fvu": [0.2, 0.25], "skip_fvu": [0.5, 0.6], "l0": [32.0, 32.0],
+        ...                           "dead_fraction": [0.0, 0.05]}, 3.0, [3.1, 3.2], [4.0, 4.0], 100)
+        >>> print(report_text(report))  # doctest: +NORMALIZE_WHITESPACE
+        layer   fvu  skip_fvu  fvu_ratio   l0  dead_fraction  loss_delta
+            0 0.200     0.500      0.400 32.0          0.000       0.100
+            1 0.250     0.600      0.417 32.0          0.050       0.200
+        100 held-out tokens, clean loss 3.000: median FVU 0.225 (goal <= 0.3), worst 0.250 (goal <= 0.5), worst
+        FVU / skip-only FVU 0.417 (goal <= 0.5), worst dead fraction 0.050 (goal <= 0.1): every goal met
+    """
+    import numpy as np
+
+    frame = report.to_dataframe()
+    columns = ["layer", "fvu", "skip_fvu", "fvu_ratio", "l0", "dead_fraction", "loss_delta"]
+    table = frame[columns].to_string(
+        index=False, formatters={"l0": "{:.1f}".format, **{c: "{:.3f}".format for c in columns[1:] if c != "l0"}}
+    )
+    checks = [
+        ("median FVU", float(np.median(frame["fvu"])), 0.3),
+        ("worst", float(frame["fvu"].max()), 0.5),
+        ("worst FVU / skip-only FVU", float(frame["fvu_ratio"].max()), 0.5),
+        ("worst dead fraction", float(frame["dead_fraction"].max()), 0.1),
+    ]
+    missed = [name for name, value, goal in checks if value > goal]
+    summary = ", ".join(f"{name} {value:.3f} (goal <= {goal})" for name, value, goal in checks)
+    verdict = "every goal met" if not missed else "missed: " + ", ".join(missed)
+    return f"{table}\n{report.tokens} held-out tokens, clean loss {report.loss_clean:.3f}: {summary}: {verdict}"
