@@ -44,7 +44,7 @@ import math
 import os
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
