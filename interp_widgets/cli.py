@@ -133,6 +133,15 @@ def _add_build_options(cmd) -> None:
     cmd.add_argument(
         "--eval-tokens", type=int, default=d.eval_tokens, help="held-out tokens of the report (default: %(default)s)"
     )
+    cmd.add_argument(
+        "--explain-tokens",
+        type=int,
+        default=d.explain_tokens,
+        help="training tokens whose top contexts explain the features, 0 for none (default: %(default)s)",
+    )
+    cmd.add_argument(
+        "--checkpoint-every", type=float, default=600.0, help="seconds between checkpoints (default: %(default)s)"
+    )
     cmd.add_argument("--out", help="the build's folder (default: in the cache, beside the dequantised SmolLM2)")
     cmd.add_argument("--rebuild", action="store_true", help="train again even if the folder holds a set")
     cmd.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -145,12 +154,14 @@ def _build_transcoders(args) -> int:
     try:
         built = build_transcoders(
             tokens=args.tokens, latents=args.latents, k=args.k, layers=args.layers, eval_tokens=args.eval_tokens,
-            out=args.out, rebuild=args.rebuild, progress=not args.quiet,
+            explain_tokens=args.explain_tokens, checkpoint_every=args.checkpoint_every, out=args.out,
+            rebuild=args.rebuild, progress=not args.quiet,
         )  # fmt: skip
     except (ValueError, TypeError, FileNotFoundError, ImportError) as err:
         print(f"interp-widgets transcoders build: {err}", file=sys.stderr)
         return 2
     print(report_text(built.report))
+    print("timings: " + ", ".join(f"{key} {value}" for key, value in built.timings.items()))
     print(f"saved in {built.path}")
     return 0
 

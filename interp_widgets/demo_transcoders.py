@@ -5,14 +5,18 @@ layer of SmolLM2-135M-Instruct (:func:`~interp_widgets.demo.load_lm`) with
 :meth:`~interp_widgets.circuits.TranscoderSet.fit`, from one forward pass over the train split of the shipped corpus
 (:func:`~interp_widgets.demo.load_text_corpus`, shuffled; passes over it again with another shuffle when more
 tokens are asked for than it holds), reports on held-out tokens of its test split
-(:meth:`~interp_widgets.circuits.TranscoderSet.evaluate`) and saves the set in the cache folder of the dequantised
-model, ``<cache>/smollm2-v1-…/transcoders/<settings>/``: ``transcoders.safetensors``, ``report.json`` and
-``build.json``. While it trains, ``checkpoint/`` holds the state after every window of the shuffle buffer: rerun the
-same command after an interruption and it resumes there (the checkpoint is deleted once the set is saved).
-:func:`load_transcoders` reads the cached set, and says which command builds it when it is missing or corrupted.
+(:meth:`~interp_widgets.circuits.TranscoderSet.evaluate`), explains every feature by its top contexts over the first
+200k training tokens (:meth:`~interp_widgets.circuits.TranscoderSet.explain`) and saves it all in the cache folder of
+the dequantised model, ``<cache>/smollm2-v1-…/transcoders/<settings>/``: ``transcoders.safetensors``, ``report.json``,
+``features.safetensors``, ``timings.json`` and ``build.json``. While it trains, ``checkpoint/`` holds the state after
+the first window of the shuffle buffer and then every 10 minutes: rerun the same command after an interruption and it
+resumes there (the checkpoint is deleted once the set is saved). :func:`load_transcoders` and
+:func:`load_feature_explanations` read the cache, and say which command builds it when it is missing or corrupted.
 
-The defaults (:data:`DEFAULT_BUILD`) fit the budget of a 2-core CPU: about 2M tokens at 4,096 latents per layer,
-TopK k = 32, peak memory under 6 GB. Per layer the trained weights are W_enc and W_dec (576 × 4,096 each), W_skip
+The defaults (:data:`DEFAULT_BUILD`) fit the budget of a 2-core CPU (3 hours, 6 GB): 1M tokens (one pass over the
+train split) at 4,096 latents per layer, TopK k = 32 with a skip term. On this 2-core machine a 4,096-token window
+costs about 10 s of SmolLM2 forward passes and 20 s of training over the 30 layers, so 2M tokens would take about
+4 hours before the report. Per layer the trained weights are W_enc and W_dec (576 × 4,096 each), W_skip
 (576 × 576) and the biases: 5.06M floats, 20 MB; over 30 layers 152M floats, 607 MB per copy. Training keeps five
 copies (the weights, their gradients, Adam's two moments, the best weights so far): 3.0 GB, plus a copy of the
 weights while a checkpoint is written. The model takes 0.54 GB and the shuffle buffer about 0.7 GB (4,096 + 1,024
@@ -35,6 +39,8 @@ import hashlib
 import json
 import os
 import shutil
+import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -43,6 +49,8 @@ from interp_widgets.validation import check_int
 SET_FILE = "transcoders.safetensors"
 REPORT_FILE = "report.json"
 BUILD_FILE = "build.json"
+FEATURES_FILE = "features.safetensors"
+TIMINGS_FILE = "timings.json"
 CHECKPOINT_DIR = "checkpoint"
 _VERSION = "transcoders-v1"
 
@@ -64,18 +72,19 @@ class TranscoderBuild:
         resample_dead: reset features that did not fire during a window (off: with windows of a few thousand tokens
             a rare feature looks dead in most windows, and every resampling restarts Adam).
         eval_tokens: held-out tokens of the report.
+        explain_tokens: training tokens whose top activating contexts explain the features (0: no explanations).
         seed: the seed of the corpus shuffle and of the training.
 
     Example:
         >>> TranscoderBuild(tokens=2000, latents=64, layers=(0, 1)).folder_name()
-        'topk32-skip-64x2-2000tok-517c36e6'
+        'topk32-skip-64x2-2000tok-1a19c558'
         >>> TranscoderBuild(k=128, latents=64)
         Traceback (most recent call last):
         ...
         ValueError: k must be between 1 and latents=64, got 128
     """
 
-    tokens: int = 2_000_000
+    tokens: int = 1_000_000
     latents: int = 4096
     k: int = 32
     layers: str | tuple[int, ...] = "all"
@@ -87,12 +96,14 @@ class TranscoderBuild:
     max_batch_tokens: int = 1024
     resample_dead: bool = False
     eval_tokens: int = 20_000
+    explain_tokens: int = 200_000
     seed: int = 0
 
     def __post_init__(self) -> None:
         for name in ("tokens", "latents", "k", "batch_size", "patience", "buffer_tokens", "max_batch_tokens"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("eval_tokens", self.eval_tokens, minimum=1)
+        check_int("explain_tokens", self.explain_tokens, minimum=0)
         check_int("seed", self.seed, minimum=0)
         if self.k > self.latents:
             raise ValueError(f"k must be between 1 and latents={self.latents}, got {self.k}")
@@ -120,7 +131,7 @@ class TranscoderBuild:
             >>> TranscoderBuild(lr=3e-4).command()
             'interp_widgets.demo_transcoders.build_transcoders(lr=0.0003)'
         """
-        flags = ("tokens", "latents", "k", "eval_tokens")
+        flags = ("tokens", "latents", "k", "eval_tokens", "explain_tokens")
         changed = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                    if getattr(self, f.name) != getattr(DEFAULT_BUILD, f.name)}  # fmt: skip
         if set(changed) - {*flags, "layers"}:
@@ -140,7 +151,7 @@ class TranscoderBuild:
         return " ".join(parts)
 
 
-#: the default build: about 2M tokens, 4,096 latents per layer, TopK 32 with a skip term, every layer
+#: the default build: 1M tokens, 4,096 latents per layer, TopK 32 with a skip term, every layer
 DEFAULT_BUILD = TranscoderBuild()
 
 
@@ -152,6 +163,11 @@ class BuiltTranscoders:
     report: object
     path: Path
     resumed: bool = False
+    #: the features' top contexts, vocabulary projections and labels (:class:`~interp_widgets.circuits.
+    #: FeatureExplanations`; None with ``explain_tokens=0``)
+    explanations: object = None
+    #: seconds of each stage (fit, summed over resumed runs; report; explain) and the finishing run's peak RSS
+    timings: dict = dataclasses.field(default_factory=dict)
 
 
 def _settings(settings: TranscoderBuild | None, overrides: dict) -> TranscoderBuild:
@@ -218,9 +234,11 @@ def build_transcoders(
     model=None,
     tokenizer=None,
     callback: Callable[[int], None] | None = None,
+    checkpoint_every: float = 600.0,
     **overrides,
 ) -> BuiltTranscoders:
-    """Train, evaluate and cache the transcoder set of the embedded SmolLM2 (``interp-widgets transcoders build``).
+    """Train, evaluate, explain and cache the transcoder set of the embedded SmolLM2 (``interp-widgets transcoders
+    build``).
 
     Args:
         settings, **overrides: a :class:`TranscoderBuild` (default :data:`DEFAULT_BUILD`) and fields to change
@@ -231,9 +249,16 @@ def build_transcoders(
         model, tokenizer: SmolLM2 already loaded with :func:`~interp_widgets.demo.load_lm` (default: load it).
         callback: passed to :meth:`~interp_widgets.circuits.TranscoderSet.fit` (called after every step; an
             exception it raises stops the build, which the next call resumes from the last checkpoint).
+        checkpoint_every: seconds between checkpoints (the first and the last window are always written; a
+            SmolLM2 checkpoint takes about 15 s): an interruption loses at most this much training.
 
-    A folder that already holds a readable set is not trained again (its set and report are returned) unless
-    ``rebuild``. The set is written atomically; the checkpoint is deleted once the set is saved.
+    The steps: :meth:`~interp_widgets.circuits.TranscoderSet.fit` on ``tokens`` train-split tokens,
+    :meth:`~interp_widgets.circuits.TranscoderSet.evaluate` on ``eval_tokens`` test-split tokens (``report.json``),
+    :meth:`~interp_widgets.circuits.TranscoderSet.explain` on the first ``explain_tokens`` training tokens
+    (``features.safetensors``, read back by :func:`load_feature_explanations`), and ``timings.json``: the seconds of
+    each step (fit summed over resumed runs) and the peak RSS of the run that finished. A folder that already holds a
+    readable set is not trained again (its files are returned) unless ``rebuild``. The set is written atomically;
+    the checkpoint is deleted once the set is saved.
 
     Example (not run here: a real build trains for hours; ``tests/circuits/test_transcoder_build.py`` builds tiny ones)::
 
@@ -251,7 +276,9 @@ def build_transcoders(
         try:
             transcoders = load_transcoders(path=path, settings=s)
             report = TranscoderReport.load(path / REPORT_FILE)
-            return BuiltTranscoders(transcoders, report, path)
+            explanations = load_feature_explanations(path=path) if s.explain_tokens else None
+            timings = json.loads((path / TIMINGS_FILE).read_text()) if (path / TIMINGS_FILE).is_file() else {}
+            return BuiltTranscoders(transcoders, report, path, explanations=explanations, timings=timings)
         except (ValueError, FileNotFoundError, OSError):
             pass  # unreadable: train again (from the checkpoint if there is one)
     if model is None or tokenizer is None:
@@ -268,15 +295,68 @@ def build_transcoders(
     resumed = (checkpoint / "checkpoint.safetensors").exists()
     transcoders = TranscoderSet.fit(model, tokenizer, texts, "all" if s.layers == "all" else list(s.layers),
                                     transcoder=template, buffer_tokens=s.buffer_tokens, checkpoint_dir=checkpoint,
-                                    max_batch_tokens=s.max_batch_tokens, callback=callback)  # fmt: skip
+                                    checkpoint_every=checkpoint_every, max_batch_tokens=s.max_batch_tokens,
+                                    callback=callback)  # fmt: skip
+    timings = {"fit_seconds": transcoders.fit_seconds}
+    clock = time.perf_counter()
     report = transcoders.evaluate(model, tokenizer, load_text_corpus("test"), max_tokens=s.eval_tokens,
                                   max_batch_tokens=s.max_batch_tokens, progress=progress)  # fmt: skip
+    timings["report_seconds"] = round(time.perf_counter() - clock, 1)
     report.save(path / REPORT_FILE)
+    explanations = None
+    if s.explain_tokens:
+        clock = time.perf_counter()
+        explanations = transcoders.explain(model, tokenizer, training_texts(tokenizer, s.explain_tokens, seed=s.seed),
+                                           max_batch_tokens=s.max_batch_tokens, progress=progress)  # fmt: skip
+        explanations.save(path / FEATURES_FILE)
+        timings["explain_seconds"] = round(time.perf_counter() - clock, 1)
+    timings["peak_rss_gb"] = _peak_rss_gb()
+    (path / TIMINGS_FILE).write_text(json.dumps(timings, indent=2))
     tmp = path / (SET_FILE + ".partial")
     transcoders.save(tmp)
     os.replace(tmp, path / SET_FILE)
     shutil.rmtree(checkpoint, ignore_errors=True)
-    return BuiltTranscoders(transcoders, report, path, resumed=resumed)
+    return BuiltTranscoders(transcoders, report, path, resumed=resumed, explanations=explanations, timings=timings)
+
+
+def _peak_rss_gb() -> float | None:
+    """This process's peak resident memory in GB (None where the platform does not say: Windows)."""
+    try:
+        import resource
+    except ImportError:
+        return None
+    kilobytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # kilobytes on Linux, bytes on macOS
+    return round(kilobytes / (2**30 if sys.platform == "darwin" else 2**20), 2)
+
+
+def load_feature_explanations(settings: TranscoderBuild | None = None, *, path: str | Path | None = None, **overrides):
+    """The feature explanations of a cached build (top contexts over its training tokens, vocabulary projections,
+    labels), as :class:`~interp_widgets.circuits.FeatureExplanations`; attach them to a graph with
+    ``graph.with_explanations(...)``.
+
+    Args:
+        settings, **overrides, path: which build, as in :func:`load_transcoders`.
+
+    Example:
+        >>> load_feature_explanations(path=getfixture("tmp_path"))
+        Traceback (most recent call last):
+        ...
+        FileNotFoundError: no feature explanations in ...; build them with: interp-widgets transcoders build --out ...
+    """
+    from interp_widgets.circuits import FeatureExplanations
+
+    s = _settings(settings, overrides)
+    folder = Path(path) if path is not None else transcoders_path(s)
+    file = folder / FEATURES_FILE
+    if not file.is_file():
+        raise FileNotFoundError(f"no feature explanations in {folder}; build them with: {s.command(out=path)}")
+    try:
+        return FeatureExplanations.load(file)
+    except (ValueError, OSError, KeyError, TypeError) as err:
+        raise ValueError(
+            f"the cached feature explanations {file} are corrupted ({err}); build them again with: "
+            f"{s.command(out=path, rebuild=True)}"
+        ) from None
 
 
 def load_transcoders(

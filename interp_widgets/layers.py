@@ -903,3 +903,70 @@ def attend(pattern: torch.Tensor, query: torch.Tensor, value: torch.Tensor) -> t
     repeats = query.shape[1] // value.shape[1]
     values = value.repeat_interleave(repeats, dim=1) if repeats > 1 else value
     return torch.matmul(pattern.to(device=values.device, dtype=values.dtype), values).transpose(1, 2).contiguous()
+
+
+class BlockReplay:
+    """The blocks of one recorded forward pass, run again from any block on: each block is called with the arguments
+    the model gave it in that pass (masks, rotary embeddings …), then the final norm and the output embedding. Edits
+    and hooks apply as in a whole pass, and the blocks below the start are not run again. Used where many runs
+    share their first blocks: exact patching, and a transcoder report's spliced losses.
+
+    Example:
+        >>> ids = lm_tokenizer("the cat sat on the mat", return_tensors="pt").input_ids
+        >>> replay = BlockReplay.record(lm, lambda: lm(input_ids=ids, use_cache=False))
+        >>> whole = lm(input_ids=ids).logits
+        >>> bool(torch.allclose(replay.logits(0), whole, atol=1e-5)), bool(torch.allclose(replay.logits(1), whole, atol=1e-5))
+        (True, True)
+        >>> replay.logits(1, rows=torch.tensor([0]), positions=slice(-1, None)).shape
+        torch.Size([1, 1, 600])
+    """
+
+    def __init__(self, block_list: nn.ModuleList, calls: list, resid_pre: list, norm: nn.Module, head: nn.Module):
+        self.blocks, self.calls, self.resid_pre, self.norm, self.head = block_list, calls, resid_pre, norm, head
+
+    @classmethod
+    def record(cls, model: nn.Module, forward: Callable[[], object]) -> BlockReplay | None:
+        """Call ``forward()`` (one pass of ``model``) and record each block's first call and input; None when the
+        model cannot be replayed so: no final norm or output embedding outside the blocks, a block not called, or a
+        ``forward`` that raises TypeError (such as a model without ``use_cache``)."""
+        path, block_list = blocks(model)
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        norms = [n for n in norm_modules(model) if not n.path.startswith(path + ".")]
+        if head is None or not norms:
+            return None
+        calls: list = [None] * len(block_list)
+        resid_pre: list = [None] * len(block_list)
+
+        def recorder(i):
+            def hook(module, args, kwargs):
+                if calls[i] is None:
+                    hidden = args[0] if args else kwargs.get("hidden_states")
+                    calls[i] = (args[1:] if args else (), {k: v for k, v in kwargs.items() if k != "hidden_states"})
+                    resid_pre[i] = hidden.detach().clone()
+
+            return hook
+
+        handles = [block.register_forward_pre_hook(recorder(i), with_kwargs=True) for i, block in enumerate(block_list)]
+        try:
+            forward()
+        except TypeError:
+            return None
+        finally:
+            for handle in handles:
+                handle.remove()
+        if any(call is None for call in calls):
+            return None
+        return cls(block_list, calls, resid_pre, norms[-1].module, head)
+
+    def logits(self, start: int, rows: torch.Tensor | None = None, positions: slice | None = None) -> torch.Tensor:
+        """The logits (rows, positions, vocab) of the recorded pass run again from block ``start`` on, for the
+        recorded rows ``rows`` (default all) at ``positions`` (default all)."""
+        hidden = self.resid_pre[start]
+        if rows is not None:
+            hidden = hidden[rows.to(hidden.device)]
+        for i in range(start, len(self.blocks)):
+            args, kwargs = self.calls[i]
+            hidden = hidden_of(self.blocks[i](hidden, *args, **kwargs))
+        if positions is not None:
+            hidden = hidden[:, positions]
+        return self.head(self.norm(hidden))

@@ -42,6 +42,7 @@ import html
 import json
 import math
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -58,6 +59,7 @@ from interp_widgets.concepts.training import DictionaryTrainer
 from interp_widgets.concepts.transcoders import CIRCUIT_TRACER_HOOKS, INPUT_POINTS, Transcoder
 from interp_widgets.interventions import intervene
 from interp_widgets.layers import (
+    BlockReplay,
     LayerPoint,
     UnsupportedModelError,
     blocks,
@@ -68,7 +70,7 @@ from interp_widgets.layers import (
     resolve_layer,
 )
 from interp_widgets.tasks import task_for
-from interp_widgets.validation import check_choice, check_int
+from interp_widgets.validation import check_choice, check_int, check_number
 
 _SET_KIND = "interp_widgets.TranscoderSet"
 _CHECKPOINT_KIND = "interp_widgets.TranscoderSetCheckpoint"
@@ -351,6 +353,9 @@ class TranscoderSet:
         self.d_model = int(d_model if d_model is not None else first.n_features_in_)
         self.n_layers = int(n_layers if n_layers is not None else max(self.transcoders) + 1)
         self.fit_info = dict(fit_info or {})
+        #: seconds :meth:`fit` spent streaming and training, summed over the runs that resumed it (None: not fitted
+        #: here, or read from a file)
+        self.fit_seconds: float | None = None
 
     @property
     def layers(self) -> list[int]:
@@ -387,6 +392,7 @@ class TranscoderSet:
         input_point: str = "mlp_in",
         buffer_tokens: int = 10_000,
         checkpoint_dir: str | Path | None = None,
+        checkpoint_every: float = 0.0,
         include_special: bool = False,
         max_batch_tokens: int = 8192,
         callback: Callable[[int], None] | None = None,
@@ -405,7 +411,11 @@ class TranscoderSet:
             input_point: ``"mlp_in"`` (the MLP's input after its norm) or ``"resid_mid"``.
             buffer_tokens: token rows per layer in the shuffle buffer (the buffer holds ``2 × buffer_tokens ×
                 len(layers) × d_model`` floats; 10k tokens × 30 layers × 576 × 2 × 4 bytes ≈ 1.4 GB).
-            checkpoint_dir: a directory for the checkpoint written after every window; ``fit`` resumes from it.
+            checkpoint_dir: a directory for the checkpoint; ``fit`` resumes from it. It is written at the end of a
+                window: the first, then the first once ``checkpoint_every`` seconds have passed since the last one
+                (0: every window), and the last.
+            checkpoint_every: seconds between checkpoints (a 30-layer SmolLM2 checkpoint of 4,096-feature
+                transcoders holds 1.8 GB of weights and Adam state and takes about 15 s to write).
             include_special: train on special tokens (BOS…) too.
             max_batch_tokens: padded tokens per forward pass at most.
             callback: called with the number of steps taken so far after every step (every layer's step on one
@@ -424,6 +434,7 @@ class TranscoderSet:
         chosen = _layers_of(model, layers)
         points = {layer: transcoder_points(model, layer, input_point) for layer in chosen}
         check_int("buffer_tokens", buffer_tokens, minimum=1)
+        check_number("checkpoint_every", checkpoint_every, minimum=0)
         width = _width(model)
         template = transcoder if transcoder is not None else Transcoder(8 * width, activation="topk", k=32)
         if not isinstance(template, Transcoder):
@@ -473,11 +484,11 @@ class TranscoderSet:
                 trainers[layer] = DictionaryTrainer(tc, config, X[monitor], Y[monitor])
             return trainers, np.sort(train), n_monitor
 
-        state = {"window": 0, "position": 0, "first_end": None, "steps": 0, "rows": 0}
+        state = {"window": 0, "position": 0, "first_end": None, "steps": 0, "rows": 0, "seconds": 0.0}
         trainers: dict[int, DictionaryTrainer] = {}
         n_monitor = 0
         if saved is not None:
-            state = {key: saved[key] for key in state}
+            state = {key: saved.get(key, state[key]) for key in state}
             again = windows(0, state["first_end"])
             try:
                 _, first = next(again)  # the first window again: it holds the monitoring sample
@@ -491,6 +502,13 @@ class TranscoderSet:
                    disable=not config.progress, initial=state["position"])  # fmt: skip
         finished = bool(trainers) and all(t.stopped for t in trainers.values())  # resumed after the end
         stream = windows(len(texts) if finished else state["position"])
+
+        def checkpoint() -> None:
+            trained = {str(layer): t.state_dict() for layer, t in trainers.items()}
+            _write_checkpoint(directory, {**state, "fingerprint": fingerprint, "trainers": trained})
+
+        written, clock = -math.inf, time.monotonic()  # the first window is always checkpointed
+        unsaved = False
         try:
             with torch.random.fork_rng(devices=[]):  # the model's and the user's random state stay as they were
                 for end, pairs in stream:
@@ -516,21 +534,20 @@ class TranscoderSet:
                     state["rows"] += len(order)
                     bar.update(end - state["position"])
                     state["position"] = end
+                    now = time.monotonic()
+                    state["seconds"] += now - clock  # streaming and training time, summed over resumed runs
+                    clock, unsaved = now, True
                     if records:
                         fvu = float(np.median([r["monitor_fvu"] for r in records.values()]))
                         bar.set_postfix(steps=state["steps"], median_fvu=f"{fvu:.3g}")
-                    if directory is not None:
-                        _write_checkpoint(
-                            directory,
-                            {
-                                **state,
-                                "fingerprint": fingerprint,
-                                "trainers": {str(layer): t.state_dict() for layer, t in trainers.items()},
-                            },
-                        )
                     del pairs  # before the next window is streamed: one window in memory at a time
                     if all(t.stopped for t in trainers.values()):
                         break
+                    if directory is not None and now - written >= checkpoint_every:
+                        checkpoint()
+                        written, clock, unsaved = time.monotonic(), time.monotonic(), False
+            if directory is not None and unsaved:
+                checkpoint()  # the last window: a report or save that fails after this does not train again
         finally:
             stream.close()  # removes the hooks now, also when a step or the callback raised
             bar.close()
@@ -549,8 +566,10 @@ class TranscoderSet:
             tc.n_features_in_ = int(tc.weights_["W_enc"].shape[0])
             fitted[layer] = tc
         info = {"windows": state["window"], "steps": state["steps"], "rows": state["rows"], "monitor_rows": n_monitor}
-        return cls(fitted, input_point=input_point, model_name=name, n_layers=len(blocks(model)[1]), d_model=width,
-                   fit_info=info)  # fmt: skip
+        fitted_set = cls(fitted, input_point=input_point, model_name=name, n_layers=len(blocks(model)[1]),
+                         d_model=width, fit_info=info)  # fmt: skip
+        fitted_set.fit_seconds = round(state["seconds"], 1)  # summed over resumed runs (kept in the checkpoint)
+        return fitted_set
 
     # ------------------------------------------------------------------ checks
     def check_model(self, model) -> None:
@@ -598,7 +617,9 @@ class TranscoderSet:
         The transcoder replaces ``mlp_out`` (with :func:`~interp_widgets.interventions.intervene`) at the tokens it
         was trained on (without ``include_special``, special tokens keep the true MLP output). The losses are means
         over every next-token prediction of the texts whose tokens were measured (the last may pass ``max_tokens``);
-        they take ``1 + 2 × len(self)`` forward passes over those texts (``progress`` shows a bar of them).
+        they take one forward pass over those texts plus ``2 × len(self)`` runs that start at the spliced layer's
+        block (the blocks below it are recorded once, :class:`~interp_widgets.layers.BlockReplay`; a model that cannot
+        be replayed so runs whole passes), and ``progress`` shows a bar of them.
 
         Example:
             >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=2, progress=False))
@@ -682,6 +703,7 @@ class TranscoderSet:
         sums = {"clean": 0.0, "spliced": np.zeros(len(self)), "zero": np.zeros(len(self))}
         count = 0
         batches = list(_padded_batches(adapter, encodings))
+        replayable = None
         bar = tqdm(total=len(batches) * (1 + 2 * len(self)), desc="transcoder report: spliced losses", unit="pass",
                    disable=not progress)  # fmt: skip
         with evaluation(model), torch.no_grad(), bar:
@@ -692,13 +714,33 @@ class TranscoderSet:
                 ids, mask, spliced_at = ids.to(adapter.device), mask.to(adapter.device), spliced_at.to(adapter.device)
                 scored = mask[:, 1:].bool() & mask[:, :-1].bool()
 
-                def loss() -> float:
-                    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-                    each = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+                def loss_of(logits: torch.Tensor) -> float:
+                    each = torch.nn.functional.cross_entropy(
+                        logits[:, :-1].float().transpose(1, 2), ids[:, 1:], reduction="none"
+                    )
                     bar.update(1)
                     return float(each[scored].sum())
 
-                sums["clean"] += loss()
+                clean: dict[str, torch.Tensor] = {}
+                replay = BlockReplay.record(  # the spliced runs start at their own block: the ones below are shared
+                    model,
+                    lambda: clean.setdefault(
+                        "logits", model(input_ids=ids, attention_mask=mask, use_cache=False).logits
+                    ),
+                )
+                if replay is None and not clean:
+                    clean["logits"] = model(input_ids=ids, attention_mask=mask).logits
+                if replayable is None:  # checked once: block 0 on gives the model's own logits
+                    replayable = replay is not None and torch.allclose(
+                        replay.logits(0).float(), clean["logits"].float(), atol=1e-4, rtol=0
+                    )
+
+                def loss(start: int) -> float:
+                    if replayable:
+                        return loss_of(replay.logits(start))
+                    return loss_of(model(input_ids=ids, attention_mask=mask).logits)
+
+                sums["clean"] += loss_of(clean.pop("logits"))
                 count += int(scored.sum())
                 for j, (layer, tc) in enumerate(self.transcoders.items()):
                     inp, out = transcoder_points(model, layer, self.input_point)
@@ -712,9 +754,9 @@ class TranscoderSet:
                         return torch.where(spliced_at[..., None], pred, hidden)
 
                     with hooks(model, {inp.name: keep_input}), intervene(model, {out.name: splice}):
-                        sums["spliced"][j] += loss()
+                        sums["spliced"][j] += loss(layer)
                     with intervene(model, {out.name: lambda hidden: torch.where(spliced_at[..., None], 0.0, hidden)}):
-                        sums["zero"][j] += loss()
+                        sums["zero"][j] += loss(layer)
         count = max(count, 1)
         return {
             "clean": sums["clean"] / count,

@@ -80,6 +80,7 @@ from interp_widgets.interventions.patching_result import (
 )
 from interp_widgets.interventions.points import EditPoint, resolve_point
 from interp_widgets.layers import (
+    BlockReplay,
     UnsupportedModelError,
     attend,
     attention_function,
@@ -89,7 +90,6 @@ from interp_widgets.layers import (
     evaluation,
     hidden_of,
     no_new_hooks,
-    norm_modules,
     qkv_projection,
     register,
     resolve_head,
@@ -302,68 +302,26 @@ def _pattern_attention_on(model: nn.Module) -> Iterator[None]:
 
 
 class _Replay:
-    """Runs the blocks from block ℓ on, with the arguments the model gave them, and the final norm and output
-    embedding at the scored position: the patched rows skip the blocks below ℓ. Built from a traced base run and
-    checked against it; ``None`` when the model cannot be replayed so."""
+    """Runs the patched rows from block ℓ on (:class:`~interp_widgets.layers.BlockReplay` of a batch-1 base run,
+    whose block arguments broadcast over rows, with every base row's residual stream), and only the scored position's
+    logits. Checked against the model's own logits; ``None`` when the model cannot be replayed so."""
 
-    def __init__(self, model, block_list, calls, resid_pre, norm, head, position):
-        self.model, self.blocks, self.calls = model, block_list, calls
-        self.resid_pre, self.norm, self.head, self.position = resid_pre, norm, head, position
+    def __init__(self, blocks: BlockReplay, position: int):
+        self.blocks, self.position = blocks, position
 
     @classmethod
     def trace(cls, model: nn.Module, adapter: ModelAdapter, ids: torch.Tensor, position: int, logits: torch.Tensor):
-        """Run ``ids`` (the base prompts) once, recording each block's call and input; None if not replayable."""
-        _, block_list = blocks(model)
-        path = blocks(model)[0]
-        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        norms = [n for n in norm_modules(model) if not n.path.startswith(path + ".")]
-        if head is None or not norms or logits.dim() != 3:
+        """Run ``ids`` (the base prompts) and record the blocks' calls and inputs; None if not replayable."""
+        if logits.dim() != 3:
             return None
-        norm = norms[-1].module
-        calls: list = [None] * len(block_list)
-        resid_pre: list = [None] * len(block_list)
-        handles = []
-
-        def recorder(i):
-            def hook(module, args, kwargs):
-                if calls[i] is None:
-                    hidden = args[0] if args else kwargs.get("hidden_states")
-                    calls[i] = (args[1:] if args else (), {k: v for k, v in kwargs.items() if k != "hidden_states"})
-                    resid_pre[i] = hidden.detach().clone()
-
-            return hook
-
-        try:
-            for i, block in enumerate(block_list):
-                handles.append(block.register_forward_pre_hook(recorder(i), with_kwargs=True))
-            model(input_ids=ids[:1].to(adapter.device), use_cache=False)
-        except TypeError:  # a model without use_cache
+        one = BlockReplay.record(model, lambda: model(input_ids=ids[:1].to(adapter.device), use_cache=False))
+        if one is None:
             return None
-        finally:
-            for handle in handles:
-                handle.remove()
-        if any(call is None for call in calls):
+        every = BlockReplay.record(model, lambda: model(input_ids=ids.to(adapter.device), use_cache=False))
+        if every is None:
             return None
-        replay = cls(model, block_list, calls, None, norm, head, position)
-        # the base rows' own residual streams, recorded from one batched pass over every pair
-        with_all = [None] * len(block_list)
-
-        def record_all(i):
-            def hook(module, args, kwargs):
-                hidden = args[0] if args else kwargs.get("hidden_states")
-                with_all[i] = hidden.detach().clone()
-
-            return hook
-
-        handles = [
-            block.register_forward_pre_hook(record_all(i), with_kwargs=True) for i, block in enumerate(block_list)
-        ]
-        try:
-            model(input_ids=ids.to(adapter.device), use_cache=False)
-        finally:
-            for handle in handles:
-                handle.remove()
-        replay.resid_pre = with_all
+        one.resid_pre = every.resid_pre  # the base rows' own residual streams, from one batched pass
+        replay = cls(one, position)
         # the check: replaying every block from block 0 for two rows gives the model's own logits
         rows = torch.tensor([0, ids.shape[0] - 1])
         try:
@@ -377,12 +335,7 @@ class _Replay:
 
     def run(self, start: int, pairs: torch.Tensor) -> torch.Tensor:
         """Scored logits (rows, vocab) of base rows ``pairs`` run from block ``start`` on (edits apply by hooks)."""
-        hidden = self.resid_pre[start][pairs.to(self.resid_pre[start].device)]
-        for i in range(start, len(self.blocks)):
-            args, kwargs = self.calls[i]
-            hidden = hidden_of(self.blocks[i](hidden, *args, **kwargs))
-        picked = hidden[:, self.position : self.position + 1]
-        return self.head(self.norm(picked))[:, 0]
+        return self.blocks.logits(start, pairs, slice(self.position, self.position + 1))[:, 0]
 
 
 def _row_writer(writes: list):

@@ -12,23 +12,28 @@ from interp_widgets import demo
 from interp_widgets.cli import main
 from interp_widgets.demo_transcoders import (
     CHECKPOINT_DIR,
+    FEATURES_FILE,
     REPORT_FILE,
     SET_FILE,
+    TIMINGS_FILE,
     TranscoderBuild,
     build_transcoders,
+    load_feature_explanations,
     load_transcoders,
     training_texts,
 )
 from tests.conftest import model_fingerprint
 
-TINY = ["--tokens", "2000", "--latents", "64", "--k", "8", "--layers", "0,1", "--eval-tokens", "400", "--quiet"]
+TINY = ["--tokens", "2000", "--latents", "64", "--k", "8", "--layers", "0,1", "--eval-tokens", "400", "--explain-tokens",
+        "600", "--quiet"]  # fmt: skip
 #: several windows of the shuffle buffer, so that an interruption can fall between two of them
 SMALL = {"tokens": 3000, "latents": 64, "k": 8, "layers": [0, 1], "buffer_tokens": 500, "batch_size": 64}
 SMALL["eval_tokens"] = 300
+SMALL["explain_tokens"] = 300
 
 
 def test_cli_builds_reports_caches_and_loads(tmp_path, smollm2, capsys):
-    model, _ = smollm2
+    model, tokenizer = smollm2
     out = tmp_path / "build"
     assert main(["transcoders", "build", *TINY, "--out", str(out)]) == 0
     printed = capsys.readouterr().out
@@ -36,7 +41,11 @@ def test_cli_builds_reports_caches_and_loads(tmp_path, smollm2, capsys):
     assert lines[0].split() == ["layer", "fvu", "skip_fvu", "fvu_ratio", "l0", "dead_fraction", "loss_delta"]
     assert [line.split()[0] for line in lines[1:3]] == ["0", "1"]
     assert "held-out tokens" in lines[3] and "median FVU" in lines[3] and lines[-1] == f"saved in {out}"
-    assert sorted(p.name for p in out.iterdir()) == ["build.json", REPORT_FILE, SET_FILE]  # the checkpoint is gone
+    assert lines[-2].startswith("timings: fit_seconds ") and "explain_seconds" in lines[-2]
+    files = ["build.json", FEATURES_FILE, REPORT_FILE, TIMINGS_FILE, SET_FILE]
+    assert sorted(p.name for p in out.iterdir()) == sorted(files)  # the checkpoint is gone
+    timings = json.loads((out / TIMINGS_FILE).read_text())
+    assert timings["fit_seconds"] > 0 and timings["report_seconds"] > 0 and 0.5 < timings["peak_rss_gb"] < 6
     tcs = load_transcoders(path=out, model=model)
     assert tcs.layers == [0, 1] and tcs.input_point == "mlp_in" and tcs.n_layers == 30
     assert {(tc.n_concepts, tc.activation, tc.k_, tc.skip) for tc in tcs.transcoders.values()} == {
@@ -47,6 +56,13 @@ def test_cli_builds_reports_caches_and_loads(tmp_path, smollm2, capsys):
     report = json.loads((out / REPORT_FILE).read_text())
     assert 400 <= report["tokens"] < 600 and report["layers"] == [0, 1]
     assert all(0 < fvu < 1.5 for fvu in report["metrics"]["fvu"])
+    # the features are explained over the first 600 training tokens: their top contexts are training text
+    explained = load_feature_explanations(path=out)
+    assert explained.layers.keys() == {0, 1} and 600 <= explained.run.n_tokens < 1000
+    fired = int(explained.layers[1].top_values[:, 0].argmax())
+    top = explained.examples(1, fired)[0]
+    ids = tokenizer(training_texts(tokenizer, 600)[top["text_id"]]).input_ids
+    assert tokenizer.decode([ids[top["position"]]]) == top["token"]
     # a second run finds the set and trains nothing
     before = (out / SET_FILE).stat().st_mtime_ns
     assert main(["transcoders", "build", *TINY, "--out", str(out)]) == 0
