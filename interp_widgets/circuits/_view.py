@@ -218,8 +218,9 @@ class GraphSource:
 
     def intervene(self, request: dict[str, Any]) -> dict[str, Any]:
         """Run an intervention asked for by the view: ``{"nodes": feature node ids, "factor": f, "freeze_attention":
-        bool, "max_new_tokens": n, "top_k": k}`` sets each feature to ``f`` times its activation (0 ablates) with
-        :func:`~interp_widgets.circuits.feature_intervention` at the graph's positions, and answers the top-k
+        bool, "at_generated": bool, "max_new_tokens": n, "top_k": k}`` sets each feature to ``f`` times its activation
+        (0 ablates) with :func:`~interp_widgets.circuits.feature_intervention` at the graph's positions (and, with
+        ``at_generated``, scales it by ``f`` at every generated token too: ``generated_scale``), and answers the top-k
         next tokens before and after and both greedy continuations (as text). An error or token node is refused,
         naming the nodes that can be intervened on; without the graph's model, tokenizer and transcoders in the
         kernel the answer says so. Errors come back as text (``{"error": ...}``).
@@ -260,17 +261,20 @@ class GraphSource:
             if not np.isfinite(factor):
                 raise ValueError(f"the factor must be a finite number, got {factor}")
             freeze = bool(request.get("freeze_attention", True))
+            at_generated = bool(request.get("at_generated", False))
             new_tokens = int(request.get("max_new_tokens", 8))
             top_k = int(request.get("top_k", 10))
             if not 0 <= new_tokens <= 64:
                 raise ValueError(f"max_new_tokens must be in 0..64, got {new_tokens}")
             if not 1 <= top_k <= 100:
                 raise ValueError(f"top_k must be in 1..100, got {top_k}")
-            return self._intervene(rows, factor, freeze, new_tokens, top_k)
+            return self._intervene(rows, factor, freeze, at_generated, new_tokens, top_k)
         except (ValueError, TypeError, RuntimeError, KeyError, IndexError) as exc:
             return {"error": f"{type(exc).__name__}: {exc}"}
 
-    def _intervene(self, rows: list[int], factor: float, freeze: bool, new_tokens: int, top_k: int) -> dict:
+    def _intervene(
+        self, rows: list[int], factor: float, freeze: bool, at_generated: bool, new_tokens: int, top_k: int
+    ) -> dict:
         if _RUNNER is None:
             raise RuntimeError("feature_intervention is not loaded: import interp_widgets.circuits")
         graph = self.graph
@@ -284,7 +288,7 @@ class GraphSource:
         ]  # (layer, pos, feature, value)
         outcome = _RUNNER(
             self.model, self.tokenizer, graph, self.transcoders, plan,
-            freeze_attention=freeze, max_new_tokens=new_tokens,
+            freeze_attention=freeze, max_new_tokens=new_tokens, generated_scale=factor if at_generated else None,
         )  # fmt: skip
         top = outcome.top(top_k)
 
@@ -295,6 +299,7 @@ class GraphSource:
             "nodes": [graph.node_ids[r] for r in rows],
             "factor": factor,
             "freeze_attention": freeze,
+            "at_generated": at_generated,
             "max_new_tokens": new_tokens,
             "top": [
                 {"token": str(t), "id": int(i), "p_before": float(b), "p_after": float(a), "logit_change": float(c)}

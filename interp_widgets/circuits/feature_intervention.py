@@ -45,7 +45,7 @@ from interp_widgets.circuits.graph import AttributionGraph
 from interp_widgets.circuits.transcoders import TranscoderSet, transcoder_points
 from interp_widgets.interventions.freeze import freezing
 from interp_widgets.layers import evaluation, register, register_edit
-from interp_widgets.validation import check_int
+from interp_widgets.validation import check_int, check_number
 
 __all__ = ["FeatureInterventionResult", "feature_intervention"]
 
@@ -140,6 +140,7 @@ def feature_intervention(
     freeze_attention: bool = True,
     constrained: bool = False,
     max_new_tokens: int = 0,
+    generated_scale: float | None = None,
 ) -> FeatureInterventionResult:
     """Set transcoder features of ``prompt`` (a text, token ids, or an :class:`AttributionGraph`, whose prompt and
     nodes are used) to values and run the real model (module docstring).
@@ -151,6 +152,9 @@ def feature_intervention(
         max_new_tokens: greedy continuation length, with and without the interventions. The first new token comes
             from the (frozen) prompt pass; later ones from plain passes with the interventions at the prompt's
             positions (a longer sequence has no frozen pattern).
+        generated_scale: also scale each intervened (layer, feature) by this factor at every generated token (0
+            ablates it there; its activation at a generated token is computed from that pass). None (the default)
+            leaves the generated tokens alone: only the prompt's positions are intervened on.
 
     Never changes the model; hooks are removed on exit, errors and Ctrl-C.
 
@@ -167,6 +171,8 @@ def feature_intervention(
     graph = prompt if isinstance(prompt, AttributionGraph) else None
     _check_inputs(model, transcoders)
     check_int("max_new_tokens", max_new_tokens, minimum=0)
+    if generated_scale is not None:
+        check_number("generated_scale", generated_scale)
     ids, _ = graph_prompt(tokenizer, graph.token_ids if graph is not None else prompt)
     n_pos = ids.shape[1]
     plan = _checked(interventions, transcoders, n_pos)
@@ -179,6 +185,7 @@ def feature_intervention(
     def mlp_edit(layer: int, frozen: bool):
         w = state.weights[layer]
         mine = [(pos, feature, value) for lay, pos, feature, value in plan if lay == layer]
+        at_generated = sorted({feature for _, feature, _ in mine}) if generated_scale is not None else []
 
         def edit(hidden):
             x = live[layer]
@@ -190,6 +197,10 @@ def feature_intervention(
                 for pos, feature, value in mine:
                     current = state.acts[layer][pos, feature] if frozen else acts[:, pos, feature, None]
                     out[:, pos] = out[:, pos] + (value - current) * w["W_dec"][feature]
+                if not frozen and hidden.shape[1] > n_pos:  # generated tokens: each feature scaled where it fires
+                    for feature in at_generated:
+                        change = (generated_scale - 1.0) * acts[:, n_pos:, feature, None] * w["W_dec"][feature]
+                        out[:, n_pos:] = out[:, n_pos:] + change
             return out
 
         return edit
@@ -241,7 +252,11 @@ def feature_intervention(
         continuation=continuations[1],
         base_continuation=continuations[0],
         node_change=node_change,
-        settings={"freeze_attention": bool(freeze_attention or constrained), "constrained": bool(constrained)},
+        settings={
+            "freeze_attention": bool(freeze_attention or constrained),
+            "constrained": bool(constrained),
+            "generated_scale": None if generated_scale is None else float(generated_scale),
+        },  # fmt: skip
     )
 
 

@@ -141,7 +141,17 @@ describe("the view", () => {
       for (const handler of model.handlers.get("msg:custom")) handler(msg);
     };
     el.querySelector(".iw-circuit-double").click();
-    expect(model.send).toHaveBeenLastCalledWith(expect.objectContaining({ type: "intervene", nodes: ["0_7_1"], factor: 2, freeze_attention: true, max_new_tokens: 8 })); // prettier-ignore
+    expect(model.send).toHaveBeenLastCalledWith(expect.objectContaining({ type: "intervene", nodes: ["0_7_1"], factor: 2, freeze_attention: true, at_generated: false, max_new_tokens: 8 })); // prettier-ignore
+    const atGenerated = el.querySelector(".iw-circuit-at-generated");
+    expect(atGenerated.checked).toBe(false); // generated tokens only when asked
+    atGenerated.click();
+    el.querySelector(".iw-circuit-double").click();
+    expect(model.send).toHaveBeenLastCalledWith(expect.objectContaining({ factor: 2, at_generated: true }));
+    reply({ type: "intervene", id: model.send.mock.calls.at(-1)[0].id, nodes: ["0_7_1"], factor: 2, freeze_attention: true, at_generated: true, top: [], continuation: "", base_continuation: "" }); // prettier-ignore
+    expect(el.querySelector(".iw-circuit-result").textContent).toContain(
+      "at the graph's positions and at every generated token",
+    );
+    atGenerated.click();
     const freeze = el.querySelector(".iw-circuit-freeze");
     expect(freeze.checked).toBe(true);
     freeze.click();

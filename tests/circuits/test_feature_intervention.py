@@ -79,3 +79,63 @@ def test_bad_interventions_are_refused(setup):
         feature_intervention(model, tokenizer, graph, tcs, [])
     with pytest.raises(TypeError, match="layer, position, feature, value"):
         feature_intervention(model, tokenizer, graph, tcs, [(0, 1, 2)])
+
+
+def _greedy_with_hook(model, ids, steps, layer, edit):
+    """Greedy continuation of ``ids`` with ``edit(mlp_input, mlp_output)`` applied to block ``layer``'s MLP."""
+    handle = model.model.layers[layer].mlp.register_forward_hook(lambda m, args, out: edit(args[0], out))
+    tokens, sequence = [], ids
+    try:
+        with torch.no_grad():
+            for _ in range(steps):
+                tokens.append(int(model(input_ids=sequence).logits[0, -1].argmax()))
+                sequence = torch.cat([sequence, torch.tensor([[tokens[-1]]])], 1)
+    finally:
+        handle.remove()
+    return tokens
+
+
+@pytest.mark.parametrize("scale", [0.0, 25.0])
+def test_generated_tokens_are_intervened_on_only_when_asked(setup, scale):
+    model, tokenizer, tcs, graph = setup
+    before = model_fingerprint(model, tokenizer)
+    ids = torch.as_tensor(graph.token_ids)[None]
+    n_pos = ids.shape[1]
+    (layer, pos, feature), value = graph.features[-1], graph.activations[-1]
+    assert layer == tcs.n_layers - 1  # no later MLP reads it: plain hooks are the exact reference
+    W_dec = torch.as_tensor(tcs[layer].folded()["W_dec"][feature])
+
+    def edit(at_generated):
+        def apply(x, out):
+            acts = torch.as_tensor(tcs[layer].transform(x[0].numpy())[:, feature])
+            out = out.clone()
+            out[0, pos] += (scale * value - acts[pos]) * W_dec
+            if at_generated:
+                out[0, n_pos:] += (scale - 1) * acts[n_pos:, None] * W_dec
+            return out
+
+        return apply
+
+    steps = 6
+    expected_prompt_only = _greedy_with_hook(model, ids, steps, layer, edit(False))
+    expected_everywhere = _greedy_with_hook(model, ids, steps, layer, edit(True))
+    if scale == 25.0:  # a large scale at the generated tokens changes the continuation: the test can tell them apart
+        assert expected_everywhere != expected_prompt_only
+    prompt_only = feature_intervention(model, tokenizer, graph, tcs, [(layer, pos, feature, scale * value)],
+                                       freeze_attention=False, max_new_tokens=steps)  # fmt: skip
+    everywhere = feature_intervention(model, tokenizer, graph, tcs, [(layer, pos, feature, scale * value)],
+                                      freeze_attention=False, max_new_tokens=steps, generated_scale=scale)  # fmt: skip
+    assert prompt_only.continuation == expected_prompt_only and prompt_only.settings["generated_scale"] is None
+    assert everywhere.continuation == expected_everywhere and everywhere.settings["generated_scale"] == scale
+    assert model_fingerprint(model, tokenizer) == before
+
+
+def test_generated_scale_one_changes_nothing_and_bad_scales_are_refused(setup):
+    model, tokenizer, tcs, graph = setup
+    (layer, pos, feature), value = graph.features[0], graph.activations[0]
+    plain = feature_intervention(model, tokenizer, graph, tcs, [(layer, pos, feature, 0.0)], max_new_tokens=4)
+    same = feature_intervention(model, tokenizer, graph, tcs, [(layer, pos, feature, 0.0)], max_new_tokens=4,
+                                generated_scale=1.0)  # fmt: skip
+    assert same.continuation == plain.continuation and np.array_equal(same.logits, plain.logits)
+    with pytest.raises(ValueError, match="generated_scale"):
+        feature_intervention(model, tokenizer, graph, tcs, [(layer, pos, feature, 0.0)], generated_scale=float("nan"))

@@ -27,19 +27,21 @@ def setup():
     return model, tokenizer, tcs, attribution_graph(model, tokenizer, PROMPT, tcs, batch_size=16, progress=False)
 
 
-@pytest.mark.parametrize("factor, freeze", [(0.0, True), (2.0, False)])
-def test_the_handler_answers_what_feature_intervention_computes(setup, factor, freeze):
+@pytest.mark.parametrize("factor, freeze, at_generated", [(0.0, True, False), (2.0, False, False), (5.0, True, True)])
+def test_the_handler_answers_what_feature_intervention_computes(setup, factor, freeze, at_generated):
     model, tokenizer, tcs, graph = setup
     before = model_fingerprint(model, tokenizer)
     view = graph.widget(model=model, tokenizer=tokenizer, transcoders=tcs)
     rows = [0, 1]
     nodes = [graph.node_ids[r] for r in rows]
     answer = view.reply({"type": "intervene", "id": 7, "nodes": nodes, "factor": factor, "freeze_attention": freeze,
-                         "max_new_tokens": 4, "top_k": 5})  # fmt: skip
+                         "at_generated": at_generated, "max_new_tokens": 4, "top_k": 5})  # fmt: skip
     assert "error" not in answer, answer.get("error")
     assert answer["id"] == 7 and answer["nodes"] == nodes and answer["freeze_attention"] is freeze
+    assert answer["at_generated"] is at_generated
     plan = [(*graph.features[r].tolist(), factor * float(graph.activations[r])) for r in rows]
-    direct = feature_intervention(model, tokenizer, graph, tcs, plan, freeze_attention=freeze, max_new_tokens=4)
+    direct = feature_intervention(model, tokenizer, graph, tcs, plan, freeze_attention=freeze, max_new_tokens=4,
+                                  generated_scale=factor if at_generated else None)  # fmt: skip
     top = direct.top(5)
     assert [row["id"] for row in answer["top"]] == top["id"].tolist()
     assert [row["token"] for row in answer["top"]] == top["token"].tolist()

@@ -72,7 +72,7 @@ export function renderIntervention(box, msg) {
   const side = (title, text, cls) =>
     h("div", { class: `iw-circuit-continuation ${cls}` }, [h("h4", {}, title), h("pre", {}, String(text ?? ""))]);
   box.replaceChildren(
-    h("p", { class: "iw-circuit-result-what" }, `${nodes.join(", ")} ${what}, attention ${msg.freeze_attention ? "frozen" : "free"}, at the graph's positions.`), // prettier-ignore
+    h("p", { class: "iw-circuit-result-what" }, `${nodes.join(", ")} ${what}, attention ${msg.freeze_attention ? "frozen" : "free"}, at the graph's positions${msg.at_generated ? " and at every generated token" : ""}.`), // prettier-ignore
     table,
     h("div", { class: "iw-circuit-continuations" }, [
       side("Original continuation", msg.base_continuation, "iw-circuit-base-continuation"),
@@ -134,6 +134,7 @@ export function intervene(ctx, factor = 0) {
   }
   parts.status.textContent = `Asking the kernel to intervene on ${group ? `supernode ${JSON.stringify(group.name)}` : selected}…`; // prettier-ignore
   const freeze = parts.freeze.checked;
+  const atGenerated = parts.atGenerated.checked;
   state.interveneId = askKernel(
     ctx,
     {
@@ -141,6 +142,7 @@ export function intervene(ctx, factor = 0) {
       nodes,
       factor,
       freeze_attention: freeze,
+      at_generated: atGenerated,
       max_new_tokens: INTERVENE_TOKENS,
       top_k: INTERVENE_TOP_K,
     },
@@ -239,11 +241,13 @@ export function build(ctx) {
   const factor = h("input", { type: "number", step: "0.5", value: "-1", class: "iw-circuit-factor", "aria-label": "Scale factor (0 ablates)" }); // prettier-ignore
   const scaleButton = h("button", { type: "button", class: "iw-button iw-circuit-scale", title: "Set the selected features to this factor times their activation" }, "Scale"); // prettier-ignore
   const freeze = h("input", { type: "checkbox", class: "iw-circuit-freeze", checked: true });
+  const atGenerated = h("input", { type: "checkbox", class: "iw-circuit-at-generated" });
   const result = h("div", { class: "iw-circuit-result", "aria-live": "polite", hidden: true });
   const intervenePanel = h("div", { class: "iw-circuit-intervene-panel", role: "group", "aria-label": "Intervene on the selected node or supernode" }, [
     h("div", { class: "iw-toolbar iw-circuit-intervene-bar" }, [
       h("span", { class: "iw-circuit-intervene-title" }, "Intervene:"), interveneButton, doubleButton, factor, scaleButton,
       h("label", { class: "iw-circuit-freeze-box" }, [freeze, " frozen attention"]),
+      h("label", { class: "iw-circuit-at-generated-box", title: "Also scale the features at every generated token of the continuation (off: only at the graph's positions)" }, [atGenerated, " also at generated tokens"]),
     ]),
     result,
   ]); // prettier-ignore
@@ -369,7 +373,7 @@ export function build(ctx) {
   const resize = typeof ResizeObserver === "function" ? new ResizeObserver(() => ctx.request(1)) : null;
   resize?.observe(stage);
   ctx.onCleanup(() => resize?.disconnect());
-  return { root, nodeSlider, edgeSlider, pinButton, groupName, groupButton, interveneButton, doubleButton, factor, scaleButton, freeze, result, scores, status, base, overlay, tip, announce, stage, suggestions, groupsBox, pane }; // prettier-ignore
+  return { root, nodeSlider, edgeSlider, pinButton, groupName, groupButton, interveneButton, doubleButton, factor, scaleButton, freeze, atGenerated, result, scores, status, base, overlay, tip, announce, stage, suggestions, groupsBox, pane }; // prettier-ignore
 }
 
 export { nodeName };
