@@ -204,11 +204,7 @@ def interventions_part(model, tokenizer, tcs, prompts) -> None:
     n_feat, n = len(graph.features), graph.n_nodes
     rows = np.r_[np.arange(n_feat), np.arange(n - len(graph.logits), n)]
     adjacency = graph.adjacency.astype(np.float64)
-    # total effect on targets per unit of a source's value: sources feed features through their activations
-    per_unit = adjacency[:, :n_feat] / np.where(graph.activations == 0, 1, graph.activations)[None]
-    block = per_unit[:n_feat]
-    total = np.linalg.solve(np.eye(n_feat) - block, adjacency[:n_feat])  # effect on feature pre-activations
-    total_logits = adjacency[n - len(graph.logits) :] + per_unit[n - len(graph.logits) :] @ total
+    total_logits = graph.total_effects()  # direct + indirect through features
     influence = np.abs(adjacency[rows, :n_feat]).sum(0)
     worst = 0.0
     for s in np.argsort(-influence)[:5]:

@@ -275,3 +275,19 @@ def test_html_escapes_token_text():
     strongest = graph.node_ids[int(np.argmax(influence[: len(graph.features)]))]
     assert page.count("<tr>") == 1 + 2 + 1 + min(8, len(graph.features))  # headers, logits, the top features
     assert f"<td>{strongest}</td>" in page.split("logit influence")[1].split("</tr>")[1]  # the first feature row
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_total_effects_are_every_path_summed(seed):
+    graph = random_graph(seed)
+    A, n_f, n = graph.adjacency.astype(np.float64), len(graph.features), graph.n_nodes
+    act = graph.activations.astype(np.float64)
+    # every path s -> f1 -> ... -> fk -> logit: A[f1, s] × Π (A[f_{i+1}, f_i] / a_{f_i}) × A[logit, fk] / a_fk
+    step = A[:n_f, :n_f] / act[None]
+    expected, reach = A[n - 2 :].copy(), A[:n_f].copy()  # reach: paths ending at a feature's pre-activation
+    for _ in range(n_f):
+        expected += (A[n - 2 :, :n_f] / act[None]) @ reach
+        reach = step @ reach
+    assert not reach.any()  # no path longer than the number of features: the graph has no cycles
+    np.testing.assert_allclose(graph.total_effects(), expected, rtol=1e-9, atol=1e-12)
+    assert np.abs(graph.total_effects() - A[n - 2 :]).max() > 0.1  # the indirect paths count
