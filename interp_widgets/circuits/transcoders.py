@@ -261,35 +261,71 @@ def _unflatten(value, tensors: dict[str, torch.Tensor]):
     return value
 
 
-def _write_checkpoint(directory: Path, state: dict) -> None:
+def _save_state(path: Path, state: dict, **extra) -> None:
     from safetensors.torch import save_file
 
     tensors: dict[str, torch.Tensor] = {}
-    meta = json.dumps({"format": _CHECKPOINT_KIND, "state": _flatten(state, "s", tensors)})
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = directory / "checkpoint.safetensors.tmp"
-    save_file(tensors, str(tmp), metadata={"interp_widgets": meta})
-    os.replace(tmp, directory / "checkpoint.safetensors")  # atomic: an interruption leaves the previous checkpoint
+    meta = json.dumps({"format": _CHECKPOINT_KIND, **extra, "state": _flatten(state, "s", tensors)})
+    save_file(tensors, str(path), metadata={"interp_widgets": meta})
 
 
-def _read_checkpoint(directory: Path) -> dict | None:
-    from safetensors.torch import load_file
+def _load_state(path: Path) -> tuple[dict, dict]:
+    """(the file's metadata, its state) of a checkpoint file; a ValueError naming the fix if it cannot be read."""
     from safetensors import safe_open
+    from safetensors.torch import load_file
 
-    path = directory / "checkpoint.safetensors"
-    if not path.exists():
-        return None
     try:
         with safe_open(str(path), framework="pt") as handle:
             meta = json.loads((handle.metadata() or {})["interp_widgets"])
         tensors = load_file(str(path))
     except Exception as err:  # noqa: BLE001 - any unreadable file is reported the same way
         raise ValueError(
-            f"the checkpoint {path} cannot be read ({err}); delete it to start again from the beginning"
+            f"the checkpoint {path} cannot be read ({err}); delete its folder to start again from the beginning"
         ) from None
     if meta.get("format") != _CHECKPOINT_KIND:
         raise ValueError(f"{path} is not a TranscoderSet checkpoint; pass another checkpoint_dir")
-    return _unflatten(meta["state"], tensors)
+    return meta, _unflatten(meta["state"], tensors)
+
+
+def _write_checkpoint(directory: Path, state: dict, trainers: dict) -> None:
+    """Write ``state`` and each trainer's state (``{name: trainer}``, one file each, written one at a time so that
+    only one trainer's copy is in memory). ``checkpoint.safetensors`` is replaced last and names the trainer files of
+    its generation: an interruption leaves the previous checkpoint whole."""
+    directory.mkdir(parents=True, exist_ok=True)
+    main = directory / "checkpoint.safetensors"
+    generation = 0
+    if main.exists():
+        try:
+            generation = int(_load_state(main)[0].get("generation", -1)) + 1
+        except ValueError:
+            pass
+    files = {}
+    for name, trainer in trainers.items():
+        files[name] = f"trainer-{name}.{generation}.safetensors"
+        _save_state(directory / files[name], trainer.state_dict())
+    tmp = directory / "checkpoint.safetensors.tmp"
+    _save_state(tmp, state, generation=generation, trainer_files=files)
+    os.replace(tmp, main)  # atomic: the commit point of this generation
+    for old in directory.glob("trainer-*.safetensors"):
+        if old.name not in files.values():
+            old.unlink()
+
+
+def _read_checkpoint(directory: Path) -> tuple[dict, Callable[[str], dict]] | None:
+    """The saved state and a function that reads one trainer's state by name (read one at a time); None if there is
+    no checkpoint."""
+    path = directory / "checkpoint.safetensors"
+    if not path.exists():
+        return None
+    meta, state = _load_state(path)
+    files = meta.get("trainer_files", {})
+
+    def trainer_state(name: str) -> dict:
+        if name not in files:
+            raise ValueError(f"the checkpoint {path} has no state for layer {name}; delete its folder to start again")
+        return _load_state(directory / files[name])[1]
+
+    return state, trainer_state
 
 
 def _fingerprint(model, texts, layers, input_point, template, buffer_tokens, include_special, max_batch_tokens):
@@ -445,7 +481,8 @@ class TranscoderSet:
             model, texts, chosen, input_point, template, buffer_tokens, include_special, max_batch_tokens
         )
         directory = None if checkpoint_dir is None else Path(checkpoint_dir)
-        saved = None if directory is None else _read_checkpoint(directory)
+        checkpointed = None if directory is None else _read_checkpoint(directory)
+        saved, trainer_state = checkpointed if checkpointed is not None else (None, None)
         if saved is not None and saved["fingerprint"] != fingerprint:
             changed = sorted(k for k in fingerprint if saved["fingerprint"].get(k) != fingerprint[k])
             raise ValueError(
@@ -497,15 +534,16 @@ class TranscoderSet:
             trainers, _, n_monitor = make_trainers(first)
             del first  # the trainers copied their monitoring rows
             for layer, trainer in trainers.items():
-                trainer.load_state_dict(saved["trainers"][str(layer)])
+                trainer.load_state_dict(trainer_state(str(layer)))
         bar = tqdm(total=len(texts), desc=f"transcoders ({len(chosen)} layers)", unit="text",
                    disable=not config.progress, initial=state["position"])  # fmt: skip
         finished = bool(trainers) and all(t.stopped for t in trainers.values())  # resumed after the end
         stream = windows(len(texts) if finished else state["position"])
 
         def checkpoint() -> None:
-            trained = {str(layer): t.state_dict() for layer, t in trainers.items()}
-            _write_checkpoint(directory, {**state, "fingerprint": fingerprint, "trainers": trained})
+            _write_checkpoint(
+                directory, {**state, "fingerprint": fingerprint}, {str(k): t for k, t in trainers.items()}
+            )
 
         written, clock = -math.inf, time.monotonic()  # the first window is always checkpointed
         unsaved = False
