@@ -153,6 +153,8 @@ class TranscoderBuild:
 
 #: the default build: 1M tokens, 4,096 latents per layer, TopK 32 with a skip term, every layer
 DEFAULT_BUILD = TranscoderBuild()
+#: the tour notebook's stand-in where the default set is not built: minutes on 2 cores, coarser features
+QUICK_BUILD = TranscoderBuild(tokens=40_000, latents=1024, eval_tokens=2_000, explain_tokens=20_000)
 
 
 @dataclasses.dataclass
@@ -357,6 +359,21 @@ def load_feature_explanations(settings: TranscoderBuild | None = None, *, path: 
             f"the cached feature explanations {file} are corrupted ({err}); build them again with: "
             f"{s.command(out=path, rebuild=True)}"
         ) from None
+
+
+def tour_transcoders(model=None, tokenizer=None, *, progress: bool = True) -> BuiltTranscoders:
+    """The transcoders of the tour notebook: the default build (:data:`DEFAULT_BUILD`) when it is cached, else
+    :data:`QUICK_BUILD`, built on first use (minutes) and cached, so that the notebook runs anywhere; ``.path``
+    says which.
+
+    Example (not run here: the first call trains the quick set)::
+
+        built = tour_transcoders(model, tokenizer)
+        built.path.name, built.transcoders
+    """
+    default = transcoders_path(DEFAULT_BUILD)
+    chosen = DEFAULT_BUILD if (default / SET_FILE).is_file() else QUICK_BUILD
+    return build_transcoders(chosen, model=model, tokenizer=tokenizer, progress=progress)
 
 
 def load_transcoders(

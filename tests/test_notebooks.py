@@ -1,8 +1,8 @@
 """The product-tour notebooks: every ``notebooks/*.ipynb`` runs top to bottom offline within its time budget, and the
 committed copies (saved with outputs, without widget state) render their static pictures through ``nbconvert --sanitize-html``.
 
-The demo classifier and decoder are trained, and SmolLM2 is dequantised (or all are loaded from the cache), once
-per session before any notebook runs, so the budgets measure the notebooks themselves, model loading included, not
+The demo classifier and decoder are trained, SmolLM2 is dequantised and notebook 8's transcoders are trained (or all
+are loaded from the cache), once per session before any notebook runs, so the budgets measure the notebooks themselves, model loading included, not
 first-use training or conversion.
 
 To add a notebook, add a row to ``NOTEBOOKS``; a notebook without a row fails with a message saying so.
@@ -33,6 +33,7 @@ NOTEBOOKS = {
     "05_interop.ipynb": (180, 3),
     "06_paper_smollm2.ipynb": (900, 0),  # 10 monitored SmolLM2 steps, replay and two frequency analyses
     "07_interventions_smollm2.ipynb": (600, 0),  # patching and steering views draw heatmaps and text, no token boxes
+    "08_circuits_smollm2.ipynb": (600, 0),  # one graph of 4,096 features, six interventions; the circuit view
 }
 MAX_SAVED_BYTES = 1_500_000  # committed notebooks with outputs stay small enough to review and to load on GitHub
 
@@ -60,9 +61,12 @@ def trained_demo_models():
     from interp_widgets import demo
     from interp_widgets.demo.decoder import load_decoder
 
+    from interp_widgets.demo_transcoders import tour_transcoders
+
     demo.load_classifier(progress=False)
     load_decoder(progress=False)
-    demo.load_lm(progress=False)
+    model, tokenizer = demo.load_lm(progress=False)
+    tour_transcoders(model, tokenizer, progress=False)  # notebook 8's transcoders: the quick set where none is built
 
 
 def _strings(value) -> list[str]:
