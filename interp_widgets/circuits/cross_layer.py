@@ -34,8 +34,8 @@ Example:
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 import torch
@@ -326,8 +326,8 @@ class CrossLayerTranscoderSet:
         Example:
             >>> clt = CrossLayerTranscoderSet.from_weights(W_enc=[torch.ones(1, 32)] * 2, b_enc=[torch.zeros(1)] * 2,
             ...     W_dec=[torch.ones(1, 2, 32), torch.ones(1, 1, 32)], b_dec=[torch.zeros(32)] * 2)
-            >>> [float(y[0, 0]) for y in clt.predict([torch.full((1, 32), 0.1), torch.full((1, 32), 0.2)])]
-            [3.200000047683716, 9.600000381469727]
+            >>> [round(float(y[0, 0]), 4) for y in clt.predict([torch.full((1, 32), 0.1), torch.full((1, 32), 0.2)])]
+            [3.2, 9.6]
         """
         acts = self.encode(inputs)
         out = []

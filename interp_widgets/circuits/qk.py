@@ -36,8 +36,8 @@ import numpy as np
 import torch
 
 from interp_widgets.circuits.attribution import _check_inputs, _decoder, _frozen, _record, _skip, graph_prompt
-from interp_widgets.circuits.graph import AttributionGraph
 from interp_widgets.circuits.cross_layer import CrossLayerTranscoderSet
+from interp_widgets.circuits.graph import AttributionGraph
 from interp_widgets.circuits.transcoders import TranscoderSet, transcoder_points
 from interp_widgets.concepts.activations import _StopForward
 from interp_widgets.layers import UnsupportedModelError, register, register_edit, resolve_layer
