@@ -415,9 +415,12 @@ def test_cross_layer_direct_effects_close_and_predict_constrained_interventions(
     constant = ref.values(ref.run(zeros, [torch.zeros_like(e) for e in ref.errors], tokens_on=False), graph)
     closure = graph.adjacency[target_rows(graph)].sum(1) + constant - full
     assert np.abs(closure).max() <= 1e-4 * max(1.0, np.abs(full).max()), np.abs(closure).max()
-    # layer-0 features write to both MLP outputs: zeroing one moves every target by -A[t, s] (both writes gone)
+    # layer-0 features write to both MLP outputs: zeroing one moves every target by -A[t, s] (both writes gone); in
+    # two blocks, a layer-1 write reaches the logits only from the last position
     n_feat = len(graph.features)
-    layer0 = np.flatnonzero(graph.features[:, 0] == 0)
+    last = len(graph.token_ids) - 1
+    layer0 = np.flatnonzero((graph.features[:, 0] == 0) & (graph.features[:, 1] == last))
+    assert len(layer0) >= 3
     influence = np.abs(graph.adjacency[:, :n_feat]).sum(0)
     for s in [*layer0[np.argsort(-influence[layer0])[:3]], int(np.argmax(influence))]:
         layer, pos, feature = graph.features[s]
