@@ -29,6 +29,10 @@ Example:
     >>> w = clt.replacement_weights(0)
     >>> bool(torch.allclose(torch.relu(x @ w["W_enc"].T) @ w["W_dec"][:, 1], clt.predict([x, x])[1], atol=1e-5))
     True
+    >>> from interp_widgets.circuits import attribution_graph
+    >>> graph = attribution_graph(lm, lm_tokenizer, "The cat sat on the", clt, progress=False)  # lm: 2 blocks, d = 32
+    >>> graph.provenance.settings["cross_layer"], sorted(set(graph.features[:, 0].tolist()))
+    (True, [0])
 """
 
 from __future__ import annotations
