@@ -349,6 +349,24 @@ class CrossLayerTranscoderSet:
             if x.shape[-1] != self.d_model:
                 raise ValueError(f"inputs[{layer}] has width {x.shape[-1]}; this CLT reads width {self.d_model}")
 
+    def explain(self, model, tokenizer, texts, **settings):
+        """Explain every feature over ``texts`` as :meth:`TranscoderSet.explain
+        <interp_widgets.circuits.TranscoderSet.explain>` does (same settings; one forward pass for all layers): top
+        contexts, density, histogram, label, and the vocabulary projection of the feature's decoder to its own layer.
+
+        Example:
+            >>> g = torch.Generator().manual_seed(0)
+            >>> clt = CrossLayerTranscoderSet.from_weights(W_enc=[torch.randn(8, 32, generator=g)] * 2,
+            ...     b_enc=[torch.zeros(8)] * 2, W_dec=[torch.randn(8, 2 - i, 32, generator=g) for i in range(2)],
+            ...     b_dec=[torch.zeros(32)] * 2)
+            >>> explained = clt.explain(lm, lm_tokenizer, texts[:5], n_examples=2, progress=False)
+            >>> len(explained.layers), explained.layers[1].top_values.shape
+            (2, (8, 2))
+        """
+        from interp_widgets.circuits.transcoders import TranscoderSet
+
+        return TranscoderSet.explain(self, model, tokenizer, texts, **settings)  # reads only what both kinds have
+
     # ------------------------------------------------------------------ checks
     def check_model(self, model) -> None:
         """Raise a ValueError naming the fix if ``model`` is not the model (name, width, depth) this CLT was made for.

@@ -1027,7 +1027,7 @@ class TranscoderSet:
             chosen = self.layers
         else:
             chosen = sorted({int(layer) for layer in ([layers] if isinstance(layers, (int, np.integer)) else layers)})
-            missing = [layer for layer in chosen if layer not in self.transcoders]
+            missing = [layer for layer in chosen if layer not in self.layers]
             if missing or not chosen:
                 raise ValueError(f"layers {missing or layers} have no transcoder in this set; it has {self.layers}")
         check_int("max_batch_tokens", max_batch_tokens, minimum=1)

@@ -162,3 +162,21 @@ def test_attribution_refuses_a_cross_layer_transcoder_for_another_model(tmp_path
     clt = CrossLayerTranscoderSet.from_circuit_tracer(write_directory(tmp_path / "deep", n_layers=3))
     with pytest.raises(ValueError, match="made for a model of 3 blocks"):
         attribution_graph(model, tokenizer, "The cat", clt, progress=False)
+
+
+def test_features_are_explained_and_carried_by_a_graph(tmp_path):
+    from interp_widgets.circuits import collect_transcoder_pairs
+    from interp_widgets.demo import corpus
+
+    model, tokenizer = tiny_models.llama_lm()
+    clt = CrossLayerTranscoderSet.from_circuit_tracer(write_directory(tmp_path / "clt"), model=model)
+    texts = corpus()[:12]
+    explained = clt.explain(model, tokenizer, texts, n_examples=3, progress=False)
+    pairs = collect_transcoder_pairs(model, tokenizer, texts)
+    acts = clt.encode([torch.from_numpy(pairs[layer][0]) for layer in clt.layers])
+    for layer in clt.layers:  # the top activation of every feature is its maximum over the corpus' tokens
+        np.testing.assert_allclose(explained.layers[layer].top_values[:, 0], acts[layer].max(0).values.numpy(),
+                                   rtol=1e-5, atol=1e-6)  # fmt: skip
+    graph = attribution_graph(model, tokenizer, "The cat sat on the mat", clt, progress=False)
+    labelled = graph.with_explanations(explained, progress=False)
+    assert len(labelled.feature_labels) == len(graph.features) and all(labelled.feature_labels)
