@@ -20,6 +20,10 @@ computes them, and circuit-tracer's / Neuronpedia's graph files in and out.
   model from one forward pass over a corpus (resumable), their :class:`TranscoderReport` on held-out texts, our
   safetensors file, circuit-tracer 0.5.0's per-layer files, and EleutherAI sparsify folders
   (:meth:`TranscoderSet.from_sparsify`).
+- :class:`CrossLayerTranscoderSet` (:mod:`interp_widgets.circuits.cross_layer`): a cross-layer transcoder (a feature
+  of layer ``l`` writes to every MLP output from ``l`` on) loaded from circuit-tracer's CLT directory
+  (:meth:`CrossLayerTranscoderSet.from_circuit_tracer`) or raw weights, our safetensors file; ``attribution_graph``,
+  ``feature_intervention`` and ``qk_attribution`` take it in place of a ``TranscoderSet``.
 - :class:`FeatureExplanations` (:mod:`interp_widgets.circuits.features`, from ``TranscoderSet.explain``): every
   feature's top activating contexts over a corpus, density and histogram, decoder vocabulary projection and label,
   from one forward pass and cached; ``graph.with_explanations(...)`` puts them on a graph's feature nodes (the
@@ -33,6 +37,7 @@ Example:
 
 from interp_widgets.circuits._open import circuit_view
 from interp_widgets.circuits.attribution import attribution_graph
+from interp_widgets.circuits.cross_layer import CrossLayerTranscoderSet
 from interp_widgets.circuits.feature_intervention import FeatureInterventionResult, feature_intervention
 from interp_widgets.circuits.qk import QKAttribution, qk_attribution
 from interp_widgets.circuits.features import ExplanationRun, FeatureExplanations, LayerFeatures
@@ -59,6 +64,7 @@ from interp_widgets.circuits.transcoders import (
 
 __all__ = [
     "attribution_graph",
+    "CrossLayerTranscoderSet",
     "FeatureInterventionResult",
     "feature_intervention",
     "QKAttribution",

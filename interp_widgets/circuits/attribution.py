@@ -1,5 +1,7 @@
-"""``attribution_graph``: the attribution graph of one prompt through a model and its per-layer transcoders, computed
-here (circuit-tracer's method; Ameisen et al. 2025).
+"""``attribution_graph``: the attribution graph of one prompt through a model and its per-layer transcoders (a
+:class:`~interp_widgets.circuits.TranscoderSet`) or its cross-layer transcoder (a
+:class:`~interp_widgets.circuits.CrossLayerTranscoderSet`), computed here (circuit-tracer's method; Ameisen et al.
+2025).
 
 **The local replacement model.** On the prompt, every attention pattern and every normalisation's scale is frozen at
 its value (:func:`~interp_widgets.interventions.freeze.freezing`), so the model is linear in its residual stream, and
@@ -8,7 +10,10 @@ each block's MLP output becomes
     mlp_out[l] = Σ_f a_f W_dec[f] + b_dec + W_skip x[l] + error[l]
 
 where ``x[l]`` is the transcoder's input point, ``a_f`` the transcoder's feature activations and ``error[l]`` the true
-MLP output minus the transcoder's prediction, so the replacement reproduces the model's forward pass exactly. As
+MLP output minus the transcoder's prediction, so the replacement reproduces the model's forward pass exactly. With a
+cross-layer transcoder the sum runs over the features of every layer ``s ≤ l``, each with its decoder to layer ``l``
+(``Σ_{s ≤ l} Σ_f a_f W_dec[s][f, l − s] + b_dec[l]``, no skip term): a feature writes to every layer from its own on,
+and its edges add up its direct effects through all of them. As
 circuit-tracer does, position 0 has no feature or error nodes: its MLP output minus the skip term is a constant. The
 skip term stays live (it is linear in the stream), so paths through skips are part of the direct effects.
 
@@ -48,6 +53,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from interp_widgets.circuits.cross_layer import CrossLayerTranscoderSet
 from interp_widgets.circuits.graph import AttributionGraph, FeatureCap, GraphInput, GraphNodes, GraphProvenance
 from interp_widgets.circuits.transcoders import TranscoderSet, transcoder_points
 from interp_widgets.interventions.freeze import freezing
@@ -111,8 +117,9 @@ class ReplacementState:
     (T, d)), ``outputs`` (the true MLP output, (T, d)), ``pre`` (the feature pre-activations, (T, n)), ``acts`` (the
     activations, zero at position 0), ``errors`` (true output − prediction, zero at position 0) and ``constants``
     (the MLP output minus its live skip term, (T, d)); ``resid0`` the stream entering block 0, ``final`` the final
-    norm's output and ``logits`` the model's logits at the last position; ``weights`` the transcoders' raw weights
-    (:meth:`~interp_widgets.concepts.Transcoder.folded`).
+    norm's output and ``logits`` the model's logits at the last position; ``weights`` each layer's raw weights
+    (``replacement_weights(layer)`` of the set: ``W_dec`` is (n, layers written, d), column ``j`` writing to layer
+    ``layer + j``; one column for per-layer transcoders).
 
     Example:
         >>> from interp_widgets.circuits import TranscoderSet
@@ -141,6 +148,14 @@ def _skip(weights: dict, x: torch.Tensor) -> torch.Tensor:
     return x @ weights["W_skip"].T if "W_skip" in weights else torch.zeros_like(x)
 
 
+def _decoder(weights: list[dict], source: int, target: int) -> torch.Tensor | None:
+    """The decoder rows (n, d) with which layer ``source``'s features write to layer ``target``'s MLP output, or None
+    (a per-layer transcoder writes to its own layer only; a cross-layer one to every layer from its own on)."""
+    W = weights[source]["W_dec"]
+    j = target - source
+    return W[:, j] if 0 <= j < W.shape[1] else None
+
+
 def _activation(tc, weights: dict, pre: torch.Tensor) -> torch.Tensor:
     """The transcoder's activation of raw pre-activations (the same rule as its encoder)."""
     if tc.activation == "relu":
@@ -162,10 +177,11 @@ def _unembedding(model) -> tuple[torch.nn.Module, torch.Tensor, torch.Tensor | N
 
 
 def _check_inputs(model, transcoders) -> None:
-    if not isinstance(transcoders, TranscoderSet):
+    if not isinstance(transcoders, (TranscoderSet, CrossLayerTranscoderSet)):
         raise TypeError(
-            f"transcoders must be a TranscoderSet (interp_widgets.circuits), got {type(transcoders).__name__}; "
-            "train one with TranscoderSet.fit or load one with TranscoderSet.load"
+            f"transcoders must be a TranscoderSet or a CrossLayerTranscoderSet (interp_widgets.circuits), got "
+            f"{type(transcoders).__name__}; train one with TranscoderSet.fit or load one with TranscoderSet.load or "
+            "CrossLayerTranscoderSet.from_circuit_tracer"
         )
     if is_encoder_decoder(model):
         raise UnsupportedModelError(
@@ -196,7 +212,9 @@ def _frozen(model, ids: torch.Tensor) -> Iterator[None]:
         yield
 
 
-def replacement_state(model, ids: torch.Tensor, transcoders: TranscoderSet) -> ReplacementState:
+def replacement_state(
+    model, ids: torch.Tensor, transcoders: TranscoderSet | CrossLayerTranscoderSet
+) -> ReplacementState:
     """Record the local replacement model of the prompt ``ids`` (1, T): run the model with attention and norms frozen
     and read every layer's transcoder input and MLP output (see :class:`ReplacementState`).
 
@@ -215,7 +233,7 @@ def replacement_state(model, ids: torch.Tensor, transcoders: TranscoderSet) -> R
         return _record(model, ids, transcoders)
 
 
-def _record(model, ids: torch.Tensor, transcoders: TranscoderSet, skip_in_errors: bool = False) -> ReplacementState:
+def _record(model, ids: torch.Tensor, transcoders, skip_in_errors: bool = False) -> ReplacementState:
     """:func:`replacement_state` inside a block where attention and norms are already frozen on ``ids``; with
     ``skip_in_errors`` the skip terms are no path: their output is part of the error nodes and the constants."""
     n_layers = transcoders.n_layers
@@ -243,23 +261,30 @@ def _record(model, ids: torch.Tensor, transcoders: TranscoderSet, skip_in_errors
         [], [], [], [], [], [], seen["resid0"][0], seen["final"][0], logits[0, -1], [], live_skip=not skip_in_errors
     )
     for layer in range(n_layers):
-        tc = transcoders[layer]
-        w = {name: t.to(device=device, dtype=torch.float32) for name, t in tc.folded().items()}
-        x, y = seen[("x", layer)][0], seen[("y", layer)][0]
+        w = {
+            name: t.to(device=device, dtype=torch.float32) for name, t in transcoders.replacement_weights(layer).items()
+        }
+        x = seen[("x", layer)][0]
         pre = x @ w["W_enc"].T + w["b_enc"]
-        acts = _activation(tc, w, pre)
+        acts = _activation(transcoders[layer], w, pre)
         acts[0] = 0.0
-        skip = torch.zeros_like(x) if skip_in_errors else _skip(w, x)
-        prediction = acts @ w["W_dec"] + w["b_dec"] + skip
-        errors = y - prediction
-        errors[0] = 0.0
         state.inputs.append(x)
-        state.outputs.append(y)
         state.pre.append(pre)
         state.acts.append(acts)
+        state.weights.append(w)
+    for layer in range(n_layers):  # each layer's prediction: the features of every layer that writes to it
+        x, y, w = state.inputs[layer], seen[("y", layer)][0], state.weights[layer]
+        skip = torch.zeros_like(x) if skip_in_errors else _skip(w, x)
+        prediction = w["b_dec"] + skip
+        for source in range(layer + 1):
+            decoder = _decoder(state.weights, source, layer)
+            if decoder is not None:
+                prediction = prediction + state.acts[source] @ decoder
+        errors = y - prediction
+        errors[0] = 0.0
+        state.outputs.append(y)
         state.errors.append(errors)
         state.constants.append(y - skip)
-        state.weights.append(w)
     return state
 
 
@@ -391,8 +416,8 @@ class _Backward:
             if grad is None:
                 continue
             grad = grad[:n]
-            for pos, columns, decoded in self.sources.by_layer_pos.get(layer, ()):
-                out[:, columns] = grad[:, pos] @ decoded.T
+            for pos, columns, decoded in self.sources.writes.get(layer, ()):
+                out[:, columns] += grad[:, pos] @ decoded.T  # a cross-layer feature writes to several layers
             start = self.sources.error_start + layer * grad.shape[1]
             out[:, start : start + grad.shape[1]] = (grad * self.state.errors[layer]).sum(-1)
         if grads[-1] is not None:
@@ -415,7 +440,9 @@ def _detach_input(module, args, kwargs):
 
 
 class _Sources:
-    """The source columns: active features ``(layer, pos, feature)`` sorted, then errors (layer × pos), then tokens."""
+    """The source columns: active features ``(layer, pos, feature)`` sorted, then errors (layer × pos), then tokens;
+    ``writes[layer]`` lists ``(pos, columns, a · W_dec rows)`` of the features that write to layer ``layer``'s MLP
+    output (from their own layer, or from an earlier one for a cross-layer transcoder)."""
 
     def __init__(self, state: ReplacementState):
         n_pos = state.final.shape[0]
@@ -428,15 +455,18 @@ class _Sources:
         self.error_start = self.n_features
         self.token_start = self.error_start + len(state.acts) * n_pos
         self.n_sources = self.token_start + n_pos
-        self.by_layer_pos: dict[int, list] = {}
+        self.writes: dict[int, list] = {}
         start = 0
         for layer, f in enumerate(found):
             positions = f[:, 0]
+            decoders = state.weights[layer]["W_dec"]  # (n, layers written, d)
             for pos in torch.unique(positions).tolist():
                 local = torch.nonzero(positions == pos)[:, 0]
                 idx = f[local, 1]
-                decoded = state.acts[layer][pos, idx][:, None] * state.weights[layer]["W_dec"][idx]
-                self.by_layer_pos.setdefault(layer, []).append((pos, (local + start).to(decoded.device), decoded))
+                columns = (local + start).to(decoders.device)
+                for j in range(decoders.shape[1]):
+                    decoded = state.acts[layer][pos, idx][:, None] * decoders[idx, j]
+                    self.writes.setdefault(layer + j, []).append((pos, columns, decoded))
             start += len(f)
 
 
@@ -473,7 +503,7 @@ def attribution_graph(
     model,
     tokenizer,
     prompt,
-    transcoders: TranscoderSet,
+    transcoders: TranscoderSet | CrossLayerTranscoderSet,
     *,
     targets=None,
     contrast=None,
@@ -488,8 +518,9 @@ def attribution_graph(
     progress: bool = True,
 ) -> AttributionGraph:
     """The attribution graph of ``prompt`` (the next token after it) through ``model`` and ``transcoders`` (a
-    :class:`~interp_widgets.circuits.TranscoderSet` with every layer): the direct effects between active features,
-    error nodes, token embeddings and logit targets in the local replacement model (module docstring).
+    :class:`~interp_widgets.circuits.TranscoderSet` with every layer, or a
+    :class:`~interp_widgets.circuits.CrossLayerTranscoderSet`): the direct effects between active features, error
+    nodes, token embeddings and logit targets in the local replacement model (module docstring).
 
     Args:
         prompt: a text or token ids; a BOS is prepended when it does not start with a special token (the graph's
@@ -596,6 +627,7 @@ def attribution_graph(
         "max_feature_nodes": max_feature_nodes,
         "update_interval": update_interval,
         "input_point": transcoders.input_point,
+        "cross_layer": isinstance(transcoders, CrossLayerTranscoderSet),
         "skip_in_errors": bool(skip_in_errors),
         "targets": "contrast" if contrast is not None else ("given" if targets is not None else "salient"),
         "n_active_features": n_feat,

@@ -2,7 +2,8 @@
 follows, as circuit-tracer's ``feature_intervention`` does.
 
 Setting feature ``f`` of layer ``l`` at position ``p`` to ``v`` adds ``(v − a) · W_dec[f]`` to that block's MLP output
-at ``p``, where ``a`` is the feature's activation in this run (computed by the transcoder from the MLP's live input,
+at ``p`` (for a :class:`~interp_widgets.circuits.CrossLayerTranscoderSet`, ``(v − a) · W_dec[l][f, l' − l]`` to the
+MLP output of every layer ``l' ≥ l`` it writes to), where ``a`` is the feature's activation in this run (computed by the transcoder from the MLP's live input,
 so an upstream intervention changes it). The MLPs themselves still run: effects propagate through the real model.
 
 - ``freeze_attention=True`` (the default, as in circuit-tracer) holds every attention pattern at its value on the
@@ -36,11 +37,13 @@ from interp_widgets.circuits._view import register_runner
 from interp_widgets.circuits.attribution import (
     _activation,
     _check_inputs,
+    _decoder,
     _skip,
     _unembedding,
     graph_prompt,
     replacement_state,
 )
+from interp_widgets.circuits.cross_layer import CrossLayerTranscoderSet
 from interp_widgets.circuits.graph import AttributionGraph
 from interp_widgets.circuits.transcoders import TranscoderSet, transcoder_points
 from interp_widgets.interventions.freeze import freezing
@@ -104,7 +107,7 @@ class FeatureInterventionResult:
         )
 
 
-def _checked(interventions, transcoders: TranscoderSet, n_pos: int) -> list[tuple[int, int, int, float]]:
+def _checked(interventions, transcoders, n_pos: int) -> list[tuple[int, int, int, float]]:
     out = []
     for item in interventions:
         if not (isinstance(item, (tuple, list)) and len(item) == 4):
@@ -113,7 +116,7 @@ def _checked(interventions, transcoders: TranscoderSet, n_pos: int) -> list[tupl
                 "graph.features[i] (layer, position, feature) and a value (0.0 ablates it)"
             )
         layer, pos, feature, value = int(item[0]), int(item[1]), int(item[2]), float(item[3])
-        if layer not in transcoders.transcoders:
+        if layer not in transcoders.layers:
             raise ValueError(f"layer {layer} has no transcoder; this set has layers {transcoders.layers}")
         if not 1 <= pos < n_pos:
             raise ValueError(
@@ -134,7 +137,7 @@ def feature_intervention(
     model,
     tokenizer,
     prompt,
-    transcoders: TranscoderSet,
+    transcoders: TranscoderSet | CrossLayerTranscoderSet,
     interventions: Sequence,
     *,
     freeze_attention: bool = True,
@@ -184,22 +187,30 @@ def feature_intervention(
 
     def mlp_edit(layer: int, frozen: bool):
         w = state.weights[layer]
-        mine = [(pos, feature, value) for lay, pos, feature, value in plan if lay == layer]
-        at_generated = sorted({feature for _, feature, _ in mine}) if generated_scale is not None else []
+        # the planned features that write to this layer: its own, and earlier layers' for a cross-layer set
+        sources = {}
+        for source in range(layer + 1):
+            decoder = _decoder(state.weights, source, layer)
+            mine = [(pos, feature, value) for lay, pos, feature, value in plan if lay == source]
+            if decoder is not None and mine:
+                sources[source] = (decoder, mine)
 
         def edit(hidden):
             x = live[layer]
             out = hidden.clone()
             if frozen:  # the MLP output is its prompt value: keep the skip path live
                 out = out + (_skip(w, x) - _skip(w, state.inputs[layer]))
-            if mine:
-                acts = None if frozen else _activation(transcoders[layer], w, x @ w["W_enc"].T + w["b_enc"])
+            for source, (decoder, mine) in sources.items():
+                ws = state.weights[source]
+                acts = (
+                    None if frozen else _activation(transcoders[source], ws, live[source] @ ws["W_enc"].T + ws["b_enc"])
+                )
                 for pos, feature, value in mine:
-                    current = state.acts[layer][pos, feature] if frozen else acts[:, pos, feature, None]
-                    out[:, pos] = out[:, pos] + (value - current) * w["W_dec"][feature]
-                if not frozen and hidden.shape[1] > n_pos:  # generated tokens: each feature scaled where it fires
-                    for feature in at_generated:
-                        change = (generated_scale - 1.0) * acts[:, n_pos:, feature, None] * w["W_dec"][feature]
+                    current = state.acts[source][pos, feature] if frozen else acts[:, pos, feature, None]
+                    out[:, pos] = out[:, pos] + (value - current) * decoder[feature]
+                if not frozen and hidden.shape[1] > n_pos and generated_scale is not None:
+                    for feature in sorted({feature for _, feature, _ in mine}):  # each scaled where it fires
+                        change = (generated_scale - 1.0) * acts[:, n_pos:, feature, None] * decoder[feature]
                         out[:, n_pos:] = out[:, n_pos:] + change
             return out
 

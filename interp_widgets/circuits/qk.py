@@ -35,7 +35,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from interp_widgets.circuits.attribution import _check_inputs, _frozen, _record, _skip, graph_prompt
+from interp_widgets.circuits.attribution import _check_inputs, _decoder, _frozen, _record, _skip, graph_prompt
+from interp_widgets.circuits.cross_layer import CrossLayerTranscoderSet
 from interp_widgets.circuits.graph import AttributionGraph
 from interp_widgets.circuits.transcoders import TranscoderSet, transcoder_points
 from interp_widgets.concepts.activations import _StopForward
@@ -115,7 +116,7 @@ def qk_attribution(
     model,
     tokenizer,
     prompt,
-    transcoders: TranscoderSet,
+    transcoders: TranscoderSet | CrossLayerTranscoderSet,
     *,
     layer: int,
     head: int,
@@ -248,10 +249,12 @@ def _contributions(model, ids, state, points, attention, layer, sources: _Source
                 continue
             if kind[0] == "token":
                 token_gate[r, kind[1]] = 1.0
-            elif kind[0] == "feature":
+            elif kind[0] == "feature":  # to its own layer's MLP output, and to later ones for a cross-layer set
                 _, src_layer, pos, feature = kind
-                w = state.weights[src_layer]
-                writes[src_layer][r, pos] = state.acts[src_layer][pos, feature] * w["W_dec"][feature]
+                for target in range(src_layer, layer):
+                    decoder = _decoder(state.weights, src_layer, target)
+                    if decoder is not None:
+                        writes[target][r, pos] = state.acts[src_layer][pos, feature] * decoder[feature]
             else:
                 _, src_layer, pos = kind
                 writes[src_layer][r, pos] = state.errors[src_layer][pos]

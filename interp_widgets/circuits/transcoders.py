@@ -609,6 +609,22 @@ class TranscoderSet:
         fitted_set.fit_seconds = round(state["seconds"], 1)  # summed over resumed runs (kept in the checkpoint)
         return fitted_set
 
+    def replacement_weights(self, layer: int) -> dict[str, torch.Tensor]:
+        """Layer ``layer``'s weights as the replacement model uses them (raw units, :meth:`Transcoder.folded
+        <interp_widgets.concepts.Transcoder.folded>`), with ``W_dec`` (n, 1, d): the one layer it writes to, in the
+        layout of :meth:`CrossLayerTranscoderSet.replacement_weights
+        <interp_widgets.circuits.CrossLayerTranscoderSet.replacement_weights>` (column ``j`` writes to layer
+        ``layer + j``).
+
+        Example:
+            >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, transcoder=Transcoder(16, k=2, max_epochs=1, progress=False))
+            >>> tcs.replacement_weights(1)["W_dec"].shape
+            torch.Size([16, 1, 32])
+        """
+        w = self[layer].folded()
+        w["W_dec"] = w["W_dec"][:, None]
+        return w
+
     # ------------------------------------------------------------------ checks
     def check_model(self, model) -> None:
         """Raise a ValueError naming the fix if ``model`` is not the model (name, width, depth) this set was made for.
@@ -1049,7 +1065,7 @@ class TranscoderSet:
             chosen = self.layers
         else:
             chosen = sorted({int(layer) for layer in ([layers] if isinstance(layers, (int, np.integer)) else layers)})
-            missing = [layer for layer in chosen if layer not in self.transcoders]
+            missing = [layer for layer in chosen if layer not in self.layers]
             if missing or not chosen:
                 raise ValueError(f"layers {missing or layers} have no transcoder in this set; it has {self.layers}")
         check_int("max_batch_tokens", max_batch_tokens, minimum=1)

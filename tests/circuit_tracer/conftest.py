@@ -71,3 +71,5 @@ N_CASES = 10  # 0-7: random graphs; 8, 9: circuit-tracer's attribute() on a tiny
 TOPK_CASE = 11  # circuit-tracer's attribute() on the same Llama with TopK skip transcoders built in Python
 #: the graphs circuit-tracer computed (not built at random), with the transcoder files and activation of each
 ATTRIBUTED = {8: ("transcoder", "jumprelu"), 9: ("transcoder", "jumprelu"), TOPK_CASE: ("topk_transcoder", "topk")}
+#: circuit-tracer's attribute() with a cross-layer transcoder loaded from its CLT directory: case -> (folder, input point)
+CLT_CASES = {12: ("clt_mlp_in", "mlp_in"), 13: ("clt_resid_mid", "resid_mid")}

@@ -5,7 +5,9 @@ Makes attribution graphs two ways: random acyclic graphs built directly as circu
 computes (nnsight backend, CPU, float32) for a tiny random Llama saved to a local folder, with a local tokenizer
 and a random JumpReLU transcoder per layer loaded from safetensors files (case 8: all features; case 9: a
 ``max_feature_nodes`` cap; case 11: TopK transcoders with skip terms, built in Python with circuit-tracer's own
-``TopK(k)``, their weights also written as ``topk_transcoder_{layer}.safetensors``). Each is pruned and scored with circuit-tracer's own ``prune_graph`` and
+``TopK(k)``, their weights also written as ``topk_transcoder_{layer}.safetensors``; cases 12 and 13: a random JumpReLU
+cross-layer transcoder written in circuit-tracer's CLT directory format, ``clt_mlp_in/`` and ``clt_resid_mid/``, and
+loaded from its ``config.yaml`` by circuit-tracer's own ``load_transcoders_from_cache``). Each is pruned and scored with circuit-tracer's own ``prune_graph`` and
 ``compute_graph_scores`` and written with ``create_graph_files``. Everything goes to OUT (the first argument) as
 plain files that interp_widgets reads without circuit-tracer:
 
@@ -30,6 +32,7 @@ from circuit_tracer.attribution.targets import LogitTarget
 from circuit_tracer.graph import Graph, compute_graph_scores, prune_graph
 from circuit_tracer.transcoder.activation_functions import TopK
 from circuit_tracer.transcoder.single_layer_transcoder import SingleLayerTranscoder, TranscoderSet, load_transcoder_set
+from circuit_tracer.utils.caching import load_transcoders_from_cache
 from circuit_tracer.utils.create_graph_files import create_graph_files
 from circuit_tracer.utils.tl_nnsight_mapping import UnifiedConfig
 from safetensors.torch import save_file
@@ -124,7 +127,47 @@ def attributed_graphs(folder: Path, out: Path) -> list:
         str(folder), topk_set, backend="nnsight", device=torch.device("cpu")
     )
     graphs.append(attribute(prompt, topk_model, max_n_logits=4, desired_logit_prob=0.9, batch_size=16))
+    # cases 12, 13: cross-layer transcoders from files (W_enc_{i} / W_dec_{i} safetensors and config.yaml), read at
+    # the MLP's input and at resid_mid
+    for seed, (name, hook) in enumerate(CLT_FOLDERS.values()):
+        folder_clt = write_clt(out / name, hook, config.num_hidden_layers, seed=10 + seed)
+        clt, _ = load_transcoders_from_cache(str(folder_clt.resolve()), device=torch.device("cpu"))
+        assert type(clt).__name__ == "CrossLayerTranscoder", type(clt)
+        clt_model = ReplacementModel.from_pretrained_and_transcoders(
+            str(folder), clt, backend="nnsight", device=torch.device("cpu")
+        )
+        graphs.append(attribute(prompt, clt_model, max_n_logits=4, desired_logit_prob=0.9, batch_size=16))
     return graphs
+
+
+def write_clt(folder: Path, input_hook: str, n_layers: int, *, seed: int, n: int = 40, d: int = 32) -> Path:
+    """A random JumpReLU CLT in circuit-tracer's directory format: ``W_enc_{i}.safetensors`` (``W_enc_{i}`` (n, d),
+    ``b_enc_{i}``, ``b_dec_{i}``, ``threshold_{i}``), ``W_dec_{i}.safetensors`` (``W_dec_{i}`` (n, L - i, d)) and
+    ``config.yaml``."""
+    g = torch.Generator().manual_seed(seed)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(n_layers):
+        threshold = torch.rand(n, generator=g) * 0.3
+        threshold[:n_layers] = 1e9  # never active: 0.5.0's error ids would collide with them
+        save_file(
+            {
+                f"W_enc_{i}": torch.randn(n, d, generator=g) / 4,
+                f"b_enc_{i}": torch.randn(n, generator=g) * 0.1,
+                f"b_dec_{i}": torch.randn(d, generator=g) * 0.05,
+                f"threshold_{i}": threshold,
+            },
+            str(folder / f"W_enc_{i}.safetensors"),
+        )
+        save_file(
+            {f"W_dec_{i}": torch.randn(n, n_layers - i, d, generator=g) / 6}, str(folder / f"W_dec_{i}.safetensors")
+        )
+    (folder / "config.yaml").write_text(
+        "model_kind: cross_layer_transcoder\n"
+        f"feature_input_hook: {input_hook}\n"
+        "feature_output_hook: hook_mlp_out\n"
+        f"scan: tiny-{folder.name}\n"
+    )
+    return folder
 
 
 def random_graph(
@@ -211,9 +254,11 @@ CASES = [  # (n_layers, n_pos, cap, custom target, node_threshold, edge_threshol
     (2, 4, 0.7, True, 0.3, 0.6),
     (5, 6, 1.0, False, 1.0, 0.98),
 ]
-ATTRIBUTED = [(0.8, 0.98), (0.8, 0.98), (0.8, 0.98)]  # cases 8, 9 and 11: thresholds
+ATTRIBUTED = [(0.8, 0.98)] * 5  # cases 8, 9, 11, 12 and 13: thresholds
 COLLIDING = 10  # case 10: a random graph whose circuit-tracer JSON has colliding node ids
 TOPK_CASE = 11  # case 11: circuit-tracer's graph with TopK skip transcoders
+#: cases 12, 13: circuit-tracer's graphs with a cross-layer transcoder loaded from files: (folder, input hook)
+CLT_FOLDERS = {12: ("clt_mlp_in", "mlp.hook_in"), 13: ("clt_resid_mid", "hook_resid_mid")}
 
 
 def main(out: Path) -> None:

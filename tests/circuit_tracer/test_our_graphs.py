@@ -2,7 +2,9 @@
 
 circuit-tracer computed cases 8, 9 and 11 in its own venv (``generate.py``): a tiny random Llama saved to a local
 folder, JumpReLU transcoders loaded from files (case 9 with ``max_feature_nodes=40``) and TopK skip transcoders built
-in Python with its ``TopK(k)`` (case 11). Here the same folder and the same transcoder weights go through our
+in Python with its ``TopK(k)`` (case 11); cases 12 and 13 with a JumpReLU cross-layer transcoder that its own loader
+read from a CLT directory (reading ``mlp.hook_in`` and ``hook_resid_mid``), which ours reads too
+(``CrossLayerTranscoderSet.from_circuit_tracer``). Here the same folder and the same transcoder weights go through our
 package, with the same ``batch_size``, ``max_feature_nodes``, ``update_interval`` and logit-target settings, and the
 adjacencies must agree: ‖ΔA‖_F / ‖A‖_F ≤ 1e-4 over the same nodes (position 0 masked on both sides).
 """
@@ -13,10 +15,10 @@ import numpy as np
 import pytest
 from safetensors.torch import load_file
 
-from interp_widgets.circuits import AttributionGraph, TranscoderSet
+from interp_widgets.circuits import AttributionGraph, CrossLayerTranscoderSet, TranscoderSet
 from interp_widgets.circuits.attribution import attribution_graph
 from interp_widgets.concepts import Transcoder
-from tests.circuit_tracer.conftest import ATTRIBUTED, read_case
+from tests.circuit_tracer.conftest import ATTRIBUTED, CLT_CASES, read_case
 
 TOPK = 6  # generate.py's TOPK
 
@@ -68,4 +70,28 @@ def test_our_graph_equals_circuit_tracers(ct_files, case):
         b = theirs.adjacency[np.ix_(keep_theirs, keep_theirs)]
     relative = np.linalg.norm(a - b) / np.linalg.norm(b)
     print(f"case {case}: relative Frobenius difference {relative:.2e} over {len(a)} nodes")
+    assert relative <= 1e-4, relative
+
+
+@pytest.mark.parametrize("case", sorted(CLT_CASES))
+def test_our_cross_layer_graph_equals_circuit_tracers(ct_files, case):
+    from transformers import LlamaForCausalLM, PreTrainedTokenizerFast
+
+    folder, point = CLT_CASES[case]
+    model = LlamaForCausalLM.from_pretrained(ct_files / "tiny-llama").eval()
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(ct_files / "tiny-llama")
+    clt = CrossLayerTranscoderSet.from_circuit_tracer(ct_files / folder, model=model)
+    assert clt.input_point == point and clt.activation == "jumprelu" and clt.n_layers == 2
+    theirs = AttributionGraph.from_circuit_tracer(read_case(ct_files, case)[0], tokenizer=tokenizer)
+    ours = attribution_graph(model, tokenizer, theirs.token_ids, clt, max_n_logits=4, desired_logit_prob=0.9,
+                             batch_size=16, progress=False)  # fmt: skip
+    assert ours.token_ids.tolist() == theirs.token_ids.tolist() and ours.provenance.settings["cross_layer"]
+    assert ours.logits.ids.tolist() == theirs.logits.ids.tolist()
+    np.testing.assert_allclose(ours.logits.probs, theirs.logits.probs, rtol=1e-5)
+    assert ours.features.tolist() == theirs.features.tolist() and len(ours.features) > 10
+    assert set(ours.features[:, 0].tolist()) == {0, 1}  # both layers' features, layer 0's writing to both MLPs
+    np.testing.assert_allclose(ours.activations, theirs.activations, rtol=1e-5, atol=1e-6)
+    a, b = ours.adjacency, theirs.adjacency
+    relative = np.linalg.norm(a - b) / np.linalg.norm(b)
+    print(f"case {case} (CLT reading {point}): relative Frobenius difference {relative:.2e} over {len(a)} nodes")
     assert relative <= 1e-4, relative

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from interp_widgets.circuits import TranscoderSet
+from interp_widgets.circuits import CrossLayerTranscoderSet, TranscoderSet
 from interp_widgets.circuits.attribution import attribution_graph, graph_prompt
 from interp_widgets.concepts import Transcoder
 from interp_widgets.demo import corpus
@@ -323,3 +323,123 @@ def test_a_computed_graph_opens_in_the_view_and_round_trips_its_json(tmp_path):
     np.testing.assert_allclose(again.adjacency, pruned.adjacency, atol=1e-6)
     view = graph.widget()
     assert type(view).__name__ == "CircuitView"
+
+
+# ---------------------------------------------------------------------------------------------- cross-layer transcoders
+def random_clt(model, n=48, seed=0, cross=True):
+    """A random JumpReLU cross-layer transcoder for ``model`` (read at mlp_in); without ``cross`` its features write
+    only to their own layer."""
+    g = torch.Generator().manual_seed(seed)
+    d, n_layers = model.config.hidden_size, model.config.num_hidden_layers
+    W_dec = [torch.randn(n, n_layers - i, d, generator=g) / 6 for i in range(n_layers)]
+    if not cross:
+        for W in W_dec:
+            W[:, 1:] = 0.0
+    return CrossLayerTranscoderSet.from_weights(
+        W_enc=[torch.randn(n, d, generator=g) / 4 for _ in range(n_layers)],
+        b_enc=[torch.randn(n, generator=g) * 0.1 for _ in range(n_layers)],
+        W_dec=W_dec,
+        b_dec=[torch.randn(d, generator=g) * 0.05 for _ in range(n_layers)],
+        threshold=[torch.rand(n, generator=g) * 0.3 for _ in range(n_layers)],
+    )
+
+
+class CLTReference(Reference):
+    """The local replacement model of a cross-layer transcoder, written from the definition: layer l's MLP output is
+    Σ_{s ≤ l} a[s] W_dec[s][:, l − s] + b_dec[l] + error[l] (no skip term); the recording, the frozen runs' reads and
+    the node values are Reference's."""
+
+    def __init__(self, model, ids, clt):
+        self.model, self.ids, self.n_layers, self.live_skip, self.tcs = model, ids, clt.n_layers, False, clt
+        self.clt_w = [{k: v.clone() for k, v in clt.replacement_weights(layer).items()} for layer in clt.layers]
+        self.w = self.clt_w  # values() reads W_enc and b_enc
+        seen = {}
+        handles = [
+            mlp_of(model, layer).register_forward_hook(
+                lambda m, a, out, layer=layer: seen.__setitem__(layer, out.detach()[0])
+            )
+            for layer in range(self.n_layers)
+        ]
+        try:
+            self.read()
+        finally:
+            for handle in handles:
+                handle.remove()
+        self.acts = []
+        for layer, w in enumerate(self.clt_w):
+            pre = self.inputs[layer] @ w["W_enc"].T + w["b_enc"]
+            acts = pre * (pre > w["threshold"])
+            acts[0] = 0.0
+            self.acts.append(acts)
+        self.errors, self.base = [], []
+        for layer in range(self.n_layers):
+            error = seen[layer] - self.predict(self.acts, layer)
+            error[0] = 0.0
+            self.errors.append(error)
+            self.base.append(seen[layer][0])
+
+    def predict(self, acts, layer):
+        out = self.clt_w[layer]["b_dec"].clone()
+        for source in range(layer + 1):
+            out = out + acts[source] @ self.clt_w[source]["W_dec"][:, layer - source]
+        return out
+
+    def run(self, acts, errors, tokens_on=True):
+        def mlp_edit(layer):
+            def edit(hidden):
+                out = self.predict(acts, layer) + errors[layer]
+                out[0] = self.base[layer]
+                return out[None].expand_as(hidden).clone()
+
+            return edit
+
+        edits = {f"layer:{layer}.mlp_out": mlp_edit(layer) for layer in range(self.n_layers)}
+        if not tokens_on:
+            edits["layer:0.resid_pre"] = torch.zeros_like
+        return self.read(edits, freeze=True)
+
+
+def test_cross_layer_direct_effects_close_and_predict_constrained_interventions():
+    model, tokenizer = tiny_models.llama_lm()
+    clt = random_clt(model)
+    before = model_fingerprint(model, tokenizer)
+    graph = attribution_graph(model, tokenizer, PROMPT, clt, batch_size=16, progress=False)
+    assert model_fingerprint(model, tokenizer) == before and graph.provenance.settings["cross_layer"]
+    ref = CLTReference(model, torch.as_tensor(graph.token_ids)[None], clt)
+    found = [(layer, pos, f) for layer in range(clt.n_layers) for pos, f in torch.nonzero(ref.acts[layer]).tolist()]
+    assert [tuple(row) for row in graph.features.tolist()] == found and len(found) > 20
+    np.testing.assert_allclose(graph.activations, [float(ref.acts[l][p, f]) for l, p, f in found], rtol=1e-5)
+    full = ref.values(ref.run(ref.acts, ref.errors), graph)
+    np.testing.assert_allclose(full, ref.values(ref.read(), graph), atol=1e-4)
+    zeros = [torch.zeros_like(a) for a in ref.acts]
+    constant = ref.values(ref.run(zeros, [torch.zeros_like(e) for e in ref.errors], tokens_on=False), graph)
+    closure = graph.adjacency[target_rows(graph)].sum(1) + constant - full
+    assert np.abs(closure).max() <= 1e-4 * max(1.0, np.abs(full).max()), np.abs(closure).max()
+    # layer-0 features write to both MLP outputs: zeroing one moves every target by -A[t, s] (both writes gone); in
+    # two blocks, a layer-1 write reaches the logits only from the last position
+    n_feat = len(graph.features)
+    last = len(graph.token_ids) - 1
+    layer0 = np.flatnonzero((graph.features[:, 0] == 0) & (graph.features[:, 1] == last))
+    assert len(layer0) >= 3
+    influence = np.abs(graph.adjacency[:, :n_feat]).sum(0)
+    for s in [*layer0[np.argsort(-influence[layer0])[:3]], int(np.argmax(influence))]:
+        layer, pos, feature = graph.features[s]
+        acts = [a.clone() for a in ref.acts]
+        acts[layer][pos, feature] = 0.0
+        change = ref.values(ref.run(acts, ref.errors), graph) - full
+        column = graph.adjacency[target_rows(graph), s]
+        assert np.abs(change + column).max() <= 1e-4 * np.abs(column).max() + 1e-5, (s, np.abs(change + column).max())
+    assert model_fingerprint(model, tokenizer) == before
+
+
+def test_a_cross_layer_transcoder_writing_to_its_own_layer_only_is_a_per_layer_set():
+    model, tokenizer = tiny_models.llama_lm()
+    clt = random_clt(model, cross=False)
+    plt = TranscoderSet({layer: clt[layer] for layer in clt.layers}, input_point="mlp_in")
+    ours = attribution_graph(model, tokenizer, PROMPT, clt, batch_size=16, progress=False)
+    per_layer = attribution_graph(model, tokenizer, PROMPT, plt, batch_size=16, progress=False)
+    assert ours.features.tolist() == per_layer.features.tolist()
+    np.testing.assert_allclose(ours.adjacency, per_layer.adjacency, atol=1e-5)
+    crossing = attribution_graph(model, tokenizer, PROMPT, random_clt(model), batch_size=16, progress=False)
+    assert ours.features.tolist() == crossing.features.tolist()  # same encoders: the writes to layer 1 differ
+    assert not np.allclose(ours.adjacency, crossing.adjacency, atol=1e-3)

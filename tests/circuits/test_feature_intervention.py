@@ -139,3 +139,61 @@ def test_generated_scale_one_changes_nothing_and_bad_scales_are_refused(setup):
     assert same.continuation == plain.continuation and np.array_equal(same.logits, plain.logits)
     with pytest.raises(ValueError, match="generated_scale"):
         feature_intervention(model, tokenizer, graph, tcs, [(layer, pos, feature, 0.0)], generated_scale=float("nan"))
+
+
+# ---------------------------------------------------------------------------------------------- cross-layer transcoders
+@pytest.fixture(scope="module")
+def clt_setup():
+    from tests.circuits.test_attribution_graph import random_clt
+
+    model, tokenizer = tiny_models.llama_lm()
+    clt = random_clt(model)
+    return model, tokenizer, clt, attribution_graph(model, tokenizer, PROMPT, clt, batch_size=16, progress=False)
+
+
+def test_cross_layer_constrained_ablation_moves_every_node_by_minus_its_direct_effect(clt_setup):
+    model, tokenizer, clt, graph = clt_setup
+    before = model_fingerprint(model, tokenizer)
+    n_feat = len(graph.features)
+    rows = np.r_[np.arange(n_feat), np.arange(graph.n_nodes - len(graph.logits), graph.n_nodes)]
+    out_degree = np.abs(graph.adjacency[rows, :n_feat]).sum(0)
+    # layer-0 features write to both layers' MLP outputs; in two blocks, a layer-1 write reaches the logits only from
+    # the last position
+    last = len(graph.token_ids) - 1
+    layer0 = np.flatnonzero((graph.features[:, 0] == 0) & (graph.features[:, 1] == last))
+    assert len(layer0) >= 3
+    for s in [*layer0[np.argsort(-out_degree[layer0])[:3]], int(np.argmax(out_degree))]:
+        layer, pos, feature = graph.features[s]
+        outcome = feature_intervention(model, tokenizer, graph, clt, [(layer, pos, feature, 0.0)], constrained=True)
+        change, column = outcome.node_change[rows], graph.adjacency[rows, s]
+        assert np.abs(change + column).max() <= 1e-4 * np.abs(column).max() + 1e-5
+    assert model_fingerprint(model, tokenizer) == before
+
+
+def test_cross_layer_free_intervention_writes_to_every_later_layer(clt_setup):
+    model, tokenizer, clt, graph = clt_setup
+    ids = torch.as_tensor(graph.token_ids)[None]
+    s = int(np.flatnonzero(graph.features[:, 0] == 0)[-1])
+    assert graph.features[s, 1] == len(graph.token_ids) - 1  # its layer-1 write reaches the logits
+    (layer, pos, feature), value = graph.features[s], float(graph.activations[s])
+    W_dec = clt.replacement_weights(0)["W_dec"][feature]  # (2, d): to layer 0 and to layer 1
+    # layer 0's input does not depend on its own MLP: the feature stays at `value`, so plain hooks adding
+    # value · W_dec[:, j] at layer j's MLP output are exact
+    handles = [
+        model.model.layers[j].mlp.register_forward_hook(
+            lambda m, a, out, j=j: (
+                out + torch.nn.functional.one_hot(torch.tensor(pos), ids.shape[1])[None, :, None] * (value * W_dec[j])
+            )
+        )
+        for j in range(2)
+    ]
+    try:
+        with torch.no_grad():
+            expected = model(input_ids=ids).logits[0, -1]
+    finally:
+        for handle in handles:
+            handle.remove()
+    doubled = feature_intervention(model, tokenizer, graph, clt, [(layer, pos, feature, 2 * value)],
+                                   freeze_attention=False)  # fmt: skip
+    np.testing.assert_allclose(doubled.logits, expected.numpy(), atol=1e-4)
+    assert np.abs(doubled.logits - doubled.base_logits).max() > 1e-3

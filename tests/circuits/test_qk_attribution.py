@@ -89,3 +89,24 @@ def test_bad_input(setup):
                              transcoder=Transcoder(16, k=2, max_epochs=1, progress=False))  # fmt: skip
     with pytest.raises(UnsupportedModelError, match="q_norm"):
         qk_attribution(qwen3, qwen3_tokenizer, PROMPT, tcs3, layer=1, head=0, query_pos=2, key_pos=1)
+
+
+def test_cross_layer_table_sums_to_the_models_score():
+    """A three-block Llama and a random cross-layer transcoder: block 0's features write to blocks 0 and 1, which both
+    feed block 2's attention; the table still sums to the model's own score."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from tests.circuits.test_attribution_graph import random_clt
+
+    tokenizer = tiny_models.bpe_tokenizer()
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=3,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+                         initializer_range=0.2, bos_token_id=tokenizer.bos_token_id,
+                         eos_token_id=tokenizer.eos_token_id)  # fmt: skip
+    model = tiny_models.seeded(lambda: LlamaForCausalLM(config))
+    clt = random_clt(model)
+    ids, _ = graph_prompt(tokenizer, PROMPT)
+    scores, _ = model_scores(model, ids, 2, 1)
+    table = qk_attribution(model, tokenizer, PROMPT, clt, layer=2, head=1, query_pos=6, key_pos=3)
+    assert abs(table.matrix.sum() - scores[6, 3]) <= 1e-4 * max(1.0, abs(scores[6, 3]))
+    assert any(n.startswith("0_") and "_-1_" not in n for n in table.query_nodes)  # block 0's features take part

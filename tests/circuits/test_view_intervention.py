@@ -103,3 +103,19 @@ def test_another_models_graph_is_refused_with_the_reason(setup):
     view = other.widget(model=model, tokenizer=tokenizer, transcoders=tcs)
     message = view.reply({"type": "intervene", "nodes": [other.node_ids[0]]})["error"]
     assert "this graph comes from another model" in message and "view-only" in message
+
+
+def test_the_handler_runs_a_cross_layer_transcoders_intervention():
+    from tests.circuits.test_attribution_graph import random_clt
+
+    model, tokenizer = tiny_models.llama_lm()
+    clt = random_clt(model)
+    graph = attribution_graph(model, tokenizer, PROMPT, clt, batch_size=16, progress=False)
+    view = graph.widget(model=model, tokenizer=tokenizer, transcoders=clt)
+    row = int(np.flatnonzero(graph.features[:, 0] == 0)[-1])  # a layer-0 feature: it writes to both MLP outputs
+    answer = view.reply({"type": "intervene", "nodes": [graph.node_ids[row]], "factor": 3.0, "top_k": 5})
+    assert "error" not in answer, answer.get("error")
+    direct = feature_intervention(model, tokenizer, graph, clt, [(*graph.features[row].tolist(),
+                                  3.0 * float(graph.activations[row]))])  # fmt: skip
+    np.testing.assert_allclose([r["logit_change"] for r in answer["top"]], direct.top(5)["logit_change"].to_numpy(),
+                               rtol=1e-6, atol=1e-7)  # fmt: skip
