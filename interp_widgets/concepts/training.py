@@ -356,6 +356,7 @@ class DictionaryTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         step.loss.backward()
         self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)  # freed now: many trainers stepping in turn hold no stale grads
         with torch.no_grad():
             self.dictionary._after_step(self.w)
             self._fired += step.active
