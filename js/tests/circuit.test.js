@@ -94,7 +94,7 @@ describe("the view", () => {
   it("pins with Enter, groups with G and a typed name, moves with the arrow keys", async () => {
     const { model, el } = mount();
     const stage = el.querySelector(".iw-circuit-stage");
-    expect(stage.getAttribute("tabindex")).toBe("0");
+    expect(stage.getAttribute("tabindex")).toBe("-1"); // no tab stop itself: the node options hold it
     stage.dispatchEvent(new FocusEvent("focus"));
     const key = (k) => stage.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true }));
     await new Promise((r) => setTimeout(r, 20));

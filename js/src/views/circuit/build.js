@@ -1,7 +1,8 @@
 /**
  * Circuit, build: the toolbar (threshold sliders, pin, group with a typed name, intervene), the scores line, the
- * graph (a base canvas for edges and nodes, an overlay canvas for the hovered node's edges; one tab stop whose
- * arrow keys move between nodes), the suggestions, the groups and the detail pane, and their handlers. Trait
+ * graph (a base canvas for edges and nodes, an overlay canvas for the hovered node's edges, and over them a listbox
+ * of one transparent option per drawn node, proxies.js: one tab stop, the arrow keys move the focus between the
+ * nodes' options, Enter pins, Space selects, G groups), the suggestions, the groups and the detail pane, and their handlers. Trait
  * writes go through `ctx.save`; the kernel is asked for the details that did not travel and for interventions,
  * and when it does not answer the view says what it needs.
  *
@@ -13,6 +14,7 @@ import { displayToken } from "../../lib/text.js";
 import { edgeIndex } from "./graph_math/index.js";
 import { KIND_NAMES, nodeName } from "./read.js";
 import { nodeAt, visibleNodes } from "./draw.js";
+import { focusNode } from "./proxies.js";
 
 /** How long the view waits for the kernel before it says it needs one. */
 export const NO_KERNEL_MS = 1500;
@@ -253,17 +255,19 @@ export function build(ctx) {
   ]); // prettier-ignore
   const scores = h("div", { class: "iw-circuit-scores", "aria-live": "polite" });
   const status = h("div", { class: "iw-circuit-status", role: "status", "aria-live": "polite" });
-  const base = h("canvas", { class: "iw-circuit-base" });
-  const overlay = h("canvas", { class: "iw-circuit-overlay" });
-  const tip = h("div", { class: "iw-circuit-tip", role: "tooltip", hidden: true });
-  const announce = h("div", { class: "iw-circuit-focus iw-visually-hidden", "aria-live": "polite" });
-  const stage = h("div", {
-    class: "iw-circuit-stage",
-    tabindex: 0,
-    role: "application",
+  const base = h("canvas", { class: "iw-circuit-base", "aria-hidden": "true" });
+  const overlay = h("canvas", { class: "iw-circuit-overlay", "aria-hidden": "true" });
+  // the tooltip repeats the focused option's name for the eye: hidden from assistive technology
+  const tip = h("div", { class: "iw-circuit-tip", "aria-hidden": "true", hidden: true });
+  const nodes = h("div", {
+    class: "iw-circuit-nodes",
+    role: "listbox",
     "aria-roledescription": "attribution graph",
-    "aria-label": "Attribution graph: arrow keys move between nodes, Enter pins, Space shows details, G groups the pinned nodes",
-  }, [base, overlay, tip, announce]); // prettier-ignore
+    "aria-label": "Attribution graph nodes: arrow keys move between nodes, Enter pins, Space shows details, G groups the pinned nodes, Escape clears the selection",
+  }); // prettier-ignore
+  // the stage is no tab stop (tabindex -1): a click on the canvas, or stage.focus(), hands the focus to the node
+  // options' tab stop (proxies.js), which is the graph's one tab stop
+  const stage = h("div", { class: "iw-circuit-stage", tabindex: -1 }, [base, overlay, nodes, tip]);
   const suggestions = h("div", { class: "iw-circuit-suggestions" });
   const groupsBox = h("div", { class: "iw-circuit-groups" });
   const pane = h("div", { class: "iw-circuit-pane", "aria-live": "polite" });
@@ -287,16 +291,29 @@ export function build(ctx) {
   stage.addEventListener("mouseleave", safely(() => { state.hover = -1; ctx.request(1); })); // prettier-ignore
   stage.addEventListener("click", safely((event) => {
     const i = hoverAt(event);
-    if (i >= 0) state.focus = i;
+    if (i >= 0) {
+      state.focus = i;
+      focusNode(ctx, i, { preventScroll: true });
+    }
     select(i);
   })); // prettier-ignore
+  // the node options (proxies.js): DOM focus on an option is the focused node
+  nodes.addEventListener("focus", safely((event) => {
+    const i = Number(event.target?.dataset?.node);
+    if (!Number.isInteger(i) || i < 0 || i >= ctx.data.n) return;
+    state.focus = i;
+    state.hover = -1;
+    ctx.request(1);
+  }), true); // prettier-ignore
   stage.addEventListener("keydown", safely((event) => {
     const key = event.key;
     if (key.startsWith("Arrow")) {
-      state.focus = moveFocus(ctx, state.focus, key);
-      state.hover = state.focus;
+      const next = moveFocus(ctx, state.focus, key);
+      if (!focusNode(ctx, next)) {
+        state.focus = next; // no options yet: the next draw builds them and focuses this one
+        ctx.request(1);
+      }
       event.preventDefault();
-      ctx.request(1);
     } else if (key === "Enter" && state.focus >= 0) {
       togglePin(ctx, state.focus);
       event.preventDefault();
@@ -313,9 +330,10 @@ export function build(ctx) {
       select(-1);
     }
   })); // prettier-ignore
-  stage.addEventListener("focus", safely(() => {
+  stage.addEventListener("focus", safely((event) => {
+    if (event.target !== stage) return;
     if (state.focus < 0) state.focus = moveFocus(ctx, -1, "ArrowRight");
-    ctx.request(1);
+    if (!focusNode(ctx, state.focus, { preventScroll: true })) ctx.request(1); // no options yet: the draw focuses
   })); // prettier-ignore
   pinButton.addEventListener("click", safely(() => {
     const i = ctx.data.idIndex.get(model.get("selected") || "");
@@ -373,7 +391,7 @@ export function build(ctx) {
   const resize = typeof ResizeObserver === "function" ? new ResizeObserver(() => ctx.request(1)) : null;
   resize?.observe(stage);
   ctx.onCleanup(() => resize?.disconnect());
-  return { root, nodeSlider, edgeSlider, pinButton, groupName, groupButton, interveneButton, doubleButton, factor, scaleButton, freeze, atGenerated, result, scores, status, base, overlay, tip, announce, stage, suggestions, groupsBox, pane }; // prettier-ignore
+  return { root, nodeSlider, edgeSlider, pinButton, groupName, groupButton, interveneButton, doubleButton, factor, scaleButton, freeze, atGenerated, result, scores, status, base, overlay, tip, nodes, stage, suggestions, groupsBox, pane }; // prettier-ignore
 }
 
 export { nodeName };

@@ -14,6 +14,7 @@ import { displayToken } from "../../lib/text.js";
 import { edgeIndex, pruneGraph, subgraphScores, supernodeSuggestions } from "./graph_math/index.js";
 import { detailOf, groupPinned, strongest } from "./build.js";
 import { KIND_NAMES, nodeName } from "./read.js";
+import { markProxies, syncProxies } from "./proxies.js";
 
 const LEFT = 44;
 const BOTTOM = 48;
@@ -41,6 +42,11 @@ const xOf = (g, data, i) => LEFT + (data.layout.col[i] + 0.5) * g.cellW;
 const yOf = (g, data, i) => TOP + (g.rows - 1 - data.layout.row[i] + 0.5) * g.rowH;
 const radius = (g, data, i) =>
   1.5 + (g.rMax - 1.5) * Math.sqrt(Math.max(0, data.influence[i]) / (data.maxInfluence || 1));
+
+/** Node `i`'s centre and radius in CSS pixels of the stage (where its keyboard proxy sits). */
+export function nodeBox(g, data, i) {
+  return { x: xOf(g, data, i), y: yOf(g, data, i), r: radius(g, data, i) };
+}
 
 /** The pruning at the current thresholds (graph_math), cached per thresholds; null at 1, 1 (everything). */
 export function currentPruning(ctx) {
@@ -260,7 +266,6 @@ function showTip(ctx, g) {
   parts.tip.hidden = false;
   parts.tip.style.left = `${Math.min(g.width - 200, xOf(g, data, i) + 10)}px`;
   parts.tip.style.top = `${yOf(g, data, i) + 10}px`;
-  parts.announce.textContent = lines.join(", ");
 }
 
 function contextRow(ctx, context) {
@@ -381,10 +386,14 @@ export function draw(ctx, level) {
     paintBase(ctx, g, state.visible);
     const kept = state.visible.reduce((a, b) => a + b, 0);
     parts.status.dataset.nodes = String(kept);
-    parts.stage.setAttribute("aria-description", `${kept} of ${data.n} nodes and ${state.drawnEdges} of ${data.src.length} edges shown`); // prettier-ignore
+    const shown = `${kept} of ${data.n} nodes and ${state.drawnEdges} of ${data.src.length} edges shown`;
+    parts.stage.setAttribute("aria-description", shown);
+    parts.nodes.setAttribute("aria-description", shown);
+    syncProxies(ctx, g);
     paintScores(ctx);
     paintGroups(ctx);
   }
+  markProxies(ctx);
   paintOverlay(ctx, g);
   showTip(ctx, g);
   const paneKey = `${model.get("selected")}|${state.details.size}|${state.noKernel.size}|${ctx.theme}`;
