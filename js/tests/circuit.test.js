@@ -278,3 +278,142 @@ describe("a lorsa node", () => {
     document.body.replaceChildren();
   });
 });
+
+describe("the roving tabindex", () => {
+  // 3 tokens, 2 layers of 3 features, one logit: strong, medium and weak chains (weights 2, 1, 0.1); at node
+  // threshold 0.5 the pruning keeps the tokens, the strong chain's features (nodes 3, 6) and the logit
+  const chains = () => ({
+    ...fresh(),
+    tokens: ["a", "b", HOSTILE], n_layers: 2, logit_tokens: ["z"], logit_probs: [0.9], pinned: [], groups: [], selected: "",
+    node_labels: ["", "", "", HOSTILE, "mid", "weak", "", "", "", ""], details: {},
+    node_kind: i32([2, 2, 2, 0, 0, 0, 0, 0, 0, 3]), node_layer: i32([-1, -1, -1, 0, 0, 0, 1, 1, 1, 2]),
+    node_pos: i32([0, 1, 2, 0, 1, 2, 0, 1, 2, 2]), node_index: i32([1, 2, 3, 10, 11, 12, 20, 21, 22, 5]),
+    node_influence: f32([1, 1, 1, 1, 1, 1, 1, 1, 1, 1]), node_activation: f32([NaN, NaN, NaN, 1, 1, 1, 1, 1, 1, NaN]),
+    edge_src: i32([0, 1, 2, 3, 4, 5, 6, 7, 8]), edge_dst: i32([3, 4, 5, 6, 7, 8, 9, 9, 9]),
+    edge_weights: new DataView(Uint16Array.from([0x4000, 0x3c00, 0x2e66, 0x4000, 0x3c00, 0x2e66, 0x4000, 0x3c00, 0x2e66]).buffer),
+  }); // prettier-ignore
+  const mount = async (initial = chains()) => {
+    const model = fakeModel(initial);
+    const el = document.createElement("div");
+    document.body.append(el);
+    circuit.render({ model, el });
+    await new Promise((r) => setTimeout(r, 40));
+    return { model, el };
+  };
+  const options = (el) => [...el.querySelectorAll(".iw-circuit-nodes [role=option]")];
+  const nodeOf = (option) => Number(option.dataset.node);
+  const stops = (el) => options(el).filter((o) => o.getAttribute("tabindex") === "0");
+  const press = (k) =>
+    document.activeElement.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true, cancelable: true }));
+  afterEach(() => document.body.replaceChildren());
+
+  it("has one option per drawn node in a listbox, one of them the tab stop", async () => {
+    const { el } = await mount();
+    const box = el.querySelector(".iw-circuit-nodes");
+    expect(box.getAttribute("role")).toBe("listbox");
+    expect(el.querySelector("[role=application]")).toBeNull();
+    expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]); // bottom to top, left to right
+    expect(stops(el).map(nodeOf)).toEqual([0]); // the first node: the bottom-left token
+    expect(options(el).filter((o) => o.getAttribute("tabindex") !== "-1").length).toBe(1);
+    expect(el.querySelector(".iw-circuit-stage").getAttribute("tabindex")).toBe("-1");
+    // each option sits over its node and is named by label, kind, layer and token
+    const feature = options(el)[4];
+    expect(feature.getAttribute("aria-label")).toBe(
+      'mid, feature 0_11_1, layer 0, token "b" at position 1, activation 1.00, influence 1.00',
+    );
+    expect(feature.style.left).toMatch(/px$/);
+    expect(feature.getAttribute("aria-selected")).toBe("false");
+  });
+
+  it("keeps hostile labels and tokens inert text", async () => {
+    const { el } = await mount();
+    const hostile = options(el).filter((o) => o.getAttribute("aria-label").includes(HOSTILE));
+    expect(hostile.map(nodeOf)).toEqual([2, 3, 5, 8, 9]); // token 2's text, feature 3's label, the position-2 nodes
+    expect(hostile[1].getAttribute("aria-label").startsWith(`${HOSTILE}, feature 0_10_0`)).toBe(true);
+    for (const o of options(el)) expect(o.childNodes.length).toBe(0);
+    expect(el.querySelector("img")).toBeNull();
+  });
+
+  it("moves the DOM focus between options with the arrow keys; Enter pins, Space selects", async () => {
+    const { model, el } = await mount();
+    el.querySelector(".iw-circuit-stage").focus(); // a click on the graph, or stage.focus(): to the tab stop
+    expect(nodeOf(document.activeElement)).toBe(0);
+    press("ArrowRight");
+    expect(nodeOf(document.activeElement)).toBe(1);
+    press("ArrowUp");
+    expect(nodeOf(document.activeElement)).toBe(4); // the feature above token 1
+    press("ArrowUp");
+    expect(nodeOf(document.activeElement)).toBe(7);
+    press("ArrowLeft");
+    expect(nodeOf(document.activeElement)).toBe(6);
+    press("ArrowLeft"); // nothing further left: the focus stays
+    expect(nodeOf(document.activeElement)).toBe(6);
+    await new Promise((r) => setTimeout(r, 40));
+    expect(stops(el)).toEqual([document.activeElement]); // the tab stop follows the focus
+    press("Enter");
+    expect(model.get("pinned")).toEqual(["1_20_0"]);
+    press(" ");
+    expect(model.get("selected")).toBe("1_20_0");
+    await new Promise((r) => setTimeout(r, 40));
+    expect(nodeOf(document.activeElement)).toBe(6); // still focused after the redraw
+    expect(document.activeElement.getAttribute("aria-label")).toMatch(/, pinned$/);
+    expect(document.activeElement.getAttribute("aria-selected")).toBe("true");
+    expect(el.querySelectorAll("[aria-selected=true]").length).toBe(1);
+    press("ArrowDown");
+    expect(nodeOf(document.activeElement)).toBe(3);
+    press("Enter");
+    expect(model.get("pinned")).toEqual(["1_20_0", "0_10_0"]);
+    press("g"); // no name typed: G asks for it
+    expect(document.activeElement).toBe(el.querySelector(".iw-circuit-group-name"));
+    document.activeElement.value = "pair";
+    press("Enter");
+    expect(model.get("groups")).toEqual([{ name: "pair", members: ["1_20_0", "0_10_0"] }]);
+    expect(nodeOf(document.activeElement)).toBe(3); // back on the graph, on the last focused node
+    await new Promise((r) => setTimeout(r, 40));
+    expect(document.activeElement.getAttribute("aria-label")).toMatch(/, pinned in supernode pair$/);
+  });
+
+  it("rebuilds the options when a slider prunes, keeping the focused node while it is drawn", async () => {
+    const { model, el } = await mount();
+    const slider = el.querySelector(".iw-circuit-node_threshold");
+    const focused = options(el)[3];
+    focused.focus();
+    slider.value = "0.5";
+    slider.dispatchEvent(new Event("input"));
+    expect(model.get("node_threshold")).toBe(0.5);
+    await new Promise((r) => setTimeout(r, 40));
+    expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 6, 9]); // the drawn nodes only
+    expect(el.querySelector(".iw-circuit-status").dataset.nodes).toBe("6");
+    expect(document.activeElement).toBe(focused); // the same element, still focused
+    expect(stops(el)).toEqual([focused]);
+    press("ArrowRight"); // nodes 4 and 5 are gone: nothing to the right in layer 0
+    expect(document.activeElement).toBe(focused);
+    press("ArrowUp");
+    expect(nodeOf(document.activeElement)).toBe(6);
+    // back to everything: the options come back in order, the focus stays
+    model.set("node_threshold", 1);
+    await new Promise((r) => setTimeout(r, 40));
+    expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+    expect(nodeOf(document.activeElement)).toBe(6);
+    expect(stops(el).map(nodeOf)).toEqual([6]);
+  });
+
+  it("moves the focus to the tab stop when the focused node is pruned away", async () => {
+    const { model, el } = await mount();
+    options(el)[4].focus();
+    model.set("node_threshold", 0.5);
+    await new Promise((r) => setTimeout(r, 40));
+    expect(options(el).some((o) => nodeOf(o) === 4)).toBe(false);
+    expect(nodeOf(document.activeElement)).toBe(0); // on the graph still, at the first node
+    expect(stops(el)).toEqual([document.activeElement]);
+  });
+
+  it("keeps pinned nodes' options when pruning hides their neighbours", async () => {
+    const { model, el } = await mount({ ...chains(), pinned: ["0_12_2"], node_threshold: 0.5 });
+    expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 5, 6, 9]);
+    expect(options(el)[4].getAttribute("aria-label")).toMatch(/^weak, .*, pinned$/);
+    model.set("pinned", []);
+    await new Promise((r) => setTimeout(r, 40));
+    expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 6, 9]);
+  });
+});
