@@ -110,8 +110,14 @@ def test_hover_click_pin_group_save_and_reopen_without_a_kernel(jupyter_server, 
     # keyboard: the graph is one tab stop; Enter pins the focused node, an arrow moves, Enter pins another,
     # G asks for the name, Enter in the name field groups them
     stage.focus()
+    # the focus lands on the node's option (a roving tabindex: one option per drawn node, one of them tabindex 0)
+    focused = view.locator(".iw-circuit-nodes [role=option]:focus")
+    expect(focused).to_have_count(1)
+    assert view.locator(".iw-circuit-nodes [role=option][tabindex='0']").count() == 1
+    first = focused.get_attribute("data-node")
     page.keyboard.press("Enter")
     page.keyboard.press("ArrowRight")
+    assert focused.get_attribute("data-node") != first, "the arrow did not move the DOM focus to another node"
     page.keyboard.press("Enter")
     page.keyboard.press("g")
     name = view.locator(".iw-circuit-group-name")
