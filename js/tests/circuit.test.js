@@ -408,6 +408,17 @@ describe("the roving tabindex", () => {
     expect(stops(el)).toEqual([document.activeElement]);
   });
 
+  it("renames the options when the data changes, and keeps the focus on the graph", async () => {
+    const { model, el } = await mount();
+    options(el)[4].focus();
+    model.set("node_labels", ["", "", "", "", "renamed", "", "", "", "", ""]);
+    await new Promise((r) => setTimeout(r, 40));
+    expect(options(el).length).toBe(10);
+    expect(nodeOf(document.activeElement)).toBe(4);
+    expect(document.activeElement.getAttribute("aria-label")).toMatch(/^renamed, feature 0_11_1/);
+    expect(stops(el)).toEqual([document.activeElement]);
+  });
+
   it("keeps pinned nodes' options when pruning hides their neighbours", async () => {
     const { model, el } = await mount({ ...chains(), pinned: ["0_12_2"], node_threshold: 0.5 });
     expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 5, 6, 9]);

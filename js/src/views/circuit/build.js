@@ -262,7 +262,6 @@ export function build(ctx) {
   const nodes = h("div", {
     class: "iw-circuit-nodes",
     role: "listbox",
-    "aria-roledescription": "attribution graph",
     "aria-label": "Attribution graph nodes: arrow keys move between nodes, Enter pins, Space shows details, G groups the pinned nodes, Escape clears the selection",
   }); // prettier-ignore
   // the stage is no tab stop (tabindex -1): a click on the canvas, or stage.focus(), hands the focus to the node

@@ -93,10 +93,10 @@ export function markProxies(ctx) {
 export function syncProxies(ctx, g) {
   const { data, parts, state, model, doc } = ctx;
   const layer = parts.nodes;
-  const order = nodeOrder(ctx);
-  const { proxies, proxyKeys, visible } = state;
   const active = doc.activeElement;
   const hadFocus = active === parts.stage || (active !== null && layer.contains(active));
+  const order = nodeOrder(ctx); // new data: every option is made anew
+  const { proxies, proxyKeys, visible } = state;
   for (const [i, el] of proxies) {
     if (visible[i]) continue;
     el.remove();
