@@ -321,6 +321,8 @@ describe("the roving tabindex", () => {
     expect(feature.getAttribute("aria-label")).toBe(
       'mid, feature 0_11_1, layer 0, token "b" at position 1, activation 1.00, influence 1.00',
     );
+    expect(options(el)[2].getAttribute("aria-label")).toBe(`token ${JSON.stringify(HOSTILE)} @2, token E_3_2, embedding, influence 1.00`); // prettier-ignore
+    expect(options(el)[9].getAttribute("aria-label")).toBe(`logit "z", logit 2_5_2, output, token ${JSON.stringify(HOSTILE)} at position 2, p = 0.900, influence 1.00`); // prettier-ignore
     expect(feature.style.left).toMatch(/px$/);
     expect(feature.getAttribute("aria-selected")).toBe("false");
   });

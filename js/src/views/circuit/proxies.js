@@ -22,10 +22,11 @@ const fmt = (x) => (Number.isFinite(x) ? Number(x).toPrecision(3) : "—");
 export function proxyName(data, i, pinned = false, group = "") {
   const k = data.kind[i];
   const where = k === 2 ? "embedding" : k === 3 ? "output" : `layer ${data.layer[i]}`;
-  const token = displayToken(String(data.tokens[data.pos[i]] ?? ""));
+  // a token node's name already says its token and position
+  const token = k === 2 ? "" : `, token ${JSON.stringify(displayToken(String(data.tokens[data.pos[i]] ?? "")))} at position ${data.pos[i]}`; // prettier-ignore
   const value = k === 0 || k === 4 ? `, activation ${fmt(data.activation[i])}` : k === 3 ? `, p = ${fmt(data.logitProbs[data.logitOf[i]])}` : ""; // prettier-ignore
   const pin = group ? `, pinned in supernode ${group}` : pinned ? ", pinned" : "";
-  return `${nodeName(data, i)}, ${KIND_NAMES[k]} ${data.ids[i]}, ${where}, token ${JSON.stringify(token)} at position ${data.pos[i]}${value}, influence ${fmt(data.influence[i])}${pin}`; // prettier-ignore
+  return `${nodeName(data, i)}, ${KIND_NAMES[k]} ${data.ids[i]}, ${where}${token}${value}, influence ${fmt(data.influence[i])}${pin}`; // prettier-ignore
 }
 
 /** The node order of the options: rows bottom to top, then left to right (ties by node index), per data. */
