@@ -350,6 +350,13 @@ describe("the roving tabindex", () => {
     expect(nodeOf(document.activeElement)).toBe(6);
     press("ArrowLeft"); // nothing further left: the focus stays
     expect(nodeOf(document.activeElement)).toBe(6);
+    press("End");
+    expect(nodeOf(document.activeElement)).toBe(9); // the last drawn node: the logit, top right
+    press("Home");
+    expect(nodeOf(document.activeElement)).toBe(0);
+    press("ArrowUp");
+    press("ArrowUp");
+    expect(nodeOf(document.activeElement)).toBe(6);
     await new Promise((r) => setTimeout(r, 40));
     expect(stops(el)).toEqual([document.activeElement]); // the tab stop follows the focus
     press("Enter");

@@ -262,7 +262,7 @@ export function build(ctx) {
   const nodes = h("div", {
     class: "iw-circuit-nodes",
     role: "listbox",
-    "aria-label": "Attribution graph nodes: arrow keys move between nodes, Enter pins, Space shows details, G groups the pinned nodes, Escape clears the selection",
+    "aria-label": "Attribution graph nodes: arrow keys move between nodes, Home and End go to the first and last, Enter pins, Space shows details, G groups the pinned nodes, Escape clears the selection",
   }); // prettier-ignore
   // the stage is no tab stop (tabindex -1): a click on the canvas, or stage.focus(), hands the focus to the node
   // options' tab stop (proxies.js), which is the graph's one tab stop
@@ -312,6 +312,10 @@ export function build(ctx) {
         state.focus = next; // no options yet: the next draw builds them and focuses this one
         ctx.request(1);
       }
+      event.preventDefault();
+    } else if ((key === "Home" || key === "End") && nodes.firstElementChild) {
+      // the first (bottom-left) or last (top-right) drawn node, as in a listbox
+      (key === "Home" ? nodes.firstElementChild : nodes.lastElementChild).focus();
       event.preventDefault();
     } else if (key === "Enter" && state.focus >= 0) {
       togglePin(ctx, state.focus);
