@@ -3,8 +3,8 @@
  * graph (a base canvas for edges and nodes, an overlay canvas for the hovered node's edges, and over them a listbox
  * of one transparent option per drawn node, proxies.js: one tab stop, the arrow keys move the focus between the
  * nodes' options, Enter pins, Space selects, G groups), the suggestions, the groups and the detail pane, and their
- * handlers. Trait writes go through `ctx.save`; the kernel is asked for the details that did not travel and for interventions,
- * and when it does not answer the view says what it needs.
+ * handlers. Trait writes go through `ctx.save`; the kernel is asked for the details that did not travel and for
+ * interventions, and when it does not answer the view says what it needs.
  *
  * @example
  *   const parts = build(ctx);
