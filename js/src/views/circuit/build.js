@@ -11,7 +11,7 @@
  */
 import { h } from "../../lib/dom.js";
 import { displayToken } from "../../lib/text.js";
-import { edgeIndex } from "./graph_math/index.js";
+import { edgeIndex, warmPruning } from "./graph_math/index.js";
 import { KIND_NAMES, nodeName } from "./read.js";
 import { nodeAt, visibleNodes } from "./draw.js";
 import { focusNode } from "./proxies.js";
@@ -391,6 +391,11 @@ export function build(ctx) {
   ctx.onCleanup(() => {
     for (const timer of state.waiting.values()) clearTimeout(timer);
   });
+  // the first slider move would also compute the full graph's influence (tens of ms at 5,000 nodes): do it when idle
+  const idle = globalThis.requestIdleCallback ?? ((fn) => setTimeout(fn, 200));
+  const cancelIdle = globalThis.cancelIdleCallback ?? clearTimeout;
+  const warm = idle(safely(() => ctx.data?.graph && warmPruning(ctx.data.graph)));
+  ctx.onCleanup(() => cancelIdle(warm));
   const resize = typeof ResizeObserver === "function" ? new ResizeObserver(() => ctx.request(1)) : null;
   resize?.observe(stage);
   ctx.onCleanup(() => resize?.disconnect());

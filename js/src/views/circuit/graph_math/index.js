@@ -7,6 +7,6 @@
  */
 export { KIND, makeGraph, edgeIndex } from "./graph.js";
 export { nodeInfluence, cumulativeInfluence, logitWeights, normalisedEdges, propagate } from "./influence.js";
-export { pruneGraph } from "./prune.js";
+export { pruneGraph, warmPruning } from "./prune.js";
 export { pinMask, subgraphScores } from "./scores.js";
 export { MAX_CANDIDATES, suggestSupernodes, supernodeSuggestions } from "./suggest.js";

@@ -47,6 +47,15 @@ function fullInfluence(graph) {
 }
 
 /**
+ * Compute and cache the full graph's influence now (the view calls it when the browser is idle after the first paint,
+ * so that the first slider move does not pay for it).
+ * @param {import("./graph.js").CircuitGraph} graph
+ */
+export function warmPruning(graph) {
+  fullInfluence(graph);
+}
+
+/**
  * circuit-tracer's `find_threshold` on float32 scores: sort descending, cumulative = float32(running float64 sum)
  * / float32(total), the first score whose cumulative reaches `fraction` (torch's `searchsorted`, left; none: the
  * last). `nZeros` zero scores follow the given (non-negative) ones.
