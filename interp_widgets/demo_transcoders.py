@@ -14,9 +14,10 @@ resumes there (the checkpoint is deleted once the set is saved). :func:`load_tra
 :func:`load_feature_explanations` read the cache, and say which command builds it when it is missing or corrupted.
 
 The defaults (:data:`DEFAULT_BUILD`) fit the budget of a 2-core CPU (3 hours, 6 GB): 1M tokens (one pass over the
-train split) at 4,096 latents per layer, TopK k = 32 with a skip term. On this 2-core machine a 4,096-token window
-costs about 10 s of SmolLM2 forward passes and 20 s of training over the 30 layers, so 2M tokens would take about
-4 hours before the report. Per layer the trained weights are W_enc and W_dec (576 × 4,096 each), W_skip
+train split) at 4,096 latents per layer, TopK k = 32 with a skip term. On a quiet 2-core machine the fit runs at
+about 5.7 texts a second (70 minutes for the 1M tokens); the report's 61 spliced runs over 20k tokens take roughly
+45 minutes more (extrapolated from the quick set's 259 s for 2k tokens) and the explanations about a quarter of an
+hour, so 2M tokens (about 140 minutes of fit) would pass 3 hours. Per layer the trained weights are W_enc and W_dec (576 × 4,096 each), W_skip
 (576 × 576) and the biases: 5.06M floats, 20 MB; over 30 layers 152M floats, 607 MB per copy. Training keeps five
 copies (the weights, their gradients, Adam's two moments, the best weights so far): 3.0 GB, plus a copy of the
 weights while a checkpoint is written. The model takes 0.54 GB and the shuffle buffer about 0.7 GB (4,096 + 1,024
