@@ -44,11 +44,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from interp_widgets._model_names import display_name, model_name_of, same_model_name
-from interp_widgets.circuits.transcoders import _checksum, _width
+from interp_widgets.circuits.transcoders import _checksum, check_model_identity
 from interp_widgets.concepts._io import load_bundle, save_bundle
 from interp_widgets.concepts.transcoders import INPUT_POINTS, Transcoder
-from interp_widgets.layers import blocks
 from interp_widgets.validation import check_choice
 
 __all__ = ["CrossLayerTranscoderSet"]
@@ -379,18 +377,8 @@ class CrossLayerTranscoderSet:
             ...
             ValueError: this cross-layer transcoder was made for a model of 1 blocks; this one has 2: use it with the model it was made for
         """
-        expected, actual = self.model_name, display_name(model_name_of(model))
-        if expected and actual and not same_model_name(expected, actual):
-            raise ValueError(
-                f"this cross-layer transcoder was made for {expected!r}, not {actual!r}; use it with {expected}, or "
-                "set model_name = None if it is the same model renamed"
-            )
-        width, n_layers = _width(model), len(blocks(model)[1])
-        if n_layers != self.n_layers:
-            raise ValueError(
-                f"this cross-layer transcoder was made for a model of {self.n_layers} blocks; this one has {n_layers}: "
-                "use it with the model it was made for"
-            )
+        width = check_model_identity(model, self.model_name, self.n_layers, subject="this cross-layer transcoder was",
+                                     them="it")  # fmt: skip
         if width != self.d_model:
             raise ValueError(
                 f"this cross-layer transcoder reads and writes width {self.d_model}, but this model's layers have "

@@ -353,6 +353,35 @@ def _fingerprint(model, texts, layers, input_point, template, buffer_tokens, inc
     }
 
 
+def check_model_identity(
+    model, model_name: str | None, n_layers: int, *, subject: str, them: str, fix: str = "", named: str = "made for"
+) -> int:
+    """Raise a ValueError naming the fix if ``model`` is not the model named ``model_name`` (when both names are
+    known) or has not ``n_layers`` blocks; return its width. ``subject`` starts each message ("these transcoders
+    were"), ``named`` says how the name was given ("trained on"), ``them`` refers back to it and ``fix`` adds a remedy. Shared by every transcoder set's ``check_model``.
+
+    Example:
+        >>> check_model_identity(lm, None, 3, subject="this set was", them="it")
+        Traceback (most recent call last):
+        ...
+        ValueError: this set was made for a model of 3 blocks; this one has 2: use it with the model it was made for
+    """
+    extra = f", {fix}" if fix else ""
+    expected, actual = model_name, display_name(model_name_of(model))
+    if expected and actual and not same_model_name(expected, actual):
+        raise ValueError(
+            f"{subject} {named} {expected!r}, not {actual!r}; use {them} with {expected}{extra}, or set "
+            "model_name = None if it is the same model renamed"
+        )
+    blocks_here = len(blocks(model)[1])
+    if blocks_here != n_layers:
+        raise ValueError(
+            f"{subject} made for a model of {n_layers} blocks; this one has {blocks_here}: use {them} with the model "
+            f"{'they were' if them == 'them' else 'it was'} made for{extra}"
+        )
+    return _width(model)
+
+
 # ---------------------------------------------------------------------------------------------- the set
 class TranscoderSet:
     """One fitted :class:`~interp_widgets.concepts.Transcoder` per layer of one model, reading one input point.
@@ -636,20 +665,12 @@ class TranscoderSet:
             >>> tcs.check_model(lm)
             Traceback (most recent call last):
             ...
-            ValueError: these transcoders were made for a model of 3 blocks; this one has 2: use them with the model they were trained on, or train a set for this one (TranscoderSet.fit)
+            ValueError: these transcoders were made for a model of 3 blocks; this one has 2: use them with the model they were made for, or train a set for this one (TranscoderSet.fit)
         """
-        expected, actual = self.model_name, display_name(model_name_of(model))
-        if expected and actual and not same_model_name(expected, actual):
-            raise ValueError(
-                f"these transcoders were trained on {expected!r}, not {actual!r}; use them with {expected}, or train "
-                "a set for this model (TranscoderSet.fit), or set model_name = None if it is the same model renamed"
-            )
-        width, n_layers = _width(model), len(blocks(model)[1])
-        if n_layers != self.n_layers:
-            raise ValueError(
-                f"these transcoders were made for a model of {self.n_layers} blocks; this one has {n_layers}: "
-                "use them with the model they were trained on, or train a set for this one (TranscoderSet.fit)"
-            )
+        width = check_model_identity(
+            model, self.model_name, self.n_layers, subject="these transcoders were", them="them",
+            fix="or train a set for this one (TranscoderSet.fit)", named="trained on",
+        )  # fmt: skip
         for layer, tc in self.transcoders.items():
             if tc.n_features_in_ != width or tc.n_outputs_ != width:
                 raise ValueError(

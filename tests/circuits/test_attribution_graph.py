@@ -143,6 +143,16 @@ def target_rows(graph):
     return np.r_[np.arange(n_feat), np.arange(graph.n_nodes - len(graph.logits), graph.n_nodes)]
 
 
+def assert_zeroing_moves_by_minus_column(ref, graph, full, s) -> None:
+    """Zero feature ``s`` in the reference replacement model, every other node held: each target moves by -A[t, s]."""
+    layer, pos, feature = graph.features[s]
+    acts = [a.clone() for a in ref.acts]
+    acts[layer][pos, feature] = 0.0
+    change = ref.values(ref.run(acts, ref.errors), graph) - full
+    column = graph.adjacency[target_rows(graph), s]
+    assert np.abs(change + column).max() <= 1e-4 * np.abs(column).max() + 1e-5, (s, np.abs(change + column).max())
+
+
 @pytest.mark.parametrize(
     "build, settings, skip_in_errors",
     [
@@ -180,12 +190,7 @@ def test_direct_effects_close_and_predict_constrained_interventions(build, setti
     # zero the most influential features one at a time, every other node held: each target moves by -A[t, s]
     influence = np.abs(graph.adjacency[n_feat:]).sum(0)[:n_feat] + np.abs(graph.adjacency[:n_feat, :n_feat]).sum(0)
     for s in np.argsort(-influence)[:3]:
-        layer, pos, feature = graph.features[s]
-        acts = [a.clone() for a in ref.acts]
-        acts[layer][pos, feature] = 0.0
-        change = ref.values(ref.run(acts, ref.errors), graph) - full
-        column = graph.adjacency[target_rows(graph), s]
-        assert np.abs(change + column).max() <= 1e-4 * np.abs(column).max() + 1e-5, (s, np.abs(change + column).max())
+        assert_zeroing_moves_by_minus_column(ref, graph, full, s)
     assert model_fingerprint(model, tokenizer) == before
 
 
@@ -423,12 +428,7 @@ def test_cross_layer_direct_effects_close_and_predict_constrained_interventions(
     assert len(layer0) >= 3
     influence = np.abs(graph.adjacency[:, :n_feat]).sum(0)
     for s in [*layer0[np.argsort(-influence[layer0])[:3]], int(np.argmax(influence))]:
-        layer, pos, feature = graph.features[s]
-        acts = [a.clone() for a in ref.acts]
-        acts[layer][pos, feature] = 0.0
-        change = ref.values(ref.run(acts, ref.errors), graph) - full
-        column = graph.adjacency[target_rows(graph), s]
-        assert np.abs(change + column).max() <= 1e-4 * np.abs(column).max() + 1e-5, (s, np.abs(change + column).max())
+        assert_zeroing_moves_by_minus_column(ref, graph, full, s)
     assert model_fingerprint(model, tokenizer) == before
 
 

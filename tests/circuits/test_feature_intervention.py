@@ -25,6 +25,14 @@ def setup():
     return model, tokenizer, tcs, attribution_graph(model, tokenizer, PROMPT, tcs, batch_size=16, progress=False)
 
 
+def assert_constrained_zeroing_moves_by_minus_column(model, tokenizer, graph, transcoders, rows, s) -> None:
+    """Zero feature ``s`` with every other node held (constrained): each node of ``rows`` moves by -A[t, s]."""
+    layer, pos, feature = graph.features[s]
+    outcome = feature_intervention(model, tokenizer, graph, transcoders, [(layer, pos, feature, 0.0)], constrained=True)
+    change, column = outcome.node_change[rows], graph.adjacency[rows, s]
+    assert np.abs(change + column).max() <= 1e-4 * np.abs(column).max() + 1e-5
+
+
 def test_constrained_ablation_moves_every_node_by_minus_its_direct_effect(setup):
     model, tokenizer, tcs, graph = setup
     before = model_fingerprint(model, tokenizer)
@@ -32,10 +40,7 @@ def test_constrained_ablation_moves_every_node_by_minus_its_direct_effect(setup)
     rows = np.r_[np.arange(n_feat), np.arange(graph.n_nodes - len(graph.logits), graph.n_nodes)]
     out_degree = np.abs(graph.adjacency[rows, :n_feat]).sum(0)
     for s in np.argsort(-out_degree)[:3]:
-        layer, pos, feature = graph.features[s]
-        outcome = feature_intervention(model, tokenizer, graph, tcs, [(layer, pos, feature, 0.0)], constrained=True)
-        change, column = outcome.node_change[rows], graph.adjacency[rows, s]
-        assert np.abs(change + column).max() <= 1e-4 * np.abs(column).max() + 1e-5
+        assert_constrained_zeroing_moves_by_minus_column(model, tokenizer, graph, tcs, rows, s)
     assert model_fingerprint(model, tokenizer) == before
 
 
@@ -163,10 +168,7 @@ def test_cross_layer_constrained_ablation_moves_every_node_by_minus_its_direct_e
     layer0 = np.flatnonzero((graph.features[:, 0] == 0) & (graph.features[:, 1] == last))
     assert len(layer0) >= 3
     for s in [*layer0[np.argsort(-out_degree[layer0])[:3]], int(np.argmax(out_degree))]:
-        layer, pos, feature = graph.features[s]
-        outcome = feature_intervention(model, tokenizer, graph, clt, [(layer, pos, feature, 0.0)], constrained=True)
-        change, column = outcome.node_change[rows], graph.adjacency[rows, s]
-        assert np.abs(change + column).max() <= 1e-4 * np.abs(column).max() + 1e-5
+        assert_constrained_zeroing_moves_by_minus_column(model, tokenizer, graph, clt, rows, s)
     assert model_fingerprint(model, tokenizer) == before
 
 
