@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from interp_widgets.circuits import _graph_json
-from interp_widgets.circuits._view import _document_view
 from interp_widgets.circuits.graph import load_graph
 
 __all__ = ["circuit_view"]
@@ -55,6 +54,8 @@ def circuit_view(source, *, features: Any = None, labels: Mapping[str, str] | No
              if n.get("feature_type") not in (_graph_json.LOGIT,) and n.get("clerp")}  # fmt: skip
     given.update(labels or {})
     if any(n.get("feature_type") not in _graph_json.KNOWN_TYPES for n in doc["nodes"]):
+        from interp_widgets.circuits._view import _document_view  # the view's data types need the widgets
+
         return _document_view(path, doc, given, **options)
     if features is None and (path.parent / "features").is_dir():
         features = path.parent / "features"

@@ -39,23 +39,6 @@ VOCAB = 8
 _FLOAT16_MAX = 65504.0
 _KIND_CODES = {"feature": 0, "error": 1, "token": 2, "logit": 3}
 
-#: The function that runs an intervention from the view: ``feature_intervention``, which registers itself with
-#: :func:`register_runner` (it imports the graph module, which builds this view, so this module cannot import it).
-_RUNNER = None
-
-
-def register_runner(run) -> None:
-    """Set the function that runs the view's interventions (``feature_intervention`` registers itself on import).
-
-    Example:
-        >>> import interp_widgets.circuits as circuits
-        >>> register_runner(circuits.feature_intervention); _RUNNER is circuits.feature_intervention
-        True
-    """
-    global _RUNNER
-    _RUNNER = run
-
-
 FeatureSource = "str | Path | Mapping[tuple[int, int], dict] | Callable[[int, int], dict | None] | None"
 
 
@@ -275,8 +258,9 @@ class GraphSource:
     def _intervene(
         self, rows: list[int], factor: float, freeze: bool, at_generated: bool, new_tokens: int, top_k: int
     ) -> dict:
-        if _RUNNER is None:
-            raise RuntimeError("feature_intervention is not loaded: import interp_widgets.circuits")
+        # imported here: feature_intervention imports the graph module, which imports this module to build its view
+        from interp_widgets.circuits.feature_intervention import feature_intervention
+
         graph = self.graph
         if int(self.transcoders.n_layers) != int(graph.n_layers):
             raise ValueError(
@@ -286,7 +270,7 @@ class GraphSource:
         plan = [
             (*(int(v) for v in graph.features[r]), factor * float(graph.activations[r])) for r in rows
         ]  # (layer, pos, feature, value)
-        outcome = _RUNNER(
+        outcome = feature_intervention(
             self.model, self.tokenizer, graph, self.transcoders, plan,
             freeze_attention=freeze, max_new_tokens=new_tokens, generated_scale=factor if at_generated else None,
         )  # fmt: skip
