@@ -19,14 +19,18 @@ It prints, and appends to ``--out`` as each one is measured (a run cut short sti
 3. ``activations_200k_*`` and ``topk_sae_*``: layer 16's activations over 200k tokens of the shipped corpus, then a
    TopK SAE of 32,768 latents, k = 64, one epoch at batch 4,096 on the GPU.
 4. ``finetune_*``: full fine-tuning in bf16 on 8 x 512 tokens, AdamW with bf16 states (``fused=True``). 5 warm-up
-   steps, then 40 timed steps in four runs of 10, unmonitored and monitored alternated, timed with CUDA events. The
-   monitor: ``AnisotropyMonitor`` on 8 layers, rank 16, 20 controls, every step measured, proxies fitted on the
-   first 30 % of its 20 monitored steps (``fit="early"``), at most 4,096 token rows per layer and step, attached to
-   the optimiser. Goal: monitored ÷ unmonitored time <= 1.03.
+   steps, then 80 timed steps in runs of 10, timed with CUDA events: unmonitored, monitored on schedule A,
+   unmonitored, monitored on schedule B, twice over. The monitor: ``AnisotropyMonitor`` on 8 layers, rank 16, 20
+   controls, proxies fitted over the first 30 % of its 20 monitored steps (``fit="early"``), at most 4,096 token rows
+   per layer and step, attached to the optimiser; schedule A measures every step (``every=1``), B every 10th
+   (``every=10``). Goal: monitored ÷ unmonitored time per step <= 1.03.
 5. ``logit_lens_*``, ``attention_patterns_*``, ``activation_patching_*``: once each (64-, 512- and 16-token prompts).
 6. ``attribution_graph_*``: random TopK transcoders of 16,384 latents, k = 64, on every layer; a 64-token prompt,
-   ``max_feature_nodes`` 8,192, ``batch_size`` 256. Attribution graphs are computed in float32 (the closure holds to
-   float tolerance only there), so the model is cast to float32 first (the optimiser's state is freed before).
+   ``max_feature_nodes`` 8,192, ``batch_size`` 128. Attribution graphs are computed in float32 (the closure holds to
+   float tolerance only there), so the model is cast to float32 first (the optimiser's state is freed before). At
+   ``batch_size`` 256 the float32 replacement pass does not fit beside the 32 GB model and 17 GB of transcoders on
+   an H200 (run out of memory at 137 GB on 2026-12-04), so the script uses 128; it halves the batch again, and says
+   so, if that runs out too.
 7. ``gpu_script_seconds``: the whole run, model construction included. Goal <= 240.
 
 ``--tiny`` runs the same code with a small model of the same family and small sizes on the CPU in under 2 minutes
@@ -41,6 +45,7 @@ Example:
 from __future__ import annotations
 
 import argparse
+import gc
 import gzip
 import importlib.abc
 import math
@@ -125,7 +130,7 @@ SIZES = {
         graph_latents=16384,
         graph_k=64,
         graph_nodes=8192,
-        graph_batch=256,
+        graph_batch=128,
     ),
     "tiny": dict(
         model=dict(
@@ -237,6 +242,50 @@ class Device:
         run()
         self.sync()
         return float(self.torch.cuda.max_memory_allocated() - before)
+
+
+#: ``--profile DIR``: where the extra, profiled repeats write their tables (None: no profiling).
+PROFILE_DIR: Path | None = None
+
+
+@contextmanager
+def profiled(name: str, dev: Device):
+    """With ``--profile DIR``, where the time of the block goes, written to ``DIR/<name>_profile.txt``: the torch
+    profiler's top operators by time on the device and on the host, then cProfile's top Python functions. Without it,
+    nothing. Profiled blocks are extra repeats: the timed runs are never profiled.
+
+    Example:
+        >>> with profiled("nothing", Device("cpu")):
+        ...     pass
+    """
+    if PROFILE_DIR is None:
+        yield
+        return
+    import cProfile
+    import io
+    import pstats
+
+    import torch
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if dev.cuda:
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    python = cProfile.Profile()
+    with torch.profiler.profile(activities=activities) as prof:
+        python.enable()
+        try:
+            yield
+        finally:
+            python.disable()
+            dev.sync()
+    out = io.StringIO()
+    averages = prof.key_averages()
+    out.write(averages.table(sort_by="self_cuda_time_total" if dev.cuda else "self_cpu_time_total", row_limit=30))
+    out.write("\n")
+    out.write(averages.table(sort_by="cpu_time_total", row_limit=20))
+    out.write("\n")
+    pstats.Stats(python, stream=out).sort_stats("cumulative").print_stats(45)
+    (PROFILE_DIR / f"{name}_profile.txt").write_text(out.getvalue())
 
 
 def load_tokenizer():
@@ -421,6 +470,27 @@ def bench_concepts(model, tokenizer, dev: Device, size: dict, report: Report) ->
         "s",
         info=f"{rows} rows, batch {size['sae_batch']}, last epoch {last}",
     )
+    if PROFILE_DIR is not None:
+        with profiled("activations", dev):
+            collect_activations(
+                model,
+                tokenizer,
+                texts[: len(texts) // 4],
+                layer=size["activation_layer"],
+                memory_budget="16GB",
+                max_batch_tokens=32768,
+                progress=False,
+            )
+        with profiled("topk_sae", dev):
+            SparseAutoencoder(
+                size["sae_latents"],
+                activation="topk",
+                k=size["sae_k"],
+                batch_size=size["sae_batch"],
+                max_epochs=1,
+                device=dev.name,
+                progress=False,
+            ).fit(store.to_numpy()[: rows // 4])
 
 
 def bench_finetune(model, tokenizer, dev: Device, size: dict, report: Report) -> None:
@@ -439,16 +509,12 @@ def bench_finetune(model, tokenizer, dev: Device, size: dict, report: Report) ->
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=dev.cuda, foreach=False if not dev.cuda else None)
     monitored_steps = 2 * size["run_steps"]
-    monitor = AnisotropyMonitor(
-        model,
-        layers,
-        rank=16,
-        n_controls=20,
-        fit="early",
-        total_steps=monitored_steps,
-        optimizer=optimizer,
-        max_tokens=4096,
-    )
+    schedules = {"every_step": 1, "every_10": 10}  # measure every step, or every 10th
+    monitors = {
+        name: AnisotropyMonitor(model, layers, rank=16, n_controls=20, fit="early", total_steps=monitored_steps,
+                                every=every, optimizer=optimizer, max_tokens=4096)
+        for name, every in schedules.items()
+    }  # fmt: skip
 
     def train(steps: int) -> None:
         for _ in range(steps):
@@ -459,33 +525,37 @@ def bench_finetune(model, tokenizer, dev: Device, size: dict, report: Report) ->
 
     train(size["warmup_steps"])
     dev.sync()
-    times = {"plain": 0.0, "monitored": 0.0}
-    for run in ("plain", "monitored", "plain", "monitored"):
+    times = dict.fromkeys(["plain", *schedules], 0.0)
+    for run in ("plain", "every_step", "plain", "every_10") * 2:  # alternated, so drifts hit every run alike
         with dev.timed() as timing:
-            if run == "monitored":
-                with monitor:
-                    train(size["run_steps"])
-            else:
+            if run == "plain":
                 train(size["run_steps"])
+            else:
+                with monitors[run]:
+                    train(size["run_steps"])
         times[run] += timing.seconds
+    if PROFILE_DIR is not None:
+        with profiled("monitored_steps", dev), monitors["every_step"]:
+            train(3)
     model.eval()
-    steps = 2 * size["run_steps"]
+    plain = times["plain"] / (4 * size["run_steps"])
     report.line(
         "finetune_step_seconds",
-        times["plain"] / steps,
+        plain,
         "s",
-        info=f"{batch}x{length} tokens, bf16 AdamW states, {steps} plain steps",
+        info=f"{batch}x{length} tokens, bf16 AdamW states, {4 * size['run_steps']} plain steps",
     )
-    energy = monitor.series(f"energy_ratio|{monitor.layers[0]}")[1]
-    spent = np.asarray(monitor.series("monitor_ms")[1], dtype=float)  # the monitor's own time in each step
-    report.line(
-        "finetune_monitor_ratio",
-        times["monitored"] / times["plain"],
-        goal=f"<= {GOAL_MONITOR_RATIO}",
-        info=f"{len(layers)} layers, rank {monitor.rank}, 20 controls, every step, fit early over "
-        f"{monitored_steps} steps; {len(energy)} measured; monitor_ms median {np.median(spent):.1f}, "
-        f"max {spent.max():.1f}, sum {spent.sum():.0f}",
-    )
+    for name, every in schedules.items():
+        monitor = monitors[name]
+        energy = monitor.series(f"energy_ratio|{monitor.layers[0]}")[1]
+        spent = np.asarray(monitor.series("monitor_ms")[1], dtype=float)  # the monitor's own time per measured step
+        report.line(
+            f"finetune_monitor_{name}_ratio",
+            times[name] / monitored_steps / plain,
+            goal=f"<= {GOAL_MONITOR_RATIO}",
+            info=f"{len(layers)} layers, rank 16, 20 controls, every {every} step(s), fit early over {monitored_steps} "
+            f"steps, {len(energy)} measured; monitor_ms median {np.median(spent):.1f}, max {spent.max():.1f}",
+        )
 
 
 def bench_views(model, tokenizer, dev: Device, size: dict, report: Report) -> None:
@@ -574,8 +644,11 @@ def bench_graph(model, tokenizer, dev: Device, size: dict, report: Report) -> No
     batch, note = size["graph_batch"], ""
     try:
         peak = dev.peak_over(lambda: run(batch))
-    except torch.cuda.OutOfMemoryError:  # say so, and measure at half the batch rather than report nothing
+    except torch.cuda.OutOfMemoryError:
+        peak = None  # retried below, outside this block: the exception's frames hold the failed run's tensors
+    if peak is None:  # say so, and measure at half the batch rather than report nothing
         box.clear()
+        gc.collect()
         torch.cuda.empty_cache()
         batch, note = batch // 2, f"batch {batch} ran out of GPU memory; "
         peak = dev.peak_over(lambda: run(batch))
@@ -597,7 +670,14 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--only", nargs="*", help="run only these parts (attribution generation concepts finetune views graph)"
     )
+    parser.add_argument(
+        "--profile", help="also profile extra repeats of the activations, SAE and monitored steps into this folder"
+    )
     args = parser.parse_args(argv)
+    global PROFILE_DIR
+    PROFILE_DIR = Path(args.profile) if args.profile else None
+    if PROFILE_DIR is not None:
+        PROFILE_DIR.mkdir(parents=True, exist_ok=True)
     sys.meta_path.insert(0, RefuseViewPackages())
     t0 = time.perf_counter()
     import torch

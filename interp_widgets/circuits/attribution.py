@@ -476,10 +476,10 @@ def _influence(rows: torch.Tensor, row_nodes: torch.Tensor, seed: torch.Tensor, 
     iteration on the row-normalised ``|rows|`` (circuit-tracer's partial influences)."""
     normalised = rows.abs()
     normalised = normalised / normalised.sum(1, keepdim=True).clamp_min(1e-10)
-    column_to_row = torch.full((rows.shape[1],), -1, dtype=torch.long)
+    column_to_row = torch.full((rows.shape[1],), -1, dtype=torch.long, device=rows.device)
     has_row = row_nodes >= 0
     column_to_row[row_nodes[has_row]] = torch.nonzero(has_row)[:, 0]
-    total = torch.zeros(rows.shape[1])
+    total = torch.zeros(rows.shape[1], device=rows.device)
     current = seed.clone()
     for _ in range(max_steps):
         if not current.any():
@@ -576,49 +576,58 @@ def attribution_graph(
         try:
             engine = _Backward(model, ids, state, points, batch_size, sources)
             device = state.final.device
-            logit_rows = torch.cat([
-                engine.rows([("final", n_pos - 1, v.to(device)) for v in vectors[i : i + batch_size]]).cpu()
-                for i in range(0, len(found), batch_size)
-            ])  # fmt: skip
-            bar.update(len(found))
-            feature_rows: dict[int, torch.Tensor] = {}
+            n_targets = len(found)
+            # every computed row, on the model's device: the logit rows, then feature rows in the order computed
+            store = torch.empty(n_targets + cap, sources.n_sources, device=device)
+            for i in range(0, n_targets, batch_size):
+                store[i : min(i + batch_size, n_targets)] = engine.rows(
+                    [("final", n_pos - 1, v.to(device)) for v in vectors[i : i + batch_size]]
+                )
+            bar.update(n_targets)
+            slot_of: dict[int, int] = {}  # feature index → its row in store
             encoders = [w["W_enc"] for w in state.weights]
 
             def compute(chosen: list[int]) -> None:
                 for i in range(0, len(chosen), batch_size):
                     chunk = chosen[i : i + batch_size]
-                    rows = engine.rows([
+                    start = n_targets + len(slot_of)
+                    store[start : start + len(chunk)] = engine.rows([
                         (int(layer), int(pos), encoders[layer][feature])
                         for layer, pos, feature in sources.features[chunk]
-                    ]).cpu()  # fmt: skip
-                    for j, index in enumerate(chunk):
-                        feature_rows[index] = rows[j]
+                    ])  # fmt: skip
+                    slot_of.update((index, start + j) for j, index in enumerate(chunk))
                     bar.update(len(chunk))
+
+            def rows_of(features: list[int]) -> torch.Tensor:
+                """The logit rows, then the rows of ``features``, in that order."""
+                slots = torch.tensor([*range(n_targets), *(slot_of[i] for i in features)], device=device)
+                return store.index_select(0, slots)
 
             if cap == n_feat:
                 compute(list(range(n_feat)))
-            seed = torch.as_tensor(found.probs, dtype=torch.float32)
-            while len(feature_rows) < cap:
-                visited = sorted(feature_rows)
-                rows = torch.cat([logit_rows, *([torch.stack([feature_rows[i] for i in visited])] if visited else [])])
-                nodes = torch.tensor([-1] * len(found) + visited, dtype=torch.long)
-                influence = _influence(rows, nodes, torch.cat([seed, torch.zeros(len(visited))]))[:n_feat]
+            seed = torch.as_tensor(found.probs, dtype=torch.float32, device=device)
+            while len(slot_of) < cap:
+                visited = sorted(slot_of)
+                nodes = torch.tensor([-1] * n_targets + visited, dtype=torch.long, device=device)
+                influence = _influence(rows_of(visited), nodes, torch.cat([seed, seed.new_zeros(len(visited))]))
+                influence = influence[:n_feat].cpu()
                 influence[visited] = -1.0
                 order = torch.argsort(influence, descending=True, stable=True)
-                take = min(update_interval * batch_size, cap - len(feature_rows))
+                take = min(update_interval * batch_size, cap - len(slot_of))
                 compute(order[:take].tolist())
         finally:
             bar.close()
-    selected = np.array(sorted(feature_rows), dtype=np.int64)
+    selected = np.array(sorted(slot_of), dtype=np.int64)
+    rows = rows_of(selected.tolist())
     lost = None
     if cap < n_feat:
-        rows = torch.cat([logit_rows, torch.stack([feature_rows[i] for i in selected.tolist()])])
-        nodes = torch.tensor([-1] * len(found) + selected.tolist(), dtype=torch.long)
-        influence = _influence(rows, nodes, torch.cat([seed, torch.zeros(len(selected))]))
+        nodes = torch.tensor([-1] * n_targets + selected.tolist(), dtype=torch.long, device=device)
+        influence = _influence(rows, nodes, torch.cat([seed, seed.new_zeros(len(selected))])).cpu()
         dropped = np.setdiff1d(np.arange(n_feat), selected)
         total = float(influence.sum())
         lost = float(influence[dropped].sum()) / total if total > 0 else 0.0
-    adjacency = _assemble(sources, selected, feature_rows, logit_rows, len(found))
+    rows = rows.cpu()
+    adjacency = _assemble(sources, selected, rows, n_targets)
     tokens = [tokenizer.decode([i]) for i in ids[0].tolist()]
     text = prompt if isinstance(prompt, str) else tokenizer.decode(ids[0])
     settings = {
@@ -646,15 +655,16 @@ def attribution_graph(
     )
 
 
-def _assemble(sources: _Sources, selected: np.ndarray, feature_rows: dict, logit_rows: torch.Tensor, n_logits: int):
-    """The graph's square adjacency: rows and columns of the selected features, errors, tokens and logits."""
+def _assemble(sources: _Sources, selected: np.ndarray, rows: torch.Tensor, n_logits: int):
+    """The graph's square adjacency: rows and columns of the selected features, errors, tokens and logits, from
+    ``rows`` (the logit rows, then the selected features' rows, each over every source)."""
     n_sel = len(selected)
     n_other = sources.n_sources - sources.n_features
     n = n_sel + n_other + n_logits
     columns = np.concatenate([selected, np.arange(sources.n_features, sources.n_sources)])
     adjacency = np.zeros((n, n), np.float32)
+    computed = rows.numpy()
     if n_sel:
-        block = torch.stack([feature_rows[i] for i in selected.tolist()]).numpy()
-        adjacency[:n_sel, : n_sel + n_other] = block[:, columns]
-    adjacency[n_sel + n_other :, : n_sel + n_other] = logit_rows.numpy()[:, columns]
+        adjacency[:n_sel, : n_sel + n_other] = computed[n_logits:][:, columns]
+    adjacency[n_sel + n_other :, : n_sel + n_other] = computed[:n_logits][:, columns]
     return adjacency

@@ -317,7 +317,16 @@ class ConceptModel(TransformerMixin, BaseEstimator):
             self.__dict__["_encoder_cache"] = cached
         return cached[1], cached[2]
 
+    def _affine_decoder(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(components, offset)`` where the decoder's weights are known in closed form; None (the default): read
+        them off by decoding unit vectors (``n_concepts`` decodes, ``n_concepts² × d`` multiply-adds)."""
+        return None
+
     def _set_affine_decoder(self) -> None:
+        known = self._affine_decoder()
+        if known is not None:
+            self.components_, self.offset_ = (np.ascontiguousarray(a, dtype=np.float32) for a in known)
+            return
         n = self.n_concepts
         zero = np.zeros((1, n), dtype=np.float32)
         self.offset_ = np.asarray(self._inverse(zero), dtype=np.float32)[0]

@@ -499,6 +499,9 @@ class _SparseAutoencoderBase(ConceptModel):
     def _inverse(self, C: np.ndarray) -> np.ndarray:
         return C @ (self.weights_["W_dec"].numpy() * self.scale_) + self.weights_["b_dec"].numpy()
 
+    def _affine_decoder(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.weights_["W_dec"].numpy() * self.scale_, self.weights_["b_dec"].numpy()
+
     def _state(self):
         arrays, extra = super()._state()
         arrays.update({f"sae.{name}": t.numpy() for name, t in self.weights_.items()})

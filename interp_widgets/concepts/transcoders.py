@@ -226,6 +226,10 @@ class Transcoder(_SparseAutoencoderBase):
             self.target_scale_
         )
 
+    def _affine_decoder(self) -> tuple[np.ndarray, np.ndarray]:
+        scale = self.target_scale_
+        return self.weights_["W_dec"].numpy() * scale, self.weights_["b_dec"].numpy() * scale
+
     def folded(self) -> dict[str, torch.Tensor]:
         """The weights in raw units, circuit-tracer's layout: ``W_enc`` (n, d_in) with ``f = σ(W_enc x + b_enc)``,
         ``W_dec`` (n, d_out), ``b_dec``, ``W_skip`` (d_out, d_in) applied as ``x W_skipᵀ``, ``threshold`` raw.

@@ -255,7 +255,13 @@ class Capture:
                 cached["order"] = torch.randperm(valid.shape[0], generator=self.generator)
             valid = valid[cached["order"][:remaining].sort().values]
         self.used[spec] = self.used.get(spec, 0) + valid.shape[0]
-        return valid.to(device)
+        # one copy to the device per forward pass and budget, shared by the layers: on a GPU each copy of a host
+        # tensor waits for the kernels queued before it
+        copies = cached.setdefault("on_device", {})
+        key = (valid.shape[0], device)
+        if key not in copies:
+            copies[key] = valid.to(device)
+        return copies[key]
 
     def layer_hook(self, spec: str):
         """The forward hook of one layer: keeps its rows of ``H`` and hooks its output for the rows of ``G``."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -123,6 +123,21 @@ def all_finite(tensor: torch.Tensor) -> bool:
     if bool(torch.isfinite(tensor.sum())):
         return True
     return bool(torch.isfinite(tensor.sum(dtype=torch.float64)))
+
+
+def all_finite_each(tensors: Sequence[torch.Tensor]) -> list[bool]:
+    """:func:`all_finite` of each tensor, deciding the finite ones with one device synchronisation for all of them
+    (on a GPU each ``bool()`` waits for every kernel queued before it).
+
+    Example:
+        >>> all_finite_each([torch.ones(3), torch.tensor([float("inf")]), torch.full((4,), 3e38)])
+        [True, False, True]
+    """
+    if not tensors:
+        return []
+    device = tensors[0].device
+    sums = torch.stack([t.sum().float().to(device) for t in tensors])
+    return [flag or all_finite(t) for flag, t in zip(torch.isfinite(sums).tolist(), tensors)]
 
 
 def quantiles(values: np.ndarray) -> tuple[float, float]:
@@ -299,7 +314,12 @@ class Measurement:
         raw: dict[str, np.ndarray] = {}
         on_cpu = all(H.device.type == "cpu" for H, _ in data.values())
         with measurement_threads(self.config.measurement_threads) if on_cpu else contextlib.nullcontext():
-            layers = [self.prepare_layer(step, spec, *data[spec]) for spec in self.layers.names]
+            names = self.layers.names
+            finite = all_finite_each([t for spec in names for t in data[spec]])  # H, G of each layer
+            layers = [
+                self.prepare_layer(step, spec, *data[spec], finite=finite[2 * i] and finite[2 * i + 1])
+                for i, spec in enumerate(names)
+            ]
             self.align(step, [layer for layer in layers if layer.moments is not None])
             for layer in layers:
                 self.finish_layer(step, layer)
@@ -308,13 +328,16 @@ class Measurement:
         values["fitting"] = 1.0 if any(layer.fitting for layer in layers) else 0.0
         return values, raw
 
-    def prepare_layer(self, step: int, spec: str, H: torch.Tensor, G: torch.Tensor) -> "LayerStep":
-        """A layer's step up to its gradient moments: finiteness, the proxy schedule (fit window, fit), and, once the
-        layer has a proxy, the moments of ``G`` for :meth:`align`."""
+    def prepare_layer(
+        self, step: int, spec: str, H: torch.Tensor, G: torch.Tensor, finite: bool | None = None
+    ) -> "LayerStep":
+        """A layer's step up to its gradient moments: finiteness (``finite``, when the caller decided it already),
+        the proxy schedule (fit window, fit), and, once the layer has a proxy, the moments of ``G`` for
+        :meth:`align`."""
         layer = LayerStep(spec, nan_values(spec))
         layer.values[layer.name("n_tokens")] = float(G.shape[0])
         layer.values[layer.name("nonfinite")] = 0.0
-        if not (all_finite(G) and all_finite(H)):
+        if not (finite if finite is not None else all_finite(G) and all_finite(H)):
             layer.values[layer.name("nonfinite")] = 1.0
             warnings.warn(
                 f"step {step}, layer {spec!r}: non-finite gradients or activations; recorded as a flagged "
