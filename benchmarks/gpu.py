@@ -60,6 +60,8 @@ import _repo  # noqa: F401  (the checkout's interp_widgets: a GPU machine has no
 HERE = Path(__file__).resolve().parent
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# this script's own process: the graph's float32 pass fills most of the card, where fixed-size segments fragment
+os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
 
 #: Packages of the views and the notebook, absent from a GPU machine's stock image: the compute path must not need them.
 VIEW_PACKAGES = frozenset(

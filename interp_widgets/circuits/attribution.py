@@ -475,7 +475,7 @@ def _influence(rows: torch.Tensor, row_nodes: torch.Tensor, seed: torch.Tensor, 
     rows of nodes ``row_nodes`` (their column index, −1 for logits), ``seed`` (r,) the logit weights. Power
     iteration on the row-normalised ``|rows|`` (circuit-tracer's partial influences)."""
     normalised = rows.abs()
-    normalised = normalised / normalised.sum(1, keepdim=True).clamp_min(1e-10)
+    normalised /= normalised.sum(1, keepdim=True).clamp_min(1e-10)  # in place: one copy of the rows, not two
     column_to_row = torch.full((rows.shape[1],), -1, dtype=torch.long, device=rows.device)
     has_row = row_nodes >= 0
     column_to_row[row_nodes[has_row]] = torch.nonzero(has_row)[:, 0]
