@@ -132,7 +132,14 @@ class ModelAdapter:
             if device is not None:
                 return device
         weight = getattr(embedding, "weight", None)
-        if isinstance(weight, torch.Tensor) and weight.device.type != "meta":
+        if isinstance(weight, torch.Tensor):
+            if weight.device.type == "meta":
+                raise ValueError(
+                    "the model's input embedding is on the meta device and no accelerate hook loads it: its weights "
+                    "were never loaded (a model built under init_empty_weights, or dispatched with no offload "
+                    "folder). Load them first: from_pretrained(..., device_map=..., offload_folder=...) or "
+                    "accelerate.load_checkpoint_and_dispatch(model, checkpoint, device_map=...)"
+                )
             return weight.device
         for param in self.model.parameters():
             if param.device.type != "meta":
