@@ -27,6 +27,7 @@ from typing import Any, Callable, Iterable, Mapping
 import numpy as np
 
 from interp_widgets.circuits import _graph_json
+from interp_widgets.circuits._runner import intervention_runner
 from interp_widgets.widgets.view_data import CircuitData, CircuitEdgesPart, CircuitNodesPart, TokenLayoutPart
 
 #: Features whose details travel with the notebook besides the pinned ones (the most influential).
@@ -258,9 +259,6 @@ class GraphSource:
     def _intervene(
         self, rows: list[int], factor: float, freeze: bool, at_generated: bool, new_tokens: int, top_k: int
     ) -> dict:
-        # imported here: feature_intervention imports the graph module, which imports this module to build its view
-        from interp_widgets.circuits.feature_intervention import feature_intervention
-
         graph = self.graph
         if int(self.transcoders.n_layers) != int(graph.n_layers):
             raise ValueError(
@@ -270,7 +268,7 @@ class GraphSource:
         plan = [
             (*(int(v) for v in graph.features[r]), factor * float(graph.activations[r])) for r in rows
         ]  # (layer, pos, feature, value)
-        outcome = feature_intervention(
+        outcome = intervention_runner()(
             self.model, self.tokenizer, graph, self.transcoders, plan,
             freeze_attention=freeze, max_new_tokens=new_tokens, generated_scale=factor if at_generated else None,
         )  # fmt: skip

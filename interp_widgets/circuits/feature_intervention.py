@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from interp_widgets.circuits._runner import register_intervention_runner
 from interp_widgets.circuits.attribution import (
     _activation,
     _check_inputs,
@@ -283,3 +284,6 @@ def _node_values(graph: AttributionGraph, state, live: dict, unembed: torch.Tens
         if 0 <= token < vocab:
             values[start + j] = float(final @ (unembed[token] - mean))
     return values
+
+
+register_intervention_runner(feature_intervention)  # the circuit view's interventions run it (circuits/_runner.py)
