@@ -306,9 +306,9 @@ def test_measured_step_threads_are_the_callers_or_the_configs_and_restored(monke
     seen = []
     original = _measure.Measurement.prepare_layer
 
-    def recording(self, *args):
+    def recording(self, *args, **kwargs):
         seen.append(torch.get_num_threads())
-        return original(self, *args)
+        return original(self, *args, **kwargs)
 
     monkeypatch.setattr(_measure.Measurement, "prepare_layer", recording)
     before = torch.get_num_threads()
@@ -326,7 +326,7 @@ def test_measured_step_threads_are_the_callers_or_the_configs_and_restored(monke
         assert torch.get_num_threads() == 2
         assert seen == [2 if threads is None else threads] * 6
 
-        def failing(self, *args):
+        def failing(self, *args, **kwargs):
             assert torch.get_num_threads() == (2 if threads is None else threads)
             raise RuntimeError("measurement failed")
 
