@@ -44,7 +44,7 @@ _STORE_FORMAT = "interp_widgets.ActivationStore"
 _WINDOW_TEXTS = 4096  # texts encoded and length-sorted together (fewer when their rows would exceed a chunk)
 _MAX_PADDING = 0.05  # on the CPU, a forward pass pads at most this share of its tokens (ModelAdapter.length_buckets)
 # on a GPU a short pass costs its kernel launches, not its tokens: on an H200, 58 ms per pass of about 560 tokens
-# through 16 layers of an 8B model, about 7 ms of it arithmetic. Wider buckets there mean far fewer passes.
+# through 16 layers of an 8B model, about 7 ms of it arithmetic by FLOP count. Wider buckets there mean far fewer passes.
 _MAX_PADDING_ACCELERATOR = 0.35
 
 

@@ -497,7 +497,8 @@ class _SparseAutoencoderBase(ConceptModel):
         return self._finish(X_hat.reshape(-1, X_hat.shape[-1]), self._stats_of(X, X_hat)).reshape(X_hat.shape)
 
     def _inverse(self, C: np.ndarray) -> np.ndarray:
-        return C @ (self.weights_["W_dec"].numpy() * self.scale_) + self.weights_["b_dec"].numpy()
+        W, b = self._affine_decoder()
+        return C @ W + b
 
     def _affine_decoder(self) -> tuple[np.ndarray, np.ndarray]:
         return self.weights_["W_dec"].numpy() * self.scale_, self.weights_["b_dec"].numpy()

@@ -221,11 +221,6 @@ class Transcoder(_SparseAutoencoderBase):
         with torch.no_grad():
             return self.predict_torch(torch.from_numpy(_as_matrix(X))).numpy()
 
-    def _inverse(self, C):
-        return C @ (self.weights_["W_dec"].numpy() * self.target_scale_) + self.weights_["b_dec"].numpy() * (
-            self.target_scale_
-        )
-
     def _affine_decoder(self) -> tuple[np.ndarray, np.ndarray]:
         scale = self.target_scale_
         return self.weights_["W_dec"].numpy() * scale, self.weights_["b_dec"].numpy() * scale

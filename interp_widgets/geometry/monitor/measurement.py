@@ -328,16 +328,14 @@ class Measurement:
         values["fitting"] = 1.0 if any(layer.fitting for layer in layers) else 0.0
         return values, raw
 
-    def prepare_layer(
-        self, step: int, spec: str, H: torch.Tensor, G: torch.Tensor, finite: bool | None = None
-    ) -> "LayerStep":
-        """A layer's step up to its gradient moments: finiteness (``finite``, when the caller decided it already),
-        the proxy schedule (fit window, fit), and, once the layer has a proxy, the moments of ``G`` for
-        :meth:`align`."""
+    def prepare_layer(self, step: int, spec: str, H: torch.Tensor, G: torch.Tensor, finite: bool) -> "LayerStep":
+        """A layer's step up to its gradient moments: finiteness (``finite``: whether ``H`` and ``G`` are, decided
+        for every layer at once by :meth:`measure_step`), the proxy schedule (fit window, fit), and, once the layer
+        has a proxy, the moments of ``G`` for :meth:`align`."""
         layer = LayerStep(spec, nan_values(spec))
         layer.values[layer.name("n_tokens")] = float(G.shape[0])
         layer.values[layer.name("nonfinite")] = 0.0
-        if not (finite if finite is not None else all_finite(G) and all_finite(H)):
+        if not finite:
             layer.values[layer.name("nonfinite")] = 1.0
             warnings.warn(
                 f"step {step}, layer {spec!r}: non-finite gradients or activations; recorded as a flagged "
