@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -97,8 +98,12 @@ def _growth_mb(kind: str) -> float:
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="peak RSS reset needs Linux /proc")
 def test_ig_peak_memory_is_bounded_by_one_raw_pass_of_max_batch_tokens():
     """IG over sixteen passes grows the peak RSS by at most 1.2 x one raw forward+backward pass of
-    ``max_batch_tokens``; a run that keeps its per-step gradients exceeds that bound (the measurement sees them)."""
-    raw, ig, leaking = _growth_mb("raw"), _growth_mb("ig"), _growth_mb("ig_keeping_gradients")
+    ``max_batch_tokens`` (medians of three runs each); a run that keeps its per-step gradients exceeds that bound (the measurement sees them)."""
+    # One process's growth varies by a few MB from run to run (34 to 37 MB for the raw pass on one machine), which is
+    # the size of the margin; the median of three interleaved runs of each is what the bound compares.
+    runs = [(_growth_mb("raw"), _growth_mb("ig")) for _ in range(3)]
+    raw, ig = (statistics.median(values) for values in zip(*runs))
+    leaking = _growth_mb("ig_keeping_gradients")
     assert raw > 20, raw  # the measurement sees the pass's activations
     assert ig <= 1.2 * raw, (ig, raw)
     assert leaking > 1.2 * raw, (leaking, ig, raw)
