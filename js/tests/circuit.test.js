@@ -303,36 +303,59 @@ describe("the roving tabindex", () => {
   const options = (el) => [...el.querySelectorAll(".iw-circuit-nodes [role=option]")];
   const nodeOf = (option) => Number(option.dataset.node);
   const stops = (el) => options(el).filter((o) => o.getAttribute("tabindex") === "0");
+  const place = (option) => [option.getAttribute("aria-posinset"), option.getAttribute("aria-setsize")].map(Number);
   const press = (k) =>
     document.activeElement.dispatchEvent(new KeyboardEvent("keydown", { key: k, bubbles: true, cancelable: true }));
+  // move the focus to node `target` with the arrow keys, as a keyboard user does (rows first, then columns)
+  const visit = (model, el, target) => {
+    const { row, col } = read(model).layout;
+    if (!el.querySelector(".iw-circuit-nodes").contains(document.activeElement)) el.querySelector(".iw-circuit-stage").focus(); // prettier-ignore
+    for (let step = 0; step < 20 && nodeOf(document.activeElement) !== target; step++) {
+      const at = nodeOf(document.activeElement);
+      const up = row[target] - row[at];
+      press(up > 0 ? "ArrowUp" : up < 0 ? "ArrowDown" : col[target] > col[at] ? "ArrowRight" : "ArrowLeft");
+    }
+    expect(nodeOf(document.activeElement)).toBe(target);
+    return document.activeElement;
+  };
   afterEach(() => document.body.replaceChildren());
 
-  it("has one option per drawn node in a listbox, one of them the tab stop", async () => {
-    const { el } = await mount();
+  it("holds one option, the tab stop, over the first drawn node, with its place among the drawn nodes", async () => {
+    const { model, el } = await mount();
     const box = el.querySelector(".iw-circuit-nodes");
     expect(box.getAttribute("role")).toBe("listbox");
     expect(el.querySelector("[role=application]")).toBeNull();
-    expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]); // bottom to top, left to right
-    expect(stops(el).map(nodeOf)).toEqual([0]); // the first node: the bottom-left token
-    expect(options(el).filter((o) => o.getAttribute("tabindex") !== "-1").length).toBe(1);
+    expect(options(el).map(nodeOf)).toEqual([0]); // the first node: the bottom-left token
+    expect(stops(el).map(nodeOf)).toEqual([0]);
+    expect(place(options(el)[0])).toEqual([1, 10]); // 1 of the 10 drawn nodes
     expect(el.querySelector(".iw-circuit-stage").getAttribute("tabindex")).toBe("-1");
-    // each option sits over its node and is named by label, kind, layer and token
-    const feature = options(el)[4];
+    expect(options(el)[0].style.left).toMatch(/px$/);
+    expect(options(el)[0].getAttribute("aria-selected")).toBe("false");
+    // the option follows the focus, named by label, kind, layer and token, at its place in the order bottom to
+    // top, left to right; the old option goes, so there is always one
+    const feature = visit(model, el, 4);
     expect(feature.getAttribute("aria-label")).toBe(
       'mid, feature 0_11_1, layer 0, token "b" at position 1, activation 1.00, influence 1.00',
     );
-    expect(options(el)[2].getAttribute("aria-label")).toBe(`token ${JSON.stringify(HOSTILE)} @2, token E_3_2, embedding, influence 1.00`); // prettier-ignore
-    expect(options(el)[9].getAttribute("aria-label")).toBe(`logit "z", logit 2_5_2, output, token ${JSON.stringify(HOSTILE)} at position 2, p = 0.900, influence 1.00`); // prettier-ignore
-    expect(feature.style.left).toMatch(/px$/);
-    expect(feature.getAttribute("aria-selected")).toBe("false");
+    expect(place(feature)).toEqual([5, 10]);
+    expect(options(el)).toEqual([feature]);
+    expect(visit(model, el, 2).getAttribute("aria-label")).toBe(`token ${JSON.stringify(HOSTILE)} @2, token E_3_2, embedding, influence 1.00`); // prettier-ignore
+    const logit = visit(model, el, 9);
+    expect(logit.getAttribute("aria-label")).toBe(`logit "z", logit 2_5_2, output, token ${JSON.stringify(HOSTILE)} at position 2, p = 0.900, influence 1.00`); // prettier-ignore
+    expect(place(logit)).toEqual([10, 10]);
+    expect(stops(el)).toEqual([logit]);
   });
 
   it("keeps hostile labels and tokens inert text", async () => {
-    const { el } = await mount();
-    const hostile = options(el).filter((o) => o.getAttribute("aria-label").includes(HOSTILE));
-    expect(hostile.map(nodeOf)).toEqual([2, 3, 5, 8, 9]); // token 2's text, feature 3's label, the position-2 nodes
-    expect(hostile[1].getAttribute("aria-label").startsWith(`${HOSTILE}, feature 0_10_0`)).toBe(true);
-    for (const o of options(el)) expect(o.childNodes.length).toBe(0);
+    const { model, el } = await mount();
+    const hostile = [];
+    for (let i = 0; i < 10; i++) {
+      const option = visit(model, el, i);
+      if (option.getAttribute("aria-label").includes(HOSTILE)) hostile.push(i);
+      expect(option.childNodes.length).toBe(0);
+      if (i === 3) expect(option.getAttribute("aria-label").startsWith(`${HOSTILE}, feature 0_10_0`)).toBe(true);
+    }
+    expect(hostile).toEqual([2, 3, 5, 8, 9]); // token 2's text, feature 3's label, the position-2 nodes
     expect(el.querySelector("img")).toBeNull();
   });
 
@@ -359,6 +382,7 @@ describe("the roving tabindex", () => {
     expect(nodeOf(document.activeElement)).toBe(6);
     await new Promise((r) => setTimeout(r, 40));
     expect(stops(el)).toEqual([document.activeElement]); // the tab stop follows the focus
+    expect(options(el)).toEqual([document.activeElement]);
     press("Enter");
     expect(model.get("pinned")).toEqual(["1_20_0"]);
     press(" ");
@@ -370,6 +394,7 @@ describe("the roving tabindex", () => {
     expect(el.querySelectorAll("[aria-selected=true]").length).toBe(1);
     press("ArrowDown");
     expect(nodeOf(document.activeElement)).toBe(3);
+    expect(document.activeElement.getAttribute("aria-selected")).toBe("false"); // node 6 stays the selected one
     press("Enter");
     expect(model.get("pinned")).toEqual(["1_20_0", "0_10_0"]);
     press("g"); // no name typed: G asks for it
@@ -382,58 +407,65 @@ describe("the roving tabindex", () => {
     expect(document.activeElement.getAttribute("aria-label")).toMatch(/, pinned in supernode pair$/);
   });
 
-  it("rebuilds the options when a slider prunes, keeping the focused node while it is drawn", async () => {
+  it("keeps the focused option when a slider prunes, with its place among the nodes still drawn", async () => {
     const { model, el } = await mount();
     const slider = el.querySelector(".iw-circuit-node_threshold");
-    const focused = options(el)[3];
-    focused.focus();
+    const focused = visit(model, el, 3);
+    expect(place(focused)).toEqual([4, 10]);
     slider.value = "0.5";
     slider.dispatchEvent(new Event("input"));
     expect(model.get("node_threshold")).toBe(0.5);
     await new Promise((r) => setTimeout(r, 40));
-    expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 6, 9]); // the drawn nodes only
     expect(el.querySelector(".iw-circuit-status").dataset.nodes).toBe("6");
     expect(document.activeElement).toBe(focused); // the same element, still focused
-    expect(stops(el)).toEqual([focused]);
+    expect(options(el)).toEqual([focused]);
+    expect(place(focused)).toEqual([4, 6]); // drawn: 0, 1, 2, 3, 6, 9
     press("ArrowRight"); // nodes 4 and 5 are gone: nothing to the right in layer 0
     expect(document.activeElement).toBe(focused);
     press("ArrowUp");
     expect(nodeOf(document.activeElement)).toBe(6);
-    // back to everything: the options come back in order, the focus stays
+    expect(place(document.activeElement)).toEqual([5, 6]);
+    press("End");
+    expect([nodeOf(document.activeElement), ...place(document.activeElement)]).toEqual([9, 6, 6]);
+    // back to everything: the focus stays, and its place counts every node again
     model.set("node_threshold", 1);
     await new Promise((r) => setTimeout(r, 40));
-    expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
-    expect(nodeOf(document.activeElement)).toBe(6);
-    expect(stops(el).map(nodeOf)).toEqual([6]);
+    expect(nodeOf(document.activeElement)).toBe(9);
+    expect(place(document.activeElement)).toEqual([10, 10]);
+    expect(stops(el).map(nodeOf)).toEqual([9]);
   });
 
   it("moves the focus to the tab stop when the focused node is pruned away", async () => {
     const { model, el } = await mount();
-    options(el)[4].focus();
+    visit(model, el, 4);
     model.set("node_threshold", 0.5);
     await new Promise((r) => setTimeout(r, 40));
     expect(options(el).some((o) => nodeOf(o) === 4)).toBe(false);
     expect(nodeOf(document.activeElement)).toBe(0); // on the graph still, at the first node
     expect(stops(el)).toEqual([document.activeElement]);
+    expect(options(el).length).toBe(1);
   });
 
   it("renames the options when the data changes, and keeps the focus on the graph", async () => {
     const { model, el } = await mount();
-    options(el)[4].focus();
+    visit(model, el, 4);
     model.set("node_labels", ["", "", "", "", "renamed", "", "", "", "", ""]);
     await new Promise((r) => setTimeout(r, 40));
-    expect(options(el).length).toBe(10);
+    expect(options(el).length).toBe(1);
     expect(nodeOf(document.activeElement)).toBe(4);
     expect(document.activeElement.getAttribute("aria-label")).toMatch(/^renamed, feature 0_11_1/);
     expect(stops(el)).toEqual([document.activeElement]);
   });
 
-  it("keeps pinned nodes' options when pruning hides their neighbours", async () => {
+  it("keeps pinned nodes drawn and in the list when pruning hides their neighbours", async () => {
     const { model, el } = await mount({ ...chains(), pinned: ["0_12_2"], node_threshold: 0.5 });
-    expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 5, 6, 9]);
-    expect(options(el)[4].getAttribute("aria-label")).toMatch(/^weak, .*, pinned$/);
+    expect(place(options(el)[0])).toEqual([1, 7]); // drawn: 0, 1, 2, 3, 5 (pinned), 6, 9
+    const weak = visit(model, el, 5);
+    expect(weak.getAttribute("aria-label")).toMatch(/^weak, .*, pinned$/);
+    expect(place(weak)).toEqual([5, 7]);
     model.set("pinned", []);
     await new Promise((r) => setTimeout(r, 40));
-    expect(options(el).map(nodeOf)).toEqual([0, 1, 2, 3, 6, 9]);
+    expect(nodeOf(document.activeElement)).toBe(0); // node 5 is no longer drawn: the focus goes to the tab stop
+    expect(place(document.activeElement)).toEqual([1, 6]);
   });
 });

@@ -53,6 +53,33 @@ FIND_NODES = """(stage) => {
 }"""
 
 
+def focused_in_accessibility_tree(page) -> dict:
+    """The focused element as chromium's accessibility tree exposes it to a screen reader: its role, name and
+    selection, and its parent's role, name and description (the tree assistive technology reads, through the DevTools
+    protocol)."""
+    cdp = page.context.new_cdp_session(page)
+    try:
+        nodes = cdp.send("Accessibility.getFullAXTree")["nodes"]
+    finally:
+        cdp.detach()
+    by_id = {node["nodeId"]: node for node in nodes}
+    props = lambda node: {p["name"]: p["value"].get("value") for p in node.get("properties", [])}
+    found = [
+        n for n in nodes if not n.get("ignored") and props(n).get("focused") and n["role"]["value"] != "RootWebArea"
+    ]
+    assert len(found) == 1, [(n["role"], n.get("name")) for n in found]
+    node = found[0]
+    parent = by_id.get(node.get("parentId"), {})
+    return {
+        "role": node["role"]["value"],
+        "name": node.get("name", {}).get("value"),
+        "selected": props(node).get("selected"),
+        "parent": parent.get("role", {}).get("value"),
+        "listbox": parent.get("name", {}).get("value", ""),
+        "listbox_description": parent.get("description", {}).get("value", ""),
+    }
+
+
 @pytest.fixture()
 def circuit_notebook(jupyter_server) -> str:
     jupyter_server.write_notebook(NOTEBOOK, (SETUP, PRINT_STATE))
@@ -110,14 +137,28 @@ def test_hover_click_pin_group_save_and_reopen_without_a_kernel(jupyter_server, 
     # keyboard: the graph is one tab stop; Enter pins the focused node, an arrow moves, Enter pins another,
     # G asks for the name, Enter in the name field groups them
     stage.focus()
-    # the focus lands on the node's option (a roving tabindex: one option per drawn node, one of them tabindex 0)
+    # the focus lands on the node's option (a roving tabindex over a virtual list: one option, the tab stop)
     focused = view.locator(".iw-circuit-nodes [role=option]:focus")
     expect(focused).to_have_count(1)
     assert view.locator(".iw-circuit-nodes [role=option][tabindex='0']").count() == 1
     first = focused.get_attribute("data-node")
+    drawn = int(view.locator(".iw-circuit-status").get_attribute("data-nodes"))
+    # what a screen reader reads: chromium's accessibility tree has the focused option in the graph's listbox, with
+    # its name and selection state, and the listbox says how much of the graph is shown; the option's place "k of n"
+    # among the drawn nodes is in aria-posinset/aria-setsize (the DevTools protocol does not expose those two)
+    heard = focused_in_accessibility_tree(page)
+    assert heard["role"] == "option" and heard["parent"] == "listbox", heard
+    assert heard["listbox"].startswith("Attribution graph nodes: arrow keys move between nodes"), heard
+    assert heard["listbox_description"].startswith(f"{drawn} of "), heard
+    assert heard["name"] == focused.get_attribute("aria-label") and ", influence " in heard["name"], heard
+    assert heard["selected"] is not None, heard
+    assert focused.get_attribute("aria-setsize") == str(drawn), focused.get_attribute("aria-setsize")
+    assert 1 <= int(focused.get_attribute("aria-posinset")) <= drawn
     page.keyboard.press("Enter")
     page.keyboard.press("ArrowRight")
     assert focused.get_attribute("data-node") != first, "the arrow did not move the DOM focus to another node"
+    moved = focused_in_accessibility_tree(page)
+    assert moved["role"] == "option" and moved["parent"] == "listbox" and moved["name"] != heard["name"], moved
     page.keyboard.press("Enter")
     page.keyboard.press("g")
     name = view.locator(".iw-circuit-group-name")

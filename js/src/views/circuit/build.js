@@ -1,8 +1,8 @@
 /**
  * Circuit, build: the toolbar (threshold sliders, pin, group with a typed name, intervene), the scores line, the
  * graph (a base canvas for edges and nodes, an overlay canvas for the hovered node's edges, and over them a listbox
- * of one transparent option per drawn node, proxies.js: one tab stop, the arrow keys move the focus between the
- * nodes' options, Enter pins, Space selects, G groups), the suggestions, the groups and the detail pane, and their
+ * whose one transparent option sits over the focused node, proxies.js: one tab stop, the arrow keys move the option
+ * and the focus between the drawn nodes, Enter pins, Space selects, G groups), the suggestions, the groups and the detail pane, and their
  * handlers. Trait writes go through `ctx.save`; the kernel is asked for the details that did not travel and for
  * interventions, and when it does not answer the view says what it needs.
  *
@@ -14,7 +14,7 @@ import { displayToken } from "../../lib/text.js";
 import { edgeIndex, warmPruning } from "./graph_math/index.js";
 import { KIND_NAMES, nodeName } from "./read.js";
 import { nodeAt, visibleNodes } from "./draw.js";
-import { focusNode } from "./proxies.js";
+import { endNode, focusNode } from "./proxies.js";
 
 /** How long the view waits for the kernel before it says it needs one. */
 export const NO_KERNEL_MS = 1500;
@@ -313,9 +313,9 @@ export function build(ctx) {
         ctx.request(1);
       }
       event.preventDefault();
-    } else if ((key === "Home" || key === "End") && nodes.firstElementChild) {
+    } else if (key === "Home" || key === "End") {
       // the first (bottom-left) or last (top-right) drawn node, as in a listbox
-      (key === "Home" ? nodes.firstElementChild : nodes.lastElementChild).focus();
+      focusNode(ctx, endNode(ctx, key === "End"));
       event.preventDefault();
     } else if (key === "Enter" && state.focus >= 0) {
       togglePin(ctx, state.focus);
@@ -391,10 +391,14 @@ export function build(ctx) {
   ctx.onCleanup(() => {
     for (const timer of state.waiting.values()) clearTimeout(timer);
   });
-  // the first slider move would also compute the full graph's influence (tens of ms at 5,000 nodes): do it when idle
+  // the first slider move would also compute the full graph's influence (tens of ms at 5,000 nodes): do it when idle,
+  // and within 300 ms of the first paint even when the page never idles (frames back to back give no idle period)
   const idle = globalThis.requestIdleCallback ?? ((fn) => setTimeout(fn, 200));
   const cancelIdle = globalThis.cancelIdleCallback ?? clearTimeout;
-  const warm = idle(safely(() => ctx.data?.graph && warmPruning(ctx.data.graph)));
+  const warm = idle(
+    safely(() => ctx.data?.graph && warmPruning(ctx.data.graph)),
+    { timeout: 300 },
+  );
   ctx.onCleanup(() => cancelIdle(warm));
   const resize = typeof ResizeObserver === "function" ? new ResizeObserver(() => ctx.request(1)) : null;
   resize?.observe(stage);

@@ -316,8 +316,13 @@ function paintPane(ctx) {
 }
 
 function paintScores(ctx) {
-  const { data, parts, model } = ctx;
+  const { data, parts, model, state } = ctx;
   const pinned = (model.get("pinned") ?? []).map((id) => data.idIndex.get(id)).filter((i) => i !== undefined);
+  // the scores are of the graph the view holds, not of the pruned one: a slider move leaves them as they are
+  const key = pinned.join(",");
+  if (state.scoresData === data && state.scoresKey === key) return;
+  state.scoresData = data;
+  state.scoresKey = key;
   const info = data.info;
   const where = `the graph this view holds (${data.n} nodes${info.pruned ? `, pruned at ${info.node_threshold} in Python` : ""})`; // prettier-ignore
   let live;

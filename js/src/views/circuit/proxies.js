@@ -1,12 +1,14 @@
 /**
  * Circuit, proxies: the roving tabindex of the graph. A transparent `role="listbox"` layer over the canvases holds
- * one `role="option"` element per drawn node (the nodes the threshold sliders keep, and the pinned ones), placed over
- * its node and named by its label, kind, layer, token, activation and influence (set as attributes: labels and
- * tokens are never parsed as HTML). Exactly one option has tabindex 0 (the focused or last focused node, else the
- * first node: the bottom-left one), the others -1, so the graph is one tab stop; the arrow keys move the DOM focus
- * between options (build.js). The options are kept in a map by node and updated in place, in the order rows bottom
- * to top, left to right: a change of the drawn set only adds and removes options, so the focused one stays in the
- * page (and focused) while it is drawn. The DOM work is proportional to the drawn nodes.
+ * the graph's one tab stop: a single `role="option"` element for the focused (or last focused) drawn node, else the
+ * first drawn node (the bottom-left one), placed over its node and named by its label, kind, layer, token,
+ * activation and influence (set as attributes: labels and tokens are never parsed as HTML). Its `aria-posinset` and
+ * `aria-setsize` give its place among the drawn nodes (the nodes the threshold sliders keep, and the pinned ones),
+ * in the order rows bottom to top, left to right, so the list is virtual: an arrow key (build.js) puts a new option
+ * over the next node, focuses it and removes the old one, and a screen reader reads the new node's name and
+ * "k of n". A slider move therefore costs one option's DOM work, not one per drawn node (a 5,000-node graph held
+ * 5,000 options, and the first move removed most of them). The option keeps its element while its node stays the
+ * tab stop, so it stays focused across redraws.
  *
  * @example
  *   syncProxies(ctx, geometry(ctx)); // after the base canvas is painted
@@ -29,118 +31,133 @@ export function proxyName(data, i, pinned = false, group = "") {
   return `${nodeName(data, i)}, ${KIND_NAMES[k]} ${data.ids[i]}, ${where}${token}${value}, influence ${fmt(data.influence[i])}${pin}`; // prettier-ignore
 }
 
-/** The node order of the options: rows bottom to top, then left to right (ties by node index), per data. */
+/** The node order of the list: rows bottom to top, then left to right (ties by node index), per data. */
 function nodeOrder(ctx) {
-  const { data, state, parts } = ctx;
+  const { data, state } = ctx;
   if (state.proxyData !== data) {
     const { row, col } = data.layout;
     const order = Array.from({ length: data.n }, (_, i) => i);
     order.sort((a, b) => row[a] - row[b] || col[a] - col[b] || a - b);
     state.proxyOrder = order;
     state.proxyData = data;
-    state.proxies = new Map();
-    state.proxyKeys = new Map();
-    state.tabStop = -1;
-    state.proxySelected = -1;
-    parts.nodes.replaceChildren();
+    state.optionNode = -1; // new data: the next placement makes a new option (and moves the focus to it)
   }
   return state.proxyOrder;
 }
 
-/** The option of node `i`, or undefined when it is not drawn. */
-export function proxyOf(ctx, i) {
-  return ctx.state.proxies?.get(i);
+/** Whether node `i` is drawn (kept by the sliders or pinned) in the last base paint. */
+const drawn = (ctx, i) => i >= 0 && Boolean(ctx.state.visible?.[i]);
+
+/** The first (bottom-left) or, with `last`, the last (top-right) drawn node in the list's order; -1 for none. */
+export function endNode(ctx, last = false) {
+  const order = nodeOrder(ctx);
+  const n = order.length;
+  for (let k = 0; k < n; k++) {
+    const i = order[last ? n - 1 - k : k];
+    if (drawn(ctx, i)) return i;
+  }
+  return -1;
 }
 
-/** Move the DOM focus to node `i`'s option (`state.focus` follows in the focus handler); false when not drawn. */
-export function focusNode(ctx, i, options = undefined) {
-  const el = proxyOf(ctx, i);
-  if (!el) return false;
-  el.focus(options);
-  return true;
+/** The option element, or undefined when none is placed (nothing drawn yet). */
+export function proxyOf(ctx) {
+  return ctx.state.option ?? undefined;
 }
 
 /** The node that holds the tab stop: the focused (or last focused) node when drawn, else the first drawn node. */
 function tabStopNode(ctx) {
-  const { state } = ctx;
-  if (state.focus >= 0 && state.proxies.has(state.focus)) return state.focus;
-  for (const i of state.proxyOrder) if (state.proxies.has(i)) return i;
-  return -1;
+  return drawn(ctx, ctx.state.focus) ? ctx.state.focus : endNode(ctx);
 }
 
-/** Give the tab stop (tabindex 0) to the right option and aria-selected to the selected one: O(1) per call. */
-export function markProxies(ctx) {
-  const { state, data, model } = ctx;
-  if (!state.proxies) return;
-  const stop = tabStopNode(ctx);
-  if (stop !== state.tabStop) {
-    state.proxies.get(state.tabStop)?.setAttribute("tabindex", "-1");
-    state.proxies.get(stop)?.setAttribute("tabindex", "0");
-    state.tabStop = stop;
+/** Set the option's place, size, name, "k of n" and selection for node `i`; skipped when nothing changed. */
+function describe(ctx, el, i) {
+  const { data, state, model } = ctx;
+  const order = nodeOrder(ctx);
+  let rank = 0;
+  let count = 0;
+  for (const j of order) {
+    if (!drawn(ctx, j)) continue;
+    count += 1;
+    if (j === i) rank = count;
   }
-  const selected = data.idIndex.get(model.get("selected") || "") ?? -1;
-  if (selected !== state.proxySelected) {
-    state.proxies.get(state.proxySelected)?.setAttribute("aria-selected", "false");
-    state.proxies.get(selected)?.setAttribute("aria-selected", "true");
-    state.proxySelected = selected;
+  const id = data.ids[i];
+  const group = (model.get("groups") ?? []).find((g) => g.members.includes(id))?.name ?? "";
+  const name = proxyName(data, i, (model.get("pinned") ?? []).includes(id), group);
+  const selected = model.get("selected") === id;
+  const { x, y, r } = nodeBox(state.geometry, data, i);
+  const size = 2 * (r + 3);
+  const key = `${x - size / 2}|${y - size / 2}|${size}|${name}|${rank}|${count}|${selected}`;
+  if (state.optionKey === key) return;
+  state.optionKey = key;
+  el.style.left = `${x - size / 2}px`;
+  el.style.top = `${y - size / 2}px`;
+  el.style.width = `${size}px`;
+  el.style.height = `${size}px`;
+  el.setAttribute("aria-label", name);
+  el.setAttribute("aria-posinset", String(rank));
+  el.setAttribute("aria-setsize", String(count));
+  el.setAttribute("aria-selected", String(selected));
+}
+
+/**
+ * Put the option over node `i` (a drawn node): a new element when the node changes, inserted before the old one is
+ * removed, and focused when `focus` is set or the old one held the focus.
+ */
+function place(ctx, i, focus = false, options = undefined) {
+  const { state, parts, doc } = ctx;
+  nodeOrder(ctx);
+  let el = state.option;
+  const old = state.optionNode === i && el ? null : el;
+  if (!el || old) {
+    el = doc.createElement("div");
+    el.className = "iw-circuit-node";
+    el.setAttribute("role", "option");
+    el.setAttribute("tabindex", "0");
+    el.dataset.node = String(i);
+    parts.nodes.append(el);
+    state.option = el;
+    state.optionNode = i;
+    state.optionKey = "";
+  }
+  describe(ctx, el, i);
+  if (focus || (old && doc.activeElement === old)) el.focus(options);
+  old?.remove();
+  return el;
+}
+
+/** Move the DOM focus to node `i` (`state.focus` follows in the focus handler); false when it is not drawn. */
+export function focusNode(ctx, i, options = undefined) {
+  if (!drawn(ctx, i) || !ctx.state.geometry) return false;
+  place(ctx, i, true, options);
+  return true;
+}
+
+/** Keep the option on the tab stop node, with its name and selection up to date: O(drawn nodes), one element. */
+export function markProxies(ctx) {
+  const { state } = ctx;
+  if (!state.geometry || !state.visible) return;
+  const stop = tabStopNode(ctx);
+  if (stop >= 0) place(ctx, stop);
+  else if (state.option) {
+    state.option.remove();
+    state.option = null;
+    state.optionNode = -1;
   }
 }
 
 /**
- * Bring the options in line with the drawn nodes (`state.visible`) and the geometry `g`: remove the undrawn, add the
- * new ones in order, move and rename the others where needed. A node that is no longer drawn loses the focus; when
- * the DOM focus was on the graph, it moves to the tab stop.
+ * Bring the option in line with the drawn nodes (`state.visible`) and the geometry `g`: a focused or hovered node
+ * that is no longer drawn is dropped, and when the DOM focus was on the graph it stays there, on the tab stop.
  */
 export function syncProxies(ctx, g) {
-  const { data, parts, state, model, doc } = ctx;
+  const { parts, state, doc } = ctx;
   const layer = parts.nodes;
   const active = doc.activeElement;
   const hadFocus = active === parts.stage || (active !== null && layer.contains(active));
-  const order = nodeOrder(ctx); // new data: every option is made anew
-  const { proxies, proxyKeys, visible } = state;
-  for (const [i, el] of proxies) {
-    if (visible[i]) continue;
-    el.remove();
-    proxies.delete(i);
-    proxyKeys.delete(i);
-  }
-  if (state.focus >= 0 && !visible[state.focus]) state.focus = -1;
-  if (state.hover >= 0 && !visible[state.hover]) state.hover = -1;
-  if (!proxies.has(state.tabStop)) state.tabStop = -1;
-  if (!proxies.has(state.proxySelected)) state.proxySelected = -1;
-  const pinned = new Set(model.get("pinned") ?? []);
-  const groupOf = new Map();
-  for (const group of model.get("groups") ?? []) for (const id of group.members) groupOf.set(id, group.name);
+  if (!drawn(ctx, state.focus)) state.focus = -1;
+  if (!drawn(ctx, state.hover)) state.hover = -1;
   layer.style.width = `${g.width}px`;
   layer.style.height = `${g.height}px`;
-  let next = layer.firstChild;
-  for (const i of order) {
-    if (!visible[i]) continue;
-    let el = proxies.get(i);
-    if (!el) {
-      el = doc.createElement("div");
-      el.className = "iw-circuit-node";
-      el.setAttribute("role", "option");
-      el.setAttribute("tabindex", "-1");
-      el.setAttribute("aria-selected", "false");
-      el.dataset.node = String(i);
-      proxies.set(i, el);
-      layer.insertBefore(el, next);
-    } else if (el === next) next = el.nextSibling;
-    else layer.insertBefore(el, next); // not reached while the layout holds: kept options keep their order
-    const id = data.ids[i];
-    const { x, y, r } = nodeBox(g, data, i);
-    const size = 2 * (r + 3);
-    const name = proxyName(data, i, pinned.has(id), groupOf.get(id) ?? "");
-    const key = `${x - size / 2}|${y - size / 2}|${size}|${name}`;
-    if (proxyKeys.get(i) === key) continue;
-    proxyKeys.set(i, key);
-    el.style.left = `${x - size / 2}px`;
-    el.style.top = `${y - size / 2}px`;
-    el.style.width = `${size}px`;
-    el.style.height = `${size}px`;
-    el.setAttribute("aria-label", name);
-  }
   markProxies(ctx);
-  if (hadFocus && !layer.contains(doc.activeElement)) focusNode(ctx, state.tabStop, { preventScroll: true });
+  if (hadFocus && state.option && doc.activeElement !== state.option) state.option.focus({ preventScroll: true });
 }

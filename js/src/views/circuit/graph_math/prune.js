@@ -47,12 +47,16 @@ function fullInfluence(graph) {
 }
 
 /**
- * Compute and cache the full graph's influence now (the view calls it when the browser is idle after the first paint,
- * so that the first slider move does not pay for it).
+ * Compute and cache the full graph's influence now, and run the pruning once (the view calls it when the browser is
+ * idle after the first paint, so that the first slider move pays neither for the influence nor for cold code).
  * @param {import("./graph.js").CircuitGraph} graph
  */
 export function warmPruning(graph) {
   fullInfluence(graph);
+  // run the pruning once at circuit-tracer's defaults so that the browser has compiled its loops, then forget that
+  // stage: the first slider move computes its own, with warm code (cold, the first move took twice the later ones)
+  pruneGraph(graph);
+  NODE_STAGE.delete(graph);
 }
 
 /**
