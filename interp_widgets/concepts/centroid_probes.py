@@ -456,7 +456,9 @@ def _common_params(probe, kind: str) -> dict[str, Any]:
         calibrator = "midpoint" if kind in ("dot", "cosine", "sql2", "diag_mahalanobis") else None
     check_choice("bias_calibrator", calibrator, BIAS_CALIBRATORS)
     if kind == "svdd" and calibrator is not None:
-        raise ValueError("kind='svdd' has its own bias (the squared radius r²); leave bias_calibrator='default' or None")
+        raise ValueError(
+            "kind='svdd' has its own bias (the squared radius r²); leave bias_calibrator='default' or None"
+        )
     eps = check_number("eps", probe.eps, minimum=0, low_open=True)
     threshold = 0.5 if kind == "regression" and calibrator is None else 0.0
     return {

@@ -161,7 +161,7 @@ def _grouped_cv_report(make_estimator, X, y, groups, *, cv: int, seed: int, majo
         "random_label_accuracy": float(control.mean()),
         "folds": int(folds),
         "groups": int(n_groups),
-        "rows": int(len(X)),
+        "rows": len(X),
     }
 
 
