@@ -16,8 +16,7 @@ from interpreto.concepts import LinearRegressionProbe as InterpretoRegression
 from interpreto.concepts.probes import Standardization, Whitening, bias_calibrators
 from sklearn.base import clone
 
-from interp_widgets.concepts.centroid_probes import CentroidProbe, LinearRegressionProbe
-from interp_widgets.concepts.probes import DirectionConcepts, LinearProbe
+from interp_widgets.concepts import CentroidProbe, DirectionConcepts, LinearProbe, LinearRegressionProbe
 
 INTERPRETO = {
     "dot": DotProductCentroidProbe,
