@@ -9,16 +9,14 @@ a direction.
 The maths follow Interpreto 0.5.2's ``interpreto.concepts`` probes one to one (checked to 1e-5 by
 ``tests/concepts/test_centroid_probes.py``):
 
-=======================  ===============================================  ======================================
-``kind``                 score of row ``x`` for concept ``j``             Interpreto class
-=======================  ===============================================  ======================================
-``"dot"``                ``xn · c_j + b_j``                               ``DotProductCentroidProbe``
-``"cosine"``             ``cos(xn, c_j) + b_j``                           ``CosineCentroidProbe``
-``"sql2"``               ``-‖xn - c_j‖² + b_j``                           ``SqL2CentroidProbe``
-``"diag_mahalanobis"``   ``-Σ_k (xn_k - c_jk)² / var_jk + b_j``           ``DiagonalMahalanobisCentroidProbe``
-``"svdd"``               ``r²_j - ‖xn - a_j‖²`` (``a_j``, ``r²_j`` by Adam)  ``SVDDCentroidProbe``
-(LinearRegressionProbe)  ``xn · w_j + b_j`` (least squares / ridge)       ``LinearRegressionProbe``
-=======================  ===============================================  ======================================
+- ``CentroidProbe("dot")``: ``xn · c_j + b_j`` (``DotProductCentroidProbe``);
+- ``CentroidProbe("cosine")``: ``cos(xn, c_j) + b_j`` (``CosineCentroidProbe``);
+- ``CentroidProbe("sql2")``: ``-‖xn - c_j‖² + b_j`` (``SqL2CentroidProbe``);
+- ``CentroidProbe("diag_mahalanobis")``: ``-Σ_k (xn_k - c_jk)² / var_jk + b_j`` with
+  ``var = (1 - shrinkage) · class variance + shrinkage · pooled variance`` (``DiagonalMahalanobisCentroidProbe``);
+- ``CentroidProbe("svdd")``: ``r²_j - ‖xn - a_j‖²``, centre ``a_j`` and radius ``r²_j`` fitted by Adam
+  (``SVDDCentroidProbe``);
+- ``LinearRegressionProbe(l2)``: ``xn · w_j + b_j``, least squares or ridge in closed form (``LinearRegressionProbe``).
 
 ``xn`` is the row after ``normalization`` (``None``, ``"standardization"``: per-feature z-score with the population
 standard deviation; ``"whitening"``: SVD whitening, optionally keeping ``rank`` components), fitted on the training
@@ -27,6 +25,14 @@ rows; ``c_j`` is the mean of the normalised positive rows of concept ``j``. ``b_
 ``"prevalence"`` (``logit(mean y_j)``), ``"midpoint"`` (minus the midpoint of the positive and negative mean scores),
 ``"fpr"`` (minus the 99th percentile of the negative scores: 1% false positives), ``"bce"`` (the intercept minimising
 the binary cross-entropy, by L-BFGS from the prevalence logit) or ``"lda"`` (the 1-D shared-variance LDA threshold).
+
+Where they differ from Interpreto, on purpose: the default ``bias_calibrator`` of the centroid kinds is
+``"midpoint"`` (Interpreto's is ``None``, a zero bias, which makes ``score > 0`` meaningless for the distance kinds;
+pass ``bias_calibrator=None`` for Interpreto's default); rows are cast to float32 (as every concept model here); and
+SVDD's initial ``log r²`` uses the overflow-free inverse softplus where Interpreto's ``log(expm1(r²))`` is infinite
+(squared distances above ~88 in float32), elsewhere the same expression. A 1-D label vector with classes ``classes_``
+(sorted, as ``np.unique``) becomes one 0/1 column per class, ``y == classes_[j]``; a two-class vector thus gives two
+concepts.
 
 Example:
     >>> rng = np.random.default_rng(0)
