@@ -115,7 +115,7 @@ def test_svdd_stays_finite_where_interpreto_overflows():
 
 @pytest.mark.parametrize("l2", [0.0, 0.5])
 @pytest.mark.parametrize("normalization", list(NORMALIZATIONS))
-@pytest.mark.parametrize("calibrator", [None, "midpoint", "bce"])
+@pytest.mark.parametrize("calibrator", list(CALIBRATORS))
 def test_regression_closed_form_equals_interpreto(l2, normalization, calibrator):
     X, y, X_new = _data(5)
     probe = LinearRegressionProbe(l2, normalization=normalization, bias_calibrator=calibrator, cv=3)
