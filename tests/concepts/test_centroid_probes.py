@@ -250,3 +250,17 @@ def test_torch_inputs_and_clone():
     from_torch = clone(probe).fit(torch.from_numpy(X), torch.from_numpy(y)).decision_function(torch.from_numpy(X_new))
     np.testing.assert_array_equal(from_torch, clone(probe).fit(X, y).decision_function(X_new))
     assert clone(probe).get_params() == probe.get_params()
+
+
+def test_store_with_per_text_targets(bert_classifier):
+    from interp_widgets.concepts import collect_activations
+
+    model, tokenizer = bert_classifier
+    texts = [f"{'a good' if i % 2 else 'a bad'} film number {i}" for i in range(12)]
+    store = collect_activations(model, tokenizer, texts, layer="layer:1", progress=False)
+    per_text = np.stack([np.arange(12) % 2, np.arange(12) % 3 == 0], axis=1).astype(int)  # two concepts per text
+    probe = CentroidProbe("cosine", cv=3).fit(store, per_text)
+    assert probe.layer_ == "layer:1" and probe.report_["groups"] == 12 and probe.report_["rows"] == len(store)
+    assert probe.decision_function(store).shape == (len(store), 2)
+    concepts = probe.as_concepts(store)
+    assert concepts.layer_ == "layer:1" and concepts.n_concepts == 2
