@@ -68,6 +68,7 @@ from interp_widgets.concepts.metrics import (
     relative_reconstruction_error,
     stability,
 )
+from interp_widgets.concepts.centroid_probes import CentroidProbe, LinearRegressionProbe
 from interp_widgets.concepts.probes import DirectionConcepts, LinearProbe, ProbeSweep, probe_layers
 from interp_widgets.concepts.quality import SpliceQuality, splice_quality
 from interp_widgets.concepts.sae import BatchTopKSAE, JumpReLUSAE, SparseAutoencoder
@@ -97,7 +98,9 @@ __all__ = [
     "VocabularyProjection",
     "ConceptModel",
     "DirectionConcepts",
+    "CentroidProbe",
     "LinearProbe",
+    "LinearRegressionProbe",
     "LMLabeler",
     "TokenLabeler",
     "compare_labelers",

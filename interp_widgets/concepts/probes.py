@@ -123,6 +123,48 @@ def _row_labels(labels, text_ids: np.ndarray, n_rows: int) -> np.ndarray:
     )
 
 
+def _rows_and_groups(X, groups):
+    """``(store or None, X as a float32 matrix, cross-validation groups, text ids)`` of a probe's ``fit`` input:
+    the groups default to the store's text ids (else one group per row) and the text ids to the groups."""
+    from interp_widgets.concepts.activations import ActivationStore
+
+    store = X if isinstance(X, ActivationStore) else None
+    X = _as_matrix(X)
+    if groups is None:
+        groups = store.text_ids if store is not None else np.arange(len(X))
+    groups = np.asarray(groups)
+    if len(groups) != len(X):
+        raise ValueError(f"{len(groups)} groups for {len(X)} rows; give one group id per row")
+    text_ids = np.asarray(store.text_ids if store is not None else groups)
+    return store, X, groups, text_ids
+
+
+def _grouped_cv_report(make_estimator, X, y, groups, *, cv: int, seed: int, majority: float) -> dict[str, Any]:
+    """The probe report: ``make_estimator()``'s score cross-validated with folds grouped by ``groups`` (no group on
+    both sides of a split), its spread, the ``majority`` baseline, the same score on labels shuffled across groups
+    (seeded by ``seed``), and the numbers of folds, groups and rows. ``y`` may be a vector or a rows × labels matrix;
+    the score is the estimator's own ``score``."""
+    from sklearn.model_selection import GroupKFold, cross_val_score
+
+    n_groups = len(np.unique(groups))
+    folds = min(cv, n_groups)
+    if folds < 2:
+        raise ValueError("cross-validation needs rows from at least two texts (groups)")
+    splitter = GroupKFold(n_splits=folds)
+    scores = cross_val_score(make_estimator(), X, y, groups=groups, cv=splitter)
+    shuffled = _shuffle_by_group(y, groups, np.random.default_rng(seed))
+    control = cross_val_score(make_estimator(), X, shuffled, groups=groups, cv=splitter)
+    return {
+        "cv_accuracy": float(scores.mean()),
+        "cv_accuracy_std": float(scores.std()),
+        "majority_baseline": float(majority),
+        "random_label_accuracy": float(control.mean()),
+        "folds": int(folds),
+        "groups": int(n_groups),
+        "rows": len(X),
+    }
+
+
 class LinearProbe(ClassifierMixin, BaseEstimator):
     """A linear probe: predict a label from a layer's activations, with grouped cross-validation and controls.
 
@@ -174,34 +216,18 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
             >>> probe.report_["cv_accuracy"] > 0.9 > probe.report_["random_label_accuracy"]
             True
         """
-        from sklearn.model_selection import GroupKFold, cross_val_score
-
-        from interp_widgets.concepts.activations import ActivationStore
-
         check_choice("kind", self.kind, PROBE_KINDS)
         check_int("cv", self.cv, minimum=2)
-        store = X if isinstance(X, ActivationStore) else None
-        X = _as_matrix(X)
-        if groups is None:
-            groups = store.text_ids if store is not None else np.arange(len(X))
-        groups = np.asarray(groups)
-        if len(groups) != len(X):
-            raise ValueError(f"{len(groups)} groups for {len(X)} rows; give one group id per row")
-        text_ids = store.text_ids if store is not None else groups
-        y = _row_labels(y, np.asarray(text_ids), len(X))
+        store, X, groups, text_ids = _rows_and_groups(X, groups)
+        y = _row_labels(y, text_ids, len(X))
         classes, counts = np.unique(y, return_counts=True)
         if len(classes) < 2:
             raise ValueError(f"the labels hold one class only ({classes.tolist()}); a probe needs at least two")
         if self.kind == "mean_difference" and len(classes) != 2:
             raise ValueError(f"kind='mean_difference' needs two classes, got {len(classes)}; use kind='logistic'")
-        n_groups = len(np.unique(groups))
-        folds = min(self.cv, n_groups)
-        if folds < 2:
-            raise ValueError("cross-validation needs rows from at least two texts (groups)")
-        splitter = GroupKFold(n_splits=folds)
-        scores = cross_val_score(self._estimator(), X, y, groups=groups, cv=splitter)
-        shuffled = _shuffle_by_group(y, groups, np.random.default_rng(self.seed))
-        control = cross_val_score(self._estimator(), X, shuffled, groups=groups, cv=splitter)
+        self.report_ = _grouped_cv_report(
+            self._estimator, X, y, groups, cv=self.cv, seed=self.seed, majority=float(counts.max() / counts.sum())
+        )
         estimator = self._estimator().fit(X, y)
         self.estimator_ = estimator
         self.classes_ = classes
@@ -210,15 +236,6 @@ class LinearProbe(ClassifierMixin, BaseEstimator):
         self.direction_ = self.coef_ / np.linalg.norm(self.coef_, axis=1, keepdims=True).clip(1e-12)
         self.layer_ = store.layer if store is not None else None
         self.n_features_in_ = X.shape[1]
-        self.report_ = {
-            "cv_accuracy": float(scores.mean()),
-            "cv_accuracy_std": float(scores.std()),
-            "majority_baseline": float(counts.max() / counts.sum()),
-            "random_label_accuracy": float(control.mean()),
-            "folds": int(folds),
-            "groups": int(n_groups),
-            "rows": int(len(X)),
-        }
         return self
 
     def predict(self, X) -> np.ndarray:
