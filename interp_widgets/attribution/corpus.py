@@ -144,11 +144,14 @@ class _Group:
         errors = [e for e in self.gather(error) if e is not None]
         if errors:
             kind, message = errors[0]
-            raise {"FileExistsError": FileExistsError, "RuntimeError": RuntimeError}.get(kind, ValueError)(message)
+            raise _ERRORS.get(kind, ValueError)(message)
+
+
+_ERRORS = {e.__name__: e for e in (FileExistsError, NotADirectoryError, RuntimeError, ValueError)}
 
 
 def _error(exc: Exception) -> tuple[str, str]:
-    return ("FileExistsError" if isinstance(exc, FileExistsError) else type(exc).__name__, str(exc))
+    return (type(exc).__name__, str(exc))
 
 
 # ------------------------------------------------------------------------------------------------ shards on disk
@@ -187,8 +190,11 @@ def _same(a: AttributionResult, b: AttributionResult) -> bool:
         return False
     if any(x[k].dtype != y[k].dtype or x[k].shape != y[k].shape or x[k].tobytes() != y[k].tobytes() for k in x):
         return False
-    dump = lambda r: json.dumps(r._metadata(), sort_keys=True, default=_json_default)  # noqa: E731
-    return dump(a) == dump(b)
+    return _dump(a) == _dump(b)
+
+
+def _dump(result: AttributionResult) -> str:
+    return json.dumps(result._metadata(), sort_keys=True, default=_json_default)
 
 
 def _finished(path: Path, n_shards: int) -> list[int]:
@@ -522,9 +528,11 @@ def attribute_corpus(
             if len(stored) != len(again) or not all(_same(a, b) for a, b in zip(stored, again)):
                 error = (
                     "RuntimeError",
-                    f"shard {shard} of {path} differs from its recomputation (texts "
-                    f"{shard * shard_size}..{min(n, (shard + 1) * shard_size) - 1}): the stored shard was "
-                    "changed, or the computation is not reproducible here; delete it and resume to recompute",
+                    (
+                        f"shard {shard} of {path} differs from its recomputation (texts "
+                        f"{shard * shard_size}..{min(n, (shard + 1) * shard_size) - 1}): the stored shard was "
+                        "changed, or the computation is not reproducible here; delete it and resume to recompute"
+                    ),
                 )
                 break  # fmt: skip
         group.raise_any(error)
