@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from interp_widgets._files import read_safetensors
-from interp_widgets._inputs import check_texts
+from interp_widgets._inputs import check_texts, input_items
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult, _json_default
 
 __all__ = ["CorpusAttribution", "attribute_corpus", "load_corpus"]
@@ -232,9 +232,10 @@ class CorpusAttribution(AttributionCollection):
 
     ``len()`` comes from the manifest; ``collection[i]`` reads only the shard that holds ``i`` (the last
     ``cache_shards`` shards read stay in memory); iteration streams the shards in order; a slice returns an
-    in-memory :class:`AttributionCollection` of those results. Everything else (``to_dataframe``, ``aggregate``,
-    ``widget``) is :class:`AttributionCollection`'s, through those three (``widget()`` and ``results`` read every
-    shard).
+    in-memory :class:`AttributionCollection` of those results. Everything else is :class:`AttributionCollection`'s,
+    through those three: ``to_dataframe`` streams the shards (the table itself is in memory), while ``aggregate``,
+    ``results`` and ``widget()`` hold every result in memory at once (the example list sorts and filters all of its
+    rows in the browser, so it does not page through the shards).
 
     Attributes:
         path: the run's directory. manifest: its manifest (fingerprints, texts, shard size, world size).
@@ -439,10 +440,13 @@ def attribute_corpus(
 
     from interp_widgets.attribution.api import attribute
 
-    if isinstance(texts, str) or not isinstance(texts, Sequence):
+    if isinstance(texts, (str, bytes, dict)) or not hasattr(texts, "__iter__"):
         raise TypeError("texts must be a list of texts; for one text use attribute(model, tokenizer, text)")
-    check_texts(list(texts), name="texts", call="attribute_corpus(model, tokenizer, [...], method=..., path=...)")
-    texts = list(texts)
+    texts = list(texts)  # any iterable of texts
+    check_texts(texts, name="texts", call="attribute_corpus(model, tokenizer, [...], method=..., path=...)")
+    texts, single = input_items(texts)
+    if single:
+        raise TypeError("texts must be a list of texts or of conversations, not one conversation; wrap it in a list")
     if not texts:
         raise ValueError("no texts given; pass a non-empty list of texts")
     n = len(texts)
@@ -473,13 +477,16 @@ def attribute_corpus(
     }
 
     # rank 0 checks the directory and writes (or keeps) the manifest; every rank then checks its own fingerprints
-    error = None
-    if group.rank == 0:
-        try:
-            _prepare(path, planned, recompute=recompute, reassign=reassign, verify=int(verify))
-        except (ValueError, FileExistsError, NotADirectoryError) as exc:
-            error = _error(exc)
-    group.raise_any(error)
+    if group.group is None:
+        _prepare(path, planned, recompute=recompute, reassign=reassign, verify=int(verify))
+    else:  # an error of rank 0 is raised on every rank
+        error = None
+        if group.rank == 0:
+            try:
+                _prepare(path, planned, recompute=recompute, reassign=reassign, verify=int(verify))
+            except Exception as exc:  # noqa: BLE001 (re-raised below, on every rank)
+                error = _error(exc)
+        group.raise_any(error)
     error = None
     manifest = _read_manifest(path)
     found = _differences(manifest, planned)

@@ -206,6 +206,8 @@ def test_bad_inputs(bert_classifier, tmp_path):
         attribute_corpus(model, tokenizer, [], path=tmp_path / "a", **kw)
     with pytest.raises(TypeError, match="list of texts"):
         attribute_corpus(model, tokenizer, "one text", path=tmp_path / "a", **kw)
+    with pytest.raises(TypeError, match="not one conversation"):
+        attribute_corpus(model, tokenizer, [{"role": "user", "content": "Hi"}], path=tmp_path / "a", **kw)
     with pytest.raises(ValueError, match="shard_size"):
         attribute_corpus(model, tokenizer, ["a"], path=tmp_path / "a", shard_size=0, **kw)
     (tmp_path / "other").mkdir()
@@ -298,3 +300,17 @@ def test_a_changed_world_size_is_refused_then_reassigned(reference, tmp_path):
     done = [(e["shard"], e["rank"]) for e in journal(path) if e["event"] == "done"][60:]
     assert sorted(done) == [(3, 1), (10, 0), (11, 1), (40, 0)]
     assert_same_collections(load_corpus(path), load_corpus(reference))
+
+
+def test_widget_lists_every_result(bert_classifier, tmp_path, monkeypatch):
+    from interp_widgets.widgets import ExampleListWidget
+
+    if getattr(ExampleListWidget, "_esm", None) is None:  # a checkout without the JS bundles: a stand-in module
+        monkeypatch.setattr(ExampleListWidget, "_esm", "export default {};", raising=False)
+    model, tokenizer = bert_classifier
+    run = attribute_corpus(model, tokenizer, TEXTS[:7], method="saliency", path=tmp_path / "run", shard_size=3,
+                           progress=False)  # fmt: skip
+    in_memory = AttributionCollection(list(run))
+    lazy, plain = run.widget(page_size=5), in_memory.widget(page_size=5)
+    assert len(lazy.predicted) == 7 and lazy.predicted == plain.predicted
+    np.testing.assert_array_equal(np.asarray(lazy.scores), np.asarray(plain.scores))
