@@ -183,6 +183,15 @@ def _read_shard(file: Path) -> tuple[dict, list[AttributionResult]]:
     return meta, results
 
 
+def _read_shard_info(file: Path) -> dict:
+    """A shard's header metadata without its results (its texts and pass counts)."""
+    from safetensors import safe_open
+
+    with safe_open(str(file), "np") as handle:
+        meta = json.loads((handle.metadata() or {}).get("interp_widgets", "{}"))
+    return {k: v for k, v in meta.items() if k != "results"}
+
+
 def _same(a: AttributionResult, b: AttributionResult) -> bool:
     """Bitwise equality of two results' arrays (dtype, shape, bytes) and of their JSON metadata."""
     x, y = a._arrays(), b._arrays()
@@ -336,8 +345,14 @@ class CorpusAttribution(AttributionCollection):
             if e["event"] == "done":
                 done[(e["run"], e["shard"])] = e["passes"]
                 cost[e["shard"]] = e["passes"]
-        started = {(e["run"], e["shard"]) for e in events if e["event"] == "start"}
-        lost = [key for key in started if key not in done]
+        started = [(e["run"], e["shard"]) for e in events if e["event"] == "start"]
+        for s in _finished(self.path, self.n_shards):
+            if s not in cost:  # written, but the run was killed before it journalled that: its last start made it
+                cost[s] = _read_shard_info(self.path / _shard_name(s)).get("passes", {})
+                made = [key for key in started if key[1] == s]
+                if made:
+                    done[made[-1]] = cost[s]
+        lost = [key for key in dict.fromkeys(started) if key not in done]
         spent = list(done.values()) + [cost.get(shard, {}) for _, shard in lost]
         kept = [cost[s] for s in _finished(self.path, self.n_shards) if s in cost]
         return {

@@ -314,3 +314,14 @@ def test_widget_lists_every_result(bert_classifier, tmp_path, monkeypatch):
     lazy, plain = run.widget(page_size=5), in_memory.widget(page_size=5)
     assert len(lazy.predicted) == 7 and lazy.predicted == plain.predicted
     np.testing.assert_array_equal(np.asarray(lazy.scores), np.asarray(plain.scores))
+
+
+def test_work_counts_a_shard_written_just_before_a_kill(bert_classifier, tmp_path):
+    model, tokenizer = bert_classifier
+    run = attribute_corpus(model, tokenizer, TEXTS[:4], method="saliency", path=tmp_path / "run", shard_size=2,
+                           progress=False)  # fmt: skip
+    lines = (tmp_path / "run" / "journal.jsonl").read_text().splitlines()
+    assert json.loads(lines[-1])["event"] == "done"
+    (tmp_path / "run" / "journal.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # killed between rename and journal
+    assert run.work() == {"rows": 4, "backward_rows": 4, "rows_kept": 4, "shards_computed": 2, "shards_lost": 0,
+                          "runs": 1}  # fmt: skip
