@@ -453,7 +453,7 @@ def attribute_corpus(
     """
     from tqdm.auto import tqdm
 
-    from interp_widgets.attribution.api import attribute
+    from interp_widgets.attribution.api import METHODS, attribute
 
     if isinstance(texts, (str, bytes, dict)) or not hasattr(texts, "__iter__"):
         raise TypeError("texts must be a list of texts; for one text use attribute(model, tokenizer, text)")
@@ -473,6 +473,7 @@ def attribute_corpus(
     path = Path(path)
     method_params = dict(method_params or {})
     method_params.setdefault("progress", False)
+    METHODS[method](**method_params)  # an unknown method or parameter fails here, before anything is written
     n_shards = -(-n // shard_size)
     group = _Group(process_group)
     planned = {

@@ -210,6 +210,10 @@ def test_bad_inputs(bert_classifier, tmp_path):
         attribute_corpus(model, tokenizer, [{"role": "user", "content": "Hi"}], path=tmp_path / "a", **kw)
     with pytest.raises(ValueError, match="shard_size"):
         attribute_corpus(model, tokenizer, ["a"], path=tmp_path / "a", shard_size=0, **kw)
+    with pytest.raises(ValueError, match="unknown method 'shapley'"):
+        attribute_corpus(model, tokenizer, ["a"], path=tmp_path / "a", method="shapley", progress=False)
+    with pytest.raises(TypeError):
+        attribute_corpus(model, tokenizer, ["a"], path=tmp_path / "a", method_params={"stepz": 3}, **kw)
     (tmp_path / "other").mkdir()
     (tmp_path / "other" / "notes.txt").write_text("mine")
     with pytest.raises(ValueError, match="holds other files and no attribute_corpus manifest"):
