@@ -17,6 +17,8 @@ Example:
 
 The agreement statistics between methods (:func:`spearman`, :func:`top_k_overlap`, :func:`agreement_table`) are
 defined once in :mod:`interp_widgets.agreement`, which the comparison view also uses, and exported here.
+:func:`attribute_corpus` explains a whole corpus in resumable shards on disk, across ``torch.distributed`` ranks
+(:mod:`interp_widgets.attribution.corpus`); :func:`load_corpus` reads such a run back.
 """
 
 from interp_widgets.agreement import agreement_table, spearman, top_k_overlap
@@ -28,6 +30,7 @@ from interp_widgets.attribution.attention import (
     RawAttention,
 )
 from interp_widgets.attribution.base import METHODS, Attributor
+from interp_widgets.attribution.corpus import CorpusAttribution, attribute_corpus, load_corpus
 from interp_widgets.attribution.faithfulness import FaithfulnessResult, faithfulness
 from interp_widgets.attribution.gradient import (
     GradientMethod,
@@ -53,6 +56,7 @@ __all__ = [
     "AttributionResult",
     "Attributor",
     "Contrast",
+    "CorpusAttribution",
     "FaithfulnessResult",
     "Generation",
     "GradientMethod",
@@ -75,10 +79,12 @@ __all__ = [
     "agreement_table",
     "attention_patterns",
     "attribute",
+    "attribute_corpus",
     "faithfulness",
     "from_captum",
     "from_interpreto",
     "list_methods",
+    "load_corpus",
     "record_attention",
     "spearman",
     "top_k_overlap",

@@ -609,10 +609,16 @@ class AttributionResult:
             )
         if meta.pop("version", None) not in (1, _FORMAT_VERSION):
             raise ValueError(f"{path} has a newer format than this interp_widgets reads; upgrade interp_widgets")
+        return cls._from_saved(meta, arrays)  # version 1 (0.1) named score_meaning "reduce"
+
+    @classmethod
+    def _from_saved(cls, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> AttributionResult:
+        """A result from what :meth:`_metadata` and :meth:`_arrays` wrote (masks were stored as uint8)."""
+        arrays = dict(arrays)
         for name in ("special_mask", "generated_mask", "source_mask"):
             if name in arrays:
                 arrays[name] = arrays[name].astype(bool)
-        return cls.from_flat(**meta, **arrays)  # version 1 (0.1) named score_meaning "reduce"
+        return cls.from_flat(**meta, **arrays)
 
 
 install_flat_properties(AttributionResult, FLAT_ATTRIBUTES)
@@ -628,6 +634,9 @@ def _json_default(value):
 
 class AttributionCollection(Sequence[AttributionResult]):
     """Results for a batch of inputs, in input order.
+
+    Its methods read the results through ``len``, indexing and iteration only, so a subclass that reads them
+    lazily (:class:`~interp_widgets.attribution.corpus.CorpusAttribution`, from files) overrides those three.
 
     Example:
         >>> from interp_widgets.attribution import IntegratedGradients
@@ -661,7 +670,7 @@ class AttributionCollection(Sequence[AttributionResult]):
             >>> [r.tokens for r in results.aggregate("sentence")]
             [['Great food.', 'Slow service.'], ['Awful.']]
         """
-        return AttributionCollection([r.aggregate(granularity, how) for r in self.results])
+        return AttributionCollection([r.aggregate(granularity, how) for r in self])
 
     def to_dataframe(self):
         """All results in one long table with an ``example`` column.
@@ -677,7 +686,7 @@ class AttributionCollection(Sequence[AttributionResult]):
         """
         import pandas as pd
 
-        frames = [r.to_dataframe().assign(example=i) for i, r in enumerate(self.results)]
+        frames = [r.to_dataframe().assign(example=i) for i, r in enumerate(self)]
         return pd.concat(frames, ignore_index=True)
 
     def widget(self, **options):
@@ -691,7 +700,7 @@ class AttributionCollection(Sequence[AttributionResult]):
         """
         from interp_widgets.widgets import ExampleListWidget
 
-        return ExampleListWidget(self.results, **options)
+        return ExampleListWidget(list(self), **options)
 
     def _repr_mimebundle_(self, include=None, exclude=None):
         return self.widget()._repr_mimebundle_(include=include, exclude=exclude)
@@ -700,5 +709,5 @@ class AttributionCollection(Sequence[AttributionResult]):
         return self.widget()
 
     def __repr__(self) -> str:
-        method = self.results[0].method if self.results else "?"
-        return f"AttributionCollection({len(self)} results, method={method!r})"
+        method = self[0].method if len(self) else "?"
+        return f"{type(self).__name__}({len(self)} results, method={method!r})"
