@@ -371,7 +371,7 @@ def compare_seeded(method: str, splitter, X, n: int, args) -> None:
         theirs, their_seconds = timed(fit_theirs)
         their_error = interpreto_error(theirs, X)
         for setting in ladder:
-            ours, seconds = timed(lambda: fit_ours(setting))
+            ours, seconds = timed(lambda fit=fit_ours, setting=setting: fit(setting))
             error = ours_error(ours, X)
             if error <= their_error:
                 break

@@ -841,4 +841,4 @@ class MatchingPursuitSAE(_SparseAutoencoderBase):
         )
         directions = residual[picks.to(residual.device)]
         w["W_dec"][dead] = directions / directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
-        return int(len(dead))
+        return len(dead)

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import warnings
 
+import interpreto.concepts as interpreto_concepts
 import numpy as np
 import pytest
 import torch
-
-import interpreto.concepts as interpreto_concepts
 from interpreto._vendor.overcomplete.optimization import ConvexNMF, SkSparsePCA
 from interpreto._vendor.overcomplete.sae import MpSAE
 from interpreto.concepts.methods.neurons_as_concepts import IdentityConceptModel
@@ -26,6 +25,7 @@ from interp_widgets.concepts import (
     concept_importance,
     interpret_concepts,
     relative_reconstruction_error,
+    save_sae,
 )
 from interp_widgets.demo import corpus
 from tests.concepts.test_decompositions import planted
@@ -182,7 +182,7 @@ def test_matching_pursuit_encodes_as_interpretos_mp_sae():
 
 
 def test_matching_pursuit_sae_trains_with_the_one_loop(tmp_path):
-    Xp, D = planted(3000, 12, 16, 2, seed=1)
+    Xp, _ = planted(3000, 12, 16, 2, seed=1)
     mp = MatchingPursuitSAE(12, k=2, max_epochs=30, batch_size=128, lr=1e-2, progress=False).fit(Xp)
     assert mp.fit_info_["monitor"] == "held-out rows" and len(mp.fit_info_["history"]) >= 3  # train_dictionary's
     assert sorted(mp.weights_) == ["W_dec", "b_dec"]
@@ -193,6 +193,8 @@ def test_matching_pursuit_sae_trains_with_the_one_loop(tmp_path):
     loaded = ConceptModel.load(mp.save(tmp_path / "mp.safetensors"))
     assert type(loaded) is MatchingPursuitSAE and loaded.k_ == 2
     np.testing.assert_array_equal(loaded.transform(Xp[:50]), C[:50])
+    with pytest.raises(TypeError, match="encodes by matching pursuit over its decoder.*save it with .save"):
+        save_sae(mp, tmp_path / "folder", hook_name="blocks.0.hook_resid_post")
     with pytest.raises(ValueError, match="k must be an integer >= 1"):
         MatchingPursuitSAE(8, k=0).fit(Xp)
     with pytest.raises(ValueError, match="dictionary must be 2-D"):
