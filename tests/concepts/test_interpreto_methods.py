@@ -203,7 +203,7 @@ def test_matching_pursuit_sae_trains_with_the_one_loop(tmp_path):
 
 # ---------------------------------------------------------------------- in importance and interpretation
 @pytest.mark.parametrize("kind", ["neurons", "sparse_pca", "convex_nmf", "mp_sae"])
-def test_in_concept_importance_and_interpretation(kind, gpt2_lm):
+def test_in_concept_importance_interpretation_and_browser(kind, gpt2_lm):
     model, tokenizer = gpt2_lm
     store = collect_activations(model, tokenizer, corpus()[:20], layer=1, progress=False)
     concepts = {
@@ -221,3 +221,5 @@ def test_in_concept_importance_and_interpretation(kind, gpt2_lm):
     assert imp.target_scores[0] == pytest.approx(float(clean), rel=1e-5)  # the residual is kept: same output
     interp = interpret_concepts(concepts, store, k=3, model=model, tokenizer=tokenizer, vocab_top=3, progress=False)
     assert interp.method == type(concepts).__name__ and len(interp.labels) == concepts.n_concepts
+    browser = interp.widget(texts=[text], concept_model=concepts, model=model, tokenizer=tokenizer)
+    assert type(browser).__name__ == "ConceptBrowser"
