@@ -70,6 +70,17 @@ Part ``fit``: comparison with Interpreto (``interpreto`` package, its ``NMFConce
   pair is timed back to back (ours, then Interpreto) ``--sae-trials`` times per size; medians are reported. Then,
   as for NMF, time to equal error: ours with 2, 4, 6, 10, 15, … epochs until its error is no higher than
   Interpreto's median error after ``--epochs`` epochs.
+- Sparse PCA, convex NMF and the matching-pursuit SAE (``--families sparse_pca convex_nmf mp_sae``), against
+  Interpreto's ``SparsePCAConcepts``, ``ConvexNMFConcepts`` and ``MpSAEConcepts``, each for ``--seeds`` seeds (the
+  time and error ratios are medians over them): same rows, threads and dictionary size; the same sparsity (sparse
+  PCA's ``alpha`` = Interpreto's ``sparsity``, ``--spca-alpha``, its default 1; ``k = n // 10`` matching-pursuit
+  steps). Interpreto runs its defaults (sparse PCA: scikit-learn's coordinate descent, tol 1e-3, 1000 iterations;
+  convex NMF: its multiplicative updates for ``--nmf-iter`` iterations; MP SAE: ``--epochs`` epochs, batch 1024,
+  Adam at 1e-3); ours climbs a ladder (sparse PCA iterations, convex NMF iterations, SAE epochs) until its error
+  is no higher, and that fit's time is compared. Interpreto's convex NMF multiplies ``rows × rows`` matrices
+  (``rows³`` per iteration, and 1.6 GB of them at 20k rows), so convex NMF runs on the first
+  ``--convex-nmf-rows`` rows (default 2,000; at most 10,000, our row cap). ``NeuronsAsConcepts`` learns nothing
+  and is left out.
 - Error: relative reconstruction error ``‖X − decode(encode(X))‖ / ‖X‖`` on all fit rows with each library's own
   encoder and decoder (Interpreto's NMF encoder runs its HALS solver for 300 iterations; encoding time is not part
   of the fit time).
@@ -98,8 +109,11 @@ import _repo  # noqa: F401, E402  (the repository root on sys.path)
 
 from interp_widgets import demo  # noqa: E402
 from interp_widgets.concepts import (  # noqa: E402
+    ConvexNMFConcepts,
+    MatchingPursuitSAE,
     NMFConcepts,
     SparseAutoencoder,
+    SparsePCAConcepts,
     collect_activations,
     relative_reconstruction_error,
 )
@@ -107,6 +121,9 @@ from interp_widgets.concepts import (  # noqa: E402
 SPLIT_POINT = "bert.encoder.layer.3"
 NMF_LADDER = (10, 20, 40, 80, 160, 320)  # iteration caps tried for ours, in order, to reach Interpreto's error
 SAE_LADDER = (2, 4, 6, 10, 15)  # epoch caps tried likewise for our SAE
+SPARSE_PCA_LADDER = (2, 5, 10, 20, 50, 100, 200)  # iteration caps of our sparse PCA
+CONVEX_NMF_LADDER = (10, 20, 40, 80, 160, 320)  # iteration caps of our convex NMF
+INTERPRETO_METHODS = ("sparse_pca", "convex_nmf", "mp_sae")  # compared over seeds by compare_seeded
 
 
 def peak_rss_mb() -> float:
@@ -293,6 +310,83 @@ def compare_sae(splitter, X, n: int, args) -> None:
     )
 
 
+def interpreto_error(explainer, X) -> float:
+    """Relative reconstruction error of an Interpreto explainer with its own encoder and decoder."""
+    with torch.no_grad():
+        if hasattr(explainer.concept_model, "eval"):
+            explainer.concept_model.eval()
+        X_hat = explainer.concepts_to_activations(explainer.activations_to_concepts(torch.from_numpy(X)))
+    return relative_reconstruction_error(X, X_hat.float().numpy())
+
+
+def seeded_pair(method: str, splitter, X, n: int, seed: int, args):
+    """``(fit Interpreto, fit ours at a ladder setting, the ladder)`` for one of ``INTERPRETO_METHODS``: the same
+    rows, dictionary size and sparsity (``--spca-alpha``; ``k = n // 10`` matching-pursuit steps), seed ``seed``."""
+    import interpreto.concepts as ic
+
+    k = max(1, n // 10)
+    if method == "sparse_pca":
+        params = {"alpha": args.spca_alpha, "method": "cd", "tol": 1e-3, "random_state": seed}
+
+        def theirs():
+            explainer = ic.SparsePCAConcepts(splitter, nb_concepts=n, sparsity=args.spca_alpha, random_state=seed)
+            explainer.fit(torch.from_numpy(X))
+            return explainer
+
+        def ours(iters):
+            return SparsePCAConcepts(n, estimator_params={**params, "max_iter": iters}).fit(X)
+
+        return theirs, ours, [i for i in SPARSE_PCA_LADDER if i < 1000] + [1000]
+    if method == "convex_nmf":
+
+        def theirs():
+            torch.manual_seed(seed)
+            explainer = ic.ConvexNMFConcepts(splitter, nb_concepts=n)
+            explainer.fit(torch.from_numpy(X), max_iter=args.nmf_iter)
+            return explainer
+
+        def ours(iters):
+            return ConvexNMFConcepts(n, max_iter=iters, random_state=seed, max_rows=max(len(X), 1)).fit(X)
+
+        return theirs, ours, [i for i in CONVEX_NMF_LADDER if i < args.nmf_iter] + [args.nmf_iter]
+
+    def theirs():
+        torch.manual_seed(seed)
+        explainer = ic.MpSAEConcepts(splitter, nb_concepts=n, k=k)
+        explainer.fit(torch.from_numpy(X), nb_epochs=args.epochs, batch_size=1024, lr=1e-3)
+        return explainer
+
+    def ours(epochs):
+        return MatchingPursuitSAE(n, k=k, max_epochs=epochs, batch_size=1024, lr=1e-3, seed=seed, progress=False).fit(X)
+
+    return theirs, ours, [i for i in SAE_LADDER if i < args.epochs] + [args.epochs]
+
+
+def compare_seeded(method: str, splitter, X, n: int, args) -> None:
+    """Interpreto's ``method`` at its settings, then ours up its ladder until its error is no higher (time to equal
+    error), for each of ``--seeds`` seeds; the time and error ratios are medians over the seeds."""
+    time_ratios, error_ratios = [], []
+    for seed in range(args.seeds):
+        fit_theirs, fit_ours, ladder = seeded_pair(method, splitter, X, n, seed, args)
+        theirs, their_seconds = timed(fit_theirs)
+        their_error = interpreto_error(theirs, X)
+        for setting in ladder:
+            ours, seconds = timed(lambda fit=fit_ours, setting=setting: fit(setting))
+            error = ours_error(ours, X)
+            if error <= their_error:
+                break
+        info(
+            f"{method}{n}_seed{seed}",
+            f"interpreto {their_seconds:.2f} s, relative error {their_error:.4f}; ours {seconds:.2f} s at ladder "
+            f"setting {setting}, relative error {error:.4f}",
+        )
+        time_ratios.append(seconds / their_seconds)
+        error_ratios.append(error / their_error if their_error > 0 else math.inf)
+    name = f"concepts_{method}{n}"
+    bench(f"{name}_time_to_interpreto_error_ratio_ours_over_interpreto", statistics.median(time_ratios), "<=", 1)
+    bench(f"{name}_error_ratio_ours_over_interpreto", statistics.median(error_ratios), "<=", 1)
+
+
 def comparison(model, tokenizer, args) -> None:
     """Fit time and reconstruction error, ours against Interpreto, on the same activation rows."""
     from sklearn.exceptions import ConvergenceWarning
@@ -315,6 +409,11 @@ def comparison(model, tokenizer, args) -> None:
                 compare_nmf(splitter, X, n, args)
             if "sae" in args.families:
                 compare_sae(splitter, X, n, args)
+            for method in INTERPRETO_METHODS:
+                if method in args.families:
+                    # Interpreto's convex NMF multiplies rows × rows matrices (rows³ per iteration): fewer rows
+                    rows = X[: args.convex_nmf_rows] if method == "convex_nmf" else X
+                    compare_seeded(method, splitter, rows, n, args)
     bench("concepts_fit_peak_rss_mb", peak_rss_mb(), "<=", 2000)
 
 
@@ -848,7 +947,20 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[20, 50, 100])
     parser.add_argument("--nmf-iter", type=int, default=500, help="iteration cap of both NMF solvers")
     parser.add_argument("--epochs", type=int, default=20, help="epoch cap of both TopK SAEs")
-    parser.add_argument("--families", nargs="+", choices=("nmf", "sae"), default=["nmf", "sae"])
+    parser.add_argument(
+        "--families",
+        nargs="+",
+        choices=("nmf", "sae", *INTERPRETO_METHODS),
+        default=["nmf", "sae", *INTERPRETO_METHODS],
+    )
+    parser.add_argument("--seeds", type=int, default=3, help="seeds of the sparse PCA, convex NMF and MP SAE ratios")
+    parser.add_argument("--spca-alpha", type=float, default=1.0, help="sparse PCA's L1 weight (Interpreto's default)")
+    parser.add_argument(
+        "--convex-nmf-rows",
+        type=int,
+        default=2000,
+        help="the first rows of the fit rows used for convex NMF (at most 10,000, our row cap)",
+    )
     parser.add_argument(
         "--skip-equal-iterations",
         action="store_true",
@@ -866,6 +978,8 @@ def main() -> None:
         help="torch and BLAS threads for the fits (small matrices; extra threads spin on a busy machine)",
     )
     args = parser.parse_args()
+    if not 1 <= args.convex_nmf_rows <= 10_000:
+        parser.error("--convex-nmf-rows must be between 1 and 10,000 (ConvexNMFConcepts' row cap)")
     torch.set_num_threads(os.cpu_count() or 1)
     args.work_dir.mkdir(parents=True, exist_ok=True)
     parts = [

@@ -14,6 +14,7 @@ from interp_widgets.concepts.activations import ActivationStore, collect_activat
 from interp_widgets.concepts.decompositions import (
     CONCEPT_MODELS,
     ConceptModel,
+    ConvexNMFConcepts,
     DictionaryLearningConcepts,
     ICAConcepts,
     IncrementalPCAConcepts,
@@ -21,10 +22,12 @@ from interp_widgets.concepts.decompositions import (
     MiniBatchDictionaryLearningConcepts,
     MiniBatchKMeansConcepts,
     MiniBatchNMFConcepts,
+    NeuronsAsConcepts,
     NMFConcepts,
     PCAConcepts,
     SemiNMFConcepts,
     SklearnConcepts,
+    SparsePCAConcepts,
     SVDConcepts,
 )
 from interp_widgets.concepts.importance import (
@@ -71,7 +74,7 @@ from interp_widgets.concepts.metrics import (
 from interp_widgets.concepts.centroid_probes import CentroidProbe, LinearRegressionProbe
 from interp_widgets.concepts.probes import DirectionConcepts, LinearProbe, ProbeSweep, probe_layers
 from interp_widgets.concepts.quality import SpliceQuality, splice_quality
-from interp_widgets.concepts.sae import BatchTopKSAE, JumpReLUSAE, SparseAutoencoder
+from interp_widgets.concepts.sae import BatchTopKSAE, JumpReLUSAE, MatchingPursuitSAE, SparseAutoencoder
 from interp_widgets.concepts.saelens import (
     SAEQualityWarning,
     check_base_model,
@@ -97,6 +100,10 @@ __all__ = [
     "TopTexts",
     "VocabularyProjection",
     "ConceptModel",
+    "ConvexNMFConcepts",
+    "NeuronsAsConcepts",
+    "SparsePCAConcepts",
+    "MatchingPursuitSAE",
     "DirectionConcepts",
     "CentroidProbe",
     "LinearProbe",

@@ -49,7 +49,7 @@ from sklearn.exceptions import NotFittedError
 
 from interp_widgets.concepts._io import load_bundle, save_bundle
 from interp_widgets.registry import Registry
-from interp_widgets.validation import check_int
+from interp_widgets.validation import check_choice, check_int
 
 _FORMAT = "interp_widgets.ConceptModel"
 _BLOCK_VALUES = 1 << 24  # unit vectors decoded per block when reading off the affine decoder (about 64 MB)
@@ -105,6 +105,9 @@ class ConceptModel(TransformerMixin, BaseEstimator):
     #: Whether ``transform`` is an affine map ``X @ W + b`` (PCA, ICA, SVD, fixed directions): such models get a
     #: differentiable :meth:`encode_torch` read off ``transform`` itself.
     affine_encoder: ClassVar[bool] = False
+    #: Whether ``fit`` learns the concepts from the rows (False for fixed directions such as the neurons themselves,
+    #: which may have more concepts than rows).
+    learns_from_rows: ClassVar[bool] = True
     components_: np.ndarray
     offset_: np.ndarray
     # notebooks show the text repr below rather than scikit-learn's HTML diagram
@@ -152,7 +155,7 @@ class ConceptModel(TransformerMixin, BaseEstimator):
         n_rows, n_features = (len(X), X.dim) if isinstance(X, ActivationStore) else _as_matrix(X).shape
         if n_rows == 0:
             raise ValueError("cannot fit on zero rows of activations; collect activations from at least one text")
-        if self.n_concepts > n_rows:
+        if self.n_concepts > n_rows and self.learns_from_rows:
             raise ValueError(
                 f"n_concepts={self.n_concepts} is more than the {n_rows} samples; "
                 "use fewer concepts or collect more activations"
@@ -987,3 +990,248 @@ class SemiNMFConcepts(ConceptModel):
     def _restore(self, arrays, extra):
         super()._restore(arrays, extra)
         self.D_ = arrays["D_"]
+
+
+# ---------------------------------------------------------------------- the neurons themselves
+class NeuronsAsConcepts(ConceptModel):
+    """Every neuron of the layer as a concept: the identity, ``transform(X) = X`` and ``components_`` the unit vectors.
+
+    Interpreto's ``NeuronsAsConcepts``: nothing is learnt. ``n_concepts`` must be the layer width, and ``fit`` only
+    checks that the activations have that width (and records their layer and model, as every concept model does),
+    so the neurons go through the same API as learnt concepts (concept importance, interpretation, the browser).
+
+    Args:
+        n_concepts: the layer width (one concept per neuron).
+
+    Example:
+        >>> neurons = NeuronsAsConcepts(32).fit(store)
+        >>> np.array_equal(neurons.transform(store[:3]), store[:3]), neurons.components_.shape
+        (True, (32, 32))
+        >>> NeuronsAsConcepts(8).fit(store)
+        Traceback (most recent call last):
+        ...
+        ValueError: NeuronsAsConcepts has one concept per neuron, so n_concepts must be the layer width: got n_concepts=8 for 32 features; use NeuronsAsConcepts(32)
+    """
+
+    name = "neurons"
+    affine_encoder = True
+    learns_from_rows = False
+
+    def _check_size(self, n_rows: int, n_features: int) -> None:
+        if self.n_concepts != n_features:
+            raise ValueError(
+                f"NeuronsAsConcepts has one concept per neuron, so n_concepts must be the layer width: got "
+                f"n_concepts={self.n_concepts} for {n_features} features; use NeuronsAsConcepts({n_features})"
+            )
+
+    def _fit(self, X) -> None:
+        self.fit_info_["mode"] = "identity (nothing fitted)"
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        return X
+
+    def _inverse(self, C: np.ndarray) -> np.ndarray:
+        return C
+
+    def _affine_decoder(self):
+        return np.eye(self.n_concepts, dtype=np.float32), np.zeros(self.n_concepts, dtype=np.float32)
+
+    def _affine_encoder(self):
+        return self._affine_decoder()
+
+    def _state(self):
+        return {}, {}  # the identity is rebuilt on load rather than stored (a 4096-wide layer: 64 MB)
+
+    def _restore(self, arrays, extra):
+        self.components_, self.offset_ = self._affine_decoder()
+
+
+# ---------------------------------------------------------------------- sparse PCA
+class SparsePCAConcepts(SklearnConcepts):
+    """Sparse principal components (wraps ``sklearn.decomposition.SparsePCA``): sparse directions, signed coefficients.
+
+    The directions solve ``min ||X − mean − U V||² + alpha ||V||₁`` (``V`` = ``components_``); ``transform`` is
+    scikit-learn's ridge projection of the centred rows on them (``ridge_alpha``), an affine map, so the encoder is
+    differentiable. Interpreto 0.5.2's ``SparsePCAConcepts`` wraps the same estimator (through Overcomplete's
+    ``SkSparsePCA``) with ``alpha = sparsity`` (default 1), ``method="cd"`` and ``tol=1e-3``; pass
+    ``estimator_params={"alpha": ..., "method": "cd", "tol": 1e-3, "random_state": ...}`` for the same fit (the
+    tests check equality to 1e-5). Without them scikit-learn's defaults apply (``method="lars"``, ``tol=1e-8``).
+
+    Example:
+        >>> spca = SparsePCAConcepts(6, estimator_params={"alpha": 1.0, "method": "cd", "tol": 1e-3, "random_state": 0})
+        >>> spca = spca.fit(store[:300])
+        >>> spca.components_.shape, bool((spca.estimator_.components_ == 0).mean() > 0.2)  # sparse directions
+        ((6, 32), True)
+        >>> spca.transform(store[:4]).shape
+        (4, 6)
+    """
+
+    name = "sparse_pca"
+    affine_encoder = True
+
+    @property
+    def estimator_class(self):
+        from sklearn.decomposition import SparsePCA
+
+        return SparsePCA
+
+
+# ---------------------------------------------------------------------- convex NMF
+CONVEX_NMF_UPDATES = ("paper", "interpreto")
+
+
+class ConvexNMFConcepts(ConceptModel):
+    """Convex NMF (Ding, Li & Jordan, 2010): ``X ≈ Z D`` with ``D = W X``, ``Z ≥ 0`` and ``W ≥ 0``, on raw activations.
+
+    Every direction is a non-negative combination of training rows, so concepts stay inside the cone of the data.
+    Fitting runs the multiplicative updates of Interpreto 0.5.2's ``ConvexNMFConcepts`` (Overcomplete's ``ConvexNMF``
+    with ``solver="mu"``): the same random initialisation (``|N(0, 1)| · sqrt(mean|X| / n_concepts)`` for ``Z``, then
+    for ``W``, drawn from a generator seeded with ``random_state``, which is Interpreto's draw after
+    ``torch.manual_seed(random_state)``), the same updates (with the ``1e-10`` guards) and the same stop
+    (``||Z − Z_old|| / ||Z|| ≤ tol``). The ``W`` update is the paper's (``update="paper"``, the default):
+    Overcomplete's multiplies by ``W Z Zᵀ`` where the paper has ``Zᵀ Z W`` (a ``k × n`` product either way), which
+    breaks the paper's monotone decrease of the error; without ``strict_convex`` its ``W`` grows without bound (to
+    NaN within 500 iterations on Gaussian rows), and with it the error stalls above the paper rule's.
+    ``update="interpreto"`` runs Overcomplete's rule, whose dictionary equals Interpreto's under the same seed (the
+    tests check 1e-5). The updates read the
+    positive and negative parts of the rows' Gram matrix ``X Xᵀ``; they are computed once and every product is
+    ordered to cost ``rows² × n_concepts`` per iteration (Interpreto recomputes the Gram matrix and multiplies two
+    ``rows × rows`` matrices each iteration, ``rows³``).
+
+    The two ``rows × rows`` float32 parts bound the rows: ``max_rows`` (default 10,000, 800 MB) is a stated cap and
+    ``fit`` refuses more rows with a ValueError naming the fix (a random subsample such as
+    ``store.sample(max_rows)``). Interpreto builds ``X Xᵀ`` and several more ``rows × rows`` matrices with no cap.
+
+    ``transform`` solves ``min ||X − Z D||² s.t. Z ≥ 0`` for new rows with ``D`` fixed, by ``transform_iter``
+    semi-NMF multiplicative updates (as :class:`SemiNMFConcepts`) from the clipped least-squares codes, so a row's
+    codes do not depend on the other rows of the batch. (Interpreto's encoder restarts from random codes and reuses
+    the rows being encoded as the basis of ``D``, which only matches the fitted ``D`` on the training rows and needs
+    exactly as many rows.)
+
+    Args:
+        n_concepts: number of concepts.
+        max_iter, tol: update rounds at most, and the relative change of ``Z`` that stops them (0: never stop early).
+        transform_iter: update rounds of ``transform``.
+        strict_convex: rescale each row of ``W`` to sum to 1 after every update (Interpreto's option).
+        random_state: seed of the initialisation.
+        max_rows: the row cap (see above).
+        update: ``"paper"`` (Ding et al.'s ``W`` update) or ``"interpreto"`` (Overcomplete's, for comparison).
+
+    Example:
+        >>> cnmf = ConvexNMFConcepts(6, max_iter=100, random_state=0).fit(store[:300])
+        >>> C = cnmf.transform(store[:5])
+        >>> C.shape, bool((C >= 0).all()), bool((cnmf.W_ >= 0).all())
+        ((5, 6), True, True)
+        >>> np.allclose(cnmf.components_, cnmf.W_ @ store[:300], atol=1e-3)  # directions combine training rows
+        True
+        >>> ConvexNMFConcepts(4, max_rows=200).fit(store[:300])
+        Traceback (most recent call last):
+        ...
+        ValueError: ConvexNMFConcepts holds two rows × rows matrices (0.00 GB at 300 rows) and refuses more than max_rows=200 rows; fit it on a random subsample (store.sample(200), or X[rng.choice(len(X), 200, replace=False)]), or raise max_rows if the memory is there
+    """
+
+    name = "convex_nmf"
+
+    def __init__(
+        self,
+        n_concepts: int,
+        *,
+        max_iter: int = 500,
+        tol: float = 1e-4,
+        transform_iter: int = 300,
+        strict_convex: bool = False,
+        random_state: int = 0,
+        max_rows: int = 10_000,
+        update: str = "paper",
+    ):
+        super().__init__(n_concepts)
+        self.update = update
+        self.max_iter = max_iter
+        self.tol = tol
+        self.transform_iter = transform_iter
+        self.strict_convex = strict_convex
+        self.random_state = random_state
+        self.max_rows = max_rows
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        check_int("max_iter", self.max_iter, minimum=1)
+        check_int("transform_iter", self.transform_iter, minimum=0)
+        check_int("random_state", self.random_state, minimum=0)
+        check_int("max_rows", self.max_rows, minimum=1)
+        check_choice("update", self.update, CONVEX_NMF_UPDATES)
+        if not isinstance(self.tol, (int, float, np.floating)) or isinstance(self.tol, bool) or self.tol < 0:
+            raise ValueError(f"tol must be a number >= 0, got {self.tol!r}")
+        if not isinstance(self.strict_convex, bool):
+            raise TypeError(f"strict_convex must be True or False, got {self.strict_convex!r}")
+
+    def _check_size(self, n_rows: int, n_features: int) -> None:
+        if n_rows > self.max_rows:
+            gb = 2 * 4 * n_rows**2 / 1e9
+            raise ValueError(
+                f"ConvexNMFConcepts holds two rows × rows matrices ({gb:.2f} GB at {n_rows} rows) and refuses more "
+                f"than max_rows={self.max_rows} rows; fit it on a random subsample (store.sample({self.max_rows}), or "
+                f"X[rng.choice(len(X), {self.max_rows}, replace=False)]), or raise max_rows if the memory is there"
+            )
+
+    def _fit(self, X) -> None:
+        from interp_widgets.concepts.activations import ActivationStore
+
+        A = torch.from_numpy(np.ascontiguousarray(X[:] if isinstance(X, ActivationStore) else _as_matrix(X)))
+        n, k, eps = A.shape[0], self.n_concepts, 1e-10
+        generator = torch.Generator().manual_seed(self.random_state)
+        mu = torch.sqrt(A.abs().mean() / k)
+        Z = torch.randn(n, k, generator=generator).mul_(mu).abs_()
+        W = torch.randn(k, n, generator=generator).mul_(mu).abs_()
+        if self.strict_convex:
+            W = W / (W.sum(1, keepdim=True) + eps)
+        gram = A @ A.T
+        pos, neg = gram.clamp_min(0), (-gram).clamp_min_(0)
+        del gram
+        for iteration in range(self.max_iter):
+            Z_old = Z
+            # Z ← Z ⊙ sqrt((G⁺Wᵀ + Z W G⁻ Wᵀ) / (G⁻Wᵀ + Z W G⁺ Wᵀ)), the k × k products first
+            pos_wt, neg_wt = pos @ W.T, neg @ W.T
+            numerator = pos_wt + Z @ (W @ neg_wt)
+            denominator = neg_wt + Z @ (W @ pos_wt)
+            Z = Z * torch.sqrt(numerator / (denominator + eps) + eps)
+            zt_pos, zt_neg = Z.T @ pos, Z.T @ neg
+            if self.update == "paper":
+                # W ← W ⊙ sqrt((Zᵀ G⁺ + Zᵀ Z W G⁻) / (Zᵀ G⁻ + Zᵀ Z W G⁺)); G is symmetric: W G± = (G± Wᵀ)ᵀ
+                ztz = Z.T @ Z
+                numerator, denominator = zt_pos + ztz @ neg_wt.T, zt_neg + ztz @ pos_wt.T
+            else:
+                # Overcomplete's rule: W Z Zᵀ where the paper has Zᵀ Z W
+                wz = W @ Z
+                numerator, denominator = zt_pos + wz @ zt_neg, zt_neg + wz @ zt_pos
+            W = W * torch.sqrt(numerator / (denominator + eps) + eps)
+            if self.strict_convex:
+                W = W / (W.sum(1, keepdim=True) + eps)
+            if self.tol > 0 and torch.linalg.norm(Z - Z_old) / torch.linalg.norm(Z) <= self.tol:
+                break
+        self.W_ = W.numpy()
+        self.D_ = (W @ A).numpy()
+        error = float(torch.linalg.norm(A - Z @ (W @ A)) / torch.linalg.norm(A).clamp_min(1e-12))
+        self.fit_info_.update(n_iter=iteration + 1, relative_error=error, nonnegative="convex NMF (Z ≥ 0, W ≥ 0)")
+
+    def _transform(self, X: np.ndarray) -> np.ndarray:
+        Xt, D = torch.from_numpy(X).double(), torch.from_numpy(self.D_).double()
+        Z = (Xt @ torch.linalg.pinv(D)).clamp_min(0) + 1e-3
+        for _ in range(self.transform_iter):
+            Z = SemiNMFConcepts._update(Xt, Z, D)
+        return Z.float().numpy()
+
+    def _inverse(self, C: np.ndarray) -> np.ndarray:
+        return C @ self.D_
+
+    def _affine_decoder(self):
+        return self.D_, np.zeros(self.D_.shape[1], dtype=np.float32)
+
+    def _state(self):
+        arrays, extra = super()._state()
+        arrays.update(D_=self.D_, W_=self.W_)
+        return arrays, extra
+
+    def _restore(self, arrays, extra):
+        super()._restore(arrays, extra)
+        self.D_, self.W_ = arrays["D_"], arrays["W_"]

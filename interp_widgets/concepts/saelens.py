@@ -579,6 +579,11 @@ def save_sae(concept_model, folder: str | Path, *, model_name: str | None = None
             "save_sae writes sparse autoencoders; a Transcoder predicts another point than it reads, which SAELens's "
             "format cannot say: save it with .save(path), or a set with TranscoderSet.save / .to_circuit_tracer"
         )
+    if "W_enc" not in getattr(concept_model, "weights_", {"W_enc": None}):
+        raise TypeError(
+            f"save_sae writes SAEs with an encoder matrix; a {type(concept_model).__name__} encodes by matching "
+            "pursuit over its decoder, which SAELens's format cannot say: save it with .save(path)"
+        )
     concept_model._check_fitted()
     if hook_name is None:
         layer = concept_model.layer_

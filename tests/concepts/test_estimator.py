@@ -41,7 +41,12 @@ FAST = {
     "jumprelu_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
     "batchtopk_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
     "transcoder": {"max_epochs": 2, "batch_size": 64, "progress": False},
+    "mp_sae": {"k": 2, "max_epochs": 2, "batch_size": 64, "progress": False},
+    "sparse_pca": {"estimator_params": {"method": "cd", "tol": 1e-3, "random_state": 0}},
+    "convex_nmf": {"max_iter": 20, "transform_iter": 20},
 }
+# concept counts other than 3: the neurons are as many as the features of X
+SIZE = {"neurons": 8}
 NAMES = sorted(CONCEPT_MODELS)
 
 
@@ -54,7 +59,7 @@ def same_params(a: dict, b: dict) -> bool:
 
 
 def make(name: str) -> ConceptModel:
-    return CONCEPT_MODELS[name](3, **FAST.get(name, {}))
+    return CONCEPT_MODELS[name](SIZE.get(name, 3), **FAST.get(name, {}))
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -64,7 +69,7 @@ def test_parameters_are_stored_unchanged_and_round_trip(name):
     check_get_params_invariance(name, model)
     check_set_params(name, model)
     params = model.get_params()
-    assert params["n_concepts"] == 3 and same_params(type(model)(**params).get_params(), params)
+    assert params["n_concepts"] == SIZE.get(name, 3) and same_params(type(model)(**params).get_params(), params)
     assert not [key for key in vars(model) if key.endswith("_")]  # fitted attributes are set by fit only
 
 
@@ -73,7 +78,7 @@ def test_clone_pipeline_and_persistence(name, tmp_path):
     model = make(name)
     for method, args in (
         ("transform", (X,)),
-        ("inverse_transform", (np.zeros((2, 3)),)),
+        ("inverse_transform", (np.zeros((2, SIZE.get(name, 3))),)),
         ("save", (tmp_path / "unfitted.safetensors",)),
     ):
         with pytest.raises(NotFittedError, match=r"not fitted yet; call fit\(activations\) first"):
