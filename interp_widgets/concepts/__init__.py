@@ -71,7 +71,8 @@ from interp_widgets.concepts.metrics import (
 from interp_widgets.concepts.centroid_probes import CentroidProbe, LinearRegressionProbe
 from interp_widgets.concepts.probes import DirectionConcepts, LinearProbe, ProbeSweep, probe_layers
 from interp_widgets.concepts.quality import SpliceQuality, splice_quality
-from interp_widgets.concepts.sae import BatchTopKSAE, JumpReLUSAE, SparseAutoencoder
+from interp_widgets.concepts.hierarchy import ConceptHierarchy, concept_hierarchy
+from interp_widgets.concepts.sae import BatchTopKSAE, JumpReLUSAE, MatryoshkaSAE, SparseAutoencoder
 from interp_widgets.concepts.saelens import (
     SAEQualityWarning,
     check_base_model,
@@ -97,6 +98,7 @@ __all__ = [
     "TopTexts",
     "VocabularyProjection",
     "ConceptModel",
+    "ConceptHierarchy",
     "DirectionConcepts",
     "CentroidProbe",
     "LinearProbe",
@@ -113,6 +115,7 @@ __all__ = [
     "InputsToConceptsForSequenceClassification",
     "IncrementalPCAConcepts",
     "JumpReLUSAE",
+    "MatryoshkaSAE",
     "KMeansConcepts",
     "MiniBatchDictionaryLearningConcepts",
     "MiniBatchKMeansConcepts",
@@ -131,6 +134,7 @@ __all__ = [
     "check_base_model",
     "collect_activations",
     "concept_attribution",
+    "concept_hierarchy",
     "concept_importance",
     "dead_concepts",
     "evaluate",
