@@ -40,6 +40,7 @@ FAST = {
     "sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
     "jumprelu_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
     "batchtopk_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
+    "matryoshka_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
     "transcoder": {"max_epochs": 2, "batch_size": 64, "progress": False},
 }
 NAMES = sorted(CONCEPT_MODELS)

@@ -134,3 +134,23 @@ def test_prefixes_checked_resolved_and_saved(tmp_path):
     loaded = ConceptModel.load(sae.save(tmp_path / "m.safetensors"))
     assert type(loaded) is MatryoshkaSAE and loaded.prefixes_ == [3, 6, 12] and loaded.prefixes == (3, 6)
     np.testing.assert_allclose(loaded.transform(X), sae.transform(X), atol=1e-6)
+
+
+def test_saelens_folder_keeps_the_widths(tmp_path):
+    import json
+
+    from interp_widgets.concepts import load_sae, save_sae
+
+    X = np.random.default_rng(0).normal(size=(300, 8)).astype(np.float32)
+    sae = MatryoshkaSAE(12, k=2, prefixes=(3, 6), max_epochs=2, progress=False).fit(X)
+    folder = save_sae(sae, tmp_path / "m", hook_name="blocks.1.hook_resid_post")
+    cfg = json.loads((folder / "cfg.json").read_text())
+    assert cfg["architecture"] == "jumprelu" and cfg["metadata"]["training_architecture"] == "matryoshka_batchtopk"
+    assert cfg["metadata"]["training_architecture_details"] == {"k": 2.0, "matryoshka_widths": [3, 6, 12]}
+    back = load_sae(folder)
+    assert type(back) is MatryoshkaSAE and back.prefixes_ == [3, 6, 12] and back.k_ == 2.0
+    np.testing.assert_allclose(back.transform(X), sae.transform(X), atol=1e-5)
+    cfg["metadata"]["training_architecture_details"]["matryoshka_widths"] = [6, 3]
+    (folder / "cfg.json").write_text(json.dumps(cfg))
+    with pytest.raises(ValueError, match="matryoshka_widths must be increasing"):
+        load_sae(folder)
