@@ -27,7 +27,8 @@ import torch
 
 from interp_widgets.validation import check_number
 
-_CHUNK = 4096  # rows (and candidate children) per block, so memory stays at a block plus the n × n counts
+_CHUNK = 4096  # rows per block of an array of codes
+_KIDS = 1024  # candidate children scored at once (a few 1024 × n_concepts float64 matrices)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,14 +92,22 @@ def concept_hierarchy(
     ``cos(W_dec[c], W_dec[p]) ≥ min_cosine``; report each parent's absorption rate (a proxy, see the module docstring).
 
     Args:
-        codes: ``(rows, n_concepts)`` concept coefficients (a concept fires where its coefficient is > 0).
+        codes: ``(rows, n_concepts)`` concept coefficients (a concept fires where its coefficient is > 0), or a
+            function of no arguments that returns an iterator of such blocks of rows (it is called twice), so that
+            the codes of many rows never sit in memory at once.
         decoder: ``(n_concepts, features)`` decoder rows (``components_``).
         groups: the group of each concept (``MatryoshkaSAE.groups_``); parents come from strictly earlier groups.
         min_conditional: threshold on ``P(parent > 0 | child > 0)``, in ``[0, 1]``.
         min_cosine: threshold on the cosine of the decoder rows, in ``[-1, 1]``.
 
+    Memory: a block of rows plus the ``n_concepts × n_concepts`` co-firing counts (float32: 1 GB at 16k concepts).
     Concepts that never fire have no parent. :meth:`MatryoshkaSAE.hierarchy
     <interp_widgets.concepts.MatryoshkaSAE.hierarchy>` calls this with the SAE's own codes, decoder and groups.
+
+    Note: the child's decoder row of a well-trained Matryoshka SAE holds what its parent does not reconstruct, so on
+    data whose parent and child directions are orthogonal (the toy of Bussmann et al., 2025) the cosine is near 0
+    and ``min_cosine = 0.3`` attaches nothing; ``tests/concepts/test_sae_matryoshka.py`` shows it. Lower
+    ``min_cosine`` there.
 
     Example:
         >>> codes = np.array([[2, 1, 0], [1, 0, 3], [0, 0, 0], [0, 1, 0]], dtype=np.float32)
@@ -108,6 +117,9 @@ def concept_hierarchy(
         ({0: [2, 1]}, {1: 0.5, 2: 1.0}, {0: 0.333...})
         >>> concept_hierarchy(codes, decoder, [0, 1, 1], min_conditional=0.8).children  # 1 is not attached
         {0: [2]}
+        >>> blocks = lambda: iter([codes[:2], codes[2:]])  # the same, from blocks of rows
+        >>> concept_hierarchy(blocks, decoder, [0, 1, 1], min_conditional=0.5).absorption
+        {0: 0.333...}
     """
     check_number("min_conditional", min_conditional, minimum=0)
     if min_conditional > 1:
@@ -115,27 +127,36 @@ def concept_hierarchy(
     check_number("min_cosine", min_cosine, minimum=-1)
     if min_cosine > 1:
         raise ValueError(f"min_cosine must be a cosine in [-1, 1], got {min_cosine!r}")
-    codes = np.asarray(codes)
+    if callable(codes):
+        blocks = codes
+    else:
+        codes = np.asarray(codes)
+        if codes.ndim != 2:
+            raise ValueError(f"codes must be (rows, n_concepts), got shape {codes.shape}")
+
+        def blocks():
+            return (codes[start : start + _CHUNK] for start in range(0, len(codes), _CHUNK))
+
     decoder = torch.as_tensor(np.asarray(decoder, dtype=np.float32))
     groups = np.asarray(groups, dtype=np.int64)
-    n = codes.shape[1] if codes.ndim == 2 else -1
-    if codes.ndim != 2 or decoder.shape[0] != n or groups.shape != (n,):
+    n = decoder.shape[0]
+    if decoder.ndim != 2 or groups.shape != (n,):
         raise ValueError(
-            f"codes must be (rows, n_concepts), decoder (n_concepts, features) and groups (n_concepts,); got "
-            f"{codes.shape}, {tuple(decoder.shape)} and {groups.shape}"
+            f"decoder must be (n_concepts, features) and groups (n_concepts,); got {tuple(decoder.shape)} and "
+            f"{groups.shape}"
         )
-    # co-occurrence counts, accumulated over blocks of rows
+    # co-firing counts, accumulated over blocks of rows (float32 sums of 0/1 are exact below 2**24 rows)
     counts = torch.zeros(n, dtype=torch.float64)
-    co = torch.zeros(n, n, dtype=torch.float32)  # exact for counts below 2**24 per block sum
-    for start in range(0, len(codes), _CHUNK):
-        fired = torch.from_numpy(np.ascontiguousarray(codes[start : start + _CHUNK] > 0)).float()
+    co = torch.zeros(n, n, dtype=torch.float32)
+    for block in blocks():
+        fired = torch.from_numpy(_fired(block, n)).float()
         counts += fired.sum(0).double()
         co += fired.T @ fired
     unit = decoder / decoder.norm(dim=1, keepdim=True).clamp_min(1e-12)
     g = torch.from_numpy(groups)
     parent_of, conditional, cosine = {}, {}, {}
-    for start in range(0, n, _CHUNK):
-        kids = torch.arange(start, min(n, start + _CHUNK))
+    for start in range(0, n, _KIDS):
+        kids = torch.arange(start, min(n, start + _KIDS))
         cond = co[kids].double() / counts[kids, None].clamp_min(1)
         cos = (unit[kids] @ unit.T).double()
         ok = (cond >= min_conditional) & (cos >= min_cosine) & (g[None, :] < g[kids, None]) & (counts[kids, None] > 0)
@@ -149,11 +170,16 @@ def concept_hierarchy(
     for c in sorted(parent_of, key=lambda c: (parent_of[c], -conditional[c], c)):
         children.setdefault(parent_of[c], []).append(c)
     children = dict(sorted(children.items()))
-    absorption = {}
-    for p, kids in children.items():
-        any_child = codes[:, kids].max(1) > 0 if len(codes) else np.zeros(0, dtype=bool)
-        n_child = int(any_child.sum())
-        absorption[p] = float((any_child & ~(codes[:, p] > 0)).sum() / n_child) if n_child else 0.0
+    hits = dict.fromkeys(children, 0)
+    rows = dict.fromkeys(children, 0)
+    if children:
+        for block in blocks():
+            fired = _fired(block, n)
+            for p, kids in children.items():
+                any_child = fired[:, kids].any(1)
+                rows[p] += int(any_child.sum())
+                hits[p] += int((any_child & ~fired[:, p]).sum())
+    absorption = {p: hits[p] / rows[p] if rows[p] else 0.0 for p in children}
     return ConceptHierarchy(
         parent_of=parent_of,
         children=children,
@@ -164,6 +190,13 @@ def concept_hierarchy(
         min_conditional=float(min_conditional),
         min_cosine=float(min_cosine),
     )
+
+
+def _fired(block, n: int) -> np.ndarray:
+    block = block.detach().cpu().numpy() if isinstance(block, torch.Tensor) else np.asarray(block)
+    if block.ndim != 2 or block.shape[1] != n:
+        raise ValueError(f"codes must be (rows, n_concepts={n}) blocks, got shape {block.shape}")
+    return np.ascontiguousarray(block > 0)
 
 
 __all__ = ["ConceptHierarchy", "concept_hierarchy"]

@@ -829,10 +829,10 @@ class MatryoshkaSAE(BatchTopKSAE):
             out.append(float(((X - self.inverse_transform(prefix, X=X)) ** 2).sum()) / total)
         return out
 
-    def hierarchy(self, X, *, min_conditional: float = 0.8, min_cosine: float = 0.3):
-        """The parent → children tree of the concepts between prefix groups; see
-        :func:`~interp_widgets.concepts.concept_hierarchy` (this is ``concept_hierarchy(self.transform(X),
-        self.components_, self.groups_, ...)``).
+    def hierarchy(self, X, *, min_conditional: float = 0.8, min_cosine: float = 0.3, batch_rows: int = 4096):
+        """The parent → children tree of the concepts between prefix groups, and each parent's absorption rate: see
+        :func:`~interp_widgets.concepts.concept_hierarchy`, called with this SAE's codes of ``X`` (an array or a
+        store, encoded ``batch_rows`` rows at a time), ``components_`` and ``groups_``.
 
         Example:
             >>> sae = MatryoshkaSAE(32, k=4, prefixes=(4,), max_epochs=3, progress=False).fit(store)
@@ -842,8 +842,15 @@ class MatryoshkaSAE(BatchTopKSAE):
         """
         from interp_widgets.concepts.hierarchy import concept_hierarchy
 
+        self._check_fitted()
+        check_int("batch_rows", batch_rows, minimum=1)
+        X = X if hasattr(X, "__getitem__") and hasattr(X, "__len__") else self._check_input(X)
+
+        def blocks():
+            return (self.transform(X[start : start + batch_rows]) for start in range(0, len(X), batch_rows))
+
         return concept_hierarchy(
-            self.transform(X), self.components_, self.groups_, min_conditional=min_conditional, min_cosine=min_cosine
+            blocks, self.components_, self.groups_, min_conditional=min_conditional, min_cosine=min_cosine
         )
 
     def _state(self):
