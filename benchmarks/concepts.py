@@ -1,7 +1,7 @@
 """Concepts at scale: bounded-memory collection, fits against Interpreto, a 16,384-concept SAE of SmolLM2 on the real
 corpus, planted-dictionary recovery, LM labels against token labels, and the 16k-concept browser in chromium.
 
-Run: ``python -u benchmarks/concepts.py [--parts collect fit scale recovery labels browser]`` from the repository
+Run: ``python -u benchmarks/concepts.py [--parts collect fit scale recovery matryoshka labels browser]`` from the repository
 root (default: every part; ``--skip-collect`` / ``--skip-fit`` drop the first two). Prints ``bench:`` lines (with
 goals) and ``info:`` lines (measurements without a goal). The parts ``scale`` and ``labels`` take hours on a
 shared 2-core machine; their intermediate results (the activation store, the SAE, the interpretation) are kept in
@@ -25,6 +25,11 @@ Part ``recovery``: a synthetic store on disk (``--rec-rows`` rows of ``--rec-dim
 combination of ``--rec-active`` of ``--rec-atoms`` random unit atoms, plus noise) and a TopK SAE of as many concepts
 fitted from it by streaming minibatches: the mean over planted atoms of the largest cosine with a learned direction
 (goal >= 0.9), and the one-to-one matched cosine as information.
+
+Part ``matryoshka``: a ``MatryoshkaSAE`` of ``--n-concepts`` (BatchTopK, ``k = --sae-k``, prefixes
+``--matryoshka-prefixes``, default n/16 and n/4) on the scale part's store (its first ``--sae-rows`` rows), reported as
+information: each prefix's FVU on the next ``--eval-rows`` rows, the dead fraction, and the hierarchy between prefix
+groups (``sae.hierarchy``: parents, children, median absorption rate, a proxy for Chanin et al.'s measure).
 
 Part ``labels``: ``--label-concepts`` live concepts of the scale run's SAE, drawn at random (seeded) among those that
 fire in at least 5 held-out contexts, each labelled by ``TokenLabeler`` and by ``LMLabeler`` (SmolLM2, greedy) from
@@ -681,6 +686,42 @@ def recovery(args) -> None:
     shutil.rmtree(directory, ignore_errors=True)
 
 
+# ----------------------------------------------------------------------------------------------------- matryoshka
+def matryoshka_part(args) -> None:
+    """A Matryoshka SAE (BatchTopK, ``k = --sae-k``) of ``--n-concepts`` on the scale run's store, fitted from its first
+    ``--sae-rows`` rows; each prefix's FVU on the next ``--eval-rows`` rows (the fit rows when the store has no more),
+    and the hierarchy between its prefix groups (default thresholds: P(parent | child) >= 0.8, decoder cosine >= 0.3)
+    with the parents' absorption rates (a proxy for Chanin et al.'s probe-based measure)."""
+    from interp_widgets.concepts import ActivationStore, MatryoshkaSAE
+
+    parts, _ = real_store_parts(args)
+    store = ActivationStore.concat(parts)
+    fit_rows = min(args.sae_rows, len(store))
+    X = store[:fit_rows]
+    held = store[fit_rows : fit_rows + args.eval_rows] if len(store) > fit_rows else X[: args.eval_rows]
+    where = "held-out rows" if len(store) > fit_rows else "fit rows (the store has no more)"
+    n = args.n_concepts
+    prefixes = tuple(args.matryoshka_prefixes or (max(1, n // 16), max(2, n // 4)))
+    sae = MatryoshkaSAE(
+        n, k=args.sae_k, prefixes=prefixes, lr=args.sae_lr, max_epochs=args.sae_epochs, batch_size=4096, progress=False
+    )
+    start = time.perf_counter()
+    sae.fit(X)
+    info("matryoshka_fit", f"{time.perf_counter() - start:.0f} s on {fit_rows} rows, prefixes {sae.prefixes_}")
+    fvu = sae.prefix_fvu(held)
+    info("matryoshka_prefix_fvu", f"{', '.join(f'{m}: {v:.3f}' for m, v in zip(sae.prefixes_, fvu))} on {where}")
+    info("matryoshka_dead_fraction", f"{float(((sae.transform(held) > 0).sum(0) == 0).mean()):.3f} on {where}")
+    start = time.perf_counter()
+    tree = sae.hierarchy(held)
+    absorption = list(tree.absorption.values())
+    info(
+        "matryoshka_hierarchy",
+        f"{len(tree.parents)} parents, {len(tree.parent_of)} children, {len(tree.roots)} roots; median absorption "
+        f"{statistics.median(absorption) if absorption else float('nan'):.3f}; {time.perf_counter() - start:.1f} s",
+    )
+    print(f"peak RSS {peak_rss_mb():.0f} MB", flush=True)
+
+
 # --------------------------------------------------------------------------------------------------------- labels
 def held_out_store(args, model, tokenizer):
     """The layer activations of the first ``--label-texts`` paragraphs of the test split (collected once, cached)."""
@@ -893,7 +934,7 @@ def browser_part(args) -> None:
     )
 
 
-PARTS = ("collect", "fit", "scale", "recovery", "labels", "browser")
+PARTS = ("collect", "fit", "scale", "recovery", "matryoshka", "labels", "browser")
 
 
 def main() -> None:
@@ -938,6 +979,13 @@ def main() -> None:
     parser.add_argument("--rec-atoms", type=int, default=1024)
     parser.add_argument("--rec-active", type=int, default=4)
     parser.add_argument("--rec-epochs", type=int, default=10)
+    parser.add_argument(
+        "--matryoshka-prefixes",
+        type=int,
+        nargs="+",
+        default=None,
+        help="prefix sizes of the Matryoshka SAE (default n/16 and n/4 of --n-concepts)",
+    )
     parser.add_argument("--label-concepts", type=int, default=36)
     parser.add_argument("--label-texts", type=int, default=600, help="held-out test paragraphs for the contexts")
     parser.add_argument("--browser-trials", type=int, default=5)
@@ -994,7 +1042,8 @@ def main() -> None:
             collection(model, tokenizer, args)
         if "fit" in parts:
             comparison(model, tokenizer, args)
-    for part, run in (("scale", scale), ("recovery", recovery), ("labels", labels_part), ("browser", browser_part)):
+    runs = (("scale", scale), ("recovery", recovery), ("matryoshka", matryoshka_part), ("labels", labels_part))
+    for part, run in (*runs, ("browser", browser_part)):
         if part in parts:
             start = time.perf_counter()
             run(args)

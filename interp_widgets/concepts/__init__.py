@@ -74,7 +74,14 @@ from interp_widgets.concepts.metrics import (
 from interp_widgets.concepts.centroid_probes import CentroidProbe, LinearRegressionProbe
 from interp_widgets.concepts.probes import DirectionConcepts, LinearProbe, ProbeSweep, probe_layers
 from interp_widgets.concepts.quality import SpliceQuality, splice_quality
-from interp_widgets.concepts.sae import BatchTopKSAE, JumpReLUSAE, MatchingPursuitSAE, SparseAutoencoder
+from interp_widgets.concepts.hierarchy import ConceptHierarchy, concept_hierarchy
+from interp_widgets.concepts.sae import (
+    BatchTopKSAE,
+    JumpReLUSAE,
+    MatchingPursuitSAE,
+    MatryoshkaSAE,
+    SparseAutoencoder,
+)
 from interp_widgets.concepts.saelens import (
     SAEQualityWarning,
     check_base_model,
@@ -104,6 +111,7 @@ __all__ = [
     "NeuronsAsConcepts",
     "SparsePCAConcepts",
     "MatchingPursuitSAE",
+    "ConceptHierarchy",
     "DirectionConcepts",
     "CentroidProbe",
     "LinearProbe",
@@ -120,6 +128,7 @@ __all__ = [
     "InputsToConceptsForSequenceClassification",
     "IncrementalPCAConcepts",
     "JumpReLUSAE",
+    "MatryoshkaSAE",
     "KMeansConcepts",
     "MiniBatchDictionaryLearningConcepts",
     "MiniBatchKMeansConcepts",
@@ -138,6 +147,7 @@ __all__ = [
     "check_base_model",
     "collect_activations",
     "concept_attribution",
+    "concept_hierarchy",
     "concept_importance",
     "dead_concepts",
     "evaluate",

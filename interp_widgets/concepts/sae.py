@@ -842,3 +842,155 @@ class MatchingPursuitSAE(_SparseAutoencoderBase):
         directions = residual[picks.to(residual.device)]
         w["W_dec"][dead] = directions / directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
         return len(dead)
+
+
+class MatryoshkaSAE(BatchTopKSAE):
+    """A BatchTopK sparse autoencoder whose nested prefixes each reconstruct the input (Bussmann et al., 2025).
+
+    The dictionary is cut into groups by ``prefixes``: the concepts ``[0, m)`` for each prefix size ``m``, the last
+    prefix being the whole dictionary. Training encodes each minibatch once with BatchTopK over the whole dictionary
+    (the ``k × rows`` largest pre-activations); prefix ``m`` then reconstructs the input from its own active concepts
+    only (``codes[:, :m] @ W_dec[:m]``, the global selection restricted to the prefix), and the loss is the sum of
+    the prefixes' mean squared errors. This is the loss of SAELens's ``MatryoshkaBatchTopKTrainingSAE`` (its
+    ``matryoshka_widths`` are the prefix sizes; it sums squared errors over features where this package averages
+    them, a constant factor) and of ``dictionary_learning``. Early concepts must reconstruct alone, so they learn
+    coarse, frequent directions; later ones refine them. Inference is BatchTopK's JumpReLU with one threshold
+    estimated after training, so the SAE saves for SAELens as ``jumprelu`` like every BatchTopK SAE.
+
+    Args:
+        n_concepts: width of the dictionary.
+        k: mean active concepts per row over the whole dictionary (default ``max(1, n_concepts // 10)``).
+        prefixes: increasing prefix sizes, each in ``[1, n_concepts]``; ``n_concepts`` is added as the last one
+            when missing. None means ``n_concepts // 4``, ``n_concepts // 2`` and ``n_concepts`` (those ≥ 1).
+        training, **overrides: the training settings, as for :class:`SparseAutoencoder`.
+
+    Fitted attributes: as :class:`BatchTopKSAE`, plus ``prefixes_`` (the prefix sizes, ending with ``n_concepts``)
+    and ``groups_`` (the group of each concept: ``g`` for the concepts in ``[prefixes_[g-1], prefixes_[g])``).
+    :meth:`hierarchy` finds the parent → children tree between groups.
+
+    Example:
+        >>> sae = MatryoshkaSAE(64, k=8, prefixes=(8, 24), max_epochs=15, batch_size=128, progress=False).fit(store)
+        >>> sae.prefixes_, sae.groups_[:10].tolist(), sae.fit_info_["monitor_l0"]
+        ([8, 24, 64], [0, 0, 0, 0, 0, 0, 0, 0, 1, 1], 8.0)
+        >>> fvu = [round(v, 2) for v in sae.prefix_fvu(store)]  # each prefix reconstructs alone; more is better
+        >>> fvu == sorted(fvu, reverse=True), len(fvu)
+        (True, 3)
+        >>> ConceptModel.load(sae.save(getfixture("tmp_path") / "m.safetensors")).prefixes_
+        [8, 24, 64]
+    """
+
+    name = "matryoshka_sae"
+
+    def __init__(
+        self,
+        n_concepts: int,
+        *,
+        k: float | None = None,
+        prefixes: tuple[int, ...] | None = None,
+        training: TrainingConfig | None = None,
+        **overrides,
+    ):
+        super().__init__(n_concepts, k=k, training=training, **overrides)
+        self.prefixes = prefixes
+
+    def _check_params(self) -> None:
+        super()._check_params()
+        if self.prefixes is not None:
+            if isinstance(self.prefixes, (str, bytes)) or not hasattr(self.prefixes, "__iter__"):
+                raise ValueError(f"prefixes must be a sequence of increasing sizes, got {self.prefixes!r}")
+            sizes = list(self.prefixes)
+            for size in sizes:
+                check_int("prefixes[i]", size, minimum=1)
+            if any(b <= a for a, b in zip(sizes, sizes[1:])) or (sizes and sizes[-1] > self.n_concepts):
+                raise ValueError(
+                    f"prefixes must be strictly increasing sizes in [1, n_concepts={self.n_concepts}], got "
+                    f"{self.prefixes!r}"
+                )
+
+    def _resolved_prefixes(self) -> list[int]:
+        n = int(self.n_concepts)
+        sizes = [n // 4, n // 2] if self.prefixes is None else [int(size) for size in self.prefixes]
+        sizes = sorted({size for size in sizes if 1 <= size < n})
+        return sizes + [n]
+
+    @property
+    def groups_(self) -> np.ndarray:
+        """The group of each concept: ``g`` for the concepts in ``[prefixes_[g-1], prefixes_[g])``."""
+        self._check_fitted()
+        return np.searchsorted(np.asarray(self.prefixes_), np.arange(self.n_concepts), side="right")
+
+    def _loss(self, xn, w, target=None) -> Step:
+        """The sum over prefixes of the mean squared error of each prefix's reconstruction from its own concepts."""
+        target = xn if target is None else target
+        codes = self._encode(xn, w, training=True)
+        residual, loss, start = target - self._loss_offset(xn, w), 0.0, 0
+        for end in self.prefixes_:
+            residual = residual - codes[:, start:end] @ w["W_dec"][start:end]
+            loss = loss + residual.pow(2).mean()
+            start = end
+        return Step(loss, (codes > 0).sum(0), residual)
+
+    def _fit(self, X) -> None:
+        self.prefixes_ = self._resolved_prefixes()
+        super()._fit(X)
+
+    def prefix_fvu(self, X) -> list[float]:
+        """The fraction of variance unexplained by each prefix's reconstruction (inference codes), in order.
+
+        Each prefix ``m`` reconstructs ``X`` from its own concepts (the inference codes with the concepts from ``m``
+        on set to zero, decoded by :meth:`inverse_transform`); the last value is the whole SAE's.
+
+        Example:
+            >>> sae = MatryoshkaSAE(32, k=4, prefixes=(4,), max_epochs=3, progress=False).fit(store)
+            >>> len(sae.prefix_fvu(store))
+            2
+        """
+        X = self._check_input(X)
+        C = self.transform(X)
+        total = float(((X - X.mean(0)) ** 2).sum()) or 1e-12
+        out = []
+        for end in self.prefixes_:
+            prefix = C.copy()
+            prefix[:, end:] = 0
+            out.append(float(((X - self.inverse_transform(prefix, X=X)) ** 2).sum()) / total)
+        return out
+
+    def hierarchy(self, X, *, min_conditional: float = 0.8, min_cosine: float = 0.3, batch_rows: int = 4096):
+        """The parent → children tree of the concepts between prefix groups, and each parent's absorption rate: see
+        :func:`~interp_widgets.concepts.concept_hierarchy`, called with this SAE's codes of ``X`` (an array or a
+        store, encoded ``batch_rows`` rows at a time), ``components_`` and ``groups_``.
+
+        Example:
+            >>> sae = MatryoshkaSAE(32, k=4, prefixes=(4,), max_epochs=3, progress=False).fit(store)
+            >>> tree = sae.hierarchy(store, min_conditional=0.5, min_cosine=0.0)
+            >>> sorted(tree.parents) == sorted(set(tree.parent_of.values())) and all(p < 4 for p in tree.parents)
+            True
+        """
+        from interp_widgets.concepts.hierarchy import concept_hierarchy
+
+        self._check_fitted()
+        check_int("batch_rows", batch_rows, minimum=1)
+        X = X if hasattr(X, "__getitem__") and hasattr(X, "__len__") else self._check_input(X)
+
+        def blocks():
+            return (self.transform(X[start : start + batch_rows]) for start in range(0, len(X), batch_rows))
+
+        return concept_hierarchy(
+            blocks, self.components_, self.groups_, min_conditional=min_conditional, min_cosine=min_cosine
+        )
+
+    def _state(self):
+        arrays, extra = super()._state()
+        extra["prefixes"] = list(self.prefixes_)
+        return arrays, extra
+
+    @classmethod
+    def _init_params(cls, saved):
+        params = super()._init_params(saved)
+        if isinstance(params.get("prefixes"), list):
+            params["prefixes"] = tuple(params["prefixes"])
+        return params
+
+    def _restore(self, arrays, extra):
+        super()._restore(arrays, extra)
+        self.prefixes_ = [int(size) for size in extra.get("prefixes", self._resolved_prefixes())]

@@ -19,6 +19,12 @@ exactly:
 threshold, as SAELens saves its own BatchTopK SAEs), so that SAELens's ``SAE.load_from_disk`` gives the same
 encodings (``tests/saelens`` checks it against the real package).
 
+**Matryoshka SAEs.** SAELens trains them as ``MatryoshkaBatchTopKTrainingSAE`` and saves the inference SAE as
+``jumprelu``, recording ``training_architecture: "matryoshka_batchtopk"`` and ``training_architecture_details``
+(with ``matryoshka_widths`` and ``k``) in ``metadata``. :func:`save_sae` writes a :class:`MatryoshkaSAE` the same
+way (its ``prefixes_`` as ``matryoshka_widths``), and :func:`load_sae` reads such a folder as a
+:class:`MatryoshkaSAE` whose ``prefixes_`` are those widths (the JumpReLU encoder is the same either way).
+
 **Hook names.** ``hook_name`` is a TransformerLens hook name, mapped to a canonical layer name by
 :func:`interp_widgets.layers.from_hook_name` (``blocks.8.hook_resid_post`` → ``layer:8``, before any final norm).
 A config with only ``hf_hook_name`` (a module path) uses that module. Attention-head (``hook_z``,
@@ -70,6 +76,7 @@ from interp_widgets.concepts.quality import check_base_model, splice_quality
 from interp_widgets.concepts.sae import (
     BatchTopKSAE,
     JumpReLUSAE,
+    MatryoshkaSAE,
     SparseAutoencoder,
     _SparseAutoencoderBase,
 )
@@ -359,6 +366,25 @@ def _weights(folder: Path, cfg: dict) -> dict[str, torch.Tensor]:
     return {name: tensors[name].contiguous() for name in shapes}
 
 
+def _matryoshka_details(cfg: dict, folder: Path) -> tuple[list[int], float | None] | None:
+    """``(matryoshka_widths, k)`` of a jumprelu folder saved from a Matryoshka BatchTopK training SAE, else None."""
+    metadata = (cfg["raw"].get("metadata") if isinstance(cfg.get("raw"), dict) else None) or {}
+    details = metadata.get("training_architecture_details") or {}
+    if metadata.get("training_architecture") != "matryoshka_batchtopk" or not details.get("matryoshka_widths"):
+        return None
+    widths, d_sae = details["matryoshka_widths"], cfg["d_sae"]
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in widths) or not (
+        all(0 < a < b for a, b in zip(widths, widths[1:])) and 0 < widths[0] and widths[-1] <= d_sae
+    ):
+        raise ValueError(
+            f"{folder / CFG_FILENAME}: matryoshka_widths must be increasing positive integers up to d_sae={d_sae}, "
+            f"got {widths!r}"
+        )
+    widths = [int(x) for x in widths] + ([] if widths[-1] == d_sae else [d_sae])  # SAELens adds d_sae too
+    k = details.get("k")
+    return widths, float(k) if isinstance(k, (int, float)) and not isinstance(k, bool) and k > 0 else None
+
+
 def _norm_factor(folder: Path, norm_scaling_factor) -> float:
     if norm_scaling_factor is not None:
         value = float(norm_scaling_factor)
@@ -444,7 +470,8 @@ def load_sae(
     check_quality: bool = True,
     skip_positions: int | str = "auto",
 ):
-    """Read an SAELens SAE folder into a :class:`SparseAutoencoder` (standard, topk) or :class:`JumpReLUSAE`.
+    """Read an SAELens SAE folder into a :class:`SparseAutoencoder` (standard, topk) or :class:`JumpReLUSAE` (a
+    :class:`MatryoshkaSAE` when the jumprelu folder was saved from a Matryoshka BatchTopK training SAE).
 
     Args:
         folder: a folder with ``cfg.json`` and ``sae_weights.safetensors``.
@@ -504,9 +531,14 @@ def load_sae(
         sae = SparseAutoencoder(cfg["d_sae"], activation="topk", k=cfg["k"], progress=progress)
     else:
         sae = JumpReLUSAE(cfg["d_sae"], progress=progress)
+    matryoshka = _matryoshka_details(cfg, folder) if architecture == "jumprelu" else None
+    if matryoshka is not None:
+        widths, k = matryoshka
+        sae = MatryoshkaSAE(cfg["d_sae"], k=k, prefixes=tuple(widths), progress=progress)
+        sae.prefixes_ = widths
     sae.weights_ = w
     sae.scale_ = 1.0
-    sae.k_ = cfg["k"] if architecture == "topk" else None
+    sae.k_ = cfg["k"] if architecture == "topk" else (matryoshka[1] if matryoshka else None)
     sae.preprocessing_ = {
         "center": center,
         "normalize_activations": normalize,
@@ -552,7 +584,8 @@ def save_sae(concept_model, folder: str | Path, *, model_name: str | None = None
     """Write an SAE of this package as an SAELens folder that SAELens's ``SAE.load_from_disk`` reads.
 
     ReLU SAEs are written as ``standard``, TopK as ``topk``, JumpReLU as ``jumprelu``, and BatchTopK as ``jumprelu``
-    with its inference threshold (as SAELens saves BatchTopK SAEs). The input scaling is folded into ``W_enc`` and
+    with its inference threshold (as SAELens saves BatchTopK SAEs); a :class:`MatryoshkaSAE` too, with its prefix
+    sizes as ``matryoshka_widths`` in the metadata (see the module docstring). The input scaling is folded into ``W_enc`` and
     ``W_dec``; ``model_name`` defaults to the model the SAE was fitted on and ``hook_name`` to the TransformerLens name
     of its layer. Returns the folder.
 
@@ -639,6 +672,12 @@ def save_sae(concept_model, folder: str | Path, *, model_name: str | None = None
             "interp_widgets_class": type(concept_model).__name__,
         }
     )
+    if isinstance(concept_model, MatryoshkaSAE):  # as SAELens records a Matryoshka training SAE's inference form
+        metadata["training_architecture"] = "matryoshka_batchtopk"
+        metadata["training_architecture_details"] = {
+            "k": float(concept_model.k_),
+            "matryoshka_widths": [int(x) for x in concept_model.prefixes_],
+        }
     cfg = {
         "d_in": int(concept_model.n_features_in_),
         "d_sae": int(concept_model.n_concepts),

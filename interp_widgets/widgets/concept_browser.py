@@ -115,6 +115,9 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             computes the attribution of the selected concept on the selected text when the browser first asks for
             it, and caches it. ``interpretation.widget(..., input_attribution="integrated_gradients")`` builds one.
         page_size: concepts per page of the list.
+        hierarchy: parent → children links between the concepts, a
+            :class:`~interp_widgets.concepts.ConceptHierarchy` (``MatryoshkaSAE.hierarchy(X)``): the detail pane shows
+            the selected concept's parent and its children as a collapsible tree, with each parent's absorption rate.
 
     ``selected_concept`` (-1: none), ``selected_text``, ``selected_token``, ``page``, ``sort_by``, ``descending``,
     ``search``, ``hide_dead`` and ``text_mode`` (``"activation"`` or ``"attribution"``) sync both ways.
@@ -140,7 +143,12 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             "text_attribution": {"nullable": {"object": {  # _text_attribution()
                 "values": ANY_ARRAY_1D, "method": "str", "signed": "bool", "score": "str",
                 "activation": {"nullable": "num"}, "completeness_error": {"nullable": "num"}}}},
-        }, "defaults": {"text_attribution": None}}},  # payloads written before text_attribution existed
+            "hierarchy": {"nullable": {"object": {  # _hierarchy_detail()
+                "parent": {"nullable": {"object": {"concept": "int", "label": "str", "conditional": "num", "cosine": "num"}}},
+                "absorption": {"nullable": "num"},
+                "children": {"list": {"object": {"concept": "int", "label": "str", "depth": "int", "conditional": "num",
+                                                 "cosine": "num", "absorption": {"nullable": "num"}}}}}}},
+        }, "defaults": {"text_attribution": None, "hierarchy": None}}},  # payloads written before these existed
     }  # fmt: skip
 
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
@@ -179,6 +187,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         target: int | str | None = None,
         input_attributions: Any = None,
         page_size: int = 10,
+        hierarchy: Any = None,
         **kwargs: Any,
     ) -> None:
         computing = sorted(set(kwargs) & _COMPUTE_OPTIONS)
@@ -220,6 +229,20 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
                 f"got {type(input_attributions).__name__}"
             )
         self._attributions = input_attributions
+        if hierarchy is not None:
+            if not all(
+                hasattr(hierarchy, name) for name in ("parent_of", "children", "conditional", "cosine", "absorption")
+            ):
+                raise TypeError(
+                    "hierarchy must be a ConceptHierarchy (from MatryoshkaSAE.hierarchy or concept_hierarchy), got "
+                    f"{type(hierarchy).__name__}"
+                )
+            outside = sorted({c for pair in hierarchy.parent_of.items() for c in pair if not 0 <= int(c) < n})
+            if outside:
+                raise ValueError(
+                    f"the hierarchy names concepts outside 0..{n - 1} ({outside[:5]}); compute it with the same concept model"
+                )
+        self._hierarchy = hierarchy
         self._text_coefficients = [t.coefficients[~t.layout.special_mask] for t in converted]
         if importance is None:
             importance = next((t for t in converted if isinstance(t, ConceptImportanceLike)), None)
@@ -414,6 +437,46 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             "top_texts": top_texts, "vocabulary": vocabulary, "text_activations": text_activations,
             "text_attribution": text_attribution,
             "hist_edges": array_to_buffer(interp.hist_edges[c]), "hist_counts": array_to_buffer(interp.hist_counts[c]),
+            "hierarchy": self._hierarchy_detail(c),
+        }  # fmt: skip
+
+    def _hierarchy_detail(self, concept: int) -> dict[str, Any] | None:
+        """The selected concept's parent and its subtree (children in pre-order with their depth), or None.
+
+        Example:
+            >>> from interp_widgets.concepts import concept_hierarchy, interpret_concepts
+            >>> codes = np.array([[1, 1, 0], [1, 0, 1], [0, 0, 0]], dtype=np.float32)
+            >>> tree = concept_hierarchy(codes, [[1, 0], [0.8, 0.6], [0.6, 0.8]], [0, 1, 1])
+            >>> browser = ConceptBrowser(interpret_concepts(concepts, store, progress=False), hierarchy=tree)
+            >>> [(c["concept"], c["depth"]) for c in browser.concept_detail(0)["hierarchy"]["children"]]
+            [(1, 1), (2, 1)]
+            >>> browser.concept_detail(2)["hierarchy"]["parent"]["concept"], browser.concept_detail(5)["hierarchy"]
+            (0, None)
+        """
+        tree = self._hierarchy
+        if tree is None or (concept not in tree.parent_of and concept not in tree.children):
+            return None
+        labels = self.interpretation.labels
+        parent = tree.parent_of.get(concept)
+        children: list[dict[str, Any]] = []
+
+        def walk(node: int, depth: int) -> None:
+            for child in tree.children.get(node, []):
+                children.append({
+                    "concept": int(child), "label": str(labels[child]), "depth": depth,
+                    "conditional": float(tree.conditional[child]), "cosine": float(tree.cosine[child]),
+                    "absorption": _finite(tree.absorption[child]) if child in tree.absorption else None,
+                })  # fmt: skip
+                walk(child, depth + 1)
+
+        walk(concept, 1)
+        return {
+            "parent": None if parent is None else {
+                "concept": int(parent), "label": str(labels[parent]),
+                "conditional": float(tree.conditional[concept]), "cosine": float(tree.cosine[concept]),
+            },
+            "absorption": _finite(tree.absorption[concept]) if concept in tree.absorption else None,
+            "children": children,
         }  # fmt: skip
 
     def _text_attribution(self, concept: int, compute: bool) -> dict[str, Any] | None:

@@ -210,6 +210,42 @@ describe("concept detail", () => {
     expect(el.querySelector("img, script")).toBeNull();
   });
 
+  it("shows the parent and the children as a collapsible tree with absorption, and selects from it", () => {
+    const hierarchy = {
+      parent: { concept: 3, label: EVIL, conditional: 0.9, cosine: 0.4 },
+      absorption: 0.125,
+      children: [
+        { concept: 1, label: "first", depth: 1, conditional: 1, cosine: 0.5, absorption: 0.25 },
+        { concept: 2, label: "grandchild", depth: 2, conditional: 0.85, cosine: 0.3, absorption: null },
+        { concept: 0, label: "second", depth: 1, conditional: 0.8, cosine: 0.35, absorption: null },
+      ],
+    };
+    const model = mount({ selected_concept: 0, details: { 0: detail(0, { hierarchy }), 1: detail(1) } });
+    const section = el.querySelector(".iw-concept-hierarchy");
+    expect(section.querySelector(".iw-concept-parent .iw-goto-concept").textContent).toBe(`#3 ${EVIL}`);
+    const top = section.querySelector("details.iw-concept-children");
+    expect(top.open).toBe(true);
+    expect(top.querySelector("summary").textContent).toContain("2 children (3 below) \u00b7 absorption 12.5%");
+    expect(top.querySelector("summary").textContent).toContain("a proxy for Chanin et al.");
+    const root = top.querySelector(":scope > ul.iw-concept-tree");
+    expect(Array.from(root.children, (li) => li.querySelector(".iw-goto-concept").dataset.concept)).toEqual(["1", "0"]);
+    const nested = root.children[0].querySelector("details");
+    expect(nested.querySelector("summary").textContent).toContain("absorption 25%");
+    expect(Array.from(nested.querySelectorAll(":scope > ul .iw-goto-concept"), (b) => b.dataset.concept)).toEqual([
+      "2",
+    ]);
+    nested.open = false; // collapsing hides the grandchild but keeps it in the tree
+    expect(nested.querySelector(":scope > ul .iw-goto-concept").dataset.concept).toBe("2");
+    expect(el.querySelector("img, script")).toBeNull();
+    nested.querySelector(":scope > ul .iw-goto-concept").click();
+    expect(model.state.selected_concept).toBe(2);
+  });
+
+  it("draws no hierarchy section without a hierarchy", () => {
+    mount({ selected_concept: 1 });
+    expect(el.querySelector(".iw-concept-hierarchy")).toBeNull();
+  });
+
   it("colours the input text by the selected concept and lists the concepts active at a clicked token", async () => {
     const model = mount({ selected_concept: 0 });
     const tokens = Array.from(el.querySelectorAll(".iw-text-token"));

@@ -40,6 +40,7 @@ FAST = {
     "sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
     "jumprelu_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
     "batchtopk_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
+    "matryoshka_sae": {"max_epochs": 2, "batch_size": 64, "progress": False},
     "transcoder": {"max_epochs": 2, "batch_size": 64, "progress": False},
     "mp_sae": {"k": 2, "max_epochs": 2, "batch_size": 64, "progress": False},
     "sparse_pca": {"estimator_params": {"method": "cd", "tol": 1e-3, "random_state": 0}},

@@ -257,3 +257,73 @@ def test_saelens_batchtopk_saved_as_jumprelu_loads(store, tmp_path):
     X = store.to_numpy()
     np.testing.assert_allclose(ours.transform(X), encode_theirs(theirs, X)[0], atol=ATOL)
     assert float(ours.weights_["threshold"].min()) == pytest.approx(0.35)
+
+
+def test_matryoshka_both_forms_round_trip(store, tmp_path):
+    """Ours -> SAELens's MatryoshkaBatchTopKTrainingSAE (same batch codes, same per-width losses) -> its inference
+    form (jumprelu, with matryoshka_widths in the metadata) -> ours: the same encodings and the widths kept."""
+    from sae_lens import MatryoshkaBatchTopKTrainingSAE, MatryoshkaBatchTopKTrainingSAEConfig
+    from sae_lens.saes.sae import TrainStepInput
+
+    from interp_widgets.concepts import MatryoshkaSAE
+
+    ours = MatryoshkaSAE(48, k=6, prefixes=(8, 24), max_epochs=3, batch_size=128, progress=False).fit(store)
+    X = store.to_numpy()
+    folder = save_sae(ours, tmp_path / "ours", model_name="tiny-gpt2")
+    inference = SAE.load_from_disk(folder)  # the inference form, as SAELens reads our folder
+    assert inference.cfg.architecture() == "jumprelu"
+    details = inference.cfg.metadata.training_architecture_details
+    assert inference.cfg.metadata.training_architecture == "matryoshka_batchtopk"
+    assert details["matryoshka_widths"] == [8, 24, 48] and details["k"] == 6.0
+    np.testing.assert_allclose(encode_theirs(inference, X)[0], ours.transform(X), atol=ATOL)
+
+    # the training form, from our folder's config and weights
+    metadata = SAEMetadata(model_name="tiny-gpt2", hook_name=inference.cfg.metadata.hook_name)
+    cfg = MatryoshkaBatchTopKTrainingSAEConfig(
+        d_in=store.dim,
+        d_sae=48,
+        k=details["k"],
+        matryoshka_widths=details["matryoshka_widths"],
+        rescale_acts_by_decoder_norm=False,  # our decoder rows are unit norm in our units, not in SAELens's
+        metadata=metadata,
+    )
+    training = MatryoshkaBatchTopKTrainingSAE(cfg)
+    with torch.no_grad():
+        for name in ("W_enc", "W_dec", "b_enc", "b_dec"):
+            getattr(training, name).copy_(getattr(inference, name))
+        training.topk_threshold.fill_(float(ours.weights_["threshold"][0]))
+    batch = torch.from_numpy(X[:128])  # k × rows = 768 kept by both (SAELens floors, we round)
+    with torch.no_grad():
+        theirs_codes = training.encode(batch)
+        theirs_codes = theirs_codes.to_dense() if theirs_codes.is_sparse else theirs_codes
+        w = {name: t.clone() for name, t in ours.weights_.items()}
+        xn = ours._normalise(batch, w)
+        our_codes = ours._encode(xn, w, training=True)
+        np.testing.assert_allclose(theirs_codes.numpy(), our_codes.numpy(), atol=ATOL)  # the global BatchTopK
+        step = training.training_forward_pass(
+            TrainStepInput(
+                sae_in=batch, coefficients={}, dead_neuron_mask=None, n_training_steps=0, is_logging_step=False
+            )
+        )
+        # each width reconstructs from its own latents; SAELens sums squared errors over features in input units
+        # where we average them in units of scale_, so ours × d × scale² is theirs
+        theirs_total = step.losses["mse_loss"] + sum(v for key, v in step.losses.items() if key.startswith("inner_mse"))
+        assert sorted(key for key in step.losses if key.startswith("inner_mse")) == [
+            "inner_mse_loss_24",
+            "inner_mse_loss_8",
+        ]
+        ours_total = ours._loss(xn, w).loss * store.dim * ours.scale_**2
+        assert float(ours_total) == pytest.approx(float(theirs_total), rel=1e-4)
+        training.topk_threshold.fill_(float(ours.weights_["threshold"][0]))  # the step moved it (a running average)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        training.save_inference_model(tmp_path / "inference")  # SAELens's own inference form of its training SAE
+    cfg_json = json.loads((tmp_path / "inference" / "cfg.json").read_text())
+    assert cfg_json["architecture"] == "jumprelu"
+    back = load_sae(tmp_path / "inference")
+    assert type(back) is MatryoshkaSAE and back.prefixes_ == [8, 24, 48] and back.k_ == 6.0
+    np.testing.assert_allclose(back.transform(X), ours.transform(X), atol=ATOL)
+    np.testing.assert_allclose(
+        back.transform(X), encode_theirs(SAE.load_from_disk(tmp_path / "inference"), X)[0], atol=ATOL
+    )

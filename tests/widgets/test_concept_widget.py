@@ -356,3 +356,28 @@ def test_tiny_bert_input_attribution_in_the_browser(tiny_bert_concepts):
     assert model_fingerprint(model, tokenizer) == before
     with pytest.raises(ValueError, match="needs concept_model=, model= and tokenizer="):
         interpretation.widget(texts=[_text(4)], input_attribution="occlusion")
+
+
+def test_hierarchy_in_the_detail_pane():
+    from interp_widgets.concepts import concept_hierarchy
+
+    codes = np.array([[1, 1, 0, 1, 0, 0], [1, 0, 1, 0, 0, 0], [1, 1, 0, 1, 0, 0], [0, 0, 0, 0, 1, 0]], np.float32)
+    decoder = np.array([[1, 0], [0.8, 0.6], [0.6, 0.8], [0.7, 0.7], [0, 1], [1, 1]], np.float32)
+    tree = concept_hierarchy(codes, decoder, [0, 1, 1, 2, 0, 2])
+    assert tree.parent_of == {1: 0, 2: 0, 3: 1}
+    browser = ConceptBrowser(_interpretation(), hierarchy=tree, selected_concept=0)
+    root = browser.details["0"]["hierarchy"]
+    assert root["parent"] is None and root["absorption"] == 0.0
+    assert [(c["concept"], c["depth"], c["label"]) for c in root["children"]] == [
+        (1, 1, browser.labels[1]),
+        (3, 2, browser.labels[3]),
+        (2, 1, browser.labels[2]),
+    ]
+    leaf = browser.concept_detail(3)["hierarchy"]
+    assert leaf["parent"]["concept"] == 1 and leaf["parent"]["conditional"] == 1.0 and leaf["children"] == []
+    assert browser.concept_detail(4)["hierarchy"] is None  # in no link
+    assert ConceptBrowser(_interpretation()).concept_detail(0)["hierarchy"] is None
+    with pytest.raises(TypeError, match="hierarchy must be a ConceptHierarchy"):
+        ConceptBrowser(_interpretation(), hierarchy={1: 0})
+    with pytest.raises(ValueError, match="outside 0..2"):
+        ConceptBrowser(_interpretation(3), hierarchy=tree)

@@ -253,6 +253,52 @@ function textView(ctx, c, info) {
   return section;
 }
 
+/** A button that selects concept `c` (the detail pane's click handler reads `iw-goto-concept`). */
+function gotoButton(c, label) {
+  return h("button", { type: "button", class: "iw-button iw-goto-concept", "data-concept": c }, `#${c} ${label}`);
+}
+
+/**
+ * The selected concept's place in a concept hierarchy (a Matryoshka SAE's parent -> children links): its parent,
+ * and its children as a collapsible tree (`<details>`, open at first) rebuilt from their pre-order depths, each with
+ * P(parent fires | child fires), the decoder cosine and, for a parent, its absorption rate.
+ */
+export function hierarchyView(hierarchy) {
+  const percent = (v) => `${formatScore(100 * v, { digits: 3 })}%`;
+  const link = (item) => `P(parent | child) ${formatScore(item.conditional)} \u00b7 cos ${formatScore(item.cosine)}`;
+  const blocks = [h("h4", {}, "Hierarchy")];
+  if (hierarchy.parent) {
+    blocks.push(h("p", { class: "iw-concept-parent" }, [
+      "parent ", gotoButton(hierarchy.parent.concept, hierarchy.parent.label), h("span", { class: "iw-caption" }, ` ${link(hierarchy.parent)}`),
+    ])); // prettier-ignore
+  }
+  const kids = hierarchy.children;
+  if (kids.length) {
+    const root = h("ul", { class: "iw-concept-tree" });
+    const stack = [root]; // stack[d - 1] is the list that takes the children of depth d
+    kids.forEach((item, i) => {
+      stack.length = item.depth;
+      const caption = `${link(item)}${item.absorption === null ? "" : ` \u00b7 absorption ${percent(item.absorption)}`}`;
+      const line = [gotoButton(item.concept, item.label), h("span", { class: "iw-caption" }, ` ${caption}`)];
+      const hasKids = kids[i + 1]?.depth > item.depth;
+      if (hasKids) {
+        const sub = h("ul", { class: "iw-concept-tree" });
+        stack[item.depth - 1].append(h("li", {}, h("details", { open: "" }, [h("summary", {}, line), sub])));
+        stack.push(sub);
+      } else stack[item.depth - 1].append(h("li", {}, line));
+    });
+    const direct = kids.filter((item) => item.depth === 1).length;
+    const absorbed =
+      hierarchy.absorption === null
+        ? ""
+        : ` \u00b7 absorption ${percent(hierarchy.absorption)} (rows where a child fires and this concept does not: a proxy for Chanin et al.'s probe-based measure)`;
+    blocks.push(h("details", { class: "iw-concept-children", open: "" }, [
+      h("summary", {}, `${direct} ${direct === 1 ? "child" : "children"}${kids.length > direct ? ` (${kids.length} below)` : ""}${absorbed}`), root,
+    ])); // prettier-ignore
+  }
+  return h("section", { class: "iw-concept-hierarchy" }, blocks);
+}
+
 function drawDetail(ctx, selected) {
   const { state, parts } = ctx;
   const details = ctx.model.get("details") ?? {};
@@ -293,6 +339,7 @@ function drawDetail(ctx, selected) {
     h("h3", { class: "iw-detail-title" }, [`#${info.concept} `, h("span", { class: "iw-detail-label" }, info.label)]),
     info.label_source ? h("div", { class: "iw-caption iw-label-source" }, `label from ${info.label_source}`) : "",
     h("div", { class: "iw-caption" }, stats),
+    info.hierarchy ? hierarchyView(info.hierarchy) : "",
     h("h4", {}, "Activation histogram (active rows)"),
     histogramSvg(decodeArray(info.hist_edges).values, decodeArray(info.hist_counts).values, {
       label: `activation histogram of concept ${info.concept}`,
