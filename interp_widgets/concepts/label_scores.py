@@ -16,7 +16,7 @@ token statistics, :class:`~interp_widgets.concepts.LMLabeler` or typed by hand) 
 A scorer is any callable ``scorer(prompts) -> answers``: ``prompts`` is a list of chat conversations (lists of
 ``{"role", "content"}`` dicts, delphi's messages), and each answer is the reply text, or ``(text, p_one)`` with
 P("1") for each judged example (a list, or None). :class:`LMScorer` (the default) asks the embedded SmolLM2
-offline, greedily, and reads P("1") from its next-token distribution.
+offline, greedily, with its reply begun by ``[``, and reads P("1") from its next-token distribution.
 
 Ported (rewritten, not copied) from https://github.com/EleutherAI/delphi at commit
 ``3c2e139378b56ca02a632697b541a11aebf03855`` (Apache-2.0), which eai-delphi 0.1.3 cannot be installed here for
@@ -364,8 +364,11 @@ def classification_scores(activating, predictions, probabilities=None) -> dict:
 class LMScorer:
     """A scorer that asks a local chat LM (the embedded SmolLM2-135M-Instruct by default, offline), greedily.
 
-    P("1") of each judged example is read where the reply writes a 0 or a 1, as delphi reads its top-5 log
-    probabilities: the top five next tokens holding "1" against those holding "0", P1 / (P0 + P1).
+    The reply is started with ``[`` (delphi's answer is a Python list; a small model keeps to the format when its
+    reply is begun for it). The answer is the first ``n`` digits 0 / 1 the model writes, ``n`` being the number of
+    examples in the prompt; a reply with fewer is returned as written (and counts as failed). P("1") of each is read
+    where it is written, as delphi reads its top-5 log probabilities: the top five next tokens holding "1" against
+    those holding "0", P1 / (P0 + P1).
 
     Args:
         model, tokenizer: a causal LM with a chat template; None loads ``interp_widgets.demo.load_lm()``.
@@ -373,8 +376,8 @@ class LMScorer:
 
     Example:
         >>> scorer = LMScorer(chat_lm, chat_tokenizer, max_new_tokens=3)  # a tiny untrained chat model: noise
-        >>> [(type(text).__name__, type(p).__name__) for text, p in scorer([scorer_prompt("detection", "food", ["soup"])])]
-        [('str', 'list')]
+        >>> [type(text).__name__ for text, p in scorer([scorer_prompt("detection", "food", ["soup"])])]
+        ['str']
     """
 
     def __init__(self, model=None, tokenizer=None, *, max_new_tokens: int = 12):
@@ -395,10 +398,10 @@ class LMScorer:
 
     def _text(self, messages: list[dict]) -> str:
         if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        return "\n\n".join(m["content"] for m in messages) + "\n"
+            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + "["
+        return "\n\n".join(m["content"] for m in messages) + "\n["
 
-    def __call__(self, prompts: list[list[dict]]) -> list[tuple[str, list[float]]]:
+    def __call__(self, prompts: list[list[dict]]) -> list[tuple[str, list[float] | None]]:
         import torch
 
         device = self.model.get_input_embeddings().weight.device
@@ -406,6 +409,7 @@ class LMScorer:
         pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         answers = []
         for messages in prompts:
+            n = max(1, len(re.findall(r"^Example \d+:", messages[-1]["content"], flags=re.M)))
             batch = tok(self._text(messages), return_tensors="pt", add_special_tokens=not tok.chat_template)
             batch = {k: v.to(device) for k, v in batch.items()}
             with torch.no_grad():
@@ -418,9 +422,10 @@ class LMScorer:
                     return_dict_in_generate=True,
                 )
             new = out.sequences[0, batch["input_ids"].shape[1] :].tolist()
-            probabilities = []
+            digits, probabilities = [], []
             for step, token in enumerate(new):
-                if "1" not in tok.decode([token]) and "0" not in tok.decode([token]):
+                written = [ch for ch in tok.decode([token]) if ch in "01"]
+                if not written:
                     continue
                 top = torch.log_softmax(out.scores[step][0].float(), -1).topk(5)
                 p0 = p1 = 0.0
@@ -430,8 +435,14 @@ class LMScorer:
                         p0 += math.exp(logprob)
                     elif "1" in text:
                         p1 += math.exp(logprob)
+                digits.append(written[0])
                 probabilities.append(p1 / (p0 + p1) if p0 + p1 > 0 else 0.0)
-            answers.append((tok.decode(new, skip_special_tokens=True), probabilities))
+                if len(digits) == n:
+                    break
+            if len(digits) == n:
+                answers.append(("[" + ",".join(digits) + "]", probabilities))
+            else:
+                answers.append(("[" + tok.decode(new, skip_special_tokens=True), None))
         return answers
 
 

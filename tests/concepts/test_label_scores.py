@@ -226,5 +226,5 @@ def test_the_embedded_smollm2_scorer_gives_well_formed_scores(smollm2):
     for kind in ("detection", "fuzzing"):
         score = scores[kind]
         assert (score["n_examples"], score["n_activating"], score["n_non_activating"]) == (2, 1, 1)
-        assert 0 <= score["n_failed"] <= 2 and 0.0 <= score["balanced_accuracy"] <= 1.0
-        assert score["auc"] is None or 0.0 <= score["auc"] <= 1.0
+        # the reply is begun with "[", so SmolLM2's answers are read, with P("1"); how good they are is not tested
+        assert score["n_failed"] == 0 and 0.0 <= score["balanced_accuracy"] <= 1.0 and 0.0 <= score["auc"] <= 1.0
