@@ -464,7 +464,8 @@ def score_labels(
 
     For each concept (all live ones by default), ``n_examples`` firing contexts are drawn from its top examples across
     ``n_quantiles`` activation quantiles (no more than ``n_examples`` or its number of top examples) and ``n_non_activating`` (default: as
-    many) non-firing contexts at random (``seed``) from :func:`non_firing_contexts`. Detection shows them plain,
+    many) non-firing contexts at random (``seed``; without replacement, where delphi draws with) from
+    :func:`non_firing_contexts`. Detection shows them plain,
     fuzzing marked (:func:`fuzz_marks`, ``threshold``); each list is shuffled (``seed``) and cut into prompts of
     ``n_examples_shown`` contexts (:func:`scorer_prompt`), and the scorer's answers are scored by
     :func:`classification_scores`. A lazy label is made first (the scored label is the one shown).
