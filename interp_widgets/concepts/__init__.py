@@ -55,6 +55,7 @@ from interp_widgets.concepts.interpret import (
     label_from_tokens,
     vocabulary_projection,
 )
+from interp_widgets.concepts.label_scores import LMScorer, score_labels
 from interp_widgets.concepts.labels import (
     LMLabeler,
     TokenLabeler,
@@ -117,10 +118,12 @@ __all__ = [
     "LinearProbe",
     "LinearRegressionProbe",
     "LMLabeler",
+    "LMScorer",
     "TokenLabeler",
     "compare_labelers",
     "context_windows",
     "label_auroc",
+    "score_labels",
     "ProbeSweep",
     "probe_layers",
     "DictionaryLearningConcepts",

@@ -63,7 +63,9 @@ class InterpretationRun:
 class ConceptLabels:
     """One label per concept and where they came from (``source``: ``"top tokens"``, a labeller's name …). A lazy
     labeller (:meth:`ConceptInterpretation.relabel` with ``lazy=True``) is kept as ``labeler`` with the concepts it
-    has not been asked about yet (``pending``); neither is saved.
+    has not been asked about yet (``pending``); neither is saved. ``scores`` caches each label's detection and fuzzing
+    scores (:func:`~interp_widgets.concepts.score_labels`) by concept; it is saved, and an entry whose ``label`` is no
+    longer the concept's label is dropped.
 
     Example:
         >>> interp = interpret_concepts(concepts, store, progress=False)
@@ -75,10 +77,18 @@ class ConceptLabels:
     source: str = "top tokens"
     labeler: Labeler | None = None
     pending: frozenset[int] = frozenset()
+    scores: dict[int, dict] = field(default_factory=dict)
 
     def __post_init__(self):
         self.labels = list(self.labels)
         self.pending = frozenset(int(c) for c in self.pending)
+        # label scores (label_scores.score_labels) hold for the label they judged: a changed label drops them
+        scores = {int(c): entry for c, entry in dict(self.scores or {}).items()}
+        self.scores = {
+            c: entry
+            for c, entry in scores.items()
+            if 0 <= c < len(self.labels) and entry.get("label") == self.labels[c]
+        }
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -199,10 +209,11 @@ FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
     "hist_counts": ("stats", "hist_counts"), "hist_edges": ("stats", "hist_edges"),
     "vocab_tokens": ("vocabulary", "tokens"), "vocab_logits": ("vocabulary", "logits"),
     "label_source": ("labelling", "source"),
+    "label_scores": ("labelling", "scores"),
     "params": ("run", "params"),
 }  # fmt: skip
 #: Flat values a :class:`ConceptInterpretation` can be built without (their defaults: none, "top tokens", {}).
-_OPTIONAL = ("vocab_tokens", "vocab_logits", "label_source", "params")
+_OPTIONAL = ("vocab_tokens", "vocab_logits", "label_source", "label_scores", "params")
 _PART_TYPES = {"run": InterpretationRun, "labelling": ConceptLabels, "stats": ActivationStats,
                "top_examples": TopExamples, "text_maxima": TopTexts, "vocabulary": VocabularyProjection}  # fmt: skip
 
@@ -259,7 +270,7 @@ class ConceptInterpretation:
     @classmethod
     def from_flat(cls, **values: Any) -> "ConceptInterpretation":
         """An interpretation from flat values, by the names of :data:`FLAT_ATTRIBUTES` (0.1's constructor
-        keywords, and what a saved file holds); ``vocab_tokens``, ``vocab_logits``, ``label_source`` and ``params``
+        keywords, and what a saved file holds); ``vocab_tokens``, ``vocab_logits``, ``label_source``, ``label_scores`` and ``params``
         may be left out.
 
         Example:
@@ -635,6 +646,7 @@ class ConceptInterpretation:
             source or getattr(labeler, "name", None) or "custom",
             labeler=labeler if lazy else None,
             pending=frozenset(live) if lazy else frozenset(),
+            scores=self.labelling.scores,  # kept where a label is unchanged
         )
         return self
 
