@@ -857,6 +857,11 @@ class MatryoshkaSAE(BatchTopKSAE):
     coarse, frequent directions; later ones refine them. Inference is BatchTopK's JumpReLU with one threshold
     estimated after training, so the SAE saves for SAELens as ``jumprelu`` like every BatchTopK SAE.
 
+    The nested losses do not decide which latent lands in which group: on the planted hierarchy of
+    ``tests/concepts/test_sae_matryoshka.py`` (4 parents, a first prefix of 4) seeds 0-9 recover 44-100 % of the
+    parent → child pairs (median 75 %): in most runs a first-prefix latent learns a parent + child mix and a parent
+    falls into the second group. Compare seeds before trusting one hierarchy.
+
     Args:
         n_concepts: width of the dictionary.
         k: mean active concepts per row over the whole dictionary (default ``max(1, n_concepts // 10)``).

@@ -43,48 +43,76 @@ def recovered(tree, latents: np.ndarray, pairs) -> float:
     return float(np.mean([tree.parent_of.get(int(latents[c])) == int(latents[p]) for c, p in pairs]))
 
 
+SEEDS = range(7)  # the recovery is judged by its median over these seeds, never by one chosen seed
+
+
 @pytest.fixture(scope="module")
-def toy():
+def toys():
+    """One SAE per seed in SEEDS on the planted hierarchy, with the latents matched to the planted features."""
     X, truth, pairs = planted_hierarchy()
-    # Seed-dependent: at these settings seeds 4 and 5 of 0-5 put the four parents in the first prefix and recover
-    # every pair; the others leave one parent to the second group while a first-prefix latent learns a parent + child
-    # mix (first-prefix FVU 0.54 instead of 0.43), and recover 50-75 % of the pairs.
-    sae = MatryoshkaSAE(24, k=1.5, prefixes=(4,), lr=3e-3, max_epochs=60, patience=15, batch_size=256, seed=4)
-    sae.set_params(progress=False).fit(X)
-    fired = sae.transform(X) > 0
-    n_parents = 4
-    latents = np.concatenate(
-        [
-            latent_of(truth[:, :n_parents], fired, np.arange(4)),  # parents matched in the first prefix
-            latent_of(truth[:, n_parents:], fired, np.arange(4, 24)),  # children in the rest
-        ]
-    )
-    return X, sae, latents, pairs
+    runs, threads = [], torch.get_num_threads()
+    torch.set_num_threads(1)  # 24 x 32 weights: more threads only contend (7 fits: ~45 s on 2 busy cores, ~6 s on 1)
+    try:
+        for seed in SEEDS:
+            sae = MatryoshkaSAE(
+                24, k=1.5, prefixes=(4,), lr=3e-3, max_epochs=60, patience=15, batch_size=256, seed=seed
+            )
+            sae.set_params(progress=False).fit(X)
+            fired = sae.transform(X) > 0
+            latents = np.concatenate(
+                [
+                    latent_of(truth[:, :4], fired, np.arange(4)),  # parents matched in the first prefix
+                    latent_of(truth[:, 4:], fired, np.arange(4, 24)),  # children in the rest
+                ]
+            )
+            runs.append((sae, latents))
+    finally:
+        torch.set_num_threads(threads)
+    return X, pairs, runs
 
 
-def test_planted_hierarchy_is_recovered(toy):
-    X, sae, latents, pairs = toy
-    # The children's decoder rows of a Matryoshka SAE are the part of the child that the parent does not
-    # reconstruct: on this toy (orthogonal features) they are orthogonal to the parent's, so the decoder-cosine
-    # test cannot gate here and min_cosine is set below zero; the conditional firing test finds the pairs.
-    tree = sae.hierarchy(X, min_conditional=0.8, min_cosine=-0.1)
-    rate = recovered(tree, latents, pairs)
-    print(f"planted hierarchy: {rate:.0%} of {len(pairs)} (child, parent) pairs recovered")
-    assert rate >= 0.9
-    assert all(abs(tree.cosine[c]) < 0.1 for c in tree.parent_of)
-    assert set(tree.parents) == set(latents[:4].tolist()) and tree.roots == tree.parents
-    assert all(0 <= tree.absorption[p] <= 0.2 for p in tree.parents)  # children fire with their parent
-    fvu = sae.prefix_fvu(X)
-    assert fvu[0] < 0.45 and fvu[1] < 0.05  # the 4 parents alone leave the children's share (0.43); all latents ~0
+# Measured on seeds 0-9 at these settings (this toy, 16 planted pairs): 75 75 69 75 100 100 75 44 62 62 % recovered
+# (min 44, median 75, max 100). The failing seeds are an optimisation failure, not
+# a failure of the hierarchy rule: the first prefix spends a latent on a parent + child mix (absorption inside the
+# first group) and a parent is learned in the second group, so the first prefix's FVU is 0.54-0.66 instead of the
+# 0.43 of the four parents; those runs end with a higher loss. Learning rate, epochs, batch size, k, data size,
+# decoder/b_dec initialisation, a wider first prefix and resampling dead latents from their own prefix's residual
+# (SAELens's use_matryoshka_aux_loss idea) did not lift the median to 90 % on held-out seeds.
+@pytest.mark.xfail(strict=True, reason="issue 35's >= 90 % holds for 2 of 10 seeds only (median 75 %); see above")
+def test_planted_hierarchy_is_recovered_at_the_median_seed(toys):
+    X, pairs, runs = toys
+    rates = [recovered(sae.hierarchy(X, min_conditional=0.8, min_cosine=-0.1), latents, pairs) for sae, latents in runs]
+    print(f"planted hierarchy: {' '.join(f'{r:.0%}' for r in rates)} of {len(pairs)} pairs over seeds {list(SEEDS)}")
+    assert np.median(rates) >= 0.9
 
 
-def test_thresholds_that_nothing_passes_find_nothing(toy):
-    X, sae, latents, pairs = toy
-    tree = sae.hierarchy(X, min_conditional=1.0, min_cosine=0.99)
-    assert tree.parent_of == {} and tree.children == {} and tree.absorption == {}
-    assert recovered(tree, latents, pairs) < 0.9  # the recovery check above fails when nothing passes
-    default = sae.hierarchy(X)  # the issue's min_cosine = 0.3: no child decoder leans towards its parent here
-    assert recovered(default, latents, pairs) < 0.9
+def test_planted_hierarchy_links_are_sound_on_every_seed(toys):
+    X, pairs, runs = toys
+    rates = []
+    for sae, latents in runs:
+        # The children's decoder rows of a Matryoshka SAE are the part of the child that the parent does not
+        # reconstruct: on this toy (orthogonal features) they are orthogonal to the parent's (measured: every link's
+        # cosine in [-0.46, 0.02] over seeds 0-9), so min_cosine is set below every one of them here.
+        tree = sae.hierarchy(X, min_conditional=0.8, min_cosine=-1.0)
+        rates.append(recovered(tree, latents, pairs))
+        assert all(tree.conditional[c] >= 0.8 for c in tree.parent_of)
+        assert set(tree.parents) <= set(range(4))  # every parent sits in the first prefix
+        assert max(tree.cosine.values()) < 0.1
+        assert all(0 <= tree.absorption[p] <= 0.2 for p in tree.parents)  # children fire with their parent
+        fvu = sae.prefix_fvu(X)
+        assert 0.4 < fvu[0] < 0.7 and fvu[1] < 0.05  # the 4 parents alone leave the children's share (0.43)
+    # a regression guard at the measured level (median 75 % over seeds 0-6), not issue 35's 90 % (xfailed above)
+    assert np.median(rates) >= 0.7 and min(rates) >= 0.4
+
+
+def test_thresholds_that_nothing_passes_find_nothing(toys):
+    X, pairs, runs = toys
+    for sae, latents in runs:
+        tree = sae.hierarchy(X, min_conditional=1.0, min_cosine=0.99)
+        assert tree.parent_of == {} and tree.children == {} and tree.absorption == {}
+        assert recovered(tree, latents, pairs) < 0.9  # the recovery check above fails when nothing passes
+        # the issue's min_cosine = 0.3 links nothing on any seed: no child decoder leans towards its parent here
+        assert sae.hierarchy(X).parent_of == {}
 
 
 def test_hierarchy_by_hand():
