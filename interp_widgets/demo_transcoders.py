@@ -255,40 +255,81 @@ def build_transcoders(
         checkpoint_every: seconds between checkpoints (the first and the last window are always written; a
             SmolLM2 checkpoint takes about 15 s): an interruption loses at most this much training.
 
-    The steps: :meth:`~interp_widgets.circuits.TranscoderSet.fit` on ``tokens`` train-split tokens,
-    :meth:`~interp_widgets.circuits.TranscoderSet.evaluate` on ``eval_tokens`` test-split tokens (``report.json``),
-    :meth:`~interp_widgets.circuits.TranscoderSet.explain` on the first ``explain_tokens`` training tokens
-    (``features.safetensors``, read back by :func:`load_feature_explanations`), and ``timings.json``: the seconds of
-    each step (fit summed over resumed runs) and the peak RSS of the run that finished. A folder that already holds a
-    readable set is not trained again (its files are returned) unless ``rebuild``. The set is written atomically;
-    the checkpoint is deleted once the set is saved.
+    The steps, each saved as it ends so that a rerun after an interruption goes on from the first one missing:
+    :meth:`~interp_widgets.circuits.TranscoderSet.fit` on ``tokens`` train-split tokens (resumed from ``checkpoint/``;
+    the set is written atomically and the checkpoint deleted), :meth:`~interp_widgets.circuits.TranscoderSet.evaluate`
+    on ``eval_tokens`` test-split tokens (``report.json``), :meth:`~interp_widgets.circuits.TranscoderSet.explain` on
+    the first ``explain_tokens`` training tokens (``features.safetensors``, read back by
+    :func:`load_feature_explanations`). ``timings.json`` records the set's checksum, the seconds of each step (fit
+    summed over resumed runs) and the peak RSS of the run that explained; a report or explanations recorded for
+    another set (a corrupted set trained again) are computed again. ``rebuild`` deletes all of them first.
 
     Example (not run here: a real build trains for hours; ``tests/circuits/test_transcoder_build.py`` builds tiny ones)::
 
         built = build_transcoders(tokens=2000, latents=64, layers=[0, 1])
         built.report.to_dataframe()
     """
-    from interp_widgets.circuits import TranscoderReport, TranscoderSet
-    from interp_widgets.concepts import Transcoder
-    from interp_widgets.concepts.training import TrainingConfig
+    from interp_widgets.circuits import FeatureExplanations, TranscoderReport
     from interp_widgets.demo.text_corpus import load_text_corpus
 
     s = _settings(settings, overrides)
     path = Path(out) if out is not None else transcoders_path(s)
-    if not rebuild and (path / SET_FILE).exists():
+    if rebuild:
+        for name in (SET_FILE, REPORT_FILE, FEATURES_FILE, TIMINGS_FILE):
+            (path / name).unlink(missing_ok=True)
+    transcoders = None
+    if (path / SET_FILE).exists():
         try:
             transcoders = load_transcoders(path=path, settings=s)
-            report = TranscoderReport.load(path / REPORT_FILE)
-            explanations = load_feature_explanations(path=path) if s.explain_tokens else None
-            timings = json.loads((path / TIMINGS_FILE).read_text()) if (path / TIMINGS_FILE).is_file() else {}
-            return BuiltTranscoders(transcoders, report, path, explanations=explanations, timings=timings)
         except (ValueError, FileNotFoundError, OSError):
             pass  # unreadable: train again (from the checkpoint if there is one)
-    if model is None or tokenizer is None:
+    resumed = False
+    missing = transcoders is None or not (path / REPORT_FILE).is_file()
+    if (missing or (s.explain_tokens and not (path / FEATURES_FILE).is_file())) and (
+        model is None or tokenizer is None
+    ):
         from interp_widgets.demo.lm import load_lm
 
         model, tokenizer = load_lm(progress=progress)
+    if transcoders is None:
+        transcoders, resumed, fit_seconds = _fit_set(s, path, model, tokenizer, progress, callback, checkpoint_every)
+        timings = {"set_checksum": transcoders.checksum(), "fit_seconds": fit_seconds}
+        _write_timings(path, timings)
+    else:
+        timings = _timings_of(path, transcoders.checksum())
+    report = _load_step(path / REPORT_FILE, "report_seconds", timings, TranscoderReport.load)
+    if report is None:
+        clock = time.perf_counter()
+        report = transcoders.evaluate(model, tokenizer, load_text_corpus("test"), max_tokens=s.eval_tokens,
+                                      max_batch_tokens=s.max_batch_tokens, progress=progress)  # fmt: skip
+        report.save(path / REPORT_FILE)
+        timings["report_seconds"] = round(time.perf_counter() - clock, 1)
+        _write_timings(path, timings)
+    explanations = None
+    if s.explain_tokens:
+        explanations = _load_step(path / FEATURES_FILE, "explain_seconds", timings, FeatureExplanations.load)
+        if explanations is None:
+            clock = time.perf_counter()
+            texts = training_texts(tokenizer, s.explain_tokens, seed=s.seed)
+            explanations = transcoders.explain(model, tokenizer, texts, max_batch_tokens=s.max_batch_tokens,
+                                               progress=progress)  # fmt: skip
+            explanations.save(path / FEATURES_FILE)
+            timings["explain_seconds"] = round(time.perf_counter() - clock, 1)
+            timings["peak_rss_gb"] = _peak_rss_gb()
+            _write_timings(path, timings)
+    return BuiltTranscoders(transcoders, report, path, resumed=resumed, explanations=explanations, timings=timings)
+
+
+def _fit_set(s: TranscoderBuild, path: Path, model, tokenizer, progress: bool, callback, checkpoint_every: float):
+    """Fit the set of build ``s`` (resuming from ``path``'s checkpoint), save it atomically and delete the
+    checkpoint; returns the set, whether it resumed and the fit's seconds (summed over resumed runs)."""
+    from interp_widgets.circuits import TranscoderSet
+    from interp_widgets.concepts import Transcoder
+    from interp_widgets.concepts.training import TrainingConfig
+
     path.mkdir(parents=True, exist_ok=True)
+    for stale in (REPORT_FILE, FEATURES_FILE, TIMINGS_FILE):  # they described another set
+        (path / stale).unlink(missing_ok=True)
     (path / BUILD_FILE).write_text(json.dumps({"version": _VERSION, **dataclasses.asdict(s)}, indent=2))
     texts = training_texts(tokenizer, s.tokens, seed=s.seed)
     training = TrainingConfig(lr=s.lr, batch_size=s.batch_size, max_epochs=10**9, patience=s.patience,
@@ -300,26 +341,41 @@ def build_transcoders(
                                     transcoder=template, buffer_tokens=s.buffer_tokens, checkpoint_dir=checkpoint,
                                     checkpoint_every=checkpoint_every, max_batch_tokens=s.max_batch_tokens,
                                     callback=callback)  # fmt: skip
-    timings = {"fit_seconds": transcoders.fit_seconds}
-    clock = time.perf_counter()
-    report = transcoders.evaluate(model, tokenizer, load_text_corpus("test"), max_tokens=s.eval_tokens,
-                                  max_batch_tokens=s.max_batch_tokens, progress=progress)  # fmt: skip
-    timings["report_seconds"] = round(time.perf_counter() - clock, 1)
-    report.save(path / REPORT_FILE)
-    explanations = None
-    if s.explain_tokens:
-        clock = time.perf_counter()
-        explanations = transcoders.explain(model, tokenizer, training_texts(tokenizer, s.explain_tokens, seed=s.seed),
-                                           max_batch_tokens=s.max_batch_tokens, progress=progress)  # fmt: skip
-        explanations.save(path / FEATURES_FILE)
-        timings["explain_seconds"] = round(time.perf_counter() - clock, 1)
-    timings["peak_rss_gb"] = _peak_rss_gb()
-    (path / TIMINGS_FILE).write_text(json.dumps(timings, indent=2))
     tmp = path / (SET_FILE + ".partial")
     transcoders.save(tmp)
     os.replace(tmp, path / SET_FILE)
     shutil.rmtree(checkpoint, ignore_errors=True)
-    return BuiltTranscoders(transcoders, report, path, resumed=resumed, explanations=explanations, timings=timings)
+    return transcoders, resumed, transcoders.fit_seconds
+
+
+def _timings_of(path: Path, checksum: str) -> dict:
+    """The build's ``timings.json`` when it belongs to the set of this ``checksum`` (its report and explanations
+    were computed from that set); otherwise a fresh record, and the files of the other set are deleted."""
+    try:
+        timings = json.loads((path / TIMINGS_FILE).read_text())
+    except (OSError, ValueError):
+        timings = None
+    if not isinstance(timings, dict) or timings.get("set_checksum") != checksum:
+        for stale in (REPORT_FILE, FEATURES_FILE):
+            (path / stale).unlink(missing_ok=True)
+        timings = {"set_checksum": checksum}
+    return timings
+
+
+def _load_step(file: Path, key: str, timings: dict, load):
+    """A step's saved output (None: run it): read when ``timings`` records the step and ``file`` is readable."""
+    if key not in timings or not file.is_file():
+        return None
+    try:
+        return load(file)
+    except (ValueError, OSError, KeyError, TypeError):
+        return None
+
+
+def _write_timings(path: Path, timings: dict) -> None:
+    tmp = path / (TIMINGS_FILE + ".partial")
+    tmp.write_text(json.dumps(timings, indent=2))
+    os.replace(tmp, path / TIMINGS_FILE)
 
 
 def _peak_rss_gb() -> float | None:

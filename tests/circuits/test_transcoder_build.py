@@ -150,3 +150,22 @@ def test_bad_settings_are_refused(capsys):
     assert "expected 'all' or block indices" in capsys.readouterr().err
     assert main(["transcoders", "build", "--latents", "64", "--k", "65"]) == 2
     assert "k must be between 1 and latents=64" in capsys.readouterr().err
+
+
+def test_a_rerun_goes_on_from_the_first_missing_step_and_redoes_steps_of_another_set(tmp_path, smollm2):
+    model, tokenizer = smollm2
+    out = tmp_path / "build"
+    settings = {**SMALL, "out": out, "model": model, "tokenizer": tokenizer, "progress": False}
+    first = build_transcoders(**settings)
+    set_time, features_time = ((out / name).stat().st_mtime_ns for name in (SET_FILE, FEATURES_FILE))
+    (out / REPORT_FILE).unlink()  # an interruption during the report: the set is saved, the explanations not reached
+    again = build_transcoders(**settings)
+    assert (out / SET_FILE).stat().st_mtime_ns == set_time and (out / FEATURES_FILE).stat().st_mtime_ns == features_time
+    assert again.report.metrics == first.report.metrics and not again.resumed
+    # a report and explanations recorded for another set (say, a corrupted set trained again) are computed again
+    timings = json.loads((out / TIMINGS_FILE).read_text())
+    assert timings["set_checksum"] == first.transcoders.checksum() and "report_seconds" in timings
+    (out / TIMINGS_FILE).write_text(json.dumps({**timings, "set_checksum": "another set"}))
+    build_transcoders(**settings)
+    assert (out / SET_FILE).stat().st_mtime_ns == set_time and (out / FEATURES_FILE).stat().st_mtime_ns > features_time
+    assert json.loads((out / TIMINGS_FILE).read_text())["set_checksum"] == first.transcoders.checksum()
