@@ -347,6 +347,38 @@ class _SparseAutoencoderBase(ConceptModel):
         if self.activation == "jumprelu":
             w["threshold"].clamp_(min=0.0)
 
+    @property
+    def _takes_auxk(self) -> bool:
+        """Whether the auxiliary-k loss (``TrainingConfig.auxk_alpha``) applies: TopK and BatchTopK kinds."""
+        return self.activation in ("topk", "batchtopk")
+
+    def _auxk_loss(self, xn: torch.Tensor, w: dict[str, torch.Tensor], residual: torch.Tensor, dead: torch.Tensor):
+        """The auxiliary-k loss of Gao et al. (2024, appendix B.1): the ``dead`` concepts' top
+        ``k_aux = min(n_dead, width / 2)`` ReLU'd pre-activations of each row decode a reconstruction of the row's
+        detached ``residual``; its mean squared error (the main loss's units), scaled by ``min(n_dead / k_aux, 1)``
+        as EleutherAI's sparsify does.
+
+        Example:
+            >>> sae = SparseAutoencoder(8, k=2, progress=False)
+            >>> g = torch.Generator().manual_seed(0)
+            >>> w = {"W_enc": torch.randn(4, 8, generator=g), "b_enc": torch.zeros(8), "W_dec": torch.randn(8, 4, generator=g)}
+            >>> xn, residual = torch.randn(3, 4, generator=g), torch.randn(3, 4, generator=g)
+            >>> dead = torch.tensor([1, 5])
+            >>> pre = torch.relu(xn @ w["W_enc"][:, dead])  # both dead concepts: k_aux = min(2, 4 / 2) = 2
+            >>> expected = ((pre @ w["W_dec"][dead] - residual) ** 2).mean()
+            >>> bool(torch.allclose(sae._auxk_loss(xn, w, residual, dead), expected))
+            True
+        """
+        width = residual.shape[-1]
+        k_aux = max(1, min(len(dead), width // 2))
+        pre = xn @ w["W_enc"][:, dead] + w["b_enc"][dead]
+        values, positions = pre.topk(k_aux, dim=-1, sorted=False)
+        decoded = torch.nn.functional.embedding_bag(
+            positions, w["W_dec"][dead], per_sample_weights=torch.relu(values), mode="sum"
+        )
+        scale = min(len(dead) / max(width // 2, 1), 1.0)
+        return scale * (decoded - residual.detach()).pow(2).mean()
+
     # ------------------------------------------------------------------ fitting
     def _fit(self, X) -> None:
         self.k_ = self._resolved_k()

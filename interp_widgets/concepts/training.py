@@ -54,6 +54,11 @@ class TrainingConfig:
             monitoring loss; the weights with the lowest monitoring loss are kept.
         monitor_rows: size of the fixed monitoring sample (held out when fitting an array).
         resample_dead: reset concepts that did not fire during an epoch.
+        auxk_alpha: the weight of the auxiliary-k loss of TopK dictionaries (Gao et al. 2024, "Scaling and evaluating
+            sparse autoencoders", appendix B.1; 1/32 there and in EleutherAI's sparsify): the concepts dead for
+            ``dead_rows`` training rows reconstruct each row's residual with their top ``min(n_dead, width / 2)``
+            pre-activations, which gives them gradient again. 0: off.
+        dead_rows: training rows without firing after which a concept counts as dead for ``auxk_alpha``.
         seed: seed of the initialisation, the monitoring sample, the minibatch order and the resampling.
         progress: show a progress bar.
         device: torch device for training (the fitted weights are kept on the CPU).
@@ -77,16 +82,18 @@ class TrainingConfig:
     min_delta: float = 1e-3
     monitor_rows: int = 8192
     resample_dead: bool = True
+    auxk_alpha: float = 0.0
+    dead_rows: int = 10_000_000
     seed: int = 0
     progress: bool = True
     device: str = "cpu"
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_epochs", "patience"):
+        for name in ("batch_size", "max_epochs", "patience", "dead_rows"):
             check_int(name, getattr(self, name), minimum=1)
         check_int("monitor_rows", self.monitor_rows, minimum=0)
         check_int("seed", self.seed, minimum=0)
-        for name in ("lr", "min_delta"):
+        for name in ("lr", "min_delta", "auxk_alpha"):
             check_number(name, getattr(self, name), minimum=0)
         try:
             torch.device(self.device)
@@ -124,7 +131,7 @@ class TrainingConfig:
             >>> TrainingConfig.resolve(None, {"max_epoch": 3}, "SparseAutoencoder")
             Traceback (most recent call last):
             ...
-            TypeError: SparseAutoencoder got an unexpected keyword argument 'max_epoch'; did you mean 'max_epochs'? (keyword arguments beyond its own are TrainingConfig fields: lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, seed, progress, device)
+            TypeError: SparseAutoencoder got an unexpected keyword argument 'max_epoch'; did you mean 'max_epochs'? (keyword arguments beyond its own are TrainingConfig fields: lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, auxk_alpha, dead_rows, seed, progress, device)
         """
         names = cls.field_names()
         for key in overrides:
@@ -173,6 +180,10 @@ class Dictionary(Protocol):
 
     def _after_step(self, w: dict) -> None:
         """Project the weights after an optimiser step (in place, without gradient)."""
+
+    def _auxk_loss(self, xn: torch.Tensor, w: dict, residual: torch.Tensor, dead: torch.Tensor) -> torch.Tensor:
+        """The auxiliary-k loss (``TrainingConfig.auxk_alpha``; needed only by kinds that take it): how well the
+        ``dead`` concepts (indices) reconstruct the detached ``residual``."""
 
     def _resample(
         self, w: dict, dead: torch.Tensor, inputs: torch.Tensor, residual: torch.Tensor, generator: torch.Generator
@@ -330,7 +341,14 @@ class DictionaryTrainer:
         self.history: list[dict[str, Any]] = []
         self.best, self.reference, self.best_weights, self.stale = math.inf, math.inf, None, 0
         self._fired = torch.zeros(dictionary.n_concepts, dtype=torch.long, device=self.device)
+        self._since_fired = torch.zeros(dictionary.n_concepts, dtype=torch.long, device=self.device)
         self._total, self._steps = 0.0, 0
+        if config.auxk_alpha and not getattr(dictionary, "_takes_auxk", False):
+            raise ValueError(
+                f"auxk_alpha applies to TopK dictionaries (activation 'topk' or 'batchtopk'); "
+                f"{type(dictionary).__name__} with activation {getattr(dictionary, 'activation', None)!r} does not "
+                "take it: pass auxk_alpha=0 or resample_dead=True"
+            )
 
     def _tensor(self, rows) -> torch.Tensor:
         if isinstance(rows, torch.Tensor):
@@ -348,18 +366,30 @@ class DictionaryTrainer:
         target = self.dictionary._normalise_target(y, self.w)
         return self.dictionary._loss(xn, self.w, target=target), target
 
+    @property
+    def dead(self) -> torch.Tensor:
+        """The indices of the concepts that have not fired for ``dead_rows`` training rows (the auxiliary-k loss's
+        concepts)."""
+        return torch.nonzero(self._since_fired >= self.config.dead_rows).flatten()
+
     def step(self, x, y=None) -> None:
         """One Adam step on the raw input rows ``x`` and target rows ``y`` (None: the input)."""
-        step, _ = self._loss(
-            self.dictionary._normalise(self._tensor(x), self.w), None if y is None else self._tensor(y)
-        )
+        xn = self.dictionary._normalise(self._tensor(x), self.w)
+        step, _ = self._loss(xn, None if y is None else self._tensor(y))
+        loss = step.loss
+        if self.config.auxk_alpha:
+            dead = self.dead
+            if len(dead):
+                loss = loss + self.config.auxk_alpha * self.dictionary._auxk_loss(xn, self.w, step.residual, dead)
         self.optimizer.zero_grad(set_to_none=True)
-        step.loss.backward()
+        loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)  # freed now: many trainers stepping in turn hold no stale grads
         with torch.no_grad():
             self.dictionary._after_step(self.w)
             self._fired += step.active
+            self._since_fired += xn.shape[0]
+            self._since_fired[step.active > 0] = 0
         self._total, self._steps = self._total + float(step.loss.detach()), self._steps + 1
 
     def end_epoch(self) -> dict[str, Any]:
@@ -382,6 +412,8 @@ class DictionaryTrainer:
             "dead": int(len(dead)),
             "resampled": 0,
         }
+        if config.auxk_alpha:  # the concepts the auxiliary-k loss trains now
+            record["auxk_dead"] = int(len(self.dead))
         if monitor_loss < self.best:
             self.best = monitor_loss
             best = self.best_weights
@@ -423,6 +455,7 @@ class DictionaryTrainer:
             "history": list(self.history),
             "counters": [self.best, self.reference, self.stale, self._total, self._steps],
             "fired": self._fired.clone(),
+            "since_fired": self._since_fired.clone(),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -437,6 +470,8 @@ class DictionaryTrainer:
         self.history = list(state["history"])
         self.best, self.reference, self.stale, self._total, self._steps = state["counters"]
         self._fired = state["fired"].clone().to(self.device)
+        if "since_fired" in state:  # absent from checkpoints written before the auxiliary-k loss
+            self._since_fired = state["since_fired"].clone().to(self.device)
 
 
 def train_dictionary(dictionary: Dictionary, X, Y=None, *, config: TrainingConfig, label: str) -> TrainingRun:

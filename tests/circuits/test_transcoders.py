@@ -135,11 +135,13 @@ class Interrupt(Exception):
     pass
 
 
-@pytest.mark.parametrize("activation", ["topk", "jumprelu"])
-def test_an_interrupted_run_resumes_to_the_same_weights(llama_lm, tmp_path, activation):
+@pytest.mark.parametrize(
+    "activation, extra", [("topk", {}), ("jumprelu", {}), ("topk", {"auxk_alpha": 1 / 32, "dead_rows": 40})]
+)
+def test_an_interrupted_run_resumes_to_the_same_weights(llama_lm, tmp_path, activation, extra):
     model, tokenizer = llama_lm
     before = model_fingerprint(model, tokenizer)
-    settings = dict(transcoder=small(activation=activation, max_epochs=20, skip=True), buffer_tokens=250)
+    settings = dict(transcoder=small(activation=activation, max_epochs=20, skip=True, **extra), buffer_tokens=250)
     whole = TranscoderSet.fit(model, tokenizer, TEXTS, checkpoint_dir=tmp_path / "a", **settings)
 
     def stop_at(step):
@@ -155,6 +157,8 @@ def test_an_interrupted_run_resumes_to_the_same_weights(llama_lm, tmp_path, acti
         for name, weight in whole[layer].weights_.items():
             assert torch.equal(weight, resumed[layer].weights_[name]), (layer, name)
         assert whole[layer].fit_info_["history"] == resumed[layer].fit_info_["history"]
+        if extra:  # the auxiliary-k loss had dead features to train
+            assert max(record["auxk_dead"] for record in whole[layer].fit_info_["history"]) > 0
     assert model_fingerprint(model, tokenizer) == before
     finished = TranscoderSet.fit(model, tokenizer, TEXTS, checkpoint_dir=tmp_path / "b", **settings)  # nothing left
     assert finished.fit_info == whole.fit_info

@@ -164,3 +164,17 @@ def test_the_loop_pairs_the_rows_of_two_aligned_stores(bert_classifier):
     other = collect_activations(model, tokenizer, corpus()[20:30], layer=1, progress=False)
     with pytest.raises(ValueError, match="not row-aligned with the input store"):
         train_dictionary(kind, layer0, other, config=config, label="toy")
+
+
+def test_the_auxiliary_k_loss_is_refused_where_it_does_not_apply():
+    for bad, message in (({"auxk_alpha": -1}, "auxk_alpha must be a number >= 0"), ({"dead_rows": 0}, "dead_rows")):
+        with pytest.raises(ValueError, match=message):
+            TrainingConfig(**bad)
+    with pytest.raises(ValueError, match="auxk_alpha applies to TopK dictionaries.*'relu'.*pass auxk_alpha=0"):
+        SparseAutoencoder(8, activation="relu", auxk_alpha=1 / 32, **FAST).fit(X)
+    with pytest.raises(ValueError, match="auxk_alpha applies to TopK dictionaries.*JumpReLUSAE"):
+        JumpReLUSAE(8, auxk_alpha=1 / 32, **FAST).fit(X)
+    # TopK and BatchTopK take it, and the epochs record how many concepts it trained
+    for kind in (SparseAutoencoder, BatchTopKSAE):
+        history = kind(64, k=1, auxk_alpha=1 / 32, dead_rows=64, **FAST).fit(X).fit_info_["history"]
+        assert all("auxk_dead" in record for record in history)
