@@ -660,7 +660,14 @@ class CockatielResult:
 
     @classmethod
     def load(cls, path: str | Path) -> CockatielResult:
-        """Read a file written by :meth:`save` (see its example)."""
+        """Read a file written by :meth:`save`; :meth:`explain` then needs ``model=`` and ``tokenizer=``.
+
+        Example:
+            >>> result = cockatiel_result  # cockatiel(model, tokenizer, texts, n_concepts=3, n_samples=256)
+            >>> again = CockatielResult.load(result.save(getfixture("tmp_path") / "c.safetensors"))
+            >>> again.explain("Slow service.", model=model, tokenizer=tokenizer).units
+            ['Slow', 'service', '.']
+        """
         arrays, meta = load_bundle(path, _FORMAT)
         classes = []
         for j, saved in enumerate(meta["classes"]):
