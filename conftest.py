@@ -16,6 +16,8 @@
 - ``result``: a saliency ``AttributionResult`` of ``model`` on "Not bad at all, honestly."
 - ``store``: the per-token ``ActivationStore`` of ``model``'s layer 1 over ``texts`` (775 rows × 32)
 - ``concepts``: ``NMFConcepts(8, nonnegative="shift", estimator_params={"random_state": 0})`` fitted on ``store``
+- ``cockatiel_result``: ``cockatiel(model, tokenizer, texts, n_concepts=3, n_samples=256)``, built once, on the
+  first doctest of ``interp_widgets.concepts.cockatiel`` that asks for it
 """
 
 from __future__ import annotations
@@ -74,6 +76,8 @@ def _doctest_names(request):
         result=_saliency_result(Saliency, model, tokenizer),
         **_concept_names(model, tokenizer, corpus()[:40]),
     )
+    if request.node.name.startswith("interp_widgets.concepts.cockatiel"):  # built only where it is used
+        namespace["cockatiel_result"] = _cockatiel_result(model, tokenizer, corpus()[:40])
     torch.manual_seed(0)
     np.random.seed(0)
     yield
@@ -98,6 +102,14 @@ def _concept_names(model, tokenizer, texts):
             NMFConcepts(8, nonnegative="shift", estimator_params={"random_state": 0}).fit(store),
         )
     return {"store": _CACHE["store"], "concepts": _CACHE["concepts"]}
+
+
+def _cockatiel_result(model, tokenizer, texts):
+    if "cockatiel" not in _CACHE:
+        from interp_widgets.concepts import cockatiel
+
+        _CACHE["cockatiel"] = cockatiel(model, tokenizer, texts, n_concepts=3, n_samples=256, progress=False)
+    return _CACHE["cockatiel"]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -43,7 +43,15 @@ from interp_widgets.attribution.gradient import (
     VarGrad,
 )
 from interp_widgets.attribution.patterns import AttentionPatterns, attention_patterns, record_attention
-from interp_widgets.attribution.perturbation import KernelShap, Lime, Occlusion, PerturbationMethod, Sobol
+from interp_widgets.attribution.perturbation import (
+    KernelShap,
+    Lime,
+    Occlusion,
+    PerturbationMethod,
+    Sobol,
+    jansen_total_indices,
+    sobol_design,
+)
 from interp_widgets.attribution.interop import from_captum, from_interpreto
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult, Contrast, Generation, MethodRun
 
@@ -83,9 +91,11 @@ __all__ = [
     "faithfulness",
     "from_captum",
     "from_interpreto",
+    "jansen_total_indices",
     "list_methods",
     "load_corpus",
     "record_attention",
+    "sobol_design",
     "spearman",
     "top_k_overlap",
 ]

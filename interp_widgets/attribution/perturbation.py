@@ -559,19 +559,59 @@ class Sobol(PerturbationMethod):
             >>> Sobol(n_samples=4).masks(2).shape
             (16, 2)
         """
-        from scipy.stats import qmc
-
-        points = qmc.Sobol(d=2 * n_units, scramble=True, rng=self._rng(n_units)).random(self.n_samples) < 0.5
-        a, b = points[:, :n_units], points[:, n_units:]
-        mixed = np.repeat(a[None], n_units, axis=0)
-        mixed[np.arange(n_units), :, np.arange(n_units)] = b.T
-        return np.concatenate([a, b, mixed.reshape(-1, n_units)])
+        return sobol_design(n_units, self.n_samples, rng=self._rng(n_units), binary=True)
 
     def _estimate(self, masks, values):
-        n_units, n = masks.shape[1], self.n_samples
-        f_a, f_b = values[:n], values[n : 2 * n]
-        f_mixed = values[2 * n :].reshape(n_units, n)
-        variance = np.var(np.concatenate([f_a, f_b]))
-        if variance <= 1e-12 * max(1.0, float(np.abs(f_a).max())) ** 2:
-            return np.zeros(n_units), {}
-        return ((f_a[None] - f_mixed) ** 2).mean(axis=1) / (2 * variance), {}
+        return np.nan_to_num(jansen_total_indices(values, masks.shape[1], self.n_samples)), {}
+
+
+def sobol_design(n_factors: int, n_samples: int, *, rng: np.random.Generator, binary: bool) -> np.ndarray:
+    """The quasi-Monte Carlo design of the Jansen estimator: ``A``, ``B`` and ``A_B^1 … A_B^M`` stacked, ``N · (M + 2)``
+    rows of ``M = n_factors`` columns.
+
+    ``A`` and ``B`` are the two halves of ``N = n_samples`` points of a scrambled Sobol sequence in ``2M`` dimensions
+    (``scipy.stats.qmc.Sobol``, scrambled by ``rng``), and ``A_B^i`` is ``A`` with column ``i`` taken from ``B``.
+    ``binary=True`` thresholds the points at 0.5 (keep or drop a unit, as :class:`Sobol` does); ``binary=False``
+    keeps them in ``[0, 1)``: continuous masks, as CRAFT and COCKATIEL multiply concept coefficients by.
+
+    Example:
+        >>> design = sobol_design(3, 4, rng=np.random.default_rng(0), binary=False)
+        >>> design.shape, bool(((design >= 0) & (design < 1)).all())
+        ((20, 3), True)
+        >>> a, b, mixed = design[:4], design[4:8], design[8:].reshape(3, 4, 3)
+        >>> bool((mixed[1][:, [0, 2]] == a[:, [0, 2]]).all() and (mixed[1][:, 1] == b[:, 1]).all())
+        True
+    """
+    from scipy.stats import qmc
+
+    points = qmc.Sobol(d=2 * n_factors, scramble=True, rng=rng).random(n_samples)
+    if binary:
+        points = points < 0.5
+    a, b = points[:, :n_factors], points[:, n_factors:]
+    mixed = np.repeat(a[None], n_factors, axis=0)
+    mixed[np.arange(n_factors), :, np.arange(n_factors)] = b.T
+    return np.concatenate([a, b, mixed.reshape(-1, n_factors)])
+
+
+def jansen_total_indices(values: np.ndarray, n_factors: int, n_samples: int) -> np.ndarray:
+    """Total Sobol indices from the scores of a :func:`sobol_design` (Jansen, 1999):
+    ``S_T,i = mean((f(A) − f(A_B^i))²) / (2 · Var f)``, ``Var f`` taken over ``f(A)`` and ``f(B)``.
+
+    ``values`` is ``(..., N · (M + 2))``, the design's rows in order (leading axes are independent problems); the
+    result is ``(..., M)``, NaN where the score does not vary (nothing to share out).
+
+    Example:
+        >>> design = sobol_design(2, 1024, rng=np.random.default_rng(0), binary=False)
+        >>> jansen_total_indices(design @ np.array([1.0, 2.0]), 2, 1024).round(2)  # linear: shares 1 : 4
+        array([0.2, 0.8])
+    """
+    values = np.asarray(values, dtype=np.float64)
+    n = int(n_samples)
+    f_a, f_b = values[..., :n], values[..., n : 2 * n]
+    f_mixed = values[..., 2 * n :].reshape(*values.shape[:-1], int(n_factors), n)
+    variance = np.var(np.concatenate([f_a, f_b], axis=-1), axis=-1)
+    scale = np.maximum(1.0, np.abs(f_a).max(axis=-1)) ** 2
+    flat = variance <= 1e-12 * scale
+    with np.errstate(invalid="ignore", divide="ignore"):
+        total = ((f_a[..., None, :] - f_mixed) ** 2).mean(axis=-1) / (2 * np.where(flat, 1.0, variance)[..., None])
+    return np.where(flat[..., None], np.nan, total)

@@ -30,6 +30,13 @@ from interp_widgets.concepts.decompositions import (
     SparsePCAConcepts,
     SVDConcepts,
 )
+from interp_widgets.concepts.cockatiel import (
+    ClassConcepts,
+    CockatielResult,
+    ConceptOcclusion,
+    cockatiel,
+    sobol_concept_importance,
+)
 from interp_widgets.concepts.importance import (
     ConceptImportance,
     TextConcepts,
@@ -98,6 +105,9 @@ __all__ = [
     "ActivationStore",
     "BatchTopKSAE",
     "CONCEPT_MODELS",
+    "ClassConcepts",
+    "CockatielResult",
+    "ConceptOcclusion",
     "ConceptImportance",
     "ConceptInputAttributions",
     "ConceptInterpretation",
@@ -148,6 +158,7 @@ __all__ = [
     "TextConcepts",
     "TrainingConfig",
     "check_base_model",
+    "cockatiel",
     "collect_activations",
     "concept_attribution",
     "concept_hierarchy",
@@ -165,6 +176,7 @@ __all__ = [
     "norm_scaling_factor",
     "relative_reconstruction_error",
     "save_sae",
+    "sobol_concept_importance",
     "splice_quality",
     "stability",
     "text_concepts",

@@ -386,6 +386,10 @@ class ConceptModel(TransformerMixin, BaseEstimator):
             >>> path.name
             'nmf8.safetensors'
         """
+        return save_bundle(path, _FORMAT, *self._bundle())
+
+    def _bundle(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """The arrays and the JSON metadata :meth:`save` writes (results that hold concept models embed them)."""
         self._check_fitted()
         arrays, extra = self._state()
         meta = {
@@ -398,7 +402,7 @@ class ConceptModel(TransformerMixin, BaseEstimator):
             "fit_info": self.fit_info_,
             "extra": extra,
         }
-        return save_bundle(path, _FORMAT, arrays, meta)
+        return arrays, meta
 
     def _saved_params(self) -> dict[str, Any]:
         """The constructor parameters other than ``n_concepts``."""
@@ -422,14 +426,19 @@ class ConceptModel(TransformerMixin, BaseEstimator):
             True
         """
         arrays, meta = load_bundle(path, _FORMAT)
+        return cls._from_bundle(arrays, meta, path)
+
+    @classmethod
+    def _from_bundle(cls, arrays: dict[str, np.ndarray], meta: dict[str, Any], source) -> ConceptModel:
+        """Rebuild a model from what :meth:`_bundle` gave (``source`` names the file in errors)."""
         klass = CONCEPT_MODELS.get(meta["class"])
         if klass is None:
             raise ValueError(
-                f"{path} holds an unknown concept model {meta['class']!r}; known: "
+                f"{source} holds an unknown concept model {meta['class']!r}; known: "
                 f"{', '.join(sorted(CONCEPT_MODELS))} (import the module that defines it first)"
             )
         if cls is not ConceptModel and not issubclass(klass, cls):
-            raise ValueError(f"{path} holds a {klass.__name__}, not a {cls.__name__}")
+            raise ValueError(f"{source} holds a {klass.__name__}, not a {cls.__name__}")
         model = klass(meta["n_concepts"], **klass._init_params(meta["params"]))
         model.layer_, model.n_features_in_, model.fit_info_ = meta["layer"], meta["n_features_in"], meta["fit_info"]
         model.model_name_ = meta.get("model_name")  # files written before it existed: unknown

@@ -118,6 +118,8 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         hierarchy: parent → children links between the concepts, a
             :class:`~interp_widgets.concepts.ConceptHierarchy` (``MatryoshkaSAE.hierarchy(X)``): the detail pane shows
             the selected concept's parent and its children as a collapsible tree, with each parent's absorption rate.
+        importance_label: what the importance column means, shown beside it (default: read off ``importance``,
+            ``"importance"`` for plain numbers), e.g. ``"total Sobol index for positive"``.
 
     ``selected_concept`` (-1: none), ``selected_text``, ``selected_token``, ``page``, ``sort_by``, ``descending``,
     ``search``, ``hide_dead`` and ``text_mode`` (``"activation"`` or ``"attribution"``) sync both ways.
@@ -188,6 +190,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         input_attributions: Any = None,
         page_size: int = 10,
         hierarchy: Any = None,
+        importance_label: str | None = None,
         **kwargs: Any,
     ) -> None:
         computing = sorted(set(kwargs) & _COMPUTE_OPTIONS)
@@ -247,6 +250,8 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         if importance is None:
             importance = next((t for t in converted if isinstance(t, ConceptImportanceLike)), None)
         values, meaning = self._importance(importance, target, n)
+        if importance_label is not None and values is not None:
+            meaning = str(importance_label)
         text_tokens, text_gaps, top_ids, top_values = [], [], [], []
         for layout, coefficients in zip((t.layout for t in converted), self._text_coefficients):
             keep = ~layout.special_mask
