@@ -22,14 +22,18 @@ export const SORT_KEYS = {
   max: "max activation",
   importance: "importance",
   abs_importance: "|importance|",
+  detection: "label detection score",
+  fuzzing: "label fuzzing score",
 };
+/** The sort keys that need scored labels (score_labels in Python). */
+export const LABEL_SCORE_KEYS = ["detection", "fuzzing"];
 /**
  * Concept ids after search, dead filter and sort (ties keep id order, NaN values last); the same rule as
  * ConceptBrowser.visible_order() in Python. `haystack` (optional, from searchText) holds each concept's lower-cased
  * label and top tokens, so that a keystroke over 16k concepts does not lower-case them again.
  */
 export function visibleConcepts(
-  { labels, topTokens, density, maxActivation, importance, haystack },
+  { labels, topTokens, density, maxActivation, importance, detection, fuzzing, haystack },
   { sortBy, descending, search, hideDead },
 ) {
   const needle = (search ?? "").toLowerCase();
@@ -43,6 +47,8 @@ export function visibleConcepts(
     max: () => (c) => maxActivation[c],
     importance: () => (c) => (importance ? importance[c] : NaN),
     abs_importance: () => (c) => (importance ? Math.abs(importance[c]) : NaN),
+    detection: () => (c) => (detection ? detection[c] : NaN),
+    fuzzing: () => (c) => (fuzzing ? fuzzing[c] : NaN),
   };
   if (!(sortBy in ranked))
     throw new RangeError(`unknown sort key "${sortBy}"; use ${Object.keys(SORT_KEYS).join(", ")}`);
@@ -93,6 +99,9 @@ export function read(model) {
     density: column("density"),
     maxActivation: column("max_activation"),
     importance: column("importance"),
+    detection: column("label_detection"),
+    fuzzing: column("label_fuzzing"),
+    scorer: model.get("label_scorer") ?? "",
     texts: { tokens, gaps: model.get("text_gaps") ?? [], starts, top: top?.values, topWidth: top?.shape[1] ?? 0, topValues: top ? decodeArray(model.get("text_top_values")).values : null },
   }; // prettier-ignore
 }
