@@ -124,10 +124,12 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
 
     The detection and fuzzing scores of the labels (:func:`~interp_widgets.concepts.score_labels`) come from
     ``interpretation.label_scores``: each scored label shows both balanced accuracies beside it (``sort_by``
-    ``"detection"`` / ``"fuzzing"``; unscored concepts sort last), and the detail pane adds their AUCs and sample sizes.
+    ``"detection"`` / ``"fuzzing"``; unscored concepts sort last), ``min_label_score`` keeps the concepts whose two
+    scores both reach it (unscored ones are left out while it is above 0), and the detail pane adds their AUCs and
+    sample sizes.
 
     ``selected_concept`` (-1: none), ``selected_text``, ``selected_token``, ``page``, ``sort_by``, ``descending``,
-    ``search``, ``hide_dead`` and ``text_mode`` (``"activation"`` or ``"attribution"``) sync both ways.
+    ``search``, ``hide_dead``, ``min_label_score`` and ``text_mode`` (``"activation"`` or ``"attribution"``) sync both ways.
 
     Example:
         >>> from interp_widgets.concepts import interpret_concepts, text_concepts
@@ -170,6 +172,9 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
     )
     hide_dead = traitlets.Bool(
         True, help="Hide concepts that never fired (on by default; the list says how many are hidden)."
+    ).tag(sync=True)
+    min_label_score = traitlets.Float(
+        0.0, help="Keep concepts whose label's detection and fuzzing scores are both at least this (0: no filter)."
     ).tag(sync=True)
     max_page_size = MAX_PAGE_SIZE
     selected_concept = traitlets.Int(-1, help="Concept shown in the detail pane (-1: none).").tag(sync=True)
@@ -380,6 +385,20 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             )
         return value
 
+    @traitlets.validate("min_label_score")
+    def _check_min_label_score(self, proposal):
+        value = float(proposal["value"])
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(
+                f"min_label_score is a balanced accuracy in [0, 1] (chance 0.5; 0: no filter), got {value}"
+            )
+        if value > 0 and self.label_detection is None:
+            raise ValueError(
+                "filtering by label score needs scored labels; score them first with "
+                "interp_widgets.concepts.score_labels(interpretation, scorer) and build the browser again"
+            )
+        return value
+
     @traitlets.validate("selected_concept")
     def _check_selected(self, proposal):
         n = len(self.labels)
@@ -422,7 +441,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         return np.full(self.n_concepts, np.nan) if payload is None else payload.astype(np.float64)
 
     def visible_order(self) -> list[int]:
-        """Concept ids after search, dead filter and sort, as the browser lists them (ties keep id order; unknown
+        """Concept ids after search, dead filter, label-score filter and sort, as the browser lists them (ties keep id order; unknown
         values last). Values are compared as the float32 numbers the browser holds.
 
         Example:
@@ -435,11 +454,14 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         """
         density = self._column("density")
         needle = self.search.lower()
+        least = self.min_label_score
+        scores = np.minimum(self._column("label_detection"), self._column("label_fuzzing")) if least > 0 else None
         keep = [
             c
             for c in range(self.n_concepts)
             if (not self.hide_dead or density[c] > 0)
             and (not needle or needle in self.labels[c].lower() or any(needle in t.lower() for t in self.top_tokens[c]))
+            and (scores is None or scores[c] >= least)  # an unscored label is NaN: left out
         ]
         if self.sort_by == "index":
             key = np.arange(self.n_concepts, dtype=np.float64)
@@ -614,7 +636,8 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
                     + (" (descending)" if self.descending else "") + (f" · search {self.search!r}" if self.search else "")
                     + (f" · {n_dead} never fired" + (" (hidden)" if self.hide_dead else "") if n_dead else "")
                     + (f" · labels scored by {self.label_scorer} (balanced accuracy, chance 0.5)"
-                       if self.label_detection is not None else ""),
+                       if self.label_detection is not None else "")
+                    + (f" · label scores ≥ {format_score(self.min_label_score)}" if self.min_label_score > 0 else ""),
                     bold=True)  # fmt: skip
         interp = self.interpretation
         for c in order[:STATIC_CONCEPTS]:

@@ -103,6 +103,9 @@ describe("visibleConcepts", () => {
     expect(visibleConcepts(scored, opts({ sortBy: "detection" }))).toEqual([0, 2, 1]);
     expect(visibleConcepts(scored, opts({ sortBy: "fuzzing", descending: true }))).toEqual([0, 2, 1]);
     expect(visibleConcepts(data, opts({ sortBy: "fuzzing" }))).toEqual([0, 1, 2]); // no scores: all unknown, id order
+    expect(visibleConcepts(scored, opts({ minScore: 0.5 }))).toEqual([0]); // both scores must reach it; 1 is unscored
+    expect(visibleConcepts({ ...scored, fuzzing: [0.75, NaN, 0.5] }, opts({ minScore: 0.5 }))).toEqual([0, 2]);
+    expect(visibleConcepts(scored, opts({ minScore: 0 }))).toEqual([0, 1, 2]);
   });
 
   it("gives the same order with the precomputed search text, which never matches across a label and a token", () => {
@@ -236,8 +239,25 @@ describe("label scores", () => {
     expect(model.state.requested).toEqual([1, 0]);
   });
 
+  it("filters by the lower of the two scores through its number box, back to page 0", async () => {
+    const model = scored({ page: 1, page_size: 1 });
+    const box = el.querySelector(".iw-score-filter");
+    expect(box.closest("label").hidden).toBe(false);
+    expect(box.getAttribute("aria-label")).toContain("detection and fuzzing scores are both at least");
+    box.value = "0.7";
+    box.dispatchEvent(new Event("change"));
+    await settle();
+    expect([model.state.min_label_score, model.state.page]).toEqual([0.7, 0]);
+    expect(items()).toEqual([1]);
+    box.value = "3";
+    box.dispatchEvent(new Event("change"));
+    await settle();
+    expect(model.state.min_label_score).toBe(1);
+  });
+
   it("shows no score and no score sorting without scored labels", () => {
     mount({ page_size: 4 });
+    expect(el.querySelector(".iw-score-filter").closest("label").hidden).toBe(true);
     expect(el.querySelector(".iw-label-scores")).toBeNull();
     const options = Array.from(el.querySelectorAll(".iw-sort-select option"), (o) => o.value);
     expect(options).not.toContain("detection");

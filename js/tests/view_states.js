@@ -54,7 +54,7 @@ export const VIEWS = [
     state: { error: "", method: "NMF", layer: "l1", n_rows: 3, labels: ["a", "b"], top_tokens: [["x"], []], density: f32([0.5, 0]),
       max_activation: f32([1, 0]), importance: f32([0.5, NaN]), importance_label: "imp", label_detection: f32([0.75, NaN]),
       label_fuzzing: f32([0.5, NaN]), label_scorer: "judge", sort_by: "index", descending: false, search: "",
-      hide_dead: false, page: 0, page_size: 10, selected_concept: 0, requested: [0, 1], text_tokens: [["t", "u"]], text_gaps: [["", " "]],
+      hide_dead: false, min_label_score: 0, page: 0, page_size: 10, selected_concept: 0, requested: [0, 1], text_tokens: [["t", "u"]], text_gaps: [["", " "]],
       text_top_concepts: i32([0, -1, 1, 0], [2, 2]), text_top_values: f32([1, 0, 2, 1], [2, 2]), selected_text: 0, selected_token: 0,
       text_mode: "attribution", attribution_method: "occlusion",
       details: { 0: { concept: 0, label: "a", density: 0.5, mean: 0.1, max: 1, min: 0, hist_edges: f32([0, 0.5, 1]), hist_counts: i32([1, 2]),

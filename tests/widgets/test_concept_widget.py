@@ -461,3 +461,19 @@ def test_score_labels_scores_reach_the_browser_through_a_saved_interpretation(tm
     new = {0: "soup", 1: "weather", 2: "cat"}
     browser = ConceptBrowser(interp.relabel(lambda c, examples: new[c]))  # a changed label loses its score
     np.testing.assert_allclose(browser._column("label_fuzzing"), [0.8, np.nan, np.nan], equal_nan=True)
+
+
+def test_the_label_score_filter_keeps_labels_whose_two_scores_reach_it():
+    browser = ConceptBrowser(_interpretation(), hide_dead=False)
+    browser.min_label_score = 0.5
+    assert browser.visible_order() == [0, 1]  # concept 2's fuzzing is 0.375; 3..5 are not scored
+    browser.min_label_score = 0.75
+    assert browser.visible_order() == [1]
+    assert "label scores ≥ 0.75" in "".join(ET.fromstring(browser.static_svg()).itertext())
+    assert browser.mime_payload()["state"]["min_label_score"] == 0.75
+    browser.min_label_score = 0
+    assert len(browser.visible_order()) == 6
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        browser.min_label_score = 1.5
+    with pytest.raises(ValueError, match="needs scored labels"):
+        ConceptBrowser(_interpretation(scored=False)).min_label_score = 0.5

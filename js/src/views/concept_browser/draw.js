@@ -439,6 +439,7 @@ export function draw(ctx, level) {
     descending: Boolean(ctx.model.get("descending")),
     search: ctx.model.get("search") ?? "",
     hideDead: Boolean(ctx.model.get("hide_dead")),
+    minScore: Number(ctx.model.get("min_label_score") ?? 0),
   };
   const order = visibleConcepts(ctx.data, options);
   const { page, pages, items: shown } = pageOf(order, ctx.model.get("page"), ctx.model.get("page_size"));
@@ -455,6 +456,9 @@ export function draw(ctx, level) {
   if (parts.searchBox.value !== options.search) parts.searchBox.value = options.search;
   parts.orderToggle.checked = options.descending;
   parts.deadToggle.checked = options.hideDead;
+  parts.scoreLabel.hidden = !ctx.data.detection;
+  if (Number(parts.scoreFilter.value) !== options.minScore || parts.scoreFilter.value === "")
+    parts.scoreFilter.value = String(options.minScore);
   parts.pager.update(page, pages, `${order.length} of ${ctx.data.labels.length} concepts`);
   const items = shown.map((c) => conceptItem(ctx, c, c === selected));
   if (items.length && !items.some((li) => li.tabIndex === 0)) items[0].tabIndex = 0;

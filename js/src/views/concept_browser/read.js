@@ -28,13 +28,14 @@ export const SORT_KEYS = {
 /** The sort keys that need scored labels (score_labels in Python). */
 export const LABEL_SCORE_KEYS = ["detection", "fuzzing"];
 /**
- * Concept ids after search, dead filter and sort (ties keep id order, NaN values last); the same rule as
+ * Concept ids after search, dead filter, label-score filter (`minScore`: both scores at least this; an unscored
+ * label is left out while it is above 0) and sort (ties keep id order, NaN values last); the same rule as
  * ConceptBrowser.visible_order() in Python. `haystack` (optional, from searchText) holds each concept's lower-cased
  * label and top tokens, so that a keystroke over 16k concepts does not lower-case them again.
  */
 export function visibleConcepts(
   { labels, topTokens, density, maxActivation, importance, detection, fuzzing, haystack },
-  { sortBy, descending, search, hideDead },
+  { sortBy, descending, search, hideDead, minScore = 0 },
 ) {
   const needle = (search ?? "").toLowerCase();
   const ranked = {
@@ -57,6 +58,7 @@ export function visibleConcepts(
   for (let c = 0; c < labels.length; c += 1) {
     if (hideDead && !(density[c] > 0)) continue;
     if (needle && !text[c].includes(needle)) continue;
+    if (minScore > 0 && !(detection?.[c] >= minScore && fuzzing?.[c] >= minScore)) continue;
     keep.push(c);
   }
   if (sortBy === "index") return descending ? keep.reverse() : keep; // ids are already in order
