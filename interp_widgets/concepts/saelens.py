@@ -25,6 +25,19 @@ encodings (``tests/saelens`` checks it against the real package).
 way (its ``prefixes_`` as ``matryoshka_widths``), and :func:`load_sae` reads such a folder as a
 :class:`MatryoshkaSAE` whose ``prefixes_`` are those widths (the JumpReLU encoder is the same either way).
 
+**Training form.** SAELens's trainer checkpoints a BatchTopK or Matryoshka BatchTopK SAE with ``save_model``: a
+``cfg.json`` whose ``architecture`` is the training one (``"batchtopk"``, ``"matryoshka_batchtopk"`` with
+``matryoshka_widths`` and a float ``k``), and weights with ``topk_threshold`` (a scalar, the running average of
+the smallest kept activation) beside ``W_enc``, ``W_dec``, ``b_enc`` and ``b_dec``; the checkpoint folder also holds
+``activation_scaler.json``. :func:`load_sae` converts that folder as SAELens turns a trained SAE into its inference
+form (the end of ``SAETrainer.fit``, then ``save_inference_model``): an ``expected_average_only_in`` factor still
+in the scaler is folded in first (``fold_activation_norm_scaling_factor``: ``W_enc × f``, ``W_dec / f``,
+``b_dec / f`` and, with ``rescale_acts_by_decoder_norm``, ``topk_threshold / f``); then, with
+``rescale_acts_by_decoder_norm``, the decoder norms ``n`` are folded (``W_enc × n``, ``b_enc × n``, ``W_dec / n``);
+and every latent gets the JumpReLU threshold ``topk_threshold``. The result is the JumpReLU SAE (a
+:class:`MatryoshkaSAE` with those widths, or a :class:`JumpReLUSAE`) whose encodings equal those of SAELens's own
+inference form.
+
 **Hook names.** ``hook_name`` is a TransformerLens hook name, mapped to a canonical layer name by
 :func:`interp_widgets.layers.from_hook_name` (``blocks.8.hook_resid_post`` → ``layer:8``, before any final norm).
 A config with only ``hf_hook_name`` (a module path) uses that module. Attention-head (``hook_z``,
@@ -87,6 +100,8 @@ WEIGHTS_FILENAME = "sae_weights.safetensors"
 SCALER_FILENAME = "activation_scaler.json"
 WHITENING_FILENAME = "activation_whitening.safetensors"
 ARCHITECTURES = ("standard", "topk", "jumprelu")
+#: SAELens training architectures whose checkpoint folders :func:`load_sae` converts to their inference form (JumpReLU).
+TRAINING_ARCHITECTURES = ("batchtopk", "matryoshka_batchtopk")
 NORMALIZATIONS = ("none", "expected_average_only_in", "constant_norm_rescale", "layer_norm", "covariance_whitening")
 #: The SAELens config format :func:`save_sae` writes (the version its configs record in ``metadata``).
 FORMAT_VERSION = "6.0.0"
@@ -229,7 +244,8 @@ def _check_supported(cfg: dict, folder: Path) -> None:
     if cfg["architecture"] not in ARCHITECTURES:
         raise ValueError(
             f"{where}: unknown or unsupported SAE architecture {cfg['architecture']!r}; load_sae reads "
-            f"{', '.join(ARCHITECTURES)} (a BatchTopK SAE is saved by SAELens as jumprelu)"
+            f"{', '.join(ARCHITECTURES)} (a BatchTopK SAE is saved by SAELens as jumprelu) and the training forms "
+            f"{', '.join(TRAINING_ARCHITECTURES)}"
         )
     if cfg["architecture"] == "standard" and cfg["activation_fn"] != "relu":
         raise ValueError(
@@ -372,17 +388,84 @@ def _matryoshka_details(cfg: dict, folder: Path) -> tuple[list[int], float | Non
     details = metadata.get("training_architecture_details") or {}
     if metadata.get("training_architecture") != "matryoshka_batchtopk" or not details.get("matryoshka_widths"):
         return None
-    widths, d_sae = details["matryoshka_widths"], cfg["d_sae"]
-    if not all(isinstance(x, int) and not isinstance(x, bool) for x in widths) or not (
+    k = details.get("k")
+    return _widths(details["matryoshka_widths"], cfg["d_sae"], folder), _positive(k)
+
+
+def _positive(k) -> float | None:
+    return float(k) if isinstance(k, (int, float)) and not isinstance(k, bool) and k > 0 else None
+
+
+def _widths(widths, d_sae: int, folder: Path) -> list[int]:
+    """Checked ``matryoshka_widths``, ending at ``d_sae`` (SAELens appends it when they do not)."""
+    if not isinstance(widths, list) or not widths or not all(isinstance(x, int) and not isinstance(x, bool) for x in widths) or not (
         all(0 < a < b for a, b in zip(widths, widths[1:])) and 0 < widths[0] and widths[-1] <= d_sae
-    ):
+    ):  # fmt: skip
         raise ValueError(
             f"{folder / CFG_FILENAME}: matryoshka_widths must be increasing positive integers up to d_sae={d_sae}, "
             f"got {widths!r}"
         )
-    widths = [int(x) for x in widths] + ([] if widths[-1] == d_sae else [d_sae])  # SAELens adds d_sae too
-    k = details.get("k")
-    return widths, float(k) if isinstance(k, (int, float)) and not isinstance(k, bool) and k > 0 else None
+    return [int(x) for x in widths] + ([] if widths[-1] == d_sae else [d_sae])  # SAELens adds d_sae too
+
+
+def _from_training_form(folder: Path, cfg: dict, norm_scaling_factor) -> tuple[dict, dict[str, torch.Tensor]]:
+    """The inference form (config and weights, JumpReLU) of a BatchTopK / Matryoshka BatchTopK training checkpoint,
+    converted as SAELens does at the end of training (see the module docstring). The Matryoshka widths and ``k`` go
+    to ``cfg["matryoshka"]`` (None for a plain BatchTopK SAE), the training architecture to
+    ``cfg["training_architecture"]``.
+
+    Example:
+        >>> import json, safetensors.torch
+        >>> folder = getfixture("tmp_path") / "checkpoint"; folder.mkdir()
+        >>> _ = (folder / "cfg.json").write_text(json.dumps({"architecture": "matryoshka_batchtopk", "d_in": 2, "d_sae": 3,
+        ...     "k": 1.0, "matryoshka_widths": [1, 3], "rescale_acts_by_decoder_norm": True,
+        ...     "metadata": {"hook_name": "blocks.0.hook_resid_post"}}))
+        >>> safetensors.torch.save_file({"W_enc": torch.ones(2, 3), "W_dec": 2 * torch.ones(3, 2), "b_enc": torch.zeros(3),
+        ...     "b_dec": torch.zeros(2), "topk_threshold": torch.tensor(0.5, dtype=torch.float64)}, folder / "sae_weights.safetensors")
+        >>> cfg, w = _from_training_form(folder, read_config(folder), None)
+        >>> cfg["architecture"], cfg["matryoshka"], w["threshold"].tolist(), round(float(w["W_dec"].norm(dim=-1)[0]), 4)
+        ('jumprelu', ([1, 3], 1.0), [0.5, 0.5, 0.5], 1.0)
+    """
+    path, where = folder / WEIGHTS_FILENAME, folder / CFG_FILENAME
+    raw = cfg["raw"]
+    matryoshka = None
+    if cfg["architecture"] == "matryoshka_batchtopk":
+        matryoshka = (_widths(raw.get("matryoshka_widths"), cfg["d_sae"], folder), _positive(cfg["k"]))
+    if _positive(cfg["k"]) is None:
+        raise ValueError(f"{where}: a {cfg['architecture']} training SAE needs a positive k, got {cfg['k']!r}")
+    if not path.exists():
+        raise FileNotFoundError(f"{folder} has {CFG_FILENAME} but no {WEIGHTS_FILENAME}; {_fix(folder)}")
+    _, tensors = read_safetensors(path, what="SAELens training SAE weights", fix=_fix(folder), framework="pt")
+    if "topk_threshold" not in tensors:
+        raise ValueError(
+            f"{path} has no 'topk_threshold' (it holds {sorted(tensors)}): a {cfg['architecture']} training SAE "
+            "saved by SAELens 6 keeps its BatchTopK threshold there, and the inference form needs it"
+        )
+    if tensors["topk_threshold"].numel() != 1:
+        raise ValueError(
+            f"{path}: topk_threshold must be one number, got shape {tuple(tensors['topk_threshold'].shape)}"
+        )
+    threshold = tensors["topk_threshold"].reshape(()).double()
+    inference = {**cfg, "architecture": "jumprelu", "training_architecture": cfg["architecture"]}
+    w = _weights(folder, {**inference, "architecture": "standard"})  # W_enc, W_dec, b_enc, b_dec, shapes checked
+    rescale = cfg["rescale_acts_by_decoder_norm"]
+    if cfg["normalize_activations"] == "expected_average_only_in":  # SAETrainer.fit folds the scaler first
+        factor = _norm_factor(folder, norm_scaling_factor)
+        w["W_enc"], w["W_dec"], w["b_dec"] = w["W_enc"] * factor, w["W_dec"] / factor, w["b_dec"] / factor
+        if rescale:  # BatchTopKTrainingSAE.fold_activation_norm_scaling_factor
+            threshold = threshold / factor
+        inference["normalize_activations"] = "none"
+    if rescale:  # TopKTrainingSAE.process_state_dict_for_saving_inference (_fold_norm_topk)
+        norms = w["W_dec"].norm(dim=-1).clamp(min=1e-8)
+        w["b_enc"], w["W_dec"], w["W_enc"] = (
+            w["b_enc"] * norms,
+            w["W_dec"] / norms[:, None],
+            w["W_enc"] * norms[None, :],
+        )
+    # BatchTopKTrainingSAE.process_state_dict_for_saving_inference: threshold = ones_like(b_enc) * topk_threshold
+    w["threshold"] = torch.ones_like(w["b_enc"]) * threshold.item()
+    inference.update(rescale_acts_by_decoder_norm=False, matryoshka=matryoshka)
+    return inference, w
 
 
 def _norm_factor(folder: Path, norm_scaling_factor) -> float:
@@ -474,7 +557,9 @@ def load_sae(
     :class:`MatryoshkaSAE` when the jumprelu folder was saved from a Matryoshka BatchTopK training SAE).
 
     Args:
-        folder: a folder with ``cfg.json`` and ``sae_weights.safetensors``.
+        folder: a folder with ``cfg.json`` and ``sae_weights.safetensors``: an inference SAE, or the training form
+            of a BatchTopK or Matryoshka BatchTopK SAE (a trainer checkpoint), converted to its inference form as
+            SAELens does (see the module docstring).
         model: the Hugging Face model the SAE is for. Its name must match the config's ``model_name`` (when both
             are known), the hook point must exist and its width must be ``d_in``; a mismatch is a ValueError that
             says what was expected. Needed to apply TransformerLens's ``center_writing_weights``.
@@ -504,11 +589,14 @@ def load_sae(
     """
     folder = Path(folder)
     cfg = read_config(folder, cfg_overrides)
+    w = None
+    if cfg["architecture"] in TRAINING_ARCHITECTURES:  # a trainer checkpoint: converted to its inference form
+        cfg, w = _from_training_form(folder, cfg, norm_scaling_factor)
     _check_supported(cfg, folder)
     if model_name is not None:
         cfg["model_name"] = model_name
     layer = _layer_of(cfg, folder)
-    w = _weights(folder, cfg)
+    w = _weights(folder, cfg) if w is None else w
     normalize = _fold(w, cfg, folder, norm_scaling_factor)
     center = False
     if cfg["model_from_pretrained_kwargs"]:
@@ -531,7 +619,7 @@ def load_sae(
         sae = SparseAutoencoder(cfg["d_sae"], activation="topk", k=cfg["k"], progress=progress)
     else:
         sae = JumpReLUSAE(cfg["d_sae"], progress=progress)
-    matryoshka = _matryoshka_details(cfg, folder) if architecture == "jumprelu" else None
+    matryoshka = cfg.get("matryoshka") or (_matryoshka_details(cfg, folder) if architecture == "jumprelu" else None)
     if matryoshka is not None:
         widths, k = matryoshka
         sae = MatryoshkaSAE(cfg["d_sae"], k=k, prefixes=tuple(widths), progress=progress)

@@ -1,7 +1,8 @@
 """Concept browser: a sortable, searchable list of concepts and a feature-dashboard detail pane for the selected one.
 
 The list shows each concept's label, top tokens, activation density (dead concepts flagged) and, when given, its
-importance for a prediction. The detail pane of the selected concept draws its activation histogram, its top
+importance for a prediction and the detection and fuzzing scores of its label
+(:func:`~interp_widgets.concepts.score_labels`, cached with the labels), as numbers beside the label. The detail pane of the selected concept draws its activation histogram, its top
 activating contexts with the activating token highlighted, its top texts, the vocabulary it promotes and, for the
 input texts given, the concept's activation on every token (or, with ``input_attributions``, which input tokens make
 the concept fire: an attribution of its activation to the tokens, computed on the concepts side when a concept is
@@ -35,7 +36,7 @@ from typing import Any, ClassVar, Sequence
 import numpy as np
 import traitlets
 
-from interp_widgets.widgets.view_data import TEXT_TOP, ConceptBrowserData, ConceptTextsPart
+from interp_widgets.widgets.view_data import TEXT_TOP, ConceptBrowserData, ConceptTextsPart, LabelScoresPart
 from interp_widgets.widgets._base import InterpWidget, PagedList
 from interp_widgets.widgets._colour import format_score, score_colours
 from interp_widgets.widgets._protocols import (
@@ -50,7 +51,8 @@ from interp_widgets.widgets._mime import ANY_ARRAY_1D, compact_json, json_value
 from interp_widgets.widgets._traits import array_to_buffer
 from interp_widgets.validation import check_choice, check_int
 
-SORT_KEYS = ("index", "label", "density", "max", "importance", "abs_importance")
+SORT_KEYS = ("index", "label", "density", "max", "importance", "abs_importance", "detection", "fuzzing")
+LABEL_SCORE_KINDS = ("detection", "fuzzing")  # score_labels' two scores, each a balanced accuracy (chance: 0.5)
 TEXT_MODES = ("activation", "attribution")
 LIST_TOKENS = 5  # distinct top tokens shown per concept in the list
 MAX_TEXT_CHARS = 400  # top texts are cut to this length in the detail pane
@@ -96,7 +98,8 @@ def _text_pieces(text: str, tokens: Sequence[str], offsets: np.ndarray) -> tuple
 
 
 class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
-    """Browse concepts: list (label, top tokens, density, dead flag, importance), detail pane, per-token text view.
+    """Browse concepts: list (label, label scores, top tokens, density, dead flag, importance), detail pane, per-token
+    text view.
 
     Args:
         interpretation: a :class:`~interp_widgets.concepts.ConceptInterpretation` (from
@@ -121,8 +124,14 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         importance_label: what the importance column means, shown beside it (default: read off ``importance``,
             ``"importance"`` for plain numbers), e.g. ``"total Sobol index for positive"``.
 
+    The detection and fuzzing scores of the labels (:func:`~interp_widgets.concepts.score_labels`) come from
+    ``interpretation.label_scores``: each scored label shows both balanced accuracies beside it (``sort_by``
+    ``"detection"`` / ``"fuzzing"``; unscored concepts sort last), ``min_label_score`` keeps the concepts whose two
+    scores both reach it (unscored ones are left out while it is above 0), and the detail pane adds their AUCs and
+    sample sizes.
+
     ``selected_concept`` (-1: none), ``selected_text``, ``selected_token``, ``page``, ``sort_by``, ``descending``,
-    ``search``, ``hide_dead`` and ``text_mode`` (``"activation"`` or ``"attribution"``) sync both ways.
+    ``search``, ``hide_dead``, ``min_label_score`` and ``text_mode`` (``"activation"`` or ``"attribution"``) sync both ways.
 
     Example:
         >>> from interp_widgets.concepts import interpret_concepts, text_concepts
@@ -150,7 +159,12 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
                 "absorption": {"nullable": "num"},
                 "children": {"list": {"object": {"concept": "int", "label": "str", "depth": "int", "conditional": "num",
                                                  "cosine": "num", "absorption": {"nullable": "num"}}}}}}},
-        }, "defaults": {"text_attribution": None, "hierarchy": None}}},  # payloads written before these existed
+            "label_scores": {"nullable": {"object": {  # _label_score_detail()
+                "scorer": "str",
+                **{kind: {"object": {"balanced_accuracy": {"nullable": "num"}, "auc": {"nullable": "num"},
+                                     "n_examples": "int", "n_activating": "int", "n_non_activating": "int",
+                                     "n_failed": "int"}} for kind in LABEL_SCORE_KINDS}}}},
+        }, "defaults": {"text_attribution": None, "hierarchy": None, "label_scores": None}}},  # older payloads
     }  # fmt: skip
 
     sort_by = traitlets.Unicode("index", help=f"One of {SORT_KEYS}.").tag(sync=True)
@@ -160,6 +174,9 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
     )
     hide_dead = traitlets.Bool(
         True, help="Hide concepts that never fired (on by default; the list says how many are hidden)."
+    ).tag(sync=True)
+    min_label_score = traitlets.Float(
+        0.0, help="Keep concepts whose label's detection and fuzzing scores are both at least this (0: no filter)."
     ).tag(sync=True)
     max_page_size = MAX_PAGE_SIZE
     selected_concept = traitlets.Int(-1, help="Concept shown in the detail pane (-1: none).").tag(sync=True)
@@ -252,6 +269,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         values, meaning = self._importance(importance, target, n)
         if importance_label is not None and values is not None:
             meaning = str(importance_label)
+        detection, fuzzing, scorer = self._label_score_columns(source, n)
         text_tokens, text_gaps, top_ids, top_values = [], [], [], []
         for layout, coefficients in zip((t.layout for t in converted), self._text_coefficients):
             keep = ~layout.special_mask
@@ -274,6 +292,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             density=source.density, max_activation=source.maximum, importance=values, importance_label=meaning,
             texts=ConceptTextsPart(text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=top_ids_all,
                                    text_top_values=top_values_all),
+            label_scores=LabelScoresPart(label_detection=detection, label_fuzzing=fuzzing, label_scorer=scorer),
         )  # fmt: skip
         method = str(getattr(input_attributions, "method", "")) if input_attributions is not None else ""
         super().__init__(**data.to_traits(), page_size=page_size, attribution_method=method, **kwargs)
@@ -281,6 +300,58 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         self.requested = self.visible_order()[start : start + self.page_size]
         self._refresh_details()
         self.observe(self._refresh_details, names=["requested", "selected_concept", "selected_text", "text_mode"])
+
+    @staticmethod
+    def _scored_labels(source: Any) -> dict[int, dict]:
+        """The cached label scores of ``source`` (``label_scores``: ``{concept: score_labels entry}``) that still judge
+        the concept's current label."""
+        scores = getattr(source, "label_scores", None) or {}
+        labels = source.labels
+        return {
+            int(c): entry
+            for c, entry in scores.items()
+            if 0 <= int(c) < len(labels) and entry.get("label", labels[int(c)]) == labels[int(c)]
+        }
+
+    @classmethod
+    def _label_score_columns(cls, source: Any, n: int) -> tuple[np.ndarray | None, np.ndarray | None, str]:
+        """Each concept's detection and fuzzing balanced accuracy (NaN: not scored) and the scorers' names; None,
+        None, "" when no label is scored.
+
+        Example:
+            >>> from interp_widgets.concepts import interpret_concepts, score_labels
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> _ = score_labels(interp, lambda prompts: ["[1]"] * len(prompts), concepts=[1], n_examples=4)
+            >>> detection, fuzzing, scorer = ConceptBrowser._label_score_columns(interp, 8)
+            >>> detection[:2].tolist(), scorer
+            ([nan, 0.5], '<lambda>')
+        """
+        scored = cls._scored_labels(source)
+        if not scored:
+            return None, None, ""
+        columns = {kind: np.full(n, np.nan) for kind in LABEL_SCORE_KINDS}
+        for c, entry in scored.items():
+            for kind in LABEL_SCORE_KINDS:
+                value = (entry.get(kind) or {}).get("balanced_accuracy")
+                columns[kind][c] = np.nan if value is None else float(value)
+        scorers = sorted({str(entry.get("scorer", "")) for entry in scored.values()} - {""})
+        return columns["detection"], columns["fuzzing"], ", ".join(scorers)
+
+    def _label_score_detail(self, concept: int, label: str) -> dict[str, Any] | None:
+        """The scores of ``concept``'s label (both kinds: balanced accuracy, AUC, sample sizes) and their scorer, or
+        None when the label shown is not the one scored."""
+        entry = self._scored_labels(self.interpretation).get(concept)
+        if entry is None or entry.get("label", label) != label:
+            return None
+        out: dict[str, Any] = {"scorer": str(entry.get("scorer", ""))}
+        for kind in LABEL_SCORE_KINDS:
+            score = entry.get(kind) or {}
+            out[kind] = {
+                "balanced_accuracy": _finite(score["balanced_accuracy"]) if score.get("balanced_accuracy") is not None else None,
+                "auc": _finite(score["auc"]) if score.get("auc") is not None else None,
+                **{name: int(score.get(name, 0)) for name in ("n_examples", "n_activating", "n_non_activating", "n_failed")},
+            }  # fmt: skip
+        return out
 
     @staticmethod
     def _importance(importance, target, n: int) -> tuple[np.ndarray | None, str]:
@@ -311,6 +382,25 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         if value in ("importance", "abs_importance") and self.importance is None:
             raise ValueError(
                 "sorting by importance needs importance=; pass a ConceptImportance or one value per concept"
+            )
+        if value in LABEL_SCORE_KINDS and self.label_detection is None:
+            raise ValueError(
+                f"sorting by {value} needs scored labels; score them first with "
+                "interp_widgets.concepts.score_labels(interpretation, scorer) and build the browser again"
+            )
+        return value
+
+    @traitlets.validate("min_label_score")
+    def _check_min_label_score(self, proposal):
+        value = float(proposal["value"])
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(
+                f"min_label_score is a balanced accuracy in [0, 1] (chance 0.5; 0: no filter), got {value}"
+            )
+        if value > 0 and self.label_detection is None:
+            raise ValueError(
+                "filtering by label score needs scored labels; score them first with "
+                "interp_widgets.concepts.score_labels(interpretation, scorer) and build the browser again"
             )
         return value
 
@@ -356,7 +446,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         return np.full(self.n_concepts, np.nan) if payload is None else payload.astype(np.float64)
 
     def visible_order(self) -> list[int]:
-        """Concept ids after search, dead filter and sort, as the browser lists them (ties keep id order; unknown
+        """Concept ids after search, dead filter, label-score filter and sort, as the browser lists them (ties keep id order; unknown
         values last). Values are compared as the float32 numbers the browser holds.
 
         Example:
@@ -369,11 +459,14 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         """
         density = self._column("density")
         needle = self.search.lower()
+        least = self.min_label_score
+        scores = np.minimum(self._column("label_detection"), self._column("label_fuzzing")) if least > 0 else None
         keep = [
             c
             for c in range(self.n_concepts)
             if (not self.hide_dead or density[c] > 0)
             and (not needle or needle in self.labels[c].lower() or any(needle in t.lower() for t in self.top_tokens[c]))
+            and (scores is None or scores[c] >= least)  # an unscored label is NaN: left out
         ]
         if self.sort_by == "index":
             key = np.arange(self.n_concepts, dtype=np.float64)
@@ -381,7 +474,8 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             ranks = {label: r for r, label in enumerate(sorted(set(self.labels)))}
             key = np.array([ranks[label] for label in self.labels], dtype=np.float64)
         else:
-            column = {"density": "density", "max": "max_activation"}.get(self.sort_by, "importance")
+            column = {"density": "density", "max": "max_activation", "detection": "label_detection",
+                      "fuzzing": "label_fuzzing"}.get(self.sort_by, "importance")  # fmt: skip
             key = self._column(column)
             key = np.abs(key) if self.sort_by == "abs_importance" else key
         sign = -1.0 if self.descending else 1.0
@@ -442,7 +536,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             "top_texts": top_texts, "vocabulary": vocabulary, "text_activations": text_activations,
             "text_attribution": text_attribution,
             "hist_edges": array_to_buffer(interp.hist_edges[c]), "hist_counts": array_to_buffer(interp.hist_counts[c]),
-            "hierarchy": self._hierarchy_detail(c),
+            "hierarchy": self._hierarchy_detail(c), "label_scores": self._label_score_detail(c, label),
         }  # fmt: skip
 
     def _hierarchy_detail(self, concept: int) -> dict[str, Any] | None:
@@ -539,12 +633,16 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             self._column("max_activation"),
             self._column("importance"),
         )
+        detection, fuzzing = self._column("label_detection"), self._column("label_fuzzing")
         figure = SvgFigure(label=f"{self.n_concepts} {self.method} concepts")
         n_dead = int((density == 0).sum())
         where = f" at {self.layer}" if self.layer else ""
         figure.text(f"{self.n_concepts} {self.method} concepts{where} · {len(order)} listed · sorted by {self.sort_by}"
                     + (" (descending)" if self.descending else "") + (f" · search {self.search!r}" if self.search else "")
-                    + (f" · {n_dead} never fired" + (" (hidden)" if self.hide_dead else "") if n_dead else ""),
+                    + (f" · {n_dead} never fired" + (" (hidden)" if self.hide_dead else "") if n_dead else "")
+                    + (f" · labels scored by {self.label_scorer} (balanced accuracy, chance 0.5)"
+                       if self.label_detection is not None else "")
+                    + (f" · label scores ≥ {format_score(self.min_label_score)}" if self.min_label_score > 0 else ""),
                     bold=True)  # fmt: skip
         interp = self.interpretation
         for c in order[:STATIC_CONCEPTS]:
@@ -555,6 +653,8 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             ]
             if self.importance is not None and not math.isnan(importance[c]):
                 parts.append(f"{self.importance_label} {format_score(importance[c], sign=True)}")
+            if self.label_detection is not None and not math.isnan(detection[c]):  # beside the label
+                parts.insert(1, f"label detection {format_score(detection[c])} · fuzzing {format_score(fuzzing[c])}")
             if density[c] == 0:
                 parts.append("DEAD")
             figure.text(" · ".join(parts), size=12)

@@ -38,7 +38,7 @@ __all__ = [
     "CircuitData", "CircuitEdgesPart", "CircuitNodesPart",
     "AttentionData", "ComparisonData", "ConceptBrowserData", "ExampleListData", "GenerationData", "LensData", "MonitorData",
     "TokenHighlightData",
-    "ConceptTextsPart", "ExamplesLayoutPart", "FoilsPart", "GenerationLayoutPart", "GenerationStepsPart", "LensTargetsPart",
+    "ConceptTextsPart", "ExamplesLayoutPart", "LabelScoresPart", "FoilsPart", "GenerationLayoutPart", "GenerationStepsPart", "LensTargetsPart",
     "LensTopPart", "PinnedHeadsPart", "ScoringPart", "TargetsPart", "TokenLayoutPart",
     "ARRAY_DTYPES", "TEXT_TOP", "VIEW_DATA", "DataField", "ViewData", "array_to_buffer", "buffer_to_array", "coerce_array",
     "data_field", "data_fields", "narrowest_ints",
@@ -722,9 +722,35 @@ class ConceptTextsPart:
 
 
 @dataclass
+class LabelScoresPart:
+    """The scores of the concept browser's labels (:class:`ConceptBrowserData`), from
+    :func:`~interp_widgets.concepts.score_labels`: each label's detection and fuzzing balanced accuracy (chance 0.5)
+    and the scorer that judged them. Every field has a default: payloads saved before these existed have none.
+
+    Example:
+        >>> LabelScoresPart.ARRAYS["label_detection"], LabelScoresPart().label_detection
+        (('float32', 1, False), None)
+    """
+
+    ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
+        "label_detection": ("float32", 1, False), "label_fuzzing": ("float32", 1, False)}  # fmt: skip
+
+    label_detection: np.ndarray | None = data_field(
+        "Detection score (balanced accuracy) of each concept's label (NaN: not scored); None when no label is scored.",
+        default=None,
+    )
+    label_fuzzing: np.ndarray | None = data_field(
+        "Fuzzing score (balanced accuracy) of each concept's label (NaN: not scored); None when no label is scored.",
+        default=None,
+    )
+    label_scorer: str = data_field("The scorer model that judged the labels (empty: none).", default="")
+
+
+@dataclass
 class ConceptBrowserData(ViewData):
     """What :class:`~interp_widgets.widgets.ConceptBrowser` lists (the per-concept details travel on request): the
-    concepts' summaries and the input texts (:class:`ConceptTextsPart`).
+    concepts' summaries, the input texts (:class:`ConceptTextsPart`) and the scores of the labels
+    (:class:`LabelScoresPart`).
 
     Example:
         >>> ConceptBrowserData.ARRAYS["density"]
@@ -748,6 +774,7 @@ class ConceptBrowserData(ViewData):
     )
     importance_label: str = data_field("What the importance numbers are.")
     texts: ConceptTextsPart
+    label_scores: LabelScoresPart
 
 
 @dataclass

@@ -44,6 +44,24 @@ export { BUSY_AFTER, histogramSvg, searchText, textPreview, visibleConcepts };
  * @property {BinaryArray | null} text_activations  Activation on each token of the selected input text.
  * @property {ConceptTextAttribution | null} [text_attribution]  In the "attribution" text mode: which tokens of the
  *   selected text make the concept fire (null until the kernel has computed it).
+ * @property {LabelScores | null} [label_scores]  The scores of the label shown, null when it is not scored.
+ */
+
+/**
+ * Detection and fuzzing scores of one label (Python `ConceptBrowser._label_score_detail`, from score_labels).
+ * @typedef {object} LabelScores
+ * @property {string} scorer  The scorer that judged the label.
+ * @property {LabelScore} detection
+ * @property {LabelScore} fuzzing
+ */
+/**
+ * @typedef {object} LabelScore
+ * @property {number | null} balanced_accuracy  Chance is 0.5.
+ * @property {number | null} auc  ROC AUC of the scorer's P("1"), null without it.
+ * @property {number} n_examples
+ * @property {number} n_activating
+ * @property {number} n_non_activating
+ * @property {number} n_failed  Answers that could not be read.
  */
 
 /**
@@ -66,7 +84,8 @@ export { BUSY_AFTER, histogramSvg, searchText, textPreview, visibleConcepts };
 /**
  * View state of ConceptBrowser (and its bases PagedList, InterpWidget).
  * @typedef {object} ConceptBrowserState
- * @property {"index" | "label" | "density" | "max" | "importance" | "abs_importance"} sort_by  (written)
+ * @property {"index" | "label" | "density" | "max" | "importance" | "abs_importance" | "detection" | "fuzzing"} sort_by  (written)
+ * @property {number} min_label_score  Keep concepts whose label scores both reach this, 0: no filter (written).
  * @property {boolean} descending  (written)
  * @property {string} search  Keep concepts whose label or top tokens contain this (written).
  * @property {boolean} hide_dead  Hide concepts that are never active (written).
@@ -89,6 +108,7 @@ const VIEW_TRAITS = [
   "descending",
   "search",
   "hide_dead",
+  "min_label_score",
   "page",
   "page_size",
   "selected_concept",

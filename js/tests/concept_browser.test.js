@@ -97,6 +97,17 @@ describe("visibleConcepts", () => {
     expect(() => visibleConcepts(data, opts({ sortBy: "nope" }))).toThrow(/unknown sort key/);
   });
 
+  it("sorts by the label scores, unscored labels last in either direction", () => {
+    const scored = { ...data, detection: [0.5, NaN, 0.875], fuzzing: [0.75, NaN, 0.25] };
+    expect(visibleConcepts(scored, opts({ sortBy: "detection", descending: true }))).toEqual([2, 0, 1]);
+    expect(visibleConcepts(scored, opts({ sortBy: "detection" }))).toEqual([0, 2, 1]);
+    expect(visibleConcepts(scored, opts({ sortBy: "fuzzing", descending: true }))).toEqual([0, 2, 1]);
+    expect(visibleConcepts(data, opts({ sortBy: "fuzzing" }))).toEqual([0, 1, 2]); // no scores: all unknown, id order
+    expect(visibleConcepts(scored, opts({ minScore: 0.5 }))).toEqual([0]); // both scores must reach it; 1 is unscored
+    expect(visibleConcepts({ ...scored, fuzzing: [0.75, NaN, 0.5] }, opts({ minScore: 0.5 }))).toEqual([0, 2]);
+    expect(visibleConcepts(scored, opts({ minScore: 0 }))).toEqual([0, 1, 2]);
+  });
+
   it("gives the same order with the precomputed search text, which never matches across a label and a token", () => {
     const labels = Array.from({ length: 300 }, (_, c) => `Label ${c % 17} ${c % 5 ? "Foo" : "BAR"}`);
     const topTokens = labels.map((_, c) => [`t${c % 11}`, c % 3 ? "x" : "Def"]);
@@ -188,6 +199,98 @@ describe("concept list", () => {
     mount({ importance: {} });
     const options = Array.from(el.querySelectorAll(".iw-sort-select option"), (o) => o.value);
     expect(options).toEqual(["index", "label", "density", "max"]);
+  });
+});
+
+describe("label scores", () => {
+  const scored = (overrides = {}) =>
+    mount({
+      page_size: 4,
+      label_detection: f32([0.625, 0.875, NaN, NaN], 4),
+      label_fuzzing: f32([0.5, 0.75, NaN, NaN], 8),
+      label_scorer: EVIL,
+      ...overrides,
+    });
+
+  it("shows both scores as text beside each scored label, says which are not scored, and names them for readers", () => {
+    scored();
+    const evil = el.querySelector('[data-concept="1"]');
+    const chip = evil.querySelector(".iw-label-scores");
+    expect(chip.textContent).toBe("detection 0.875 \u00b7 fuzzing 0.75");
+    expect(chip.previousElementSibling.className).toBe("iw-concept-label"); // beside the label
+    expect(chip.getAttribute("title")).toContain(EVIL); // the scorer's name, as an attribute value: inert
+    expect(evil.getAttribute("aria-label")).toContain(`Concept 1: ${EVIL}, label detection 0.875, fuzzing 0.75,`);
+    expect(el.querySelector('[data-concept="2"] .iw-label-scores').textContent).toBe("not scored");
+    expect(el.querySelector('[data-concept="2"]').getAttribute("aria-label")).not.toContain("detection");
+    expect(el.querySelector(".iw-concept-summary").textContent).toContain(`labels scored by ${EVIL}`);
+    expect(el.querySelector("img")).toBeNull();
+  });
+
+  it("offers sorting by each score, which writes the trait and orders the list", async () => {
+    const model = scored({ page_size: 2 });
+    const sort = el.querySelector(".iw-sort-select");
+    expect(Array.from(sort.options, (o) => o.value)).toContain("detection");
+    sort.value = "fuzzing";
+    sort.dispatchEvent(new Event("change"));
+    el.querySelector(".iw-descending-toggle").click();
+    await settle();
+    expect(model.state.sort_by).toBe("fuzzing");
+    expect(items()).toEqual([1, 0]);
+    expect(model.state.requested).toEqual([1, 0]);
+  });
+
+  it("filters by the lower of the two scores through its number box, back to page 0", async () => {
+    const model = scored({ page: 1, page_size: 1 });
+    const box = el.querySelector(".iw-score-filter");
+    expect(box.closest("label").hidden).toBe(false);
+    expect(box.getAttribute("aria-label")).toContain("detection and fuzzing scores are both at least");
+    box.value = "0.7";
+    box.dispatchEvent(new Event("change"));
+    await settle();
+    expect([model.state.min_label_score, model.state.page]).toEqual([0.7, 0]);
+    expect(items()).toEqual([1]);
+    box.value = "3";
+    box.dispatchEvent(new Event("change"));
+    await settle();
+    expect(model.state.min_label_score).toBe(1);
+  });
+
+  it("shows no score and no score sorting without scored labels", () => {
+    mount({ page_size: 4 });
+    expect(el.querySelector(".iw-score-filter").closest("label").hidden).toBe(true);
+    expect(el.querySelector(".iw-label-scores")).toBeNull();
+    const options = Array.from(el.querySelectorAll(".iw-sort-select option"), (o) => o.value);
+    expect(options).not.toContain("detection");
+    expect(options).not.toContain("fuzzing");
+    expect(el.querySelector(".iw-concept-summary").textContent).not.toContain("scored");
+  });
+
+  it("lists the selected label's balanced accuracies, AUCs and sample sizes in the detail pane", () => {
+    const score = (ba, auc) => ({
+      balanced_accuracy: ba,
+      auc,
+      n_examples: 8,
+      n_activating: 4,
+      n_non_activating: 4,
+      n_failed: 0,
+    });
+    const label_scores = { scorer: EVIL, detection: score(0.875, 0.9), fuzzing: { ...score(0.75, null), n_failed: 2 } };
+    scored({ selected_concept: 1, details: { 0: detail(0), 1: detail(1, { label: EVIL, label_scores }) } });
+    const table = el.querySelector(".iw-label-score-table");
+    expect(table.querySelector("caption").textContent).toBe(`Label scores (scorer ${EVIL}; chance is 0.5)`);
+    const rows = Array.from(table.querySelectorAll("tbody tr"), (tr) =>
+      Array.from(tr.children, (td) => td.textContent),
+    );
+    expect(rows).toEqual([
+      ["detection", "0.875", "0.9", "4 + 4"],
+      ["fuzzing", "0.75", "n/a", "4 + 4 (2 unreadable)"],
+    ]);
+    expect(el.querySelector("img")).toBeNull();
+  });
+
+  it("draws no score table for a concept whose label is not scored", () => {
+    scored({ selected_concept: 0, details: { 0: detail(0, { label_scores: null }) } });
+    expect(el.querySelector(".iw-label-score-table")).toBeNull();
   });
 });
 

@@ -342,6 +342,24 @@ describe("readPayload refuses what the schema does not allow", () => {
     expect(Object.values(read.traits.details).map((d) => d.text_attribution)).toEqual(details.map(() => null));
   });
 
+  it("shows the label scores of a saved concept browser with no kernel, and reads one saved before them", async () => {
+    await render(bundle(clone(FIXTURES.concept_browser)));
+    const scores = Array.from(el.querySelectorAll(".iw-mime-view .iw-label-scores"), (s) => s.textContent);
+    expect(scores).toContain("detection 0.875 \u00b7 fuzzing 0.75");
+    expect(el.querySelector(".iw-error, .iw-mime-note")).toBeNull();
+    for (const cleanup of cleanups.splice(0).reverse()) cleanup?.();
+    el.replaceChildren();
+    const older = clone(FIXTURES.concept_browser);
+    for (const name of ["label_detection", "label_fuzzing", "label_scorer"]) delete older.data[name];
+    for (const detail of Object.values(older.state.details)) delete detail.label_scores;
+    const read = readPayload(older);
+    expect([read.traits.label_detection, read.traits.label_scorer]).toEqual([{}, ""]);
+    expect(Object.values(read.traits.details).every((d) => d.label_scores === null)).toBe(true);
+    await render(bundle(older));
+    expect(el.querySelector(".iw-mime-view .iw-concept")).not.toBeNull();
+    expect(el.querySelector(".iw-label-scores, .iw-error, .iw-mime-note")).toBeNull();
+  });
+
   it("drops unknown state traits (a newer writer's extras) but refuses unknown data fields", () => {
     const read = readPayload({ ...base(), state: { ...base().state, future_toggle: true } });
     expect(read.traits.future_toggle).toBeUndefined();

@@ -327,3 +327,89 @@ def test_matryoshka_both_forms_round_trip(store, tmp_path):
     np.testing.assert_allclose(
         back.transform(X), encode_theirs(SAE.load_from_disk(tmp_path / "inference"), X)[0], atol=ATOL
     )
+
+
+def _matryoshka_checkpoint(store, folder, normalize: str, factor: float):
+    """A Matryoshka BatchTopK training SAE written by SAELens as its trainer checkpoints it (save_model, and the
+    activation scaler's json): three training steps move its topk_threshold; decoder rows of uneven norms."""
+    from sae_lens import MatryoshkaBatchTopKTrainingSAE, MatryoshkaBatchTopKTrainingSAEConfig
+    from sae_lens.saes.sae import TrainStepInput
+    from sae_lens.training.activation_scaler import ActivationScaler
+
+    cfg = MatryoshkaBatchTopKTrainingSAEConfig(
+        d_in=store.dim,
+        d_sae=40,
+        k=5.0,
+        matryoshka_widths=[6, 16, 40],
+        normalize_activations=normalize,
+        metadata=SAEMetadata(model_name="gpt2", hook_name="blocks.1.hook_resid_post"),
+    )
+    torch.manual_seed(0)
+    training = MatryoshkaBatchTopKTrainingSAE(cfg)  # rescale_acts_by_decoder_norm=True, SAELens's default
+    assert training.cfg.rescale_acts_by_decoder_norm
+    with torch.no_grad():
+        training.W_dec.mul_(torch.rand(40, 1) + 0.5)
+        training.b_enc.normal_(0.0, 0.02)
+        training.b_dec.normal_(0.0, 0.02)
+        scaler = ActivationScaler(scaling_factor=factor if normalize == "expected_average_only_in" else None)
+        for start in (0, 128, 256):  # the trainer feeds scaled activations
+            batch = scaler.scale(torch.from_numpy(store.to_numpy()[start : start + 128]))
+            training.training_forward_pass(
+                TrainStepInput(
+                    sae_in=batch, coefficients={}, dead_neuron_mask=None, n_training_steps=0, is_logging_step=False
+                )
+            )
+    assert float(training.topk_threshold) > 0
+    training.save_model(folder)  # what SAETrainer.save_checkpoint writes, beside the trainer state
+    scaler.save(str(folder / "activation_scaler.json"))
+    return scaler
+
+
+@pytest.mark.parametrize("normalize", ["none", "expected_average_only_in"])
+def test_matryoshka_training_form_folder_loads_like_saelens_conversion(normalize, store, tmp_path):
+    """SAELens's training-form folder of a Matryoshka BatchTopK SAE (architecture matryoshka_batchtopk, the widths,
+    topk_threshold in the weights) loads as the MatryoshkaSAE whose encodings and reconstructions equal those of the
+    inference SAE SAELens makes from it: the scaler folded as SAETrainer.fit does, then save_inference_model."""
+    from sae_lens.saes.sae import TrainingSAE
+
+    from interp_widgets.concepts import MatryoshkaSAE
+
+    checkpoint = tmp_path / "checkpoint"
+    scaler = _matryoshka_checkpoint(store, checkpoint, normalize, factor=1.7)
+    raw = json.loads((checkpoint / "cfg.json").read_text())
+    assert raw["architecture"] == "matryoshka_batchtopk" and raw["matryoshka_widths"] == [6, 16, 40]
+    assert raw["normalize_activations"] == normalize
+
+    again = TrainingSAE.load_from_disk(checkpoint)  # SAELens's own conversion of the folder
+    if scaler.scaling_factor is not None:
+        again.fold_activation_norm_scaling_factor(scaler.scaling_factor)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        again.save_inference_model(tmp_path / "inference")
+    theirs = SAE.load_from_disk(tmp_path / "inference")
+    assert theirs.cfg.architecture() == "jumprelu"
+
+    ours = load_sae(checkpoint)
+    assert type(ours) is MatryoshkaSAE and ours.prefixes_ == [6, 16, 40] and ours.k_ == 5.0
+    assert ours.layer_ == "layer:1" and ours.fit_info_["saelens"]["training_architecture"] == "matryoshka_batchtopk"
+    X = store.to_numpy()
+    codes, recon = encode_theirs(theirs, X)
+    assert 0 < (codes > 0).mean() < 0.5  # some latents fire, most do not
+    np.testing.assert_allclose(ours.transform(X), codes, atol=ATOL)
+    np.testing.assert_allclose(ours.inverse_transform(ours.transform(X)), recon, atol=ATOL)
+    np.testing.assert_allclose(ours.weights_["threshold"].numpy(), theirs.threshold.detach().numpy(), rtol=1e-6)
+
+
+def test_a_training_form_folder_without_its_threshold_or_scaler_is_refused(store, tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    checkpoint = tmp_path / "checkpoint"
+    _matryoshka_checkpoint(store, checkpoint, "expected_average_only_in", factor=1.7)
+    (checkpoint / "activation_scaler.json").unlink()
+    with pytest.raises(ValueError, match="no activation_scaler.json"):
+        load_sae(checkpoint)
+    weights = load_file(checkpoint / "sae_weights.safetensors")
+    del weights["topk_threshold"]
+    save_file(weights, checkpoint / "sae_weights.safetensors")
+    with pytest.raises(ValueError, match="no 'topk_threshold'"):
+        load_sae(checkpoint, norm_scaling_factor=1.7)

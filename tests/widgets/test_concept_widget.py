@@ -29,8 +29,17 @@ from tests.conftest import model_fingerprint
 EVIL = "<img src=x onerror=alert(1)>"
 
 
-def _interpretation(n: int = 6, k: int = 3, bins: int = 5) -> ConceptInterpretation:
-    """A hand-made interpretation: concept c's top token is ``tok{c}`` (concept 1's is EVIL), concept n-1 is dead."""
+def _label_score(label: str, detection: float, fuzzing: float, auc: float | None = 0.75) -> dict:
+    """One score_labels entry (the scorer's name is hostile text too)."""
+    score = lambda value: {"balanced_accuracy": value, "auc": auc, "n_examples": 8, "n_activating": 4,
+                           "n_non_activating": 4, "n_failed": 0}  # fmt: skip
+    return {"label": label, "scorer": "<b>judge</b>", "settings": {"n_examples": 4}, "detection": score(detection),
+            "fuzzing": score(fuzzing)}  # fmt: skip
+
+
+def _interpretation(n: int = 6, k: int = 3, bins: int = 5, scored: bool = True) -> ConceptInterpretation:
+    """A hand-made interpretation: concept c's top token is ``tok{c}`` (concept 1's is EVIL), concept n-1 is dead;
+    with ``scored``, the labels of concepts 0..2 carry detection / fuzzing scores (concept 2's without an AUC)."""
     rng = np.random.default_rng(0)
     density = np.linspace(0.9, 0.1, n)
     density[-1] = 0.0
@@ -74,6 +83,13 @@ def _interpretation(n: int = 6, k: int = 3, bins: int = 5) -> ConceptInterpretat
         vocab_tokens=[["</script>", "b"]] * n,
         vocab_logits=np.tile([2.0, 1.0], (n, 1)),
         params={"rows": 99},
+        label_scores={
+            0: _label_score("label 0", 0.625, 0.5),
+            1: _label_score(EVIL, 0.875, 0.75),
+            2: _label_score("label 2", 0.5, 0.375, auc=None),
+        }
+        if scored and n > 2
+        else {},
     )
 
 
@@ -381,3 +397,83 @@ def test_hierarchy_in_the_detail_pane():
         ConceptBrowser(_interpretation(), hierarchy={1: 0})
     with pytest.raises(ValueError, match="outside 0..2"):
         ConceptBrowser(_interpretation(3), hierarchy=tree)
+
+
+def test_label_scores_sit_beside_each_label_in_the_payload_and_sort_the_list():
+    browser = ConceptBrowser(_interpretation(), texts=[_text()], hide_dead=False)
+    detection, fuzzing = browser._column("label_detection"), browser._column("label_fuzzing")
+    np.testing.assert_array_equal(detection, [0.625, 0.875, 0.5, np.nan, np.nan, np.nan])
+    np.testing.assert_array_equal(fuzzing, [0.5, 0.75, 0.375, np.nan, np.nan, np.nan])
+    assert browser.label_scorer == "<b>judge</b>"
+    detail = browser.concept_detail(1)["label_scores"]
+    assert detail["scorer"] == "<b>judge</b>" and detail["detection"] == {
+        "balanced_accuracy": 0.875, "auc": 0.75, "n_examples": 8, "n_activating": 4, "n_non_activating": 4,
+        "n_failed": 0}  # fmt: skip
+    assert browser.concept_detail(2)["label_scores"]["fuzzing"]["auc"] is None
+    assert browser.concept_detail(3)["label_scores"] is None  # not scored
+    browser.sort_by, browser.descending = "detection", True
+    assert browser.visible_order() == [1, 0, 2, 3, 4, 5]  # unscored last, in id order
+    browser.sort_by, browser.descending = "fuzzing", False
+    assert browser.visible_order() == [2, 0, 1, 3, 4, 5]
+    payload = browser.mime_payload()  # the saved output: the columns, and the preloaded details' scores
+    assert (
+        payload["data"]["label_scorer"] == "<b>judge</b>" and payload["data"]["label_detection"]["dtype"] == "float32"
+    )
+    assert payload["state"]["details"]["1"]["label_scores"]["fuzzing"]["balanced_accuracy"] == 0.75
+
+
+def test_without_scored_labels_there_are_no_score_columns_and_no_score_sorting():
+    browser = ConceptBrowser(_interpretation(scored=False))
+    assert browser.label_detection is None and browser.label_scorer == ""
+    assert browser.concept_detail(0)["label_scores"] is None
+    with pytest.raises(ValueError, match="score_labels"):
+        browser.sort_by = "detection"
+    assert "scored" not in browser.static_svg()
+
+
+def test_label_scores_in_the_static_picture_and_the_export_stay_escaped(tmp_path):
+    browser = ConceptBrowser(_interpretation(), texts=[_text()], sort_by="detection", descending=True)
+    svg = browser.static_svg()
+    text = "".join(ET.fromstring(svg).itertext())
+    assert "#1 " + EVIL + " · density" not in text  # the scores sit between the label and the statistics
+    assert f"#1 {EVIL} · label detection 0.875 · fuzzing 0.75 · density" in text
+    assert "labels scored by <b>judge</b> (balanced accuracy, chance 0.5)" in text
+    assert "<b>" not in svg and "<img" not in svg
+    page = browser.export_html(tmp_path / "concepts.html").read_text(encoding="utf-8")
+    assert "<b>judge" not in page and EVIL not in page
+    state = _export_state_of(browser.to_html(preload=3))
+    assert state["details"]["1"]["label_scores"]["detection"]["balanced_accuracy"] == 0.875
+
+
+def test_score_labels_scores_reach_the_browser_through_a_saved_interpretation(tmp_path):
+    from interp_widgets.concepts import score_labels
+    from tests.concepts.test_label_scores import WordScorer
+    from tests.concepts.test_label_scores import _interpretation as _scored_interpretation
+
+    interp = _scored_interpretation().replace(texts={"0": "text"})  # its texts are a list: the browser reads ids
+    score_labels(interp, WordScorer(), concepts=[0, 1], n_examples=10)
+    interp = ConceptInterpretation.load(interp.save(tmp_path / "interp.safetensors"))
+    browser = ConceptBrowser(interp)
+    np.testing.assert_allclose(browser._column("label_detection"), [0.8, 1.0, np.nan], equal_nan=True)
+    assert (
+        browser.label_scorer == "word scorer" and browser.concept_detail(0)["label_scores"]["detection"]["auc"] == 1.0
+    )
+    new = {0: "soup", 1: "weather", 2: "cat"}
+    browser = ConceptBrowser(interp.relabel(lambda c, examples: new[c]))  # a changed label loses its score
+    np.testing.assert_allclose(browser._column("label_fuzzing"), [0.8, np.nan, np.nan], equal_nan=True)
+
+
+def test_the_label_score_filter_keeps_labels_whose_two_scores_reach_it():
+    browser = ConceptBrowser(_interpretation(), hide_dead=False)
+    browser.min_label_score = 0.5
+    assert browser.visible_order() == [0, 1]  # concept 2's fuzzing is 0.375; 3..5 are not scored
+    browser.min_label_score = 0.75
+    assert browser.visible_order() == [1]
+    assert "label scores ≥ 0.75" in "".join(ET.fromstring(browser.static_svg()).itertext())
+    assert browser.mime_payload()["state"]["min_label_score"] == 0.75
+    browser.min_label_score = 0
+    assert len(browser.visible_order()) == 6
+    with pytest.raises(ValueError, match=r"in \[0, 1\]"):
+        browser.min_label_score = 1.5
+    with pytest.raises(ValueError, match="needs scored labels"):
+        ConceptBrowser(_interpretation(scored=False)).min_label_score = 0.5

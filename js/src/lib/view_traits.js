@@ -91,9 +91,12 @@ export const COMPARISON_DATA_TRAITS = ["tokens", "spaces_before", "special_mask"
  * @property {string[][]} text_gaps  Original text before each token.
  * @property {BinaryArray} text_top_concepts  int32, 2-D. [tokens of all texts, 5] most active concepts (-1 pad).
  * @property {BinaryArray} text_top_values  float32, 2-D. [tokens of all texts, 5] their coefficients.
+ * @property {BinaryArray} label_detection  float32, 1-D; {} when absent. Detection score (balanced accuracy) of each concept's label (NaN: not scored); None when no label is scored.
+ * @property {BinaryArray} label_fuzzing  float32, 1-D; {} when absent. Fuzzing score (balanced accuracy) of each concept's label (NaN: not scored); None when no label is scored.
+ * @property {string} label_scorer  The scorer model that judged the labels (empty: none).
  */
 /** Data traits of the concept_browser view. @type {(keyof ConceptBrowserData)[]} */
-export const CONCEPT_BROWSER_DATA_TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values"];
+export const CONCEPT_BROWSER_DATA_TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "label_detection", "label_fuzzing", "label_scorer"];
 
 /**
  * Data of the example_list view (ExampleListData, version 2): the synced data traits of ExampleListWidget.

@@ -1,5 +1,5 @@
 /**
- * Concept browser, build: the toolbar (search, sort, dead filter, pager), the concept list and the detail pane,
+ * Concept browser, build: the toolbar (search, sort, dead filter, label-score filter, pager), the concept list and the detail pane,
  * and their handlers (a search / sort / filter change goes back to page 0; click, Enter or the arrows select a
  * concept; a token of the input text selects it; hover shows a token's value).
  *
@@ -25,6 +25,15 @@ export function build(ctx) {
   const sortSelect = h("select", { class: "iw-sort-select" });
   const orderToggle = h("input", { type: "checkbox", class: "iw-descending-toggle" });
   const deadToggle = h("input", { type: "checkbox", class: "iw-dead-toggle" });
+  const scoreFilter = h("input", {
+    type: "number",
+    class: "iw-score-filter",
+    min: 0,
+    max: 1,
+    step: 0.05,
+    "aria-label": "Keep labels whose detection and fuzzing scores are both at least this (0: all)",
+  });
+  const scoreLabel = h("label", { class: "iw-score-filter-label" }, ["label scores \u2265 ", scoreFilter]);
   const pager = createPager();
   const { prev, next } = pager;
   const toolbar = h("div", { class: "iw-toolbar" }, [
@@ -32,6 +41,7 @@ export function build(ctx) {
     h("label", {}, ["Sort ", sortSelect]),
     h("label", {}, [orderToggle, " descending"]),
     h("label", {}, [deadToggle, " hide dead"]),
+    scoreLabel,
     pager.element,
   ]);
   const list = h("ol", { class: "iw-concept-list", role: "listbox", "aria-label": "Concepts" });
@@ -59,6 +69,13 @@ export function build(ctx) {
   deadToggle.addEventListener(
     "change",
     safely(() => resetPage({ hide_dead: deadToggle.checked })),
+  );
+  scoreFilter.addEventListener(
+    "change",
+    safely(() => {
+      const value = Number(scoreFilter.value);
+      resetPage({ min_label_score: Number.isFinite(value) ? Math.min(1, Math.max(0, value)) : 0 });
+    }),
   );
   prev.addEventListener(
     "click",
@@ -113,5 +130,17 @@ export function build(ctx) {
   detail.addEventListener("mouseover", describe);
   detail.addEventListener("focusin", describe);
   detail.addEventListener("mouseleave", () => tooltip.hide());
-  return { root, summary, searchBox, sortSelect, orderToggle, deadToggle, pager, list, detail };
+  return {
+    root,
+    summary,
+    searchBox,
+    sortSelect,
+    orderToggle,
+    deadToggle,
+    scoreFilter,
+    scoreLabel,
+    pager,
+    list,
+    detail,
+  };
 }

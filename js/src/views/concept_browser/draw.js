@@ -1,5 +1,6 @@
 /**
- * Concept browser, draw: the summary line, the page of concepts (importance chips coloured), and the selected
+ * Concept browser, draw: the summary line, the page of concepts (importance chips coloured, label scores as text
+ * beside the label), and the selected
  * concept's details (histogram, top contexts, top texts, vocabulary, and the input text coloured by activation or
  * attribution). Keeps in `ctx.state`: `busyTimer` (the "kernel busy" note's timer), `focusAfterDraw` (concept to
  * focus once the list is redrawn) and `impMax` (largest |importance|, per data change).
@@ -16,7 +17,7 @@ import { createLegend } from "../../lib/legend.js";
 import { paintToken } from "../../lib/paint.js";
 import { displayToken, quoteToken } from "../../lib/text.js";
 import { REREAD } from "../../lib/view.js";
-import { SORT_KEYS, textPreview, visibleConcepts } from "./read.js";
+import { LABEL_SCORE_KEYS, SORT_KEYS, textPreview, visibleConcepts } from "./read.js";
 
 /** Milliseconds to wait for requested details before saying the kernel is busy or gone. */
 export const BUSY_AFTER = 3000;
@@ -77,8 +78,31 @@ function requestDetails(ctx, ids) {
   ctx.save({ requested: ids });
 }
 
+/** "detection 0.875 · fuzzing 0.75" for a scored label (balanced accuracies), "" otherwise. */
+export function labelScoreText(detection, fuzzing) {
+  if (!Number.isFinite(detection) && !Number.isFinite(fuzzing)) return "";
+  return `detection ${formatScore(detection)} \u00b7 fuzzing ${formatScore(fuzzing)}`;
+}
+
+/** The label's two scores as text beside it (the numbers are the accessible form: no colour carries them). */
+function labelScoreChip(ctx, c) {
+  const { detection, fuzzing } = ctx.data;
+  if (!detection) return "";
+  const text = labelScoreText(detection[c], fuzzing?.[c] ?? NaN);
+  if (!text) return h("span", { class: "iw-label-scores iw-label-unscored" }, "not scored");
+  return h(
+    "span",
+    {
+      class: "iw-label-scores",
+      title: `how well the label lets ${ctx.data.scorer || "the scorer"} tell where the concept fires: balanced accuracy, chance 0.5`,
+    },
+    text,
+  );
+}
+
 function conceptItem(ctx, c, selected) {
   const imp = ctx.data.importance ? ctx.data.importance[c] : NaN;
+  const scores = ctx.data.detection ? labelScoreText(ctx.data.detection[c], ctx.data.fuzzing?.[c] ?? NaN) : "";
   const dead = ctx.data.density[c] === 0;
   const chip = h("span", { class: "iw-concept-importance" }, Number.isNaN(imp) ? "" : formatScore(imp, { sign: true }));
   if (!Number.isNaN(imp)) paintToken(chip, imp, importanceMax(ctx), { theme: ctx.theme, signed: true });
@@ -90,7 +114,7 @@ function conceptItem(ctx, c, selected) {
       tabindex: selected ? 0 : -1,
       "data-concept": c,
       "aria-selected": String(selected),
-      "aria-label": `Concept ${c}: ${ctx.data.labels[c]}, density ${formatScore(ctx.data.density[c])}${dead ? ", dead" : ""}${Number.isNaN(imp) ? "" : `, importance ${formatScore(imp)}`}`,
+      "aria-label": `Concept ${c}: ${ctx.data.labels[c]}${scores ? `, label ${scores.replace(" \u00b7 ", ", ")}` : ""}, density ${formatScore(ctx.data.density[c])}${dead ? ", dead" : ""}${Number.isNaN(imp) ? "" : `, importance ${formatScore(imp)}`}`,
     },
     [
       // prettier-ignore
@@ -100,6 +124,7 @@ function conceptItem(ctx, c, selected) {
         { class: "iw-concept-label" },
         (ctx.model.get("details") ?? {})[String(c)]?.label || ctx.data.labels[c] || (dead ? "(never fired)" : ""),
       ),
+      labelScoreChip(ctx, c),
       chip,
       h(
         "span",
@@ -338,6 +363,7 @@ function drawDetail(ctx, selected) {
   const blocks = [
     h("h3", { class: "iw-detail-title" }, [`#${info.concept} `, h("span", { class: "iw-detail-label" }, info.label)]),
     info.label_source ? h("div", { class: "iw-caption iw-label-source" }, `label from ${info.label_source}`) : "",
+    info.label_scores ? labelScoresTable(info.label_scores) : "",
     h("div", { class: "iw-caption" }, stats),
     info.hierarchy ? hierarchyView(info.hierarchy) : "",
     h("h4", {}, "Activation histogram (active rows)"),
@@ -378,6 +404,28 @@ function drawDetail(ctx, selected) {
   parts.detail.replaceChildren(...blocks);
 }
 
+/** The selected label's detection and fuzzing scores: balanced accuracy, AUC of P("1") and the examples judged. */
+function labelScoresTable(scores) {
+  const row = (kind, name) => {
+    const s = scores[kind] ?? {};
+    return h("tr", {}, [
+      h("th", { scope: "row" }, name),
+      h("td", {}, formatScore(s.balanced_accuracy ?? NaN)),
+      h("td", {}, s.auc === null || s.auc === undefined ? "n/a" : formatScore(s.auc)),
+      h(
+        "td",
+        {},
+        `${s.n_activating ?? 0} + ${s.n_non_activating ?? 0}${s.n_failed ? ` (${s.n_failed} unreadable)` : ""}`,
+      ),
+    ]);
+  };
+  return h("table", { class: "iw-table iw-label-score-table" }, [
+    h("caption", {}, `Label scores (scorer ${scores.scorer || "unknown"}; chance is 0.5)`),
+    h("thead", {}, h("tr", {}, [h("th", {}, "score"), h("th", {}, "balanced accuracy"), h("th", {}, "AUC"), h("th", {}, "firing + not firing")])),
+    h("tbody", {}, [row("detection", "detection"), row("fuzzing", "fuzzing")]),
+  ]); // prettier-ignore
+}
+
 /**
  * Paint the summary, the controls' values, the page of concepts and the selected concept's details, and ask the
  * kernel for the details of the concepts on the page.
@@ -391,21 +439,26 @@ export function draw(ctx, level) {
     descending: Boolean(ctx.model.get("descending")),
     search: ctx.model.get("search") ?? "",
     hideDead: Boolean(ctx.model.get("hide_dead")),
+    minScore: Number(ctx.model.get("min_label_score") ?? 0),
   };
   const order = visibleConcepts(ctx.data, options);
   const { page, pages, items: shown } = pageOf(order, ctx.model.get("page"), ctx.model.get("page_size"));
   const selected = ctx.model.get("selected_concept") ?? -1;
   parts.root.dataset.iwTheme = ctx.theme;
-  parts.summary.textContent = `${ctx.data.labels.length} ${ctx.model.get("method") ?? ""} concepts${ctx.model.get("layer") ? ` at ${ctx.model.get("layer")}` : ""}${ctx.model.get("n_rows") ? ` over ${ctx.model.get("n_rows")} rows` : ""}${ctx.data.importance ? ` \u00b7 importance: ${ctx.model.get("importance_label") || "importance"}` : ""}${deadCount(ctx) ? ` \u00b7 ${deadCount(ctx)} never fired${options.hideDead ? " (hidden)" : ""}` : ""}`;
+  parts.summary.textContent = `${ctx.data.labels.length} ${ctx.model.get("method") ?? ""} concepts${ctx.model.get("layer") ? ` at ${ctx.model.get("layer")}` : ""}${ctx.model.get("n_rows") ? ` over ${ctx.model.get("n_rows")} rows` : ""}${ctx.data.importance ? ` \u00b7 importance: ${ctx.model.get("importance_label") || "importance"}` : ""}${deadCount(ctx) ? ` \u00b7 ${deadCount(ctx)} never fired${options.hideDead ? " (hidden)" : ""}` : ""}${ctx.data.detection ? ` \u00b7 labels scored by ${ctx.data.scorer || "a scorer"} (balanced accuracy, chance 0.5)` : ""}`;
   parts.sortSelect.replaceChildren(
     ...Object.entries(SORT_KEYS)
       .filter(([k]) => ctx.data.importance || !k.includes("importance"))
+      .filter(([k]) => ctx.data.detection || !LABEL_SCORE_KEYS.includes(k))
       .map(([v, t]) => h("option", { value: v }, t)),
   );
   parts.sortSelect.value = options.sortBy;
   if (parts.searchBox.value !== options.search) parts.searchBox.value = options.search;
   parts.orderToggle.checked = options.descending;
   parts.deadToggle.checked = options.hideDead;
+  parts.scoreLabel.hidden = !ctx.data.detection;
+  if (Number(parts.scoreFilter.value) !== options.minScore || parts.scoreFilter.value === "")
+    parts.scoreFilter.value = String(options.minScore);
   parts.pager.update(page, pages, `${order.length} of ${ctx.data.labels.length} concepts`);
   const items = shown.map((c) => conceptItem(ctx, c, c === selected));
   if (items.length && !items.some((li) => li.tabIndex === 0)) items[0].tabIndex = 0;

@@ -22,15 +22,20 @@ export const SORT_KEYS = {
   max: "max activation",
   importance: "importance",
   abs_importance: "|importance|",
+  detection: "label detection score",
+  fuzzing: "label fuzzing score",
 };
+/** The sort keys that need scored labels (score_labels in Python). */
+export const LABEL_SCORE_KEYS = ["detection", "fuzzing"];
 /**
- * Concept ids after search, dead filter and sort (ties keep id order, NaN values last); the same rule as
+ * Concept ids after search, dead filter, label-score filter (`minScore`: both scores at least this; an unscored
+ * label is left out while it is above 0) and sort (ties keep id order, NaN values last); the same rule as
  * ConceptBrowser.visible_order() in Python. `haystack` (optional, from searchText) holds each concept's lower-cased
  * label and top tokens, so that a keystroke over 16k concepts does not lower-case them again.
  */
 export function visibleConcepts(
-  { labels, topTokens, density, maxActivation, importance, haystack },
-  { sortBy, descending, search, hideDead },
+  { labels, topTokens, density, maxActivation, importance, detection, fuzzing, haystack },
+  { sortBy, descending, search, hideDead, minScore = 0 },
 ) {
   const needle = (search ?? "").toLowerCase();
   const ranked = {
@@ -43,6 +48,8 @@ export function visibleConcepts(
     max: () => (c) => maxActivation[c],
     importance: () => (c) => (importance ? importance[c] : NaN),
     abs_importance: () => (c) => (importance ? Math.abs(importance[c]) : NaN),
+    detection: () => (c) => (detection ? detection[c] : NaN),
+    fuzzing: () => (c) => (fuzzing ? fuzzing[c] : NaN),
   };
   if (!(sortBy in ranked))
     throw new RangeError(`unknown sort key "${sortBy}"; use ${Object.keys(SORT_KEYS).join(", ")}`);
@@ -51,6 +58,7 @@ export function visibleConcepts(
   for (let c = 0; c < labels.length; c += 1) {
     if (hideDead && !(density[c] > 0)) continue;
     if (needle && !text[c].includes(needle)) continue;
+    if (minScore > 0 && !(detection?.[c] >= minScore && fuzzing?.[c] >= minScore)) continue;
     keep.push(c);
   }
   if (sortBy === "index") return descending ? keep.reverse() : keep; // ids are already in order
@@ -93,6 +101,9 @@ export function read(model) {
     density: column("density"),
     maxActivation: column("max_activation"),
     importance: column("importance"),
+    detection: column("label_detection"),
+    fuzzing: column("label_fuzzing"),
+    scorer: model.get("label_scorer") ?? "",
     texts: { tokens, gaps: model.get("text_gaps") ?? [], starts, top: top?.values, topWidth: top?.shape[1] ?? 0, topValues: top ? decodeArray(model.get("text_top_values")).values : null },
   }; // prettier-ignore
 }
