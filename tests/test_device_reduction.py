@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import interp_widgets
-
 from interp_widgets.attribution import (
     AttentionRollout,
     GradientWeightedAttention,

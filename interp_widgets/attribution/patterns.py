@@ -7,7 +7,7 @@ also on errors; the model is never copied) and hooks the attention modules that 
 reduced on the device it was produced on as soon as its module returns: cut to the query rows asked for
 (``queries=``), cast to float16 there, and only then moved to the CPU, so the float32 maps of all layers never
 coexist and what crosses to the CPU is the float16 slice. ``layers=`` hooks only the layers asked for. An 8B model's
-32 × 32 heads at 2,048 tokens are 8.6 GB in float16; ``layers=[16], queries=slice(-1, None)`` moves 256 KiB.
+32 × 32 heads at 2,048 tokens are 8.6 GB in float16; ``layers=[16], queries=slice(-1, None)`` moves 128 KiB.
 
 Query heads are grouped by the key/value head they share (grouped-query attention: SmolLM2-135M has 9 query heads
 over 3 KV heads, so heads 0–2 read KV head 0). Head aggregations: ``mean`` and ``max`` over a layer's heads, and
