@@ -9,7 +9,10 @@ Attention weights need the eager attention implementation (SDPA and flash kernel
 :func:`eager_attention` switches the model to eager for the duration of the call and restores the exact previous
 implementation afterwards, also on errors. Inputs run through the same batched, length-bucketed evaluation as the
 other methods, capped by ``max_batch_tokens``; a batch holds the attention maps of every layer
-(``layers × heads × rows × length²`` numbers), so lower ``max_batch_tokens`` for long inputs.
+(``layers × heads × rows × length²`` numbers), so lower ``max_batch_tokens`` for long inputs. What comes back to
+the CPU is reduced first, layer by layer, on the device each layer ran on (:meth:`AttentionMethod._reduce_layer`):
+the built-in methods move one head-averaged ``(rows, T, T)`` map per layer they read (raw attention: one layer),
+never the ``(rows, heads, T, T)`` maps themselves, and cast to float32 only on that device.
 
 Example:
     >>> result = AttentionRollout(progress=False).attribute(model, tokenizer, "Not bad at all.")
@@ -97,8 +100,9 @@ class _AttentionRecorder:
         """Cross-attention of the rows just taken, ``(rows, layers, heads, targets, source)`` float16: decoder
         position ``t`` (which predicts target ``t``) over the source tokens."""
         start = self._cursor - n_rows
-        stacked = torch.stack([c[start : self._cursor, :, :n_targets] for c in self.cross], dim=1)
-        return stacked.float().cpu().numpy().astype(np.float16)
+        # float16 on the device each layer ran on (the same rounding as float32 then float16), then to the CPU
+        layers = [c[start : self._cursor, :, :n_targets].to(torch.float16).cpu() for c in self.cross]
+        return torch.stack(layers, dim=1).numpy()
 
     def _gradient_store(self, layer: int) -> Callable[[torch.Tensor], None]:
         def store(gradient: torch.Tensor) -> None:
@@ -106,14 +110,33 @@ class _AttentionRecorder:
 
         return store
 
-    def take(self, n_rows: int, length: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The next ``n_rows`` rows of the last batch, cropped to ``length``: ``(layers, rows, heads, T, T)``."""
+    def take(self, n_rows: int, length: int, reduce=None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The next ``n_rows`` rows of the last batch, cropped to ``length``: ``(layers, rows, heads, T, T)``.
+
+        ``reduce(layer, n_layers, attention, gradient)`` (:meth:`AttentionMethod._reduce_layer`) runs on each layer's
+        own device before anything moves to the CPU; it returns the reduced ``(attention, gradient)`` (float32, any
+        head count) or None to leave the layer out."""
         rows = slice(self._cursor, self._cursor + n_rows)
         self._cursor += n_rows
-        attentions = torch.stack([a[rows, :, :length, :length].detach().float().cpu() for a in self.attentions])
-        if any(g is None for g in self.gradients):
+        have_gradients = not any(g is None for g in self.gradients)
+        reduce = reduce or _keep_layer
+        kept_attentions, kept_gradients = [], []
+        for layer, attention in enumerate(self.attentions):
+            gradient = self.gradients[layer][rows, :, :length, :length] if have_gradients else None
+            reduced = reduce(layer, len(self.attentions), attention[rows, :, :length, :length].detach(), gradient)
+            if reduced is None:
+                continue
+            kept_attentions.append(reduced[0].cpu())
+            kept_gradients.append(None if reduced[1] is None else reduced[1].cpu())
+        attentions = torch.stack(kept_attentions)
+        if not have_gradients or any(g is None for g in kept_gradients):
             return attentions, None
-        return attentions, torch.stack([g[rows, :, :length, :length].float().cpu() for g in self.gradients])
+        return attentions, torch.stack(kept_gradients)
+
+
+def _keep_layer(layer: int, n_layers: int, attention: torch.Tensor, gradient: torch.Tensor | None):
+    """The default per-layer reduction: every head, in float32 (cast on the layer's device)."""
+    return attention.float(), None if gradient is None else gradient.float()
 
 
 def query_position(adapter: ModelAdapter, problem: ExplainedInput, target: int) -> int:
@@ -180,7 +203,11 @@ def gradient_weighted_rollout(attentions: torch.Tensor, gradients: torch.Tensor)
         tensor([[1.5000, 0.5000],
                 [0.5000, 1.5000]])
     """
-    weighted = (attentions * gradients).clamp(min=0).mean(dim=2)
+    return _accumulate_relevance((attentions * gradients).clamp(min=0).mean(dim=2))
+
+
+def _accumulate_relevance(weighted: torch.Tensor) -> torch.Tensor:
+    """``R ← R + Ā · R`` from the identity over the layers of ``weighted`` ``(layers, rows, T, T)``."""
     relevance = torch.eye(weighted.shape[-1], dtype=weighted.dtype).expand_as(weighted[0]).clone()
     for layer in weighted:
         relevance = relevance + layer @ relevance
@@ -196,6 +223,11 @@ class AttentionMethod(Attributor):
         ``(layers, rows, heads, T, T)`` (and, when ``needs_gradients``, the gradients of the target scores with
         respect to them, same shape; else None) compute the relevance ``(rows, T, T)``; row ``q`` of a map scores
         the sources of query position ``q``.
+
+        ``_reduce_layer(layer, n_layers, attention, gradient) -> (attention, gradient) | None``: optional; reduces
+        one layer's maps ``(rows, heads, T, T)`` on the device it ran on, before they move to the CPU (the default
+        keeps every head, in float32). Return None to leave the layer out of what ``_relevance`` gets, and reduce
+        heads with ``keepdim=True`` so ``_relevance`` still gets ``(layers, rows, heads', T, T)``.
 
         ``per_target`` (class attribute): one row per target (needed for target-specific gradients) instead of
         one row per input.
@@ -228,6 +260,18 @@ class AttentionMethod(Attributor):
         """The relevance ``(rows, T, T)``; see "Subclass API" in the class docstring."""
         raise NotImplementedError(f"{type(self).__name__} must implement _relevance")
 
+    def _reduce_layer(
+        self, layer: int, n_layers: int, attention: torch.Tensor, gradient: torch.Tensor | None
+    ) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+        """One layer's maps reduced on the device it ran on; see "Subclass API" in the class docstring.
+
+        Example:
+            >>> a = torch.rand(1, 4, 3, 3)
+            >>> AttentionRollout()._reduce_layer(0, 2, a, None)[0].shape  # heads averaged where the layer ran
+            torch.Size([1, 1, 3, 3])
+        """
+        return _keep_layer(layer, n_layers, attention, gradient)
+
     def _attribute_inputs(self, adapter, problems, *, score, granularity) -> list[AttributionResult]:
         if task_for(adapter).joined_axes and not self.supports_seq2seq:
             raise UnsupportedModelError(
@@ -248,7 +292,7 @@ class AttentionMethod(Attributor):
 
         def consume(chunk: RowChunk, row_scores, grads):
             problem = problems[chunk.item]
-            relevance = self._relevance(*recorder.take(chunk.stop - chunk.start, problem.length))
+            relevance = self._relevance(*recorder.take(chunk.stop - chunk.start, problem.length, self._reduce_layer))
             if recorder.cross is not None and chunk.start == 0:
                 cross[chunk.item] = recorder.take_cross(chunk.stop - chunk.start, problem.n_targets)[0]
             for offset, row in enumerate(range(chunk.start, chunk.stop)):
@@ -315,13 +359,18 @@ class RawAttention(AttentionMethod):
         """
         return f"attention weight in layer {self.layer}, mean over heads (unsigned)"
 
-    def _relevance(self, attentions, gradients):
-        if not -len(attentions) <= self.layer < len(attentions):
+    def _reduce_layer(self, layer, n_layers, attention, gradient):
+        if not -n_layers <= self.layer < n_layers:
             raise ValueError(
-                f"layer {self.layer} is out of range; the model has {len(attentions)} attention layers "
-                f"(use 0..{len(attentions) - 1} or negative indices)."
+                f"layer {self.layer} is out of range; the model has {n_layers} attention layers "
+                f"(use 0..{n_layers - 1} or negative indices)."
             )
-        return attentions[self.layer].mean(dim=1)
+        if layer != self.layer % n_layers:
+            return None  # only the chosen layer leaves its device
+        return attention.float().mean(dim=1, keepdim=True), None
+
+    def _relevance(self, attentions, gradients):
+        return attentions[0, :, 0]  # the chosen layer, averaged over heads on its device
 
 
 class AttentionRollout(AttentionMethod):
@@ -338,8 +387,11 @@ class AttentionRollout(AttentionMethod):
     uses_score = False
     description = "attention rollout over all layers (0.5·A + 0.5·I, heads averaged; unsigned)"
 
+    def _reduce_layer(self, layer, n_layers, attention, gradient):
+        return attention.float().mean(dim=1, keepdim=True), None  # attention_rollout's head mean, on the device
+
     def _relevance(self, attentions, gradients):
-        return attention_rollout(attentions)
+        return attention_rollout(attentions)  # its mean over the one head left is exact
 
 
 class GradientWeightedAttention(AttentionMethod):
@@ -364,5 +416,9 @@ class GradientWeightedAttention(AttentionMethod):
     needs_gradients = True
     description = "gradient-weighted attention relevance: rollout of mean over heads of (A ⊙ ∂score/∂A)⁺ (unsigned)"
 
+    def _reduce_layer(self, layer, n_layers, attention, gradient):
+        # gradient_weighted_rollout's per-layer term, Ā = mean over heads of (A ⊙ ∂score/∂A)⁺, on the device
+        return (attention.float() * gradient.float()).clamp(min=0).mean(dim=1, keepdim=True), None
+
     def _relevance(self, attentions, gradients):
-        return gradient_weighted_rollout(attentions, gradients)
+        return _accumulate_relevance(attentions[:, :, 0])

@@ -242,9 +242,9 @@ class CorpusAttribution(AttributionCollection):
     ``len()`` comes from the manifest; ``collection[i]`` reads only the shard that holds ``i`` (the last
     ``cache_shards`` shards read stay in memory); iteration streams the shards in order; a slice returns an
     in-memory :class:`AttributionCollection` of those results. Everything else is :class:`AttributionCollection`'s,
-    through those three: ``to_dataframe`` streams the shards (the table itself is in memory), while ``aggregate``,
-    ``results`` and ``widget()`` hold every result in memory at once (the example list sorts and filters all of its
-    rows in the browser, so it does not page through the shards).
+    through those three: ``to_dataframe`` streams the shards (the table itself is in memory), while ``aggregate`` and
+    ``results`` hold every result in memory at once. ``widget()`` pages through the shards: the example list holds
+    one page, and each page reads only the shards that hold its texts (:meth:`examples`, :meth:`shard_range`).
 
     Attributes:
         path: the run's directory. manifest: its manifest (fingerprints, texts, shard size, world size).
@@ -287,6 +287,59 @@ class CorpusAttribution(AttributionCollection):
 
     def __len__(self) -> int:
         return self._length
+
+    def shard_range(self, shard: int) -> range:
+        """The text indices of ``shard``, from the manifest's fixed boundaries (``shard_size``, ``n_texts``).
+
+        Example:
+            >>> corpus = attribute_corpus(model, tokenizer, texts[:5], method="saliency", shard_size=2,
+            ...                           path=getfixture("tmp_path") / "run", progress=False)
+            >>> [corpus.shard_range(s) for s in range(corpus.n_shards)]
+            [range(0, 2), range(2, 4), range(4, 5)]
+        """
+        if not 0 <= shard < self.n_shards:
+            raise IndexError(f"shard {shard} does not exist; this run has shards 0..{self.n_shards - 1}")
+        return range(shard * self.shard_size, min(self._length, (shard + 1) * self.shard_size))
+
+    def examples(self, start: int, stop: int) -> list[AttributionResult]:
+        """The results ``start..stop-1``, reading only the shards that hold them (the example list's pages).
+
+        Example:
+            >>> corpus = attribute_corpus(model, tokenizer, texts[:5], method="saliency", shard_size=2,
+            ...                           path=getfixture("tmp_path") / "run", progress=False)
+            >>> [r.text for r in corpus.examples(1, 3)] == texts[1:3]
+            True
+        """
+        start, stop = max(0, int(start)), min(self._length, int(stop))
+        if start >= stop:
+            return []
+        out: list[AttributionResult] = []
+        for shard in range(start // self.shard_size, (stop - 1) // self.shard_size + 1):
+            texts = self.shard_range(shard)
+            out += self._shard(shard)[max(start, texts.start) - texts.start : min(stop, texts.stop) - texts.start]
+        return out
+
+    def widget(self, **options):
+        """The example list, one page at a time (``options`` go to
+        :meth:`~interp_widgets.widgets.ExampleListWidget.from_pages`): showing a page reads only its shards (the
+        last ``cache_shards`` read stay in memory). Sorting and filtering need every result: use
+        ``ExampleListWidget(corpus.results)`` for them.
+
+        Example:
+            >>> corpus = attribute_corpus(model, tokenizer, texts[:5], method="saliency", shard_size=2,
+            ...                           path=getfixture("tmp_path") / "run", progress=False)
+            >>> widget = corpus.widget(page_size=2)
+            >>> widget
+            ExampleListWidget(examples 0..1 of 5, method='saliency', paged)
+            >>> widget.page = 2; widget.first_example, len(widget.tokens)
+            (4, 1)
+        """
+        from interp_widgets.widgets import ExampleListWidget
+
+        # the LRU holds a page's shards and one more, so stepping back and forth re-reads none
+        per_page = -(-int(options.get("page_size", ExampleListWidget.page_size.default_value)) // self.shard_size) + 1
+        self._cache_shards = max(self._cache_shards, per_page + 1)
+        return ExampleListWidget.from_pages(self, **options)
 
     def __getitem__(self, index):
         if isinstance(index, slice):

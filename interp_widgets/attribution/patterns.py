@@ -4,7 +4,10 @@ SDPA and flash attention never materialise the probabilities, so :func:`attentio
 :func:`~interp_widgets.attribution.attention.eager_attention` (switched in place and restored exactly afterwards,
 also on errors; the model is never copied) and hooks the attention modules that transformers itself records for
 ``output_attentions`` (the model's ``_can_record_outputs`` table). Each layer's ``(heads, queries, keys)`` map is
-cast to float16 on the CPU as soon as its module returns, so the float32 maps of all layers never coexist.
+reduced on the device it was produced on as soon as its module returns: cut to the query rows asked for
+(``queries=``), cast to float16 there, and only then moved to the CPU, so the float32 maps of all layers never
+coexist and what crosses to the CPU is the float16 slice. ``layers=`` hooks only the layers asked for. An 8B model's
+32 × 32 heads at 2,048 tokens are 8.6 GB in float16; ``layers=[16], queries=slice(-1, None)`` moves 128 KiB.
 
 Query heads are grouped by the key/value head they share (grouped-query attention: SmolLM2-135M has 9 query heads
 over 3 KV heads, so heads 0–2 read KV head 0). Head aggregations: ``mean`` and ``max`` over a layer's heads, and
@@ -119,10 +122,29 @@ def attention_modules(model: nn.Module, kind: str = "self") -> list[tuple[str, n
     return found
 
 
+def _check_layers(layers, n_layers: int) -> list[int]:
+    """Layer indices (negative from the end) as sorted distinct indices in ``0..n_layers-1``."""
+    if layers is None:
+        return list(range(n_layers))
+    chosen = [check_int("layer", layer, hint="pass attention layer indices such as [0, -1]")
+              for layer in ([layers] if isinstance(layers, (int, np.integer)) else layers)]  # fmt: skip
+    bad = [layer for layer in chosen if not -n_layers <= layer < n_layers]
+    if bad or not chosen:
+        raise IndexError(
+            f"layers={list(layers) if not isinstance(layers, (int, np.integer)) else layers} must name attention layers "
+            f"of 0..{n_layers - 1} (or negative indices from the end); the model has {n_layers}."
+        )
+    return sorted({layer % n_layers for layer in chosen})
+
+
 @contextlib.contextmanager
-def record_attention(model: nn.Module, kind: str = "self") -> Iterator[list]:
+def record_attention(model: nn.Module, kind: str = "self", *, layers=None, queries=None) -> Iterator[list]:
     """Record the attention probabilities of every forward call in the block: yields a list that gets, per call,
     one float16 CPU tensor ``(batch, heads, queries, keys)`` per layer (the list of one call, then the next…).
+
+    ``layers`` (indices into :func:`attention_modules`, default all) hooks only those layers; ``queries`` (a slice
+    or index array of query positions, default all) keeps only those rows. Both reductions and the cast to float16
+    happen on the device the layer ran on, before the tensor moves to the CPU.
 
     The model runs eager attention inside the block (:func:`eager_attention`); on exit, also on errors, its
     attention implementation is restored and every hook removed. Pass any inputs to the model inside the block
@@ -136,8 +158,14 @@ def record_attention(model: nn.Module, kind: str = "self") -> Iterator[list]:
         (1, 2, torch.float16, (1, 2, 3, 3))
         >>> lm.config._attn_implementation
         'sdpa'
+        >>> with record_attention(lm, layers=[-1], queries=slice(-1, None)) as calls:
+        ...     _ = lm(ids)
+        >>> len(calls[0]), tuple(calls[0][0].shape)  # the last layer's last query row only
+        (1, (1, 2, 1, 3))
     """
     modules = attention_modules(model, kind)
+    chosen = _check_layers(layers, len(modules))
+    rows = _query_index(queries)
     calls: list[list[torch.Tensor]] = []
     handles = []
 
@@ -151,18 +179,33 @@ def record_attention(model: nn.Module, kind: str = "self") -> Iterator[list]:
                 )
             if layer == 0 or not calls or len(calls[-1]) != layer:
                 calls.append([])
-            calls[-1].append(weights.detach().to(device="cpu", dtype=torch.float16))
+            weights = weights.detach()
+            if rows is not None:
+                weights = weights[:, :, rows.to(weights.device) if isinstance(rows, torch.Tensor) else rows]
+            # reduced and cast on the layer's own device; only the float16 slice crosses to the CPU
+            calls[-1].append(weights.to(torch.float16).cpu())
 
         return hook
 
     try:
         with eager_attention(model):
-            for layer, (_, module, index) in enumerate(modules):
-                handles.append(module.register_forward_hook(hook_for(layer, index)))
+            for position, layer in enumerate(chosen):
+                _, module, index = modules[layer]
+                handles.append(module.register_forward_hook(hook_for(position, index)))
             yield calls
     finally:
         for handle in handles:
             handle.remove()
+
+
+def _query_index(queries):
+    """``queries`` as a slice or a long tensor of positions (None: every query)."""
+    if queries is None or isinstance(queries, slice):
+        return queries
+    index = torch.as_tensor(np.asarray(queries, dtype=np.int64).reshape(-1))
+    if not len(index):
+        raise ValueError("queries= is empty; pass a slice or the query positions to keep (or None for all).")
+    return index
 
 
 @dataclass
@@ -178,6 +221,9 @@ class AttentionPatterns:
         layer_names: one name per layer (the attention module's path).
         generated_mask: True for generated tokens (a generation), else all False.
         model_name: the model's name or class.
+        layer_indices: the model's attention layer of each entry of ``weights`` (None: every layer, in order).
+        query_positions: the position of each query row among the recorded queries (None: every query), when
+            ``queries=`` kept only some; ``tokens`` and ``generated_mask`` then describe those rows only.
 
     Example:
         >>> p = attention_patterns(lm, lm_tokenizer, "Hi there", progress=False)
@@ -193,6 +239,8 @@ class AttentionPatterns:
     layer_names: list[str] = field(default_factory=list)
     generated_mask: np.ndarray | None = None
     model_name: str = ""
+    layer_indices: list[int] | None = None
+    query_positions: np.ndarray | None = None
     _rollout: dict = field(default_factory=dict, repr=False)  # layer -> float16 rollout through that layer
     _rollout_at: tuple = field(
         default=(), repr=False
@@ -290,6 +338,11 @@ class AttentionPatterns:
                 "attention rollout composes self-attention through the layers; cross-attention has no "
                 "rollout. Use how='mean' or 'max'."
             )
+        if self.layer_indices is not None or self.query_positions is not None:
+            raise ValueError(
+                "attention rollout composes every layer's full attention; these patterns were recorded with "
+                "layers= or queries=. Record them without those to use how='rollout', or use how='mean' or 'max'."
+            )
         if layer not in self._rollout:
             # Incremental: the float32 product through the deepest layer reached so far is kept, so asking layer L
             # after L-1 costs one step (one T × T matmul), and every layer passed on the way is kept in float16.
@@ -352,7 +405,7 @@ class AttentionPatterns:
 
 
 def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens: int = 0, continuation=None,
-                       kind: str | None = None, do_sample: bool = False, seed: int = 0,
+                       kind: str | None = None, do_sample: bool = False, seed: int = 0, layers=None, queries=None,
                        progress: bool = True) -> AttentionPatterns:  # fmt: skip
     """Every layer's and head's attention probabilities over ``text`` (and, with ``max_new_tokens``, over the text
     plus its greedy or sampled continuation), as :class:`AttentionPatterns` in float16.
@@ -367,6 +420,10 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
     it, keys the source tokens), ``"decoder"`` (target rows over the decoder's inputs: its start token and the
     earlier targets) or ``"encoder"`` (source over source). Other models have ``"self"`` only.
 
+    ``layers`` (attention layer indices, negative from the end) and ``queries`` (a slice or the query positions)
+    keep only part of the patterns, reduced on the device each layer runs on before anything reaches the CPU: for a
+    long text on a large model, ask for the layers and rows you will look at (rollout then needs a full recording).
+
     Example:
         >>> p = attention_patterns(lm, lm_tokenizer, "The room was", max_new_tokens=2, progress=False)
         >>> p.generated_mask.tolist()
@@ -380,6 +437,9 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
         ('cross', True)
         >>> cross.head(0, 0).shape == (len(cross.tokens), len(seq2seq_tokenizer("the cat sat").input_ids))
         True
+        >>> last = attention_patterns(lm, lm_tokenizer, "The room was", layers=[-1], queries=[2], progress=False)
+        >>> last.n_layers, last.layer_indices, last.tokens, last.head(0, 0).shape
+        (1, [1], [' was'], (1, 3))
     """
     adapter = ModelAdapter(model, tokenizer)
     task = task_for(adapter)
@@ -387,7 +447,8 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
     if task.joined_axes:
         kind = check_choice("kind", "cross" if kind is None else kind, KINDS[1:])
         return _seq2seq_patterns(adapter, text, kind=kind, continuation=continuation, max_new_tokens=max_new_tokens,
-                                 do_sample=do_sample, seed=seed, progress=progress)  # fmt: skip
+                                 do_sample=do_sample, seed=seed, progress=progress, layers=layers,
+                                 queries=queries)  # fmt: skip
     if kind not in (None, "self"):
         raise ValueError(
             f"kind={kind!r} needs an encoder–decoder model; this model is a {task.name}, whose "
@@ -415,7 +476,11 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
             if bar is not None:
                 bar.update(1)
         device = adapter.device
-        with evaluation(model), torch.inference_mode(), record_attention(model, "self") as calls:
+        with (
+            evaluation(model),
+            torch.inference_mode(),
+            record_attention(model, "self", layers=layers, queries=queries) as calls,
+        ):
             input_ids = torch.tensor([ids], device=device)
             model(input_ids=input_ids, attention_mask=torch.ones_like(input_ids))
         if bar is not None:
@@ -424,11 +489,22 @@ def attention_patterns(model: nn.Module, tokenizer, text: str, *, max_new_tokens
         if bar is not None:
             bar.close()
     tokens = [tokenizer.decode([t]) for t in ids]
-    return _patterns(model, calls, "self", tokens, None, np.arange(len(ids)) >= n_prompt)
+    return _patterns(model, calls, "self", tokens, None, np.arange(len(ids)) >= n_prompt, layers, queries)
 
 
-def _patterns(model, calls, kind: str, tokens, key_tokens, generated_mask) -> AttentionPatterns:
+def _patterns(
+    model, calls, kind: str, tokens, key_tokens, generated_mask, layers=None, queries=None
+) -> AttentionPatterns:
     weights = [w[0].numpy() for w in calls[0]]
+    paths = [path for path, _, _ in attention_modules(model, kind)]
+    chosen = None if layers is None else _check_layers(layers, len(paths))
+    positions = None
+    if queries is not None:
+        positions = np.arange(len(tokens))[queries if isinstance(queries, slice) else _query_index(queries).numpy()]
+        if key_tokens is None:
+            key_tokens = list(tokens)
+        tokens = [tokens[i] for i in positions]
+        generated_mask = np.asarray(generated_mask)[positions]
     config = model.config
     n_heads = weights[0].shape[0]
     n_kv = int(getattr(config, "num_key_value_heads", None) or n_heads)
@@ -440,13 +516,16 @@ def _patterns(model, calls, kind: str, tokens, key_tokens, generated_mask) -> At
         n_kv_heads=n_kv,
         kind=kind,
         key_tokens=key_tokens,
-        layer_names=[path for path, _, _ in attention_modules(model, kind)],
+        layer_names=paths if chosen is None else [paths[i] for i in chosen],
         generated_mask=generated_mask,
         model_name=getattr(config, "name_or_path", "") or type(model).__name__,
+        layer_indices=chosen,
+        query_positions=positions,
     )
 
 
-def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_sample, seed, progress):
+def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_sample, seed, progress, layers=None,
+                      queries=None):  # fmt: skip
     """Attention of an encoder–decoder over source ``text`` and a forced or generated target."""
     model, tokenizer = adapter.model, adapter.tokenizer
     task = task_for(adapter)
@@ -480,7 +559,8 @@ def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_s
                 bar.update(1)
         decoder = [task.decoder_start_token_id, *targets[:-1]]  # row j is the step that produced targets[j]
         device = adapter.device
-        with evaluation(model), torch.inference_mode(), record_attention(model, kind) as calls:
+        with evaluation(model), torch.inference_mode(), record_attention(model, kind, layers=layers,
+                                                                         queries=queries) as calls:  # fmt: skip
             src = torch.tensor([source], device=device)
             model(
                 input_ids=src,
@@ -494,9 +574,9 @@ def _seq2seq_patterns(adapter, text, *, kind, continuation, max_new_tokens, do_s
             bar.close()
     decode = lambda ids: [tokenizer.decode([t]) for t in ids]  # noqa: E731
     if kind == "encoder":
-        return _patterns(model, calls, kind, decode(source), None, np.zeros(len(source), dtype=bool))
+        return _patterns(model, calls, kind, decode(source), None, np.zeros(len(source), dtype=bool), layers, queries)
     keys = decode(source) if kind == "cross" else decode(decoder)
-    return _patterns(model, calls, kind, decode(targets), keys, np.full(len(targets), generated))
+    return _patterns(model, calls, kind, decode(targets), keys, np.full(len(targets), generated), layers, queries)
 
 
 __all__ = ["AGGREGATIONS", "KINDS", "AttentionPatterns", "attention_modules", "attention_patterns", "record_attention"]

@@ -38,6 +38,8 @@ from interp_widgets.validation import check_int, check_number
 __all__ = ["TunedLens", "collect_residuals", "lens_kl"]
 
 _FORMAT = "interp_widgets.TunedLens"
+#: Tokens per forward pass when residual streams are read (whole windows of ``seq_len``, at least one).
+_PASS_TOKENS = 2048
 
 
 def _pack(tokenizer, texts: Sequence[str], tokens: int, seq_len: int) -> torch.Tensor:
@@ -79,23 +81,31 @@ def collect_residuals(
         >>> acts["layer:0"].shape, acts["layer:0"].dtype
         (torch.Size([64, 32]), torch.float16)
     """
+    out: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+    for batch in _residual_batches(model, tokenizer, texts, names, tokens=tokens, seq_len=seq_len, progress=progress):
+        for name in names:
+            out[name].append(batch[name].to("cpu", dtype))
+    return {name: torch.cat(parts) for name, parts in out.items()}
+
+
+def _residual_batches(model, tokenizer, texts, names, *, tokens: int, seq_len: int, progress: bool):
+    """Yield, per forward pass over packed windows, ``{name: (rows, d)}`` residual streams on the device (and in the
+    dtype) each layer ran in; the rows of successive batches follow the token order of :func:`collect_residuals`."""
     from tqdm.auto import tqdm
 
     from interp_widgets.adapter import ModelAdapter
 
-    seq_len = min(check_int("seq_len", seq_len, minimum=1), ModelAdapter(model, tokenizer).context_limit[0])
+    adapter = ModelAdapter(model, tokenizer)
+    seq_len = min(check_int("seq_len", seq_len, minimum=1), adapter.context_limit[0])
     windows = _pack(tokenizer, texts, check_int("tokens", tokens, minimum=1), seq_len)
-    device = next(model.parameters()).device
-    out: dict[str, list[torch.Tensor]] = {name: [] for name in names}
-    batch = max(1, 2048 // windows.shape[1])
+    device = adapter.device  # the embedding's device (a dispatched model's first one)
+    batch = max(1, _PASS_TOKENS // windows.shape[1])
     with _layers.evaluation(model), torch.no_grad():
         for start in tqdm(range(0, len(windows), batch), desc="residual streams", disable=not progress, leave=False):
             ids = windows[start : start + batch].to(device)
             with _layers.capture(model, list(names)) as acts:
                 model.base_model(input_ids=ids, attention_mask=torch.ones_like(ids))
-            for name in names:
-                out[name].append(acts[name][0].reshape(-1, acts[name][0].shape[-1]).to("cpu", dtype))
-    return {name: torch.cat(parts) for name, parts in out.items()}
+            yield {name: acts[name][0].reshape(-1, acts[name][0].shape[-1]) for name in names}
 
 
 class TunedLens:
@@ -412,6 +422,9 @@ def lens_kl(
     """Mean KL(final ‖ lens) per block output over the first ``tokens`` tokens of ``texts``, for the logit lens and
     (with ``tuned``) the tuned lens: ``{"layers": [...], "logit": array, "tuned": array, "tokens": n}``.
 
+    The residual streams are decoded where the model produced them, ``batch_tokens`` positions at a time, and only
+    one number per layer and slice comes back to the CPU (no cache of every layer's stream is built).
+
     Example:
         >>> out = lens_kl(lm, lm_tokenizer, texts * 4, tokens=64, seq_len=16, progress=False)
         >>> out["layers"], bool(out["logit"][-1] < 1e-5)
@@ -424,23 +437,46 @@ def lens_kl(
     names = [f"layer:{i}" for i in range(n_blocks)]
     if tuned is not None:
         tuned.check_model(model)
-    cache = collect_residuals(
-        model, tokenizer, texts, names, tokens=tokens, seq_len=seq_len, dtype=torch.float32, progress=progress
-    )
-    last = names[-1]
-    n = cache[last].shape[0]
     lenses = ["logit"] + (["tuned"] if tuned is not None else [])
     sums = {lens: np.zeros(n_blocks) for lens in lenses}
+    batch_tokens = check_int("batch_tokens", batch_tokens, minimum=1)
+    last = names[-1]
+    n = 0
+
+    def add(block: dict[str, torch.Tensor]) -> None:
+        # one slice of batch_tokens positions, reduced to one KL sum per layer on the device it was produced on
+        final_logp = head(block[last]).float().log_softmax(-1)
+        p = final_logp.exp()
+        for lens in lenses:
+            for i, name in enumerate(names):
+                h = block[name]  # the model's dtype, as logit_lens decodes it
+                if lens == "tuned":
+                    h = tuned.translate(name, h)
+                logq = head(h).float().log_softmax(-1)
+                sums[lens][i] += float((p * (final_logp - logq)).sum(-1).clamp_min(0).sum())
+
+    # The residual streams stay on the model's devices: each forward batch's rows join a carry of fewer than
+    # batch_tokens rows and are decoded in slices of batch_tokens as they arrive, the same slices (and sums) as
+    # decoding the whole cache, which never exists on the CPU.
+    carry: dict[str, torch.Tensor] | None = None
     with _layers.evaluation(model), torch.no_grad():
-        for start in tqdm(range(0, n, batch_tokens), desc="lens KL", disable=not progress, leave=False):
-            sl = slice(start, min(n, start + batch_tokens))
-            final_logp = head(cache[last][sl]).float().log_softmax(-1)
-            p = final_logp.exp()
-            for lens in lenses:
-                for i, name in enumerate(names):
-                    h = cache[name][sl]
-                    if lens == "tuned":
-                        h = tuned.translate(name, h)
-                    logq = head(h).float().log_softmax(-1)
-                    sums[lens][i] += float((p * (final_logp - logq)).sum(-1).clamp_min(0).sum())
+        bar = tqdm(desc="lens KL", disable=not progress, leave=False)
+        try:
+            for batch in _residual_batches(
+                model, tokenizer, texts, names, tokens=tokens, seq_len=seq_len, progress=progress
+            ):
+                carry = batch if carry is None else {name: torch.cat([carry[name], batch[name]]) for name in names}
+                rows = carry[last].shape[0]
+                full = rows - rows % batch_tokens
+                for start in range(0, full, batch_tokens):
+                    add({name: carry[name][start : start + batch_tokens] for name in names})
+                    bar.update(1)
+                n += full
+                carry = {name: carry[name][full:] for name in names}
+            if carry is not None and carry[last].shape[0]:
+                n += carry[last].shape[0]
+                add(carry)
+                bar.update(1)
+        finally:
+            bar.close()
     return {"layers": names, "tokens": int(n), **{lens: sums[lens] / n for lens in lenses}}

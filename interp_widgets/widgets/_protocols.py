@@ -156,6 +156,21 @@ class ConceptInputAttributionsLike(Protocol):
 
 
 @runtime_checkable
+class ExamplePages(Protocol):
+    """A long list of explained examples read a page at a time (read by
+    :meth:`~interp_widgets.widgets.ExampleListWidget.from_pages`):
+    :class:`~interp_widgets.attribution.CorpusAttribution` reads only the shards a page needs.
+
+    ``len()`` is the number of examples; ``examples(start, stop)`` returns the results ``start..stop-1`` (each a
+    :class:`ScoredTokens` with ``true_label`` and ``method``).
+    """
+
+    def __len__(self) -> int: ...
+
+    def examples(self, start: int, stop: int) -> Sequence[Any]: ...
+
+
+@runtime_checkable
 class ExportableView(Protocol):
     """What an export page needs of a view (every :class:`~interp_widgets.widgets.InterpWidget` has it): its bundled
     front end and styles, its view data and its no-script fallback.

@@ -8,6 +8,12 @@ Example:
     >>> results = IntegratedGradients(progress=False).attribute(model, tokenizer, reviews, true_labels=labels)
     >>> ExampleListWidget(results)
     ExampleListWidget(4 examples, method='integrated_gradients', accuracy 0.75 on 4 labelled)
+
+A list too long to hold (a corpus attribution's shards) is shown page by page with :meth:`ExampleListWidget.from_pages`:
+the widget holds one page, and when the browser (or Python) sets ``page`` the widget asks its source for that page's
+examples (an :class:`~interp_widgets.widgets._protocols.ExamplePages`: ``len()`` and ``examples(start, stop)``) and
+replaces its data with them. Sorting and filtering then need every example, so a paged list keeps the input order.
+A saved output (no kernel) holds the page it showed and says that more pages exist.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import numpy as np
 import traitlets
 
 from interp_widgets.widgets._base import InterpWidget, PagedList
+from interp_widgets.widgets._protocols import ExamplePages
 from interp_widgets.widgets._colour import format_score
 from interp_widgets.widgets._svg import SvgFigure
 from interp_widgets.text_units import GRANULARITIES, display_units
@@ -72,11 +79,77 @@ class ExampleListWidget(InterpWidget, PagedList, data=ExampleListData):
         sync=True
     )
     selected_example = traitlets.Int(-1, help="Index of the example clicked (-1: none).").tag(sync=True)
+    total_examples = traitlets.Int(
+        0, help="Examples in the whole list when the widget holds one page of it (from_pages); 0: it holds them all."
+    ).tag(sync=True)
+    first_example = traitlets.Int(0, help="List index of the first example held (from_pages; else 0).").tag(sync=True)
 
     def __init__(self, results: Sequence[Any], **kwargs: Any) -> None:
         results = list(results)
         if not results:
             raise ValueError("there are no results to list; pass a non-empty AttributionCollection or list of results")
+        self._pages: ExamplePages | None = None
+        super().__init__(**self._list_traits(results), **kwargs)
+
+    @classmethod
+    def from_pages(cls, source: ExamplePages, *, page: int = 0, **kwargs: Any) -> ExampleListWidget:
+        """A list that holds one page of ``source`` at a time (``len(source)`` examples in all): setting ``page``
+        (the browser's pager, or Python) asks ``source.examples(start, stop)`` for that page only.
+
+        Example:
+            >>> from interp_widgets.attribution import Saliency
+            >>> results = Saliency(progress=False).attribute(model, tokenizer, ["Great.", "Awful.", "Fine.", "Bad."])
+            >>> class Pages:  # any object with len() and examples(start, stop)
+            ...     asked = []
+            ...     def __len__(self): return len(results)
+            ...     def examples(self, start, stop): self.asked.append((start, stop)); return results[start:stop]
+            >>> widget = ExampleListWidget.from_pages(Pages(), page_size=3)
+            >>> widget.total_examples, len(widget.tokens), Pages.asked
+            (4, 3, [(0, 3)])
+            >>> widget.page = 1
+            >>> widget.first_example, widget.tokens[0] == results[3].tokens, Pages.asked[-1]
+            (3, True, (3, 4))
+        """
+        if not isinstance(source, ExamplePages):
+            raise TypeError(f"from_pages needs len() and examples(start, stop); got {type(source).__name__}")
+        total = len(source)
+        if total < 1:
+            raise ValueError("there are no results to list; the paged source is empty")
+        for name in ("sort_by", "filter_label", "filter_outcome", "descending"):
+            if kwargs.get(name) not in (None, "", "index", "all", False):
+                raise ValueError(
+                    f"{name}={kwargs[name]!r}: a paged list holds one page at a time and keeps the input order; "
+                    "sorting and filtering need every example in memory (ExampleListWidget(list(source)))"
+                )
+        page_size = kwargs.pop("page_size", cls.page_size.default_value)
+        first = cls._page_start(page, page_size, total)
+        widget = cls(source.examples(first, min(total, first + page_size)), page_size=page_size, **kwargs)
+        widget._pages = source
+        widget.total_examples, widget.first_example, widget.page = total, first, first // page_size
+        widget.observe(widget._load_page, names=["page", "page_size"])
+        return widget
+
+    @staticmethod
+    def _page_start(page: int, page_size: int, total: int) -> int:
+        last = max(0, (total - 1) // max(1, page_size))
+        return min(max(0, int(page)), last) * page_size
+
+    def _load_page(self, change=None) -> None:
+        """Replace the data with the examples of ``page`` (a paged list: read from its source)."""
+        total = self.total_examples
+        first = self._page_start(self.page, self.page_size, total)
+        if first == self.first_example and len(self.tokens) == min(self.page_size, total - first):
+            return
+        traits = self._list_traits(self._pages.examples(first, min(total, first + self.page_size)))
+        with self.hold_sync():
+            self.selected_example = -1
+            for name, value in traits.items():
+                setattr(self, name, value)
+            self.first_example = first
+            self.page = first // self.page_size
+
+    @staticmethod
+    def _list_traits(results: Sequence[Any]) -> dict[str, Any]:
         tokens, spaces, special, words, sentences, rows, predicted, confidence, true_labels, max_attr = (
             [] for _ in range(10)
         )
@@ -113,7 +186,7 @@ class ExampleListWidget(InterpWidget, PagedList, data=ExampleListData):
             true_labels=true_labels, max_attribution=max_attr, signed=signed == {True},
             method=", ".join(sorted(methods - {""})),
         )  # fmt: skip
-        super().__init__(**listed.to_traits(), **kwargs)
+        return listed.to_traits()
 
     # ----------------------------------------------------------------- validation
     @traitlets.validate("granularity")
@@ -130,9 +203,10 @@ class ExampleListWidget(InterpWidget, PagedList, data=ExampleListData):
 
     @traitlets.validate("selected_example")
     def _check_selected(self, proposal):
-        n = len(self.tokens)
-        if not -1 <= proposal["value"] < n:
-            raise ValueError(f"selected_example {proposal['value']} is out of range; use -1 or 0..{n - 1}")
+        # a paged list's selection is a list index among the examples held (first_example onwards)
+        low, n = self.first_example, len(self.tokens)
+        if proposal["value"] != -1 and not low <= proposal["value"] < low + n:
+            raise ValueError(f"selected_example {proposal['value']} is out of range; use -1 or {low}..{low + n - 1}")
         return proposal["value"]
 
     # ----------------------------------------------------------------- state
@@ -262,17 +336,26 @@ class ExampleListWidget(InterpWidget, PagedList, data=ExampleListData):
             f"label {self.filter_label}" if self.filter_label else "",
             f"{self.filter_outcome} only" if self.filter_outcome != "all" else "",
         ]
+        paged = self.total_examples > len(self.tokens)
+        if paged:  # one page of a longer list is held: the page shown is that one
+            page, pages = self.first_example // self.page_size, math.ceil(self.total_examples / self.page_size)
+            shown = order
         figure.text(
-            f"{len(order)} of {len(self.tokens)} examples · page {page + 1} of {pages} · sorted by {self.sort_by}"
+            (f"examples {self.first_example + 1}–{self.first_example + len(self.tokens)} of {self.total_examples}"
+             if paged else f"{len(order)} of {len(self.tokens)} examples")
+            + f" · page {page + 1} of {pages} · sorted by {self.sort_by}"
             + (" (descending)" if self.descending else "") + "".join(f" · {f}" for f in filters if f)
             + ("" if self.granularity == "token" else f" · sum per {self.granularity}"),
             bold=True,
         )  # fmt: skip
+        if paged:
+            figure.text(f"more pages exist ({pages} in all): this output holds page {page + 1}; page through the "
+                        "others with a running kernel", size=11, colour="#57606a")  # fmt: skip
         for i in shown:
             pred, true = self.predicted[i], self.true_labels[i]
             conf = "" if self.confidence[i] is None else f" ({100 * self.confidence[i]:.1f}%)"
             verdict = "" if not true else (" ✓" if pred == true else " ✗")
-            figure.text(f"#{i} predicted {pred}{conf} · true {true or 'unknown'}{verdict} · max |attribution| "
+            figure.text(f"#{self.first_example + i} predicted {pred}{conf} · true {true or 'unknown'}{verdict} · max |attribution| "
                         f"{format_score(self.max_attribution[i])}", size=12)  # fmt: skip
             units, sums = self.units(i), self.unit_scores(i)
             max_abs = shared if shared is not None else finite_max(sums)
@@ -297,4 +380,9 @@ class ExampleListWidget(InterpWidget, PagedList, data=ExampleListData):
         accuracy = (
             f", accuracy {sum(p == t for p, t in known) / len(known):.2f} on {len(known)} labelled" if known else ""
         )
+        if self.total_examples > len(self.tokens):
+            held = (
+                f"examples {self.first_example}..{self.first_example + len(self.tokens) - 1} of {self.total_examples}"
+            )
+            return f"ExampleListWidget({held}, method={self.method!r}, paged)"
         return f"ExampleListWidget({len(self.tokens)} examples, method={self.method!r}{accuracy})"

@@ -41,7 +41,10 @@ export { exampleUnits, visibleOrder } from "./views/example_list/read.js";
  * @property {boolean} shared_scale  One colour scale for all examples (written).
  * @property {number} page  Page shown, 0-based (written).
  * @property {number} page_size  Examples per page.
- * @property {number} selected_example  Example clicked, -1: none (written).
+ * @property {number} selected_example  Example clicked (its list index), -1: none (written).
+ * @property {number} total_examples  Examples in the whole list when the widget holds one page of it (a paged
+ *   list: the kernel replaces the data when `page` changes); 0: it holds them all.
+ * @property {number} first_example  List index of the first example held (a paged list; else 0).
  * @property {string} error  When non-empty, shown instead of the view (read by guardedRender).
  */
 
@@ -57,6 +60,8 @@ const VIEW_TRAITS = [
   "granularity",
   "shared_scale",
   "selected_example",
+  "total_examples",
+  "first_example",
 ];
 
 export default mountView("ExampleListWidget", { dataTraits: DATA_TRAITS, uiTraits: VIEW_TRAITS, read, build, draw });

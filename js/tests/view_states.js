@@ -47,7 +47,7 @@ export const VIEWS = [
     state: { error: "", tokens: [["a", "b"], ["c"]], spaces_before: [["", " "], [""]], special_mask: bool([0, 0, 0]), word_ids: i32([0, 1, 0]),
       sentence_ids: i32([0, 0, 0]), turn_ids: i32([0, 1, 0]), turn_roles: [["user", "assistant"], []], scores: f32([1, -1, 2]), predicted: ["x", "y"], confidence: [0.9, null], true_labels: ["x", ""],
       max_attribution: [1, 2], signed: true, method: "saliency", sort_by: "index", descending: false, filter_label: "", filter_outcome: "all",
-      granularity: "token", shared_scale: true, page: 0, page_size: 10, selected_example: -1 },
+      granularity: "token", shared_scale: true, page: 0, page_size: 10, selected_example: -1, total_examples: 0, first_example: 0 },
   },
   {
     file: "concept_browser.js", model: "ConceptBrowserModel", widget: conceptBrowser,

@@ -671,6 +671,37 @@ describe("example list view", () => {
     expect(el.querySelector(".iw-legend").getAttribute("aria-label")).toContain("sum per word");
   });
 
+  it("shows one page of a paged list (the kernel sends pages), says more exist, and waits for the next", async () => {
+    // examples 4..7 of 10, held as page 1 of a list of page_size 4 (only the first two listed examples are held)
+    const held = state({ tokens: [["a", EVIL], ["b"], ["c"], ["d"]], page: 1, page_size: 4, total_examples: 10,
+      first_example: 4 }); // prettier-ignore
+    const model = mount(examples, fakeModel(held));
+    const items = () => Array.from(el.querySelectorAll(".iw-example"));
+    expect(items().map((i) => i.querySelector(".iw-example-index").textContent)).toEqual(["#4", "#5", "#6", "#7"]);
+    expect(el.querySelector(".iw-page-label").textContent).toContain("page 2 of 3 (examples 5\u20138 of 10)");
+    expect(el.querySelector(".iw-sort-select").disabled).toBe(true);
+    const caption = () => el.querySelector(".iw-legend-slot + .iw-caption").textContent;
+    expect(caption()).toContain("More pages exist (3 in all)");
+    items()[1].click();
+    expect(model.state.selected_example).toBe(5); // the list index, not the index within the page
+    el.querySelector(".iw-next").click();
+    expect(model.state.page).toBe(2);
+    await settle(); // no kernel answers (a saved output): the held page stays, and the view says why
+    expect(items()).toHaveLength(4);
+    expect(caption()).toContain("Page 3 is read by the kernel, which has not answered");
+    expect(el.querySelector(".iw-next").disabled).toBe(true);
+    // the kernel answers: data, first_example and page change together
+    Object.assign(model.state, { tokens: [["e"], ["f"]], special_mask: bool([0, 0]), word_ids: i32([0, 0]),
+      sentence_ids: i32([0, 0]), scores: payload(Float32Array.from([1, 2]), "float32", [2], 4), predicted: ["pos", "neg"],
+      true_labels: ["", ""], confidence: [0.5, 0.5], max_attribution: [1, 2], spaces_before: [[""], [""]] }); // prettier-ignore
+    model.set("tokens", model.state.tokens); // the change events, with every trait already in place
+    model.set("first_example", 8);
+    await settle();
+    expect(items().map((i) => i.querySelector(".iw-example-index").textContent)).toEqual(["#8", "#9"]);
+    expect(el.querySelector(".iw-page-label").textContent).toContain("page 3 of 3 (examples 9\u201310 of 10)");
+    expect(el.querySelector(".iw-next").disabled).toBe(true);
+  });
+
   it("shows the method under the legend, as the static picture does, and follows changes to it", async () => {
     const model = mount(examples, fakeModel(state()));
     const caption = () => el.querySelector(".iw-legend-slot + .iw-caption").textContent;

@@ -306,18 +306,61 @@ def test_a_changed_world_size_is_refused_then_reassigned(reference, tmp_path):
     assert_same_collections(load_corpus(path), load_corpus(reference))
 
 
-def test_widget_lists_every_result(bert_classifier, tmp_path, monkeypatch):
+def test_widget_pages_read_only_their_shards_and_equal_the_loaded_list(bert_classifier, tmp_path, monkeypatch):
+    import interp_widgets.attribution.corpus as module
     from interp_widgets.widgets import ExampleListWidget
+    from interp_widgets.widgets._mime import MIME_TYPE
 
     if getattr(ExampleListWidget, "_esm", None) is None:  # a checkout without the JS bundles: a stand-in module
         monkeypatch.setattr(ExampleListWidget, "_esm", "export default {};", raising=False)
     model, tokenizer = bert_classifier
-    run = attribute_corpus(model, tokenizer, TEXTS[:7], method="saliency", path=tmp_path / "run", shard_size=3,
-                           progress=False)  # fmt: skip
-    in_memory = AttributionCollection(list(run))
-    lazy, plain = run.widget(page_size=5), in_memory.widget(page_size=5)
-    assert len(lazy.predicted) == 7 and lazy.predicted == plain.predicted
-    np.testing.assert_array_equal(np.asarray(lazy.scores), np.asarray(plain.scores))
+    attribute_corpus(model, tokenizer, TEXTS[:11], method="saliency", path=tmp_path / "run", shard_size=3,
+                     progress=False)  # fmt: skip
+    read = []
+    plain = module._read_shard
+    monkeypatch.setattr(module, "_read_shard", lambda file: read.append(int(file.stem[-6:])) or plain(file))
+    run = load_corpus(tmp_path / "run")
+    assert [run.shard_range(s) for s in range(run.n_shards)] == [range(3), range(3, 6), range(6, 9), range(9, 11)]
+    widget = run.widget(page_size=4)  # page 0: texts 0..3, in shards 0 and 1
+    assert read == [0, 1] and widget.total_examples == 11 and widget.first_example == 0
+    full = ExampleListWidget(AttributionCollection(list(load_corpus(tmp_path / "run"))), page_size=4)
+    read.clear()
+
+    def page_equals_full(first: int, n: int) -> None:
+        assert widget.tokens == full.tokens[first : first + n]
+        assert widget.predicted == full.predicted[first : first + n]
+        assert widget.confidence == full.confidence[first : first + n]
+        start = sum(len(t) for t in full.tokens[:first])
+        stop = start + sum(len(t) for t in full.tokens[first : first + n])
+        for name in ("scores", "special_mask", "word_ids", "sentence_ids"):
+            np.testing.assert_array_equal(
+                np.asarray(getattr(widget, name)), np.asarray(getattr(full, name))[start:stop]
+            )
+
+    page_equals_full(0, 4)
+    widget.page = 2  # texts 8..10: shards 2 and 3; shard 1 was the last read, shard 2 is new
+    assert read == [2, 3] and widget.first_example == 8
+    page_equals_full(8, 3)
+    widget.page = 1  # texts 4..7: shards 1 and 2, both still in the widget's LRU of 4 shards: nothing is read
+    assert read == [2, 3] and widget.first_example == 4
+    page_equals_full(4, 4)
+    widget.page = 9  # past the end: the last page
+    assert widget.page == 2 and widget.first_example == 8
+    widget.selected_example = 9  # a list index
+    with pytest.raises(Exception, match="out of range; use -1 or 8..10"):
+        widget.selected_example = 2
+    with pytest.raises(ValueError, match="sorting and filtering need every example"):
+        run.widget(sort_by="confidence")
+
+    # saved output (no kernel): the first page, and the note that more pages exist
+    first = run.widget(page_size=4)
+    bundle, _ = first._repr_mimebundle_()
+    payload = bundle[MIME_TYPE]
+    assert len(payload["data"]["tokens"]) == 4
+    assert payload["state"]["total_examples"] == 11 and payload["state"]["first_example"] == 0
+    svg = bundle["image/svg+xml"]
+    assert "examples 1–4 of 11 · page 1 of 3" in svg and "more pages exist (3 in all)" in svg
+    assert "#3 predicted" in svg and "#4 predicted" not in svg
 
 
 def test_work_counts_a_shard_written_just_before_a_kill(bert_classifier, tmp_path):

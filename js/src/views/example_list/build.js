@@ -89,12 +89,13 @@ export function build(ctx) {
   const itemOf = (event) => (event.target instanceof Element ? event.target.closest(".iw-example") : null);
   list.addEventListener("click", safely((event) => {
     const item = itemOf(event);
-    if (item) save({ selected_example: Number(item.dataset.example) });
+    if (item) save({ selected_example: (model.get("first_example") ?? 0) + Number(item.dataset.example) });
   })); // prettier-ignore
   list.addEventListener("keydown", safely((event) => {
     const item = itemOf(event);
     if (!item) return;
-    if (event.key === "Enter" || event.key === " ") save({ selected_example: Number(item.dataset.example) });
+    if (event.key === "Enter" || event.key === " ")
+      save({ selected_example: (model.get("first_example") ?? 0) + Number(item.dataset.example) });
     else if (event.key === "ArrowDown") item.nextElementSibling?.focus();
     else if (event.key === "ArrowUp") item.previousElementSibling?.focus();
     else return;

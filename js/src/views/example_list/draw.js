@@ -14,7 +14,7 @@ import { createLegend } from "../../lib/legend.js";
 import { paintToken, renderTokenRun } from "../../lib/paint.js";
 import { displayToken } from "../../lib/text.js";
 import { REREAD } from "../../lib/view.js";
-import { exampleUnits, visibleOrder } from "./read.js";
+import { exampleUnits, pagedView, visibleOrder } from "./read.js";
 
 /** Units of example `i` at the current granularity (cached). */
 export function unitsOf({ data, state }, i) {
@@ -37,9 +37,20 @@ export function draw(ctx, level) {
     filterLabel: model.get("filter_label") ?? "",
     filterOutcome: model.get("filter_outcome") ?? "all",
   };
+  const first = model.get("first_example") ?? 0;
+  const paged = pagedView({
+    total: model.get("total_examples") ?? 0,
+    first,
+    held: data.tokens.length,
+    page: model.get("page"),
+    pageSize: model.get("page_size"),
+  });
   const order = visibleOrder(data, options);
   state.order = order;
-  const { page, pages, items } = pageOf(order, model.get("page"), model.get("page_size"));
+  // a paged list holds one page (the kernel sends it): all of it is shown, numbered from first_example
+  const { page, pages, items } = paged
+    ? { ...paged, items: order }
+    : pageOf(order, model.get("page"), model.get("page_size"));
   const shared = Boolean(model.get("shared_scale"));
   const sharedMax = shared ? Math.max(0, ...order.map((i) => maxMagnitude(unitsOf(ctx, i).sums))) : 0;
   const labels = [...new Set(data.predicted)].sort();
@@ -54,7 +65,19 @@ export function draw(ctx, level) {
     granularity.replaceChildren(...choices.map((g) => h("option", { value: g }, g)));
   granularity.value = chosen;
   sharedToggle.checked = shared;
-  pager.update(page, pages, `${order.length} of ${data.tokens.length} examples`);
+  for (const control of [sortSelect, orderToggle, labelSelect, outcomeSelect]) {
+    control.disabled = Boolean(paged);
+    control.title = paged ? "Sorting and filtering need every example; this list is read one page at a time" : "";
+  }
+  const total = model.get("total_examples") ?? 0;
+  pager.update(
+    page,
+    pages,
+    paged
+      ? `examples ${first + 1}\u2013${first + data.tokens.length} of ${total}`
+      : `${order.length} of ${data.tokens.length} examples`,
+  );
+  if (paged) pager.next.disabled = page >= pages - 1 || paged.pending;
   root.dataset.iwTheme = theme;
   const selected = model.get("selected_example");
   for (const run of state.runs) run.cancel();
@@ -68,7 +91,7 @@ export function draw(ctx, level) {
       const verdict = truth === "" ? "" : data.predicted[i] === truth ? " \u2713" : " \u2717";
       const conf = Number.isFinite(data.confidence[i]) ? ` (${formatProbability(data.confidence[i])})` : "";
       const header = h("div", { class: "iw-example-header" }, [
-        h("span", { class: "iw-example-index" }, `#${i}`),
+        h("span", { class: "iw-example-index" }, `#${first + i}`),
         h("span", { class: "iw-example-predicted" }, `predicted ${data.predicted[i]}${conf}`),
         h("span", { class: "iw-example-true" }, `true ${truth || "unknown"}${verdict}`),
         h("span", {}, `max |attribution| ${formatScore(data.maxAttribution[i])}`),
@@ -92,8 +115,8 @@ export function draw(ctx, level) {
         return span;
       };
       runs.push(renderTokenRun(box, { count: units.length, build, breakRank: (u) => (starts.has(u) ? 2 : 0) })); // long examples: block by block
-      return h("li", { class: "iw-example", tabindex: 0, "data-example": i, "aria-selected": String(i === selected),
-        "aria-label": `Example ${i}: predicted ${data.predicted[i]}${conf}, true ${truth || "unknown"}` }, [header, box]); // prettier-ignore
+      return h("li", { class: "iw-example", tabindex: 0, "data-example": i, "aria-selected": String(first + i === selected),
+        "aria-label": `Example ${first + i}: predicted ${data.predicted[i]}${conf}, true ${truth || "unknown"}` }, [header, box]); // prettier-ignore
     }),
   );
   const per = chosen === "token" ? "" : ` (sum per ${chosen})`;
@@ -107,5 +130,10 @@ export function draw(ctx, level) {
       { signed: data.signed },
     ),
   );
-  caption.textContent = data.method ? `method: ${data.method}` : ""; // as under the static picture's legend
+  const note = !paged
+    ? ""
+    : paged.pending
+      ? `Page ${paged.asked + 1} is read by the kernel, which has not answered (it is busy, or this is a saved output with no kernel); page ${page + 1} is shown.`
+      : `More pages exist (${pages} in all); each is read from disk by the kernel when shown.`;
+  caption.textContent = [data.method ? `method: ${data.method}` : "", note].filter(Boolean).join(" \u00b7 "); // as under the static picture's legend
 }

@@ -50,6 +50,21 @@ export function visibleOrder(
   return sortIndices(keep, key, descending);
 }
 
+/**
+ * The page a paged list shows (the kernel holds the whole list and sends one page): `null` when the widget holds
+ * every example. `pending` is true while the page asked for is not the one held (the kernel has not answered: it
+ * is busy, or there is none, as in a saved output).
+ * @example pagedView({ total: 25, first: 10, held: 10, page: 1, pageSize: 10 }) // {page: 1, pages: 3, pending: false}
+ */
+export function pagedView({ total, first, held, page, pageSize }) {
+  if (!(total > held)) return null;
+  const size = Math.max(1, pageSize || 10);
+  const pages = Math.max(1, Math.ceil(total / size));
+  const heldPage = Math.floor(first / size);
+  const asked = Math.min(Math.max(page ?? 0, 0), pages - 1);
+  return { page: heldPage, pages, pending: asked !== heldPage, asked };
+}
+
 /** @param {AnyModel<ExampleListModel>} model */
 export function read(model) {
   const tokens = model.get("tokens") ?? [];
