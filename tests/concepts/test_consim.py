@@ -303,6 +303,11 @@ def test_saved_and_loaded(tmp_path):
     assert loaded["L2"].messages == result["L2"].messages and loaded["L1"].response == result["L1"].response
     assert loaded.to_dataframe().equals(result.to_dataframe())
     assert examples.to_dataframe().phase.tolist() == ["learning"] * 6 + ["evaluation"] * 6
+    other = PCAConcepts(2).fit(np.random.default_rng(0).normal(size=(20, 4))).save(tmp_path / "pca.safetensors")
+    with pytest.raises(ValueError, match="not a interp_widgets.ConSimResult"):
+        ConSimResult.load(other)
+    with pytest.raises(FileNotFoundError):
+        ConSimResult.load(tmp_path / "missing.safetensors")
 
 
 def test_bad_input_is_refused_clearly(gpt2_lm):
