@@ -55,7 +55,8 @@ from interp_widgets.concepts.interpret import (
     label_from_tokens,
     vocabulary_projection,
 )
-from interp_widgets.concepts.label_scores import ChatLM, LMScorer, score_labels
+from interp_widgets.concepts.chat import ChatLM
+from interp_widgets.concepts.label_scores import LMScorer, score_labels
 from interp_widgets.concepts.consim import (
     ConSimExamples,
     ConSimResult,

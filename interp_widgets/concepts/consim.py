@@ -805,7 +805,7 @@ def consim(
             local = np.asarray(local_importances, dtype=np.float64)[: examples.n_learning]
             global_importances = class_importances(local, examples.predictions, len(examples.classes))
     if llm is None:
-        from interp_widgets.concepts.label_scores import ChatLM
+        from interp_widgets.concepts.chat import ChatLM
 
         llm = ChatLM(max_new_tokens=16 * examples.n_evaluation)
     runs = []
