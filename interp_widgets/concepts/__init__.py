@@ -62,7 +62,15 @@ from interp_widgets.concepts.interpret import (
     label_from_tokens,
     vocabulary_projection,
 )
+from interp_widgets.concepts.chat import ChatLM
 from interp_widgets.concepts.label_scores import LMScorer, score_labels
+from interp_widgets.concepts.consim import (
+    ConSimExamples,
+    ConSimResult,
+    consim,
+    consim_prompt,
+    select_examples,
+)
 from interp_widgets.concepts.labels import (
     LMLabeler,
     TokenLabeler,
@@ -129,6 +137,12 @@ __all__ = [
     "LinearRegressionProbe",
     "LMLabeler",
     "LMScorer",
+    "ChatLM",
+    "ConSimExamples",
+    "ConSimResult",
+    "consim",
+    "consim_prompt",
+    "select_examples",
     "TokenLabeler",
     "compare_labelers",
     "context_windows",

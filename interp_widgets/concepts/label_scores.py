@@ -53,6 +53,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from interp_widgets.concepts.chat import ChatLM
 from interp_widgets.validation import check_int
 
 #: delphi's highlight delimiters (``sample.py``: ``L``, ``R``).
@@ -361,8 +362,9 @@ def classification_scores(activating, predictions, probabilities=None) -> dict:
 
 
 # ---------------------------------------------------------------- the default scorer
-class LMScorer:
-    """A scorer that asks a local chat LM (the embedded SmolLM2-135M-Instruct by default, offline), greedily.
+class LMScorer(ChatLM):
+    """A scorer that asks a local chat LM (the embedded SmolLM2-135M-Instruct by default, offline), greedily
+    (:class:`ChatLM`).
 
     The reply is started with ``[`` (delphi's answer is a Python list; a small model keeps to the format when its
     reply is begun for it). The answer is the first ``n`` digits 0 / 1 the model writes, ``n`` being the number of
@@ -381,53 +383,22 @@ class LMScorer:
     """
 
     def __init__(self, model=None, tokenizer=None, *, max_new_tokens: int = 12):
-        if model is None:
-            from interp_widgets.demo.lm import load_lm  # a declared exception to the layers (pyproject.toml)
-
-            model, tokenizer = load_lm(progress=False)
-        if not hasattr(model, "generate") or tokenizer is None:
-            raise TypeError(
-                f"LMScorer needs a causal LM with generate() and its tokenizer, got {type(model).__name__}; "
-                "e.g. LMScorer(*interp_widgets.demo.load_lm()), or LMScorer() for the embedded SmolLM2"
-            )
-        self.model, self.tokenizer = model, tokenizer
-        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
-        from interp_widgets._model_names import model_name_of
-
-        self.name = f"LM ({model_name_of(model) or type(model).__name__})"
-
-    def _text(self, messages: list[dict]) -> str:
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + "["
-        return "\n\n".join(m["content"] for m in messages) + "\n["
+        super().__init__(model, tokenizer, max_new_tokens=max_new_tokens, who="LMScorer")
 
     def __call__(self, prompts: list[list[dict]]) -> list[tuple[str, list[float] | None]]:
         import torch
 
-        device = self.model.get_input_embeddings().weight.device
         tok = self.tokenizer
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
         answers = []
         for messages in prompts:
             n = max(1, len(re.findall(r"^Example \d+:", messages[-1]["content"], flags=re.M)))
-            batch = tok(self._text(messages), return_tensors="pt", add_special_tokens=not tok.chat_template)
-            batch = {k: v.to(device) for k, v in batch.items()}
-            with torch.no_grad():
-                out = self.model.generate(
-                    **batch,
-                    max_new_tokens=self.max_new_tokens,
-                    do_sample=False,
-                    pad_token_id=pad,
-                    output_scores=True,
-                    return_dict_in_generate=True,
-                )
-            new = out.sequences[0, batch["input_ids"].shape[1] :].tolist()
+            new, step_scores = self.complete([*messages, {"role": "assistant", "content": "["}], scores=True)
             digits, probabilities = [], []
             for step, token in enumerate(new):
                 written = [ch for ch in tok.decode([token]) if ch in "01"]
                 if not written:
                     continue
-                top = torch.log_softmax(out.scores[step][0].float(), -1).topk(5)
+                top = torch.log_softmax(step_scores[step][0].float(), -1).topk(5)
                 p0 = p1 = 0.0
                 for logprob, candidate in zip(top.values.tolist(), top.indices.tolist()):
                     text = tok.decode([candidate])

@@ -32,6 +32,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from interp_widgets.concepts.chat import ChatLM
 from interp_widgets.validation import check_int
 
 MARK_OPEN, MARK_CLOSE = "[[", "]]"
@@ -103,13 +104,15 @@ class LMLabeler:
                 f"LMLabeler needs a causal LM with generate(), got {type(model).__name__}; "
                 "e.g. LMLabeler(*interp_widgets.demo.load_lm())"
             )
-        self.model, self.tokenizer = model, tokenizer
+        self.chat = ChatLM(model, tokenizer, max_new_tokens=max_new_tokens, who="LMLabeler")
+        self.model, self.tokenizer, self.max_new_tokens, self.name = (
+            model,
+            tokenizer,
+            self.chat.max_new_tokens,
+            self.chat.name,
+        )
         self.n_examples = check_int("n_examples", n_examples, minimum=1)
-        self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
         self.max_words = check_int("max_words", max_words, minimum=1)
-        from interp_widgets._model_names import model_name_of
-
-        self.name = f"LM ({model_name_of(model) or type(model).__name__})"
 
     def prompt(self, examples: list[dict]) -> str:
         """The text the model is given for these examples (its chat template applied when it has one).
@@ -119,33 +122,24 @@ class LMLabeler:
             >>> "a [[dog]]" in text
             True
         """
+        return self.chat.render(self._messages(examples))
+
+    def _messages(self, examples: list[dict]) -> list[dict]:
         lines = "\n".join(f"- {marked_context(e)}" for e in examples[: self.n_examples])
         request = (
             "These snippets come from texts where one feature of a language model is active; the token where "
             f"it is most active is marked with {MARK_OPEN} {MARK_CLOSE}.\n{lines}\n"
             f"In at most {self.max_words} words, what does the feature detect? Answer with the label only."
         )
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(
-                [{"role": "user", "content": request}], tokenize=False, add_generation_prompt=True
-            )
-        return request + "\nLabel:"
+        messages = [{"role": "user", "content": request}]
+        if not getattr(self.tokenizer, "chat_template", None):  # a plain LM is given the answer's start
+            messages.append({"role": "assistant", "content": "Label:"})
+        return messages
 
     def __call__(self, concept: int, examples: list[dict]) -> str:
-        import torch
-
         if not examples:
             return ""
-        text = self.prompt(examples)
-        batch = self.tokenizer(
-            text, return_tensors="pt", add_special_tokens=not getattr(self.tokenizer, "chat_template", None)
-        )
-        device = self.model.get_input_embeddings().weight.device
-        batch = {k: v.to(device) for k, v in batch.items()}
-        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
-        with torch.no_grad():
-            out = self.model.generate(**batch, max_new_tokens=self.max_new_tokens, do_sample=False, pad_token_id=pad)
-        answer = self.tokenizer.decode(out[0, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+        answer = self.chat.generate(self._messages(examples))
         return clean_label(answer, self.max_words) or TokenLabeler()(concept, examples) + " (token fallback)"
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import warnings
 
 import numpy as np
 import pytest
@@ -34,16 +33,7 @@ from interp_widgets.concepts import (
     stability,
 )
 
-
-@pytest.fixture(autouse=True)
-def quiet_single_thread():
-    """Small matrices run faster on one thread on a shared 2-core machine; restore the setting afterwards."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")  # tests/concepts/conftest.py
 
 
 def planted(n, m, d, active, *, nonnegative_dictionary=False, seed=0):

@@ -5,8 +5,6 @@ directly (``concept_model_class`` is checked to be the same class), built with t
 
 from __future__ import annotations
 
-import warnings
-
 import interpreto.concepts as interpreto_concepts
 import numpy as np
 import pytest
@@ -34,14 +32,7 @@ RNG = np.random.default_rng(0)
 X = (RNG.normal(size=(200, 16)) + 0.5).astype(np.float32)
 
 
-@pytest.fixture(autouse=True)
-def quiet_single_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")  # tests/concepts/conftest.py
 
 
 def wrapped(explainer) -> type:
