@@ -165,9 +165,12 @@ class Transcoder(_SparseAutoencoderBase):
         W_dec /= W_dec.norm(dim=1, keepdim=True)
         W_enc = torch.randn(d_in, self.n_concepts, generator=generator).to(x.device)
         W_enc /= W_enc.norm(dim=0, keepdim=True)
+        # the encoder starts centred: b_enc = −μ̃ W_enc, so pre-activations are (x̃ − μ̃) W_enc. An input with a large
+        # mean (SmolLM2's MLP inputs: ‖μ‖ ≈ 0.59 of their RMS norm) otherwise gives the features whose direction points
+        # away from it negative pre-activations on every token: they never fire and never get a gradient.
         w = {
             "W_enc": W_enc,
-            "b_enc": torch.zeros(self.n_concepts, device=x.device),
+            "b_enc": -(x.mean(0) / self.scale_) @ W_enc,
             "W_dec": W_dec,
             "b_dec": mean / self.target_scale_,
         }
