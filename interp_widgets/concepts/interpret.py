@@ -65,7 +65,8 @@ class ConceptLabels:
     labeller (:meth:`ConceptInterpretation.relabel` with ``lazy=True``) is kept as ``labeler`` with the concepts it
     has not been asked about yet (``pending``); neither is saved. ``scores`` caches each label's detection and fuzzing
     scores (:func:`~interp_widgets.concepts.score_labels`) by concept; it is saved, and an entry whose ``label`` is no
-    longer the concept's label is dropped.
+    longer the concept's label is dropped. ``control`` holds the swapped-label control of those scores (``None``:
+    none run); it is saved too, and dropped when any label it judged changes (a relabel drops it).
 
     Example:
         >>> interp = interpret_concepts(concepts, store, progress=False)
@@ -78,6 +79,7 @@ class ConceptLabels:
     labeler: Labeler | None = None
     pending: frozenset[int] = frozenset()
     scores: dict[int, dict] = field(default_factory=dict)
+    control: dict | None = None
 
     def __post_init__(self):
         self.labels = list(self.labels)
@@ -89,9 +91,27 @@ class ConceptLabels:
             for c, entry in scores.items()
             if 0 <= c < len(self.labels) and entry.get("label") == self.labels[c]
         }
+        self.control = _current_control(self.control, self.labels)
 
     def __len__(self) -> int:
         return len(self.labels)
+
+
+def _current_control(control: dict | None, labels: list[str]) -> dict | None:
+    """``control`` with its concept keys as ints (a saved file's JSON has strings), or None when it is absent or any
+    label it judged (a concept's own or the one swapped onto it) is no longer that concept's label."""
+    if not control:
+        return None
+    concepts = {int(c): entry for c, entry in dict(control.get("concepts") or {}).items()}
+
+    def holds(c: int, entry: dict) -> bool:
+        d = int(entry.get("swapped_from", -1))
+        return (0 <= c < len(labels) and 0 <= d < len(labels) and entry.get("label") == labels[c]
+                and entry.get("swapped_label") == labels[d])  # fmt: skip
+
+    if not concepts or not all(holds(c, entry) for c, entry in concepts.items()):
+        return None
+    return {**control, "concepts": concepts}
 
 
 @dataclass
@@ -210,10 +230,11 @@ FLAT_ATTRIBUTES: dict[str, tuple[str, str]] = {
     "vocab_tokens": ("vocabulary", "tokens"), "vocab_logits": ("vocabulary", "logits"),
     "label_source": ("labelling", "source"),
     "label_scores": ("labelling", "scores"),
+    "label_control": ("labelling", "control"),
     "params": ("run", "params"),
 }  # fmt: skip
-#: Flat values a :class:`ConceptInterpretation` can be built without (their defaults: none, "top tokens", {}).
-_OPTIONAL = ("vocab_tokens", "vocab_logits", "label_source", "label_scores", "params")
+#: Flat values a :class:`ConceptInterpretation` can be built without (their defaults: none, "top tokens", {}, no control).
+_OPTIONAL = ("vocab_tokens", "vocab_logits", "label_source", "label_scores", "label_control", "params")
 _PART_TYPES = {"run": InterpretationRun, "labelling": ConceptLabels, "stats": ActivationStats,
                "top_examples": TopExamples, "text_maxima": TopTexts, "vocabulary": VocabularyProjection}  # fmt: skip
 
@@ -270,7 +291,7 @@ class ConceptInterpretation:
     @classmethod
     def from_flat(cls, **values: Any) -> "ConceptInterpretation":
         """An interpretation from flat values, by the names of :data:`FLAT_ATTRIBUTES` (0.1's constructor
-        keywords, and what a saved file holds); ``vocab_tokens``, ``vocab_logits``, ``label_source``, ``label_scores`` and ``params``
+        keywords, and what a saved file holds); ``vocab_tokens``, ``vocab_logits``, ``label_source``, ``label_scores``, ``label_control`` and ``params``
         may be left out.
 
         Example:
@@ -647,7 +668,7 @@ class ConceptInterpretation:
             labeler=labeler if lazy else None,
             pending=frozenset(live) if lazy else frozenset(),
             scores=self.labelling.scores,  # kept where a label is unchanged
-        )
+        )  # the swapped-label control is not carried over: a relabel drops it
         return self
 
     def ensure_label(self, concept: int) -> str:

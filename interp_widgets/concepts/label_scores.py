@@ -13,6 +13,15 @@ Each score is the balanced accuracy of the answers, and the ROC AUC of P("1") wh
 token statistics, :class:`~interp_widgets.concepts.LMLabeler` or typed by hand) and caches the scores with the labels
 (``interp.label_scores``, saved with the interpretation); a changed label drops its scores.
 
+Two checks say how far the scores can be trusted (issue 35). **The control**: each concept's examples are judged
+again under another concept's label (a seeded derangement), in the same prompts; the true label must outscore the
+swapped one (mean of the two balanced accuracies, strictly; ties do not count) in at least 70 % of the concepts, or
+the scorer cannot discriminate (``interp.label_control``). **Chance**: each score carries the one-sided p-value of
+Fisher's exact test of balanced accuracy > 0.5 over its readable answers (:func:`chance_p_value`), and is "no better
+than chance" unless it is below 0.05; the concept browser marks such scores only when the control passed. SmolLM2,
+the default scorer, also wrote the LM labels (:class:`~interp_widgets.concepts.LMLabeler`): with both, it scores its
+own labels.
+
 A scorer is any callable ``scorer(prompts) -> answers``: ``prompts`` is a list of chat conversations (lists of
 ``{"role", "content"}`` dicts, delphi's messages), and each answer is the reply text, or ``(text, p_one)`` with
 P("1") for each judged example (a list, or None). :class:`LMScorer` (the default) asks the embedded SmolLM2
@@ -328,13 +337,50 @@ def parse_answer(text: str, n: int) -> list[int] | None:
     return [int(v) for v in values]
 
 
-def classification_scores(activating, predictions, probabilities=None) -> dict:
-    """Balanced accuracy of ``predictions`` (None: a failed answer, left out and counted) and the ROC AUC of P("1")
-    (None without probabilities or with one class), delphi's ``compute_classification_metrics`` and ``compute_auc``.
+#: The level of the chance test (:func:`chance_p_value`): a score whose p-value is at least this is marked "no
+#: better than chance".
+CHANCE_LEVEL = 0.05
+#: The swapped-label control passes (the scorer discriminates) when the true label outscores the swapped one in at
+#: least this fraction of the concepts (issue 35).
+CONTROL_THRESHOLD = 0.7
+
+
+def chance_p_value(true_positives: int, n_activating: int, true_negatives: int, n_non_activating: int) -> float:
+    """One-sided p-value of "balanced accuracy > 0.5": Fisher's exact test of the 2 × 2 table answer × truth over
+    the judged (readable) examples, P(TP ≥ observed) under the hypergeometric law that holds when the answers do not
+    depend on whether the concept fires (given how many examples fire and how many answers are 1). Balanced
+    accuracy > 0.5 is exactly TPR > FPR, the direction this tests. 1.0 when either class has no judged example
+    (nothing to tell apart).
 
     Example:
-        >>> classification_scores([1, 1, 0, 0], [1, 0, 0, None], [0.9, 0.4, 0.2, 0.6])
-        {'balanced_accuracy': 0.75, 'auc': 0.75, 'n_examples': 4, 'n_activating': 2, 'n_non_activating': 2, 'n_failed': 1}
+        >>> chance_p_value(10, 10, 10, 10) == 1 / 184756  # every example right: p = 1 / C(20, 10)
+        True
+        >>> round(chance_p_value(8, 10, 8, 10), 4)  # balanced accuracy 0.8 on 20: (45·45 + 10·10 + 1) / C(20, 10)
+        0.0115
+        >>> chance_p_value(6, 10, 4, 10) > 0.5, chance_p_value(3, 3, 0, 3)  # 0.5 is no better; nor is "always 1"
+        (True, 1.0)
+    """
+    tp, pos, tn, neg = (int(v) for v in (true_positives, n_activating, true_negatives, n_non_activating))
+    if pos <= 0 or neg <= 0:
+        return 1.0
+    said_one = tp + (neg - tn)
+    # exact in integers, so a p-value at the level (1 / 20 for a perfect 3 + 3) is not pushed below it by rounding
+    tail = sum(
+        math.comb(said_one, x) * math.comb(pos + neg - said_one, pos - x) for x in range(tp, min(said_one, pos) + 1)
+    )
+    return tail / math.comb(pos + neg, pos)
+
+
+def classification_scores(activating, predictions, probabilities=None) -> dict:
+    """Balanced accuracy of ``predictions`` (None: a failed answer, left out and counted) and the ROC AUC of P("1")
+    (None without probabilities or with one class), delphi's ``compute_classification_metrics`` and ``compute_auc``,
+    and the chance test of the balanced accuracy (:func:`chance_p_value` over the readable answers; ``above_chance``:
+    its p-value is below :data:`CHANCE_LEVEL`).
+
+    Example:
+        >>> classification_scores([1, 1, 0, 0], [1, 0, 0, None], [0.9, 0.4, 0.2, 0.6])  # doctest: +NORMALIZE_WHITESPACE
+        {'balanced_accuracy': 0.75, 'auc': 0.75, 'n_examples': 4, 'n_activating': 2, 'n_non_activating': 2,
+         'n_failed': 1, 'p_value': 0.6666666666666666, 'above_chance': False}
     """
     activating = np.asarray(activating, dtype=bool)
     valid = np.array([p is not None for p in predictions], dtype=bool)
@@ -358,6 +404,8 @@ def classification_scores(activating, predictions, probabilities=None) -> dict:
         "n_activating": int(activating.sum()),
         "n_non_activating": int((~activating).sum()),
         "n_failed": int((~valid).sum()),
+        "p_value": (p_value := chance_p_value(tp, pos, tn, neg)),
+        "above_chance": bool(p_value < CHANCE_LEVEL),
     }
 
 
@@ -430,6 +478,7 @@ def score_labels(
     threshold: float = 0.3,
     seed: int = 42,
     refresh: bool = False,
+    control: bool = True,
 ) -> dict[int, dict]:
     """Detection and fuzzing scores of each concept's label, cached with the labels (``interp.label_scores``).
 
@@ -440,6 +489,22 @@ def score_labels(
     fuzzing marked (:func:`fuzz_marks`, ``threshold``); each list is shuffled (``seed``) and cut into prompts of
     ``n_examples_shown`` contexts (:func:`scorer_prompt`), and the scorer's answers are scored by
     :func:`classification_scores`. A lazy label is made first (the scored label is the one shown).
+
+    **The control** (``control=True``, the default; it doubles the scorer's work): each scored concept's examples
+    are judged again, in the same prompts with the same examples and order, under the label of another scored concept
+    (a derangement of the scored concepts drawn with ``seed``, so no concept keeps its own label; two concepts are
+    needed). The true label *outscores* the swapped one when the mean of its detection and fuzzing balanced
+    accuracies is strictly greater; a tie counts as not outscoring (a label identical to the swapped one can only
+    tie). ``fraction`` is the share of concepts where the true label outscores, and the scorer ``discriminates``
+    when ``fraction >= CONTROL_THRESHOLD`` (0.7). The control is cached as ``interp.label_control`` (``{"scorer",
+    "settings", "concepts": {concept: {"label", "swapped_from", "swapped_label", "detection", "fuzzing",
+    "true_score", "swapped_score", "outscores"}}, "n", "wins", "ties", "fraction", "threshold", "discriminates"}``),
+    saved with the labels and dropped when any label it judged changes.
+
+    **Chance**: each score carries ``p_value``, the one-sided Fisher exact test of balanced accuracy > 0.5 over its
+    readable answers (:func:`chance_p_value`), and ``above_chance`` (``p_value < CHANCE_LEVEL``, 0.05, per score, not
+    corrected for the many labels). A score that is not above chance is "no better than chance"; the concept browser
+    marks it only when the control passed.
 
     Scores are reused while the label and these settings (and the scorer's ``name``) are unchanged; ``refresh=True``
     asks again. Returns ``{concept: {"label", "scorer", "settings", "detection", "fuzzing"}}``, each score a dict
@@ -500,7 +565,59 @@ def score_labels(
         results[c] = entry
         scores = {**interpretation.labelling.scores, c: entry}
         interpretation.labelling.scores = scores
+    if control and len(chosen) >= 2:
+        interpretation.labelling.control = _control(interpretation, scorer, name, chosen, results, settings, refresh)
     return results
+
+
+def derangement(n: int, seed: int) -> list[int]:
+    """A permutation of ``range(n)`` with no fixed point, uniform over those (shuffles drawn with ``seed`` until one
+    has none; about e tries), for ``n >= 2``.
+
+    Example:
+        >>> perm = derangement(5, 42)
+        >>> sorted(perm) == list(range(5)), any(p == i for i, p in enumerate(perm))
+        (True, False)
+    """
+    n = check_int("n", n, minimum=2)
+    rng = random.Random(seed)
+    while True:
+        perm = list(range(n))
+        rng.shuffle(perm)
+        if all(p != i for i, p in enumerate(perm)):
+            return perm
+
+
+def _mean_accuracy(entry: dict) -> float:
+    return (entry["detection"]["balanced_accuracy"] + entry["fuzzing"]["balanced_accuracy"]) / 2
+
+
+def _control(
+    interpretation, scorer, name: str, chosen: list[int], results: dict, settings: dict, refresh: bool
+) -> dict:
+    labels = interpretation.labels
+    perm = derangement(len(chosen), settings["seed"])
+    swaps = {c: chosen[p] for c, p in zip(chosen, perm)}
+    cached = interpretation.labelling.control
+    if (not refresh and cached and cached["scorer"] == name and cached["settings"] == settings
+            and {c: e["swapped_from"] for c, e in cached["concepts"].items()} == swaps):  # fmt: skip
+        return cached
+    concepts = {}
+    for c in chosen:
+        d = swaps[c]
+        entry = {"label": labels[c], "swapped_from": d, "swapped_label": labels[d]}
+        for kind, samples in _samples(interpretation, c, settings).items():
+            entry[kind] = _ask(scorer, kind, labels[d], samples, settings["n_examples_shown"], settings["seed"])
+        entry["true_score"], entry["swapped_score"] = _mean_accuracy(results[c]), _mean_accuracy(entry)
+        entry["outscores"] = bool(entry["true_score"] > entry["swapped_score"])
+        concepts[c] = entry
+    wins = sum(e["outscores"] for e in concepts.values())
+    ties = sum(e["true_score"] == e["swapped_score"] for e in concepts.values())
+    fraction = wins / len(concepts)
+    return {
+        "scorer": name, "settings": settings, "concepts": concepts, "n": len(concepts), "wins": wins, "ties": ties,
+        "fraction": fraction, "threshold": CONTROL_THRESHOLD, "discriminates": bool(fraction >= CONTROL_THRESHOLD),
+    }  # fmt: skip
 
 
 def _samples(interpretation, concept: int, settings: dict) -> dict[str, list[tuple[str, bool]]]:

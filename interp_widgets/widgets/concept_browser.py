@@ -52,6 +52,13 @@ from interp_widgets.widgets._traits import array_to_buffer
 from interp_widgets.validation import check_choice, check_int
 
 SORT_KEYS = ("index", "label", "density", "max", "importance", "abs_importance", "detection", "fuzzing")
+
+
+def _percent(fraction: float) -> int:
+    """A fraction as a whole percentage, halves rounded up (as the browser's ``Math.round``)."""
+    return math.floor(100 * fraction + 0.5)
+
+
 LABEL_SCORE_KINDS = ("detection", "fuzzing")  # score_labels' two scores, each a balanced accuracy (chance: 0.5)
 TEXT_MODES = ("activation", "attribution")
 LIST_TOKENS = 5  # distinct top tokens shown per concept in the list
@@ -128,7 +135,10 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
     ``interpretation.label_scores``: each scored label shows both balanced accuracies beside it (``sort_by``
     ``"detection"`` / ``"fuzzing"``; unscored concepts sort last), ``min_label_score`` keeps the concepts whose two
     scores both reach it (unscored ones are left out while it is above 0), and the detail pane adds their AUCs and
-    sample sizes.
+    sample sizes. The summary line states the swapped-label control (``interpretation.label_control``,
+    :meth:`label_control_text`); only when it passed is a score that ``score_labels`` found no better than chance
+    followed by "(not above chance)"; when it failed the summary says the scorer cannot discriminate and nothing is
+    marked.
 
     ``selected_concept`` (-1: none), ``selected_text``, ``selected_token``, ``page``, ``sort_by``, ``descending``,
     ``search``, ``hide_dead``, ``min_label_score`` and ``text_mode`` (``"activation"`` or ``"attribution"``) sync both ways.
@@ -270,6 +280,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         if importance_label is not None and values is not None:
             meaning = str(importance_label)
         detection, fuzzing, scorer = self._label_score_columns(source, n)
+        chance = self._label_chance_columns(source, n)
         text_tokens, text_gaps, top_ids, top_values = [], [], [], []
         for layout, coefficients in zip((t.layout for t in converted), self._text_coefficients):
             keep = ~layout.special_mask
@@ -292,7 +303,8 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             density=source.density, max_activation=source.maximum, importance=values, importance_label=meaning,
             texts=ConceptTextsPart(text_tokens=text_tokens, text_gaps=text_gaps, text_top_concepts=top_ids_all,
                                    text_top_values=top_values_all),
-            label_scores=LabelScoresPart(label_detection=detection, label_fuzzing=fuzzing, label_scorer=scorer),
+            label_scores=LabelScoresPart(label_detection=detection, label_fuzzing=fuzzing, label_scorer=scorer,
+                                         **chance, **self._label_control(source)),
         )  # fmt: skip
         method = str(getattr(input_attributions, "method", "")) if input_attributions is not None else ""
         super().__init__(**data.to_traits(), page_size=page_size, attribution_method=method, **kwargs)
@@ -336,6 +348,71 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
                 columns[kind][c] = np.nan if value is None else float(value)
         scorers = sorted({str(entry.get("scorer", "")) for entry in scored.values()} - {""})
         return columns["detection"], columns["fuzzing"], ", ".join(scorers)
+
+    @classmethod
+    def _label_chance_columns(cls, source: Any, n: int) -> dict[str, np.ndarray | None]:
+        """Each concept's chance mark per score (``label_detection_chance`` / ``label_fuzzing_chance``): 1 when
+        ``score_labels`` found the score no better than chance, 0 when above it, -1 untested (not scored, or scored
+        before the test existed); None when no label is scored.
+
+        Example:
+            >>> from interp_widgets.concepts import interpret_concepts, score_labels
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> _ = score_labels(interp, lambda prompts: ["[1]"] * len(prompts), concepts=[1], n_examples=4)
+            >>> ConceptBrowser._label_chance_columns(interp, 8)["label_detection_chance"][:3].tolist()
+            [-1, 1, -1]
+        """
+        scored = cls._scored_labels(source)
+        if not scored:
+            return {f"label_{kind}_chance": None for kind in LABEL_SCORE_KINDS}
+        columns = {kind: np.full(n, -1, dtype=np.int8) for kind in LABEL_SCORE_KINDS}
+        for c, entry in scored.items():
+            for kind in LABEL_SCORE_KINDS:
+                above = (entry.get(kind) or {}).get("above_chance")
+                if above is not None:
+                    columns[kind][c] = 0 if above else 1
+        return {f"label_{kind}_chance": columns[kind] for kind in LABEL_SCORE_KINDS}
+
+    @staticmethod
+    def _label_control(source: Any) -> dict[str, Any]:
+        """The swapped-label control's outcome (``interpretation.label_control``) as view data; no control: 0
+        concepts."""
+        control = getattr(source, "label_control", None)
+        if not control:
+            return {}
+        return {
+            "label_control_n": int(control["n"]), "label_control_wins": int(control["wins"]),
+            "label_control_ties": int(control.get("ties", 0)),
+            "label_control_threshold": float(control.get("threshold", 0.7)),
+            "label_discriminates": bool(control["discriminates"]),
+        }  # fmt: skip
+
+    def label_control_text(self) -> str:
+        """The control's outcome as the summary line says it ("" when no label is scored); the live view writes the
+        same words (``controlText`` in ``js/src/views/concept_browser/draw.js``).
+
+        Example:
+            >>> from interp_widgets.concepts import interpret_concepts
+            >>> ConceptBrowser(interpret_concepts(concepts, store, progress=False)).label_control_text()
+            ''
+        """
+        if self.label_detection is None:
+            return ""
+        if self.label_control_n == 0:
+            return "no swapped-label control was run, so no score is marked as chance"
+        n, wins = self.label_control_n, self.label_control_wins
+        told = (
+            f"control: the true label outscores a swapped one in {wins} of {n} concepts "
+            f"({_percent(wins / n)} %, {self.label_control_ties} tied; ≥ {_percent(self.label_control_threshold)} % needed)"
+        )
+        if self.label_discriminates:
+            return told + ": the scorer discriminates; scores no better than chance are marked"
+        return told + ": the scorer cannot discriminate, so no score is marked as chance"
+
+    def _chance_mark(self, kind: str, c: int) -> str:
+        """ " (not above chance)" after a score found no better than chance, when the control passed; else ""."""
+        marks = self._column(f"label_{kind}_chance") if self.label_discriminates else None
+        return " (not above chance)" if marks is not None and marks[c] == 1 else ""
 
     def _label_score_detail(self, concept: int, label: str) -> dict[str, Any] | None:
         """The scores of ``concept``'s label (both kinds: balanced accuracy, AUC, sample sizes) and their scorer, or
@@ -640,7 +717,7 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         figure.text(f"{self.n_concepts} {self.method} concepts{where} · {len(order)} listed · sorted by {self.sort_by}"
                     + (" (descending)" if self.descending else "") + (f" · search {self.search!r}" if self.search else "")
                     + (f" · {n_dead} never fired" + (" (hidden)" if self.hide_dead else "") if n_dead else "")
-                    + (f" · labels scored by {self.label_scorer} (balanced accuracy, chance 0.5)"
+                    + (f" · labels scored by {self.label_scorer} (balanced accuracy, chance 0.5) · {self.label_control_text()}"
                        if self.label_detection is not None else "")
                     + (f" · label scores ≥ {format_score(self.min_label_score)}" if self.min_label_score > 0 else ""),
                     bold=True)  # fmt: skip
@@ -654,7 +731,8 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             if self.importance is not None and not math.isnan(importance[c]):
                 parts.append(f"{self.importance_label} {format_score(importance[c], sign=True)}")
             if self.label_detection is not None and not math.isnan(detection[c]):  # beside the label
-                parts.insert(1, f"label detection {format_score(detection[c])} · fuzzing {format_score(fuzzing[c])}")
+                parts.insert(1, f"label detection {format_score(detection[c])}{self._chance_mark('detection', c)}"
+                                f" · fuzzing {format_score(fuzzing[c])}{self._chance_mark('fuzzing', c)}")  # fmt: skip
             if density[c] == 0:
                 parts.append("DEAD")
             figure.text(" · ".join(parts), size=12)

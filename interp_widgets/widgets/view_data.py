@@ -725,7 +725,9 @@ class ConceptTextsPart:
 class LabelScoresPart:
     """The scores of the concept browser's labels (:class:`ConceptBrowserData`), from
     :func:`~interp_widgets.concepts.score_labels`: each label's detection and fuzzing balanced accuracy (chance 0.5)
-    and the scorer that judged them. Every field has a default: payloads saved before these existed have none.
+    and the scorer that judged them, each score's chance mark (its test of balanced accuracy > 0.5) and the outcome of
+    the swapped-label control, which decides whether the marks are shown. Every field has a default: payloads saved
+    before these existed have none.
 
     Example:
         >>> LabelScoresPart.ARRAYS["label_detection"], LabelScoresPart().label_detection
@@ -733,7 +735,8 @@ class LabelScoresPart:
     """
 
     ARRAYS: ClassVar[dict[str, tuple[str, int, bool]]] = {
-        "label_detection": ("float32", 1, False), "label_fuzzing": ("float32", 1, False)}  # fmt: skip
+        "label_detection": ("float32", 1, False), "label_fuzzing": ("float32", 1, False),
+        "label_detection_chance": ("int", 1, False), "label_fuzzing_chance": ("int", 1, False)}  # fmt: skip
 
     label_detection: np.ndarray | None = data_field(
         "Detection score (balanced accuracy) of each concept's label (NaN: not scored); None when no label is scored.",
@@ -744,6 +747,23 @@ class LabelScoresPart:
         default=None,
     )
     label_scorer: str = data_field("The scorer model that judged the labels (empty: none).", default="")
+    label_detection_chance: np.ndarray | None = data_field(
+        "Per concept, 1 when its detection score is no better than chance (one-sided test at 0.05), 0 when it is, "
+        "-1 when untested; None when no label is scored.",
+        default=None,
+    )
+    label_fuzzing_chance: np.ndarray | None = data_field(
+        "Per concept, 1 when its fuzzing score is no better than chance, 0 when it is, -1 when untested; None when no "
+        "label is scored.",
+        default=None,
+    )
+    label_control_n: int = data_field("Concepts in the swapped-label control (0: no control run).", default=0)
+    label_control_wins: int = data_field("Concepts whose true label outscored the swapped one.", default=0)
+    label_control_ties: int = data_field("Concepts where the two labels scored the same (not wins).", default=0)
+    label_control_threshold: float = data_field("Fraction of wins the control needs.", default=0.7)
+    label_discriminates: bool = data_field(
+        "The control passed (wins / concepts ≥ threshold): only then are chance marks shown.", default=False
+    )
 
 
 @dataclass

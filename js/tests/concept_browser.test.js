@@ -226,6 +226,56 @@ describe("label scores", () => {
     expect(el.querySelector("img")).toBeNull();
   });
 
+  const i8 = (values, offset = 4) => payload(Int8Array.from(values), "int8", [values.length], offset);
+  const control = (wins, discriminates) => ({
+    label_detection_chance: i8([1, 0, -1, -1]),
+    label_fuzzing_chance: i8([0, 1, -1, -1], 12),
+    label_control_n: 10,
+    label_control_wins: wins,
+    label_control_ties: 1,
+    label_control_threshold: 0.7,
+    label_discriminates: discriminates,
+  });
+
+  it("marks scores no better than chance, in text, when the swapped-label control passed", () => {
+    scored(control(7, true));
+    const summary = el.querySelector(".iw-concept-summary").textContent;
+    expect(summary).toContain(
+      "control: the true label outscores a swapped one in 7 of 10 concepts (70 %, 1 tied; \u2265 70 % needed): the scorer discriminates; scores no better than chance are marked",
+    );
+    const chips = [0, 1].map((c) => el.querySelector(`[data-concept="${c}"] .iw-label-scores`));
+    expect(chips.map((chip) => chip.textContent)).toEqual([
+      "detection 0.625 (not above chance) \u00b7 fuzzing 0.5",
+      "detection 0.875 \u00b7 fuzzing 0.75 (not above chance)",
+    ]);
+    expect(chips[1].classList.contains("iw-label-chance")).toBe(true);
+    expect(chips[1].getAttribute("title")).toContain(EVIL); // the scorer's name stays an attribute value
+    const evil = el.querySelector('[data-concept="1"]');
+    expect(evil.getAttribute("aria-label")).toContain(
+      `Concept 1: ${EVIL}, label detection 0.875, fuzzing 0.75 (not above chance),`,
+    );
+    expect(el.querySelector("img")).toBeNull();
+  });
+
+  it("says the scorer cannot discriminate and marks nothing when the control failed", () => {
+    scored(control(6, false));
+    const summary = el.querySelector(".iw-concept-summary").textContent;
+    expect(summary).toContain(
+      "in 6 of 10 concepts (60 %, 1 tied; \u2265 70 % needed): the scorer cannot discriminate, so no score is marked as chance",
+    );
+    expect(el.textContent).not.toContain("not above chance");
+    expect(el.querySelector(".iw-label-chance")).toBeNull();
+    expect(el.querySelector("img")).toBeNull();
+  });
+
+  it("says no control was run for scores saved before it existed, and marks nothing", () => {
+    scored();
+    expect(el.querySelector(".iw-concept-summary").textContent).toContain(
+      "no swapped-label control was run, so no score is marked as chance",
+    );
+    expect(el.textContent).not.toContain("not above chance");
+  });
+
   it("offers sorting by each score, which writes the trait and orders the list", async () => {
     const model = scored({ page_size: 2 });
     const sort = el.querySelector(".iw-sort-select");

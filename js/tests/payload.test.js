@@ -345,11 +345,20 @@ describe("readPayload refuses what the schema does not allow", () => {
   it("shows the label scores of a saved concept browser with no kernel, and reads one saved before them", async () => {
     await render(bundle(clone(FIXTURES.concept_browser)));
     const scores = Array.from(el.querySelectorAll(".iw-mime-view .iw-label-scores"), (s) => s.textContent);
-    expect(scores).toContain("detection 0.875 \u00b7 fuzzing 0.75");
+    expect(scores).toContain("detection 0.875 \u00b7 fuzzing 0.75 (not above chance)"); // the control passed
+    expect(scores).toContain("detection 0.625 (not above chance) \u00b7 fuzzing 0.5");
+    expect(el.querySelector(".iw-mime-view .iw-concept-summary").textContent).toContain(
+      "in 3 of 3 concepts (100 %, 0 tied; \u2265 70 % needed): the scorer discriminates",
+    );
     expect(el.querySelector(".iw-error, .iw-mime-note")).toBeNull();
     for (const cleanup of cleanups.splice(0).reverse()) cleanup?.();
     el.replaceChildren();
     const older = clone(FIXTURES.concept_browser);
+    const added = ["label_detection_chance", "label_fuzzing_chance", "label_control_n", "label_control_wins"];
+    for (const name of [...added, "label_control_ties", "label_control_threshold", "label_discriminates"])
+      delete older.data[name]; // saved before the control: no marks, no control text
+    const unchecked = readPayload(clone(older));
+    expect([unchecked.traits.label_control_n, unchecked.traits.label_discriminates]).toEqual([0, false]);
     for (const name of ["label_detection", "label_fuzzing", "label_scorer"]) delete older.data[name];
     for (const detail of Object.values(older.state.details)) delete detail.label_scores;
     const read = readPayload(older);

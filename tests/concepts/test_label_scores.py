@@ -13,8 +13,11 @@ import pytest
 
 from interp_widgets.concepts import ConceptInterpretation, LMScorer, score_labels
 from interp_widgets.concepts.label_scores import (
+    CHANCE_LEVEL,
     DETECTION_SYSTEM_PROMPT,
     FUZZING_SYSTEM_PROMPT,
+    chance_p_value,
+    derangement,
     fuzz_marks,
     highlight,
     scorer_prompt,
@@ -111,6 +114,9 @@ def test_a_fixed_fake_scorer_gets_the_exact_balanced_accuracy_and_auc():
             "n_activating": 10,
             "n_non_activating": 10,
             "n_failed": 0,
+            # Fisher's exact test, one-sided: TP 6 of 10, TN 10 of 10, six answers of 1 among twenty examples
+            "p_value": pytest.approx(210 / 38760),
+            "above_chance": True,
         }
     assert scores["label"] == "soup" and scores["scorer"] == "word scorer"
     assert score_labels(interp, WordScorer(), concepts=[1], n_examples=10)[1]["detection"]["balanced_accuracy"] == 1.0
@@ -202,7 +208,7 @@ def test_scores_are_cached_with_the_labels_saved_and_dropped_on_relabel(tmp_path
     scorer = WordScorer()
     first = score_labels(interp, scorer, n_examples=4)
     asked = len(scorer.prompts)
-    assert asked == 3 * 2 * 8 and set(interp.label_scores) == {0, 1, 2}
+    assert asked == 2 * 3 * 2 * 8 and set(interp.label_scores) == {0, 1, 2}  # the control asks as much again
     assert score_labels(interp, scorer, n_examples=4) == first and len(scorer.prompts) == asked  # cached
     score_labels(interp, scorer, n_examples=4, seed=1)
     assert len(scorer.prompts) == 2 * asked  # other settings: asked again
@@ -228,3 +234,114 @@ def test_the_embedded_smollm2_scorer_gives_well_formed_scores(smollm2):
         assert (score["n_examples"], score["n_activating"], score["n_non_activating"]) == (2, 1, 1)
         # the reply is begun with "[", so SmolLM2's answers are read, with P("1"); how good they are is not tested
         assert score["n_failed"] == 0 and 0.0 <= score["balanced_accuracy"] <= 1.0 and 0.0 <= score["auc"] <= 1.0
+
+
+def test_the_chance_test_on_known_counts():
+    # every answer right on 10 + 10: the one table of C(20, 10) with TP = 10
+    assert chance_p_value(10, 10, 10, 10) == pytest.approx(1 / 184756)
+    # TP 8 / 10, TN 8 / 10: P(TP >= 8) with 10 answers of 1 = (45·45 + 10·10 + 1) / C(20, 10)
+    assert chance_p_value(8, 10, 8, 10) == pytest.approx(2126 / 184756)
+    assert chance_p_value(7, 10, 7, 10) > CHANCE_LEVEL > chance_p_value(8, 10, 8, 10)  # 0.7 on 20 is not enough
+    assert chance_p_value(5, 10, 5, 10) > 0.5 and chance_p_value(2, 10, 2, 10) > 0.99  # at or below chance
+    assert chance_p_value(3, 3, 3, 3) == 1 / 20 == CHANCE_LEVEL  # even perfect on 6 examples is not below 0.05
+    assert chance_p_value(4, 4, 4, 4) == 1 / 70 < CHANCE_LEVEL and chance_p_value(4, 4, 0, 0) == 1.0
+    constant = score_labels(_interpretation(), lambda prompts: ["[1]"] * len(prompts), concepts=[0], n_examples=6)
+    assert constant[0]["detection"]["above_chance"] is False and constant[0]["detection"]["p_value"] == 1.0
+
+
+def _many(n: int, k: int = 10) -> ConceptInterpretation:
+    """n concepts of k top contexts each, with no shared rows; concept c's contexts say "#c.i"."""
+    examples = [[{**_example(0, i), "row": 100 * c + 10 * i + CENTER, "context": [f"#{c}.{i} ", "ate ", "word ", "today ", "."]}
+                 for i in range(k)] for c in range(n)]  # fmt: skip
+    return ConceptInterpretation.from_flat(
+        method="hand-made", layer="layer:0", labels=[f"label {c}" for c in range(n)], density=np.full(n, 0.1),
+        mean=np.ones(n), maximum=np.full(n, float(k)), minimum=np.zeros(n),
+        top_rows=np.array([[e["row"] for e in row] for row in examples]),
+        top_values=np.array([[e["activation"] for e in row] for row in examples]), examples=examples,
+        top_texts=np.zeros((n, 1), dtype=np.int64), top_text_values=np.ones((n, 1)), texts=["text"],
+        hist_counts=np.zeros((n, 2), dtype=np.int64), hist_edges=np.tile(np.arange(3.0), (n, 1)),
+    )  # fmt: skip
+
+
+class ConceptScorer:
+    """Knows which concept each context comes from ("#k.i"). Under the label of a concept in ``good`` it answers 1
+    exactly on that concept's contexts (its true label scores 1.0; on another concept's examples, at most 0.5);
+    under any other label it answers 1 exactly on the contexts of other concepts (its true label scores 0.0, so it
+    never outscores)."""
+
+    name = "concept scorer"
+
+    def __init__(self, good):
+        self.good, self.prompts = set(good), []
+
+    def __call__(self, prompts):
+        self.prompts += prompts
+        answers = []
+        for messages in prompts:
+            label, texts = _shown(messages)
+            owner = int(label.split()[-1])
+            shown = [int(re.match(r"(?:<<)?#(\d+)\.", text).group(1)) for text in texts]
+            answers.append(json.dumps([int((k == owner) == (owner in self.good)) for k in shown]))
+        return answers
+
+
+@pytest.mark.parametrize("wins, discriminates", [(7, True), (6, False), (10, True), (0, False)])
+def test_the_control_counts_the_concepts_whose_true_label_outscores_a_swapped_one(wins, discriminates):
+    interp = _many(10)
+    good = range(10)[-wins:] if wins else []
+    scores = score_labels(interp, ConceptScorer(good), n_examples=2, n_non_activating=12)
+    control = interp.label_control
+    assert (control["n"], control["wins"], control["ties"]) == (10, wins, 0)
+    assert control["fraction"] == wins / 10 and control["discriminates"] is discriminates
+    assert control["threshold"] == 0.7
+    for c, entry in control["concepts"].items():
+        assert entry["swapped_from"] != c and entry["swapped_label"] == f"label {entry['swapped_from']}"
+        assert entry["true_score"] == (1.0 if c in good else 0.0) == scores[c]["detection"]["balanced_accuracy"]
+        assert entry["outscores"] is (c in good) and entry["swapped_score"] == pytest.approx(
+            (entry["detection"]["balanced_accuracy"] + entry["fuzzing"]["balanced_accuracy"]) / 2
+        )
+    assert sorted(e["swapped_from"] for e in control["concepts"].values()) == list(range(10))  # a permutation
+
+
+def test_the_control_asks_the_same_prompts_under_the_swapped_label_and_ties_do_not_count():
+    interp = _interpretation()
+    scorer = WordScorer()
+    score_labels(interp, scorer, n_examples=4)
+    control = interp.label_control
+    per_concept = 2 * 8  # prompts per concept: detection then fuzzing
+    true, swapped = scorer.prompts[: 3 * per_concept], scorer.prompts[3 * per_concept :]
+    for i, c in enumerate(sorted(control["concepts"])):
+        label, other = interp.labels[c], control["concepts"][c]["swapped_label"]
+        for a, b in zip(
+            true[i * per_concept : (i + 1) * per_concept], swapped[i * per_concept : (i + 1) * per_concept]
+        ):
+            assert _shown(a)[1] == _shown(b)[1] and (_shown(a)[0], _shown(b)[0]) == (label, other)
+    constant = _interpretation()
+    score_labels(constant, lambda prompts: ["[1]"] * len(prompts), n_examples=4)
+    assert {k: constant.label_control[k] for k in ("wins", "ties", "fraction", "discriminates")} == {
+        "wins": 0, "ties": 3, "fraction": 0.0, "discriminates": False}  # fmt: skip
+    assert sorted(derangement(2, 7)) == [0, 1] and derangement(2, 7) == [1, 0]
+    with pytest.raises(ValueError, match="n"):
+        derangement(1, 0)
+
+
+def test_the_control_is_cached_saved_dropped_on_relabel_and_can_be_turned_off(tmp_path):
+    interp = _interpretation()
+    scorer = WordScorer()
+    score_labels(interp, scorer, n_examples=4)
+    asked = len(scorer.prompts)
+    score_labels(interp, scorer, n_examples=4)
+    assert len(scorer.prompts) == asked  # scores and control cached
+    loaded = ConceptInterpretation.load(interp.save(tmp_path / "interp.safetensors"))
+    assert loaded.label_control == interp.label_control and 0 in loaded.label_control["concepts"]  # int keys again
+    assert loaded.replace(label_source="x").label_control == interp.label_control
+    swapped_onto_0 = interp.label_control["concepts"][0]["swapped_from"]
+    new = [label if c != swapped_onto_0 else "other" for c, label in enumerate(interp.labels)]
+    assert loaded.replace(labels=new).label_control is None  # a label the control judged changed
+    interp.relabel(lambda c, examples: interp.labels[c])
+    assert interp.label_control is None and len(interp.label_scores) == 3  # a relabel drops it
+    off = _interpretation()
+    score_labels(off, scorer, n_examples=4, control=False)
+    assert off.label_control is None
+    score_labels(off, scorer, concepts=[0], n_examples=4)
+    assert off.label_control is None  # one concept has no other label to swap in

@@ -477,3 +477,51 @@ def test_the_label_score_filter_keeps_labels_whose_two_scores_reach_it():
         browser.min_label_score = 1.5
     with pytest.raises(ValueError, match="needs scored labels"):
         ConceptBrowser(_interpretation(scored=False)).min_label_score = 0.5
+
+
+def _with_control(interp: ConceptInterpretation, wins: int, n: int = 3, ties: int = 0) -> ConceptInterpretation:
+    """``interp`` with a swapped-label control over concepts 0..n-1 (each judged under the next one's label) whose
+    true label won ``wins`` times, and concept 0's detection score (and concept 1's fuzzing score) no better than
+    chance."""
+    labels = interp.labels
+    concepts = {c: {"label": labels[c], "swapped_from": (c + 1) % n, "swapped_label": labels[(c + 1) % n]}
+                for c in range(n)}  # fmt: skip
+    scores = {c: {**entry} for c, entry in interp.label_scores.items()}
+    for entry in scores.values():
+        for kind in ("detection", "fuzzing"):
+            entry[kind] = {**entry[kind], "p_value": 0.01, "above_chance": True}
+    scores[0]["detection"] = {**scores[0]["detection"], "p_value": 0.3, "above_chance": False}
+    scores[1]["fuzzing"] = {**scores[1]["fuzzing"], "p_value": 0.2, "above_chance": False}
+    control = {"scorer": "<b>judge</b>", "settings": {}, "concepts": concepts, "n": n, "wins": wins, "ties": ties,
+               "fraction": wins / n, "threshold": 0.7, "discriminates": wins / n >= 0.7}  # fmt: skip
+    return interp.replace(label_scores=scores, label_control=control)
+
+
+def test_the_control_decides_whether_scores_no_better_than_chance_are_marked(tmp_path):
+    passed = ConceptBrowser(_with_control(_interpretation(), wins=3), hide_dead=False)
+    assert passed.label_discriminates and (passed.label_control_n, passed.label_control_wins) == (3, 3)
+    assert passed.label_detection_chance.tolist() == [1, 0, 0, -1, -1, -1]
+    assert passed.label_fuzzing_chance.tolist() == [0, 1, 0, -1, -1, -1]
+    text = "".join(ET.fromstring(passed.static_svg()).itertext())
+    assert (
+        "control: the true label outscores a swapped one in 3 of 3 concepts (100 %, 0 tied; ≥ 70 % needed): "
+        "the scorer discriminates; scores no better than chance are marked" in text
+    )
+    assert "#0 label 0 · label detection 0.625 (not above chance) · fuzzing 0.5 · density" in text
+    assert f"#1 {EVIL} · label detection 0.875 · fuzzing 0.75 (not above chance) · density" in text
+    failed = ConceptBrowser(_with_control(_interpretation(), wins=2, ties=1), hide_dead=False)
+    assert not failed.label_discriminates and failed.label_detection_chance.tolist()[0] == 1  # carried, not shown
+    svg = failed.static_svg()
+    text = "".join(ET.fromstring(svg).itertext())
+    assert (
+        "in 2 of 3 concepts (67 %, 1 tied; ≥ 70 % needed): the scorer cannot discriminate, so no score is marked as "
+        "chance" in text
+    )
+    assert "not above chance" not in text and "<b>" not in svg and "<img" not in svg
+    unchecked = ConceptBrowser(_interpretation(), hide_dead=False)  # scores saved before the control existed
+    assert unchecked.label_control_n == 0 and unchecked.label_detection_chance.tolist() == [-1] * 6
+    assert "no swapped-label control was run, so no score is marked as chance" in unchecked.label_control_text()
+    payload = passed.mime_payload()["data"]
+    assert (payload["label_control_n"], payload["label_control_wins"], payload["label_discriminates"]) == (3, 3, True)
+    page = failed.export_html(tmp_path / "concepts.html").read_text(encoding="utf-8")
+    assert "<b>judge" not in page and EVIL not in page

@@ -22,7 +22,7 @@ from interp_widgets.widgets import (
 )  # fmt: skip
 from interp_widgets.widgets.patching import demo_patching_data
 from interp_widgets.widgets import CircuitView
-from tests.widgets.test_concept_widget import _interpretation, _text
+from tests.widgets.test_concept_widget import _interpretation, _text, _with_control
 from tests.widgets.test_steering_view import _steering_result
 from tests.widgets.test_views_widget import _collection, _gen_result, _result
 
@@ -42,7 +42,7 @@ VIEWS = {
     ComparisonWidget: lambda **kw: compare([_result([[0.1] * 5, [0.2, 0.1, 0.3, 0.4, 0.5]], method="a"),
                                             _result([[0.1] * 5, [0.5, 0.4, 0.3, 0.2, 0.1]], method="b")], **kw),
     ExampleListWidget: lambda **kw: ExampleListWidget(_collection(), **kw),
-    ConceptBrowser: lambda **kw: ConceptBrowser(_interpretation(), texts=[_text()], **kw),
+    ConceptBrowser: lambda **kw: ConceptBrowser(_with_control(_interpretation(), wins=3), texts=[_text()], **kw),
     MonitorWidget: lambda **kw: MonitorWidget(layers=["layer:0"], **kw),
     AttentionWidget: lambda **kw: AttentionWidget(_attention_patterns(), **kw),
     LensWidget: lambda **kw: LensWidget(_lens_result(), **kw),

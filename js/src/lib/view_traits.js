@@ -94,9 +94,16 @@ export const COMPARISON_DATA_TRAITS = ["tokens", "spaces_before", "special_mask"
  * @property {BinaryArray} label_detection  float32, 1-D; {} when absent. Detection score (balanced accuracy) of each concept's label (NaN: not scored); None when no label is scored.
  * @property {BinaryArray} label_fuzzing  float32, 1-D; {} when absent. Fuzzing score (balanced accuracy) of each concept's label (NaN: not scored); None when no label is scored.
  * @property {string} label_scorer  The scorer model that judged the labels (empty: none).
+ * @property {BinaryArray} label_detection_chance  int8 | int16 | int32, 1-D; {} when absent. Per concept, 1 when its detection score is no better than chance (one-sided test at 0.05), 0 when it is, -1 when untested; None when no label is scored.
+ * @property {BinaryArray} label_fuzzing_chance  int8 | int16 | int32, 1-D; {} when absent. Per concept, 1 when its fuzzing score is no better than chance, 0 when it is, -1 when untested; None when no label is scored.
+ * @property {number} label_control_n  Concepts in the swapped-label control (0: no control run).
+ * @property {number} label_control_wins  Concepts whose true label outscored the swapped one.
+ * @property {number} label_control_ties  Concepts where the two labels scored the same (not wins).
+ * @property {number} label_control_threshold  Fraction of wins the control needs.
+ * @property {boolean} label_discriminates  The control passed (wins / concepts ≥ threshold): only then are chance marks shown.
  */
 /** Data traits of the concept_browser view. @type {(keyof ConceptBrowserData)[]} */
-export const CONCEPT_BROWSER_DATA_TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "label_detection", "label_fuzzing", "label_scorer"];
+export const CONCEPT_BROWSER_DATA_TRAITS = ["method", "layer", "n_rows", "labels", "top_tokens", "density", "max_activation", "importance", "importance_label", "text_tokens", "text_gaps", "text_top_concepts", "text_top_values", "label_detection", "label_fuzzing", "label_scorer", "label_detection_chance", "label_fuzzing_chance", "label_control_n", "label_control_wins", "label_control_ties", "label_control_threshold", "label_discriminates"];
 
 /**
  * Data of the example_list view (ExampleListData, version 2): the synced data traits of ExampleListWidget.

@@ -78,23 +78,46 @@ function requestDetails(ctx, ids) {
   ctx.save({ requested: ids });
 }
 
-/** "detection 0.875 · fuzzing 0.75" for a scored label (balanced accuracies), "" otherwise. */
-export function labelScoreText(detection, fuzzing) {
+const CHANCE_MARK = " (not above chance)";
+
+/**
+ * "detection 0.875 · fuzzing 0.75" for a scored label (balanced accuracies), "" otherwise; a score marked in `marks`
+ * ({detection, fuzzing}: no better than chance) is followed by " (not above chance)".
+ */
+export function labelScoreText(detection, fuzzing, marks = {}) {
   if (!Number.isFinite(detection) && !Number.isFinite(fuzzing)) return "";
-  return `detection ${formatScore(detection)} \u00b7 fuzzing ${formatScore(fuzzing)}`;
+  return `detection ${formatScore(detection)}${marks.detection ? CHANCE_MARK : ""} \u00b7 fuzzing ${formatScore(fuzzing)}${marks.fuzzing ? CHANCE_MARK : ""}`;
 }
 
-/** The label's two scores as text beside it (the numbers are the accessible form: no colour carries them). */
+/** Which of concept `c`'s scores are marked no better than chance: none unless the swapped-label control passed. */
+export function chanceMarks(data, c) {
+  const shown = data.control?.discriminates;
+  return { detection: Boolean(shown && data.detectionChance?.[c] === 1), fuzzing: Boolean(shown && data.fuzzingChance?.[c] === 1) };
+} // prettier-ignore
+
+const percent = (fraction) => Math.round(100 * fraction);
+
+/** The swapped-label control's outcome, in the words of the static picture (`ConceptBrowser.label_control_text`). */
+export function controlText(control) {
+  if (!control || control.n === 0) return "no swapped-label control was run, so no score is marked as chance";
+  const told = `control: the true label outscores a swapped one in ${control.wins} of ${control.n} concepts (${percent(control.wins / control.n)} %, ${control.ties} tied; \u2265 ${percent(control.threshold)} % needed)`;
+  return control.discriminates
+    ? `${told}: the scorer discriminates; scores no better than chance are marked`
+    : `${told}: the scorer cannot discriminate, so no score is marked as chance`;
+}
+
+/** The label's two scores as text beside it (the numbers and marks are the accessible form: no colour carries them). */
 function labelScoreChip(ctx, c) {
   const { detection, fuzzing } = ctx.data;
   if (!detection) return "";
-  const text = labelScoreText(detection[c], fuzzing?.[c] ?? NaN);
+  const marks = chanceMarks(ctx.data, c);
+  const text = labelScoreText(detection[c], fuzzing?.[c] ?? NaN, marks);
   if (!text) return h("span", { class: "iw-label-scores iw-label-unscored" }, "not scored");
   return h(
     "span",
     {
-      class: "iw-label-scores",
-      title: `how well the label lets ${ctx.data.scorer || "the scorer"} tell where the concept fires: balanced accuracy, chance 0.5`,
+      class: `iw-label-scores${marks.detection || marks.fuzzing ? " iw-label-chance" : ""}`,
+      title: `how well the label lets ${ctx.data.scorer || "the scorer"} tell where the concept fires: balanced accuracy, chance 0.5${marks.detection || marks.fuzzing ? "; not above chance: a one-sided test at 0.05 did not find the score above 0.5" : ""}`,
     },
     text,
   );
@@ -102,7 +125,9 @@ function labelScoreChip(ctx, c) {
 
 function conceptItem(ctx, c, selected) {
   const imp = ctx.data.importance ? ctx.data.importance[c] : NaN;
-  const scores = ctx.data.detection ? labelScoreText(ctx.data.detection[c], ctx.data.fuzzing?.[c] ?? NaN) : "";
+  const scores = ctx.data.detection
+    ? labelScoreText(ctx.data.detection[c], ctx.data.fuzzing?.[c] ?? NaN, chanceMarks(ctx.data, c))
+    : "";
   const dead = ctx.data.density[c] === 0;
   const chip = h("span", { class: "iw-concept-importance" }, Number.isNaN(imp) ? "" : formatScore(imp, { sign: true }));
   if (!Number.isNaN(imp)) paintToken(chip, imp, importanceMax(ctx), { theme: ctx.theme, signed: true });
@@ -445,7 +470,7 @@ export function draw(ctx, level) {
   const { page, pages, items: shown } = pageOf(order, ctx.model.get("page"), ctx.model.get("page_size"));
   const selected = ctx.model.get("selected_concept") ?? -1;
   parts.root.dataset.iwTheme = ctx.theme;
-  parts.summary.textContent = `${ctx.data.labels.length} ${ctx.model.get("method") ?? ""} concepts${ctx.model.get("layer") ? ` at ${ctx.model.get("layer")}` : ""}${ctx.model.get("n_rows") ? ` over ${ctx.model.get("n_rows")} rows` : ""}${ctx.data.importance ? ` \u00b7 importance: ${ctx.model.get("importance_label") || "importance"}` : ""}${deadCount(ctx) ? ` \u00b7 ${deadCount(ctx)} never fired${options.hideDead ? " (hidden)" : ""}` : ""}${ctx.data.detection ? ` \u00b7 labels scored by ${ctx.data.scorer || "a scorer"} (balanced accuracy, chance 0.5)` : ""}`;
+  parts.summary.textContent = `${ctx.data.labels.length} ${ctx.model.get("method") ?? ""} concepts${ctx.model.get("layer") ? ` at ${ctx.model.get("layer")}` : ""}${ctx.model.get("n_rows") ? ` over ${ctx.model.get("n_rows")} rows` : ""}${ctx.data.importance ? ` \u00b7 importance: ${ctx.model.get("importance_label") || "importance"}` : ""}${deadCount(ctx) ? ` \u00b7 ${deadCount(ctx)} never fired${options.hideDead ? " (hidden)" : ""}` : ""}${ctx.data.detection ? ` \u00b7 labels scored by ${ctx.data.scorer || "a scorer"} (balanced accuracy, chance 0.5) \u00b7 ${controlText(ctx.data.control)}` : ""}`;
   parts.sortSelect.replaceChildren(
     ...Object.entries(SORT_KEYS)
       .filter(([k]) => ctx.data.importance || !k.includes("importance"))

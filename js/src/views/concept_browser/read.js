@@ -104,6 +104,15 @@ export function read(model) {
     detection: column("label_detection"),
     fuzzing: column("label_fuzzing"),
     scorer: model.get("label_scorer") ?? "",
+    detectionChance: column("label_detection_chance"),
+    fuzzingChance: column("label_fuzzing_chance"),
+    control: {
+      n: Number(model.get("label_control_n") ?? 0),
+      wins: Number(model.get("label_control_wins") ?? 0),
+      ties: Number(model.get("label_control_ties") ?? 0),
+      threshold: Number(model.get("label_control_threshold") ?? 0.7),
+      discriminates: Boolean(model.get("label_discriminates")),
+    },
     texts: { tokens, gaps: model.get("text_gaps") ?? [], starts, top: top?.values, topWidth: top?.shape[1] ?? 0, topValues: top ? decodeArray(model.get("text_top_values")).values : null },
   }; // prettier-ignore
 }
