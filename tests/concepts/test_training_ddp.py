@@ -3,7 +3,8 @@ process on the same data and seed (the union of the ranks' rows is the single-pr
 
 After 3 Adam steps the weights agree to 1e-6 relative (only the order of float summation differs); after a short
 full run the held-out FVU agrees within 1 %; BatchTopK's selection over the whole batch equals the single-process
-one; early stopping and the dead-concept counts agree; every rank ends with the same weights.
+one; early stopping and the dead-concept counts agree; every rank ends with the same weights. Layer-parallel
+TranscoderSet training (one rank per group of layers) gives every rank the single-process set.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from interp_widgets.concepts import BatchTopKSAE, JumpReLUSAE, SparseAutoencoder
 from interp_widgets.concepts.activations import META_FIELDS, ActivationStore
 from interp_widgets.concepts.training import Ranks
 from interp_widgets.concepts.transcoders import Transcoder
+from interp_widgets.demo import corpus
+from tests import tiny_models
 
 RNG = np.random.default_rng(0)
 # sparse structure, so that the dictionaries learn something in a few epochs: 220 rows = 22 held out + 3 batches of 66
@@ -28,7 +31,7 @@ CODES = (RNG.random((220, 24)) < 0.12) * RNG.exponential(size=(220, 24))
 X = (CODES @ ATOMS + 0.05 * RNG.normal(size=(220, 8))).astype(np.float32)
 Y = (X @ RNG.normal(size=(8, 6)) * 0.5).astype(np.float32)
 STEPS = {"max_epochs": 1, "batch_size": 66, "monitor_rows": 50, "resample_dead": False, "progress": False}
-FULL = {"max_epochs": 12, "batch_size": 33, "monitor_rows": 50, "progress": False, "lr": 3e-3}
+FULL = {"max_epochs": 8, "batch_size": 33, "monitor_rows": 50, "progress": False, "lr": 3e-3}
 
 
 def models() -> dict:
@@ -43,7 +46,7 @@ def models() -> dict:
         "store_topk_4_steps": lambda store: SparseAutoencoder(16, k=3, **STEPS).fit(store),
         "topk_full": lambda store: SparseAutoencoder(16, k=3, **FULL).fit(X),
         "batchtopk_full": lambda store: BatchTopKSAE(16, k=3, **FULL).fit(X),
-        # wide: concepts die and are resampled each epoch; stops early after 5 epochs
+        # wide: concepts die and are resampled each epoch; stops early after 5 of 8 epochs
         "resample_early_stop_full": lambda store: SparseAutoencoder(64, k=2, patience=2, min_delta=0.03, **FULL).fit(X),
     }
 
@@ -56,6 +59,16 @@ def disk_store(path: str) -> ActivationStore:
         # three chunks, so that batches span chunks
         ActivationStore([X[:90], X[90:150], X[150:]], meta, ["t"], {"dim": 8, "layer": "l"}).save(path)
     return ActivationStore.open(path)
+
+
+def fit_transcoder_set(process_group=None):
+    from interp_widgets.circuits import TranscoderSet
+
+    model, tokenizer = tiny_models.gpt2_lm()
+    template = Transcoder(16, k=2, max_epochs=3, batch_size=64, progress=False)
+    tcs = TranscoderSet.fit(model, tokenizer, corpus()[:30], transcoder=template, buffer_tokens=150,
+                            process_group=process_group)  # fmt: skip
+    return {f"{layer}/{name}": t.numpy() for layer in tcs.layers for name, t in tcs[layer].weights_.items()}
 
 
 def record(model) -> dict:
@@ -86,6 +99,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         sae = BatchTopKSAE(16, k=3)
         sae.k_, sae._ranks = 3.0, ranks
         np.save(os.path.join(out_dir, f"batchtopk-rank{rank}.npy"), sae._batch_topk(pre[ranks.part(len(pre))]).numpy())
+        np.savez(os.path.join(out_dir, f"layers-rank{rank}.npz"), **fit_transcoder_set(dist.group.WORLD))
         # ranks holding different data are told so, on every rank
         try:
             SparseAutoencoder(8, k=2, **STEPS).fit(X[rank * 100 : rank * 100 + 100])
@@ -99,9 +113,9 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     out = tmp_path_factory.mktemp("ddp")
+    store = disk_store(str(out / "store"))  # written once, before the ranks open it
     # fork keeps the test fast (no re-import of torch); the workers run single-threaded
     mp.start_processes(_worker, args=(2, str(out / "init"), str(out)), nprocs=2, join=True, start_method="fork")
-    store = disk_store(str(out / "store"))
     single = {name: record(fit(store)) for name, fit in models().items()}
     ranks = {name: [dict(np.load(out / f"{name}-rank{r}.npz")) for r in range(2)] for name in single}
     return out, single, ranks
@@ -184,3 +198,14 @@ def test_single_process_rules():
     assert np.array_equal(np.sort(np.concatenate(rows)), np.arange(len(X)))
     for batch, index in zip(store.minibatches(66, seed=3), rows):
         np.testing.assert_array_equal(batch, X[index])
+
+
+def test_layer_parallel_transcoder_set_equals_one_process(runs):
+    out, _, _ = runs
+    single = fit_transcoder_set()
+    assert {key.split("/")[0] for key in single} == {"0", "1"}
+    for rank in range(2):  # rank 0 trained layer 0, rank 1 layer 1; both got the whole set
+        parallel = dict(np.load(out / f"layers-rank{rank}.npz"))
+        assert sorted(parallel) == sorted(single)
+        for key in single:  # to float rounding: the workers run single-threaded, this process may not
+            assert relative(parallel[key], single[key]) < 1e-6, (key, relative(parallel[key], single[key]))
