@@ -17,6 +17,9 @@ with one loss:
   ``target=``; without ``Y`` the target is the normalised input itself and ``_loss(xn, w)`` is called;
 - the loss is whatever ``_loss`` returns: several nested prefix losses (a Matryoshka SAE) are one ``_loss``.
 
+Under ``torch.distributed`` (``torchrun``) the same loop trains data-parallel: each rank reads its part of every
+minibatch and the ranks reduce what must be global (:class:`Ranks` gives the rule).
+
 Example:
     >>> config = TrainingConfig(max_epochs=20, batch_size=128, progress=False)
     >>> config
