@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from interp_widgets.concepts import BatchTopKSAE, JumpReLUSAE, SparseAutoencoder, TrainingConfig
+from interp_widgets.concepts import BatchTopKSAE, JumpReLUSAE, MatryoshkaSAE, SparseAutoencoder, TrainingConfig
 from interp_widgets.concepts.activations import META_FIELDS, ActivationStore
 from interp_widgets.concepts.training import Ranks
 from interp_widgets.concepts.transcoders import Transcoder
@@ -42,8 +42,11 @@ def models() -> dict:
         "jumprelu_3_steps": lambda store: JumpReLUSAE(16, **STEPS).fit(X),
         "batchtopk_3_steps": lambda store: BatchTopKSAE(16, k=3, **STEPS).fit(X),
         "transcoder_3_steps": lambda store: Transcoder(16, k=3, **STEPS).fit(X, Y),
+        "matryoshka_3_steps": lambda store: MatryoshkaSAE(16, k=3, **STEPS).fit(X),  # prefixes 4, 8, 16
         # a store on disk: 220 rows, monitoring sample of 50 (also trained on), batches 66, 66, 66, 22
         "store_topk_4_steps": lambda store: SparseAutoencoder(16, k=3, **STEPS).fit(store),
+        # batches of 73, 73, 73 and 1 row: rank 1 has no row in the last step but takes part in it
+        "store_batchtopk_4_steps": lambda store: BatchTopKSAE(16, k=3, **{**STEPS, "batch_size": 73}).fit(store),
         "topk_full": lambda store: SparseAutoencoder(16, k=3, **FULL).fit(X),
         "batchtopk_full": lambda store: BatchTopKSAE(16, k=3, **FULL).fit(X),
         # wide: concepts die and are resampled each epoch; stops early after 5 of 8 epochs
@@ -133,7 +136,9 @@ def relative(a: np.ndarray, b: np.ndarray) -> float:
         "jumprelu_3_steps",
         "batchtopk_3_steps",
         "transcoder_3_steps",
+        "matryoshka_3_steps",
         "store_topk_4_steps",
+        "store_batchtopk_4_steps",
     ],
 )
 def test_three_steps_equal_one_process_on_the_union(runs, name):
