@@ -437,7 +437,8 @@ class DictionaryTrainer:
     minibatch), :meth:`end_epoch` (the monitoring loss and FVU, the best weights, early stopping and resampling) and
     :meth:`run` (the :class:`TrainingRun`). :meth:`state_dict` / :meth:`load_state_dict` hold everything a resumed
     run needs (weights, Adam's state, the best weights, the random generator, the counters), so that a run resumed
-    from them takes exactly the steps of an uninterrupted one.
+    from them takes exactly the steps of an uninterrupted one. With ``ranks=`` (:class:`Ranks`) every rank builds one
+    from the same monitoring sample and steps on its part of each minibatch; the steps are collective.
 
     Example:
         >>> from interp_widgets.concepts import SparseAutoencoder
