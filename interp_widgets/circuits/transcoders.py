@@ -336,9 +336,10 @@ def _fingerprint(model, texts, layers, input_point, template, buffer_tokens, inc
     params = {
         k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in template.get_params().items()
     }
-    params.pop("progress", None)
-    if isinstance(params.get("training"), dict):
-        params["training"].pop("progress", None)
+    for name in ("progress", "distributed"):  # neither changes what a run computes
+        params.pop(name, None)
+        if isinstance(params.get("training"), dict):
+            params["training"].pop(name, None)
     return {
         "model": type(model).__name__,
         "model_name": display_name(model_name_of(model)),
@@ -461,6 +462,7 @@ class TranscoderSet:
         include_special: bool = False,
         max_batch_tokens: int = 8192,
         callback: Callable[[int], None] | None = None,
+        process_group=None,
     ) -> TranscoderSet:
         """Train a transcoder for every layer in ``layers`` from one forward pass over ``texts``.
 
@@ -485,6 +487,13 @@ class TranscoderSet:
             max_batch_tokens: padded tokens per forward pass at most.
             callback: called with the number of steps taken so far after every step (every layer's step on one
                 minibatch); an exception it raises stops the run (the checkpoint keeps the last window).
+            process_group: a ``torch.distributed`` group to train layer-parallel (sparsify's
+                ``--distribute_modules``): every rank streams the same texts but captures and trains only its layers,
+                rank ``r`` of ``W`` the ``r``-th of ``W`` contiguous groups of ``layers`` (there must be at least
+                ``W`` layers), and every rank returns the whole set, gathered. Each layer's transcoder equals the
+                single-process one up to float rounding (the same windows, monitoring rows and minibatches). The checkpoint of rank
+                ``r`` is ``checkpoint_dir/rank-<r>-of-<W>``; ``fit_info`` counts the windows, steps and rows of the
+                rank that ran longest, a transcoder's ``fit_info_["rows"]`` those of its own rank.
 
         Example:
             >>> tcs = TranscoderSet.fit(lm, lm_tokenizer, texts, layers=[1],
@@ -496,7 +505,19 @@ class TranscoderSet:
         from tqdm.auto import tqdm
 
         texts = _texts(texts)
-        chosen = _layers_of(model, layers)
+        chosen = everything = _layers_of(model, layers)
+        rank, world = 0, 1
+        if process_group is not None:
+            import torch.distributed as dist
+
+            rank, world = dist.get_rank(process_group), dist.get_world_size(process_group)
+            if world > len(chosen):
+                raise ValueError(
+                    f"layer-parallel training needs at least one layer per rank: {len(chosen)} layers for {world} "
+                    "ranks; train fewer ranks or more layers"
+                )
+            chosen = [list(group) for group in np.array_split(chosen, world)][rank]
+            chosen = [int(layer) for layer in chosen]
         points = {layer: transcoder_points(model, layer, input_point) for layer in chosen}
         check_int("buffer_tokens", buffer_tokens, minimum=1)
         check_number("checkpoint_every", checkpoint_every, minimum=0)
@@ -510,6 +531,8 @@ class TranscoderSet:
             model, texts, chosen, input_point, template, buffer_tokens, include_special, max_batch_tokens
         )
         directory = None if checkpoint_dir is None else Path(checkpoint_dir)
+        if directory is not None and world > 1:
+            directory = directory / f"rank-{rank:05d}-of-{world}"
         checkpointed = None if directory is None else _read_checkpoint(directory)
         saved, trainer_state = checkpointed if checkpointed is not None else (None, None)
         if saved is not None and saved["fingerprint"] != fingerprint:
@@ -565,7 +588,7 @@ class TranscoderSet:
             for layer, trainer in trainers.items():
                 trainer.load_state_dict(trainer_state(str(layer)))
         bar = tqdm(total=len(texts), desc=f"transcoders ({len(chosen)} layers)", unit="text",
-                   disable=not config.progress, initial=state["position"])  # fmt: skip
+                   disable=not config.progress or rank > 0, initial=state["position"])  # fmt: skip
         finished = bool(trainers) and all(t.stopped for t in trainers.values())  # resumed after the end
         stream = windows(len(texts) if finished else state["position"])
 
@@ -633,9 +656,17 @@ class TranscoderSet:
             tc.n_features_in_ = int(tc.weights_["W_enc"].shape[0])
             fitted[layer] = tc
         info = {"windows": state["window"], "steps": state["steps"], "rows": state["rows"], "monitor_rows": n_monitor}
+        seconds = state["seconds"]
+        if world > 1:  # every rank gets every rank's transcoders
+            gathered = [None] * world
+            dist.all_gather_object(gathered, (fitted, info, seconds), group=process_group)
+            fitted = {layer: part[0][layer] for part in gathered for layer in part[0]}
+            fitted = {layer: fitted[layer] for layer in everything}
+            info = {key: max(part[1][key] for part in gathered) for key in info}
+            seconds = max(part[2] for part in gathered)
         fitted_set = cls(fitted, input_point=input_point, model_name=name, n_layers=len(blocks(model)[1]),
                          d_model=width, fit_info=info)  # fmt: skip
-        fitted_set.fit_seconds = round(state["seconds"], 1)  # summed over resumed runs (kept in the checkpoint)
+        fitted_set.fit_seconds = round(seconds, 1)  # summed over resumed runs (kept in the checkpoint)
         return fitted_set
 
     def replacement_weights(self, layer: int) -> dict[str, torch.Tensor]:

@@ -263,28 +263,41 @@ class ActivationStore:
             >>> [batch.shape for batch in store.minibatches(200, seed=1)]
             [(200, 32), (200, 32), (200, 32), (175, 32)]
         """
+        for rows in self.minibatch_rows(batch_size, seed=seed, shuffle=shuffle):
+            yield self._rows(rows)
+
+    def minibatch_rows(self, batch_size: int, *, seed: int | None = 0, shuffle: bool = True) -> Iterator[np.ndarray]:
+        """The row indices of :meth:`minibatches`' batches, in the same order (``minibatches`` reads them).
+
+        A rank of a data-parallel training run reads only its part of each batch's rows
+        (:func:`~interp_widgets.concepts.training.train_dictionary`).
+
+        Example:
+            >>> store = collect_activations(model, tokenizer, texts, layer=1, progress=False)
+            >>> rows = next(store.minibatch_rows(200, seed=1))
+            >>> bool(np.array_equal(store[rows], next(store.minibatches(200, seed=1))))
+            True
+        """
         batch_size = check_int("batch_size", batch_size, minimum=1)
         rng = np.random.default_rng(seed)
         if self.in_memory:
             order = rng.permutation(len(self)) if shuffle else np.arange(len(self))
             for start in range(0, len(self), batch_size):
-                yield self._rows(order[start : start + batch_size])
+                yield order[start : start + batch_size]
             return
+        # on disk: chunks in random order, rows in random order within each chunk, so that a batch spans one or two
+        # chunks (one chunk read into RAM at a time)
         chunk_order = rng.permutation(len(self._chunks)) if shuffle else np.arange(len(self._chunks))
-        pending: list[np.ndarray] = []
-        pending_rows = 0
+        pending = np.empty(0, dtype=np.int64)
         for index in chunk_order:
-            block = self._chunks[index][:]
-            if shuffle:
-                block = block[rng.permutation(len(block))]
-            pending.append(block)
-            pending_rows += len(block)
-            while pending_rows >= batch_size:
-                merged = np.concatenate(pending) if len(pending) > 1 else pending[0]
-                yield merged[:batch_size]
-                pending, pending_rows = [merged[batch_size:]], len(merged) - batch_size
-        if pending_rows:
-            yield np.concatenate(pending)
+            first, n_rows = int(self._bounds[index]), int(self._bounds[index + 1] - self._bounds[index])
+            local = rng.permutation(n_rows) if shuffle else np.arange(n_rows)
+            pending = np.concatenate([pending, first + local])
+            while len(pending) >= batch_size:
+                yield pending[:batch_size]
+                pending = pending[batch_size:]
+        if len(pending):
+            yield pending
 
     def sample(self, n: int, *, seed: int | None = 0) -> np.ndarray:
         """``n`` distinct random rows (all rows, in order, if the store has at most ``n``).

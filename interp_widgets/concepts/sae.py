@@ -726,8 +726,18 @@ class BatchTopKSAE(_SparseAutoencoderBase):
         return max(1, int(self.n_concepts) // 10) if self.k is None else float(self.k)
 
     def _batch_topk(self, pre: torch.Tensor) -> torch.Tensor:
+        """The ``round(k · B)`` largest ReLU'd pre-activations of the batch of ``B`` rows, the others zero.
+
+        During a data-parallel step (:class:`~interp_widgets.concepts.training.Ranks`) ``pre`` is this rank's rows
+        and the selection is over the whole batch: each rank keeps its activations that reach the batch's
+        ``round(k · B)``-th largest, gathered from every rank's candidates."""
         acts = torch.relu(pre).reshape(-1)
-        keep = min(acts.numel(), max(1, round(self.k_ * (pre.numel() // pre.shape[-1]))))
+        ranks = getattr(self, "_ranks", None)
+        rows = pre.numel() // pre.shape[-1] if ranks is None else ranks.rows
+        keep = min(rows * pre.shape[-1], max(1, round(self.k_ * rows)))
+        if ranks is not None:
+            threshold = ranks.kth_largest(acts, keep)
+            return torch.where(acts >= threshold, acts, torch.zeros_like(acts)).reshape(pre.shape)
         values, indices = acts.topk(keep)
         return torch.zeros_like(acts).scatter(0, indices, values).reshape(pre.shape)
 

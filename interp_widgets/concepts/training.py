@@ -17,6 +17,9 @@ with one loss:
   ``target=``; without ``Y`` the target is the normalised input itself and ``_loss(xn, w)`` is called;
 - the loss is whatever ``_loss`` returns: several nested prefix losses (a Matryoshka SAE) are one ``_loss``.
 
+Under ``torch.distributed`` (``torchrun``) the same loop trains data-parallel: each rank reads its part of every
+minibatch and the ranks reduce what must be global (:class:`Ranks` gives the rule).
+
 Example:
     >>> config = TrainingConfig(max_epochs=20, batch_size=128, progress=False)
     >>> config
@@ -60,8 +63,10 @@ class TrainingConfig:
             pre-activations, which gives them gradient again. 0: off.
         dead_rows: training rows without firing after which a concept counts as dead for ``auxk_alpha``.
         seed: seed of the initialisation, the monitoring sample, the minibatch order and the resampling.
-        progress: show a progress bar.
+        progress: show a progress bar (on rank 0 only when training across ranks).
         device: torch device for training (the fitted weights are kept on the CPU).
+        distributed: train data-parallel across the ranks of ``torch.distributed`` (see :class:`Ranks`). None: when
+            it is initialised with more than one rank; True: require it; False: train on this process's rows alone.
 
     A dictionary takes one as ``training=``, or the same names as keyword arguments (``SparseAutoencoder(64,
     lr=3e-3)``), which override the fields of ``training`` (or of the defaults).
@@ -87,6 +92,7 @@ class TrainingConfig:
     seed: int = 0
     progress: bool = True
     device: str = "cpu"
+    distributed: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_epochs", "patience", "dead_rows"):
@@ -99,6 +105,8 @@ class TrainingConfig:
             torch.device(self.device)
         except (RuntimeError, TypeError):
             raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {self.device!r}") from None
+        if self.distributed not in (None, True, False):
+            raise ValueError(f"distributed must be None, True or False, got {self.distributed!r}")
 
     def __repr__(self) -> str:
         changed = "".join(
@@ -131,7 +139,7 @@ class TrainingConfig:
             >>> TrainingConfig.resolve(None, {"max_epoch": 3}, "SparseAutoencoder")
             Traceback (most recent call last):
             ...
-            TypeError: SparseAutoencoder got an unexpected keyword argument 'max_epoch'; did you mean 'max_epochs'? (keyword arguments beyond its own are TrainingConfig fields: lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, auxk_alpha, dead_rows, seed, progress, device)
+            TypeError: SparseAutoencoder got an unexpected keyword argument 'max_epoch'; did you mean 'max_epochs'? (keyword arguments beyond its own are TrainingConfig fields: lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, auxk_alpha, dead_rows, seed, progress, device, distributed)
         """
         names = cls.field_names()
         for key in overrides:
@@ -202,6 +210,114 @@ def _adam(params, lr: float) -> torch.optim.Adam:
         return torch.optim.Adam(params, lr=lr)
 
 
+class Ranks:
+    """The ranks of a ``torch.distributed`` process group that train one dictionary data-parallel.
+
+    Every rank holds the same dictionary, the same monitoring sample and the same data (an array, or a store that
+    every rank opens: :func:`~interp_widgets.concepts.collect_activations` with a ``process_group`` returns the
+    whole store on every rank), and reads only its part of each minibatch. The rule that makes a run equal a
+    single-process one on the same data and seed, up to the order of float summation:
+
+    - the minibatches are the single-process ones; rank ``r`` of ``W`` takes the ``r``-th of ``W`` contiguous,
+      near-equal row ranges of each (:meth:`part`), so the union of the ranks' rows, in rank order, is the batch;
+    - each rank's loss (a mean over its rows) is weighted by its share of the batch's rows and the gradients are
+      summed across ranks (the weighted average: the gradient of the batch's mean) before every Adam step;
+    - the concepts' firing counts (dead concepts, the auxiliary-k loss's ``dead_rows``) and the training loss are
+      summed across ranks;
+    - BatchTopK keeps the ``round(k · B)`` largest activations of the whole batch of ``B`` rows: the ranks
+      all-gather their own ``k · B`` largest candidates and keep what reaches the global ``k · B``-th largest
+      (:meth:`kth_largest`; an exact tie at that value keeps every tied activation, ``topk`` would keep some);
+    - the initial weights, the weights after resampling and the monitoring loss and FVU are rank 0's, broadcast
+      (every rank evaluates the same monitoring sample, so early stopping decides the same on every rank).
+
+    Example (a one-process gloo group; under ``torchrun --nproc-per-node 2`` every rank runs the same
+    ``SparseAutoencoder(...).fit(store)`` and training splits itself, not run here):
+        >>> import torch.distributed as dist
+        >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+        >>> try:
+        ...     ranks = Ranks(dist.group.WORLD)
+        ...     print(ranks.world, ranks.part(10), ranks.kth_largest(torch.tensor([3.0, 1.0, 2.0]), 2))
+        ... finally:
+        ...     dist.destroy_process_group()
+        1 slice(0, 10, None) 2.0
+    """
+
+    def __init__(self, group=None):
+        import torch.distributed as dist
+
+        self.dist = dist
+        self.group = dist.group.WORLD if group is None else group
+        self.rank, self.world = dist.get_rank(self.group), dist.get_world_size(self.group)
+        self.source = dist.get_global_rank(self.group, 0)
+        self.rows = 0  #: the rows of the whole minibatch being stepped on (all ranks)
+
+    @classmethod
+    def resolve(cls, config: TrainingConfig, process_group=None) -> Ranks | None:
+        """The ranks to train across: ``process_group``, else the default group when ``config.distributed`` asks
+        for it (None: when ``torch.distributed`` is initialised with more than one rank); None for one process.
+
+        Example:
+            >>> Ranks.resolve(TrainingConfig()) is None  # torch.distributed is not initialised here
+            True
+        """
+        dist = torch.distributed
+        ready = dist.is_available() and dist.is_initialized()
+        if process_group is not None:
+            return cls(process_group)
+        if config.distributed is False:
+            return None
+        if config.distributed and not ready:
+            raise RuntimeError(
+                "distributed=True but torch.distributed is not initialised: launch with torchrun and call "
+                "torch.distributed.init_process_group() first, or pass distributed=None"
+            )
+        if not ready or dist.get_world_size() == 1 and not config.distributed:
+            return None
+        return cls()
+
+    def part(self, n_rows: int) -> slice:
+        """This rank's contiguous range of a batch of ``n_rows`` rows (the first ``n_rows % world`` ranks get one
+        row more)."""
+        size, extra = divmod(int(n_rows), self.world)
+        start = self.rank * size + min(self.rank, extra)
+        return slice(start, start + size + (self.rank < extra))
+
+    def sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """All-reduce ``tensor`` in place by summation; returns it."""
+        self.dist.all_reduce(tensor, group=self.group)
+        return tensor
+
+    def broadcast(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Overwrite ``tensor`` with rank 0's, in place; returns it."""
+        self.dist.broadcast(tensor, src=self.source, group=self.group)
+        return tensor
+
+    def kth_largest(self, values: torch.Tensor, k: int) -> float:
+        """The ``k``-th largest of the union of every rank's ``values`` (a flat tensor; -inf when fewer)."""
+        local = values.detach().reshape(-1).float()
+        top = torch.full((k,), -math.inf, dtype=local.dtype, device=local.device)
+        n = min(k, local.numel())
+        if n:
+            top[:n] = local.topk(n).values
+        blocks = [torch.empty_like(top) for _ in range(self.world)]
+        self.dist.all_gather(blocks, top, group=self.group)
+        return float(torch.cat(blocks).topk(k).values[-1])
+
+    def same_everywhere(self, tensor: torch.Tensor | None, what: str) -> None:
+        """Raise on every rank when ``tensor`` (a checksum is compared) differs between ranks."""
+        check = torch.zeros(2, dtype=torch.float64, device=tensor.device if tensor is not None else "cpu")
+        if tensor is not None:
+            total = float(tensor.double().sum()) + tensor.numel()
+            check[0], check[1] = total, -total
+        self.dist.all_reduce(check, op=self.dist.ReduceOp.MAX, group=self.group)
+        if float(check[0]) != -float(check[1]):
+            raise ValueError(
+                f"the ranks have different {what}: data-parallel training needs the same data on every rank (each "
+                "reads its part of every minibatch); pass the whole array or store on every rank (a store collected "
+                "with process_group= is the whole store on every rank), or pass distributed=False"
+            )
+
+
 class TrainingData:
     """The fixed monitoring sample and each epoch's shuffled minibatches of input rows ``X`` and target rows ``Y``.
 
@@ -216,11 +332,11 @@ class TrainingData:
         ('held-out rows', (50, 32), [(242, 32), (242, 32), (241, 32)])
     """
 
-    def __init__(self, X, Y, config: TrainingConfig):
+    def __init__(self, X, Y, config: TrainingConfig, ranks: Ranks | None = None):
         from interp_widgets.concepts.activations import ActivationStore
         from interp_widgets.concepts.decompositions import _as_matrix
 
-        self.config = config
+        self.config, self.ranks = config, ranks
         if isinstance(X, ActivationStore):
             if Y is not None:
                 self._check_aligned_stores(X, Y)
@@ -263,15 +379,22 @@ class TrainingData:
 
     def batches(self, epoch: int) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
         """The ``(inputs, targets)`` minibatches of one epoch (targets None without ``Y``), shuffled with the seed
-        ``config.seed + epoch``."""
-        seed, size = self.config.seed + epoch, self.config.batch_size
+        ``config.seed + epoch``. Across :class:`Ranks`, this rank's part of each of those minibatches."""
+        seed, size, ranks = self.config.seed + epoch, self.config.batch_size, self.ranks
         if self._stores is not None:
             X, Y = self._stores
+            if ranks is not None:  # read only this rank's rows of each batch
+                for rows in X.minibatch_rows(size, seed=seed):
+                    mine = rows[ranks.part(len(rows))]
+                    yield X[mine], None if Y is None else Y[mine]
+                return
             targets = Y.minibatches(size, seed=seed) if Y is not None else itertools.repeat(None)
             yield from zip(X.minibatches(size, seed=seed), targets)
             return
         X, Y = self._arrays
         for rows in np.array_split(np.random.default_rng(seed).permutation(len(X)), max(1, math.ceil(len(X) / size))):
+            if ranks is not None:
+                rows = rows[ranks.part(len(rows))]
             yield X[rows], None if Y is None else Y[rows]
 
 
@@ -314,7 +437,8 @@ class DictionaryTrainer:
     minibatch), :meth:`end_epoch` (the monitoring loss and FVU, the best weights, early stopping and resampling) and
     :meth:`run` (the :class:`TrainingRun`). :meth:`state_dict` / :meth:`load_state_dict` hold everything a resumed
     run needs (weights, Adam's state, the best weights, the random generator, the counters), so that a run resumed
-    from them takes exactly the steps of an uninterrupted one.
+    from them takes exactly the steps of an uninterrupted one. With ``ranks=`` (:class:`Ranks`) every rank builds one
+    from the same monitoring sample and steps on its part of each minibatch; the steps are collective.
 
     Example:
         >>> from interp_widgets.concepts import SparseAutoencoder
@@ -327,14 +451,20 @@ class DictionaryTrainer:
         (0, False, 1)
     """
 
-    def __init__(self, dictionary: Dictionary, config: TrainingConfig, monitor_x, monitor_y=None):
-        self.dictionary, self.config = dictionary, config
+    def __init__(
+        self, dictionary: Dictionary, config: TrainingConfig, monitor_x, monitor_y=None, *, ranks: Ranks | None = None
+    ):
+        self.dictionary, self.config, self.ranks = dictionary, config, ranks
         self.device = torch.device(config.device)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.monitor_x, self.monitor_y = (
             None if rows is None else self._tensor(rows) for rows in (monitor_x, monitor_y)
         )
+        if ranks is not None:
+            ranks.same_everywhere(self.monitor_x, "monitoring samples")
+            ranks.same_everywhere(self.monitor_y, "monitoring targets")
         self.w = dictionary._init_weights(self.monitor_x, self.monitor_y, self.generator)
+        self._broadcast_weights()
         for weight in self.w.values():
             weight.requires_grad_(True)
         self.optimizer = _adam(self.w.values(), config.lr)
@@ -349,6 +479,13 @@ class DictionaryTrainer:
                 f"{type(dictionary).__name__} with activation {getattr(dictionary, 'activation', None)!r} does not "
                 "take it: pass auxk_alpha=0 or resample_dead=True"
             )
+
+    def _broadcast_weights(self) -> None:
+        """Across ranks: every rank takes rank 0's weights (the same up to float rounding already)."""
+        if self.ranks is not None:
+            with torch.no_grad():
+                for weight in self.w.values():
+                    self.ranks.broadcast(weight.data)
 
     def _tensor(self, rows) -> torch.Tensor:
         if isinstance(rows, torch.Tensor):
@@ -373,24 +510,57 @@ class DictionaryTrainer:
         return torch.nonzero(self._since_fired >= self.config.dead_rows).flatten()
 
     def step(self, x, y=None) -> None:
-        """One Adam step on the raw input rows ``x`` and target rows ``y`` (None: the input)."""
-        xn = self.dictionary._normalise(self._tensor(x), self.w)
-        step, _ = self._loss(xn, None if y is None else self._tensor(y))
+        """One Adam step on the raw input rows ``x`` and target rows ``y`` (None: the input).
+
+        Across :class:`Ranks`, ``x`` and ``y`` are this rank's part of the minibatch; every rank must call it.
+        """
+        ranks, x = self.ranks, self._tensor(x)
+        n_rows, share = x.shape[0], 1.0
+        if ranks is not None:
+            ranks.rows = int(ranks.sum(torch.tensor([n_rows], dtype=torch.long, device=self.device)))
+            share = n_rows / max(ranks.rows, 1)
+            self.dictionary._ranks = ranks  # BatchTopK selects over the whole batch (during this step only)
+        try:
+            xn = self.dictionary._normalise(x, self.w)
+            step, _ = self._loss(xn, None if y is None else self._tensor(y))
+        finally:
+            if ranks is not None:
+                del self.dictionary._ranks
         loss = step.loss
         if self.config.auxk_alpha:
             dead = self.dead
             if len(dead):
                 loss = loss + self.config.auxk_alpha * self.dictionary._auxk_loss(xn, self.w, step.residual, dead)
+        if n_rows == 0:  # a rank without rows in a short last batch adds nothing but takes part in the all-reduce
+            loss = sum((weight * 0).sum() for weight in self.w.values())
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss * share if share != 1.0 else loss).backward()
+        active, batch_loss = step.active, float(step.loss.detach()) if n_rows else 0.0
+        if ranks is not None:
+            self._sum_gradients()
+            loss_share = torch.tensor([batch_loss * share], dtype=torch.float64, device=active.device)
+            packed = ranks.sum(torch.cat([active.to(torch.float64), loss_share]))
+            active, batch_loss, n_rows = packed[:-1].round().long(), float(packed[-1]), ranks.rows
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)  # freed now: many trainers stepping in turn hold no stale grads
         with torch.no_grad():
             self.dictionary._after_step(self.w)
-            self._fired += step.active
-            self._since_fired += xn.shape[0]
-            self._since_fired[step.active > 0] = 0
-        self._total, self._steps = self._total + float(step.loss.detach()), self._steps + 1
+            self._fired += active
+            self._since_fired += n_rows
+            self._since_fired[active > 0] = 0
+        self._total, self._steps = self._total + batch_loss, self._steps + 1
+
+    def _sum_gradients(self) -> None:
+        """Sum the ranks' gradients (of losses weighted by their share of the batch) in one all-reduce."""
+        weights = list(self.w.values())
+        grads = [torch.zeros_like(w) if w.grad is None else w.grad for w in weights]
+        flat = self.ranks.sum(torch.cat([g.reshape(-1) for g in grads]))
+        start = 0
+        for weight, grad in zip(weights, grads):
+            # in the weight's own memory layout (a transposed encoder stays transposed): fused Adam pairs a weight's
+            # and its gradient's elements by storage, not by index
+            weight.grad = torch.empty_like(weight).copy_(flat[start : start + grad.numel()].view(grad.shape))
+            start += grad.numel()
 
     def end_epoch(self) -> dict[str, Any]:
         """Close an epoch: measure the monitoring sample, keep the best weights, count stale epochs, resample the
@@ -402,6 +572,9 @@ class DictionaryTrainer:
             residual = monitored.residual
             fvu = float(residual.pow(2).sum() / (target - target.mean(0)).pow(2).sum().clamp_min(1e-12))
         monitor_loss = float(monitored.loss)
+        if self.ranks is not None:  # rank 0's numbers decide, so early stopping stops every rank together
+            numbers = self.ranks.broadcast(torch.tensor([monitor_loss, fvu], dtype=torch.float64, device=self.device))
+            monitor_loss, fvu = float(numbers[0]), float(numbers[1])
         dead = torch.nonzero(self._fired == 0).flatten()
         epoch = len(self.history)
         record = {
@@ -428,6 +601,7 @@ class DictionaryTrainer:
             self.stale += 1
         if config.resample_dead and len(dead) and epoch < config.max_epochs - 1 and self.stale < config.patience:
             record["resampled"] = dictionary._resample(self.w, dead, monitor_n, residual, self.generator)
+            self._broadcast_weights()
             self.optimizer = _adam(self.w.values(), config.lr)
         self.history.append(record)
         self._fired.zero_()
@@ -474,9 +648,16 @@ class DictionaryTrainer:
             self._since_fired = state["since_fired"].clone().to(self.device)
 
 
-def train_dictionary(dictionary: Dictionary, X, Y=None, *, config: TrainingConfig, label: str) -> TrainingRun:
+def train_dictionary(
+    dictionary: Dictionary, X, Y=None, *, config: TrainingConfig, label: str, process_group=None
+) -> TrainingRun:
     """Train ``dictionary`` on input rows ``X`` (array, tensor or ActivationStore) and target rows ``Y`` (None: the
     input itself) with the settings of ``config``; ``label`` titles the progress bar.
+
+    Data-parallel across the ranks of ``process_group`` (or of the default ``torch.distributed`` group, as
+    ``config.distributed`` says): every rank passes the same ``X`` and ``Y``, reads its part of each minibatch and
+    gets the same weights back (:class:`Ranks` gives the rule). Under ``torchrun --nproc-per-node 2 script.py``,
+    a script that calls ``init_process_group`` and then ``SparseAutoencoder(...).fit(store)`` trains that way.
 
     Each epoch: Adam steps over shuffled minibatches, the loss and the fraction of variance of the target left
     unexplained (FVU) on the monitoring sample, then early stopping and the resampling of concepts that did not fire
@@ -492,9 +673,11 @@ def train_dictionary(dictionary: Dictionary, X, Y=None, *, config: TrainingConfi
     """
     from tqdm.auto import tqdm
 
-    data = TrainingData(X, Y, config)
-    trainer = DictionaryTrainer(dictionary, config, *data.monitor)
-    bar = tqdm(total=config.max_epochs, desc=label, unit="epoch", disable=not config.progress)
+    ranks = Ranks.resolve(config, process_group)
+    data = TrainingData(X, Y, config, ranks)
+    trainer = DictionaryTrainer(dictionary, config, *data.monitor, ranks=ranks)
+    show = config.progress and (ranks is None or ranks.rank == 0)
+    bar = tqdm(total=config.max_epochs, desc=label, unit="epoch", disable=not show)
     for epoch in range(config.max_epochs):
         for x, y in data.batches(epoch):
             trainer.step(x, y)
