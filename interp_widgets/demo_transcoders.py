@@ -283,8 +283,9 @@ def build_transcoders(
     on ``eval_tokens`` test-split tokens (``report.json``), :meth:`~interp_widgets.circuits.TranscoderSet.explain` on
     the first ``explain_tokens`` training tokens (``features.safetensors``, read back by
     :func:`load_feature_explanations`). ``timings.json`` records the set's checksum, the seconds of each step (fit
-    summed over resumed runs) and the peak RSS of the run that explained; a report or explanations recorded for
-    another set (a corrupted set trained again) are computed again. ``rebuild`` deletes all of them first.
+    summed over resumed runs) and the peak RSS of the last run that computed a step; a report or explanations
+    recorded for another set (a corrupted set trained again) are computed again. ``rebuild`` deletes all of them
+    first.
 
     Example (not run here: a real build trains for hours; ``tests/circuits/test_transcoder_build.py`` builds tiny ones)::
 
@@ -337,7 +338,6 @@ def build_transcoders(
                                                progress=progress)  # fmt: skip
             explanations.save(path / FEATURES_FILE)
             timings["explain_seconds"] = round(time.perf_counter() - clock, 1)
-            timings["peak_rss_gb"] = _peak_rss_gb()
             _write_timings(path, timings)
     return BuiltTranscoders(transcoders, report, path, resumed=resumed, explanations=explanations, timings=timings)
 
@@ -396,6 +396,8 @@ def _load_step(file: Path, key: str, timings: dict, load):
 
 
 def _write_timings(path: Path, timings: dict) -> None:
+    """Write ``timings.json`` atomically, with the peak RSS of this run (the last run that computed a step)."""
+    timings["peak_rss_gb"] = _peak_rss_gb()
     tmp = path / (TIMINGS_FILE + ".partial")
     tmp.write_text(json.dumps(timings, indent=2))
     os.replace(tmp, path / TIMINGS_FILE)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import warnings
 from dataclasses import fields
 
 import numpy as np
@@ -36,14 +35,7 @@ from tests.conftest import model_fingerprint
 TEXTS = corpus()[:60]
 
 
-@pytest.fixture(autouse=True)
-def single_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("quiet_single_thread")  # tests/concepts/conftest.py
 
 
 @pytest.fixture(scope="module")
