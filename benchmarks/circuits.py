@@ -196,6 +196,21 @@ def ct_part(model, tokenizer, tcs, prompts, venv: str) -> None:
     print(f"info: circuit-tracer {theirs['seconds']:.1f} s, ours {seconds:.1f} s; {len(common)} of {n_ours} features "
           f"in common ({n_theirs} theirs); logit targets {len(ours.logits)} ours, {theirs['n_logits']} theirs; "
           f"relative Frobenius difference {np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")  # fmt: skip
+    # the error columns differ where a token has fewer than k positive pre-activations: circuit-tracer's TopK keeps
+    # the top k raw pre-activations, negative ones too, so its reconstruction (and error) differs there; the feature
+    # and token columns do not depend on the errors
+    n_common, n_pos = len(common), len(ours.token_ids)
+    errors = np.arange(n_common, n_common + shared - n_pos)
+    others = np.r_[np.arange(n_common), np.arange(n_common + shared - n_pos, n_common + shared)]
+    rel = lambda cols: np.linalg.norm(a[:, cols] - b[:, cols]) / max(np.linalg.norm(b[:, cols]), 1e-30)  # noqa: E731
+    per_error = np.linalg.norm(a[:, errors] - b[:, errors], axis=0) / np.maximum(
+        np.linalg.norm(b[:, errors], axis=0), 1e-30
+    )
+    short = tcs.topk_shortfall(model, tokenizer, [prompts[0]["prompt"]]) if tcs[0].activation == "topk" else {}
+    print(f"info: feature and token columns differ by {rel(others):.2e}; error columns by {rel(errors):.2e}, "
+          f"{int((per_error > 1e-4).sum())} of {len(errors)} (layer, position) error columns above 1e-4; "
+          f"layers whose tokens lack k positive pre-activations (share of tokens): "
+          f"{ {layer: round(v, 3) for layer, v in short.items() if v > 0} }")  # fmt: skip
     print(f"bench: ours_over_circuit_tracer {seconds / theirs['seconds']:.3f} (goal <= 0.5)")
 
 

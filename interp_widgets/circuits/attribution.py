@@ -22,8 +22,9 @@ and the token embeddings (each position's input to block 0); the targets are the
 ``W_enc[f] · x[l] + b_enc[f]``) and the logit targets (demeaned logits ``(u_t − mean_v u_v) · h``, ``h`` the final
 norm's output). ``adjacency[t, s]`` is the direct effect of source ``s`` on target ``t``: with every feature
 activation held (no source reaches another through a feature), it is the source's value times the gradient of the
-target with respect to it. One forward pass of the prompt replicated ``batch_size`` times keeps its autograd graph;
-each backward pass then computes ``batch_size`` rows, one target per batch row.
+target with respect to it. One forward pass of the prompt keeps its autograd graph; each backward pass then computes
+``batch_size`` rows at once, one target per cotangent of a batched backward pass (``is_grads_batched``), so memory
+grows with ``batch_size × tokens`` only in the backward pass.
 
 **Closure.** The model being linear in the sources, the direct effects into every node sum to the node's value minus
 a constant: its value with every source set to zero (b_enc, every upstream b_dec and position 0's MLP outputs).
@@ -353,16 +354,21 @@ def _logit_targets(tokenizer, state: ReplacementState, unembed: torch.Tensor, bi
 
 # ---------------------------------------------------------------------------------------------- the batched pass
 class _Backward:
-    """One forward pass of the prompt replicated ``batch`` times through the replacement model (attention and norms
-    frozen, each MLP's output its constant part plus the live skip term), whose graph answers many backward passes:
-    :meth:`rows` takes up to ``batch`` targets and returns their direct-effect rows over every source."""
+    """One forward pass of the prompt through the replacement model (attention and norms frozen, each MLP's output
+    its constant part plus the live skip term), whose graph answers many backward passes: :meth:`rows` takes up to
+    ``batch`` targets and returns their direct-effect rows over every source.
+
+    The targets of one call go through the backward pass together as a batch of cotangents
+    (``torch.autograd.grad(..., is_grads_batched=True)``, vectorised with ``vmap``), so the forward pass runs on the
+    prompt once, not replicated ``batch`` times: its saved activations do not grow with ``batch``.
+    """
 
     def __init__(self, model, ids, state: ReplacementState, points, batch: int, sources):
         self.state, self.sources, self.batch = state, sources, batch
         device = state.final.device
         n_pos, width = state.final.shape
-        self.deltas = [torch.zeros(batch, n_pos, width, device=device, requires_grad=True) for _ in points]
-        self.delta0 = torch.zeros(batch, n_pos, width, device=device, requires_grad=True)
+        self.deltas = [torch.zeros(1, n_pos, width, device=device, requires_grad=True) for _ in points]
+        self.delta0 = torch.zeros(1, n_pos, width, device=device, requires_grad=True)
         self.reads: dict = {}
         handles = []
         try:
@@ -377,12 +383,17 @@ class _Backward:
                 handles.append(register_edit(y_point, self._mlp_output(layer)))
             handles.append(register_edit(resolve_layer(model, "layer:0.resid_pre"), lambda h: h + self.delta0))
             head, _, _ = _unembedding(model)
-            handles.append(head.register_forward_pre_hook(lambda m, args: self.reads.__setitem__("final", args[0])))
+            handles.append(head.register_forward_pre_hook(self._read_final))
             with torch.enable_grad():
-                model(input_ids=ids.to(device).expand(batch, -1))
+                model(input_ids=ids.to(device))
         finally:
             for handle in handles:
                 handle.remove()
+
+    def _read_final(self, module, args):
+        """Keep the final norm's output and give the unembedding no positions: the logits are never needed here."""
+        self.reads["final"] = args[0]
+        return (args[0].detach()[:, :0], *args[1:])
 
     def _mlp_output(self, layer: int):
         w, constant = self.state.weights[layer], self.state.constants[layer]
@@ -397,11 +408,12 @@ class _Backward:
     def rows(self, injections: list[tuple[object, int, torch.Tensor]]) -> torch.Tensor:
         """The rows (len(injections), n_sources) of targets given as ``(read, position, vector)``: ``read`` is a
         layer (a feature's pre-activation reads ``x[layer]``) or ``"final"`` (a logit reads the final norm)."""
+        n = len(injections)
         grads_at: dict = {}
         for row, (read, pos, vector) in enumerate(injections):
             if read not in grads_at:
-                grads_at[read] = torch.zeros_like(self.reads[read])
-            grads_at[read][row, pos] = vector
+                grads_at[read] = self.reads[read].new_zeros(n, *self.reads[read].shape)
+            grads_at[read][row, 0, pos] = vector
         keys = list(grads_at)
         grads = torch.autograd.grad(
             [self.reads[k] for k in keys],
@@ -409,20 +421,20 @@ class _Backward:
             grad_outputs=[grads_at[k] for k in keys],
             retain_graph=True,
             allow_unused=True,
+            is_grads_batched=True,
         )
-        n = len(injections)
         out = torch.zeros(n, self.sources.n_sources, device=self.state.final.device)
         for layer, grad in enumerate(grads[:-1]):
             if grad is None:
                 continue
-            grad = grad[:n]
+            grad = grad[:, 0]
             for pos, columns, decoded in self.sources.writes.get(layer, ()):
                 out[:, columns] += grad[:, pos] @ decoded.T  # a cross-layer feature writes to several layers
             start = self.sources.error_start + layer * grad.shape[1]
             out[:, start : start + grad.shape[1]] = (grad * self.state.errors[layer]).sum(-1)
         if grads[-1] is not None:
             start = self.sources.token_start
-            out[:, start : start + grads[-1].shape[1]] = (grads[-1][:n] * self.state.resid0).sum(-1)
+            out[:, start : start + grads[-1].shape[2]] = (grads[-1][:, 0] * self.state.resid0).sum(-1)
         return out
 
 
@@ -470,32 +482,50 @@ class _Sources:
             start += len(f)
 
 
-def _influence(rows: torch.Tensor, row_nodes: torch.Tensor, seed: torch.Tensor, max_steps: int = 1000) -> torch.Tensor:
+def _influence(
+    rows: torch.Tensor, row_nodes: torch.Tensor, seed: torch.Tensor, max_steps: int = 1000, chunk: int = 256
+) -> torch.Tensor:
     """Influence on every source column of the rows computed so far: ``rows`` (r, n_sources) are the direct-effect
     rows of nodes ``row_nodes`` (their column index, −1 for logits), ``seed`` (r,) the logit weights. Power
-    iteration on the row-normalised ``|rows|`` (circuit-tracer's partial influences)."""
-    normalised = rows.abs()
-    normalised /= normalised.sum(1, keepdim=True).clamp_min(1e-10)  # in place: one copy of the rows, not two
-    column_to_row = torch.full((rows.shape[1],), -1, dtype=torch.long, device=rows.device)
-    has_row = row_nodes >= 0
-    column_to_row[row_nodes[has_row]] = torch.nonzero(has_row)[:, 0]
-    total = torch.zeros(rows.shape[1], device=rows.device)
+    iteration on the row-normalised ``|rows|`` (circuit-tracer's partial influences).
+
+    The iteration runs on the square part (r × r: the columns that have rows), and the influence on every column is
+    then one product ``(Σ_t current_t) @ normalised``, taken ``chunk`` rows at a time: no copy of ``rows`` is made.
+    """
+    sums = torch.zeros(rows.shape[0], device=rows.device)
+    for start in range(0, rows.shape[0], chunk):
+        sums[start : start + chunk] = rows[start : start + chunk].abs().sum(1)
+    sums.clamp_min_(1e-10)
+    has_row = torch.nonzero(row_nodes >= 0)[:, 0]
+    square = torch.zeros(rows.shape[0], rows.shape[0], device=rows.device)
+    square[:, has_row] = rows[:, row_nodes[has_row]].abs() / sums[:, None]
+    accumulated = torch.zeros_like(seed)
     current = seed.clone()
     for _ in range(max_steps):
         if not current.any():
             break
-        reached = current @ normalised
-        total += reached
-        current = torch.zeros_like(current)
-        carried = column_to_row >= 0
-        current[column_to_row[carried]] = reached[carried]
+        accumulated += current
+        current = current @ square
+    weights = accumulated / sums
+    total = torch.zeros(rows.shape[1], device=rows.device)
+    for start in range(0, rows.shape[0], chunk):
+        total += weights[start : start + chunk] @ rows[start : start + chunk].abs()
     return total
 
 
-def _memory_bytes(model, n_pos: int, batch: int, width: int, n_layers: int) -> float:
+def _pass_bytes(model, n_pos: int, batch: int, width: int, n_layers: int) -> float:
+    """Bytes of one backward call at most: the forward pass's saved activations (about 14 floats of width per token
+    and layer, and the attention pattern) and the batched backward pass's cotangents (``batch`` of them: the
+    gradients of the ``n_layers + 1`` deltas, about 14 more per layer in flight, and the patterns' gradients)."""
     heads = next((getattr(c, k) for c in [model.config] for k in ("num_attention_heads", "n_head") if hasattr(c, k)), 1)
-    per_token_layer = (14 * width + 2 * heads * n_pos) * 4
-    return batch * n_pos * n_layers * per_token_layer
+    forward = n_pos * n_layers * (14 * width + heads * n_pos) * 4
+    backward = batch * n_pos * ((n_layers + 15) * width + 2 * heads * n_pos) * 4
+    return forward + backward
+
+
+def _rows_bytes(n_rows: int, n_sources: int) -> float:
+    """Bytes of the computed rows (each over every source), plus the square part the influence iterates on."""
+    return (n_rows * n_sources + n_rows * n_rows) * 4
 
 
 # ---------------------------------------------------------------------------------------------- the graph
@@ -530,9 +560,12 @@ def attribution_graph(
         contrast: ``(answer, foil)``: one target, the logit difference ``u_answer − u_foil`` (a virtual id, the
             vocabulary size, as circuit-tracer's custom targets).
         max_feature_nodes: the most feature rows (and columns) kept, most influential first; None: all.
-        batch_size: targets per backward pass (rows at once); memory grows with ``batch_size × prompt tokens``.
+        batch_size: targets per backward pass (rows at once); the backward pass's memory grows with
+            ``batch_size × prompt tokens``.
         update_interval: batches between influence updates when features are capped.
-        max_memory_gb: refuse (naming what to lower) when the estimated autograd memory exceeds it.
+        max_memory_gb: refuse (naming what to lower) when the estimated memory exceeds it: the backward pass's
+            (``batch_size × tokens``), and then that of the rows kept (``max_feature_nodes`` + logit targets, each over
+            every source: active features, errors and tokens).
         skip_in_errors: fold the transcoders' skip terms into the error nodes (their output is then unexplained,
             not a path for direct effects): the stricter replacement and completeness scores of skip transcoders.
         scan: the transcoder set's name in the graph JSON (default: the set's model name + ``-transcoders``).
@@ -555,9 +588,12 @@ def attribution_graph(
     ids, bos_added = graph_prompt(tokenizer, prompt)
     n_layers, n_pos = transcoders.n_layers, ids.shape[1]
     width = transcoders.d_model
-    estimate = _memory_bytes(model, n_pos, batch_size, width, n_layers) / 2**30
+    estimate = _pass_bytes(model, n_pos, batch_size, width, n_layers) / 2**30
     if estimate > max_memory_gb:
-        fits = max(1, int(batch_size * max_memory_gb / estimate))
+        per_row = (
+            _pass_bytes(model, n_pos, 2, width, n_layers) - _pass_bytes(model, n_pos, 1, width, n_layers)
+        ) / 2**30
+        fits = max(1, int((max_memory_gb - (estimate - batch_size * per_row)) / per_row))
         raise ValueError(
             f"a prompt of {n_pos} tokens × batch_size {batch_size} needs about {estimate:.1f} GB of autograd memory, "
             f"over max_memory_gb={max_memory_gb}: lower batch_size to {fits} or less (or shorten the prompt, or "
@@ -572,7 +608,18 @@ def attribution_graph(
         sources = _Sources(state)
         n_feat = sources.n_features
         cap = n_feat if max_feature_nodes is None else min(max_feature_nodes, n_feat)
+        kept = (estimate * 2**30 + _rows_bytes(len(found) + cap, sources.n_sources)) / 2**30
+        if kept > max_memory_gb:
+            spare = max_memory_gb * 2**30 - estimate * 2**30
+            fits = int(max(0.0, spare / (4 * (sources.n_sources + len(found) + cap)) - len(found)))
+            raise ValueError(
+                f"the graph of {n_pos} tokens keeps {len(found) + cap} rows over {sources.n_sources} sources "
+                f"({n_feat} active features): about {kept:.1f} GB with the backward pass, over "
+                f"max_memory_gb={max_memory_gb}; lower max_feature_nodes to {fits} or less (or shorten the prompt, "
+                "or raise max_memory_gb if you have the memory)"
+            )
         bar = tqdm(total=len(found) + cap, desc="attribution graph rows", disable=not progress, unit="row")
+        engine = None
         try:
             engine = _Backward(model, ids, state, points, batch_size, sources)
             device = state.final.device
@@ -584,50 +631,48 @@ def attribution_graph(
                     [("final", n_pos - 1, v.to(device)) for v in vectors[i : i + batch_size]]
                 )
             bar.update(n_targets)
-            slot_of: dict[int, int] = {}  # feature index → its row in store
-            encoders = [w["W_enc"] for w in state.weights]
+            computed: list[int] = []  # the feature indices whose rows follow the logit rows in store, in order
 
             def compute(chosen: list[int]) -> None:
                 for i in range(0, len(chosen), batch_size):
                     chunk = chosen[i : i + batch_size]
-                    start = n_targets + len(slot_of)
+                    start = n_targets + len(computed)
                     store[start : start + len(chunk)] = engine.rows([
                         (int(layer), int(pos), encoders[layer][feature])
                         for layer, pos, feature in sources.features[chunk]
                     ])  # fmt: skip
-                    slot_of.update((index, start + j) for j, index in enumerate(chunk))
+                    computed.extend(chunk)
                     bar.update(len(chunk))
 
-            def rows_of(features: list[int]) -> torch.Tensor:
-                """The logit rows, then the rows of ``features``, in that order."""
-                slots = torch.tensor([*range(n_targets), *(slot_of[i] for i in features)], device=device)
-                return store.index_select(0, slots)
+            def influence_of_rows() -> torch.Tensor:
+                """Every source column's influence through the rows computed so far (a view of store, no copy)."""
+                nodes = torch.tensor([-1] * n_targets + computed, dtype=torch.long, device=device)
+                rows = store[: n_targets + len(computed)]
+                return _influence(rows, nodes, torch.cat([seed, seed.new_zeros(len(computed))])).cpu()
 
+            encoders = [w["W_enc"] for w in state.weights]
+            seed = torch.as_tensor(found.probs, dtype=torch.float32, device=device)
             if cap == n_feat:
                 compute(list(range(n_feat)))
-            seed = torch.as_tensor(found.probs, dtype=torch.float32, device=device)
-            while len(slot_of) < cap:
-                visited = sorted(slot_of)
-                nodes = torch.tensor([-1] * n_targets + visited, dtype=torch.long, device=device)
-                influence = _influence(rows_of(visited), nodes, torch.cat([seed, seed.new_zeros(len(visited))]))
-                influence = influence[:n_feat].cpu()
-                influence[visited] = -1.0
+            while len(computed) < cap:
+                influence = influence_of_rows()[:n_feat]
+                influence[computed] = -1.0
                 order = torch.argsort(influence, descending=True, stable=True)
-                take = min(update_interval * batch_size, cap - len(slot_of))
+                take = min(update_interval * batch_size, cap - len(computed))
                 compute(order[:take].tolist())
         finally:
+            engine = None  # its autograd graph is freed before the adjacency is assembled
             bar.close()
-    selected = np.array(sorted(slot_of), dtype=np.int64)
-    rows = rows_of(selected.tolist())
     lost = None
     if cap < n_feat:
-        nodes = torch.tensor([-1] * n_targets + selected.tolist(), dtype=torch.long, device=device)
-        influence = _influence(rows, nodes, torch.cat([seed, seed.new_zeros(len(selected))])).cpu()
-        dropped = np.setdiff1d(np.arange(n_feat), selected)
+        influence = influence_of_rows()
+        dropped = np.setdiff1d(np.arange(n_feat), computed)
         total = float(influence.sum())
         lost = float(influence[dropped].sum()) / total if total > 0 else 0.0
-    rows = rows.cpu()
-    adjacency = _assemble(sources, selected, rows, n_targets)
+    selected = np.array(sorted(computed), dtype=np.int64)
+    slot = np.empty(n_feat, np.int64)
+    slot[computed] = np.arange(n_targets, n_targets + len(computed))
+    adjacency = _assemble(sources, selected, store, slot[selected], n_targets)
     tokens = [tokenizer.decode([i]) for i in ids[0].tolist()]
     text = prompt if isinstance(prompt, str) else tokenizer.decode(ids[0])
     settings = {
@@ -655,16 +700,22 @@ def attribution_graph(
     )
 
 
-def _assemble(sources: _Sources, selected: np.ndarray, rows: torch.Tensor, n_logits: int):
+def _assemble(
+    sources: _Sources, selected: np.ndarray, store: torch.Tensor, slots: np.ndarray, n_logits: int, chunk: int = 512
+) -> np.ndarray:
     """The graph's square adjacency: rows and columns of the selected features, errors, tokens and logits, from
-    ``rows`` (the logit rows, then the selected features' rows, each over every source)."""
+    ``store`` (the logit rows first, then feature rows; ``slots[i]`` is the row of ``selected[i]``, each over every
+    source), read ``chunk`` rows at a time."""
     n_sel = len(selected)
     n_other = sources.n_sources - sources.n_features
     n = n_sel + n_other + n_logits
-    columns = np.concatenate([selected, np.arange(sources.n_features, sources.n_sources)])
+    columns = torch.as_tensor(np.concatenate([selected, np.arange(sources.n_features, sources.n_sources)]),
+                              device=store.device)  # fmt: skip
     adjacency = np.zeros((n, n), np.float32)
-    computed = rows.numpy()
-    if n_sel:
-        adjacency[:n_sel, : n_sel + n_other] = computed[n_logits:][:, columns]
-    adjacency[n_sel + n_other :, : n_sel + n_other] = computed[:n_logits][:, columns]
+    row_slots = np.concatenate([slots, np.arange(n_logits)]).astype(np.int64)
+    row_places = np.r_[np.arange(n_sel), np.arange(n_sel + n_other, n)]
+    for start in range(0, len(row_slots), chunk):
+        picked = torch.as_tensor(row_slots[start : start + chunk], device=store.device)
+        block = store.index_select(0, picked).index_select(1, columns).cpu().numpy()
+        adjacency[row_places[start : start + chunk], : n_sel + n_other] = block
     return adjacency

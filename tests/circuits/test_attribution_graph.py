@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from interp_widgets.circuits import CrossLayerTranscoderSet, TranscoderSet
-from interp_widgets.circuits.attribution import attribution_graph, graph_prompt
+from interp_widgets.circuits.attribution import _pass_bytes, attribution_graph, graph_prompt
 from interp_widgets.concepts import Transcoder
 from interp_widgets.demo import corpus
 from interp_widgets.interventions import intervene
@@ -257,6 +257,11 @@ def test_bad_input_gets_clear_errors():
         attribution_graph(copy.deepcopy(model).to(torch.bfloat16), tokenizer, PROMPT, tcs, progress=False)
     with pytest.raises(ValueError, match="lower batch_size"):
         attribution_graph(model, tokenizer, PROMPT, tcs, batch_size=10**6, progress=False)
+    # room for the backward pass of one row, not for the rows kept: the cap on feature rows is what to lower
+    n_pos = graph_prompt(tokenizer, PROMPT)[0].shape[1]
+    room = _pass_bytes(model, n_pos, 1, tcs.d_model, tcs.n_layers) / 2**30 * 1.001
+    with pytest.raises(ValueError, match="lower max_feature_nodes to 0 or less"):
+        attribution_graph(model, tokenizer, PROMPT, tcs, batch_size=1, max_memory_gb=room, progress=False)
     with pytest.raises(ValueError, match="not one"):
         attribution_graph(model, tokenizer, PROMPT, tcs, targets=["the cat sat"], progress=False)
     data = np.random.default_rng(0).normal(size=(200, 16)).astype(np.float32)
