@@ -5,6 +5,8 @@ After 3 Adam steps the weights agree to 1e-6 relative (only the order of float s
 full run the held-out FVU agrees within 1 %; BatchTopK's selection over the whole batch equals the single-process
 one; early stopping and the dead-concept counts agree; every rank ends with the same weights. Layer-parallel
 TranscoderSet training (one rank per group of layers) gives every rank the single-process set.
+
+The ranks here are forked workers (fast); ``test_training_torchrun.py`` launches real ``torchrun`` on part of this.
 """
 
 from __future__ import annotations
@@ -64,13 +66,18 @@ def disk_store(path: str) -> ActivationStore:
     return ActivationStore.open(path)
 
 
-def fit_transcoder_set(process_group=None):
+def fit_transcoder_set(process_group=None, lm=tiny_models.gpt2_lm):
+    """Layer-parallel across ``process_group`` (None: one process): a transcoder per block of the tiny ``lm()``."""
     from interp_widgets.circuits import TranscoderSet
 
-    model, tokenizer = tiny_models.gpt2_lm()
+    model, tokenizer = lm()
     template = Transcoder(16, k=2, max_epochs=3, batch_size=64, progress=False)
-    tcs = TranscoderSet.fit(model, tokenizer, corpus()[:30], transcoder=template, buffer_tokens=150,
-                            process_group=process_group)  # fmt: skip
+    return TranscoderSet.fit(model, tokenizer, corpus()[:30], transcoder=template, buffer_tokens=150,
+                             process_group=process_group)  # fmt: skip
+
+
+def set_weights(tcs) -> dict:
+    """A TranscoderSet's weights as ``"<layer>/<name>"`` → array."""
     return {f"{layer}/{name}": t.numpy() for layer in tcs.layers for name, t in tcs[layer].weights_.items()}
 
 
@@ -102,7 +109,7 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
         sae = BatchTopKSAE(16, k=3)
         sae.k_, sae._ranks = 3.0, ranks
         np.save(os.path.join(out_dir, f"batchtopk-rank{rank}.npy"), sae._batch_topk(pre[ranks.part(len(pre))]).numpy())
-        np.savez(os.path.join(out_dir, f"layers-rank{rank}.npz"), **fit_transcoder_set(dist.group.WORLD))
+        np.savez(os.path.join(out_dir, f"layers-rank{rank}.npz"), **set_weights(fit_transcoder_set(dist.group.WORLD)))
         # ranks holding different data are told so, on every rank
         try:
             SparseAutoencoder(8, k=2, **STEPS).fit(X[rank * 100 : rank * 100 + 100])
@@ -207,7 +214,7 @@ def test_single_process_rules():
 
 def test_layer_parallel_transcoder_set_equals_one_process(runs):
     out, _, _ = runs
-    single = fit_transcoder_set()
+    single = set_weights(fit_transcoder_set())
     assert {key.split("/")[0] for key in single} == {"0", "1"}
     for rank in range(2):  # rank 0 trained layer 0, rank 1 layer 1; both got the whole set
         parallel = dict(np.load(out / f"layers-rank{rank}.npz"))
