@@ -79,6 +79,42 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
+def _number(value: Any) -> float | None:
+    """A finite float, or None for a missing or non-finite value."""
+    return None if value is None else _finite(value)
+
+
+def _p_text(value: float | None) -> str:
+    """A chance p-value as the detail pane writes it ("p = 0.031", "p n/a" when it was not tested)."""
+    return "p n/a" if value is None else f"p = {format_score(value)}"
+
+
+def label_control_sentence(control: dict[str, Any]) -> str:
+    """One concept's swapped-label control (``concept_detail(c)["label_scores"]["control"]``) in the words of the
+    detail pane; the live view writes the same (``controlSentence`` in ``js/src/views/concept_browser/draw.js``).
+
+    Example:
+        >>> label_control_sentence({"swapped_from": 2, "swapped_label": "food", "outscores": True,
+        ...     "detection": {"balanced_accuracy": 0.5, "p_value": 0.6}, "fuzzing": {"balanced_accuracy": 0.25,
+        ...     "p_value": None}, "true_score": 0.875, "swapped_score": 0.375})
+        'control: judged again under the label of #2 (“food”): detection 0.5 (p = 0.6) · fuzzing 0.25 (p n/a); the true label outscores it (mean 0.875 against 0.375)'
+    """
+    scores = " · ".join(
+        f"{kind} {format_score(_nan(control[kind]['balanced_accuracy']))} ({_p_text(control[kind]['p_value'])})"
+        for kind in LABEL_SCORE_KINDS
+    )
+    verdict = "outscores it" if control["outscores"] else "does not outscore it"
+    return (
+        f"control: judged again under the label of #{control['swapped_from']} (“{control['swapped_label']}”): "
+        f"{scores}; the true label {verdict} (mean {format_score(_nan(control['true_score']))} against "
+        f"{format_score(_nan(control['swapped_score']))})"
+    )
+
+
+def _nan(value: float | None) -> float:
+    return math.nan if value is None else float(value)
+
+
 def _distinct_tokens(tokens: Sequence[str], n: int) -> list[str]:
     out: list[str] = []
     for token in tokens:
@@ -134,11 +170,13 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
     The detection and fuzzing scores of the labels (:func:`~interp_widgets.concepts.score_labels`) come from
     ``interpretation.label_scores``: each scored label shows both balanced accuracies beside it (``sort_by``
     ``"detection"`` / ``"fuzzing"``; unscored concepts sort last), ``min_label_score`` keeps the concepts whose two
-    scores both reach it (unscored ones are left out while it is above 0), and the detail pane adds their AUCs and
-    sample sizes. The summary line states the swapped-label control (``interpretation.label_control``,
-    :meth:`label_control_text`); only when it passed is a score that ``score_labels`` found no better than chance
-    followed by "(not above chance)"; when it failed the summary says the scorer cannot discriminate and nothing is
-    marked.
+    scores both reach it (unscored ones are left out while it is above 0), and the detail pane adds their chance
+    p-values, AUCs and sample sizes and the label's swapped-label control: the concept whose label it was judged
+    under, the scores it got there and whether the true label outscored it (:func:`label_control_sentence`; the
+    static picture adds the same for the selected concept). The summary line states the swapped-label control
+    (``interpretation.label_control``, :meth:`label_control_text`); only when it passed is a score that
+    ``score_labels`` found no better than chance followed by "(not above chance)"; when it failed the summary says the
+    scorer cannot discriminate and nothing is marked.
 
     ``selected_concept`` (-1: none), ``selected_text``, ``selected_token``, ``page``, ``sort_by``, ``descending``,
     ``search``, ``hide_dead``, ``min_label_score`` and ``text_mode`` (``"activation"`` or ``"attribution"``) sync both ways.
@@ -172,8 +210,15 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
             "label_scores": {"nullable": {"object": {  # _label_score_detail()
                 "scorer": "str",
                 **{kind: {"object": {"balanced_accuracy": {"nullable": "num"}, "auc": {"nullable": "num"},
-                                     "n_examples": "int", "n_activating": "int", "n_non_activating": "int",
-                                     "n_failed": "int"}} for kind in LABEL_SCORE_KINDS}}}},
+                                     "p_value": {"nullable": "num"}, "n_examples": "int", "n_activating": "int",
+                                     "n_non_activating": "int", "n_failed": "int"},
+                          "defaults": {"p_value": None}} for kind in LABEL_SCORE_KINDS},  # scored before the test
+                "control": {"nullable": {"object": {  # _label_control_detail()
+                    "swapped_from": "int", "swapped_label": "str",
+                    **{kind: {"object": {"balanced_accuracy": {"nullable": "num"}, "p_value": {"nullable": "num"}}}
+                       for kind in LABEL_SCORE_KINDS},
+                    "true_score": {"nullable": "num"}, "swapped_score": {"nullable": "num"}, "outscores": "bool"}}}},
+                "defaults": {"control": None}}},  # older payloads: no control in the detail pane
         }, "defaults": {"text_attribution": None, "hierarchy": None, "label_scores": None}}},  # older payloads
     }  # fmt: skip
 
@@ -415,8 +460,9 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         return " (not above chance)" if marks is not None and marks[c] == 1 else ""
 
     def _label_score_detail(self, concept: int, label: str) -> dict[str, Any] | None:
-        """The scores of ``concept``'s label (both kinds: balanced accuracy, AUC, sample sizes) and their scorer, or
-        None when the label shown is not the one scored."""
+        """The scores of ``concept``'s label (both kinds: balanced accuracy, its chance p-value, AUC, sample sizes),
+        their scorer and the label's swapped-label control (:meth:`_label_control_detail`), or None when the label
+        shown is not the one scored."""
         entry = self._scored_labels(self.interpretation).get(concept)
         if entry is None or entry.get("label", label) != label:
             return None
@@ -424,11 +470,40 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
         for kind in LABEL_SCORE_KINDS:
             score = entry.get(kind) or {}
             out[kind] = {
-                "balanced_accuracy": _finite(score["balanced_accuracy"]) if score.get("balanced_accuracy") is not None else None,
-                "auc": _finite(score["auc"]) if score.get("auc") is not None else None,
+                "balanced_accuracy": _number(score.get("balanced_accuracy")), "auc": _number(score.get("auc")),
+                "p_value": _number(score.get("p_value")),  # None: scored before the chance test existed
                 **{name: int(score.get(name, 0)) for name in ("n_examples", "n_activating", "n_non_activating", "n_failed")},
             }  # fmt: skip
+        out["control"] = self._label_control_detail(concept, label)
         return out
+
+    def _label_control_detail(self, concept: int, label: str) -> dict[str, Any] | None:
+        """The swapped-label control of ``concept`` (``interpretation.label_control["concepts"][concept]``): the
+        concept whose label its examples were judged under again, that label, the scores it got there (balanced
+        accuracy and chance p-value of both kinds), the mean of the two balanced accuracies under the true and the
+        swapped label and whether the true one outscored the swapped one; None when no control judged the label
+        shown.
+
+        Example:
+            >>> from interp_widgets.concepts import interpret_concepts, score_labels
+            >>> interp = interpret_concepts(concepts, store, progress=False)
+            >>> _ = score_labels(interp, lambda prompts: ["[1]"] * len(prompts), concepts=[0, 1], n_examples=4)
+            >>> control = ConceptBrowser(interp).concept_detail(0)["label_scores"]["control"]
+            >>> control["swapped_from"], control["outscores"]  # a scorer that says yes to everything ties
+            (1, False)
+        """
+        control = getattr(self.interpretation, "label_control", None) or {}
+        entries = {int(c): e for c, e in dict(control.get("concepts") or {}).items()}
+        entry = entries.get(concept)
+        if entry is None or entry.get("label", label) != label or "swapped_from" not in entry:
+            return None
+        return {
+            "swapped_from": int(entry["swapped_from"]), "swapped_label": str(entry.get("swapped_label", "")),
+            **{kind: {"balanced_accuracy": _number((entry.get(kind) or {}).get("balanced_accuracy")),
+                      "p_value": _number((entry.get(kind) or {}).get("p_value"))} for kind in LABEL_SCORE_KINDS},
+            "true_score": _number(entry.get("true_score")), "swapped_score": _number(entry.get("swapped_score")),
+            "outscores": bool(entry.get("outscores", False)),
+        }  # fmt: skip
 
     @staticmethod
     def _importance(importance, target, n: int) -> tuple[np.ndarray | None, str]:
@@ -696,7 +771,8 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
 
     # ----------------------------------------------------------------- display
     def static_svg(self) -> str:
-        """The first concepts in list order with their statistics and top tokens coloured by activation.
+        """The first concepts in list order with their statistics and top tokens coloured by activation, then, when
+        the selected concept's label is scored, the detail pane's label scores (p-values and control included).
 
         Example:
             >>> from interp_widgets.concepts import interpret_concepts
@@ -752,8 +828,30 @@ class ConceptBrowser(InterpWidget, PagedList, data=ConceptBrowserData):
                 figure.tokens(pieces)
         if len(order) > STATIC_CONCEPTS:
             figure.text(f"… {len(order) - STATIC_CONCEPTS} more concepts in the live widget", size=11, colour="#57606a")
+        self._static_label_scores(figure)
         figure.legend(1.0, signed=False, title="top-token activation (each concept scaled to its own max = 1)")
         return figure.render()
+
+    def _static_label_scores(self, figure: SvgFigure) -> None:
+        """The detail pane's label scores of the selected concept, as lines of the static picture: each score's
+        balanced accuracy, chance p-value, AUC and examples, then the concept's swapped-label control."""
+        c = self.selected_concept
+        detail = self._label_score_detail(c, self.interpretation.labels[c]) if c >= 0 else None
+        if detail is None:
+            return
+        figure.text(f"label scores of #{c} {self.interpretation.labels[c]} (scorer {detail['scorer'] or 'unknown'}; "
+                    "chance is 0.5)", size=12, bold=True)  # fmt: skip
+        for kind in LABEL_SCORE_KINDS:
+            score = detail[kind]
+            unreadable = f" ({score['n_failed']} unreadable)" if score["n_failed"] else ""
+            figure.text(
+                f"{kind}: balanced accuracy {format_score(_nan(score['balanced_accuracy']))} · "
+                f"{_p_text(score['p_value'])} · AUC {format_score(_nan(score['auc']))} · firing + not firing "
+                f"{score['n_activating']} + {score['n_non_activating']}{unreadable}",
+                size=12,
+            )
+        if detail["control"] is not None:
+            figure.text(label_control_sentence(detail["control"]), size=12)
 
     def to_html(self, title: str | None = None, preload: int = PRELOAD_CONCEPTS) -> str:
         """One offline HTML page of the browser. No kernel answers there, so the page carries the details of the

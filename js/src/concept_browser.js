@@ -53,11 +53,25 @@ export { BUSY_AFTER, histogramSvg, searchText, textPreview, visibleConcepts };
  * @property {string} scorer  The scorer that judged the label.
  * @property {LabelScore} detection
  * @property {LabelScore} fuzzing
+ * @property {LabelControl | null} [control]  The label's swapped-label control, null when none judged it.
+ */
+/**
+ * One concept's swapped-label control (Python `ConceptBrowser._label_control_detail`): its examples judged again
+ * under another concept's label.
+ * @typedef {object} LabelControl
+ * @property {number} swapped_from  The concept whose label was swapped in.
+ * @property {string} swapped_label  That label.
+ * @property {{balanced_accuracy: number | null, p_value: number | null}} detection  Scores under the swapped label.
+ * @property {{balanced_accuracy: number | null, p_value: number | null}} fuzzing
+ * @property {number | null} true_score  Mean of the two balanced accuracies under the true label.
+ * @property {number | null} swapped_score  The same under the swapped label.
+ * @property {boolean} outscores  The true label scored strictly higher.
  */
 /**
  * @typedef {object} LabelScore
  * @property {number | null} balanced_accuracy  Chance is 0.5.
  * @property {number | null} auc  ROC AUC of the scorer's P("1"), null without it.
+ * @property {number | null} [p_value]  One-sided Fisher exact p-value of balanced accuracy > 0.5, null when untested.
  * @property {number} n_examples
  * @property {number} n_activating
  * @property {number} n_non_activating

@@ -2,6 +2,7 @@
 // contexts, text view, escaping, busy kernel message, visible errors, cleanup.
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import browser, { BUSY_AFTER, histogramSvg, searchText, textPreview, visibleConcepts } from "../src/concept_browser.js";
+import { controlSentence, pValueText } from "../src/views/concept_browser/draw.js";
 import { scoreColours } from "../src/lib/colour.js";
 import { fakeModel, payload, settle } from "./fake_model.js";
 
@@ -315,28 +316,86 @@ describe("label scores", () => {
     expect(el.querySelector(".iw-concept-summary").textContent).not.toContain("scored");
   });
 
-  it("lists the selected label's balanced accuracies, AUCs and sample sizes in the detail pane", () => {
-    const score = (ba, auc) => ({
-      balanced_accuracy: ba,
-      auc,
-      n_examples: 8,
-      n_activating: 4,
-      n_non_activating: 4,
-      n_failed: 0,
-    });
-    const label_scores = { scorer: EVIL, detection: score(0.875, 0.9), fuzzing: { ...score(0.75, null), n_failed: 2 } };
+  const score = (ba, auc, p_value = null) => ({
+    balanced_accuracy: ba,
+    auc,
+    p_value,
+    n_examples: 8,
+    n_activating: 4,
+    n_non_activating: 4,
+    n_failed: 0,
+  });
+  const rowsOf = (table) =>
+    Array.from(table.querySelectorAll("tbody tr"), (tr) => Array.from(tr.children, (td) => td.textContent));
+
+  it("lists the selected label's balanced accuracies, p-values, AUCs and sample sizes in the detail pane", () => {
+    const label_scores = {
+      scorer: EVIL,
+      detection: score(0.875, 0.9, 0.0004),
+      fuzzing: { ...score(0.75, null, 0.25), n_failed: 2 },
+      control: null,
+    };
     scored({ selected_concept: 1, details: { 0: detail(0), 1: detail(1, { label: EVIL, label_scores }) } });
     const table = el.querySelector(".iw-label-score-table");
     expect(table.querySelector("caption").textContent).toBe(`Label scores (scorer ${EVIL}; chance is 0.5)`);
-    const rows = Array.from(table.querySelectorAll("tbody tr"), (tr) =>
-      Array.from(tr.children, (td) => td.textContent),
-    );
-    expect(rows).toEqual([
-      ["detection", "0.875", "0.9", "4 + 4"],
-      ["fuzzing", "0.75", "n/a", "4 + 4 (2 unreadable)"],
+    expect(Array.from(table.querySelectorAll("thead th"), (th) => th.textContent)).toEqual([
+      "score",
+      "balanced accuracy",
+      "p-value",
+      "AUC",
+      "firing + not firing",
     ]);
+    expect(rowsOf(table)).toEqual([
+      ["detection", "0.875", "4e-4", "0.9", "4 + 4"],
+      ["fuzzing", "0.75", "0.25", "n/a", "4 + 4 (2 unreadable)"],
+    ]);
+    expect(el.querySelector(".iw-label-control")).toBeNull(); // no control judged this label
     expect(el.querySelector("img")).toBeNull();
   });
+
+  it("says n/a for the p-values of scores saved before the chance test", () => {
+    const { p_value: _, ...old } = score(0.875, 0.9);
+    scored({ selected_concept: 1, details: { 1: detail(1, { label_scores: { scorer: "j", detection: old, fuzzing: old } }) } });
+    expect(rowsOf(el.querySelector(".iw-label-score-table")).map((row) => row[2])).toEqual(["n/a", "n/a"]);
+    expect(el.querySelector(".iw-label-control")).toBeNull();
+  }); // prettier-ignore
+
+  const controlOf = (overrides = {}) => ({
+    swapped_from: 3,
+    swapped_label: "food words",
+    detection: { balanced_accuracy: 0.25, p_value: 0.625 },
+    fuzzing: { balanced_accuracy: 0.5, p_value: null },
+    true_score: 0.75,
+    swapped_score: 0.375,
+    outscores: true,
+    ...overrides,
+  });
+
+  it("gives the label's swapped-label control: the label swapped in, its scores and whether the true label won", () => {
+    const label_scores = { scorer: "j", detection: score(0.875, 0.9, 0.01), fuzzing: score(0.625, 0.8, 0.2), control: controlOf() };
+    scored({ selected_concept: 1, details: { 1: detail(1, { label_scores }) } });
+    const line = el.querySelector(".iw-label-score-detail .iw-label-control");
+    expect(line.textContent).toBe(
+      "control: judged again under the label of #3 (\u201cfood words\u201d): detection 0.25 (p = 0.625) \u00b7 fuzzing 0.5 (p n/a); the true label outscores it (mean 0.75 against 0.375)",
+    );
+    expect(line.classList.contains("iw-label-control-lost")).toBe(false);
+    expect(controlSentence(controlOf({ outscores: false, true_score: 0.375 }))).toContain(
+      "the true label does not outscore it (mean 0.375 against 0.375)",
+    );
+    expect(pValueText(1.5e-5)).toBe("p = 1.5e-5");
+  }); // prettier-ignore
+
+  it("keeps a hostile swapped label as text", () => {
+    const hostile = `</script><script>window.__pwned = 1</script>${EVIL}\u201d`;
+    const label_scores = { scorer: EVIL, detection: score(0.875, 0.9, 0.01), fuzzing: score(0.625, 0.8, 0.2), control: controlOf({ swapped_label: hostile, outscores: false, true_score: 0.375 }) };
+    scored({ selected_concept: 1, details: { 1: detail(1, { label: EVIL, label_scores }) } });
+    const line = el.querySelector(".iw-label-control");
+    expect(line.textContent).toContain(`under the label of #3 (\u201c${hostile}\u201d)`);
+    expect(line.classList.contains("iw-label-control-lost")).toBe(true);
+    expect(line.children.length).toBe(0); // one text node: no markup made of the label
+    expect(el.querySelector("img, script")).toBeNull();
+    expect(window.__pwned).toBeUndefined();
+  }); // prettier-ignore
 
   it("draws no score table for a concept whose label is not scored", () => {
     scored({ selected_concept: 0, details: { 0: detail(0, { label_scores: null }) } });

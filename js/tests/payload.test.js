@@ -342,7 +342,7 @@ describe("readPayload refuses what the schema does not allow", () => {
     expect(Object.values(read.traits.details).map((d) => d.text_attribution)).toEqual(details.map(() => null));
   });
 
-  it("shows the label scores of a saved concept browser with no kernel, and reads one saved before them", async () => {
+  it("shows the label scores of a saved concept browser with no kernel (p-values and control in the detail pane), and reads one saved before them", async () => {
     await render(bundle(clone(FIXTURES.concept_browser)));
     const scores = Array.from(el.querySelectorAll(".iw-mime-view .iw-label-scores"), (s) => s.textContent);
     expect(scores).toContain("detection 0.875 \u00b7 fuzzing 0.75 (not above chance)"); // the control passed
@@ -351,6 +351,37 @@ describe("readPayload refuses what the schema does not allow", () => {
       "in 3 of 3 concepts (100 %, 0 tied; \u2265 70 % needed): the scorer discriminates",
     );
     expect(el.querySelector(".iw-error, .iw-mime-note")).toBeNull();
+    for (const cleanup of cleanups.splice(0).reverse()) cleanup?.();
+    el.replaceChildren();
+    const selected = clone(FIXTURES.concept_browser); // its detail pane: p-values and the label's control
+    selected.state.selected_concept = 0;
+    await render(bundle(selected));
+    const table = el.querySelector(".iw-mime-view .iw-label-score-table");
+    const rows = Array.from(table.querySelectorAll("tbody tr"), (tr) =>
+      Array.from(tr.children, (td) => td.textContent),
+    );
+    expect(rows.map((row) => row.slice(0, 3))).toEqual([
+      ["detection", "0.625", "0.3"],
+      ["fuzzing", "0.5", "0.01"],
+    ]);
+    const control = el.querySelector(".iw-mime-view .iw-label-control").textContent;
+    expect(control).toContain("control: judged again under the label of #1 (\u201c<img src=x onerror=alert(1)>\u201d)");
+    expect(control).toContain("detection 0.25 (p = 0.625) \u00b7 fuzzing 0.25 (p = 4e-4); the true label outscores it");
+    expect(el.querySelector(".iw-mime-view img, .iw-error, .iw-mime-note")).toBeNull();
+    for (const cleanup of cleanups.splice(0).reverse()) cleanup?.();
+    el.replaceChildren();
+    const untested = clone(selected); // details saved before the p-values and the control: read as null
+    for (const detail of Object.values(untested.state.details)) {
+      if (!detail.label_scores) continue;
+      delete detail.label_scores.control;
+      for (const kind of ["detection", "fuzzing"]) delete detail.label_scores[kind].p_value;
+    }
+    const readUntested = readPayload(clone(untested));
+    expect(readUntested.traits.details["0"].label_scores.control).toBeNull();
+    expect(readUntested.traits.details["0"].label_scores.detection.p_value).toBeNull();
+    await render(bundle(untested));
+    expect(el.querySelector(".iw-mime-view .iw-label-score-table tbody td:nth-child(3)").textContent).toBe("n/a");
+    expect(el.querySelector(".iw-mime-view .iw-label-control, .iw-error, .iw-mime-note")).toBeNull();
     for (const cleanup of cleanups.splice(0).reverse()) cleanup?.();
     el.replaceChildren();
     const older = clone(FIXTURES.concept_browser);

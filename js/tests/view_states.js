@@ -63,8 +63,10 @@ export const VIEWS = [
         examples: [{ tokens: ["t", "u"], center: 1, activation: 1, text_id: 0, activations: [0, 1] }], top_texts: [{ text_id: 0, max_activation: 1, text: "t u" }],
         vocabulary: [{ token: "v", logit: 1 }], text_activations: f32([0, 1]),
         text_attribution: { values: f32([-0.5, 1]), method: "occlusion", signed: true, score: "activation of concept 0", activation: 1, completeness_error: null },
-        label_scores: { scorer: "judge", detection: { balanced_accuracy: 0.75, auc: 0.8, n_examples: 4, n_activating: 2, n_non_activating: 2, n_failed: 0 },
-          fuzzing: { balanced_accuracy: 0.5, auc: null, n_examples: 4, n_activating: 2, n_non_activating: 2, n_failed: 0 } } } } },
+        label_scores: { scorer: "judge", detection: { balanced_accuracy: 0.75, auc: 0.8, p_value: 0.04, n_examples: 4, n_activating: 2, n_non_activating: 2, n_failed: 0 },
+          fuzzing: { balanced_accuracy: 0.5, auc: null, p_value: 0.6, n_examples: 4, n_activating: 2, n_non_activating: 2, n_failed: 0 },
+          control: { swapped_from: 1, swapped_label: "b", detection: { balanced_accuracy: 0.5, p_value: 0.6 }, fuzzing: { balanced_accuracy: 0.25, p_value: null },
+            true_score: 0.625, swapped_score: 0.375, outscores: true } } } } },
   },
   {
     file: "monitor.js", model: "MonitorModel", widget: monitor,

@@ -407,8 +407,9 @@ def test_label_scores_sit_beside_each_label_in_the_payload_and_sort_the_list():
     assert browser.label_scorer == "<b>judge</b>"
     detail = browser.concept_detail(1)["label_scores"]
     assert detail["scorer"] == "<b>judge</b>" and detail["detection"] == {
-        "balanced_accuracy": 0.875, "auc": 0.75, "n_examples": 8, "n_activating": 4, "n_non_activating": 4,
-        "n_failed": 0}  # fmt: skip
+        "balanced_accuracy": 0.875, "auc": 0.75, "p_value": None, "n_examples": 8, "n_activating": 4,
+        "n_non_activating": 4, "n_failed": 0}  # fmt: skip
+    assert detail["control"] is None  # scored before the chance test and the control existed
     assert browser.concept_detail(2)["label_scores"]["fuzzing"]["auc"] is None
     assert browser.concept_detail(3)["label_scores"] is None  # not scored
     browser.sort_by, browser.descending = "detection", True
@@ -458,9 +459,21 @@ def test_score_labels_scores_reach_the_browser_through_a_saved_interpretation(tm
     assert (
         browser.label_scorer == "word scorer" and browser.concept_detail(0)["label_scores"]["detection"]["auc"] == 1.0
     )
+    detail = browser.concept_detail(0)["label_scores"]  # the p-values and the control, as score_labels saved them
+    saved = interp.label_scores[0]
+    assert [detail[kind]["p_value"] for kind in ("detection", "fuzzing")] == pytest.approx(
+        [saved["detection"]["p_value"], saved["fuzzing"]["p_value"]]
+    )
+    control = interp.label_control["concepts"][0]
+    assert detail["control"]["swapped_from"] == 1 and detail["control"]["swapped_label"] == interp.labels[1]
+    assert detail["control"]["detection"]["p_value"] == pytest.approx(control["detection"]["p_value"])
+    assert detail["control"]["outscores"] == control["outscores"] and detail["control"]["true_score"] == pytest.approx(
+        control["true_score"]
+    )
     new = {0: "soup", 1: "weather", 2: "cat"}
     browser = ConceptBrowser(interp.relabel(lambda c, examples: new[c]))  # a changed label loses its score
     np.testing.assert_allclose(browser._column("label_fuzzing"), [0.8, np.nan, np.nan], equal_nan=True)
+    assert browser.concept_detail(0)["label_scores"]["control"] is None  # the relabel dropped the control
 
 
 def test_the_label_score_filter_keeps_labels_whose_two_scores_reach_it():
@@ -480,12 +493,22 @@ def test_the_label_score_filter_keeps_labels_whose_two_scores_reach_it():
 
 
 def _with_control(interp: ConceptInterpretation, wins: int, n: int = 3, ties: int = 0) -> ConceptInterpretation:
-    """``interp`` with a swapped-label control over concepts 0..n-1 (each judged under the next one's label) whose
-    true label won ``wins`` times, and concept 0's detection score (and concept 1's fuzzing score) no better than
-    chance."""
+    """``interp`` with a swapped-label control over concepts 0..n-1 (each judged under the next one's label, so
+    concept 0 under concept 1's hostile label) whose true label won ``wins`` times (concepts 0..wins-1: 0.25 under
+    the swapped label, the others tie), and concept 0's detection score (and
+    concept 1's fuzzing score) no better than chance."""
     labels = interp.labels
-    concepts = {c: {"label": labels[c], "swapped_from": (c + 1) % n, "swapped_label": labels[(c + 1) % n]}
-                for c in range(n)}  # fmt: skip
+    concepts = {}
+    for c in range(n):
+        true = (interp.label_scores[c]["detection"]["balanced_accuracy"]
+                + interp.label_scores[c]["fuzzing"]["balanced_accuracy"]) / 2  # fmt: skip
+        swapped = 0.25 if c < wins else true
+        concepts[c] = {
+            "label": labels[c], "swapped_from": (c + 1) % n, "swapped_label": labels[(c + 1) % n],
+            "detection": {"balanced_accuracy": swapped, "p_value": 0.625, "above_chance": False},
+            "fuzzing": {"balanced_accuracy": swapped, "p_value": 0.0004, "above_chance": True},
+            "true_score": true, "swapped_score": swapped, "outscores": c < wins,
+        }  # fmt: skip
     scores = {c: {**entry} for c, entry in interp.label_scores.items()}
     for entry in scores.values():
         for kind in ("detection", "fuzzing"):
@@ -525,3 +548,64 @@ def test_the_control_decides_whether_scores_no_better_than_chance_are_marked(tmp
     assert (payload["label_control_n"], payload["label_control_wins"], payload["label_discriminates"]) == (3, 3, True)
     page = failed.export_html(tmp_path / "concepts.html").read_text(encoding="utf-8")
     assert "<b>judge" not in page and EVIL not in page
+
+
+HOSTILE = '</script><script>alert("x")</script><img src=x onerror=alert(1)>'
+
+
+def test_the_detail_pane_gives_each_score_its_p_value_and_the_label_s_swapped_label_control(tmp_path):
+    browser = ConceptBrowser(_with_control(_interpretation(), wins=2), hide_dead=False, selected_concept=0)
+    detail = browser.concept_detail(0)["label_scores"]
+    assert (detail["detection"]["p_value"], detail["fuzzing"]["p_value"]) == (0.3, 0.01)
+    assert detail["control"] == {
+        "swapped_from": 1, "swapped_label": EVIL, "detection": {"balanced_accuracy": 0.25, "p_value": 0.625},
+        "fuzzing": {"balanced_accuracy": 0.25, "p_value": 0.0004}, "true_score": 0.5625, "swapped_score": 0.25,
+        "outscores": True}  # fmt: skip
+    lost = browser.concept_detail(2)["label_scores"]["control"]  # concept 2's true label did not outscore
+    assert (lost["swapped_from"], lost["swapped_label"], lost["outscores"]) == (0, "label 0", False)
+    assert browser.concept_detail(3)["label_scores"] is None  # not scored: no control either
+    # the saved output and the exported page carry the same details
+    saved = browser.mime_payload()["state"]["details"]["0"]["label_scores"]
+    assert saved["control"]["swapped_label"] == EVIL and saved["fuzzing"]["p_value"] == 0.01
+    exported = _export_state_of(browser.to_html(preload=3))["details"]["0"]["label_scores"]
+    assert exported == json.loads(json.dumps(detail))
+    # the static picture adds the selected concept's detail-pane scores, in the live view's words
+    svg = browser.static_svg()
+    text = "".join(ET.fromstring(svg).itertext())
+    assert "label scores of #0 label 0 (scorer <b>judge</b>; chance is 0.5)" in text
+    assert "detection: balanced accuracy 0.625 · p = 0.3 · AUC 0.75 · firing + not firing 4 + 4" in text
+    assert "fuzzing: balanced accuracy 0.5 · p = 0.01 · AUC 0.75 · firing + not firing 4 + 4" in text
+    assert (
+        f"control: judged again under the label of #1 (“{EVIL}”): detection 0.25 (p = 0.625) · fuzzing 0.25 "
+        "(p = 4e-4); the true label outscores it (mean 0.562 against 0.25)" in text
+    )
+    assert "<img" not in svg and "<b>" not in svg
+    browser.selected_concept = 2
+    assert "the true label does not outscore it (mean 0.438 against 0.438)" in "".join(
+        ET.fromstring(browser.static_svg()).itertext()
+    )
+    browser.selected_concept = 3
+    assert "label scores of #" not in "".join(ET.fromstring(browser.static_svg()).itertext())
+    unchecked = ConceptBrowser(_interpretation(), selected_concept=0)  # scored before the test and the control
+    text = "".join(ET.fromstring(unchecked.static_svg()).itertext())
+    assert "detection: balanced accuracy 0.625 · p n/a · AUC 0.75" in text and "control: judged" not in text
+
+
+def test_a_hostile_swapped_label_stays_text_in_the_detail_pane_picture_and_export(tmp_path):
+    interp = _interpretation()
+    labels = list(interp.labels)
+    labels[1] = HOSTILE  # concept 0 is judged again under concept 1's label
+    scores = {c: {**entry, "label": labels[c]} for c, entry in interp.label_scores.items()}
+    browser = ConceptBrowser(_with_control(interp.replace(labels=labels, label_scores=scores), wins=3),
+                             selected_concept=0)  # fmt: skip
+    assert browser.concept_detail(0)["label_scores"]["control"]["swapped_label"] == HOSTILE
+    svg = browser.static_svg()
+    assert "<script" not in svg and "<img" not in svg and "</script" not in svg
+    assert f"under the label of #1 (“{HOSTILE}”)" in "".join(ET.fromstring(svg).itertext())
+    for page in (browser.to_html(preload=3), browser.export_html(tmp_path / "c.html").read_text(encoding="utf-8")):
+        assert HOSTILE not in page and "<script>alert" not in page and "<img src=x" not in page
+    assert _export_state_of(browser.to_html(preload=3))["details"]["0"]["label_scores"]["control"]["swapped_label"] == (
+        HOSTILE
+    )
+    payload = json.dumps(browser.mime_payload())
+    assert json.loads(payload)["state"]["details"]["0"]["label_scores"]["control"]["swapped_label"] == HOSTILE

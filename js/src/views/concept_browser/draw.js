@@ -106,6 +106,27 @@ export function controlText(control) {
     : `${told}: the scorer cannot discriminate, so no score is marked as chance`;
 }
 
+/** A number of the detail pane, "n/a" when it is missing (null: not computed). */
+const orNa = (value) => (value === null || value === undefined || !Number.isFinite(value) ? "n/a" : formatScore(value));
+
+/** A score's chance p-value as the detail pane writes it: "p = 0.031", "p n/a" when it was not tested. */
+export function pValueText(p) {
+  return p === null || p === undefined || !Number.isFinite(p) ? "p n/a" : `p = ${formatScore(p)}`;
+}
+
+/**
+ * One concept's swapped-label control (`label_scores.control`), in the words of the static picture (Python
+ * `label_control_sentence`): the concept whose label its examples were judged under, its scores there and whether
+ * the true label outscored it.
+ */
+export function controlSentence(control) {
+  const scores = ["detection", "fuzzing"]
+    .map((kind) => `${kind} ${orNa(control[kind]?.balanced_accuracy)} (${pValueText(control[kind]?.p_value)})`)
+    .join(" \u00b7 ");
+  const verdict = control.outscores ? "outscores it" : "does not outscore it";
+  return `control: judged again under the label of #${control.swapped_from} (\u201c${control.swapped_label}\u201d): ${scores}; the true label ${verdict} (mean ${orNa(control.true_score)} against ${orNa(control.swapped_score)})`;
+}
+
 /** The label's two scores as text beside it (the numbers and marks are the accessible form: no colour carries them). */
 function labelScoreChip(ctx, c) {
   const { detection, fuzzing } = ctx.data;
@@ -429,13 +450,18 @@ function drawDetail(ctx, selected) {
   parts.detail.replaceChildren(...blocks);
 }
 
-/** The selected label's detection and fuzzing scores: balanced accuracy, AUC of P("1") and the examples judged. */
+/**
+ * The selected label's detection and fuzzing scores: balanced accuracy, its chance p-value, AUC of P("1") and the
+ * examples judged, then the label's swapped-label control (which concept's label was swapped in, the scores under it
+ * and whether the true label outscored it).
+ */
 function labelScoresTable(scores) {
   const row = (kind, name) => {
     const s = scores[kind] ?? {};
     return h("tr", {}, [
       h("th", { scope: "row" }, name),
       h("td", {}, formatScore(s.balanced_accuracy ?? NaN)),
+      h("td", { class: "iw-label-p" }, orNa(s.p_value)),
       h("td", {}, s.auc === null || s.auc === undefined ? "n/a" : formatScore(s.auc)),
       h(
         "td",
@@ -444,11 +470,14 @@ function labelScoresTable(scores) {
       ),
     ]);
   };
-  return h("table", { class: "iw-table iw-label-score-table" }, [
+  const table = h("table", { class: "iw-table iw-label-score-table" }, [
     h("caption", {}, `Label scores (scorer ${scores.scorer || "unknown"}; chance is 0.5)`),
-    h("thead", {}, h("tr", {}, [h("th", {}, "score"), h("th", {}, "balanced accuracy"), h("th", {}, "AUC"), h("th", {}, "firing + not firing")])),
+    h("thead", {}, h("tr", {}, [h("th", {}, "score"), h("th", {}, "balanced accuracy"), h("th", { title: "one-sided Fisher exact test of balanced accuracy > 0.5" }, "p-value"), h("th", {}, "AUC"), h("th", {}, "firing + not firing")])),
     h("tbody", {}, [row("detection", "detection"), row("fuzzing", "fuzzing")]),
   ]); // prettier-ignore
+  if (!scores.control) return table;
+  const control = h("p", { class: `iw-caption iw-label-control${scores.control.outscores ? "" : " iw-label-control-lost"}` }, controlSentence(scores.control)); // prettier-ignore
+  return h("div", { class: "iw-label-score-detail" }, [table, control]);
 }
 
 /**
