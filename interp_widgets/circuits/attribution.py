@@ -428,10 +428,8 @@ class _Backward:
             if grad is None:
                 continue
             grad = grad[:, 0]
-            if layer in self.sources.writes:  # every feature writing to this layer at once (one batched product)
-                positions, columns, decoded = self.sources.writes[layer]
-                picked = grad.index_select(1, positions).transpose(0, 1)  # (features, rows, d)
-                out.index_add_(1, columns, torch.bmm(picked, decoded[:, :, None])[:, :, 0].T)
+            for pos, columns, decoded in self.sources.writes.get(layer, ()):
+                out[:, columns] += grad[:, pos] @ decoded.T  # a cross-layer feature writes to several layers
             start = self.sources.error_start + layer * grad.shape[1]
             out[:, start : start + grad.shape[1]] = (grad * self.state.errors[layer]).sum(-1)
         if grads[-1] is not None:
@@ -455,8 +453,8 @@ def _detach_input(module, args, kwargs):
 
 class _Sources:
     """The source columns: active features ``(layer, pos, feature)`` sorted, then errors (layer × pos), then tokens;
-    ``writes[layer]`` is ``(positions, columns, a · W_dec rows)`` of every feature that writes to layer ``layer``'s MLP
-    output (from its own layer, or from an earlier one for a cross-layer transcoder), concatenated."""
+    ``writes[layer]`` lists ``(pos, columns, a · W_dec rows)`` of the features that write to layer ``layer``'s MLP
+    output (from their own layer, or from an earlier one for a cross-layer transcoder)."""
 
     def __init__(self, state: ReplacementState):
         n_pos = state.final.shape[0]
@@ -469,19 +467,19 @@ class _Sources:
         self.error_start = self.n_features
         self.token_start = self.error_start + len(state.acts) * n_pos
         self.n_sources = self.token_start + n_pos
-        parts: dict[int, list] = {}
+        self.writes: dict[int, list] = {}
         start = 0
         for layer, f in enumerate(found):
+            positions = f[:, 0]
             decoders = state.weights[layer]["W_dec"]  # (n, layers written, d)
-            positions, idx = f[:, 0], f[:, 1]
-            columns = torch.arange(start, start + len(f), device=decoders.device)
-            acts = state.acts[layer][positions, idx][:, None]
-            for j in range(decoders.shape[1]):
-                parts.setdefault(layer + j, []).append((positions, columns, acts * decoders[idx, j]))
+            for pos in torch.unique(positions).tolist():
+                local = torch.nonzero(positions == pos)[:, 0]
+                idx = f[local, 1]
+                columns = (local + start).to(decoders.device)
+                for j in range(decoders.shape[1]):
+                    decoded = state.acts[layer][pos, idx][:, None] * decoders[idx, j]
+                    self.writes.setdefault(layer + j, []).append((pos, columns, decoded))
             start += len(f)
-        self.writes = {
-            layer: tuple(torch.cat([part[i] for part in chunks]) for i in range(3)) for layer, chunks in parts.items()
-        }
 
 
 def _influence(
