@@ -202,7 +202,10 @@ def ct_part(model, tokenizer, tcs, prompts, venv: str) -> None:
     n_common, n_pos = len(common), len(ours.token_ids)
     errors = np.arange(n_common, n_common + shared - n_pos)
     others = np.r_[np.arange(n_common), np.arange(n_common + shared - n_pos, n_common + shared)]
-    rel = lambda cols: np.linalg.norm(a[:, cols] - b[:, cols]) / max(np.linalg.norm(b[:, cols]), 1e-30)  # noqa: E731
+
+    def rel(cols):
+        return np.linalg.norm(a[:, cols] - b[:, cols]) / max(np.linalg.norm(b[:, cols]), 1e-30)
+
     per_error = np.linalg.norm(a[:, errors] - b[:, errors], axis=0) / np.maximum(
         np.linalg.norm(b[:, errors], axis=0), 1e-30
     )
