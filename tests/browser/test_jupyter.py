@@ -17,7 +17,7 @@ from playwright.sync_api import expect
 
 from tests.browser.harness import notebook_cells, run_cells, wait_for_kernel_idle
 from tests.browser.token_view import (
-    LIGHT_FULL, ROOT, TINY_BERT_CLASSIFIER, TOKEN, js_score, legend_labels, token_colours, tooltip_rows,
+    LIGHT_FULL, ROOT, TINY_BERT_CLASSIFIER, TOKEN, focus_token, js_score, legend_labels, token_colours, tooltip_rows,
 )  # fmt: skip
 
 pytestmark = pytest.mark.browser
@@ -119,7 +119,7 @@ def test_jupyterlab_renders_widget_and_syncs_class_back(jupyter_server, token_no
     # Tooltip on keyboard focus (sends nothing to the kernel), for the strongest token: exact score and rank 1.
     start = facts["selected_target"]
     strongest = int(np.argmax(np.abs(_unit_scores(facts, start))))
-    view.locator(TOKEN).nth(strongest).focus()
+    focus_token(view, view.locator(TOKEN).nth(strongest))
     _assert_tooltip(view, facts, start, strongest)
 
     # The class selector writes selected_target back to Python. Moving focus to it closes the tooltip.

@@ -3,7 +3,7 @@ expected values it should show, computed independently of the widget's own code.
 
 Example:
     >>> js_score(-0.000123456789)
-    '−0.000123457'
+    '−1.23457e-4'
     >>> js_score(1.96357614e-05, digits=3, sign=False)
     '1.96e-5'
     >>> round(contrast_ratio((0, 0, 0), (255, 255, 255)), 1)
@@ -13,6 +13,8 @@ Example:
 from __future__ import annotations
 
 import re
+
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 MINUS = "\u2212"
 ROOT = ".iw-root.iw-token-highlight"
@@ -88,6 +90,19 @@ def _over(rgba, below):
     """``rgba`` composited over the opaque colour ``below`` (translucent text, e.g. JupyterLab's dark theme)."""
     alpha = rgba[3]
     return tuple(alpha * c + (1 - alpha) * under for c, under in zip(rgba[:3], below))
+
+
+def focus_token(view, token, attempts: int = 3) -> None:
+    """Focus ``token`` until ``view``'s tooltip shows (at most ``attempts`` times, 5 s each): JupyterLab can move the
+    focus back to its notebook shortly after a cell run, which hides the tooltip that the focus opened. A view that
+    never opens its tooltip on focus still fails in :func:`tooltip_rows`."""
+    for _ in range(attempts):
+        token.focus()
+        try:
+            view.locator(".iw-tooltip").wait_for(state="visible", timeout=5_000)
+            return
+        except PlaywrightTimeoutError:
+            continue
 
 
 def tooltip_rows(view) -> dict[str, str]:
