@@ -16,8 +16,8 @@ resumes there (the checkpoint is deleted once the set is saved). :func:`load_tra
 Since v3 (``transcoders-v3`` in the folder name's hash) the encoder starts centred on the input mean, which left fewer
 features silent in a layer-16 experiment (held-out dead fraction 0.331 → 0.313). The auxiliary-k loss (``auxk_alpha``)
 is available but off by default: it took the same layer to 0.299 together with the centred start, for 1.81 times the
-time per training step (1,600 of 4,096 features dead, measured 2026-12-05), which the 3-hour budget cannot pay at 1M
-tokens. The v1 set (1M tokens, 2026-12-04, trained before the centred start) met the FVU goals (median 0.199, worst
+time per training step (1,600 of 4,096 features dead; measured 2026-12-05 as a ratio of interleaved runs on a loaded
+machine): about 70 → 125 minutes of fit, which with the report and explanations below passes 3 hours at 1M tokens. The v1 set (1M tokens, 2026-12-04, trained before the centred start) met the FVU goals (median 0.199, worst
 layer 0.286) but left a median 39 % of each layer's features silent on the 20k held-out tokens, and 17 % silent on
 all 200k explained training tokens.
 

@@ -355,16 +355,16 @@ def _logit_targets(tokenizer, state: ReplacementState, unembed: torch.Tensor, bi
 # ---------------------------------------------------------------------------------------------- the batched pass
 class _Backward:
     """One forward pass of the prompt through the replacement model (attention and norms frozen, each MLP's output
-    its constant part plus the live skip term), whose graph answers many backward passes: :meth:`rows` takes up to
-    ``batch`` targets and returns their direct-effect rows over every source.
+    its constant part plus the live skip term), whose graph answers many backward passes: :meth:`rows` takes a batch
+    of targets and returns their direct-effect rows over every source.
 
     The targets of one call go through the backward pass together as a batch of cotangents
     (``torch.autograd.grad(..., is_grads_batched=True)``, vectorised with ``vmap``), so the forward pass runs on the
-    prompt once, not replicated ``batch`` times: its saved activations do not grow with ``batch``.
+    prompt once, not replicated per target: its saved activations do not grow with the batch.
     """
 
-    def __init__(self, model, ids, state: ReplacementState, points, batch: int, sources):
-        self.state, self.sources, self.batch = state, sources, batch
+    def __init__(self, model, ids, state: ReplacementState, points, sources):
+        self.state, self.sources = state, sources
         device = state.final.device
         n_pos, width = state.final.shape
         self.deltas = [torch.zeros(1, n_pos, width, device=device, requires_grad=True) for _ in points]
@@ -621,7 +621,7 @@ def attribution_graph(
         bar = tqdm(total=len(found) + cap, desc="attribution graph rows", disable=not progress, unit="row")
         engine = None
         try:
-            engine = _Backward(model, ids, state, points, batch_size, sources)
+            engine = _Backward(model, ids, state, points, sources)
             device = state.final.device
             n_targets = len(found)
             # every computed row, on the model's device: the logit rows, then feature rows in the order computed
