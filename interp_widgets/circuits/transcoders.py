@@ -9,7 +9,8 @@ Each full buffer is one *window*: its rows are shuffled and every layer's transc
 them (the same steps as :func:`~interp_widgets.concepts.training.train_dictionary`, through a
 :class:`~interp_widgets.concepts.training.DictionaryTrainer` per layer); then the buffer is emptied and refilled. A
 window is one epoch of the loop: the monitoring loss, the best weights, early stopping (``patience``, ``max_epochs``
-windows at most) and the resampling of dead features happen after each. The monitoring sample is held out from the
+windows at most) and the resampling of dead features (from the window's worst reconstructed rows; ``resample_rows`` of
+:class:`~interp_widgets.concepts.training.TrainingConfig` counts silence across windows) happen after each. The monitoring sample is held out from the
 first window (``monitor_rows`` rows, at most a tenth of it).
 
 With ``checkpoint_dir=``, the state after every window (each trainer's weights, Adam state, best weights and random
@@ -45,7 +46,7 @@ import os
 import time
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -328,18 +329,28 @@ def _read_checkpoint(directory: Path) -> tuple[dict, Callable[[str], dict]] | No
     return state, trainer_state
 
 
-def _fingerprint(model, texts, layers, input_point, template, buffer_tokens, include_special, max_batch_tokens):
+def _fingerprint(
+    model, texts, layers, input_point, templates, buffer_tokens, include_special, max_batch_tokens, window_passes
+):
     digest = hashlib.sha256()
     for text in texts:
         digest.update(json.dumps(text, sort_keys=True).encode())
         digest.update(b"\0")
-    params = {
-        k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in template.get_params().items()
-    }
-    for name in ("progress", "distributed"):  # neither changes what a run computes
-        params.pop(name, None)
-        if isinstance(params.get("training"), dict):
-            params["training"].pop(name, None)
+
+    def settings(template: Transcoder) -> dict:
+        params = {
+            k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in template.get_params().items()
+        }
+        for name in ("progress", "distributed"):  # neither changes what a run computes
+            params.pop(name, None)
+            if isinstance(params.get("training"), dict):
+                params["training"].pop(name, None)
+        return params
+
+    per_layer = {str(layer): settings(template) for layer, template in templates.items()}
+    first = next(iter(per_layer.values()))
+    # one template for every layer is recorded as before, so that older checkpoints still resume
+    params = first if all(p == first for p in per_layer.values()) else per_layer
     return {
         "model": type(model).__name__,
         "model_name": display_name(model_name_of(model)),
@@ -351,6 +362,7 @@ def _fingerprint(model, texts, layers, input_point, template, buffer_tokens, inc
         "buffer_tokens": buffer_tokens,
         "include_special": include_special,
         "max_batch_tokens": max_batch_tokens,
+        **({"window_passes": window_passes} if window_passes != 1 else {}),  # older checkpoints have none: 1
     }
 
 
@@ -457,6 +469,7 @@ class TranscoderSet:
         transcoder: Transcoder | None = None,
         input_point: str = "mlp_in",
         buffer_tokens: int = 10_000,
+        window_passes: int = 1,
         checkpoint_dir: str | Path | None = None,
         checkpoint_every: float = 0.0,
         include_special: bool = False,
@@ -474,10 +487,14 @@ class TranscoderSet:
             transcoder: the settings of every layer's transcoder, an unfitted :class:`~interp_widgets.concepts.
                 Transcoder` (cloned per layer): width, activation, ``k``, skip term and its ``training`` (learning
                 rate, batch size, ``max_epochs`` windows, patience, ``monitor_rows``, seed, progress bar, device).
-                Default: ``Transcoder(8 * d_model, activation="topk", k=32)``.
+                Or a mapping from layer to one, for settings that differ by layer (a skip term on some layers
+                only); their ``training`` must be equal. Default: ``Transcoder(8 * d_model, activation="topk", k=32)``.
             input_point: ``"mlp_in"`` (the MLP's input after its norm) or ``"resid_mid"``.
             buffer_tokens: token rows per layer in the shuffle buffer (the buffer holds ``2 × buffer_tokens ×
                 len(layers) × d_model`` floats; 10k tokens × 30 layers × 576 × 2 × 4 bytes ≈ 1.4 GB).
+            window_passes: how many times each window's rows are trained on, reshuffled each time: more steps for
+                each forward pass over the corpus, which on a CPU costs more than the steps (SmolLM2: one pass of
+                30 layers' steps takes about half the forward pass's time).
             checkpoint_dir: a directory for the checkpoint; ``fit`` resumes from it. It is written at the end of a
                 window: the first, then the first once ``checkpoint_every`` seconds have passed since the last one
                 (0: every window), and the last.
@@ -520,15 +537,21 @@ class TranscoderSet:
             chosen = [int(layer) for layer in chosen]
         points = {layer: transcoder_points(model, layer, input_point) for layer in chosen}
         check_int("buffer_tokens", buffer_tokens, minimum=1)
+        check_int("window_passes", window_passes, minimum=1)
         check_number("checkpoint_every", checkpoint_every, minimum=0)
         width = _width(model)
-        template = transcoder if transcoder is not None else Transcoder(8 * width, activation="topk", k=32)
-        if not isinstance(template, Transcoder):
-            raise TypeError(f"transcoder must be an unfitted Transcoder (the settings of each layer), got {template!r}")
-        template._check_params()
-        config = template.training_config
+        templates = _templates(transcoder, chosen, width)
+        config = next(iter(templates.values())).training_config
         fingerprint = _fingerprint(
-            model, texts, chosen, input_point, template, buffer_tokens, include_special, max_batch_tokens
+            model,
+            texts,
+            chosen,
+            input_point,
+            templates,
+            buffer_tokens,
+            include_special,
+            max_batch_tokens,
+            window_passes,
         )
         directory = None if checkpoint_dir is None else Path(checkpoint_dir)
         if directory is not None and world > 1:
@@ -568,7 +591,7 @@ class TranscoderSet:
             monitor, train = (order[:n_monitor], order[n_monitor:]) if n_monitor else (order, order)
             trainers = {}
             for layer, (X, Y) in first.items():
-                tc = clone(template)
+                tc = clone(templates[layer])
                 tc._begin()
                 trainers[layer] = DictionaryTrainer(tc, config, X[monitor], Y[monitor])
             return trainers, np.sort(train), n_monitor
@@ -608,9 +631,11 @@ class TranscoderSet:
                         state["first_end"] = end
                     n_rows = len(next(iter(pairs.values()))[0])
                     train_rows = np.arange(n_rows) if train_rows is None else train_rows
-                    order = train_rows[
-                        np.random.default_rng([config.seed, state["window"]]).permutation(len(train_rows))
-                    ]
+                    order = np.concatenate([
+                        train_rows[np.random.default_rng([config.seed, state["window"], *([p] if p else [])])
+                                   .permutation(len(train_rows))]
+                        for p in range(window_passes)
+                    ])  # fmt: skip
                     active = {layer: t for layer, t in trainers.items() if not t.stopped}
                     for batch in np.array_split(order, max(1, math.ceil(len(order) / config.batch_size))):
                         for layer, trainer in active.items():
@@ -619,7 +644,7 @@ class TranscoderSet:
                         state["steps"] += 1
                         if callback is not None:
                             callback(state["steps"])
-                    records = {layer: trainer.end_epoch() for layer, trainer in active.items()}
+                    records = {layer: trainer.end_epoch(sample=pairs[layer]) for layer, trainer in active.items()}
                     state["window"] += 1
                     state["rows"] += len(order)
                     bar.update(end - state["position"])
@@ -1241,6 +1266,38 @@ class TranscoderSet:
             short[layer] = int(((pre > 0).sum(1) < tc.k_).sum())
             n = len(X)
         return {layer: count / max(n, 1) for layer, count in short.items()}
+
+
+def _templates(transcoder, layers: list[int], width: int) -> dict[int, Transcoder]:
+    """The unfitted transcoder of every layer in ``layers`` from ``fit``'s ``transcoder=``: one for all, a mapping
+    from layer to transcoder, or None (the default); their training settings must agree (the layers share the
+    windows and minibatches)."""
+    if transcoder is None:
+        transcoder = Transcoder(8 * width, activation="topk", k=32)
+    if isinstance(transcoder, Mapping):
+        missing = [layer for layer in layers if layer not in transcoder]
+        if missing:
+            raise ValueError(
+                f"transcoder has no entry for layers {missing}: a mapping needs an unfitted Transcoder for every "
+                "layer trained, or pass one Transcoder for all"
+            )
+        templates = {layer: transcoder[layer] for layer in layers}
+    else:
+        templates = dict.fromkeys(layers, transcoder)
+    for layer, template in templates.items():
+        if not isinstance(template, Transcoder):
+            raise TypeError(
+                f"transcoder must be an unfitted Transcoder (the settings of each layer) or a mapping from layer to "
+                f"one, got {template!r} for layer {layer}"
+            )
+        template._check_params()
+    configs = {template.training_config for template in templates.values()}
+    if len(configs) > 1:
+        raise ValueError(
+            "the layers' transcoders must share their training settings (learning rate, batch size, seed…): the "
+            "layers train on the same windows and minibatches; give them equal training= settings"
+        )
+    return templates
 
 
 def _width(model) -> int:

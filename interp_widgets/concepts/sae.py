@@ -200,7 +200,7 @@ class _SparseAutoencoderBase(ConceptModel):
     (:meth:`_check_k`, :meth:`_check_jumprelu`); and optionally ``_encode(xn, w, training)`` (coefficients of
     normalised rows; the base encodes the activations ``"relu"``, ``"topk"`` and ``"jumprelu"``), ``_penalty``,
     ``_loss_offset``, ``_init_weights``, ``_after_step``, ``_finish_fit``, ``_resample_gain`` and
-    ``_resample_encoder_directions``.
+    ``_resample_encoder``.
 
     One ``activation`` name selects one behaviour for every subclass (the SAEs here and the transcoders): ``"relu"``
     (L1 penalty ``l1_coefficient``, resampled encoders × 0.2), ``"topk"`` (``k_`` active concepts per row, the sparse
@@ -291,10 +291,15 @@ class _SparseAutoencoderBase(ConceptModel):
     def _resample_gain(self) -> float:
         return 0.2 if self.activation == "relu" else 1.0
 
-    def _resample_encoder_directions(self, inputs: torch.Tensor, picks: torch.Tensor, directions: torch.Tensor):
-        """The unit encoder directions of resampled concepts: an SAE's inputs are its targets, so the residual
-        ``directions`` of the picked rows serve the encoder too."""
-        return directions
+    #: the axis of each weight that runs over the concepts (resampling resets only those entries' Adam moments)
+    _concept_axes = {"W_enc": 1, "b_enc": 0, "W_dec": 0, "threshold": 0}
+
+    def _resample_encoder(self, inputs, residual, picks, directions, enc_norm):
+        """The encoder columns (rows × inputs) of the concepts resampled to rows ``picks`` and the input point ``c``
+        their bias centres on (``b_enc = −c · W_enc``; None: ``b_enc = 0``). An SAE's inputs are its targets, so
+        the unit residual ``directions`` of the picked rows serve the encoder too, at ``_resample_gain`` times the
+        live encoders' mean norm ``enc_norm``."""
+        return directions * self._resample_gain * enc_norm, None
 
     def _add_threshold(self, w: dict[str, torch.Tensor], device) -> dict[str, torch.Tensor]:
         """Add JumpReLU's ``threshold`` weight (``threshold_init`` for every concept) to initial weights ``w``."""
@@ -396,25 +401,26 @@ class _SparseAutoencoderBase(ConceptModel):
         self, w, dead: torch.Tensor, inputs: torch.Tensor, residual: torch.Tensor, generator: torch.Generator
     ) -> int:
         """Reset each dead concept to a badly reconstructed monitoring row: its decoder row to that row's residual
-        direction, its encoder column to :meth:`_resample_encoder_directions` scaled to the live encoders' mean norm."""
-        errors = residual.pow(2).sum(1)
-        if float(errors.sum()) <= 0:
+        direction, its encoder column from :meth:`_resample_encoder`."""
+        errors = residual.pow(2).sum(1).double().cpu()
+        if not bool(torch.isfinite(errors).all()) or float(errors.sum()) <= 0:
             return 0
+        weights = (errors / errors.max()) ** 2  # the squared error, scaled: the square of a large error overflows
         picks = torch.multinomial(
-            errors.cpu() ** 2 / (errors.cpu() ** 2).sum(),
+            weights / weights.sum(),
             len(dead),
             replacement=len(dead) > len(errors),
             generator=generator,
         ).to(residual.device)
         directions = residual[picks]
         directions /= directions.norm(dim=1, keepdim=True).clamp_min(1e-8)
-        in_directions = self._resample_encoder_directions(inputs, picks, directions)
         alive = torch.ones(self.n_concepts, dtype=torch.bool, device=dead.device)
         alive[dead] = False
         enc_norm = w["W_enc"][:, alive].norm(dim=0).mean() if alive.any() else torch.tensor(1.0)
+        columns, centre = self._resample_encoder(inputs, residual, picks, directions, enc_norm)
         w["W_dec"][dead] = directions
-        w["W_enc"][:, dead] = in_directions.T * self._resample_gain * enc_norm
-        w["b_enc"][dead] = 0.0
+        w["W_enc"][:, dead] = columns.T
+        w["b_enc"][dead] = 0.0 if centre is None else -(centre @ w["W_enc"][:, dead])
         return int(len(dead))
 
     # ------------------------------------------------------------------ the encoding pipeline

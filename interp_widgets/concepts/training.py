@@ -56,7 +56,13 @@ class TrainingConfig:
         patience, min_delta: stop after ``patience`` epochs without a relative improvement of ``min_delta`` in the
             monitoring loss; the weights with the lowest monitoring loss are kept.
         monitor_rows: size of the fixed monitoring sample (held out when fitting an array).
-        resample_dead: reset concepts that did not fire during an epoch.
+        resample_dead: at an epoch's end, reset the concepts that did not fire during it to badly reconstructed
+            rows, and restart their Adam moments (the other concepts keep theirs).
+        resample_rows: 0: "did not fire" means during the epoch. N >= 1: during the last N training rows, counted
+            across epochs (for streamed fits whose epochs are short windows, where a rare concept looks dead in
+            most windows).
+        resample_stop_rows: resample only during the first this many training rows, so that the last resampled
+            concepts have time to settle (0: until the last epoch).
         auxk_alpha: the weight of the auxiliary-k loss of TopK dictionaries (Gao et al. 2024, "Scaling and evaluating
             sparse autoencoders", appendix B.1; 1/32 there and in EleutherAI's sparsify): the concepts dead for
             ``dead_rows`` training rows reconstruct each row's residual with their top ``min(n_dead, width / 2)``
@@ -87,6 +93,8 @@ class TrainingConfig:
     min_delta: float = 1e-3
     monitor_rows: int = 8192
     resample_dead: bool = True
+    resample_rows: int = 0
+    resample_stop_rows: int = 0
     auxk_alpha: float = 0.0
     dead_rows: int = 10_000_000
     seed: int = 0
@@ -97,7 +105,8 @@ class TrainingConfig:
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_epochs", "patience", "dead_rows"):
             check_int(name, getattr(self, name), minimum=1)
-        check_int("monitor_rows", self.monitor_rows, minimum=0)
+        for name in ("monitor_rows", "resample_rows", "resample_stop_rows"):
+            check_int(name, getattr(self, name), minimum=0)
         check_int("seed", self.seed, minimum=0)
         for name in ("lr", "min_delta", "auxk_alpha"):
             check_number(name, getattr(self, name), minimum=0)
@@ -472,7 +481,7 @@ class DictionaryTrainer:
         self.best, self.reference, self.best_weights, self.stale = math.inf, math.inf, None, 0
         self._fired = torch.zeros(dictionary.n_concepts, dtype=torch.long, device=self.device)
         self._since_fired = torch.zeros(dictionary.n_concepts, dtype=torch.long, device=self.device)
-        self._total, self._steps = 0.0, 0
+        self._total, self._steps, self._rows = 0.0, 0, 0
         if config.auxk_alpha and not getattr(dictionary, "_takes_auxk", False):
             raise ValueError(
                 f"auxk_alpha applies to TopK dictionaries (activation 'topk' or 'batchtopk'); "
@@ -548,6 +557,7 @@ class DictionaryTrainer:
             self._fired += active
             self._since_fired += n_rows
             self._since_fired[active > 0] = 0
+        self._rows += n_rows
         self._total, self._steps = self._total + batch_loss, self._steps + 1
 
     def _sum_gradients(self) -> None:
@@ -562,9 +572,13 @@ class DictionaryTrainer:
             weight.grad = torch.empty_like(weight).copy_(flat[start : start + grad.numel()].view(grad.shape))
             start += grad.numel()
 
-    def end_epoch(self) -> dict[str, Any]:
+    def end_epoch(self, sample=None) -> dict[str, Any]:
         """Close an epoch: measure the monitoring sample, keep the best weights, count stale epochs, resample the
-        concepts that did not fire; returns the epoch's record (also appended to ``history``)."""
+        concepts that did not fire; returns the epoch's record (also appended to ``history``).
+
+        ``sample``: the raw ``(inputs, targets)`` rows (targets None for a dictionary of its input) whose badly
+        reconstructed rows resampled concepts start from; None: the monitoring sample. A streamed fit passes the
+        window it has just trained on: more rows than the monitoring sample, and new ones every window."""
         config, dictionary = self.config, self.dictionary
         with torch.no_grad():
             monitor_n = dictionary._normalise(self.monitor_x, self.w)
@@ -599,14 +613,44 @@ class DictionaryTrainer:
             self.reference, self.stale = monitor_loss, 0
         else:
             self.stale += 1
-        if config.resample_dead and len(dead) and epoch < config.max_epochs - 1 and self.stale < config.patience:
-            record["resampled"] = dictionary._resample(self.w, dead, monitor_n, residual, self.generator)
+        stale = (self._since_fired >= config.resample_rows) if config.resample_rows else (self._fired == 0)
+        resample = torch.nonzero(stale).flatten()
+        if (
+            config.resample_dead
+            and len(resample)
+            and epoch < config.max_epochs - 1
+            and self.stale < config.patience
+            and (not config.resample_stop_rows or self._rows < config.resample_stop_rows)
+        ):
+            if sample is not None:
+                with torch.no_grad():
+                    sample_x, sample_y = sample
+                    monitor_n = dictionary._normalise(self._tensor(sample_x), self.w)
+                    step, _ = self._loss(monitor_n, None if sample_y is None else self._tensor(sample_y))
+                    residual = step.residual
+            record["resampled"] = dictionary._resample(self.w, resample, monitor_n, residual, self.generator)
             self._broadcast_weights()
-            self.optimizer = _adam(self.w.values(), config.lr)
+            self._restart_moments(resample)
+            self._since_fired[resample] = 0
         self.history.append(record)
         self._fired.zero_()
         self._total, self._steps = 0.0, 0
         return record
+
+    def _restart_moments(self, concepts: torch.Tensor) -> None:
+        """Zero the Adam moments of the resampled ``concepts`` (every weight's entries along its concept axis,
+        ``Dictionary._concept_axes``); a dictionary that does not name its axes restarts Adam as a whole."""
+        axes = getattr(self.dictionary, "_concept_axes", None)
+        if axes is None:
+            self.optimizer = _adam(self.w.values(), self.config.lr)
+            return
+        with torch.no_grad():
+            for name, weight in self.w.items():
+                state = self.optimizer.state.get(weight)
+                if name not in axes or not state:
+                    continue
+                for moment in ("exp_avg", "exp_avg_sq"):
+                    state[moment].index_fill_(axes[name], concepts.to(state[moment].device), 0.0)
 
     def run(self) -> TrainingRun:
         """The :class:`TrainingRun` so far: the best weights (the current ones before any epoch has ended)."""
@@ -630,6 +674,7 @@ class DictionaryTrainer:
             "counters": [self.best, self.reference, self.stale, self._total, self._steps],
             "fired": self._fired.clone(),
             "since_fired": self._since_fired.clone(),
+            "rows": self._rows,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -646,6 +691,7 @@ class DictionaryTrainer:
         self._fired = state["fired"].clone().to(self.device)
         if "since_fired" in state:  # absent from checkpoints written before the auxiliary-k loss
             self._since_fired = state["since_fired"].clone().to(self.device)
+        self._rows = int(state.get("rows", 0))  # absent from checkpoints written before resample_rows
 
 
 def train_dictionary(

@@ -191,10 +191,13 @@ class Transcoder(_SparseAutoencoderBase):
         """``b_dec`` and the skip term: what the prediction adds to the decoded features."""
         return w["b_dec"] + (xn @ w["W_skip"] if "W_skip" in w else 0.0)
 
-    def _resample_encoder_directions(self, inputs, picks, directions):
-        """A resampled feature's encoder reads the picked row's input direction (the residual is in the output's
-        space)."""
-        return inputs[picks] / inputs[picks].norm(dim=1, keepdim=True).clamp_min(1e-8)
+    def _resample_encoder(self, inputs, residual, picks, directions, enc_norm):
+        """A resampled feature reads the picked row's input about the rows' mean (the residual is in the output's
+        space), centred there as the encoder starts (``b_enc = −mean · W_enc``), at ``_resample_gain`` times the
+        live encoders' mean norm."""
+        mean = inputs.mean(0)
+        centred = inputs[picks] - mean
+        return centred / centred.norm(dim=1, keepdim=True).clamp_min(1e-8) * self._resample_gain * enc_norm, mean
 
     # ------------------------------------------------------------------ using it
     def predict_torch(self, X: torch.Tensor) -> torch.Tensor:

@@ -48,8 +48,9 @@ def test_cli_builds_reports_caches_and_loads(tmp_path, smollm2, capsys):
     assert timings["fit_seconds"] > 0 and timings["report_seconds"] > 0 and 0.5 < timings["peak_rss_gb"] < 6
     tcs = load_transcoders(path=out, model=model)
     assert tcs.layers == [0, 1] and tcs.input_point == "mlp_in" and tcs.n_layers == 30
-    assert {(tc.n_concepts, tc.activation, tc.k_, tc.skip) for tc in tcs.transcoders.values()} == {
-        (64, "topk", 8, True)
+    assert {layer: (tc.n_concepts, tc.activation, tc.k_, tc.skip) for layer, tc in tcs.transcoders.items()} == {
+        0: (64, "topk", 8, False),  # no_skip_layers=(0,): layer 0's features take the whole output
+        1: (64, "topk", 8, True),
     }
     assert tcs.model_name == demo.lm.HUB_NAME
     assert tcs.fit_info["rows"] >= 1800  # ~2,000 training tokens, less the monitoring rows

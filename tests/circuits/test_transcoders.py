@@ -130,18 +130,45 @@ def test_set_trains_every_layer_from_one_pass_and_leaves_the_model_alone(llama_l
     assert tcs.fit_info["windows"] == len(tcs[0].fit_info_["history"]) > 1
 
 
+def test_layers_can_have_their_own_settings_and_share_the_windows(llama_lm):
+    model, tokenizer = llama_lm
+    texts = TEXTS[:60]
+    both = TranscoderSet.fit(model, tokenizer, texts, transcoder={0: small(skip=False, k=2), 1: small(skip=True)},
+                             buffer_tokens=300)  # fmt: skip
+    assert (both[0].skip, both[0].k_, both[1].skip, both[1].k_) == (False, 2, True, 4)
+    alone = TranscoderSet.fit(model, tokenizer, texts, layers=[0], transcoder=small(skip=False, k=2), buffer_tokens=300)
+    for name, weight in alone[0].weights_.items():  # the same windows and minibatches as when trained alone
+        assert torch.allclose(weight, both[0].weights_[name], atol=1e-6), name
+    with pytest.raises(ValueError, match=r"no entry for layers \[1\]"):
+        TranscoderSet.fit(model, tokenizer, texts, transcoder={0: small()})
+    with pytest.raises(ValueError, match="must share their training settings"):
+        TranscoderSet.fit(model, tokenizer, texts, transcoder={0: small(), 1: small(lr=1e-3)})
+    with pytest.raises(TypeError, match="got 'topk' for layer 1"):
+        TranscoderSet.fit(model, tokenizer, texts, transcoder={0: small(), 1: "topk"})
+
+
 # ------------------------------------------------------------------------------------------ resume
 class Interrupt(Exception):
     pass
 
 
 @pytest.mark.parametrize(
-    "activation, extra", [("topk", {}), ("jumprelu", {}), ("topk", {"auxk_alpha": 1 / 32, "dead_rows": 40})]
+    "activation, extra, passes",
+    [
+        ("topk", {}, 1),
+        ("jumprelu", {}, 1),
+        ("topk", {"auxk_alpha": 1 / 32, "dead_rows": 40}, 1),
+        ("topk", {"resample_rows": 40, "resample_stop_rows": 3000}, 2),  # silence counted across windows
+    ],
 )
-def test_an_interrupted_run_resumes_to_the_same_weights(llama_lm, tmp_path, activation, extra):
+def test_an_interrupted_run_resumes_to_the_same_weights(llama_lm, tmp_path, activation, extra, passes):
     model, tokenizer = llama_lm
     before = model_fingerprint(model, tokenizer)
-    settings = dict(transcoder=small(activation=activation, max_epochs=20, skip=True, **extra), buffer_tokens=250)
+    settings = dict(
+        transcoder=small(activation=activation, max_epochs=20, skip=True, **extra),
+        buffer_tokens=250,
+        window_passes=passes,
+    )
     whole = TranscoderSet.fit(model, tokenizer, TEXTS, checkpoint_dir=tmp_path / "a", **settings)
 
     def stop_at(step):
@@ -157,14 +184,20 @@ def test_an_interrupted_run_resumes_to_the_same_weights(llama_lm, tmp_path, acti
         for name, weight in whole[layer].weights_.items():
             assert torch.equal(weight, resumed[layer].weights_[name]), (layer, name)
         assert whole[layer].fit_info_["history"] == resumed[layer].fit_info_["history"]
-        if extra:  # the auxiliary-k loss had dead features to train
+        if "auxk_alpha" in extra:  # the auxiliary-k loss had dead features to train
             assert max(record["auxk_dead"] for record in whole[layer].fit_info_["history"]) > 0
+        if "resample_rows" in extra:  # features were resampled, during the first 3,000 training rows only
+            history = whole[layer].fit_info_["history"]
+            assert sum(record["resampled"] for record in history) > 0
+            assert sum(record["resampled"] for record in history[-3:]) == 0
     assert model_fingerprint(model, tokenizer) == before
     finished = TranscoderSet.fit(model, tokenizer, TEXTS, checkpoint_dir=tmp_path / "b", **settings)  # nothing left
     assert finished.fit_info == whole.fit_info
     assert all(torch.equal(finished[1].weights_[n], w) for n, w in whole[1].weights_.items())
     with pytest.raises(ValueError, match="belongs to another run.*buffer_tokens"):
         TranscoderSet.fit(model, tokenizer, TEXTS, checkpoint_dir=tmp_path / "b", **{**settings, "buffer_tokens": 99})
+    with pytest.raises(ValueError, match="belongs to another run.*window_passes"):
+        TranscoderSet.fit(model, tokenizer, TEXTS, checkpoint_dir=tmp_path / "b", **{**settings, "window_passes": 3})
 
 
 # ------------------------------------------------------------------------------------------ report

@@ -178,3 +178,58 @@ def test_the_auxiliary_k_loss_is_refused_where_it_does_not_apply():
     for kind in (SparseAutoencoder, BatchTopKSAE):
         history = kind(64, k=1, auxk_alpha=1 / 32, dead_rows=64, **FAST).fit(X).fit_info_["history"]
         assert all("auxk_dead" in record for record in history)
+
+
+def _silenced_trainer(**settings):
+    """A TopK SAE's trainer whose concepts 0–2 can never fire (their bias is −10⁴), after 3 steps of 128 rows."""
+    from interp_widgets.concepts.training import DictionaryTrainer
+
+    sae = SparseAutoencoder(16, k=2, progress=False, **settings)
+    sae.k_, sae.preprocessing_ = 2, {"center": False, "normalize_activations": "none", "apply_b_dec_to_input": True}
+    rows = torch.as_tensor(X)
+    trainer = DictionaryTrainer(sae, sae.training_config, rows[:100])
+    with torch.no_grad():
+        trainer.w["b_enc"][:3] = -1e4
+    for start in (100, 228, 356):
+        trainer.step(rows[start : start + 128] if start < 356 else rows[start:].repeat(3, 1)[:128])
+    return trainer
+
+
+def test_resampling_counts_silent_rows_across_epochs_and_restarts_only_those_concepts():
+    trainer = _silenced_trainer(resample_rows=200)
+    silent = set(torch.nonzero(trainer._since_fired >= 200).flatten().tolist())
+    assert {0, 1, 2} <= silent and len(silent) < 16
+    weights = {name: t.detach().clone() for name, t in trainer.w.items()}
+    moments = {name: trainer.optimizer.state[t]["exp_avg_sq"].clone() for name, t in trainer.w.items()}
+    record = trainer.end_epoch()
+    assert record["resampled"] == len(silent)
+    index = torch.tensor(sorted(silent))
+    kept = torch.tensor([c for c in range(16) if c not in silent])
+    for name, axis in (("W_enc", 1), ("W_dec", 0), ("b_enc", 0)):
+        weight, state = trainer.w[name].detach(), trainer.optimizer.state[trainer.w[name]]["exp_avg_sq"]
+        assert torch.equal(weight.index_select(axis, kept), weights[name].index_select(axis, kept)), name
+        assert torch.equal(state.index_select(axis, kept), moments[name].index_select(axis, kept)), name
+        assert not torch.equal(weight.index_select(axis, index), weights[name].index_select(axis, index)), name
+        assert float(state.index_select(axis, index).abs().max()) == 0.0, name
+    assert bool((trainer.w["b_enc"].detach()[index] > -1e3).all())  # they can fire again
+    assert int(trainer._since_fired[index].max()) == 0
+
+
+def test_resampling_waits_for_the_silent_rows_and_stops_after_resample_stop_rows():
+    waiting = _silenced_trainer(resample_rows=10_000)
+    record = waiting.end_epoch()
+    assert record["dead"] >= 3 and record["resampled"] == 0  # silent during the epoch, but not for 10,000 rows
+    stopped = _silenced_trainer(resample_rows=200, resample_stop_rows=300)  # 384 rows trained already
+    assert stopped.end_epoch()["resampled"] == 0
+    per_epoch = _silenced_trainer()  # resample_rows=0: silent during the epoch
+    assert per_epoch.end_epoch()["resampled"] >= 3
+
+
+def test_resampled_concepts_start_from_the_sample_given_to_end_epoch():
+    trainer = _silenced_trainer(resample_rows=200)
+    row = torch.as_tensor(X[:1]) * 5
+    with torch.no_grad():
+        residual = trainer.dictionary._loss(trainer.dictionary._normalise(row, trainer.w), trainer.w).residual[0]
+    trainer.end_epoch(sample=(row.repeat(64, 1), None))  # every pick is this one row
+    decoders = trainer.w["W_dec"].detach()[:3]
+    assert torch.allclose(decoders, (residual / residual.norm()).expand(3, -1), atol=1e-6)
