@@ -13,23 +13,31 @@ the first window of the shuffle buffer and then every 10 minutes: rerun the same
 resumes there (the checkpoint is deleted once the set is saved). :func:`load_transcoders` and
 :func:`load_feature_explanations` read the cache, and say which command builds it when it is missing or corrupted.
 
-Since v3 (``transcoders-v3`` in the folder name's hash) the encoder starts centred on the input mean, which left fewer
-features silent in a layer-16 experiment (held-out dead fraction 0.331 → 0.313). The auxiliary-k loss (``auxk_alpha``)
-is available but off by default: it took the same layer to 0.299 together with the centred start, for 1.81 times the
-time per training step (1,600 of 4,096 features dead; measured 2026-12-05 as a ratio of interleaved runs on a loaded
-machine): about 70 → 125 minutes of fit, which with the report and explanations below passes 3 hours at 1M tokens. The v1 set (1M tokens, 2026-12-04, trained before the centred start) met the FVU goals (median 0.199, worst
-layer 0.286) but left a median 39 % of each layer's features silent on the 20k held-out tokens, and 17 % silent on
-all 200k explained training tokens.
+The defaults (:data:`DEFAULT_BUILD`, ``transcoders-v4`` in the folder name's hash) aim at the budget of a 2-core CPU
+(3 hours, 6 GB): 1M tokens (one pass over the train split) at 4,096 latents per layer, TopK k = 64 with a skip term
+on every layer but layer 0, each window of the shuffle buffer trained on twice. Why, from experiments on 120k
+training tokens of single layers (held-out on 20k test tokens; 2026-12-05):
 
-The defaults (:data:`DEFAULT_BUILD`) fit the budget of a 2-core CPU (3 hours, 6 GB): 1M tokens (one pass over the
-train split) at 4,096 latents per layer, TopK k = 32 with a skip term. On a quiet 2-core machine the fit runs at
-about 5.7 texts a second (70 minutes for the 1M tokens); the report's 61 spliced runs over 20k tokens take roughly
-45 minutes more (extrapolated from the quick set's 259 s for 2k tokens) and the explanations about a quarter of an
-hour, so 2M tokens (about 140 minutes of fit) would pass 3 hours. Per layer the trained weights are W_enc and W_dec (576 × 4,096 each), W_skip
+- **k = 64** (v1–v3: 32). On layer 16, 8 passes: FVU 0.291 → 0.268 and a held-out dead fraction of 0.082 → 0.006.
+  The v1 set (1M tokens, k = 32, trained before the encoder started centred) met the FVU goals (median 0.199, worst
+  layer 0.286) but its middle layers missed "at most half the skip-only FVU" (11 layers above, the worst 0.574), and a
+  median 39 % of each layer's features were silent on the 20k held-out tokens.
+- **Two passes over each window.** The forward pass over the corpus costs about twice the 30 layers' steps at
+  k = 32 (1.5 times at k = 64), so a second pass doubles the steps for about a third more time; on layer 16, doubling
+  the steps (4 → 8 passes) took FVU from 0.326 to 0.291.
+- **No skip term on layer 0**: see ``no_skip_layers``.
+- The encoder starts centred on the input mean (since v3): features that point away from SmolLM2's large input mean
+  otherwise never fire. Resampling silent features (``resample_rows``) and the auxiliary-k loss (``auxk_alpha``, 1.81
+  times the time per step) are options, off by default: neither was needed at k = 64 on layer 16, and resampling
+  hurt layer 28.
+
+Expected time on a quiet 2-core machine: the fit at about 3 texts a second (v1, one pass at k = 32: 5.7), about two
+hours for the 1M tokens, then the report's 61 spliced runs over 20k tokens and the explanations, each about a quarter
+to half an hour. Per layer the trained weights are W_enc and W_dec (576 × 4,096 each), W_skip
 (576 × 576) and the biases: 5.06M floats, 20 MB; over 30 layers 152M floats, 607 MB per copy. Training keeps five
 copies (the weights, their gradients, Adam's two moments, the best weights so far): 3.0 GB, plus a copy of the
 weights while a checkpoint is written. The model takes 0.54 GB and the shuffle buffer about 0.7 GB (4,096 + 1,024
-tokens × 30 layers × (576 + 576) floats). At 8,192 latents the five copies alone take 5.9 GB.
+tokens × 30 layers × (576 + 576) floats); v1 peaked at 5.5 GB. At 8,192 latents the five copies alone take 5.9 GB.
 
 Example:
     >>> DEFAULT_BUILD.command()
@@ -102,7 +110,7 @@ class TranscoderBuild:
 
     Example:
         >>> TranscoderBuild(tokens=2000, latents=64, layers=(0, 1)).folder_name()
-        'topk32-skip-64x2-2000tok-0808c932'
+        'topk64-skip-64x2-2000tok-3b6e772a'
         >>> TranscoderBuild(k=128, latents=64)
         Traceback (most recent call last):
         ...
@@ -237,7 +245,7 @@ def transcoders_path(settings: TranscoderBuild | None = None, **overrides) -> Pa
     Example:
         >>> from interp_widgets.demo.lm import gguf_cache_path, gguf_path
         >>> path = transcoders_path(tokens=2000)
-        >>> path.parent == gguf_cache_path(gguf_path()) / "transcoders", path.name.startswith("topk32-skip-4096xall-2000tok-")
+        >>> path.parent == gguf_cache_path(gguf_path()) / "transcoders", path.name.startswith("topk64-skip-4096xall-2000tok-")
         (True, True)
     """
     from interp_widgets.demo.lm import gguf_cache_path, gguf_path

@@ -148,7 +148,7 @@ class TrainingConfig:
             >>> TrainingConfig.resolve(None, {"max_epoch": 3}, "SparseAutoencoder")
             Traceback (most recent call last):
             ...
-            TypeError: SparseAutoencoder got an unexpected keyword argument 'max_epoch'; did you mean 'max_epochs'? (keyword arguments beyond its own are TrainingConfig fields: lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, auxk_alpha, dead_rows, seed, progress, device, distributed)
+            TypeError: SparseAutoencoder got an unexpected keyword argument 'max_epoch'; did you mean 'max_epochs'? (keyword arguments beyond its own are TrainingConfig fields: lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, resample_rows, resample_stop_rows, auxk_alpha, dead_rows, seed, progress, device, distributed)
         """
         names = cls.field_names()
         for key in overrides:

@@ -51,8 +51,8 @@ def models() -> dict:
         "store_batchtopk_4_steps": lambda store: BatchTopKSAE(16, k=3, **{**STEPS, "batch_size": 73}).fit(store),
         "topk_full": lambda store: SparseAutoencoder(16, k=3, **FULL).fit(X),
         "batchtopk_full": lambda store: BatchTopKSAE(16, k=3, **FULL).fit(X),
-        # wide: concepts die and are resampled each epoch; stops early after 5 of 8 epochs
-        "resample_early_stop_full": lambda store: SparseAutoencoder(64, k=2, patience=2, min_delta=0.03, **FULL).fit(X),
+        # wide: concepts die and are resampled in most epochs; stops early after 7 of 8 epochs
+        "resample_early_stop_full": lambda store: SparseAutoencoder(64, k=2, patience=1, min_delta=0.03, **FULL).fit(X),
     }
 
 
