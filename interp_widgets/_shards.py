@@ -1,4 +1,4 @@
-"""Jobs over a corpus in fixed shards on disk: resumable, split across ``torch.distributed`` ranks, refusing another job.
+"""Jobs over a corpus in fixed shards on disk: resumable, split across ``torch.distributed`` ranks, refusing others.
 
 :func:`~interp_widgets.attribution.attribute_corpus` and :func:`~interp_widgets.concepts.collect_activations` (with a
 ``path``) share what is written here, once:
@@ -156,14 +156,21 @@ def weights_fingerprint(model) -> str:
 
 def tokenizer_fingerprint(tokenizer) -> str:
     """sha256 of the tokenizer: its backend's serialised JSON (a fast tokenizer) or its vocabulary, with its class,
-    padding and truncation sides and chat template.
+    padding and truncation sides and chat template. The backend's ``truncation`` and ``padding`` are left out: they
+    are the settings of the last call (``transformers`` sets them at each call), not the tokenizer's.
 
     Example:
-        >>> len(tokenizer_fingerprint(tokenizer))
-        64
+        >>> before = tokenizer_fingerprint(tokenizer)
+        >>> _ = tokenizer("A call sets the backend's padding", padding="max_length", max_length=16)
+        >>> len(before), tokenizer_fingerprint(tokenizer) == before
+        (64, True)
     """
     backend = getattr(tokenizer, "backend_tokenizer", None)
-    body = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
+    if backend is not None:
+        state = {k: v for k, v in json.loads(backend.to_str()).items() if k not in ("truncation", "padding")}
+        body = json.dumps(state, sort_keys=True)
+    else:
+        body = json.dumps(tokenizer.get_vocab(), sort_keys=True)
     extra = [type(tokenizer).__name__, getattr(tokenizer, "padding_side", None),
              getattr(tokenizer, "truncation_side", None), getattr(tokenizer, "chat_template", None)]  # fmt: skip
     return hashlib.sha256((body + json.dumps(extra, default=str)).encode()).hexdigest()
