@@ -730,7 +730,10 @@ def held_out_store(args, model, tokenizer):
     texts = demo.load_text_corpus("test")[: args.label_texts]
     path = args.work_dir / f"smollm2_{args.layer.replace(':', '')}_test_{len(texts)}"
     if (path / "manifest.json").is_file():
-        return ActivationStore.open(path)
+        try:
+            return ActivationStore.open(path)
+        except FileNotFoundError:  # a killed collection: the call below collects its missing shards
+            return collect_activations(model, tokenizer, texts, layer=args.layer, path=path, progress=False)
     if path.exists():
         import shutil
 

@@ -21,9 +21,7 @@ Example:
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import uuid
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -34,64 +32,33 @@ import numpy as np
 
 from interp_widgets._files import read_safetensors
 from interp_widgets._inputs import check_texts, input_items
+from interp_widgets._shards import (  # noqa: F401  (the fingerprints are read from here too)
+    MANIFEST,
+    Group,
+    JobKind,
+    commit,
+    finished_shards,
+    planned_manifest,
+    read_manifest,
+    shard_range as _shard_range,
+    shard_size_for,
+    start_job,
+    temporary_path,
+    tokenizer_fingerprint,
+    weights_fingerprint,
+)
 from interp_widgets.attribution.result import AttributionCollection, AttributionResult, _json_default
 
 __all__ = ["CorpusAttribution", "attribute_corpus", "load_corpus"]
 
-_MANIFEST = "manifest.json"
 _JOURNAL = "journal.jsonl"
-_FORMAT = "interp_widgets.CorpusAttribution"
 _SHARD_FORMAT = "interp_widgets.CorpusShard"
 _VERSION = 1
-_TEMPORARY = ".tmp-"
-
-
-def _shard_name(shard: int) -> str:
-    return f"shard-{shard:06d}.safetensors"
-
-
-# ------------------------------------------------------------------------------------------------ fingerprints
-def weights_fingerprint(model) -> str:
-    """sha256 over every parameter and buffer of ``model``: name, dtype, shape and bytes (read in place: a GPU
-    tensor is copied to the host one at a time, the model is not moved).
-
-    Example:
-        >>> len(weights_fingerprint(model)), weights_fingerprint(model) == weights_fingerprint(model)
-        (64, True)
-    """
-    import torch
-
-    digest = hashlib.sha256()
-    with torch.no_grad():
-        named = [*model.named_parameters(), *model.named_buffers()]
-        for name, tensor in sorted(named, key=lambda item: item[0]):
-            data = tensor.detach().cpu().contiguous().reshape(-1)
-            digest.update(f"{name}|{data.dtype}|{tuple(tensor.shape)}|".encode())
-            digest.update(data.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
-
-
-def tokenizer_fingerprint(tokenizer) -> str:
-    """sha256 of the tokenizer: its backend's serialised JSON (a fast tokenizer) or its vocabulary, with its class,
-    padding and truncation sides and chat template.
-
-    Example:
-        >>> len(tokenizer_fingerprint(tokenizer))
-        64
-    """
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    body = backend.to_str() if backend is not None else json.dumps(tokenizer.get_vocab(), sort_keys=True)
-    extra = [type(tokenizer).__name__, getattr(tokenizer, "padding_side", None),
-             getattr(tokenizer, "truncation_side", None), getattr(tokenizer, "chat_template", None)]  # fmt: skip
-    return hashlib.sha256((body + json.dumps(extra, default=str)).encode()).hexdigest()
-
-
-def _texts_fingerprint(texts: Sequence) -> str:
-    digest = hashlib.sha256()
-    for text in texts:
-        item = json.dumps(text, sort_keys=True, default=str).encode()
-        digest.update(len(item).to_bytes(8, "little") + item)
-    return digest.hexdigest()
+# the manifest, the refusals, the shard boundaries and the ranks' collectives are interp_widgets._shards', shared with
+# collect_activations; what a shard holds (a safetensors file of results) and the journal are this module's
+_KIND = JobKind(call="attribute_corpus", format="interp_widgets.CorpusAttribution", settings="the method settings",
+                opener="load_corpus", suffix=".safetensors", files=(_JOURNAL,))  # fmt: skip
+_shard_name = _KIND.shard_name
 
 
 def _settings(method: str, method_params: dict, options: dict) -> dict[str, Any]:
@@ -99,59 +66,6 @@ def _settings(method: str, method_params: dict, options: dict) -> dict[str, Any]
     params = {k: v for k, v in method_params.items() if k != "progress"}
     return json.loads(json.dumps({"method": method, "method_params": params, "attribute_options": options},
                                  sort_keys=True, default=repr))  # fmt: skip
-
-
-# ------------------------------------------------------------------------------------------------ process group
-class _Group:
-    """The collectives of a ``torch.distributed`` group, or their one-process equivalents without one."""
-
-    def __init__(self, group):
-        self.group = group
-        self.rank, self.world = 0, 1
-        if group is not None:
-            import torch.distributed as dist
-
-            self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
-
-    def barrier(self) -> None:
-        if self.group is not None:
-            import torch.distributed as dist
-
-            dist.barrier(group=self.group)
-
-    def broadcast(self, value):
-        """Rank 0's ``value`` on every rank."""
-        if self.group is None:
-            return value
-        import torch.distributed as dist
-
-        box = [value]
-        dist.broadcast_object_list(box, src=dist.get_global_rank(self.group, 0), group=self.group)
-        return box[0]
-
-    def gather(self, value) -> list:
-        """Every rank's ``value``, in rank order, on every rank."""
-        if self.group is None:
-            return [value]
-        import torch.distributed as dist
-
-        out = [None] * self.world
-        dist.all_gather_object(out, value, group=self.group)
-        return out
-
-    def raise_any(self, error: tuple[str, str] | None) -> None:
-        """Raise on every rank the first error any rank met (so that no rank waits on a barrier forever)."""
-        errors = [e for e in self.gather(error) if e is not None]
-        if errors:
-            kind, message = errors[0]
-            raise _ERRORS.get(kind, ValueError)(message)
-
-
-_ERRORS = {e.__name__: e for e in (FileExistsError, NotADirectoryError, RuntimeError, ValueError)}
-
-
-def _error(exc: Exception) -> tuple[str, str]:
-    return (type(exc).__name__, str(exc))
 
 
 # ------------------------------------------------------------------------------------------------ shards on disk
@@ -164,9 +78,9 @@ def _write_shard(path: Path, shard: int, results: Sequence[AttributionResult], i
     meta = {"format": _SHARD_FORMAT, "version": _VERSION, "shard": shard, **info,
             "results": [r._metadata() for r in results]}  # fmt: skip
     final = path / _shard_name(shard)
-    temporary = path / f"{_TEMPORARY}{os.getpid()}-{final.name}"
+    temporary = temporary_path(path, final.name)
     save_file(arrays, str(temporary), metadata={"interp_widgets": json.dumps(meta, default=_json_default)})
-    os.replace(temporary, final)
+    commit(temporary, final)
 
 
 def _read_shard(file: Path) -> tuple[dict, list[AttributionResult]]:
@@ -207,32 +121,7 @@ def _dump(result: AttributionResult) -> str:
 
 
 def _finished(path: Path, n_shards: int) -> list[int]:
-    return [s for s in range(n_shards) if (path / _shard_name(s)).is_file()]
-
-
-def _read_manifest(path: Path) -> dict:
-    try:
-        manifest = json.loads((path / _MANIFEST).read_text())
-    except (OSError, ValueError) as err:
-        raise ValueError(f"{path / _MANIFEST} cannot be read ({err}); pass the path of an attribute_corpus run")
-    if manifest.get("format") != _FORMAT:
-        raise ValueError(f"{path / _MANIFEST} is not the manifest of an attribute_corpus run; choose another path")
-    return manifest
-
-
-def _differences(manifest: dict, planned: dict) -> list[str]:
-    names = {"weights": "the model weights", "tokenizer": "the tokenizer", "texts": "the texts"}
-    found = []
-    for key in ("weights", "tokenizer", "texts"):
-        if manifest["fingerprints"][key] != planned["fingerprints"][key]:
-            found.append(f"{names[key]} (fingerprint {manifest['fingerprints'][key][:12]}… on disk, "
-                         f"{planned['fingerprints'][key][:12]}… now)")  # fmt: skip
-    if manifest["settings"] != planned["settings"]:
-        found.append(f"the method settings ({manifest['settings']} on disk, {planned['settings']} now)")
-    for key, what in (("n_texts", "the number of texts"), ("shard_size", "the shard size")):
-        if manifest[key] != planned[key]:
-            found.append(f"{what} ({manifest[key]} on disk, {planned[key]} now)")
-    return found
+    return finished_shards(path, _KIND, n_shards)
 
 
 # ------------------------------------------------------------------------------------------------ the collection
@@ -262,7 +151,7 @@ class CorpusAttribution(AttributionCollection):
 
     def __init__(self, path: str | Path, *, cache_shards: int = 2):
         self.path = Path(path)
-        self.manifest = _read_manifest(self.path)
+        self.manifest = read_manifest(self.path, _KIND)
         self.shard_size = int(self.manifest["shard_size"])
         self.n_shards = int(self.manifest["n_shards"])
         self._length = int(self.manifest["n_texts"])
@@ -299,7 +188,7 @@ class CorpusAttribution(AttributionCollection):
         """
         if not 0 <= shard < self.n_shards:
             raise IndexError(f"shard {shard} does not exist; this run has shards 0..{self.n_shards - 1}")
-        return range(shard * self.shard_size, min(self._length, (shard + 1) * self.shard_size))
+        return _shard_range(shard, self.shard_size, self._length)
 
     def examples(self, start: int, stop: int) -> list[AttributionResult]:
         """The results ``start..stop-1``, reading only the shards that hold them (the example list's pages).
@@ -432,8 +321,8 @@ def load_corpus(path: str | Path) -> CorpusAttribution:
         FileNotFoundError: /tmp/.../manifest.json does not exist: ... is not an attribute_corpus run
     """
     path = Path(path)
-    if not (path / _MANIFEST).is_file():
-        raise FileNotFoundError(f"{path / _MANIFEST} does not exist: {path} is not an attribute_corpus run")
+    if not (path / MANIFEST).is_file():
+        raise FileNotFoundError(f"{path / MANIFEST} does not exist: {path} is not an attribute_corpus run")
     return CorpusAttribution(path)
 
 
@@ -518,53 +407,20 @@ def attribute_corpus(
     if not texts:
         raise ValueError("no texts given; pass a non-empty list of texts")
     n = len(texts)
-    shard_size = max(1, n // 50) if shard_size is None else int(shard_size)
-    if shard_size < 1:
-        raise ValueError(f"shard_size must be at least 1, not {shard_size}")
+    shard_size = shard_size_for(n, shard_size)
     if int(verify) < 0:
         raise ValueError(f"verify must be 0 or more shards to recompute, not {verify}")
     path = Path(path)
     method_params = dict(method_params or {})
     method_params.setdefault("progress", False)
     METHODS[method](**method_params)  # an unknown method or parameter fails here, before anything is written
-    n_shards = -(-n // shard_size)
-    group = _Group(process_group)
-    planned = {
-        "format": _FORMAT,
-        "version": _VERSION,
-        "method": method,
-        "n_texts": n,
-        "shard_size": shard_size,
-        "n_shards": n_shards,
-        "world_size": group.world,
-        "settings": _settings(method, method_params, attribute_options),
-        "fingerprints": {
-            "weights": weights_fingerprint(model),
-            "tokenizer": tokenizer_fingerprint(tokenizer),
-            "texts": _texts_fingerprint(texts),
-        },
-    }
-
+    group = Group(process_group)
+    planned = planned_manifest(_KIND, model, tokenizer, texts, shard_size=shard_size, world_size=group.world,
+                               settings=_settings(method, method_params, attribute_options), method=method)  # fmt: skip
+    n_shards = planned["n_shards"]
     # rank 0 checks the directory and writes (or keeps) the manifest; every rank then checks its own fingerprints
-    if group.group is None:
-        _prepare(path, planned, recompute=recompute, reassign=reassign, verify=int(verify))
-    else:  # an error of rank 0 is raised on every rank
-        error = None
-        if group.rank == 0:
-            try:
-                _prepare(path, planned, recompute=recompute, reassign=reassign, verify=int(verify))
-            except Exception as exc:  # noqa: BLE001 (re-raised below, on every rank)
-                error = _error(exc)
-        group.raise_any(error)
-    error = None
-    manifest = _read_manifest(path)
-    found = _differences(manifest, planned)
-    if found:
-        error = ("ValueError", f"rank {group.rank} differs from rank 0's run at {path}: " + "; ".join(found))
-    group.raise_any(error)
-
-    done = group.broadcast(_finished(path, n_shards))
-    todo = [s for s in range(n_shards) if s not in set(done) and s % group.world == group.rank]
+    _, todo = start_job(path, planned, _KIND, group, recompute=recompute, reassign=reassign,
+                        finished_ok=bool(verify))  # fmt: skip
     run = group.broadcast(uuid.uuid4().hex)
 
     def journal(event: str, shard: int, **extra) -> None:
@@ -574,7 +430,7 @@ def attribute_corpus(
             handle.flush()
 
     def explain(shard: int) -> list[AttributionResult]:
-        part = texts[shard * shard_size : (shard + 1) * shard_size]
+        part = [texts[i] for i in _shard_range(shard, shard_size, n)]
         out = attribute(model, tokenizer, part, method=method, method_params=method_params, **attribute_options)
         return list(out) if isinstance(out, AttributionCollection) else [out]
 
@@ -613,57 +469,3 @@ def attribute_corpus(
                 break  # fmt: skip
         group.raise_any(error)
     return CorpusAttribution(path)
-
-
-def _prepare(path: Path, planned: dict, *, recompute: bool, reassign: bool, verify: int) -> None:
-    """Rank 0: check that ``path`` is new, empty or this job's run, and write or update its manifest."""
-    if path.exists() and not path.is_dir():
-        raise NotADirectoryError(
-            f"{path} is a file; attribute_corpus writes a directory of shards: choose another path"
-        )
-    exists = (path / _MANIFEST).is_file()
-    if path.is_dir() and not exists and any(path.iterdir()):
-        raise ValueError(f"{path} holds other files and no attribute_corpus manifest; choose a new or empty directory")
-    for stale in path.glob(f"{_TEMPORARY}*") if path.is_dir() else ():
-        stale.unlink()  # a shard being written when a run was killed
-    if exists and recompute:
-        _read_manifest(path)  # only a run's directory is emptied
-        for file in path.glob("shard-*.safetensors"):
-            file.unlink()
-        (path / _JOURNAL).unlink(missing_ok=True)
-        exists = False
-    if exists:
-        manifest = _read_manifest(path)
-        found = _differences(manifest, planned)
-        if found:
-            raise ValueError(
-                f"{path} holds another job; it differs in " + "; ".join(found) + ". Resume it with the same "
-                "model, tokenizer, method settings and texts, pass recompute=True to replace it, or choose another path"
-            )
-        missing = [s for s in range(planned["n_shards"]) if not (path / _shard_name(s)).is_file()]
-        if not missing:
-            if verify:
-                return
-            raise FileExistsError(
-                f"{path} is finished: load it with load_corpus({str(path)!r}), or pass recompute=True to compute it "
-                "again"
-            )
-        if manifest["world_size"] != planned["world_size"]:
-            if not reassign:
-                raise ValueError(
-                    f"{path} was started by {manifest['world_size']} rank(s) and is resumed by "
-                    f"{planned['world_size']}: resume with the same number of ranks (--nproc-per-node="
-                    f"{manifest['world_size']}), or pass reassign=True to split the {len(missing)} missing shards "
-                    "among these ranks (shard boundaries are fixed, so the results do not depend on it)"
-                )
-            manifest["world_size"] = planned["world_size"]
-            _write_manifest(path, manifest)
-        return
-    path.mkdir(parents=True, exist_ok=True)
-    _write_manifest(path, planned)
-
-
-def _write_manifest(path: Path, manifest: dict) -> None:
-    temporary = path / f"{_TEMPORARY}{os.getpid()}-{_MANIFEST}"
-    temporary.write_text(json.dumps(manifest, indent=1))
-    os.replace(temporary, path / _MANIFEST)

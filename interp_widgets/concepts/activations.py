@@ -4,8 +4,9 @@
 (or one pooled vector per text) and keeps every row's metadata: text id, token position, token string and character
 offsets. Rows are kept in memory up to a budget; past it, chunks stream to ``.npy`` files that are read back lazily,
 one chunk at a time, through short-lived numpy memory maps. :class:`ActivationStore` behaves like one ``(rows, dim)`` matrix either way. With a
-``torch.distributed`` process group, each rank collects a contiguous shard of the texts and every rank gets back a
-store that reads all shards as one.
+``torch.distributed`` process group, each rank collects its shards of the texts and every rank gets back a store
+that reads all shards as one. Collected to a ``path``, the collection is a resumable job of fixed shards (a killed run
+resumes with the same call), as :func:`~interp_widgets.attribution.attribute_corpus` is.
 
 Example:
     >>> store = collect_activations(model, tokenizer, texts, layer="layer:1", progress=False)
@@ -32,6 +33,17 @@ import numpy as np
 import torch
 
 from interp_widgets._inputs import check_texts, input_items
+from interp_widgets._shards import (
+    Group,
+    JobKind,
+    commit,
+    planned_manifest,
+    read_manifest,
+    shard_range,
+    shard_size_for,
+    start_job,
+    temporary_path,
+)
 from interp_widgets.adapter import ModelAdapter
 from interp_widgets.layers import evaluation, hooks, resolve_layer
 from interp_widgets.tasks import task_for
@@ -46,6 +58,10 @@ _MAX_PADDING = 0.05  # on the CPU, a forward pass pads at most this share of its
 # on a GPU a short pass costs its kernel launches, not its tokens: on an H200, 58 ms per pass of about 560 tokens
 # through 16 layers of an 8B model, about 7 ms of it arithmetic by FLOP count. Wider buckets there mean far fewer passes.
 _MAX_PADDING_ACCELERATOR = 0.35
+# a collection to a path is a sharded job (interp_widgets._shards, shared with attribute_corpus): a manifest and one
+# store directory per shard of fixed texts
+_JOB = JobKind(call="collect_activations", format="interp_widgets.ActivationCollection",
+               settings="the collection settings", opener="ActivationStore.open", suffix="")  # fmt: skip
 
 
 class _StopForward(Exception):
@@ -492,7 +508,10 @@ class ActivationStore:
 
     @classmethod
     def open(cls, path: str | Path) -> "ActivationStore":
-        """Open a store saved with :meth:`save` or collected to ``path`` (also a directory of rank shards).
+        """Open a store saved with :meth:`save`, or collected to ``path`` by :func:`collect_activations` (its shards,
+        read as one; an unfinished collection raises ``FileNotFoundError`` naming the missing shards, which the same
+        ``collect_activations`` call collects). A directory of per-rank stores, as collections across ranks wrote
+        them before they were resumable, opens too.
 
         Example:
             >>> tmp = getfixture("tmp_path")
@@ -503,7 +522,12 @@ class ActivationStore:
         """
         path = Path(path)
         if (path / "manifest.json").is_file():
-            return cls._open_one(path)
+            try:
+                kind = json.loads((path / "manifest.json").read_text()).get("format")
+            except (ValueError, AttributeError):
+                kind = None  # _open_one says what is wrong
+            return cls._open_job(path) if kind == _JOB.format else cls._open_one(path)
+        # a directory of rank shards written before collections were resumable (one store per rank)
         shards = sorted(p for p in path.glob("shard-*") if p.is_dir()) if path.is_dir() else []
         if not shards:
             raise FileNotFoundError(f"{path} holds no activation store (no manifest.json and no shard-* directories)")
@@ -515,6 +539,23 @@ class ActivationStore:
                 "a rank did not finish collecting"
             )
         return cls.concat(stores)
+
+    @classmethod
+    def _open_job(cls, path: Path) -> "ActivationStore":
+        """The store of a finished :func:`collect_activations` job at ``path``: its shards, read as one."""
+        manifest = read_manifest(path, _JOB)
+        n_shards = int(manifest["n_shards"])
+        missing = [s for s in range(n_shards) if not (path / _JOB.shard_name(s)).is_dir()]
+        if missing:
+            listed = ", ".join(map(str, missing[:10])) + (", …" if len(missing) > 10 else "")
+            raise FileNotFoundError(
+                f"{path} is not finished: {len(missing)} of its {n_shards} shards are missing ({listed}); re-run the "
+                "same collect_activations call to collect them"
+            )
+        store = cls.concat([cls._open_one(path / _JOB.shard_name(s)) for s in range(n_shards)])
+        store.info["world_size"] = manifest["world_size"]
+        store.directory = path
+        return store
 
     @classmethod
     def _open_one(cls, path: Path) -> "ActivationStore":
@@ -556,8 +597,10 @@ class ActivationStore:
                 values = np.asarray(store._meta[name])
                 meta[name].append(values + len(texts) if name == "text_id" else values)
             texts.extend(store.texts)
-        info = {k: v for k, v in stores[0].info.items() if k not in ("rank", "text_offset")}
+        info = {k: v for k, v in stores[0].info.items() if k not in ("rank", "text_offset", "shard")}
         info["dim"] = dims.pop() if dims else stores[0].dim
+        if any("spanless_tokens" in s.info for s in stores):  # every part's, not only the first's
+            info["spanless_tokens"] = {k: v for s in stores for k, v in s.info.get("spanless_tokens", {}).items()}
         merged = cls(chunks, {k: np.concatenate(v) for k, v in meta.items()}, texts, info)
         merged._keep = stores  # keeps temporary directories of the parts alive
         return merged
@@ -631,6 +674,21 @@ class _Collector:
         if self.buffered >= self.chunk_bytes:
             self.flush()
 
+    def _merged_meta(self) -> dict[str, np.ndarray]:
+        return {name: (np.concatenate(v) if v else np.zeros(0, np.int64)) for name, v in self.meta.items()}
+
+    def write(self, texts: Sequence[str], info: dict) -> Path:
+        """Write every row to disk (to ``path``), then the metadata and the manifest; returns the directory."""
+        dim = self.dim if self.dim is not None else int(info.get("dim", 0))
+        self.flush()
+        if self.writer is None:
+            self.writer = _ChunkWriter(self.path, dim)
+            for kept in self.blocks:
+                self.writer.write(kept)
+            self.blocks = []
+        self.writer.finish(self._merged_meta(), texts, {**info, "dim": dim})
+        return self.writer.directory
+
     def flush(self) -> None:
         """Merge the buffered per-text blocks into one chunk: written to disk, or kept in RAM under the budget."""
         if self.buffer:
@@ -645,13 +703,12 @@ class _Collector:
             self.buffer, self.buffered = [], 0
 
     def finish(self, texts: Sequence[str], info: dict) -> ActivationStore:
-        dim = self.dim if self.dim is not None else int(info.get("dim", 0))
-        meta = {name: (np.concatenate(v) if v else np.zeros(0, np.int64)) for name, v in self.meta.items()}
         self.flush()
         if self.writer is None:
-            return ActivationStore(self.blocks or [np.zeros((0, dim), np.float32)], meta, texts, {**info, "dim": dim})
-        self.writer.finish(meta, texts, {**info, "dim": dim})
-        store = ActivationStore._open_one(self.writer.directory)
+            dim = self.dim if self.dim is not None else int(info.get("dim", 0))
+            blocks = self.blocks or [np.zeros((0, dim), np.float32)]
+            return ActivationStore(blocks, self._merged_meta(), texts, {**info, "dim": dim})
+        store = ActivationStore._open_one(self.write(texts, info))
         if self.tmp is not None:
             store._tmp = self.tmp  # the directory is deleted when the store is garbage-collected
             weakref.finalize(store, shutil.rmtree, self.tmp.name, True)
@@ -680,6 +737,9 @@ def collect_activations(
     memory_budget: int | str = "1GB",
     path: str | Path | None = None,
     process_group=None,
+    shard_size: int | None = None,
+    recompute: bool = False,
+    reassign: bool = False,
     max_batch_tokens: int = 8192,
     progress: bool = True,
 ) -> ActivationStore:
@@ -702,16 +762,37 @@ def collect_activations(
             256 MB) stream to disk (a temporary directory removed with the store, or ``path``). Activation memory
             peaks at the budget plus two chunks (the chunk being filled, and the rows of the texts batched
             together); row metadata adds 40 bytes per row.
-        path: a directory to write the store to (always on disk); required with ``process_group``.
-        process_group: a ``torch.distributed`` group; each rank collects a contiguous shard of the texts into
-            ``path/shard-<rank>`` and, after a barrier, every rank returns the store of all shards.
+        path: a directory to collect to (the store is then on disk) as a resumable job, below: new, empty, or an
+            earlier run of the same call, which is resumed. Required with ``process_group``.
+        process_group: a ``torch.distributed`` group; rank ``r`` collects the shards ``s`` with
+            ``s % world == r`` and, after a barrier, every rank returns the store of all shards. ``path`` must be
+            shared by the ranks.
+        shard_size: with ``path``, texts per shard, ``S``: shard ``s`` is ``texts[s*S:(s+1)*S]`` whatever the world
+            size, and its texts are batched among themselves only. Default ``len(texts) // 50`` (at least 1), so a
+            kill loses at most 2 % of the job; larger shards batch more texts together (fewer forward passes).
+        recompute: collect the job at ``path`` again from the start (its shards are deleted), even a finished one or
+            another job.
+        reassign: resume with another world size than the run's (refused otherwise). Shard boundaries do not depend
+            on the world size, so neither does the store; the missing shards are split among this run's ranks.
         max_batch_tokens: padded tokens per forward pass at most. Texts are sorted by length within runs of
-            consecutive texts (as many as one chunk of rows holds, at most 4,096) and a pass pads at most 5 % of its
-            tokens; the store keeps text order whatever the batching, and each row equals a forward pass of its
-            text alone up to float rounding (about 1e-6 relative in float32).
-        progress: show a tqdm progress bar.
+            consecutive texts (as many as one chunk of rows holds, at most 4,096, within one shard with ``path``) and
+            a pass pads at most 5 % of its tokens; the store keeps text order whatever the batching, and each row
+            equals a forward pass of its text alone up to float rounding (about 1e-6 relative in float32).
+        progress: show a tqdm progress bar (a resumed run's starts at the texts already collected).
 
     The layers after ``layer`` are not run. The model is left untouched (modes restored, hooks removed).
+
+    With ``path``, the collection resumes, as :func:`~interp_widgets.attribution.attribute_corpus` does (the two share
+    :mod:`interp_widgets._shards`). Each shard is written whole, as a store directory ``path/shard-000000`` renamed
+    into place once complete, and ``path/manifest.json`` records sha256 fingerprints of the weights, the tokenizer and
+    the texts, the settings that change what is computed (``layer``, ``unit``, ``pooling``, ``include_special``,
+    ``max_batch_tokens`` and ``memory_budget``, which bounds how many texts are sorted by length together), the shard
+    size and the world size. A killed run resumes with the same call: only the missing shards are collected (a
+    partly written one is redone), each in the same batches, so the store is bitwise equal to an uninterrupted run's
+    (on the same hardware, library versions and thread count). Re-running a finished job raises ``FileExistsError``
+    (open it with :meth:`ActivationStore.open`, or pass ``recompute=True``); resuming with another model, tokenizer,
+    settings, texts or shard size raises ``ValueError`` naming what differs, and with another number of ranks
+    ``ValueError`` saying how to resume (the same ``--nproc-per-node``, or ``reassign=True``).
 
     Example:
         >>> store = collect_activations(model, tokenizer, texts, layer="layer:1", progress=False)
@@ -730,6 +811,15 @@ def collect_activations(
         ...                            progress=False)
         >>> chat.tokens()[-3:], chat.texts[0].startswith("<|im_start|>system")  # the default system prompt, then Hi!
         (['H', 'i', '!'], True)
+        >>> run = getfixture("tmp_path") / "acts"
+        >>> collect_activations(model, tokenizer, texts[:6], layer=1, path=run, shard_size=4, progress=False)
+        ActivationStore(128 token rows × 32, layer='layer:1', 6 texts, on disk at .../acts)
+        >>> sorted(p.name for p in run.iterdir())  # a killed run resumes with the same call, collecting what is missing
+        ['manifest.json', 'shard-000000', 'shard-000001']
+        >>> collect_activations(model, tokenizer, texts[:6], layer=1, path=run, shard_size=4, progress=False)
+        Traceback (most recent call last):
+        ...
+        FileExistsError: ... is finished: load it with ActivationStore.open('...'), or pass recompute=True to ...
     """
     from tqdm.auto import tqdm
 
@@ -753,26 +843,9 @@ def collect_activations(
         if pooling == "cls" and tokenizer.cls_token_id is None:
             raise ValueError("pooling='cls' needs a tokenizer that adds a CLS token; use pooling='last' or 'mean'")
     budget = parse_bytes(memory_budget)
+    if process_group is not None and path is None:
+        raise ValueError("distributed collection writes each rank's shards to disk; pass path= (a shared directory)")
 
-    rank, world, offset = 0, 1, 0
-    if process_group is not None:
-        import torch.distributed as dist
-
-        if path is None:
-            raise ValueError("distributed collection writes each rank's shard to disk; pass path= (a shared directory)")
-        rank, world = dist.get_rank(process_group), dist.get_world_size(process_group)
-        bounds = np.linspace(0, len(texts), world + 1).round().astype(int)
-        offset = int(bounds[rank])
-        texts = texts[bounds[rank] : bounds[rank + 1]]
-        shard_path = Path(path) / f"shard-{rank:05d}"
-    else:
-        shard_path = None if path is None else Path(path)
-    if shard_path is not None and shard_path.exists() and any(shard_path.iterdir()):
-        raise FileExistsError(f"{shard_path} is not empty; choose a new directory for the store")
-
-    collector = _Collector(budget, shard_path)
-    read: list[str] = []  # the text each store row points into (a conversation's rendered template)
-    spanless: dict[str, str] = {}  # strings of tokens without a text span (special tokens, trimmed spaces)
     captured: dict[str, torch.Tensor] = {}
 
     def hook(module, inputs, output):
@@ -781,53 +854,57 @@ def collect_activations(
 
     width = _config_width(model)
 
-    def windows() -> Iterator[list]:
-        """Consecutive runs of encoded texts whose rows fit in one chunk (at most ``_WINDOW_TEXTS`` texts): texts
-        are batched by length within a run, and the run's rows are added to the store in text order."""
-        encodings, tokens = [], 0
-        for j, text in enumerate(texts):
-            try:
-                encodings.append(adapter.encode(text))
-            except (TypeError, ValueError) as err:
-                raise type(err)(f"text {offset + j}: {err}") from None
-            tokens += len(encodings[-1])
-            limit = collector.chunk_bytes // (4 * (collector.dim or width))
-            if len(encodings) >= _WINDOW_TEXTS or (unit == "token" and tokens >= limit):
-                yield encodings
-                encodings, tokens = [], 0
-        if encodings:
-            yield encodings
+    def collect(part: Sequence, offset: int, collector: _Collector, bar) -> tuple[list[str], dict[str, str]]:
+        """Add the rows of the texts ``part`` (texts ``offset`` onwards) to ``collector``, in text order (the hook
+        installed): returns the text each row points into (a conversation's rendered template) and the strings of
+        the tokens without a text span (special tokens, trimmed spaces)."""
+        read: list[str] = []
+        spanless: dict[str, str] = {}
 
-    bar = tqdm(total=len(texts), desc=f"activations {layer_name}", unit="text", disable=not progress)
-    try:
-        with evaluation(model), torch.inference_mode(), hooks(model, {layer_name: hook}):
-            window = 0
-            for encodings in windows():
-                read.extend(e.text for e in encodings)
-                per_text: dict[int, tuple[np.ndarray, dict]] = {}
-                for batch, ids, mask in _padded_batches(adapter, encodings):
-                    _capture_pass(run, ids, mask, adapter.device, captured)
-                    if "hidden" not in captured:
-                        raise RuntimeError(f"layer {layer_name} did not run during the forward pass")
-                    hidden = captured["hidden"].float().cpu().numpy()
-                    hidden = hidden[:, skip_rows:]  # e.g. a decoder's position j + 1 has read token j
-                    for row, i in enumerate(batch):
-                        per_text[i] = _rows_of(
-                            encodings[i],
-                            hidden[row, : len(encodings[i])],
-                            unit,
-                            pooling,
-                            include_special,
-                            window + i,
-                            spanless,
-                        )
-                    bar.update(len(batch))
-                for i in range(len(encodings)):
-                    rows, meta = per_text.pop(i)
-                    collector.add(rows, meta)
-                window += len(encodings)
-    finally:
-        bar.close()
+        def windows() -> Iterator[list]:
+            """Consecutive runs of encoded texts whose rows fit in one chunk (at most ``_WINDOW_TEXTS`` texts): texts
+            are batched by length within a run, and the run's rows are added to the store in text order."""
+            encodings, tokens = [], 0
+            for j, text in enumerate(part):
+                try:
+                    encodings.append(adapter.encode(text))
+                except (TypeError, ValueError) as err:
+                    raise type(err)(f"text {offset + j}: {err}") from None
+                tokens += len(encodings[-1])
+                limit = collector.chunk_bytes // (4 * (collector.dim or width))
+                if len(encodings) >= _WINDOW_TEXTS or (unit == "token" and tokens >= limit):
+                    yield encodings
+                    encodings, tokens = [], 0
+            if encodings:
+                yield encodings
+
+        window = 0
+        for encodings in windows():
+            read.extend(e.text for e in encodings)
+            per_text: dict[int, tuple[np.ndarray, dict]] = {}
+            for batch, ids, mask in _padded_batches(adapter, encodings):
+                _capture_pass(run, ids, mask, adapter.device, captured)
+                if "hidden" not in captured:
+                    raise RuntimeError(f"layer {layer_name} did not run during the forward pass")
+                hidden = captured["hidden"].float().cpu().numpy()
+                hidden = hidden[:, skip_rows:]  # e.g. a decoder's position j + 1 has read token j
+                for row, i in enumerate(batch):
+                    per_text[i] = _rows_of(
+                        encodings[i],
+                        hidden[row, : len(encodings[i])],
+                        unit,
+                        pooling,
+                        include_special,
+                        window + i,
+                        spanless,
+                    )
+                bar.update(len(batch))
+            for i in range(len(encodings)):
+                rows, meta = per_text.pop(i)
+                collector.add(rows, meta)
+            window += len(encodings)
+        return read, spanless
+
     info = {
         "layer": layer_name,
         "unit": unit,
@@ -835,19 +912,50 @@ def collect_activations(
         "include_special": include_special,
         "model": type(model).__name__,
         "name_or_path": str(getattr(model.config, "_name_or_path", "")),
-        "spanless_tokens": spanless,
-        "rank": rank,
-        "world_size": world,
-        "text_offset": offset,
     }
-    if collector.dim is None:  # an empty shard still records the width, read from the layer's config
-        info["dim"] = int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0) or 0)
-    store = collector.finish(read, info)
-    if process_group is None:
-        return store
-    import torch.distributed as dist
+    # a part without rows still records the width, read from the layer's config
+    config_dim = int(getattr(model.config, "hidden_size", 0) or getattr(model.config, "n_embd", 0) or 0)
 
-    dist.barrier(group=process_group)
+    if path is None:  # in memory up to the budget, then a temporary directory
+        collector = _Collector(budget, None)
+        bar = tqdm(total=len(texts), desc=f"activations {layer_name}", unit="text", disable=not progress)
+        try:
+            with evaluation(model), torch.inference_mode(), hooks(model, {layer_name: hook}):
+                read, spanless = collect(texts, 0, collector, bar)
+        finally:
+            bar.close()
+        info.update(spanless_tokens=spanless, rank=0, world_size=1, text_offset=0)
+        if collector.dim is None:
+            info["dim"] = config_dim
+        return collector.finish(read, info)
+
+    # to a path: a resumable job of fixed shards (interp_widgets._shards), each written whole as a store directory
+    path, n = Path(path), len(texts)
+    group = Group(process_group)
+    shard_size = shard_size_for(n, shard_size)
+    settings = {"layer": layer_name, "unit": unit, "pooling": pooling, "include_special": include_special,
+                "max_batch_tokens": max_batch_tokens, "memory_budget": budget}  # fmt: skip
+    planned = planned_manifest(_JOB, model, tokenizer, texts, shard_size=shard_size, world_size=group.world,
+                               settings=settings)  # fmt: skip
+    done, todo = start_job(path, planned, _JOB, group, recompute=recompute, reassign=reassign)
+    mine = [len(shard_range(s, shard_size, n)) for s in range(planned["n_shards"]) if s % group.world == group.rank]
+    mine_done = [len(shard_range(s, shard_size, n)) for s in done if s % group.world == group.rank]
+    bar = tqdm(total=sum(mine), initial=sum(mine_done), unit="text",  # a resumed run starts at what was done
+               desc=f"activations {layer_name}" + (f" (rank {group.rank})" if group.world > 1 else ""),
+               disable=not progress, position=group.rank)  # fmt: skip
+    try:
+        with evaluation(model), torch.inference_mode(), hooks(model, {layer_name: hook}):
+            for shard in todo:
+                part = shard_range(shard, shard_size, n)
+                name = _JOB.shard_name(shard)
+                collector = _Collector(budget, temporary_path(path, name))  # one per shard: its own batches
+                read, spanless = collect([texts[i] for i in part], part.start, collector, bar)
+                extra = {"dim": config_dim} if collector.dim is None else {}
+                commit(collector.write(read, {**info, "spanless_tokens": spanless, "shard": shard,
+                                              "text_offset": part.start, **extra}), path / name)  # fmt: skip
+    finally:
+        bar.close()
+    group.barrier()
     return ActivationStore.open(path)
 
 
