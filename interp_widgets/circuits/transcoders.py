@@ -341,7 +341,9 @@ def _fingerprint(
         params = {
             k: (dataclasses.asdict(v) if dataclasses.is_dataclass(v) else v) for k, v in template.get_params().items()
         }
-        for name in ("progress", "distributed"):  # neither changes what a run computes
+        # progress and distributed do not change what a run computes; restarts is always 1 here (refused otherwise)
+        # and is left out so that checkpoints written before it existed still resume
+        for name in ("progress", "distributed", "restarts"):
             params.pop(name, None)
             if isinstance(params.get("training"), dict):
                 params["training"].pop(name, None)
@@ -1296,6 +1298,13 @@ def _templates(transcoder, layers: list[int], width: int) -> dict[int, Transcode
         raise ValueError(
             "the layers' transcoders must share their training settings (learning rate, batch size, seed…): the "
             "layers train on the same windows and minibatches; give them equal training= settings"
+        )
+    restarts = next(iter(configs)).restarts
+    if restarts != 1:
+        raise ValueError(
+            f"the transcoders have restarts={restarts}, but a TranscoderSet trains each layer once, from one stream "
+            "of forward passes; pass restarts=1 (or fit one layer's Transcoder on stored activations, where "
+            "restarts apply)"
         )
     return templates
 

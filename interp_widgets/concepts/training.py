@@ -69,6 +69,12 @@ class TrainingConfig:
             pre-activations, which gives them gradient again. 0: off.
         dead_rows: training rows without firing after which a concept counts as dead for ``auxk_alpha``.
         seed: seed of the initialisation, the monitoring sample, the minibatch order and the resampling.
+        restarts: train this many times from different initialisations (restart 0 from ``seed``, restart ``r``
+            from a seed derived from ``(seed, r)``; the monitoring sample and the minibatch order stay those of
+            ``seed``) and keep the run with the lowest monitoring loss, as scikit-learn's ``KMeans(n_init=)`` does.
+            For losses with poor local minima, such as a Matryoshka SAE's nested prefixes (see
+            :class:`~interp_widgets.concepts.MatryoshkaSAE`). Costs ``restarts`` fits; ``fit_info_`` records every
+            restart's loss in ``restart_losses``.
         progress: show a progress bar (on rank 0 only when training across ranks).
         device: torch device for training (the fitted weights are kept on the CPU).
         distributed: train data-parallel across the ranks of ``torch.distributed`` (see :class:`Ranks`). None: when
@@ -98,12 +104,13 @@ class TrainingConfig:
     auxk_alpha: float = 0.0
     dead_rows: int = 10_000_000
     seed: int = 0
+    restarts: int = 1
     progress: bool = True
     device: str = "cpu"
     distributed: bool | None = None
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_epochs", "patience", "dead_rows"):
+        for name in ("batch_size", "max_epochs", "patience", "dead_rows", "restarts"):
             check_int(name, getattr(self, name), minimum=1)
         for name in ("monitor_rows", "resample_rows", "resample_stop_rows"):
             check_int(name, getattr(self, name), minimum=0)
@@ -148,7 +155,7 @@ class TrainingConfig:
             >>> TrainingConfig.resolve(None, {"max_epoch": 3}, "SparseAutoencoder")
             Traceback (most recent call last):
             ...
-            TypeError: SparseAutoencoder got an unexpected keyword argument 'max_epoch'; did you mean 'max_epochs'? (keyword arguments beyond its own are TrainingConfig fields: lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, resample_rows, resample_stop_rows, auxk_alpha, dead_rows, seed, progress, device, distributed)
+            TypeError: SparseAutoencoder got an unexpected keyword argument 'max_epoch'; did you mean 'max_epochs'? (keyword arguments beyond its own are TrainingConfig fields: lr, batch_size, max_epochs, patience, min_delta, monitor_rows, resample_dead, resample_rows, resample_stop_rows, auxk_alpha, dead_rows, seed, restarts, progress, device, distributed)
         """
         names = cls.field_names()
         for key in overrides:
@@ -417,9 +424,11 @@ class TrainingRun:
     history: list[dict[str, Any]]  #: one record per epoch
     best_monitor_loss: float
     stopped_early: bool
+    restart_losses: list[float] | None = None  #: with ``restarts`` > 1: each restart's lowest monitoring loss
 
     def summary(self) -> dict[str, Any]:
-        """The ``fit_info_`` entries of the run: ``history``, ``epochs``, ``best_monitor_loss``, ``stopped_early``.
+        """The ``fit_info_`` entries of the run: ``history``, ``epochs``, ``best_monitor_loss``, ``stopped_early``,
+        and ``restart_losses`` and ``restart`` (the index of the kept one) when there were restarts.
 
         Example:
             >>> from interp_widgets.concepts import SparseAutoencoder
@@ -429,12 +438,16 @@ class TrainingRun:
             >>> sorted(run.summary()), run.summary()["epochs"]
             (['best_monitor_loss', 'epochs', 'history', 'stopped_early'], 2)
         """
-        return {
+        summary = {
             "history": self.history,
             "epochs": len(self.history),
             "best_monitor_loss": self.best_monitor_loss,
             "stopped_early": self.stopped_early,
         }
+        if self.restart_losses is not None:
+            summary["restart_losses"] = list(self.restart_losses)
+            summary["restart"] = int(np.argmin(self.restart_losses))
+        return summary
 
 
 class DictionaryTrainer:
@@ -721,26 +734,48 @@ def train_dictionary(
 
     ranks = Ranks.resolve(config, process_group)
     data = TrainingData(X, Y, config, ranks)
-    trainer = DictionaryTrainer(dictionary, config, *data.monitor, ranks=ranks)
     show = config.progress and (ranks is None or ranks.rank == 0)
-    bar = tqdm(total=config.max_epochs, desc=label, unit="epoch", disable=not show)
-    for epoch in range(config.max_epochs):
-        for x, y in data.batches(epoch):
-            trainer.step(x, y)
-        record = trainer.end_epoch()
-        bar.update(1)
-        bar.set_postfix(loss=f"{record['monitor_loss']:.4g}", dead=record["dead"])
-        if trainer.stale >= config.patience:
-            # finished, not failed: a bar closed short of its total turns red in notebooks
-            bar.total = len(trainer.history)
-            bar.set_postfix_str(
-                f"loss={record['monitor_loss']:.4g}, stopped early: no {config.min_delta:.0e} "
-                f"relative improvement in {config.patience} epochs"
-            )
-            bar.refresh()
-            break
-    bar.close()
-    run = trainer.run()
-    run.note = data.note
-    run.stopped_early = len(run.history) < config.max_epochs
-    return run
+    best, losses = None, []
+    for restart in range(config.restarts):
+        restart_config = dataclasses.replace(config, seed=restart_seed(config.seed, restart))
+        trainer = DictionaryTrainer(dictionary, restart_config, *data.monitor, ranks=ranks)
+        desc = label if config.restarts == 1 else f"{label} (restart {restart + 1}/{config.restarts})"
+        bar = tqdm(total=config.max_epochs, desc=desc, unit="epoch", disable=not show)
+        for epoch in range(config.max_epochs):
+            for x, y in data.batches(epoch):
+                trainer.step(x, y)
+            record = trainer.end_epoch()
+            bar.update(1)
+            bar.set_postfix(loss=f"{record['monitor_loss']:.4g}", dead=record["dead"])
+            if trainer.stale >= config.patience:
+                # finished, not failed: a bar closed short of its total turns red in notebooks
+                bar.total = len(trainer.history)
+                bar.set_postfix_str(
+                    f"loss={record['monitor_loss']:.4g}, stopped early: no {config.min_delta:.0e} "
+                    f"relative improvement in {config.patience} epochs"
+                )
+                bar.refresh()
+                break
+        bar.close()
+        run = trainer.run()
+        losses.append(float(run.best_monitor_loss))
+        if best is None or run.best_monitor_loss < best.best_monitor_loss:  # the first of equal losses stays
+            best = run
+    best.note = data.note
+    best.stopped_early = len(best.history) < config.max_epochs
+    best.restart_losses = losses if config.restarts > 1 else None
+    return best
+
+
+def restart_seed(seed: int, restart: int) -> int:
+    """The initialisation seed of restart ``restart`` of a fit seeded ``seed`` (``TrainingConfig.restarts``):
+    ``seed`` itself for restart 0, so that one restart is the plain fit; otherwise a 63-bit seed derived from both,
+    so that the restarts of nearby seeds do not share initialisations.
+
+    Example:
+        >>> restart_seed(3, 0), restart_seed(0, 3) != restart_seed(3, 0), restart_seed(1, 1) == restart_seed(1, 1)
+        (3, True, True)
+    """
+    if restart == 0:
+        return int(seed)
+    return int(np.random.SeedSequence([int(seed), int(restart)]).generate_state(2, np.uint64)[0] >> np.uint64(1))

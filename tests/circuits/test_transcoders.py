@@ -143,6 +143,8 @@ def test_layers_can_have_their_own_settings_and_share_the_windows(llama_lm):
         TranscoderSet.fit(model, tokenizer, texts, transcoder={0: small()})
     with pytest.raises(ValueError, match="must share their training settings"):
         TranscoderSet.fit(model, tokenizer, texts, transcoder={0: small(), 1: small(lr=1e-3)})
+    with pytest.raises(ValueError, match="restarts=2, but a TranscoderSet trains each layer once"):
+        TranscoderSet.fit(model, tokenizer, texts, transcoder=small(restarts=2))
     with pytest.raises(TypeError, match="got 'topk' for layer 1"):
         TranscoderSet.fit(model, tokenizer, texts, transcoder={0: small(), 1: "topk"})
 

@@ -44,6 +44,7 @@ def recovered(tree, latents: np.ndarray, pairs) -> float:
 
 
 SEEDS = range(7)  # the recovery is judged by its median over these seeds, never by one chosen seed
+RESTARTS = 10  # each seed's fit keeps the lowest-loss of 10 initialisations (TrainingConfig.restarts)
 
 
 @pytest.fixture(scope="module")
@@ -51,12 +52,13 @@ def toys():
     """One SAE per seed in SEEDS on the planted hierarchy, with the latents matched to the planted features."""
     X, truth, pairs = planted_hierarchy()
     runs, threads = [], torch.get_num_threads()
-    torch.set_num_threads(1)  # 24 x 32 weights: more threads only contend (7 fits: ~45 s on 2 busy cores, ~6 s on 1)
+    torch.set_num_threads(1)  # 24 x 32 weights: more threads only contend (70 fits: ~25 s on 1 quiet core)
     try:
         for seed in SEEDS:
             sae = MatryoshkaSAE(
-                24, k=1.5, prefixes=(4,), lr=3e-3, max_epochs=60, patience=15, batch_size=256, seed=seed
-            )
+                24, k=1.5, prefixes=(4,), lr=3e-3, max_epochs=60, patience=15, batch_size=256, seed=seed,
+                restarts=RESTARTS,
+            )  # fmt: skip
             sae.set_params(progress=False).fit(X)
             fired = sae.transform(X) > 0
             latents = np.concatenate(
@@ -71,19 +73,21 @@ def toys():
     return X, pairs, runs
 
 
-# Measured on seeds 0-9 at these settings (this toy, 16 planted pairs): 75 75 69 75 100 100 75 44 62 62 % recovered
-# (min 44, median 75, max 100). The failing seeds are an optimisation failure, not
-# a failure of the hierarchy rule: the first prefix spends a latent on a parent + child mix (absorption inside the
-# first group) and a parent is learned in the second group, so the first prefix's FVU is 0.54-0.66 instead of the
-# 0.43 of the four parents; those runs end with a higher loss. Learning rate, epochs, batch size, k, data size,
-# decoder/b_dec initialisation, a wider first prefix and resampling dead latents from their own prefix's residual
-# (SAELens's use_matryoshka_aux_loss idea) did not lift the median to 90 % on held-out seeds.
-@pytest.mark.xfail(strict=True, reason="issue 35's >= 90 % holds for 2 of 10 seeds only (median 75 %); see above")
+# One fit is not enough. Measured with restarts=1 at these settings on seeds 0-34 (this toy, 16 planted pairs): only 5
+# of 35 fits recover every pair (median 75 %, min 38 %). The failures are an optimisation failure, not a failure of
+# the hierarchy rule: a first-prefix latent learns a parent + child mix and a parent falls into the second group, and
+# every such run ends at a higher monitoring loss (0.51-0.71, against 0.42-0.46 for the runs that recover every pair).
+# Learning rate, epochs, batch size, k, data size, decoder/b_dec initialisation, a wider first prefix and resampling
+# dead latents from their own prefix's residual did not change that. Keeping the lowest-loss of 10 restarts recovered
+# every pair on each of seeds 0-13.
 def test_planted_hierarchy_is_recovered_at_the_median_seed(toys):
     X, pairs, runs = toys
     rates = [recovered(sae.hierarchy(X, min_conditional=0.8, min_cosine=-0.1), latents, pairs) for sae, latents in runs]
     print(f"planted hierarchy: {' '.join(f'{r:.0%}' for r in rates)} of {len(pairs)} pairs over seeds {list(SEEDS)}")
     assert np.median(rates) >= 0.9
+    for sae, _ in runs:  # the kept restart is the lowest-loss one, and the losses separate the two kinds of run
+        losses = sae.fit_info_["restart_losses"]
+        assert len(losses) == RESTARTS and sae.fit_info_["best_monitor_loss"] == min(losses) < 0.47
 
 
 def test_planted_hierarchy_links_are_sound_on_every_seed(toys):
@@ -91,18 +95,18 @@ def test_planted_hierarchy_links_are_sound_on_every_seed(toys):
     rates = []
     for sae, latents in runs:
         # The children's decoder rows of a Matryoshka SAE are the part of the child that the parent does not
-        # reconstruct: on this toy (orthogonal features) they are orthogonal to the parent's (measured: every link's
-        # cosine in [-0.46, 0.02] over seeds 0-9), so min_cosine is set below every one of them here.
+        # reconstruct: on this toy (orthogonal features) they are orthogonal to the parent's (measured: the planted
+        # links' cosines lie within 0.01 of 0 on seeds 0-6), so min_cosine is set below every one of them here. The
+        # 4 latents beyond the 16 children may lean on a parent (one at cosine 0.61 on these seeds).
         tree = sae.hierarchy(X, min_conditional=0.8, min_cosine=-1.0)
         rates.append(recovered(tree, latents, pairs))
         assert all(tree.conditional[c] >= 0.8 for c in tree.parent_of)
         assert set(tree.parents) <= set(range(4))  # every parent sits in the first prefix
-        assert max(tree.cosine.values()) < 0.1
+        assert max(abs(tree.cosine[int(latents[c])]) for c, _ in pairs if int(latents[c]) in tree.cosine) < 0.1
         assert all(0 <= tree.absorption[p] <= 0.2 for p in tree.parents)  # children fire with their parent
         fvu = sae.prefix_fvu(X)
         assert 0.4 < fvu[0] < 0.7 and fvu[1] < 0.05  # the 4 parents alone leave the children's share (0.43)
-    # a regression guard at the measured level (median 75 % over seeds 0-6), not issue 35's 90 % (xfailed above)
-    assert np.median(rates) >= 0.7 and min(rates) >= 0.4
+    assert min(rates) >= 0.9  # with the restarts, every seed (measured: 100 % on each of seeds 0-13)
 
 
 def test_thresholds_that_nothing_passes_find_nothing(toys):
@@ -111,8 +115,11 @@ def test_thresholds_that_nothing_passes_find_nothing(toys):
         tree = sae.hierarchy(X, min_conditional=1.0, min_cosine=0.99)
         assert tree.parent_of == {} and tree.children == {} and tree.absorption == {}
         assert recovered(tree, latents, pairs) < 0.9  # the recovery check above fails when nothing passes
-        # the issue's min_cosine = 0.3 links nothing on any seed: no child decoder leans towards its parent here
-        assert sae.hierarchy(X).parent_of == {}
+        # the default min_cosine = 0.3 (the issue's) links no planted pair on any seed: no child's decoder leans
+        # towards its parent here; only a spare latent that does can link
+        default = sae.hierarchy(X)
+        assert recovered(default, latents, pairs) == 0.0
+        assert not {int(latents[c]) for c, _ in pairs} & set(default.parent_of)
 
 
 def test_hierarchy_by_hand():

@@ -233,3 +233,21 @@ def test_resampled_concepts_start_from_the_sample_given_to_end_epoch():
     trainer.end_epoch(sample=(row.repeat(64, 1), None))  # every pick is this one row
     decoders = trainer.w["W_dec"].detach()[:3]
     assert torch.allclose(decoders, (residual / residual.norm()).expand(3, -1), atol=1e-6)
+
+
+def test_restarts_keep_the_lowest_monitoring_loss_and_one_restart_is_the_plain_fit():
+    plain = BatchTopKSAE(6, k=2, seed=4, **FAST).fit(X)
+    one = BatchTopKSAE(6, k=2, seed=4, restarts=1, **FAST).fit(X)
+    assert "restart_losses" not in one.fit_info_
+    for name, weight in plain.weights_.items():
+        assert torch.equal(weight, one.weights_[name])
+    several = BatchTopKSAE(6, k=2, seed=4, restarts=3, **FAST).fit(X)
+    losses, kept = several.fit_info_["restart_losses"], several.fit_info_["restart"]
+    assert len(losses) == 3 and losses[0] == pytest.approx(plain.fit_info_["best_monitor_loss"], rel=1e-6)
+    assert len(set(losses)) == 3  # the restarts start from different initialisations
+    assert kept == int(np.argmin(losses)) and several.fit_info_["best_monitor_loss"] == min(losses)
+    # the kept weights are the best restart's: their monitoring loss is the lowest, not the first restart's
+    assert several.fit_info_["best_monitor_loss"] <= plain.fit_info_["best_monitor_loss"]
+    assert min(record["monitor_loss"] for record in several.fit_info_["history"]) == pytest.approx(min(losses))
+    with pytest.raises(ValueError, match="restarts must be an integer >= 1"):
+        TrainingConfig(restarts=0)
