@@ -30,7 +30,10 @@ for layer, spec in enumerate(job["layers"]):
     threshold = weights.pop("threshold", None)
     d_tr, d_model = weights["W_enc"].shape
     if spec["activation"] == "topk":
-        activation = TopK(spec["k"])
+        # ours keeps the k largest pre-activations and then drops the negative ones among them (sparsify's order: a
+        # token with fewer than k positive pre-activations has fewer than k active features); circuit-tracer's TopK
+        # alone keeps negative ones, so the activation given to it is its TopK followed by a ReLU
+        activation = torch.nn.Sequential(TopK(spec["k"]), torch.nn.ReLU())
     elif spec["activation"] == "jumprelu":
         activation = JumpReLU(threshold, 0.1)
     else:

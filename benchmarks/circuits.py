@@ -14,7 +14,8 @@ Part ``graph`` (every prompt, ``max_feature_nodes=4096``, ``batch_size=64``):
 Part ``ct``: ours ÷ circuit-tracer 0.5.0 on the first prompt. The dequantised SmolLM2 is written to a local HF folder
 and the transcoders to weight files; circuit-tracer (its venv: ``--ct-venv``, nnsight backend, CPU, float32) loads
 both before its timer starts and runs ``attribute`` with the same ``batch_size``, ``max_feature_nodes`` and
-``update_interval``; TopK sets are rebuilt there with its ``TopK(k)`` (files would load as ReLU). Goal <= 0.5. The
+``update_interval``; TopK sets are rebuilt there with its ``TopK(k)`` followed by a ReLU, since ours drops the negative
+pre-activations among the top k and its ``TopK`` alone keeps them (files would load as ReLU). Goal <= 0.5. The
 relative Frobenius difference of the two adjacencies on their common nodes is printed.
 
 Part ``interventions`` (first prompt): zero the most influential features one at a time with
@@ -161,10 +162,17 @@ def ct_part(model, tokenizer, tcs, prompts, venv: str) -> None:
             config["rope_scaling"] = rope
         config_path.write_text(json.dumps(config))
         layers = []
+        # circuit-tracer's TranscoderSet takes one skip flag for every layer from layer 0's transcoder: a set whose
+        # layer 0 has no skip (the default build's) would lose every other layer's skip there, so a skip-less layer
+        # of a set with skips goes over with a zero W_skip, which adds nothing
+        any_skip = any(tcs[layer].skip for layer in range(tcs.n_layers))
         for layer in range(tcs.n_layers):
             from safetensors.torch import save_file
 
             weights = {name: t.contiguous() for name, t in tcs[layer].folded().items()}
+            if any_skip and "W_skip" not in weights:
+                width = weights["W_dec"].shape[1]
+                weights["W_skip"] = torch.zeros(width, width, dtype=weights["W_dec"].dtype)
             save_file(weights, str(folder / f"layer_{layer}.safetensors"))
             layers.append({"activation": tcs[layer].activation, "k": tcs[layer].k_ if tcs[layer].activation ==
                            "topk" else None})  # fmt: skip
@@ -196,9 +204,8 @@ def ct_part(model, tokenizer, tcs, prompts, venv: str) -> None:
     print(f"info: circuit-tracer {theirs['seconds']:.1f} s, ours {seconds:.1f} s; {len(common)} of {n_ours} features "
           f"in common ({n_theirs} theirs); logit targets {len(ours.logits)} ours, {theirs['n_logits']} theirs; "
           f"relative Frobenius difference {np.linalg.norm(a - b) / np.linalg.norm(b):.2e}")  # fmt: skip
-    # the error columns differ where a token has fewer than k positive pre-activations: circuit-tracer's TopK keeps
-    # the top k raw pre-activations, negative ones too, so its reconstruction (and error) differs there; the feature
-    # and token columns do not depend on the errors
+    # where a token has fewer than k positive pre-activations, circuit-tracer's TopK alone would keep negative ones:
+    # without the ReLU given to it (_circuit_tracer_graph.py) its errors, and at k = 64 its active features, differ
     n_common, n_pos = len(common), len(ours.token_ids)
     errors = np.arange(n_common, n_common + shared - n_pos)
     others = np.r_[np.arange(n_common), np.arange(n_common + shared - n_pos, n_common + shared)]
