@@ -27,9 +27,11 @@ fitted from it by streaming minibatches: the mean over planted atoms of the larg
 (goal >= 0.9), and the one-to-one matched cosine as information.
 
 Part ``matryoshka``: a ``MatryoshkaSAE`` of ``--n-concepts`` (BatchTopK, ``k = --sae-k``, prefixes
-``--matryoshka-prefixes``, default n/16 and n/4) on the scale part's store (its first ``--sae-rows`` rows), reported as
-information: each prefix's FVU on the next ``--eval-rows`` rows, the dead fraction, and the hierarchy between prefix
-groups (``sae.hierarchy``: parents, children, median absorption rate, a proxy for Chanin et al.'s measure).
+``--matryoshka-prefixes``, default n/16, n/8, n/4 and n/2) on the scale part's store (its first ``--sae-rows`` rows),
+reported as information: each prefix's FVU and L0 on the next ``--eval-rows`` rows against a plain ``BatchTopKSAE`` of
+the prefix's size at the prefix's measured L0 fitted from the same rows, the dead fraction, the decoder cosines of
+the links P(parent | child) >= 0.8 allows, and the hierarchy between prefix groups (``sae.hierarchy``: parents,
+children, median absorption rate, a proxy for Chanin et al.'s measure) at ``min_cosine`` 0.3 and -0.1.
 
 Part ``labels``: ``--label-concepts`` live concepts of the scale run's SAE, drawn at random (seeded) among those that
 fire in at least 5 held-out contexts, each labelled by ``TokenLabeler`` and by ``LMLabeler`` (SmolLM2, greedy) from
@@ -689,10 +691,13 @@ def recovery(args) -> None:
 # ----------------------------------------------------------------------------------------------------- matryoshka
 def matryoshka_part(args) -> None:
     """A Matryoshka SAE (BatchTopK, ``k = --sae-k``) of ``--n-concepts`` on the scale run's store, fitted from its first
-    ``--sae-rows`` rows; each prefix's FVU on the next ``--eval-rows`` rows (the fit rows when the store has no more),
-    and the hierarchy between its prefix groups (default thresholds: P(parent | child) >= 0.8, decoder cosine >= 0.3)
-    with the parents' absorption rates (a proxy for Chanin et al.'s probe-based measure)."""
-    from interp_widgets.concepts import ActivationStore, MatryoshkaSAE
+    ``--sae-rows`` rows, against a plain BatchTopK SAE per prefix: each prefix's FVU and L0 on the next ``--eval-rows``
+    rows (the fit rows when the store has no more) beside those of a ``BatchTopKSAE`` of the prefix's size whose ``k``
+    is the prefix's measured L0 (a prefix uses only those of the global top k that fall inside it, so a peer given the
+    full k would not be a fair one), fitted from the same rows with the same settings. Then the hierarchy between its
+    prefix groups (P(parent | child) >= 0.8; the decoder cosine of every link that passes it, to choose
+    ``min_cosine``) with the parents' absorption rates (a proxy for Chanin et al.'s probe-based measure)."""
+    from interp_widgets.concepts import ActivationStore, BatchTopKSAE, MatryoshkaSAE
 
     parts, _ = real_store_parts(args)
     store = ActivationStore.concat(parts)
@@ -700,25 +705,55 @@ def matryoshka_part(args) -> None:
     X = store[:fit_rows]
     held = store[fit_rows : fit_rows + args.eval_rows] if len(store) > fit_rows else X[: args.eval_rows]
     where = "held-out rows" if len(store) > fit_rows else "fit rows (the store has no more)"
+    info("matryoshka_rows", f"fit {len(X)}, evaluated on {len(held)} {where}")
     n = args.n_concepts
-    prefixes = tuple(args.matryoshka_prefixes or (max(1, n // 16), max(2, n // 4)))
-    sae = MatryoshkaSAE(
-        n, k=args.sae_k, prefixes=prefixes, lr=args.sae_lr, max_epochs=args.sae_epochs, batch_size=4096, progress=False
-    )
+    prefixes = tuple(args.matryoshka_prefixes or sorted({max(1, n >> s) for s in (4, 3, 2, 1)}))
+    settings = dict(lr=args.sae_lr, max_epochs=args.sae_epochs, batch_size=4096, progress=False)
+    sae = MatryoshkaSAE(n, k=args.sae_k, prefixes=prefixes, **settings)
     start = time.perf_counter()
     sae.fit(X)
     info("matryoshka_fit", f"{time.perf_counter() - start:.0f} s on {fit_rows} rows, prefixes {sae.prefixes_}")
+    codes = sae.transform(held)
     fvu = sae.prefix_fvu(held)
-    info("matryoshka_prefix_fvu", f"{', '.join(f'{m}: {v:.3f}' for m, v in zip(sae.prefixes_, fvu))} on {where}")
-    info("matryoshka_dead_fraction", f"{float(((sae.transform(held) > 0).sum(0) == 0).mean()):.3f} on {where}")
+    info("matryoshka_dead_fraction", f"{float(((codes > 0).sum(0) == 0).mean()):.3f} on {where}")
+    total = float(((held - held.mean(0)) ** 2).sum()) or 1e-12
+    print("  prefix | its L0 | Matryoshka FVU | plain BatchTopK FVU (its L0, fit s) | ratio", flush=True)
+    ratios = []
+    for m, prefix_fvu in zip(sae.prefixes_, fvu):
+        l0 = float((codes[:, :m] > 0).sum(1).mean())
+        peer = BatchTopKSAE(m, k=max(l0, 1e-3), **settings)
+        start = time.perf_counter()
+        peer.fit(X)
+        seconds = time.perf_counter() - start
+        peer_codes = peer.transform(held)
+        peer_fvu = float(((held - peer.inverse_transform(peer_codes, X=held)) ** 2).sum()) / total
+        peer_l0 = float((peer_codes > 0).sum(1).mean())
+        ratios.append(prefix_fvu / peer_fvu)
+        print(
+            f"  {m} | {l0:.2f} | {prefix_fvu:.3f} | {peer_fvu:.3f} ({peer_l0:.2f}, {seconds:.0f} s) | {ratios[-1]:.3f}",
+            flush=True,
+        )
+    info("matryoshka_prefix_fvu_over_plain", ", ".join(f"{m}: {r:.3f}" for m, r in zip(sae.prefixes_, ratios)))
     start = time.perf_counter()
-    tree = sae.hierarchy(held)
-    absorption = list(tree.absorption.values())
-    info(
-        "matryoshka_hierarchy",
-        f"{len(tree.parents)} parents, {len(tree.parent_of)} children, {len(tree.roots)} roots; median absorption "
-        f"{statistics.median(absorption) if absorption else float('nan'):.3f}; {time.perf_counter() - start:.1f} s",
-    )
+    links = sae.hierarchy(held, min_cosine=-1.0)  # every link the conditional allows, to see their cosines
+    cosines = np.array(list(links.cosine.values()))
+    if len(cosines):
+        q = np.quantile(cosines, [0.1, 0.25, 0.5, 0.75, 0.9])
+        info(
+            "matryoshka_link_cosines",
+            f"{len(cosines)} links at P(parent | child) >= 0.8 with any cosine; cosine quantiles 10/25/50/75/90 % "
+            f"{', '.join(f'{v:.3f}' for v in q)}; {int((cosines >= 0.3).sum())} at >= 0.3, "
+            f"{int((cosines >= -0.1).sum())} at >= -0.1, {int((cosines >= 0).sum())} at >= 0",
+        )
+    for min_cosine in (0.3, -0.1):
+        tree = sae.hierarchy(held, min_cosine=min_cosine)
+        absorption = list(tree.absorption.values())
+        info(
+            f"matryoshka_hierarchy_min_cosine_{min_cosine:g}",
+            f"{len(tree.parents)} parents, {len(tree.parent_of)} children, {len(tree.roots)} roots; median absorption "
+            f"{statistics.median(absorption) if absorption else float('nan'):.3f}",
+        )
+    info("matryoshka_hierarchy_seconds", f"{(time.perf_counter() - start) / 3:.1f} per tree")
     print(f"peak RSS {peak_rss_mb():.0f} MB", flush=True)
 
 
@@ -987,7 +1022,7 @@ def main() -> None:
         type=int,
         nargs="+",
         default=None,
-        help="prefix sizes of the Matryoshka SAE (default n/16 and n/4 of --n-concepts)",
+        help="prefix sizes of the Matryoshka SAE (default n/16, n/8, n/4 and n/2 of --n-concepts)",
     )
     parser.add_argument("--label-concepts", type=int, default=36)
     parser.add_argument("--label-texts", type=int, default=600, help="held-out test paragraphs for the contexts")
