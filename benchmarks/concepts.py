@@ -38,7 +38,10 @@ fire in at least 5 held-out contexts, each labelled by ``TokenLabeler`` and by `
 its top examples, both scored by ``label_auroc`` on held-out contexts (windows of 24 tokens of the test split, never
 seen by the SAE or the interpreter) embedded with the shipped MiniLM encoder (``demo.sentence_embedder``), reported
 as they come: mean and median AUROC of each labeller, the paired difference with a bootstrap interval, and how often
-the LM label scores higher.
+the LM label scores higher. Then (``--no-label-scores`` skips it) delphi's detection and fuzzing scores of both
+labellers' labels (``score_labels``, SmolLM2 as the scorer: it also wrote the LM labels), the swapped-label control
+(the true label must outscore another concept's on >= 70 % of concepts), and the mean balanced accuracy and AUC of
+each with bootstrap 95 % intervals over concepts; the scores are saved in ``--work-dir`` after each concept.
 
 Part ``browser``: a 16,384-concept ``ConceptBrowser`` (the scale run's interpretation when it exists, else a
 synthetic one of the same size) in headless Debian chromium (Playwright, the flags of ``tests/browser``): first
@@ -830,6 +833,88 @@ def labels_part(args) -> None:
     )
     for c, t, l, a, b in list(rows)[:12]:
         print(f"  concept {c}: token {t!r} ({a:.2f}) | LM {l!r} ({b:.2f})", flush=True)
+    if args.label_scores:
+        label_scores_report(args, interp, result, [token, lm], model, tokenizer, candidates[-1].stem)
+
+
+def label_scores_report(args, interp, compared, labellers, model, tokenizer, stem: str) -> None:
+    """Detection and fuzzing scores (delphi's, ``score_labels``) of each labeller's labels of the compared concepts,
+    SmolLM2 as the scorer, with the swapped-label control and bootstrap 95 % intervals over concepts. The scored
+    interpretations are saved in ``--work-dir`` after each concept, so an interrupted run resumes."""
+    from interp_widgets.concepts import ConceptInterpretation, LMScorer, score_labels
+
+    scorer = LMScorer(model, tokenizer)
+    chosen = compared["concepts"]
+    rng = np.random.default_rng(0)
+    per = {}
+    for labeller in labellers:
+        name = labeller.name
+        path = args.work_dir / f"{stem}_scored_{name.replace(' ', '_')}.safetensors"
+        labels = list(interp.labels)
+        for c, label in zip(chosen, compared[name]["labels"]):
+            labels[c] = label
+        scored = interp.replace(labels=labels, label_source=name)
+        if path.is_file():
+            saved = ConceptInterpretation.load(path)
+            if saved.labels == labels:
+                scored = saved
+        concepts = [c for c in chosen if labels[c]]
+        start, asked = time.perf_counter(), 0
+        for i, c in enumerate(concepts):
+            if c not in scored.label_scores:
+                score_labels(scored, scorer, concepts=[c], control=False)
+                scored.save(path)
+                asked += 1
+                print(f"  {name}: scored {i + 1}/{len(concepts)} ({time.perf_counter() - start:.0f} s)", flush=True)
+        if asked:
+            info(
+                f"labels_scores_{name.replace(' ', '_')}_seconds_per_label",
+                f"{(time.perf_counter() - start) / asked:.1f}",
+            )
+        start = time.perf_counter()
+        score_labels(scored, scorer, concepts=concepts, control=True)  # the scores are cached: this runs the control
+        scored.save(path)
+        control = scored.label_control
+        info(
+            f"labels_control_{name.replace(' ', '_')}",
+            f"the true label outscores another concept's on {control['wins']} of {control['n']} concepts "
+            f"({control['fraction']:.2f}; {control['ties']} ties; goal >= {control['threshold']}): the scorer "
+            f"{'discriminates' if control['discriminates'] else 'cannot discriminate'} "
+            f"({time.perf_counter() - start:.0f} s)",
+        )
+        per[name] = {c: scored.label_scores[c] for c in concepts}
+    for kind in ("detection", "fuzzing"):
+        for measure in ("balanced_accuracy", "auc"):
+            parts = []
+            for name, scores in per.items():
+                values = np.array([s[kind][measure] for s in scores.values() if s[kind][measure] is not None], float)
+                if not len(values):
+                    parts.append(f"{name}: none")
+                    continue
+                boot = values[rng.integers(0, len(values), size=(2000, len(values)))].mean(1)
+                low, high = np.quantile(boot, [0.025, 0.975])
+                above = sum(s[kind]["above_chance"] for s in scores.values())
+                parts.append(
+                    f"{name}: {values.mean():.3f} [{low:.3f}, {high:.3f}] over {len(values)}"
+                    + (f", {above} above chance (p < 0.05)" if measure == "balanced_accuracy" else "")
+                )
+            info(f"labels_{kind}_{measure}_mean_95ci", "; ".join(parts))
+    if len(per) == 2:
+        (a, first), (b, second) = per.items()
+        both = [c for c in first if c in second]
+        diff = np.array([(_mean_score(second[c]) - _mean_score(first[c])) for c in both])
+        boot = diff[rng.integers(0, len(diff), size=(2000, len(diff)))].mean(1)
+        low, high = np.quantile(boot, [0.025, 0.975])
+        info(
+            "labels_scores_lm_minus_token",
+            f"mean of detection and fuzzing balanced accuracy, {b} minus {a}: {diff.mean():+.3f} "
+            f"[{low:+.3f}, {high:+.3f}] over {len(both)} concepts ({b} higher on {int((diff > 0).sum())}, "
+            f"{a} higher on {int((diff < 0).sum())}); SmolLM2 wrote the LM labels and scores them: it judges its own",
+        )
+
+
+def _mean_score(entry: dict) -> float:
+    return (entry["detection"]["balanced_accuracy"] + entry["fuzzing"]["balanced_accuracy"]) / 2
 
 
 # -------------------------------------------------------------------------------------------------------- browser
@@ -1026,6 +1111,12 @@ def main() -> None:
     )
     parser.add_argument("--label-concepts", type=int, default=36)
     parser.add_argument("--label-texts", type=int, default=600, help="held-out test paragraphs for the contexts")
+    parser.add_argument(
+        "--label-scores",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="score the labels by detection and fuzzing (SmolLM2 as the scorer, with the swapped-label control)",
+    )
     parser.add_argument("--browser-trials", type=int, default=5)
     parser.add_argument("--tokens", type=int, default=1_000_000)
     parser.add_argument("--budget", default="256MB")

@@ -44,6 +44,7 @@ class ChatLM:
                 f"e.g. {who}(*interp_widgets.demo.load_lm())"
             )
         self.model, self.tokenizer = model, tokenizer
+        self._prefix = None  # (key-value cache, the token ids it holds, the parameters' versions): see complete()
         self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
         from interp_widgets._model_names import model_name_of
 
@@ -77,25 +78,63 @@ class ChatLM:
             return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + begun
         return "\n\n".join(m["content"] for m in messages) + "\n" + begun
 
-    def complete(self, prompt, *, scores: bool = False):
-        """Greedy generation: the new token ids, and each step's logits when ``scores`` (else None)."""
+    def complete(self, prompt, *, scores: bool = False, stop=None):
+        """Greedy generation: the new token ids, and each step's logits when ``scores`` (else None).
+
+        The reply ends at an end-of-sequence token, after ``max_new_tokens``, or when ``stop(new_ids)`` (a callable
+        given the ids so far) returns true. The key-value cache of the last call is kept: a prompt that begins with
+        the same tokens as the last one (the system prompt and few-shot examples that a scorer or labeller repeats for
+        every concept) runs only the tokens after them. The cache is dropped when any of the model's parameters has
+        changed in place since (an optimizer step).
+
+        Example:
+            >>> chat = ChatLM(chat_lm, chat_tokenizer, max_new_tokens=4)
+            >>> new, logits = chat.complete([("user", "Hi!")], scores=True)
+            >>> len(new) == len(logits) <= 4, chat.complete([("user", "Hi!")], stop=lambda ids: True)[0] == new[:1]
+            (True, True)
+        """
+        import inspect
+
         import torch
 
         tok = self.tokenizer
         device = self.model.get_input_embeddings().weight.device
-        pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
-        batch = tok(self.render(prompt), return_tensors="pt", add_special_tokens=not tok.chat_template)
-        batch = {k: v.to(device) for k, v in batch.items()}
+        ids = tok(self.render(prompt), add_special_tokens=not tok.chat_template)["input_ids"]
+        ends = self.model.generation_config.eos_token_id if getattr(self.model, "generation_config", None) else None
+        ends = set(ends if isinstance(ends, (list, tuple)) else [] if ends is None else [ends])
+        ends |= {tok.eos_token_id} - {None}
+        versions = tuple(p._version for p in self.model.parameters())
+        cache, cached_ids = self._prefix[:2] if self._prefix and self._prefix[2] == versions else (None, [])
+        common = 0
+        for a, b in zip(ids, cached_ids):
+            if a != b:
+                break
+            common += 1
+        common = min(common, len(ids) - 1)  # at least one token runs, for the next token's logits
+        if cache is None or common == 0:
+            from transformers import DynamicCache
+
+            cache, common = DynamicCache(), 0
+        elif common < len(cached_ids):
+            cache.crop(common - len(cached_ids))  # a negative count removes that many tokens (transformers 4 and 5)
+        self._prefix = None  # a failure below leaves no half-extended cache behind
+        new, steps = [], []
+        feed = ids[common:]
+        # transformers 5 names the cache argument `cache` (`past_key_values` is deprecated); 4.x knows only the latter
+        cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         with torch.no_grad():
-            out = self.model.generate(
-                **batch,
-                max_new_tokens=self.max_new_tokens,
-                do_sample=False,
-                pad_token_id=pad,
-                output_scores=scores,
-                return_dict_in_generate=True,
-            )
-        return out.sequences[0, batch["input_ids"].shape[1] :].tolist(), (out.scores if scores else None)
+            while len(new) < self.max_new_tokens:
+                inputs = {"input_ids": torch.tensor([feed], device=device), cache_arg: cache, "use_cache": True}
+                logits = self.model(**inputs).logits[:, -1]
+                token = int(logits.argmax(-1))
+                new.append(token)
+                if scores:
+                    steps.append(logits.float())
+                if token in ends or (stop is not None and stop(new)):
+                    break
+                feed = [token]
+        self._prefix = (cache, ids + new[:-1], versions)  # the cache holds every token but the last one
+        return new, (tuple(steps) if scores else None)
 
     def generate(self, prompt) -> str:
         """The reply's text (after what a last assistant message began), special tokens removed."""

@@ -418,7 +418,8 @@ class LMScorer(ChatLM):
     reply is begun for it). The answer is the first ``n`` digits 0 / 1 the model writes, ``n`` being the number of
     examples in the prompt; a reply with fewer is returned as written (and counts as failed). P("1") of each is read
     where it is written, as delphi reads its top-5 log probabilities: the top five next tokens holding "1" against
-    those holding "0", P1 / (P0 + P1).
+    those holding "0", P1 / (P0 + P1). The reply stops at its ``n``-th answer, and the prompts' shared beginning (the
+    instructions and few-shot examples) runs once: :meth:`ChatLM.complete` keeps its key-value cache.
 
     Args:
         model, tokenizer: a causal LM with a chat template; None loads ``interp_widgets.demo.load_lm()``.
@@ -440,7 +441,11 @@ class LMScorer(ChatLM):
         answers = []
         for messages in prompts:
             n = max(1, len(re.findall(r"^Example \d+:", messages[-1]["content"], flags=re.M)))
-            new, step_scores = self.complete([*messages, {"role": "assistant", "content": "["}], scores=True)
+            new, step_scores = self.complete(
+                [*messages, {"role": "assistant", "content": "["}],
+                scores=True,
+                stop=lambda ids, n=n: _digits(tok, ids) >= n,
+            )
             digits, probabilities = [], []
             for step, token in enumerate(new):
                 written = [ch for ch in tok.decode([token]) if ch in "01"]
@@ -463,6 +468,11 @@ class LMScorer(ChatLM):
             else:
                 answers.append(("[" + tok.decode(new, skip_special_tokens=True), None))
         return answers
+
+
+def _digits(tokenizer, ids) -> int:
+    """How many of the tokens ``ids`` write a 0 or a 1 (each such token is one answer)."""
+    return sum(any(ch in "01" for ch in tokenizer.decode([i])) for i in ids)
 
 
 # ---------------------------------------------------------------- scoring
