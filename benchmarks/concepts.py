@@ -711,7 +711,12 @@ def matryoshka_part(args) -> None:
     info("matryoshka_rows", f"fit {len(X)}, evaluated on {len(held)} {where}")
     n = args.n_concepts
     prefixes = tuple(args.matryoshka_prefixes or sorted({max(1, n >> s) for s in (4, 3, 2, 1)}))
-    settings = dict(lr=args.sae_lr, max_epochs=args.sae_epochs, batch_size=4096, progress=False)
+    settings = {
+        "lr": args.sae_lr,
+        "max_epochs": args.sae_epochs,
+        "batch_size": 1024,
+        "progress": False,
+    }  # as the scale part
     sae = MatryoshkaSAE(n, k=args.sae_k, prefixes=prefixes, **settings)
     start = time.perf_counter()
     sae.fit(X)

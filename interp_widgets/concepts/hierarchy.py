@@ -53,7 +53,7 @@ class ConceptHierarchy:
     absorption: dict[int, float]
     groups: np.ndarray = dataclasses.field(repr=False)
     min_conditional: float = 0.8
-    min_cosine: float = 0.3
+    min_cosine: float = -0.1
 
     @property
     def parents(self) -> list[int]:
@@ -86,7 +86,7 @@ class ConceptHierarchy:
 
 
 def concept_hierarchy(
-    codes, decoder, groups, *, min_conditional: float = 0.8, min_cosine: float = 0.3
+    codes, decoder, groups, *, min_conditional: float = 0.8, min_cosine: float = -0.1
 ) -> ConceptHierarchy:
     """Hang each concept under its best parent in an earlier group: ``P(p > 0 | c > 0) ≥ min_conditional`` and
     ``cos(W_dec[c], W_dec[p]) ≥ min_cosine``; report each parent's absorption rate (a proxy, see the module docstring).

@@ -1011,7 +1011,7 @@ class MatryoshkaSAE(BatchTopKSAE):
             out.append(float(((X - self.inverse_transform(prefix, X=X)) ** 2).sum()) / total)
         return out
 
-    def hierarchy(self, X, *, min_conditional: float = 0.8, min_cosine: float = 0.3, batch_rows: int = 4096):
+    def hierarchy(self, X, *, min_conditional: float = 0.8, min_cosine: float = -0.1, batch_rows: int = 4096):
         """The parent → children tree of the concepts between prefix groups, and each parent's absorption rate: see
         :func:`~interp_widgets.concepts.concept_hierarchy`, called with this SAE's codes of ``X`` (an array or a
         store, encoded ``batch_rows`` rows at a time), ``components_`` and ``groups_``.
