@@ -226,12 +226,11 @@ def test_large_picture_falls_back_to_png():
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and len(png) < 1_000_000
 
 
-# today's sizes (KB = 1024 bytes); a notebook may shrink, never grow past them (08 grew from 513 with the
-# default transcoder set: its nodes carry longer explanations, and the view keeps 40 % of the influence, not 60 %)
+# today's sizes (KB = 1024 bytes); a notebook may shrink, never grow past them
 TOUR_LIMITS_KB = {"01_attributions.ipynb": 196, "02_generation.ipynb": 150, "03_concepts.ipynb": 112,
                   "04_anisotropy_during_training.ipynb": 498, "05_interop.ipynb": 87,
                   "06_paper_smollm2.ipynb": 176, "07_interventions_smollm2.ipynb": 295,
-                  "08_circuits_smollm2.ipynb": 592}  # fmt: skip
+                  "08_circuits_smollm2.ipynb": 513}  # fmt: skip
 
 
 @pytest.mark.parametrize("name", sorted(TOUR_LIMITS_KB))
