@@ -896,8 +896,7 @@ def label_scores_report(args, interp, compared, labellers, model, tokenizer, ste
                 if not len(values):
                     parts.append(f"{name}: none")
                     continue
-                boot = values[rng.integers(0, len(values), size=(2000, len(values)))].mean(1)
-                low, high = np.quantile(boot, [0.025, 0.975])
+                low, high = _mean_ci(values, rng)
                 above = sum(s[kind]["above_chance"] for s in scores.values())
                 parts.append(
                     f"{name}: {values.mean():.3f} [{low:.3f}, {high:.3f}] over {len(values)}"
@@ -908,14 +907,19 @@ def label_scores_report(args, interp, compared, labellers, model, tokenizer, ste
         (a, first), (b, second) = per.items()
         both = [c for c in first if c in second]
         diff = np.array([(_mean_score(second[c]) - _mean_score(first[c])) for c in both])
-        boot = diff[rng.integers(0, len(diff), size=(2000, len(diff)))].mean(1)
-        low, high = np.quantile(boot, [0.025, 0.975])
+        low, high = _mean_ci(diff, rng)
         info(
             "labels_scores_lm_minus_token",
             f"mean of detection and fuzzing balanced accuracy, {b} minus {a}: {diff.mean():+.3f} "
             f"[{low:+.3f}, {high:+.3f}] over {len(both)} concepts ({b} higher on {int((diff > 0).sum())}, "
             f"{a} higher on {int((diff < 0).sum())}); SmolLM2 wrote the LM labels and scores them: it judges its own",
         )
+
+
+def _mean_ci(values: np.ndarray, rng, resamples: int = 2000) -> tuple[float, float]:
+    """The bootstrap 95 % interval of the mean of ``values`` (``resamples`` resamples with replacement)."""
+    boot = values[rng.integers(0, len(values), size=(resamples, len(values)))].mean(1)
+    return tuple(np.quantile(boot, [0.025, 0.975]))
 
 
 def _mean_score(entry: dict) -> float:

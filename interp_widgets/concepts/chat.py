@@ -6,6 +6,8 @@ through it; its :meth:`ChatLM.generate` is Interpreto's ``LLMInterface.generate`
 
 from __future__ import annotations
 
+import inspect
+
 from interp_widgets.validation import check_int
 
 
@@ -45,6 +47,8 @@ class ChatLM:
             )
         self.model, self.tokenizer = model, tokenizer
         self._prefix = None  # (key-value cache, the token ids it holds, the parameters' versions): see complete()
+        # transformers 5 names the cache argument `cache` (`past_key_values` is deprecated); 4.x knows only the latter
+        self._cache_arg = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.max_new_tokens = check_int("max_new_tokens", max_new_tokens, minimum=1)
         from interp_widgets._model_names import model_name_of
 
@@ -93,8 +97,6 @@ class ChatLM:
             >>> len(new) == len(logits) <= 4, chat.complete([("user", "Hi!")], stop=lambda ids: True)[0] == new[:1]
             (True, True)
         """
-        import inspect
-
         import torch
 
         tok = self.tokenizer
@@ -120,11 +122,9 @@ class ChatLM:
         self._prefix = None  # a failure below leaves no half-extended cache behind
         new, steps = [], []
         feed = ids[common:]
-        # transformers 5 names the cache argument `cache` (`past_key_values` is deprecated); 4.x knows only the latter
-        cache_arg = "cache" if "cache" in inspect.signature(self.model.forward).parameters else "past_key_values"
         with torch.no_grad():
             while len(new) < self.max_new_tokens:
-                inputs = {"input_ids": torch.tensor([feed], device=device), cache_arg: cache, "use_cache": True}
+                inputs = {"input_ids": torch.tensor([feed], device=device), self._cache_arg: cache, "use_cache": True}
                 logits = self.model(**inputs).logits[:, -1]
                 token = int(logits.argmax(-1))
                 new.append(token)

@@ -448,7 +448,7 @@ class LMScorer(ChatLM):
             )
             digits, probabilities = [], []
             for step, token in enumerate(new):
-                written = [ch for ch in tok.decode([token]) if ch in "01"]
+                written = _answer_digits(tok, token)
                 if not written:
                     continue
                 top = torch.log_softmax(step_scores[step][0].float(), -1).topk(5)
@@ -470,9 +470,14 @@ class LMScorer(ChatLM):
         return answers
 
 
+def _answer_digits(tokenizer, token: int) -> list[str]:
+    """The 0s and 1s that token ``token`` writes (its first one is an answer)."""
+    return [ch for ch in tokenizer.decode([token]) if ch in "01"]
+
+
 def _digits(tokenizer, ids) -> int:
     """How many of the tokens ``ids`` write a 0 or a 1 (each such token is one answer)."""
-    return sum(any(ch in "01" for ch in tokenizer.decode([i])) for i in ids)
+    return sum(bool(_answer_digits(tokenizer, i)) for i in ids)
 
 
 # ---------------------------------------------------------------- scoring
